@@ -1,0 +1,74 @@
+"""Regenerate abi/vectors/*.json (run by hand when the ABI gains a vector).
+
+The vectors are data: SDKs in every language read them, so they are committed
+and never generated during a build.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+OUT = Path(__file__).resolve().parent / "vectors"
+
+# (name, value). bin values are written as {"$bin": hex}; floats as {"$f64": repr}.
+VALUES: list[tuple[str, Any]] = [
+    ("nil", None), ("true", True), ("false", False),
+    ("posfixint 0", 0), ("posfixint 127", 127), ("negfixint -1", -1), ("negfixint -32", -32),
+    ("uint8", 200), ("uint16", 60000), ("uint32", 4000000000), ("uint64", 2**63 + 5),
+    ("int8", -100), ("int16", -30000), ("int32", -2000000000), ("int64", -(2**62)),
+    ("float64", 1.5), ("float64 negative", -0.25),
+    ("fixstr empty", ""), ("fixstr", "hello"), ("str8", "x" * 40), ("str16", "y" * 300),
+    ("str32", "z" * 70000), ("utf8", "héllo wörld ✓ 😀"),
+    ("bin8", b"\x00\x01\xff"), ("bin16", bytes(range(256)) * 2),
+    ("fixarray empty", []), ("fixarray", [1, "a", None]), ("array16", list(range(20))),
+    ("fixmap empty", {}), ("fixmap", {"a": 1, "b": [True, False]}),
+    ("map16", {f"k{i}": i for i in range(17)}),
+    ("nested", {"hook": "on_plain_text", "data": {"text": "hi", "tags": ["x", {"y": -7}]}}),
+]
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"$bin": v.hex()}
+    if isinstance(v, float):
+        return {"$f64": repr(v)}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    vectors = [{"name": n, "value": _jsonable(v), "hex": msgpack.packb(v, use_bin_type=True).hex()}
+               for n, v in VALUES]
+    decode_only = [
+        {"name": "float32 1.5", "hex": "ca3fc00000", "value": {"$f64": "1.5"}},
+        {"name": "non-minimal uint8 for 1", "hex": "cc01", "value": 1},
+        {"name": "non-minimal str8 'a'", "hex": "d90161", "value": "a"},
+    ]
+    (OUT / "msgpack.json").write_text(json.dumps(
+        {"canonical": vectors, "decode_only": decode_only}, indent=1) + "\n")
+    hostile = [
+        {"name": "truncated map", "hex": "82a16101"},
+        {"name": "str32 declares 4 GiB", "hex": "dbffffffff41"},
+        {"name": "array32 declares 4 billion items", "hex": "ddffffffff"},
+        {"name": "map32 declares 4 billion pairs", "hex": "dfffffffff"},
+        {"name": "deep nesting 100 arrays", "hex": "91" * 100 + "c0"},
+        {"name": "ext type", "hex": "d40101"},
+        {"name": "reserved byte 0xc1", "hex": "c1"},
+        {"name": "trailing bytes", "hex": "80c0"},
+        {"name": "invalid utf-8 in str", "hex": "a2ffff"},
+        {"name": "non-string map key", "hex": "81" + "01" + "02"},
+        {"name": "empty", "hex": ""},
+    ]
+    (OUT / "hostile.json").write_text(json.dumps({"hostile": hostile}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

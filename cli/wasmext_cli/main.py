@@ -1,0 +1,144 @@
+"""The `wasmext` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wasmext import Runtime, WasmextError
+from wasmext.limits import Limits
+from wasmext_cli.build import BuildError, build_plugin
+
+EXIT_FAULT = 1
+EXIT_USAGE = 2
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON has no bytes: they print as {"$bin": hex}, as in abi/vectors."""
+    if isinstance(value, bytes):
+        return {"$bin": value.hex()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--set")
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw  # a bare word is a string
+    return out
+
+
+def _fail(err: WasmextError, code: int = EXIT_FAULT) -> None:
+    click.echo(f"wasmext: {err.describe()}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wasmext")
+def main() -> None:
+    """Run sandboxed WebAssembly plugins."""
+
+
+@main.command()
+@click.argument("plugin", type=click.Path(exists=True, path_type=Path))
+@click.argument("hook")
+@click.option("--data", "data_json", default="null", help="The hook's data, as JSON.")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="A plugin setting (JSON value or bare string). Repeatable.")
+@click.option("--grant", "grants", multiple=True, metavar="CAPABILITY",
+              help="Grant a capability for this call. Repeatable.")
+@click.option("--fuel", type=click.IntRange(min=1), help="Fuel per call.")
+@click.option("--memory-mb", type=click.IntRange(min=1, max=4095), help="Linear memory cap.")
+@click.option("--timeout-ms", type=click.IntRange(min=1), help="Wall-clock deadline.")
+@click.option("--log/--no-log", "show_log", default=False,
+              help="Print the plugin's log lines to stderr.")
+def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
+         grants: tuple[str, ...], fuel: int | None, memory_mb: int | None,
+         timeout_ms: int | None, show_log: bool) -> None:
+    """Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print its value as JSON."""
+    try:
+        data = json.loads(data_json)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from exc
+    limits: dict[str, int] = {}
+    if fuel is not None:
+        limits["fuel_per_call"] = fuel
+    if memory_mb is not None:
+        limits["memory_bytes"] = memory_mb * 2**20
+    if timeout_ms is not None:
+        limits["timeout_ms"] = timeout_ms
+    with Runtime() as rt:
+        try:
+            loaded = rt.load(plugin, limits=limits, settings=_parse_settings(settings),
+                             grants=grants)
+            result = loaded.call(hook, data)
+        except WasmextError as err:
+            _fail(err)
+        finally:
+            if show_log and rt.plugins:
+                for line in next(iter(rt.plugins.values())).log.lines:
+                    click.echo(f"[{line.level}] {line.text}", err=True)
+    click.echo(json.dumps(_jsonable(result.value), ensure_ascii=False))
+
+
+@main.command()
+@click.argument("plugin", type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+def inspect(plugin: Path, as_json: bool) -> None:
+    """Show what PLUGIN registered, its ABI version, size and digest."""
+    with Runtime() as rt:
+        try:
+            info = rt.load(plugin).describe()
+        except WasmextError as err:
+            _fail(err)
+    if as_json:
+        click.echo(json.dumps(_jsonable(info), indent=2, ensure_ascii=False))
+        return
+    click.echo(f"id        {info['id']}")
+    click.echo(f"name      {info['name'] or '-'}  version {info['version'] or '-'}")
+    abi = info["abi"]
+    click.echo(f"abi       {abi['major']}.{abi['minor']} (guest built for minor "
+               f"{abi['guest_minor']})")
+    click.echo(f"size      {info['size']} bytes")
+    click.echo(f"digest    {info['digest']}")
+    click.echo(f"imports   {', '.join(info['imports']) or '-'}")
+    click.echo("hooks")
+    for h in info["hooks"]:
+        pattern = f"  pattern {h['pattern']}" if h["pattern"] else ""
+        click.echo(f"  {h['hook']:<24} priority {h['priority']}{pattern}")
+    for key, value in info["extra"].items():
+        click.echo(f"{key:<9} {json.dumps(_jsonable(value), ensure_ascii=False)}")
+
+
+@main.command()
+@click.argument("plugins", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+def build(plugins: tuple[Path, ...]) -> None:
+    """Build each plugin folder (plugin.toml with a [build] table) into its .wasm."""
+    for folder in plugins:
+        try:
+            result = build_plugin(folder)
+        except (BuildError, WasmextError) as exc:
+            click.echo(f"wasmext: {exc}", err=True)
+            sys.exit(EXIT_FAULT)
+        click.echo(f"built {result.wasm} ({result.wasm.stat().st_size} bytes)")
+
+
+@main.command()
+def limits() -> None:
+    """Print the default sandbox limits."""
+    for name, value in Limits().as_dict().items():
+        click.echo(f"{name:<24} {value}")

@@ -1,0 +1,130 @@
+/* Conformance plugin: each hook exercises one part of the SDK so that the
+ * cross-SDK test suite can compare every SDK's behaviour byte for byte. */
+#include <wasmext.h>
+
+/* Re-encode one value token by token. Going through wasmext_read and the
+ * writer (rather than copying bytes) is the point: it proves the reader
+ * decodes every width and the writer re-encodes it canonically. The SDK
+ * validated the request, so recursion is bounded by WASMEXT_MAX_DEPTH. */
+static int copy_value(wasmext_reader *r, wasmext_writer *w, int depth) {
+    wasmext_value v;
+    int rc = wasmext_read(r, &v);
+    if (rc != WASMEXT_OK) return rc;
+    if (depth > WASMEXT_MAX_DEPTH) return WASMEXT_ERR_DEPTH;
+    uint64_t items = 0;
+    switch (v.type) {
+    case WASMEXT_TYPE_NIL: wasmext_write_nil(w); break;
+    case WASMEXT_TYPE_BOOL: wasmext_write_bool(w, v.as.b); break;
+    case WASMEXT_TYPE_INT: wasmext_write_int(w, v.as.i); break;
+    case WASMEXT_TYPE_UINT: wasmext_write_uint(w, v.as.u); break;
+    case WASMEXT_TYPE_FLOAT: wasmext_write_double(w, v.as.f); break;
+    case WASMEXT_TYPE_STR: wasmext_write_str(w, v.as.str.ptr, v.as.str.len); break;
+    case WASMEXT_TYPE_BIN: wasmext_write_bin(w, v.as.bin.ptr, v.as.bin.len); break;
+    case WASMEXT_TYPE_ARRAY: wasmext_write_array(w, v.as.count); items = v.as.count; break;
+    case WASMEXT_TYPE_MAP: wasmext_write_map(w, v.as.count); items = 2 * (uint64_t)v.as.count; break;
+    }
+    for (uint64_t i = 0; i < items && rc == WASMEXT_OK; i++) rc = copy_value(r, w, depth + 1);
+    return rc;
+}
+
+static wasmext_verdict echo(wasmext_call *call) {
+    wasmext_reader r = call->data;
+    if (copy_value(&r, call->out, 0) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "data could not be decoded");
+    return WASMEXT_VALUE;
+}
+
+/* data = key → the setting's value; host errors are passed on unchanged. */
+static wasmext_verdict config(wasmext_call *call) {
+    const char *key;
+    uint32_t key_len;
+    if (wasmext_data_str(call, &key, &key_len) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "config expects a string key");
+    /* The wrapper takes a C string; copy the key out of the request. */
+    wasmext_writer ckey = WASMEXT_WRITER_INIT;
+    wasmext_write_raw(&ckey, key, key_len);
+    wasmext_write_raw(&ckey, "", 1);
+    if (wasmext_writer_error(&ckey) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_LIMIT, "out of memory");
+    wasmext_answer a;
+    wasmext_verdict verdict = WASMEXT_VALUE;
+    const uint8_t *raw;
+    size_t raw_len;
+    if (wasmext_config_get((const char *)ckey.buf, &a) != WASMEXT_OK)
+        verdict = wasmext_fail_answer(call, &a);
+    else if (wasmext_read_raw(&a.value, &raw, &raw_len) == WASMEXT_OK)
+        wasmext_write_raw(call->out, raw, raw_len);
+    else
+        verdict = wasmext_fail(call, WASMEXT_E_INTERNAL, "unreadable config value");
+    wasmext_answer_free(&a);
+    wasmext_writer_free(&ckey);
+    return verdict;
+}
+
+/* data = text → one info line through the direct `log` import; value nil. */
+static wasmext_verdict log_hook(wasmext_call *call) {
+    const char *text;
+    uint32_t len;
+    if (wasmext_data_str(call, &text, &len) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "log expects a string");
+    wasmext_log_n(WASMEXT_LOG_INFO, text, len);
+    wasmext_write_nil(call->out);
+    return WASMEXT_VALUE;
+}
+
+/* data = a request map, sent as-is; the value is the host's whole answer,
+ * failures included, so the suite can check every host_call verdict. */
+static wasmext_verdict host(wasmext_call *call) {
+    wasmext_reader r = call->data;
+    const uint8_t *req;
+    size_t req_len;
+    uint32_t pairs;
+    wasmext_reader probe = r;
+    if (wasmext_read_map(&probe, &pairs) != WASMEXT_OK ||
+        wasmext_read_raw(&r, &req, &req_len) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "host expects a request map");
+    wasmext_answer a;
+    (void)wasmext_host_call(req, req_len, &a);
+    wasmext_verdict verdict = WASMEXT_VALUE;
+    if (a.buf && wasmext_validate(a.buf, a.buf_len) == WASMEXT_OK)
+        wasmext_write_raw(call->out, a.buf, a.buf_len);
+    else /* no answer at all, or one the SDK refused: say so as an error */
+        verdict = wasmext_fail_answer(call, &a);
+    wasmext_answer_free(&a);
+    return verdict;
+}
+
+static wasmext_verdict fail(wasmext_call *call) {
+    const char *msg;
+    uint32_t len;
+    if (wasmext_data_str(call, &msg, &len) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "fail expects a string message");
+    return wasmext_fail_n(call, WASMEXT_E_FAILED, sizeof WASMEXT_E_FAILED - 1, msg, len);
+}
+
+static wasmext_verdict unchanged(wasmext_call *call) {
+    (void)call;
+    return WASMEXT_UNCHANGED;
+}
+
+static wasmext_verdict stop(wasmext_call *call) {
+    const uint8_t *raw;
+    size_t len;
+    wasmext_reader r = call->data;
+    if (wasmext_read_raw(&r, &raw, &len) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "data could not be read");
+    wasmext_write_raw(call->out, raw, len);
+    return WASMEXT_STOP;
+}
+
+static const wasmext_hook hooks[] = {
+    WASMEXT_HOOK("echo", echo),
+    WASMEXT_HOOK("config", config),
+    WASMEXT_HOOK("log", log_hook),
+    WASMEXT_HOOK("host", host),
+    WASMEXT_HOOK("fail", fail),
+    WASMEXT_HOOK("unchanged", unchanged),
+    WASMEXT_HOOK("stop", stop),
+};
+
+WASMEXT_PLUGIN("c-conformance", "0.1.0", hooks);

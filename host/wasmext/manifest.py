@@ -1,0 +1,160 @@
+"""plugin.toml: what a plugin says about itself, validated field by field.
+
+Every error names the file and the field, so an author can fix it without
+reading host code. Unknown top-level tables are refused: a typo must not be a
+silently ignored limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wasmext._abi import ABI_MAJOR
+from wasmext._toml import tomllib
+from wasmext.errors import ManifestError
+from wasmext.limits import Limits
+
+ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+SEMVER_RE = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
+)
+SETTING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+KNOWN_KEYS = {"id", "version", "description", "abi", "priority", "wasm", "limits",
+              "capabilities", "settings", "build"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any = None
+    env: str | None = None
+    sensitive: bool = False
+    required: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    lang: str
+    sources: tuple[str, ...]
+    include: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    id: str
+    version: str
+    description: str = ""
+    abi: int = ABI_MAJOR
+    priority: int = 50
+    wasm: str | None = None
+    limits: Mapping[str, int] = field(default_factory=dict)
+    capabilities: tuple[str, ...] = ()
+    settings: tuple[Setting, ...] = ()
+    build: BuildSpec | None = None
+
+    @property
+    def wasm_name(self) -> str:
+        return self.wasm or f"{self.id}.wasm"
+
+    @property
+    def wasm_path(self) -> Path:
+        return self.path.parent / self.wasm_name
+
+
+def _need(cond: bool, path: Path, fld: str, why: str) -> None:
+    if not cond:
+        raise ManifestError(f"{path}: field '{fld}': {why}", path=path, field=fld)
+
+
+def _str_list(raw: Any, path: Path, fld: str) -> tuple[str, ...]:
+    _need(isinstance(raw, list) and all(isinstance(x, str) for x in raw), path, fld,
+          "must be an array of strings")
+    return tuple(raw)
+
+
+def _settings(raw: Any, path: Path) -> tuple[Setting, ...]:
+    _need(isinstance(raw, dict), path, "settings", "must be a table of tables")
+    out = []
+    for name, spec in raw.items():
+        fld = f"settings.{name}"
+        _need(bool(SETTING_RE.match(name)), path, fld, "name must be an identifier")
+        _need(isinstance(spec, dict), path, fld, "must be a table")
+        unknown = set(spec) - {"default", "env", "sensitive", "required", "description"}
+        _need(not unknown, path, fld, f"unknown keys {sorted(unknown)}")
+        env = spec.get("env")
+        _need(env is None or isinstance(env, str), path, f"{fld}.env", "must be a string")
+        for flag in ("sensitive", "required"):
+            _need(isinstance(spec.get(flag, False), bool), path, f"{fld}.{flag}", "must be a bool")
+        desc = spec.get("description", "")
+        _need(isinstance(desc, str), path, f"{fld}.description", "must be a string")
+        out.append(Setting(name, spec.get("default"), env, spec.get("sensitive", False),
+                           spec.get("required", False), desc))
+    return tuple(out)
+
+
+def _build(raw: Any, path: Path) -> BuildSpec:
+    _need(isinstance(raw, dict), path, "build", "must be a table")
+    lang = raw.get("lang")
+    _need(isinstance(lang, str), path, "build.lang", "must be a string")
+    sources = _str_list(raw.get("sources"), path, "build.sources")
+    _need(len(sources) > 0, path, "build.sources", "must name at least one file")
+    for src in sources:
+        _need(not Path(src).is_absolute() and ".." not in Path(src).parts, path,
+              "build.sources", f"{src!r} must stay inside the plugin folder")
+    include = _str_list(raw.get("include", []), path, "build.include")
+    return BuildSpec(lang, sources, include)
+
+
+def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
+    """Validate a decoded plugin.toml; `path` is only used in messages and paths."""
+    unknown = set(data) - KNOWN_KEYS
+    _need(not unknown, path, sorted(unknown)[0] if unknown else "", "unknown field")
+    pid = data.get("id")
+    _need(isinstance(pid, str) and bool(ID_RE.match(pid)), path, "id",
+          "lowercase letters, digits and hyphens, 1-64 characters, no leading/trailing hyphen")
+    version = data.get("version")
+    _need(isinstance(version, str) and bool(SEMVER_RE.match(version)), path, "version",
+          "must be a SemVer string such as 1.2.3")
+    desc = data.get("description", "")
+    _need(isinstance(desc, str), path, "description", "must be a string")
+    abi = data.get("abi", ABI_MAJOR)
+    _need(abi == ABI_MAJOR and type(abi) is int, path, "abi",
+          f"this host speaks ABI major {ABI_MAJOR}")
+    prio = data.get("priority", 50)
+    _need(type(prio) is int and 0 <= prio <= 100, path, "priority", "must be an int 0-100")
+    wasm = data.get("wasm")
+    if wasm is not None:
+        _need(isinstance(wasm, str) and "/" not in wasm and "\\" not in wasm
+              and wasm.endswith(".wasm") and wasm not in (".wasm",), path, "wasm",
+              "must be a file name ending in .wasm beside plugin.toml")
+    limits_raw = data.get("limits", {})
+    _need(isinstance(limits_raw, dict), path, "limits", "must be a table")
+    try:
+        Limits().replace(**limits_raw)
+    except (TypeError, ValueError) as exc:
+        raise ManifestError(f"{path}: field 'limits': {exc}", path=path, field="limits") from exc
+    caps = _str_list(data.get("capabilities", []), path, "capabilities")
+    settings = _settings(data.get("settings", {}), path)
+    build = _build(data["build"], path) if "build" in data else None
+    return Manifest(path, pid, version, desc, abi, prio, wasm, dict(limits_raw), caps,
+                    settings, build)  # type: ignore[arg-type]
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and validate `path` (a plugin.toml)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}", path=path) from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid TOML: {exc}", path=path) from exc
+    return parse_manifest(data, path)

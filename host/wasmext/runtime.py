@@ -1,0 +1,142 @@
+"""Runtime: the shared engine, compile cache and host services, and plugin loading.
+
+This is the engine-level embedding object: it loads plugins from a folder with
+a plugin.toml, a .wasm file or bytes, and keeps serving whatever any of them
+does. The ordering and chaining host of many plugins builds on it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from wasmext.cache import CompileCache
+from wasmext.engine import EngineConfig, SharedEngine, shared_engine
+from wasmext.errors import ConfigError, LoadError
+from wasmext.hostcalls import HostServices
+from wasmext.limits import Limits
+from wasmext.manifest import ID_RE, Manifest, load_manifest
+from wasmext.module import PluginModule
+from wasmext.plugin import Plugin, QuarantinePolicy
+
+__all__ = ["Runtime", "resolve_settings"]
+
+_SANITIZE_ID = re.compile(r"[^a-z0-9-]+")
+
+
+def resolve_settings(manifest: Manifest, overrides: Mapping[str, Any],
+                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Settings in precedence order: override, then the setting's env var, then default."""
+    env = os.environ if environ is None else environ
+    declared = {s.name for s in manifest.settings}
+    unknown = sorted(set(overrides) - declared)
+    if unknown:
+        raise ConfigError(f"plugin {manifest.id}: unknown setting {unknown[0]!r}; declared: "
+                          f"{', '.join(sorted(declared)) or 'none'}", plugin_id=manifest.id)
+    values: dict[str, Any] = {}
+    for s in manifest.settings:
+        if s.name in overrides:
+            values[s.name] = overrides[s.name]
+        elif s.env and s.env in env:
+            values[s.name] = env[s.env]
+        elif s.default is not None:
+            values[s.name] = s.default
+        elif s.required:
+            where = f" (or set ${s.env})" if s.env else ""
+            raise ConfigError(f"plugin {manifest.id}: required setting {s.name!r} is not "
+                              f"set{where}", plugin_id=manifest.id)
+    return values
+
+
+def _id_from_file(path: Path) -> str:
+    pid = _SANITIZE_ID.sub("-", path.stem.lower()).strip("-")[:64].strip("-")
+    if not ID_RE.match(pid):
+        raise LoadError(f"{path}: cannot derive a plugin id from the file name; pass plugin_id")
+    return pid
+
+
+class Runtime:
+    """Loads and holds plugins. Use as a context manager or call close()."""
+
+    def __init__(self, *, engine: EngineConfig | SharedEngine | None = None,
+                 cache: CompileCache | None | bool = True, services: HostServices | None = None,
+                 policy: Limits | None = None, defaults: Limits | None = None,
+                 quarantine: QuarantinePolicy | None = None) -> None:
+        self.engine = engine if isinstance(engine, SharedEngine) else shared_engine(engine)
+        self.cache = CompileCache() if cache is True else (cache or None)
+        self.services = services or HostServices()
+        self.policy = policy or Limits(
+            fuel_per_call=10**10, memory_bytes=4 * 2**30 - 2**16, timeout_ms=10 * 60 * 1000,
+            max_input_bytes=2**31, max_output_bytes=2**31)
+        self.defaults = defaults or Limits()
+        self.quarantine = quarantine or QuarantinePolicy()
+        self.plugins: dict[str, Plugin] = {}
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def compile(self, wasm: bytes, name: str = "<module>") -> PluginModule:
+        return PluginModule(wasm, name=name, engine=self.engine, cache=self.cache)
+
+    def load(self, source: Path | str | bytes | bytearray, *, plugin_id: str | None = None,
+             limits: Mapping[str, int] | Limits | None = None,
+             settings: Mapping[str, Any] | None = None,
+             grants: Iterable[str] = ()) -> Plugin:
+        """Load a plugin folder (with plugin.toml), a .wasm file, or module bytes.
+
+        Limits are the runtime defaults, then the manifest's, then `limits`,
+        each capped by the runtime's policy.
+        """
+        manifest: Manifest | None = None
+        if isinstance(source, (bytes, bytearray)):
+            module = self.compile(bytes(source))
+            pid = plugin_id or "inline"
+        else:
+            path = Path(source)
+            if path.is_dir():
+                manifest = load_manifest(path / "plugin.toml")
+                wasm_path = manifest.wasm_path
+                if not wasm_path.is_file():
+                    raise LoadError(f"{wasm_path}: not built yet (run: wasmext build {path})",
+                                    plugin_id=manifest.id)
+                pid = plugin_id or manifest.id
+            else:
+                wasm_path = path
+                pid = plugin_id or _id_from_file(path)
+            try:
+                wasm = wasm_path.read_bytes()
+            except OSError as exc:
+                raise LoadError(f"{wasm_path}: cannot read: {exc.strerror}") from exc
+            module = self.compile(wasm, str(wasm_path))
+        if not ID_RE.match(pid):
+            raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
+        eff = self.defaults
+        if manifest is not None and manifest.limits:
+            eff = eff.replace(**manifest.limits)
+        if isinstance(limits, Limits):
+            eff = limits
+        elif limits:
+            eff = eff.replace(**limits)
+        eff = eff.capped_by(self.policy)
+        values = resolve_settings(manifest, settings or {}) if manifest else dict(settings or {})
+        sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
+            else frozenset()
+        plugin = Plugin(module, plugin_id=pid, limits=eff, settings=values, sensitive=sensitive,
+                        grants=frozenset(grants), services=self.services,
+                        quarantine=self.quarantine)
+        old = self.plugins.pop(pid, None)
+        if old is not None:
+            old.close()
+        self.plugins[pid] = plugin
+        return plugin
+
+    def close(self) -> None:
+        for plugin in self.plugins.values():
+            plugin.close()
+        self.plugins.clear()

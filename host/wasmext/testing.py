@@ -1,0 +1,95 @@
+"""Helpers for testing plugins and hosts: tiny ABI-complete guests from inline WAT.
+
+    from wasmext.testing import guest_wat, load_wat
+
+    wat = guest_wat(call_body="(loop (br 0)) (i64.const 0)")
+    plugin = load_wat(runtime, wat, limits={"timeout_ms": 50})
+
+`guest_wat` writes the boring parts of ABI v1 (memory, a bump allocator,
+the version export, a registration map) so a test states only the behaviour
+under test. Everything here builds real WebAssembly; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+import wasmtime
+
+from wasmext.plugin import Plugin
+from wasmext.runtime import Runtime
+
+__all__ = ["DATA_AT", "guest_wat", "load_wat", "packed", "wat_bytes"]
+
+REGISTER_AT = 1024
+RESPONSE_AT = 4096
+DATA_AT = 8192  # `data` segments passed to guest_wat start here
+HEAP_START = 65536
+
+
+def packed(ptr: int, length: int) -> int:
+    """The i64 a guest returns for a buffer, as a signed value for `i64.const`."""
+    value = (ptr << 32) | length
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def wat_bytes(data: bytes) -> str:
+    """`data` as a WAT string literal body."""
+    return "".join(f"\\{b:02x}" for b in data)
+
+
+def guest_wat(call_body: str | None = None, *, response: Any = None,
+              hooks: tuple[str, ...] = ("test",), abi_version: int = 1,
+              registration: Mapping[str, Any] | None = None, memory_pages: int = 2,
+              max_pages: int | None = None, imports: str = "", extra: str = "",
+              data: bytes = b"", alloc_body: str | None = None) -> str:
+    """A complete ABI v1 guest in WAT.
+
+    `call_body` is the body of `wasmext_call (param $p i32) (param $l i32) (result i64)`;
+    by default it returns `response` (a value MessagePack-encoded into the module,
+    default {"ok": true, "value": "ok"}). `data` is placed at DATA_AT. `$alloc`
+    is a bump allocator growing memory as needed (0 when it cannot).
+    """
+    reg = msgpack.packb(dict(registration) if registration is not None else
+                        {"hooks": [{"hook": h} for h in hooks], "name": "wat-test"})
+    resp = msgpack.packb(response if response is not None else {"ok": True, "value": "ok"})
+    if call_body is None:
+        call_body = f"(i64.const {packed(RESPONSE_AT, len(resp))})"
+    if alloc_body is None:
+        alloc_body = """
+        (local $p i32) (local $end i32)
+        (local.set $p (global.get $heap))
+        (local.set $end (i32.and (i32.add (i32.add (global.get $heap) (local.get $n)) (i32.const 7))
+                                 (i32.const -8)))
+        (if (i32.gt_u (local.get $end) (i32.mul (memory.size) (i32.const 65536)))
+          (then
+            (if (i32.eq (memory.grow (i32.sub (i32.add (i32.shr_u (local.get $end) (i32.const 16))
+                                                       (i32.const 1))
+                                              (memory.size)))
+                        (i32.const -1))
+              (then (return (i32.const 0))))))
+        (global.set $heap (local.get $end))
+        (local.get $p)"""
+    maximum = f" {max_pages}" if max_pages is not None else ""
+    data_seg = f'(data (i32.const {DATA_AT}) "{wat_bytes(data)}")' if data else ""
+    return f"""(module
+  {imports}
+  (memory (export "memory") {memory_pages}{maximum})
+  (global $heap (mut i32) (i32.const {HEAP_START}))
+  (data (i32.const {REGISTER_AT}) "{wat_bytes(reg)}")
+  (data (i32.const {RESPONSE_AT}) "{wat_bytes(resp)}")
+  {data_seg}
+  (func (export "wasmext_abi_version") (result i32) (i32.const {abi_version}))
+  (func $alloc (export "wasmext_alloc") (param $n i32) (result i32) {alloc_body})
+  (func (export "wasmext_register") (param i32 i32) (result i64)
+    (i64.const {packed(REGISTER_AT, len(reg))}))
+  (func (export "wasmext_call") (param $p i32) (param $l i32) (result i64) {call_body})
+  {extra}
+)"""
+
+
+def load_wat(runtime: Runtime, wat: str, plugin_id: str = "wat-test", **kwargs: Any) -> Plugin:
+    """Compile `wat` and load it into `runtime` as `plugin_id`."""
+    return runtime.load(bytes(wasmtime.wat2wasm(wat)), plugin_id=plugin_id, **kwargs)
