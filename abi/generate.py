@@ -56,7 +56,8 @@ def python_module(t: dict[str, Any]) -> str:
         lines.append(f'    "{e["name"]}": (({params}), ({results}), {e["required"]}),')
     lines.append("}")
     lines.append("")
-    lines.append("IMPORTS: Final[dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]]] = {")
+    lines.append("IMPORTS: Final[dict[tuple[str, str], "
+                 "tuple[tuple[str, ...], tuple[str, ...]]]] = {")
     for i in t["imports"]:
         params = "".join(f'"{p}", ' for p in i["params"])
         results = "".join(f'"{r}", ' for r in i["results"])

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
 

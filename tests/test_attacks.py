@@ -10,7 +10,6 @@ from pathlib import Path
 import msgpack
 import pytest
 import wasmtime
-
 from wasmext import (
     AbiMismatch,
     GuestTrap,
@@ -30,7 +29,7 @@ from wasmext import (
 )
 from wasmext.hostcalls import CallContext
 from wasmext.limits import WASM_PAGE
-from wasmext.testing import DATA_AT, guest_wat, load_wat, packed, wat_bytes
+from wasmext.testing import DATA_AT, guest_wat, load_wat, packed
 
 HOSTILE = json.loads((Path(__file__).resolve().parent.parent / "abi" / "vectors" /
                       "hostile.json").read_text())["hostile"]
@@ -132,7 +131,7 @@ def test_output_larger_than_cap(runtime: Runtime, healthy: Plugin) -> None:
 @pytest.mark.parametrize("vector", HOSTILE, ids=[v["name"] for v in HOSTILE])
 def test_hostile_messagepack(runtime: Runtime, healthy: Plugin, vector: dict[str, str]) -> None:
     raw = bytes.fromhex(vector["hex"])
-    body = f"(i64.const {packed(DATA_AT, len(raw))})" if raw else f"(i64.const {packed(DATA_AT, 0)})"
+    body = f"(i64.const {packed(DATA_AT, len(raw))})"
     plugin = load_wat(runtime, guest_wat(body, data=raw or b"\0"))
     attack(runtime, healthy, plugin, InvalidOutput)
 
@@ -148,7 +147,7 @@ def test_malformed_response_envelopes(runtime: Runtime, healthy: Plugin, respons
 
 def test_unknown_import_is_refused_at_load(runtime: Runtime, healthy: Plugin) -> None:
     wat = guest_wat(imports='(import "env" "system" (func (param i32) (result i32)))')
-    with pytest.raises(UnknownImport, match="env.system"):
+    with pytest.raises(UnknownImport, match=r"env\.system"):
         load_wat(runtime, wat)
     assert healthy.call("test", 1).value == "alive"
 
@@ -225,8 +224,6 @@ def test_trap_inside_alloc_during_host_call(runtime: Runtime, healthy: Plugin) -
       (call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))"""
     wat = guest_wat(body, imports=HOST_CALL_IMPORT, data=req, alloc_body=alloc, memory_pages=4,
                     extra="(global $armed (mut i32) (i32.const 0))")
-    wat = wat.replace("(memory (export", "(global $armed (mut i32) (i32.const 0))\n  (memory (export"
-                      ).replace("(global $armed (mut i32) (i32.const 0))\n)", ")")
     plugin = load_wat(runtime, wat)
     err = attack(runtime, healthy, plugin, GuestTrap)
     assert "wasmext_alloc during host_call" in str(err)

@@ -42,7 +42,8 @@ def _zig() -> list[str]:
     try:
         import ziglang  # noqa: F401
     except ImportError as exc:
-        raise BuildError(f"the zig toolchain is missing; install it with: {ZIG_INSTALL_HINT}") from exc
+        raise BuildError(
+            f"the zig toolchain is missing; install it with: {ZIG_INSTALL_HINT}") from exc
     return [sys.executable, "-m", "ziglang"]
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-
 from wasmext import Runtime, WasmextError
 from wasmext.limits import Limits
+
 from wasmext_cli.build import BuildError, build_plugin
 
 EXIT_FAULT = 1

@@ -62,6 +62,7 @@ __all__ = [
     "InputTooLarge",
     "InvalidModule",
     "InvalidOutput",
+    "Limits",
     "LoadError",
     "Manifest",
     "ManifestError",
@@ -71,8 +72,8 @@ __all__ = [
     "Plugin",
     "PluginError",
     "PluginFault",
-    "Quarantined",
     "QuarantinePolicy",
+    "Quarantined",
     "Registration",
     "Runtime",
     "StackOverflow",
@@ -80,4 +81,5 @@ __all__ = [
     "UnknownImport",
     "WasmextError",
     "__version__",
+    "load_manifest",
 ]

@@ -96,7 +96,7 @@ class CompileCache:
         except OSError:
             return None
         head, mac, payload = blob[:4], blob[4:4 + MAC_LEN], blob[4 + MAC_LEN:]
-        if head != MAGIC or not hmac.compare_digest(mac, self._mac(payload)):
+        if head != MAGIC or not hmac.compare_digest(mac, self._mac(bytes(payload))):
             self._reject(path, "not written by this host")
             return None
         try:
@@ -113,7 +113,7 @@ class CompileCache:
     def _store(self, path: Path, module: wasmtime.Module) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            payload = module.serialize()
+            payload = bytes(module.serialize())
             _atomic_write(path, MAGIC + self._mac(payload) + payload)
         except OSError as exc:
             # A read-only or full disk costs a recompile next time, nothing more.

@@ -66,7 +66,6 @@ def decode(data: bytes, max_depth: int = 64) -> Any:
         raise DecodeError("string is not valid UTF-8") from exc
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise DecodeError(f"malformed MessagePack: {exc or type(exc).__name__}") from exc
-    # A document shorter than the depth limit cannot nest that deep: skip the walk.
-    if len(data) > max_depth:
+    if isinstance(value, (dict, list)):
         check_depth(value, max_depth)
     return value

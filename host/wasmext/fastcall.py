@@ -116,7 +116,7 @@ def bind_func(store: wasmtime.Store, func: Any, nparams: int, has_result: bool) 
         err = call(ctx, pfn, args, slots, ctypes.byref(trap))
         if err or trap:
             _raise_failure(err, trap, ffi)
-        return (args[0].i64 & _U64_MASK) if has_result else 0
+        return int(args[0].i64) & _U64_MASK if has_result else 0
 
     def invoke2(a: int, b: int) -> int:
         # The hot path (wasmext_call): two i32 in, one i64 out, nothing generic.
@@ -126,7 +126,7 @@ def bind_func(store: wasmtime.Store, func: Any, nparams: int, has_result: bool) 
         err = call(ctx, pfn, args, 2, ctypes.byref(trap))
         if err or trap:
             _raise_failure(err, trap, ffi)
-        return args[0].i64 & _U64_MASK
+        return int(args[0].i64) & _U64_MASK
 
     return invoke2 if nparams == 2 and has_result else invoke
 

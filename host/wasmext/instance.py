@@ -52,8 +52,10 @@ class CallResult:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The cause of a trap in one line, without wasmtime's backtrace."""
     msg = exc.message if isinstance(exc, wasmtime.Trap) else str(exc)
-    lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    _, caused, cause = msg.partition("Caused by:")
+    lines = [ln.strip() for ln in (cause if caused else msg).splitlines() if ln.strip()]
     return lines[0] if lines else type(exc).__name__
 
 

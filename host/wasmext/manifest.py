@@ -143,8 +143,9 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     caps = _str_list(data.get("capabilities", []), path, "capabilities")
     settings = _settings(data.get("settings", {}), path)
     build = _build(data["build"], path) if "build" in data else None
+    assert isinstance(pid, str) and isinstance(version, str)
     return Manifest(path, pid, version, desc, abi, prio, wasm, dict(limits_raw), caps,
-                    settings, build)  # type: ignore[arg-type]
+                    settings, build)
 
 
 def load_manifest(path: Path) -> Manifest:

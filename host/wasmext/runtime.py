@@ -62,7 +62,7 @@ class Runtime:
     """Loads and holds plugins. Use as a context manager or call close()."""
 
     def __init__(self, *, engine: EngineConfig | SharedEngine | None = None,
-                 cache: CompileCache | None | bool = True, services: HostServices | None = None,
+                 cache: CompileCache | bool | None = True, services: HostServices | None = None,
                  policy: Limits | None = None, defaults: Limits | None = None,
                  quarantine: QuarantinePolicy | None = None) -> None:
         self.engine = engine if isinstance(engine, SharedEngine) else shared_engine(engine)
