@@ -13,20 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wasmext.codec import DecodeError, check_depth, decode, encode
 from wasmext.errors import EncodeError
+from wasmext.testing import vector_value as from_json
 
 VECTORS = Path(__file__).resolve().parent.parent / "abi" / "vectors"
-
-
-def from_json(v: Any) -> Any:
-    if isinstance(v, dict) and set(v) == {"$bin"}:
-        return bytes.fromhex(v["$bin"])
-    if isinstance(v, dict) and set(v) == {"$f64"}:
-        return float(v["$f64"])
-    if isinstance(v, list):
-        return [from_json(x) for x in v]
-    if isinstance(v, dict):
-        return {k: from_json(x) for k, x in v.items()}
-    return v
 
 
 values = st.recursive(

@@ -13,9 +13,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import wasmtime
+
 from wasmext.cache import CompileCache
 from wasmext.engine import EngineConfig, SharedEngine, shared_engine
-from wasmext.errors import ConfigError, LoadError
+from wasmext.errors import ConfigError, InvalidModule, LoadError
 from wasmext.hostcalls import HostServices
 from wasmext.limits import Limits
 from wasmext.manifest import ID_RE, Manifest, load_manifest
@@ -56,6 +58,20 @@ def _id_from_file(path: Path) -> str:
     if not ID_RE.match(pid):
         raise LoadError(f"{path}: cannot derive a plugin id from the file name; pass plugin_id")
     return pid
+
+
+def _read_module(path: Path) -> bytes:
+    """A module's bytes; `.wat` text is assembled first (handy for tests and demos)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read: {exc.strerror}") from exc
+    if path.suffix != ".wat":
+        return raw
+    try:
+        return bytes(wasmtime.wat2wasm(raw.decode("utf-8")))
+    except (UnicodeDecodeError, wasmtime.WasmtimeError) as exc:
+        raise InvalidModule(f"{path}: not valid WAT: {exc}") from exc
 
 
 class Runtime:
@@ -109,11 +125,7 @@ class Runtime:
             else:
                 wasm_path = path
                 pid = plugin_id or _id_from_file(path)
-            try:
-                wasm = wasm_path.read_bytes()
-            except OSError as exc:
-                raise LoadError(f"{wasm_path}: cannot read: {exc.strerror}") from exc
-            module = self.compile(wasm, str(wasm_path))
+            module = self.compile(_read_module(wasm_path), str(wasm_path))
         if not ID_RE.match(pid):
             raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
         eff = self.defaults

@@ -21,7 +21,7 @@ import wasmtime
 from wasmext.plugin import Plugin
 from wasmext.runtime import Runtime
 
-__all__ = ["DATA_AT", "guest_wat", "load_wat", "packed", "wat_bytes"]
+__all__ = ["DATA_AT", "guest_wat", "load_wat", "packed", "vector_value", "wat_bytes"]
 
 REGISTER_AT = 1024
 RESPONSE_AT = 4096
@@ -93,3 +93,16 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
 def load_wat(runtime: Runtime, wat: str, plugin_id: str = "wat-test", **kwargs: Any) -> Plugin:
     """Compile `wat` and load it into `runtime` as `plugin_id`."""
     return runtime.load(bytes(wasmtime.wat2wasm(wat)), plugin_id=plugin_id, **kwargs)
+
+
+def vector_value(v: Any) -> Any:
+    """A value from abi/vectors JSON: {"$bin": hex} is bytes, {"$f64": repr} a float."""
+    if isinstance(v, dict) and set(v) == {"$bin"}:
+        return bytes.fromhex(v["$bin"])
+    if isinstance(v, dict) and set(v) == {"$f64"}:
+        return float(v["$f64"])
+    if isinstance(v, list):
+        return [vector_value(x) for x in v]
+    if isinstance(v, dict):
+        return {k: vector_value(x) for k, x in v.items()}
+    return v

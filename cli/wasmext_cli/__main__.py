@@ -1,0 +1,3 @@
+from wasmext_cli.main import main
+
+main()

@@ -1,0 +1,96 @@
+"""`wasmext call` and `wasmext inspect` on inline-WAT plugins (SDK builds are in test_sdks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import wasmtime
+from click.testing import CliRunner
+from wasmext.testing import guest_wat
+from wasmext_cli.main import main
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return CliRunner()
+
+
+def write(tmp_path: Path, name: str, wat: str) -> Path:
+    path = tmp_path / f"{name}.wasm"
+    path.write_bytes(wasmtime.wat2wasm(wat))
+    return path
+
+
+def test_call_prints_json(cli: CliRunner, tmp_path: Path) -> None:
+    wasm = write(tmp_path, "answer", guest_wat(response={"ok": True, "value": {"n": [1, 2]},
+                                                        "stop": True}))
+    result = cli.invoke(main, ["call", str(wasm), "test", "--data", '{"x": 1}'])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"n": [1, 2]}
+
+
+def test_unchanged_prints_the_input(cli: CliRunner, tmp_path: Path) -> None:
+    wasm = write(tmp_path, "same", guest_wat("(i64.const 0)"))
+    result = cli.invoke(main, ["call", str(wasm), "test", "--data", '"as is"'])
+    assert json.loads(result.stdout) == "as is"
+
+
+@pytest.mark.parametrize(("body", "options", "reason"), [
+    ("(loop (br 0)) (i64.const 0)", ["--fuel", "10000"], "out of fuel"),
+    ("(loop (br 0)) (i64.const 0)", ["--timeout-ms", "30", "--fuel", "10000000000"], "timeout"),
+    ("(loop $l (br_if $l (i32.ne (memory.grow (i32.const 1)) (i32.const -1)))) unreachable",
+     ["--memory-mb", "2"], "memory limit"),
+    ("(call $r) (i64.const 0)", [], "stack overflow"),
+    ("(i64.const -1)", [], "invalid output"),
+    ("unreachable", [], "trap"),
+])
+def test_faults_exit_nonzero_with_one_line(cli: CliRunner, tmp_path: Path, body: str,
+                                           options: list[str], reason: str) -> None:
+    wat = guest_wat(body, extra="(func $r (call $r))")
+    wasm = write(tmp_path, "bad-plugin", wat)
+    result = cli.invoke(main, ["call", str(wasm), "test", *options])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"wasmext: plugin bad-plugin hook test: {reason}:")
+
+
+def test_abi_error_names_abi(cli: CliRunner, tmp_path: Path) -> None:
+    wasm = write(tmp_path, "old", guest_wat(abi_version=0))
+    result = cli.invoke(main, ["call", str(wasm), "test"])
+    assert result.exit_code == 1
+    assert ": abi:" in result.stderr
+
+
+def test_guest_error_is_reported(cli: CliRunner, tmp_path: Path) -> None:
+    wasm = write(tmp_path, "says-no", guest_wat(response={
+        "ok": False, "error": {"code": "failed", "message": "nope"}}))
+    result = cli.invoke(main, ["call", str(wasm), "test"])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "wasmext: plugin says-no hook test: failed: nope"
+
+
+def test_bad_data_is_a_usage_error(cli: CliRunner, tmp_path: Path) -> None:
+    wasm = write(tmp_path, "x", guest_wat())
+    result = cli.invoke(main, ["call", str(wasm), "test", "--data", "{oops"])
+    assert result.exit_code == 2
+    assert "--data" in result.output
+
+
+def test_inspect(cli: CliRunner, tmp_path: Path) -> None:
+    wasm = write(tmp_path, "shown", guest_wat(registration={
+        "hooks": [{"hook": "on_tag", "priority": 80, "pattern": "think*"}],
+        "name": "Shown", "version": "2.0.0", "tools": [{"name": "t"}]}))
+    result = cli.invoke(main, ["inspect", str(wasm), "--json"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["hooks"] == [{"hook": "on_tag", "priority": 80, "pattern": "think*"}]
+    assert info["abi"]["major"] == 1
+    assert info["size"] == wasm.stat().st_size
+    assert info["digest"].startswith("sha256:")
+    assert info["extra"] == {"tools": [{"name": "t"}]}
+    text = cli.invoke(main, ["inspect", str(wasm)]).stdout
+    assert "on_tag" in text and "priority 80" in text and "pattern think*" in text
