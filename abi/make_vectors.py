@@ -31,6 +31,53 @@ VALUES: list[tuple[str, Any]] = [
 ]
 
 
+# What the host makes of a guest's call response (request data is always "in")
+# and of a registration map. "verdict" is: value (with changed/stop), error
+# (a PluginError with that code) or invalid (InvalidOutput).
+ENVELOPES = {
+    "call_responses": [
+        {"response": {"ok": True, "value": "out"}, "verdict": "value", "value": "out",
+         "changed": True, "stop": False},
+        {"response": {"ok": True}, "verdict": "value", "value": "in", "changed": False,
+         "stop": False},
+        {"response": {"ok": True, "value": None}, "verdict": "value", "value": None,
+         "changed": True, "stop": False},
+        {"response": {"ok": True, "value": 1, "stop": True, "meta": {"why": "done"}},
+         "verdict": "value", "value": 1, "changed": True, "stop": True},
+        {"response": {"ok": True, "future_field": [1]}, "verdict": "value", "value": "in",
+         "changed": False, "stop": False},
+        {"response": {"ok": False, "error": {"code": "failed", "message": "no"}},
+         "verdict": "error", "code": "failed"},
+        {"response": {"ok": False, "error": {"code": "unhandled"}}, "verdict": "error",
+         "code": "unhandled"},
+        {"response": {"ok": False}, "verdict": "invalid"},
+        {"response": {"ok": False, "error": {"message": "no code"}}, "verdict": "invalid"},
+        {"response": {"ok": 1}, "verdict": "invalid"},
+        {"response": {"value": 1}, "verdict": "invalid"},
+        {"response": [True], "verdict": "invalid"},
+        {"response": {"ok": True, "stop": 1}, "verdict": "invalid"},
+        {"response": {"ok": True, "meta": "x"}, "verdict": "invalid"},
+    ],
+    "registrations": [
+        {"map": {"hooks": []}, "verdict": "ok"},
+        {"map": {"hooks": [{"hook": "on_plain_text"}], "abi_minor": 0, "name": "n",
+                 "version": "1.0.0", "tools": []}, "verdict": "ok"},
+        {"map": {"hooks": [{"hook": "on_tag", "priority": 100, "pattern": "think*"}]},
+         "verdict": "ok"},
+        {"map": {"hooks": [{"hook": "x"}], "abi_minor": 7}, "verdict": "ok"},
+        {"map": {}, "verdict": "invalid"},
+        {"map": {"hooks": {"hook": "x"}}, "verdict": "invalid"},
+        {"map": {"hooks": [{"hook": ""}]}, "verdict": "invalid"},
+        {"map": {"hooks": [{"hook": "x", "priority": 101}]}, "verdict": "invalid"},
+        {"map": {"hooks": [{"hook": "x", "priority": "high"}]}, "verdict": "invalid"},
+        {"map": {"hooks": [{"hook": "x", "pattern": 5}]}, "verdict": "invalid"},
+        {"map": {"hooks": [], "abi_minor": -1}, "verdict": "invalid"},
+        {"map": {"hooks": [], "name": 5}, "verdict": "invalid"},
+        {"map": ["hooks"], "verdict": "invalid"},
+    ],
+}
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes):
         return {"$bin": v.hex()}
@@ -68,6 +115,7 @@ def main() -> None:
         {"name": "empty", "hex": ""},
     ]
     (OUT / "hostile.json").write_text(json.dumps({"hostile": hostile}, indent=1) + "\n")
+    (OUT / "envelopes.json").write_text(json.dumps(ENVELOPES, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ under test. Everything here builds real WebAssembly; nothing is mocked.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import msgpack
@@ -42,7 +41,7 @@ def wat_bytes(data: bytes) -> str:
 
 def guest_wat(call_body: str | None = None, *, response: Any = None,
               hooks: tuple[str, ...] = ("test",), abi_version: int = 1,
-              registration: Mapping[str, Any] | None = None, memory_pages: int = 2,
+              registration: Any = None, memory_pages: int = 2,
               max_pages: int | None = None, imports: str = "", extra: str = "",
               data: bytes = b"", alloc_body: str | None = None) -> str:
     """A complete ABI v1 guest in WAT.
@@ -52,7 +51,7 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
     default {"ok": true, "value": "ok"}). `data` is placed at DATA_AT. `$alloc`
     is a bump allocator growing memory as needed (0 when it cannot).
     """
-    reg = msgpack.packb(dict(registration) if registration is not None else
+    reg = msgpack.packb(registration if registration is not None else
                         {"hooks": [{"hook": h} for h in hooks], "name": "wat-test"})
     resp = msgpack.packb(response if response is not None else {"ok": True, "value": "ok"})
     if call_body is None:
