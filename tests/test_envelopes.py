@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from wasmext import InvalidOutput, PluginError, Runtime
 from wasmext.testing import guest_wat, load_wat
 
