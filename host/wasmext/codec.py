@@ -21,6 +21,12 @@ class DecodeError(ValueError):
     """The bytes are not an acceptable ABI document; the message says why."""
 
 
+# Every byte except fixmap/fixarray (0x80-0x9f), array/map 16/32 (0xdc-0xdf)
+# and bin 8/16/32 (0xc4-0xc6).
+_BORING = bytes(b for b in range(256)
+                if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF or 0xC4 <= b <= 0xC6))
+
+
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise DecodeError(f"extension type {code} is not allowed")
 
@@ -57,15 +63,22 @@ def decode(data: bytes, max_depth: int = 64) -> Any:
     if not data:
         raise DecodeError("empty document")
     try:
-        value = msgpack.unpackb(data, strict_map_key=False, ext_hook=_refuse_ext)
+        value = msgpack.unpackb(data, ext_hook=_refuse_ext)
     except DecodeError:
         raise
     except msgpack.ExtraData as exc:
         raise DecodeError("trailing bytes after the document") from exc
     except UnicodeDecodeError as exc:
         raise DecodeError("string is not valid UTF-8") from exc
+    except msgpack.StackError as exc:
+        raise DecodeError("nesting deeper than the decoder allows") from exc
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise DecodeError(f"malformed MessagePack: {exc or type(exc).__name__}") from exc
-    if isinstance(value, (dict, list)):
+    # The unpacker already refuses keys that are neither str nor bytes. The walk
+    # (for depth and bytes keys) is needed only if the document holds more
+    # container headers than the depth limit, or any bin header: counting
+    # bytes that could be either over-approximates both, at C speed.
+    marks = data.translate(None, _BORING)
+    if len(marks) > max_depth or (b"\xc4" in marks or b"\xc5" in marks or b"\xc6" in marks):
         check_depth(value, max_depth)
     return value

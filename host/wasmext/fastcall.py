@@ -48,7 +48,12 @@ def _wasmtime_major() -> int:
 
 
 def _load_raw() -> Any:
-    """Private function pointers with our own restypes, or None when unsupported."""
+    """Private function pointers taking plain addresses, or None when unsupported.
+
+    The entry that runs guest code releases the GIL (the epoch ticker must run
+    while a guest spins); the bookkeeping entries are PYFUNCTYPE, which keeps
+    the GIL, because they return in nanoseconds and the hand-off costs more.
+    """
     major = _wasmtime_major()
     if not SUPPORTED_WASMTIME[0] <= major < SUPPORTED_WASMTIME[1]:
         log.warning("wasmtime %s is outside the verified range %s; using the slow call path",
@@ -58,31 +63,35 @@ def _load_raw() -> Any:
         from wasmtime import _ffi as ffi
 
         dll = ffi.dll
-        ctx_p = ctypes.POINTER(ffi.wasmtime_context_t)
-        func_p = ctypes.POINTER(ffi.wasmtime_func_t)
-        mem_p = ctypes.POINTER(ffi.wasmtime_memory_t)
-        raw_p = ctypes.POINTER(ffi.wasmtime_val_raw_t)
-        trap_pp = ctypes.POINTER(ctypes.POINTER(ffi.wasm_trap_t))
-        # Fresh prototypes so that changing restype never alters wasmtime-py's own.
-        call = ctypes.CFUNCTYPE(ctypes.c_void_p, ctx_p, func_p, raw_p, ctypes.c_size_t,
-                                trap_pp)(("wasmtime_func_call_unchecked", dll))
-        mem_data = ctypes.CFUNCTYPE(ctypes.c_void_p, ctx_p, mem_p)(("wasmtime_memory_data", dll))
-        mem_size = ctypes.CFUNCTYPE(ctypes.c_size_t, ctx_p, mem_p)(
-            ("wasmtime_memory_data_size", dll))
-        return ffi, call, mem_data, mem_size
+        vp, u64 = ctypes.c_void_p, ctypes.c_uint64
+        # Fresh prototypes so that nothing here alters wasmtime-py's own.
+        call = ctypes.CFUNCTYPE(vp, vp, vp, vp, ctypes.c_size_t, vp)(
+            ("wasmtime_func_call_unchecked", dll))
+        mem_data = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_memory_data", dll))
+        mem_size = ctypes.PYFUNCTYPE(ctypes.c_size_t, vp, vp)(("wasmtime_memory_data_size", dll))
+        set_fuel = ctypes.PYFUNCTYPE(vp, vp, u64)(("wasmtime_context_set_fuel", dll))
+        set_deadline = ctypes.PYFUNCTYPE(None, vp, u64)(
+            ("wasmtime_context_set_epoch_deadline", dll))
+        return ffi, call, mem_data, mem_size, set_fuel, set_deadline
     except (AttributeError, ImportError) as exc:  # pragma: no cover - layout changed
         log.warning("wasmtime's raw bindings changed (%s); using the slow call path", exc)
         return None
 
 
+def _addr(obj: Any) -> int:
+    """The address of a ctypes object or of what a ctypes pointer points to."""
+    if isinstance(obj, ctypes._Pointer):
+        return ctypes.cast(obj, ctypes.c_void_p).value or 0
+    return ctypes.addressof(obj)
+
+
 _RAW = _load_raw()
 FAST_PATH = _RAW is not None
-_I32_SIGN = 1 << 31
-_U32 = 1 << 32
 _U64_MASK = (1 << 64) - 1
+_WASM32_SPAN = 1 << 32
 
 
-def _raise_failure(err: int | None, trap: Any, ffi: Any) -> None:
+def _raise_failure(err: int | None, trap: int | None, ffi: Any) -> None:
     """Turn a failed raw call into the exceptions the public API would raise."""
     from wasmtime import _func
 
@@ -91,7 +100,7 @@ def _raise_failure(err: int | None, trap: Any, ffi: Any) -> None:
             ffi.wasmtime_error_t)))
         _func.maybe_raise_last_exn()
         raise error
-    trap_obj = wasmtime.Trap._from_ptr(trap)
+    trap_obj = wasmtime.Trap._from_ptr(ctypes.cast(trap, ctypes.POINTER(ffi.wasm_trap_t)))
     _func.maybe_raise_last_exn()
     raise trap_obj
 
@@ -102,38 +111,45 @@ def bind_func(store: wasmtime.Store, func: Any, nparams: int, has_result: bool) 
     Traps raise `wasmtime.Trap`, as the public API does."""
     if _RAW is None:
         return _bind_public(store, func, has_result)
-    ffi, call, _, _ = _RAW
-    ctx = store._context()
-    pfn = ctypes.byref(func)
-    slots = max(nparams, 1 if has_result else 0)
-    args = (ffi.wasmtime_val_raw_t * max(slots, 1))()
-    trap_t = ctypes.POINTER(ffi.wasm_trap_t)
+    ffi, call = _RAW[0], _RAW[1]
+    ctx = _addr(store._context())
+    fn = _addr(func)
+    slots = max(nparams, 1)
+    args = (ffi.wasmtime_val_raw_t * slots)()
+    # Unsigned views of the same bytes: a raw value is 16 bytes, little-endian.
+    u32 = (ctypes.c_uint32 * (slots * 4)).from_buffer(args)
+    u64 = (ctypes.c_uint64 * (slots * 2)).from_buffer(args)
+    pargs = ctypes.addressof(args)
+    trap = ctypes.c_void_p()
+    ptrap = ctypes.addressof(trap)
 
     def invoke(*params: int) -> int:
         for i, p in enumerate(params):
-            args[i].i32 = p - _U32 if p >= _I32_SIGN else p
-        trap = trap_t()
-        err = call(ctx, pfn, args, slots, ctypes.byref(trap))
-        if err or trap:
-            _raise_failure(err, trap, ffi)
-        return int(args[0].i64) & _U64_MASK if has_result else 0
+            u32[i * 4] = p
+        err = call(ctx, fn, pargs, slots, ptrap)
+        if err or trap.value:
+            caught, trap.value = trap.value, None
+            _raise_failure(err, caught, ffi)
+        return int(u64[0]) if has_result else 0
 
     def invoke2(a: int, b: int) -> int:
         # The hot path (wasmext_call): two i32 in, one i64 out, nothing generic.
-        args[0].i32 = a - _U32 if a >= _I32_SIGN else a
-        args[1].i32 = b - _U32 if b >= _I32_SIGN else b
-        trap = trap_t()
-        err = call(ctx, pfn, args, 2, ctypes.byref(trap))
-        if err or trap:
-            _raise_failure(err, trap, ffi)
-        return int(args[0].i64) & _U64_MASK
+        u32[0] = a
+        u32[4] = b
+        err = call(ctx, fn, pargs, 2, ptrap)
+        if err or trap.value:
+            caught, trap.value = trap.value, None
+            _raise_failure(err, caught, ffi)
+        return int(u64[0])
 
+    # The closures keep `args` (and so both views) alive.
+    invoke.__dict__["_keep"] = invoke2.__dict__["_keep"] = (args, func, store)
     return invoke2 if nparams == 2 and has_result else invoke
 
 
 def _bind_public(store: wasmtime.Store, func: wasmtime.Func, has_result: bool) -> Caller:
     def invoke(*params: int) -> int:
-        signed = [p - _U32 if p >= _I32_SIGN else p for p in params]
+        signed = [p - (1 << 32) if p >= 1 << 31 else p for p in params]
         result = func(store, *signed)
         if not has_result:
             return 0
@@ -151,14 +167,13 @@ def instance_exports(store: wasmtime.Store, instance: wasmtime.Instance,
     if _RAW is None:
         exports = instance.exports(store)
         return {n: exports[n] for n in names}
-    ffi = _RAW[0]
     export_get = _EXPORT_GET
     ctx = store._context()
     pinst = ctypes.byref(instance._instance)
     found: dict[str, Any] = {}
     for name in names:
         raw = name.encode()
-        item = ffi.wasmtime_extern_t()
+        item = _RAW[0].wasmtime_extern_t()
         if not export_get(ctx, pinst, raw, len(raw), ctypes.byref(item)):
             raise KeyError(name)
         # Functions stay raw structs: bind_func needs nothing else.
@@ -177,19 +192,23 @@ class MemoryView:
     """Bounds-checked access to one instance's linear memory.
 
     The engine is configured with `memory_may_move = False`, so the base
-    address is read once; only the size changes (memory never shrinks).
+    address is read once; only the size changes (memory never shrinks). Bytes
+    move through a memoryview spanning the whole 4 GiB wasm32 address space
+    (nothing is touched until a checked slice is), which costs no foreign call.
     """
 
     def __init__(self, store: wasmtime.Store, memory: Any) -> None:
         if _RAW is not None:
-            _, _, mem_data, mem_size = _RAW
-            ctx = store._context()
-            pmem = ctypes.byref(memory)
+            mem_data, mem_size = _RAW[2], _RAW[3]
+            ctx, pmem = _addr(store._context()), _addr(memory)
             self.base = int(mem_data(ctx, pmem) or 0)
             self.size: Callable[[], int] = lambda: int(mem_size(ctx, pmem))
+            self._keep = (store, memory)
         else:
             self.base = ctypes.addressof(memory.data_ptr(store).contents)
             self.size = lambda: memory.data_len(store)
+        span = (ctypes.c_ubyte * _WASM32_SPAN).from_address(self.base)
+        self._view = memoryview(span).cast("B")
         self.last_size = self.size()
 
     last_size = 0  # the size seen by the latest read(): lets a fault tell if memory grew
@@ -199,18 +218,18 @@ class MemoryView:
         self.last_size = size = self.size()
         if ptr + length > size:
             return None
-        return ctypes.string_at(self.base + ptr, length)
+        return self._view[ptr:ptr + length].tobytes()
 
     def write(self, ptr: int, data: bytes) -> bool:
         """Copy `data` in at `ptr`; False (and nothing written) when it does not fit."""
         if ptr + len(data) > self.size():
             return False
-        ctypes.memmove(self.base + ptr, data, len(data))
+        self._view[ptr:ptr + len(data)] = data
         return True
 
     def write_unchecked(self, ptr: int, data: bytes) -> None:
         """Copy into a region already validated (memory never shrinks)."""
-        ctypes.memmove(self.base + ptr, data, len(data))
+        self._view[ptr:ptr + len(data)] = data
 
 
 def bind_budget(store: wasmtime.Store) -> Callable[[int, int], None]:
@@ -220,11 +239,8 @@ def bind_budget(store: wasmtime.Store) -> Callable[[int, int], None]:
             store.set_fuel(fuel)
             store.set_epoch_deadline(ticks)
         return set_public
-    from wasmtime import _bindings
-
-    ctx = store._context()
-    set_fuel = _bindings._wasmtime_context_set_fuel
-    set_deadline = _bindings._wasmtime_context_set_epoch_deadline
+    set_fuel, set_deadline = _RAW[4], _RAW[5]
+    ctx = _addr(store._context())
 
     def set_raw(fuel: int, ticks: int) -> None:
         # set_fuel only fails when fuel is disabled, which SharedEngine never does.

@@ -8,8 +8,9 @@ every method here may assume the guest is in a state it produced itself.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import msgpack
 import wasmtime
@@ -39,16 +40,16 @@ from wasmext.module import PluginModule
 __all__ = ["CallResult", "PluginInstance"]
 
 _MIN_INPUT = 4096
+NO_META: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class CallResult:
+class CallResult(NamedTuple):
     """A hook's answer. `changed` is False when the guest left the input as it was."""
 
     value: Any
     changed: bool
     stop: bool = False
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = NO_META
 
 
 def _first_line(exc: BaseException) -> str:
@@ -296,8 +297,8 @@ class PluginInstance:
             raise PluginError(message if isinstance(message, str) else "", code=err["code"][:64],
                               plugin_id=pid, hook=hook)
         stop = resp.get("stop", False)
-        meta = resp.get("meta", {})
-        if type(stop) is not bool or not isinstance(meta, dict):
+        meta = resp.get("meta", NO_META)
+        if type(stop) is not bool or not isinstance(meta, (dict, MappingProxyType)):
             raise InvalidOutput("'stop' must be a bool and 'meta' a map",
                                 plugin_id=pid, hook=hook)
         if "value" in resp:
