@@ -100,7 +100,7 @@ def _raise_failure(err: int | None, trap: int | None, ffi: Any) -> None:
             ffi.wasmtime_error_t)))
         _func.maybe_raise_last_exn()
         raise error
-    trap_obj = wasmtime.Trap._from_ptr(ctypes.cast(trap, ctypes.POINTER(ffi.wasm_trap_t)))
+    trap_obj = wasmtime.Trap._from_ptr(ctypes.cast(trap or 0, ctypes.POINTER(ffi.wasm_trap_t)))
     _func.maybe_raise_last_exn()
     raise trap_obj
 

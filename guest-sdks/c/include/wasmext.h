@@ -30,8 +30,8 @@ enum {
     WASMEXT_ERR_TYPE = -2,      /* the next value is not of the type asked for */
     WASMEXT_ERR_RANGE = -3,     /* a number or length does not fit the target */
     WASMEXT_ERR_DEPTH = -4,     /* nesting deeper than WASMEXT_MAX_DEPTH */
-    WASMEXT_ERR_MALFORMED = -5, /* ext type, byte 0xc1, bad UTF-8, non-string key,
-                                   trailing bytes */
+    WASMEXT_ERR_MALFORMED = -5, /* ext type, byte 0xc1, non-string key, trailing
+                                   bytes, bad UTF-8 (when checked) */
     WASMEXT_ERR_NOMEM = -6,     /* malloc/realloc failed */
     WASMEXT_ERR_NOT_FOUND = -7, /* map key absent */
     WASMEXT_ERR_HOST = -8       /* a host_call answered ok=false (see the answer) */
@@ -105,8 +105,13 @@ int wasmext_read_raw(wasmext_reader *r, const uint8_t **p, size_t *len);
 int wasmext_map_find(const wasmext_reader *r, const char *key, wasmext_reader *value);
 
 /* The whole buffer is exactly one well-formed value: in bounds, depth within
- * WASMEXT_MAX_DEPTH, no ext types, UTF-8 strings, string map keys. */
+ * WASMEXT_MAX_DEPTH, no ext types, string map keys, no trailing bytes.
+ * The SDK runs this on every request and answer before using it. */
 int wasmext_validate(const void *buf, size_t len);
+/* The same, and every string is UTF-8. The SDK does not run this on what the
+ * host sends (the host only ever encodes valid text, and checking costs fuel
+ * per byte); use it on bytes of other origin. */
+int wasmext_validate_utf8(const void *buf, size_t len);
 bool wasmext_utf8_valid(const void *s, size_t len);
 
 /* (s, len) equals the NUL-terminated `cstr`. */

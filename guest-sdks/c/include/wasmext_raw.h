@@ -50,6 +50,18 @@ uint64_t wasmext_raw_host_call(const uint8_t *request, uint32_t len);
 WASMEXT_IMPORT("log")
 void wasmext_raw_log(int32_t level, const uint8_t *text, uint32_t len);
 
+/* The exports. src/plugin.c defines them; a runtime of your own built on this
+ * header alone would define these instead. The C names carry an export_
+ * prefix because `wasmext_call` is the handler-context type of wasmext.h. */
+WASMEXT_EXPORT(WASMEXT_EXPORT_ABI_VERSION) int32_t wasmext_export_abi_version(void);
+/* malloc'd, 8-aligned, NULL (0) on failure; the host writes requests here. */
+WASMEXT_EXPORT(WASMEXT_EXPORT_ALLOC) void *wasmext_export_alloc(uint32_t size);
+WASMEXT_EXPORT(WASMEXT_EXPORT_FREE) void wasmext_export_free(void *ptr, uint32_t size);
+WASMEXT_EXPORT(WASMEXT_EXPORT_REGISTER)
+uint64_t wasmext_export_register(const uint8_t *request, uint32_t len);
+WASMEXT_EXPORT(WASMEXT_EXPORT_CALL)
+uint64_t wasmext_export_call(const uint8_t *request, uint32_t len);
+
 /* Pack / unpack the i64 buffer handle of SPEC section 1.3. The pointer is a
  * 32-bit linear-memory address on wasm32. */
 static inline uint64_t wasmext_pack(const void *ptr, uint32_t len) {

@@ -35,9 +35,6 @@ static int g_host_minor;
 static char g_plugin_id[65]; /* manifest ids are at most 64 characters */
 
 int wasmext_host_abi_minor(void) { return g_host_minor; }
-
-/* The exports' C names carry an export_ prefix because `wasmext_call` is
- * already the handler-context type; the wasm export names are the ABI's. */
 const char *wasmext_plugin_id(void) { return g_plugin_id; }
 
 WASMEXT_EXPORT(WASMEXT_EXPORT_ABI_VERSION)

@@ -82,7 +82,13 @@ pub const Answer = struct {
 
     /// A reader on the value.
     pub fn reader(a: Answer) msgpack.Reader {
-        return .init(a.value);
+        return .initChecked(a.value);
+    }
+
+    /// The value as a string, or `error.TypeMismatch`.
+    pub fn valueString(a: Answer) msgpack.ReadError![]const u8 {
+        var r = a.reader();
+        return r.readStr();
     }
 
     /// True when the host refused with this error code.
@@ -98,7 +104,7 @@ pub const Answer = struct {
 
 /// Logs one line through the direct `log` import (cheaper than the op).
 pub fn log(level: abi.LogLevel, text: []const u8) void {
-    raw.log(@intFromEnum(level), text.ptr, @intCast(@min(text.len, std.math.maxInt(u32))));
+    raw.log(@backingInt(level), text.ptr, @intCast(@min(text.len, std.math.maxInt(u32))));
 }
 
 /// Formats into a stack buffer of one log line; longer text is cut, as the
@@ -150,7 +156,7 @@ fn parseAnswer(bytes: []const u8) msgpack.ReadError!Answer {
         } else if (std.mem.eql(u8, key, "value")) {
             answer.value = try r.rawValue();
         } else if (std.mem.eql(u8, key, "error")) {
-            const err: msgpack.Reader = .init(try r.rawValue());
+            const err: msgpack.Reader = .initChecked(try r.rawValue());
             var code = (try err.lookup("code")) orelse return error.TypeMismatch;
             answer.code = try code.readStr();
             if (try err.lookup("message")) |m| {

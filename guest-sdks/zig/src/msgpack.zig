@@ -1,6 +1,7 @@
 //! MessagePack as the ABI uses it (SPEC section 2): a bounds-checked pull
-//! reader and a growable writer that always picks the smallest encoding, so
-//! its bytes equal the canonical bytes in abi/vectors/msgpack.json.
+//! reader, and (in msgpack_writer.zig) a growable writer that always picks
+//! the smallest encoding, so its bytes equal the canonical bytes in
+//! abi/vectors/msgpack.json.
 //!
 //! The reader never trusts a declared length: every read is checked against
 //! the bytes that are left, so hostile input ends in an error, never in a read
@@ -8,8 +9,6 @@
 
 const std = @import("std");
 const abi = @import("abi.zig");
-
-const Allocator = std.mem.Allocator;
 
 pub const ReadError = error{
     /// A value, or a length it declares, runs past the end of the input.
@@ -57,15 +56,26 @@ pub const Token = union(enum) {
 
 pub const Kind = std.meta.Tag(Token);
 
+/// Appends MessagePack to a growable buffer (msgpack_writer.zig).
+pub const Writer = @import("msgpack_writer.zig").Writer;
+
 pub const Reader = struct {
     bytes: []const u8,
     pos: usize = 0,
     /// Containers deeper than this are refused by `skip`, `rawValue` and
     /// `Writer.copyValue`, the only reads that descend on their own.
     max_depth: u32 = abi.limits.max_msgpack_depth,
+    /// Set when `bytes` came from `rawValue`, which has already checked every
+    /// str inside: reading them again need not pay for UTF-8 checks twice.
+    utf8_checked: bool = false,
 
     pub fn init(bytes: []const u8) Reader {
         return .{ .bytes = bytes };
+    }
+
+    /// A reader on bytes that `rawValue` returned (and so already checked).
+    pub fn initChecked(raw_value: []const u8) Reader {
+        return .{ .bytes = raw_value, .utf8_checked = true };
     }
 
     /// Fails unless every byte has been read: an input holds one value.
@@ -212,7 +222,7 @@ pub const Reader = struct {
         for (0..pairs) |_| {
             const k = try it.readKey();
             if (std.mem.eql(u8, k, key)) {
-                return .{ .bytes = try it.rawValue(), .max_depth = r.max_depth };
+                return .{ .bytes = try it.rawValue(), .max_depth = r.max_depth, .utf8_checked = true };
             }
             try it.skip();
         }
@@ -260,7 +270,7 @@ pub const Reader = struct {
 
     fn utf8(r: *Reader, n: usize) ReadError![]const u8 {
         const s = try r.take(n);
-        if (!std.unicode.utf8ValidateSlice(s)) return error.InvalidUtf8;
+        if (!r.utf8_checked and !validUtf8(s)) return error.InvalidUtf8;
         return s;
     }
 
@@ -273,220 +283,53 @@ pub const Reader = struct {
     }
 };
 
-/// Appends MessagePack to a growable buffer on `gpa`, always in the smallest
-/// encoding. Write exactly one top-level value per document.
-pub const Writer = struct {
-    gpa: Allocator,
-    buf: std.ArrayList(u8) = .empty,
-
-    pub fn init(gpa: Allocator) Writer {
-        return .{ .gpa = gpa };
-    }
-
-    pub fn deinit(w: *Writer) void {
-        w.buf.deinit(w.gpa);
-    }
-
-    /// Everything written so far.
-    pub fn bytes(w: *const Writer) []const u8 {
-        return w.buf.items;
-    }
-
-    /// Forgets the contents but keeps the capacity for the next document.
-    pub fn clear(w: *Writer) void {
-        w.buf.clearRetainingCapacity();
-    }
-
-    pub fn writeNil(w: *Writer) WriteError!void {
-        try w.put(&.{0xc0});
-    }
-
-    pub fn writeBool(w: *Writer, v: bool) WriteError!void {
-        try w.put(&.{if (v) 0xc3 else 0xc2});
-    }
-
-    /// Any Zig integer up to 64 bits, or a comptime_int.
-    pub fn writeInt(w: *Writer, v: anytype) WriteError!void {
-        const T = @TypeOf(v);
-        if (T == comptime_int) {
-            return if (v < 0) w.writeNegative(v) else w.writeUnsigned(v);
-        }
-        const info = @typeInfo(T).int;
-        if (info.bits > 64) @compileError("msgpack integers have at most 64 bits");
-        if (info.signedness == .unsigned) return w.writeUnsigned(v);
-        return if (v < 0) w.writeNegative(v) else w.writeUnsigned(@intCast(v));
-    }
-
-    /// Always float64: the ABI's writers never emit float32.
-    pub fn writeFloat(w: *Writer, v: f64) WriteError!void {
-        try w.header(0xcb, u64, @bitCast(v));
-    }
-
-    /// `s` must be UTF-8; the host refuses a document with an invalid str.
-    pub fn writeStr(w: *Writer, s: []const u8) WriteError!void {
-        const n = std.math.cast(u32, s.len) orelse return error.TooLong;
-        if (n < 32) {
-            try w.put(&.{0xa0 | @as(u8, @intCast(n))});
-        } else try w.sized(n, .{ 0xd9, 0xda, 0xdb });
-        try w.put(s);
-    }
-
-    pub fn writeBin(w: *Writer, b: []const u8) WriteError!void {
-        const n = std.math.cast(u32, b.len) orelse return error.TooLong;
-        try w.sized(n, .{ 0xc4, 0xc5, 0xc6 });
-        try w.put(b);
-    }
-
-    /// An array header; write `n` values after it.
-    pub fn writeArray(w: *Writer, n: u32) WriteError!void {
-        if (n < 16) return w.put(&.{0x90 | @as(u8, @intCast(n))});
-        if (n <= 0xffff) return w.header(0xdc, u16, @intCast(n));
-        try w.header(0xdd, u32, n);
-    }
-
-    /// A map header; write `n` key/value pairs (keys as str) after it.
-    pub fn writeMap(w: *Writer, n: u32) WriteError!void {
-        if (n < 16) return w.put(&.{0x80 | @as(u8, @intCast(n))});
-        if (n <= 0xffff) return w.header(0xde, u16, @intCast(n));
-        try w.header(0xdf, u32, n);
-    }
-
-    /// Appends bytes that already are one encoded value (e.g. from `rawValue`).
-    pub fn writeRaw(w: *Writer, encoded: []const u8) WriteError!void {
-        try w.put(encoded);
-    }
-
-    pub fn writeToken(w: *Writer, token: Token) WriteError!void {
-        switch (token) {
-            .nil => try w.writeNil(),
-            .bool => |v| try w.writeBool(v),
-            .int => |v| try w.writeInt(v),
-            .uint => |v| try w.writeInt(v),
-            .float => |v| try w.writeFloat(v),
-            .str => |v| try w.writeStr(v),
-            .bin => |v| try w.writeBin(v),
-            .array => |n| try w.writeArray(n),
-            .map => |n| try w.writeMap(n),
+/// UTF-8 check per Unicode table 3-7 (no overlongs, surrogates or code
+/// points above U+10FFFF). std.unicode.utf8ValidateSlice goes byte by byte
+/// on wasm32 (no SIMD) at about 20 instructions of fuel per byte, most of a
+/// call's budget for a 1 MiB string; here ASCII goes a 64-bit word at a
+/// time and other sequences take one table lookup.
+fn validUtf8(s: []const u8) bool {
+    var i: usize = 0;
+    while (i < s.len) {
+        // A plain unaligned load: std.mem.readInt becomes a byte loop in ReleaseSmall.
+        while (s.len - i >= 8 and @as(*align(1) const u64, @ptrCast(s[i..][0..8])).* & 0x8080_8080_8080_8080 == 0) i += 8;
+        while (i < s.len and s[i] < 0x80) i += 1;
+        while (i < s.len and s[i] >= 0x80) {
+            // Two-byte sequences first: Latin, Greek and Cyrillic text.
+            if (s[i] >= 0xc2 and s[i] <= 0xdf) {
+                if (s.len - i < 2 or s[i + 1] & 0xc0 != 0x80) return false;
+                i += 2;
+                continue;
+            }
+            const lead = utf8_leads[s[i]];
+            if (lead.len == 0 or lead.len > s.len - i) return false;
+            if (s[i + 1] < lead.lo or s[i + 1] > lead.hi) return false;
+            for (s[i + 2 .. i + lead.len]) |c| {
+                if (c & 0xc0 != 0x80) return false;
+            }
+            i += lead.len;
         }
     }
-
-    /// Decodes the reader's next whole value and writes it again in the
-    /// smallest encoding: the result is the canonical form of the same value.
-    pub fn copyValue(w: *Writer, r: *Reader) (ReadError || WriteError)!void {
-        const start = r.pos;
-        errdefer r.pos = start;
-        try w.copyNested(r, 0);
-    }
-
-    /// Writes a Zig value: null/void as nil, bool, integers, floats, strings
-    /// ([]const u8, string literals) as str, enums as their tag name as str,
-    /// slices, arrays and tuples as arrays, structs as maps keyed by field
-    /// name. A struct field whose value is null is left out of the map, so
-    /// optional fields map to optional keys.
-    pub fn write(w: *Writer, value: anytype) WriteError!void {
-        const T = @TypeOf(value);
-        switch (@typeInfo(T)) {
-            .null, .void => try w.writeNil(),
-            .bool => try w.writeBool(value),
-            .int, .comptime_int => try w.writeInt(value),
-            .float, .comptime_float => try w.writeFloat(value),
-            .@"enum", .enum_literal => try w.writeStr(@tagName(value)),
-            .optional => if (value) |v| try w.write(v) else try w.writeNil(),
-            .pointer => |p| switch (p.size) {
-                .one => try w.write(value.*),
-                .slice => if (p.child == u8) try w.writeStr(value) else try w.writeList(value),
-                else => @compileError("msgpack: cannot write " ++ @typeName(T)),
-            },
-            .array => |a| if (a.child == u8) try w.writeStr(&value) else try w.writeList(&value),
-            .@"struct" => |s| if (s.is_tuple) {
-                try w.writeArray(s.field_names.len);
-                inline for (s.field_names) |name| try w.write(@field(value, name));
-            } else {
-                var present: u32 = 0;
-                inline for (s.field_names) |name| {
-                    if (!isNull(@field(value, name))) present += 1;
-                }
-                try w.writeMap(present);
-                inline for (s.field_names) |name| {
-                    if (!isNull(@field(value, name))) {
-                        try w.writeStr(name);
-                        try w.write(@field(value, name));
-                    }
-                }
-            },
-            else => @compileError("msgpack: cannot write " ++ @typeName(T)),
-        }
-    }
-
-    fn writeList(w: *Writer, list: anytype) WriteError!void {
-        try w.writeArray(std.math.cast(u32, list.len) orelse return error.TooLong);
-        for (list) |item| try w.write(item);
-    }
-
-    fn copyNested(w: *Writer, r: *Reader, depth: u32) (ReadError || WriteError)!void {
-        const token = try r.next();
-        try w.writeToken(token);
-        switch (token) {
-            .array => |n| {
-                if (depth >= r.max_depth) return error.TooDeep;
-                for (0..n) |_| try w.copyNested(r, depth + 1);
-            },
-            .map => |n| {
-                if (depth >= r.max_depth) return error.TooDeep;
-                for (0..n) |_| {
-                    try w.writeStr(try r.readKey());
-                    try w.copyNested(r, depth + 1);
-                }
-            },
-            else => {},
-        }
-    }
-
-    fn writeUnsigned(w: *Writer, v: u64) WriteError!void {
-        if (v <= 0x7f) return w.put(&.{@intCast(v)});
-        if (v <= 0xff) return w.header(0xcc, u8, @intCast(v));
-        if (v <= 0xffff) return w.header(0xcd, u16, @intCast(v));
-        if (v <= 0xffff_ffff) return w.header(0xce, u32, @intCast(v));
-        try w.header(0xcf, u64, v);
-    }
-
-    fn writeNegative(w: *Writer, v: i64) WriteError!void {
-        if (v >= -32) return w.put(&.{@bitCast(@as(i8, @intCast(v)))});
-        if (v >= std.math.minInt(i8)) return w.header(0xd0, i8, @intCast(v));
-        if (v >= std.math.minInt(i16)) return w.header(0xd1, i16, @intCast(v));
-        if (v >= std.math.minInt(i32)) return w.header(0xd2, i32, @intCast(v));
-        try w.header(0xd3, i64, v);
-    }
-
-    /// The 8-, 16- or 32-bit length form of a str or bin header.
-    fn sized(w: *Writer, n: u32, tags: [3]u8) WriteError!void {
-        if (n <= 0xff) return w.header(tags[0], u8, @intCast(n));
-        if (n <= 0xffff) return w.header(tags[1], u16, @intCast(n));
-        try w.header(tags[2], u32, n);
-    }
-
-    fn header(w: *Writer, tag: u8, comptime T: type, v: T) WriteError!void {
-        var b: [1 + @sizeOf(T)]u8 = undefined;
-        b[0] = tag;
-        std.mem.writeInt(T, b[1..], v, .big);
-        try w.put(&b);
-    }
-
-    fn put(w: *Writer, s: []const u8) WriteError!void {
-        try w.buf.appendSlice(w.gpa, s);
-    }
-};
-
-fn isNull(v: anytype) bool {
-    return switch (@typeInfo(@TypeOf(v))) {
-        .null => true,
-        .optional => v == null,
-        else => false,
-    };
+    return true;
 }
 
+/// For each lead byte: sequence length (0 = never a lead) and the range the
+/// second byte must fall in.
+const utf8_leads = leads: {
+    const Lead = struct { len: u8 = 0, lo: u8 = 0, hi: u8 = 0 };
+    var t: [256]Lead = @splat(.{});
+    for (0xc2..0xe0) |b| t[b] = .{ .len = 2, .lo = 0x80, .hi = 0xbf };
+    for (0xe0..0xf0) |b| t[b] = .{ .len = 3, .lo = 0x80, .hi = 0xbf };
+    t[0xe0].lo = 0xa0; // overlong below U+0800
+    t[0xed].hi = 0x9f; // surrogates
+    for (0xf0..0xf5) |b| t[b] = .{ .len = 4, .lo = 0x80, .hi = 0xbf };
+    t[0xf0].lo = 0x90; // overlong below U+10000
+    t[0xf4].hi = 0x8f; // above U+10FFFF
+    break :leads t;
+};
+
 /// The encoding of a str known at compile time, for constant documents.
-pub fn comptimeStr(comptime s: []const u8) []const u8 {
+pub inline fn comptimeStr(comptime s: []const u8) []const u8 {
     comptime {
         const head: []const u8 = if (s.len < 32)
             &.{0xa0 | @as(u8, s.len)}

@@ -14,7 +14,6 @@ static wasmext_verdict greet(wasmext_call *call) {
     wasmext_answer setting;
     if (wasmext_config_get("greeting", &setting) == WASMEXT_OK)
         (void)wasmext_read_str(&setting.value, &greeting, &greeting_len);
-    wasmext_log(WASMEXT_LOG_INFO, "greeting someone");
 
     /* A str header holds the length, so assemble the text before writing it. */
     wasmext_writer text = WASMEXT_WRITER_INIT;
@@ -22,6 +21,7 @@ static wasmext_verdict greet(wasmext_call *call) {
     wasmext_write_raw(&text, ", ", 2);
     wasmext_write_raw(&text, name, name_len);
     wasmext_write_raw(&text, "!", 1);
+    wasmext_log_n(WASMEXT_LOG_INFO, (const char *)text.buf, text.len);
     wasmext_verdict v = wasmext_writer_error(&text) == WASMEXT_OK
                             ? wasmext_return_str(call, (const char *)text.buf, text.len)
                             : wasmext_fail(call, WASMEXT_E_LIMIT, "out of memory");
