@@ -1,0 +1,46 @@
+"""Concurrent callers never share an instance, and host calls find their caller."""
+
+from __future__ import annotations
+
+import threading
+
+import msgpack
+
+from wasmext import GuestTrap, Quarantined, Runtime
+from wasmext.testing import DATA_AT, guest_wat, load_wat
+
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+
+
+def test_threads_share_a_plugin(runtime: Runtime) -> None:
+    plugins = []
+    for name in ("alpha", "beta"):
+        req = msgpack.packb({"op": "config.get", "key": "who"})
+        body = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))"
+        plugins.append(load_wat(runtime, guest_wat(body, imports=HOST_CALL, data=req),
+                                plugin_id=name, settings={"who": name}))
+    crashy = load_wat(runtime, guest_wat("unreachable"), plugin_id="crashy")
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        try:
+            for n in range(300):
+                plugin = plugins[(i + n) % 2]
+                assert plugin.call("test", n).value == plugin.id
+                if n % 50 == 0:
+                    try:
+                        crashy.call("test")
+                    except (GuestTrap, Quarantined):
+                        pass
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert crashy.faults >= 1
