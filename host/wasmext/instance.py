@@ -32,7 +32,7 @@ from wasmext.errors import (
     Timeout,
     WasmextError,
 )
-from wasmext.fastcall import MemoryView, bind_budget, bind_func, instance_exports
+from wasmext.fastcall import Caller, StoreBinding
 from wasmext.hostcalls import CallContext, HostServices
 from wasmext.limits import WASM_PAGE, Limits
 from wasmext.module import PluginModule
@@ -79,11 +79,11 @@ class PluginInstance:
         if module.info.uses_wasi:
             store.set_wasi(self._wasi())
         self.store = store
-        self._budget = bind_budget(store)
         self._abort: WasmextError | None = None
         self._host_calls = 0
         self._host_seconds = 0.0
-        self._budget(limits.fuel_per_call, self._ticks)
+        store.set_fuel(limits.fuel_per_call)
+        store.set_epoch_deadline(self._ticks)
         self._enter()
         try:
             instance = module.pre.instantiate(store)
@@ -91,15 +91,23 @@ class PluginInstance:
             raise self._classify(exc, "instantiate") from exc
         finally:
             self._leave()
-        exports = instance_exports(store, instance, module.export_names)
-        memory = exports["memory"]
-        self.memory = MemoryView(store, memory)
-        self._exports = exports
-        self._alloc = bind_func(store, exports["wasmext_alloc"], 1, True)
-        self._call = bind_func(store, exports["wasmext_call"], 2, True)
+        self._binding = binding = StoreBinding(store, instance)
+        self._budget = binding.budget()
+        self.memory = binding.memory()
+        self._call = binding.func("wasmext_call", 2, True)
+        self._alloc_fn: Caller | None = None
         self._in_ptr = 0
         self._in_cap = 0
         self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+    def _bind(self, name: str, nparams: int, has_result: bool) -> Caller:
+        """Bind an export on first use: most are called once per instance."""
+        return self._binding.func(name, nparams, has_result)
+
+    def _alloc(self, size: int) -> int:
+        if self._alloc_fn is None:
+            self._alloc_fn = self._bind("wasmext_alloc", 1, True)
+        return self._alloc_fn(size)
 
     def _wasi(self) -> wasmtime.WasiConfig:
         # A WasiConfig starts with nothing: no args, env, preopens or stdin.
@@ -190,8 +198,8 @@ class PluginInstance:
         if n > self._in_cap:
             cap = max(_MIN_INPUT, 1 << (n - 1).bit_length())
             ptr = self._guest("wasmext_alloc", self._obtain, cap)
-            if "wasmext_free" in self._exports and self._in_cap:
-                free = bind_func(self.store, self._exports["wasmext_free"], 2, False)
+            if self.module.info.has_free and self._in_cap:
+                free = self._bind("wasmext_free", 2, False)
                 self._guest("wasmext_free", free, self._in_ptr, self._in_cap)
             self._in_ptr, self._in_cap = ptr, cap
         if not self.memory.write(self._in_ptr, data):
@@ -225,16 +233,15 @@ class PluginInstance:
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
         """_initialize, the version check and wasmext_register; returns the registration map."""
         self.ctx.hook = "register"
-        store, exports = self.store, self._exports
-        if "_initialize" in exports:
-            self._guest("_initialize", bind_func(store, exports["_initialize"], 0, False))
-        version = bind_func(store, exports["wasmext_abi_version"], 0, True)
+        if self.module.info.has_initialize:
+            self._guest("_initialize", self._bind("_initialize", 0, False))
+        version = self._bind("wasmext_abi_version", 0, True)
         major = self._guest("wasmext_abi_version", version) & 0xFFFFFFFF
         if major != ABI_MAJOR:
             raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
                               plugin_id=self.ctx.plugin_id, hook="register")
         ptr, n = self._write_input(encode(request))
-        register = bind_func(store, exports["wasmext_register"], 2, True)
+        register = self._bind("wasmext_register", 2, True)
         raw = self._read_output(self._guest("wasmext_register", register, ptr, n),
                                 "wasmext_register")
         if raw is None:

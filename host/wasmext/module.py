@@ -60,8 +60,6 @@ class PluginModule:
         self.module = module
         self.info = self._check(module, digest, len(wasm))
         self.pre = hostlink.linker_for(self.engine).instantiate_pre(module)
-        # The exports every instance binds, in a fixed order (see PluginInstance).
-        self.export_names = ["memory", *(n for n in EXPORTS if n in self.info.exports)]
 
     @classmethod
     def from_file(cls, path: Path, *, engine: SharedEngine | None = None,

@@ -203,7 +203,7 @@ typedef struct wasmext_call {
     wasmext_reader data; /* on the request's "data" (nil when absent) */
     wasmext_reader meta; /* on the request's "meta" (nil when absent) */
     wasmext_writer *out; /* write the result value here; never reset it */
-    size_t out_start;    /* SDK private: where the value begins in out */
+    size_t out_start;    /* SDK private: where the value (or error) begins/ends */
     bool failed;         /* SDK private: wasmext_fail wrote the response */
 } wasmext_call;
 

@@ -122,6 +122,9 @@ wasmext_verdict wasmext_fail_n(wasmext_call *call, const char *code, size_t code
     wasmext_write_cstr(w, "message");
     wasmext_write_str(w, message ? message : "", message ? message_len : 0);
     call->failed = true;
+    /* Remember where the error ends, so whatever the handler writes after
+     * failing cannot corrupt it (0: it could not be written). */
+    call->out_start = wasmext_writer_error(w) == WASMEXT_OK ? w->len : 0;
     return WASMEXT_FAILED;
 }
 
@@ -154,7 +157,13 @@ static const wasmext_hook *find_hook(const char *name, uint32_t len) {
 /* Turn the handler's verdict into the response in g_out. */
 static void respond(wasmext_call *call, wasmext_verdict verdict) {
     wasmext_writer *w = &g_out;
-    if (call->failed) return; /* wasmext_fail already wrote it */
+    if (call->failed) { /* wasmext_fail wrote the response */
+        if (call->out_start) {
+            w->len = call->out_start;
+            w->err = WASMEXT_OK;
+        }
+        return;
+    }
     if (wasmext_writer_error(w) != WASMEXT_OK) return; /* finish() answers k_oom */
     bool has_value = w->len > call->out_start;
     if (verdict == WASMEXT_UNCHANGED) {

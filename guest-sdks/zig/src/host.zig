@@ -13,7 +13,7 @@ const Allocator = std.mem.Allocator;
 pub const allocator: Allocator = std.heap.wasm_allocator;
 
 /// Per-call memory, given back in one go when an export returns. Handlers
-/// get it as `Call.arena`; host_call answers live here too.
+/// get it as `Call.arena`.
 var call_arena: std.heap.ArenaAllocator = .init(allocator);
 
 /// How much arena memory survives between calls, so that a steady stream of
@@ -21,11 +21,16 @@ var call_arena: std.heap.ArenaAllocator = .init(allocator);
 /// does not pin its peak forever.
 const arena_keep_bytes = 256 * 1024;
 
-/// True only while the guest waits inside host_call. The one `wasmext_alloc`
-/// the host makes then is the region for the answer, which belongs to the
-/// guest afterwards; taking it from the call arena means it is freed with
-/// everything else of the call and can never leak.
-var answer_pending = false;
+/// The last region `wasmext_alloc` handed out. During host_call that is the
+/// region of the answer, whose size the guest needs to free it later.
+var last_alloc: struct { ptr: u32 = 0, size: u32 = 0 } = .{};
+
+/// host_call answer regions of the current export call. They belong to the
+/// guest (SPEC 1.4) and are freed when the call returns, so every `Answer`
+/// stays valid until the reply is written. Keeping no "inside host_call"
+/// flag means a trap in the middle of a host call cannot leave the
+/// allocator in a mode that would misplace the host's next input region.
+var answer_regions: std.ArrayList([]u8) = .empty;
 
 var host_minor: i32 = 0;
 
@@ -33,17 +38,20 @@ pub fn arena() Allocator {
     return call_arena.allocator();
 }
 
-/// Ends an export call: frees the call arena, host_call answers included.
+/// Ends an export call: frees the host_call answers and the call arena.
 pub fn endCall() void {
+    for (answer_regions.items) |region| allocator.rawFree(region, .@"8", @returnAddress());
+    answer_regions.clearRetainingCapacity();
     _ = call_arena.reset(.{ .retain_with_limit = arena_keep_bytes });
 }
 
 /// Backs the `wasmext_alloc` export: `size` bytes aligned to 8, or 0.
 pub fn allocForHost(size: u32) u32 {
-    const from = if (answer_pending) arena() else allocator;
     // A zero-length allocation has no address; the host needs a real one.
-    const region = from.rawAlloc(@max(size, 1), .@"8", @returnAddress()) orelse return 0;
-    return @intCast(@intFromPtr(region));
+    const n = @max(size, 1);
+    const region = allocator.rawAlloc(n, .@"8", @returnAddress()) orelse return 0;
+    last_alloc = .{ .ptr = @intCast(@intFromPtr(region)), .size = n };
+    return last_alloc.ptr;
 }
 
 /// Backs the `wasmext_free` export: gives back an input region.
@@ -69,7 +77,7 @@ pub const Failure = struct {
 };
 
 /// The host's answer to one host_call. Its slices stay valid until the
-/// current export call returns (they live in the call arena).
+/// current export call returns.
 pub const Answer = struct {
     /// The whole answer map, exactly as the host sent it.
     raw: []const u8,
@@ -121,13 +129,22 @@ pub fn logf(level: abi.LogLevel, comptime fmt: []const u8, args: anytype) void {
 /// result is an `internal` answer made up by the SDK (SPEC 4.2).
 pub fn hostCall(request: []const u8) Answer {
     const len = std.math.cast(u32, request.len) orelse return request_too_long;
-    answer_pending = true;
+    last_alloc = .{};
     const answer = raw.host_call(request.ptr, len);
-    answer_pending = false;
     if (answer == 0) return no_answer;
     const region = raw.unpack(answer);
     if (region.ptr == 0) return malformed_answer;
-    const base: [*]const u8 = @ptrFromInt(region.ptr);
+    const base: [*]u8 = @ptrFromInt(region.ptr);
+    // Only a region this SDK handed out is freed, with the size it has: a
+    // wrong free would corrupt the heap, a missed one only leaks.
+    if (region.ptr == last_alloc.ptr) {
+        const owned = base[0..last_alloc.size];
+        answer_regions.append(allocator, owned) catch {
+            allocator.rawFree(owned, .@"8", @returnAddress());
+            return out_of_memory;
+        };
+        if (region.len > owned.len) return malformed_answer;
+    }
     return parseAnswer(base[0..region.len]) catch malformed_answer;
 }
 
@@ -180,3 +197,4 @@ fn localFailure(comptime code: []const u8, comptime message: []const u8) Answer 
 const no_answer = localFailure(abi.err.internal, "the host could not deliver an answer");
 const malformed_answer = localFailure(abi.err.internal, "the host's answer is malformed");
 const request_too_long = localFailure(abi.err.limit, "host_call request too long");
+const out_of_memory = localFailure(abi.err.limit, "the plugin ran out of memory");

@@ -1,0 +1,165 @@
+"""Where one hook call spends its time: PluginInstance.call taken apart, stage by stage.
+
+    python benchmarks/profile_call.py [--iters N] [--cprofile]
+
+Each stage of `PluginInstance.call` (and of the fastcall binding under it) is
+replayed on a live instance of the echo guest in a loop of its own, and its
+per-call p50 is printed beside the p50 of the whole call. The stages are the
+host's own code paths called the way `call` calls them, so the sum is close
+to, but not exactly, the whole (the whole also pays for its own bytecode
+between stages). `--cprofile` adds a cProfile listing of the same calls
+(cProfile's overhead inflates the many small functions; use it for the shape,
+the stage table for the numbers). Read-only: nothing in the host is changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import ctypes
+import pstats
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from bench_guests import DATA, ECHO_HOOK, echo_wasm  # noqa: E402
+from bench_timing import Case, run_interleaved, stats_of  # noqa: E402
+from wasmext import Runtime, hostlink  # noqa: E402
+from wasmext.codec import check_depth  # noqa: E402
+from wasmext.instance import CallResult, PluginInstance  # noqa: E402
+
+
+def _raw_call(inst: PluginInstance, ptr: int, n: int) -> Callable[[], int]:
+    """wasmtime_func_call_unchecked through a prototype of our own: the ctypes floor."""
+    from wasmtime import _ffi as ffi
+
+    vp = ctypes.c_void_p
+    call = ctypes.CFUNCTYPE(vp, vp, vp, vp, ctypes.c_size_t, vp)(
+        ("wasmtime_func_call_unchecked", ffi.dll))
+    ctx = ctypes.cast(inst.store._context(), vp).value
+    fn = ctypes.addressof(inst._exports["wasmext_call"])
+    args = (ffi.wasmtime_val_raw_t * 2)()
+    pargs = ctypes.addressof(args)
+    trap = ctypes.c_void_p()
+    ptrap = ctypes.addressof(trap)
+
+    def raw() -> int:
+        args[0].i32 = ptr
+        args[1].i32 = n
+        if call(ctx, fn, pargs, 2, ptrap) or trap.value:
+            raise RuntimeError("raw call failed")
+        return int(args[0].i64)
+
+    raw()
+    return raw
+
+
+def stages(plugin: Any, inst: PluginInstance) -> tuple[list[tuple[str, Callable[[], Any]]],
+                                                       list[str]]:
+    """(name, one call of the stage) in the order PluginInstance.call runs them.
+
+    The host changes under this script: a stage whose internals are gone is
+    skipped (and named in the second list) rather than failing the run.
+    """
+    req = {"hook": ECHO_HOOK, "data": DATA}
+    payload = inst._pack(req)
+    ptr, n = inst._in_ptr, len(payload)
+    packed = inst._call(ptr, n)
+    raw = inst._read_output(packed, "wasmext_call")
+    assert raw is not None
+    resp = inst._decode(raw, "call response")
+    out_ptr, out_len = packed >> 32, packed & 0xFFFFFFFF
+
+    def enter_leave() -> None:
+        inst._abort = None
+        inst._host_calls = 0
+        inst._host_seconds = 0.0
+        stack = hostlink.active.stack
+        stack.append(inst)
+        stack.pop()
+
+    def budget() -> Callable[[], Any]:
+        fuel, ticks, set_budget = inst.limits.fuel_per_call, inst._ticks, inst._budget
+        return lambda: set_budget(fuel, ticks)
+
+    builders: list[tuple[str, Callable[[], Callable[[], Any]]]] = [
+        ("Plugin.call (whole public path)", lambda: lambda: plugin.call(ECHO_HOOK, DATA)),
+        ("PluginInstance.call (whole)", lambda: lambda: inst.call(ECHO_HOOK, DATA)),
+        ("  build request dict", lambda: lambda: {"hook": ECHO_HOOK, "data": DATA}),
+        ("  msgpack pack(request)", lambda: lambda: inst._pack(req)),
+        ("  memory.write_unchecked(request)",
+         lambda: lambda: inst.memory.write_unchecked(ptr, payload)),
+        ("  _budget(fuel, ticks)", budget),
+        ("  reset counters + hostlink stack push/pop", lambda: enter_leave),
+        ("  bound wasmext_call (fastcall)", lambda: lambda: inst._call(ptr, n)),
+        ("    raw ctypes call, own prototype", lambda: _raw_call(inst, ptr, n)),
+        ("  _read_output (bounds check + copy)",
+         lambda: lambda: inst._read_output(packed, "wasmext_call")),
+        ("    memory.size() alone", lambda: inst.memory.size),
+        ("    memory.read() alone", lambda: lambda: inst.memory.read(out_ptr, out_len)),
+        ("  _decode (codec.decode)", lambda: lambda: inst._decode(raw, "call response")),
+        ("    msgpack.unpackb alone", lambda: lambda: msgpack.unpackb(raw)),
+        ("    codec.check_depth alone", lambda: lambda: check_depth(resp, 64)),
+        ("  _response -> CallResult", lambda: lambda: inst._response(resp, DATA)),
+        ("    CallResult(...) alone", lambda: lambda: CallResult(DATA, True, False, {})),
+    ]
+    result: list[tuple[str, Callable[[], Any]]] = []
+    skipped: list[str] = []
+    for name, build in builders:
+        try:
+            fn = build()
+            fn()
+        except Exception as exc:
+            skipped.append(f"{name.strip()}: {type(exc).__name__}: {exc}")
+            continue
+        result.append((name, fn))
+    return result, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--iters", type=int, default=50_000, help="timed calls per stage")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cprofile", action="store_true", help="also print a cProfile listing")
+    args = ap.parse_args(argv)
+    with Runtime(cache=False) as rt:
+        plugin = rt.load(echo_wasm(), plugin_id="bench-echo")
+        inst = plugin._borrow()
+        assert inst.call(ECHO_HOOK, DATA).value == DATA
+        named, skipped = stages(plugin, inst)
+
+        def refresh() -> None:
+            inst._budget(inst.limits.fuel_per_call, 1 << 40)  # the bare stages never do
+
+        cases = [Case(f"stage{i}", name, "stage", fn, args.iters, min(2_000, args.iters),
+                      before_round=refresh) for i, (name, fn) in enumerate(named)]
+        run_interleaved(cases, args.rounds, verbose=False)
+        whole = stats_of(next(c for c in cases if "(whole)" in c.label).samples).p50_us
+        width = max(len(c.label) for c in cases) + 2
+        print(f"{'stage':<{width}}{'p50 us':>9}{'p99 us':>9}{'% of call':>11}")
+        for c in cases:
+            s = stats_of(c.samples)
+            print(f"{c.label:<{width}}{s.p50_us:>9.2f}{s.p99_us:>9.2f}"
+                  f"{100 * s.p50_us / whole:>10.0f}%")
+        for line in skipped:
+            print(f"skipped: {line}")
+        if args.cprofile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.iters):
+                inst.call(ECHO_HOOK, DATA)
+            prof.disable()
+            print()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""wasmext benchmarks: one hook call and one fresh instance, against the baselines, in one run.
+
+    python benchmarks/run.py [--quick] [--json PATH] [--extism-path DIR] [--build-sdk]
+
+Prints a table, the ratios and the DESIGN.md targets with pass/fail marks,
+then the whole result as JSON (also written to benchmarks/results/latest.json).
+See benchmarks/README.md for what each figure means and the caveats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(HERE) not in sys.path:  # the helper modules beside this file
+    sys.path.insert(0, str(HERE))
+
+import msgpack  # noqa: E402
+from bench_cases import (  # noqa: E402
+    FULL,
+    QUICK,
+    Item,
+    baseline_cases,
+    extism_cases,
+    fresh_cases,
+    naive_cases,
+    sdk_cases,
+    subprocess_cases,
+    wasmext_cases,
+)
+from bench_guests import DATA  # noqa: E402
+from bench_timing import Case, Skipped, Stats, run_interleaved, stats_of  # noqa: E402
+from wasmext import Runtime  # noqa: E402
+from wasmext.fastcall import FAST_PATH  # noqa: E402
+
+RESULTS = HERE / "results" / "latest.json"
+GROUPS = ["hook call", "guest SDK", "in-process", "subprocess", "fresh instance"]
+HEADLINE = "wasmext.plugin_call"
+FRESH = "fresh.wasmext_instance.wasi"
+
+
+@dataclass(frozen=True)
+class Ratio:
+    key: str
+    baseline: str
+    subject: str
+    label: str
+    at_least: float | None = None  # a DESIGN.md target on the ratio
+
+
+@dataclass(frozen=True)
+class Target:
+    key: str
+    label: str
+    subject: str
+    max_p50_us: float
+
+
+RATIOS = [
+    Ratio("vs_naive_wasmtime", "naive.full_call", HEADLINE, "hook call vs naive wasmtime-py"),
+    Ratio("vs_naive_func_call", "naive.func_call", HEADLINE,
+          "hook call vs naive Func.__call__ alone"),
+    Ratio("vs_extism_echo", "extism.echo_call", HEADLINE, "hook call vs extism echo (msgpack)"),
+    Ratio("vs_extism_empty", "extism.empty_call", HEADLINE, "hook call vs extism empty call"),
+    Ratio("vs_subprocess_cat", "subprocess.cat", HEADLINE, "hook call vs subprocess cat",
+          at_least=150.0),
+    Ratio("vs_subprocess_python", "subprocess.python", HEADLINE,
+          "hook call vs subprocess python3"),
+    Ratio("vs_plain_python_msgpack", "python.msgpack", HEADLINE,
+          "hook call vs plain Python msgpack round trip"),
+    Ratio("fresh_vs_naive_wasi", "fresh.naive_instance.wasi", FRESH,
+          "fresh instance (WASI) vs bare wasmtime-py (WASI)"),
+    Ratio("fresh_vs_naive_plain", "fresh.naive_instance.plain", "fresh.wasmext_instance.plain",
+          "fresh instance (no WASI) vs bare wasmtime-py"),
+    Ratio("fresh_vs_extism_wasi", "fresh.extism.wasi", FRESH,
+          "fresh instance (WASI) vs extism (wasi=True)"),
+    Ratio("fresh_vs_extism_plain", "fresh.extism.plain", "fresh.wasmext_instance.plain",
+          "fresh instance (no WASI) vs extism (wasi=False)"),
+]
+
+TARGETS = [
+    Target("hook_call_p50", "one hook call, msgpack in and out (Plugin.call)", HEADLINE, 8.0),
+    Target("fresh_instance_p50", "fresh instance ready to call, WASI module", FRESH, 30.0),
+    Target("fresh_instance_plain_p50", "fresh instance ready to call, no WASI",
+           "fresh.wasmext_instance.plain", 30.0),
+]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def environment() -> dict[str, Any]:
+    extism_kernel = None
+    ext = sys.modules.get("extism")
+    if ext is not None:
+        try:
+            extism_kernel = ext.extism_version()
+        except Exception:
+            extism_kernel = "?"
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "wasmext": _version("wasmext"),
+        "wasmtime": _version("wasmtime"),
+        "msgpack": _version("msgpack"),
+        "extism": _version("extism"),
+        "extism_kernel": extism_kernel,
+        "extism_from": getattr(ext, "__file__", None),
+        "fastcall": FAST_PATH,
+        "git_commit": _git("rev-parse", "--short", "HEAD"),
+        # Uncommitted changes to the host: the figures measure the working tree.
+        "host_changes": (_git("status", "--porcelain", "--", "host") or "").splitlines(),
+    }
+
+
+def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Item]:
+    b = QUICK if args.quick else FULL
+    extra = [p for p in (args.extism_path or "").split(os.pathsep) if p]
+    items: list[Item] = []
+    items += wasmext_cases(rt, b)
+    items += naive_cases(b)
+    items += extism_cases(b, extra)
+    items += sdk_cases(rt, ROOT, b, build=args.build_sdk, notes=notes)
+    items += baseline_cases(b)
+    items += subprocess_cases(b)
+    items += fresh_cases(rt, b)
+    fresh_order = ["fresh.wasmext_instance.plain", "fresh.wasmext_registered.plain",
+                   "fresh.wasmext_instance.wasi", "fresh.wasmext_registered.wasi",
+                   "fresh.naive_instance.plain", "fresh.naive_instance.wasi",
+                   "fresh.extism.plain", "fresh.extism.wasi"]
+
+    def order(item: Item) -> tuple[int, int]:
+        g = GROUPS.index(item.group) if item.group in GROUPS else len(GROUPS)
+        k = fresh_order.index(item.key) if item.key in fresh_order else 0
+        return g, k
+
+    return sorted(items, key=order)  # stable: builder order within a group
+
+
+# -- reporting ------------------------------------------------------------------------
+
+
+def _fmt(us: float) -> str:
+    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 10_000 else f"{us:.0f}"
+
+
+def _times(x: float) -> str:
+    if x >= 1:
+        return f"{x:,.1f}x faster" if x < 100 else f"{x:,.0f}x faster"
+    return f"{1 / x:,.1f}x slower"
+
+
+def table(items: list[Item], stats: dict[str, Stats]) -> str:
+    width = max(len(i.label) for i in items) + 2
+    lines = [f"{'figure':<{width}}{'n':>8}{'p50 us':>11}{'p99 us':>11}{'min us':>11}"]
+    current = ""
+    for item in items:
+        if item.group != current:
+            current = item.group
+            lines.append(f"-- {current} " + "-" * (width + 38 - len(current)))
+        if isinstance(item, Skipped):
+            name = item.key.split(".")[0]
+            lines.append(f"{item.label:<{width}}{name}: unavailable ({item.reason})")
+            continue
+        s = stats[item.key]
+        lines.append(f"{item.label:<{width}}{s.n:>8}{_fmt(s.p50_us):>11}{_fmt(s.p99_us):>11}"
+                     f"{_fmt(s.min_us):>11}")
+    return "\n".join(lines)
+
+
+def ratios(stats: dict[str, Stats]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in RATIOS:
+        if r.baseline not in stats or r.subject not in stats:
+            out[r.key] = {"label": r.label, "baseline": r.baseline, "subject": r.subject,
+                          "value": None, "reason": "a figure is unavailable"}
+            continue
+        value = stats[r.baseline].p50_us / stats[r.subject].p50_us
+        entry: dict[str, Any] = {"label": r.label, "baseline": r.baseline, "subject": r.subject,
+                                 "value": round(value, 3), "meaning": "baseline p50 / subject p50"}
+        if r.at_least is not None:
+            entry["target_at_least"] = r.at_least
+            entry["pass"] = value >= r.at_least
+        out[r.key] = entry
+    return out
+
+
+def targets(stats: dict[str, Stats], rat: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for t in TARGETS:
+        s = stats.get(t.subject)
+        out[t.key] = {"label": t.label, "subject": t.subject, "max_p50_us": t.max_p50_us,
+                      "p50_us": round(s.p50_us, 3) if s else None,
+                      "pass": (s.p50_us <= t.max_p50_us) if s else None}
+    for key, r in rat.items():
+        if "target_at_least" in r:
+            out[key] = {"label": r["label"], "subject": r["subject"],
+                        "at_least": r["target_at_least"], "ratio": r["value"],
+                        "pass": r.get("pass")}
+    return out
+
+
+def _mark(ok: bool | None) -> str:
+    return "n/a " if ok is None else "PASS" if ok else "FAIL"
+
+
+def report(items: list[Item], stats: dict[str, Stats], rat: dict[str, dict[str, Any]],
+           tg: dict[str, dict[str, Any]], notes: list[str]) -> str:
+    lines = [table(items, stats), "", "ratios (p50 against p50, same run):"]
+    for r in rat.values():
+        text = "unavailable" if r["value"] is None else _times(r["value"])
+        goal = f"   (target >= {r['target_at_least']:.0f}x)" if "target_at_least" in r else ""
+        lines.append(f"  {r['label']:<50} {text}{goal}")
+    lines += ["", "targets (DESIGN.md, Performance targets):"]
+    for t in tg.values():
+        if "max_p50_us" in t:
+            got = "unavailable" if t["p50_us"] is None else f"p50 {_fmt(t['p50_us'])} us"
+            lines.append(f"  [{_mark(t['pass'])}] {t['label']:<48} <= {t['max_p50_us']:.0f} us:"
+                         f" {got}")
+        else:
+            got = "unavailable" if t["ratio"] is None else f"{t['ratio']:,.0f}x"
+            lines.append(f"  [{_mark(t['pass'])}] {t['label']:<48} >= {t['at_least']:.0f}x:"
+                         f" {got}")
+    if notes:
+        lines += ["", "notes:", *(f"  - {n}" for n in notes)]
+    return "\n".join(lines)
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace `path` in one step, so that a reader never sees half a document."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a short run (well under a minute)")
+    ap.add_argument("--json", metavar="PATH", type=Path, help="also write the JSON here")
+    ap.add_argument("--extism-path", metavar="DIRS",
+                    default=os.environ.get("WASMEXT_BENCH_EXTISM_PATH", ""),
+                    help="site-packages folder(s) to find extism in when this interpreter "
+                         "lacks it (appended to sys.path; env WASMEXT_BENCH_EXTISM_PATH)")
+    ap.add_argument("--build-sdk", action="store_true",
+                    help="build conformance plugins that are not built yet (into a temp dir)")
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
+    env_before = [round(x, 2) for x in os.getloadavg()]
+    notes: list[str] = []
+    b = QUICK if args.quick else FULL
+    with Runtime(cache=False) as rt:
+        items = collect(args, rt, notes)
+        cases = [i for i in items if isinstance(i, Case)]
+        print(f"timing {len(cases)} figures in {b.rounds} interleaved rounds"
+              f"{' (quick)' if args.quick else ''}...", file=sys.stderr, flush=True)
+        run_interleaved(cases, b.rounds)
+        stats = {c.key: stats_of(c.samples) for c in cases}
+    rat = ratios(stats)
+    tg = targets(stats, rat)
+    env = environment()
+    env["loadavg_before"] = env_before
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "seconds": round(time.perf_counter() - started, 1),
+        "rounds": b.rounds,
+        "payload": {"value": DATA, "msgpack_bytes": len(msgpack.packb(DATA)),
+                    "json_bytes": len(json.dumps(DATA))},
+        "environment": env,
+        "results": {},
+        "ratios": rat,
+        "targets": tg,
+        "notes": notes,
+    }
+    for item in items:
+        if isinstance(item, Skipped):
+            doc["results"][item.key] = {"label": item.label, "group": item.group,
+                                        "unavailable": item.reason}
+        else:
+            entry: dict[str, Any] = {"label": item.label, "group": item.group,
+                                     **stats[item.key].as_dict()}
+            if item.note:
+                entry["note"] = item.note
+            doc["results"][item.key] = entry
+    text = json.dumps(doc, indent=2)
+    print(report(items, stats, rat, tg, notes))
+    print()
+    print(text)
+    written = [RESULTS]
+    if args.json is not None and args.json.resolve() != RESULTS:
+        written.append(args.json)
+    for path in written:
+        _write(path, text + "\n")
+    print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

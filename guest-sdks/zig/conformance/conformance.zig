@@ -1,0 +1,63 @@
+//! Conformance hooks: every SDK implements the same seven, so one Python
+//! suite can check each SDK's MessagePack, memory handling and envelopes.
+
+const wasmext = @import("wasmext");
+
+const Conformance = struct {
+    pub const name = "zig-conformance";
+    pub const version = "0.1.0";
+    pub const hooks = [_]wasmext.Hook{
+        .{ .hook = "echo" }, .{ .hook = "config" }, .{ .hook = "log" },
+        .{ .hook = "host" }, .{ .hook = "fail" },   .{ .hook = "unchanged" },
+        .{ .hook = "stop" },
+    };
+
+    /// Decodes the data token by token and encodes it again with the SDK
+    /// writer, so the reply is the canonical encoding of the same value.
+    pub fn echo(call: *wasmext.Call) !wasmext.Reply {
+        try call.out.copyValue(&call.data);
+        try call.data.finish();
+        return .value;
+    }
+
+    /// data: a setting name -> its value; a refusal (not_found) is passed on.
+    pub fn config(call: *wasmext.Call) !wasmext.Reply {
+        const answer = try wasmext.configGet(try call.dataString());
+        if (!answer.ok) return .{ .fail = answer.failure() };
+        try call.out.writeRaw(answer.value);
+        return .value;
+    }
+
+    /// data: text -> one info line through the direct log import; value nil.
+    pub fn log(call: *wasmext.Call) !wasmext.Reply {
+        wasmext.log(.info, try call.dataString());
+        return call.returnValue(null);
+    }
+
+    /// data: a request map sent as-is -> the host's whole answer map.
+    pub fn host(call: *wasmext.Call) !wasmext.Reply {
+        if (try call.data.peek() != .map) return .failure(wasmext.abi.err.invalid, "data must be a map");
+        const answer = wasmext.hostCall(try call.data.rawValue());
+        try call.out.writeRaw(answer.raw);
+        return .value;
+    }
+
+    /// data: text -> an error with code "failed" and that text as message.
+    pub fn fail(call: *wasmext.Call) !wasmext.Reply {
+        return .failure(wasmext.abi.err.failed, try call.dataString());
+    }
+
+    pub fn unchanged(_: *wasmext.Call) wasmext.Reply {
+        return .unchanged;
+    }
+
+    /// Replies with the data and asks the host to stop the chain.
+    pub fn stop(call: *wasmext.Call) !wasmext.Reply {
+        try call.out.copyValue(&call.data);
+        return .stop;
+    }
+};
+
+comptime {
+    wasmext.exportPlugin(Conformance);
+}

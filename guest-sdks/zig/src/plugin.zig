@@ -1,0 +1,247 @@
+//! Plugin interface: a plugin is a struct of declarations, and
+//! `exportPlugin` turns it into the ABI exports (SPEC 1.1, 3 and 4.1).
+
+const std = @import("std");
+const abi = @import("abi.zig");
+const raw = @import("raw.zig");
+const msgpack = @import("msgpack.zig");
+const host = @import("host.zig");
+
+const Allocator = std.mem.Allocator;
+const Failure = host.Failure;
+const str = msgpack.comptimeStr;
+
+/// One entry of the registration map's "hooks" array; the field names are
+/// the wire keys. The plugin struct needs a `pub fn` named like `hook`.
+pub const Hook = struct {
+    hook: []const u8,
+    priority: u8 = 50,
+    /// Tag pattern, for on_tag hooks only.
+    pattern: ?[]const u8 = null,
+};
+
+/// What a handler answers.
+pub const Reply = union(enum) {
+    /// `{"ok": true}`: pass the input on as it was.
+    unchanged,
+    /// `{"ok": true, "value": v}` with v the one value written to `Call.out`.
+    value,
+    /// Like `value` plus `"stop": true`; with nothing written, stop without a value.
+    stop,
+    /// `{"ok": false, "error": {"code", "message"}}`.
+    fail: Failure,
+
+    pub fn failure(code: []const u8, message: []const u8) Reply {
+        return .{ .fail = .{ .code = code, .message = message } };
+    }
+};
+
+/// One hook call as a handler sees it. Everything it points to stays valid
+/// until the handler returns and its reply is written.
+pub const Call = struct {
+    hook: []const u8,
+    /// Reader on the call's "data" (nil when the request had none).
+    data: msgpack.Reader,
+    /// Reader on the call's "meta", if any.
+    meta: ?msgpack.Reader,
+    /// Scratch memory, freed when the call returns.
+    arena: Allocator,
+    /// Write the reply value here (exactly one value), then return `.value`
+    /// or `.stop`.
+    out: *msgpack.Writer,
+
+    /// The data as a string, or `error.TypeMismatch` (answered as `invalid`).
+    pub fn dataString(c: *const Call) msgpack.ReadError![]const u8 {
+        var r = c.data;
+        return r.readStr();
+    }
+
+    pub fn returnString(c: *Call, s: []const u8) msgpack.WriteError!Reply {
+        try c.out.writeStr(s);
+        return .value;
+    }
+
+    /// Writes any value `Writer.write` accepts and replies with it.
+    pub fn returnValue(c: *Call, v: anytype) msgpack.WriteError!Reply {
+        try c.out.write(v);
+        return .value;
+    }
+};
+
+/// Defines the exports `wasmext_abi_version`, `wasmext_alloc`,
+/// `wasmext_free`, `wasmext_register` and `wasmext_call` for plugin struct P.
+/// Use it once, at comptime: `comptime { wasmext.exportPlugin(MyPlugin); }`.
+///
+/// P may declare (all optional): `name` and `version` (strings for the
+/// registration map), `hooks` (array of `Hook`), and for each hook a
+/// `pub fn <hook>(call: *wasmext.Call) !wasmext.Reply` (or `Reply`).
+/// Calls to hooks P does not list answer `unhandled`.
+pub fn exportPlugin(comptime P: type) void {
+    const hooks: []const Hook = if (@hasDecl(P, "hooks")) P.hooks[0..] else &.{};
+    inline for (hooks) |h| {
+        if (h.priority > 100) @compileError("hook '" ++ h.hook ++ "': priority must be 0..100");
+        if (!@hasDecl(P, h.hook)) @compileError(@typeName(P) ++ " lists hook '" ++ h.hook ++
+            "' but has no `pub fn " ++ h.hook ++ "(call: *wasmext.Call) !wasmext.Reply`");
+    }
+    const Exports = struct {
+        fn abiVersion() callconv(.c) i32 {
+            return abi.abi_major;
+        }
+        fn alloc(size: u32) callconv(.c) u32 {
+            return host.allocForHost(size);
+        }
+        fn free(ptr: u32, size: u32) callconv(.c) void {
+            host.freeForHost(ptr, size);
+        }
+        fn register(ptr: u32, len: u32) callconv(.c) i64 {
+            defer host.endCall();
+            host.setHostAbiMinor(hostMinor(input(ptr, len)) catch 0);
+            output.clear();
+            writeRegistration(P, hooks) catch return 0;
+            return packOutput(output.bytes());
+        }
+        fn call(ptr: u32, len: u32) callconv(.c) i64 {
+            defer host.endCall();
+            output.clear();
+            finishReply(dispatch(P, hooks, input(ptr, len))) catch return packOutput(out_of_memory);
+            return packOutput(output.bytes());
+        }
+    };
+    @export(&Exports.abiVersion, .{ .name = "wasmext_abi_version" });
+    @export(&Exports.alloc, .{ .name = "wasmext_alloc" });
+    @export(&Exports.free, .{ .name = "wasmext_free" });
+    @export(&Exports.register, .{ .name = "wasmext_register" });
+    @export(&Exports.call, .{ .name = "wasmext_call" });
+}
+
+/// The one output buffer, reused by every call: the host copies a response
+/// before it enters the guest again (SPEC 1.4).
+var output: msgpack.Writer = .init(host.allocator);
+
+/// A successful reply's start. Handlers append their value right after it,
+/// so a reply is built without copying the value; `.stop` patches the map
+/// size from 2 to 3.
+const value_prefix = "\x82" ++ str("ok") ++ "\xc3" ++ str("value");
+const ok_only = "\x81" ++ str("ok") ++ "\xc3";
+const stop_only = "\x82" ++ str("ok") ++ "\xc3" ++ str("stop") ++ "\xc3";
+const out_of_memory = "\x82" ++ str("ok") ++ "\xc2" ++ str("error") ++ "\x82" ++
+    str("code") ++ str(abi.err.limit) ++ str("message") ++ str("the plugin ran out of memory");
+
+fn input(ptr: u32, len: u32) []const u8 {
+    if (ptr == 0) return &.{};
+    const base: [*]const u8 = @ptrFromInt(ptr);
+    return base[0..len];
+}
+
+fn packOutput(bytes: []const u8) i64 {
+    return raw.pack(@intCast(@intFromPtr(bytes.ptr)), @intCast(bytes.len));
+}
+
+fn hostMinor(request: []const u8) msgpack.ReadError!i32 {
+    const abi_map = (try msgpack.Reader.init(request).lookup("abi")) orelse return 0;
+    var minor = (try abi_map.lookup("minor")) orelse return 0;
+    return minor.readInt(i32);
+}
+
+fn writeRegistration(comptime P: type, comptime hooks: []const Hook) msgpack.WriteError!void {
+    const name: ?[]const u8 = if (@hasDecl(P, "name")) P.name else null;
+    const version: ?[]const u8 = if (@hasDecl(P, "version")) P.version else null;
+    try output.write(.{ .abi_minor = abi.abi_minor, .name = name, .version = version, .hooks = hooks });
+}
+
+const Request = struct {
+    hook: []const u8,
+    data: []const u8 = "\xc0",
+    meta: ?[]const u8 = null,
+};
+
+fn parseRequest(bytes: []const u8) (msgpack.ReadError || error{MissingHook})!Request {
+    var r: msgpack.Reader = .init(bytes);
+    var req: Request = .{ .hook = "" };
+    var saw_hook = false;
+    for (0..try r.readMapLen()) |_| {
+        const key = try r.readKey();
+        if (std.mem.eql(u8, key, "hook")) {
+            req.hook = try r.readStr();
+            saw_hook = true;
+        } else if (std.mem.eql(u8, key, "data")) {
+            req.data = try r.rawValue();
+        } else if (std.mem.eql(u8, key, "meta")) {
+            req.meta = try r.rawValue();
+        } else try r.skip();
+    }
+    try r.finish();
+    if (!saw_hook) return error.MissingHook;
+    return req;
+}
+
+fn dispatch(comptime P: type, comptime hooks: []const Hook, request: []const u8) Reply {
+    const req = parseRequest(request) catch |e| return .{ .fail = failureFor(e) };
+    output.writeRaw(value_prefix) catch |e| return .{ .fail = failureFor(e) };
+    var call: Call = .{
+        .hook = req.hook,
+        .data = .initChecked(req.data),
+        .meta = if (req.meta) |m| .initChecked(m) else null,
+        .arena = host.arena(),
+        .out = &output,
+    };
+    inline for (hooks) |h| {
+        if (std.mem.eql(u8, req.hook, h.hook)) return invoke(@field(P, h.hook), &call);
+    }
+    return .{ .fail = .{ .code = abi.err.unhandled } };
+}
+
+fn invoke(comptime handler: anytype, call: *Call) Reply {
+    const Result = @typeInfo(@TypeOf(handler)).@"fn".return_type.?;
+    if (@typeInfo(Result) == .error_union) {
+        return handler(call) catch |e| .{ .fail = failureFor(e) };
+    }
+    return handler(call);
+}
+
+/// Turns a Zig error escaping a handler (or the request parser) into the
+/// error the host sees: bad input is `invalid`, exhausted memory is `limit`,
+/// anything else is the handler's own `failed` with the error's name.
+fn failureFor(e: anyerror) Failure {
+    return switch (e) {
+        error.TypeMismatch => .{ .code = abi.err.invalid, .message = "unexpected MessagePack type" },
+        error.Overflow => .{ .code = abi.err.invalid, .message = "number out of range" },
+        error.MissingHook => .{ .code = abi.err.invalid, .message = "call request has no hook" },
+        error.Truncated,
+        error.TooDeep,
+        error.ReservedByte,
+        error.ExtensionType,
+        error.InvalidUtf8,
+        error.NonStringKey,
+        error.TrailingBytes,
+        => .{ .code = abi.err.invalid, .message = "malformed MessagePack" },
+        error.OutOfMemory => .{ .code = abi.err.limit, .message = "the plugin ran out of memory" },
+        error.TooLong => .{ .code = abi.err.limit, .message = "value too long for MessagePack" },
+        else => .{ .code = abi.err.failed, .message = @errorName(e) },
+    };
+}
+
+fn finishReply(reply: Reply) msgpack.WriteError!void {
+    const wrote_value = output.bytes().len > value_prefix.len;
+    switch (reply) {
+        .value => if (!wrote_value) {
+            return finishReply(.failure(abi.err.failed, "handler replied .value but wrote none"));
+        },
+        .stop => if (wrote_value) {
+            output.buf.items[0] = 0x83;
+            try output.writeRaw(str("stop") ++ "\xc3");
+        } else {
+            output.clear();
+            try output.writeRaw(stop_only);
+        },
+        .unchanged => {
+            output.clear();
+            try output.writeRaw(ok_only);
+        },
+        .fail => |f| {
+            output.clear();
+            const message: ?[]const u8 = if (f.message.len == 0) null else f.message;
+            try output.write(.{ .ok = false, .@"error" = .{ .code = f.code, .message = message } });
+        },
+    }
+}
