@@ -29,6 +29,7 @@ lint: setup
 	$(BIN)/python abi/generate.py --check
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/python -m ziglang fmt --check guest-sdks/zig plugins/normalize-text
 
 test: lint
 	$(BIN)/python -m pytest -q

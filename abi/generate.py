@@ -24,6 +24,14 @@ def _ident(name: str) -> str:
     return name.upper().replace(".", "_").replace("-", "_")
 
 
+ZIG_KEYWORDS = {"error", "and", "or", "const", "var", "fn", "return", "try", "test", "type"}
+
+
+def _zig_ident(name: str) -> str:
+    """zig fmt keeps @"..." only where it is needed: around keywords."""
+    return f'@"{name}"' if name in ZIG_KEYWORDS else name
+
+
 def python_module(t: dict[str, Any]) -> str:
     lines = [f'"""ABI v{t["version"]["major"]} constants. {BANNER}"""', ""]
     lines.append("from typing import Final")
@@ -96,7 +104,7 @@ def zig_module(t: dict[str, Any]) -> str:
     out.append(f"pub const abi_minor: i32 = {t['version']['minor']};")
     out.append("")
     out.append("pub const LogLevel = enum(i32) {")
-    out += [f'    @"{k}" = {v},' for k, v in t["log_levels"].items()]
+    out += [f"    {_zig_ident(k)} = {v}," for k, v in t["log_levels"].items()]
     out.append("};")
     out.append("")
     out.append("pub const err = struct {")

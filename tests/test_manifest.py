@@ -71,9 +71,21 @@ def test_setting_precedence_and_required() -> None:
     m = parse_manifest({"id": "p", "version": "1.0.0", "settings": {
         "a": {"default": 1, "env": "P_A"}, "b": {"required": True, "env": "P_B"}}}, P)
     assert resolve_settings(m, {"b": 2}, {}) == {"a": 1, "b": 2}
-    assert resolve_settings(m, {}, {"P_A": "env", "P_B": "x"}) == {"a": "env", "b": "x"}
-    assert resolve_settings(m, {"a": 3}, {"P_A": "env", "P_B": "x"})["a"] == 3
+    assert resolve_settings(m, {}, {"P_A": "7", "P_B": "x"}) == {"a": 7, "b": "x"}
+    assert resolve_settings(m, {"a": 3}, {"P_A": "7", "P_B": "x"})["a"] == 3
     with pytest.raises(ConfigError, match=r"required setting 'b'.*\$P_B"):
         resolve_settings(m, {}, {})
     with pytest.raises(ConfigError, match="unknown setting 'c'"):
         resolve_settings(m, {"b": 1, "c": 1}, {})
+
+
+def test_environment_values_take_the_default_type() -> None:
+    m = parse_manifest({"id": "p", "version": "1.0.0", "settings": {
+        "on": {"default": False, "env": "P_ON"}, "n": {"default": 3, "env": "P_N"},
+        "f": {"default": 0.5, "env": "P_F"}, "s": {"default": "x", "env": "P_S"}}}, P)
+    env = {"P_ON": "Yes", "P_N": "42", "P_F": "2.5", "P_S": "007"}
+    assert resolve_settings(m, {}, env) == {"on": True, "n": 42, "f": 2.5, "s": "007"}
+    with pytest.raises(ConfigError, match=r"setting 'on' from the environment"):
+        resolve_settings(m, {}, {"P_ON": "maybe"})
+    with pytest.raises(ConfigError, match="setting 'n'"):
+        resolve_settings(m, {}, {"P_N": "many"})

@@ -152,3 +152,10 @@ def test_examples_through_the_cli(built: dict[str, Path]) -> None:
     out = wasmext("call", str(built["normalize-text"]), "on_plain_text", "--set",
                   "lowercase=true", "--data", '"  A  B "')
     assert (out.returncode, json.loads(out.stdout)) == (0, "a b")
+
+
+def test_hook_priority_defaults_to_the_manifest(built: dict[str, Path], runtime: Runtime) -> None:
+    pii = runtime.load(built["pii-mask"])
+    assert {h.priority for h in pii.registration.hooks} == {90}
+    hello = runtime.load(built["hello-zig"])
+    assert [h.priority for h in hello.registration.hooks] == [50]

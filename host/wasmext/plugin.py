@@ -48,7 +48,8 @@ class Registration:
         return tuple(h.hook for h in self.hooks)
 
     @classmethod
-    def parse(cls, reg: dict[str, Any], plugin_id: str) -> Registration:
+    def parse(cls, reg: dict[str, Any], plugin_id: str,
+              default_priority: int = 50) -> Registration:
         def bad(why: str) -> InvalidOutput:
             return InvalidOutput(f"registration map: {why}", plugin_id=plugin_id, hook="register")
 
@@ -59,7 +60,7 @@ class Registration:
         for i, h in enumerate(hooks_raw):
             if not isinstance(h, dict) or not isinstance(h.get("hook"), str) or not h["hook"]:
                 raise bad(f"hooks[{i}] must be a map with a non-empty string 'hook'")
-            prio = h.get("priority", 50)
+            prio = h.get("priority", default_priority)
             if type(prio) is not int or not 0 <= prio <= 100:
                 raise bad(f"hooks[{i}].priority must be an int 0-100")
             pattern = h.get("pattern")
@@ -94,7 +95,8 @@ class Plugin:
     def __init__(self, module: PluginModule, *, plugin_id: str, limits: Limits | None = None,
                  settings: Mapping[str, Any] | None = None, sensitive: frozenset[str] = frozenset(),
                  grants: frozenset[str] = frozenset(), services: HostServices | None = None,
-                 quarantine: QuarantinePolicy | None = None, max_idle: int = 4) -> None:
+                 quarantine: QuarantinePolicy | None = None, max_idle: int = 4,
+                 default_priority: int = 50) -> None:
         self.id = plugin_id
         self.module = module
         self.limits = limits or Limits()
@@ -104,6 +106,7 @@ class Plugin:
         self.services = services or HostServices()
         self.quarantine = quarantine or QuarantinePolicy()
         self.max_idle = max_idle
+        self.default_priority = default_priority
         self._limits_dict = self.limits.as_dict()
         secrets = [str(v) for k, v in self.settings.items() if k in sensitive and v is not None]
         self.log = PluginLog(plugin_id, self.limits.max_log_lines, self.limits.max_log_line_bytes,
@@ -135,7 +138,8 @@ class Plugin:
         """A fresh, registered instance (faults here count like call faults)."""
         inst = PluginInstance(self.module, self.limits, self._context(), self.services)
         try:
-            reg = Registration.parse(inst.start(self.register_request()), self.id)
+            reg = Registration.parse(inst.start(self.register_request()), self.id,
+                                     self.default_priority)
         except PluginFault as fault:
             self._record_fault(fault)
             raise
@@ -209,7 +213,8 @@ class Plugin:
         """The same code and settings under other limits (a new instance pool)."""
         return Plugin(self.module, plugin_id=self.id, limits=limits, settings=self.settings,
                       sensitive=self.sensitive, grants=self.grants, services=self.services,
-                      quarantine=replace(self.quarantine), max_idle=self.max_idle)
+                      quarantine=replace(self.quarantine), max_idle=self.max_idle,
+                      default_priority=self.default_priority)
 
     def close(self) -> None:
         with self._lock:

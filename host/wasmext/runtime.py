@@ -43,7 +43,7 @@ def resolve_settings(manifest: Manifest, overrides: Mapping[str, Any],
         if s.name in overrides:
             values[s.name] = overrides[s.name]
         elif s.env and s.env in env:
-            values[s.name] = env[s.env]
+            values[s.name] = _from_env(manifest.id, s.name, env[s.env], s.default)
         elif s.default is not None:
             values[s.name] = s.default
         elif s.required:
@@ -51,6 +51,28 @@ def resolve_settings(manifest: Manifest, overrides: Mapping[str, Any],
             raise ConfigError(f"plugin {manifest.id}: required setting {s.name!r} is not "
                               f"set{where}", plugin_id=manifest.id)
     return values
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _from_env(plugin_id: str, name: str, raw: str, default: Any) -> Any:
+    """An environment string converted to the type of the setting's default."""
+    try:
+        if isinstance(default, bool):
+            word = raw.strip().lower()
+            if word not in _TRUE | _FALSE:
+                raise ValueError(f"{raw!r} is not a bool")
+            return word in _TRUE
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"plugin {plugin_id}: setting {name!r} from the environment: {exc}",
+                          plugin_id=plugin_id) from exc
+    return raw
 
 
 def _id_from_file(path: Path) -> str:
@@ -141,7 +163,8 @@ class Runtime:
             else frozenset()
         plugin = Plugin(module, plugin_id=pid, limits=eff, settings=values, sensitive=sensitive,
                         grants=frozenset(grants), services=self.services,
-                        quarantine=self.quarantine)
+                        quarantine=self.quarantine,
+                        default_priority=manifest.priority if manifest else 50)
         old = self.plugins.pop(pid, None)
         if old is not None:
             old.close()

@@ -4,10 +4,10 @@ pub const abi_major: i32 = 1;
 pub const abi_minor: i32 = 0;
 
 pub const LogLevel = enum(i32) {
-    @"trace" = 0,
-    @"debug" = 1,
-    @"info" = 2,
-    @"warn" = 3,
+    trace = 0,
+    debug = 1,
+    info = 2,
+    warn = 3,
     @"error" = 4,
 };
 

@@ -15,7 +15,8 @@ const str = msgpack.comptimeStr;
 /// the wire keys. The plugin struct needs a `pub fn` named like `hook`.
 pub const Hook = struct {
     hook: []const u8,
-    priority: u8 = 50,
+    /// 0..100, higher runs earlier; null leaves it to the manifest's priority.
+    priority: ?u8 = null,
     /// Tag pattern, for on_tag hooks only.
     pattern: ?[]const u8 = null,
 };
@@ -79,7 +80,7 @@ pub const Call = struct {
 pub fn exportPlugin(comptime P: type) void {
     const hooks: []const Hook = if (@hasDecl(P, "hooks")) P.hooks[0..] else &.{};
     inline for (hooks) |h| {
-        if (h.priority > 100) @compileError("hook '" ++ h.hook ++ "': priority must be 0..100");
+        if ((h.priority orelse 0) > 100) @compileError("hook '" ++ h.hook ++ "': priority must be 0..100");
         if (!@hasDecl(P, h.hook)) @compileError(@typeName(P) ++ " lists hook '" ++ h.hook ++
             "' but has no `pub fn " ++ h.hook ++ "(call: *wasmext.Call) !wasmext.Reply`");
     }

@@ -394,8 +394,8 @@ static wasmext_verdict mask_hook(wasmext_call *call) {
 }
 
 static const wasmext_hook hooks[] = {
-    WASMEXT_HOOK_PRIO("on_plain_text", 10, mask_hook),
-    WASMEXT_HOOK_PRIO("on_llm_output", 10, mask_hook),
+    WASMEXT_HOOK("on_plain_text", mask_hook), /* priority: the manifest's */
+    WASMEXT_HOOK("on_llm_output", mask_hook),
 };
 
 WASMEXT_PLUGIN("pii-mask", "0.1.0", hooks);
