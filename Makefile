@@ -7,6 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PLUGINS := plugins/pii-mask plugins/normalize-text \
+           guest-sdks/c/conformance guest-sdks/zig/conformance \
            guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
 
 .PHONY: setup plugins demo test lint bench generate clean
