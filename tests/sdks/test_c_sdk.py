@@ -13,10 +13,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import msgpack
 import pytest
+from wasmext.testing import vector_value
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK = ROOT / "guest-sdks" / "c"
@@ -38,19 +38,6 @@ BIN_LENGTHS = [0, 1, 255, 256, 65535, 65536]
 CONTAINER_LENGTHS = [0, 15, 16, 65535, 65536]
 
 
-def _value(v: Any) -> Any:
-    """A vector's JSON value as the Python value msgpack encodes."""
-    if isinstance(v, dict) and set(v) == {"$bin"}:
-        return bytes.fromhex(v["$bin"])
-    if isinstance(v, dict) and set(v) == {"$f64"}:
-        return float(v["$f64"])
-    if isinstance(v, list):
-        return [_value(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _value(x) for k, x in v.items()}
-    return v
-
-
 def _header(encoded: bytes, payload_len: int) -> str:
     return encoded[:len(encoded) - payload_len].hex()
 
@@ -61,7 +48,8 @@ def write_cases(path: Path) -> int:
     hostile = json.loads((VECTORS / "hostile.json").read_text(encoding="utf-8"))
     packer = msgpack.Packer(use_bin_type=True)
     rows: list[tuple[str, ...]] = [("C", v["name"], v["hex"]) for v in vectors["canonical"]]
-    rows += [("D", v["name"], v["hex"], msgpack.packb(_value(v["value"]), use_bin_type=True).hex())
+    rows += [("D", v["name"], v["hex"],
+              msgpack.packb(vector_value(v["value"]), use_bin_type=True).hex())
              for v in vectors["decode_only"]]
     rows += [("H", v["name"], v["hex"]) for v in hostile["hostile"]]
     rows += [("I", f"int {i}", msgpack.packb(i).hex(), str(i)) for i in BOUNDARY_INTS]

@@ -2,34 +2,11 @@
  * cross-SDK test suite can compare every SDK's behaviour byte for byte. */
 #include <wasmext.h>
 
-/* Re-encode one value token by token. Going through wasmext_read and the
- * writer (rather than copying bytes) is the point: it proves the reader
- * decodes every width and the writer re-encodes it canonically. The SDK
- * validated the request, so recursion is bounded by WASMEXT_MAX_DEPTH. */
-static int copy_value(wasmext_reader *r, wasmext_writer *w, int depth) {
-    wasmext_value v;
-    int rc = wasmext_read(r, &v);
-    if (rc != WASMEXT_OK) return rc;
-    if (depth > WASMEXT_MAX_DEPTH) return WASMEXT_ERR_DEPTH;
-    uint64_t items = 0;
-    switch (v.type) {
-    case WASMEXT_TYPE_NIL: wasmext_write_nil(w); break;
-    case WASMEXT_TYPE_BOOL: wasmext_write_bool(w, v.as.b); break;
-    case WASMEXT_TYPE_INT: wasmext_write_int(w, v.as.i); break;
-    case WASMEXT_TYPE_UINT: wasmext_write_uint(w, v.as.u); break;
-    case WASMEXT_TYPE_FLOAT: wasmext_write_double(w, v.as.f); break;
-    case WASMEXT_TYPE_STR: wasmext_write_str(w, v.as.str.ptr, v.as.str.len); break;
-    case WASMEXT_TYPE_BIN: wasmext_write_bin(w, v.as.bin.ptr, v.as.bin.len); break;
-    case WASMEXT_TYPE_ARRAY: wasmext_write_array(w, v.as.count); items = v.as.count; break;
-    case WASMEXT_TYPE_MAP: wasmext_write_map(w, v.as.count); items = 2 * (uint64_t)v.as.count; break;
-    }
-    for (uint64_t i = 0; i < items && rc == WASMEXT_OK; i++) rc = copy_value(r, w, depth + 1);
-    return rc;
-}
-
+/* Re-encoding through the reader and writer (not a byte copy) proves every
+ * width decodes and re-encodes canonically. */
 static wasmext_verdict echo(wasmext_call *call) {
     wasmext_reader r = call->data;
-    if (copy_value(&r, call->out, 0) != WASMEXT_OK)
+    if (wasmext_copy_value(&r, call->out) != WASMEXT_OK)
         return wasmext_fail(call, WASMEXT_E_INVALID, "data could not be decoded");
     return WASMEXT_VALUE;
 }

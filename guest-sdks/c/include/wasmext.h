@@ -132,6 +132,11 @@ typedef struct wasmext_writer {
 #define WASMEXT_WRITER_INIT {NULL, 0, 0, 0}
 
 void wasmext_writer_reset(wasmext_writer *w); /* empty it, keep the memory */
+
+/* Re-encode the value at r token by token (advancing r): a decoded copy, not
+ * a byte copy, so the result is canonical. Depth is bounded by
+ * WASMEXT_MAX_DEPTH; returns the first reader or writer error. */
+int wasmext_copy_value(wasmext_reader *r, wasmext_writer *w);
 void wasmext_writer_free(wasmext_writer *w);
 int wasmext_writer_error(const wasmext_writer *w);
 

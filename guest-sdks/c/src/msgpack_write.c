@@ -122,3 +122,26 @@ void wasmext_write_array(wasmext_writer *w, uint32_t count) {
 void wasmext_write_map(wasmext_writer *w, uint32_t count) {
     put_header(w, 0x80, 15, 0, 0xde, 0xdf, count);
 }
+
+static int copy_at(wasmext_reader *r, wasmext_writer *w, int depth) {
+    wasmext_value v;
+    int rc = wasmext_read(r, &v);
+    if (rc != WASMEXT_OK) return rc;
+    if (depth > WASMEXT_MAX_DEPTH) return WASMEXT_ERR_DEPTH;
+    uint64_t items = 0;
+    switch (v.type) {
+    case WASMEXT_TYPE_NIL: wasmext_write_nil(w); break;
+    case WASMEXT_TYPE_BOOL: wasmext_write_bool(w, v.as.b); break;
+    case WASMEXT_TYPE_INT: wasmext_write_int(w, v.as.i); break;
+    case WASMEXT_TYPE_UINT: wasmext_write_uint(w, v.as.u); break;
+    case WASMEXT_TYPE_FLOAT: wasmext_write_double(w, v.as.f); break;
+    case WASMEXT_TYPE_STR: wasmext_write_str(w, v.as.str.ptr, v.as.str.len); break;
+    case WASMEXT_TYPE_BIN: wasmext_write_bin(w, v.as.bin.ptr, v.as.bin.len); break;
+    case WASMEXT_TYPE_ARRAY: wasmext_write_array(w, v.as.count); items = v.as.count; break;
+    case WASMEXT_TYPE_MAP: wasmext_write_map(w, v.as.count); items = 2 * (uint64_t)v.as.count; break;
+    }
+    for (uint64_t i = 0; i < items && rc == WASMEXT_OK; i++) rc = copy_at(r, w, depth + 1);
+    return rc != WASMEXT_OK ? rc : wasmext_writer_error(w);
+}
+
+int wasmext_copy_value(wasmext_reader *r, wasmext_writer *w) { return copy_at(r, w, 0); }
