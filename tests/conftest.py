@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -11,19 +11,31 @@ from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
 
 ROOT = Path(__file__).resolve().parent.parent
-HAVE_ZIG = importlib.util.find_spec("ziglang") is not None
-needs_zig = pytest.mark.skipif(not HAVE_ZIG, reason="the ziglang toolchain is not installed "
-                               "(pip install 'wasmext[build]')")
+SDK_ROOT = ROOT / "guest-sdks"
+# Every guest SDK with a conformance plugin takes part in the cross-SDK suite.
+SDK_LANGS = sorted(p.parent.parent.name for p in SDK_ROOT.glob("*/conformance/plugin.toml"))
 
-# Every plugin folder the suite builds: SDK examples, conformance plugins, examples.
-PLUGIN_DIRS = {
-    "hello-c": ROOT / "guest-sdks" / "c" / "examples" / "hello",
-    "conformance-c": ROOT / "guest-sdks" / "c" / "conformance",
-    "hello-zig": ROOT / "guest-sdks" / "zig" / "examples" / "hello",
-    "conformance-zig": ROOT / "guest-sdks" / "zig" / "conformance",
-    "pii-mask": ROOT / "plugins" / "pii-mask",
-    "normalize-text": ROOT / "plugins" / "normalize-text",
-}
+
+def plugin_dirs() -> dict[str, Path]:
+    dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
+            "normalize-text": ROOT / "plugins" / "normalize-text"}
+    for lang in SDK_LANGS:
+        dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"
+        dirs[f"hello-{lang}"] = SDK_ROOT / lang / "examples" / "hello"
+    return dirs
+
+
+@dataclass
+class Built:
+    """Plugin folders built this run, and why the others could not be."""
+
+    dirs: dict[str, Path] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Path:
+        if name in self.missing:
+            pytest.skip(self.missing[name])
+        return self.dirs[name]
 
 
 @pytest.fixture
@@ -41,12 +53,20 @@ def healthy(runtime: Runtime) -> Plugin:
 
 
 @pytest.fixture(scope="session")
-def built() -> dict[str, Path]:
-    """Build every guest plugin once per test run; returns name -> plugin folder."""
-    if not HAVE_ZIG:
-        pytest.skip("the ziglang toolchain is not installed (pip install 'wasmext[build]')")
-    from wasmext_cli.build import build_plugin
+def built() -> Built:
+    """Build every guest plugin once per test run.
 
-    for folder in PLUGIN_DIRS.values():
-        build_plugin(folder)
-    return dict(PLUGIN_DIRS)
+    A plugin whose toolchain is not installed is skipped with the install
+    command as the reason; any other build failure fails the run.
+    """
+    from wasmext_cli.build import ToolchainMissing, build_plugin
+
+    result = Built()
+    for name, folder in plugin_dirs().items():
+        try:
+            build_plugin(folder)
+        except ToolchainMissing as exc:
+            result.missing[name] = str(exc)
+        else:
+            result.dirs[name] = folder
+    return result

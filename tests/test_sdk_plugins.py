@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SDK_LANGS as SDKS
+from conftest import Built
 from wasmext import PluginError, Runtime
 from wasmext.testing import vector_value as from_json
 from wasmext_cli.build import build_plugin
 
-SDKS = ["c", "zig"]
 VECTORS = Path(__file__).resolve().parent.parent / "abi" / "vectors"
 CANONICAL = json.loads((VECTORS / "msgpack.json").read_text())["canonical"]
 
@@ -25,7 +26,7 @@ def wasmext(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def conformance(built: dict[str, Path], runtime: Runtime, request: pytest.FixtureRequest) -> Any:
+def conformance(built: Built, runtime: Runtime, request: pytest.FixtureRequest) -> Any:
     lang = request.param
     return runtime.load(built[f"conformance-{lang}"], settings={"greeting": "Servus"},
                         plugin_id=f"conf-{lang}")
@@ -72,7 +73,7 @@ def test_large_payload_near_the_cap(conformance: Any) -> None:
 
 
 @pytest.mark.parametrize("lang", SDKS)
-def test_hello_through_the_cli(built: dict[str, Path], lang: str) -> None:
+def test_hello_through_the_cli(built: Built, lang: str) -> None:
     folder = built[f"hello-{lang}"]
     out = wasmext("call", str(folder), "greet", "--data", '"Ada"')
     assert out.returncode == 0, out.stderr
@@ -83,11 +84,12 @@ def test_hello_through_the_cli(built: dict[str, Path], lang: str) -> None:
     assert "greet" in [h["hook"] for h in info["hooks"]]
 
 
-def test_hello_source_fits_on_one_screen() -> None:
-    root = Path(__file__).resolve().parent.parent / "guest-sdks"
-    for source in [root / "c" / "examples" / "hello" / "hello.c",
-                   root / "zig" / "examples" / "hello" / "hello.zig"]:
-        assert len(source.read_text().splitlines()) <= 60, source
+@pytest.mark.parametrize("lang", SDKS)
+def test_hello_source_fits_on_one_screen(lang: str) -> None:
+    hello = Path(__file__).resolve().parent.parent / "guest-sdks" / lang / "examples" / "hello"
+    sources = [p for p in hello.rglob("*") if p.suffix in {".c", ".zig", ".rs", ".ts", ".go"}]
+    assert sources, f"no hello source for {lang}"
+    assert sum(len(p.read_text().splitlines()) for p in sources) <= 60
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -99,7 +101,7 @@ def test_hello_source_fits_on_one_screen() -> None:
     ("order 4111 1111 1111 1112 is not a card", None),
     ("Grüße an zoë@exämple.de 😀", None),
 ])
-def test_pii_mask(built: dict[str, Path], runtime: Runtime, text: str,
+def test_pii_mask(built: Built, runtime: Runtime, text: str,
                   expected: str | None) -> None:
     plugin = runtime.load(built["pii-mask"])
     result = plugin.call("on_plain_text", text)
@@ -110,7 +112,7 @@ def test_pii_mask(built: dict[str, Path], runtime: Runtime, text: str,
         assert "😀" in result.value or "1112" in result.value
 
 
-def test_pii_mask_settings_and_unchanged(built: dict[str, Path], runtime: Runtime) -> None:
+def test_pii_mask_settings_and_unchanged(built: Built, runtime: Runtime) -> None:
     plugin = runtime.load(built["pii-mask"], settings={"mask_email": False})
     result = plugin.call("on_llm_output", "ann@example.com 4111111111111111")
     assert result.value == "ann@example.com [CARD]"
@@ -124,13 +126,13 @@ def test_pii_mask_settings_and_unchanged(built: dict[str, Path], runtime: Runtim
     ({"emoji": "strip"}, "hi 😀 there 👍🏽 ok", "hi there ok"),
     ({"whitespace": False, "lowercase": True}, "  A  B ", "  a  b "),
 ])
-def test_normalize_text(built: dict[str, Path], runtime: Runtime, settings: dict[str, Any],
+def test_normalize_text(built: Built, runtime: Runtime, settings: dict[str, Any],
                         text: str, expected: str) -> None:
     plugin = runtime.load(built["normalize-text"], settings=settings)
     assert plugin.call("on_plain_text", text).value == expected
 
 
-def test_normalize_text_rejects_bad_setting(built: dict[str, Path], runtime: Runtime) -> None:
+def test_normalize_text_rejects_bad_setting(built: Built, runtime: Runtime) -> None:
     plugin = runtime.load(built["normalize-text"], settings={"emoji": "explode"})
     with pytest.raises(PluginError) as info:
         plugin.call("on_plain_text", "x")
@@ -138,14 +140,14 @@ def test_normalize_text_rejects_bad_setting(built: dict[str, Path], runtime: Run
     assert "emoji" in info.value.message
 
 
-def test_builds_are_reproducible(built: dict[str, Path], tmp_path: Path) -> None:
+def test_builds_are_reproducible(built: Built, tmp_path: Path) -> None:
     for name in ("pii-mask", "normalize-text"):
         first = (built[name] / f"{name}.wasm").read_bytes()
         again = build_plugin(built[name], out_dir=tmp_path).wasm.read_bytes()
         assert first == again, name
 
 
-def test_examples_through_the_cli(built: dict[str, Path]) -> None:
+def test_examples_through_the_cli(built: Built) -> None:
     out = wasmext("call", str(built["pii-mask"]), "on_plain_text", "--data",
                   '"ann@example.com"')
     assert (out.returncode, json.loads(out.stdout)) == (0, "[EMAIL]")
@@ -154,7 +156,7 @@ def test_examples_through_the_cli(built: dict[str, Path]) -> None:
     assert (out.returncode, json.loads(out.stdout)) == (0, "a b")
 
 
-def test_hook_priority_defaults_to_the_manifest(built: dict[str, Path], runtime: Runtime) -> None:
+def test_hook_priority_defaults_to_the_manifest(built: Built, runtime: Runtime) -> None:
     pii = runtime.load(built["pii-mask"])
     assert {h.priority for h in pii.registration.hooks} == {90}
     hello = runtime.load(built["hello-zig"])

@@ -6,10 +6,12 @@ plugin after `pip install wasmext[build]`; nothing is downloaded at build time.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,10 @@ ZIG_INSTALL_HINT = "pip install 'wasmext[build]'   (installs the ziglang toolcha
 
 class BuildError(Exception):
     """A plugin could not be built; the message says why and what to do."""
+
+
+class ToolchainMissing(BuildError):
+    """The language's toolchain is not installed; the message has the install command."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ def _zig() -> list[str]:
     try:
         import ziglang  # noqa: F401
     except ImportError as exc:
-        raise BuildError(
+        raise ToolchainMissing(
             f"the zig toolchain is missing; install it with: {ZIG_INSTALL_HINT}") from exc
     return [sys.executable, "-m", "ziglang"]
 
@@ -75,7 +81,24 @@ def zig_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
     ]
 
 
-COMMANDS = {"c": c_command, "zig": zig_command}
+CommandFn = Callable[[BuildSpec, Path, Path], list[str]]
+COMMANDS: dict[str, CommandFn] = {"c": c_command, "zig": zig_command}
+# Other languages live in wasmext_cli/build_<lang>.py, each exposing
+# `command(spec, plugin_dir, out) -> list[str]` (raising ToolchainMissing).
+LANGUAGES = ("c", "zig", "rust", "assemblyscript", "go")
+
+
+def command_for(lang: str) -> CommandFn | None:
+    if lang in COMMANDS:
+        return COMMANDS[lang]
+    if lang not in LANGUAGES:
+        return None
+    try:
+        module = importlib.import_module(f"wasmext_cli.build_{lang}")
+    except ModuleNotFoundError:
+        return None
+    fn: CommandFn = module.command
+    return fn
 
 
 def build_plugin(plugin_dir: Path, out_dir: Path | None = None) -> BuildResult:
@@ -85,13 +108,14 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None) -> BuildResult:
     spec = manifest.build
     if spec is None:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: no [build] table")
-    if spec.lang not in COMMANDS:
+    make_command = command_for(spec.lang)
+    if make_command is None:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: build.lang {spec.lang!r} is not one of "
-                         f"{', '.join(sorted(COMMANDS))}")
+                         f"{', '.join(LANGUAGES)}")
     out = (out_dir or plugin_dir) / manifest.wasm_name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".wasm.tmp")
-    cmd = COMMANDS[spec.lang](spec, plugin_dir, tmp)
+    cmd = make_command(spec, plugin_dir, tmp)
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
