@@ -81,14 +81,19 @@ def zig_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
     ]
 
 
-CommandFn = Callable[[BuildSpec, Path, Path], list[str]]
-COMMANDS: dict[str, CommandFn] = {"c": c_command, "zig": zig_command}
+# A language's build: the commands to run in order (the last writes `out`).
+StepsFn = Callable[[BuildSpec, Path, Path], list[list[str]]]
+COMMANDS: dict[str, StepsFn] = {
+    "c": lambda spec, d, out: [c_command(spec, d, out)],
+    "zig": lambda spec, d, out: [zig_command(spec, d, out)],
+}
 # Other languages live in wasmext_cli/build_<lang>.py, each exposing
-# `command(spec, plugin_dir, out) -> list[str]` (raising ToolchainMissing).
+# `commands(spec, plugin_dir, out) -> list[list[str]]` (raising ToolchainMissing
+# with the install command when its toolchain is absent).
 LANGUAGES = ("c", "zig", "rust", "assemblyscript", "go")
 
 
-def command_for(lang: str) -> CommandFn | None:
+def commands_for(lang: str) -> StepsFn | None:
     if lang in COMMANDS:
         return COMMANDS[lang]
     if lang not in LANGUAGES:
@@ -97,7 +102,7 @@ def command_for(lang: str) -> CommandFn | None:
         module = importlib.import_module(f"wasmext_cli.build_{lang}")
     except ModuleNotFoundError:
         return None
-    fn: CommandFn = module.command
+    fn: StepsFn = module.commands
     return fn
 
 
@@ -108,20 +113,22 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None) -> BuildResult:
     spec = manifest.build
     if spec is None:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: no [build] table")
-    make_command = command_for(spec.lang)
-    if make_command is None:
+    make_steps = commands_for(spec.lang)
+    if make_steps is None:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: build.lang {spec.lang!r} is not one of "
                          f"{', '.join(LANGUAGES)}")
     out = (out_dir or plugin_dir) / manifest.wasm_name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".wasm.tmp")
-    cmd = make_command(spec, plugin_dir, tmp)
+    steps = make_steps(spec, plugin_dir, tmp)
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
-    proc = subprocess.run(cmd, cwd=plugin_dir, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise BuildError(f"building {manifest.id} failed:\n{proc.stderr.strip()}")
+    for cmd in steps:
+        proc = subprocess.run(cmd, cwd=plugin_dir, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            detail = (proc.stderr.strip() or proc.stdout.strip())[-4000:]
+            raise BuildError(f"building {manifest.id} failed ({cmd[0]}):\n{detail}")
     shutil.move(tmp, out)
-    return BuildResult(plugin_dir, out, tuple(cmd))
+    return BuildResult(plugin_dir, out, tuple(steps[-1]))
