@@ -21,7 +21,10 @@
     ├── CapabilityDenied            the plugin was not granted what it asked for
     ├── InputTooLarge               the host's own request exceeds the input cap
     ├── EncodeError                 host data that MessagePack cannot carry
-    └── Quarantined                 calls refused until the quarantine ends
+    ├── Quarantined                 calls refused until the quarantine ends
+    ├── MiddlewareError             a middleware layer broke the next() rule
+    ├── HookAborted                 a fail-closed plugin failed: the operation stops
+    └── PipelineError               a required pipeline stage failed or a validator blocked
 
 Each error carries `plugin_id` and `hook` where they are known, and a short
 `reason` (e.g. "out of fuel") that the command line prints.
@@ -37,6 +40,7 @@ __all__ = [
     "ConfigError",
     "EncodeError",
     "GuestTrap",
+    "HookAborted",
     "HostCallLimitExceeded",
     "InputTooLarge",
     "InvalidModule",
@@ -44,7 +48,9 @@ __all__ = [
     "LoadError",
     "ManifestError",
     "MemoryLimitExceeded",
+    "MiddlewareError",
     "OutOfFuel",
+    "PipelineError",
     "PluginError",
     "PluginFault",
     "Quarantined",
@@ -164,3 +170,22 @@ class EncodeError(WasmextError):
 
 class Quarantined(WasmextError):
     reason = "quarantined"
+
+
+class MiddlewareError(WasmextError):
+    reason = "middleware"
+
+
+class HookAborted(WasmextError):
+    """A fail-closed plugin failed; `cause` is its error."""
+
+    reason = "aborted"
+
+    def __init__(self, message: str, *, cause: WasmextError | None = None,
+                 plugin_id: str | None = None, hook: str | None = None) -> None:
+        super().__init__(message, plugin_id=plugin_id, hook=hook)
+        self.cause = cause
+
+
+class PipelineError(WasmextError):
+    reason = "pipeline"

@@ -46,6 +46,9 @@ class CallContext:
     limits: Mapping[str, int] = field(default_factory=dict)
     hook: str | None = None
     session: str | None = None
+    # Seconds the current host call spent running other plugins (middleware next):
+    # not charged to this plugin's host-call budget.
+    nested_seconds: float = 0.0
 
     def require(self, capability: str) -> None:
         if capability and capability not in self.grants:

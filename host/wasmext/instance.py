@@ -342,7 +342,14 @@ class PluginInstance:
             self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
                                      "memory", plugin_id=pid, hook=hook))
         assert request is not None
+        self.ctx.nested_seconds = 0.0
         answer = encode(self.services.dispatch(self.ctx, request, self.limits.max_msgpack_depth))
+        nested = self.ctx.nested_seconds
+        if nested:
+            # Inner plugins ran on this thread: their time is not ours, and our
+            # wall-clock deadline restarts now.
+            started += nested
+            self.store.set_epoch_deadline(self._ticks)
         try:
             out = self._alloc(len(answer))
         except Exception as exc:

@@ -25,7 +25,8 @@ SEMVER_RE = re.compile(
 )
 SETTING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 KNOWN_KEYS = {"id", "version", "description", "abi", "priority", "wasm", "limits",
-              "capabilities", "settings", "build"}
+              "capabilities", "settings", "build", "before", "after", "failure"}
+FAILURE_POLICIES = ("open", "closed", "reload")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Manifest:
     capabilities: tuple[str, ...] = ()
     settings: tuple[Setting, ...] = ()
     build: BuildSpec | None = None
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    failure: str = "open"
 
     @property
     def wasm_name(self) -> str:
@@ -143,9 +147,16 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     caps = _str_list(data.get("capabilities", []), path, "capabilities")
     settings = _settings(data.get("settings", {}), path)
     build = _build(data["build"], path) if "build" in data else None
+    order = {}
+    for key in ("before", "after"):
+        order[key] = _str_list(data.get(key, []), path, key)
+        for other in order[key]:
+            _need(bool(ID_RE.match(other)), path, key, f"{other!r} is not a plugin id")
+    failure = data.get("failure", "open")
+    _need(failure in FAILURE_POLICIES, path, "failure", f"must be one of {FAILURE_POLICIES}")
     assert isinstance(pid, str) and isinstance(version, str)
     return Manifest(path, pid, version, desc, abi, prio, wasm, dict(limits_raw), caps,
-                    settings, build)
+                    settings, build, order["before"], order["after"], failure)
 
 
 def load_manifest(path: Path) -> Manifest:

@@ -180,6 +180,12 @@ class Plugin:
                 self._streak = 0
                 self._cooldown = self.quarantine.cooldown_s
 
+    def set_grants(self, grants: frozenset[str]) -> None:
+        """Change the capabilities; instances already created see it at their next call."""
+        self.grants = grants
+        for inst in list(self._idle):
+            inst.ctx.grants = grants
+
     def release_quarantine(self) -> None:
         """End a quarantine now (an operator's decision)."""
         with self._lock:

@@ -1,0 +1,210 @@
+"""wasmext.toml: the host's configuration, validated with errors naming the field.
+
+    [host]
+    data_dir = ".wasmext"        # enable/disable state lives here
+    hooks = true                 # global switch: false runs no plugin hook
+    auto_enable = true           # plugins seen for the first time start enabled
+    default_timeout_ms = 1000
+
+    [plugins]
+    user_dir = "~/.config/wasmext/plugins"   # runs before the workspace
+    workspace_dir = "plugins"
+    enabled = ["pii-mask"]       # initial choices; `wasmext enable/disable` persist
+    disabled = []
+
+    [limits]                     # defaults for every plugin
+    fuel_per_call = 50_000_000
+    [limits.cap]                 # host policy: no plugin gets more
+    memory_bytes = 268_435_456
+
+    [grants.pii-mask]            # capabilities, keyed to the module's digest
+    digest = "sha256:..."
+    capabilities = ["state"]
+
+    [plugin.normalize-text]      # per-plugin settings, limits, failure policy
+    settings = { lowercase = true }
+    limits = { timeout_ms = 200 }
+    failure = "closed"
+
+Relative paths are relative to the file's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wasmext._toml import tomllib
+from wasmext.errors import ConfigError
+from wasmext.limits import Limits
+from wasmext.manifest import FAILURE_POLICIES, ID_RE
+
+__all__ = ["EnableState", "Grant", "HostConfig", "PluginOverrides", "load_config"]
+
+_SECTIONS = {"host", "plugins", "limits", "grants", "plugin"}
+
+
+@dataclass(frozen=True)
+class Grant:
+    digest: str
+    capabilities: frozenset[str]
+
+
+@dataclass(frozen=True)
+class PluginOverrides:
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    limits: Mapping[str, int] = field(default_factory=dict)
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    path: Path | None = None
+    data_dir: Path = Path(".wasmext")
+    hooks: bool = True
+    auto_enable: bool = True
+    default_timeout_ms: int | None = None
+    user_dir: Path | None = None
+    workspace_dir: Path | None = None
+    enabled: frozenset[str] = frozenset()
+    disabled: frozenset[str] = frozenset()
+    limits: Limits = field(default_factory=Limits)
+    cap: Limits | None = None
+    grants: Mapping[str, Grant] = field(default_factory=dict)
+    overrides: Mapping[str, PluginOverrides] = field(default_factory=dict)
+
+    def plugin_dirs(self) -> list[tuple[str, Path]]:
+        """(source, folder) in precedence order: user before workspace."""
+        return [(src, d) for src, d in (("user", self.user_dir),
+                                         ("workspace", self.workspace_dir)) if d is not None]
+
+
+def _need(cond: bool, path: Path | None, fld: str, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"{path or 'config'}: field '{fld}': {why}")
+
+
+def _table(raw: Any, path: Path | None, fld: str) -> dict[str, Any]:
+    _need(isinstance(raw, dict), path, fld, "must be a table")
+    return dict(raw)
+
+
+def _ids(raw: Any, path: Path | None, fld: str) -> frozenset[str]:
+    _need(isinstance(raw, list) and all(isinstance(x, str) and ID_RE.match(x) for x in raw),
+          path, fld, "must be an array of plugin ids")
+    return frozenset(raw)
+
+
+def _limits(raw: Any, base: Limits, path: Path | None, fld: str) -> Limits:
+    try:
+        return base.replace(**_table(raw, path, fld))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path or 'config'}: field '{fld}': {exc}") from exc
+
+
+def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfig:
+    unknown = sorted(set(data) - _SECTIONS)
+    _need(not unknown, path, unknown[0] if unknown else "", "unknown section")
+    base = path.parent if path else Path.cwd()
+
+    def where(raw: Any, fld: str) -> Path:
+        _need(isinstance(raw, str), path, fld, "must be a path string")
+        p = Path(os.path.expanduser(raw))
+        return p if p.is_absolute() else base / p
+
+    host = _table(data.get("host", {}), path, "host")
+    flags = {}
+    for key, default in (("hooks", True), ("auto_enable", True)):
+        flags[key] = host.get(key, default)
+        _need(isinstance(flags[key], bool), path, f"host.{key}", "must be a bool")
+    timeout = host.get("default_timeout_ms")
+    _need(timeout is None or (type(timeout) is int and timeout > 0), path,
+          "host.default_timeout_ms", "must be a positive int")
+    plugins = _table(data.get("plugins", {}), path, "plugins")
+    limits_raw = _table(data.get("limits", {}), path, "limits")
+    cap_raw = limits_raw.pop("cap", None)
+    limits = _limits(limits_raw, Limits(), path, "limits")
+    if timeout is not None and "timeout_ms" not in limits_raw:
+        limits = limits.replace(timeout_ms=timeout)
+    cap = _limits(cap_raw, Limits(), path, "limits.cap") if cap_raw is not None else None
+    grants = {}
+    for pid, g in _table(data.get("grants", {}), path, "grants").items():
+        fld = f"grants.{pid}"
+        g = _table(g, path, fld)
+        _need(bool(ID_RE.match(pid)), path, fld, "not a plugin id")
+        digest = g.get("digest")
+        _need(isinstance(digest, str) and digest.startswith("sha256:") and len(digest) == 71,
+              path, f"{fld}.digest", "must be 'sha256:' and 64 hex digits")
+        caps = g.get("capabilities", [])
+        _need(isinstance(caps, list) and all(isinstance(c, str) for c in caps), path,
+              f"{fld}.capabilities", "must be an array of strings")
+        grants[pid] = Grant(str(digest), frozenset(caps))
+    overrides = {}
+    for pid, o in _table(data.get("plugin", {}), path, "plugin").items():
+        fld = f"plugin.{pid}"
+        o = _table(o, path, fld)
+        _need(bool(ID_RE.match(pid)), path, fld, "not a plugin id")
+        failure = o.get("failure")
+        _need(failure is None or failure in FAILURE_POLICIES, path, f"{fld}.failure",
+              f"must be one of {FAILURE_POLICIES}")
+        lim = _table(o.get("limits", {}), path, f"{fld}.limits")
+        _limits(lim, Limits(), path, f"{fld}.limits")
+        overrides[pid] = PluginOverrides(_table(o.get("settings", {}), path, f"{fld}.settings"),
+                                         lim, failure)
+    return HostConfig(
+        path=path,
+        data_dir=where(host.get("data_dir", ".wasmext"), "host.data_dir"),
+        hooks=flags["hooks"], auto_enable=flags["auto_enable"], default_timeout_ms=timeout,
+        user_dir=where(plugins["user_dir"], "plugins.user_dir") if "user_dir" in plugins
+        else None,
+        workspace_dir=where(plugins["workspace_dir"], "plugins.workspace_dir")
+        if "workspace_dir" in plugins else None,
+        enabled=_ids(plugins.get("enabled", []), path, "plugins.enabled"),
+        disabled=_ids(plugins.get("disabled", []), path, "plugins.disabled"),
+        limits=limits, cap=cap, grants=grants, overrides=overrides)
+
+
+def load_config(path: Path) -> HostConfig:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_config(data, path)
+
+
+class EnableState:
+    """Which plugins are enabled, persisted in data_dir/plugins.json (atomically)."""
+
+    def __init__(self, config: HostConfig) -> None:
+        self.config = config
+        self.path = config.data_dir / "plugins.json"
+        self._choices: dict[str, bool] = {}
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            choices = raw.get("enabled", {}) if isinstance(raw, dict) else {}
+            self._choices = {k: v for k, v in choices.items()
+                             if isinstance(k, str) and isinstance(v, bool)}
+        except (OSError, ValueError):
+            self._choices = {}
+
+    def is_enabled(self, plugin_id: str) -> bool:
+        if plugin_id in self._choices:
+            return self._choices[plugin_id]
+        if plugin_id in self.config.disabled:
+            return False
+        if plugin_id in self.config.enabled:
+            return True
+        return self.config.auto_enable
+
+    def set(self, plugin_id: str, enabled: bool) -> None:
+        self._choices[plugin_id] = enabled
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"enabled": self._choices}, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)

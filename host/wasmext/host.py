@@ -1,0 +1,280 @@
+"""Host: many plugins, one ordering rule, and the failure policy of each.
+
+    with Host.from_config("wasmext.toml") as host:
+        with host.session() as s:
+            text = s.on_plain_text("hello").value
+
+The hook kinds live in `wasmext.hooks.*`; this module owns what they share:
+loading (discovery, enable state, grants keyed to digests), the order of the
+entries of a hook, and `call`, which runs one plugin under its failure policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wasmext.config import EnableState, HostConfig, load_config
+from wasmext.discovery import check_folder, discover
+from wasmext.errors import (
+    ConfigError,
+    HookAborted,
+    PluginError,
+    PluginFault,
+    Quarantined,
+    WasmextError,
+)
+from wasmext.hooks.middleware import install_next
+from wasmext.instance import CallResult
+from wasmext.manifest import Manifest, load_manifest
+from wasmext.ordering import Entry, order_entries
+from wasmext.plugin import Plugin
+from wasmext.runtime import Runtime
+from wasmext.session import Session
+
+__all__ = ["FaultRecord", "Host", "LoadedPlugin"]
+
+log = logging.getLogger("wasmext.host")
+
+
+@dataclass
+class LoadedPlugin:
+    plugin: Plugin
+    source: str
+    load_index: int
+    manifest: Manifest | None
+    failure: str = "open"
+    reload_after: float = 0.0
+    backoff_s: float = 0.5
+
+    @property
+    def id(self) -> str:
+        return self.plugin.id
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    plugin_id: str
+    hook: str
+    reason: str
+    message: str
+    policy: str
+    time: float = field(default_factory=time.time)
+
+
+class Host:
+    """Loads plugins, orders their hooks and calls them under their failure policy.
+
+    Thread-safe: concurrent sessions each borrow their own plugin instances.
+    """
+
+    def __init__(self, config: HostConfig | None = None, *, runtime: Runtime | None = None,
+                 plugin_dirs: Iterable[tuple[str, Path]] | None = None) -> None:
+        self.config = config or HostConfig()
+        self.runtime = runtime or Runtime(defaults=self.config.limits,
+                                          policy=self.config.cap)
+        self.enable_state = EnableState(self.config)
+        self.plugins: dict[str, LoadedPlugin] = {}
+        self.load_errors: list[WasmextError] = []
+        self.faults: list[FaultRecord] = []
+        self._order_cache: dict[str, list[Entry]] = {}
+        self._lock = threading.RLock()
+        install_next(self.runtime.services)
+        dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
+        for found in discover(dirs):
+            if found.error is not None:
+                self.load_errors.append(found.error)
+            elif found.manifest is not None:
+                self._load_folder(found.folder, found.manifest, found.source)
+
+    @classmethod
+    def from_config(cls, path: str | Path) -> Host:
+        return cls(load_config(Path(path)))
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.runtime.close()
+        self.plugins.clear()
+
+    # -- loading -------------------------------------------------------------------
+
+    def _load_folder(self, folder: Path, manifest: Manifest, source: str) -> None:
+        if not self.enable_state.is_enabled(manifest.id):
+            log.info("plugin %s is disabled", manifest.id)
+            return
+        try:
+            self.add(folder, source_kind=source, manifest=manifest)
+        except WasmextError as err:
+            log.error("plugin %s not loaded: %s", manifest.id, err.describe())
+            self.load_errors.append(err)
+
+    def add(self, source: str | Path | bytes | Plugin, *, source_kind: str = "explicit",
+             manifest: Manifest | None = None, plugin_id: str | None = None,
+             settings: Mapping[str, Any] | None = None, limits: Mapping[str, int] | None = None,
+             grants: Iterable[str] = (), failure: str | None = None) -> Plugin:
+        """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
+
+        Config overrides (settings, limits, failure) apply by plugin id; grants
+        from the config apply only while the module's digest matches.
+        """
+        if isinstance(source, Plugin):
+            plugin = source
+        else:
+            path = Path(source) if isinstance(source, (str, Path)) else None
+            if manifest is None and path is not None and path.is_dir():
+                manifest = load_manifest(path / "plugin.toml")
+                check_folder(path, manifest)
+            pid = plugin_id or (manifest.id if manifest else None)
+            over = self.config.overrides.get(pid or "")
+            merged_settings = {**(over.settings if over else {}), **(settings or {})}
+            merged_limits = {**(over.limits if over else {}), **(limits or {})}
+            plugin = self.runtime.load(source, plugin_id=pid, settings=merged_settings,
+                                       limits=merged_limits, grants=grants)
+            grant = self.config.grants.get(plugin.id)
+            if grant is not None:
+                if grant.digest == f"sha256:{plugin.module.info.digest}":
+                    plugin.set_grants(plugin.grants | grant.capabilities)
+                else:
+                    log.warning("plugin %s changed (digest %s); its grants apply to %s and are "
+                                "withheld until renewed", plugin.id, plugin.module.info.digest[:12],
+                                grant.digest[7:19])
+        over = self.config.overrides.get(plugin.id)
+        policy = failure or (over.failure if over and over.failure else None) or \
+            (manifest.failure if manifest else "open")
+        with self._lock:
+            if plugin.id in self.plugins and self.plugins[plugin.id].plugin is not plugin:
+                raise ConfigError(f"plugin id {plugin.id!r} is already loaded",
+                                  plugin_id=plugin.id)
+            self.plugins[plugin.id] = LoadedPlugin(plugin, source_kind, len(self.plugins),
+                                                   manifest, policy)
+            self._order_cache.clear()
+        return plugin
+
+    def ordered(self, hook: str) -> list[Entry]:
+        """The entries of `hook` in call order (cached until the plugin set changes)."""
+        with self._lock:
+            cached = self._order_cache.get(hook)
+            if cached is not None:
+                return cached
+            entries = []
+            constraints = {}
+            for lp in self.plugins.values():
+                if lp.manifest is not None:
+                    constraints[lp.id] = (lp.manifest.before, lp.manifest.after)
+                for i, spec in enumerate(lp.plugin.registration.hooks):
+                    if spec.hook == hook:
+                        entries.append(Entry(lp.id, hook, spec.priority, lp.source,
+                                             lp.load_index, i, spec.pattern))
+            result = order_entries(entries, constraints)
+            self._order_cache[hook] = result
+            return result
+
+    def order_table(self) -> dict[str, list[Entry]]:
+        hooks = sorted({h.hook for lp in self.plugins.values()
+                        for h in lp.plugin.registration.hooks})
+        return {hook: self.ordered(hook) for hook in hooks}
+
+    def enable(self, plugin_id: str) -> None:
+        """Enable a plugin (persisted); it loads at the next start or rescan."""
+        self.enable_state.set(plugin_id, True)
+
+    def disable(self, plugin_id: str) -> None:
+        """Disable a plugin (persisted) and unload it now."""
+        self.enable_state.set(plugin_id, False)
+        with self._lock:
+            lp = self.plugins.pop(plugin_id, None)
+            if lp is not None:
+                lp.plugin.close()
+            self._order_cache.clear()
+
+    # -- calling -------------------------------------------------------------------
+
+    def call(self, entry: Entry, data: Any, session: Session | None = None) -> CallResult | None:
+        """Call one plugin's hook under its failure policy.
+
+        Returns None when the plugin failed or was skipped and its policy is
+        open or reload (the caller keeps the previous value); raises
+        HookAborted when it is closed. Every outcome goes into the session trace.
+        """
+        return self._invoke(entry, data, session, None)[0]
+
+    def try_call(self, plugin_id: str, hook: str, data: Any, session: Session | None = None
+                 ) -> tuple[CallResult | None, str | None]:
+        """Call a named plugin without its failure policy: (result, None) or
+        (None, reason). The caller decides what a failure means (pipelines)."""
+        lp = self.plugins.get(plugin_id)
+        if lp is None:
+            if session is not None:
+                session.trace.note(hook, "failed", "no such plugin loaded", plugin_id)
+            return None, f"plugin {plugin_id} is not loaded"
+        entry = Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0)
+        return self._invoke(entry, data, session, "open")
+
+    def _invoke(self, entry: Entry, data: Any, session: Session | None,
+                policy: str | None) -> tuple[CallResult | None, str | None]:
+        lp = self.plugins.get(entry.plugin_id)
+        if lp is None:
+            return None, "not loaded"
+        if not self.config.hooks:
+            return None, "hooks are switched off"
+        trace = session.trace if session is not None else None
+        if lp.reload_after and time.monotonic() < lp.reload_after:
+            if trace is not None:
+                trace.add(entry, "skipped", "reload backoff")
+            return None, "skipped: reload backoff"
+        try:
+            result = lp.plugin.call(entry.hook, data,
+                                    {"session": session.id if session else None})
+        except Quarantined:
+            if trace is not None:
+                trace.add(entry, "skipped", "quarantined")
+            return None, "quarantined"
+        except (PluginFault, PluginError) as err:
+            self.record_fault(lp, entry.hook, err)
+            reason = err.code if isinstance(err, PluginError) else err.reason
+            if trace is not None:
+                trace.add(entry, "failed", f"{reason}: {err.message}")
+            if (policy or lp.failure) == "closed":
+                raise HookAborted(f"plugin {lp.id} failed in {entry.hook} and is fail-closed: "
+                                  f"{reason}", cause=err, plugin_id=lp.id,
+                                  hook=entry.hook) from err
+            return None, f"{reason}: {err.message}"
+        lp.backoff_s = 0.5
+        if trace is not None:
+            outcome = "stop" if result.stop else ("changed" if result.changed else "unchanged")
+            trace.add(entry, outcome, None)
+        return result, None
+
+    def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None:
+        reason = err.code if isinstance(err, PluginError) else err.reason
+        log.warning("plugin %s hook %s failed (%s, policy %s): %s", lp.id, hook, reason,
+                    lp.failure, err.message, extra={"plugin_id": lp.id, "hook": hook})
+        self.faults.append(FaultRecord(lp.id, hook, reason, err.message, lp.failure))
+        del self.faults[:-1000]
+        if lp.failure == "reload" and isinstance(err, PluginFault):
+            lp.plugin.close()  # the next call gets a fresh instance ...
+            lp.reload_after = time.monotonic() + lp.backoff_s  # ... after a backoff
+            lp.backoff_s = min(lp.backoff_s * 2, 60.0)
+
+    @contextmanager
+    def session(self, session_id: str | None = None,
+                state: Mapping[str, Any] | None = None) -> Iterator[Session]:
+        """A session: `session_start` on entry, `session_end` on exit."""
+        s = Session(self, session_id or uuid.uuid4().hex, dict(state or {}))
+        s.start()
+        try:
+            yield s
+        finally:
+            s.end()

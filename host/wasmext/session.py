@@ -1,0 +1,135 @@
+"""A session: one conversation's identity, state, trace, and a method per hook kind.
+
+Sessions are cheap and independent; several may run at once on one Host.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
+    from wasmext.hooks.lifecycle import LifecycleResult
+    from wasmext.hooks.pipeline import PipelineResult, Policy
+    from wasmext.hooks.transform import TransformResult
+    from wasmext.host import Host
+    from wasmext.ordering import Entry
+
+__all__ = ["Session", "Trace", "TraceEvent"]
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """What one plugin did in one hook call (or a note from the host)."""
+
+    hook: str
+    plugin_id: str | None
+    outcome: str  # changed, unchanged, stop, failed, skipped, or a host note
+    detail: str | None = None
+    time: float = field(default_factory=time.time)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"hook": self.hook, "plugin": self.plugin_id, "outcome": self.outcome,
+                "detail": self.detail}
+
+
+class Trace:
+    """The ordered record of a session, for `wasmext run` and for debugging."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.events: list[TraceEvent] = []
+        self.limit = limit
+
+    def add(self, entry: Entry, outcome: str, detail: str | None) -> None:
+        self.note(entry.hook, outcome, detail, entry.plugin_id)
+
+    def note(self, hook: str, outcome: str, detail: str | None = None,
+             plugin_id: str | None = None) -> None:
+        if len(self.events) < self.limit:
+            self.events.append(TraceEvent(hook, plugin_id, outcome, detail))
+
+
+class Session:
+    """Create with `Host.session()`; the methods run one hook kind each."""
+
+    def __init__(self, host: Host, session_id: str, state: dict[str, Any]) -> None:
+        self.host = host
+        self.id = session_id
+        self.state = state
+        self.trace = Trace()
+        self.messages: list[dict[str, Any]] = []
+        self.system_messages: list[str] = []
+
+    def start(self) -> LifecycleResult:
+        result = self.lifecycle("session_start")
+        self.system_messages.extend(result.system_messages)
+        return result
+
+    def end(self) -> LifecycleResult:
+        return self.lifecycle("session_end", messages=self.messages)
+
+    # -- transforms and tags ---------------------------------------------------------
+
+    def on_input_messages(self, messages: Sequence[Mapping[str, Any]]) -> TransformResult:
+        from wasmext.hooks.transform import run_transform
+
+        return run_transform(self, "on_input_messages", [dict(m) for m in messages])
+
+    def on_plain_text(self, text: str) -> TransformResult:
+        from wasmext.hooks.transform import run_transform
+
+        return run_transform(self, "on_plain_text", text)
+
+    def on_llm_output(self, text: str) -> TransformResult:
+        from wasmext.hooks.transform import run_transform
+
+        return run_transform(self, "on_llm_output", text)
+
+    def process_tags(self, text: str) -> str:
+        from wasmext.hooks.tags import run_tags
+
+        return run_tags(self, text)
+
+    # -- middleware, lifecycle, pipeline ------------------------------------------------
+
+    def middleware(self, kind: str, data: dict[str, Any],
+                   core: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Run `core(data)` wrapped in the `kind` middleware layers (turn, step, tool_call)."""
+        from wasmext.hooks.middleware import run_middleware
+
+        return run_middleware(self, kind, data, core)
+
+    def lifecycle(self, event: str, **fields: Any) -> LifecycleResult:
+        from wasmext.hooks.lifecycle import run_lifecycle
+
+        return run_lifecycle(self, event, fields)
+
+    def pipeline(self, policy: Policy, payload: str,
+                 context: Mapping[str, Any] | None = None,
+                 provider: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                 ) -> PipelineResult:
+        from wasmext.hooks.pipeline import run_pipeline
+
+        return run_pipeline(self, policy, payload, dict(context or {}), provider)
+
+    # -- output extensions, prompt, tool guidance -------------------------------------
+
+    def output_extensions(self, query: str, answer: str) -> tuple[str, list[ExtensionResult]]:
+        """Strip `#name[:param]` requests from `query`; run them on `answer`."""
+        from wasmext.hooks.extensions import run_output_extensions
+
+        return run_output_extensions(self, query, answer)
+
+    def prompt(self, system: str, user: str, tags: Sequence[str] = (),
+               context: Mapping[str, Any] | None = None) -> Prompt:
+        from wasmext.hooks.extensions import assemble_prompt
+
+        return assemble_prompt(self, system, user, tags, dict(context or {}))
+
+    def tool_guidance(self, tools: Sequence[str]) -> ToolGuidance:
+        from wasmext.hooks.extensions import tool_guidance
+
+        return tool_guidance(self, tools)
