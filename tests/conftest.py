@@ -18,7 +18,8 @@ SDK_LANGS = sorted(p.parent.parent.name for p in SDK_ROOT.glob("*/conformance/pl
 
 def plugin_dirs() -> dict[str, Path]:
     dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
-            "normalize-text": ROOT / "plugins" / "normalize-text"}
+            "normalize-text": ROOT / "plugins" / "normalize-text",
+            "test-kit": ROOT / "tests" / "plugins" / "test-kit"}
     for lang in SDK_LANGS:
         dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"
         dirs[f"hello-{lang}"] = SDK_ROOT / lang / "examples" / "hello"

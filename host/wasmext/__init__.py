@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR
 from wasmext.cache import CompileCache
+from wasmext.config import HostConfig, load_config
 from wasmext.engine import EngineConfig
 from wasmext.errors import (
     AbiMismatch,
@@ -21,6 +22,7 @@ from wasmext.errors import (
     ConfigError,
     EncodeError,
     GuestTrap,
+    HookAborted,
     HostCallLimitExceeded,
     InputTooLarge,
     InvalidModule,
@@ -28,7 +30,9 @@ from wasmext.errors import (
     LoadError,
     ManifestError,
     MemoryLimitExceeded,
+    MiddlewareError,
     OutOfFuel,
+    PipelineError,
     PluginError,
     PluginFault,
     Quarantined,
@@ -37,12 +41,18 @@ from wasmext.errors import (
     UnknownImport,
     WasmextError,
 )
+from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
+from wasmext.hooks.lifecycle import LifecycleResult
+from wasmext.hooks.pipeline import PipelineResult, Policy, load_policy, parse_policy
+from wasmext.hooks.transform import TransformResult
+from wasmext.host import Host
 from wasmext.hostcalls import CallContext, HostServices, OpError
 from wasmext.instance import CallResult
 from wasmext.limits import Limits
 from wasmext.manifest import Manifest, load_manifest
 from wasmext.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
 from wasmext.runtime import Runtime
+from wasmext.session import Session, Trace, TraceEvent
 
 __all__ = [
     "ABI_MAJOR",
@@ -55,31 +65,49 @@ __all__ = [
     "ConfigError",
     "EncodeError",
     "EngineConfig",
+    "ExtensionResult",
     "GuestTrap",
+    "HookAborted",
     "HookSpec",
+    "Host",
     "HostCallLimitExceeded",
+    "HostConfig",
     "HostServices",
     "InputTooLarge",
     "InvalidModule",
     "InvalidOutput",
+    "LifecycleResult",
     "Limits",
     "LoadError",
     "Manifest",
     "ManifestError",
     "MemoryLimitExceeded",
+    "MiddlewareError",
     "OpError",
     "OutOfFuel",
+    "PipelineError",
+    "PipelineResult",
     "Plugin",
     "PluginError",
     "PluginFault",
+    "Policy",
+    "Prompt",
     "QuarantinePolicy",
     "Quarantined",
     "Registration",
     "Runtime",
+    "Session",
     "StackOverflow",
     "Timeout",
+    "ToolGuidance",
+    "Trace",
+    "TraceEvent",
+    "TransformResult",
     "UnknownImport",
     "WasmextError",
     "__version__",
+    "load_config",
     "load_manifest",
+    "load_policy",
+    "parse_policy",
 ]

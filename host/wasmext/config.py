@@ -21,8 +21,9 @@
     digest = "sha256:..."
     capabilities = ["state"]
 
-    [plugin.normalize-text]      # per-plugin settings, limits, failure policy
+    [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
+    priority = 40
     limits = { timeout_ms = 200 }
     failure = "closed"
 
@@ -59,6 +60,7 @@ class PluginOverrides:
     settings: Mapping[str, Any] = field(default_factory=dict)
     limits: Mapping[str, int] = field(default_factory=dict)
     failure: str | None = None
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,11 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
               f"must be one of {FAILURE_POLICIES}")
         lim = _table(o.get("limits", {}), path, f"{fld}.limits")
         _limits(lim, Limits(), path, f"{fld}.limits")
+        prio = o.get("priority")
+        _need(prio is None or (type(prio) is int and 0 <= prio <= 100), path,
+              f"{fld}.priority", "must be an int 0-100")
         overrides[pid] = PluginOverrides(_table(o.get("settings", {}), path, f"{fld}.settings"),
-                                         lim, failure)
+                                         lim, failure, prio)
     return HostConfig(
         path=path,
         data_dir=where(host.get("data_dir", ".wasmext"), "host.data_dir"),

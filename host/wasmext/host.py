@@ -123,7 +123,8 @@ class Host:
     def add(self, source: str | Path | bytes | Plugin, *, source_kind: str = "explicit",
              manifest: Manifest | None = None, plugin_id: str | None = None,
              settings: Mapping[str, Any] | None = None, limits: Mapping[str, int] | None = None,
-             grants: Iterable[str] = (), failure: str | None = None) -> Plugin:
+             grants: Iterable[str] = (), failure: str | None = None,
+             priority: int | None = None) -> Plugin:
         """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
 
         Config overrides (settings, limits, failure) apply by plugin id; grants
@@ -140,8 +141,10 @@ class Host:
             over = self.config.overrides.get(pid or "")
             merged_settings = {**(over.settings if over else {}), **(settings or {})}
             merged_limits = {**(over.limits if over else {}), **(limits or {})}
+            if priority is None and over is not None:
+                priority = over.priority
             plugin = self.runtime.load(source, plugin_id=pid, settings=merged_settings,
-                                       limits=merged_limits, grants=grants)
+                                       limits=merged_limits, grants=grants, priority=priority)
             grant = self.config.grants.get(plugin.id)
             if grant is not None:
                 if grant.digest == f"sha256:{plugin.module.info.digest}":

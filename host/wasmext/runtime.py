@@ -125,11 +125,12 @@ class Runtime:
     def load(self, source: Path | str | bytes | bytearray, *, plugin_id: str | None = None,
              limits: Mapping[str, int] | Limits | None = None,
              settings: Mapping[str, Any] | None = None,
-             grants: Iterable[str] = ()) -> Plugin:
+             grants: Iterable[str] = (), priority: int | None = None) -> Plugin:
         """Load a plugin folder (with plugin.toml), a .wasm file, or module bytes.
 
         Limits are the runtime defaults, then the manifest's, then `limits`,
-        each capped by the runtime's policy.
+        each capped by the runtime's policy. `priority` replaces the manifest's
+        as the priority of hooks that do not state their own.
         """
         manifest: Manifest | None = None
         if isinstance(source, (bytes, bytearray)):
@@ -164,7 +165,8 @@ class Runtime:
         plugin = Plugin(module, plugin_id=pid, limits=eff, settings=values, sensitive=sensitive,
                         grants=frozenset(grants), services=self.services,
                         quarantine=self.quarantine,
-                        default_priority=manifest.priority if manifest else 50)
+                        default_priority=priority if priority is not None
+                        else manifest.priority if manifest else 50)
         old = self.plugins.pop(pid, None)
         if old is not None:
             old.close()
