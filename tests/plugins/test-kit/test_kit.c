@@ -39,8 +39,30 @@ static wasmext_verdict plain_text(wasmext_call *call) {
     return v;
 }
 
+/* on_tag for tags starting with "t": "<name>(<content>)", so nesting and
+ * innermost-first order are visible in the result. */
+static wasmext_verdict tag(wasmext_call *call) {
+    wasmext_reader name, content;
+    const char *n, *c;
+    uint32_t n_len, c_len;
+    if (wasmext_map_find(&call->data, "tag", &name) != WASMEXT_OK ||
+        wasmext_map_find(&call->data, "content", &content) != WASMEXT_OK ||
+        wasmext_read_str(&name, &n, &n_len) != WASMEXT_OK ||
+        wasmext_read_str(&content, &c, &c_len) != WASMEXT_OK)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "on_tag data needs tag and content");
+    wasmext_writer text = WASMEXT_WRITER_INIT;
+    wasmext_write_raw(&text, n, n_len);
+    wasmext_write_raw(&text, "(", 1);
+    wasmext_write_raw(&text, c, c_len);
+    wasmext_write_raw(&text, ")", 1);
+    wasmext_verdict v = wasmext_return_str(call, (const char *)text.buf, text.len);
+    wasmext_writer_free(&text);
+    return v;
+}
+
 static const wasmext_hook hooks[] = {
     WASMEXT_HOOK("on_plain_text", plain_text),
+    {"on_tag", WASMEXT_PRIORITY_DEFAULT, "t*", tag},
 };
 
 WASMEXT_PLUGIN("test-kit", "0.1.0", hooks);
