@@ -142,3 +142,105 @@ def limits() -> None:
     """Print the default sandbox limits."""
     for name, value in Limits().as_dict().items():
         click.echo(f"{name:<24} {value}")
+
+
+def _host(config: Path | None, plugin_dirs: tuple[Path, ...]) -> Any:
+    from wasmext import Host, HostConfig, load_config
+
+    cfg = load_config(config) if config else HostConfig()
+    dirs = [("workspace", d) for d in plugin_dirs] if plugin_dirs else None
+    return Host(cfg, plugin_dirs=dirs)
+
+
+CONFIG_OPT = click.option("--config", "config", type=click.Path(exists=True, dir_okay=False,
+                                                                   path_type=Path),
+                          help="A wasmext.toml (default: ./wasmext.toml if present).")
+PLUGINS_OPT = click.option("--plugins", "plugin_dirs", multiple=True,
+                           type=click.Path(exists=True, file_okay=False, path_type=Path),
+                           help="A plugin directory (instead of the config's). Repeatable.")
+
+
+def _default_config(config: Path | None) -> Path | None:
+    if config is None and Path("wasmext.toml").is_file():
+        return Path("wasmext.toml")
+    return config
+
+
+@main.command("list")
+@CONFIG_OPT
+@PLUGINS_OPT
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """List loaded plugins and the effective order of every hook."""
+    try:
+        host = _host(_default_config(config), plugin_dirs)
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    with host:
+        order = {hook: [{"plugin": e.plugin_id, "priority": e.priority, "source": e.source,
+                         "pattern": e.pattern} for e in entries]
+                 for hook, entries in host.order_table().items()}
+        plugins = [{"id": lp.id, "source": lp.source, "failure": lp.failure,
+                    "digest": f"sha256:{lp.plugin.module.info.digest}"}
+                   for lp in host.plugins.values()]
+        errors = [err.describe() for err in host.load_errors]
+    if as_json:
+        click.echo(json.dumps({"plugins": plugins, "order": order, "errors": errors}, indent=2))
+        return
+    for p in plugins:
+        click.echo(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}")
+    for hook, entries in order.items():
+        chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
+        click.echo(f"  {hook:<22} {chain}")
+    for line in errors:
+        click.echo(f"not loaded: {line}", err=True)
+
+
+@main.command()
+@click.argument("transcript", required=False,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@CONFIG_OPT
+@PLUGINS_OPT
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A routing policy (JSON or TOML) for pre/validator/post stages.")
+@click.option("--model-url", help="An OpenAI-compatible endpoint (base URL, e.g. .../v1).")
+@click.option("--model", "model_name", default="gpt-4o-mini", show_default=True,
+              help="Model name for --model-url.")
+@click.option("--prompt", "prompts", multiple=True, help="A user turn (with --model-url).")
+@click.option("--max-steps", type=click.IntRange(1, 50), default=4, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+def run(transcript: Path | None, config: Path | None, plugin_dirs: tuple[Path, ...],
+        policy: Path | None, model_url: str | None, model_name: str, prompts: tuple[str, ...],
+        max_steps: int, as_json: bool) -> None:
+    """Drive an agent session through the plugins and show what each one did.
+
+    The embedded default model replays TRANSCRIPT; --model-url talks to a real
+    OpenAI-compatible endpoint instead, with the turns given by --prompt.
+    """
+    from wasmext import load_policy
+    from wasmext.agent import Agent
+    from wasmext.models import OpenAIModel, ReplayModel, load_transcript
+
+    from wasmext_cli.trace import print_run
+
+    try:
+        if model_url:
+            if not prompts:
+                raise click.UsageError("--model-url needs at least one --prompt")
+            model: Any = OpenAIModel(model_url, model_name)
+            turns, system = list(prompts), "You are a helpful assistant."
+        elif transcript is not None:
+            script = load_transcript(transcript)
+            model, system = ReplayModel(script), script.system
+            turns = [t["user"] for t in script.turns]
+        else:
+            raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
+        host = _host(_default_config(config), plugin_dirs)
+        routing = load_policy(policy) if policy else None
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    with host:
+        with host.session() as session:
+            agent = Agent(host, model, system=system, policy=routing, max_steps=max_steps)
+            reports = [agent.run_turn(session, i, text) for i, text in enumerate(turns)]
+        print_run(host, session, reports, as_json)

@@ -1,0 +1,203 @@
+"""`wasmext run`: one agent session driven through every hook kind.
+
+Per turn: input messages, plain text, the routing policy's pre and validator
+stages, before_agent, prompt assembly (additions, tool guidance), then the turn
+middleware around the step loop; each step is wrapped by step middleware and
+runs before_tool_selection, before_model, the model, after_model and every
+tool call through tool_call middleware with before_tool/after_tool. Then
+on_llm_output, tags, output extensions, the policy's post stages and
+after_agent. The session starts and ends with session_start/session_end.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wasmext.errors import HookAborted, PipelineError, WasmextError
+from wasmext.hooks.extensions import parse_requests
+from wasmext.hooks.pipeline import Policy
+from wasmext.host import Host
+from wasmext.models import Model
+from wasmext.session import Session
+
+__all__ = ["DEMO_TOOLS", "Agent", "Tool", "TurnReport"]
+
+_TAG_NAMES = re.compile(r"<([A-Za-z_][\w.\-:]*)[\s>]")
+_OPS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.Mod: operator.mod, ast.USub: operator.neg,
+    ast.UAdd: operator.pos, ast.FloorDiv: operator.floordiv}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    run: Callable[[Mapping[str, Any]], Any]
+
+
+def _calc(args: Mapping[str, Any]) -> Any:
+    expr = str(args.get("expression", ""))
+    if len(expr) > 200:
+        raise ValueError("expression too long")
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.operand))
+        raise ValueError("only numbers and + - * / // % are allowed")
+
+    return ev(ast.parse(expr, mode="eval"))
+
+
+DEMO_TOOLS = {t.name: t for t in (
+    Tool("calc", "Evaluate an arithmetic expression: {expression: str}.", _calc),
+    Tool("clock", "The current UTC time.", lambda a: dt.datetime.now(dt.timezone.utc)
+         .strftime("%Y-%m-%dT%H:%M:%SZ")),
+    Tool("shell", "Run a shell command (the demo never runs it).",
+         lambda a: "refused: the demo shell runs nothing"),
+    Tool("debug", "Dump internal state.", lambda a: {"debug": True}),
+)}
+
+
+@dataclass
+class TurnReport:
+    user: str
+    response: str = ""
+    finish_reason: str = "text_response"
+    aborted: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    extensions: list[dict[str, Any]] = field(default_factory=list)
+    system: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Agent:
+    """Runs turns of one session through the host's plugins."""
+
+    def __init__(self, host: Host, model: Model, *, tools: Mapping[str, Tool] | None = None,
+                 system: str = "You are a helpful assistant.", policy: Policy | None = None,
+                 max_steps: int = 4) -> None:
+        self.host = host
+        self.model = model
+        self.tools = dict(DEMO_TOOLS if tools is None else tools)
+        self.system = system
+        self.policy = policy
+        self.max_steps = max_steps
+
+    def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
+        report = TurnReport(user)
+        try:
+            self._turn(session, index, user, report)
+        except (HookAborted, PipelineError) as err:
+            report.aborted, report.finish_reason = err.describe(), "error"
+            session.trace.note("turn", "abort", err.describe(), err.plugin_id)
+        return report
+
+    def _turn(self, s: Session, index: int, user: str, report: TurnReport) -> None:
+        # The model never sees `#extension` requests; they run on its answer.
+        known = {e.pattern for e in self.host.ordered("output_extension") if e.pattern}
+        asked, _ = parse_requests(user, known)
+        messages = s.on_input_messages([{"role": "user", "content": asked}]).value
+        text = s.on_plain_text(messages[-1].get("content", user)).value
+        if self.policy is not None:
+            text = s.pipeline(self.policy, text, provider=lambda d: d["message"]).message[
+                "payload"]
+        gate = s.lifecycle("before_agent", prompt=text, context={"turn": index})
+        if not gate.proceed:
+            report.aborted, report.finish_reason = gate.stop_reason, "error"
+            return
+        tags = [*_TAG_NAMES.findall(user), *re.findall(r"#([a-z0-9-]+)", user)]
+        guidance = s.tool_guidance(list(self.tools))
+        prompt = s.prompt("\n".join([self.system, *s.system_messages,
+                                     *gate.system_messages, guidance.text()]).strip(),
+                          text, tags=tags, context={"turn": index})
+        report.system = prompt.system
+        s.messages.append({"role": "user", "content": prompt.user})
+        turn_data = {"turn_id": f"turn-{index}", "input": {"role": "user", "content": text},
+                     "messages": list(s.messages), "metadata": {}}
+        result = s.middleware("turn", turn_data,
+                              lambda d: self._steps(s, index, prompt.system, guidance.tools,
+                                                    report))
+        response = str(result.get("response", ""))
+        report.finish_reason = str(result.get("finish_reason", "text_response"))
+        response = s.process_tags(s.on_llm_output(response).value)
+        _, extensions = s.output_extensions(user, response)
+        report.extensions = [e.as_dict() for e in extensions]
+        if self.policy is not None:
+            response = s.pipeline(Policy(self.policy.policy_id, post=self.policy.post),
+                                  response, provider=lambda d: d["message"]).message["payload"]
+        report.response = response
+        s.messages.append({"role": "assistant", "content": response})
+        s.lifecycle("after_agent", response=response, tool_calls=report.tool_calls)
+
+    def _steps(self, s: Session, index: int, system: str, tools: list[str],
+               report: TurnReport) -> dict[str, Any]:
+        for step in range(self.max_steps):
+            data = {"turn_id": f"turn-{index}", "step": step, "messages": list(s.messages),
+                    "tools": [{"name": n, "description": self.tools[n].description}
+                              for n in tools], "metadata": {}}
+            def core(d: dict[str, Any], step: int = step) -> dict[str, Any]:
+                return self._step(s, index, step, system, d, report)
+
+            out = s.middleware("step", data, core)
+            if not out.get("tool_calls"):
+                return {"finish_reason": "text_response", "response": out.get("response", "")}
+        return {"finish_reason": "max_steps", "response": ""}
+
+    def _step(self, s: Session, index: int, step: int, system: str, data: dict[str, Any],
+              report: TurnReport) -> dict[str, Any]:
+        catalog = [t for t in data.get("tools", []) if isinstance(t, dict) and
+                   t.get("name") in self.tools]
+        s.lifecycle("before_tool_selection", available_tools=[t["name"] for t in catalog])
+        msgs = [{"role": "system", "content": system}, *s.messages]
+        gate = s.lifecycle("before_model", messages=msgs, model=self.model.name)
+        if not gate.proceed:
+            raise HookAborted(gate.stop_reason or "before_model aborted",
+                              plugin_id=gate.stopped_by, hook="before_model")
+        if gate.system_messages:
+            msgs[0] = {"role": "system", "content": system + "\n" + gate.system_message}
+        answer = self.model.complete(msgs, catalog, index, step)
+        s.lifecycle("after_model", response=answer["response"], tokens=answer.get("tokens"))
+        for call in answer["tool_calls"]:
+            result = self._tool(s, index, step, call, {t["name"] for t in catalog})
+            report.tool_calls.append({"tool": call["tool"], "args": call["args"],
+                                      "result": result})
+            s.messages.append({"role": "tool", "name": call["tool"],
+                               "content": str(result.get("output", result.get("error")))})
+        return {"response": answer["response"], "tool_calls": answer["tool_calls"]}
+
+    def _tool(self, s: Session, index: int, step: int, call: dict[str, Any],
+              allowed: set[str]) -> dict[str, Any]:
+        data = {"turn_id": f"turn-{index}", "step": step, "call_id": call["call_id"],
+                "tool": call["tool"], "args": call["args"], "metadata": {}}
+
+        def core(d: dict[str, Any]) -> dict[str, Any]:
+            name, args = d["tool"], d.get("args", {})
+            gate = s.lifecycle("before_tool", tool_name=name, args=args)
+            if not gate.proceed:
+                return {"status": "error", "error": {"message": gate.stop_reason}}
+            if name not in allowed:
+                result = {"status": "error", "error": {"message": f"no tool {name!r}"}}
+            else:
+                try:
+                    result = {"status": "ok", "output": self.tools[name].run(args)}
+                except (ValueError, ArithmeticError, WasmextError) as exc:
+                    result = {"status": "error", "error": {"message": str(exc)}}
+            s.lifecycle("after_tool", tool_name=name, result=result)
+            return result
+
+        return s.middleware("tool_call", data, core)
