@@ -271,6 +271,13 @@ class Host:
             lp.reload_after = time.monotonic() + lp.backoff_s  # ... after a backoff
             lp.backoff_s = min(lp.backoff_s * 2, 60.0)
 
+    def asession(self, session_id: str | None = None,
+                 state: Mapping[str, Any] | None = None) -> Any:
+        """`async with host.asession() as s:` — plugin calls run off the event loop."""
+        from wasmext.aio import asession
+
+        return asession(self, session_id, state)
+
     @contextmanager
     def session(self, session_id: str | None = None,
                 state: Mapping[str, Any] | None = None) -> Iterator[Session]:

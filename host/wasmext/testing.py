@@ -20,7 +20,7 @@ import wasmtime
 from wasmext.plugin import Plugin
 from wasmext.runtime import Runtime
 
-__all__ = ["DATA_AT", "guest_wat", "load_wat", "packed", "vector_value", "wat_bytes"]
+__all__ = ["DATA_AT", "guest_wat", "load_wat", "make_host", "packed", "vector_value", "wat_bytes"]
 
 REGISTER_AT = 1024
 RESPONSE_AT = 4096
@@ -105,3 +105,29 @@ def vector_value(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: vector_value(x) for k, x in v.items()}
     return v
+
+
+def make_host(*plugins: Any, config: Any = None) -> Any:
+    """A Host (no discovery, no disk cache) holding `plugins`.
+
+    Each item is WAT text (starting with "(module"), module bytes, a path (plugin
+    folder, .wasm or .wat), or a (source, options) pair where options are
+    `Host.add` keyword arguments such as plugin_id, settings, priority, failure.
+    Close it (or use it as a context manager) when done.
+    """
+    from pathlib import Path
+
+    from wasmext.config import HostConfig
+    from wasmext.host import Host
+
+    host = Host(config or HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[])
+    for n, item in enumerate(plugins):
+        source, options = item if isinstance(item, tuple) else (item, {})
+        options = dict(options)
+        if isinstance(source, str) and source.lstrip().startswith("(module"):
+            source = bytes(wasmtime.wat2wasm(source))
+            options.setdefault("plugin_id", f"wat-{n}")
+        elif isinstance(source, str):
+            source = Path(source)
+        host.add(source, **options)
+    return host

@@ -1,0 +1,32 @@
+"""A pytest fixture for hosts under test, registered through the pytest11 entry point.
+
+    def test_my_plugin(wasmext_host):
+        host = wasmext_host("plugins/my-plugin", (WAT, {"plugin_id": "spy"}))
+        with host.session() as s:
+            assert s.on_plain_text("x").value == "y"
+
+Hosts made by the fixture are closed when the test ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from wasmext.testing import make_host
+
+
+@pytest.fixture
+def wasmext_host() -> Iterator[Callable[..., Any]]:
+    hosts: list[Any] = []
+
+    def factory(*plugins: Any, config: Any = None) -> Any:
+        host = make_host(*plugins, config=config)
+        hosts.append(host)
+        return host
+
+    yield factory
+    for host in hosts:
+        host.close()

@@ -1,0 +1,156 @@
+"""wasmext.toml, discovery, enable state, grants keyed to digests, async and
+thread safety, and the wasmext_host fixture."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import wasmtime
+from conftest import Built
+from wasmext import ConfigError, Host, PluginError, load_config
+from wasmext.testing import DATA_AT, guest_wat
+
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+
+
+def plugin_folder(root: Path, pid: str, wat: str, extra: str = "") -> Path:
+    folder = root / pid
+    folder.mkdir(parents=True)
+    (folder / f"{pid}.wasm").write_bytes(wasmtime.wat2wasm(wat))
+    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.0.0"\n{extra}')
+    return folder
+
+
+def write_config(tmp: Path, body: str) -> Path:
+    path = tmp / "wasmext.toml"
+    path.write_text(body)
+    return path
+
+
+def test_discovery_user_before_workspace_and_bad_plugins_skipped(tmp_path: Path) -> None:
+    wat = guest_wat(hooks=("on_plain_text",))
+    plugin_folder(tmp_path / "user", "shared-id", wat)
+    plugin_folder(tmp_path / "work", "shared-id", wat)  # duplicate: reported, not loaded
+    plugin_folder(tmp_path / "work", "good", wat)
+    bad = plugin_folder(tmp_path / "work", "bad", wat)
+    (bad / "plugin.toml").write_text('id = "Bad Id"\nversion = "1"\n')
+    cfg = write_config(tmp_path, '[plugins]\nuser_dir = "user"\nworkspace_dir = "work"\n'
+                                 '[host]\ndata_dir = "data"\n')
+    with Host.from_config(cfg) as host:
+        assert sorted(host.plugins) == ["good", "shared-id"]
+        assert host.plugins["shared-id"].source == "user"
+        reasons = " ".join(e.message for e in host.load_errors)
+        assert "already used" in reasons
+        assert "field 'id'" in reasons
+        assert [e.plugin_id for e in host.ordered("on_plain_text")] == ["shared-id", "good"]
+
+
+def test_symlinked_plugin_folder_is_refused(tmp_path: Path) -> None:
+    real = plugin_folder(tmp_path / "elsewhere", "sneaky", guest_wat())
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "sneaky").symlink_to(real, target_is_directory=True)
+    plugin_folder(tmp_path / "work", "escape", guest_wat())
+    target = tmp_path / "secret.wasm"
+    shutil.copy(tmp_path / "work" / "escape" / "escape.wasm", target)
+    (tmp_path / "work" / "escape" / "escape.wasm").unlink()
+    (tmp_path / "work" / "escape" / "escape.wasm").symlink_to(target)
+    with Host(load_config(write_config(tmp_path, '[plugins]\nworkspace_dir = "work"\n'))) as h:
+        assert h.plugins == {}
+        messages = " ".join(e.message for e in h.load_errors)
+        assert "is a symlink" in messages and "outside its plugin folder" in messages
+
+
+def test_enable_state_persists(tmp_path: Path) -> None:
+    plugin_folder(tmp_path / "work", "a", guest_wat())
+    plugin_folder(tmp_path / "work", "b", guest_wat())
+    cfg = write_config(tmp_path, '[host]\ndata_dir = "data"\nauto_enable = false\n'
+                                 '[plugins]\nworkspace_dir = "work"\nenabled = ["a"]\n')
+    with Host.from_config(cfg) as host:
+        assert sorted(host.plugins) == ["a"]
+        host.disable("a")
+        host.enable("b")
+        assert host.plugins == {}
+    with Host.from_config(cfg) as again:
+        assert sorted(again.plugins) == ["b"]
+
+
+def test_grants_are_keyed_to_the_digest(tmp_path: Path) -> None:
+    req = msgpack.packb({"op": "secret.get", "key": "token"})
+    wat = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))",
+                    imports=HOST_CALL, data=req)
+    folder = plugin_folder(tmp_path / "work", "needs-secret", wat,
+                           '[settings.token]\nsensitive = true\ndefault = "t0ken"\n')
+    digest = hashlib.sha256((folder / "needs-secret.wasm").read_bytes()).hexdigest()
+    body = ('[plugins]\nworkspace_dir = "work"\n[grants.needs-secret]\n'
+            'digest = "sha256:{}"\ncapabilities = ["secrets"]\n')
+    with Host(load_config(write_config(tmp_path, body.format(digest)))) as host:
+        with host.session() as s:
+            assert s.on_plain_text("x").value == "x"  # not registered for it: nothing ran
+        assert host.plugins["needs-secret"].plugin.call("test").value == "t0ken"
+    with Host(load_config(write_config(tmp_path, body.format("0" * 64)))) as host:
+        with pytest.raises(PluginError) as info:
+            host.plugins["needs-secret"].plugin.call("test")
+        assert info.value.code == "denied"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ("[surprise]\n", "surprise"), ("[host]\nhooks = 1\n", "host.hooks"),
+    ("[plugins]\nenabled = ['Bad']\n", "plugins.enabled"),
+    ("[grants.x]\ndigest = 'md5:1'\n", "grants.x.digest"),
+    ("[plugin.x]\nfailure = 'sometimes'\n", "plugin.x.failure"),
+    ("[limits]\nfuel_per_call = 0\n", "limits"),
+])
+def test_config_errors_name_the_field(tmp_path: Path, body: str, field: str) -> None:
+    with pytest.raises(ConfigError, match=f"field '{field}"):
+        load_config(write_config(tmp_path, body))
+
+
+def test_async_sessions_run_off_the_loop(built: Built, wasmext_host: Any) -> None:
+    host = wasmext_host((built["test-kit"], {"plugin_id": "a", "settings": {"tag": "!"}}))
+
+    async def main() -> list[str]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        tick_task = asyncio.create_task(ticker())
+        async with host.asession() as s:
+            results = await asyncio.gather(*(s.on_plain_text(str(i)) for i in range(20)))
+        tick_task.cancel()
+        assert ticks > 0
+        return [r.value for r in results]
+
+    assert asyncio.run(main()) == [f"{i}!" for i in range(20)]
+
+
+def test_concurrent_sessions_are_independent(built: Built, wasmext_host: Any) -> None:
+    host = wasmext_host((built["test-kit"], {"plugin_id": "a", "settings": {"tag": "+"}}),
+                        guest_wat(hooks=("on_plain_text",), response={"ok": True}))
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            with host.session(f"s{n}") as s:
+                for i in range(50):
+                    assert s.on_plain_text(f"{n}-{i}").value == f"{n}-{i}+"
+                assert all(e.plugin_id in ("a", "wat-1") for e in s.trace.events)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
