@@ -244,3 +244,35 @@ def run(transcript: Path | None, config: Path | None, plugin_dirs: tuple[Path, .
             agent = Agent(host, model, system=system, policy=routing, max_steps=max_steps)
             reports = [agent.run_turn(session, i, text) for i, text in enumerate(turns)]
         print_run(host, session, reports, as_json)
+
+
+def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
+    from wasmext import HostConfig, load_config
+    from wasmext.config import EnableState
+    from wasmext.manifest import ID_RE
+
+    if not ID_RE.match(plugin_id):
+        raise click.BadParameter(f"{plugin_id!r} is not a plugin id", param_hint="PLUGIN_ID")
+    try:
+        cfg = load_config(config) if config else HostConfig()
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    EnableState(cfg).set(plugin_id, enabled)
+    click.echo(f"{plugin_id} {'enabled' if enabled else 'disabled'} "
+               f"(saved in {EnableState(cfg).path})")
+
+
+@main.command()
+@click.argument("plugin_id")
+@CONFIG_OPT
+def enable(plugin_id: str, config: Path | None) -> None:
+    """Enable PLUGIN_ID (remembered across restarts)."""
+    _set_enabled(_default_config(config), plugin_id, True)
+
+
+@main.command()
+@click.argument("plugin_id")
+@CONFIG_OPT
+def disable(plugin_id: str, config: Path | None) -> None:
+    """Disable PLUGIN_ID (remembered across restarts)."""
+    _set_enabled(_default_config(config), plugin_id, False)
