@@ -1,7 +1,8 @@
-"""The README's main job: a tour of wasmext through its command line.
+"""The README's main job: `wasmext run` on the example plugins, then a tour.
 
 `make demo` builds the example plugins and runs this. Every step is a real
-`wasmext` command, printed before it runs, so it can be copied.
+`wasmext` command, printed before it runs, so it can be copied. The first is
+the agent session that shows every hook kind firing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = "docs/examples/hostile"
 
 STEPS: list[tuple[str, list[str], bool]] = [
+    ("An agent session through every example plugin (replayed transcript)",
+     ["run", "docs/examples/transcript.json", "--config", "docs/examples/wasmext.toml",
+      "--policy", "docs/examples/policy.toml"], True),
     ("What a plugin registered", ["inspect", "plugins/pii-mask"], True),
     ("Mask personal data (C plugin)",
      ["call", "plugins/pii-mask", "on_plain_text", "--data",

@@ -1,0 +1,66 @@
+"""`wasmext run` on the shipped example plugins and transcript fires every hook kind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Built
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "docs" / "examples"
+EVERY_KIND = {
+    "on_input_messages", "on_plain_text", "on_llm_output",           # transforms
+    "on_tag",                                                          # tags
+    "turn", "step", "tool_call",                                       # middleware
+    "session_start", "before_model", "before_tool", "after_tool",     # lifecycle
+    "validator",                                                       # pipeline stage
+    "output_extension",                                                # output extensions
+}
+
+
+@pytest.fixture(scope="module")
+def run_doc(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
+    for name in ("pii-mask", "normalize-text", "text-tags", "agent-guard", "turn-audit"):
+        built[name]  # skips with the install command when a toolchain is missing
+    data = tmp_path_factory.mktemp("run")
+    config = data / "wasmext.toml"
+    config.write_text((EXAMPLES / "wasmext.toml").read_text()
+                      .replace('"../../.wasmext"', f'"{data / "state"}"')
+                      .replace('"../../plugins"', f'"{ROOT / "plugins"}"'))
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "run",
+                           str(EXAMPLES / "transcript.json"), "--config", str(config),
+                           "--policy", str(EXAMPLES / "policy.toml"), "--json"],
+                          capture_output=True, text=True, timeout=120, cwd=data)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def test_every_hook_kind_fires(run_doc: dict) -> None:  # type: ignore[type-arg]
+    assert run_doc["load_errors"] == []
+    missing = EVERY_KIND - set(run_doc["hooks_fired"])
+    assert not missing, f"hook kinds that did not fire: {sorted(missing)}"
+
+
+def test_the_demo_turn_went_through_every_plugin(run_doc: dict) -> None:  # type: ignore[type-arg]
+    first, second = run_doc["turns"]
+    assert first["aborted"] is None
+    tools = {c["tool"]: c["result"] for c in first["tool_calls"]}
+    assert tools["calc"]["status"] == "ok" and tools["calc"]["output"] == 42
+    assert tools["calc"].get("audited") is True                      # tool_call middleware
+    assert tools["shell"]["status"] == "error"                        # before_tool blocked it
+    assert "FORTY-TWO" in first["response"]                           # on_tag upper
+    assert "[REDACTED]" in first["response"]                          # on_tag redact*
+    assert "[PHONE]" in first["response"]                             # pii-mask on_llm_output
+    assert "😀" not in first["response"]                              # normalize-text emoji
+    assert first["response"].endswith("[audited]")                    # turn middleware
+    assert "Never run shell commands." in first["system"]             # prompt addition
+    assert "Prefer these tools: calc." in first["system"]             # tool guidance
+    names = [e["name"] for e in first["extensions"]]
+    assert names == ["wordcount", "shout"]                            # output extensions
+    assert first["extensions"][1]["content"]["saw"] == ["wordcount"]  # chaining
+    assert second["aborted"] and "banned word" in second["aborted"]   # validator blocked
