@@ -276,3 +276,22 @@ def enable(plugin_id: str, config: Path | None) -> None:
 def disable(plugin_id: str, config: Path | None) -> None:
     """Disable PLUGIN_ID (remembered across restarts)."""
     _set_enabled(_default_config(config), plugin_id, False)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--lang", required=True, type=click.Choice(["c", "zig", "rust", "assemblyscript",
+                                                           "go"]))
+@click.option("--dir", "parent", default=".", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Where to create the project folder.")
+def new(name: str, lang: str, parent: Path) -> None:
+    """Create a plugin project NAME in LANG that builds and passes its test."""
+    from wasmext_cli.scaffold import ScaffoldError, new_plugin
+
+    try:
+        folder = new_plugin(name, lang, parent)
+    except ScaffoldError as exc:
+        click.echo(f"wasmext: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(f"created {folder}\n  cd {folder} && wasmext build . && python -m pytest")
