@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
 

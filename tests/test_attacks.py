@@ -10,6 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import wasmtime
+
 from wasmext import (
     AbiMismatch,
     GuestTrap,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import wasmtime
+
 from wasmext import CompileCache, Runtime
 from wasmext.engine import shared_engine
 from wasmext.testing import guest_wat

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import wasmtime
 from click.testing import CliRunner
+
 from wasmext.testing import guest_wat
 from wasmext_cli.main import main
 

@@ -11,6 +11,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from wasmext.codec import DecodeError, check_depth, decode, encode
 from wasmext.errors import EncodeError
 from wasmext.testing import vector_value as from_json

@@ -6,6 +6,7 @@ import contextlib
 import threading
 
 import msgpack
+
 from wasmext import GuestTrap, Quarantined, Runtime
 from wasmext.testing import DATA_AT, guest_wat, load_wat
 

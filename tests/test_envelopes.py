@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from wasmext import InvalidOutput, PluginError, Runtime
 from wasmext.testing import guest_wat, load_wat
 

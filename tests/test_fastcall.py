@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib.metadata import version
 
 import pytest
+
 from wasmext import GuestTrap, OutOfFuel, Runtime, fastcall
 from wasmext.testing import guest_wat, load_wat
 

@@ -13,6 +13,7 @@ from typing import Any
 import msgpack
 import pytest
 import wasmtime
+
 from conftest import Built
 from wasmext import ConfigError, Host, PluginError, load_config
 from wasmext.testing import DATA_AT, guest_wat

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgpack
 import pytest
+
 from conftest import Built
 from wasmext import HookAborted, Host, PipelineError, Runtime, parse_policy
 from wasmext.config import HostConfig

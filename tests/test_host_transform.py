@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Built
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from conftest import Built
 from wasmext import ConfigError, HookAborted, Host, Runtime
 from wasmext.config import HostConfig
 

@@ -6,6 +6,7 @@ import logging
 
 import msgpack
 import pytest
+
 from wasmext import PluginError, Runtime
 from wasmext.testing import DATA_AT, guest_wat, load_wat
 

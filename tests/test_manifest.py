@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from wasmext import ConfigError, ManifestError, load_manifest
 from wasmext.manifest import parse_manifest
 from wasmext.runtime import resolve_settings

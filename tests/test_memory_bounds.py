@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from wasmext import InvalidOutput, PluginFault, Runtime
 from wasmext.limits import WASM_PAGE
 from wasmext.testing import guest_wat, load_wat

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import SDK_LANGS as SDKS
 from conftest import Built
 from wasmext import PluginError, Runtime

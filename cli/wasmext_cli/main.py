@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from wasmext import Runtime, WasmextError
 from wasmext.limits import Limits
-
 from wasmext_cli.build import BuildError, build_plugin
 
 EXIT_FAULT = 1
@@ -220,7 +220,6 @@ def run(transcript: Path | None, config: Path | None, plugin_dirs: tuple[Path, .
     from wasmext import load_policy
     from wasmext.agent import Agent
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
-
     from wasmext_cli.trace import print_run
 
     try:

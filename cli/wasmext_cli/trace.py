@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import click
+
 from wasmext import Host, Session
 from wasmext.agent import TurnReport
 

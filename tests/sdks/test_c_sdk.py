@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+
 from wasmext.testing import vector_value
 
 ROOT = Path(__file__).resolve().parents[2]
