@@ -22,6 +22,7 @@ import msgpack
 import wasmtime
 from bench_guests import DATA, ECHO_HOOK, echo_wasm, extism_wasm
 from bench_timing import Case, Skipped
+
 from wasmext import Plugin, Runtime, WasmextError
 from wasmext.instance import PluginInstance
 

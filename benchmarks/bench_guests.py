@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import msgpack
 import wasmtime
+
 from wasmext.testing import guest_wat, packed
 
 __all__ = [

@@ -31,6 +31,7 @@ if str(HERE) not in sys.path:
 
 from bench_guests import DATA, ECHO_HOOK, echo_wasm  # noqa: E402
 from bench_timing import Case, run_interleaved, stats_of  # noqa: E402
+
 from wasmext import Runtime, hostlink  # noqa: E402
 from wasmext.codec import check_depth  # noqa: E402
 from wasmext.instance import CallResult, PluginInstance  # noqa: E402

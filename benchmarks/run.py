@@ -42,6 +42,7 @@ from bench_cases import (  # noqa: E402
 )
 from bench_guests import DATA  # noqa: E402
 from bench_timing import Case, Skipped, Stats, run_interleaved, stats_of  # noqa: E402
+
 from wasmext import Runtime  # noqa: E402
 from wasmext.fastcall import FAST_PATH  # noqa: E402
 
