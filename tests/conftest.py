@@ -21,6 +21,8 @@ def plugin_dirs() -> dict[str, Path]:
     dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
             "normalize-text": ROOT / "plugins" / "normalize-text",
             "test-kit": ROOT / "tests" / "plugins" / "test-kit"}
+    for example in ("text-tags", "agent-guard", "turn-audit"):
+        dirs[example] = ROOT / "plugins" / example
     for lang in SDK_LANGS:
         dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"
         dirs[f"hello-{lang}"] = SDK_ROOT / lang / "examples" / "hello"

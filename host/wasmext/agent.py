@@ -100,6 +100,7 @@ class Agent:
 
     def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
         report = TurnReport(user)
+        session.trace.note("turn", f"begin turn {index}", user[:80])
         try:
             self._turn(session, index, user, report)
         except (HookAborted, PipelineError) as err:

@@ -173,7 +173,8 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
         limits=limits, cap=cap, grants=grants, overrides=overrides)
 
 
-def load_config(path: Path) -> HostConfig:
+def load_config(path: str | Path) -> HostConfig:
+    path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

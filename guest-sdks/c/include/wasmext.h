@@ -231,6 +231,9 @@ typedef struct wasmext_plugin {
     const char *version; /* NULL to omit */
     const wasmext_hook *hooks;
     size_t hook_count;
+    /* Optional: write extra registration entries (key, value pairs such as
+     * "prompt" or "tool_guidance") and return how many pairs were written. */
+    uint32_t (*register_extra)(wasmext_writer *w);
 } wasmext_plugin;
 
 /* Every plugin defines exactly one, at file scope:
@@ -239,7 +242,11 @@ typedef struct wasmext_plugin {
 extern const wasmext_plugin wasmext_plugin_definition;
 #define WASMEXT_PLUGIN(name, version, hooks)                         \
     const wasmext_plugin wasmext_plugin_definition = {               \
-        (name), (version), (hooks), sizeof(hooks) / sizeof((hooks)[0])}
+        (name), (version), (hooks), sizeof(hooks) / sizeof((hooks)[0]), NULL}
+/* The same with extra registration entries written by `extra`. */
+#define WASMEXT_PLUGIN_EX(name, version, hooks, extra)               \
+    const wasmext_plugin wasmext_plugin_definition = {               \
+        (name), (version), (hooks), sizeof(hooks) / sizeof((hooks)[0]), (extra)}
 
 /* The request's data as a string; WASMEXT_ERR_TYPE if it is not one. */
 int wasmext_data_str(const wasmext_call *call, const char **s, uint32_t *len);

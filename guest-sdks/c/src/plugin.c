@@ -89,7 +89,11 @@ uint64_t wasmext_export_register(const uint8_t *ptr, uint32_t len) {
     wasmext_writer *w = &g_out;
     note_request(ptr, len);
     wasmext_writer_reset(w);
-    wasmext_write_map(w, 2 + (p->name != NULL) + (p->version != NULL));
+    /* Extra entries go to their own buffer first: the map header needs the count. */
+    wasmext_writer extra = WASMEXT_WRITER_INIT;
+    uint32_t n_extra = p->register_extra ? p->register_extra(&extra) : 0;
+    if (wasmext_writer_error(&extra) != WASMEXT_OK) n_extra = 0;
+    wasmext_write_map(w, 2 + (p->name != NULL) + (p->version != NULL) + n_extra);
     wasmext_write_cstr(w, "abi_minor");
     wasmext_write_int(w, WASMEXT_ABI_MINOR);
     if (p->name) { wasmext_write_cstr(w, "name"); wasmext_write_cstr(w, p->name); }
@@ -105,6 +109,8 @@ uint64_t wasmext_export_register(const uint8_t *ptr, uint32_t len) {
         if (prio) { wasmext_write_cstr(w, "priority"); wasmext_write_int(w, h->priority); }
         if (h->pattern) { wasmext_write_cstr(w, "pattern"); wasmext_write_cstr(w, h->pattern); }
     }
+    if (n_extra) wasmext_write_raw(w, extra.buf, extra.len);
+    wasmext_writer_free(&extra);
     return finish();
 }
 
@@ -147,10 +153,32 @@ wasmext_verdict wasmext_return_str(wasmext_call *call, const char *s, size_t len
     return WASMEXT_VALUE;
 }
 
-static const wasmext_hook *find_hook(const char *name, uint32_t len) {
+/* A pattern is an exact name or a prefix ending in '*' (docs/hooks.md). */
+static bool pattern_matches(const char *pattern, const char *s, uint32_t len) {
+    size_t plen = strlen(pattern);
+    if (plen && pattern[plen - 1] == '*')
+        return len >= plen - 1 && memcmp(s, pattern, plen - 1) == 0;
+    return wasmext_str_eq(s, len, pattern);
+}
+
+/* The handler for this hook; for entries registered with a pattern, the one
+ * whose pattern matches the data's subject ("tag" for on_tag, "name" for
+ * output_extension), so one plugin can serve several tags or extensions. */
+static const wasmext_hook *find_hook(const char *name, uint32_t len, const wasmext_reader *data) {
     const wasmext_plugin *p = &wasmext_plugin_definition;
-    for (size_t i = 0; i < p->hook_count; i++)
-        if (wasmext_str_eq(name, len, p->hooks[i].name)) return &p->hooks[i];
+    const char *subject = NULL;
+    uint32_t subject_len = 0;
+    wasmext_reader field;
+    if ((wasmext_map_find(data, "tag", &field) == WASMEXT_OK ||
+         wasmext_map_find(data, "name", &field) == WASMEXT_OK) &&
+        wasmext_read_str(&field, &subject, &subject_len) != WASMEXT_OK)
+        subject = NULL;
+    for (size_t i = 0; i < p->hook_count; i++) {
+        const wasmext_hook *h = &p->hooks[i];
+        if (!wasmext_str_eq(name, len, h->name)) continue;
+        if (h->pattern == NULL) return h;
+        if (subject && pattern_matches(h->pattern, subject, subject_len)) return h;
+    }
     return NULL;
 }
 
@@ -220,7 +248,7 @@ uint64_t wasmext_export_call(const uint8_t *ptr, uint32_t len) {
     if (wasmext_map_find(&doc, "data", &field) == WASMEXT_OK) call.data = field;
     if (wasmext_map_find(&doc, "meta", &field) == WASMEXT_OK) call.meta = field;
 
-    const wasmext_hook *hook = find_hook(call.hook, call.hook_len);
+    const wasmext_hook *hook = find_hook(call.hook, call.hook_len, &call.data);
     if (!hook) {
         static const char prefix[] = "no handler for hook '";
         wasmext_writer msg = WASMEXT_WRITER_INIT; /* scratch, freed below */
