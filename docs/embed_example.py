@@ -1,4 +1,4 @@
-"""Embedding wasmext: load plugins, call hooks, survive a hostile one.
+"""Embedding wasmext: a host of plugins, one session, and a hostile plugin contained.
 
 Run after `make plugins`:  .venv/bin/python docs/embed_example.py
 """
@@ -7,34 +7,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wasmext import PluginError, PluginFault, Runtime
+from wasmext import Host, HostConfig, PluginFault, Runtime
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    with Runtime() as rt:
-        pii = rt.load(ROOT / "plugins" / "pii-mask")
-        norm = rt.load(ROOT / "plugins" / "normalize-text", settings={"lowercase": True})
+    config = HostConfig(data_dir=ROOT / ".wasmext", workspace_dir=ROOT / "plugins")
+    with Host(config) as host, host.session() as s:
         text = "  Write to ANN@example.com   or call +1 (415) 555-0100  "
-        for plugin in (pii, norm):
-            result = plugin.call("on_plain_text", text)
-            if result.changed:
-                text = result.value
-            print(f"{plugin.id:>15}: {text!r}")
+        result = s.on_plain_text(text)
+        print(f"plain text: {result.value!r} (changed by {', '.join(result.changed_by)})")
+        print(f"tags:       {s.process_tags('a <upper>loud</upper> word')!r}")
+        gate = s.lifecycle("before_tool", tool_name="shell", args={"command": "ls"})
+        print(f"before_tool shell: proceed={gate.proceed} ({gate.stop_reason})")
 
-        loop = rt.load(HERE / "examples" / "hostile" / "infinite-loop.wat",
+    # One plugin on its own, and a hostile one: the runtime keeps serving.
+    with Runtime() as rt:
+        loop = rt.load(ROOT / "docs" / "examples" / "hostile" / "infinite-loop.wat",
                        limits={"timeout_ms": 50, "fuel_per_call": 10**10})
         try:
-            loop.call("test", text)
+            loop.call("test", "x")
         except PluginFault as fault:
-            print(f"{loop.id:>15}: contained: {fault.reason} ({fault.message})")
-        except PluginError as err:
-            print(f"{loop.id:>15}: the plugin said no: {err.code}")
-
-        # The runtime keeps serving after the fault.
-        print(f"{pii.id:>15}: {pii.call('on_plain_text', 'card 4111 1111 1111 1111').value!r}")
+            print(f"hostile:    contained: {fault.reason} ({fault.message})")
+        pii = rt.load(ROOT / "plugins" / "pii-mask")
+        print(f"afterwards: {pii.call('on_plain_text', 'card 4111 1111 1111 1111').value!r}")
 
 
 if __name__ == "__main__":

@@ -155,3 +155,21 @@ def test_concurrent_sessions_are_independent(built: Built, wasmext_host: Any) ->
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_secrets_never_reach_faults_traces_or_logs(tmp_path: Path, caplog: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "hunter2-very-secret"
+    wat = guest_wat(response={"ok": False, "error": {"code": "failed",
+                                                     "message": f"leaking {secret}"}},
+                    hooks=("on_plain_text",))
+    plugin_folder(tmp_path / "work", "leaky", wat,
+                  '[settings.token]\nsensitive = true\nenv = "LEAKY_TOKEN"\n')
+    monkeypatch.setenv("LEAKY_TOKEN", secret)
+    with Host(load_config(write_config(tmp_path, '[plugins]\nworkspace_dir = "work"\n'))
+              ) as host, host.session() as s:
+        s.on_plain_text("x")
+        details = " ".join(str(e.detail) for e in s.trace.events)
+        faults = " ".join(f.message for f in host.faults)
+    assert secret not in details and secret not in faults and secret not in caplog.text
+    assert "leaking ***" in faults

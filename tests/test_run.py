@@ -81,3 +81,63 @@ def test_readme_python_example_runs(built: Built, tmp_path: Path,
     assert printed[0] == "Mail [EMAIL]"
     assert printed[1] == "say HI"
     assert any("pii-mask" in line and "changed" in line for line in printed[2:])
+
+
+def test_embedding_example_runs(run_doc: dict) -> None:  # type: ignore[type-arg]
+    proc = subprocess.run([sys.executable, str(ROOT / "docs" / "embed_example.py")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "contained: timeout" in proc.stdout
+    assert "afterwards: 'card [CARD]'" in proc.stdout
+
+
+def test_model_url_talks_to_an_openai_compatible_endpoint(run_doc: dict,  # type: ignore[type-arg]
+                                                          tmp_path: Path) -> None:
+    """A real HTTP server on loopback speaking chat completions: one tool call, then text."""
+    import http.server
+    import threading
+
+    requests: list[dict] = []  # type: ignore[type-arg]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            requests.append(body)
+            if len(requests) == 1:
+                message = {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "calc", "arguments": '{"expression": "2+3"}'}}]}
+            else:
+                message = {"role": "assistant", "content": "It is <upper>five</upper>."}
+            out = json.dumps({"choices": [{"message": message}],
+                              "usage": {"prompt_tokens": 5, "completion_tokens": 3}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "wasmext_cli", "run", "--plugins", str(ROOT / "plugins"),
+             "--model-url", f"http://127.0.0.1:{server.server_address[1]}/v1",
+             "--model", "test-model", "--prompt", "add 2 and 3", "--json"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    turn = doc["turns"][0]
+    assert turn["tool_calls"][0]["result"]["output"] == 5
+    assert "FIVE" in turn["response"]
+    assert requests[0]["model"] == "test-model"
+    assert {t["function"]["name"] for t in requests[0]["tools"]} >= {"calc"}
+    assert "debug" not in {t["function"]["name"] for t in requests[0]["tools"]}  # turn-audit
+    assert requests[1]["messages"][-1]["role"] == "tool"
+    assert requests[1]["messages"][-1]["tool_call_id"] == "c1"
+    assert requests[1]["messages"][-2]["tool_calls"][0]["id"] == "c1"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import json
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -173,12 +174,21 @@ class Agent:
             msgs[0] = {"role": "system", "content": system + "\n" + gate.system_message}
         answer = self.model.complete(msgs, catalog, index, step)
         s.lifecycle("after_model", response=answer["response"], tokens=answer.get("tokens"))
+        if answer["tool_calls"]:
+            # The chat-completions shape: the assistant's calls, then one answer each.
+            s.messages.append({"role": "assistant", "content": answer["response"] or "",
+                               "tool_calls": [{"id": c["call_id"], "type": "function",
+                                               "function": {"name": c["tool"],
+                                                            "arguments": json.dumps(c["args"])}}
+                                              for c in answer["tool_calls"]]})
         for call in answer["tool_calls"]:
             result = self._tool(s, index, step, call, {t["name"] for t in catalog})
             report.tool_calls.append({"tool": call["tool"], "args": call["args"],
                                       "result": result})
-            s.messages.append({"role": "tool", "name": call["tool"],
-                               "content": str(result.get("output", result.get("error")))})
+            s.messages.append({"role": "tool", "tool_call_id": call["call_id"],
+                               "content": json.dumps(result.get("output",
+                                                                result.get("error")),
+                                                     default=str)})
         return {"response": answer["response"], "tool_calls": answer["tool_calls"]}
 
     def _tool(self, s: Session, index: int, step: int, call: dict[str, Any],

@@ -248,12 +248,12 @@ class Host:
             self.record_fault(lp, entry.hook, err)
             reason = err.code if isinstance(err, PluginError) else err.reason
             if trace is not None:
-                trace.add(entry, "failed", f"{reason}: {err.message}")
+                trace.add(entry, "failed", f"{reason}: {lp.plugin.log.redact(err.message)}")
             if (policy or lp.failure) == "closed":
                 raise HookAborted(f"plugin {lp.id} failed in {entry.hook} and is fail-closed: "
                                   f"{reason}", cause=err, plugin_id=lp.id,
                                   hook=entry.hook) from err
-            return None, f"{reason}: {err.message}"
+            return None, f"{reason}: {lp.plugin.log.redact(err.message)}"
         lp.backoff_s = 0.5
         if trace is not None:
             outcome = "stop" if result.stop else ("changed" if result.changed else "unchanged")
@@ -262,9 +262,11 @@ class Host:
 
     def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None:
         reason = err.code if isinstance(err, PluginError) else err.reason
+        # Guest-written text may echo a secret setting: redact before it is stored.
+        message = lp.plugin.log.redact(err.message)
         log.warning("plugin %s hook %s failed (%s, policy %s): %s", lp.id, hook, reason,
-                    lp.failure, err.message, extra={"plugin_id": lp.id, "hook": hook})
-        self.faults.append(FaultRecord(lp.id, hook, reason, err.message, lp.failure))
+                    lp.failure, message, extra={"plugin_id": lp.id, "hook": hook})
+        self.faults.append(FaultRecord(lp.id, hook, reason, message, lp.failure))
         del self.faults[:-1000]
         if lp.failure == "reload" and isinstance(err, PluginFault):
             lp.plugin.close()  # the next call gets a fresh instance ...
