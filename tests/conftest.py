@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,3 +75,23 @@ def built() -> Built:
         else:
             result.dirs[name] = folder
     return result
+
+
+def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseException]:
+    """Run worker(0..count-1) in threads started together; the errors they raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def guarded(i: int) -> None:
+        barrier.wait()
+        try:
+            worker(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

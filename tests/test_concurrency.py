@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import msgpack
 
+from conftest import run_in_threads
 from wasmext import GuestTrap, Quarantined, Runtime
 from wasmext.testing import DATA_AT, guest_wat, load_wat
 
@@ -21,25 +21,14 @@ def test_threads_share_a_plugin(runtime: Runtime) -> None:
         plugins.append(load_wat(runtime, guest_wat(body, imports=HOST_CALL, data=req),
                                 plugin_id=name, settings={"who": name}))
     crashy = load_wat(runtime, guest_wat("unreachable"), plugin_id="crashy")
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
 
     def worker(i: int) -> None:
-        barrier.wait()
-        try:
-            for n in range(300):
-                plugin = plugins[(i + n) % 2]
-                assert plugin.call("test", n).value == plugin.id
-                if n % 50 == 0:
-                    with contextlib.suppress(GuestTrap, Quarantined):
-                        crashy.call("test")
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for n in range(300):
+            plugin = plugins[(i + n) % 2]
+            assert plugin.call("test", n).value == plugin.id
+            if n % 50 == 0:
+                with contextlib.suppress(GuestTrap, Quarantined):
+                    crashy.call("test")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_in_threads(worker) == []
     assert crashy.faults >= 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import msgpack
 import pytest
 import wasmtime
 
-from conftest import Built
+from conftest import Built, run_in_threads
 from wasmext import ConfigError, Host, PluginError, load_config
 from wasmext.testing import DATA_AT, guest_wat
 
@@ -138,23 +137,14 @@ def test_async_sessions_run_off_the_loop(built: Built, wasmext_host: Any) -> Non
 def test_concurrent_sessions_are_independent(built: Built, wasmext_host: Any) -> None:
     host = wasmext_host((built["test-kit"], {"plugin_id": "a", "settings": {"tag": "+"}}),
                         guest_wat(hooks=("on_plain_text",), response={"ok": True}))
-    errors: list[BaseException] = []
 
     def worker(n: int) -> None:
-        try:
-            with host.session(f"s{n}") as s:
-                for i in range(50):
-                    assert s.on_plain_text(f"{n}-{i}").value == f"{n}-{i}+"
-                assert all(e.plugin_id in ("a", "wat-1") for e in s.trace.events)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        with host.session(f"s{n}") as s:
+            for i in range(50):
+                assert s.on_plain_text(f"{n}-{i}").value == f"{n}-{i}+"
+            assert all(e.plugin_id in ("a", "wat-1") for e in s.trace.events)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_in_threads(worker) == []
 
 
 def test_secrets_never_reach_faults_traces_or_logs(tmp_path: Path, caplog: Any,
