@@ -31,6 +31,7 @@ from wasmext.errors import (
     Quarantined,
     WasmextError,
 )
+from wasmext.extism_backend import ExtismPlugin
 from wasmext.hooks.middleware import install_next
 from wasmext.instance import CallResult
 from wasmext.manifest import Manifest, load_manifest
@@ -46,7 +47,7 @@ log = logging.getLogger("wasmext.host")
 
 @dataclass
 class LoadedPlugin:
-    plugin: Plugin
+    plugin: Plugin | ExtismPlugin
     source: str
     load_index: int
     manifest: Manifest | None
@@ -120,17 +121,18 @@ class Host:
             log.error("plugin %s not loaded: %s", manifest.id, err.describe())
             self.load_errors.append(err)
 
-    def add(self, source: str | Path | bytes | Plugin, *, source_kind: str = "explicit",
-             manifest: Manifest | None = None, plugin_id: str | None = None,
-             settings: Mapping[str, Any] | None = None, limits: Mapping[str, int] | None = None,
+    def add(self, source: str | Path | bytes | Plugin | ExtismPlugin, *,
+             source_kind: str = "explicit", manifest: Manifest | None = None,
+             plugin_id: str | None = None, settings: Mapping[str, Any] | None = None, limits: Mapping[str, int] | None = None,
              grants: Iterable[str] = (), failure: str | None = None,
-             priority: int | None = None) -> Plugin:
+             priority: int | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
 
         Config overrides (settings, limits, failure) apply by plugin id; grants
         from the config apply only while the module's digest matches.
         """
-        if isinstance(source, Plugin):
+        plugin: Plugin | ExtismPlugin
+        if isinstance(source, (Plugin, ExtismPlugin)):
             plugin = source
         else:
             path = Path(source) if isinstance(source, (str, Path)) else None

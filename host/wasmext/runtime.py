@@ -18,6 +18,7 @@ import wasmtime
 from wasmext.cache import CompileCache
 from wasmext.engine import EngineConfig, SharedEngine, shared_engine
 from wasmext.errors import ConfigError, InvalidModule, LoadError
+from wasmext.extism_backend import EXTISM_KERNEL, ExtismPlugin, uses_extism
 from wasmext.hostcalls import HostServices
 from wasmext.limits import Limits
 from wasmext.manifest import ID_RE, Manifest, load_manifest
@@ -96,6 +97,17 @@ def _read_module(path: Path) -> bytes:
         raise InvalidModule(f"{path}: not valid WAT: {exc}") from exc
 
 
+def _extism_module(engine: SharedEngine, wasm: bytes) -> wasmtime.Module | None:
+    """The module, when it is built for Extism (imports the Extism kernel)."""
+    if EXTISM_KERNEL.encode() not in wasm:  # cheap: the import names are in the bytes
+        return None
+    try:
+        module = wasmtime.Module(engine.engine, wasm)
+    except wasmtime.WasmtimeError as exc:
+        raise InvalidModule(f"does not compile: {exc}") from exc
+    return module if uses_extism(module) else None
+
+
 class Runtime:
     """Loads and holds plugins. Use as a context manager or call close()."""
 
@@ -111,7 +123,7 @@ class Runtime:
             max_input_bytes=2**31, max_output_bytes=2**31)
         self.defaults = defaults or Limits()
         self.quarantine = quarantine or QuarantinePolicy()
-        self.plugins: dict[str, Plugin] = {}
+        self.plugins: dict[str, Plugin | ExtismPlugin] = {}
 
     def __enter__(self) -> Runtime:
         return self
@@ -125,7 +137,7 @@ class Runtime:
     def load(self, source: Path | str | bytes | bytearray, *, plugin_id: str | None = None,
              limits: Mapping[str, int] | Limits | None = None,
              settings: Mapping[str, Any] | None = None,
-             grants: Iterable[str] = (), priority: int | None = None) -> Plugin:
+             grants: Iterable[str] = (), priority: int | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin folder (with plugin.toml), a .wasm file, or module bytes.
 
         Limits are the runtime defaults, then the manifest's, then `limits`,
@@ -134,7 +146,7 @@ class Runtime:
         """
         manifest: Manifest | None = None
         if isinstance(source, (bytes, bytearray)):
-            module = self.compile(bytes(source))
+            wasm, name = bytes(source), "<module>"
             pid = plugin_id or "inline"
         else:
             path = Path(source)
@@ -148,7 +160,7 @@ class Runtime:
             else:
                 wasm_path = path
                 pid = plugin_id or _id_from_file(path)
-            module = self.compile(_read_module(wasm_path), str(wasm_path))
+            wasm, name = _read_module(wasm_path), str(wasm_path)
         if not ID_RE.match(pid):
             raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
         eff = self.defaults
@@ -162,11 +174,18 @@ class Runtime:
         values = resolve_settings(manifest, settings or {}) if manifest else dict(settings or {})
         sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
             else frozenset()
-        plugin = Plugin(module, plugin_id=pid, limits=eff, settings=values, sensitive=sensitive,
-                        grants=frozenset(grants), services=self.services,
-                        quarantine=self.quarantine,
-                        default_priority=priority if priority is not None
-                        else manifest.priority if manifest else 50)
+        prio = priority if priority is not None else manifest.priority if manifest else 50
+        extism_module = _extism_module(self.engine, wasm)
+        plugin: Plugin | ExtismPlugin
+        if extism_module is not None:
+            plugin = ExtismPlugin(wasm, extism_module, plugin_id=pid, limits=eff, settings=values,
+                                  sensitive=sensitive, grants=frozenset(grants),
+                                  services=self.services, default_priority=prio)
+        else:
+            plugin = Plugin(self.compile(wasm, name), plugin_id=pid, limits=eff,
+                            settings=values, sensitive=sensitive, grants=frozenset(grants),
+                            services=self.services, quarantine=self.quarantine,
+                            default_priority=prio)
         old = self.plugins.pop(pid, None)
         if old is not None:
             old.close()

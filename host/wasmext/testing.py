@@ -17,7 +17,6 @@ from typing import Any
 import msgpack
 import wasmtime
 
-from wasmext.plugin import Plugin
 from wasmext.runtime import Runtime
 
 __all__ = ["DATA_AT", "guest_wat", "load_wat", "make_host", "packed", "vector_value", "wat_bytes"]
@@ -89,7 +88,7 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
 )"""
 
 
-def load_wat(runtime: Runtime, wat: str, plugin_id: str = "wat-test", **kwargs: Any) -> Plugin:
+def load_wat(runtime: Runtime, wat: str, plugin_id: str = "wat-test", **kwargs: Any) -> Any:
     """Compile `wat` and load it into `runtime` as `plugin_id`."""
     return runtime.load(bytes(wasmtime.wat2wasm(wat)), plugin_id=plugin_id, **kwargs)
 

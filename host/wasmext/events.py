@@ -1,0 +1,533 @@
+"""The in-process event bus: namespaced topics, grants, bounded queues, rate limits.
+
+    bus = EventBus(may_emit=grants_predicate(emit_grants),
+                   may_subscribe=grants_predicate(subscribe_grants))
+    handle = bus.subscribe("turn.*", lambda event: print(event.topic, event.payload))
+    bus.emit_runtime("turn.started", turn_id="t1", agent_name="a", instance_key="k")
+    bus.emit_from("audit", "plugin.audit.flagged", {"why": "pii"})  # a plugin's emit
+    bus.flush(5.0); handle.close(); bus.close()
+
+A topic is dot-separated segments of `[A-Za-z0-9_-]`; a pattern is a topic, a
+prefix ending in `.*` (any depth below it) or `*` (everything). Emitting never
+runs a subscriber: it appends the event to each matching subscriber's bounded
+queue (full: the event is dropped for that subscriber and counted) and returns;
+worker threads deliver. Each subscriber (each plugin, for plugin subscribers)
+receives its events in order, one at a time. Plugins are checked against their
+grants, refused the runtime's own namespaces, rate-limited by a token bucket,
+and an event chain started inside a delivery is cut at `max_depth`.
+See docs/events-and-metrics.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from wasmext.errors import CapabilityDenied, WasmextError
+
+__all__ = [
+    "RUNTIME_EVENTS", "BusClosed", "CascadeLimit", "Event", "EventBus", "EventDenied",
+    "EventError", "InvalidTopic", "RateLimited", "Subscription", "check_pattern", "check_topic",
+    "grants_predicate", "is_reserved", "pattern_covers", "runtime_event", "topic_matches",
+]
+
+log = logging.getLogger("wasmext.events")
+
+# The standard runtime events and their payload fields (all present in every payload).
+# `timestamp` is Unix time in milliseconds (int); `duration_ms` a float in milliseconds.
+RUNTIME_EVENTS: dict[str, tuple[str, ...]] = {
+    "turn.started": ("turn_id", "agent_name", "instance_key", "timestamp"),
+    "turn.completed": ("turn_id", "agent_name", "instance_key", "step_count", "duration_ms",
+                       "timestamp"),
+    "turn.failed": ("turn_id", "agent_name", "instance_key", "reason", "timestamp"),
+    "step.started": ("step_id", "step_index", "turn_id", "agent_name", "timestamp"),
+    "step.completed": ("step_id", "step_index", "turn_id", "agent_name", "tool_call_count",
+                       "duration_ms", "timestamp"),
+    "step.failed": ("step_id", "step_index", "turn_id", "agent_name", "reason", "timestamp"),
+    "tool.called": ("tool_call_id", "tool_name", "step_id", "turn_id", "agent_name",
+                    "timestamp"),
+    "tool.completed": ("tool_call_id", "tool_name", "status", "duration_ms", "step_id",
+                       "turn_id", "agent_name", "timestamp"),
+    "tool.failed": ("tool_call_id", "tool_name", "step_id", "turn_id", "agent_name", "reason",
+                    "timestamp"),
+    "session.started": ("session_id", "timestamp"),
+    "session.ended": ("session_id", "duration_ms", "timestamp"),
+    "plugin.loaded": ("plugin_id", "version", "timestamp"),
+    "plugin.unloaded": ("plugin_id", "timestamp"),
+    "plugin.faulted": ("plugin_id", "hook", "reason", "timestamp"),
+}
+# Only the host emits here: a plugin cannot forge runtime events, whatever its grants.
+RESERVED_NAMESPACES = frozenset({"turn", "step", "tool", "session"})
+
+_SEGMENT = r"[A-Za-z0-9_-]{1,64}"
+_TOPIC_RE = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT}){{0,15}}")
+MAX_TOPIC_CHARS = 255
+HOST = "_host"  # the emitter label of the host and the embedding app (never a plugin id)
+APP = "_app"  # the subscriber label of Python callbacks
+
+Predicate = Callable[[str, str], bool]
+
+
+class EventError(WasmextError):
+    """An event operation refused; `code` is the ABI error code to answer the guest."""
+
+    reason = "event"
+    code = "invalid"
+
+
+class InvalidTopic(EventError):
+    reason = "invalid topic"
+    code = "invalid"
+
+
+class EventDenied(EventError, CapabilityDenied):
+    reason = "event denied"
+    code = "denied"
+
+
+class RateLimited(EventError):
+    reason = "rate limited"
+    code = "limit"
+
+
+class CascadeLimit(EventError):
+    reason = "event cascade too deep"
+    code = "limit"
+
+
+class BusClosed(EventError):
+    reason = "bus closed"
+    code = "unavailable"
+
+
+def check_topic(topic: object) -> str:
+    if not isinstance(topic, str) or len(topic) > MAX_TOPIC_CHARS \
+            or not _TOPIC_RE.fullmatch(topic):
+        raise InvalidTopic(f"bad topic {topic!r}: dot-separated segments of [A-Za-z0-9_-]")
+    return topic
+
+
+def check_pattern(pattern: object) -> str:
+    if pattern == "*":
+        return "*"
+    if isinstance(pattern, str) and pattern.endswith(".*"):
+        check_topic(pattern[:-2])
+        return pattern
+    return check_topic(pattern)
+
+
+def topic_matches(pattern: str, topic: str) -> bool:
+    if pattern == "*":
+        return True
+    if pattern.endswith(".*"):
+        return topic.startswith(pattern[:-1])
+    return pattern == topic
+
+
+def pattern_covers(grant: str, pattern: str) -> bool:
+    """True if every topic `pattern` matches is also matched by `grant`."""
+    return grant == pattern or (grant.endswith("*") and pattern != "*"
+                                and topic_matches(grant, pattern))
+
+
+def grants_predicate(table: Mapping[str, Iterable[str]]) -> Predicate:
+    """A predicate from {plugin_id: [granted patterns]}; an absent plugin is granted nothing."""
+    frozen = {pid: tuple(check_pattern(p) for p in pats) for pid, pats in table.items()}
+    return lambda pid, pattern: any(pattern_covers(g, pattern) for g in frozen.get(pid, ()))
+
+
+def is_reserved(topic: str) -> bool:
+    return topic.split(".", 1)[0] in RESERVED_NAMESPACES or topic in RUNTIME_EVENTS
+
+
+def runtime_event(topic: str, **fields: Any) -> dict[str, Any]:
+    """The payload of a standard runtime event; `timestamp` is filled in when absent."""
+    names = RUNTIME_EVENTS.get(topic)
+    if names is None:
+        raise ValueError(f"{topic!r} is not a standard runtime event")
+    fields.setdefault("timestamp", int(time.time() * 1000))
+    missing = [n for n in names if n not in fields]
+    extra = sorted(set(fields) - set(names))
+    if missing or extra:
+        raise ValueError(f"{topic}: missing fields {missing}, unknown fields {extra}")
+    return {n: fields[n] for n in names}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One emitted event; the payload is shared by every subscriber: treat it as read-only."""
+
+    topic: str
+    payload: Any
+    source: str | None  # the emitting plugin's id, None for the host or the app
+    seq: int
+    time: float
+    depth: int = 0  # 0 unless emitted from inside a delivery
+
+
+class EventObserver(Protocol):
+    """Receives counts (metrics.Metrics implements it)."""
+
+    def record_event(self, subject: str, outcome: str) -> None: ...
+
+
+@dataclass(eq=False)
+class _Lane:
+    capacity: int
+    queue: deque[tuple[Subscription, Event]] = field(default_factory=deque)
+    scheduled: bool = False  # in the ready queue or being delivered by a worker
+    refs: int = 0
+
+
+class Subscription:
+    """The handle `subscribe` returns: call it or `.close()` it to unsubscribe.
+
+    After close, no new delivery starts; one already running finishes.
+    """
+
+    def __init__(self, bus: EventBus, patterns: tuple[str, ...], call: Callable[[Event], None],
+                 plugin_id: str | None, lane: _Lane) -> None:
+        self.patterns = patterns
+        self.plugin_id = plugin_id
+        self.active = True
+        self.delivered = self.dropped = self.failed = 0
+        self._bus, self._call, self._lane = bus, call, lane
+
+    def matches(self, topic: str) -> bool:
+        return any(topic_matches(p, topic) for p in self.patterns)
+
+    def close(self) -> None:
+        self._bus._unsubscribe(self)
+
+    __call__ = close
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Bucket:
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.stamp = rate, burst, float(burst), now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def _deny(plugin_id: str, topic: str) -> bool:
+    return False
+
+
+class EventBus:
+    """Deny-by-default for plugins; the host and the embedding app are trusted."""
+
+    def __init__(self, *, may_emit: Predicate = _deny, may_subscribe: Predicate = _deny,
+                 queue_size: int = 1000, workers: int = 1, rate: float = 100.0,
+                 burst: int = 200, max_depth: int = 8, observer: EventObserver | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if queue_size < 1 or workers < 1 or burst < 1 or rate < 0 or max_depth < 0:
+            raise ValueError("queue_size, workers and burst must be >= 1, rate and depth >= 0")
+        self.may_emit, self.may_subscribe = may_emit, may_subscribe
+        self.queue_size, self.max_depth, self.observer = queue_size, max_depth, observer
+        self._rate, self._burst, self._clock = rate, burst, clock
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._subs: list[Subscription] = []
+        self._plugin_lanes: dict[str, _Lane] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._limits: dict[str, tuple[float, int]] = {}
+        self._ready: deque[_Lane] = deque()
+        self._pending = 0  # queued plus in-flight deliveries
+        self._seq = itertools.count(1)
+        self._nworkers = workers
+        self._threads: list[threading.Thread] = []
+        self._closed = self._stopping = False
+        self._local = threading.local()
+        self.counts: dict[str, int] = dict.fromkeys(
+            ("emitted", "delivered", "dropped", "failed", "rate_limited", "denied",
+             "cascade_limit", "skipped", "discarded"), 0)
+
+    # -- subscribing -------------------------------------------------------------------
+
+    def subscribe(self, pattern: str, callback: Callable[[Event], None], *,
+                  queue_size: int | None = None) -> Subscription:
+        """A Python subscriber (trusted, no grant): `callback(event)` on a worker thread."""
+        pats = (check_pattern(pattern),)
+        if queue_size is not None and queue_size < 1:
+            raise ValueError("queue_size must be >= 1")
+        with self._lock:
+            self._check_open()
+            lane = _Lane(queue_size or self.queue_size, refs=1)
+            sub = Subscription(self, pats, callback, None, lane)
+            self._subs.append(sub)
+        return sub
+
+    def subscribe_plugin(self, plugin_id: str, patterns: str | Iterable[str],
+                         deliver: Callable[[str, str, Any], None]) -> Subscription:
+        """A plugin subscriber: `deliver(plugin_id, topic, payload)` for each matching event.
+
+        Every pattern needs `may_subscribe(plugin_id, pattern)`, else EventDenied and
+        nothing is subscribed. A plugin's subscriptions share one queue and are delivered
+        one at a time, so a plugin instance never sees two deliveries at once.
+        """
+        pats = tuple(check_pattern(p) for p in ([patterns] if isinstance(patterns, str)
+                                                else patterns))
+        for p in pats:
+            if not self._allowed(self.may_subscribe, plugin_id, p):
+                self._count("denied", plugin_id)
+                raise EventDenied(f"plugin {plugin_id} may not subscribe to {p!r}",
+                                  plugin_id=plugin_id)
+
+        def call(event: Event) -> None:
+            deliver(plugin_id, event.topic, event.payload)
+
+        with self._lock:
+            self._check_open()
+            lane = self._plugin_lanes.setdefault(plugin_id, _Lane(self.queue_size))
+            lane.refs += 1
+            sub = Subscription(self, pats, call, plugin_id, lane)
+            self._subs.append(sub)
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            if not sub.active:
+                return
+            sub.active = False
+            self._subs.remove(sub)
+            sub._lane.refs -= 1
+            if sub.plugin_id is not None and sub._lane.refs == 0:
+                self._plugin_lanes.pop(sub.plugin_id, None)
+
+    def remove_plugin(self, plugin_id: str) -> int:
+        """Unload: close the plugin's subscriptions and forget its rate limit."""
+        with self._lock:
+            subs = [s for s in self._subs if s.plugin_id == plugin_id]
+            self._buckets.pop(plugin_id, None)
+            self._limits.pop(plugin_id, None)
+        for s in subs:
+            s.close()
+        return len(subs)
+
+    def set_rate_limit(self, plugin_id: str, rate: float, burst: int) -> None:
+        """Override the token bucket of one plugin: `rate` events/s, at most `burst` at once."""
+        with self._lock:
+            self._limits[plugin_id] = (rate, burst)
+            self._buckets.pop(plugin_id, None)
+
+    # -- emitting ----------------------------------------------------------------------
+
+    def emit(self, topic: str, payload: Any = None) -> int:
+        """Emit as the host or app (no grant, no rate limit); returns the deliveries queued."""
+        return self._emit(None, check_topic(topic), payload)
+
+    def emit_runtime(self, topic: str, **fields: Any) -> int:
+        """Emit a standard runtime event, its payload checked against RUNTIME_EVENTS."""
+        return self._emit(None, topic, runtime_event(topic, **fields))
+
+    def emit_from(self, plugin_id: str, topic: object, payload: Any = None) -> int:
+        """A plugin's `event.emit`: InvalidTopic, EventDenied, RateLimited, CascadeLimit."""
+        checked = check_topic(topic)
+        if is_reserved(checked) or not self._allowed(self.may_emit, plugin_id, checked):
+            self._count("denied", plugin_id)
+            raise EventDenied(f"plugin {plugin_id} may not emit {checked!r}", plugin_id=plugin_id)
+        return self._emit(plugin_id, checked, payload)
+
+    def _emit(self, source: str | None, topic: str, payload: Any) -> int:
+        subject = source or HOST
+        depth = getattr(self._local, "depth", -1) + 1
+        drops: list[str] = []
+        with self._lock:
+            self._check_open()
+            if depth > self.max_depth:
+                self.counts["cascade_limit"] += 1
+                outcome: str | None = "cascade_limit"
+            elif source is not None and not self._bucket(source).take(self._clock()):
+                self.counts["rate_limited"] += 1
+                outcome = "rate_limited"
+            else:
+                outcome = None
+                self.counts["emitted"] += 1
+                event = Event(topic, payload, source, next(self._seq), time.time(), depth)
+                queued = 0
+                for sub in self._subs:
+                    if sub.matches(topic):
+                        if self._enqueue(sub, event):
+                            queued += 1
+                        else:
+                            drops.append(sub.plugin_id or APP)
+        if outcome == "cascade_limit":
+            self._count_only(subject, outcome)
+            raise CascadeLimit(f"event {topic!r} emitted {depth} deliveries deep "
+                               f"(max {self.max_depth})", plugin_id=source)
+        if outcome == "rate_limited":
+            self._count_only(subject, outcome)
+            raise RateLimited(f"plugin {source} emits events faster than its rate limit",
+                              plugin_id=source)
+        self._count_only(subject, "emitted")
+        for who in drops:
+            self._count_only(who, "dropped")
+        return queued
+
+    def _enqueue(self, sub: Subscription, event: Event) -> bool:
+        lane = sub._lane
+        if len(lane.queue) >= lane.capacity:
+            sub.dropped += 1
+            self.counts["dropped"] += 1
+            return False
+        lane.queue.append((sub, event))
+        self._pending += 1
+        if not lane.scheduled:
+            lane.scheduled = True
+            self._ready.append(lane)
+            self._start_workers()
+            self._work.notify()
+        return True
+
+    def _bucket(self, plugin_id: str) -> _Bucket:
+        bucket = self._buckets.get(plugin_id)
+        if bucket is None:
+            rate, burst = self._limits.get(plugin_id, (self._rate, self._burst))
+            bucket = self._buckets[plugin_id] = _Bucket(rate, burst, self._clock())
+        return bucket
+
+    # -- delivering --------------------------------------------------------------------
+
+    def _start_workers(self) -> None:
+        while len(self._threads) < self._nworkers:
+            t = threading.Thread(target=self._worker, daemon=True,
+                                 name=f"wasmext-events-{len(self._threads)}")
+            self._threads.append(t)
+            t.start()
+
+    def _worker(self) -> None:
+        self._local.worker = True
+        while True:
+            with self._lock:
+                while not self._ready and not self._stopping:
+                    self._work.wait()
+                if not self._ready:
+                    return
+                lane = self._ready.popleft()
+                sub, event = lane.queue.popleft()
+            outcome = self._deliver(sub, event)
+            with self._lock:
+                self.counts[outcome] += 1
+                self._pending -= 1
+                if lane.queue:
+                    self._ready.append(lane)
+                else:
+                    lane.scheduled = False
+                if self._pending == 0:
+                    self._idle.notify_all()
+            if outcome != "skipped":
+                self._count_only(sub.plugin_id or APP, outcome)
+
+    def _deliver(self, sub: Subscription, event: Event) -> str:
+        if not sub.active:
+            return "skipped"
+        self._local.depth = event.depth
+        try:
+            sub._call(event)
+        except BaseException:
+            sub.failed += 1
+            log.exception("event subscriber failed on %s", event.topic,
+                          extra={"plugin_id": sub.plugin_id, "hook": "on_event",
+                                 "outcome": "failed", "topic": event.topic})
+            return "failed"
+        finally:
+            del self._local.depth
+        sub.delivered += 1
+        return "delivered"
+
+    # -- waiting and closing -----------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued event is delivered (including events emitted meanwhile).
+
+        Returns False on timeout. Not callable from a subscriber (it would wait for itself).
+        """
+        if getattr(self._local, "worker", False):
+            raise RuntimeError("flush() called from an event subscriber")
+        with self._lock:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def close(self, timeout: float | None = 5.0) -> bool:
+        """Refuse new emits, deliver what is queued (up to `timeout`), stop the workers.
+
+        Events still queued at the timeout are discarded and counted; returns True if
+        everything was delivered.
+        """
+        with self._lock:
+            self._closed = True
+        drained = self.flush(timeout) if not getattr(self._local, "worker", False) else False
+        with self._lock:
+            for lane in self._ready:
+                n = len(lane.queue)
+                self.counts["discarded"] += n
+                self._pending -= n
+                lane.queue.clear()
+                lane.scheduled = False
+            self._ready.clear()
+            self._stopping = True
+            self._work.notify_all()
+            threads = list(self._threads)
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(timeout)
+        return drained
+
+    def __enter__(self) -> EventBus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Bus-wide counts and, per subscription, its patterns, counts and queue length."""
+        with self._lock:
+            return {**self.counts, "pending": self._pending, "subscriptions": [
+                {"plugin_id": s.plugin_id, "patterns": list(s.patterns),
+                 "delivered": s.delivered, "dropped": s.dropped, "failed": s.failed,
+                 "queued": len(s._lane.queue)} for s in self._subs]}
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BusClosed("the event bus is closed")
+
+    @staticmethod
+    def _allowed(predicate: Predicate, plugin_id: str, topic: str) -> bool:
+        try:
+            return bool(predicate(plugin_id, topic))
+        except Exception:
+            log.exception("event grant check failed", extra={"plugin_id": plugin_id})
+            return False
+
+    def _count(self, outcome: str, subject: str) -> None:
+        with self._lock:
+            self.counts[outcome] += 1
+        self._count_only(subject, outcome)
+
+    def _count_only(self, subject: str, outcome: str) -> None:
+        if self.observer is not None:
+            try:
+                self.observer.record_event(subject, outcome)
+            except Exception:
+                log.exception("event observer failed")
