@@ -123,7 +123,8 @@ class Host:
 
     def add(self, source: str | Path | bytes | Plugin | ExtismPlugin, *,
              source_kind: str = "explicit", manifest: Manifest | None = None,
-             plugin_id: str | None = None, settings: Mapping[str, Any] | None = None, limits: Mapping[str, int] | None = None,
+             plugin_id: str | None = None, settings: Mapping[str, Any] | None = None,
+             limits: Mapping[str, int] | None = None,
              grants: Iterable[str] = (), failure: str | None = None,
              priority: int | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
