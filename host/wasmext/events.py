@@ -1,21 +1,13 @@
 """The in-process event bus: namespaced topics, grants, bounded queues, rate limits.
 
-    bus = EventBus(may_emit=grants_predicate(emit_grants),
-                   may_subscribe=grants_predicate(subscribe_grants))
-    handle = bus.subscribe("turn.*", lambda event: print(event.topic, event.payload))
-    bus.emit_runtime("turn.started", turn_id="t1", agent_name="a", instance_key="k")
-    bus.emit_from("audit", "plugin.audit.flagged", {"why": "pii"})  # a plugin's emit
-    bus.flush(5.0); handle.close(); bus.close()
-
 A topic is dot-separated segments of `[A-Za-z0-9_-]`; a pattern is a topic, a
-prefix ending in `.*` (any depth below it) or `*` (everything). Emitting never
-runs a subscriber: it appends the event to each matching subscriber's bounded
-queue (full: the event is dropped for that subscriber and counted) and returns;
-worker threads deliver. Each subscriber (each plugin, for plugin subscribers)
-receives its events in order, one at a time. Plugins are checked against their
-grants, refused the runtime's own namespaces, rate-limited by a token bucket,
-and an event chain started inside a delivery is cut at `max_depth`.
-See docs/events-and-metrics.md.
+prefix ending in `.*` (any depth below it) or `*`. Emitting never runs a
+subscriber: it appends the event to each matching subscriber's bounded queue
+(full: dropped for that subscriber and counted) and returns; worker threads
+deliver, each subscriber (each plugin) one event at a time, in emit order.
+Plugins need grants, cannot emit in the runtime's namespaces, are rate-limited
+by a token bucket, and a chain of events emitted from deliveries is cut at
+`max_depth`. See docs/events-and-metrics.md.
 """
 
 from __future__ import annotations
@@ -34,8 +26,9 @@ from wasmext.errors import CapabilityDenied, WasmextError
 
 __all__ = [
     "RUNTIME_EVENTS", "BusClosed", "CascadeLimit", "Event", "EventBus", "EventDenied",
-    "EventError", "InvalidTopic", "RateLimited", "Subscription", "check_pattern", "check_topic",
-    "grants_predicate", "is_reserved", "pattern_covers", "runtime_event", "topic_matches",
+    "EventError", "EventObserver", "InvalidTopic", "RateLimited", "Subscription", "check_pattern",
+    "check_topic", "grants_predicate", "is_reserved", "pattern_covers", "runtime_event",
+    "topic_matches",
 ]
 
 log = logging.getLogger("wasmext.events")
@@ -71,6 +64,8 @@ _TOPIC_RE = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT}){{0,15}}")
 MAX_TOPIC_CHARS = 255
 HOST = "_host"  # the emitter label of the host and the embedding app (never a plugin id)
 APP = "_app"  # the subscriber label of Python callbacks
+OUTCOMES = ("emitted", "delivered", "dropped", "failed", "rate_limited", "denied",
+            "cascade_limit", "skipped", "discarded")
 
 Predicate = Callable[[str, str], bool]
 
@@ -83,28 +78,23 @@ class EventError(WasmextError):
 
 
 class InvalidTopic(EventError):
-    reason = "invalid topic"
-    code = "invalid"
+    reason, code = "invalid topic", "invalid"
 
 
 class EventDenied(EventError, CapabilityDenied):
-    reason = "event denied"
-    code = "denied"
+    reason, code = "event denied", "denied"
 
 
 class RateLimited(EventError):
-    reason = "rate limited"
-    code = "limit"
+    reason, code = "rate limited", "limit"
 
 
 class CascadeLimit(EventError):
-    reason = "event cascade too deep"
-    code = "limit"
+    reason, code = "event cascade too deep", "limit"
 
 
 class BusClosed(EventError):
-    reason = "bus closed"
-    code = "unavailable"
+    reason, code = "bus closed", "unavailable"
 
 
 def check_topic(topic: object) -> str:
@@ -173,13 +163,15 @@ class Event:
 
 
 class EventObserver(Protocol):
-    """Receives counts (metrics.Metrics implements it)."""
+    """Receives every count (metrics.Metrics implements it); called with the bus lock held."""
 
     def record_event(self, subject: str, outcome: str) -> None: ...
 
 
 @dataclass(eq=False)
 class _Lane:
+    """One bounded queue: per Python subscription, or shared by one plugin's subscriptions."""
+
     capacity: int
     queue: deque[tuple[Subscription, Event]] = field(default_factory=deque)
     scheduled: bool = False  # in the ready queue or being delivered by a worker
@@ -189,14 +181,12 @@ class _Lane:
 class Subscription:
     """The handle `subscribe` returns: call it or `.close()` it to unsubscribe.
 
-    After close, no new delivery starts; one already running finishes.
+    After close no new delivery starts; one already running finishes.
     """
 
     def __init__(self, bus: EventBus, patterns: tuple[str, ...], call: Callable[[Event], None],
                  plugin_id: str | None, lane: _Lane) -> None:
-        self.patterns = patterns
-        self.plugin_id = plugin_id
-        self.active = True
+        self.patterns, self.plugin_id, self.active = patterns, plugin_id, True
         self.delivered = self.dropped = self.failed = 0
         self._bus, self._call, self._lane = bus, call, lane
 
@@ -207,12 +197,6 @@ class Subscription:
         self._bus._unsubscribe(self)
 
     __call__ = close
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _Bucket:
@@ -243,7 +227,7 @@ class EventBus:
             raise ValueError("queue_size, workers and burst must be >= 1, rate and depth >= 0")
         self.may_emit, self.may_subscribe = may_emit, may_subscribe
         self.queue_size, self.max_depth, self.observer = queue_size, max_depth, observer
-        self._rate, self._burst, self._clock = rate, burst, clock
+        self._rate, self._burst, self._clock, self._nworkers = rate, burst, clock, workers
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
@@ -254,15 +238,10 @@ class EventBus:
         self._ready: deque[_Lane] = deque()
         self._pending = 0  # queued plus in-flight deliveries
         self._seq = itertools.count(1)
-        self._nworkers = workers
         self._threads: list[threading.Thread] = []
         self._closed = self._stopping = False
         self._local = threading.local()
-        self.counts: dict[str, int] = dict.fromkeys(
-            ("emitted", "delivered", "dropped", "failed", "rate_limited", "denied",
-             "cascade_limit", "skipped", "discarded"), 0)
-
-    # -- subscribing -------------------------------------------------------------------
+        self.counts: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
 
     def subscribe(self, pattern: str, callback: Callable[[Event], None], *,
                   queue_size: int | None = None) -> Subscription:
@@ -272,35 +251,32 @@ class EventBus:
             raise ValueError("queue_size must be >= 1")
         with self._lock:
             self._check_open()
-            lane = _Lane(queue_size or self.queue_size, refs=1)
-            sub = Subscription(self, pats, callback, None, lane)
+            sub = Subscription(self, pats, callback, None,
+                               _Lane(queue_size or self.queue_size, refs=1))
             self._subs.append(sub)
         return sub
 
     def subscribe_plugin(self, plugin_id: str, patterns: str | Iterable[str],
                          deliver: Callable[[str, str, Any], None]) -> Subscription:
-        """A plugin subscriber: `deliver(plugin_id, topic, payload)` for each matching event.
+        """A plugin subscriber: `deliver(plugin_id, topic, payload)` per matching event.
 
         Every pattern needs `may_subscribe(plugin_id, pattern)`, else EventDenied and
-        nothing is subscribed. A plugin's subscriptions share one queue and are delivered
-        one at a time, so a plugin instance never sees two deliveries at once.
+        nothing is subscribed. A plugin's subscriptions share one queue, delivered one
+        event at a time, so a plugin never sees two deliveries at once.
         """
-        pats = tuple(check_pattern(p) for p in ([patterns] if isinstance(patterns, str)
-                                                else patterns))
-        for p in pats:
-            if not self._allowed(self.may_subscribe, plugin_id, p):
-                self._count("denied", plugin_id)
-                raise EventDenied(f"plugin {plugin_id} may not subscribe to {p!r}",
-                                  plugin_id=plugin_id)
-
-        def call(event: Event) -> None:
-            deliver(plugin_id, event.topic, event.payload)
-
+        items = [patterns] if isinstance(patterns, str) else list(patterns)
+        pats = tuple(check_pattern(p) for p in items)
         with self._lock:
             self._check_open()
+            for p in pats:
+                if not self._allowed(self.may_subscribe, plugin_id, p):
+                    self._note(plugin_id, "denied")
+                    raise EventDenied(f"plugin {plugin_id} may not subscribe to {p!r}",
+                                      plugin_id=plugin_id)
             lane = self._plugin_lanes.setdefault(plugin_id, _Lane(self.queue_size))
             lane.refs += 1
-            sub = Subscription(self, pats, call, plugin_id, lane)
+            sub = Subscription(self, pats, lambda e: deliver(plugin_id, e.topic, e.payload),
+                               plugin_id, lane)
             self._subs.append(sub)
         return sub
 
@@ -315,7 +291,7 @@ class EventBus:
                 self._plugin_lanes.pop(sub.plugin_id, None)
 
     def remove_plugin(self, plugin_id: str) -> int:
-        """Unload: close the plugin's subscriptions and forget its rate limit."""
+        """On unload: close the plugin's subscriptions and forget its rate limit."""
         with self._lock:
             subs = [s for s in self._subs if s.plugin_id == plugin_id]
             self._buckets.pop(plugin_id, None)
@@ -325,15 +301,13 @@ class EventBus:
         return len(subs)
 
     def set_rate_limit(self, plugin_id: str, rate: float, burst: int) -> None:
-        """Override the token bucket of one plugin: `rate` events/s, at most `burst` at once."""
+        """One plugin's token bucket: `rate` events per second, at most `burst` at once."""
         with self._lock:
             self._limits[plugin_id] = (rate, burst)
             self._buckets.pop(plugin_id, None)
 
-    # -- emitting ----------------------------------------------------------------------
-
     def emit(self, topic: str, payload: Any = None) -> int:
-        """Emit as the host or app (no grant, no rate limit); returns the deliveries queued."""
+        """Emit as the host or the app (no grant, no rate limit); returns deliveries queued."""
         return self._emit(None, check_topic(topic), payload)
 
     def emit_runtime(self, topic: str, **fields: Any) -> int:
@@ -344,58 +318,43 @@ class EventBus:
         """A plugin's `event.emit`: InvalidTopic, EventDenied, RateLimited, CascadeLimit."""
         checked = check_topic(topic)
         if is_reserved(checked) or not self._allowed(self.may_emit, plugin_id, checked):
-            self._count("denied", plugin_id)
+            with self._lock:
+                self._note(plugin_id, "denied")
             raise EventDenied(f"plugin {plugin_id} may not emit {checked!r}", plugin_id=plugin_id)
         return self._emit(plugin_id, checked, payload)
 
     def _emit(self, source: str | None, topic: str, payload: Any) -> int:
-        subject = source or HOST
         depth = getattr(self._local, "depth", -1) + 1
-        drops: list[str] = []
         with self._lock:
             self._check_open()
             if depth > self.max_depth:
-                self.counts["cascade_limit"] += 1
-                outcome: str | None = "cascade_limit"
-            elif source is not None and not self._bucket(source).take(self._clock()):
-                self.counts["rate_limited"] += 1
-                outcome = "rate_limited"
-            else:
-                outcome = None
-                self.counts["emitted"] += 1
-                event = Event(topic, payload, source, next(self._seq), time.time(), depth)
-                queued = 0
-                for sub in self._subs:
-                    if sub.matches(topic):
-                        if self._enqueue(sub, event):
-                            queued += 1
-                        else:
-                            drops.append(sub.plugin_id or APP)
-        if outcome == "cascade_limit":
-            self._count_only(subject, outcome)
-            raise CascadeLimit(f"event {topic!r} emitted {depth} deliveries deep "
-                               f"(max {self.max_depth})", plugin_id=source)
-        if outcome == "rate_limited":
-            self._count_only(subject, outcome)
-            raise RateLimited(f"plugin {source} emits events faster than its rate limit",
-                              plugin_id=source)
-        self._count_only(subject, "emitted")
-        for who in drops:
-            self._count_only(who, "dropped")
-        return queued
+                self._note(source or HOST, "cascade_limit")
+                raise CascadeLimit(f"event {topic!r} emitted {depth} deliveries deep "
+                                   f"(max {self.max_depth})", plugin_id=source)
+            if source is not None and not self._bucket(source).take(self._clock()):
+                self._note(source, "rate_limited")
+                raise RateLimited(f"plugin {source} emits events faster than its rate limit",
+                                  plugin_id=source)
+            self._note(source or HOST, "emitted")
+            event = Event(topic, payload, source, next(self._seq), time.time(), depth)
+            return sum(self._enqueue(sub, event) for sub in self._subs if sub.matches(topic))
 
     def _enqueue(self, sub: Subscription, event: Event) -> bool:
         lane = sub._lane
-        if len(lane.queue) >= lane.capacity:
+        if len(lane.queue) >= lane.capacity:  # drop the newest: the queue keeps its order
             sub.dropped += 1
-            self.counts["dropped"] += 1
+            self._note(sub.plugin_id or APP, "dropped")
             return False
         lane.queue.append((sub, event))
         self._pending += 1
         if not lane.scheduled:
             lane.scheduled = True
             self._ready.append(lane)
-            self._start_workers()
+            while len(self._threads) < self._nworkers:
+                t = threading.Thread(target=self._worker, daemon=True,
+                                     name=f"wasmext-events-{len(self._threads)}")
+                self._threads.append(t)
+                t.start()
             self._work.notify()
         return True
 
@@ -405,15 +364,6 @@ class EventBus:
             rate, burst = self._limits.get(plugin_id, (self._rate, self._burst))
             bucket = self._buckets[plugin_id] = _Bucket(rate, burst, self._clock())
         return bucket
-
-    # -- delivering --------------------------------------------------------------------
-
-    def _start_workers(self) -> None:
-        while len(self._threads) < self._nworkers:
-            t = threading.Thread(target=self._worker, daemon=True,
-                                 name=f"wasmext-events-{len(self._threads)}")
-            self._threads.append(t)
-            t.start()
 
     def _worker(self) -> None:
         self._local.worker = True
@@ -427,16 +377,15 @@ class EventBus:
                 sub, event = lane.queue.popleft()
             outcome = self._deliver(sub, event)
             with self._lock:
-                self.counts[outcome] += 1
+                self._note(sub.plugin_id or APP, outcome)
                 self._pending -= 1
                 if lane.queue:
                     self._ready.append(lane)
+                    self._work.notify()
                 else:
                     lane.scheduled = False
                 if self._pending == 0:
                     self._idle.notify_all()
-            if outcome != "skipped":
-                self._count_only(sub.plugin_id or APP, outcome)
 
     def _deliver(self, sub: Subscription, event: Event) -> str:
         if not sub.active:
@@ -444,7 +393,7 @@ class EventBus:
         self._local.depth = event.depth
         try:
             sub._call(event)
-        except BaseException:
+        except BaseException:  # a subscriber must never stop the others or the worker
             sub.failed += 1
             log.exception("event subscriber failed on %s", event.topic,
                           extra={"plugin_id": sub.plugin_id, "hook": "on_event",
@@ -455,12 +404,10 @@ class EventBus:
         sub.delivered += 1
         return "delivered"
 
-    # -- waiting and closing -----------------------------------------------------------
-
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued event is delivered (including events emitted meanwhile).
+        """Wait until every queued event is delivered, including events emitted meanwhile.
 
-        Returns False on timeout. Not callable from a subscriber (it would wait for itself).
+        False on timeout. Not callable from a subscriber (it would wait for itself).
         """
         if getattr(self._local, "worker", False):
             raise RuntimeError("flush() called from an event subscriber")
@@ -470,26 +417,27 @@ class EventBus:
     def close(self, timeout: float | None = 5.0) -> bool:
         """Refuse new emits, deliver what is queued (up to `timeout`), stop the workers.
 
-        Events still queued at the timeout are discarded and counted; returns True if
-        everything was delivered.
+        What is still queued at the timeout is discarded and counted. True if everything
+        queued was delivered.
         """
         with self._lock:
             self._closed = True
-        drained = self.flush(timeout) if not getattr(self._local, "worker", False) else False
+        in_worker = getattr(self._local, "worker", False)
+        drained = False if in_worker else self.flush(timeout)
         with self._lock:
             for lane in self._ready:
-                n = len(lane.queue)
-                self.counts["discarded"] += n
-                self._pending -= n
+                for sub, _event in lane.queue:
+                    self._note(sub.plugin_id or APP, "discarded")
+                self._pending -= len(lane.queue)
                 lane.queue.clear()
                 lane.scheduled = False
             self._ready.clear()
             self._stopping = True
             self._work.notify_all()
-            threads = list(self._threads)
+            self._idle.notify_all()
+            threads = [t for t in self._threads if t is not threading.current_thread()]
         for t in threads:
-            if t is not threading.current_thread():
-                t.join(timeout)
+            t.join(timeout)
         return drained
 
     def __enter__(self) -> EventBus:
@@ -499,14 +447,12 @@ class EventBus:
         self.close()
 
     def stats(self) -> dict[str, Any]:
-        """Bus-wide counts and, per subscription, its patterns, counts and queue length."""
+        """Bus-wide counts, and per subscription its patterns, counts and queue length."""
         with self._lock:
             return {**self.counts, "pending": self._pending, "subscriptions": [
-                {"plugin_id": s.plugin_id, "patterns": list(s.patterns),
-                 "delivered": s.delivered, "dropped": s.dropped, "failed": s.failed,
-                 "queued": len(s._lane.queue)} for s in self._subs]}
-
-    # -- helpers -----------------------------------------------------------------------
+                {"plugin_id": s.plugin_id, "patterns": list(s.patterns), "queued":
+                 len(s._lane.queue), "delivered": s.delivered, "dropped": s.dropped,
+                 "failed": s.failed} for s in self._subs]}
 
     def _check_open(self) -> None:
         if self._closed:
@@ -520,12 +466,9 @@ class EventBus:
             log.exception("event grant check failed", extra={"plugin_id": plugin_id})
             return False
 
-    def _count(self, outcome: str, subject: str) -> None:
-        with self._lock:
-            self.counts[outcome] += 1
-        self._count_only(subject, outcome)
-
-    def _count_only(self, subject: str, outcome: str) -> None:
+    def _note(self, subject: str, outcome: str) -> None:
+        """Count an outcome (the lock is held)."""
+        self.counts[outcome] += 1
         if self.observer is not None:
             try:
                 self.observer.record_event(subject, outcome)

@@ -152,7 +152,11 @@ class ExtismPlugin:
                  limits: Limits, settings: Mapping[str, Any], sensitive: frozenset[str],
                  grants: frozenset[str], services: HostServices,
                  hooks: Iterable[str] | None = None, default_priority: int = 50) -> None:
-        import extism
+        try:
+            import extism
+        except ImportError as exc:
+            raise LoadError(f"plugin {plugin_id} is an Extism module; its backend needs: "
+                            "pip install 'wasmext[extism]'", plugin_id=plugin_id) from exc
 
         self.id = plugin_id
         self.limits = limits
