@@ -49,6 +49,14 @@ class CallContext:
     # Seconds the current host call spent running other plugins (middleware next):
     # not charged to this plugin's host-call budget.
     nested_seconds: float = 0.0
+    # Work an op left open until the hook call ends (a state transaction):
+    # finish(True) after a successful call, finish(False) after any failure.
+    pending: list[Callable[[bool], None]] = field(default_factory=list)
+
+    def finish(self, success: bool) -> None:
+        pending, self.pending = self.pending, []
+        for done in pending:
+            done(success)
 
     def require(self, capability: str) -> None:
         if capability and capability not in self.grants:

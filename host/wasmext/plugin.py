@@ -203,14 +203,22 @@ class Plugin:
                               plugin_id=self.id, hook=hook)
         inst = self._borrow()
         self.calls += 1
+        ctx = inst.ctx
+        ctx.session = meta.get("session") if meta else None
         try:
             result = inst.call(hook, data, meta)
         except PluginFault as fault:
+            if ctx.pending:
+                ctx.finish(False)  # a faulted call's state writes never happened
             self._record_fault(fault)
             raise
         except BaseException:
+            if ctx.pending:
+                ctx.finish(False)
             self._release(inst)
             raise
+        if ctx.pending:
+            ctx.finish(True)
         self._release(inst)
         self._record_success()
         return result
