@@ -2,45 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from support import Built, plugin_dirs
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
-
-ROOT = Path(__file__).resolve().parent.parent
-SDK_ROOT = ROOT / "guest-sdks"
-# Every guest SDK with a conformance plugin takes part in the cross-SDK suite.
-SDK_LANGS = sorted(p.parent.parent.name for p in SDK_ROOT.glob("*/conformance/plugin.toml"))
-
-
-def plugin_dirs() -> dict[str, Path]:
-    dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
-            "normalize-text": ROOT / "plugins" / "normalize-text",
-            "test-kit": ROOT / "tests" / "plugins" / "test-kit"}
-    for example in ("text-tags", "agent-guard", "turn-audit"):
-        dirs[example] = ROOT / "plugins" / example
-    for lang in SDK_LANGS:
-        dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"
-        dirs[f"hello-{lang}"] = SDK_ROOT / lang / "examples" / "hello"
-    return dirs
-
-
-@dataclass
-class Built:
-    """Plugin folders built this run, and why the others could not be."""
-
-    dirs: dict[str, Path] = field(default_factory=dict)
-    missing: dict[str, str] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> Path:
-        if name in self.missing:
-            pytest.skip(self.missing[name])
-        return self.dirs[name]
 
 
 @pytest.fixture
@@ -62,9 +31,9 @@ def built() -> Built:
     """Build every guest plugin once per test run.
 
     A plugin whose toolchain is not installed is skipped with the install
-    command as the reason; any other build failure fails the run.
+    command as the reason; any other build failure fails the tests using it.
     """
-    from wasmext_cli.build import ToolchainMissing, build_plugin
+    from wasmext_cli.build import BuildError, ToolchainMissing, build_plugin
 
     result = Built()
     for name, folder in plugin_dirs().items():
@@ -72,26 +41,8 @@ def built() -> Built:
             build_plugin(folder)
         except ToolchainMissing as exc:
             result.missing[name] = str(exc)
+        except BuildError as exc:
+            result.broken[name] = str(exc)
         else:
             result.dirs[name] = folder
     return result
-
-
-def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseException]:
-    """Run worker(0..count-1) in threads started together; the errors they raised."""
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(count)
-
-    def guarded(i: int) -> None:
-        barrier.wait()
-        try:
-            worker(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return errors

@@ -6,7 +6,7 @@ import contextlib
 
 import msgpack
 
-from conftest import run_in_threads
+from support import run_in_threads
 from wasmext import GuestTrap, Quarantined, Runtime
 from wasmext.testing import DATA_AT, guest_wat, load_wat
 

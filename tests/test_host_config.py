@@ -13,7 +13,7 @@ import msgpack
 import pytest
 import wasmtime
 
-from conftest import Built, run_in_threads
+from support import Built, run_in_threads
 from wasmext import ConfigError, Host, PluginError, load_config
 from wasmext.testing import DATA_AT, guest_wat
 

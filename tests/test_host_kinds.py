@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from conftest import Built
+from support import Built
 from wasmext import HookAborted, Host, PipelineError, Runtime, parse_policy
 from wasmext.config import HostConfig
 from wasmext.hooks.tags import parse

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Built
+from support import Built
 from wasmext import ConfigError, HookAborted, Host, Runtime
 from wasmext.config import HostConfig
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Built
+from support import Built
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SDK_LANGS, Built
+from support import SDK_LANGS, Built
 
 
 @pytest.mark.parametrize("lang", SDK_LANGS)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from conftest import SDK_LANGS as SDKS
-from conftest import Built
+from support import SDK_LANGS as SDKS
+from support import Built
 from wasmext import PluginError, Runtime
 from wasmext.testing import vector_value as from_json
 from wasmext_cli.build import build_plugin

@@ -1,13 +1,9 @@
 """The in-process event bus: namespaced topics, grants, bounded queues, rate limits.
 
-A topic is dot-separated segments of `[A-Za-z0-9_-]`; a pattern is a topic, a
-prefix ending in `.*` (any depth below it) or `*`. Emitting never runs a
-subscriber: it appends the event to each matching subscriber's bounded queue
-(full: dropped for that subscriber and counted) and returns; worker threads
-deliver, each subscriber (each plugin) one event at a time, in emit order.
-Plugins need grants, cannot emit in the runtime's namespaces, are rate-limited
-by a token bucket, and a chain of events emitted from deliveries is cut at
-`max_depth`. See docs/events-and-metrics.md.
+Emitting never runs a subscriber: it queues the event for each matching subscriber
+(a full queue drops it, counted) and returns; worker threads deliver, one event at a
+time per subscriber (per plugin), in emit order. Plugins need grants, are rate-limited
+and cannot emit runtime events. See docs/events-and-metrics.md.
 """
 
 from __future__ import annotations
@@ -20,13 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn
 
 from wasmext.errors import CapabilityDenied, WasmextError
 
 __all__ = [
     "RUNTIME_EVENTS", "BusClosed", "CascadeLimit", "Event", "EventBus", "EventDenied",
-    "EventError", "EventObserver", "InvalidTopic", "RateLimited", "Subscription", "check_pattern",
+    "EventError", "InvalidTopic", "RateLimited", "Subscription", "check_pattern",
     "check_topic", "grants_predicate", "is_reserved", "pattern_covers", "runtime_event",
     "topic_matches",
 ]
@@ -35,26 +31,25 @@ log = logging.getLogger("wasmext.events")
 
 # The standard runtime events and their payload fields (all present in every payload).
 # `timestamp` is Unix time in milliseconds (int); `duration_ms` a float in milliseconds.
+_TURN = ("turn_id", "agent_name", "instance_key")
+_STEP = ("step_id", "step_index", "turn_id", "agent_name")
+_TOOL = ("tool_call_id", "tool_name", "step_id", "turn_id", "agent_name")
+_T = ("timestamp",)
 RUNTIME_EVENTS: dict[str, tuple[str, ...]] = {
-    "turn.started": ("turn_id", "agent_name", "instance_key", "timestamp"),
-    "turn.completed": ("turn_id", "agent_name", "instance_key", "step_count", "duration_ms",
-                       "timestamp"),
-    "turn.failed": ("turn_id", "agent_name", "instance_key", "reason", "timestamp"),
-    "step.started": ("step_id", "step_index", "turn_id", "agent_name", "timestamp"),
-    "step.completed": ("step_id", "step_index", "turn_id", "agent_name", "tool_call_count",
-                       "duration_ms", "timestamp"),
-    "step.failed": ("step_id", "step_index", "turn_id", "agent_name", "reason", "timestamp"),
-    "tool.called": ("tool_call_id", "tool_name", "step_id", "turn_id", "agent_name",
-                    "timestamp"),
-    "tool.completed": ("tool_call_id", "tool_name", "status", "duration_ms", "step_id",
-                       "turn_id", "agent_name", "timestamp"),
-    "tool.failed": ("tool_call_id", "tool_name", "step_id", "turn_id", "agent_name", "reason",
-                    "timestamp"),
-    "session.started": ("session_id", "timestamp"),
-    "session.ended": ("session_id", "duration_ms", "timestamp"),
-    "plugin.loaded": ("plugin_id", "version", "timestamp"),
-    "plugin.unloaded": ("plugin_id", "timestamp"),
-    "plugin.faulted": ("plugin_id", "hook", "reason", "timestamp"),
+    "turn.started": (*_TURN, *_T),
+    "turn.completed": (*_TURN, "step_count", "duration_ms", *_T),
+    "turn.failed": (*_TURN, "reason", *_T),
+    "step.started": (*_STEP, *_T),
+    "step.completed": (*_STEP, "tool_call_count", "duration_ms", *_T),
+    "step.failed": (*_STEP, "reason", *_T),
+    "tool.called": (*_TOOL, *_T),
+    "tool.completed": (*_TOOL, "status", "duration_ms", *_T),
+    "tool.failed": (*_TOOL, "reason", *_T),
+    "session.started": ("session_id", *_T),
+    "session.ended": ("session_id", "duration_ms", *_T),
+    "plugin.loaded": ("plugin_id", "version", *_T),
+    "plugin.unloaded": ("plugin_id", *_T),
+    "plugin.faulted": ("plugin_id", "hook", "reason", *_T),
 }
 # Only the host emits here: a plugin cannot forge runtime events, whatever its grants.
 RESERVED_NAMESPACES = frozenset({"turn", "step", "tool", "session"})
@@ -73,8 +68,7 @@ Predicate = Callable[[str, str], bool]
 class EventError(WasmextError):
     """An event operation refused; `code` is the ABI error code to answer the guest."""
 
-    reason = "event"
-    code = "invalid"
+    reason, code = "event", "invalid"
 
 
 class InvalidTopic(EventError):
@@ -98,27 +92,20 @@ class BusClosed(EventError):
 
 
 def check_topic(topic: object) -> str:
-    if not isinstance(topic, str) or len(topic) > MAX_TOPIC_CHARS \
-            or not _TOPIC_RE.fullmatch(topic):
+    if not (isinstance(topic, str) and len(topic) <= MAX_TOPIC_CHARS
+            and _TOPIC_RE.fullmatch(topic)):
         raise InvalidTopic(f"bad topic {topic!r}: dot-separated segments of [A-Za-z0-9_-]")
     return topic
 
 
 def check_pattern(pattern: object) -> str:
-    if pattern == "*":
-        return "*"
     if isinstance(pattern, str) and pattern.endswith(".*"):
-        check_topic(pattern[:-2])
-        return pattern
-    return check_topic(pattern)
+        return check_topic(pattern[:-2]) + ".*"
+    return "*" if pattern == "*" else check_topic(pattern)
 
 
 def topic_matches(pattern: str, topic: str) -> bool:
-    if pattern == "*":
-        return True
-    if pattern.endswith(".*"):
-        return topic.startswith(pattern[:-1])
-    return pattern == topic
+    return pattern in ("*", topic) or (pattern.endswith(".*") and topic.startswith(pattern[:-1]))
 
 
 def pattern_covers(grant: str, pattern: str) -> bool:
@@ -162,27 +149,15 @@ class Event:
     depth: int = 0  # 0 unless emitted from inside a delivery
 
 
-class EventObserver(Protocol):
-    """Receives every count (metrics.Metrics implements it); called with the bus lock held."""
-
-    def record_event(self, subject: str, outcome: str) -> None: ...
-
-
 @dataclass(eq=False)
-class _Lane:
-    """One bounded queue: per Python subscription, or shared by one plugin's subscriptions."""
-
+class _Lane:  # a bounded queue: one per Python subscription, one per plugin
     capacity: int
     queue: deque[tuple[Subscription, Event]] = field(default_factory=deque)
     scheduled: bool = False  # in the ready queue or being delivered by a worker
-    refs: int = 0
 
 
 class Subscription:
-    """The handle `subscribe` returns: call it or `.close()` it to unsubscribe.
-
-    After close no new delivery starts; one already running finishes.
-    """
+    """Call it or `.close()` it to unsubscribe: no new delivery starts after that."""
 
     def __init__(self, bus: EventBus, patterns: tuple[str, ...], call: Callable[[Event], None],
                  plugin_id: str | None, lane: _Lane) -> None:
@@ -190,26 +165,10 @@ class Subscription:
         self.delivered = self.dropped = self.failed = 0
         self._bus, self._call, self._lane = bus, call, lane
 
-    def matches(self, topic: str) -> bool:
-        return any(topic_matches(p, topic) for p in self.patterns)
-
     def close(self) -> None:
         self._bus._unsubscribe(self)
 
     __call__ = close
-
-
-class _Bucket:
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        self.rate, self.burst, self.tokens, self.stamp = rate, burst, float(burst), now
-
-    def take(self, now: float) -> bool:
-        self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 def _deny(plugin_id: str, topic: str) -> bool:
@@ -221,7 +180,8 @@ class EventBus:
 
     def __init__(self, *, may_emit: Predicate = _deny, may_subscribe: Predicate = _deny,
                  queue_size: int = 1000, workers: int = 1, rate: float = 100.0,
-                 burst: int = 200, max_depth: int = 8, observer: EventObserver | None = None,
+                 burst: int = 200, max_depth: int = 8,
+                 observer: Callable[[str, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if queue_size < 1 or workers < 1 or burst < 1 or rate < 0 or max_depth < 0:
             raise ValueError("queue_size, workers and burst must be >= 1, rate and depth >= 0")
@@ -229,11 +189,10 @@ class EventBus:
         self.queue_size, self.max_depth, self.observer = queue_size, max_depth, observer
         self._rate, self._burst, self._clock, self._nworkers = rate, burst, clock, workers
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._idle = threading.Condition(self._lock)
+        self._work, self._idle = threading.Condition(self._lock), threading.Condition(self._lock)
         self._subs: list[Subscription] = []
         self._plugin_lanes: dict[str, _Lane] = {}
-        self._buckets: dict[str, _Bucket] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}  # plugin: (tokens, stamp)
         self._limits: dict[str, tuple[float, int]] = {}
         self._ready: deque[_Lane] = deque()
         self._pending = 0  # queued plus in-flight deliveries
@@ -246,37 +205,28 @@ class EventBus:
     def subscribe(self, pattern: str, callback: Callable[[Event], None], *,
                   queue_size: int | None = None) -> Subscription:
         """A Python subscriber (trusted, no grant): `callback(event)` on a worker thread."""
-        pats = (check_pattern(pattern),)
-        if queue_size is not None and queue_size < 1:
-            raise ValueError("queue_size must be >= 1")
-        with self._lock:
-            self._check_open()
-            sub = Subscription(self, pats, callback, None,
-                               _Lane(queue_size or self.queue_size, refs=1))
-            self._subs.append(sub)
-        return sub
+        return self._add(None, (check_pattern(pattern),), callback, queue_size)
 
     def subscribe_plugin(self, plugin_id: str, patterns: str | Iterable[str],
                          deliver: Callable[[str, str, Any], None]) -> Subscription:
-        """A plugin subscriber: `deliver(plugin_id, topic, payload)` per matching event.
-
-        Every pattern needs `may_subscribe(plugin_id, pattern)`, else EventDenied and
-        nothing is subscribed. A plugin's subscriptions share one queue, delivered one
-        event at a time, so a plugin never sees two deliveries at once.
-        """
+        """`deliver(plugin_id, topic, payload)` per event; each pattern needs a grant, else
+        EventDenied. A plugin's subscriptions share one queue, delivered one at a time."""
         items = [patterns] if isinstance(patterns, str) else list(patterns)
         pats = tuple(check_pattern(p) for p in items)
+        for p in pats:
+            if not self._allowed(self.may_subscribe, plugin_id, p):
+                self._refuse(plugin_id, f"subscribe to {p!r}")
+        return self._add(plugin_id, pats, lambda e: deliver(plugin_id, e.topic, e.payload), None)
+
+    def _add(self, plugin_id: str | None, pats: tuple[str, ...], call: Callable[[Event], None],
+             queue_size: int | None) -> Subscription:
         with self._lock:
-            self._check_open()
-            for p in pats:
-                if not self._allowed(self.may_subscribe, plugin_id, p):
-                    self._note(plugin_id, "denied")
-                    raise EventDenied(f"plugin {plugin_id} may not subscribe to {p!r}",
-                                      plugin_id=plugin_id)
-            lane = self._plugin_lanes.setdefault(plugin_id, _Lane(self.queue_size))
-            lane.refs += 1
-            sub = Subscription(self, pats, lambda e: deliver(plugin_id, e.topic, e.payload),
-                               plugin_id, lane)
+            if self._closed:
+                raise BusClosed("the event bus is closed")
+            lane = _Lane(queue_size or self.queue_size)
+            if plugin_id is not None:
+                lane = self._plugin_lanes.setdefault(plugin_id, lane)
+            sub = Subscription(self, pats, call, plugin_id, lane)
             self._subs.append(sub)
         return sub
 
@@ -286,19 +236,6 @@ class EventBus:
                 return
             sub.active = False
             self._subs.remove(sub)
-            sub._lane.refs -= 1
-            if sub.plugin_id is not None and sub._lane.refs == 0:
-                self._plugin_lanes.pop(sub.plugin_id, None)
-
-    def remove_plugin(self, plugin_id: str) -> int:
-        """On unload: close the plugin's subscriptions and forget its rate limit."""
-        with self._lock:
-            subs = [s for s in self._subs if s.plugin_id == plugin_id]
-            self._buckets.pop(plugin_id, None)
-            self._limits.pop(plugin_id, None)
-        for s in subs:
-            s.close()
-        return len(subs)
 
     def set_rate_limit(self, plugin_id: str, rate: float, burst: int) -> None:
         """One plugin's token bucket: `rate` events per second, at most `burst` at once."""
@@ -318,26 +255,26 @@ class EventBus:
         """A plugin's `event.emit`: InvalidTopic, EventDenied, RateLimited, CascadeLimit."""
         checked = check_topic(topic)
         if is_reserved(checked) or not self._allowed(self.may_emit, plugin_id, checked):
-            with self._lock:
-                self._note(plugin_id, "denied")
-            raise EventDenied(f"plugin {plugin_id} may not emit {checked!r}", plugin_id=plugin_id)
+            self._refuse(plugin_id, f"emit {checked!r}")
         return self._emit(plugin_id, checked, payload)
 
     def _emit(self, source: str | None, topic: str, payload: Any) -> int:
         depth = getattr(self._local, "depth", -1) + 1
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise BusClosed("the event bus is closed")
             if depth > self.max_depth:
                 self._note(source or HOST, "cascade_limit")
                 raise CascadeLimit(f"event {topic!r} emitted {depth} deliveries deep "
                                    f"(max {self.max_depth})", plugin_id=source)
-            if source is not None and not self._bucket(source).take(self._clock()):
+            if source is not None and not self._take_token(source):
                 self._note(source, "rate_limited")
                 raise RateLimited(f"plugin {source} emits events faster than its rate limit",
                                   plugin_id=source)
             self._note(source or HOST, "emitted")
             event = Event(topic, payload, source, next(self._seq), time.time(), depth)
-            return sum(self._enqueue(sub, event) for sub in self._subs if sub.matches(topic))
+            return sum(self._enqueue(sub, event) for sub in self._subs
+                       if any(topic_matches(p, topic) for p in sub.patterns))
 
     def _enqueue(self, sub: Subscription, event: Event) -> bool:
         lane = sub._lane
@@ -358,12 +295,14 @@ class EventBus:
             self._work.notify()
         return True
 
-    def _bucket(self, plugin_id: str) -> _Bucket:
-        bucket = self._buckets.get(plugin_id)
-        if bucket is None:
-            rate, burst = self._limits.get(plugin_id, (self._rate, self._burst))
-            bucket = self._buckets[plugin_id] = _Bucket(rate, burst, self._clock())
-        return bucket
+    def _take_token(self, plugin_id: str) -> bool:
+        """The token bucket (the lock is held): refill by elapsed time, take one if there."""
+        rate, burst = self._limits.get(plugin_id, (self._rate, self._burst))
+        now = self._clock()
+        tokens, stamp = self._buckets.get(plugin_id, (float(burst), now))
+        tokens = min(float(burst), tokens + (now - stamp) * rate)
+        self._buckets[plugin_id] = (tokens - 1.0 if tokens >= 1.0 else tokens, now)
+        return tokens >= 1.0
 
     def _worker(self) -> None:
         self._local.worker = True
@@ -379,13 +318,11 @@ class EventBus:
             with self._lock:
                 self._note(sub.plugin_id or APP, outcome)
                 self._pending -= 1
-                if lane.queue:
+                if lane.queue and not self._stopping:
                     self._ready.append(lane)
                     self._work.notify()
                 else:
-                    lane.scheduled = False
-                if self._pending == 0:
-                    self._idle.notify_all()
+                    self._discard(lane)  # empty, or closing: unschedule, wake flush()
 
     def _deliver(self, sub: Subscription, event: Event) -> str:
         if not sub.active:
@@ -405,58 +342,42 @@ class EventBus:
         return "delivered"
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued event is delivered, including events emitted meanwhile.
-
-        False on timeout. Not callable from a subscriber (it would wait for itself).
-        """
+        """Wait until all queued events, and those they cause, are delivered; False on timeout."""
         if getattr(self._local, "worker", False):
             raise RuntimeError("flush() called from an event subscriber")
         with self._lock:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def close(self, timeout: float | None = 5.0) -> bool:
-        """Refuse new emits, deliver what is queued (up to `timeout`), stop the workers.
-
-        What is still queued at the timeout is discarded and counted. True if everything
-        queued was delivered.
-        """
+        """Refuse emits, deliver the queue for up to `timeout` (then discard it), stop."""
         with self._lock:
             self._closed = True
         in_worker = getattr(self._local, "worker", False)
         drained = False if in_worker else self.flush(timeout)
         with self._lock:
-            for lane in self._ready:
-                for sub, _event in lane.queue:
-                    self._note(sub.plugin_id or APP, "discarded")
-                self._pending -= len(lane.queue)
-                lane.queue.clear()
-                lane.scheduled = False
-            self._ready.clear()
             self._stopping = True
+            while self._ready:
+                self._discard(self._ready.popleft())
             self._work.notify_all()
-            self._idle.notify_all()
             threads = [t for t in self._threads if t is not threading.current_thread()]
         for t in threads:
             t.join(timeout)
         return drained
 
-    def __enter__(self) -> EventBus:
-        return self
+    def _discard(self, lane: _Lane) -> None:
+        """Unschedule a lane, dropping what it still holds (the lock is held)."""
+        for sub, _event in lane.queue:
+            self._note(sub.plugin_id or APP, "discarded")
+        self._pending -= len(lane.queue)
+        lane.queue.clear()
+        lane.scheduled = False
+        if self._pending == 0:
+            self._idle.notify_all()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def stats(self) -> dict[str, Any]:
-        """Bus-wide counts, and per subscription its patterns, counts and queue length."""
+    def _refuse(self, plugin_id: str, what: str) -> NoReturn:
         with self._lock:
-            return {**self.counts, "pending": self._pending, "subscriptions": [
-                {"plugin_id": s.plugin_id, "patterns": list(s.patterns), "queued":
-                 len(s._lane.queue), "delivered": s.delivered, "dropped": s.dropped,
-                 "failed": s.failed} for s in self._subs]}
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BusClosed("the event bus is closed")
+            self._note(plugin_id, "denied")
+        raise EventDenied(f"plugin {plugin_id} may not {what}", plugin_id=plugin_id)
 
     @staticmethod
     def _allowed(predicate: Predicate, plugin_id: str, topic: str) -> bool:
@@ -471,6 +392,6 @@ class EventBus:
         self.counts[outcome] += 1
         if self.observer is not None:
             try:
-                self.observer.record_event(subject, outcome)
+                self.observer(subject, outcome)
             except Exception:
                 log.exception("event observer failed")

@@ -219,7 +219,10 @@ typedef wasmext_verdict (*wasmext_handler)(wasmext_call *call);
 typedef struct wasmext_hook {
     const char *name;
     int priority;            /* 0..100, or WASMEXT_PRIORITY_DEFAULT */
-    const char *pattern;     /* tag pattern (on_tag only), NULL for none */
+    const char *pattern;     /* on_tag / output_extension: an exact name or a
+                                prefix ending in '*', NULL for none; calls go to
+                                the first same-named entry whose pattern
+                                matches the data's "tag" (or "name") */
     wasmext_handler handler; /* NULL: registered, always answers unchanged */
 } wasmext_hook;
 
@@ -232,7 +235,10 @@ typedef struct wasmext_plugin {
     const wasmext_hook *hooks;
     size_t hook_count;
     /* Optional: write extra registration entries (key, value pairs such as
-     * "prompt" or "tool_guidance") and return how many pairs were written. */
+     * "prompt" or "tool_guidance") and return how many pairs were written.
+     * Entries that are not exactly that many pairs with string keys, or that
+     * repeat abi_minor/name/version/hooks, are replaced by the one entry
+     * "register_extra_error": "<what was wrong>". */
     uint32_t (*register_extra)(wasmext_writer *w);
 } wasmext_plugin;
 

@@ -83,6 +83,30 @@ static void note_request(const uint8_t *ptr, uint32_t len) {
     }
 }
 
+/* Are the n bytes register_extra wrote exactly n key/value pairs with string
+ * keys, none of them a key the SDK writes itself? A mistake there would make
+ * the host refuse the whole registration map with a bare InvalidOutput. */
+static bool extra_entries_valid(const wasmext_writer *extra, uint32_t n) {
+    static const char *const own[] = {"abi_minor", "name", "version", "hooks"};
+    wasmext_writer doc = WASMEXT_WRITER_INIT;
+    wasmext_write_map(&doc, n);
+    wasmext_write_raw(&doc, extra->buf, extra->len);
+    bool ok = wasmext_writer_error(&doc) == WASMEXT_OK &&
+              wasmext_validate(doc.buf, doc.len) == WASMEXT_OK;
+    wasmext_reader r;
+    wasmext_reader_init(&r, doc.buf, doc.len);
+    if (ok) (void)wasmext_read_map(&r, &n);
+    for (uint32_t i = 0; ok && i < n; i++) {
+        const char *key;
+        uint32_t key_len;
+        ok = wasmext_read_str(&r, &key, &key_len) == WASMEXT_OK && wasmext_skip(&r) == WASMEXT_OK;
+        for (size_t k = 0; ok && k < sizeof own / sizeof own[0]; k++)
+            ok = !wasmext_str_eq(key, key_len, own[k]);
+    }
+    wasmext_writer_free(&doc);
+    return ok;
+}
+
 WASMEXT_EXPORT(WASMEXT_EXPORT_REGISTER)
 uint64_t wasmext_export_register(const uint8_t *ptr, uint32_t len) {
     const wasmext_plugin *p = &wasmext_plugin_definition;
@@ -92,7 +116,22 @@ uint64_t wasmext_export_register(const uint8_t *ptr, uint32_t len) {
     /* Extra entries go to their own buffer first: the map header needs the count. */
     wasmext_writer extra = WASMEXT_WRITER_INIT;
     uint32_t n_extra = p->register_extra ? p->register_extra(&extra) : 0;
-    if (wasmext_writer_error(&extra) != WASMEXT_OK) n_extra = 0;
+    /* Broken extras are replaced by one entry saying why: the host keeps
+     * unknown keys and `wasmext inspect` shows them, and no log import is
+     * needed (plugins without extras import nothing for this). */
+    const char *extra_error = NULL;
+    if (wasmext_writer_error(&extra) != WASMEXT_OK)
+        extra_error = "out of memory; extra entries dropped";
+    else if (n_extra && !extra_entries_valid(&extra, n_extra))
+        extra_error = "the bytes written are not the number of key/value pairs returned, or a "
+                      "key is not a string or repeats abi_minor, name, version or hooks; "
+                      "extra entries dropped";
+    if (extra_error) {
+        wasmext_writer_reset(&extra);
+        wasmext_write_cstr(&extra, "register_extra_error");
+        wasmext_write_cstr(&extra, extra_error);
+        n_extra = wasmext_writer_error(&extra) == WASMEXT_OK ? 1 : 0;
+    }
     wasmext_write_map(w, 2 + (p->name != NULL) + (p->version != NULL) + n_extra);
     wasmext_write_cstr(w, "abi_minor");
     wasmext_write_int(w, WASMEXT_ABI_MINOR);
@@ -163,20 +202,26 @@ static bool pattern_matches(const char *pattern, const char *s, uint32_t len) {
 
 /* The handler for this hook; for entries registered with a pattern, the one
  * whose pattern matches the data's subject ("tag" for on_tag, "name" for
- * output_extension), so one plugin can serve several tags or extensions. */
+ * output_extension), so one plugin can serve several tags or extensions.
+ * The data is only looked at when a same-named entry has a pattern, so other
+ * hooks pay nothing for this. */
 static const wasmext_hook *find_hook(const char *name, uint32_t len, const wasmext_reader *data) {
     const wasmext_plugin *p = &wasmext_plugin_definition;
     const char *subject = NULL;
     uint32_t subject_len = 0;
-    wasmext_reader field;
-    if ((wasmext_map_find(data, "tag", &field) == WASMEXT_OK ||
-         wasmext_map_find(data, "name", &field) == WASMEXT_OK) &&
-        wasmext_read_str(&field, &subject, &subject_len) != WASMEXT_OK)
-        subject = NULL;
+    bool looked = false;
     for (size_t i = 0; i < p->hook_count; i++) {
         const wasmext_hook *h = &p->hooks[i];
         if (!wasmext_str_eq(name, len, h->name)) continue;
         if (h->pattern == NULL) return h;
+        if (!looked) {
+            wasmext_reader field;
+            looked = true;
+            if ((wasmext_map_find(data, "tag", &field) == WASMEXT_OK ||
+                 wasmext_map_find(data, "name", &field) == WASMEXT_OK) &&
+                wasmext_read_str(&field, &subject, &subject_len) != WASMEXT_OK)
+                subject = NULL;
+        }
         if (subject && pattern_matches(h->pattern, subject, subject_len)) return h;
     }
     return NULL;
