@@ -163,3 +163,50 @@ def test_secrets_never_reach_faults_traces_or_logs(tmp_path: Path, caplog: Any,
         faults = " ".join(f.message for f in host.faults)
     assert secret not in details and secret not in faults and secret not in caplog.text
     assert "leaking ***" in faults
+
+
+def test_events_metrics_and_runtime_events(built: Built, wasmext_host: Any) -> None:
+    """Runtime events reach Python subscribers; every call is counted with its fuel."""
+    host = wasmext_host((built["test-kit"], {"plugin_id": "kit", "settings": {"tag": "!"}}),
+                        (built["test-kit"], {"plugin_id": "bad", "settings": {"mode": "trap"}}))
+    seen: list[tuple[str, dict[str, Any]]] = []
+    handle = host.observe.bus.subscribe("*", lambda e: seen.append((e.topic, e.payload)))
+    with host.session("s1") as s:
+        s.on_plain_text("x")
+        s.middleware("tool_call", {"turn_id": "t", "step": 0, "call_id": "c", "tool": "calc",
+                                   "args": {}, "metadata": {}}, lambda d: {"status": "ok"})
+    assert host.observe.bus.flush(5)
+    handle()
+    topics = [t for t, _ in seen]
+    assert topics[0] == "session.started" and "session.ended" in topics
+    assert {"tool.called", "tool.completed", "plugin.faulted"} <= set(topics)
+    faulted = next(p for t, p in seen if t == "plugin.faulted")
+    assert (faulted["plugin_id"], faulted["reason"]) == ("bad", "trap")
+    stats = host.observe.metrics.snapshot()
+    assert stats["kit"]["calls"] == 1 and stats["kit"]["fuel"] > 0
+    assert stats["bad"]["faults"] == 1
+    text = host.observe.metrics.exposition().decode()
+    assert 'extension_callback_total{callback_type="on_plain_text",extension_id="kit",' \
+           'outcome="ok"} 1.0' in text
+
+
+def test_plugins_emit_and_subscribe_only_with_grants(wasmext_host: Any) -> None:
+    req = msgpack.packb({"op": "event.emit", "topic": "audit.login", "payload": {"u": 1}})
+    emitter = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))",
+                        imports=HOST_CALL, data=req, hooks=("on_plain_text",))
+    listener = guest_wat(registration={"hooks": [{"hook": "on_event"}],
+                                       "subscriptions": ["audit.*"]},
+                         response={"ok": True})
+    host = wasmext_host(
+        (emitter, {"plugin_id": "emitter", "grants": {"events", "emit:audit.*"}}),
+        (emitter, {"plugin_id": "no-grant", "grants": {"events"}}),
+        (listener, {"plugin_id": "listener", "grants": {"events", "subscribe:audit.*"}}),
+        (listener, {"plugin_id": "deaf", "grants": {"events"}}))
+    with host.session() as s:
+        s.on_plain_text("go")
+        failures = {e.plugin_id: e.detail for e in s.trace.events if e.outcome == "failed"}
+    assert host.observe.bus.flush(5)
+    assert host.plugins["listener"].plugin.calls == 1  # the one event
+    assert host.plugins["deaf"].plugin.calls == 0      # its subscription was refused at load
+    assert "denied" in str(failures.get("no-grant"))
+    assert any("deaf" in (e.plugin_id or "") for e in host.load_errors)

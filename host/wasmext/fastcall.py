@@ -66,6 +66,7 @@ class _Raw:
         self.set_fuel = ctypes.PYFUNCTYPE(vp, vp, u64)(("wasmtime_context_set_fuel", dll))
         self.set_deadline = ctypes.PYFUNCTYPE(None, vp, u64)(
             ("wasmtime_context_set_epoch_deadline", dll))
+        self.get_fuel = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_context_get_fuel", dll))
         self.export_get = _bindings._wasmtime_instance_export_get
         self.kind_memory = ffi.WASMTIME_EXTERN_MEMORY.value
 
@@ -191,6 +192,21 @@ class StoreBinding:
             set_fuel(ctx, fuel)
             set_deadline(ctx, ticks)
         return set_raw
+
+    def fuel_left(self) -> Callable[[], int]:
+        """A reader of the fuel the store has left (for metering a call)."""
+        raw = self._raw
+        if raw is None:
+            store = self.store
+            return lambda: int(store.get_fuel())
+        get_fuel, ctx = raw.get_fuel, self._ctx
+        out = ctypes.c_uint64()
+        pout = ctypes.addressof(out)
+
+        def read() -> int:
+            get_fuel(ctx, pout)
+            return int(out.value)
+        return read
 
     def func(self, name: str, nparams: int, has_result: bool) -> Caller:
         """A caller for export `name` taking `nparams` u32 arguments and returning

@@ -35,6 +35,7 @@ from wasmext.extism_backend import ExtismPlugin
 from wasmext.hooks.middleware import install_next
 from wasmext.instance import CallResult
 from wasmext.manifest import Manifest, load_manifest
+from wasmext.observe import Observer
 from wasmext.ordering import Entry, order_entries
 from wasmext.plugin import Plugin
 from wasmext.runtime import Runtime
@@ -88,6 +89,8 @@ class Host:
         self._order_cache: dict[str, list[Entry]] = {}
         self._lock = threading.RLock()
         install_next(self.runtime.services)
+        self.observe = Observer(self)
+        self.observe.install(self.runtime.services)
         dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
         for found in discover(dirs):
             if found.error is not None:
@@ -106,6 +109,9 @@ class Host:
         self.close()
 
     def close(self) -> None:
+        for pid in list(self.plugins):
+            self.observe.unloaded(pid)
+        self.observe.close()
         self.runtime.close()
         self.plugins.clear()
 
@@ -159,13 +165,16 @@ class Host:
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
+        if isinstance(plugin, Plugin):
+            plugin.meter = True
         with self._lock:
             if plugin.id in self.plugins and self.plugins[plugin.id].plugin is not plugin:
                 raise ConfigError(f"plugin id {plugin.id!r} is already loaded",
                                   plugin_id=plugin.id)
-            self.plugins[plugin.id] = LoadedPlugin(plugin, source_kind, len(self.plugins),
-                                                   manifest, policy)
+            lp = LoadedPlugin(plugin, source_kind, len(self.plugins), manifest, policy)
+            self.plugins[plugin.id] = lp
             self._order_cache.clear()
+        self.observe.loaded(lp)
         return plugin
 
     def ordered(self, hook: str) -> list[Entry]:
@@ -204,6 +213,8 @@ class Host:
             if lp is not None:
                 lp.plugin.close()
             self._order_cache.clear()
+        if lp is not None:
+            self.observe.unloaded(plugin_id)
 
     # -- calling -------------------------------------------------------------------
 
@@ -240,16 +251,22 @@ class Host:
             if trace is not None:
                 trace.add(entry, "skipped", "reload backoff")
             return None, "skipped: reload backoff"
+        started = time.perf_counter()
         try:
             result = lp.plugin.call(entry.hook, data,
                                     {"session": session.id if session else None})
         except Quarantined:
+            self.observe.called(lp.id, entry.hook, "skipped", started)
             if trace is not None:
                 trace.add(entry, "skipped", "quarantined")
             return None, "quarantined"
         except (PluginFault, PluginError) as err:
+            fault = isinstance(err, PluginFault)
+            self.observe.called(lp.id, entry.hook, "fault" if fault else "error", started)
             self.record_fault(lp, entry.hook, err)
             reason = err.code if isinstance(err, PluginError) else err.reason
+            if fault:
+                self.observe.faulted(lp.id, entry.hook, reason)
             if trace is not None:
                 trace.add(entry, "failed", f"{reason}: {lp.plugin.log.redact(err.message)}")
             if (policy or lp.failure) == "closed":
@@ -257,6 +274,8 @@ class Host:
                                   f"{reason}", cause=err, plugin_id=lp.id,
                                   hook=entry.hook) from err
             return None, f"{reason}: {lp.plugin.log.redact(err.message)}"
+        self.observe.metrics.record_callback(lp.id, entry.hook, "ok",
+                                             time.perf_counter() - started, result.fuel)
         lp.backoff_s = 0.5
         if trace is not None:
             outcome = "stop" if result.stop else ("changed" if result.changed else "unchanged")

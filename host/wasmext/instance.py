@@ -50,6 +50,7 @@ class CallResult(NamedTuple):
     changed: bool
     stop: bool = False
     meta: Mapping[str, Any] = NO_META
+    fuel: int = 0  # fuel the call consumed, when the plugin is metered
 
 
 def _first_line(exc: BaseException) -> str:
@@ -96,6 +97,8 @@ class PluginInstance:
         self.memory = binding.memory()
         self._call = binding.func("wasmext_call", 2, True)
         self._alloc_fn: Caller | None = None
+        self._fuel_left: Any = None  # bound on first metered call
+        self.meter = False
         self._in_ptr = 0
         self._in_cap = 0
         self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
@@ -284,11 +287,23 @@ class PluginInstance:
             raise self._classify(exc, "wasmext_call") from exc
         finally:
             stack.pop()
+        if self.meter:
+            return self._metered(packed, data)
         if packed == 0:
             return CallResult(data, False)
         raw = self._read_output(packed, "wasmext_call")
         assert raw is not None
         return self._response(self._decode(raw, "call response"), data)
+
+    def _metered(self, packed: int, data: Any) -> CallResult:
+        if self._fuel_left is None:
+            self._fuel_left = self._binding.fuel_left()
+        used = self.limits.fuel_per_call - self._fuel_left()
+        if packed == 0:
+            return CallResult(data, False, fuel=used)
+        raw = self._read_output(packed, "wasmext_call")
+        assert raw is not None
+        return self._response(self._decode(raw, "call response"), data)._replace(fuel=used)
 
     def _response(self, resp: Any, data: Any) -> CallResult:
         pid, hook = self.ctx.plugin_id, self.ctx.hook

@@ -107,6 +107,7 @@ class Plugin:
         self.quarantine = quarantine or QuarantinePolicy()
         self.max_idle = max_idle
         self.default_priority = default_priority
+        self.meter = False  # report fuel per call in CallResult.fuel (the Host turns it on)
         self._limits_dict = self.limits.as_dict()
         secrets = [str(v) for k, v in self.settings.items() if k in sensitive and v is not None]
         self.log = PluginLog(plugin_id, self.limits.max_log_lines, self.limits.max_log_line_bytes,
@@ -137,6 +138,7 @@ class Plugin:
     def new_instance(self) -> PluginInstance:
         """A fresh, registered instance (faults here count like call faults)."""
         inst = PluginInstance(self.module, self.limits, self._context(), self.services)
+        inst.meter = self.meter
         try:
             reg = Registration.parse(inst.start(self.register_request()), self.id,
                                      self.default_priority)
@@ -202,6 +204,7 @@ class Plugin:
                               f"(last: {self.last_fault.reason if self.last_fault else '?'})",
                               plugin_id=self.id, hook=hook)
         inst = self._borrow()
+        inst.meter = self.meter
         self.calls += 1
         ctx = inst.ctx
         ctx.session = meta.get("session") if meta else None

@@ -64,12 +64,18 @@ class Session:
         self.system_messages: list[str] = []
 
     def start(self) -> LifecycleResult:
+        self._started = time.monotonic()
+        self.host.observe.bus.emit_runtime("session.started", session_id=self.id)
         result = self.lifecycle("session_start")
         self.system_messages.extend(result.system_messages)
         return result
 
     def end(self) -> LifecycleResult:
-        return self.lifecycle("session_end", messages=self.messages)
+        result = self.lifecycle("session_end", messages=self.messages)
+        self.host.observe.bus.emit_runtime(
+            "session.ended", session_id=self.id,
+            duration_ms=(time.monotonic() - getattr(self, "_started", time.monotonic())) * 1000)
+        return result
 
     # -- transforms and tags ---------------------------------------------------------
 

@@ -81,6 +81,7 @@ def run_middleware(session: Session, kind: str, data: dict[str, Any], core: Core
     if kind not in KINDS:
         raise ValueError(f"middleware kind must be one of {KINDS}")
     entries = session.host.ordered(kind)
+    events = _Events(session, kind, data)
 
     def layer(i: int, layer_data: dict[str, Any]) -> dict[str, Any]:
         if i == len(entries):
@@ -106,7 +107,51 @@ def run_middleware(session: Session, kind: str, data: dict[str, Any], core: Core
                                frame.entry.plugin_id)
         return frame.result
 
-    return layer(0, data)
+    events.started()
+    try:
+        result = layer(0, data)
+    except WasmextError as err:
+        events.failed(err.reason)
+        raise
+    events.completed(result)
+    return result
+
+
+class _Events:
+    """The runtime events of one turn, step or tool call (turn.*, step.*, tool.*)."""
+
+    def __init__(self, session: Session, kind: str, data: dict[str, Any]) -> None:
+        self.emit = session.host.observe.bus.emit_runtime
+        self.kind = kind
+        turn, step = str(data.get("turn_id", "")), data.get("step", 0)
+        agent = {"turn_id": turn, "agent_name": "wasmext"}
+        if kind == "turn":
+            self.ids: dict[str, Any] = {**agent, "instance_key": session.id}
+        elif kind == "step":
+            self.ids = {**agent, "step_id": f"{turn}/{step}", "step_index": step}
+        else:
+            self.ids = {**agent, "step_id": f"{turn}/{step}",
+                        "tool_call_id": str(data.get("call_id", "")),
+                        "tool_name": str(data.get("tool", ""))}
+        self.topic = "tool" if kind == "tool_call" else kind
+        self.t0 = time.monotonic()
+
+    def started(self) -> None:
+        self.emit(f"{self.topic}.{'called' if self.topic == 'tool' else 'started'}", **self.ids)
+
+    def failed(self, reason: str) -> None:
+        self.emit(f"{self.topic}.failed", **self.ids, reason=reason)
+
+    def completed(self, result: dict[str, Any]) -> None:
+        ms = (time.monotonic() - self.t0) * 1000
+        if self.kind == "turn":
+            self.emit("turn.completed", **self.ids, step_count=result.get("steps", 0),
+                      duration_ms=ms)
+        elif self.kind == "step":
+            self.emit("step.completed", **self.ids, duration_ms=ms,
+                      tool_call_count=len(result.get("tool_calls") or []))
+        else:
+            self.emit("tool.completed", **self.ids, status=result.get("status"), duration_ms=ms)
 
 
 def _broken(session: Session, frame: _Frame, why: str) -> None:

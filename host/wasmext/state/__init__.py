@@ -1,0 +1,86 @@
+"""Plugin state: per plugin and session, with TTLs, quotas, LRU eviction and transactions.
+
+    from wasmext.state import SQLiteStore, Scope
+
+    store = SQLiteStore.in_data_dir(".wasmext")
+    with store.begin("my-plugin", "session-1") as txn:   # one plugin call
+        txn.set("greeting", msgpack.packb("hi"))          # committed when the block ends
+    store.get(Scope("my-plugin", "session-1"), "greeting")
+
+Backends: `MemoryStore` (tests), `SQLiteStore` (the embedded default),
+`RedisStore` (several hosts; imported lazily, it needs the `redis` package).
+See docs/state.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wasmext.state.base import (
+    CasConflict,
+    CommitReport,
+    Eviction,
+    ExportFormat,
+    InvalidArgument,
+    InvalidKey,
+    KeyTooLong,
+    QuotaExceeded,
+    Record,
+    Scope,
+    ScopeName,
+    SessionQuotaExceeded,
+    StateError,
+    StateLimits,
+    StateStats,
+    StateStore,
+    StateUnavailable,
+    TooManyKeys,
+    TransactionClosed,
+    Usage,
+    dump_records,
+    load_records,
+)
+from wasmext.state.engine import Engine, Transaction
+from wasmext.state.memory import MemoryStore
+from wasmext.state.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from wasmext.state.redis_store import RedisStore
+
+__all__ = [
+    "CasConflict",
+    "CommitReport",
+    "Engine",
+    "Eviction",
+    "ExportFormat",
+    "InvalidArgument",
+    "InvalidKey",
+    "KeyTooLong",
+    "MemoryStore",
+    "QuotaExceeded",
+    "Record",
+    "RedisStore",
+    "SQLiteStore",
+    "Scope",
+    "ScopeName",
+    "SessionQuotaExceeded",
+    "StateError",
+    "StateLimits",
+    "StateStats",
+    "StateStore",
+    "StateUnavailable",
+    "TooManyKeys",
+    "Transaction",
+    "TransactionClosed",
+    "Usage",
+    "dump_records",
+    "load_records",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RedisStore":
+        from wasmext.state.redis_store import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,246 @@
+"""The SQLite backend: the embedded default, one WAL-mode file under the data directory.
+
+Every commit is one `BEGIN IMMEDIATE` transaction with `synchronous=FULL`, so a
+commit that returned survives a killed process (and a power loss). Usage
+counters live in the same file and change in the same transaction as the
+entries, so they can never disagree after a crash. Several processes may open
+the same file (the command line while a host runs); writers take turns.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
+from wasmext.state.base import Record, StateLimits, StateUnavailable
+from wasmext.state.engine import Engine
+
+__all__ = ["DEFAULT_FILENAME", "SQLiteStore"]
+
+DEFAULT_FILENAME = "state.db"
+SCHEMA_VERSION = 1
+GLOBAL = ""  # the plugin-global scope's session column (session ids are never empty)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    plugin TEXT NOT NULL, session TEXT NOT NULL, key TEXT NOT NULL,
+    value BLOB NOT NULL, size INTEGER NOT NULL, ttl REAL NOT NULL,
+    expires_at REAL NOT NULL, tick INTEGER NOT NULL,
+    PRIMARY KEY (plugin, session, key)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_expiry ON entries (plugin, expires_at);
+CREATE INDEX IF NOT EXISTS entries_lru ON entries (plugin, tick);
+CREATE TABLE IF NOT EXISTS usage (
+    plugin TEXT NOT NULL, session TEXT NOT NULL, bytes INTEGER NOT NULL, keys INTEGER NOT NULL,
+    PRIMARY KEY (plugin, session)) WITHOUT ROWID;
+"""
+
+
+def _col(sid: Sid) -> str:
+    return GLOBAL if sid is None else sid
+
+
+def _sid(col: str) -> Sid:
+    return None if col == GLOBAL else col
+
+
+class _SQLiteView:
+    def __init__(self, conn: sqlite3.Connection, plugin: str) -> None:
+        self._conn = conn
+        self._plugin = plugin
+
+    def plugin_bytes(self) -> int:
+        row = self._conn.execute("SELECT COALESCE(SUM(bytes), 0) FROM usage WHERE plugin = ?",
+                                 (self._plugin,)).fetchone()
+        return int(row[0])
+
+    def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]:
+        out: dict[Sid, tuple[int, int]] = {}
+        for sid in sids:
+            row = self._conn.execute("SELECT bytes, keys FROM usage WHERE plugin = ? AND"
+                                     " session = ?", (self._plugin, _col(sid))).fetchone()
+            out[sid] = (0, 0) if row is None else (int(row[0]), int(row[1]))
+        return out
+
+    def _row(self, column: str, ref: Ref) -> tuple[object] | None:
+        sid, key = ref
+        row: tuple[object] | None = self._conn.execute(
+            f"SELECT {column} FROM entries WHERE plugin = ? AND session = ? AND key = ?",
+            (self._plugin, _col(sid), key)).fetchone()
+        return row
+
+    def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
+        rows = {ref: self._row("size", ref) for ref in refs}
+        return {ref: int(str(row[0])) for ref, row in rows.items() if row is not None}
+
+    def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
+        rows = {ref: self._row("value", ref) for ref in refs}
+        return {ref: bytes(row[0]) for ref, row in rows.items()  # type: ignore[call-overload]
+                if row is not None}
+
+    def scope_sizes(self, sid: Sid) -> dict[str, int]:
+        rows = self._conn.execute("SELECT key, size FROM entries WHERE plugin = ? AND"
+                                  " session = ?", (self._plugin, _col(sid)))
+        return {str(k): int(s) for k, s in rows}
+
+    def lru(self) -> Iterator[tuple[Ref, int]]:
+        rows = self._conn.execute("SELECT session, key, size FROM entries WHERE plugin = ?"
+                                  " ORDER BY tick", (self._plugin,))
+        for session, key, size in rows:
+            yield (_sid(session), key), int(size)
+
+
+class SQLiteStore(Engine):
+    """State in one SQLite file (WAL). `durable=False` trades power-loss safety for speed;
+    commits then still survive a killed process."""
+
+    def __init__(self, path: str | Path, limits: StateLimits | None = None, *,
+                 clock: Callable[[], float] = time.time, durable: bool = True,
+                 busy_timeout: float = 10.0) -> None:
+        super().__init__(limits, clock=clock)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._sync = "FULL" if durable else "NORMAL"
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
+                                         check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={self._sync}")
+            with self._write():
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        self._conn.execute(stmt)
+                self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            row = self._conn.execute("SELECT MAX(tick) FROM entries").fetchone()
+            self._ticker.seen(int(row[0] or 0))
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"cannot open the state file {self.path}: {exc}") from exc
+
+    @classmethod
+    def in_data_dir(cls, data_dir: str | Path, limits: StateLimits | None = None, *,
+                    clock: Callable[[], float] = time.time) -> SQLiteStore:
+        """The store of a host whose data directory is `data_dir` (data_dir/state.db)."""
+        return cls(Path(data_dir) / DEFAULT_FILENAME, limits, clock=clock)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StateUnavailable(f"state file {self.path} is busy: {exc}") from exc
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise StateUnavailable(f"cannot commit to {self.path}: {exc}") from exc
+
+    def _read(self, plugin: str, sid: Sid, key: str, now: float) -> bytes | None:
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM entries WHERE plugin = ? AND session = ?"
+                                     " AND key = ? AND expires_at > ?",
+                                     (plugin, _col(sid), key, now)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute("SELECT key FROM entries WHERE plugin = ? AND session = ?"
+                                      " AND expires_at > ? ORDER BY key",
+                                      (plugin, _col(sid), now)).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    def _touch(self, plugin: str, refs: list[Ref], now: float) -> None:
+        # A refresh lost to a power cut is harmless: skip the fsync for touch-only commits.
+        with self._lock:
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self._write() as conn:
+                    tick = self._ticker.take(len(refs), now)
+                    conn.executemany(
+                        "UPDATE entries SET expires_at = ? + ttl, tick = ? WHERE plugin = ?"
+                        " AND session = ? AND key = ? AND expires_at > ?",
+                        [(now, tick + i, plugin, _col(s), k, now)
+                         for i, (s, k) in enumerate(refs)])
+            finally:
+                self._conn.execute(f"PRAGMA synchronous={self._sync}")
+
+    @contextmanager
+    def _view(self, plugin: str) -> Iterator[_SQLiteView]:
+        with self._lock:
+            yield _SQLiteView(self._conn, plugin)
+
+    def _commit(self, changes: Changes, now: float) -> Plan:
+        p = changes.plugin
+        with self._write() as conn:
+            self._purge_in(conn, now, p)
+            done = plan(_SQLiteView(conn, p), changes, now, self.limits)
+            conn.executemany("DELETE FROM entries WHERE plugin = ? AND session = ? AND key = ?",
+                             [(p, _col(s), k) for s, k in done.deletes])
+            tick = self._ticker.take(len(done.puts), now)
+            conn.executemany(
+                "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(p, _col(u.sid), u.key, u.value, u.size, u.ttl, u.expires_at, tick + i)
+                 for i, u in enumerate(done.puts)])
+            self._add_usage(conn, [(p, _col(s), b, n) for s, (b, n) in done.deltas.items()])
+            return done
+
+    @staticmethod
+    def _add_usage(conn: sqlite3.Connection, deltas: list[tuple[str, str, int, int]]) -> None:
+        conn.executemany(
+            "INSERT INTO usage VALUES (?, ?, ?, ?) ON CONFLICT (plugin, session) DO UPDATE"
+            " SET bytes = bytes + excluded.bytes, keys = keys + excluded.keys", deltas)
+        conn.executemany("DELETE FROM usage WHERE plugin = ? AND session = ? AND keys <= 0",
+                         [(d[0], d[1]) for d in deltas])
+
+    def _purge_in(self, conn: sqlite3.Connection, now: float, plugin: str | None) -> int:
+        where, args = ("plugin = ? AND expires_at <= ?", (plugin, now)) if plugin is not None \
+            else ("expires_at <= ?", (now,))
+        gone = conn.execute(f"SELECT plugin, session, -SUM(size), -COUNT(*) FROM entries"
+                            f" WHERE {where} GROUP BY plugin, session", args).fetchall()
+        if not gone:
+            return 0
+        conn.execute(f"DELETE FROM entries WHERE {where}", args)
+        self._add_usage(conn, [(str(a), str(b), int(c), int(d)) for a, b, c, d in gone])
+        return -sum(int(row[3]) for row in gone)
+
+    def _purge(self, now: float, plugin: str | None) -> int:
+        with self._lock:
+            where, args = ("plugin = ? AND", (plugin, now)) if plugin is not None else ("", (now,))
+            if self._conn.execute(f"SELECT 1 FROM entries WHERE {where} expires_at <= ? LIMIT 1",
+                                  args).fetchone() is None:
+                return 0
+            with self._write() as conn:
+                return self._purge_in(conn, now, plugin)
+
+    def _plugins(self) -> list[str]:
+        with self._lock:
+            return [str(r[0]) for r in
+                    self._conn.execute("SELECT DISTINCT plugin FROM usage ORDER BY plugin")]
+
+    def _drop_plugin(self, plugin: str) -> int:
+        with self._write() as conn:
+            count = conn.execute("DELETE FROM entries WHERE plugin = ?", (plugin,)).rowcount
+            conn.execute("DELETE FROM usage WHERE plugin = ?", (plugin,))
+            return int(count)
+
+    def _records(self, now: float) -> list[Record]:
+        with self._lock:
+            rows = self._conn.execute("SELECT plugin, session, key, value, expires_at, ttl"
+                                      " FROM entries WHERE expires_at > ?", (now,)).fetchall()
+        return [Record(str(p), _sid(s), str(k), bytes(v), float(e), float(t))
+                for p, s, k, v, e, t in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
