@@ -141,3 +141,21 @@ def test_model_url_talks_to_an_openai_compatible_endpoint(run_doc: dict,  # type
     assert requests[1]["messages"][-1]["role"] == "tool"
     assert requests[1]["messages"][-1]["tool_call_id"] == "c1"
     assert requests[1]["messages"][-2]["tool_calls"][0]["id"] == "c1"
+
+
+def test_stats_command(run_doc: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    config = tmp_path / "wasmext.toml"
+    config.write_text((EXAMPLES / "wasmext.toml").read_text()
+                      .replace('"../../.wasmext"', f'"{tmp_path / "state"}"')
+                      .replace('"../../plugins"', f'"{ROOT / "plugins"}"'))
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "stats",
+                           str(EXAMPLES / "transcript.json"), "--config", str(config),
+                           "--json", "--json-logs"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(proc.stdout)
+    assert table["agent-guard"]["calls"] > 0 and table["agent-guard"]["fuel"] > 0
+    assert table["turn-audit"]["p99_ms"] >= table["turn-audit"]["p50_ms"]
+    # --json-logs: whatever the host logged is one JSON object per line.
+    for line in proc.stderr.splitlines():
+        assert "plugin_id" in json.loads(line)

@@ -196,55 +196,6 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         click.echo(f"not loaded: {line}", err=True)
 
 
-@main.command()
-@click.argument("transcript", required=False,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@CONFIG_OPT
-@PLUGINS_OPT
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A routing policy (JSON or TOML) for pre/validator/post stages.")
-@click.option("--model-url", help="An OpenAI-compatible endpoint (base URL, e.g. .../v1).")
-@click.option("--model", "model_name", default="gpt-4o-mini", show_default=True,
-              help="Model name for --model-url.")
-@click.option("--prompt", "prompts", multiple=True, help="A user turn (with --model-url).")
-@click.option("--max-steps", type=click.IntRange(1, 50), default=4, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
-def run(transcript: Path | None, config: Path | None, plugin_dirs: tuple[Path, ...],
-        policy: Path | None, model_url: str | None, model_name: str, prompts: tuple[str, ...],
-        max_steps: int, as_json: bool) -> None:
-    """Drive an agent session through the plugins and show what each one did.
-
-    The embedded default model replays TRANSCRIPT; --model-url talks to a real
-    OpenAI-compatible endpoint instead, with the turns given by --prompt.
-    """
-    from wasmext import load_policy
-    from wasmext.agent import Agent
-    from wasmext.models import OpenAIModel, ReplayModel, load_transcript
-    from wasmext_cli.trace import print_run
-
-    try:
-        if model_url:
-            if not prompts:
-                raise click.UsageError("--model-url needs at least one --prompt")
-            model: Any = OpenAIModel(model_url, model_name)
-            turns, system = list(prompts), "You are a helpful assistant."
-        elif transcript is not None:
-            script = load_transcript(transcript)
-            model, system = ReplayModel(script), script.system
-            turns = [t["user"] for t in script.turns]
-        else:
-            raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
-        host = _host(_default_config(config), plugin_dirs)
-        routing = load_policy(policy) if policy else None
-    except WasmextError as err:
-        _fail(err, EXIT_USAGE)
-    with host:
-        with host.session() as session:
-            agent = Agent(host, model, system=system, policy=routing, max_steps=max_steps)
-            reports = [agent.run_turn(session, i, text) for i, text in enumerate(turns)]
-        print_run(host, session, reports, as_json)
-
-
 def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
     from wasmext import HostConfig, load_config
     from wasmext.config import EnableState
@@ -294,3 +245,9 @@ def new(name: str, lang: str, parent: Path) -> None:
         click.echo(f"wasmext: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     click.echo(f"created {folder}\n  cd {folder} && wasmext build . && python -m pytest")
+
+
+from wasmext_cli.run_cmd import run, stats  # noqa: E402  (they use the helpers above)
+
+main.add_command(run)
+main.add_command(stats)

@@ -1,0 +1,125 @@
+"""`wasmext run` and `wasmext stats`: one agent session through the plugins."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from wasmext import WasmextError
+from wasmext_cli.main import (
+    CONFIG_OPT,
+    EXIT_USAGE,
+    PLUGINS_OPT,
+    _default_config,
+    _fail,
+    _host,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def session_options(fn: F) -> F:
+    for option in reversed([
+        click.argument("transcript", required=False,
+                       type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+        CONFIG_OPT, PLUGINS_OPT,
+        click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="A routing policy (JSON or TOML) for pre/validator/post stages."),
+        click.option("--model-url", help="An OpenAI-compatible endpoint (base URL, .../v1)."),
+        click.option("--model", "model_name", default="gpt-4o-mini", show_default=True,
+                     help="Model name for --model-url."),
+        click.option("--prompt", "prompts", multiple=True, help="A user turn (--model-url)."),
+        click.option("--max-steps", type=click.IntRange(1, 50), default=4, show_default=True),
+        click.option("--json", "as_json", is_flag=True, help="Print a JSON document."),
+        click.option("--metrics-port", type=click.IntRange(0, 65535),
+                     help="Serve Prometheus /metrics on 127.0.0.1:PORT while running."),
+        click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
+    from wasmext import load_policy
+    from wasmext.agent import Agent
+    from wasmext.models import OpenAIModel, ReplayModel, load_transcript
+
+    try:
+        if opts["model_url"]:
+            if not opts["prompts"]:
+                raise click.UsageError("--model-url needs at least one --prompt")
+            model: Any = OpenAIModel(opts["model_url"], opts["model_name"])
+            turns, system = list(opts["prompts"]), "You are a helpful assistant."
+        elif opts["transcript"] is not None:
+            script = load_transcript(opts["transcript"])
+            model, system = ReplayModel(script), script.system
+            turns = [t["user"] for t in script.turns]
+        else:
+            raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
+        host = _host(_default_config(opts["config"]), opts["plugin_dirs"])
+        routing = load_policy(opts["policy"]) if opts["policy"] else None
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    if opts["json_logs"]:
+        from wasmext.logs import SecretRegistry, json_handler
+
+        secrets = SecretRegistry()
+        for lp in host.plugins.values():
+            for name, value in lp.plugin.settings.items():
+                if name in lp.plugin.sensitive and value:
+                    secrets.add(str(value))
+        logging.getLogger("wasmext").addHandler(json_handler(sys.stderr, secrets))
+    server = host.observe.metrics.serve(opts["metrics_port"]) \
+        if opts["metrics_port"] is not None else None
+    if server is not None:
+        click.echo(f"metrics: {server.url}", err=True)
+    try:
+        with host.session() as session:
+            agent = Agent(host, model, system=system, policy=routing,
+                          max_steps=opts["max_steps"])
+            reports = [agent.run_turn(session, i, text) for i, text in enumerate(turns)]
+    finally:
+        if server is not None:
+            server.close()
+    return host, session, reports
+
+
+@click.command()
+@session_options
+def run(**opts: Any) -> None:
+    """Drive an agent session through the plugins and show what each one did.
+
+    The embedded default model replays TRANSCRIPT; --model-url talks to a real
+    OpenAI-compatible endpoint instead, with the turns given by --prompt.
+    """
+    from wasmext_cli.trace import print_run
+
+    host, session, reports = _drive(opts)
+    with host:
+        print_run(host, session, reports, opts["as_json"])
+
+
+@click.command()
+@session_options
+def stats(**opts: Any) -> None:
+    """Run a session like `run` and print per-plugin calls, latency, fuel, faults, state."""
+    import json
+
+    host, _, _ = _drive(opts)
+    with host:
+        table = host.observe.metrics.snapshot()
+    if opts["as_json"]:
+        click.echo(json.dumps(table, indent=2))
+        return
+    click.echo(f"{'plugin':<18}{'calls':>7}{'p50 ms':>9}{'p99 ms':>9}{'fuel':>12}"
+               f"{'faults':>8}{'state B':>9}")
+    for pid, s in sorted(table.items()):
+        def ms(v: float | None) -> str:
+            return f"{v:.3f}" if v is not None else "-"
+        click.echo(f"{pid:<18}{s['calls']:>7}{ms(s['p50_ms']):>9}{ms(s['p99_ms']):>9}"
+                   f"{s['fuel']:>12}{s['faults']:>8}{s['state_bytes']:>9}")
