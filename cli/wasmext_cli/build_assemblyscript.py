@@ -6,8 +6,8 @@ version its package-lock.json names into guest-sdks/assemblyscript/node_modules
 import the SDK as the package "@wasmext/as-sdk"; `--path` points the compiler
 at the SDK's node_modules, where `npm ci` links the SDK itself under that name.
 
-The flags keep the module inside the ABI: `--use abort=...`/`trace`/`seed`
-route the three functions AssemblyScript would import from "env" to the SDK,
+The flags keep the module inside the ABI: `--use abort=...` (and trace, seed,
+console) route what AssemblyScript would import from "env" to the SDK,
 `--exportStart _initialize` makes the module a reactor whose top-level code
 (the plugin's definePlugin(...) line) the host runs once, and the minimal
 runtime (a collector the SDK runs between calls) suits a long-lived plugin.
@@ -33,6 +33,7 @@ FLAGS = (
     "--use", f"abort={RUNTIME}/wasmextAbort",
     "--use", f"trace={RUNTIME}/wasmextTrace",
     "--use", f"seed={RUNTIME}/wasmextSeed",
+    "--use", f"console={RUNTIME}/wasmextConsole",
     "--noColors",
 )
 
