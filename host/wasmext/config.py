@@ -21,6 +21,10 @@
     digest = "sha256:..."
     capabilities = ["state"]
 
+    [state]                      # plugin state: sqlite (default), memory or redis
+    backend = "sqlite"           # data_dir/state.db; redis needs url = "redis://..."
+    ttl_seconds = 3600           # and any other StateLimits field
+
     [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
     priority = 40
@@ -46,7 +50,7 @@ from wasmext.manifest import FAILURE_POLICIES, ID_RE
 
 __all__ = ["EnableState", "Grant", "HostConfig", "PluginOverrides", "load_config"]
 
-_SECTIONS = {"host", "plugins", "limits", "grants", "plugin"}
+_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,9 @@ class HostConfig:
     cap: Limits | None = None
     grants: Mapping[str, Grant] = field(default_factory=dict)
     overrides: Mapping[str, PluginOverrides] = field(default_factory=dict)
+    state_backend: str = "sqlite"  # sqlite (data_dir/state.db), memory, redis
+    state_url: str | None = None   # redis://... for the redis backend
+    state_limits: Mapping[str, Any] = field(default_factory=dict)
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -160,7 +167,22 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
               f"{fld}.priority", "must be an int 0-100")
         overrides[pid] = PluginOverrides(_table(o.get("settings", {}), path, f"{fld}.settings"),
                                          lim, failure, prio)
+    state = _table(data.get("state", {}), path, "state")
+    backend = state.pop("backend", "sqlite")
+    _need(backend in ("sqlite", "memory", "redis"), path, "state.backend",
+          "must be sqlite, memory or redis")
+    url = state.pop("url", None)
+    _need(url is None or isinstance(url, str), path, "state.url", "must be a string")
+    _need(backend != "redis" or url is not None, path, "state.url",
+          "the redis backend needs a url such as redis://127.0.0.1:6379/0")
+    try:
+        from wasmext.state import StateLimits
+
+        StateLimits().replace(**state)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path or 'config'}: field 'state': {exc}") from exc
     return HostConfig(
+        state_backend=backend, state_url=url, state_limits=state,
         path=path,
         data_dir=where(host.get("data_dir", ".wasmext"), "host.data_dir"),
         hooks=flags["hooks"], auto_enable=flags["auto_enable"], default_timeout_ms=timeout,

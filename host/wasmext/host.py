@@ -40,6 +40,8 @@ from wasmext.ordering import Entry, order_entries
 from wasmext.plugin import Plugin
 from wasmext.runtime import Runtime
 from wasmext.session import Session
+from wasmext.state import StateStore
+from wasmext.state_ops import install_state, open_store
 
 __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
@@ -91,6 +93,8 @@ class Host:
         install_next(self.runtime.services)
         self.observe = Observer(self)
         self.observe.install(self.runtime.services)
+        self._state: StateStore | None = None
+        install_state(self.runtime.services, self.state_store, self.observe.metrics)
         dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
         for found in discover(dirs):
             if found.error is not None:
@@ -108,10 +112,19 @@ class Host:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def state_store(self) -> StateStore:
+        """The plugin state store, opened on first use (see the [state] config)."""
+        with self._lock:
+            if self._state is None:
+                self._state = open_store(self.config)
+            return self._state
+
     def close(self) -> None:
         for pid in list(self.plugins):
             self.observe.unloaded(pid)
         self.observe.close()
+        if self._state is not None:
+            self._state.close()
         self.runtime.close()
         self.plugins.clear()
 

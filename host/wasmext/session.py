@@ -72,6 +72,8 @@ class Session:
 
     def end(self) -> LifecycleResult:
         result = self.lifecycle("session_end", messages=self.messages)
+        if self.host._state is not None:
+            self.host._state.end_session(self.id)  # the session's state goes with it
         self.host.observe.bus.emit_runtime(
             "session.ended", session_id=self.id,
             duration_ms=(time.monotonic() - getattr(self, "_started", time.monotonic())) * 1000)
