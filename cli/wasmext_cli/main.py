@@ -12,20 +12,16 @@ import click
 from wasmext import Runtime, WasmextError
 from wasmext.limits import Limits
 from wasmext_cli.build import BuildError, build_plugin
-
-EXIT_FAULT = 1
-EXIT_USAGE = 2
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON has no bytes: they print as {"$bin": hex}, as in abi/vectors."""
-    if isinstance(value, bytes):
-        return {"$bin": value.hex()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
+from wasmext_cli.common import (
+    CONFIG_OPT,
+    EXIT_FAULT,
+    EXIT_USAGE,
+    PLUGINS_OPT,
+    _default_config,
+    _fail,
+    _host,
+    _jsonable,
+)
 
 
 def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -39,11 +35,6 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[name] = raw  # a bare word is a string
     return out
-
-
-def _fail(err: WasmextError, code: int = EXIT_FAULT) -> None:
-    click.echo(f"wasmext: {err.describe()}", err=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,28 +135,6 @@ def limits() -> None:
         click.echo(f"{name:<24} {value}")
 
 
-def _host(config: Path | None, plugin_dirs: tuple[Path, ...]) -> Any:
-    from wasmext import Host, HostConfig, load_config
-
-    cfg = load_config(config) if config else HostConfig()
-    dirs = [("workspace", d) for d in plugin_dirs] if plugin_dirs else None
-    return Host(cfg, plugin_dirs=dirs)
-
-
-CONFIG_OPT = click.option("--config", "config", type=click.Path(exists=True, dir_okay=False,
-                                                                   path_type=Path),
-                          help="A wasmext.toml (default: ./wasmext.toml if present).")
-PLUGINS_OPT = click.option("--plugins", "plugin_dirs", multiple=True,
-                           type=click.Path(exists=True, file_okay=False, path_type=Path),
-                           help="A plugin directory (instead of the config's). Repeatable.")
-
-
-def _default_config(config: Path | None) -> Path | None:
-    if config is None and Path("wasmext.toml").is_file():
-        return Path("wasmext.toml")
-    return config
-
-
 @main.command("list")
 @CONFIG_OPT
 @PLUGINS_OPT
@@ -248,6 +217,8 @@ def new(name: str, lang: str, parent: Path) -> None:
 
 
 from wasmext_cli.run_cmd import run, stats  # noqa: E402  (they use the helpers above)
+from wasmext_cli.state_cmd import state  # noqa: E402
 
 main.add_command(run)
 main.add_command(stats)
+main.add_command(state)

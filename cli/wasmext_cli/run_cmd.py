@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from wasmext import WasmextError
-from wasmext_cli.main import (
+from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_USAGE,
     PLUGINS_OPT,

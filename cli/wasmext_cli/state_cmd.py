@@ -1,0 +1,122 @@
+"""`wasmext state ls|get|rm|export|import`: the operator's view of plugin state."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+import msgpack
+
+from wasmext import HostConfig, WasmextError, load_config
+from wasmext_cli.common import CONFIG_OPT, EXIT_USAGE, _default_config, _fail, _jsonable
+
+
+def _store(config: Path | None) -> Any:
+    from wasmext.state_ops import open_store
+
+    try:
+        cfg = load_config(config) if config else HostConfig()
+        return open_store(cfg)
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+
+
+def _scope(plugin: str, session: str | None) -> Any:
+    from wasmext.state import Scope
+
+    try:
+        return Scope(plugin, session)
+    except WasmextError as err:
+        raise click.BadParameter(err.message) from err
+
+
+SESSION_OPT = click.option("--session", help="The session (default: the plugin-global scope).")
+
+
+@click.group()
+def state() -> None:
+    """Inspect, back up and move plugin state."""
+
+
+@state.command("ls")
+@CONFIG_OPT
+@click.option("--plugin", help="Only this plugin.")
+@click.option("--json", "as_json", is_flag=True)
+def ls(config: Path | None, plugin: str | None, as_json: bool) -> None:
+    """List every stored entry: plugin, scope, key, size, expiry."""
+    with _store(_default_config(config)) as store:
+        records = [r for r in store.records() if plugin is None or r.plugin == plugin]
+    rows = [{"plugin": r.plugin, "session": r.session, "key": r.key, "bytes": len(r.value),
+             "expires": dt.datetime.fromtimestamp(r.expires_at, dt.timezone.utc)
+             .strftime("%Y-%m-%dT%H:%M:%SZ")} for r in records]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['plugin']:<18} {row['session'] or '(global)':<16} {row['key']:<24} "
+                   f"{row['bytes']:>8} B  expires {row['expires']}")
+
+
+@state.command("get")
+@CONFIG_OPT
+@SESSION_OPT
+@click.argument("plugin")
+@click.argument("key")
+def get(config: Path | None, session: str | None, plugin: str, key: str) -> None:
+    """Print one value as JSON."""
+    with _store(_default_config(config)) as store:
+        raw = store.get(_scope(plugin, session), key)
+    if raw is None:
+        click.echo(f"wasmext: no key {key!r} for {_scope(plugin, session)}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(_jsonable(msgpack.unpackb(raw)), ensure_ascii=False))
+
+
+@state.command("rm")
+@CONFIG_OPT
+@SESSION_OPT
+@click.argument("plugin")
+@click.argument("key")
+def rm(config: Path | None, session: str | None, plugin: str, key: str) -> None:
+    """Delete one key."""
+    with _store(_default_config(config)) as store:
+        existed = store.delete(_scope(plugin, session), key)
+    click.echo("deleted" if existed else "no such key")
+
+
+@state.command("export")
+@CONFIG_OPT
+@click.option("--format", "fmt", type=click.Choice(["msgpack", "json"]), default="msgpack",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="File to write (default: standard output).")
+def export(config: Path | None, fmt: Literal["msgpack", "json"], output: Path | None) -> None:
+    """Write every entry (for backups and moves between backends)."""
+    with _store(_default_config(config)) as store:
+        data = store.export_state(fmt)
+    if output is None:
+        sys.stdout.buffer.write(data)
+    else:
+        output.write_bytes(data)
+        click.echo(f"exported {len(data)} bytes to {output}", err=True)
+
+
+@state.command("import")
+@CONFIG_OPT
+@click.option("--format", "fmt", type=click.Choice(["msgpack", "json"]), default="msgpack",
+              show_default=True)
+@click.option("--replace", is_flag=True, help="Drop existing state of the imported plugins.")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def import_(config: Path | None, fmt: Literal["msgpack", "json"], replace: bool,
+            source: Path) -> None:
+    """Load entries written by `wasmext state export`."""
+    with _store(_default_config(config)) as store:
+        try:
+            count = store.import_state(source.read_bytes(), fmt, replace=replace)
+        except WasmextError as err:
+            _fail(err, EXIT_USAGE)
+    click.echo(f"imported {count} entries")
