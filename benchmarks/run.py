@@ -41,13 +41,15 @@ from bench_cases import (  # noqa: E402
     wasmext_cases,
 )
 from bench_guests import DATA  # noqa: E402
+from bench_state import state_cases  # noqa: E402
 from bench_timing import Case, Skipped, Stats, run_interleaved, stats_of  # noqa: E402
 
 from wasmext import Runtime  # noqa: E402
 from wasmext.fastcall import FAST_PATH  # noqa: E402
 
 RESULTS = HERE / "results" / "latest.json"
-GROUPS = ["hook call", "guest SDK", "in-process", "subprocess", "fresh instance"]
+GROUPS = ["hook call", "guest SDK", "in-process", "subprocess", "fresh instance", "state"]
+CLEANUP: list[Any] = []  # servers and hosts the state figures started
 HEADLINE = "wasmext.plugin_call"
 FRESH = "fresh.wasmext_instance.wasi"
 
@@ -79,6 +81,14 @@ RATIOS = [
           at_least=150.0),
     Ratio("vs_subprocess_python", "subprocess.python", HEADLINE,
           "hook call vs subprocess python3"),
+    Ratio("state_sqlite_get", "state.sqlite.noop", "state.sqlite.get",
+          "state.get (SQLite) vs a hook call without state"),
+    Ratio("state_sqlite_set", "state.sqlite.noop", "state.sqlite.set",
+          "state.set (SQLite, committed) vs a hook call without state"),
+    Ratio("state_redis_get", "state.redis.noop", "state.redis.get",
+          "state.get (Redis) vs a hook call without state"),
+    Ratio("state_redis_set", "state.redis.noop", "state.redis.set",
+          "state.set (Redis, committed) vs a hook call without state"),
     Ratio("vs_plain_python_msgpack", "python.msgpack", HEADLINE,
           "hook call vs plain Python msgpack round trip"),
     Ratio("fresh_vs_naive_wasi", "fresh.naive_instance.wasi", FRESH,
@@ -154,6 +164,7 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
     items += baseline_cases(b)
     items += subprocess_cases(b)
     items += fresh_cases(rt, b)
+    items += state_cases(b, CLEANUP)
     fresh_order = ["fresh.wasmext_instance.plain", "fresh.wasmext_registered.plain",
                    "fresh.wasmext_instance.wasi", "fresh.wasmext_registered.wasi",
                    "fresh.naive_instance.plain", "fresh.naive_instance.wasi",
@@ -284,7 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         cases = [i for i in items if isinstance(i, Case)]
         print(f"timing {len(cases)} figures in {b.rounds} interleaved rounds"
               f"{' (quick)' if args.quick else ''}...", file=sys.stderr, flush=True)
-        run_interleaved(cases, b.rounds)
+        try:
+            run_interleaved(cases, b.rounds)
+        finally:
+            for stop in reversed(CLEANUP):
+                stop()
         stats = {c.key: stats_of(c.samples) for c in cases}
     rat = ratios(stats)
     tg = targets(stats, rat)

@@ -1,0 +1,106 @@
+"""State figures: one hook call that does a state.get or a state.set, per backend.
+
+Each call is a real plugin call through the host: the guest sends the op with
+`host_call`, the host runs it in the call's transaction, and the transaction
+commits when the call returns (a set is durable when `call` returns). The
+no-op hook call of the same plugin is the baseline in the same run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from bench_cases import Budget, Item
+from bench_timing import Case, Skipped
+
+from wasmext import HostConfig
+from wasmext.testing import DATA_AT, guest_wat, make_host
+
+__all__ = ["state_cases"]
+
+_HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+_VALUE = {"text": "x" * 80}  # ~100 bytes once encoded, like the hook-call payload
+
+
+def _guest(request: dict[str, Any] | None) -> str:
+    if request is None:
+        return guest_wat(response={"ok": True}, hooks=("test",))
+    blob = msgpack.packb(request)
+    return guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(blob)}))",
+                     imports=_HOST_CALL, data=blob, hooks=("test",))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _redis() -> tuple[str, subprocess.Popen[bytes]] | str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return "redis-server is not installed (tests/state/setup-redis.sh installs it)"
+    port = _free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return f"redis://127.0.0.1:{port}/0", proc
+        time.sleep(0.05)
+    proc.kill()
+    return "redis-server did not start"
+
+
+def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
+    """Cases for SQLite and (when available) Redis; `cleanup` collects what to stop."""
+    items: list[Item] = []
+    data_dir = Path(tempfile.mkdtemp(prefix="wasmext-bench-state-"))
+    cleanup.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    backends: list[tuple[str, HostConfig | str]] = [
+        ("sqlite", HostConfig(data_dir=data_dir, state_backend="sqlite"))]
+    redis = _redis()
+    if isinstance(redis, tuple):
+        url, proc = redis
+        cleanup.append(proc.kill)
+        backends.append(("redis", HostConfig(data_dir=data_dir, state_backend="redis",
+                                             state_url=url)))
+    else:
+        backends.append(("redis", redis))
+    for name, config in backends:
+        if isinstance(config, str):
+            for op in ("get", "set"):
+                items.append(Skipped(f"state.{name}.{op}", f"state.{op} hook call ({name})",
+                                     "state", config))
+            continue
+        # Two hosts on one store, as several hosts share one: the same plugin id
+        # writes in one and reads in the other.
+        writer = make_host((_guest(None), {"plugin_id": "noop"}),
+                           (_guest({"op": "state.set", "key": "k", "value": _VALUE}),
+                            {"plugin_id": "kv", "grants": {"state"}}), config=config)
+        reader = make_host((_guest({"op": "state.get", "key": "k"}),
+                            {"plugin_id": "kv", "grants": {"state"}}), config=config)
+        cleanup += [writer.close, reader.close]
+        meta = {"session": "bench"}
+        noop, setter = writer.plugins["noop"].plugin, writer.plugins["kv"].plugin
+        getter = reader.plugins["kv"].plugin
+        setter.call("test", None, meta)
+        if getter.call("test", None, meta).value != _VALUE:
+            raise RuntimeError(f"state.get through {name} returned something else")
+        items += [
+            Case(f"state.{name}.noop", f"hook call, no state ({name} host)", "state",
+                 lambda p=noop: p.call("test", None, meta), b.fresh, b.warm_fresh),
+            Case(f"state.{name}.get", f"hook call with state.get ({name})", "state",
+                 lambda p=getter: p.call("test", None, meta), b.fresh, b.warm_fresh),
+            Case(f"state.{name}.set", f"hook call with state.set, committed ({name})", "state",
+                 lambda p=setter: p.call("test", None, meta), b.fresh, b.warm_fresh),
+        ]
+    return items
