@@ -26,7 +26,8 @@ from wasmext.testing import DATA_AT, guest_wat, make_host
 __all__ = ["state_cases"]
 
 _HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
-_VALUE = {"text": "x" * 80}  # ~100 bytes once encoded, like the hook-call payload
+_VALUE = {"text": "x" * 80}
+_META = {"session": "bench"}  # ~100 bytes once encoded, like the hook-call payload
 
 
 def _guest(request: dict[str, Any] | None) -> str:
@@ -89,18 +90,17 @@ def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
         reader = make_host((_guest({"op": "state.get", "key": "k"}),
                             {"plugin_id": "kv", "grants": {"state"}}), config=config)
         cleanup += [writer.close, reader.close]
-        meta = {"session": "bench"}
         noop, setter = writer.plugins["noop"].plugin, writer.plugins["kv"].plugin
         getter = reader.plugins["kv"].plugin
-        setter.call("test", None, meta)
-        if getter.call("test", None, meta).value != _VALUE:
+        setter.call("test", None, _META)
+        if getter.call("test", None, _META).value != _VALUE:
             raise RuntimeError(f"state.get through {name} returned something else")
         items += [
             Case(f"state.{name}.noop", f"hook call, no state ({name} host)", "state",
-                 lambda p=noop: p.call("test", None, meta), b.fresh, b.warm_fresh),
+                 lambda p=noop: p.call("test", None, _META), b.fresh, b.warm_fresh),
             Case(f"state.{name}.get", f"hook call with state.get ({name})", "state",
-                 lambda p=getter: p.call("test", None, meta), b.fresh, b.warm_fresh),
+                 lambda p=getter: p.call("test", None, _META), b.fresh, b.warm_fresh),
             Case(f"state.{name}.set", f"hook call with state.set, committed ({name})", "state",
-                 lambda p=setter: p.call("test", None, meta), b.fresh, b.warm_fresh),
+                 lambda p=setter: p.call("test", None, _META), b.fresh, b.warm_fresh),
         ]
     return items
