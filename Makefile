@@ -25,7 +25,8 @@ plugins: setup
 	$(BIN)/wasmext build $(PLUGINS)
 
 toolchains:
-	for script in $(wildcard guest-sdks/*/setup-toolchain.sh); do bash "$$script" || exit 1; done
+	for script in $(wildcard guest-sdks/*/setup-toolchain.sh tests/state/setup-redis.sh); do \
+	  bash "$$script" || exit 1; done
 
 # As root (CI), install every SDK's compiler; otherwise say what gets skipped.
 toolchains-if-root:
