@@ -1,0 +1,64 @@
+// Conformance plugin: each hook exercises one part of the SDK so that the
+// cross-SDK test suite can compare every SDK's behaviour byte for byte.
+import {
+  Call, ErrorCode, LogLevel, Reply, Type, configGet, definePlugin, hostCall, logBytes,
+} from "@wasmext/as-sdk";
+export * from "@wasmext/as-sdk/exports";
+
+// Re-encoding through the reader and writer (not a byte copy) proves every
+// width decodes and re-encodes canonically.
+function echo(call: Call): Reply {
+  if (!call.out.copyValue(call.data)) return call.fail(ErrorCode.INVALID, "data could not be decoded");
+  return Reply.VALUE;
+}
+
+// data = key -> the setting's value; host errors are passed on unchanged.
+function config(call: Call): Reply {
+  const key = call.dataString();
+  if (key === null) return call.fail(ErrorCode.INVALID, "config expects a string key");
+  const answer = configGet(key);
+  if (!answer.ok) return call.failWith(answer);
+  return call.returnRaw(answer.valueBytes);
+}
+
+// data = text -> one info line through the direct `log` import; value nil.
+function log(call: Call): Reply {
+  const r = call.data.clone();
+  const text = r.readStr(); // a view of the request's bytes: logged without a copy
+  if (!r.ok) return call.fail(ErrorCode.INVALID, "log expects a string");
+  logBytes(LogLevel.INFO, text);
+  call.out.writeNil();
+  return Reply.VALUE;
+}
+
+// data = a request map, sent as-is; the value is the host's whole answer,
+// failures included, so the suite can check every host_call verdict.
+function host(call: Call): Reply {
+  if (call.data.peekType() != Type.MAP) return call.fail(ErrorCode.INVALID, "host expects a request map");
+  const answer = hostCall(call.data.clone().readRaw());
+  return call.returnRaw(answer.raw);
+}
+
+function fail(call: Call): Reply {
+  const message = call.dataString();
+  if (message === null) return call.fail(ErrorCode.INVALID, "fail expects a string message");
+  return call.fail(ErrorCode.FAILED, message);
+}
+
+function unchanged(call: Call): Reply {
+  return Reply.UNCHANGED;
+}
+
+function stop(call: Call): Reply {
+  if (!call.out.copyValue(call.data)) return call.fail(ErrorCode.INVALID, "data could not be read");
+  return Reply.STOP;
+}
+
+definePlugin("assemblyscript-conformance", "0.1.0")
+  .hook("echo", echo)
+  .hook("config", config)
+  .hook("log", log)
+  .hook("host", host)
+  .hook("fail", fail)
+  .hook("unchanged", unchanged)
+  .hook("stop", stop);

@@ -1,0 +1,2 @@
+// Package entry: `import { ... } from "@wasmext/as-sdk"`.
+export * from "./assembly/index";
