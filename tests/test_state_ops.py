@@ -99,3 +99,14 @@ def test_session_end_clears_its_state(tmp_path: Any) -> None:
         host.plugins["p"].plugin.call("test", None, {"session": s.id})
         assert host.state_store().get(Scope("p", "s9"), "k") is not None
     assert host.state_store().get(Scope("p", "s9"), "k") is None
+
+
+def test_state_metrics(tmp_path: Any) -> None:
+    host = host_with((requester({"op": "state.set", "key": "k", "value": "v" * 100}),
+                      {"plugin_id": "p", "grants": {"state"}}), tmp=tmp_path)
+    call(host, "p", "s1")
+    stats = host.observe.metrics.snapshot()["p"]
+    assert stats["state_bytes"] > 100
+    assert stats["host_calls"] == 1
+    text = host.observe.metrics.exposition().decode()
+    assert 'extension_state_operations_total{extension_id="p",operation="set"} 1.0' in text

@@ -76,6 +76,8 @@ class HostServices:
 
     def __init__(self) -> None:
         self._handlers: dict[str, OpHandler] = {}
+        # Called with (plugin id, op) for every request naming a known op (metrics).
+        self.observer: Callable[[str, str], None] | None = None
         self._capability = {op: cap for op, (cap, _since, _impl) in OPS.items()}
         self.register("log", _op_log)
         self.register("config.get", _op_config_get)
@@ -100,6 +102,8 @@ class HostServices:
         op = req["op"]
         if op not in self._capability:
             return _error("unsupported", f"unknown op {op!r}")
+        if self.observer is not None:
+            self.observer(ctx.plugin_id, op)
         try:
             ctx.require(self._capability[op])
         except CapabilityDenied as exc:

@@ -57,6 +57,7 @@ class Observer:
             except EventError as exc:
                 raise OpError(exc.code, exc.message) from None
         services.register("event.emit", emit)
+        services.observer = self.metrics.record_host_call
 
     # -- plugin lifecycle ------------------------------------------------------------
 

@@ -68,12 +68,18 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
             if not success:
                 opened.rollback()
                 return
+            wrote = opened.pending
             try:
                 report = opened.commit()
             except StateError as err:  # a concurrent writer took the room meanwhile
                 log.error("plugin %s: state commit refused after a successful call: %s",
                           ctx.plugin_id, err.message, extra={"plugin_id": ctx.plugin_id})
                 return
+            if metrics is not None and wrote:
+                from wasmext.state import Scope
+
+                size = store().usage(Scope(ctx.plugin_id)).plugin_bytes
+                metrics.set_state_size(ctx.plugin_id, size)
             for warning in report.warnings:
                 log.warning("plugin %s: %s", ctx.plugin_id, warning,
                             extra={"plugin_id": ctx.plugin_id, "session": ctx.session})

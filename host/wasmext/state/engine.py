@@ -271,9 +271,9 @@ class Engine(StateStore):
     def _finish(self, changes: Changes, touched: dict[Ref, None]) -> CommitReport:
         now = self._now()
         refs = [r for r in touched if r not in changes.writes and r[0] not in changes.cleared]
+        if refs:
+            self._touch(changes.plugin, refs, now)
         if not changes:
-            if refs:
-                self._touch(changes.plugin, refs, now)
             return CommitReport()
         try:
             done = self._commit(changes, now)
