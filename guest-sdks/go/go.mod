@@ -1,0 +1,3 @@
+module wasmext.dev/wasmext
+
+go 1.24
