@@ -19,7 +19,7 @@ def plugin_dirs() -> dict[str, Path]:
     dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
             "normalize-text": ROOT / "plugins" / "normalize-text",
             "test-kit": ROOT / "tests" / "plugins" / "test-kit"}
-    for example in ("text-tags", "agent-guard", "turn-audit"):
+    for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter"):
         dirs[example] = ROOT / "plugins" / example
     for lang in SDK_LANGS:
         dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"

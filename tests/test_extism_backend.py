@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import msgpack
 import pytest
 import wasmtime
 
-from wasmext import CapabilityDenied, OutOfFuel, Runtime, Timeout, WasmextError
+from support import Built
+from wasmext import CapabilityDenied, HostConfig, OutOfFuel, Runtime, Timeout, WasmextError
 from wasmext.extism_backend import ExtismPlugin
+from wasmext.testing import make_host
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("extism") is None,
                                 reason="the extism package is not installed")
@@ -110,3 +113,18 @@ def test_host_function_errors_are_raised_not_swallowed(runtime: Runtime) -> None
     with pytest.raises(WasmextError, match=r"state\.set: unsupported"):
         plugin.call("store", '"valid json"')
     assert plugin.call("echo", "still serving").value == "still serving"
+
+
+def test_as_pdk_plugin_uses_wasmext_state_and_log(built: Built, tmp_path: Path) -> None:
+    """A real @extism/as-pdk build: state survives calls of a session, logs arrive."""
+    host = make_host((built["extism-counter"], {"grants": {"state"}}),
+                     config=HostConfig(data_dir=tmp_path, state_backend="memory"))
+    with host:
+        plugin = host.plugins["extism-counter"].plugin
+        assert isinstance(plugin, ExtismPlugin)
+        values = [plugin.call("count", "visits", {"session": "s1"}).value for _ in range(3)]
+        assert values == [1, 2, 3]
+        assert plugin.call("count", "visits", {"session": "s2"}).value == 1
+        assert [ln.text for ln in plugin.log.lines][-1] == "counter visits is now 1"
+    with pytest.raises(CapabilityDenied):
+        make_host((built["extism-counter"], {}))

@@ -90,7 +90,7 @@ COMMANDS: dict[str, StepsFn] = {
 # Other languages live in wasmext_cli/build_<lang>.py, each exposing
 # `commands(spec, plugin_dir, out) -> list[list[str]]` (raising ToolchainMissing
 # with the install command when its toolchain is absent).
-LANGUAGES = ("c", "zig", "rust", "assemblyscript", "go")
+LANGUAGES = ("c", "zig", "rust", "assemblyscript", "go", "extism-assemblyscript")
 
 
 def commands_for(lang: str) -> StepsFn | None:
@@ -99,7 +99,7 @@ def commands_for(lang: str) -> StepsFn | None:
     if lang not in LANGUAGES:
         return None
     try:
-        module = importlib.import_module(f"wasmext_cli.build_{lang}")
+        module = importlib.import_module(f"wasmext_cli.build_{lang.replace('-', '_')}")
     except ModuleNotFoundError:
         return None
     fn: StepsFn = module.commands

@@ -38,6 +38,7 @@ from wasmext.errors import (
     LoadError,
     MemoryLimitExceeded,
     OutOfFuel,
+    PluginError,
     PluginFault,
     Timeout,
     WasmextError,
@@ -129,9 +130,12 @@ def _state_op(op: str) -> Callable[[Any, _CallState, list[Any]], bytes | None]:
         if op == "state.set":
             req["value"] = json.loads(current.input_string(inputs[1]))
         answer = p.services.dispatch(p.ctx, encode(req), p.limits.max_msgpack_depth)
+        if op == "state.get" and not answer["ok"] and answer["error"]["code"] == "not_found":
+            return b"null"  # a missing key reads as JSON null, the Extism way
         if not answer["ok"]:
-            raise WasmextError(f"{op}: {answer['error']['code']}: "
-                               f"{answer['error'].get('message', '')}", plugin_id=p.id)
+            code = answer["error"]["code"]
+            raise PluginError(f"{op}: {code}: {answer['error'].get('message', '')}",
+                              code=code, plugin_id=p.id)
         return json.dumps(answer.get("value")).encode() if op == "state.get" else None
     return body
 
@@ -241,18 +245,23 @@ class ExtismPlugin:
             if isinstance(data, (bytes, bytearray)) else json.dumps(data).encode()
         state = _CallState(self)
         self.calls += 1
-        self.ctx.hook = hook
-        with self._lock:
+        ctx = self.ctx
+        with self._lock:  # one SDK plugin: calls (and the shared context) take turns
+            ctx.hook = hook
+            ctx.session = meta.get("session") if meta else None
             _active.stack.append(state)
             try:
                 out = bytes(self._plugin.call(hook, payload))
             except extism.Error as exc:
                 self.faults += 1
+                ctx.finish(False)
                 if state.error is not None:
                     raise state.error from exc
                 raise self._fault(str(exc), hook) from exc
             finally:
                 _active.stack.pop()
+            # State written by this call commits only when the call succeeded.
+            ctx.finish(state.error is None)
         if state.error is not None:
             self.faults += 1
             raise state.error
