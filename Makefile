@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed
 # What the demo needs: the example plugins (C and Zig, whose toolchain comes
 # from PyPI) and the C and Zig hello plugins. The test suite builds the other
 # SDKs' plugins itself; `make toolchains` installs their compilers (as root).
-PLUGINS := $(wildcard plugins/*) guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
+PLUGINS := plugins/pii-mask plugins/normalize-text plugins/text-tags plugins/agent-guard \
+           plugins/turn-audit guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
 
 .PHONY: setup plugins toolchains toolchains-if-root demo test lint bench generate clean
 
