@@ -1,0 +1,72 @@
+//! Conformance hooks: every SDK implements the same seven, so one Python
+//! suite can check each SDK's MessagePack, memory handling and envelopes.
+
+use wasmext::msgpack::Kind;
+use wasmext::{Call, Error, Handler, Hook, Level, Plugin, Reply, Result};
+
+#[derive(Default)]
+struct Conformance;
+
+impl Plugin for Conformance {
+    const NAME: &'static str = "rust-conformance";
+    const VERSION: &'static str = "0.1.0";
+    const HOOKS: &'static [Hook<Self>] = &[
+        Hook::new("echo", Handler(Self::echo)),
+        Hook::new("config", Handler(Self::config)),
+        Hook::new("log", Handler(Self::log)),
+        Hook::new("host", Handler(Self::host)),
+        Hook::new("fail", Handler(Self::fail)),
+        Hook::new("unchanged", Handler(Self::unchanged)),
+        Hook::new("stop", Handler(Self::stop)),
+    ];
+}
+
+impl Conformance {
+    /// Decodes the data token by token and encodes it again with the SDK
+    /// writer, so the reply is the canonical encoding of the same value.
+    fn echo(&mut self, call: &mut Call) -> Result<Reply> {
+        let mut data = call.data();
+        call.out().copy_value(&mut data)?;
+        data.finish()?;
+        Ok(Reply::Value)
+    }
+
+    /// data: a setting name -> its value; a refusal (not_found) is passed on.
+    fn config(&mut self, call: &mut Call) -> Result<Reply> {
+        let answer = wasmext::config_get(call.data_str()?).check()?;
+        call.reply_raw(answer.value_bytes())
+    }
+
+    /// data: text -> one info line through the direct log import; value nil.
+    fn log(&mut self, call: &mut Call) -> Result<Reply> {
+        wasmext::log(Level::Info, call.data_str()?);
+        call.reply(&())
+    }
+
+    /// data: a request map sent as-is -> the host's whole answer map.
+    fn host(&mut self, call: &mut Call) -> Result<Reply> {
+        if call.data().peek_kind()? != Kind::Map {
+            return Err(Error::invalid("data must be a map"));
+        }
+        let answer = wasmext::host_call(call.data_bytes());
+        call.reply_raw(answer.raw())
+    }
+
+    /// data: text -> an error with code "failed" and that text as message.
+    fn fail(&mut self, call: &mut Call) -> Result<Reply> {
+        Err(Error::failed(call.data_str()?.to_owned()))
+    }
+
+    fn unchanged(&mut self, _call: &mut Call) -> Result<Reply> {
+        Ok(Reply::Unchanged)
+    }
+
+    /// Replies with the data and asks the host to stop the chain.
+    fn stop(&mut self, call: &mut Call) -> Result<Reply> {
+        let mut data = call.data();
+        call.out().copy_value(&mut data)?;
+        Ok(Reply::Stop)
+    }
+}
+
+wasmext::export_plugin!(Conformance);
