@@ -162,3 +162,47 @@ def test_hook_priority_defaults_to_the_manifest(built: Built, runtime: Runtime) 
     assert {h.priority for h in pii.registration.hooks} == {90}
     hello = runtime.load(built["hello-zig"])
     assert [h.priority for h in hello.registration.hooks] == [50]
+
+
+@pytest.mark.parametrize("lang", SDKS)
+def test_every_op_through_every_sdk(built: Built, tmp_path: Path, lang: str) -> None:
+    """The conformance `host` hook forwards raw requests: each op answers alike in every SDK."""
+    from wasmext import HostConfig
+    from wasmext.testing import make_host
+
+    grants = {"state", "events", "emit:conf.*", "secrets"}
+    host = make_host((built[f"conformance-{lang}"], {"plugin_id": "conf", "grants": grants}),
+                     config=HostConfig(data_dir=tmp_path, state_backend="memory"))
+    plugin = host.plugins["conf"].plugin
+
+    def op(request: dict[str, Any]) -> Any:
+        return plugin.call("host", request, {"session": "s1"}).value
+
+    try:
+        assert op({"op": "state.set", "key": "ü", "value": {"bin": b"\0\xff", "n": -1}}) == {
+            "ok": True, "value": None}
+        assert op({"op": "state.get", "key": "ü"})["value"] == {"bin": b"\0\xff", "n": -1}
+        assert op({"op": "state.keys"})["value"] == ["ü"]
+        assert op({"op": "state.cas", "key": "ü", "expected": 1, "value": 2})["error"][
+            "code"] == "conflict"
+        assert op({"op": "state.delete", "key": "ü"})["value"] is True
+        assert op({"op": "state.get", "key": "ü"})["error"]["code"] == "not_found"
+        assert op({"op": "event.emit", "topic": "conf.ping", "payload": 1})["ok"] is True
+        assert op({"op": "event.emit", "topic": "other", "payload": 1})["error"][
+            "code"] == "denied"
+        assert op({"op": "abi.info"})["value"]["major"] == 1
+        assert op({"op": "tool.call"})["error"]["code"] == "denied"
+        assert op({"op": "no.such"})["error"]["code"] == "unsupported"
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize("lang", SDKS)
+def test_oversize_output_is_refused(built: Built, runtime: Runtime, lang: str) -> None:
+    plugin = runtime.load(built[f"conformance-{lang}"], plugin_id=f"big-{lang}",
+                          limits={"max_output_bytes": 4096})
+    from wasmext import InvalidOutput
+
+    with pytest.raises(InvalidOutput, match="max_output_bytes"):
+        plugin.call("echo", "x" * 5000)
+    assert plugin.call("echo", "small").value == "small"
