@@ -18,7 +18,8 @@ SDK_LANGS = sorted(p.parent.parent.name for p in SDK_ROOT.glob("*/conformance/pl
 def plugin_dirs() -> dict[str, Path]:
     dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
             "normalize-text": ROOT / "plugins" / "normalize-text",
-            "test-kit": ROOT / "tests" / "plugins" / "test-kit"}
+            "test-kit": ROOT / "tests" / "plugins" / "test-kit",
+            "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter"):
         dirs[example] = ROOT / "plugins" / example
     for lang in SDK_LANGS:

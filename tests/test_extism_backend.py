@@ -10,7 +10,15 @@ import pytest
 import wasmtime
 
 from support import Built
-from wasmext import CapabilityDenied, HostConfig, OutOfFuel, Runtime, Timeout, WasmextError
+from wasmext import (
+    CapabilityDenied,
+    GuestTrap,
+    HostConfig,
+    OutOfFuel,
+    Runtime,
+    Timeout,
+    WasmextError,
+)
 from wasmext.extism_backend import ExtismPlugin
 from wasmext.testing import make_host
 
@@ -128,3 +136,25 @@ def test_as_pdk_plugin_uses_wasmext_state_and_log(built: Built, tmp_path: Path) 
         assert [ln.text for ln in plugin.log.lines][-1] == "counter visits is now 1"
     with pytest.raises(CapabilityDenied):
         make_host((built["extism-counter"], {}))
+
+
+def test_conformance_on_the_extism_backend(built: Built, runtime: Runtime) -> None:
+    """The conformance behaviours, as far as the Extism ABI can carry them."""
+    plugin = runtime.load(built["extism-conformance"], settings={"greeting": "Servus"})
+    assert isinstance(plugin, ExtismPlugin)
+    for value in ({"a": [1, 2.5, None, True]}, [1, "two"], 42, "héllo ✓ 😀"):
+        assert plugin.call("echo", value).value == value
+    assert plugin.call("echo", b"\xff\x00\xfe").value == b"\xff\x00\xfe"
+    assert plugin.call("config", "greeting").value == "Servus"
+    plugin.call("log", "from the extism plugin")
+    assert plugin.log.lines[-1].text == "from the extism plugin"
+    answers = {op: msgpack.unpackb(plugin.call("host", msgpack.packb(req)).value)
+               for op, req in {"config": {"op": "config.get", "key": "greeting"},
+                               "unknown": {"op": "no.such"},
+                               "denied": {"op": "state.get", "key": "k"}}.items()}
+    assert answers["config"] == {"ok": True, "value": "Servus"}
+    assert answers["unknown"]["error"]["code"] == "unsupported"
+    assert answers["denied"]["error"]["code"] == "denied"
+    with pytest.raises(GuestTrap):
+        plugin.call("fail", "")
+    assert plugin.call("echo", "still serving").value == "still serving"
