@@ -306,6 +306,10 @@ def baseline_cases(b: Budget) -> list[Item]:
 # -- guest SDK conformance plugins ------------------------------------------------------
 
 
+# plugin id -> {"lang", "size"} of each SDK's conformance plugin, for the docs table.
+SDK_INFO: dict[str, dict[str, Any]] = {}
+
+
 def _sdk_folders(root: Path) -> list[Path]:
     found = [*root.glob("guest-sdks/*/conformance/plugin.toml"),
              *root.glob("plugins/*/plugin.toml")]
@@ -338,6 +342,12 @@ def sdk_cases(rt: Runtime, root: Path, b: Budget, *, build: bool,
         _check(f"{plugin.id} echo", plugin.call(ECHO_HOOK, DATA).value)
         items.append(Case(f"sdk.{plugin.id}.echo", f"{plugin.id}: Plugin.call echo (SDK codec)",
                           "guest SDK", _echo_call(plugin), b.call, b.warm_call, note=str(rel)))
+        if rel.parts[0] == "guest-sdks":
+            SDK_INFO[plugin.id] = {"lang": rel.parts[1], "size": plugin.module.info.size}
+            items.append(Case(f"sdk.{plugin.id}.instance",
+                              f"{plugin.id}: new instance, registered", "guest SDK",
+                              plugin.new_instance, b.fresh // 4, b.warm_fresh // 4,
+                              note=str(rel)))
     if tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
     return items
