@@ -83,3 +83,14 @@ def test_encode_error_names_the_problem() -> None:
         encode({"x": object()})
     with pytest.raises(EncodeError):
         encode(2**70)
+
+
+def test_host_refuses_to_send_documents_deeper_than_the_abi(runtime: object) -> None:
+    from wasmext import Runtime
+    from wasmext.testing import guest_wat, load_wat
+
+    assert isinstance(runtime, Runtime)
+    plugin = load_wat(runtime, guest_wat())
+    with pytest.raises(EncodeError, match="nesting deeper than 64"):
+        plugin.call("test", nested(64))  # 64 deep inside the request map: 65 in all
+    assert plugin.call("test", nested(63)).value == "ok"

@@ -14,7 +14,7 @@ import msgpack
 
 from wasmext.errors import EncodeError
 
-__all__ = ["DecodeError", "check_depth", "decode", "encode"]
+__all__ = ["DecodeError", "check_depth", "decode", "encode", "may_nest_deeper"]
 
 
 class DecodeError(ValueError):
@@ -56,6 +56,12 @@ def check_depth(value: Any, max_depth: int) -> None:
             if depth > max_depth:
                 raise DecodeError(f"nesting deeper than {max_depth}")
             stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+
+
+def may_nest_deeper(data: bytes, max_depth: int) -> bool:
+    """Cheap test: could this encoded document nest deeper than max_depth? (It over-
+    approximates: container headers and bin headers, wherever they stand, count.)"""
+    return len(data.translate(None, _BORING)) > max_depth
 
 
 def decode(data: bytes, max_depth: int = 64) -> Any:

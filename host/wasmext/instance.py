@@ -17,9 +17,10 @@ import wasmtime
 
 from wasmext import hostlink
 from wasmext._abi import ABI_MAJOR
-from wasmext.codec import DecodeError, decode, encode
+from wasmext.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
 from wasmext.errors import (
     AbiMismatch,
+    EncodeError,
     GuestTrap,
     HostCallLimitExceeded,
     InputTooLarge,
@@ -270,6 +271,13 @@ class PluginInstance:
             payload = self._pack(req)
         except (TypeError, ValueError, OverflowError):
             payload = encode(req)  # raises EncodeError with the reason
+        if may_nest_deeper(payload, self.limits.max_msgpack_depth):
+            # Guests refuse documents deeper than the ABI allows: say so here instead.
+            try:
+                check_depth(req, self.limits.max_msgpack_depth)
+            except DecodeError as exc:
+                raise EncodeError(f"request for hook {hook}: {exc} (the ABI's limit)",
+                                  plugin_id=ctx.plugin_id, hook=hook) from exc
         n = len(payload)
         if n > self._in_cap:
             self._write_input(payload)

@@ -175,7 +175,7 @@ def plan(view: View, ch: Changes, now: float, limits: StateLimits, *,
     need = view.plugin_bytes() + sum(d[0] for d in delta.values()) - limits.max_plugin_bytes
     if need > 0:
         for ref, size in view.lru():
-            if ref in ch.writes or ref in out.deletes or ref[0] in ch.cleared:
+            if ref in out.deletes or ref[0] in ch.cleared:
                 continue
             out.deletes[ref] = size
             out.evicted.append((ref, size))
@@ -189,7 +189,7 @@ def plan(view: View, ch: Changes, now: float, limits: StateLimits, *,
     warn_at = limits.session_warn_ratio * limits.max_session_bytes
     for sid in sorted(s for s in sids if s is not None):
         b0, b1 = before[sid][0], before[sid][0] + delta[sid][0]
-        if b0 < warn_at < b1:
+        if b0 < warn_at <= b1:
             out.warnings.append(f"{_where(p, sid)} uses {b1} of {limits.max_session_bytes}"
                                 f" bytes ({100 * b1 // max(1, limits.max_session_bytes)}%)")
     return out
