@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgpack
 import pytest
 
+from wasmext.testing import vector_value
+
 ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "abi" / "vectors"
 SDK_ROOT = ROOT / "guest-sdks"
 # Every guest SDK with a conformance plugin takes part in the cross-SDK suite.
 SDK_LANGS = sorted(p.parent.parent.name for p in SDK_ROOT.glob("*/conformance/plugin.toml"))
@@ -63,3 +68,41 @@ def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseEx
     for t in threads:
         t.join()
     return errors
+
+
+BOUNDARY_INTS = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, 2**63,
+                 2**64 - 1, -1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1,
+                 -(2**63)]
+STR_LENGTHS = [0, 31, 32, 255, 256, 65535, 65536]
+BIN_LENGTHS = [0, 1, 255, 256, 65535, 65536]
+CONTAINER_LENGTHS = [0, 15, 16, 65535, 65536]
+
+
+def _header(encoded: bytes, payload_len: int) -> str:
+    return encoded[:len(encoded) - payload_len].hex()
+
+
+def msgpack_case_rows() -> list[tuple[str, ...]]:
+    """The MessagePack cases native SDK tests read: KIND, NAME, HEX[, ARG], one per row.
+
+    C canonical vector, D decode-only (ARG: the canonical re-encoding), H hostile,
+    I integer boundary (ARG: the value), S/B str/bin header (ARG: the length),
+    A/M array/map header (ARG: the count).
+    """
+    vectors = json.loads((VECTORS / "msgpack.json").read_text(encoding="utf-8"))
+    hostile = json.loads((VECTORS / "hostile.json").read_text(encoding="utf-8"))
+    packer = msgpack.Packer(use_bin_type=True)
+    rows: list[tuple[str, ...]] = [("C", v["name"], v["hex"]) for v in vectors["canonical"]]
+    rows += [("D", v["name"], v["hex"],
+              msgpack.packb(vector_value(v["value"]), use_bin_type=True).hex())
+             for v in vectors["decode_only"]]
+    rows += [("H", v["name"], v["hex"]) for v in hostile["hostile"]]
+    rows += [("I", f"int {i}", msgpack.packb(i).hex(), str(i)) for i in BOUNDARY_INTS]
+    rows += [("S", f"str {n}", _header(msgpack.packb("a" * n), n), str(n)) for n in STR_LENGTHS]
+    rows += [("B", f"bin {n}", _header(msgpack.packb(b"a" * n, use_bin_type=True), n), str(n))
+             for n in BIN_LENGTHS]
+    rows += [("A", f"array {n}", packer.pack_array_header(n).hex(), str(n))
+             for n in CONTAINER_LENGTHS]
+    rows += [("M", f"map {n}", packer.pack_map_header(n).hex(), str(n))
+             for n in CONTAINER_LENGTHS]
+    return rows

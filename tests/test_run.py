@@ -23,15 +23,21 @@ EVERY_KIND = {
 }
 
 
+def example_config(folder: Path) -> Path:
+    """docs/examples/wasmext.toml, with its state in `folder` and absolute plugin paths."""
+    config = folder / "wasmext.toml"
+    config.write_text((EXAMPLES / "wasmext.toml").read_text()
+                      .replace('"../../.wasmext"', f'"{folder / "state"}"')
+                      .replace('"../../plugins"', f'"{ROOT / "plugins"}"'))
+    return config
+
+
 @pytest.fixture(scope="module")
 def run_doc(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
     for name in ("pii-mask", "normalize-text", "text-tags", "agent-guard", "turn-audit"):
         built[name]  # skips with the install command when a toolchain is missing
     data = tmp_path_factory.mktemp("run")
-    config = data / "wasmext.toml"
-    config.write_text((EXAMPLES / "wasmext.toml").read_text()
-                      .replace('"../../.wasmext"', f'"{data / "state"}"')
-                      .replace('"../../plugins"', f'"{ROOT / "plugins"}"'))
+    config = example_config(data)
     proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "run",
                            str(EXAMPLES / "transcript.json"), "--config", str(config),
                            "--policy", str(EXAMPLES / "policy.toml"), "--json"],
@@ -144,10 +150,7 @@ def test_model_url_talks_to_an_openai_compatible_endpoint(run_doc: dict,  # type
 
 
 def test_stats_command(run_doc: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
-    config = tmp_path / "wasmext.toml"
-    config.write_text((EXAMPLES / "wasmext.toml").read_text()
-                      .replace('"../../.wasmext"', f'"{tmp_path / "state"}"')
-                      .replace('"../../plugins"', f'"{ROOT / "plugins"}"'))
+    config = example_config(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "stats",
                            str(EXAMPLES / "transcript.json"), "--config", str(config),
                            "--json", "--json-logs"],

@@ -19,12 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 
+from support import msgpack_case_rows
 from wasmext import GuestTrap, PluginError, Runtime
 from wasmext._toml import tomllib
-from wasmext.testing import vector_value
 from wasmext_cli.build import ToolchainMissing, build_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,17 +52,7 @@ pytestmark = [
     pytest.mark.skipif(RUSTC is None, reason=_MISSING[0] if _MISSING else ""),
 ]
 
-# Integers on both sides of every encoding boundary.
-BOUNDARY_INTS = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, 2**63,
-                 2**64 - 1, -1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1,
-                 -(2**63)]
-STR_LENGTHS = [0, 31, 32, 255, 256, 65535, 65536]
-BIN_LENGTHS = [0, 1, 255, 256, 65535, 65536]
-CONTAINER_LENGTHS = [0, 15, 16, 65535, 65536]
 
-
-def _header(encoded: bytes, payload_len: int) -> str:
-    return encoded[:len(encoded) - payload_len].hex()
 
 
 def abi_rows() -> list[tuple[str, ...]]:
@@ -83,22 +72,7 @@ def abi_rows() -> list[tuple[str, ...]]:
 
 def write_cases(path: Path) -> int:
     """The cases file sdk_tests.rs reads: KIND, NAME, HEX[, ARG...], tab-separated."""
-    vectors = json.loads((VECTORS / "msgpack.json").read_text(encoding="utf-8"))
-    hostile = json.loads((VECTORS / "hostile.json").read_text(encoding="utf-8"))
-    packer = msgpack.Packer(use_bin_type=True)
-    rows: list[tuple[str, ...]] = [("C", v["name"], v["hex"]) for v in vectors["canonical"]]
-    rows += [("D", v["name"], v["hex"],
-              msgpack.packb(vector_value(v["value"]), use_bin_type=True).hex())
-             for v in vectors["decode_only"]]
-    rows += [("H", v["name"], v["hex"]) for v in hostile["hostile"]]
-    rows += [("I", f"int {i}", msgpack.packb(i).hex(), str(i)) for i in BOUNDARY_INTS]
-    rows += [("S", f"str {n}", _header(msgpack.packb("a" * n), n), str(n)) for n in STR_LENGTHS]
-    rows += [("B", f"bin {n}", _header(msgpack.packb(b"a" * n, use_bin_type=True), n), str(n))
-             for n in BIN_LENGTHS]
-    rows += [("A", f"array {n}", packer.pack_array_header(n).hex(), str(n))
-             for n in CONTAINER_LENGTHS]
-    rows += [("M", f"map {n}", packer.pack_map_header(n).hex(), str(n))
-             for n in CONTAINER_LENGTHS]
+    rows = msgpack_case_rows()
     rows += abi_rows()
     path.write_text("".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
     return len(rows)
