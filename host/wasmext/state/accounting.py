@@ -175,7 +175,7 @@ def plan(view: View, ch: Changes, now: float, limits: StateLimits, *,
     need = view.plugin_bytes() + sum(d[0] for d in delta.values()) - limits.max_plugin_bytes
     if need > 0:
         for ref, size in view.lru():
-            if ref in out.deletes or ref[0] in ch.cleared:
+            if ref in ch.writes or ref in out.deletes or ref[0] in ch.cleared:
                 continue
             out.deletes[ref] = size
             out.evicted.append((ref, size))

@@ -286,7 +286,8 @@ class StateStore(ABC):
     @abstractmethod
     def load(self, records: Iterable[Record], *, replace: bool = False) -> int:
         """Write records (one atomic commit per plugin, quotas apply); `replace` first
-        deletes the state of every plugin. Expired records are skipped. The number written."""
+        deletes all state of the plugins the records name (others are left alone).
+        Expired records are skipped. The number written."""
 
     @abstractmethod
     def close(self) -> None: ...

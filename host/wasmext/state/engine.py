@@ -135,7 +135,8 @@ class Transaction:
         sid = self._sid(scope)
         key = check_key(key, self.store.limits)
         existed = self._lookup(sid, key)[0] is not None
-        self._stage((sid, key), Write(None, self.store.limits.ttl_seconds))
+        if existed or (sid, key) in self._changes.writes:  # else there is nothing to delete
+            self._stage((sid, key), Write(None, self.store.limits.ttl_seconds))
         return existed
 
     def keys(self, *, scope: ScopeName = "session", prefix: str = "") -> list[str]:
@@ -321,9 +322,8 @@ class Engine(StateStore):
             return txn.delete(key, scope=_scope_name(scope))
 
     def keys(self, scope: Scope, prefix: str = "") -> list[str]:
-        return self._keys(scope.plugin, scope.session, self._now()) if not prefix else [
-            k for k in self._keys(scope.plugin, scope.session, self._now())
-            if k.startswith(prefix)]
+        return [k for k in self._keys(scope.plugin, scope.session, self._now())
+                if k.startswith(prefix)]
 
     def clear(self, scope: Scope) -> int:
         with self.begin(scope.plugin, scope.session) as txn:
@@ -380,7 +380,7 @@ class Engine(StateStore):
             ch = batches.setdefault(scope.plugin, Changes(scope.plugin))
             ch.writes[(scope.session, key)] = Write(check_value(r.value), ttl, expires)
         if replace:
-            for p in self._plugins():
+            for p in batches:
                 self._drop_plugin(p)
         for ch in batches.values():
             self._commit(ch, now)

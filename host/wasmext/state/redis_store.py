@@ -297,14 +297,20 @@ class RedisStore(Engine):
     @_guarded
     def _drop_plugin(self, plugin: str) -> int:
         k = self._k(plugin)
-        eids = self._r.zrange(k.idx, 0, -1)
         with self._r.pipeline() as pipe:
-            for i in range(0, len(eids), 512):
-                pipe.delete(*(k.value(bytes(e)) for e in eids[i:i + 512]))
-            pipe.delete(k.meta, k.exp, k.lru, k.idx, k.usage)
-            pipe.srem(self._prefix + b":plugins", plugin)
-            pipe.execute()
-        return len(eids)
+            while True:
+                try:
+                    pipe.watch(k.usage)
+                    eids = pipe.zrange(k.idx, 0, -1)
+                    pipe.multi()
+                    for i in range(0, len(eids), 512):
+                        pipe.delete(*(k.value(bytes(e)) for e in eids[i:i + 512]))
+                    pipe.delete(k.meta, k.exp, k.lru, k.idx, k.usage)
+                    pipe.srem(self._prefix + b":plugins", plugin)
+                    pipe.execute()
+                    return len(eids)
+                except WatchError:
+                    continue
 
     @_guarded
     def _records(self, now: float) -> list[Record]:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits, StateUnavailable
@@ -66,21 +67,21 @@ class _SQLiteView:
             out[sid] = (0, 0) if row is None else (int(row[0]), int(row[1]))
         return out
 
-    def _row(self, column: str, ref: Ref) -> tuple[object] | None:
-        sid, key = ref
-        row: tuple[object] | None = self._conn.execute(
-            f"SELECT {column} FROM entries WHERE plugin = ? AND session = ? AND key = ?",
-            (self._plugin, _col(sid), key)).fetchone()
-        return row
+    def _column(self, column: str, refs: Iterable[Ref]) -> dict[Ref, Any]:
+        out: dict[Ref, Any] = {}
+        for sid, key in refs:
+            row = self._conn.execute(f"SELECT {column} FROM entries WHERE plugin = ? AND"
+                                     " session = ? AND key = ?",
+                                     (self._plugin, _col(sid), key)).fetchone()
+            if row is not None:
+                out[(sid, key)] = row[0]
+        return out
 
     def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
-        rows = {ref: self._row("size", ref) for ref in refs}
-        return {ref: int(str(row[0])) for ref, row in rows.items() if row is not None}
+        return {ref: int(v) for ref, v in self._column("size", refs).items()}
 
     def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
-        rows = {ref: self._row("value", ref) for ref in refs}
-        return {ref: bytes(row[0]) for ref, row in rows.items()  # type: ignore[call-overload]
-                if row is not None}
+        return {ref: bytes(v) for ref, v in self._column("value", refs).items()}
 
     def scope_sizes(self, sid: Sid) -> dict[str, int]:
         rows = self._conn.execute("SELECT key, size FROM entries WHERE plugin = ? AND"
