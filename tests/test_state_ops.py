@@ -110,3 +110,35 @@ def test_state_metrics(tmp_path: Any) -> None:
     assert stats["host_calls"] == 1
     text = host.observe.metrics.exposition().decode()
     assert 'extension_state_operations_total{extension_id="p",operation="set"} 1.0' in text
+
+
+def test_a_refused_commit_fails_the_call(tmp_path: Any) -> None:
+    """Two calls race on one key with CAS: the loser's call fails; no write is lost."""
+    from wasmext.state import Scope
+
+    host = host_with((requester({"op": "state.cas", "key": "k", "value": 1}),
+                      {"plugin_id": "p", "grants": {"state"}}), tmp=tmp_path)
+    store = host.state_store()
+    original_begin = store.begin
+
+    raced: list[bool] = []
+
+    def racing_begin(plugin_id: str, session_id: str | None = None) -> Any:
+        txn = original_begin(plugin_id, session_id)
+        if raced:  # the rival's own write: no race inside the race
+            return txn
+        raced.append(True)
+        commit = txn.commit
+
+        def commit_after_a_rival() -> Any:
+            store.set(Scope("p", "s1"), "k", msgpack.packb(99))  # another host wins the race
+            return commit()
+
+        txn.commit = commit_after_a_rival  # type: ignore[method-assign]
+        return txn
+
+    store.begin = racing_begin  # type: ignore[method-assign]
+    with pytest.raises(PluginError) as info:
+        call(host, "p", "s1")
+    assert info.value.code == "conflict"
+    assert msgpack.unpackb(store.get(Scope("p", "s1"), "k")) == 99

@@ -261,7 +261,10 @@ class ExtismPlugin:
             finally:
                 _active.stack.pop()
             # State written by this call commits only when the call succeeded.
-            ctx.finish(state.error is None)
+            try:
+                ctx.finish(state.error is None)
+            except WasmextError as err:
+                state.error = state.error or err
         if state.error is not None:
             self.faults += 1
             raise state.error

@@ -220,9 +220,11 @@ class Plugin:
                 ctx.finish(False)
             self._release(inst)
             raise
-        if ctx.pending:
-            ctx.finish(True)
-        self._release(inst)
+        try:
+            if ctx.pending:
+                ctx.finish(True)  # may refuse (a state commit): then the call failed
+        finally:
+            self._release(inst)
         self._record_success()
         return result
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wasmext.codec import DecodeError, decode, encode
+from wasmext.errors import PluginError
 from wasmext.hostcalls import CallContext, HostServices, OpError
 from wasmext.state import StateError, StateStore
 
@@ -71,10 +72,11 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
             wrote = opened.pending
             try:
                 report = opened.commit()
-            except StateError as err:  # a concurrent writer took the room meanwhile
-                log.error("plugin %s: state commit refused after a successful call: %s",
-                          ctx.plugin_id, err.message, extra={"plugin_id": ctx.plugin_id})
-                return
+            except StateError as err:
+                # Another writer changed what this call read, or took the room it
+                # needed: the call's result rested on writes that did not happen.
+                raise PluginError(f"state commit refused after the call: {err.message}",
+                                  code=err.code, plugin_id=ctx.plugin_id, hook=ctx.hook) from err
             if metrics is not None and wrote:
                 from wasmext.state import Scope
 
