@@ -41,7 +41,7 @@ lint: setup
 	$(BIN)/python abi/generate.py --check
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m ziglang fmt --check guest-sdks/zig plugins/normalize-text
+	$(BIN)/python -m ziglang fmt --check guest-sdks/zig plugins/normalize-text tests/plugins/zig-tags
 
 test: lint toolchains-if-root
 	$(BIN)/python -m pytest -q

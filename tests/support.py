@@ -24,7 +24,8 @@ def plugin_dirs() -> dict[str, Path]:
     dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
             "normalize-text": ROOT / "plugins" / "normalize-text",
             "test-kit": ROOT / "tests" / "plugins" / "test-kit",
-            "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance"}
+            "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance",
+            "zig-tags": ROOT / "tests" / "plugins" / "zig-tags"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter"):
         dirs[example] = ROOT / "plugins" / example
     for lang in SDK_LANGS:

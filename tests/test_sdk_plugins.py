@@ -206,3 +206,15 @@ def test_oversize_output_is_refused(built: Built, runtime: Runtime, lang: str) -
     with pytest.raises(InvalidOutput, match="max_output_bytes"):
         plugin.call("echo", "x" * 5000)
     assert plugin.call("echo", "small").value == "small"
+
+
+def test_zig_sdk_dispatches_by_pattern_and_adds_entries(built: Built, runtime: Runtime) -> None:
+    plugin = runtime.load(built["zig-tags"])
+    tag = {"attrs": {}, "content": "hi"}
+    assert plugin.call("on_tag", {"tag": "upper", **tag}).value == "HI"
+    assert plugin.call("on_tag", {"tag": "redact-x", **tag}).value == "[REDACTED]"
+    with pytest.raises(PluginError) as info:
+        plugin.call("on_tag", {"tag": "other", **tag})
+    assert info.value.code == "unhandled"
+    assert plugin.registration.extra == {"subscriptions": ["audit.*"]}
+    assert [h.pattern for h in plugin.registration.hooks] == ["upper", "redact*"]

@@ -11,14 +11,22 @@ const Allocator = std.mem.Allocator;
 const Failure = host.Failure;
 const str = msgpack.comptimeStr;
 
-/// One entry of the registration map's "hooks" array; the field names are
-/// the wire keys. The plugin struct needs a `pub fn` named like `hook`.
+/// One entry of the registration map's "hooks" array. The plugin struct needs
+/// a `pub fn` named `handler`, or named like `hook` when `handler` is null.
 pub const Hook = struct {
     hook: []const u8,
     /// 0..100, higher runs earlier; null leaves it to the manifest's priority.
     priority: ?u8 = null,
-    /// Tag pattern, for on_tag hooks only.
+    /// An exact name or a prefix ending in '*'. With several entries for one hook
+    /// (on_tag, output_extension), a call goes to the first entry whose pattern
+    /// matches the data's "tag" (or "name").
     pattern: ?[]const u8 = null,
+    /// The handler's name in the plugin struct, when it is not `hook`.
+    handler: ?[]const u8 = null,
+
+    fn handlerName(comptime h: Hook) []const u8 {
+        return h.handler orelse h.hook;
+    }
 };
 
 /// What a handler answers.
@@ -81,8 +89,9 @@ pub fn exportPlugin(comptime P: type) void {
     const hooks: []const Hook = if (@hasDecl(P, "hooks")) P.hooks[0..] else &.{};
     inline for (hooks) |h| {
         if ((h.priority orelse 0) > 100) @compileError("hook '" ++ h.hook ++ "': priority must be 0..100");
-        if (!@hasDecl(P, h.hook)) @compileError(@typeName(P) ++ " lists hook '" ++ h.hook ++
-            "' but has no `pub fn " ++ h.hook ++ "(call: *wasmext.Call) !wasmext.Reply`");
+        if (!@hasDecl(P, h.handlerName())) @compileError(@typeName(P) ++ " lists hook '" ++
+            h.hook ++ "' but has no `pub fn " ++ h.handlerName() ++
+            "(call: *wasmext.Call) !wasmext.Reply`");
     }
     const Exports = struct {
         fn abiVersion() callconv(.c) i32 {
@@ -144,10 +153,61 @@ fn hostMinor(request: []const u8) msgpack.ReadError!i32 {
     return minor.readInt(i32);
 }
 
+/// The registration map. A plugin may add entries ("prompt", "tool_guidance",
+/// "subscriptions", ...) with `pub fn registerExtra(w: *wasmext.Writer) !u32`,
+/// which writes key/value pairs and returns how many.
 fn writeRegistration(comptime P: type, comptime hooks: []const Hook) msgpack.WriteError!void {
-    const name: ?[]const u8 = if (@hasDecl(P, "name")) P.name else null;
-    const version: ?[]const u8 = if (@hasDecl(P, "version")) P.version else null;
-    try output.write(.{ .abi_minor = abi.abi_minor, .name = name, .version = version, .hooks = hooks });
+    var extra: msgpack.Writer = .init(host.allocator);
+    defer extra.deinit();
+    const n_extra: u32 = if (@hasDecl(P, "registerExtra")) try P.registerExtra(&extra) else 0;
+    const has_name = @hasDecl(P, "name");
+    const has_version = @hasDecl(P, "version");
+    try output.writeMap(2 + @as(u32, @intFromBool(has_name)) + @intFromBool(has_version) + n_extra);
+    try output.writeStr("abi_minor");
+    try output.writeInt(abi.abi_minor);
+    if (has_name) {
+        try output.writeStr("name");
+        try output.writeStr(P.name);
+    }
+    if (has_version) {
+        try output.writeStr("version");
+        try output.writeStr(P.version);
+    }
+    try output.writeStr("hooks");
+    try output.writeArray(@intCast(hooks.len));
+    inline for (hooks) |h| {
+        try output.writeMap(1 + @as(u32, @intFromBool(h.priority != null)) +
+            @intFromBool(h.pattern != null));
+        try output.writeStr("hook");
+        try output.writeStr(h.hook);
+        if (h.priority) |p| {
+            try output.writeStr("priority");
+            try output.writeInt(p);
+        }
+        if (h.pattern) |pat| {
+            try output.writeStr("pattern");
+            try output.writeStr(pat);
+        }
+    }
+    try output.writeRaw(extra.bytes());
+}
+
+fn patternMatches(pattern: []const u8, subject: []const u8) bool {
+    if (pattern.len > 0 and pattern[pattern.len - 1] == '*')
+        return std.mem.startsWith(u8, subject, pattern[0 .. pattern.len - 1]);
+    return std.mem.eql(u8, pattern, subject);
+}
+
+/// The data's "tag" (on_tag) or "name" (output_extension), for pattern dispatch.
+fn subjectOf(data: []const u8) ?[]const u8 {
+    const map = msgpack.Reader.init(data);
+    inline for (.{ "tag", "name" }) |key| {
+        if (map.lookup(key) catch null) |found| {
+            var v = found;
+            return v.readStr() catch null;
+        }
+    }
+    return null;
 }
 
 const Request = struct {
@@ -186,10 +246,22 @@ fn dispatch(comptime P: type, comptime hooks: []const Hook, request: []const u8)
         .arena = host.arena(),
         .out = &output,
     };
+    const subject: ?[]const u8 = if (comptime anyPattern(hooks)) subjectOf(req.data) else null;
     inline for (hooks) |h| {
-        if (std.mem.eql(u8, req.hook, h.hook)) return invoke(@field(P, h.hook), &call);
+        if (std.mem.eql(u8, req.hook, h.hook)) {
+            const matched = if (h.pattern) |pat|
+                (if (subject) |s| patternMatches(pat, s) else false)
+            else
+                true;
+            if (matched) return invoke(@field(P, h.handlerName()), &call);
+        }
     }
     return .{ .fail = .{ .code = abi.err.unhandled } };
+}
+
+fn anyPattern(comptime hooks: []const Hook) bool {
+    for (hooks) |h| if (h.pattern != null) return true;
+    return false;
 }
 
 fn invoke(comptime handler: anytype, call: *Call) Reply {
