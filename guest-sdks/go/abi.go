@@ -83,7 +83,7 @@ var Ops = []OpInfo{
 	{OpStateClear, "state", 0, false},
 	{OpStateCAS, "state", 0, false},
 	{OpEventEmit, "events", 0, false},
-	{OpToolCall, "tools", 0, true},
+	{OpToolCall, "tools", 0, false},
 	{OpNext, "", 0, false},
 	{OpHTTPFetch, "http", 0, true},
 	{OpLLMComplete, "llm", 0, true},

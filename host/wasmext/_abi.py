@@ -40,7 +40,7 @@ OPS: Final[dict[str, tuple[str, int, bool]]] = {
     "state.clear": ("state", 0, True),
     "state.cas": ("state", 0, True),
     "event.emit": ("events", 0, True),
-    "tool.call": ("tools", 0, False),
+    "tool.call": ("tools", 0, True),
     "next": ("", 0, True),
     "http.fetch": ("http", 0, False),
     "llm.complete": ("llm", 0, False),

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wasmext.errors import HookAborted, PipelineError, WasmextError
+from wasmext.errors import HookAborted, PipelineError
 from wasmext.hooks.extensions import parse_requests
 from wasmext.hooks.pipeline import Policy
 from wasmext.host import Host
@@ -38,9 +38,12 @@ _OPS: dict[type, Callable[..., Any]] = {
 
 @dataclass(frozen=True)
 class Tool:
+    """A demo host tool for `wasmext run`; registered into the host's tool registry."""
+
     name: str
     description: str
-    run: Callable[[Mapping[str, Any]], Any]
+    run: Callable[[dict[str, Any]], Any]
+    input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
 
 
 def _calc(args: Mapping[str, Any]) -> Any:
@@ -63,7 +66,9 @@ def _calc(args: Mapping[str, Any]) -> Any:
 
 
 DEMO_TOOLS = {t.name: t for t in (
-    Tool("calc", "Evaluate an arithmetic expression: {expression: str}.", _calc),
+    Tool("calc", "Evaluate an arithmetic expression.", _calc,
+         {"type": "object", "properties": {"expression": {"type": "string", "maxLength": 200}},
+          "required": ["expression"]}),
     Tool("clock", "The current UTC time.", lambda a: dt.datetime.now(dt.timezone.utc)
          .strftime("%Y-%m-%dT%H:%M:%SZ")),
     Tool("shell", "Run a shell command (the demo never runs it).",
@@ -94,7 +99,12 @@ class Agent:
                  max_steps: int = 4) -> None:
         self.host = host
         self.model = model
-        self.tools = dict(DEMO_TOOLS if tools is None else tools)
+        for tool in (DEMO_TOOLS if tools is None else tools).values():
+            if tool.name not in host.tools.tools:
+                host.tools.register_python(tool.name, tool.run, description=tool.description,
+                                           input_schema=tool.input_schema)
+        # Every tool of the registry: the host's and the plugins' own.
+        self.tools = dict(host.tools.tools)
         self.system = system
         self.policy = policy
         self.max_steps = max_steps
@@ -204,10 +214,7 @@ class Agent:
             if name not in allowed:
                 result = {"status": "error", "error": {"message": f"no tool {name!r}"}}
             else:
-                try:
-                    result = {"status": "ok", "output": self.tools[name].run(args)}
-                except (ValueError, ArithmeticError, WasmextError) as exc:
-                    result = {"status": "error", "error": {"message": str(exc)}}
+                result = self.host.tools.execute(name, args, s)
             s.lifecycle("after_tool", tool_name=name, result=result)
             return result
 

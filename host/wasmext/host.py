@@ -42,6 +42,7 @@ from wasmext.runtime import Runtime
 from wasmext.session import Session
 from wasmext.state import StateStore
 from wasmext.state_ops import install_state, open_store
+from wasmext.tools import ToolRegistry
 
 __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
@@ -93,6 +94,8 @@ class Host:
         install_next(self.runtime.services)
         self.observe = Observer(self)
         self.observe.install(self.runtime.services)
+        self.tools = ToolRegistry(self)
+        self.tools.install(self.runtime.services)
         self._state: StateStore | None = None
         install_state(self.runtime.services, self.state_store, self.observe.metrics)
         dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
@@ -188,6 +191,9 @@ class Host:
             self.plugins[plugin.id] = lp
             self._order_cache.clear()
         self.observe.loaded(lp)
+        for problem in self.tools.register_plugin(lp):
+            log.error("%s", problem)
+            self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
         return plugin
 
     def ordered(self, hook: str) -> list[Entry]:
@@ -227,6 +233,7 @@ class Host:
                 lp.plugin.close()
             self._order_cache.clear()
         if lp is not None:
+            self.tools.drop_owner(f"plugin:{plugin_id}")
             self.observe.unloaded(plugin_id)
 
     # -- calling -------------------------------------------------------------------

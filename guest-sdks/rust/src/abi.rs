@@ -107,7 +107,7 @@ pub const OPS: &[OpInfo] = &[
     row(op::STATE_CLEAR, "state", 0, true),
     row(op::STATE_CAS, "state", 0, true),
     row(op::EVENT_EMIT, "events", 0, true),
-    row(op::TOOL_CALL, "tools", 0, false),
+    row(op::TOOL_CALL, "tools", 0, true),
     row(op::NEXT, "", 0, true),
     row(op::HTTP_FETCH, "http", 0, false),
     row(op::LLM_COMPLETE, "llm", 0, false),
