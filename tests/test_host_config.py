@@ -210,3 +210,37 @@ def test_plugins_emit_and_subscribe_only_with_grants(wasmext_host: Any) -> None:
     assert host.plugins["deaf"].plugin.calls == 0      # its subscription was refused at load
     assert "denied" in str(failures.get("no-grant"))
     assert any("deaf" in (e.plugin_id or "") for e in host.load_errors)
+
+
+def test_mcp_servers_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            caplog: Any) -> None:
+    monkeypatch.setenv("CALC_TOKEN", "t0k")
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    cfg = load_config(write_config(tmp_path, """
+[mcp.servers.calc]
+command = "python"
+args = ["calc.py", "--token=${CALC_TOKEN}"]
+env = { KEY = "${NOT_SET_ANYWHERE}", LIT = "$${x}" }
+call_timeout_s = 5
+[mcp.servers.remote]
+transport = "http"
+url = "http://127.0.0.1:9/mcp"
+enabled = false
+"""))
+    calc, remote = cfg.mcp_servers
+    assert (calc.name, calc.transport, calc.args) == ("calc", "stdio", ("calc.py", "--token=t0k"))
+    assert calc.env == {"KEY": "", "LIT": "${x}"} and calc.call_timeout_s == 5.0
+    assert "NOT_SET_ANYWHERE" in caplog.text
+    assert (remote.transport, remote.enabled) == ("http", False)
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ("[mcp.servers.x]\ntransport = 'smoke'\n", "mcp.servers.x.transport"),
+    ("[mcp.servers.x]\ntransport = 'stdio'\n", "mcp.servers.x.command"),
+    ("[mcp.servers.x]\ntransport = 'sse'\n", "mcp.servers.x.url"),
+    ("[mcp.servers.x]\ncommand = 'a'\ncall_timeout_s = -1\n", "mcp.servers.x.call_timeout_s"),
+    ("[mcp]\nenabled = 'yes'\n", "mcp.enabled"),
+])
+def test_mcp_config_errors(tmp_path: Path, body: str, field: str) -> None:
+    with pytest.raises(ConfigError, match=f"field '{field}'"):
+        load_config(write_config(tmp_path, body))

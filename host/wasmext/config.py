@@ -25,6 +25,15 @@
     backend = "sqlite"           # data_dir/state.db; redis needs url = "redis://..."
     ttl_seconds = 3600           # and any other StateLimits field
 
+    [mcp]                        # MCP servers whose tools join the registry
+    enabled = true               # the global switch
+    [mcp.servers.calc]
+    transport = "stdio"          # stdio, sse or http (streamable HTTP; needs url)
+    command = "python"
+    args = ["calc_server.py"]
+    env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
+    call_timeout_s = 30
+
     [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
     priority = 40
@@ -36,7 +45,9 @@ Relative paths are relative to the file's folder.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,13 +55,18 @@ from pathlib import Path
 from typing import Any
 
 from wasmext._toml import tomllib
+from wasmext.envsubst import substitute
 from wasmext.errors import ConfigError
 from wasmext.limits import Limits
 from wasmext.manifest import FAILURE_POLICIES, ID_RE
 
-__all__ = ["EnableState", "Grant", "HostConfig", "PluginOverrides", "load_config"]
+__all__ = ["EnableState", "Grant", "HostConfig", "McpServerConfig", "PluginOverrides",
+           "load_config"]
 
-_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state"}
+log = logging.getLogger("wasmext.config")
+
+_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp"}
+_TRANSPORTS = ("stdio", "sse", "http")
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,21 @@ class PluginOverrides:
     limits: Mapping[str, int] = field(default_factory=dict)
     failure: str | None = None
     priority: int | None = None
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One MCP server whose tools join the host's registry ([mcp.servers.NAME])."""
+
+    name: str
+    transport: str = "stdio"
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str | None = None
+    connect_timeout_s: float = 10.0
+    call_timeout_s: float = 30.0
+    enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -85,6 +116,8 @@ class HostConfig:
     state_backend: str = "sqlite"  # sqlite (data_dir/state.db), memory, redis
     state_url: str | None = None   # redis://... for the redis backend
     state_limits: Mapping[str, Any] = field(default_factory=dict)
+    mcp_enabled: bool = True  # the global MCP switch
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -181,7 +214,9 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
         StateLimits().replace(**state)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path or 'config'}: field 'state': {exc}") from exc
+    mcp_enabled, mcp_servers = _mcp(_table(data.get("mcp", {}), path, "mcp"), path)
     return HostConfig(
+        mcp_enabled=mcp_enabled, mcp_servers=mcp_servers,
         state_backend=backend, state_url=url, state_limits=state,
         path=path,
         data_dir=where(host.get("data_dir", ".wasmext"), "host.data_dir"),
@@ -193,6 +228,55 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
         enabled=_ids(plugins.get("enabled", []), path, "plugins.enabled"),
         disabled=_ids(plugins.get("disabled", []), path, "plugins.disabled"),
         limits=limits, cap=cap, grants=grants, overrides=overrides)
+
+
+def _subst(value: Any, path: Path | None, fld: str) -> str:
+    _need(isinstance(value, str), path, fld, "must be a string")
+    out, missing = substitute(value, os.environ)
+    for name in missing:
+        log.warning("%s: field '%s': ${%s} is not set; using an empty string",
+                    path or "config", fld, name)
+    return out
+
+
+def _mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpServerConfig, ...]]:
+    enabled = raw.pop("enabled", True)
+    _need(isinstance(enabled, bool), path, "mcp.enabled", "must be a bool")
+    servers = _table(raw.pop("servers", {}), path, "mcp.servers")
+    _need(not raw, path, f"mcp.{sorted(raw)[0] if raw else ''}", "unknown field")
+    out = []
+    for name, spec in servers.items():
+        fld = f"mcp.servers.{name}"
+        _need(bool(ID_RE.match(name)), path, fld, "lowercase letters, digits and hyphens")
+        spec = _table(spec, path, fld)
+        known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name"}
+        unknown = sorted(set(spec) - known)
+        _need(not unknown, path, f"{fld}.{unknown[0] if unknown else ''}", "unknown field")
+        transport = spec.get("transport", "stdio")
+        _need(transport in _TRANSPORTS, path, f"{fld}.transport", f"one of {_TRANSPORTS}")
+        command = _subst(spec["command"], path, f"{fld}.command") if "command" in spec else None
+        url = _subst(spec["url"], path, f"{fld}.url") if "url" in spec else None
+        _need(transport != "stdio" or bool(command), path, f"{fld}.command",
+              "a stdio server needs a command")
+        _need(transport == "stdio" or bool(url), path, f"{fld}.url",
+              f"a {transport} server needs a url")
+        args = spec.get("args", [])
+        _need(isinstance(args, list), path, f"{fld}.args", "must be an array of strings")
+        env = _table(spec.get("env", {}), path, f"{fld}.env")
+        timeouts = {}
+        for key in ("connect_timeout_s", "call_timeout_s"):
+            value = spec.get(key, 10.0 if key == "connect_timeout_s" else 30.0)
+            _need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+                  path, f"{fld}.{key}", "must be a positive number of seconds")
+            timeouts[key] = float(value)
+        on = spec.get("enabled", True)
+        _need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
+        out.append(McpServerConfig(
+            name, transport, command,
+            tuple(_subst(a, path, f"{fld}.args[{i}]") for i, a in enumerate(args)),
+            {k: _subst(v, path, f"{fld}.env.{k}") for k, v in env.items()}, url,
+            timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on))
+    return enabled, tuple(out)
 
 
 def load_config(path: str | Path) -> HostConfig:

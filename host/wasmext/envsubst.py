@@ -1,0 +1,31 @@
+"""`${VAR}` substitution for configured commands, arguments, URLs and environments.
+
+A missing variable becomes the empty string and is reported (the caller logs
+a warning naming it); `$${` writes a literal `${`. Nothing else is special:
+a lone `$` or `{` passes through.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+__all__ = ["substitute"]
+
+_VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def substitute(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    """`text` with every `${NAME}` replaced from `env`; also the names that were missing."""
+    missing: list[str] = []
+
+    def replace(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name is None:
+            return "${"
+        if name not in env:
+            missing.append(name)
+            return ""
+        return env[name]
+
+    return _VAR.sub(replace, text), missing
