@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # from PyPI) and the C and Zig hello plugins. The test suite builds the other
 # SDKs' plugins itself; `make toolchains` installs their compilers (as root).
 PLUGINS := plugins/pii-mask plugins/normalize-text plugins/text-tags plugins/agent-guard \
-           plugins/turn-audit guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
+           plugins/turn-audit plugins/relay-tools guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
 
 .PHONY: setup plugins toolchains toolchains-if-root demo test lint bench generate clean
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     config = HostConfig(data_dir=ROOT / ".wasmext", workspace_dir=ROOT / "plugins",
-                        disabled=frozenset({"extism-counter"}))  # needs a state grant
+                        disabled=frozenset({"extism-counter", "relay-tools"}))  # need grants
     with Host(config) as host, host.session() as s:
         text = "  Write to ANN@example.com   or call +1 (415) 555-0100  "
         result = s.on_plain_text(text)

@@ -7,6 +7,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from support import Built
 from wasmext import ConfigError, PluginError
 from wasmext.testing import DATA_AT, guest_wat, make_host
 from wasmext.tools import MAX_DEPTH
@@ -87,3 +88,17 @@ def test_tool_calls_cannot_recurse_without_bound() -> None:
         depth += 1
     assert depth == MAX_DEPTH
     assert result["error"]["code"] == "limit"
+
+
+def test_relay_plugin_calls_another_tool(built: Built) -> None:
+    """The C relay plugin's tool answers by calling a host tool through tool.call."""
+    with make_host((built["relay-tools"], {"grants": {"tools", "tool:calc__*"}})) as host:
+        host.tools.register_python("calc__echo", lambda a: f"echo: {a['text']}",
+                                   input_schema={"type": "object", "properties": {
+                                       "text": {"type": "string"}}, "required": ["text"]})
+        with host.session() as s:
+            result = host.tools.call("relay-tools__ask", {"question": "hi"}, s)
+        assert result == {"status": "ok", "output": {"via": "calc__echo",
+                                                     "answer": "echo: hi"}}
+        refused = host.tools.execute("relay-tools__ask", {"question": 5})
+        assert refused["error"]["code"] == "invalid"
