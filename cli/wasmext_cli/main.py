@@ -222,3 +222,7 @@ from wasmext_cli.state_cmd import state  # noqa: E402
 main.add_command(run)
 main.add_command(stats)
 main.add_command(state)
+
+from wasmext_cli.mcp_cmd import mcp  # noqa: E402
+
+main.add_command(mcp)
