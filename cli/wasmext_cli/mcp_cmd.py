@@ -43,6 +43,7 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
     for problem in host.load_errors:
         click.echo(f"wasmext: {problem.describe()}", err=True)
     with host:
+        host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,
                         poll_interval=poll_interval)
@@ -50,3 +51,28 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
             click.echo(f"wasmext: MCP on http://{address}:{port}/mcp", err=True)
             serve_http(host, address, port, include_host_tools=include_host_tools,
                        poll_interval=poll_interval)
+
+
+@mcp.command("ls")
+@CONFIG_OPT
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+def ls(config: Path | None, as_json: bool) -> None:
+    """Connect the configured MCP servers and show their status and tools."""
+    import json
+
+    host = _host(_default_config(config), ())
+    with host:
+        clients = host.start_mcp()
+        servers = clients.servers() if clients is not None else []
+        if not host.config.mcp_enabled:
+            servers = [{"name": s.name, "transport": s.transport, "status": "disabled (mcp off)",
+                        "tools": []} for s in host.config.mcp_servers]
+    if as_json:
+        click.echo(json.dumps(servers, indent=2))
+        return
+    if not servers:
+        click.echo("no MCP servers configured ([mcp.servers.NAME] in wasmext.toml)")
+    for server in servers:
+        click.echo(f"{server['name']:<16} {server['transport']:<6} {server['status']}")
+        for tool in server["tools"]:
+            click.echo(f"    {tool}")

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasmext.config import EnableState, HostConfig, load_config
 from wasmext.discovery import check_folder, discover
@@ -43,6 +43,9 @@ from wasmext.session import Session
 from wasmext.state import StateStore
 from wasmext.state_ops import install_state, open_store
 from wasmext.tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from wasmext.mcp_client import McpClients
 
 __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
@@ -98,12 +101,24 @@ class Host:
         self.tools.install(self.runtime.services)
         self._state: StateStore | None = None
         install_state(self.runtime.services, self.state_store, self.observe.metrics)
+        self.mcp: McpClients | None = None
         dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
         for found in discover(dirs):
             if found.error is not None:
                 self.load_errors.append(found.error)
             elif found.manifest is not None:
                 self._load_folder(found.folder, found.manifest, found.source)
+
+    def start_mcp(self) -> McpClients | None:
+        """Connect the configured MCP servers; their tools join `self.tools`."""
+        from wasmext.mcp_client import McpClients, ServerSpec  # the SDK loads only when used
+
+        specs = [ServerSpec.from_config(c) for c in self.config.mcp_servers]
+        if not self.config.mcp_enabled or not specs or self.mcp is not None:
+            return self.mcp
+        self.mcp = McpClients(self.tools)
+        self.mcp.start(specs)
+        return self.mcp
 
     @classmethod
     def from_config(cls, path: str | Path) -> Host:
@@ -123,6 +138,9 @@ class Host:
             return self._state
 
     def close(self) -> None:
+        if self.mcp is not None:
+            self.mcp.stop()
+            self.mcp = None
         for pid in list(self.plugins):
             self.observe.unloaded(pid)
         self.observe.close()
