@@ -78,3 +78,29 @@ enabled = false
     assert servers["off"]["status"] == "disabled"
 
 
+
+
+def test_plugin_manifests_may_ask_for_mcp_servers_with_a_grant(tmp_path: Path) -> None:
+    import wasmtime
+
+    from wasmext import HostConfig
+    from wasmext.testing import guest_wat, make_host
+
+    folder = tmp_path / "asker"
+    folder.mkdir()
+    (folder / "asker.wasm").write_bytes(wasmtime.wat2wasm(guest_wat()))
+    server = json.dumps(str(ROOT / "tests" / "mcp_servers" / "calc_server.py"))
+    (folder / "plugin.toml").write_text(f"""id = "asker"
+version = "1.0.0"
+[mcp.servers.plugcalc]
+command = {json.dumps(sys.executable)}
+args = [{server}]
+""")
+    with make_host((folder, {}), config=HostConfig(data_dir=tmp_path)) as denied:
+        assert denied.start_mcp() is None
+        assert any("without the grant" in e.message for e in denied.load_errors)
+    with make_host((folder, {"grants": {"mcp-server:plugcalc"}}),
+                   config=HostConfig(data_dir=tmp_path)) as host:
+        clients = host.start_mcp()
+        assert clients is not None and clients.status("plugcalc") == "connected"
+        assert host.tools.execute("plugcalc__add", {"a": 2, "b": 3})["status"] == "ok"

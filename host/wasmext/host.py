@@ -113,7 +113,20 @@ class Host:
         """Connect the configured MCP servers; their tools join `self.tools`."""
         from wasmext.mcp_client import McpClients, ServerSpec  # the SDK loads only when used
 
-        specs = [ServerSpec.from_config(c) for c in self.config.mcp_servers]
+        wanted = list(self.config.mcp_servers)
+        for lp in self.plugins.values():
+            for server in lp.manifest.mcp_servers if lp.manifest else ():
+                if f"mcp-server:{server.name}" not in lp.plugin.grants:
+                    self.load_errors.append(ConfigError(
+                        f"plugin {lp.id} asks for MCP server {server.name!r} without the grant "
+                        f"'mcp-server:{server.name}'", plugin_id=lp.id))
+                elif any(w.name == server.name for w in wanted):
+                    self.load_errors.append(ConfigError(
+                        f"plugin {lp.id}: MCP server name {server.name!r} is taken",
+                        plugin_id=lp.id))
+                else:
+                    wanted.append(server)
+        specs = [ServerSpec.from_config(c) for c in wanted]
         if not self.config.mcp_enabled or not specs or self.mcp is not None:
             return self.mcp
         self.mcp = McpClients(self.tools)

@@ -17,6 +17,7 @@ from wasmext._abi import ABI_MAJOR
 from wasmext._toml import tomllib
 from wasmext.errors import ManifestError
 from wasmext.limits import Limits
+from wasmext.mcp_config import McpServerConfig, parse_mcp
 
 ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 SEMVER_RE = re.compile(
@@ -25,7 +26,7 @@ SEMVER_RE = re.compile(
 )
 SETTING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 KNOWN_KEYS = {"id", "version", "description", "abi", "priority", "wasm", "limits",
-              "capabilities", "settings", "build", "before", "after", "failure"}
+              "capabilities", "settings", "build", "before", "after", "failure", "mcp"}
 FAILURE_POLICIES = ("open", "closed", "reload")
 
 
@@ -62,6 +63,9 @@ class Manifest:
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     failure: str = "open"
+    # MCP servers the plugin asks the host to connect (each needs the grant
+    # "mcp-server:<name>"); their tools join the registry like configured ones.
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
     @property
     def wasm_name(self) -> str:
@@ -154,9 +158,12 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
             _need(bool(ID_RE.match(other)), path, key, f"{other!r} is not a plugin id")
     failure = data.get("failure", "open")
     _need(failure in FAILURE_POLICIES, path, "failure", f"must be one of {FAILURE_POLICIES}")
+    mcp_raw = data.get("mcp", {})
+    _need(isinstance(mcp_raw, dict), path, "mcp", "must be a table")
+    _, mcp_servers = parse_mcp(dict(mcp_raw), path)
     assert isinstance(pid, str) and isinstance(version, str)
     return Manifest(path, pid, version, desc, abi, prio, wasm, dict(limits_raw), caps,
-                    settings, build, order["before"], order["after"], failure)
+                    settings, build, order["before"], order["after"], failure, mcp_servers)
 
 
 def load_manifest(path: Path) -> Manifest:
