@@ -57,6 +57,8 @@ from wasmext.errors import ConfigError
 from wasmext.limits import Limits
 from wasmext.manifest import FAILURE_POLICIES, ID_RE
 from wasmext.mcp_config import McpServerConfig, parse_mcp
+from wasmext.mcp_config import need as _need
+from wasmext.mcp_config import table as _table
 
 __all__ = ["EnableState", "Grant", "HostConfig", "McpServerConfig", "PluginOverrides",
            "load_config"]
@@ -104,16 +106,6 @@ class HostConfig:
         """(source, folder) in precedence order: user before workspace."""
         return [(src, d) for src, d in (("user", self.user_dir),
                                          ("workspace", self.workspace_dir)) if d is not None]
-
-
-def _need(cond: bool, path: Path | None, fld: str, why: str) -> None:
-    if not cond:
-        raise ConfigError(f"{path or 'config'}: field '{fld}': {why}")
-
-
-def _table(raw: Any, path: Path | None, fld: str) -> dict[str, Any]:
-    _need(isinstance(raw, dict), path, fld, "must be a table")
-    return dict(raw)
 
 
 def _ids(raw: Any, path: Path | None, fld: str) -> frozenset[str]:

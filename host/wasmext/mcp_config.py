@@ -23,7 +23,18 @@ from typing import Any
 from wasmext.envsubst import substitute
 from wasmext.errors import ConfigError
 
-__all__ = ["McpServerConfig", "parse_mcp"]
+
+def need(cond: bool, path: Path | None, fld: str, why: str) -> None:
+    """Raise ConfigError naming the file and field unless `cond` holds."""
+    if not cond:
+        raise ConfigError(f"{path or 'config'}: field '{fld}': {why}")
+
+
+def table(raw: Any, path: Path | None, fld: str) -> dict[str, Any]:
+    need(isinstance(raw, dict), path, fld, "must be a table")
+    return dict(raw)
+
+__all__ = ["McpServerConfig", "need", "parse_mcp", "table"]
 
 log = logging.getLogger("wasmext.config")
 _TRANSPORTS = ("stdio", "sse", "http")
@@ -45,19 +56,8 @@ class McpServerConfig:
     enabled: bool = True
 
 
-
-def _need(cond: bool, path: Path | None, fld: str, why: str) -> None:
-    if not cond:
-        raise ConfigError(f"{path or 'config'}: field '{fld}': {why}")
-
-
-def _table(raw: Any, path: Path | None, fld: str) -> dict[str, Any]:
-    _need(isinstance(raw, dict), path, fld, "must be a table")
-    return dict(raw)
-
-
 def _subst(value: Any, path: Path | None, fld: str) -> str:
-    _need(isinstance(value, str), path, fld, "must be a string")
+    need(isinstance(value, str), path, fld, "must be a string")
     out, missing = substitute(value, os.environ)
     for name in missing:
         log.warning("%s: field '%s': ${%s} is not set; using an empty string",
@@ -67,37 +67,37 @@ def _subst(value: Any, path: Path | None, fld: str) -> str:
 
 def parse_mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpServerConfig, ...]]:
     enabled = raw.pop("enabled", True)
-    _need(isinstance(enabled, bool), path, "mcp.enabled", "must be a bool")
-    servers = _table(raw.pop("servers", {}), path, "mcp.servers")
-    _need(not raw, path, f"mcp.{sorted(raw)[0] if raw else ''}", "unknown field")
+    need(isinstance(enabled, bool), path, "mcp.enabled", "must be a bool")
+    servers = table(raw.pop("servers", {}), path, "mcp.servers")
+    need(not raw, path, f"mcp.{sorted(raw)[0] if raw else ''}", "unknown field")
     out = []
     for name, spec in servers.items():
         fld = f"mcp.servers.{name}"
-        _need(bool(name) and len(name) <= 64 and set(name) <= _NAME_CHARS, path, fld,
+        need(bool(name) and len(name) <= 64 and set(name) <= _NAME_CHARS, path, fld,
               "lowercase letters, digits and hyphens")
-        spec = _table(spec, path, fld)
+        spec = table(spec, path, fld)
         known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name"}
         unknown = sorted(set(spec) - known)
-        _need(not unknown, path, f"{fld}.{unknown[0] if unknown else ''}", "unknown field")
+        need(not unknown, path, f"{fld}.{unknown[0] if unknown else ''}", "unknown field")
         transport = spec.get("transport", "stdio")
-        _need(transport in _TRANSPORTS, path, f"{fld}.transport", f"one of {_TRANSPORTS}")
+        need(transport in _TRANSPORTS, path, f"{fld}.transport", f"one of {_TRANSPORTS}")
         command = _subst(spec["command"], path, f"{fld}.command") if "command" in spec else None
         url = _subst(spec["url"], path, f"{fld}.url") if "url" in spec else None
-        _need(transport != "stdio" or bool(command), path, f"{fld}.command",
+        need(transport != "stdio" or bool(command), path, f"{fld}.command",
               "a stdio server needs a command")
-        _need(transport == "stdio" or bool(url), path, f"{fld}.url",
+        need(transport == "stdio" or bool(url), path, f"{fld}.url",
               f"a {transport} server needs a url")
         args = spec.get("args", [])
-        _need(isinstance(args, list), path, f"{fld}.args", "must be an array of strings")
-        env = _table(spec.get("env", {}), path, f"{fld}.env")
+        need(isinstance(args, list), path, f"{fld}.args", "must be an array of strings")
+        env = table(spec.get("env", {}), path, f"{fld}.env")
         timeouts = {}
         for key in ("connect_timeout_s", "call_timeout_s"):
             value = spec.get(key, 10.0 if key == "connect_timeout_s" else 30.0)
-            _need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+            need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                   path, f"{fld}.{key}", "must be a positive number of seconds")
             timeouts[key] = float(value)
         on = spec.get("enabled", True)
-        _need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
+        need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
         out.append(McpServerConfig(
             name, transport, command,
             tuple(_subst(a, path, f"{fld}.args[{i}]") for i, a in enumerate(args)),
