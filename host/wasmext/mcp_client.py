@@ -20,15 +20,16 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import jsonschema
 
 from wasmext.errors import ConfigError
+from wasmext.mcp_config import McpServerConfig
 from wasmext.tools import Runner, Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -54,18 +55,8 @@ class McpToolError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class ServerSpec:
-    """One MCP server (values already ${VAR}-substituted)."""
-
-    name: str
-    transport: str = "stdio"  # stdio | sse | http (streamable HTTP)
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    url: str | None = None
-    connect_timeout_s: float = 10.0
-    call_timeout_s: float = 30.0
-    enabled: bool = True
+class ServerSpec(McpServerConfig):
+    """One MCP server (values already ${VAR}-substituted), checked on creation."""
 
     def __post_init__(self) -> None:
         for bad, why in [
