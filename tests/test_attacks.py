@@ -280,3 +280,15 @@ def test_wasm_threads_are_not_available(runtime: Runtime) -> None:
                               "(memory (export \"memory\") 2 2 shared)")
     with pytest.raises((InvalidModule, wasmtime.WasmtimeError)):
         load_wat(runtime, wat)
+
+
+def test_input_cap_holds_after_the_buffer_grew(runtime: Runtime) -> None:
+    """A request over max_input_bytes is refused even when an earlier, smaller one
+    made the guest's request buffer large enough to hold it."""
+    from wasmext import InputTooLarge
+
+    plugin = load_wat(runtime, guest_wat(), limits={"max_input_bytes": 5000})
+    assert plugin.call("test", "x" * 4500).value == "ok"
+    with pytest.raises(InputTooLarge):
+        plugin.call("test", "x" * 4995)  # with the request map around it: over 5000 bytes
+    assert plugin.call("test", "x" * 10).value == "ok"

@@ -200,7 +200,9 @@ class PluginInstance:
                                 f"{self.limits.max_input_bytes}", plugin_id=self.ctx.plugin_id,
                                 hook=self.ctx.hook)
         if n > self._in_cap:
-            cap = max(_MIN_INPUT, 1 << (n - 1).bit_length())
+            # Never larger than the input cap: the hot path in `call` writes any
+            # request that fits the buffer without checking the cap again.
+            cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
             ptr = self._guest("wasmext_alloc", self._obtain, cap)
             if self.module.info.has_free and self._in_cap:
                 free = self._bind("wasmext_free", 2, False)
