@@ -24,7 +24,7 @@ from bench_guests import DATA, ECHO_HOOK, echo_wasm, extism_wasm
 from bench_timing import Case, Skipped
 
 from wasmext import Plugin, Runtime, WasmextError
-from wasmext.instance import PluginInstance
+from wasmext.sandbox.instance import PluginInstance
 
 __all__ = [
     "FULL",

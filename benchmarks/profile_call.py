@@ -32,9 +32,10 @@ if str(HERE) not in sys.path:
 from bench_guests import DATA, ECHO_HOOK, echo_wasm  # noqa: E402
 from bench_timing import Case, run_interleaved, stats_of  # noqa: E402
 
-from wasmext import Runtime, hostlink  # noqa: E402
-from wasmext.codec import check_depth  # noqa: E402
-from wasmext.instance import CallResult, PluginInstance  # noqa: E402
+from wasmext import Runtime  # noqa: E402
+from wasmext.sandbox import hostlink  # noqa: E402
+from wasmext.sandbox.codec import check_depth  # noqa: E402
+from wasmext.sandbox.instance import CallResult, PluginInstance  # noqa: E402
 
 
 def _raw_call(inst: PluginInstance, ptr: int, n: int) -> Callable[[], int]:

@@ -45,7 +45,7 @@ from bench_state import state_cases  # noqa: E402
 from bench_timing import Case, Skipped, Stats, run_interleaved, stats_of  # noqa: E402
 
 from wasmext import Runtime  # noqa: E402
-from wasmext.fastcall import FAST_PATH  # noqa: E402
+from wasmext.sandbox.fastcall import FAST_PATH  # noqa: E402
 
 RESULTS = HERE / "results" / "latest.json"
 GROUPS = ["hook call", "guest SDK", "in-process", "subprocess", "fresh instance", "state"]

@@ -1,5 +1,5 @@
 """The example plugins hook by hook, called directly (`wasmext run` on the demo
-transcript covers them together, in tests/test_run.py).
+transcript covers them together, in tests/cli/test_run.py).
 
 Data shapes follow docs/hooks.md exactly; every answer is compared whole.
 """

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from wasmext import Runtime, WasmextError
-from wasmext.limits import Limits
+from wasmext.sandbox.limits import Limits
 from wasmext_cli.build import BuildError, build_plugin
 from wasmext_cli.common import (
     CONFIG_OPT,

@@ -30,7 +30,7 @@ def mcp() -> None:
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
           include_host_tools: bool, poll_interval: float) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
-    from wasmext.mcp_server import serve_http, serve_stdio
+    from wasmext.mcp.server import serve_http, serve_stdio
 
     # stdout is the protocol channel on stdio: everything else goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,

@@ -66,7 +66,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     if opts["json_logs"]:
-        from wasmext.logs import SecretRegistry, json_handler
+        from wasmext.observe.logs import SecretRegistry, json_handler
 
         secrets = SecretRegistry()
         for lp in host.plugins.values():

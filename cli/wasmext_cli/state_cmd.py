@@ -16,7 +16,7 @@ from wasmext_cli.common import CONFIG_OPT, EXIT_USAGE, _default_config, _fail, _
 
 
 def _store(config: Path | None) -> Any:
-    from wasmext.state_ops import open_store
+    from wasmext.config import open_store
 
     try:
         cfg = load_config(config) if config else HostConfig()

@@ -10,12 +10,9 @@ host-call limits and deny-by-default capabilities; every failure is a named
 error under `WasmextError`.
 """
 
-__version__ = "0.1.0"
-
 from wasmext._abi import ABI_MAJOR, ABI_MINOR
-from wasmext.cache import CompileCache
+from wasmext._version import __version__
 from wasmext.config import HostConfig, load_config
-from wasmext.engine import EngineConfig
 from wasmext.errors import (
     AbiMismatch,
     CapabilityDenied,
@@ -46,12 +43,14 @@ from wasmext.hooks.lifecycle import LifecycleResult
 from wasmext.hooks.pipeline import PipelineResult, Policy, load_policy, parse_policy
 from wasmext.hooks.transform import TransformResult
 from wasmext.host import Host
-from wasmext.hostcalls import CallContext, HostServices, OpError
-from wasmext.instance import CallResult
-from wasmext.limits import Limits
 from wasmext.manifest import Manifest, load_manifest
-from wasmext.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
 from wasmext.runtime import Runtime
+from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.engine import EngineConfig
+from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.sandbox.instance import CallResult
+from wasmext.sandbox.limits import Limits
+from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
 from wasmext.session import Session, Trace, TraceEvent
 
 __all__ = [

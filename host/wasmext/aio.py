@@ -15,14 +15,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from wasmext.session import Session
+from wasmext.session import Session, SessionHost
 
 if TYPE_CHECKING:
     from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
     from wasmext.hooks.lifecycle import LifecycleResult
     from wasmext.hooks.pipeline import PipelineResult
     from wasmext.hooks.transform import TransformResult
-    from wasmext.host import Host
 
 __all__ = ["AsyncSession", "asession"]
 
@@ -72,7 +71,7 @@ class AsyncSession:
 
 
 @asynccontextmanager
-async def asession(host: Host, session_id: str | None = None,
+async def asession(host: SessionHost, session_id: str | None = None,
                    state: Mapping[str, Any] | None = None) -> AsyncIterator[AsyncSession]:
     s = Session(host, session_id or uuid.uuid4().hex, dict(state or {}))
     await asyncio.to_thread(s.start)

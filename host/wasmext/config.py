@@ -54,14 +54,22 @@ from typing import Any
 
 from wasmext._toml import tomllib
 from wasmext.errors import ConfigError
-from wasmext.limits import Limits
 from wasmext.manifest import FAILURE_POLICIES, ID_RE
-from wasmext.mcp_config import McpServerConfig, parse_mcp
-from wasmext.mcp_config import need as _need
-from wasmext.mcp_config import table as _table
+from wasmext.mcp.config import McpServerConfig, parse_mcp
+from wasmext.mcp.config import need as _need
+from wasmext.mcp.config import table as _table
+from wasmext.sandbox.limits import Limits
+from wasmext.state import StateStore
 
-__all__ = ["EnableState", "Grant", "HostConfig", "McpServerConfig", "PluginOverrides",
-           "load_config"]
+__all__ = [
+    "EnableState",
+    "Grant",
+    "HostConfig",
+    "McpServerConfig",
+    "PluginOverrides",
+    "load_config",
+    "open_store",
+]
 
 
 _SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp"}
@@ -244,3 +252,17 @@ class EnableState:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"enabled": self._choices}, indent=1, sort_keys=True))
         os.replace(tmp, self.path)
+
+
+def open_store(config: HostConfig) -> StateStore:
+    """The store a host config asks for."""
+    from wasmext.state import MemoryStore, SQLiteStore, StateLimits
+
+    limits = StateLimits().replace(**config.state_limits)
+    if config.state_backend == "memory":
+        return MemoryStore(limits)
+    if config.state_backend == "redis":
+        from wasmext.state.redis_store import RedisStore
+
+        return RedisStore(limits=limits, url=config.state_url)
+    return SQLiteStore.in_data_dir(config.data_dir, limits)

@@ -17,11 +17,10 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wasmext.config import EnableState, HostConfig, load_config
+from wasmext.config import EnableState, HostConfig, load_config, open_store
 from wasmext.discovery import check_folder, discover
 from wasmext.errors import (
     ConfigError,
@@ -31,50 +30,27 @@ from wasmext.errors import (
     Quarantined,
     WasmextError,
 )
-from wasmext.extism_backend import ExtismPlugin
+from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
-from wasmext.instance import CallResult
+from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.manifest import Manifest, load_manifest
-from wasmext.observe import Observer
-from wasmext.ordering import Entry, order_entries
-from wasmext.plugin import Plugin
 from wasmext.runtime import Runtime
+from wasmext.sandbox.backends.extism import ExtismPlugin
+from wasmext.sandbox.instance import CallResult
+from wasmext.sandbox.plugin import Plugin
+from wasmext.services.events import Observer
+from wasmext.services.hostview import FaultRecord, LoadedPlugin
+from wasmext.services.state import install_state
+from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
 from wasmext.state import StateStore
-from wasmext.state_ops import install_state, open_store
-from wasmext.tools import ToolRegistry
 
 if TYPE_CHECKING:
-    from wasmext.mcp_client import McpClients
+    from wasmext.mcp.client import McpClients
 
 __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
 log = logging.getLogger("wasmext.host")
-
-
-@dataclass
-class LoadedPlugin:
-    plugin: Plugin | ExtismPlugin
-    source: str
-    load_index: int
-    manifest: Manifest | None
-    failure: str = "open"
-    reload_after: float = 0.0
-    backoff_s: float = 0.5
-
-    @property
-    def id(self) -> str:
-        return self.plugin.id
-
-
-@dataclass(frozen=True)
-class FaultRecord:
-    plugin_id: str
-    hook: str
-    reason: str
-    message: str
-    policy: str
-    time: float = field(default_factory=time.time)
 
 
 class Host:
@@ -111,7 +87,7 @@ class Host:
 
     def start_mcp(self) -> McpClients | None:
         """Connect the configured MCP servers; their tools join `self.tools`."""
-        from wasmext.mcp_client import McpClients, ServerSpec  # the SDK loads only when used
+        from wasmext.mcp.client import McpClients, ServerSpec  # the SDK loads only when used
 
         wanted = list(self.config.mcp_servers)
         for lp in self.plugins.values():
@@ -269,7 +245,8 @@ class Host:
 
     # -- calling -------------------------------------------------------------------
 
-    def call(self, entry: Entry, data: Any, session: Session | None = None) -> CallResult | None:
+    def call(self, entry: Entry, data: Any, session: HookSession | None = None
+             ) -> CallResult | None:
         """Call one plugin's hook under its failure policy.
 
         Returns None when the plugin failed or was skipped and its policy is
@@ -278,7 +255,8 @@ class Host:
         """
         return self._invoke(entry, data, session, None)[0]
 
-    def try_call(self, plugin_id: str, hook: str, data: Any, session: Session | None = None
+    def try_call(self, plugin_id: str, hook: str, data: Any,
+                 session: HookSession | None = None
                  ) -> tuple[CallResult | None, str | None]:
         """Call a named plugin without its failure policy: (result, None) or
         (None, reason). The caller decides what a failure means (pipelines)."""
@@ -290,7 +268,14 @@ class Host:
         entry = Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0)
         return self._invoke(entry, data, session, "open")
 
-    def _invoke(self, entry: Entry, data: Any, session: Session | None,
+    def deliver(self, plugin_id: str, hook: str, data: Any) -> CallResult | None:
+        """Call `hook` of one plugin under its failure policy, outside any session."""
+        lp = self.plugins.get(plugin_id)
+        if lp is None:
+            return None
+        return self.call(Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0), data)
+
+    def _invoke(self, entry: Entry, data: Any, session: HookSession | None,
                 policy: str | None) -> tuple[CallResult | None, str | None]:
         lp = self.plugins.get(entry.plugin_id)
         if lp is None:
@@ -345,6 +330,10 @@ class Host:
             lp.plugin.close()  # the next call gets a fresh instance ...
             lp.reload_after = time.monotonic() + lp.backoff_s  # ... after a backoff
             lp.backoff_s = min(lp.backoff_s * 2, 60.0)
+
+    def session_ended(self, session_id: str) -> None:
+        if self._state is not None:
+            self._state.end_session(session_id)
 
     def asession(self, session_id: str | None = None,
                  state: Mapping[str, Any] | None = None) -> Any:

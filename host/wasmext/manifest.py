@@ -16,8 +16,8 @@ from typing import Any
 from wasmext._abi import ABI_MAJOR
 from wasmext._toml import tomllib
 from wasmext.errors import ManifestError
-from wasmext.limits import Limits
-from wasmext.mcp_config import McpServerConfig, parse_mcp
+from wasmext.mcp.config import McpServerConfig, parse_mcp
+from wasmext.sandbox.limits import Limits
 
 ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 SEMVER_RE = re.compile(

@@ -15,15 +15,15 @@ from typing import Any
 
 import wasmtime
 
-from wasmext.cache import CompileCache
-from wasmext.engine import EngineConfig, SharedEngine, shared_engine
 from wasmext.errors import ConfigError, InvalidModule, LoadError
-from wasmext.extism_backend import EXTISM_KERNEL, ExtismPlugin, uses_extism
-from wasmext.hostcalls import HostServices
-from wasmext.limits import Limits
 from wasmext.manifest import ID_RE, Manifest, load_manifest
-from wasmext.module import PluginModule
-from wasmext.plugin import Plugin, QuarantinePolicy
+from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
+from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.engine import EngineConfig, SharedEngine, shared_engine
+from wasmext.sandbox.hostcalls import HostServices
+from wasmext.sandbox.limits import Limits
+from wasmext.sandbox.module import PluginModule
+from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
 
 __all__ = ["Runtime", "resolve_settings"]
 

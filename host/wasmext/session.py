@@ -8,17 +8,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from wasmext.hooks.context import HookHost
 
 if TYPE_CHECKING:
     from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
     from wasmext.hooks.lifecycle import LifecycleResult
+    from wasmext.hooks.ordering import Entry
     from wasmext.hooks.pipeline import PipelineResult, Policy
     from wasmext.hooks.transform import TransformResult
-    from wasmext.host import Host
-    from wasmext.ordering import Entry
 
-__all__ = ["Session", "Trace", "TraceEvent"]
+__all__ = ["Session", "SessionHost", "Trace", "TraceEvent"]
+
+
+class SessionHost(HookHost, Protocol):
+    """The host a session runs on (a `Host`)."""
+
+    def session_ended(self, session_id: str) -> None:
+        """Drop what the host keeps for one session (its session-scoped state)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,7 @@ class Trace:
 class Session:
     """Create with `Host.session()`; the methods run one hook kind each."""
 
-    def __init__(self, host: Host, session_id: str, state: dict[str, Any]) -> None:
+    def __init__(self, host: SessionHost, session_id: str, state: dict[str, Any]) -> None:
         self.host = host
         self.id = session_id
         self.state = state
@@ -72,8 +80,7 @@ class Session:
 
     def end(self) -> LifecycleResult:
         result = self.lifecycle("session_end", messages=self.messages)
-        if self.host._state is not None:
-            self.host._state.end_session(self.id)  # the session's state goes with it
+        self.host.session_ended(self.id)  # the session's state goes with it
         self.host.observe.bus.emit_runtime(
             "session.ended", session_id=self.id,
             duration_ms=(time.monotonic() - getattr(self, "_started", time.monotonic())) * 1000)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from wasmext.hooks.tags import matches
 
 if TYPE_CHECKING:
-    from wasmext.session import Session
+    from wasmext.hooks.context import HookSession
 
 __all__ = ["ExtensionResult", "Prompt", "ToolGuidance", "assemble_prompt",
            "parse_requests", "run_output_extensions", "tool_guidance"]
@@ -54,7 +54,7 @@ def parse_requests(query: str, known: set[str]) -> tuple[str, list[tuple[str, st
     return re.sub(r"[ \t]{2,}", " ", clean).strip(), found
 
 
-def run_output_extensions(session: Session, query: str, answer: str
+def run_output_extensions(session: HookSession, query: str, answer: str
                           ) -> tuple[str, list[ExtensionResult]]:
     entries = session.host.ordered("output_extension")
     known = {e.pattern for e in entries if e.pattern and not e.pattern.endswith("*")}
@@ -82,7 +82,7 @@ class Prompt:
     applied: list[tuple[str, str]] = field(default_factory=list)  # (plugin id, position)
 
 
-def _condition(session: Session, when: Any, tags: Sequence[str],
+def _condition(session: HookSession, when: Any, tags: Sequence[str],
                context: dict[str, Any]) -> bool:
     if when is None:
         return True
@@ -102,7 +102,7 @@ def _condition(session: Session, when: Any, tags: Sequence[str],
     return False
 
 
-def assemble_prompt(session: Session, system: str, user: str, tags: Sequence[str],
+def assemble_prompt(session: HookSession, system: str, user: str, tags: Sequence[str],
                     context: dict[str, Any]) -> Prompt:
     parts: dict[str, list[str]] = {p: [] for p in POSITIONS}
     prompt = Prompt(system, user)
@@ -141,7 +141,7 @@ class ToolGuidance:
         return "\n".join(lines)
 
 
-def tool_guidance(session: Session, tools: Sequence[str]) -> ToolGuidance:
+def tool_guidance(session: HookSession, tools: Sequence[str]) -> ToolGuidance:
     available = list(tools)
     g = ToolGuidance(available)
     for pid in sorted(session.host.plugins):

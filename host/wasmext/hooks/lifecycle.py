@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from wasmext.session import Session
+    from wasmext.hooks.context import HookSession
 
 __all__ = ["EVENTS", "LifecycleResult", "run_lifecycle"]
 
@@ -48,7 +48,7 @@ class LifecycleResult:
         return "\n".join(self.system_messages)
 
 
-def run_lifecycle(session: Session, event: str, fields: dict[str, Any]) -> LifecycleResult:
+def run_lifecycle(session: HookSession, event: str, fields: dict[str, Any]) -> LifecycleResult:
     if event not in EVENTS:
         raise ValueError(f"unknown lifecycle event {event!r}; known: {', '.join(EVENTS)}")
     unknown = set(fields) - set(EVENTS[event])

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import HookAborted, MiddlewareError, WasmextError
-from wasmext.hostcalls import CallContext, HostServices, OpError
+from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 
 if TYPE_CHECKING:
-    from wasmext.ordering import Entry
-    from wasmext.session import Session
+    from wasmext.hooks.context import HookSession
+    from wasmext.hooks.ordering import Entry
 
 __all__ = ["KINDS", "MUTABLE", "install_next", "run_middleware"]
 
@@ -76,7 +76,7 @@ def install_next(services: HostServices) -> None:
     services.register("next", _op_next)
 
 
-def run_middleware(session: Session, kind: str, data: dict[str, Any], core: Core
+def run_middleware(session: HookSession, kind: str, data: dict[str, Any], core: Core
                    ) -> dict[str, Any]:
     if kind not in KINDS:
         raise ValueError(f"middleware kind must be one of {KINDS}")
@@ -120,7 +120,7 @@ def run_middleware(session: Session, kind: str, data: dict[str, Any], core: Core
 class _Events:
     """The runtime events of one turn, step or tool call (turn.*, step.*, tool.*)."""
 
-    def __init__(self, session: Session, kind: str, data: dict[str, Any]) -> None:
+    def __init__(self, session: HookSession, kind: str, data: dict[str, Any]) -> None:
         self.emit = session.host.observe.bus.emit_runtime
         self.kind = kind
         turn, step = str(data.get("turn_id", "")), data.get("step", 0)
@@ -154,7 +154,7 @@ class _Events:
             self.emit("tool.completed", **self.ids, status=result.get("status"), duration_ms=ms)
 
 
-def _broken(session: Session, frame: _Frame, why: str) -> None:
+def _broken(session: HookSession, frame: _Frame, why: str) -> None:
     host = session.host
     lp = host.plugins.get(frame.entry.plugin_id)
     err = MiddlewareError(f"{frame.kind} middleware {why}", plugin_id=frame.entry.plugin_id,

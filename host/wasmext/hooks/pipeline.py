@@ -27,7 +27,7 @@ from wasmext.errors import ConfigError, PipelineError
 from wasmext.manifest import ID_RE
 
 if TYPE_CHECKING:
-    from wasmext.session import Session
+    from wasmext.hooks.context import HookSession
 
 __all__ = ["PipelineResult", "Policy", "StageRef", "load_policy", "parse_policy",
            "run_pipeline"]
@@ -114,7 +114,7 @@ def _message_ok(value: Any) -> bool:
         and isinstance(value["message"].get("payload"), str)
 
 
-def run_pipeline(session: Session, policy: Policy, payload: str, context: dict[str, Any],
+def run_pipeline(session: HookSession, policy: Policy, payload: str, context: dict[str, Any],
                  provider: Provider | None = None) -> PipelineResult:
     host = session.host
     result = PipelineResult({"payload": payload, "metadata": {}}, context)
@@ -166,7 +166,7 @@ def run_pipeline(session: Session, policy: Policy, payload: str, context: dict[s
     return result
 
 
-def _provide(session: Session, policy: Policy, result: PipelineResult, data: dict[str, Any],
+def _provide(session: HookSession, policy: Policy, result: PipelineResult, data: dict[str, Any],
              provider: Provider | None) -> None:
     errors = []
     for pid in policy.providers:

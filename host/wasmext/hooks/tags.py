@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wasmext.ordering import Entry
-    from wasmext.session import Session
+    from wasmext.hooks.context import HookSession
+    from wasmext.hooks.ordering import Entry
 
 __all__ = ["Element", "matches", "parse", "run_tags"]
 
@@ -81,7 +81,7 @@ def matches(pattern: str | None, name: str) -> bool:
     return name == pattern
 
 
-def _render(parts: list[str | Element], session: Session, entries: list[Entry]) -> str:
+def _render(parts: list[str | Element], session: HookSession, entries: list[Entry]) -> str:
     out = []
     for part in parts:
         if isinstance(part, str):
@@ -109,7 +109,7 @@ def _render(parts: list[str | Element], session: Session, entries: list[Entry]) 
     return "".join(out)
 
 
-def run_tags(session: Session, text: str) -> str:
+def run_tags(session: HookSession, text: str) -> str:
     entries = session.host.ordered("on_tag")
     if not entries or "<" not in text:
         return text

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from wasmext.session import Session
+    from wasmext.hooks.context import HookSession
 
 __all__ = ["TransformResult", "run_transform"]
 
@@ -37,7 +37,7 @@ def _valid(hook: str, value: Any) -> bool:
     return isinstance(value, str)
 
 
-def run_transform(session: Session, hook: str, value: Any) -> TransformResult:
+def run_transform(session: HookSession, hook: str, value: Any) -> TransformResult:
     host = session.host
     result = TransformResult(value, value)
     for entry in host.ordered(hook):

@@ -1,0 +1,106 @@
+"""[mcp] tables: MCP servers named in wasmext.toml or in a plugin's manifest.
+
+    [mcp.servers.calc]
+    transport = "stdio"          # stdio, sse or http (streamable HTTP; needs url)
+    command = "python"
+    args = ["calc_server.py"]
+    env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
+    connect_timeout_s = 10
+    call_timeout_s = 30
+    enabled = true
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wasmext.errors import ConfigError
+from wasmext.mcp.envsubst import substitute
+
+
+def need(cond: bool, path: Path | None, fld: str, why: str) -> None:
+    """Raise ConfigError naming the file and field unless `cond` holds."""
+    if not cond:
+        raise ConfigError(f"{path or 'config'}: field '{fld}': {why}")
+
+
+def table(raw: Any, path: Path | None, fld: str) -> dict[str, Any]:
+    need(isinstance(raw, dict), path, fld, "must be a table")
+    return dict(raw)
+
+__all__ = ["McpServerConfig", "need", "parse_mcp", "table"]
+
+log = logging.getLogger("wasmext.config")
+_TRANSPORTS = ("stdio", "sse", "http")
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One MCP server whose tools join the host's registry ([mcp.servers.NAME])."""
+
+    name: str
+    transport: str = "stdio"
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str | None = None
+    connect_timeout_s: float = 10.0
+    call_timeout_s: float = 30.0
+    enabled: bool = True
+
+
+def _subst(value: Any, path: Path | None, fld: str) -> str:
+    need(isinstance(value, str), path, fld, "must be a string")
+    out, missing = substitute(value, os.environ)
+    for name in missing:
+        log.warning("%s: field '%s': ${%s} is not set; using an empty string",
+                    path or "config", fld, name)
+    return out
+
+
+def parse_mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpServerConfig, ...]]:
+    enabled = raw.pop("enabled", True)
+    need(isinstance(enabled, bool), path, "mcp.enabled", "must be a bool")
+    servers = table(raw.pop("servers", {}), path, "mcp.servers")
+    need(not raw, path, f"mcp.{sorted(raw)[0] if raw else ''}", "unknown field")
+    out = []
+    for name, spec in servers.items():
+        fld = f"mcp.servers.{name}"
+        need(bool(name) and len(name) <= 64 and set(name) <= _NAME_CHARS, path, fld,
+              "lowercase letters, digits and hyphens")
+        spec = table(spec, path, fld)
+        known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name"}
+        unknown = sorted(set(spec) - known)
+        need(not unknown, path, f"{fld}.{unknown[0] if unknown else ''}", "unknown field")
+        transport = spec.get("transport", "stdio")
+        need(transport in _TRANSPORTS, path, f"{fld}.transport", f"one of {_TRANSPORTS}")
+        command = _subst(spec["command"], path, f"{fld}.command") if "command" in spec else None
+        url = _subst(spec["url"], path, f"{fld}.url") if "url" in spec else None
+        need(transport != "stdio" or bool(command), path, f"{fld}.command",
+              "a stdio server needs a command")
+        need(transport == "stdio" or bool(url), path, f"{fld}.url",
+              f"a {transport} server needs a url")
+        args = spec.get("args", [])
+        need(isinstance(args, list), path, f"{fld}.args", "must be an array of strings")
+        env = table(spec.get("env", {}), path, f"{fld}.env")
+        timeouts = {}
+        for key in ("connect_timeout_s", "call_timeout_s"):
+            value = spec.get(key, 10.0 if key == "connect_timeout_s" else 30.0)
+            need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+                  path, f"{fld}.{key}", "must be a positive number of seconds")
+            timeouts[key] = float(value)
+        on = spec.get("enabled", True)
+        need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
+        out.append(McpServerConfig(
+            name, transport, command,
+            tuple(_subst(a, path, f"{fld}.args[{i}]") for i, a in enumerate(args)),
+            {k: _subst(v, path, f"{fld}.env.{k}") for k, v in env.items()}, url,
+            timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on))
+    return enabled, tuple(out)

@@ -1,0 +1,320 @@
+"""Serve a Host's tools over MCP (the official `mcp` SDK, low-level server).
+
+    server = McpToolServer(host)            # plugin tools; include_host_tools=True adds host tools
+    serve_stdio(host)                       # or: serve_http(host, host="127.0.0.1", port=8765)
+
+Every tool in `host.tools` owned by a plugin (and, when asked, by the host) is
+listed; a call runs `host.tools.call` inside a fresh host session on a worker
+thread, so the registry validates the arguments before any plugin sees them.
+A failed call (invalid arguments, a trap, a refusal, the rate limit) is an MCP
+tool result with `isError: true`, never a protocol error. When the tool set
+changes, `notifications/tools/list_changed` goes out: at once from
+`notify_changed()`, or when the catalog fingerprint differs from the last one
+seen (checked before each list or call and by a background poll). Handshake-era
+clients get it on their connection; 2026-era clients on `subscriptions/listen`.
+Each call writes one line on the `wasmext.mcp.audit` logger: client, tool,
+status, duration, never the arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.subscriptions import ToolsListChanged
+
+if TYPE_CHECKING:
+    import uvicorn
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.session import ServerSession
+
+    from wasmext.host import Host
+    from wasmext.services.tools import Tool
+
+__all__ = ["McpToolServer", "RateLimiter", "build_http_server", "serve_http", "serve_stdio"]
+
+log = logging.getLogger("wasmext.mcp")
+audit = logging.getLogger("wasmext.mcp.audit")
+
+
+class RateLimiter:
+    """A token bucket per client: `rate` calls a second, bursts up to `burst`."""
+
+    def __init__(self, rate: float = 20.0, burst: int = 40, max_clients: int = 10_000) -> None:
+        self.rate, self.burst, self.max_clients = rate, float(burst), max_clients
+        self._buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, stamp)
+        self._lock = threading.Lock()
+
+    def allow(self, client: str, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            tokens, stamp = self._buckets.get(client, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - stamp) * self.rate)
+            allowed = tokens >= 1.0
+            if len(self._buckets) >= self.max_clients and client not in self._buckets:
+                # Forget full buckets first: they are the same as unseen clients.
+                for key, (t, s) in list(self._buckets.items()):
+                    if t + (now - s) * self.rate >= self.burst:
+                        del self._buckets[key]
+            self._buckets[client] = (tokens - 1.0 if allowed else tokens, now)
+            return allowed
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$bin": value.hex()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _error_result(message: str, code: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")],
+                                structured_content={"error": {"message": message, "code": code}},
+                                is_error=True)
+
+
+class McpToolServer:
+    """An MCP server over `host.tools`; `.server` is the SDK's low-level Server."""
+
+    def __init__(self, host: Host, *, include_host_tools: bool = False, name: str = "wasmext",
+                 rate: float = 20.0, burst: int = 40, poll_interval: float = 1.0) -> None:
+        self.host = host
+        self.include_host_tools = include_host_tools
+        self.poll_interval = poll_interval
+        self.limiter = RateLimiter(rate, burst)
+        self.bus = InMemorySubscriptionBus()
+        self._fingerprint = self._compute_fingerprint()
+        self._legacy: dict[int, ServerSession] = {}  # connections to notify (handshake era)
+        self._notify_lock = anyio.Lock()
+        self.server: Server[Any] = Server(
+            name, version="0.1.0",
+            instructions="Tools served by wasmext plugins (sandboxed WebAssembly).",
+            lifespan=self._lifespan,
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=ListenHandler(self.bus),
+        )
+
+    # -- the tool set -------------------------------------------------------------------
+
+    def visible_tools(self) -> list[Tool]:
+        tools = sorted(dict(self.host.tools.tools).values(), key=lambda t: t.name)
+        return [t for t in tools if t.owner.startswith("plugin:")
+                or (self.include_host_tools and t.owner == "host")]
+
+    def _visible(self, name: str) -> Tool | None:
+        tool = self.host.tools.tools.get(name)
+        if tool is None or not (tool.owner.startswith("plugin:")
+                                or (self.include_host_tools and tool.owner == "host")):
+            return None
+        return tool
+
+    def _compute_fingerprint(self) -> str:
+        entries = [(t.name, t.description, dict(t.input_schema),
+                    dict(t.output_schema) if t.output_schema is not None else None)
+                   for t in self.visible_tools()]
+        return hashlib.sha256(json.dumps(entries, sort_keys=True, default=str).encode()
+                              ).hexdigest()
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        tool = self._visible(name)
+        return dict(tool.input_schema) if tool is not None else None
+
+    def initialization_options(self) -> InitializationOptions:
+        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+
+    # -- change notifications -----------------------------------------------------------
+
+    async def check_changed(self) -> bool:
+        """Notify clients when the tool set differs from the last one seen."""
+        fingerprint = self._compute_fingerprint()
+        if fingerprint == self._fingerprint:
+            return False
+        self._fingerprint = fingerprint
+        await self._broadcast()
+        return True
+
+    async def notify_changed(self) -> None:
+        """Tell every client the tool list changed (call after host.add/host.disable)."""
+        self._fingerprint = self._compute_fingerprint()
+        await self._broadcast()
+
+    async def _broadcast(self) -> None:
+        async with self._notify_lock:
+            await self.bus.publish(ToolsListChanged())
+            for key, session in list(self._legacy.items()):
+                try:
+                    with anyio.fail_after(5):
+                        await session.send_tool_list_changed()
+                except Exception:  # a client that left: forget it
+                    log.debug("tools/list_changed not delivered; dropping client", exc_info=True)
+                    self._legacy.pop(key, None)
+
+    def _remember(self, ctx: ServerRequestContext[Any]) -> None:
+        if ctx.protocol_version in _modern_versions():
+            return  # 2026-era clients hear of changes through subscriptions/listen
+        connection = getattr(ctx.session, "_connection", None)
+        if len(self._legacy) >= 1024:  # bounded: forget the oldest connection
+            self._legacy.pop(next(iter(self._legacy)))
+        self._legacy.setdefault(id(connection if connection is not None else ctx.session),
+                                ctx.session)
+
+    @asynccontextmanager
+    async def _lifespan(self, _server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as tg:
+            if self.poll_interval > 0:
+                tg.start_soon(self._poll)
+            try:
+                yield {}
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _poll(self) -> None:
+        while True:
+            await anyio.sleep(self.poll_interval)
+            try:
+                await self.check_changed()
+            except Exception:
+                log.exception("tool list poll failed")
+
+    # -- handlers -------------------------------------------------------------------------
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any],
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        self._remember(ctx)
+        await self.check_changed()
+        return types.ListToolsResult(tools=[
+            types.Tool(name=t.name, description=t.description or None,
+                       input_schema=dict(t.input_schema),
+                       output_schema=dict(t.output_schema) if t.output_schema else None)
+            for t in self.visible_tools()])
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any],
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        self._remember(ctx)
+        await self.check_changed()
+        client = _client_id(ctx)
+        started = time.perf_counter()
+        name = params.name
+        result = await self._run(ctx, client, name, params.arguments)
+        status = "error" if result.is_error else "ok"
+        code = ""
+        if result.is_error and isinstance(result.structured_content, dict):
+            code = str(result.structured_content.get("error", {}).get("code", ""))
+        audit.info("client=%s tool=%r status=%s%s duration_ms=%.1f", client, name[:80], status,
+                   f" code={code}" if code else "", (time.perf_counter() - started) * 1000,
+                   extra={"mcp_client": client, "tool": name[:80], "status": status,
+                          "code": code})
+        return result
+
+    async def _run(self, ctx: ServerRequestContext[Any], client: str, name: str,
+                   arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        if not self.limiter.allow(client):
+            return _error_result("rate limited", "rate_limited")
+        tool = self._visible(name)
+        if tool is None:
+            return _error_result(f"no tool {name!r}", "not_found")
+        args = dict(arguments) if arguments is not None else {}
+        await _progress(ctx, 0.0, "started")
+
+        def call() -> dict[str, Any]:
+            with self.host.session(f"mcp-{client}-{uuid.uuid4().hex[:12]}") as session:
+                return self.host.tools.call(name, args, session)
+
+        try:
+            outcome = await anyio.to_thread.run_sync(call)
+        except Exception as exc:  # a session hook failing closed, say: still a tool error
+            log.warning("tool %s failed outside the registry: %s", name, exc)
+            outcome = {"status": "error", "error": {"message": f"{type(exc).__name__}: {exc}",
+                                                    "code": "failed"}}
+        await _progress(ctx, 1.0, outcome.get("status", "error"))
+        if outcome.get("status") != "ok":
+            error = outcome.get("error") or {}
+            return _error_result(str(error.get("message", "failed")),
+                                 str(error.get("code") or "failed"))
+        output = _jsonable(outcome.get("output"))
+        text = output if isinstance(output, str) else json.dumps(output)
+        structured = output if isinstance(output, dict) else None
+        if structured is None and tool.output_schema is not None:
+            structured = {"result": output}
+        return types.CallToolResult(content=[types.TextContent(text=text)],
+                                    structured_content=structured, is_error=False)
+
+    # -- transports -----------------------------------------------------------------------
+
+    async def run_stdio(self) -> None:
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            await self.server.run(read_stream, write_stream, self.initialization_options())
+
+    def http_app(self, host: str = "127.0.0.1") -> Any:
+        """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback."""
+        return self.server.streamable_http_app(host=host)
+
+
+def _modern_versions() -> frozenset[str]:
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return frozenset(MODERN_PROTOCOL_VERSIONS)
+
+
+def _client_id(ctx: ServerRequestContext[Any]) -> str:
+    connection = getattr(ctx.session, "_connection", None)
+    session_id = getattr(connection, "session_id", None)
+    if isinstance(session_id, str) and session_id:
+        return session_id
+    request = ctx.request
+    peer = getattr(request, "client", None)
+    if peer is not None:
+        return f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+    return "stdio" if request is None else "http"
+
+
+async def _progress(ctx: ServerRequestContext[Any], progress: float, message: str) -> None:
+    try:  # a no-op unless the client sent a progress token
+        await ctx.session.report_progress(progress, 1.0, message)
+    except Exception:  # progress is advisory
+        log.debug("progress notification failed", exc_info=True)
+
+
+def serve_stdio(host: Host, *, include_host_tools: bool = False, **options: Any) -> None:
+    """Serve `host`'s tools on stdin/stdout until the client closes them."""
+    server = McpToolServer(host, include_host_tools=include_host_tools, **options)
+    anyio.run(server.run_stdio)
+
+
+def build_http_server(wasm_host: Host, host: str = "127.0.0.1", port: int = 8765, *,
+                      include_host_tools: bool = False, log_level: str = "warning",
+                      **options: Any) -> uvicorn.Server:
+    """A uvicorn server for `wasm_host`'s tools at http://HOST:PORT/mcp (call `.run()`)."""
+    import uvicorn
+
+    server = McpToolServer(wasm_host, include_host_tools=include_host_tools, **options)
+    config = uvicorn.Config(server.http_app(host), host=host, port=port, log_level=log_level,
+                            lifespan="on")
+    return uvicorn.Server(config)
+
+
+def serve_http(wasm_host: Host, host: str = "127.0.0.1", port: int = 8765, *,
+               include_host_tools: bool = False, **options: Any) -> None:
+    """Serve `wasm_host`'s tools over streamable HTTP (loopback unless `host` says otherwise)."""
+    build_http_server(wasm_host, host, port, include_host_tools=include_host_tools,
+                      **options).run()

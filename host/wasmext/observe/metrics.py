@@ -1,0 +1,312 @@
+"""Plugin metrics: Prometheus series, a per-plugin summary, an optional /metrics endpoint.
+
+    metrics = Metrics()
+    with metrics.time_callback("pii-mask", "on_plain_text") as call:
+        ...                               # an exception sets the outcome (outcome_of)
+        call.fuel = fuel_used
+    metrics.snapshot()["pii-mask"]        # {"calls", "p50_ms", "p99_ms", "fuel", ...}
+    server = metrics.serve(9464)          # http://127.0.0.1:9464/metrics
+
+Each `Metrics` has its own CollectorRegistry, so instances (and tests) never share
+series. Names in METRICS are the spec's dotted names; the Prometheus name replaces
+dots by underscores, and a counter's samples end in `_total` (PROMETHEUS_NAMES).
+Label values a guest can influence (hook, op, outcome) are capped per plugin: past
+`max_label_values` distinct values, new ones are counted as "other".
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TypedDict
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import start_http_server
+
+from wasmext.errors import CapabilityDenied, PluginError, PluginFault, Quarantined
+
+__all__ = [
+    "METRICS", "PROMETHEUS_NAMES", "CallbackTimer", "Metrics", "MetricsServer", "PluginStats",
+    "outcome_of", "percentile", "prometheus_name",
+]
+
+log = logging.getLogger("wasmext.observe.metrics")
+
+# dotted name: (kind, labels, help)
+METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "extension.registration.total": ("counter", ("action", "extension_id"),
+                                     "Plugins registered and unregistered"),
+    "extension.callback.duration_ms": ("histogram", ("callback_type", "extension_id"),
+                                       "Hook call duration in milliseconds"),
+    "extension.callback.total": ("counter", ("callback_type", "extension_id", "outcome"),
+                                 "Hook calls by outcome"),
+    "extension.state.operations": ("counter", ("operation", "extension_id"),
+                                   "State operations completed"),
+    "extension.state.size_bytes": ("histogram", ("extension_id",),
+                                   "Plugin state size observed after state operations"),
+    "extension.state.current_bytes": ("gauge", ("extension_id",),
+                                      "Plugin state size now"),
+    "extension.state.evictions": ("counter", ("extension_id",), "State keys evicted (LRU)"),
+    "extension.fuel.consumed": ("counter", ("extension_id",), "WebAssembly fuel consumed"),
+    "extension.host_calls.total": ("counter", ("extension_id", "op"), "Host calls by op"),
+    "extension.events.total": ("counter", ("extension_id", "outcome"),
+                               "Event bus outcomes (emitted, delivered, dropped, ...)"),
+}
+DURATION_BUCKETS_MS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
+                       50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
+SIZE_BUCKETS_BYTES = tuple(float(1024 * 4 ** i) for i in range(11))  # 1 KiB .. 1 GiB
+FAULT_OUTCOMES = frozenset({"fault"})
+OTHER = "other"
+
+
+def prometheus_name(dotted: str) -> str:
+    """The exposed name: dots become underscores; a counter's samples end in `_total`."""
+    name = dotted.replace(".", "_")
+    if METRICS.get(dotted, ("",))[0] == "counter" and not name.endswith("_total"):
+        name += "_total"
+    return name
+
+
+PROMETHEUS_NAMES = {dotted: prometheus_name(dotted) for dotted in METRICS}
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """The `outcome` label of a hook call that raised `exc` (None: it returned)."""
+    if exc is None:
+        return "ok"
+    if isinstance(exc, PluginFault):
+        return "fault"
+    if isinstance(exc, Quarantined):
+        return "skipped"
+    if isinstance(exc, CapabilityDenied):
+        return "denied"
+    return "error" if isinstance(exc, PluginError) else "internal"
+
+
+def percentile(samples: list[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in 0..100) of `samples`; None when there are none."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+class PluginStats(TypedDict):
+    calls: int
+    p50_ms: float | None
+    p99_ms: float | None
+    fuel: int
+    faults: int
+    state_bytes: int
+    host_calls: int
+
+
+@dataclass
+class _Plugin:
+    reservoir: list[float] = field(default_factory=list)
+    calls: int = 0
+    faults: int = 0
+    fuel: int = 0
+    state_bytes: int = 0
+    host_calls: int = 0
+
+
+@dataclass
+class CallbackTimer:
+    """What `time_callback` yields: set `fuel` (and `outcome`, to override) before it ends."""
+
+    fuel: int | None = None
+    outcome: str | None = None
+
+
+class MetricsServer:
+    """The loopback /metrics endpoint; `close()` stops it."""
+
+    def __init__(self, registry: CollectorRegistry, port: int, host: str) -> None:
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.host, self.port = host, int(self._server.server_port)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Metrics:
+    """Thread-safe; one per host. `reservoir_size` bounds the samples kept per plugin."""
+
+    def __init__(self, *, reservoir_size: int = 1024, max_label_values: int = 64,
+                 seed: int | None = 0) -> None:
+        self.registry = CollectorRegistry()
+        self.reservoir_size, self.max_label_values = reservoir_size, max_label_values
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._plugins: dict[str, _Plugin] = {}
+        self._labels: dict[tuple[str, str], set[str]] = {}
+        self.registrations = self._counter("extension.registration.total")
+        self.callback_duration = self._histogram("extension.callback.duration_ms",
+                                                 DURATION_BUCKETS_MS)
+        self.callbacks = self._counter("extension.callback.total")
+        self.state_operations = self._counter("extension.state.operations")
+        self.state_size = self._histogram("extension.state.size_bytes", SIZE_BUCKETS_BYTES)
+        _kind, labels, doc = METRICS["extension.state.current_bytes"]
+        self.state_current = Gauge("extension_state_current_bytes", doc, labels,
+                                   registry=self.registry)
+        self.state_evictions = self._counter("extension.state.evictions")
+        self.fuel = self._counter("extension.fuel.consumed")
+        self.host_calls = self._counter("extension.host_calls.total")
+        self.events = self._counter("extension.events.total")
+
+    def _counter(self, dotted: str) -> Counter:
+        _kind, labels, doc = METRICS[dotted]
+        return Counter(dotted.replace(".", "_"), doc, labels, registry=self.registry)
+
+    def _histogram(self, dotted: str, buckets: tuple[float, ...]) -> Histogram:
+        _kind, labels, doc = METRICS[dotted]
+        return Histogram(dotted.replace(".", "_"), doc, labels, registry=self.registry,
+                         buckets=buckets)
+
+    def _label(self, kind: str, plugin_id: str, value: str) -> str:
+        """Cap the distinct values of a guest-influenced label per plugin (lock held)."""
+        seen = self._labels.setdefault((kind, plugin_id), set())
+        if value in seen:
+            return value
+        if len(seen) >= self.max_label_values or len(value) > 128:
+            return OTHER
+        seen.add(value)
+        return value
+
+    def _plugin(self, plugin_id: str) -> _Plugin:
+        stats = self._plugins.get(plugin_id)
+        if stats is None:
+            stats = self._plugins[plugin_id] = _Plugin()
+        return stats
+
+    # -- recording ---------------------------------------------------------------------
+
+    def record_registration(self, action: str, plugin_id: str) -> None:
+        """`action` is "register" or "unregister" (any other value counts as "other")."""
+        with self._lock:
+            self._plugin(plugin_id)
+        label = action if action in ("register", "unregister") else OTHER
+        self.registrations.labels(action=label, extension_id=plugin_id).inc()
+        log.info("plugin %s: %s", plugin_id, action,
+                 extra={"plugin_id": plugin_id, "outcome": action})
+
+    def record_callback(self, plugin_id: str, hook: str, outcome: str, duration_s: float,
+                        fuel: int | None = None) -> None:
+        """One hook call: its duration in seconds and the fuel it consumed."""
+        ms = max(0.0, duration_s) * 1000.0
+        with self._lock:
+            stats = self._plugin(plugin_id)
+            stats.calls += 1
+            if outcome in FAULT_OUTCOMES:
+                stats.faults += 1
+            stats.fuel += max(0, fuel or 0)
+            self._sample(stats, ms)
+            hook = self._label("hook", plugin_id, hook)
+            outcome = self._label("outcome", plugin_id, outcome)
+        self.callback_duration.labels(callback_type=hook, extension_id=plugin_id).observe(ms)
+        self.callbacks.labels(callback_type=hook, extension_id=plugin_id,
+                              outcome=outcome).inc()
+        if fuel:
+            self.fuel.labels(extension_id=plugin_id).inc(max(0, fuel))
+
+    def _sample(self, stats: _Plugin, ms: float) -> None:
+        """Reservoir sampling (algorithm R): a uniform sample of every call so far."""
+        if len(stats.reservoir) < self.reservoir_size:
+            stats.reservoir.append(ms)
+            return
+        slot = self._rng.randrange(stats.calls)
+        if slot < self.reservoir_size:
+            stats.reservoir[slot] = ms
+
+    @contextmanager
+    def time_callback(self, plugin_id: str, hook: str) -> Iterator[CallbackTimer]:
+        """Time the block and record it; an exception gives the outcome, then propagates."""
+        timer = CallbackTimer()
+        start = time.perf_counter()
+        try:
+            yield timer
+        except BaseException as exc:
+            timer.outcome = timer.outcome or outcome_of(exc)
+            raise
+        finally:
+            self.record_callback(plugin_id, hook, timer.outcome or "ok",
+                                 time.perf_counter() - start, timer.fuel)
+
+    def record_host_call(self, plugin_id: str, op: str) -> None:
+        with self._lock:
+            self._plugin(plugin_id).host_calls += 1
+            op = self._label("op", plugin_id, op)
+        self.host_calls.labels(extension_id=plugin_id, op=op).inc()
+
+    def record_state_op(self, plugin_id: str, operation: str) -> None:
+        with self._lock:
+            self._plugin(plugin_id)
+            operation = self._label("operation", plugin_id, operation)
+        self.state_operations.labels(operation=operation, extension_id=plugin_id).inc()
+
+    def set_state_size(self, plugin_id: str, size_bytes: int) -> None:
+        """The plugin's state size after an operation: gauge, histogram and snapshot."""
+        with self._lock:
+            self._plugin(plugin_id).state_bytes = size_bytes
+        self.state_current.labels(extension_id=plugin_id).set(size_bytes)
+        self.state_size.labels(extension_id=plugin_id).observe(size_bytes)
+
+    def record_eviction(self, plugin_id: str, count: int = 1, key: str | None = None) -> None:
+        self.state_evictions.labels(extension_id=plugin_id).inc(count)
+        log.info("plugin %s: %d state key(s) evicted, last %r", plugin_id, count, key,
+                 extra={"plugin_id": plugin_id, "outcome": "evicted"})
+
+    def record_event(self, subject: str, outcome: str) -> None:
+        """The EventBus observer: `EventBus(observer=metrics.record_event)`."""
+        self.events.labels(extension_id=subject, outcome=outcome).inc()
+
+    def forget(self, plugin_id: str) -> None:
+        """Drop a plugin's summary (its Prometheus counters stay, as counters should)."""
+        with self._lock:
+            self._plugins.pop(plugin_id, None)
+            for key in [k for k in self._labels if k[1] == plugin_id]:
+                del self._labels[key]
+
+    # -- reading -----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, PluginStats]:
+        """Per plugin: calls, p50/p99 duration (ms, from the reservoir), fuel, faults, ..."""
+        with self._lock:
+            items = [(pid, list(s.reservoir), PluginStats(
+                calls=s.calls, p50_ms=None, p99_ms=None, fuel=s.fuel, faults=s.faults,
+                state_bytes=s.state_bytes, host_calls=s.host_calls))
+                for pid, s in self._plugins.items()]
+        for _pid, samples, stats in items:
+            stats["p50_ms"], stats["p99_ms"] = percentile(samples, 50), percentile(samples, 99)
+        return {pid: stats for pid, _samples, stats in items}
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition of this instance's registry."""
+        return generate_latest(self.registry)
+
+    def serve(self, port: int = 0, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve /metrics over HTTP, on loopback unless told otherwise; port 0 picks one."""
+        return MetricsServer(self.registry, port, host)
+
+    serve_metrics = serve

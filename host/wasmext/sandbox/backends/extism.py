@@ -1,0 +1,295 @@
+"""A second backend: modules built with Extism PDKs, run by the extism Python SDK.
+
+An Extism module is recognised by its `extism:host/env` imports. It runs
+behind the same interface as a native plugin (`call`, `registration`,
+`describe`, faults as named errors), with these limits applied through the
+SDK: fuel per call (the library's fuel-limited constructor), memory pages and
+a wall-clock timeout (both from the Extism manifest). Host functions are the
+wasmext ones only, listed explicitly (the SDK's global registry is never
+linked), and only those the plugin was granted:
+
+    extism:host/user wasmext_host_call(request: msgpack) -> answer: msgpack   (always)
+    extism:host/user wasmext_log(text)                                        (always)
+    extism:host/user wasmext_state_get(key) -> value_json                     (grant: state)
+    extism:host/user wasmext_state_set(key, value_json)                       (grant: state)
+
+An exception inside a host function does not vanish in the SDK (whose
+callbacks cannot raise): it is kept, the host function returns nothing, and
+`call` raises it as the plugin's error once the guest returns. Data crosses as UTF-8 text for
+strings, as they are for bytes and JSON for everything else; the output is
+JSON when it parses, else text when it is UTF-8, else bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import wasmtime
+
+from wasmext.errors import (
+    CapabilityDenied,
+    GuestTrap,
+    LoadError,
+    MemoryLimitExceeded,
+    OutOfFuel,
+    PluginError,
+    PluginFault,
+    Timeout,
+    WasmextError,
+)
+from wasmext.sandbox.codec import encode
+from wasmext.sandbox.hostcalls import CallContext, HostServices
+from wasmext.sandbox.instance import NO_META, CallResult
+from wasmext.sandbox.limits import WASM_PAGE, Limits
+from wasmext.sandbox.module import ModuleInfo
+from wasmext.sandbox.plugin import HookSpec, Registration
+from wasmext.sandbox.pluginlog import PluginLog
+
+__all__ = ["EXTISM_KERNEL", "ExtismPlugin", "uses_extism"]
+
+EXTISM_KERNEL = "extism:host/env"
+USER_NS = "extism:host/user"
+_INTERNAL = {"memory", "_start", "_initialize", "hs_init", "__data_end", "__heap_base"}
+
+
+def uses_extism(module: wasmtime.Module) -> bool:
+    return any(imp.module == EXTISM_KERNEL for imp in module.imports)
+
+
+class _Active(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[_CallState] = []
+
+
+class _CallState:
+    def __init__(self, plugin: ExtismPlugin) -> None:
+        self.plugin = plugin
+        self.error: WasmextError | None = None
+
+
+_active = _Active()
+_functions: dict[str, Any] = {}
+_functions_lock = threading.Lock()
+
+
+def _host_function(name: str, params: int, results: int,
+                   body: Callable[[Any, _CallState, list[Any]], bytes | None]) -> Any:
+    """One process-wide Extism function object per name, dispatching to the
+    plugin whose call is running on this thread."""
+    from extism.extism import HOST_FN_REGISTRY, ExplicitFunction, ValType
+
+    with _functions_lock:
+        if name in _functions:
+            return _functions[name]
+
+        def trampoline(current: Any, inputs: list[Any], outputs: list[Any], *_: Any) -> None:
+            state = _active.stack[-1]
+            # cffi callbacks cannot raise into the SDK (it would print and carry on), so
+            # the error is kept and raised by ExtismPlugin.call when the guest returns.
+            try:
+                out = body(current, state, inputs)
+            except WasmextError as err:
+                state.error = state.error or err
+                return
+            except Exception as exc:
+                state.error = state.error or GuestTrap(
+                    f"host function {name} failed: {type(exc).__name__}: {exc}",
+                    plugin_id=state.plugin.id)
+                return
+            if results and out is not None:
+                current.return_bytes(outputs[0], out)
+
+        # The SDK dispatches by index into its registry; linking is by our list only.
+        idx = len(HOST_FN_REGISTRY).to_bytes(4, "big")
+        fn = ExplicitFunction(USER_NS, name, [ValType.I64] * params, [ValType.I64] * results,
+                              trampoline, [idx])
+        HOST_FN_REGISTRY.append(fn)
+        _functions[name] = fn
+        return fn
+
+
+def _host_call(current: Any, state: _CallState, inputs: list[Any]) -> bytes:
+    p = state.plugin
+    return encode(p.services.dispatch(p.ctx, current.input_bytes(inputs[0]),
+                                      p.limits.max_msgpack_depth))
+
+
+def _log(current: Any, state: _CallState, inputs: list[Any]) -> None:
+    state.plugin.log.append("info", current.input_bytes(inputs[0]))
+
+
+def _state_op(op: str) -> Callable[[Any, _CallState, list[Any]], bytes | None]:
+    def body(current: Any, state: _CallState, inputs: list[Any]) -> bytes | None:
+        p = state.plugin
+        req: dict[str, Any] = {"op": op, "key": current.input_string(inputs[0])}
+        if op == "state.set":
+            req["value"] = json.loads(current.input_string(inputs[1]))
+        answer = p.services.dispatch(p.ctx, encode(req), p.limits.max_msgpack_depth)
+        if op == "state.get" and not answer["ok"] and answer["error"]["code"] == "not_found":
+            return b"null"  # a missing key reads as JSON null, the Extism way
+        if not answer["ok"]:
+            code = answer["error"]["code"]
+            raise PluginError(f"{op}: {code}: {answer['error'].get('message', '')}",
+                              code=code, plugin_id=p.id)
+        return json.dumps(answer.get("value")).encode() if op == "state.get" else None
+    return body
+
+
+def _functions_for(grants: frozenset[str]) -> list[Any]:
+    fns = [_host_function("wasmext_host_call", 1, 1, _host_call),
+           _host_function("wasmext_log", 1, 0, _log)]
+    if "state" in grants:
+        fns += [_host_function("wasmext_state_get", 1, 1, _state_op("state.get")),
+                _host_function("wasmext_state_set", 2, 0, _state_op("state.set"))]
+    return fns
+
+
+class ExtismPlugin:
+    """An Extism-ABI module behind the wasmext plugin interface."""
+
+    def __init__(self, wasm: bytes, module: wasmtime.Module, *, plugin_id: str,
+                 limits: Limits, settings: Mapping[str, Any], sensitive: frozenset[str],
+                 grants: frozenset[str], services: HostServices,
+                 hooks: Iterable[str] | None = None, default_priority: int = 50) -> None:
+        try:
+            import extism
+        except ImportError as exc:
+            raise LoadError(f"plugin {plugin_id} is an Extism module; its backend needs: "
+                            "pip install 'wasmext[extism]'", plugin_id=plugin_id) from exc
+
+        self.id = plugin_id
+        self.limits = limits
+        self.settings = dict(settings)
+        self.sensitive = sensitive
+        self.grants = grants
+        self.services = services
+        secrets = [str(v) for k, v in self.settings.items() if k in sensitive and v is not None]
+        self.log = PluginLog(plugin_id, limits.max_log_lines, limits.max_log_line_bytes, secrets)
+        self.ctx = CallContext(plugin_id, grants, self.settings, sensitive, self.log,
+                               limits=limits.as_dict())
+        names = [e.name for e in module.exports
+                 if isinstance(e.type, wasmtime.FuncType) and e.name not in _INTERNAL]
+        imports = tuple((i.module, i.name or "") for i in module.imports)
+        self.uses_wasi = any(m == "wasi_snapshot_preview1" for m, _ in imports)
+        # The same shape as a native plugin's compiled module, for the host's bookkeeping.
+        self.module = SimpleNamespace(info=ModuleInfo(
+            hashlib.sha256(wasm).hexdigest(), len(wasm), tuple(names), imports, self.uses_wasi,
+            False, False))
+        hook_names = list(hooks) if hooks is not None else names
+        self.registration = Registration(tuple(HookSpec(h, default_priority)
+                                               for h in hook_names))
+        self.calls = 0
+        self.faults = 0
+        manifest = {"wasm": [{"data": wasm}],
+                    "memory": {"max_pages": max(1, limits.memory_bytes // WASM_PAGE)},
+                    "timeout_ms": limits.timeout_ms, "config": {
+                        k: v if isinstance(v, str) else json.dumps(v)
+                        for k, v in self.settings.items() if k not in sensitive}}
+        self._fns = _functions_for(grants)
+        self._compiled = self._compile(extism, manifest)
+        self._lock = threading.Lock()
+        try:
+            self._plugin = extism.Plugin(self._compiled)
+        except extism.Error as exc:
+            raise self._refused(str(exc)) from exc
+
+    def _compile(self, extism: Any, manifest: dict[str, Any]) -> Any:
+        """extism.CompiledPlugin, but through the fuel-limited constructor."""
+        from extism.extism import CompiledPlugin, _ExtismFunctionMetadata, _ffi, _lib, _wasm
+
+        compiled = CompiledPlugin.__new__(CompiledPlugin)
+        compiled.functions = self._fns
+        metas = [_ExtismFunctionMetadata(f) for f in self._fns]
+        compiled._metas = metas  # keep the C function objects alive with the plugin
+        ptrs = _ffi.new("ExtismFunction*[]", [m.pointer for m in metas])
+        data = _wasm(manifest)
+        errmsg = _ffi.new("char**")
+        compiled.pointer = _lib.extism_compiled_plugin_new_with_fuel_limit(
+            data, len(data), ptrs, len(metas), self.uses_wasi, self.limits.fuel_per_call,
+            errmsg)
+        if compiled.pointer == _ffi.NULL:
+            msg = _ffi.string(errmsg[0]).decode(errors="replace")
+            _lib.extism_plugin_new_error_free(errmsg[0])
+            compiled.pointer = None
+            raise self._refused(msg)
+        return compiled
+
+    def _refused(self, msg: str) -> WasmextError:
+        if "unknown import" in msg and USER_NS in msg:
+            return CapabilityDenied(f"plugin {self.id} imports a host function it was not "
+                                    f"granted: {msg}", plugin_id=self.id)
+        return LoadError(f"extism refused plugin {self.id}: {msg}", plugin_id=self.id)
+
+    def _fault(self, msg: str, hook: str) -> PluginFault:
+        low = msg.lower()
+        if "fuel" in low:
+            return OutOfFuel(f"used all {self.limits.fuel_per_call} fuel: {msg}",
+                             plugin_id=self.id, hook=hook)
+        if "timeout" in low or "timed out" in low or "interrupt" in low:
+            return Timeout(f"ran past {self.limits.timeout_ms} ms: {msg}", plugin_id=self.id,
+                           hook=hook)
+        if "memory" in low and ("limit" in low or "grow" in low or "maximum" in low):
+            return MemoryLimitExceeded(msg, plugin_id=self.id, hook=hook)
+        return GuestTrap(msg, plugin_id=self.id, hook=hook)
+
+    def call(self, hook: str, data: Any = None, meta: dict[str, Any] | None = None
+             ) -> CallResult:
+        import extism
+
+        payload = data.encode() if isinstance(data, str) else bytes(data) \
+            if isinstance(data, (bytes, bytearray)) else json.dumps(data).encode()
+        state = _CallState(self)
+        self.calls += 1
+        ctx = self.ctx
+        with self._lock:  # one SDK plugin: calls (and the shared context) take turns
+            ctx.hook = hook
+            ctx.session = meta.get("session") if meta else None
+            _active.stack.append(state)
+            try:
+                out = bytes(self._plugin.call(hook, payload))
+            except extism.Error as exc:
+                self.faults += 1
+                ctx.finish(False)
+                if state.error is not None:
+                    raise state.error from exc
+                raise self._fault(str(exc), hook) from exc
+            finally:
+                _active.stack.pop()
+            # State written by this call commits only when the call succeeded.
+            try:
+                ctx.finish(state.error is None)
+            except WasmextError as err:
+                state.error = state.error or err
+        if state.error is not None:
+            self.faults += 1
+            raise state.error
+        value: Any
+        try:
+            value = json.loads(out)
+        except ValueError:
+            try:
+                value = out.decode("utf-8")
+            except UnicodeDecodeError:
+                value = out
+        return CallResult(value, value != data, False, NO_META)
+
+    def set_grants(self, grants: frozenset[str]) -> None:
+        self.grants = self.ctx.grants = grants
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "name": None, "version": None, "backend": "extism",
+                "abi": {"major": 0, "minor": 0, "guest_minor": 0},
+                "hooks": [{"hook": h.hook, "priority": h.priority, "pattern": None}
+                          for h in self.registration.hooks],
+                "extra": {}, "size": self.module.info.size,
+                "digest": f"sha256:{self.module.info.digest}",
+                "imports": [f"{m}.{n}" for m, n in self.module.info.imports],
+                "wasi": self.uses_wasi}

@@ -1,0 +1,120 @@
+"""On-disk cache of compiled modules that never trusts what it did not write.
+
+Deserialising compiled code is equivalent to running it, so each entry is
+authenticated with an HMAC under a host key kept outside the cache folder.
+An entry that fails the check, or that wasmtime refuses, is deleted and the
+module is compiled again. Entries are keyed by the module's content digest,
+the wasmtime version and the engine configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+import wasmtime
+
+from wasmext.sandbox.engine import SharedEngine
+
+__all__ = ["CompileCache", "default_cache_dir"]
+
+log = logging.getLogger("wasmext.sandbox.cache")
+MAGIC = b"WXC1"
+MAC_LEN = 32
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "wasmext" / "modules"
+
+
+def _atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class CompileCache:
+    """Compiled modules on disk, authenticated with a per-host key."""
+
+    def __init__(self, directory: Path | None = None, key_file: Path | None = None) -> None:
+        self.directory = directory or default_cache_dir()
+        self.key_file = key_file or self.directory.parent / "cache.key"
+        self.hits = 0
+        self.misses = 0
+        self.rejected = 0
+        self._key: bytes | None = None
+
+    def _host_key(self) -> bytes:
+        if self._key is None:
+            self.key_file.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                key = self.key_file.read_bytes()
+            except FileNotFoundError:
+                key = b""
+            if len(key) != 32:
+                key = secrets.token_bytes(32)
+                _atomic_write(self.key_file, key)
+            self._key = key
+        return self._key
+
+    def entry_path(self, digest: str, engine: SharedEngine) -> Path:
+        name = hashlib.sha256(f"{digest}:{engine.fingerprint}".encode()).hexdigest()
+        return self.directory / f"{name}.cwasm"
+
+    def load_or_compile(self, wasm: bytes, digest: str, engine: SharedEngine) -> wasmtime.Module:
+        """The compiled module for `wasm`, from the cache when it is authentic."""
+        path = self.entry_path(digest, engine)
+        module = self._load(path, engine)
+        if module is not None:
+            self.hits += 1
+            return module
+        self.misses += 1
+        module = wasmtime.Module(engine.engine, wasm)
+        self._store(path, module)
+        return module
+
+    def _mac(self, payload: bytes) -> bytes:
+        return hmac.new(self._host_key(), payload, hashlib.sha256).digest()
+
+    def _load(self, path: Path, engine: SharedEngine) -> wasmtime.Module | None:
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return None
+        head, mac, payload = blob[:4], blob[4:4 + MAC_LEN], blob[4 + MAC_LEN:]
+        if head != MAGIC or not hmac.compare_digest(mac, self._mac(bytes(payload))):
+            self._reject(path, "not written by this host")
+            return None
+        try:
+            return wasmtime.Module.deserialize(engine.engine, payload)
+        except wasmtime.WasmtimeError as exc:
+            self._reject(path, f"wasmtime refused it: {exc}")
+            return None
+
+    def _reject(self, path: Path, why: str) -> None:
+        self.rejected += 1
+        log.warning("compile cache entry %s discarded (%s); recompiling", path.name, why)
+        path.unlink(missing_ok=True)
+
+    def _store(self, path: Path, module: wasmtime.Module) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            payload = bytes(module.serialize())
+            _atomic_write(path, MAGIC + self._mac(payload) + payload)
+        except OSError as exc:
+            # A read-only or full disk costs a recompile next time, nothing more.
+            log.warning("compile cache not written (%s)", exc)

@@ -1,0 +1,262 @@
+"""The cached-signature call path: the one place that touches wasmtime's C API.
+
+wasmtime-py's `Func.__call__` asks the C API for the function's type, builds
+`Val` objects and converts results on every call (~24 µs here). A plugin's
+entry points have fixed signatures that the loader has already checked, so
+`StoreBinding` binds each one once: a preallocated argument array, the
+function and store addresses captured in a closure, and a direct call to
+`wasmtime_func_call_unchecked`. Memory is read and written through a
+memoryview over the guest's address space (its base never moves: the engine
+sets `memory_may_move = False`).
+
+The raw symbols are private to wasmtime-py and checked against
+`SUPPORTED_WASMTIME`. Outside that range, or when a symbol is missing, every
+binding falls back to the public API (slower, same behaviour), and
+`FAST_PATH` says which one is active. tests/test_fastcall.py pins both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Callable
+from importlib.metadata import version
+from typing import Any
+
+import wasmtime
+
+log = logging.getLogger("wasmext.sandbox.fastcall")
+
+__all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding"]
+
+SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
+WASM32_SPAN = 1 << 32
+
+Caller = Callable[..., int]
+
+
+def _wasmtime_major() -> int:
+    try:
+        return int(version("wasmtime").split(".")[0])
+    except Exception:  # pragma: no cover - broken install
+        return -1
+
+
+class _Raw:
+    """Private function pointers taking plain addresses.
+
+    The entry that runs guest code releases the GIL (the epoch ticker must run
+    while a guest spins); the bookkeeping entries are PYFUNCTYPE, which keeps
+    the GIL, because they return in nanoseconds and the hand-off costs more.
+    Fresh prototypes, so nothing here alters wasmtime-py's own.
+    """
+
+    def __init__(self) -> None:
+        from wasmtime import _bindings
+        from wasmtime import _ffi as ffi
+
+        dll = ffi.dll
+        vp, u64 = ctypes.c_void_p, ctypes.c_uint64
+        self.ffi = ffi
+        self.call = ctypes.CFUNCTYPE(vp, vp, vp, vp, ctypes.c_size_t, vp)(
+            ("wasmtime_func_call_unchecked", dll))
+        self.mem_data = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_memory_data", dll))
+        self.mem_size = ctypes.PYFUNCTYPE(ctypes.c_size_t, vp, vp)(
+            ("wasmtime_memory_data_size", dll))
+        self.set_fuel = ctypes.PYFUNCTYPE(vp, vp, u64)(("wasmtime_context_set_fuel", dll))
+        self.set_deadline = ctypes.PYFUNCTYPE(None, vp, u64)(
+            ("wasmtime_context_set_epoch_deadline", dll))
+        self.get_fuel = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_context_get_fuel", dll))
+        self.export_get = _bindings._wasmtime_instance_export_get
+        self.kind_memory = ffi.WASMTIME_EXTERN_MEMORY.value
+
+
+def _load_raw() -> _Raw | None:
+    major = _wasmtime_major()
+    if not SUPPORTED_WASMTIME[0] <= major < SUPPORTED_WASMTIME[1]:
+        log.warning("wasmtime %s is outside the verified range %s; using the slow call path",
+                    major, SUPPORTED_WASMTIME)
+        return None
+    try:
+        return _Raw()
+    except (AttributeError, ImportError) as exc:  # pragma: no cover - layout changed
+        log.warning("wasmtime's raw bindings changed (%s); using the slow call path", exc)
+        return None
+
+
+_RAW = _load_raw()
+FAST_PATH = _RAW is not None
+
+
+def _raise_failure(raw: _Raw, err: int | None, trap: int | None) -> None:
+    """Turn a failed raw call into the exceptions the public API would raise."""
+    from wasmtime import _func
+
+    if err:
+        error = wasmtime.WasmtimeError._from_ptr(
+            ctypes.cast(err, ctypes.POINTER(raw.ffi.wasmtime_error_t)))
+        _func.maybe_raise_last_exn()
+        raise error
+    trap_obj = wasmtime.Trap._from_ptr(ctypes.cast(trap or 0, ctypes.POINTER(raw.ffi.wasm_trap_t)))
+    _func.maybe_raise_last_exn()
+    raise trap_obj
+
+
+class MemoryView:
+    """Bounds-checked access to one instance's linear memory.
+
+    The base address is read once; only the size changes (memory never
+    shrinks). Bytes move through a memoryview spanning the whole wasm32 address
+    space: nothing outside a checked slice is ever touched, and a slice copy
+    costs no foreign call.
+    """
+
+    def __init__(self, base: int, size: Callable[[], int]) -> None:
+        self.base = base
+        self.size = size
+        span = (ctypes.c_ubyte * WASM32_SPAN).from_address(base)
+        self._view = memoryview(span).cast("B")
+        self.last_size = size()  # as of the latest read(): lets a fault tell if memory grew
+
+    def read(self, ptr: int, length: int) -> bytes | None:
+        """Copy [ptr, ptr+length) out, or None when it is not inside memory."""
+        self.last_size = size = self.size()
+        if ptr + length > size:
+            return None
+        return self._view[ptr:ptr + length].tobytes()
+
+    def write(self, ptr: int, data: bytes) -> bool:
+        """Copy `data` in at `ptr`; False (and nothing written) when it does not fit."""
+        if ptr + len(data) > self.size():
+            return False
+        self._view[ptr:ptr + len(data)] = data
+        return True
+
+    def write_unchecked(self, ptr: int, data: bytes) -> None:
+        """Copy into a region already validated (memory never shrinks)."""
+        self._view[ptr:ptr + len(data)] = data
+
+
+class StoreBinding:
+    """Fast entry points into one instance in one store."""
+
+    def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance) -> None:
+        self.store = store
+        self.instance = instance
+        self._raw = _RAW
+        ctx = store._context()
+        self._ctx_ptr = ctx
+        self._ctx = ctypes.addressof(ctx.contents)
+
+    def _export(self, name: str) -> Any:
+        raw = self._raw
+        if raw is None:
+            return self.instance.exports(self.store).get(name)
+        key = name.encode()
+        item = raw.ffi.wasmtime_extern_t()
+        if not raw.export_get(self._ctx_ptr, ctypes.byref(self.instance._instance), key,
+                              len(key), ctypes.byref(item)):
+            return None
+        return item.of.memory if item.kind == raw.kind_memory else item.of.func
+
+    def has(self, name: str) -> bool:
+        return self._export(name) is not None
+
+    def memory(self, name: str = "memory") -> MemoryView:
+        mem = self._export(name)
+        raw = self._raw
+        if raw is None:
+            store = self.store
+            return MemoryView(ctypes.addressof(mem.data_ptr(store).contents),
+                              lambda: int(mem.data_len(store)))
+        ctx, pmem = self._ctx, ctypes.addressof(mem)
+        size = raw.mem_size
+        view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), lambda: int(size(ctx, pmem)))
+        view.__dict__["_keep"] = (mem, self.store)
+        return view
+
+    def budget(self) -> Callable[[int, int], None]:
+        """A setter for (fuel, epoch ticks), refreshed before every call."""
+        raw = self._raw
+        if raw is None:
+            store = self.store
+
+            def set_public(fuel: int, ticks: int) -> None:
+                store.set_fuel(fuel)
+                store.set_epoch_deadline(ticks)
+            return set_public
+        set_fuel, set_deadline, ctx = raw.set_fuel, raw.set_deadline, self._ctx
+
+        def set_raw(fuel: int, ticks: int) -> None:
+            # set_fuel fails only when fuel is disabled, which SharedEngine never does.
+            set_fuel(ctx, fuel)
+            set_deadline(ctx, ticks)
+        return set_raw
+
+    def fuel_left(self) -> Callable[[], int]:
+        """A reader of the fuel the store has left (for metering a call)."""
+        raw = self._raw
+        if raw is None:
+            store = self.store
+            return lambda: int(store.get_fuel())
+        get_fuel, ctx = raw.get_fuel, self._ctx
+        out = ctypes.c_uint64()
+        pout = ctypes.addressof(out)
+
+        def read() -> int:
+            get_fuel(ctx, pout)
+            return int(out.value)
+        return read
+
+    def func(self, name: str, nparams: int, has_result: bool) -> Caller:
+        """A caller for export `name` taking `nparams` u32 arguments and returning
+        its integer result unsigned (0 if it has none). Traps raise
+        `wasmtime.Trap`, as the public API does."""
+        func = self._export(name)
+        if func is None:
+            raise KeyError(name)
+        raw = self._raw
+        if raw is None:
+            return _bind_public(self.store, func, has_result)
+        call, ctx, fn = raw.call, self._ctx, ctypes.addressof(func)
+        slots = max(nparams, 1)
+        # wasmtime_val_raw_t is a 16-byte little-endian union: four u32 per
+        # slot; an i64 result is the first two.
+        u32 = (ctypes.c_uint32 * (slots * 4))()
+        pargs = ctypes.addressof(u32)
+        trap = ctypes.c_void_p()
+        ptrap = ctypes.addressof(trap)
+
+        def invoke(*params: int) -> int:
+            for i, p in enumerate(params):
+                u32[i * 4] = p
+            err = call(ctx, fn, pargs, slots, ptrap)
+            if err or trap.value:
+                caught, trap.value = trap.value, None
+                _raise_failure(raw, err, caught)
+            return u32[0] | u32[1] << 32 if has_result else 0
+
+        def invoke2(a: int, b: int) -> int:
+            # The hot path (wasmext_call): two i32 in, one i64 out, nothing generic.
+            u32[0] = a
+            u32[4] = b
+            err = call(ctx, fn, pargs, 2, ptrap)
+            if err or trap.value:
+                caught, trap.value = trap.value, None
+                _raise_failure(raw, err, caught)
+            return u32[0] | u32[1] << 32
+
+        chosen = invoke2 if nparams == 2 and has_result else invoke
+        chosen.__dict__["_keep"] = (func, self.store)  # the addresses must stay valid
+        return chosen
+
+
+def _bind_public(store: wasmtime.Store, func: wasmtime.Func, has_result: bool) -> Caller:
+    def invoke(*params: int) -> int:
+        signed = [p - (1 << 32) if p >= 1 << 31 else p for p in params]
+        result = func(store, *signed)
+        if not has_result:
+            return 0
+        return int(result) & ((1 << 64) - 1)
+
+    return invoke

@@ -1,0 +1,168 @@
+"""`host_call` dispatch: one table of ops, checked in the order SPEC.md 4.2 fixes.
+
+An op handler takes the calling plugin's context and the request map and
+returns a value, or raises OpError with an ABI error code. Nothing a guest
+sends can make dispatch raise anything else: a handler bug answers `internal`
+and is logged. Later features (state, events, tools, MCP) add handlers with
+`HostServices.register`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
+from wasmext.errors import CapabilityDenied
+from wasmext.sandbox.codec import DecodeError, decode
+from wasmext.sandbox.pluginlog import PluginLog
+
+__all__ = ["CallContext", "HostServices", "OpError", "OpHandler"]
+
+log = logging.getLogger("wasmext.sandbox.hostcalls")
+
+
+class OpError(Exception):
+    """An op's clean failure, answered to the guest as {"ok": false, "error": ...}."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class CallContext:
+    """What an op handler may know about the plugin that called it."""
+
+    plugin_id: str
+    grants: frozenset[str]
+    settings: Mapping[str, Any]
+    sensitive: frozenset[str]
+    log: PluginLog
+    abi_minor: int = ABI_MINOR
+    limits: Mapping[str, int] = field(default_factory=dict)
+    hook: str | None = None
+    session: str | None = None
+    # Seconds the current host call spent running other plugins (middleware next):
+    # not charged to this plugin's host-call budget.
+    nested_seconds: float = 0.0
+    # Work an op left open until the hook call ends (a state transaction):
+    # finish(True) after a successful call, finish(False) after any failure.
+    pending: list[Callable[[bool], None]] = field(default_factory=list)
+
+    def finish(self, success: bool) -> None:
+        pending, self.pending = self.pending, []
+        for done in pending:
+            done(success)
+
+    def require(self, capability: str) -> None:
+        if capability and capability not in self.grants:
+            raise CapabilityDenied(f"plugin {self.plugin_id} was not granted {capability!r}",
+                                   plugin_id=self.plugin_id, hook=self.hook)
+
+
+OpHandler = Callable[[CallContext, dict[str, Any]], Any]
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": code, "message": message}}
+
+
+class HostServices:
+    """The op table. Ops not in abi.toml can be added as `x.<name>` extensions."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, OpHandler] = {}
+        # Called with (plugin id, op) for every request naming a known op (metrics).
+        self.observer: Callable[[str, str], None] | None = None
+        self._capability = {op: cap for op, (cap, _since, _impl) in OPS.items()}
+        self.register("log", _op_log)
+        self.register("config.get", _op_config_get)
+        self.register("secret.get", _op_secret_get)
+        self.register("abi.info", _op_abi_info)
+
+    def register(self, op: str, handler: OpHandler, capability: str | None = None) -> None:
+        """Install (or replace) the handler of `op`; `capability` defaults to the ABI table's."""
+        if op not in self._capability and not op.startswith("x."):
+            raise ValueError(f"op {op!r} is not in the ABI table; extension ops start with 'x.'")
+        if capability is not None:
+            self._capability[op] = capability
+        self._handlers[op] = handler
+
+    def dispatch(self, ctx: CallContext, request: bytes, max_depth: int) -> dict[str, Any]:
+        try:
+            req = decode(request, max_depth)
+        except DecodeError as exc:
+            return _error("invalid", f"request is not a MessagePack map: {exc}")
+        if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+            return _error("invalid", "request must be a map with a string 'op'")
+        op = req["op"]
+        if op not in self._capability:
+            return _error("unsupported", f"unknown op {op!r}")
+        if self.observer is not None:
+            self.observer(ctx.plugin_id, op)
+        try:
+            ctx.require(self._capability[op])
+        except CapabilityDenied as exc:
+            return _error("denied", exc.message)
+        handler = self._handlers.get(op)
+        if handler is None:
+            return _error("unsupported", f"op {op!r} is not implemented by this host")
+        try:
+            return {"ok": True, "value": handler(ctx, req)}
+        except OpError as exc:
+            return _error(exc.code, exc.message)
+        except CapabilityDenied as exc:
+            return _error("denied", exc.message)
+        except Exception:
+            log.exception("op %s failed inside the host (plugin %s)", op, ctx.plugin_id)
+            return _error("internal", f"op {op!r} failed inside the host")
+
+
+def _str_arg(req: dict[str, Any], name: str) -> str:
+    value = req.get(name)
+    if not isinstance(value, str):
+        raise OpError("invalid", f"'{name}' must be a string")
+    return value
+
+
+def _op_log(ctx: CallContext, req: dict[str, Any]) -> None:
+    msg = req.get("msg")
+    if isinstance(msg, str):
+        raw = msg.encode("utf-8", errors="replace")
+    elif isinstance(msg, bytes):
+        raw = msg
+    else:
+        raise OpError("invalid", "'msg' must be a string")
+    level = req.get("level", "info")
+    if not isinstance(level, (str, int)) or isinstance(level, bool):
+        raise OpError("invalid", "'level' must be a name or 0-4")
+    ctx.log.append(level, raw)
+
+
+def _op_config_get(ctx: CallContext, req: dict[str, Any]) -> Any:
+    if "key" not in req:
+        return {k: v for k, v in ctx.settings.items() if k not in ctx.sensitive}
+    key = _str_arg(req, "key")
+    if key in ctx.sensitive:
+        raise OpError("denied", f"setting {key!r} is sensitive; read it with secret.get")
+    if key not in ctx.settings:
+        raise OpError("not_found", f"no setting {key!r}")
+    return ctx.settings[key]
+
+
+def _op_secret_get(ctx: CallContext, req: dict[str, Any]) -> Any:
+    key = _str_arg(req, "key")
+    if key not in ctx.sensitive or key not in ctx.settings:
+        raise OpError("not_found", f"no sensitive setting {key!r}")
+    return ctx.settings[key]
+
+
+def _op_abi_info(ctx: CallContext, req: dict[str, Any]) -> Any:
+    from wasmext._version import __version__
+
+    return {"major": ABI_MAJOR, "minor": ctx.abi_minor, "host": "wasmext",
+            "version": __version__, "limits": dict(ctx.limits)}

@@ -1,0 +1,71 @@
+"""The imports every plugin is linked against, one Linker per engine.
+
+wasmtime calls these functions with no pointer back to our Python objects, so
+the instance that is running pushes itself on a per-thread stack before it
+enters the guest; a host call always belongs to the top of that stack (calls
+are synchronous, and a nested call into another plugin pushes again).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Protocol
+
+import wasmtime
+
+if TYPE_CHECKING:
+    from wasmext.sandbox.engine import SharedEngine
+
+__all__ = ["GuestSide", "active", "linker_for"]
+
+
+class GuestSide(Protocol):
+    """What an instance offers the import functions."""
+
+    def on_host_call(self, ptr: int, length: int) -> int: ...
+
+    def on_log(self, level: int, ptr: int, length: int) -> None: ...
+
+
+class _Active(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[GuestSide] = []
+
+
+active = _Active()
+
+
+def _host_call(ptr: int, length: int) -> int:
+    return active.stack[-1].on_host_call(ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+
+
+def _log(level: int, ptr: int, length: int) -> None:
+    active.stack[-1].on_log(level, ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _host_call_signed(ptr: int, length: int) -> int:
+    return _signed64(_host_call(ptr, length))
+
+
+_linkers: weakref.WeakKeyDictionary[Any, wasmtime.Linker] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def linker_for(engine: SharedEngine) -> wasmtime.Linker:
+    """The Linker with WASI and the wasmext imports for `engine`."""
+    with _lock:
+        linker = _linkers.get(engine)
+        if linker is None:
+            i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+            linker = wasmtime.Linker(engine.engine)
+            linker.define_wasi()
+            linker.define_func("wasmext", "host_call", wasmtime.FuncType([i32, i32], [i64]),
+                               _host_call_signed)
+            linker.define_func("wasmext", "log", wasmtime.FuncType([i32, i32, i32], []), _log)
+            _linkers[engine] = linker
+        return linker

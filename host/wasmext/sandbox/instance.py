@@ -1,0 +1,406 @@
+"""One sandboxed instance of a plugin: a Store, its limits, and the call protocol.
+
+An instance is not thread-safe; `Plugin` hands each one to one caller at a time.
+After a fault the instance is discarded (its memory may be half-updated), so
+every method here may assume the guest is in a state it produced itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import msgpack
+import wasmtime
+
+from wasmext._abi import ABI_MAJOR
+from wasmext.errors import (
+    AbiMismatch,
+    EncodeError,
+    GuestTrap,
+    HostCallLimitExceeded,
+    InputTooLarge,
+    InvalidOutput,
+    MemoryLimitExceeded,
+    OutOfFuel,
+    PluginError,
+    PluginFault,
+    StackOverflow,
+    Timeout,
+    WasmextError,
+)
+from wasmext.sandbox import hostlink
+from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
+from wasmext.sandbox.fastcall import Caller, StoreBinding
+from wasmext.sandbox.hostcalls import CallContext, HostServices
+from wasmext.sandbox.limits import WASM_PAGE, Limits
+from wasmext.sandbox.module import PluginModule
+
+__all__ = ["CallResult", "PluginInstance"]
+
+_MIN_INPUT = 4096
+NO_META: Mapping[str, Any] = MappingProxyType({})
+
+
+class CallResult(NamedTuple):
+    """A hook's answer. `changed` is False when the guest left the input as it was."""
+
+    value: Any
+    changed: bool
+    stop: bool = False
+    meta: Mapping[str, Any] = NO_META
+    fuel: int = 0  # fuel the call consumed, when the plugin is metered
+
+
+def _first_line(exc: BaseException) -> str:
+    """The cause of a trap in one line, without wasmtime's backtrace."""
+    msg = exc.message if isinstance(exc, wasmtime.Trap) else str(exc)
+    _, caused, cause = msg.partition("Caused by:")
+    lines = [ln.strip() for ln in (cause if caused else msg).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _unpack(packed: int) -> tuple[int, int]:
+    return packed >> 32, packed & 0xFFFFFFFF
+
+
+class PluginInstance:
+    """A live instance. Create with a compiled module; call `register` once, then `call`."""
+
+    def __init__(self, module: PluginModule, limits: Limits, ctx: CallContext,
+                 services: HostServices) -> None:
+        self.module = module
+        self.limits = limits
+        self.ctx = ctx
+        self.services = services
+        self._ticks = module.engine.ticks_for(limits.timeout_ms)
+        store = wasmtime.Store(module.engine.engine)
+        store.set_limits(memory_size=limits.memory_bytes, instances=1, memories=1, tables=4)
+        if module.info.uses_wasi:
+            store.set_wasi(self._wasi())
+        self.store = store
+        self._abort: WasmextError | None = None
+        self._host_calls = 0
+        self._host_seconds = 0.0
+        store.set_fuel(limits.fuel_per_call)
+        store.set_epoch_deadline(self._ticks)
+        self._enter()
+        try:
+            instance = module.pre.instantiate(store)
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            raise self._classify(exc, "instantiate") from exc
+        finally:
+            self._leave()
+        self._binding = binding = StoreBinding(store, instance)
+        self._budget = binding.budget()
+        self.memory = binding.memory()
+        self._call = binding.func("wasmext_call", 2, True)
+        self._alloc_fn: Caller | None = None
+        self._fuel_left: Any = None  # bound on first metered call
+        self.meter = False
+        self._in_ptr = 0
+        self._in_cap = 0
+        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+    def _bind(self, name: str, nparams: int, has_result: bool) -> Caller:
+        """Bind an export on first use: most are called once per instance."""
+        return self._binding.func(name, nparams, has_result)
+
+    def _alloc(self, size: int) -> int:
+        if self._alloc_fn is None:
+            self._alloc_fn = self._bind("wasmext_alloc", 1, True)
+        return self._alloc_fn(size)
+
+    def _wasi(self) -> wasmtime.WasiConfig:
+        # A WasiConfig starts with nothing: no args, env, preopens or stdin.
+        wasi = wasmtime.WasiConfig()
+        wasi.stdout_custom = self.ctx.log.stream_writer("stdout")
+        wasi.stderr_custom = self.ctx.log.stream_writer("stderr")
+        return wasi
+
+    # -- entering and leaving the guest -------------------------------------------
+
+    def _enter(self) -> None:
+        self._abort = None
+        self._host_calls = 0
+        self._host_seconds = 0.0
+        hostlink.active.stack.append(self)
+
+    def _leave(self) -> None:
+        hostlink.active.stack.pop()
+
+    def _guest(self, what: str, fn: Any, *args: int) -> int:
+        """Run one export with a fresh budget; every failure becomes a named error."""
+        self._budget(self.limits.fuel_per_call, self._ticks)
+        self._enter()
+        try:
+            return int(fn(*args))
+        except Exception as exc:
+            raise self._classify(exc, what) from exc
+        finally:
+            self._leave()
+
+    def _at_memory_cap(self) -> bool:
+        """Did this call plausibly fail because memory.grow was refused?
+
+        wasmtime returns -1 from a refused grow instead of trapping, and says
+        nothing to the host; so: memory is within 1/8 of the cap, or it grew
+        during this call to more than half the cap.
+        """
+        cap = self.limits.memory_bytes
+        size = self.memory.size()
+        if size + max(WASM_PAGE, cap // 8) > cap:
+            return True
+        return size > cap // 2 and size > self.memory.last_size
+
+    def _classify(self, exc: BaseException, what: str) -> WasmextError:
+        pid, hook = self.ctx.plugin_id, self.ctx.hook
+        if self._abort is not None:
+            return self._abort
+        if isinstance(exc, WasmextError):
+            return exc
+        if isinstance(exc, wasmtime.Trap):
+            code = exc.trap_code
+            if code == wasmtime.TrapCode.OUT_OF_FUEL:
+                return OutOfFuel(f"used all {self.limits.fuel_per_call} fuel in {what}",
+                                 plugin_id=pid, hook=hook)
+            if code == wasmtime.TrapCode.INTERRUPT:
+                return Timeout(f"{what} ran past {self.limits.timeout_ms} ms",
+                               plugin_id=pid, hook=hook)
+            if code == wasmtime.TrapCode.STACK_OVERFLOW:
+                return StackOverflow(f"wasm stack exhausted in {what}", plugin_id=pid, hook=hook)
+        text = _first_line(exc)
+        if hasattr(self, "memory") and self._at_memory_cap():
+            return MemoryLimitExceeded(f"{what} failed at the {self.limits.memory_bytes}-byte "
+                                       f"memory cap ({text})", plugin_id=pid, hook=hook)
+        if "memory" in text and ("exceeds memory limits" in text or "minimum" in text):
+            return MemoryLimitExceeded(f"{what}: {text}", plugin_id=pid, hook=hook)
+        return GuestTrap(f"{what}: {text}", plugin_id=pid, hook=hook)
+
+    # -- buffers -----------------------------------------------------------------
+
+    def _obtain(self, size: int) -> int:
+        """A guest region of `size` bytes from wasmext_alloc for a request, validated."""
+        ptr = self._alloc(size)
+        if ptr == 0:
+            err = MemoryLimitExceeded if self._at_memory_cap() else InvalidOutput
+            raise err(f"wasmext_alloc({size}) returned 0",
+                      plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
+        if ptr + size > self.memory.size():
+            raise InvalidOutput(f"wasmext_alloc({size}) returned {ptr:#x}, outside memory",
+                                plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
+        return ptr
+
+    def _write_input(self, data: bytes) -> tuple[int, int]:
+        n = len(data)
+        if n > self.limits.max_input_bytes:
+            raise InputTooLarge(f"request of {n} bytes exceeds max_input_bytes "
+                                f"{self.limits.max_input_bytes}", plugin_id=self.ctx.plugin_id,
+                                hook=self.ctx.hook)
+        if n > self._in_cap:
+            # Never larger than the input cap: the hot path in `call` writes any
+            # request that fits the buffer without checking the cap again.
+            cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
+            ptr = self._guest("wasmext_alloc", self._obtain, cap)
+            if self.module.info.has_free and self._in_cap:
+                free = self._bind("wasmext_free", 2, False)
+                self._guest("wasmext_free", free, self._in_ptr, self._in_cap)
+            self._in_ptr, self._in_cap = ptr, cap
+        if not self.memory.write(self._in_ptr, data):
+            raise InvalidOutput("the request buffer is no longer inside memory",
+                                plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
+        return self._in_ptr, n
+
+    def _read_output(self, packed: int, what: str) -> bytes | None:
+        if packed == 0:
+            return None
+        ptr, length = _unpack(packed)
+        pid, hook = self.ctx.plugin_id, self.ctx.hook
+        if length > self.limits.max_output_bytes:
+            raise InvalidOutput(f"{what} returned {length} bytes, over max_output_bytes "
+                                f"{self.limits.max_output_bytes}", plugin_id=pid, hook=hook)
+        data = self.memory.read(ptr, length)
+        if data is None:
+            raise InvalidOutput(f"{what} returned ptr {ptr:#x} len {length}, outside its "
+                                f"{self.memory.size()}-byte memory", plugin_id=pid, hook=hook)
+        return data
+
+    def _decode(self, data: bytes, what: str) -> Any:
+        try:
+            return decode(data, self.limits.max_msgpack_depth)
+        except DecodeError as exc:
+            raise InvalidOutput(f"{what}: {exc}", plugin_id=self.ctx.plugin_id,
+                                hook=self.ctx.hook) from exc
+
+    # -- the ABI -----------------------------------------------------------------
+
+    def start(self, request: dict[str, Any]) -> dict[str, Any]:
+        """_initialize, the version check and wasmext_register; returns the registration map."""
+        self.ctx.hook = "register"
+        if self.module.info.has_initialize:
+            self._guest("_initialize", self._bind("_initialize", 0, False))
+        version = self._bind("wasmext_abi_version", 0, True)
+        major = self._guest("wasmext_abi_version", version) & 0xFFFFFFFF
+        if major != ABI_MAJOR:
+            raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
+                              plugin_id=self.ctx.plugin_id, hook="register")
+        ptr, n = self._write_input(encode(request))
+        register = self._bind("wasmext_register", 2, True)
+        raw = self._read_output(self._guest("wasmext_register", register, ptr, n),
+                                "wasmext_register")
+        if raw is None:
+            raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
+                                hook="register")
+        reg = self._decode(raw, "registration map")
+        if not isinstance(reg, dict):
+            raise InvalidOutput("the registration map is not a map",
+                                plugin_id=self.ctx.plugin_id, hook="register")
+        return reg
+
+    def call(self, hook: str, data: Any, meta: dict[str, Any] | None = None) -> CallResult:
+        """Run one hook; raises PluginFault subclasses, PluginError or InputTooLarge.
+
+        This is the hot path: it inlines what `_guest` and `_write_input` do in
+        the common case (the request fits the buffer the guest already gave us).
+        """
+        ctx = self.ctx
+        ctx.hook = hook
+        req = {"hook": hook, "data": data} if meta is None else \
+            {"hook": hook, "data": data, "meta": meta}
+        try:
+            payload = self._pack(req)
+        except (TypeError, ValueError, OverflowError):
+            payload = encode(req)  # raises EncodeError with the reason
+        if may_nest_deeper(payload, self.limits.max_msgpack_depth):
+            # Guests refuse documents deeper than the ABI allows: say so here instead.
+            try:
+                check_depth(req, self.limits.max_msgpack_depth)
+            except DecodeError as exc:
+                raise EncodeError(f"request for hook {hook}: {exc} (the ABI's limit)",
+                                  plugin_id=ctx.plugin_id, hook=hook) from exc
+        n = len(payload)
+        if n > self._in_cap:
+            self._write_input(payload)
+        else:
+            self.memory.write_unchecked(self._in_ptr, payload)
+        self._budget(self.limits.fuel_per_call, self._ticks)
+        self._abort = None
+        self._host_calls = 0
+        self._host_seconds = 0.0
+        stack = hostlink.active.stack
+        stack.append(self)
+        try:
+            packed = self._call(self._in_ptr, n)
+        except Exception as exc:
+            raise self._classify(exc, "wasmext_call") from exc
+        finally:
+            stack.pop()
+        if self.meter:
+            return self._metered(packed, data)
+        if packed == 0:
+            return CallResult(data, False)
+        raw = self._read_output(packed, "wasmext_call")
+        assert raw is not None
+        return self._response(self._decode(raw, "call response"), data)
+
+    def _metered(self, packed: int, data: Any) -> CallResult:
+        if self._fuel_left is None:
+            self._fuel_left = self._binding.fuel_left()
+        used = self.limits.fuel_per_call - self._fuel_left()
+        if packed == 0:
+            return CallResult(data, False, fuel=used)
+        raw = self._read_output(packed, "wasmext_call")
+        assert raw is not None
+        return self._response(self._decode(raw, "call response"), data)._replace(fuel=used)
+
+    def _response(self, resp: Any, data: Any) -> CallResult:
+        pid, hook = self.ctx.plugin_id, self.ctx.hook
+        if not isinstance(resp, dict) or type(resp.get("ok")) is not bool:
+            raise InvalidOutput("call response must be a map with a bool 'ok'",
+                                plugin_id=pid, hook=hook)
+        if not resp["ok"]:
+            err = resp.get("error")
+            if not isinstance(err, dict) or not isinstance(err.get("code"), str):
+                raise InvalidOutput("failed call response needs error.code",
+                                    plugin_id=pid, hook=hook)
+            message = err.get("message")
+            raise PluginError(message if isinstance(message, str) else "", code=err["code"][:64],
+                              plugin_id=pid, hook=hook)
+        stop = resp.get("stop", False)
+        meta = resp.get("meta", NO_META)
+        if type(stop) is not bool or not isinstance(meta, (dict, MappingProxyType)):
+            raise InvalidOutput("'stop' must be a bool and 'meta' a map",
+                                plugin_id=pid, hook=hook)
+        if "value" in resp:
+            return CallResult(resp["value"], True, stop, meta)
+        return CallResult(data, False, stop, meta)
+
+    # -- the imports (called by hostlink while this instance is on top) -----------
+
+    def _charge_host_call(self) -> None:
+        self._host_calls += 1
+        if self._host_calls > self.limits.max_host_calls:
+            self._fail(HostCallLimitExceeded(
+                f"more than {self.limits.max_host_calls} host calls in one call",
+                plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
+
+    def _fail(self, err: PluginFault) -> None:
+        """Abort the running call with `err` (wasmtime turns the raise into a trap)."""
+        if self._abort is None:
+            self._abort = err
+        raise err
+
+    def on_host_call(self, ptr: int, length: int) -> int:
+        if self._abort is not None:  # the guest swallowed nothing: a trap is on its way
+            raise self._abort
+        self._charge_host_call()
+        started = time.perf_counter()
+        pid, hook = self.ctx.plugin_id, self.ctx.hook
+        if length > self.limits.max_host_request_bytes:
+            self._fail(InvalidOutput(f"host_call request of {length} bytes is over "
+                                     f"{self.limits.max_host_request_bytes}",
+                                     plugin_id=pid, hook=hook))
+        request = self.memory.read(ptr, length)
+        if request is None:
+            self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
+                                     "memory", plugin_id=pid, hook=hook))
+        assert request is not None
+        self.ctx.nested_seconds = 0.0
+        answer = encode(self.services.dispatch(self.ctx, request, self.limits.max_msgpack_depth))
+        nested = self.ctx.nested_seconds
+        if nested:
+            # Inner plugins ran on this thread: their time is not ours, and our
+            # wall-clock deadline restarts now.
+            started += nested
+            self.store.set_epoch_deadline(self._ticks)
+        try:
+            out = self._alloc(len(answer))
+        except Exception as exc:
+            self._fail(GuestTrap(f"trap inside wasmext_alloc during host_call: "
+                                 f"{_first_line(exc)}",
+                                 plugin_id=pid, hook=hook))
+        if out and not self.memory.write(out, answer):
+            self._fail(InvalidOutput(f"wasmext_alloc returned {out:#x}, outside memory",
+                                     plugin_id=pid, hook=hook))
+        self._host_seconds += time.perf_counter() - started
+        if self._host_seconds * 1000 > self.limits.host_call_timeout_ms:
+            self._fail(HostCallLimitExceeded(
+                f"more than {self.limits.host_call_timeout_ms} ms spent in host calls",
+                plugin_id=pid, hook=hook))
+        return (out << 32) | len(answer) if out else 0
+
+    def on_log(self, level: int, ptr: int, length: int) -> None:
+        if self._abort is not None:
+            raise self._abort
+        self._charge_host_call()
+        text = self.memory.read(ptr, min(length, self.limits.max_log_line_bytes))
+        if text is None:
+            self._fail(InvalidOutput(f"log text ptr {ptr:#x} len {length} is outside memory",
+                                     plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
+        assert text is not None
+        self.ctx.log.append(level, text)
+
+    def fuel_left(self) -> int:
+        return self.store.get_fuel()

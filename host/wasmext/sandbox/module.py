@@ -1,0 +1,105 @@
+"""A plugin's compiled code: checked against ABI v1 once, instantiated many times.
+
+Loading refuses, before any guest code runs, a module that imports anything
+outside the ABI (no stub is ever linked that would trap later), lacks a
+required export, or exports one with another signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import wasmtime
+
+from wasmext._abi import EXPORTS, IMPORTS
+from wasmext.errors import AbiMismatch, InvalidModule, UnknownImport
+from wasmext.sandbox import hostlink
+from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.engine import SharedEngine, shared_engine
+
+__all__ = ["WASI_MODULE", "PluginModule"]
+
+WASI_MODULE = "wasi_snapshot_preview1"
+_VALTYPES = {"i32": wasmtime.ValType.i32(), "i64": wasmtime.ValType.i64()}
+
+
+def _sig(ty: wasmtime.FuncType) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(str(p) for p in ty.params), tuple(str(r) for r in ty.results)
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    digest: str
+    size: int
+    exports: tuple[str, ...]
+    imports: tuple[tuple[str, str], ...]
+    uses_wasi: bool
+    has_free: bool
+    has_initialize: bool
+
+
+class PluginModule:
+    """Compiled, ABI-checked code plus the pre-linked instance template."""
+
+    def __init__(self, wasm: bytes, *, name: str = "<module>", engine: SharedEngine | None = None,
+                 cache: CompileCache | None = None) -> None:
+        self.name = name
+        self.engine = engine or shared_engine()
+        if not wasm.startswith(b"\0asm"):
+            raise InvalidModule(f"{name}: not a WebAssembly binary (bad magic)")
+        digest = hashlib.sha256(wasm).hexdigest()
+        try:
+            if cache is not None:
+                module = cache.load_or_compile(wasm, digest, self.engine)
+            else:
+                module = wasmtime.Module(self.engine.engine, wasm)
+        except wasmtime.WasmtimeError as exc:
+            raise InvalidModule(f"{name}: does not compile: {exc}") from exc
+        self.module = module
+        self.info = self._check(module, digest, len(wasm))
+        self.pre = hostlink.linker_for(self.engine).instantiate_pre(module)
+
+    @classmethod
+    def from_file(cls, path: Path, *, engine: SharedEngine | None = None,
+                  cache: CompileCache | None = None) -> PluginModule:
+        try:
+            wasm = path.read_bytes()
+        except OSError as exc:
+            raise InvalidModule(f"{path}: cannot read: {exc.strerror}") from exc
+        return cls(wasm, name=str(path), engine=engine, cache=cache)
+
+    def _check(self, module: wasmtime.Module, digest: str, size: int) -> ModuleInfo:
+        imports = []
+        uses_wasi = False
+        for imp in module.imports:
+            key = (imp.module, imp.name or "")
+            imports.append(key)
+            if imp.module == WASI_MODULE:
+                uses_wasi = True
+                continue
+            want = IMPORTS.get(key)
+            if want is None or not isinstance(imp.type, wasmtime.FuncType):
+                raise UnknownImport(f"{self.name}: imports {imp.module}.{imp.name}, which the "
+                                    "wasmext ABI does not offer")
+            if _sig(imp.type) != want:
+                raise AbiMismatch(f"{self.name}: imports {imp.module}.{imp.name} with signature "
+                                  f"{_sig(imp.type)}, ABI v1 says {want}")
+        exports = {exp.name: exp.type for exp in module.exports}
+        if "_start" in exports:
+            raise AbiMismatch(f"{self.name}: exports _start; plugins must be WASI reactors "
+                              "or freestanding libraries (build with -mexec-model=reactor)")
+        if not isinstance(exports.get("memory"), wasmtime.MemoryType):
+            raise AbiMismatch(f"{self.name}: missing export 'memory'")
+        for name, (params, results, required) in EXPORTS.items():
+            ty = exports.get(name)
+            if ty is None:
+                if required:
+                    raise AbiMismatch(f"{self.name}: missing export {name!r}")
+                continue
+            if not isinstance(ty, wasmtime.FuncType) or _sig(ty) != (params, results):
+                raise AbiMismatch(f"{self.name}: export {name!r} must be a function "
+                                  f"{params} -> {results}")
+        return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
+                          "wasmext_free" in exports, "_initialize" in exports)

@@ -1,0 +1,257 @@
+"""A loaded plugin: its registration, a pool of instances, and its fault record.
+
+Instances are pooled so concurrent callers never share one; a faulted
+instance is thrown away (its memory may be half-written) and the next call
+gets a fresh one. Consecutive faults put the plugin in quarantine with an
+exponential backoff; a clean call ends the streak.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from wasmext._abi import ABI_MAJOR, ABI_MINOR
+from wasmext._version import __version__
+from wasmext.errors import InvalidOutput, PluginFault, Quarantined
+from wasmext.sandbox.hostcalls import CallContext, HostServices
+from wasmext.sandbox.instance import CallResult, PluginInstance
+from wasmext.sandbox.limits import Limits
+from wasmext.sandbox.module import PluginModule
+from wasmext.sandbox.pluginlog import PluginLog
+
+__all__ = ["HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    hook: str
+    priority: int = 50
+    pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What the guest's wasmext_register answered, validated."""
+
+    hooks: tuple[HookSpec, ...]
+    abi_minor: int = 0
+    name: str | None = None
+    version: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def hook_names(self) -> tuple[str, ...]:
+        return tuple(h.hook for h in self.hooks)
+
+    @classmethod
+    def parse(cls, reg: dict[str, Any], plugin_id: str,
+              default_priority: int = 50) -> Registration:
+        def bad(why: str) -> InvalidOutput:
+            return InvalidOutput(f"registration map: {why}", plugin_id=plugin_id, hook="register")
+
+        hooks_raw = reg.get("hooks")
+        if not isinstance(hooks_raw, list):
+            raise bad("'hooks' must be an array")
+        hooks = []
+        for i, h in enumerate(hooks_raw):
+            if not isinstance(h, dict) or not isinstance(h.get("hook"), str) or not h["hook"]:
+                raise bad(f"hooks[{i}] must be a map with a non-empty string 'hook'")
+            prio = h.get("priority", default_priority)
+            if type(prio) is not int or not 0 <= prio <= 100:
+                raise bad(f"hooks[{i}].priority must be an int 0-100")
+            pattern = h.get("pattern")
+            if pattern is not None and not isinstance(pattern, str):
+                raise bad(f"hooks[{i}].pattern must be a string")
+            hooks.append(HookSpec(h["hook"][:128], prio, pattern))
+        minor = reg.get("abi_minor", 0)
+        if type(minor) is not int or minor < 0:
+            raise bad("'abi_minor' must be a non-negative int")
+        name, version = reg.get("name"), reg.get("version")
+        if name is not None and not isinstance(name, str):
+            raise bad("'name' must be a string")
+        if version is not None and not isinstance(version, str):
+            raise bad("'version' must be a string")
+        known = {"hooks", "abi_minor", "name", "version"}
+        extra = {k: v for k, v in reg.items() if k not in known}
+        return cls(tuple(hooks), minor, name, version, extra)
+
+
+@dataclass(frozen=True)
+class QuarantinePolicy:
+    """After `max_faults` faults in a row, refuse calls for `cooldown_s`, doubling each time."""
+
+    max_faults: int = 5
+    cooldown_s: float = 1.0
+    max_cooldown_s: float = 300.0
+
+
+class Plugin:
+    """A plugin ready to call. Thread-safe: each call borrows its own instance."""
+
+    def __init__(self, module: PluginModule, *, plugin_id: str, limits: Limits | None = None,
+                 settings: Mapping[str, Any] | None = None, sensitive: frozenset[str] = frozenset(),
+                 grants: frozenset[str] = frozenset(), services: HostServices | None = None,
+                 quarantine: QuarantinePolicy | None = None, max_idle: int = 4,
+                 default_priority: int = 50) -> None:
+        self.id = plugin_id
+        self.module = module
+        self.limits = limits or Limits()
+        self.settings = dict(settings or {})
+        self.sensitive = sensitive
+        self.grants = grants
+        self.services = services or HostServices()
+        self.quarantine = quarantine or QuarantinePolicy()
+        self.max_idle = max_idle
+        self.default_priority = default_priority
+        self.meter = False  # report fuel per call in CallResult.fuel (the Host turns it on)
+        self._limits_dict = self.limits.as_dict()
+        secrets = [str(v) for k, v in self.settings.items() if k in sensitive and v is not None]
+        self.log = PluginLog(plugin_id, self.limits.max_log_lines, self.limits.max_log_line_bytes,
+                             secrets)
+        self.calls = 0
+        self.faults = 0
+        self.last_fault: PluginFault | None = None
+        self._streak = 0
+        self._cooldown = self.quarantine.cooldown_s
+        self._quarantined_until = 0.0
+        self._idle: list[PluginInstance] = []
+        self._lock = threading.Lock()
+        self.registration: Registration
+        self._release(self.new_instance())
+
+    # -- instances -----------------------------------------------------------------
+
+    def _context(self) -> CallContext:
+        return CallContext(self.id, self.grants, self.settings, self.sensitive, self.log,
+                           ABI_MINOR, self._limits_dict)
+
+    def register_request(self) -> dict[str, Any]:
+        public = {k: v for k, v in self.settings.items() if k not in self.sensitive}
+        return {"abi": {"major": ABI_MAJOR, "minor": ABI_MINOR},
+                "host": {"name": "wasmext", "version": __version__},
+                "plugin": {"id": self.id}, "settings": public}
+
+    def new_instance(self) -> PluginInstance:
+        """A fresh, registered instance (faults here count like call faults)."""
+        inst = PluginInstance(self.module, self.limits, self._context(), self.services)
+        inst.meter = self.meter
+        try:
+            reg = Registration.parse(inst.start(self.register_request()), self.id,
+                                     self.default_priority)
+        except PluginFault as fault:
+            self._record_fault(fault)
+            raise
+        inst.ctx.abi_minor = min(ABI_MINOR, reg.abi_minor)
+        self.registration = reg
+        return inst
+
+    def _borrow(self) -> PluginInstance:
+        # list.pop and list.append are atomic under the GIL: no lock on the hot path.
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self.new_instance()
+
+    def _release(self, inst: PluginInstance) -> None:
+        if len(self._idle) < self.max_idle:
+            self._idle.append(inst)
+
+    # -- faults --------------------------------------------------------------------
+
+    @property
+    def quarantined(self) -> bool:
+        return time.monotonic() < self._quarantined_until
+
+    def _record_fault(self, fault: PluginFault) -> None:
+        with self._lock:
+            self.faults += 1
+            self._streak += 1
+            self.last_fault = fault
+            if self._streak >= self.quarantine.max_faults:
+                self._quarantined_until = time.monotonic() + self._cooldown
+                self._cooldown = min(self._cooldown * 2, self.quarantine.max_cooldown_s)
+                self._streak = 0
+
+    def _record_success(self) -> None:
+        if self._streak:
+            with self._lock:
+                self._streak = 0
+                self._cooldown = self.quarantine.cooldown_s
+
+    def set_grants(self, grants: frozenset[str]) -> None:
+        """Change the capabilities; instances already created see it at their next call."""
+        self.grants = grants
+        for inst in list(self._idle):
+            inst.ctx.grants = grants
+
+    def release_quarantine(self) -> None:
+        """End a quarantine now (an operator's decision)."""
+        with self._lock:
+            self._quarantined_until = 0.0
+            self._streak = 0
+
+    # -- calls ---------------------------------------------------------------------
+
+    def call(self, hook: str, data: Any = None, meta: dict[str, Any] | None = None) -> CallResult:
+        """Run `hook` with `data`. Raises PluginFault subclasses (the instance is
+        discarded), PluginError (the guest said no), Quarantined, InputTooLarge."""
+        if self._quarantined_until and self.quarantined:
+            raise Quarantined(f"plugin {self.id} is quarantined after repeated faults "
+                              f"(last: {self.last_fault.reason if self.last_fault else '?'})",
+                              plugin_id=self.id, hook=hook)
+        inst = self._borrow()
+        inst.meter = self.meter
+        self.calls += 1
+        ctx = inst.ctx
+        ctx.session = meta.get("session") if meta else None
+        try:
+            result = inst.call(hook, data, meta)
+        except PluginFault as fault:
+            if ctx.pending:
+                ctx.finish(False)  # a faulted call's state writes never happened
+            self._record_fault(fault)
+            raise
+        except BaseException:
+            if ctx.pending:
+                ctx.finish(False)
+            self._release(inst)
+            raise
+        try:
+            if ctx.pending:
+                ctx.finish(True)  # may refuse (a state commit): then the call failed
+        finally:
+            self._release(inst)
+        self._record_success()
+        return result
+
+    def with_limits(self, limits: Limits) -> Plugin:
+        """The same code and settings under other limits (a new instance pool)."""
+        return Plugin(self.module, plugin_id=self.id, limits=limits, settings=self.settings,
+                      sensitive=self.sensitive, grants=self.grants, services=self.services,
+                      quarantine=replace(self.quarantine), max_idle=self.max_idle,
+                      default_priority=self.default_priority)
+
+    def close(self) -> None:
+        with self._lock:
+            self._idle.clear()
+
+    def describe(self) -> dict[str, Any]:
+        reg = self.registration
+        return {
+            "id": self.id,
+            "name": reg.name,
+            "version": reg.version,
+            "abi": {"major": ABI_MAJOR, "minor": min(ABI_MINOR, reg.abi_minor),
+                    "guest_minor": reg.abi_minor},
+            "hooks": [{"hook": h.hook, "priority": h.priority, "pattern": h.pattern}
+                      for h in reg.hooks],
+            "extra": dict(reg.extra),
+            "size": self.module.info.size,
+            "digest": f"sha256:{self.module.info.digest}",
+            "imports": [f"{m}.{n}" for m, n in self.module.info.imports],
+            "wasi": self.module.info.uses_wasi,
+        }

@@ -1,0 +1,97 @@
+"""The bounded, sanitised log every plugin instance writes into.
+
+Guest text is untrusted: control characters could forge log lines or drive a
+terminal, and a loop could fill the disk. Lines are cut to a byte cap,
+control characters become spaces, at most `max_lines` are kept, and the values
+of sensitive settings are replaced by `***` before anything is stored or
+forwarded to Python logging.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from wasmext._abi import LOG_LEVELS
+
+__all__ = ["LogLine", "PluginLog", "sanitize"]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_LEVEL_NAMES = {v: k for k, v in LOG_LEVELS.items()}
+_PY_LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
+              "warn": logging.WARNING, "error": logging.ERROR}
+REDACTED = "***"
+
+
+def level_name(level: int | str) -> str:
+    """Normalise an int or str level; anything unknown is `info`."""
+    if isinstance(level, str):
+        return level if level in LOG_LEVELS else "info"
+    return _LEVEL_NAMES.get(level, "info")
+
+
+def sanitize(raw: bytes, max_bytes: int) -> str:
+    """Decode, cut to max_bytes (on a character boundary) and neutralise control chars."""
+    text = raw[:max_bytes].decode("utf-8", errors="ignore" if len(raw) > max_bytes else "replace")
+    return _CONTROL.sub(" ", text)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    time: float
+    level: str
+    source: str  # "log", "stdout" or "stderr"
+    text: str
+
+
+class PluginLog:
+    """The last `max_lines` lines of one plugin, shared by its instances."""
+
+    def __init__(self, plugin_id: str, max_lines: int, max_line_bytes: int,
+                 secrets: Iterable[str] = ()) -> None:
+        self.plugin_id = plugin_id
+        self.max_line_bytes = max_line_bytes
+        self.lines: deque[LogLine] = deque(maxlen=max_lines)
+        self.dropped = 0
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._logger = logging.getLogger(f"wasmext.sandbox.plugin.{plugin_id}")
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def append(self, level: int | str, raw: bytes, source: str = "log") -> None:
+        name = level_name(level)
+        text = self.redact(sanitize(raw, self.max_line_bytes))
+        if len(self.lines) == self.lines.maxlen:
+            self.dropped += 1
+        self.lines.append(LogLine(time.time(), name, source, text))
+        self._logger.log(_PY_LEVELS[name], "%s", text,
+                         extra={"plugin_id": self.plugin_id, "source": source})
+
+    def stream_writer(self, source: str) -> StreamCapture:
+        return StreamCapture(self, source)
+
+
+class StreamCapture:
+    """Collects a guest's WASI stdout/stderr writes into whole log lines."""
+
+    def __init__(self, log: PluginLog, source: str) -> None:
+        self._log = log
+        self._source = source
+        self._pending = b""
+
+    def __call__(self, data: bytes) -> int:
+        buf = self._pending + bytes(data)
+        *complete, self._pending = buf.split(b"\n")
+        for line in complete:
+            self._log.append("info", line, self._source)
+        if len(self._pending) > self._log.max_line_bytes:
+            self._log.append("info", self._pending, self._source)
+            self._pending = b""
+        return len(data)

@@ -1,0 +1,74 @@
+"""What the services need of the host: a loaded plugin, and a small protocol.
+
+Services (tools, events) call plugins back, so they need a view of the host;
+the Host implements `PluginHost`, and nothing here imports it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from wasmext.errors import WasmextError
+from wasmext.manifest import Manifest
+from wasmext.sandbox.backends.extism import ExtismPlugin
+from wasmext.sandbox.instance import CallResult
+from wasmext.sandbox.plugin import Plugin
+
+__all__ = ["CallTrace", "FaultRecord", "LoadedPlugin", "PluginHost"]
+
+
+@dataclass
+class LoadedPlugin:
+    """A plugin the host loaded, with where it came from and its failure state."""
+
+    plugin: Plugin | ExtismPlugin
+    source: str
+    load_index: int
+    manifest: Manifest | None
+    failure: str = "open"
+    reload_after: float = 0.0
+    backoff_s: float = 0.5
+
+    @property
+    def id(self) -> str:
+        return self.plugin.id
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    plugin_id: str
+    hook: str
+    reason: str
+    message: str
+    policy: str
+    time: float = field(default_factory=time.time)
+
+
+class CallTrace(Protocol):
+    """The part of a session a call is traced into."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def trace(self) -> Any: ...
+
+
+class PluginHost(Protocol):
+    """The host as a service sees it: its plugins, and calls into them."""
+
+    @property
+    def plugins(self) -> Mapping[str, LoadedPlugin]: ...
+
+    @property
+    def load_errors(self) -> list[WasmextError]: ...
+
+    def try_call(self, plugin_id: str, hook: str, data: Any, session: Any = None
+                 ) -> tuple[CallResult | None, str | None]:
+        """Call without the failure policy: (result, None) or (None, reason)."""
+
+    def deliver(self, plugin_id: str, hook: str, data: Any) -> CallResult | None:
+        """Call under the plugin's failure policy, with no session (event delivery)."""

@@ -1,0 +1,136 @@
+"""The `state.*` host_call ops over a state store, one transaction per hook call.
+
+The first state op of a call opens a transaction on the calling plugin and
+session; it commits when the call succeeds and rolls back when the call
+faults or answers an error, so a half-done call leaves no trace. Values are
+MessagePack documents, stored as the exact bytes and returned decoded.
+
+    {"op": "state.get",    "key": k, "scope"?: "session" | "plugin"}      -> value
+    {"op": "state.set",    "key": k, "value": v, "scope"?, "ttl"?: seconds} -> nil
+    {"op": "state.delete", "key": k, "scope"?}                            -> existed
+    {"op": "state.keys",   "scope"?, "prefix"?: str}                      -> [keys]
+    {"op": "state.clear",  "scope"?}                                      -> count
+    {"op": "state.cas",    "key": k, "expected"?: v, "value"?: v, "scope"?, "ttl"?} -> nil
+
+`state.get` of a missing key answers `not_found`; `state.cas` without
+`expected` requires the key to be absent and without `value` deletes it.
+Quota errors answer `limit`, a failed compare-and-set `conflict`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wasmext.errors import PluginError
+from wasmext.sandbox.codec import DecodeError, decode, encode
+from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.state import StateError, StateStore
+
+if TYPE_CHECKING:
+    from wasmext.observe.metrics import Metrics
+    from wasmext.state import Transaction
+
+__all__ = ["install_state"]
+
+log = logging.getLogger("wasmext.state")
+_SCOPES = ("session", "plugin")
+
+
+def install_state(services: HostServices, store: Callable[[], StateStore],
+                  metrics: Metrics | None = None) -> None:
+    """Register the state ops; `store()` opens the store on first use."""
+
+    def txn(ctx: CallContext) -> Transaction:
+        current: Transaction | None = ctx.__dict__.get("state_txn")
+        if current is not None:
+            return current
+        opened = store().begin(ctx.plugin_id, ctx.session)
+        ctx.__dict__["state_txn"] = opened
+
+        def done(success: bool) -> None:
+            ctx.__dict__.pop("state_txn", None)
+            if not success:
+                opened.rollback()
+                return
+            wrote = opened.pending
+            try:
+                report = opened.commit()
+            except StateError as err:
+                # Another writer changed what this call read, or took the room it
+                # needed: the call's result rested on writes that did not happen.
+                raise PluginError(f"state commit refused after the call: {err.message}",
+                                  code=err.code, plugin_id=ctx.plugin_id, hook=ctx.hook) from err
+            if metrics is not None and wrote:
+                from wasmext.state import Scope
+
+                size = store().usage(Scope(ctx.plugin_id)).plugin_bytes
+                metrics.set_state_size(ctx.plugin_id, size)
+            for warning in report.warnings:
+                log.warning("plugin %s: %s", ctx.plugin_id, warning,
+                            extra={"plugin_id": ctx.plugin_id, "session": ctx.session})
+            if report.evicted:
+                log.info("plugin %s: %d state entries evicted (least recently used)",
+                         ctx.plugin_id, len(report.evicted), extra={"plugin_id": ctx.plugin_id})
+                if metrics is not None:
+                    metrics.record_eviction(ctx.plugin_id, len(report.evicted))
+        ctx.pending.append(done)
+        return opened
+
+    def scope(req: dict[str, Any]) -> Any:
+        value = req.get("scope", "session")
+        if value not in _SCOPES:
+            raise OpError("invalid", "'scope' must be 'session' or 'plugin'")
+        return value
+
+    def key(req: dict[str, Any]) -> str:
+        value = req.get("key")
+        if not isinstance(value, str):
+            raise OpError("invalid", "'key' must be a string")
+        return value
+
+    def ttl(req: dict[str, Any]) -> float | None:
+        value = req.get("ttl")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise OpError("invalid", "'ttl' must be a number of seconds")
+        return value
+
+    def op(name: str, body: Callable[[Transaction, dict[str, Any]], Any]) -> None:
+        def handler(ctx: CallContext, req: dict[str, Any]) -> Any:
+            try:
+                result = body(txn(ctx), req)
+            except StateError as err:
+                raise OpError(getattr(err, "code", "internal"), err.message) from None
+            if metrics is not None:
+                metrics.record_state_op(ctx.plugin_id, name.split(".", 1)[1])
+            return result
+        services.register(name, handler)
+
+    def get(t: Transaction, req: dict[str, Any]) -> Any:
+        raw = t.get(key(req), scope=scope(req))
+        if raw is None:
+            raise OpError("not_found", f"no state key {req['key']!r}")
+        try:
+            return decode(raw)
+        except DecodeError as exc:  # only a foreign import could have stored it
+            raise OpError("internal", f"stored value is unreadable: {exc}") from exc
+
+    def cas(t: Transaction, req: dict[str, Any]) -> None:
+        expected = encode(req["expected"]) if "expected" in req else None
+        new = encode(req["value"]) if "value" in req else None
+        t.cas(key(req), expected, new, scope=scope(req), ttl=ttl(req))
+
+    def keys(t: Transaction, req: dict[str, Any]) -> list[str]:
+        prefix = req.get("prefix", "")
+        if not isinstance(prefix, str):
+            raise OpError("invalid", "'prefix' must be a string")
+        return t.keys(scope=scope(req), prefix=prefix)
+
+    op("state.get", get)
+    op("state.set", lambda t, r: t.set(key(r), encode(r.get("value")), scope=scope(r),
+                                       ttl=ttl(r)))
+    op("state.delete", lambda t, r: t.delete(key(r), scope=scope(r)))
+    op("state.keys", keys)
+    op("state.clear", lambda t, r: t.clear(scope=scope(r)))
+    op("state.cas", cas)

@@ -1,0 +1,225 @@
+"""The tool registry: host (Python) tools and plugin tools behind one interface.
+
+A plugin registers tools in its registration map:
+
+    "tools": [{"name": "lookup", "description": "...", "input_schema": {...},
+               "output_schema"?: {...}}]
+
+and serves them as its `on_tool` hook, `{"name": "lookup", "args": {...}}`
+(entries may carry a `pattern`, so one plugin can route tools to handlers).
+The registry names a plugin tool `{plugin_id}__{name}`; a plugin can never
+shadow a host tool (or a tool another owner registered), names and
+descriptions are length-limited and stripped of control characters, and every
+schema is checked with jsonschema before it is accepted. A call validates its
+arguments against the schema, runs through the `tool_call` middleware, and
+answers `{"status": "ok", "output": ...}` or `{"status": "error", "error":
+{"message", "code"?}}`. Plugins call tools with the `tool.call` op when granted
+`tools` and `tool:<pattern>` (fnmatch), nested at most `MAX_DEPTH` deep.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import jsonschema
+
+from wasmext.errors import ConfigError, PluginError, WasmextError
+from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+
+if TYPE_CHECKING:
+    from wasmext.services.hostview import LoadedPlugin, PluginHost
+
+__all__ = ["MAX_DEPTH", "Tool", "ToolRegistry", "ToolSession"]
+
+
+class ToolSession(Protocol):
+    """A session, as far as tools need it: traced calls and tool_call middleware."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def trace(self) -> Any: ...
+
+    def middleware(self, kind: str, data: dict[str, Any],
+                   core: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]: ...
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_DESCRIPTION = 1024
+MAX_DEPTH = 4
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+Runner = Callable[[dict[str, Any], "ToolSession | None"], Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    owner: str  # "host", "plugin:<id>" or "mcp:<server>"
+    run: Runner = field(compare=False)
+    output_schema: Mapping[str, Any] | None = None
+
+    def catalog_entry(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description,
+                "input_schema": dict(self.input_schema)}
+
+
+def _clean(text: Any, limit: int) -> str:
+    return _CONTROL.sub(" ", str(text))[:limit]
+
+
+def _check_schema(schema: Any, where: str) -> dict[str, Any]:
+    if not isinstance(schema, dict):
+        raise ConfigError(f"{where}: input_schema must be a JSON Schema object")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(f"{where}: invalid JSON Schema: {exc.message}") from exc
+    return schema
+
+
+class _Depth(threading.local):
+    def __init__(self) -> None:
+        self.value = 0
+
+
+class ToolRegistry:
+    """Every tool the host can call, by name."""
+
+    def __init__(self, host: PluginHost) -> None:
+        self.host = host
+        self.tools: dict[str, Tool] = {}
+        self._lock = threading.Lock()
+        self._depth = _Depth()
+
+    # -- registration -------------------------------------------------------------------
+
+    def add(self, tool: Tool) -> None:
+        with self._lock:
+            old = self.tools.get(tool.name)
+            if old is not None and old.owner != tool.owner:
+                raise ConfigError(f"tool {tool.name!r} belongs to {old.owner}; "
+                                  f"{tool.owner} cannot shadow it")
+            self.tools[tool.name] = tool
+
+    def register_python(self, name: str, fn: Callable[[dict[str, Any]], Any], *,
+                        description: str = "", input_schema: Mapping[str, Any] | None = None
+                        ) -> Tool:
+        """A host tool: `fn(args)` returns the output; an exception is an error result."""
+        if not NAME_RE.match(name):
+            raise ConfigError(f"tool name {name!r}: letters, digits, '_' and '-', 1-64")
+        schema = _check_schema(dict(input_schema or {"type": "object"}), f"tool {name}")
+        tool = Tool(name, _clean(description, MAX_DESCRIPTION), schema, "host",
+                    lambda args, session: fn(args))
+        self.add(tool)
+        return tool
+
+    def register_plugin(self, lp: LoadedPlugin) -> list[str]:
+        """The tools in a plugin's registration map; returns the problems found."""
+        raw = lp.plugin.registration.extra.get("tools")
+        if raw is None:
+            return []
+        problems: list[str] = []
+        if not isinstance(raw, list):
+            return [f"plugin {lp.id}: 'tools' must be an array"]
+        self.drop_owner(f"plugin:{lp.id}")  # re-registering replaces
+        for i, spec in enumerate(raw):
+            where = f"plugin {lp.id} tools[{i}]"
+            try:
+                if not isinstance(spec, dict) or not NAME_RE.match(str(spec.get("name", ""))):
+                    raise ConfigError(f"{where}: 'name' must be letters, digits, '_' or '-'")
+                short = spec["name"]
+                out = spec.get("output_schema")
+                tool = Tool(f"{lp.id}__{short}", _clean(spec.get("description", ""),
+                                                        MAX_DESCRIPTION),
+                            _check_schema(spec.get("input_schema", {"type": "object"}), where),
+                            f"plugin:{lp.id}", self._plugin_runner(lp.id, short),
+                            _check_schema(out, where) if out is not None else None)
+                self.add(tool)
+            except ConfigError as err:
+                problems.append(err.message)
+        return problems
+
+    def drop_owner(self, owner: str) -> None:
+        with self._lock:
+            for name in [n for n, t in self.tools.items() if t.owner == owner]:
+                del self.tools[name]
+
+    def _plugin_runner(self, plugin_id: str, short: str) -> Runner:
+        def run(args: dict[str, Any], session: ToolSession | None) -> Any:
+            # Through the host: the call is traced, metered and its faults recorded.
+            result, error = self.host.try_call(plugin_id, "on_tool",
+                                               {"name": short, "args": args}, session)
+            if result is None:
+                code, _, message = (error or "failed").partition(": ")
+                raise PluginError(message or code, code=code if message else "failed",
+                                  plugin_id=plugin_id, hook="on_tool")
+            return result.value
+        return run
+
+    # -- calling ------------------------------------------------------------------------
+
+    def catalog(self) -> list[dict[str, Any]]:
+        return [t.catalog_entry() for t in sorted(self.tools.values(), key=lambda t: t.name)]
+
+    def execute(self, name: str, args: Any, session: ToolSession | None = None) -> dict[str, Any]:
+        """Validate the arguments and run the tool (no middleware): a result map."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return {"status": "error", "error": {"message": f"no tool {name!r}",
+                                                 "code": "not_found"}}
+        try:
+            jsonschema.validate(args, dict(tool.input_schema),
+                                cls=jsonschema.Draft202012Validator)
+        except jsonschema.ValidationError as exc:
+            return {"status": "error", "error": {"message": f"invalid arguments: {exc.message}",
+                                                 "code": "invalid"}}
+        try:
+            return {"status": "ok", "output": tool.run(args, session)}
+        except PluginError as err:
+            return {"status": "error", "error": {"message": err.message, "code": err.code}}
+        except WasmextError as err:
+            return {"status": "error", "error": {"message": err.describe(), "code": "failed"}}
+        except Exception as exc:  # a host tool's own failure is the caller's result
+            return {"status": "error", "error": {"message": f"{type(exc).__name__}: {exc}",
+                                                 "code": "failed"}}
+
+    def call(self, name: str, args: Any, session: ToolSession | None = None,
+             call_id: str = "") -> dict[str, Any]:
+        """`execute` wrapped in the tool_call middleware (when there is a session)."""
+        if session is None:
+            return self.execute(name, args)
+        data = {"turn_id": "", "step": 0, "call_id": call_id, "tool": name, "args": args,
+                "metadata": {}}
+        return session.middleware("tool_call", data,
+                                  lambda d: self.execute(d["tool"], d.get("args", {}), session))
+
+    def install(self, services: HostServices) -> None:
+        def tool_call(ctx: CallContext, req: dict[str, Any]) -> Any:
+            name = req.get("name")
+            if not isinstance(name, str):
+                raise OpError("invalid", "'name' must be a string")
+            lp = self.host.plugins.get(ctx.plugin_id)
+            grants = lp.plugin.grants if lp else frozenset()
+            if not any(g.startswith("tool:") and fnmatch.fnmatchcase(name, g[5:])
+                       for g in grants):
+                raise OpError("denied", f"plugin {ctx.plugin_id} may not call tool {name!r}")
+            if self._depth.value >= MAX_DEPTH:
+                raise OpError("limit", f"tool calls nested deeper than {MAX_DEPTH}")
+            self._depth.value += 1
+            started = time.perf_counter()
+            try:
+                return self.call(name, req.get("args", {}))
+            finally:
+                self._depth.value -= 1
+                # The tool's own time is not this plugin's host-call time.
+                ctx.nested_seconds += time.perf_counter() - started
+        services.register("tool.call", tool_call)

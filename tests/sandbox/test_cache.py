@@ -1,0 +1,79 @@
+"""The compile cache: reused when authentic, never trusted otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import wasmtime
+
+from wasmext import CompileCache, Runtime
+from wasmext.sandbox.engine import shared_engine
+from wasmext.testing import guest_wat
+
+WASM = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "cached"})))
+
+
+def make_cache(tmp_path: Path) -> CompileCache:
+    return CompileCache(tmp_path / "modules", tmp_path / "key")
+
+
+def only_entry(cache: CompileCache) -> Path:
+    entries = list(cache.directory.glob("*.cwasm"))
+    assert len(entries) == 1
+    return entries[0]
+
+
+def test_second_load_is_a_hit(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path)
+    with Runtime(cache=cache) as rt:
+        rt.load(WASM, plugin_id="a")
+        rt.load(WASM, plugin_id="b")
+        assert (cache.misses, cache.hits) == (1, 1)
+        assert rt.plugins["b"].call("test").value == "cached"
+    assert (tmp_path / "key").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("tamper", ["flip-payload", "foreign-file", "truncated", "other-key"])
+def test_poisoned_entries_are_recompiled(tmp_path: Path, tamper: str) -> None:
+    cache = make_cache(tmp_path)
+    with Runtime(cache=cache) as rt:
+        rt.load(WASM, plugin_id="a")
+    entry = only_entry(cache)
+    blob = bytearray(entry.read_bytes())
+    if tamper == "flip-payload":
+        blob[-100] ^= 0xFF
+        entry.write_bytes(bytes(blob))
+    elif tamper == "foreign-file":
+        # A valid serialized module written by someone else, without our MAC.
+        entry.write_bytes(wasmtime.Module(shared_engine().engine, WASM).serialize())
+    elif tamper == "truncated":
+        entry.write_bytes(bytes(blob[:50]))
+    else:
+        (tmp_path / "key").write_bytes(b"k" * 32)
+    fresh = make_cache(tmp_path)
+    with Runtime(cache=fresh) as rt:
+        assert rt.load(WASM, plugin_id="a").call("test").value == "cached"
+    assert fresh.rejected == 1 and fresh.hits == 0 and fresh.misses == 1
+    # The recompiled entry is authentic again.
+    again = make_cache(tmp_path)
+    with Runtime(cache=again) as rt:
+        rt.load(WASM, plugin_id="a")
+    assert again.hits == 1
+
+
+def test_unwritable_cache_still_loads(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cache = CompileCache(blocker / "modules", tmp_path / "key")
+    with Runtime(cache=cache) as rt:
+        assert rt.load(WASM, plugin_id="a").call("test").value == "cached"
+
+
+def test_key_includes_engine_fingerprint(tmp_path: Path) -> None:
+    from wasmext.sandbox.engine import EngineConfig
+
+    cache = make_cache(tmp_path)
+    a = cache.entry_path("d" * 64, shared_engine())
+    b = cache.entry_path("d" * 64, shared_engine(EngineConfig(max_wasm_stack_bytes=256 * 1024)))
+    assert a != b
