@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wasmext.manifest import BuildSpec, load_manifest
+from wasmext.manifest import BuildSpec, load_folder
 
 SDK_ENV = "WASMEXT_SDK_DIR"
 ZIG_INSTALL_HINT = "pip install 'wasmext[build]'   (installs the ziglang toolchain)"
@@ -108,8 +108,8 @@ def commands_for(lang: str) -> StepsFn | None:
 
 def build_plugin(plugin_dir: Path, out_dir: Path | None = None) -> BuildResult:
     """Build the plugin in `plugin_dir`; the .wasm lands beside plugin.toml."""
+    manifest = load_folder(plugin_dir)  # the folder rules, before resolving any symlink
     plugin_dir = plugin_dir.resolve()
-    manifest = load_manifest(plugin_dir / "plugin.toml")
     spec = manifest.build
     if spec is None:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: no [build] table")

@@ -89,7 +89,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
 @click.argument("plugin", type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def inspect(plugin: Path, as_json: bool) -> None:
-    """Show what PLUGIN registered, its ABI version, size and digest."""
+    """Show what PLUGIN registered, its ABI version, size, digest and limits."""
     with Runtime() as rt:
         try:
             info = rt.load(plugin).describe()
@@ -112,6 +112,10 @@ def inspect(plugin: Path, as_json: bool) -> None:
         click.echo(f"  {h['hook']:<24} priority {h['priority']}{pattern}")
     for key, value in info["extra"].items():
         click.echo(f"{key:<9} {json.dumps(_jsonable(value), ensure_ascii=False)}")
+    requested = info["limits"]["requested"]
+    click.echo("limits    requested -> effective (the manifest may only lower the host's)")
+    for name, value in info["limits"]["effective"].items():
+        click.echo(f"  {name:<24} {requested.get(name, '-')!s:>12} -> {value}")
 
 
 @main.command()

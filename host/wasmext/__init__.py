@@ -36,6 +36,7 @@ from wasmext.errors import (
     StackOverflow,
     Timeout,
     UnknownImport,
+    UnsafeFolder,
     WasmextError,
 )
 from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
@@ -103,6 +104,7 @@ __all__ = [
     "TraceEvent",
     "TransformResult",
     "UnknownImport",
+    "UnsafeFolder",
     "WasmextError",
     "__version__",
     "load_config",

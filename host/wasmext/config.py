@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wasmext._toml import tomllib
+from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError
 from wasmext.manifest import FAILURE_POLICIES, ID_RE
 from wasmext.mcp.config import McpServerConfig, parse_mcp
@@ -212,13 +212,14 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
 
 
 def load_config(path: str | Path) -> HostConfig:
+    """Read and validate a wasmext.toml, under the size and nesting caps of `_toml`."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse_text(read_capped(path))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except ConfigTextError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
     return parse_config(data, path)
 
 
@@ -234,7 +235,7 @@ class EnableState:
             choices = raw.get("enabled", {}) if isinstance(raw, dict) else {}
             self._choices = {k: v for k, v in choices.items()
                              if isinstance(k, str) and isinstance(v, bool)}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             self._choices = {}
 
     def is_enabled(self, plugin_id: str) -> bool:

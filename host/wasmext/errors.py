@@ -6,7 +6,8 @@
     ├── LoadError                   a module cannot become a plugin
     │   ├── InvalidModule           not WebAssembly, or does not compile
     │   ├── AbiMismatch             wrong ABI version or missing/mistyped exports
-    │   └── UnknownImport           imports something the host does not offer
+    │   ├── UnknownImport           imports something the host does not offer
+    │   └── UnsafeFolder            a plugin folder that is, or holds, a symlink out of it
     ├── PluginFault                 the plugin misbehaved during a call (counts
     │   │                           towards quarantine; the host keeps serving)
     │   ├── OutOfFuel
@@ -57,6 +58,7 @@ __all__ = [
     "StackOverflow",
     "Timeout",
     "UnknownImport",
+    "UnsafeFolder",
     "WasmextError",
 ]
 
@@ -108,6 +110,10 @@ class AbiMismatch(LoadError):
 
 class UnknownImport(LoadError):
     reason = "unknown import"
+
+
+class UnsafeFolder(LoadError):
+    reason = "unsafe folder"
 
 
 class PluginFault(WasmextError):

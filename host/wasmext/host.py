@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmext.config import EnableState, HostConfig, load_config, open_store
-from wasmext.discovery import check_folder, discover
+from wasmext.discovery import as_load_error, discover
 from wasmext.errors import (
     ConfigError,
     HookAborted,
@@ -33,7 +33,7 @@ from wasmext.errors import (
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
-from wasmext.manifest import Manifest, load_manifest
+from wasmext.manifest import Manifest, load_folder
 from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
@@ -146,7 +146,10 @@ class Host:
             return
         try:
             self.add(folder, source_kind=source, manifest=manifest)
-        except WasmextError as err:
+        except Exception as exc:  # one plugin never stops the others
+            err = as_load_error(folder, exc)
+            if err.plugin_id is None:
+                err.plugin_id = manifest.id
             log.error("plugin %s not loaded: %s", manifest.id, err.describe())
             self.load_errors.append(err)
 
@@ -167,8 +170,7 @@ class Host:
         else:
             path = Path(source) if isinstance(source, (str, Path)) else None
             if manifest is None and path is not None and path.is_dir():
-                manifest = load_manifest(path / "plugin.toml")
-                check_folder(path, manifest)
+                manifest = load_folder(path)
             pid = plugin_id or (manifest.id if manifest else None)
             over = self.config.overrides.get(pid or "")
             merged_settings = {**(over.settings if over else {}), **(settings or {})}

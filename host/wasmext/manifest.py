@@ -2,7 +2,10 @@
 
 Every error names the file and the field, so an author can fix it without
 reading host code. Unknown top-level tables are refused: a typo must not be a
-silently ignored limit.
+silently ignored limit. A manifest is untrusted text: it is read under a size
+and a nesting cap, and `load_folder` holds the folder rules (no symlink out of
+a plugin folder) for every path that loads a plugin from a folder. What it
+asks for in `[limits]` is only a request: see `sandbox.limits.effective_limits`.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from wasmext._abi import ABI_MAJOR
-from wasmext._toml import tomllib
-from wasmext.errors import ManifestError
+from wasmext._toml import ConfigTextError, parse_text, read_capped
+from wasmext.errors import ManifestError, UnsafeFolder
 from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.sandbox.limits import Limits
 
@@ -28,6 +31,7 @@ SETTING_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 KNOWN_KEYS = {"id", "version", "description", "abi", "priority", "wasm", "limits",
               "capabilities", "settings", "build", "before", "after", "failure", "mcp"}
 FAILURE_POLICIES = ("open", "closed", "reload")
+MAX_MANIFEST_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -167,13 +171,50 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
 
 
 def load_manifest(path: Path) -> Manifest:
-    """Read and validate `path` (a plugin.toml)."""
+    """Read and validate `path` (a plugin.toml), under the size and nesting caps.
+
+    Raises ManifestError and nothing else, whatever the file holds.
+    """
     try:
-        raw = path.read_bytes()
+        raw = read_capped(path, MAX_MANIFEST_BYTES)
+        data = parse_text(raw, max_bytes=MAX_MANIFEST_BYTES)
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}", path=path) from exc
+    except ConfigTextError as exc:
+        raise ManifestError(f"{path}: {exc}", path=path) from exc
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ManifestError(f"{path}: not valid TOML: {exc}", path=path) from exc
-    return parse_manifest(data, path)
+        return parse_manifest(data, path)
+    except ManifestError:
+        raise
+    except Exception as exc:  # a validator's bug must not become the host's crash
+        raise ManifestError(f"{path}: cannot validate: {type(exc).__name__}: {exc}",
+                            path=path) from exc
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop
+        return False
+    return True
+
+
+def load_folder(folder: Path) -> Manifest:
+    """The manifest of a plugin folder, under the folder rules every loader follows
+    (discovery, `Runtime.load`, `Host.add`, `wasmext inspect/call/build`).
+
+    The folder must not be a symlink; its plugin.toml and its module must not
+    resolve outside it (a module not built yet passes: loading reports it).
+    Raises UnsafeFolder for a symlink trick, ManifestError for the manifest.
+    """
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise UnsafeFolder(f"{folder}: plugin folder is a symlink; refusing it")
+    toml = folder / "plugin.toml"
+    if toml.is_symlink() and not _inside(toml, folder):
+        raise UnsafeFolder(f"{toml}: resolves outside its plugin folder")
+    manifest = load_manifest(toml)
+    wasm = manifest.wasm_path
+    if (wasm.is_symlink() or wasm.exists()) and not _inside(wasm, folder):
+        raise UnsafeFolder(f"{wasm}: resolves outside its plugin folder", plugin_id=manifest.id)
+    return manifest

@@ -16,12 +16,12 @@ from typing import Any
 import wasmtime
 
 from wasmext.errors import ConfigError, InvalidModule, LoadError
-from wasmext.manifest import ID_RE, Manifest, load_manifest
+from wasmext.manifest import ID_RE, Manifest, load_folder
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import EngineConfig, SharedEngine, shared_engine
 from wasmext.sandbox.hostcalls import HostServices
-from wasmext.sandbox.limits import Limits
+from wasmext.sandbox.limits import Limits, effective_limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
 
@@ -140,9 +140,11 @@ class Runtime:
              grants: Iterable[str] = (), priority: int | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin folder (with plugin.toml), a .wasm file, or module bytes.
 
-        Limits are the runtime defaults, then the manifest's, then `limits`,
-        each capped by the runtime's policy. `priority` replaces the manifest's
-        as the priority of hooks that do not state their own.
+        Limits follow `effective_limits`: the runtime defaults with `limits` (the
+        host's own choice for this plugin) replacing fields; the manifest's
+        `[limits]` may only lower them; the runtime's policy caps everything.
+        `priority` replaces the manifest's as the priority of hooks that do not
+        state their own.
         """
         manifest: Manifest | None = None
         if isinstance(source, (bytes, bytearray)):
@@ -151,7 +153,7 @@ class Runtime:
         else:
             path = Path(source)
             if path.is_dir():
-                manifest = load_manifest(path / "plugin.toml")
+                manifest = load_folder(path)  # the folder rules: no symlink out of it
                 wasm_path = manifest.wasm_path
                 if not wasm_path.is_file():
                     raise LoadError(f"{wasm_path}: not built yet (run: wasmext build {path})",
@@ -163,14 +165,8 @@ class Runtime:
             wasm, name = _read_module(wasm_path), str(wasm_path)
         if not ID_RE.match(pid):
             raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
-        eff = self.defaults
-        if manifest is not None and manifest.limits:
-            eff = eff.replace(**manifest.limits)
-        if isinstance(limits, Limits):
-            eff = limits
-        elif limits:
-            eff = eff.replace(**limits)
-        eff = eff.capped_by(self.policy)
+        requested = dict(manifest.limits) if manifest is not None else {}
+        eff = effective_limits(self.defaults, requested, limits, self.policy)
         values = resolve_settings(manifest, settings or {}) if manifest else dict(settings or {})
         sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
             else frozenset()
@@ -186,6 +182,7 @@ class Runtime:
                             settings=values, sensitive=sensitive, grants=frozenset(grants),
                             services=self.services, quarantine=self.quarantine,
                             default_priority=prio)
+        plugin.requested_limits = requested
         old = self.plugins.pop(pid, None)
         if old is not None:
             old.close()

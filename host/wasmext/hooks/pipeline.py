@@ -15,14 +15,13 @@ carried on) or ignore. Providers are tried in order until one answers.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wasmext._toml import tomllib
+from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError, PipelineError
 from wasmext.manifest import ID_RE
 
@@ -102,9 +101,8 @@ def parse_policy(raw: Mapping[str, Any]) -> Policy:
 def load_policy(path: Path) -> Policy:
     """A policy from a .json or .toml file."""
     try:
-        text = path.read_text(encoding="utf-8")
-        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (OSError, ValueError) as exc:
+        raw = parse_text(read_capped(path), kind="json" if path.suffix == ".json" else "toml")
+    except (OSError, ConfigTextError) as exc:  # size and nesting caps: see _toml
         raise ConfigError(f"{path}: cannot read policy: {exc}") from exc
     return parse_policy(raw)
 

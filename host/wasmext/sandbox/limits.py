@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,3 +58,25 @@ class Limits:
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
+
+
+def effective_limits(defaults: Limits, requested: Mapping[str, int] | None = None,
+                     granted: Mapping[str, int] | Limits | None = None,
+                     policy: Limits | None = None) -> Limits:
+    """The one rule for a plugin's limits; every loading path goes through it.
+
+    The host's base is `defaults` with `granted` (what the host decided for this
+    plugin: its per-plugin config, the embedder's `limits=`, command-line flags)
+    replacing fields; a `Limits` replaces all of them. What the plugin requests
+    for itself (its manifest's `[limits]`) may only lower that base, field by
+    field. Everything is then capped by the host's `policy`.
+    """
+    if isinstance(granted, Limits):
+        base = granted
+    else:
+        base = defaults.replace(**granted) if granted else defaults
+    if requested:
+        own = base.replace(**requested)  # validates names and values
+        base = Limits(**{f.name: min(getattr(own, f.name), getattr(base, f.name))
+                         for f in dataclasses.fields(base)})
+    return base.capped_by(policy) if policy is not None else base

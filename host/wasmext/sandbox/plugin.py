@@ -100,6 +100,8 @@ class Plugin:
         self.id = plugin_id
         self.module = module
         self.limits = limits or Limits()
+        # What the manifest asked for (the loader sets it); `limits` is what it got.
+        self.requested_limits: dict[str, int] = {}
         self.settings = dict(settings or {})
         self.sensitive = sensitive
         self.grants = grants
@@ -254,4 +256,6 @@ class Plugin:
             "digest": f"sha256:{self.module.info.digest}",
             "imports": [f"{m}.{n}" for m, n in self.module.info.imports],
             "wasi": self.module.info.uses_wasi,
+            "limits": {"requested": dict(self.requested_limits),
+                       "effective": self.limits.as_dict()},
         }

@@ -164,6 +164,7 @@ class ExtismPlugin:
 
         self.id = plugin_id
         self.limits = limits
+        self.requested_limits: dict[str, int] = {}  # the manifest's ask; the loader sets it
         self.settings = dict(settings)
         self.sensitive = sensitive
         self.grants = grants
@@ -292,4 +293,6 @@ class ExtismPlugin:
                 "extra": {}, "size": self.module.info.size,
                 "digest": f"sha256:{self.module.info.digest}",
                 "imports": [f"{m}.{n}" for m, n in self.module.info.imports],
-                "wasi": self.uses_wasi}
+                "wasi": self.uses_wasi,
+                "limits": {"requested": dict(self.requested_limits),
+                           "effective": self.limits.as_dict()}}
