@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,9 @@ def limits() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool) -> None:
     """List loaded plugins and the effective order of every hook."""
+    # Plugins that did not load are printed below, one line each; the library's
+    # own log lines about them would only repeat that on stderr.
+    logging.getLogger("wasmext").addHandler(logging.NullHandler())
     try:
         host = _host(_default_config(config), plugin_dirs)
     except WasmextError as err:
