@@ -1,7 +1,14 @@
-"""What the commands share: exit codes, common options, error printing."""
+"""What the commands share: exit codes, common options, error and text printing.
+
+Whatever a plugin wrote (names, versions, hook names, error codes and messages,
+state keys) reaches the terminal only through `_line` (one inert line of at
+most `wasmext.text.CAP` characters) or `_echo_json` (every string cleaned and
+capped, then any character a terminal would act on escaped as `\\uXXXX`).
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -9,6 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from wasmext import WasmextError
+from wasmext.text import CAP, clean, clean_tree, json_safe
 
 EXIT_FAULT = 1
 EXIT_USAGE = 2
@@ -25,8 +33,24 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _line(text: Any, limit: int = CAP) -> str:
+    """Plugin-controlled text as one inert, bounded line."""
+    return clean(text, limit)
+
+
+def _dumps(value: Any, indent: int | None = None, cap: bool = True) -> str:
+    """JSON for a terminal: strings cleaned and capped (unless `cap` is False, for a
+    hook's own answer), and no raw control, format or bidi character anywhere."""
+    doc = clean_tree(_jsonable(value)) if cap else _jsonable(value)
+    return json_safe(json.dumps(doc, indent=indent, ensure_ascii=False))
+
+
+def _echo_json(value: Any, indent: int | None = 2) -> None:
+    click.echo(_dumps(value, indent))
+
+
 def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
-    click.echo(f"wasmext: {err.describe()}", err=True)
+    click.echo(f"wasmext: {err.describe()}", err=True)  # describe() is one clean line
     sys.exit(code)
 
 

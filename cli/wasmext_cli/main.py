@@ -19,9 +19,11 @@ from wasmext_cli.common import (
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
+    _dumps,
+    _echo_json,
     _fail,
     _host,
-    _jsonable,
+    _line,
 )
 
 
@@ -82,8 +84,9 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         finally:
             if show_log and rt.plugins:
                 for line in next(iter(rt.plugins.values())).log.lines:
-                    click.echo(f"[{line.level}] {line.text}", err=True)
-    click.echo(json.dumps(_jsonable(result.value), ensure_ascii=False))
+                    click.echo(f"[{line.level}] {_line(line.text, 4096)}", err=True)
+    # The hook's answer is data: not cut, but nothing in it can drive the terminal.
+    click.echo(_dumps(result.value, cap=False))
 
 
 @main.command()
@@ -97,22 +100,23 @@ def inspect(plugin: Path, as_json: bool) -> None:
         except WasmextError as err:
             _fail(err)
     if as_json:
-        click.echo(json.dumps(_jsonable(info), indent=2, ensure_ascii=False))
+        _echo_json(info)
         return
     click.echo(f"id        {info['id']}")
-    click.echo(f"name      {info['name'] or '-'}  version {info['version'] or '-'}")
+    click.echo(f"name      {_line(info['name'] or '-', 128)}  "
+               f"version {_line(info['version'] or '-', 64)}")
     abi = info["abi"]
     click.echo(f"abi       {abi['major']}.{abi['minor']} (guest built for minor "
                f"{abi['guest_minor']})")
     click.echo(f"size      {info['size']} bytes")
     click.echo(f"digest    {info['digest']}")
-    click.echo(f"imports   {', '.join(info['imports']) or '-'}")
+    click.echo(f"imports   {_line(', '.join(info['imports']) or '-')}")
     click.echo("hooks")
     for h in info["hooks"]:
-        pattern = f"  pattern {h['pattern']}" if h["pattern"] else ""
-        click.echo(f"  {h['hook']:<24} priority {h['priority']}{pattern}")
+        pattern = f"  pattern {_line(h['pattern'], 256)}" if h["pattern"] else ""
+        click.echo(f"  {_line(h['hook'], 128):<24} priority {h['priority']}{pattern}")
     for key, value in info["extra"].items():
-        click.echo(f"{key:<9} {json.dumps(_jsonable(value), ensure_ascii=False)}")
+        click.echo(_line(f"{_line(key, 64):<9} {_dumps(value)}"))
     requested = info["limits"]["requested"]
     click.echo("limits    requested -> effective (the manifest may only lower the host's)")
     for name, value in info["limits"]["effective"].items():
@@ -162,15 +166,15 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                    for lp in host.plugins.values()]
         errors = [err.describe() for err in host.load_errors]
     if as_json:
-        click.echo(json.dumps({"plugins": plugins, "order": order, "errors": errors}, indent=2))
+        _echo_json({"plugins": plugins, "order": order, "errors": errors})
         return
     for p in plugins:
-        click.echo(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}")
+        click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
     for hook, entries in order.items():
         chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
-        click.echo(f"  {hook:<22} {chain}")
+        click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
     for line in errors:
-        click.echo(f"not loaded: {line}", err=True)
+        click.echo(f"not loaded: {_line(line)}", err=True)
 
 
 def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:

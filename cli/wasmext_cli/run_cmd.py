@@ -16,8 +16,10 @@ from wasmext_cli.common import (
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
+    _echo_json,
     _fail,
     _host,
+    _line,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,18 +110,16 @@ def run(**opts: Any) -> None:
 @session_options
 def stats(**opts: Any) -> None:
     """Run a session like `run` and print per-plugin calls, latency, fuel, faults, state."""
-    import json
-
     host, _, _ = _drive(opts)
     with host:
         table = host.observe.metrics.snapshot()
     if opts["as_json"]:
-        click.echo(json.dumps(table, indent=2))
+        _echo_json(table)
         return
     click.echo(f"{'plugin':<18}{'calls':>7}{'p50 ms':>9}{'p99 ms':>9}{'fuel':>12}"
                f"{'faults':>8}{'state B':>9}")
     for pid, s in sorted(table.items()):
         def ms(v: float | None) -> str:
             return f"{v:.3f}" if v is not None else "-"
-        click.echo(f"{pid:<18}{s['calls']:>7}{ms(s['p50_ms']):>9}{ms(s['p99_ms']):>9}"
+        click.echo(f"{_line(pid, 128):<18}{s['calls']:>7}{ms(s['p50_ms']):>9}{ms(s['p99_ms']):>9}"
                    f"{s['fuel']:>12}{s['faults']:>8}{s['state_bytes']:>9}")

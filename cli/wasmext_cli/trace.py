@@ -1,4 +1,11 @@
-"""Printing what `wasmext run` did: a readable trace, or one JSON document."""
+"""Printing what `wasmext run` did: a readable trace, or one JSON document.
+
+Plugins wrote much of it (trace details, answers, tool results): every line goes
+through `_line` (or `clean_lines` for an answer, which may have paragraphs) and
+the JSON document through `clean_tree` and `json_safe`, so nothing a plugin
+wrote can drive the terminal or forge a line. A turn's text fields are capped at
+`TEXT_CAP`, everything else at `wasmext.text.CAP`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,10 @@ import click
 
 from wasmext import Host, Session
 from wasmext.agent import TurnReport
+from wasmext.text import clean_lines, clean_tree, json_safe
+from wasmext_cli.common import _line
+
+TEXT_CAP = 16384
 
 
 def _jsonable(value: Any) -> Any:
@@ -23,26 +34,32 @@ def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: 
                "load_errors": [e.describe() for e in host.load_errors],
                "turns": [r.as_dict() for r in reports], "trace": events,
                "hooks_fired": sorted({e["hook"] for e in events if e["plugin"]})}
-        click.echo(json.dumps(_jsonable(doc), indent=2, ensure_ascii=False))
+        doc = clean_tree(_jsonable(doc), TEXT_CAP)
+        click.echo(json_safe(json.dumps(doc, indent=2, ensure_ascii=False)))
         return
-    click.echo(f"session {session.id}  plugins: {', '.join(sorted(host.plugins)) or 'none'}")
+    names = ", ".join(sorted(host.plugins)) or "none"
+    click.echo(_line(f"session {session.id}  plugins: {names}"))
     for err in host.load_errors:
         click.echo(f"  not loaded: {err.describe()}")
     for event in events:
         who = event["plugin"] or "host"
         detail = f"  ({event['detail']})" if event["detail"] else ""
-        click.echo(f"  {event['hook']:<22} {who:<16} {event['outcome']}{detail}")
+        click.echo(_line(f"  {event['hook']:<22} {who:<16} {event['outcome']}{detail}"))
     for i, r in enumerate(reports):
-        click.echo(f"\nturn {i}: {r.user}")
+        click.echo(f"\nturn {i}: {_line(r.user, TEXT_CAP)}")
         for call in r.tool_calls:
-            click.echo(f"  tool {call['tool']}({json.dumps(call['args'])}) -> "
-                       f"{json.dumps(_jsonable(call['result']), ensure_ascii=False)}")
+            click.echo(_line(f"  tool {call['tool']}({_json(call['args'])}) -> "
+                             f"{_json(call['result'])}", TEXT_CAP))
         if r.aborted:
-            click.echo(f"  aborted: {r.aborted}")
-        click.echo(f"  answer: {r.response}")
+            click.echo(_line(f"  aborted: {r.aborted}"))
+        click.echo(f"  answer: {clean_lines(r.response, TEXT_CAP)}")
         for ext in r.extensions:
             status = "ok" if ext["success"] else f"failed: {ext['error']}"
-            click.echo(f"  #{ext['name']}{':' + ext['param'] if ext['param'] else ''} "
-                       f"[{status}] {json.dumps(_jsonable(ext['content']), ensure_ascii=False)}")
+            click.echo(_line(f"  #{ext['name']}{':' + ext['param'] if ext['param'] else ''} "
+                             f"[{status}] {_json(ext['content'])}", TEXT_CAP))
     fired = sorted({e["hook"] for e in events if e["plugin"]})
-    click.echo(f"\nhooks fired: {', '.join(fired)}")
+    click.echo(f"\nhooks fired: {_line(', '.join(fired), TEXT_CAP)}")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(_jsonable(value), ensure_ascii=False)

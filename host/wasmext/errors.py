@@ -28,12 +28,19 @@
     └── PipelineError               a required pipeline stage failed or a validator blocked
 
 Each error carries `plugin_id` and `hook` where they are known, and a short
-`reason` (e.g. "out of fuel") that the command line prints.
+`reason` (e.g. "out of fuel") that the command line prints. Guest-written text
+(a `PluginError`'s code and message) arrives here already redacted and cleaned
+by the sandbox (`PluginLog.scrub`); `describe()` cleans its whole line once more
+(`wasmext.text.clean`), so it is always one inert line of bounded length.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from wasmext.text import CAP, clean
+
+DESCRIBE_CAP = CAP + 256  # a cleaned message plus who, where and why
 
 __all__ = [
     "AbiMismatch",
@@ -79,7 +86,7 @@ class WasmextError(Exception):
         """One line naming the plugin, the hook and the reason."""
         who = f"plugin {self.plugin_id}" if self.plugin_id else "wasmext"
         where = f" hook {self.hook}" if self.hook else ""
-        return f"{who}{where}: {self.reason}: {self.message}"
+        return clean(f"{who}{where}: {self.reason}: {self.message}", DESCRIBE_CAP)
 
 
 class ConfigError(WasmextError):
@@ -159,7 +166,8 @@ class PluginError(WasmextError):
         self.code = code
 
     def describe(self) -> str:
-        return f"plugin {self.plugin_id} hook {self.hook}: {self.code}: {self.message}"
+        return clean(f"plugin {self.plugin_id} hook {self.hook}: {self.code}: {self.message}",
+                     DESCRIBE_CAP)
 
 
 class CapabilityDenied(WasmextError):

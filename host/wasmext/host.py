@@ -44,6 +44,7 @@ from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
 from wasmext.state import StateStore
+from wasmext.text import clean
 
 if TYPE_CHECKING:
     from wasmext.mcp.client import McpClients
@@ -306,12 +307,12 @@ class Host:
             if fault:
                 self.observe.faulted(lp.id, entry.hook, reason)
             if trace is not None:
-                trace.add(entry, "failed", f"{reason}: {lp.plugin.log.redact(err.message)}")
+                trace.add(entry, "failed", f"{reason}: {err.message}")
             if (policy or lp.failure) == "closed":
                 raise HookAborted(f"plugin {lp.id} failed in {entry.hook} and is fail-closed: "
                                   f"{reason}", cause=err, plugin_id=lp.id,
                                   hook=entry.hook) from err
-            return None, f"{reason}: {lp.plugin.log.redact(err.message)}"
+            return None, f"{reason}: {err.message}"
         self.observe.metrics.record_callback(lp.id, entry.hook, "ok",
                                              time.perf_counter() - started, result.fuel)
         lp.backoff_s = 0.5
@@ -322,8 +323,9 @@ class Host:
 
     def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None:
         reason = err.code if isinstance(err, PluginError) else err.reason
-        # Guest-written text may echo a secret setting: redact before it is stored.
-        message = lp.plugin.log.redact(err.message)
+        # Guest-written text was redacted and cleaned where it entered the host
+        # (PluginLog.scrub); clean() again bounds any host-side message too.
+        message = clean(err.message)
         log.warning("plugin %s hook %s failed (%s, policy %s): %s", lp.id, hook, reason,
                     lp.failure, message, extra={"plugin_id": lp.id, "hook": hook})
         self.faults.append(FaultRecord(lp.id, hook, reason, message, lp.failure))

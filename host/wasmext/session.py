@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wasmext.hooks.context import HookHost
+from wasmext.text import clean
 
 if TYPE_CHECKING:
     from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
@@ -56,8 +57,9 @@ class Trace:
 
     def note(self, hook: str, outcome: str, detail: str | None = None,
              plugin_id: str | None = None) -> None:
-        if len(self.events) < self.limit:
-            self.events.append(TraceEvent(hook, plugin_id, outcome, detail))
+        if len(self.events) < self.limit:  # a detail may quote a plugin: one inert line
+            self.events.append(TraceEvent(clean(hook, 128), plugin_id, outcome,
+                                          None if detail is None else clean(detail)))
 
 
 class Session:

@@ -36,6 +36,8 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
 
+from wasmext.text import DESCRIPTION_CAP, clean, clean_lines
+
 if TYPE_CHECKING:
     import uvicorn
     from mcp.server.context import ServerRequestContext
@@ -84,6 +86,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def _error_result(message: str, code: str) -> types.CallToolResult:
+    # A plugin may have written both: one inert, bounded line each.
+    message, code = clean(message), clean(code, 64)
     return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")],
                                 structured_content={"error": {"message": message, "code": code}},
                                 is_error=True)
@@ -201,7 +205,8 @@ class McpToolServer:
         self._remember(ctx)
         await self.check_changed()
         return types.ListToolsResult(tools=[
-            types.Tool(name=t.name, description=t.description or None,
+            types.Tool(name=t.name,
+                       description=clean_lines(t.description, DESCRIPTION_CAP) or None,
                        input_schema=dict(t.input_schema),
                        output_schema=dict(t.output_schema) if t.output_schema else None)
             for t in self.visible_tools()])

@@ -325,9 +325,10 @@ class PluginInstance:
             if not isinstance(err, dict) or not isinstance(err.get("code"), str):
                 raise InvalidOutput("failed call response needs error.code",
                                     plugin_id=pid, hook=hook)
-            message = err.get("message")
-            raise PluginError(message if isinstance(message, str) else "", code=err["code"][:64],
-                              plugin_id=pid, hook=hook)
+            message = err.get("message")  # guest text enters the host here: scrub it
+            scrub = self.ctx.log.scrub
+            raise PluginError(scrub(message) if isinstance(message, str) else "",
+                              code=scrub(err["code"], 64), plugin_id=pid, hook=hook)
         stop = resp.get("stop", False)
         meta = resp.get("meta", NO_META)
         if type(stop) is not bool or not isinstance(meta, (dict, MappingProxyType)):

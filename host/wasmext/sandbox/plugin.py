@@ -22,6 +22,7 @@ from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.pluginlog import PluginLog
+from wasmext.text import clean
 
 __all__ = ["HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
 
@@ -66,7 +67,9 @@ class Registration:
             pattern = h.get("pattern")
             if pattern is not None and not isinstance(pattern, str):
                 raise bad(f"hooks[{i}].pattern must be a string")
-            hooks.append(HookSpec(h["hook"][:128], prio, pattern))
+            # Guest text that operators see (inspect, list, traces): inert and bounded.
+            hooks.append(HookSpec(clean(h["hook"], 128), prio,
+                                  None if pattern is None else clean(pattern, 256)))
         minor = reg.get("abi_minor", 0)
         if type(minor) is not int or minor < 0:
             raise bad("'abi_minor' must be a non-negative int")
@@ -77,7 +80,8 @@ class Registration:
             raise bad("'version' must be a string")
         known = {"hooks", "abi_minor", "name", "version"}
         extra = {k: v for k, v in reg.items() if k not in known}
-        return cls(tuple(hooks), minor, name, version, extra)
+        return cls(tuple(hooks), minor, None if name is None else clean(name, 128),
+                   None if version is None else clean(version, 64), extra)
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,30 @@
 """The bounded, sanitised log every plugin instance writes into.
 
 Guest text is untrusted: control characters could forge log lines or drive a
-terminal, and a loop could fill the disk. Lines are cut to a byte cap,
-control characters become spaces, at most `max_lines` are kept, and the values
-of sensitive settings are replaced by `***` before anything is stored or
-forwarded to Python logging.
+terminal, and a loop could fill the disk. The values of sensitive settings are
+replaced by `***`, then `wasmext.text.clean` escapes control and format
+characters and cuts the line to a byte cap, and at most `max_lines` are kept,
+before anything is stored or forwarded to Python logging.
+
+`PluginLog.scrub` does the same (redact, then clean) for any other text the
+guest wrote: its error code and message become a `PluginError` only through it,
+so every later exit (the CLI, the exception, traces, fault records, MCP results,
+JSON logs) carries redacted, inert, bounded text.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wasmext._abi import LOG_LEVELS
+from wasmext.text import CAP, clean
 
 __all__ = ["LogLine", "PluginLog", "sanitize"]
 
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _LEVEL_NAMES = {v: k for k, v in LOG_LEVELS.items()}
 _PY_LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
               "warn": logging.WARNING, "error": logging.ERROR}
@@ -34,10 +38,24 @@ def level_name(level: int | str) -> str:
     return _LEVEL_NAMES.get(level, "info")
 
 
+def decode(raw: bytes, max_bytes: int) -> str:
+    """Decode at most max_bytes of guest bytes (a cut character is dropped)."""
+    return raw[:max_bytes].decode("utf-8", errors="ignore" if len(raw) > max_bytes else "replace")
+
+
+def clean_bytes_capped(text: str, max_bytes: int) -> str:
+    """`clean(text)` whose UTF-8 form is at most max_bytes (at least 32) long."""
+    limit = max(max_bytes, 32)
+    out = clean(text, limit)
+    while (excess := len(out.encode()) - max_bytes) > 0 and limit > 32:
+        limit = max(32, limit - excess)
+        out = clean(text, limit)
+    return out
+
+
 def sanitize(raw: bytes, max_bytes: int) -> str:
-    """Decode, cut to max_bytes (on a character boundary) and neutralise control chars."""
-    text = raw[:max_bytes].decode("utf-8", errors="ignore" if len(raw) > max_bytes else "replace")
-    return _CONTROL.sub(" ", text)
+    """Decode, cut to max_bytes and escape control and format characters."""
+    return clean_bytes_capped(decode(raw, max_bytes), max_bytes)
 
 
 @dataclass(frozen=True)
@@ -65,9 +83,15 @@ class PluginLog:
             text = text.replace(secret, REDACTED)
         return text
 
+    def scrub(self, text: str, limit: int = CAP) -> str:
+        """Guest text on its way into the host: secrets redacted, then `clean`ed
+        (one inert line of at most `limit` characters)."""
+        return clean(self.redact(text), limit)
+
     def append(self, level: int | str, raw: bytes, source: str = "log") -> None:
         name = level_name(level)
-        text = self.redact(sanitize(raw, self.max_line_bytes))
+        text = clean_bytes_capped(self.redact(decode(raw, self.max_line_bytes)),
+                                  self.max_line_bytes)
         if len(self.lines) == self.lines.maxlen:
             self.dropped += 1
         self.lines.append(LogLine(time.time(), name, source, text))

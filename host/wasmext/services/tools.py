@@ -31,6 +31,7 @@ import jsonschema
 
 from wasmext.errors import ConfigError, PluginError, WasmextError
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.text import clean, clean_lines
 
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
@@ -53,7 +54,6 @@ class ToolSession(Protocol):
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_DESCRIPTION = 1024
 MAX_DEPTH = 4
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 Runner = Callable[[dict[str, Any], "ToolSession | None"], Any]
 
@@ -73,7 +73,7 @@ class Tool:
 
 
 def _clean(text: Any, limit: int) -> str:
-    return _CONTROL.sub(" ", str(text))[:limit]
+    return clean_lines(text, limit)
 
 
 def _check_schema(schema: Any, where: str) -> dict[str, Any]:
@@ -184,12 +184,13 @@ class ToolRegistry:
                                                  "code": "invalid"}}
         try:
             return {"status": "ok", "output": tool.run(args, session)}
-        except PluginError as err:
-            return {"status": "error", "error": {"message": err.message, "code": err.code}}
+        except PluginError as err:  # code and message were scrubbed where they entered
+            return {"status": "error", "error": {"message": clean(err.message),
+                                                 "code": clean(err.code, 64)}}
         except WasmextError as err:
             return {"status": "error", "error": {"message": err.describe(), "code": "failed"}}
         except Exception as exc:  # a host tool's own failure is the caller's result
-            return {"status": "error", "error": {"message": f"{type(exc).__name__}: {exc}",
+            return {"status": "error", "error": {"message": clean(f"{type(exc).__name__}: {exc}"),
                                                  "code": "failed"}}
 
     def call(self, name: str, args: Any, session: ToolSession | None = None,

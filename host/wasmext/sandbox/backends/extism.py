@@ -134,8 +134,9 @@ def _state_op(op: str) -> Callable[[Any, _CallState, list[Any]], bytes | None]:
             return b"null"  # a missing key reads as JSON null, the Extism way
         if not answer["ok"]:
             code = answer["error"]["code"]
-            raise PluginError(f"{op}: {code}: {answer['error'].get('message', '')}",
-                              code=code, plugin_id=p.id)
+            message = f"{op}: {code}: {answer['error'].get('message', '')}"
+            raise PluginError(p.log.scrub(message), code=p.log.scrub(str(code), 64),
+                              plugin_id=p.id)
         return json.dumps(answer.get("value")).encode() if op == "state.get" else None
     return body
 
@@ -227,6 +228,7 @@ class ExtismPlugin:
         return LoadError(f"extism refused plugin {self.id}: {msg}", plugin_id=self.id)
 
     def _fault(self, msg: str, hook: str) -> PluginFault:
+        msg = self.log.scrub(msg)  # extism's error text carries the guest's message
         low = msg.lower()
         if "fuel" in low:
             return OutOfFuel(f"used all {self.limits.fuel_per_call} fuel: {msg}",

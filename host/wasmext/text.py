@@ -1,0 +1,131 @@
+"""Plugin-controlled text made safe for an operator: one bounded, inert line.
+
+Everything a plugin writes that reaches a terminal, a log, a trace, an
+exception or an MCP client goes through `clean` (or `clean_lines` for a
+multi-line description) first:
+
+* C0 controls, DEL, C1 controls, Unicode format characters (category Cf: the
+  bidi embeddings/overrides/isolates U+202A-U+202E and U+2066-U+2069, the marks
+  U+200E/U+200F/U+061C, zero-width characters, ...), line and paragraph
+  separators and lone surrogates become visible escapes (`\\n`, `\\r`, `\\t`,
+  `\\x1b`, `\\u202e`). One message therefore stays one line and cannot drive a
+  terminal (OSC 8 hyperlinks, cursor moves, BEL) or reorder what is shown.
+* The result is at most `limit` characters (`CAP` = 1024 by default, a
+  description `DESCRIPTION_CAP` = 4096); a longer text is cut and ends with the
+  marker `…[+N chars]`, N being how many characters of the original were not
+  shown.
+
+`clean` is idempotent and never raises on a `str`. This module imports nothing
+of wasmext (a layer-0 leaf).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+__all__ = ["CAP", "DESCRIPTION_CAP", "clean", "clean_lines", "clean_tree", "is_unsafe",
+           "json_safe"]
+
+CAP = 1024
+DESCRIPTION_CAP = 4096
+_MIN_LIMIT = 32
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_PLAIN = re.compile(r"[\x20-\x7e]*")
+
+
+def is_unsafe(ch: str) -> bool:
+    """A control, format or separator character, or a lone surrogate."""
+    o = ord(ch)
+    if 0x20 <= o < 0x7F:
+        return False
+    if o < 0xA0:
+        return True
+    return unicodedata.category(ch) in _UNSAFE_CATEGORIES
+
+
+def _escape(ch: str) -> str:
+    named = _NAMED.get(ch)
+    if named is not None:
+        return named
+    o = ord(ch)
+    if o < 0x100:
+        return f"\\x{o:02x}"
+    return f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"
+
+
+def _marker(hidden: int) -> str:
+    return f"…[+{hidden} chars]"
+
+
+def _clean(text: str, limit: int, keep_newlines: bool) -> str:
+    if limit < _MIN_LIMIT:
+        raise ValueError(f"limit must be at least {_MIN_LIMIT}")
+    if len(text) <= limit and _PLAIN.fullmatch(text):
+        return text  # the common case: short printable ASCII
+    pieces: list[str] = []
+    used = 0
+    for ch in text:
+        unsafe = is_unsafe(ch) and not (keep_newlines and ch == "\n")
+        piece = _escape(ch) if unsafe else ch
+        if used + len(piece) > limit:
+            break
+        pieces.append(piece)
+        used += len(piece)
+    else:
+        return "".join(pieces)
+    # Cut: make room for the marker (each piece stands for one original character).
+    while pieces and used + len(_marker(len(text) - len(pieces))) > limit:
+        used -= len(pieces.pop())
+    return "".join(pieces) + _marker(len(text) - len(pieces))
+
+
+def clean(text: Any, limit: int = CAP) -> str:
+    """`text` as one inert line of at most `limit` characters (see the module doc)."""
+    return _clean(text if isinstance(text, str) else str(text), limit, False)
+
+
+def clean_lines(text: Any, limit: int = DESCRIPTION_CAP) -> str:
+    """Like `clean`, but newlines stay (a description may have paragraphs); a CR
+    before a newline is dropped, any other CR is escaped."""
+    raw = text if isinstance(text, str) else str(text)
+    return _clean(raw.replace("\r\n", "\n"), limit, True)
+
+
+def clean_tree(value: Any, limit: int = CAP, depth: int = 0) -> Any:
+    """Every string (keys included) in a JSON-like value cleaned; bytes, numbers,
+    bools and None as they are. Past 64 levels a value becomes its cleaned repr."""
+    if isinstance(value, str):
+        return clean(value, limit)
+    if depth > 64:
+        return clean(repr(value), limit)
+    if isinstance(value, dict):
+        return {clean(k, limit): clean_tree(v, limit, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_tree(v, limit, depth + 1) for v in value]
+    return value
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    if not is_unsafe(ch):
+        return ch
+    o = ord(ch)
+    if o <= 0xFFFF:
+        return f"\\u{o:04x}"
+    o -= 0x10000
+    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7e]")
+
+
+def json_safe(document: str) -> str:
+    """A JSON text (from `json.dumps(..., ensure_ascii=False)`) with every unsafe
+    character escaped as `\\uXXXX`: the same document, inert on a terminal.
+    (json.dumps already escapes C0; DEL, C1, Cf and lone surrogates it leaves.)"""
+    if document.isascii() and "\x7f" not in document:
+        return document
+    return _NON_ASCII.sub(_json_escape, document)
