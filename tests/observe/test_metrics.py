@@ -39,6 +39,7 @@ def exercise(m: Metrics, plugin_id: str = "pii-mask") -> None:
     m.record_eviction(plugin_id, 2, key="k1")
     m.record_host_call(plugin_id, "state.get")
     m.record_event(plugin_id, "emitted")
+    m.record_event_dropped(plugin_id)
 
 
 def test_prometheus_names() -> None:
@@ -48,6 +49,7 @@ def test_prometheus_names() -> None:
     assert PROMETHEUS_NAMES["extension.state.operations"] == "extension_state_operations_total"
     assert PROMETHEUS_NAMES["extension.state.evictions"] == "extension_state_evictions_total"
     assert PROMETHEUS_NAMES["extension.state.size_bytes"] == "extension_state_size_bytes"
+    assert PROMETHEUS_NAMES["extension.events.dropped"] == "extension_events_dropped_total"
     assert prometheus_name("x.y") == "x_y"
 
 

@@ -1,24 +1,46 @@
-"""The in-process event bus: namespaced topics, grants, bounded queues, rate limits.
+"""The in-process event bus: namespaced topics, grants, per-subscriber queues, rate limits.
 
-Emitting never runs a subscriber: it queues the event for each matching subscriber
-(a full queue drops it, counted) and returns; worker threads deliver, one event at a
-time per subscriber (per plugin), in emit order. Plugins need grants, are rate-limited
-and cannot emit runtime events. See docs/events-and-metrics.md.
+Emitting never runs a subscriber: it queues the event for each matching subscriber and
+returns. Each subscriber (a Python subscription, or all of one plugin's) has its own
+bounded queue; a full queue drops the new event for that subscriber only (counted, and
+logged once per burst). Worker threads, started on demand up to `workers`, serve the
+busy queues round-robin, at most one worker per queue, in emit order: a slow subscriber
+holds one worker and loses only its own events. Plugins need grants, are rate-limited
+and cannot emit runtime events. Topics, grants and errors live in
+`wasmext.observe.topics` (re-exported here). See docs/events-and-metrics.md.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from wasmext.errors import CapabilityDenied, WasmextError
+from wasmext.observe.topics import (
+    APP,
+    HOST,
+    OUTCOMES,
+    RUNTIME_EVENTS,
+    BusClosed,
+    CascadeLimit,
+    EventDenied,
+    EventError,
+    InvalidTopic,
+    Predicate,
+    RateLimited,
+    check_pattern,
+    check_topic,
+    grants_predicate,
+    is_reserved,
+    pattern_covers,
+    runtime_event,
+    topic_matches,
+)
 
 __all__ = [
     "RUNTIME_EVENTS", "BusClosed", "CascadeLimit", "Event", "EventBus", "EventDenied",
@@ -28,113 +50,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("wasmext.observe.events")
-
-# The standard runtime events and their payload fields (all present in every payload).
-# `timestamp` is Unix time in milliseconds (int); `duration_ms` a float in milliseconds.
-_TURN = ("turn_id", "agent_name", "instance_key")
-_STEP = ("step_id", "step_index", "turn_id", "agent_name")
-_TOOL = ("tool_call_id", "tool_name", "step_id", "turn_id", "agent_name")
-_T = ("timestamp",)
-RUNTIME_EVENTS: dict[str, tuple[str, ...]] = {
-    "turn.started": (*_TURN, *_T),
-    "turn.completed": (*_TURN, "step_count", "duration_ms", *_T),
-    "turn.failed": (*_TURN, "reason", *_T),
-    "step.started": (*_STEP, *_T),
-    "step.completed": (*_STEP, "tool_call_count", "duration_ms", *_T),
-    "step.failed": (*_STEP, "reason", *_T),
-    "tool.called": (*_TOOL, *_T),
-    "tool.completed": (*_TOOL, "status", "duration_ms", *_T),
-    "tool.failed": (*_TOOL, "reason", *_T),
-    "session.started": ("session_id", *_T),
-    "session.ended": ("session_id", "duration_ms", *_T),
-    "plugin.loaded": ("plugin_id", "version", *_T),
-    "plugin.unloaded": ("plugin_id", *_T),
-    "plugin.faulted": ("plugin_id", "hook", "reason", *_T),
-}
-# Only the host emits here: a plugin cannot forge runtime events, whatever its grants.
-RESERVED_NAMESPACES = frozenset({"turn", "step", "tool", "session"})
-
-_SEGMENT = r"[A-Za-z0-9_-]{1,64}"
-_TOPIC_RE = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT}){{0,15}}")
-MAX_TOPIC_CHARS = 255
-HOST = "_host"  # the emitter label of the host and the embedding app (never a plugin id)
-APP = "_app"  # the subscriber label of Python callbacks
-OUTCOMES = ("emitted", "delivered", "dropped", "failed", "rate_limited", "denied",
-            "cascade_limit", "skipped", "discarded")
-
-Predicate = Callable[[str, str], bool]
-
-
-class EventError(WasmextError):
-    """An event operation refused; `code` is the ABI error code to answer the guest."""
-
-    reason, code = "event", "invalid"
-
-
-class InvalidTopic(EventError):
-    reason, code = "invalid topic", "invalid"
-
-
-class EventDenied(EventError, CapabilityDenied):
-    reason, code = "event denied", "denied"
-
-
-class RateLimited(EventError):
-    reason, code = "rate limited", "limit"
-
-
-class CascadeLimit(EventError):
-    reason, code = "event cascade too deep", "limit"
-
-
-class BusClosed(EventError):
-    reason, code = "bus closed", "unavailable"
-
-
-def check_topic(topic: object) -> str:
-    if not (isinstance(topic, str) and len(topic) <= MAX_TOPIC_CHARS
-            and _TOPIC_RE.fullmatch(topic)):
-        raise InvalidTopic(f"bad topic {topic!r}: dot-separated segments of [A-Za-z0-9_-]")
-    return topic
-
-
-def check_pattern(pattern: object) -> str:
-    if isinstance(pattern, str) and pattern.endswith(".*"):
-        return check_topic(pattern[:-2]) + ".*"
-    return "*" if pattern == "*" else check_topic(pattern)
-
-
-def topic_matches(pattern: str, topic: str) -> bool:
-    return pattern in ("*", topic) or (pattern.endswith(".*") and topic.startswith(pattern[:-1]))
-
-
-def pattern_covers(grant: str, pattern: str) -> bool:
-    """True if every topic `pattern` matches is also matched by `grant`."""
-    return grant == pattern or (grant.endswith("*") and pattern != "*"
-                                and topic_matches(grant, pattern))
-
-
-def grants_predicate(table: Mapping[str, Iterable[str]]) -> Predicate:
-    """A predicate from {plugin_id: [granted patterns]}; an absent plugin is granted nothing."""
-    frozen = {pid: tuple(check_pattern(p) for p in pats) for pid, pats in table.items()}
-    return lambda pid, pattern: any(pattern_covers(g, pattern) for g in frozen.get(pid, ()))
-
-
-def is_reserved(topic: str) -> bool:
-    return topic.split(".", 1)[0] in RESERVED_NAMESPACES or topic in RUNTIME_EVENTS
-
-
-def runtime_event(topic: str, **fields: Any) -> dict[str, Any]:
-    """The payload of a standard runtime event; `timestamp` is filled in when absent."""
-    names = RUNTIME_EVENTS.get(topic)
-    if names is None:
-        raise ValueError(f"{topic!r} is not a standard runtime event")
-    fields.setdefault("timestamp", int(time.time() * 1000))
-    missing = [n for n in names if n not in fields]
-    extra = sorted(set(fields) - set(names))
-    if missing or extra:
-        raise ValueError(f"{topic}: missing fields {missing}, unknown fields {extra}")
-    return {n: fields[n] for n in names}
 
 
 @dataclass(frozen=True)
@@ -150,10 +65,18 @@ class Event:
 
 
 @dataclass(eq=False)
-class _Lane:  # a bounded queue: one per Python subscription, one per plugin
+class _Lane:
+    """One subscriber's bounded queue: a Python subscription's, or all of one plugin's."""
+
+    name: str  # the `subscriber` label of its drops: the plugin id or the given name
     capacity: int
     queue: deque[tuple[Subscription, Event]] = field(default_factory=deque)
     scheduled: bool = False  # in the ready queue or being delivered by a worker
+    burst: int = 0  # events dropped since the burst began (0: not dropping)
+    burst_start: float = 0.0
+
+
+_Report = tuple[str, int, float]  # a drop burst to log: subscriber, events dropped, seconds
 
 
 class Subscription:
@@ -165,6 +88,11 @@ class Subscription:
         self.delivered = self.dropped = self.failed = 0
         self._bus, self._call, self._lane = bus, call, lane
 
+    @property
+    def name(self) -> str:
+        """The subscriber's name: the plugin id, or the name given to `subscribe`."""
+        return self._lane.name
+
     def close(self) -> None:
         self._bus._unsubscribe(self)
 
@@ -175,18 +103,30 @@ def _deny(plugin_id: str, topic: str) -> bool:
     return False
 
 
+def _callable_name(callback: object) -> str:
+    name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
+    return f"{APP}:{name}"
+
+
 class EventBus:
     """Deny-by-default for plugins; the host and the embedding app are trusted."""
 
+    turn_s = 0.001  # a busy queue's turn on a worker when other queues are waiting
+    batch = 32  # events a worker takes from a queue at once (their room is free again)
+    idle_exit_s = 5.0  # a worker idle this long exits (another starts on demand)
+    report_s = 60.0  # a drop burst that lasts is logged at least this often
+
     def __init__(self, *, may_emit: Predicate = _deny, may_subscribe: Predicate = _deny,
-                 queue_size: int = 1000, workers: int = 1, rate: float = 100.0,
+                 queue_size: int = 1000, workers: int = 8, rate: float = 100.0,
                  burst: int = 200, max_depth: int = 8,
                  observer: Callable[[str, str], None] | None = None,
+                 drop_observer: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if queue_size < 1 or workers < 1 or burst < 1 or rate < 0 or max_depth < 0:
             raise ValueError("queue_size, workers and burst must be >= 1, rate and depth >= 0")
         self.may_emit, self.may_subscribe = may_emit, may_subscribe
         self.queue_size, self.max_depth, self.observer = queue_size, max_depth, observer
+        self.drop_observer = drop_observer
         self._rate, self._burst, self._clock, self._nworkers = rate, burst, clock, workers
         self._lock = threading.Lock()
         self._work, self._idle = threading.Condition(self._lock), threading.Condition(self._lock)
@@ -194,18 +134,22 @@ class EventBus:
         self._plugin_lanes: dict[str, _Lane] = {}
         self._buckets: dict[str, tuple[float, float]] = {}  # plugin: (tokens, stamp)
         self._limits: dict[str, tuple[float, int]] = {}
-        self._ready: deque[_Lane] = deque()
+        self._ready: deque[_Lane] = deque()  # queues with events and no worker, in turn
         self._pending = 0  # queued plus in-flight deliveries
         self._seq = itertools.count(1)
+        self._names = itertools.count()
         self._threads: list[threading.Thread] = []
+        self._waiting = 0  # workers waiting for a ready queue
         self._closed = self._stopping = False
         self._local = threading.local()
         self.counts: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
 
     def subscribe(self, pattern: str, callback: Callable[[Event], None], *,
-                  queue_size: int | None = None) -> Subscription:
-        """A Python subscriber (trusted, no grant): `callback(event)` on a worker thread."""
-        return self._add(None, (check_pattern(pattern),), callback, queue_size)
+                  queue_size: int | None = None, name: str | None = None) -> Subscription:
+        """A Python subscriber (trusted, no grant): `callback(event)` on a worker thread.
+        `name` labels its drops in metrics and logs (default `_app:<callback's qualname>`)."""
+        lane = _Lane(name or _callable_name(callback), queue_size or self.queue_size)
+        return self._add(None, (check_pattern(pattern),), callback, lane)
 
     def subscribe_plugin(self, plugin_id: str, patterns: str | Iterable[str],
                          deliver: Callable[[str, str, Any], None]) -> Subscription:
@@ -216,14 +160,14 @@ class EventBus:
         for p in pats:
             if not self._allowed(self.may_subscribe, plugin_id, p):
                 self._refuse(plugin_id, f"subscribe to {p!r}")
-        return self._add(plugin_id, pats, lambda e: deliver(plugin_id, e.topic, e.payload), None)
+        return self._add(plugin_id, pats, lambda e: deliver(plugin_id, e.topic, e.payload),
+                         _Lane(plugin_id, self.queue_size))
 
     def _add(self, plugin_id: str | None, pats: tuple[str, ...], call: Callable[[Event], None],
-             queue_size: int | None) -> Subscription:
+             lane: _Lane) -> Subscription:
         with self._lock:
             if self._closed:
                 raise BusClosed("the event bus is closed")
-            lane = _Lane(queue_size or self.queue_size)
             if plugin_id is not None:
                 lane = self._plugin_lanes.setdefault(plugin_id, lane)
             sub = Subscription(self, pats, call, plugin_id, lane)
@@ -280,19 +224,28 @@ class EventBus:
         lane = sub._lane
         if len(lane.queue) >= lane.capacity:  # drop the newest: the queue keeps its order
             sub.dropped += 1
+            if not lane.burst:
+                lane.burst_start = self._clock()
+            lane.burst += 1
             self._note(sub.plugin_id or APP, "dropped")
+            if self.drop_observer is not None:
+                try:
+                    self.drop_observer(lane.name)
+                except Exception:
+                    log.exception("event drop observer failed")
             return False
         lane.queue.append((sub, event))
         self._pending += 1
         if not lane.scheduled:
             lane.scheduled = True
             self._ready.append(lane)
-            while len(self._threads) < self._nworkers:
+            if len(self._ready) > self._waiting and len(self._threads) < self._nworkers:
                 t = threading.Thread(target=self._worker, daemon=True,
-                                     name=f"wasmext-events-{len(self._threads)}")
+                                     name=f"wasmext-events-{next(self._names)}")
                 self._threads.append(t)
                 t.start()
-            self._work.notify()
+            else:
+                self._work.notify()
         return True
 
     def _take_token(self, plugin_id: str) -> bool:
@@ -305,24 +258,71 @@ class EventBus:
         return tokens >= 1.0
 
     def _worker(self) -> None:
+        """Serve ready queues: take up to `batch` events of one at a time and deliver them
+        in order; keep the queue until it is empty or, when other queues wait, until its
+        turn is over (then it goes to the back of the line, what was taken put back)."""
         self._local.worker = True
+        lane: _Lane | None = None
+        taken: deque[tuple[Subscription, Event]] = deque()
+        done: list[tuple[Subscription, str]] = []
+        turn_end = 0.0
         while True:
+            reports: list[_Report] = []
             with self._lock:
-                while not self._ready and not self._stopping:
-                    self._work.wait()
-                if not self._ready:
-                    return
-                lane = self._ready.popleft()
-                sub, event = lane.queue.popleft()
-            outcome = self._deliver(sub, event)
-            with self._lock:
-                self._note(sub.plugin_id or APP, outcome)
-                self._pending -= 1
-                if lane.queue and not self._stopping:
-                    self._ready.append(lane)
-                    self._work.notify()
-                else:
-                    self._discard(lane)  # empty, or closing: unschedule, wake flush()
+                if lane is not None:  # the previous batch is done
+                    for sub, outcome in done:
+                        self._note(sub.plugin_id or APP, outcome)
+                    self._pending -= len(done)
+                    lane.queue.extendleft(reversed(taken))  # cut short: back, in order
+                    done, taken = [], deque()
+                    lane = self._after(lane, turn_end, reports)
+                    self._pending += bool(reports)  # flush() waits for the log line too
+                if not reports:
+                    if lane is None:
+                        lane = self._next_lane()
+                        if lane is None:
+                            return
+                        turn_end = time.perf_counter() + self.turn_s
+                    queue = lane.queue
+                    taken = deque(queue.popleft() for _ in range(min(self.batch, len(queue))))
+            if reports:  # logged outside the lock, then round again
+                self._log_bursts(reports)
+                with self._lock:
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._idle.notify_all()
+                continue
+            while taken:
+                sub, event = taken.popleft()
+                done.append((sub, self._deliver(sub, event)))
+                if self._stopping or (self._ready and time.perf_counter() >= turn_end):
+                    break
+
+    def _after(self, lane: _Lane, turn_end: float, reports: list[_Report]) -> _Lane | None:
+        """After a delivery (the lock is held): keep the queue, requeue it or unschedule it."""
+        if lane.burst and (len(lane.queue) <= lane.capacity // 2
+                           or self._clock() - lane.burst_start >= self.report_s):
+            reports.append(self._end_burst(lane))  # half empty again, or lasting: log it
+        if not lane.queue or self._stopping:
+            reports.extend(self._discard(lane))  # empty, or closing: unschedule, wake flush()
+            return None
+        if self._ready and time.perf_counter() >= turn_end:
+            self._ready.append(lane)  # its turn is over: the others waiting go first
+            return None
+        return lane
+
+    def _next_lane(self) -> _Lane | None:
+        """The next ready queue (the lock is held); None: the worker exits (idle or closing)."""
+        while not self._ready and not self._stopping:
+            self._waiting += 1
+            woke = self._work.wait(self.idle_exit_s)
+            self._waiting -= 1
+            if not woke and not self._ready:
+                break
+        if self._ready:
+            return self._ready.popleft()
+        self._threads.remove(threading.current_thread())
+        return None
 
     def _deliver(self, sub: Subscription, event: Event) -> str:
         if not sub.active:
@@ -349,22 +349,25 @@ class EventBus:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def close(self, timeout: float | None = 5.0) -> bool:
-        """Refuse emits, deliver the queue for up to `timeout` (then discard it), stop."""
+        """Refuse emits, deliver the queue for up to `timeout` (then discard it), stop the
+        workers (each joined for up to `timeout`: one stuck in a subscriber is left)."""
         with self._lock:
             self._closed = True
         in_worker = getattr(self._local, "worker", False)
         drained = False if in_worker else self.flush(timeout)
+        reports: list[_Report] = []
         with self._lock:
             self._stopping = True
             while self._ready:
-                self._discard(self._ready.popleft())
+                reports.extend(self._discard(self._ready.popleft()))
             self._work.notify_all()
             threads = [t for t in self._threads if t is not threading.current_thread()]
+        self._log_bursts(reports)
         for t in threads:
             t.join(timeout)
         return drained
 
-    def _discard(self, lane: _Lane) -> None:
+    def _discard(self, lane: _Lane) -> list[_Report]:
         """Unschedule a lane, dropping what it still holds (the lock is held)."""
         for sub, _event in lane.queue:
             self._note(sub.plugin_id or APP, "discarded")
@@ -373,6 +376,19 @@ class EventBus:
         lane.scheduled = False
         if self._pending == 0:
             self._idle.notify_all()
+        return [self._end_burst(lane)] if lane.burst else []
+
+    def _end_burst(self, lane: _Lane) -> _Report:
+        report = (lane.name, lane.burst, self._clock() - lane.burst_start)
+        lane.burst = 0
+        return report
+
+    @staticmethod
+    def _log_bursts(reports: list[_Report]) -> None:
+        for name, count, seconds in reports:
+            log.warning("event subscriber %s fell behind: %d event(s) dropped in %.3f s "
+                        "(its queue was full)", name, count, seconds,
+                        extra={"subscriber": name, "outcome": "dropped", "dropped": count})
 
     def _refuse(self, plugin_id: str, what: str) -> NoReturn:
         with self._lock:

@@ -57,6 +57,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "extension.host_calls.total": ("counter", ("extension_id", "op"), "Host calls by op"),
     "extension.events.total": ("counter", ("extension_id", "outcome"),
                                "Event bus outcomes (emitted, delivered, dropped, ...)"),
+    "extension.events.dropped": ("counter", ("subscriber",),
+                                 "Events dropped because the subscriber's queue was full"),
 }
 DURATION_BUCKETS_MS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
                        50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
@@ -174,6 +176,7 @@ class Metrics:
         self.fuel = self._counter("extension.fuel.consumed")
         self.host_calls = self._counter("extension.host_calls.total")
         self.events = self._counter("extension.events.total")
+        self.events_dropped = self._counter("extension.events.dropped")
 
     def _counter(self, dotted: str) -> Counter:
         _kind, labels, doc = METRICS[dotted]
@@ -280,6 +283,11 @@ class Metrics:
     def record_event(self, subject: str, outcome: str) -> None:
         """The EventBus observer: `EventBus(observer=metrics.record_event)`."""
         self.events.labels(extension_id=subject, outcome=outcome).inc()
+
+    def record_event_dropped(self, subscriber: str) -> None:
+        """The EventBus drop observer: `EventBus(drop_observer=metrics.record_event_dropped)`;
+        `subscriber` is the plugin id or the Python subscription's name."""
+        self.events_dropped.labels(subscriber=subscriber).inc()
 
     def forget(self, plugin_id: str) -> None:
         """Drop a plugin's summary (its Prometheus counters stay, as counters should)."""

@@ -4,8 +4,10 @@ Grants for events are capability strings: `events` enables the `event.emit`
 op at all; `emit:<pattern>` and `subscribe:<pattern>` name the topics (a
 pattern is a topic, `prefix.*` or `*`). A plugin subscribes by listing
 patterns under `"subscriptions"` in its registration map; each event is then
-delivered as its `on_event` hook with `{"topic", "payload"}`, on the bus's
-worker thread, never inside the emitting call.
+delivered as its `on_event` hook with `{"topic", "payload"}`, on a bus worker
+thread, never inside the emitting call. Each plugin has its own bounded queue
+and at most one worker at a time: a slow plugin (or a slow Python subscriber)
+drops only its own events, counted in `extension.events.dropped{subscriber}`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class Observer:
         self.host = host
         self.metrics = Metrics()
         self.bus = EventBus(may_emit=self._may("emit"), may_subscribe=self._may("subscribe"),
-                            observer=self.metrics.record_event)
+                            observer=self.metrics.record_event,
+                            drop_observer=self.metrics.record_event_dropped)
         self._subs: dict[str, Subscription] = {}
 
     def _may(self, action: str) -> Callable[[str, str], bool]:
