@@ -209,8 +209,8 @@ class Host:
             try:  # its tools are `{id}__*`: nobody else may own that prefix
                 self.tools.claim(plugin.id, f"plugin:{plugin.id}")
             except ConfigError as err:
-                raise ConfigError(f"plugin {plugin.id} not loaded: its id names tools "
-                                  f"another owner holds ({err.message})",
+                raise ConfigError(f"plugin {plugin.id} not loaded: its tools would be named "
+                                  f"{plugin.id}__*, and {err.message}",
                                   plugin_id=plugin.id) from err
             lp = LoadedPlugin(plugin, source_kind, len(self.plugins), manifest, policy)
             self.plugins[plugin.id] = lp

@@ -144,12 +144,12 @@ class ToolRegistry:
         with self._lock:
             for held, other in self.prefixes.items():
                 if other != owner and _prefix_clash(prefix, held):
-                    raise ConfigError(f"the name prefix {prefix!r} of {owner} clashes with "
-                                      f"{held!r} of {other}; tool names would be ambiguous")
+                    raise ConfigError(f"the name prefix {held!r} belongs to {other}; "
+                                      f"{owner} cannot use {prefix!r}")
             for tool in self.tools.values():
                 if tool.owner != owner and tool.name.startswith(prefix + "__"):
-                    raise ConfigError(f"the name prefix {prefix!r} of {owner} clashes with "
-                                      f"tool {tool.name!r} of {tool.owner}")
+                    raise ConfigError(f"tool {tool.name!r} belongs to {tool.owner}; "
+                                      f"{owner} cannot use {prefix!r}")
             self.prefixes[prefix] = owner
 
     def release(self, owner: str) -> None:
