@@ -137,6 +137,9 @@ class MemoryLimitExceeded(PluginFault):
 
 class Timeout(PluginFault):
     reason = "timeout"
+    # True when the deadline was the calling plugin's (a nested call ran out of
+    # its caller's time): the call failed, but it is not this plugin's fault.
+    inherited = False
 
 
 class StackOverflow(PluginFault):

@@ -76,6 +76,11 @@ class Host:
         self.observe.install(self.runtime.services)
         self.tools = ToolRegistry(self)
         self.tools.install(self.runtime.services)
+        for server in self.config.mcp_servers:  # configured servers own their names first
+            try:
+                self.tools.claim(server.name, f"mcp:{server.name}")
+            except ConfigError as err:
+                self.load_errors.append(err)
         self._state: StateStore | None = None
         install_state(self.runtime.services, self.state_store, self.observe.metrics)
         self.mcp: McpClients | None = None
@@ -102,6 +107,13 @@ class Host:
                         f"plugin {lp.id}: MCP server name {server.name!r} is taken",
                         plugin_id=lp.id))
                 else:
+                    try:
+                        self.tools.claim(server.name, f"mcp:{server.name}")
+                    except ConfigError as err:
+                        self.load_errors.append(ConfigError(
+                            f"plugin {lp.id}: MCP server {server.name!r}: {err.message}",
+                            plugin_id=lp.id))
+                        continue
                     wanted.append(server)
         specs = [ServerSpec.from_config(c) for c in wanted]
         if not self.config.mcp_enabled or not specs or self.mcp is not None:
@@ -197,6 +209,12 @@ class Host:
             if plugin.id in self.plugins and self.plugins[plugin.id].plugin is not plugin:
                 raise ConfigError(f"plugin id {plugin.id!r} is already loaded",
                                   plugin_id=plugin.id)
+            try:  # its tools are `{id}__*`: nobody else may own that prefix
+                self.tools.claim(plugin.id, f"plugin:{plugin.id}")
+            except ConfigError as err:
+                raise ConfigError(f"plugin {plugin.id} not loaded: its tools would be named "
+                                  f"{plugin.id}__*, and {err.message}",
+                                  plugin_id=plugin.id) from err
             lp = LoadedPlugin(plugin, source_kind, len(self.plugins), manifest, policy)
             self.plugins[plugin.id] = lp
             self._order_cache.clear()
@@ -244,6 +262,7 @@ class Host:
             self._order_cache.clear()
         if lp is not None:
             self.tools.drop_owner(f"plugin:{plugin_id}")
+            self.tools.release(f"plugin:{plugin_id}")
             self.observe.unloaded(plugin_id)
 
     # -- calling -------------------------------------------------------------------
@@ -330,7 +349,8 @@ class Host:
                     lp.failure, message, extra={"plugin_id": lp.id, "hook": hook})
         self.faults.append(FaultRecord(lp.id, hook, reason, message, lp.failure))
         del self.faults[:-1000]
-        if lp.failure == "reload" and isinstance(err, PluginFault):
+        if lp.failure == "reload" and isinstance(err, PluginFault) and \
+                not getattr(err, "inherited", False):
             lp.plugin.close()  # the next call gets a fresh instance ...
             lp.reload_after = time.monotonic() + lp.backoff_s  # ... after a backoff
             lp.backoff_s = min(lp.backoff_s * 2, 60.0)

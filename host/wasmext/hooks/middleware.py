@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import HookAborted, MiddlewareError, WasmextError
+from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
         raise OpError("invalid", f"{frame.kind} middleware cannot change {bad[0]!r}")
     started = time.perf_counter()
     try:
-        frame.result = frame.inner({**frame.data, **changes})
+        with calltree.detached():  # the host's own inner layers: a tree of their own
+            frame.result = frame.inner({**frame.data, **changes})
     except WasmextError as err:
         frame.error = err
         raise OpError("failed", f"the inner layers aborted: {err.reason}") from err

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import jsonschema
 
 from wasmext.errors import ConfigError
 from wasmext.mcp.config import McpServerConfig
-from wasmext.services.tools import Runner, Tool, ToolRegistry
+from wasmext.sandbox import calltree
+from wasmext.services.tools import Runner, Tool, ToolRegistry, compile_schema
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
@@ -86,33 +86,34 @@ def build_tool(server: str, name: Any, description: Any, input_schema: Any,
                run: Runner, output_schema: Any = None) -> Tool | None:
     """A registry Tool for one listed MCP tool, or None (logged) when it is unusable.
 
-    A schema is kept as is when it is a dict that jsonschema accepts; anything
-    else skips the tool (an unusable output schema is only dropped).
+    A schema is kept as is (and compiled once, like every tool's) when it is a
+    dict that compiles; anything else skips the tool (an unusable output
+    schema is only dropped).
     """
     where = f"mcp server {server}: tool {name!r}"
     if not isinstance(name, str) or not name:
         log.warning("%s skipped: the name must be a non-empty string", where)
         return None
-    reason = _schema_problem(input_schema)
-    if reason is not None:
-        log.warning("%s skipped: input schema %s", where, reason)
+    try:
+        validator = _compiled(input_schema)
+    except ConfigError as err:
+        log.warning("%s skipped: input schema %s", where, err.message)
         return None
-    if output_schema is not None and _schema_problem(output_schema) is not None:
-        log.info("%s: output schema ignored (%s)", where, _schema_problem(output_schema))
-        output_schema = None
+    if output_schema is not None:
+        try:
+            _compiled(output_schema)
+        except ConfigError as err:
+            log.info("%s: output schema ignored (%s)", where, err.message)
+            output_schema = None
     text = _CONTROL.sub(" ", description if isinstance(description, str) else "")
     return Tool(tool_name(server, name), text[:MAX_DESCRIPTION], input_schema,
-                f"mcp:{server}", run, output_schema)
+                f"mcp:{server}", run, output_schema, validator)
 
 
-def _schema_problem(schema: Any) -> str | None:
+def _compiled(schema: Any) -> Any:
     if not isinstance(schema, dict):
-        return f"is not a JSON object ({type(schema).__name__})"
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except Exception as exc:  # SchemaError, or anything else that breaks the checker
-        return f"is not a valid JSON Schema: {getattr(exc, 'message', exc)}"
-    return None
+        raise ConfigError(f"is not a JSON object ({type(schema).__name__})")
+    return compile_schema(schema, "schema")
 
 
 def _reason(exc: BaseException) -> str:
@@ -376,11 +377,20 @@ class McpClients:
             loop, client = self._loop, st.session
             if loop is None or client is None:
                 raise RuntimeError(f"mcp server {spec.name} is {st.status}")
+            # Called by a plugin: no longer than what is left of its call tree's time.
+            left = calltree.remaining()
+            wait = spec.call_timeout_s if left is None else min(spec.call_timeout_s, left)
+            if wait <= 0:
+                raise calltree.OutOfTime("the calling plugin's time is up")
             future = asyncio.run_coroutine_threadsafe(client.call_tool(short, dict(args)), loop)
             try:
-                result = future.result(timeout=spec.call_timeout_s)
+                result = future.result(timeout=wait)
             except concurrent.futures.TimeoutError:
                 future.cancel()
+                if wait < spec.call_timeout_s:
+                    raise calltree.OutOfTime(f"mcp server {spec.name}: tool {short!r} did not "
+                                             f"answer within the {wait * 1000:.0f} ms the "
+                                             "caller had left") from None
                 raise TimeoutError(f"mcp server {spec.name}: tool {short!r} did not answer "
                                    f"within {spec.call_timeout_s:g} s") from None
             return _result_output(spec.name, result)

@@ -24,16 +24,14 @@ from wasmext.errors import (
     InputTooLarge,
     InvalidOutput,
     MemoryLimitExceeded,
-    OutOfFuel,
     PluginError,
     PluginFault,
-    StackOverflow,
-    Timeout,
     WasmextError,
 )
-from wasmext.sandbox import hostlink
+from wasmext.sandbox import calltree, hostlink
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
 from wasmext.sandbox.fastcall import Caller, StoreBinding
+from wasmext.sandbox.faults import classify, first_line, timeout
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.sandbox.module import PluginModule
@@ -52,14 +50,6 @@ class CallResult(NamedTuple):
     stop: bool = False
     meta: Mapping[str, Any] = NO_META
     fuel: int = 0  # fuel the call consumed, when the plugin is metered
-
-
-def _first_line(exc: BaseException) -> str:
-    """The cause of a trap in one line, without wasmtime's backtrace."""
-    msg = exc.message if isinstance(exc, wasmtime.Trap) else str(exc)
-    _, caused, cause = msg.partition("Caused by:")
-    lines = [ln.strip() for ln in (cause if caused else msg).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def _unpack(packed: int) -> tuple[int, int]:
@@ -82,11 +72,10 @@ class PluginInstance:
             store.set_wasi(self._wasi())
         self.store = store
         self._abort: WasmextError | None = None
-        self._host_calls = 0
+        self._frame = calltree.Frame(0.0, 0, None)
         self._host_seconds = 0.0
         store.set_fuel(limits.fuel_per_call)
-        store.set_epoch_deadline(self._ticks)
-        self._enter()
+        store.set_epoch_deadline(self._enter())
         try:
             instance = module.pre.instantiate(store)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
@@ -122,19 +111,25 @@ class PluginInstance:
 
     # -- entering and leaving the guest -------------------------------------------
 
-    def _enter(self) -> None:
+    def _enter(self) -> int:
+        """Open this call's frame in the call tree; the epoch ticks it may run."""
         self._abort = None
-        self._host_calls = 0
         self._host_seconds = 0.0
+        now = time.monotonic()
+        self._frame = frame = calltree.enter(now, self.limits.timeout_ms / 1000,
+                                             self.limits.max_host_calls)
         hostlink.active.stack.append(self)
+        ticks = self._ticks if not frame.clamped else \
+            self.module.engine.ticks_for(max(0, int((frame.deadline - now) * 1000)))
+        return ticks
 
     def _leave(self) -> None:
         hostlink.active.stack.pop()
+        calltree.leave(self._frame)
 
     def _guest(self, what: str, fn: Any, *args: int) -> int:
         """Run one export with a fresh budget; every failure becomes a named error."""
-        self._budget(self.limits.fuel_per_call, self._ticks)
-        self._enter()
+        self._budget(self.limits.fuel_per_call, self._enter())
         try:
             return int(fn(*args))
         except Exception as exc:
@@ -156,28 +151,10 @@ class PluginInstance:
         return size > cap // 2 and size > self.memory.last_size
 
     def _classify(self, exc: BaseException, what: str) -> WasmextError:
-        pid, hook = self.ctx.plugin_id, self.ctx.hook
         if self._abort is not None:
             return self._abort
-        if isinstance(exc, WasmextError):
-            return exc
-        if isinstance(exc, wasmtime.Trap):
-            code = exc.trap_code
-            if code == wasmtime.TrapCode.OUT_OF_FUEL:
-                return OutOfFuel(f"used all {self.limits.fuel_per_call} fuel in {what}",
-                                 plugin_id=pid, hook=hook)
-            if code == wasmtime.TrapCode.INTERRUPT:
-                return Timeout(f"{what} ran past {self.limits.timeout_ms} ms",
-                               plugin_id=pid, hook=hook)
-            if code == wasmtime.TrapCode.STACK_OVERFLOW:
-                return StackOverflow(f"wasm stack exhausted in {what}", plugin_id=pid, hook=hook)
-        text = _first_line(exc)
-        if hasattr(self, "memory") and self._at_memory_cap():
-            return MemoryLimitExceeded(f"{what} failed at the {self.limits.memory_bytes}-byte "
-                                       f"memory cap ({text})", plugin_id=pid, hook=hook)
-        if "memory" in text and ("exceeds memory limits" in text or "minimum" in text):
-            return MemoryLimitExceeded(f"{what}: {text}", plugin_id=pid, hook=hook)
-        return GuestTrap(f"{what}: {text}", plugin_id=pid, hook=hook)
+        at_cap = hasattr(self, "memory") and self._at_memory_cap()
+        return classify(exc, what, self.limits, self.ctx, at_cap, self._frame.clamped)
 
     # -- buffers -----------------------------------------------------------------
 
@@ -285,18 +262,13 @@ class PluginInstance:
             self._write_input(payload)
         else:
             self.memory.write_unchecked(self._in_ptr, payload)
-        self._budget(self.limits.fuel_per_call, self._ticks)
-        self._abort = None
-        self._host_calls = 0
-        self._host_seconds = 0.0
-        stack = hostlink.active.stack
-        stack.append(self)
+        self._budget(self.limits.fuel_per_call, self._enter())
         try:
             packed = self._call(self._in_ptr, n)
         except Exception as exc:
             raise self._classify(exc, "wasmext_call") from exc
         finally:
-            stack.pop()
+            self._leave()
         if self.meter:
             return self._metered(packed, data)
         if packed == 0:
@@ -341,10 +313,13 @@ class PluginInstance:
     # -- the imports (called by hostlink while this instance is on top) -----------
 
     def _charge_host_call(self) -> None:
-        self._host_calls += 1
-        if self._host_calls > self.limits.max_host_calls:
+        frame = self._frame
+        frame.calls_left -= 1
+        if frame.calls_left < 0:
             self._fail(HostCallLimitExceeded(
-                f"more than {self.limits.max_host_calls} host calls in one call",
+                f"more than {self.limits.max_host_calls} host calls in one call" if
+                frame.parent is None else "the call tree ran out of host calls (a nested "
+                "call's host calls count against its callers' max_host_calls)",
                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
 
     def _fail(self, err: PluginFault) -> None:
@@ -369,28 +344,50 @@ class PluginInstance:
                                      "memory", plugin_id=pid, hook=hook))
         assert request is not None
         self.ctx.nested_seconds = 0.0
-        answer = encode(self.services.dispatch(self.ctx, request, self.limits.max_msgpack_depth))
+        # Whatever this host call causes (tool.call into plugins, host or MCP tools)
+        # ends by our deadline and by the end of our host-call time.
+        frame, limits = self._frame, self.limits
+        deadline = frame.deadline
+        frame.deadline = min(deadline, time.monotonic() + limits.host_call_timeout_ms / 1000
+                             - self._host_seconds)
+        try:
+            answer = encode(self.services.dispatch(self.ctx, request, limits.max_msgpack_depth))
+        finally:
+            frame.deadline = deadline
         nested = self.ctx.nested_seconds
         if nested:
-            # Inner plugins ran on this thread: their time is not ours, and our
-            # wall-clock deadline restarts now.
+            # Middleware `next` ran the host's inner layers: not our time.
             started += nested
-            self.store.set_epoch_deadline(self._ticks)
+            frame.deadline += nested
+            left_ms = int((frame.deadline - time.monotonic()) * 1000)
+            self.store.set_epoch_deadline(self.module.engine.ticks_for(max(0, left_ms)))
+        self._check_time(started)
+        started = time.perf_counter()
         try:
             out = self._alloc(len(answer))
         except Exception as exc:
             self._fail(GuestTrap(f"trap inside wasmext_alloc during host_call: "
-                                 f"{_first_line(exc)}",
+                                 f"{first_line(exc)}",
                                  plugin_id=pid, hook=hook))
         if out and not self.memory.write(out, answer):
             self._fail(InvalidOutput(f"wasmext_alloc returned {out:#x}, outside memory",
                                      plugin_id=pid, hook=hook))
-        self._host_seconds += time.perf_counter() - started
+        self._check_time(started)
+        return (out << 32) | len(answer) if out else 0
+
+    def _check_time(self, started: float) -> None:
+        """After a host call: its time is ours; past a budget, the call faults."""
+        now = time.perf_counter()
+        self._host_seconds += now - started
+        pid, hook = self.ctx.plugin_id, self.ctx.hook
         if self._host_seconds * 1000 > self.limits.host_call_timeout_ms:
             self._fail(HostCallLimitExceeded(
                 f"more than {self.limits.host_call_timeout_ms} ms spent in host calls",
                 plugin_id=pid, hook=hook))
-        return (out << 32) | len(answer) if out else 0
+        if self._frame.calls_left < 0:  # a nested call used up our host calls
+            self._charge_host_call()
+        if time.monotonic() >= self._frame.deadline:
+            self._fail(timeout("a host call", self.limits, self.ctx, self._frame.clamped))
 
     def on_log(self, level: int, ptr: int, length: int) -> None:
         if self._abort is not None:

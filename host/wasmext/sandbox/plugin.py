@@ -219,7 +219,8 @@ class Plugin:
         except PluginFault as fault:
             if ctx.pending:
                 ctx.finish(False)  # a faulted call's state writes never happened
-            self._record_fault(fault)
+            if not getattr(fault, "inherited", False):  # the caller's time ran out, not ours
+                self._record_fault(fault)
             raise
         except BaseException:
             if ctx.pending:

@@ -9,12 +9,21 @@ and serves them as its `on_tool` hook, `{"name": "lookup", "args": {...}}`
 (entries may carry a `pattern`, so one plugin can route tools to handlers).
 The registry names a plugin tool `{plugin_id}__{name}`; a plugin can never
 shadow a host tool (or a tool another owner registered), names and
-descriptions are length-limited and stripped of control characters, and every
-schema is checked with jsonschema before it is accepted. A call validates its
-arguments against the schema, runs through the `tool_call` middleware, and
+descriptions are length-limited and stripped of control characters. Every
+schema is compiled once, when its tool is created, with jsonschema-rs and the
+linear-time Rust regex engine (no backtracking: a pattern such as `^(a|a)*$`
+cannot stall the host); a schema that does not compile is refused. Each owner
+claims its name prefix (`calc` for `calc__*`): a plugin id, an MCP server name
+and a host tool prefix never share one, so no owner takes another's tool. A
+call validates its arguments against the compiled schema, runs through the
+`tool_call` middleware, and
 answers `{"status": "ok", "output": ...}` or `{"status": "error", "error":
 {"message", "code"?}}`. Plugins call tools with the `tool.call` op when granted
 `tools` and `tool:<pattern>` (fnmatch), nested at most `MAX_DEPTH` deep.
+A tool called by a plugin runs inside that plugin's call tree
+(`sandbox.calltree`): its time and host calls are the calling plugin's, and a
+host tool runs for at most what is left of them (in a worker thread that is
+left to finish on its own when the caller's time is up).
 """
 
 from __future__ import annotations
@@ -22,21 +31,21 @@ from __future__ import annotations
 import fnmatch
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import jsonschema
+import jsonschema_rs
 
 from wasmext.errors import ConfigError, PluginError, WasmextError
+from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.text import clean, clean_lines
 
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
 
-__all__ = ["MAX_DEPTH", "Tool", "ToolRegistry", "ToolSession"]
+__all__ = ["MAX_DEPTH", "Tool", "ToolRegistry", "ToolSession", "compile_schema"]
 
 
 class ToolSession(Protocol):
@@ -66,6 +75,13 @@ class Tool:
     owner: str  # "host", "plugin:<id>" or "mcp:<server>"
     run: Runner = field(compare=False)
     output_schema: Mapping[str, Any] | None = None
+    # The compiled input schema (made on creation; a bad schema is a ConfigError).
+    validator: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.validator is None:
+            object.__setattr__(self, "validator",
+                               compile_schema(self.input_schema, f"tool {self.name}"))
 
     def catalog_entry(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description,
@@ -76,14 +92,34 @@ def _clean(text: Any, limit: int) -> str:
     return clean_lines(text, limit)
 
 
-def _check_schema(schema: Any, where: str) -> dict[str, Any]:
-    if not isinstance(schema, dict):
+_REGEX = jsonschema_rs.RegexOptions()  # Rust regex: linear time, no backreferences
+
+
+def compile_schema(schema: Any, where: str) -> Any:
+    """A validator for a JSON Schema 2020-12 `schema`, or a ConfigError saying why not.
+
+    Patterns use the linear-time regex engine (no lookaround, no
+    backreferences) and `$ref` never leaves the schema (no retrieval).
+    """
+    if not isinstance(schema, Mapping):
         raise ConfigError(f"{where}: input_schema must be a JSON Schema object")
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ConfigError(f"{where}: invalid JSON Schema: {exc.message}") from exc
-    return schema
+        return jsonschema_rs.Draft202012Validator(dict(schema), pattern_options=_REGEX,
+                                                  offline=True)
+    except Exception as exc:  # ValidationError, ReferencingError, ValueError ...
+        first = (getattr(exc, "message", None) or str(exc)).splitlines()
+        raise ConfigError(f"{where}: invalid JSON Schema: "
+                          f"{first[0] if first else type(exc).__name__}") from exc
+
+
+def _check_schema(schema: Any, where: str) -> dict[str, Any]:
+    compile_schema(schema, where)
+    return dict(schema)
+
+
+def _prefix_clash(name: str, prefix: str) -> bool:
+    """Do `name` (a tool or a prefix) and the owner prefix `prefix` overlap?"""
+    return name == prefix or name.startswith(prefix + "__") or prefix.startswith(name + "__")
 
 
 class _Depth(threading.local):
@@ -97,10 +133,29 @@ class ToolRegistry:
     def __init__(self, host: PluginHost) -> None:
         self.host = host
         self.tools: dict[str, Tool] = {}
+        self.prefixes: dict[str, str] = {}  # claimed name prefix -> owner
         self._lock = threading.Lock()
         self._depth = _Depth()
 
     # -- registration -------------------------------------------------------------------
+
+    def claim(self, prefix: str, owner: str) -> None:
+        """Reserve the names `{prefix}__*` for `owner` (ConfigError when another holds them)."""
+        with self._lock:
+            for held, other in self.prefixes.items():
+                if other != owner and _prefix_clash(prefix, held):
+                    raise ConfigError(f"the name prefix {held!r} belongs to {other}; "
+                                      f"{owner} cannot use {prefix!r}")
+            for tool in self.tools.values():
+                if tool.owner != owner and tool.name.startswith(prefix + "__"):
+                    raise ConfigError(f"tool {tool.name!r} belongs to {tool.owner}; "
+                                      f"{owner} cannot use {prefix!r}")
+            self.prefixes[prefix] = owner
+
+    def release(self, owner: str) -> None:
+        with self._lock:
+            for prefix in [p for p, o in self.prefixes.items() if o == owner]:
+                del self.prefixes[prefix]
 
     def add(self, tool: Tool) -> None:
         with self._lock:
@@ -108,6 +163,10 @@ class ToolRegistry:
             if old is not None and old.owner != tool.owner:
                 raise ConfigError(f"tool {tool.name!r} belongs to {old.owner}; "
                                   f"{tool.owner} cannot shadow it")
+            for held, other in self.prefixes.items():
+                if other != tool.owner and (tool.name + "__").startswith(held + "__"):
+                    raise ConfigError(f"tool {tool.name!r}: the prefix {held!r} belongs to "
+                                      f"{other}; {tool.owner} cannot shadow its tools")
             self.tools[tool.name] = tool
 
     def register_python(self, name: str, fn: Callable[[dict[str, Any]], Any], *,
@@ -118,7 +177,10 @@ class ToolRegistry:
             raise ConfigError(f"tool name {name!r}: letters, digits, '_' and '-', 1-64")
         schema = _check_schema(dict(input_schema or {"type": "object"}), f"tool {name}")
         tool = Tool(name, _clean(description, MAX_DESCRIPTION), schema, "host",
-                    lambda args, session: fn(args))
+                    lambda args, session: calltree.run_bounded(fn, args))
+        prefix, sep, _ = name.partition("__")
+        if sep:
+            self.claim(prefix, "host")
         self.add(tool)
         return tool
 
@@ -177,13 +239,15 @@ class ToolRegistry:
             return {"status": "error", "error": {"message": f"no tool {name!r}",
                                                  "code": "not_found"}}
         try:
-            jsonschema.validate(args, dict(tool.input_schema),
-                                cls=jsonschema.Draft202012Validator)
-        except jsonschema.ValidationError as exc:
-            return {"status": "error", "error": {"message": f"invalid arguments: {exc.message}",
+            tool.validator.validate(args)
+        except (jsonschema_rs.ValidationError, ValueError) as exc:
+            message = (getattr(exc, "message", None) or str(exc)).splitlines()[0]
+            return {"status": "error", "error": {"message": f"invalid arguments: {message}",
                                                  "code": "invalid"}}
         try:
             return {"status": "ok", "output": tool.run(args, session)}
+        except calltree.OutOfTime as exc:
+            return {"status": "error", "error": {"message": str(exc), "code": "timeout"}}
         except PluginError as err:  # code and message were scrubbed where they entered
             return {"status": "error", "error": {"message": clean(err.message),
                                                  "code": clean(err.code, 64)}}
@@ -215,12 +279,13 @@ class ToolRegistry:
                 raise OpError("denied", f"plugin {ctx.plugin_id} may not call tool {name!r}")
             if self._depth.value >= MAX_DEPTH:
                 raise OpError("limit", f"tool calls nested deeper than {MAX_DEPTH}")
+            left = calltree.remaining()
+            if left is not None and left <= 0:
+                raise OpError("limit", "the calling plugin's time is up")
+            # The tool's time and host calls are this plugin's (its call tree's).
             self._depth.value += 1
-            started = time.perf_counter()
             try:
                 return self.call(name, req.get("args", {}))
             finally:
                 self._depth.value -= 1
-                # The tool's own time is not this plugin's host-call time.
-                ctx.nested_seconds += time.perf_counter() - started
         services.register("tool.call", tool_call)

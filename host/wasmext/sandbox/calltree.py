@@ -1,0 +1,137 @@
+"""The call tree: everything a plugin's call causes draws from that call's budget.
+
+A plugin call that runs while another plugin's host call is in progress on the
+same thread (`tool.call` into a plugin tool, an event delivered inline, ...)
+is a nested call. It never outlives its caller: its deadline is the earlier of
+its own `timeout_ms` and what is left of the caller's wall clock and host-call
+time, and its host calls count against the caller's `max_host_calls` as well.
+
+Each thread keeps a stack of frames, one per plugin call in progress. The
+innermost frame's `deadline` (monotonic seconds) bounds everything the host
+does on the guest's behalf; `remaining()` tells a host tool, an MCP call or a
+nested instance how long it may take. `detached()` starts a new tree: the
+middleware op `next` runs the host's own inner layers, which the calling
+plugin is not charged for. `run_bounded` runs a host function in a worker
+thread for at most the time left; on time-out the worker is left to finish
+on its own (Python threads cannot be killed) while the caller goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+__all__ = ["Frame", "OutOfTime", "current", "detached", "remaining", "run_bounded"]
+
+T = TypeVar("T")
+
+
+class OutOfTime(Exception):
+    """The call tree's time ran out before a host function answered."""
+
+
+class Frame:
+    """One plugin call in progress: its deadline and its host calls left."""
+
+    __slots__ = ("calls_left", "clamped", "deadline", "parent")
+
+    def __init__(self, deadline: float, calls_left: int, parent: Frame | None) -> None:
+        self.deadline = deadline
+        self.calls_left = calls_left
+        self.parent = parent
+        self.clamped = False  # the deadline is the caller's, not this call's own
+
+
+def enter(now: float, timeout_s: float, max_calls: int) -> Frame:
+    """Open the frame of a plugin call starting `now`, clamped to its caller's."""
+    stack = _tree.stack
+    parent = stack[-1] if stack else None
+    if parent is None:
+        frame = Frame(now + timeout_s, max_calls, None)
+    else:
+        frame = Frame(min(now + timeout_s, parent.deadline),
+                      min(max_calls, parent.calls_left), parent)
+        frame.clamped = parent.deadline < now + timeout_s
+    stack.append(frame)
+    return frame
+
+
+def leave(frame: Frame) -> None:
+    """Close `frame`; the caller has spent the host calls it used."""
+    _tree.stack.pop()
+    if frame.parent is not None:
+        frame.parent.calls_left = min(frame.parent.calls_left, frame.calls_left)
+
+
+class _Tree(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Frame | None] = []
+
+
+_tree = _Tree()
+
+
+def current() -> Frame | None:
+    """The innermost plugin call on this thread (None: no plugin is calling)."""
+    stack = _tree.stack
+    return stack[-1] if stack else None
+
+
+def push(frame: Frame | None) -> None:
+    _tree.stack.append(frame)
+
+
+def pop() -> None:
+    _tree.stack.pop()
+
+
+def remaining() -> float | None:
+    """Seconds left to the innermost call's deadline (None outside a plugin call)."""
+    frame = current()
+    return None if frame is None else frame.deadline - time.monotonic()
+
+
+@contextmanager
+def detached() -> Iterator[None]:
+    """Run the block as a new tree (the host's own work, not the caller's)."""
+    _tree.stack.append(None)
+    try:
+        yield
+    finally:
+        _tree.stack.pop()
+
+
+def run_bounded(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, in a worker thread when a call tree bounds this thread.
+
+    Raises OutOfTime when the tree's deadline passes first; the worker keeps
+    the tree's frame, so whatever it calls is bounded by the same deadline.
+    """
+    frame = current()
+    if frame is None:
+        return fn(*args)
+    left = frame.deadline - time.monotonic()
+    if left <= 0:
+        raise OutOfTime("the calling plugin's time is up")
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        _tree.stack.append(frame)
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        finally:
+            _tree.stack.pop()
+
+    worker = threading.Thread(target=work, name="wasmext-host-tool", daemon=True)
+    worker.start()
+    worker.join(left)
+    if worker.is_alive():
+        raise OutOfTime(f"no answer within the {left * 1000:.0f} ms the caller had left")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]

@@ -1,0 +1,61 @@
+"""Naming what went wrong in a guest call: a wasmtime trap becomes a PluginFault."""
+
+from __future__ import annotations
+
+import wasmtime
+
+from wasmext.errors import (
+    GuestTrap,
+    MemoryLimitExceeded,
+    OutOfFuel,
+    StackOverflow,
+    Timeout,
+    WasmextError,
+)
+from wasmext.sandbox.hostcalls import CallContext
+from wasmext.sandbox.limits import Limits
+
+__all__ = ["classify", "first_line", "timeout"]
+
+
+def first_line(exc: BaseException) -> str:
+    """The cause of a trap in one line, without wasmtime's backtrace."""
+    msg = exc.message if isinstance(exc, wasmtime.Trap) else str(exc)
+    _, caused, cause = msg.partition("Caused by:")
+    lines = [ln.strip() for ln in (cause if caused else msg).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def timeout(what: str, limits: Limits, ctx: CallContext, clamped: bool) -> Timeout:
+    """A Timeout; `clamped`: the deadline was the calling plugin's (inherited)."""
+    if not clamped:
+        return Timeout(f"{what} ran past {limits.timeout_ms} ms", plugin_id=ctx.plugin_id,
+                       hook=ctx.hook)
+    err = Timeout(f"{what} ran past its caller's deadline (a nested call gets only what is "
+                  "left of its caller's time)", plugin_id=ctx.plugin_id, hook=ctx.hook)
+    err.inherited = True
+    return err
+
+
+def classify(exc: BaseException, what: str, limits: Limits, ctx: CallContext,
+             at_memory_cap: bool, clamped: bool) -> WasmextError:
+    """The named error for `exc`, raised by the guest export `what`."""
+    pid, hook = ctx.plugin_id, ctx.hook
+    if isinstance(exc, WasmextError):
+        return exc
+    if isinstance(exc, wasmtime.Trap):
+        code = exc.trap_code
+        if code == wasmtime.TrapCode.OUT_OF_FUEL:
+            return OutOfFuel(f"used all {limits.fuel_per_call} fuel in {what}",
+                             plugin_id=pid, hook=hook)
+        if code == wasmtime.TrapCode.INTERRUPT:
+            return timeout(what, limits, ctx, clamped)
+        if code == wasmtime.TrapCode.STACK_OVERFLOW:
+            return StackOverflow(f"wasm stack exhausted in {what}", plugin_id=pid, hook=hook)
+    text = first_line(exc)
+    if at_memory_cap:
+        return MemoryLimitExceeded(f"{what} failed at the {limits.memory_bytes}-byte "
+                                   f"memory cap ({text})", plugin_id=pid, hook=hook)
+    if "memory" in text and ("exceeds memory limits" in text or "minimum" in text):
+        return MemoryLimitExceeded(f"{what}: {text}", plugin_id=pid, hook=hook)
+    return GuestTrap(f"{what}: {text}", plugin_id=pid, hook=hook)
