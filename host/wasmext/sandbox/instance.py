@@ -62,10 +62,6 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _unpack(packed: int) -> tuple[int, int]:
-    return packed >> 32, packed & 0xFFFFFFFF
-
-
 class PluginInstance:
     """A live instance. Create with a compiled module; call `register` once, then `call`."""
 
@@ -77,9 +73,10 @@ class PluginInstance:
         self.services = services
         self._ticks = module.engine.ticks_for(limits.timeout_ms)
         store = wasmtime.Store(module.engine.engine)
-        store.set_limits(memory_size=limits.memory_bytes, instances=1, memories=1, tables=4)
-        if module.info.uses_wasi:
-            store.set_wasi(self._wasi())
+        store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
+                         instances=1, memories=1, tables=4)
+        self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
+        self._started = time.monotonic()
         self.store = store
         self._abort: WasmextError | None = None
         self._host_calls = 0
@@ -113,16 +110,30 @@ class PluginInstance:
             self._alloc_fn = self._bind("wasmext_alloc", 1, True)
         return self._alloc_fn(size)
 
-    def _wasi(self) -> wasmtime.WasiConfig:
-        # A WasiConfig starts with nothing: no args, env, preopens or stdin.
-        wasi = wasmtime.WasiConfig()
-        wasi.stdout_custom = self.ctx.log.stream_writer("stdout")
-        wasi.stderr_custom = self.ctx.log.stream_writer("stderr")
-        return wasi
+    # -- WASI (sandbox.wasi calls these on the instance on top of the stack) ------
+
+    def wasi_memory(self) -> Any:
+        return getattr(self, "memory", None)
+
+    def wasi_output(self, fd: int, data: bytes) -> None:
+        self._streams[fd - 1](data)
+
+    def wasi_seconds_left(self) -> float:
+        return self._started + self.limits.timeout_ms / 1000 - time.monotonic()
+
+    def wasi_timeout(self, why: str) -> None:
+        self._fail(Timeout(f"{why} ({self.limits.timeout_ms} ms)", **self._where()))
+
+    def wasi_exit(self, code: int) -> None:
+        self._fail(GuestTrap(f"proc_exit({code})", **self._where()))
+
+    def _where(self) -> dict[str, Any]:
+        return {"plugin_id": self.ctx.plugin_id, "hook": self.ctx.hook}
 
     # -- entering and leaving the guest -------------------------------------------
 
     def _enter(self) -> None:
+        self._started = time.monotonic()
         self._abort = None
         self._host_calls = 0
         self._host_seconds = 0.0
@@ -175,7 +186,7 @@ class PluginInstance:
         if hasattr(self, "memory") and self._at_memory_cap():
             return MemoryLimitExceeded(f"{what} failed at the {self.limits.memory_bytes}-byte "
                                        f"memory cap ({text})", plugin_id=pid, hook=hook)
-        if "memory" in text and ("exceeds memory limits" in text or "minimum" in text):
+        if ("memory" in text or "table" in text) and ("exceeds" in text or "minimum" in text):
             return MemoryLimitExceeded(f"{what}: {text}", plugin_id=pid, hook=hook)
         return GuestTrap(f"{what}: {text}", plugin_id=pid, hook=hook)
 
@@ -216,7 +227,7 @@ class PluginInstance:
     def _read_output(self, packed: int, what: str) -> bytes | None:
         if packed == 0:
             return None
-        ptr, length = _unpack(packed)
+        ptr, length = packed >> 32, packed & 0xFFFFFFFF
         pid, hook = self.ctx.plugin_id, self.ctx.hook
         if length > self.limits.max_output_bytes:
             raise InvalidOutput(f"{what} returned {length} bytes, over max_output_bytes "
@@ -286,6 +297,7 @@ class PluginInstance:
         else:
             self.memory.write_unchecked(self._in_ptr, payload)
         self._budget(self.limits.fuel_per_call, self._ticks)
+        self._started = time.monotonic()
         self._abort = None
         self._host_calls = 0
         self._host_seconds = 0.0
@@ -375,6 +387,7 @@ class PluginInstance:
             # wall-clock deadline restarts now.
             started += nested
             self.store.set_epoch_deadline(self._ticks)
+            self._started = time.monotonic()
         try:
             out = self._alloc(len(answer))
         except Exception as exc:
