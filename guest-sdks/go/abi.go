@@ -93,6 +93,7 @@ var Ops = []OpInfo{
 const (
 	LimitFuelPerCall         = 50_000_000
 	LimitMemoryBytes         = 67_108_864
+	LimitTableElements       = 100_000
 	LimitTimeoutMS           = 1000
 	LimitMaxInputBytes       = 1_048_576
 	LimitMaxOutputBytes      = 1_048_576

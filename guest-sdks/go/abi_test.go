@@ -127,7 +127,8 @@ func TestConstantsMatchABITable(t *testing.T) {
 	}
 	sdkLimits := map[string]int64{
 		"fuel_per_call": LimitFuelPerCall, "memory_bytes": LimitMemoryBytes,
-		"timeout_ms": LimitTimeoutMS, "max_input_bytes": LimitMaxInputBytes,
+		"table_elements": LimitTableElements,
+		"timeout_ms":     LimitTimeoutMS, "max_input_bytes": LimitMaxInputBytes,
 		"max_output_bytes": LimitMaxOutputBytes, "max_host_calls": LimitMaxHostCalls,
 		"host_call_timeout_ms":   LimitHostCallTimeoutMS,
 		"max_host_request_bytes": LimitMaxHostRequestBytes,

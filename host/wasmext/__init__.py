@@ -28,6 +28,7 @@ from wasmext.errors import (
     ManifestError,
     MemoryLimitExceeded,
     MiddlewareError,
+    ModuleTooLarge,
     OutOfFuel,
     PipelineError,
     PluginError,
@@ -52,6 +53,7 @@ from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
+from wasmext.sandbox.wasmcheck import ModuleCaps
 from wasmext.session import Session, Trace, TraceEvent
 
 __all__ = [
@@ -83,6 +85,8 @@ __all__ = [
     "ManifestError",
     "MemoryLimitExceeded",
     "MiddlewareError",
+    "ModuleCaps",
+    "ModuleTooLarge",
     "OpError",
     "OutOfFuel",
     "PipelineError",

@@ -64,6 +64,7 @@ IMPORTS: Final[dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]]] =
 DEFAULT_LIMITS: Final[dict[str, int]] = {
     "fuel_per_call": 50000000,
     "memory_bytes": 67108864,
+    "table_elements": 100000,
     "timeout_ms": 1000,
     "max_input_bytes": 1048576,
     "max_output_bytes": 1048576,

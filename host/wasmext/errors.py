@@ -5,6 +5,8 @@
     │   └── ManifestError           bad plugin.toml (names the file and field)
     ├── LoadError                   a module cannot become a plugin
     │   ├── InvalidModule           not WebAssembly, or does not compile
+    │   │   └── ModuleTooLarge      over the host's compile caps (bytes, functions,
+    │   │                           body size, code size), refused before compiling
     │   ├── AbiMismatch             wrong ABI version or missing/mistyped exports
     │   ├── UnknownImport           imports something the host does not offer
     │   └── UnsafeFolder            a plugin folder that is, or holds, a symlink out of it
@@ -57,6 +59,7 @@ __all__ = [
     "ManifestError",
     "MemoryLimitExceeded",
     "MiddlewareError",
+    "ModuleTooLarge",
     "OutOfFuel",
     "PipelineError",
     "PluginError",
@@ -109,6 +112,12 @@ class LoadError(WasmextError):
 
 class InvalidModule(LoadError):
     reason = "invalid module"
+
+
+class ModuleTooLarge(InvalidModule):
+    """Compiling it would cost more than the host's `ModuleCaps` allow."""
+
+    reason = "module too large"
 
 
 class AbiMismatch(LoadError):

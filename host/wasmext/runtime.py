@@ -24,6 +24,7 @@ from wasmext.sandbox.hostcalls import HostServices
 from wasmext.sandbox.limits import Limits, effective_limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
+from wasmext.sandbox.wasmcheck import ModuleCaps, inspect
 
 __all__ = ["Runtime", "resolve_settings"]
 
@@ -97,10 +98,12 @@ def _read_module(path: Path) -> bytes:
         raise InvalidModule(f"{path}: not valid WAT: {exc}") from exc
 
 
-def _extism_module(engine: SharedEngine, wasm: bytes) -> wasmtime.Module | None:
+def _extism_module(engine: SharedEngine, wasm: bytes, caps: ModuleCaps,
+                   name: str) -> wasmtime.Module | None:
     """The module, when it is built for Extism (imports the Extism kernel)."""
     if EXTISM_KERNEL.encode() not in wasm:  # cheap: the import names are in the bytes
         return None
+    caps.check(inspect(wasm), name)  # before compiling, as PluginModule does
     try:
         module = wasmtime.Module(engine.engine, wasm)
     except wasmtime.WasmtimeError as exc:
@@ -114,15 +117,17 @@ class Runtime:
     def __init__(self, *, engine: EngineConfig | SharedEngine | None = None,
                  cache: CompileCache | bool | None = True, services: HostServices | None = None,
                  policy: Limits | None = None, defaults: Limits | None = None,
-                 quarantine: QuarantinePolicy | None = None) -> None:
+                 quarantine: QuarantinePolicy | None = None,
+                 module_caps: ModuleCaps | None = None) -> None:
         self.engine = engine if isinstance(engine, SharedEngine) else shared_engine(engine)
         self.cache = CompileCache() if cache is True else (cache or None)
         self.services = services or HostServices()
         self.policy = policy or Limits(
             fuel_per_call=10**10, memory_bytes=4 * 2**30 - 2**16, timeout_ms=10 * 60 * 1000,
-            max_input_bytes=2**31, max_output_bytes=2**31)
+            max_input_bytes=2**31, max_output_bytes=2**31, table_elements=1_000_000)
         self.defaults = defaults or Limits()
         self.quarantine = quarantine or QuarantinePolicy()
+        self.module_caps = module_caps or ModuleCaps()
         self.plugins: dict[str, Plugin | ExtismPlugin] = {}
 
     def __enter__(self) -> Runtime:
@@ -132,7 +137,8 @@ class Runtime:
         self.close()
 
     def compile(self, wasm: bytes, name: str = "<module>") -> PluginModule:
-        return PluginModule(wasm, name=name, engine=self.engine, cache=self.cache)
+        return PluginModule(wasm, name=name, engine=self.engine, cache=self.cache,
+                            caps=self.module_caps)
 
     def load(self, source: Path | str | bytes | bytearray, *, plugin_id: str | None = None,
              limits: Mapping[str, int] | Limits | None = None,
@@ -171,7 +177,7 @@ class Runtime:
         sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
             else frozenset()
         prio = priority if priority is not None else manifest.priority if manifest else 50
-        extism_module = _extism_module(self.engine, wasm)
+        extism_module = _extism_module(self.engine, wasm, self.module_caps, name)
         plugin: Plugin | ExtismPlugin
         if extism_module is not None:
             plugin = ExtismPlugin(wasm, extism_module, plugin_id=pid, limits=eff, settings=values,

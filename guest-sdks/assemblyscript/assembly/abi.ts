@@ -70,6 +70,7 @@ export namespace ImportName {
 export namespace Limits {
   export const FUEL_PER_CALL: i64 = 50_000_000;
   export const MEMORY_BYTES: i64 = 67_108_864;
+  export const TABLE_ELEMENTS: i64 = 100_000;
   export const TIMEOUT_MS: i64 = 1000;
   export const MAX_INPUT_BYTES: i64 = 1_048_576;
   export const MAX_OUTPUT_BYTES: i64 = 1_048_576;

@@ -131,6 +131,7 @@ pub mod log_level {
 pub mod limits {
     pub const FUEL_PER_CALL: u64 = 50_000_000;
     pub const MEMORY_BYTES: u64 = 67_108_864;
+    pub const TABLE_ELEMENTS: u64 = 100_000;
     pub const TIMEOUT_MS: u64 = 1000;
     pub const MAX_INPUT_BYTES: u64 = 1_048_576;
     pub const MAX_OUTPUT_BYTES: u64 = 1_048_576;
@@ -146,6 +147,7 @@ pub mod limits {
     pub const ALL: &[(&str, u64)] = &[
         ("fuel_per_call", FUEL_PER_CALL),
         ("memory_bytes", MEMORY_BYTES),
+        ("table_elements", TABLE_ELEMENTS),
         ("timeout_ms", TIMEOUT_MS),
         ("max_input_bytes", MAX_INPUT_BYTES),
         ("max_output_bytes", MAX_OUTPUT_BYTES),

@@ -46,6 +46,7 @@ pub const op = struct {
 pub const limits = struct {
     pub const fuel_per_call: u32 = 50000000;
     pub const memory_bytes: u32 = 67108864;
+    pub const table_elements: u32 = 100000;
     pub const timeout_ms: u32 = 1000;
     pub const max_input_bytes: u32 = 1048576;
     pub const max_output_bytes: u32 = 1048576;

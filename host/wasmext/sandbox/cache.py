@@ -14,6 +14,7 @@ import hmac
 import logging
 import os
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class CompileCache:
         self._key: bytes | None = None
 
     def _host_key(self) -> bytes:
+        """The host key; OSError when it can be neither read nor made."""
         if self._key is None:
             self.key_file.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -76,15 +78,27 @@ class CompileCache:
         return self.directory / f"{name}.cwasm"
 
     def load_or_compile(self, wasm: bytes, digest: str, engine: SharedEngine) -> wasmtime.Module:
-        """The compiled module for `wasm`, from the cache when it is authentic."""
+        """The compiled module for `wasm`, from the cache when it is authentic.
+
+        Any unexpected state of the cache (a key or entry that is a directory,
+        unreadable, a dangling link, a folder that is a file, ...) means
+        "compile it", never an error: the cache only ever saves time.
+        """
         path = self.entry_path(digest, engine)
-        module = self._load(path, engine)
+        try:
+            module = self._load(path, engine)
+        except Exception as exc:
+            log.warning("compile cache unusable (%s: %s); compiling", type(exc).__name__, exc)
+            module = None
         if module is not None:
             self.hits += 1
             return module
         self.misses += 1
         module = wasmtime.Module(engine.engine, wasm)
-        self._store(path, module)
+        try:
+            self._store(path, module)
+        except Exception as exc:
+            log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
         return module
 
     def _mac(self, payload: bytes) -> bytes:
@@ -92,6 +106,10 @@ class CompileCache:
 
     def _load(self, path: Path, engine: SharedEngine) -> wasmtime.Module | None:
         try:
+            if not path.is_file():
+                if path.is_symlink() or path.exists():
+                    self._reject(path, "not a regular file")
+                return None
             blob = path.read_bytes()
         except OSError:
             return None
@@ -108,7 +126,13 @@ class CompileCache:
     def _reject(self, path: Path, why: str) -> None:
         self.rejected += 1
         log.warning("compile cache entry %s discarded (%s); recompiling", path.name, why)
-        path.unlink(missing_ok=True)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("compile cache entry %s not removed (%s)", path.name, exc)
 
     def _store(self, path: Path, module: wasmtime.Module) -> None:
         try:

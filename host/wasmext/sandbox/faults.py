@@ -56,6 +56,6 @@ def classify(exc: BaseException, what: str, limits: Limits, ctx: CallContext,
     if at_memory_cap:
         return MemoryLimitExceeded(f"{what} failed at the {limits.memory_bytes}-byte "
                                    f"memory cap ({text})", plugin_id=pid, hook=hook)
-    if "memory" in text and ("exceeds memory limits" in text or "minimum" in text):
+    if ("memory" in text or "table" in text) and ("exceeds" in text or "minimum" in text):
         return MemoryLimitExceeded(f"{what}: {text}", plugin_id=pid, hook=hook)
     return GuestTrap(f"{what}: {text}", plugin_id=pid, hook=hook)

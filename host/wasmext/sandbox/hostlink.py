@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import wasmtime
 
+from wasmext.sandbox import wasi
+
 if TYPE_CHECKING:
     from wasmext.sandbox.engine import SharedEngine
 
 __all__ = ["GuestSide", "active", "linker_for"]
 
 
-class GuestSide(Protocol):
+class GuestSide(wasi.WasiGuest, Protocol):
     """What an instance offers the import functions."""
 
     def on_host_call(self, ptr: int, length: int) -> int: ...
@@ -44,6 +46,10 @@ def _log(level: int, ptr: int, length: int) -> None:
     active.stack[-1].on_log(level, ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
 
 
+def _top() -> GuestSide:
+    return active.stack[-1]
+
+
 def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
@@ -57,13 +63,13 @@ _lock = threading.Lock()
 
 
 def linker_for(engine: SharedEngine) -> wasmtime.Linker:
-    """The Linker with WASI and the wasmext imports for `engine`."""
+    """The Linker with the host's own WASI (`sandbox.wasi`) and the wasmext imports."""
     with _lock:
         linker = _linkers.get(engine)
         if linker is None:
             i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
             linker = wasmtime.Linker(engine.engine)
-            linker.define_wasi()
+            wasi.define(linker, _top)
             linker.define_func("wasmext", "host_call", wasmtime.FuncType([i32, i32], [i64]),
                                _host_call_signed)
             linker.define_func("wasmext", "log", wasmtime.FuncType([i32, i32, i32], []), _log)

@@ -67,9 +67,9 @@ class PluginInstance:
         self.services = services
         self._ticks = module.engine.ticks_for(limits.timeout_ms)
         store = wasmtime.Store(module.engine.engine)
-        store.set_limits(memory_size=limits.memory_bytes, instances=1, memories=1, tables=4)
-        if module.info.uses_wasi:
-            store.set_wasi(self._wasi())
+        store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
+                         instances=1, memories=1, tables=4)
+        self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
         self.store = store
         self._abort: WasmextError | None = None
         self._frame = calltree.Frame(0.0, 0, None)
@@ -102,12 +102,25 @@ class PluginInstance:
             self._alloc_fn = self._bind("wasmext_alloc", 1, True)
         return self._alloc_fn(size)
 
-    def _wasi(self) -> wasmtime.WasiConfig:
-        # A WasiConfig starts with nothing: no args, env, preopens or stdin.
-        wasi = wasmtime.WasiConfig()
-        wasi.stdout_custom = self.ctx.log.stream_writer("stdout")
-        wasi.stderr_custom = self.ctx.log.stream_writer("stderr")
-        return wasi
+    # -- WASI (sandbox.wasi calls these on the instance on top of the stack) ------
+
+    def wasi_memory(self) -> Any:
+        return getattr(self, "memory", None)
+
+    def wasi_output(self, fd: int, data: bytes) -> None:
+        self._streams[fd - 1](data)
+
+    def wasi_seconds_left(self) -> float:
+        return self._frame.deadline - time.monotonic()
+
+    def wasi_timeout(self, why: str) -> None:
+        self._fail(timeout(f"{why}", self.limits, self.ctx, self._frame.clamped))
+
+    def wasi_exit(self, code: int) -> None:
+        self._fail(GuestTrap(f"proc_exit({code})", **self._where()))
+
+    def _where(self) -> dict[str, Any]:
+        return {"plugin_id": self.ctx.plugin_id, "hook": self.ctx.hook}
 
     # -- entering and leaving the guest -------------------------------------------
 
@@ -193,7 +206,7 @@ class PluginInstance:
     def _read_output(self, packed: int, what: str) -> bytes | None:
         if packed == 0:
             return None
-        ptr, length = _unpack(packed)
+        ptr, length = packed >> 32, packed & 0xFFFFFFFF
         pid, hook = self.ctx.plugin_id, self.ctx.hook
         if length > self.limits.max_output_bytes:
             raise InvalidOutput(f"{what} returned {length} bytes, over max_output_bytes "

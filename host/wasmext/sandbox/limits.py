@@ -22,6 +22,7 @@ class Limits:
 
     fuel_per_call: int = DEFAULT_LIMITS["fuel_per_call"]
     memory_bytes: int = DEFAULT_LIMITS["memory_bytes"]
+    table_elements: int = DEFAULT_LIMITS["table_elements"]
     timeout_ms: int = DEFAULT_LIMITS["timeout_ms"]
     max_input_bytes: int = DEFAULT_LIMITS["max_input_bytes"]
     max_output_bytes: int = DEFAULT_LIMITS["max_output_bytes"]

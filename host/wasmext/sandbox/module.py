@@ -15,9 +15,10 @@ import wasmtime
 
 from wasmext._abi import EXPORTS, IMPORTS
 from wasmext.errors import AbiMismatch, InvalidModule, UnknownImport
-from wasmext.sandbox import hostlink
+from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
+from wasmext.sandbox.wasmcheck import ModuleCaps, inspect
 
 __all__ = ["WASI_MODULE", "PluginModule"]
 
@@ -38,17 +39,23 @@ class ModuleInfo:
     uses_wasi: bool
     has_free: bool
     has_initialize: bool
+    table_minimums: tuple[int, ...] = ()
 
 
 class PluginModule:
     """Compiled, ABI-checked code plus the pre-linked instance template."""
 
     def __init__(self, wasm: bytes, *, name: str = "<module>", engine: SharedEngine | None = None,
-                 cache: CompileCache | None = None) -> None:
+                 cache: CompileCache | None = None, caps: ModuleCaps | None = None) -> None:
         self.name = name
         self.engine = engine or shared_engine()
         if not wasm.startswith(b"\0asm"):
             raise InvalidModule(f"{name}: not a WebAssembly binary (bad magic)")
+        try:
+            shape = inspect(wasm)
+        except InvalidModule as exc:
+            raise InvalidModule(f"{name}: malformed: {exc}") from exc
+        (caps or ModuleCaps()).check(shape, name)
         digest = hashlib.sha256(wasm).hexdigest()
         try:
             if cache is not None:
@@ -58,19 +65,21 @@ class PluginModule:
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
         self.module = module
-        self.info = self._check(module, digest, len(wasm))
+        self.info = self._check(module, digest, len(wasm), shape.table_minimums)
         self.pre = hostlink.linker_for(self.engine).instantiate_pre(module)
 
     @classmethod
     def from_file(cls, path: Path, *, engine: SharedEngine | None = None,
-                  cache: CompileCache | None = None) -> PluginModule:
+                  cache: CompileCache | None = None,
+                  caps: ModuleCaps | None = None) -> PluginModule:
         try:
             wasm = path.read_bytes()
         except OSError as exc:
             raise InvalidModule(f"{path}: cannot read: {exc.strerror}") from exc
-        return cls(wasm, name=str(path), engine=engine, cache=cache)
+        return cls(wasm, name=str(path), engine=engine, cache=cache, caps=caps)
 
-    def _check(self, module: wasmtime.Module, digest: str, size: int) -> ModuleInfo:
+    def _check(self, module: wasmtime.Module, digest: str, size: int,
+               tables: tuple[int, ...]) -> ModuleInfo:
         imports = []
         uses_wasi = False
         for imp in module.imports:
@@ -78,11 +87,12 @@ class PluginModule:
             imports.append(key)
             if imp.module == WASI_MODULE:
                 uses_wasi = True
-                continue
-            want = IMPORTS.get(key)
+                want = wasi.SIGNATURES.get(key[1])
+            else:
+                want = IMPORTS.get(key)
             if want is None or not isinstance(imp.type, wasmtime.FuncType):
                 raise UnknownImport(f"{self.name}: imports {imp.module}.{imp.name}, which the "
-                                    "wasmext ABI does not offer")
+                                    "wasmext ABI (and its WASI preview1 subset) does not offer")
             if _sig(imp.type) != want:
                 raise AbiMismatch(f"{self.name}: imports {imp.module}.{imp.name} with signature "
                                   f"{_sig(imp.type)}, ABI v1 says {want}")
@@ -102,4 +112,4 @@ class PluginModule:
                 raise AbiMismatch(f"{self.name}: export {name!r} must be a function "
                                   f"{params} -> {results}")
         return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
-                          "wasmext_free" in exports, "_initialize" in exports)
+                          "wasmext_free" in exports, "_initialize" in exports, tables)

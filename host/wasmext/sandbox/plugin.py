@@ -16,7 +16,7 @@ from typing import Any
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR
 from wasmext._version import __version__
-from wasmext.errors import InvalidOutput, PluginFault, Quarantined
+from wasmext.errors import InvalidOutput, MemoryLimitExceeded, PluginFault, Quarantined
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
@@ -127,6 +127,12 @@ class Plugin:
         self._idle: list[PluginInstance] = []
         self._lock = threading.Lock()
         self.registration: Registration
+        for minimum in module.info.table_minimums:
+            if minimum > self.limits.table_elements:
+                raise MemoryLimitExceeded(
+                    f"{module.name}: declares a table of {minimum} elements, over "
+                    f"table_elements {self.limits.table_elements}", plugin_id=plugin_id,
+                    hook="register")
         self._release(self.new_instance())
 
     # -- instances -----------------------------------------------------------------

@@ -1,0 +1,189 @@
+"""A module's shape, read from its bytes before wasmtime compiles anything.
+
+Compile time grows with the number of functions and the size of each body,
+so a module of 60,000 empty functions or one body of a million instructions
+costs seconds of host CPU before any budget of a call applies. `inspect`
+walks the section headers (LEB128 lengths), counts what compiling would cost
+and what instantiating would allocate (declared table minimums), and
+`ModuleCaps.check` refuses a module over the host's policy with
+`ModuleTooLarge`. It never raises anything else: bytes that are not a
+well-formed section stream are `InvalidModule`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wasmext.errors import InvalidModule, ModuleTooLarge
+
+__all__ = ["ModuleCaps", "ModuleShape", "inspect"]
+
+_TYPE, _IMPORT, _FUNCTION, _TABLE, _CODE = 1, 2, 3, 4, 10
+
+
+@dataclass(frozen=True)
+class ModuleCaps:
+    """Host policy on what a module may cost to compile (engine-wide, not per plugin).
+
+    The defaults admit every SDK example with a wide margin (the Go one, the
+    largest, has about 3,000 functions and 1.3 MB of code) and keep a
+    compile under about a second on one core.
+    """
+
+    max_module_bytes: int = 32 * 2**20
+    max_functions: int = 20_000
+    max_function_body_bytes: int = 256 * 2**10
+    max_code_bytes: int = 16 * 2**20
+
+    def check(self, shape: ModuleShape, name: str = "<module>") -> None:
+        """Raise ModuleTooLarge when `shape` is over any cap."""
+        over = [
+            ("bytes", shape.size, self.max_module_bytes, "max_module_bytes"),
+            ("functions", shape.functions, self.max_functions, "max_functions"),
+            ("bytes in its largest function body", shape.largest_body,
+             self.max_function_body_bytes, "max_function_body_bytes"),
+            ("bytes of code", shape.code_bytes, self.max_code_bytes, "max_code_bytes"),
+        ]
+        for what, value, cap, knob in over:
+            if value > cap:
+                raise ModuleTooLarge(f"{name}: {value} {what}, over the host's {knob} {cap}")
+
+
+@dataclass(frozen=True)
+class ModuleShape:
+    size: int
+    types: int
+    imported_functions: int
+    functions: int  # defined in the module (the function section's count)
+    code_bytes: int
+    largest_body: int
+    table_minimums: tuple[int, ...]  # declared and imported tables, in order
+
+
+class _Reader:
+    __slots__ = ("data", "end", "pos")
+
+    def __init__(self, data: bytes, pos: int, end: int) -> None:
+        self.data, self.pos, self.end = data, pos, end
+
+    def byte(self) -> int:
+        if self.pos >= self.end:
+            raise InvalidModule("truncated")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def uleb(self, bits: int = 32) -> int:
+        result = shift = 0
+        while True:
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+            if shift >= bits + 7:
+                raise InvalidModule("LEB128 integer too long")
+        if result >= 1 << bits:
+            raise InvalidModule("LEB128 integer out of range")
+        return result
+
+    def skip(self, n: int) -> None:
+        if n > self.end - self.pos:
+            raise InvalidModule("truncated")
+        self.pos += n
+
+    def name(self) -> None:
+        self.skip(self.uleb())
+
+    def limits(self) -> int:
+        """Table or memory limits; returns the minimum."""
+        flags = self.byte()
+        if flags & ~0x07:
+            raise InvalidModule(f"bad limits flags {flags:#x}")
+        bits = 64 if flags & 0x04 else 32
+        minimum = self.uleb(bits)
+        if flags & 0x01:
+            self.uleb(bits)
+        return minimum
+
+    def table_type(self) -> int:
+        if self.byte() in (0x63, 0x64):  # (ref null? heaptype)
+            self.uleb(33)  # an s33; only its length matters here
+        return self.limits()
+
+
+def _imports(r: _Reader, tables: list[int]) -> int:
+    """Walk the import section; returns the number of imported functions."""
+    funcs = 0
+    for _ in range(r.uleb()):
+        r.name()
+        r.name()
+        kind = r.byte()
+        if kind == 0x00:
+            r.uleb()
+            funcs += 1
+        elif kind == 0x01:
+            tables.append(r.table_type())
+        elif kind == 0x02:
+            r.limits()
+        elif kind == 0x03:
+            r.byte()
+            r.byte()
+        elif kind == 0x04:
+            r.byte()
+            r.uleb()
+        else:
+            raise InvalidModule(f"unknown import kind {kind:#x}")
+    return funcs
+
+
+def _code(r: _Reader) -> tuple[int, int, int]:
+    """Walk the code section: (bodies, total body bytes, largest body)."""
+    count = r.uleb()
+    total = largest = 0
+    for _ in range(count):
+        size = r.uleb()
+        r.skip(size)
+        total += size
+        largest = max(largest, size)
+    return count, total, largest
+
+
+def inspect(wasm: bytes) -> ModuleShape:
+    """The module's shape; InvalidModule when the section stream is malformed."""
+    if len(wasm) < 8 or wasm[:4] != b"\0asm":
+        raise InvalidModule("not a WebAssembly binary (bad magic)")
+    if wasm[4:8] != b"\x01\0\0\0":
+        raise InvalidModule("not a WebAssembly core module of version 1")
+    top = _Reader(wasm, 8, len(wasm))
+    types = imported = functions = bodies = code_bytes = largest = 0
+    tables: list[int] = []
+    while top.pos < top.end:
+        section = top.byte()
+        size = top.uleb()
+        start = top.pos
+        top.skip(size)
+        r = _Reader(wasm, start, start + size)
+        if section == _TYPE:
+            types = r.uleb()
+        elif section == _IMPORT:
+            imported = _imports(r, tables)
+        elif section == _FUNCTION:
+            functions = r.uleb()
+        elif section == _TABLE:
+            for _ in range(r.uleb()):
+                if r.data[r.pos:r.pos + 2] == b"\x40\x00":
+                    # A table with an initializer expression: take its limits, and
+                    # leave the rest of the section to wasmtime's validator.
+                    r.skip(2)
+                    tables.append(r.table_type())
+                    break
+                tables.append(r.table_type())
+        elif section == _CODE:
+            bodies, code_bytes, largest = _code(r)
+        elif section > 13 and section != 0:
+            raise InvalidModule(f"unknown section id {section}")
+    if bodies != functions:
+        raise InvalidModule(f"function and code sections disagree ({functions} vs {bodies})")
+    return ModuleShape(len(wasm), types, imported, functions, code_bytes, largest,
+                       tuple(tables))
