@@ -19,6 +19,7 @@ from typing import Any
 
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits, StateUnavailable
+from wasmext.state.deadline import remaining
 from wasmext.state.engine import Engine
 
 __all__ = ["DEFAULT_FILENAME", "SQLiteStore"]
@@ -107,6 +108,8 @@ class SQLiteStore(Engine):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._sync = "FULL" if durable else "NORMAL"
         self._lock = threading.RLock()
+        self._busy = busy_timeout
+        self._busy_ms = -1
         try:
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
                                          check_same_thread=False)
@@ -129,8 +132,24 @@ class SQLiteStore(Engine):
         return cls(Path(data_dir) / DEFAULT_FILENAME, limits, clock=clock)
 
     @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This store's lock, then SQLite's busy wait, both within the call's deadline."""
+        if not self._lock.acquire(timeout=remaining(self._busy)):
+            raise StateUnavailable(f"state file {self.path}: no turn before the call's deadline")
+        try:
+            ms = max(1, int(remaining(self._busy) * 1000))
+            if ms != self._busy_ms:
+                self._conn.execute(f"PRAGMA busy_timeout = {ms}")
+                self._busy_ms = ms
+            yield
+        except sqlite3.OperationalError as exc:  # locked, busy, disk I/O: the host's trouble
+            raise StateUnavailable(f"state file {self.path}: {exc}") from exc
+        finally:
+            self._lock.release()
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._locked():
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
@@ -148,14 +167,14 @@ class SQLiteStore(Engine):
                 raise StateUnavailable(f"cannot commit to {self.path}: {exc}") from exc
 
     def _read(self, plugin: str, sid: Sid, key: str, now: float) -> bytes | None:
-        with self._lock:
+        with self._locked():
             row = self._conn.execute("SELECT value FROM entries WHERE plugin = ? AND session = ?"
                                      " AND key = ? AND expires_at > ?",
                                      (plugin, _col(sid), key, now)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]:
-        with self._lock:
+        with self._locked():
             rows = self._conn.execute("SELECT key FROM entries WHERE plugin = ? AND session = ?"
                                       " AND expires_at > ? ORDER BY key",
                                       (plugin, _col(sid), now)).fetchall()
@@ -163,7 +182,7 @@ class SQLiteStore(Engine):
 
     def _touch(self, plugin: str, refs: list[Ref], now: float) -> None:
         # A refresh lost to a power cut is harmless: skip the fsync for touch-only commits.
-        with self._lock:
+        with self._locked():
             self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
                 with self._write() as conn:
@@ -178,7 +197,7 @@ class SQLiteStore(Engine):
 
     @contextmanager
     def _view(self, plugin: str) -> Iterator[_SQLiteView]:
-        with self._lock:
+        with self._locked():
             yield _SQLiteView(self._conn, plugin)
 
     def _commit(self, changes: Changes, now: float) -> Plan:
@@ -216,7 +235,7 @@ class SQLiteStore(Engine):
         return -sum(int(row[3]) for row in gone)
 
     def _purge(self, now: float, plugin: str | None) -> int:
-        with self._lock:
+        with self._locked():
             where, args = ("plugin = ? AND", (plugin, now)) if plugin is not None else ("", (now,))
             if self._conn.execute(f"SELECT 1 FROM entries WHERE {where} expires_at <= ? LIMIT 1",
                                   args).fetchone() is None:
@@ -225,7 +244,7 @@ class SQLiteStore(Engine):
                 return self._purge_in(conn, now, plugin)
 
     def _plugins(self) -> list[str]:
-        with self._lock:
+        with self._locked():
             return [str(r[0]) for r in
                     self._conn.execute("SELECT DISTINCT plugin FROM usage ORDER BY plugin")]
 
@@ -236,7 +255,7 @@ class SQLiteStore(Engine):
             return int(count)
 
     def _records(self, now: float) -> list[Record]:
-        with self._lock:
+        with self._locked():
             rows = self._conn.execute("SELECT plugin, session, key, value, expires_at, ttl"
                                       " FROM entries WHERE expires_at > ?", (now,)).fetchall()
         return [Record(str(p), _sid(s), str(k), bytes(v), float(e), float(t))
