@@ -52,6 +52,7 @@ from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
 from wasmext.session import Session, Trace, TraceEvent
+from wasmext.state import StateError, StateUnavailable
 
 __all__ = [
     "ABI_MAJOR",
@@ -97,6 +98,8 @@ __all__ = [
     "Runtime",
     "Session",
     "StackOverflow",
+    "StateError",
+    "StateUnavailable",
     "Timeout",
     "ToolGuidance",
     "Trace",

@@ -289,6 +289,9 @@ class PluginInstance:
         self._abort = None
         self._host_calls = 0
         self._host_seconds = 0.0
+        ctx.deadline = time.monotonic() + self.limits.timeout_ms / 1000
+        ctx.host_fault = ctx.slow = None
+        ctx.waited_total = 0.0
         stack = hostlink.active.stack
         stack.append(self)
         try:
@@ -367,14 +370,16 @@ class PluginInstance:
             self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
                                      "memory", plugin_id=pid, hook=hook))
         assert request is not None
-        self.ctx.nested_seconds = 0.0
+        self.ctx.nested_seconds = self.ctx.waited_seconds = 0.0
         answer = encode(self.services.dispatch(self.ctx, request, self.limits.max_msgpack_depth))
         nested = self.ctx.nested_seconds
         if nested:
             # Inner plugins ran on this thread: their time is not ours, and our
             # wall-clock deadline restarts now.
             started += nested
+            self.ctx.deadline = time.monotonic() + self.limits.timeout_ms / 1000
             self.store.set_epoch_deadline(self._ticks)
+        started += self.ctx.waited_seconds  # waiting on storage is the host's time
         try:
             out = self._alloc(len(answer))
         except Exception as exc:

@@ -31,19 +31,19 @@ class BoundedConnection(redis.Connection):
     def connect(self) -> None:
         if not self._sock:
             self.socket_connect_timeout = self._left()
-        super().connect()
+        super().connect()  # type: ignore[no-untyped-call]
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         left = self._left()
         if self._sock is not None:
             self._sock.settimeout(left)
-        super().send_packed_command(command, check_health)
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
     def read_response(self, disable_decoding: bool = False, **kwargs: Any) -> Any:
         try:
             left = self._left()
         except StateUnavailable:
-            self.disconnect()  # a reply is owed on this connection: never reuse it
+            self.disconnect()  # type: ignore[no-untyped-call]  # a reply is owed on this connection: never reuse it
             raise
         kwargs["timeout"] = left
         return super().read_response(disable_decoding, **kwargs)
