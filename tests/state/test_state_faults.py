@@ -148,3 +148,50 @@ def test_a_state_error_answered_by_the_plugin_stays_a_plugin_error(tmp_path: Pat
         op(h, "s", op="state.get", key="missing")
     assert info.value.code == "not_found"
     h.close()
+
+
+@pytest.mark.parametrize("same_key", [False, True])
+def test_redis_commits_conflict_only_on_the_entries_they_touched(
+        redis_url: str, same_key: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another host commits between this commit's plan and its script: a write to
+    another session goes through at once; a write to the same key is planned again
+    (and a compare-and-set on it then fails)."""
+    import wasmext.state.redis_store as rs
+    from wasmext.state import CasConflict, Scope
+    from wasmext.state.redis_store import RedisStore
+
+    plugin = f"interleave-{same_key}"
+    a, b = RedisStore(url=redis_url), RedisStore(url=redis_url)
+    a.drop_plugin(plugin)
+    a.set(Scope(plugin, "s1"), "n", b"0")
+    real_plan, plans = rs.plan, []
+
+    def plan_then_interfere(view: Any, changes: Any, *args: Any, **kwargs: Any) -> Any:
+        done = real_plan(view, changes, *args, **kwargs)
+        if not kwargs.get("dry_run") and changes.plugin == plugin and view._r is a._r:
+            plans.append(done)
+            if len(plans) == 1:  # the other host commits right after our plan
+                b.set(Scope(plugin, "s1" if same_key else "s2"), "n", b"9")
+        return done
+
+    monkeypatch.setattr(rs, "plan", plan_then_interfere)
+    txn = a.begin(plugin, "s1")
+    txn.cas("n", b"0", b"1")
+    if same_key:
+        with pytest.raises(CasConflict):
+            txn.commit()
+        assert len(plans) == 1  # the script refused the stale plan; the replan saw "9"
+        # (and raised CasConflict before it was recorded)
+        assert a.get(Scope(plugin, "s1"), "n") == b"9"
+    else:
+        txn.commit()
+        assert len(plans) == 1  # one plan, one script: no retry
+        assert a.get(Scope(plugin, "s1"), "n") == b"1"
+        assert a.get(Scope(plugin, "s2"), "n") == b"9"
+    usage = a.usage(Scope(plugin, "s1"))
+    assert usage.scope_keys == 1
+    entries = 1 if same_key else 2  # the accounting stayed exact
+    assert usage.plugin_bytes == entries * a.limits.entry_size("n", b"1")
+    a.drop_plugin(plugin)
+    a.close()
+    b.close()
