@@ -55,6 +55,7 @@ from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
 from wasmext.sandbox.wasmcheck import ModuleCaps
 from wasmext.session import Session, Trace, TraceEvent
+from wasmext.state import StateError, StateUnavailable
 
 __all__ = [
     "ABI_MAJOR",
@@ -102,6 +103,8 @@ __all__ = [
     "Runtime",
     "Session",
     "StackOverflow",
+    "StateError",
+    "StateUnavailable",
     "Timeout",
     "ToolGuidance",
     "Trace",

@@ -25,6 +25,12 @@
     ├── InputTooLarge               the host's own request exceeds the input cap
     ├── EncodeError                 host data that MessagePack cannot carry
     ├── Quarantined                 calls refused until the quarantine ends
+    ├── StateError                  (wasmext.state) a state operation failed; `code`
+    │   │                           is its ABI answer (limit, conflict, invalid, ...)
+    │   └── StateUnavailable        the host's storage (Redis, the SQLite file) is down,
+    │                               frozen or locked past the call's deadline: the
+    │                               host's trouble, never a PluginFault; the instance
+    │                               is kept and nothing counts towards quarantine
     ├── MiddlewareError             a middleware layer broke the next() rule
     ├── HookAborted                 a fail-closed plugin failed: the operation stops
     └── PipelineError               a required pipeline stage failed or a validator blocked

@@ -43,7 +43,7 @@ from wasmext.services.hostview import FaultRecord, LoadedPlugin
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
-from wasmext.state import StateStore
+from wasmext.state import StateStore, StateUnavailable
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -318,6 +318,13 @@ class Host:
             if trace is not None:
                 trace.add(entry, "skipped", "quarantined")
             return None, "quarantined"
+        except StateUnavailable as err:
+            # The host's storage failed the call: the app is told as such; the plugin
+            # is not blamed (no fault record, no reload, no quarantine).
+            self.observe.called(lp.id, entry.hook, "error", started)
+            if trace is not None:
+                trace.add(entry, "failed", f"state unavailable: {err.message}")
+            raise
         except (PluginFault, PluginError) as err:
             fault = isinstance(err, PluginFault)
             self.observe.called(lp.id, entry.hook, "fault" if fault else "error", started)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
-from wasmext.errors import CapabilityDenied
+from wasmext.errors import CapabilityDenied, WasmextError
 from wasmext.sandbox.codec import DecodeError, decode
 from wasmext.sandbox.pluginlog import PluginLog
 
@@ -49,9 +49,25 @@ class CallContext:
     # Seconds the current host call spent running other plugins (middleware next):
     # not charged to this plugin's host-call budget.
     nested_seconds: float = 0.0
+    # Seconds the current host call spent waiting on host storage: not charged either.
+    waited_seconds: float = 0.0
+    waited_total: float = 0.0  # the same, over the whole hook call
+    # The hook call's deadline (time.monotonic()); 0.0 outside a call.
+    deadline: float = 0.0
+    # Host trouble during this call (state storage unavailable): a failure of the call
+    # is then reported as this error, never as the plugin's fault. `slow` excuses only
+    # a timeout (storage waits took a large share of the call's time).
+    host_fault: WasmextError | None = None
+    slow: WasmextError | None = None
     # Work an op left open until the hook call ends (a state transaction):
     # finish(True) after a successful call, finish(False) after any failure.
     pending: list[Callable[[bool], None]] = field(default_factory=list)
+
+    def begin(self, deadline: float) -> None:
+        """A hook call starts: its deadline, and nothing excused or waited yet."""
+        self.deadline = deadline
+        self.host_fault = self.slow = None
+        self.waited_total = 0.0
 
     def finish(self, success: bool) -> None:
         pending, self.pending = self.pending, []

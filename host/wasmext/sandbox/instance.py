@@ -276,6 +276,7 @@ class PluginInstance:
         else:
             self.memory.write_unchecked(self._in_ptr, payload)
         self._budget(self.limits.fuel_per_call, self._enter())
+        ctx.begin(self._frame.deadline)  # storage waits end by it (state.deadline)
         try:
             packed = self._call(self._in_ptr, n)
         except Exception as exc:
@@ -356,7 +357,7 @@ class PluginInstance:
             self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
                                      "memory", plugin_id=pid, hook=hook))
         assert request is not None
-        self.ctx.nested_seconds = 0.0
+        self.ctx.nested_seconds = self.ctx.waited_seconds = 0.0
         # Whatever this host call causes (tool.call into plugins, host or MCP tools)
         # ends by our deadline and by the end of our host-call time.
         frame, limits = self._frame, self.limits
@@ -372,8 +373,10 @@ class PluginInstance:
             # Middleware `next` ran the host's inner layers: not our time.
             started += nested
             frame.deadline += nested
+            self.ctx.deadline = frame.deadline
             left_ms = int((frame.deadline - time.monotonic()) * 1000)
             self.store.set_epoch_deadline(self.module.engine.ticks_for(max(0, left_ms)))
+        started += self.ctx.waited_seconds  # waiting on storage is the host's time
         self._check_time(started)
         started = time.perf_counter()
         try:

@@ -16,7 +16,14 @@ from typing import Any
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR
 from wasmext._version import __version__
-from wasmext.errors import InvalidOutput, MemoryLimitExceeded, PluginFault, Quarantined
+from wasmext.errors import (
+    InvalidOutput,
+    MemoryLimitExceeded,
+    PluginError,
+    PluginFault,
+    Quarantined,
+    Timeout,
+)
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
@@ -225,13 +232,20 @@ class Plugin:
         except PluginFault as fault:
             if ctx.pending:
                 ctx.finish(False)  # a faulted call's state writes never happened
+            excuse = ctx.host_fault or (ctx.slow if isinstance(fault, Timeout) else None)
+            if excuse is not None:
+                # The host's storage failed the call: not the plugin's fault. The
+                # instance trapped mid-call, so it is not reused, but nothing counts.
+                raise excuse from fault
             if not getattr(fault, "inherited", False):  # the caller's time ran out, not ours
                 self._record_fault(fault)
             raise
-        except BaseException:
+        except BaseException as err:
             if ctx.pending:
                 ctx.finish(False)
             self._release(inst)
+            if ctx.host_fault is not None and isinstance(err, PluginError):
+                raise ctx.host_fault from err  # the plugin passed the storage failure on
             raise
         try:
             if ctx.pending:

@@ -20,13 +20,15 @@ Quota errors answer `limit`, a failed compare-and-set `conflict`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import PluginError
 from wasmext.sandbox.codec import DecodeError, decode, encode
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
-from wasmext.state import StateError, StateStore
+from wasmext.state import StateError, StateStore, StateUnavailable
+from wasmext.state.deadline import within
 
 if TYPE_CHECKING:
     from wasmext.observe.metrics import Metrics
@@ -36,6 +38,7 @@ __all__ = ["install_state"]
 
 log = logging.getLogger("wasmext.state")
 _SCOPES = ("session", "plugin")
+COMMIT_FLOOR = 0.1  # seconds a commit may wait even when the call's time is up
 
 
 def install_state(services: HostServices, store: Callable[[], StateStore],
@@ -56,7 +59,13 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                 return
             wrote = opened.pending
             try:
-                report = opened.commit()
+                # The commit, after the guest returned, gets what is left of the call's
+                # time, but at least COMMIT_FLOOR: work a call did is not dropped for a
+                # few milliseconds.
+                with within(max(ctx.deadline, time.monotonic() + COMMIT_FLOOR)):
+                    report = opened.commit()
+            except StateUnavailable:
+                raise  # the host's storage failed: never the plugin's fault
             except StateError as err:
                 # Another writer changed what this call read, or took the room it
                 # needed: the call's result rested on writes that did not happen.
@@ -78,6 +87,19 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
         ctx.pending.append(done)
         return opened
 
+    def waited(ctx: CallContext, started: float) -> None:
+        """Storage time is the host's: not charged to the host-call budget, and a call
+        whose storage waits took a quarter of its time is excused a timeout."""
+        spent = time.monotonic() - started
+        ctx.waited_seconds += spent
+        ctx.waited_total += spent
+        total = ctx.waited_total
+        timeout = ctx.limits.get("timeout_ms", 0) / 1000
+        if ctx.slow is None and timeout and total * 4 >= timeout:
+            ctx.slow = StateUnavailable(f"state storage took {total:.3f} s of the call's"
+                                        f" {timeout:.3f} s", plugin_id=ctx.plugin_id,
+                                        hook=ctx.hook)
+
     def scope(req: dict[str, Any]) -> Any:
         value = req.get("scope", "session")
         if value not in _SCOPES:
@@ -98,10 +120,17 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
 
     def op(name: str, body: Callable[[Transaction, dict[str, Any]], Any]) -> None:
         def handler(ctx: CallContext, req: dict[str, Any]) -> Any:
+            started = time.monotonic()
             try:
-                result = body(txn(ctx), req)
+                with within(ctx.deadline or None):
+                    result = body(txn(ctx), req)
+            except StateUnavailable as err:
+                ctx.host_fault = ctx.host_fault or err
+                raise OpError(err.code, err.message) from None
             except StateError as err:
                 raise OpError(getattr(err, "code", "internal"), err.message) from None
+            finally:
+                waited(ctx, started)
             if metrics is not None:
                 metrics.record_state_op(ctx.plugin_id, name.split(".", 1)[1])
             return result

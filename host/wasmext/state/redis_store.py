@@ -10,11 +10,18 @@ Layout, per plugin `p` (the `{p}` hash tag keeps a plugin's keys in one slot):
     <prefix>:{p}:usage     hash  total, b:<scope>, n:<scope> (bytes, keys), ver
     <prefix>:plugins       set of plugin ids
 
+    <prefix>:{p}:vers      hash  eid -> change counter (bumped by every write, delete, purge)
+
 An eid is `g:<key>` (plugin-global) or `s<len>:<session>:<key>`. Redis expires
-the values itself; Lua scripts read, refresh and purge expired entries
-atomically, and a commit is optimistic: WATCH the plugin's usage hash (which
-every commit, purge and drop changes), plan, then MULTI/EXEC, retrying when
-another host committed in between.
+the values itself; Lua scripts (`redis_lua`) read, refresh and purge expired
+entries atomically. A commit is optimistic: plan from a snapshot that records
+the versions of the entries it read, then one `COMMIT` script checks those
+versions and the quotas and applies everything, or reports the plan stale and
+the commit is planned again. Commits of different sessions of one plugin do not
+conflict.
+
+Every wait is bounded: the client's connections (`redis_conn`) take their
+socket timeouts from the calling hook's deadline.
 """
 
 from __future__ import annotations
@@ -29,67 +36,17 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 from redis.exceptions import RedisError, WatchError
 
+from wasmext.state import redis_lua
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits, StateUnavailable
 from wasmext.state.engine import Engine
+from wasmext.state.redis_conn import bounded_client
 
 __all__ = ["RedisStore"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_GET = """
-local e = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if (not e) or tonumber(e) <= tonumber(ARGV[2]) then return false end
-return redis.call('GET', KEYS[2])
-"""
-_TOUCH = """
-local now, tick = tonumber(ARGV[1]), tonumber(ARGV[2])
-for i = 3, #ARGV do
-  local e = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  local meta = redis.call('HGET', KEYS[3], ARGV[i])
-  if e and meta and tonumber(e) > now then
-    local exp = now + tonumber(string.match(meta, ' (.*)$'))
-    redis.call('ZADD', KEYS[1], string.format('%.17g', exp), ARGV[i])
-    redis.call('ZADD', KEYS[2], string.format('%.17g', tick), ARGV[i])
-    redis.call('PEXPIREAT', KEYS[i + 1], string.format('%d', math.ceil(exp * 1000)))
-    tick = tick + 1
-  end
-end
-return 0
-"""
-_PURGE = """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local total = 0
-for _, eid in ipairs(ids) do
-  local meta = redis.call('HGET', KEYS[3], eid)
-  local size = meta and tonumber(string.match(meta, '^(%d+)')) or 0
-  local scope = 'g:'
-  if string.sub(eid, 1, 1) == 's' then
-    local n = string.match(eid, '^s(%d+):')
-    scope = string.sub(eid, 1, #n + 3 + tonumber(n))
-  end
-  redis.call('DEL', ARGV[2] .. eid)
-  for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('ZREM', k, eid) end
-  redis.call('HDEL', KEYS[3], eid)
-  for field, d in pairs({['b:' .. scope] = -size, ['n:' .. scope] = -1}) do
-    if redis.call('HINCRBY', KEYS[5], field, d) <= 0 then redis.call('HDEL', KEYS[5], field) end
-  end
-  total = total + size
-end
-if #ids > 0 then
-  redis.call('HINCRBY', KEYS[5], 'total', -total)
-  redis.call('HINCRBY', KEYS[5], 'ver', 1)
-end
-return #ids
-"""
-_USAGE = """
-for i = 1, #ARGV, 2 do
-  local v = redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
-  if v <= 0 and string.sub(ARGV[i], 2, 2) == ':' then redis.call('HDEL', KEYS[1], ARGV[i]) end
-end
-return 0
-"""
 _EID = re.compile(rb"s(\d+):")
 
 
@@ -132,8 +89,11 @@ class _Keys:
 
     def __init__(self, base: bytes) -> None:
         self.base = base
-        self.meta, self.exp, self.lru, self.idx, self.usage = (
-            base + name for name in (b"meta", b"exp", b"lru", b"idx", b"usage"))
+        self.meta, self.exp, self.lru, self.idx, self.usage, self.vers = (
+            base + name for name in (b"meta", b"exp", b"lru", b"idx", b"usage", b"vers"))
+
+    def purge_keys(self) -> list[bytes]:
+        return [self.exp, self.lru, self.meta, self.idx, self.usage, self.vers]
 
     def value(self, eid: bytes) -> bytes:
         return self.base + b"v:" + eid
@@ -142,6 +102,20 @@ class _Keys:
 class _RedisView:
     def __init__(self, r: Any, k: _Keys, now: float) -> None:
         self._r, self._k, self._now = r, k, now
+        self.versions: dict[bytes, bytes] = {}  # eid -> version, of every entry read
+        self.whole = False  # the plan read the whole plugin (LRU order, a scope's keys)
+
+    def _versioned(self, eids: list[bytes], *reads: Callable[[Any], Any]) -> list[Any]:
+        """The versions of eids and then `reads`, in one round trip (versions first: a
+        change in between shows as a version mismatch at commit)."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(self._k.vers, eids)
+        for read in reads:
+            read(pipe)
+        got = pipe.execute()
+        for e, v in zip(eids, got[0], strict=True):
+            self.versions.setdefault(e, b"0" if v is None else bytes(v))
+        return list(got[1:])
 
     def plugin_bytes(self) -> int:
         return int(self._r.hget(self._k.usage, b"total") or 0)
@@ -157,7 +131,8 @@ class _RedisView:
 
     def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
         refs = list(refs)
-        metas = self._r.hmget(self._k.meta, [_eid(*r) for r in refs]) if refs else []
+        eids = [_eid(*r) for r in refs]
+        metas = self._versioned(eids, lambda p: p.hmget(self._k.meta, eids))[0] if refs else []
         return {r: _size(m) for r, m in zip(refs, metas, strict=True) if m is not None}
 
     def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
@@ -165,18 +140,20 @@ class _RedisView:
         if not refs:
             return {}
         eids = [_eid(*r) for r in refs]
-        scores = self._r.zmscore(self._k.exp, eids)
-        values = self._r.mget([self._k.value(e) for e in eids])
+        scores, values = self._versioned(eids, lambda p: p.zmscore(self._k.exp, eids),
+                                         lambda p: p.mget([self._k.value(e) for e in eids]))
         return {r: v for r, s, v in zip(refs, scores, values, strict=True)
                 if s is not None and s > self._now and v is not None}
 
     def scope_sizes(self, sid: Sid) -> dict[str, int]:
+        self.whole = True
         scope = _scope(sid)
         eids = self._r.zrangebylex(self._k.idx, b"[" + scope, b"(" + scope + b"\xff")
         metas = self._r.hmget(self._k.meta, eids) if eids else []
         return {_parse(e)[1]: _size(m) for e, m in zip(eids, metas, strict=True) if m is not None}
 
     def lru(self) -> Iterator[tuple[Ref, int]]:
+        self.whole = True
         start, batch = 0, 256
         while True:
             eids = self._r.zrange(self._k.lru, start, start + batch - 1)
@@ -193,20 +170,21 @@ class RedisStore(Engine):
 
     def __init__(self, client: redis.Redis | None = None, limits: StateLimits | None = None, *,
                  url: str | None = None, prefix: str = "wasmext:state",
-                 clock: Callable[[], float] = time.time, max_retries: int = 100) -> None:
+                 clock: Callable[[], float] = time.time, max_retries: int = 100,
+                 timeout: float = 5.0) -> None:
         super().__init__(limits, clock=clock)
         if client is None:
-            client = redis.Redis.from_url(url or "redis://127.0.0.1:6379/0")
+            client = bounded_client(url or "redis://127.0.0.1:6379/0", timeout)
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("RedisStore needs a client with decode_responses=False")
         # Any: responses are bytes (decode_responses=False), which redis-py's types cannot say.
         self._r: Any = client
         self._prefix = prefix.encode("utf-8")
         self._retries = max_retries
-        self._get = client.register_script(_GET)
-        self._touch_script = client.register_script(_TOUCH)
-        self._purge_script = client.register_script(_PURGE)
-        self._usage = client.register_script(_USAGE)
+        self._get = client.register_script(redis_lua.GET)
+        self._touch_script = client.register_script(redis_lua.TOUCH)
+        self._purge_script = client.register_script(redis_lua.PURGE)
+        self._commit_script = client.register_script(redis_lua.COMMIT)
 
     def _k(self, plugin: str) -> _Keys:
         return _Keys(self._prefix + b":{" + plugin.encode("utf-8") + b"}:")
@@ -244,45 +222,42 @@ class RedisStore(Engine):
     @_guarded
     def _commit(self, changes: Changes, now: float) -> Plan:
         p, k = changes.plugin, self._k(changes.plugin)
-        self._purge_one(k, now)
+        whole = bool(changes.cleared)  # the plan will depend on the whole plugin
         for _ in range(self._retries):
-            with self._r.pipeline() as pipe:
-                try:
-                    pipe.watch(k.usage)
-                    done = plan(_RedisView(pipe, k, now), changes, now, self.limits)
-                    pipe.multi()
-                    self._apply(pipe, k, p, done, now)
-                    pipe.execute()
-                    return done
-                except WatchError:
-                    continue
+            view = _RedisView(self._r, k, now)
+            ver = bytes(self._r.hget(k.usage, b"ver") or b"0") if whole else b""
+            done = plan(view, changes, now, self.limits)
+            if view.whole and not whole:
+                whole = True
+                continue  # plan again, this time against a known usage version
+            if self._commit_script(keys=[*k.purge_keys(), self._prefix + b":plugins"],
+                                   args=self._args(k, p, done, now, view, ver)):
+                return done
         raise StateUnavailable(f"plugin {p}: state commit gave up after {self._retries}"
                                " conflicting commits of other hosts", plugin_id=p)
 
-    def _apply(self, pipe: Any, k: _Keys, plugin: str, done: Plan, now: float) -> None:
-        gone = [_eid(*r) for r in done.deletes]
-        if gone:
-            pipe.delete(*(k.value(e) for e in gone))
-            for zset in (k.exp, k.lru, k.idx):
-                pipe.zrem(zset, *gone)
-            pipe.hdel(k.meta, *gone)
+    def _args(self, k: _Keys, plugin: str, done: Plan, now: float, view: _RedisView,
+              ver: bytes) -> list[bytes | str | int]:
+        lim = self.limits
+        args: list[bytes | str | int] = [
+            repr(now), k.value(b""), plugin, ver,
+            lim.max_plugin_bytes, lim.max_session_bytes, lim.max_keys, len(view.versions)]
+        for eid, v in view.versions.items():
+            args += [eid, v]
+        args.append(len(done.deletes))
+        args += [_eid(*r) for r in done.deletes]
+        args.append(len(done.puts))
         tick = self._ticker.take(len(done.puts), now)
         for i, put in enumerate(done.puts):
-            eid = _eid(put.sid, put.key)
-            pipe.set(k.value(eid), put.value, pxat=max(1, int(put.expires_at * 1000) + 1))
-            pipe.hset(k.meta, eid, f"{put.size} {put.ttl!r}")
-            pipe.zadd(k.exp, {eid: put.expires_at})
-            pipe.zadd(k.lru, {eid: tick + i})
-            pipe.zadd(k.idx, {eid: 0})
-        args: list[bytes | int] = [b"total", sum(b for b, _ in done.deltas.values()), b"ver", 1]
+            args += [_eid(put.sid, put.key), put.value, f"{put.size} {put.ttl!r}",
+                     repr(put.expires_at), max(1, int(put.expires_at * 1000) + 1), tick + i]
+        args.append(len(done.deltas))
         for sid, (db, dn) in done.deltas.items():
-            args += [b"b:" + _scope(sid), db, b"n:" + _scope(sid), dn]
-        self._usage(keys=[k.usage], args=args, client=pipe)
-        pipe.sadd(self._prefix + b":plugins", plugin)
+            args += [_scope(sid), db, dn, 0 if sid is None else 1]
+        return args
 
     def _purge_one(self, k: _Keys, now: float) -> int:
-        return int(self._purge_script(keys=[k.exp, k.lru, k.meta, k.idx, k.usage],
-                                      args=[repr(now), k.value(b"")]))
+        return int(self._purge_script(keys=k.purge_keys(), args=[repr(now), k.value(b"")]))
 
     @_guarded
     def _purge(self, now: float, plugin: str | None) -> int:
@@ -305,6 +280,8 @@ class RedisStore(Engine):
                     pipe.multi()
                     for i in range(0, len(eids), 512):
                         pipe.delete(*(k.value(bytes(e)) for e in eids[i:i + 512]))
+                    for e in eids:
+                        pipe.hincrby(k.vers, e, 1)
                     pipe.delete(k.meta, k.exp, k.lru, k.idx, k.usage)
                     pipe.srem(self._prefix + b":plugins", plugin)
                     pipe.execute()

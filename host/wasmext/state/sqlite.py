@@ -1,7 +1,9 @@
 """The SQLite backend: the embedded default, one WAL-mode file under the data directory.
 
-Every commit is one `BEGIN IMMEDIATE` transaction with `synchronous=FULL`, so a
-commit that returned survives a killed process (and a power loss). Usage
+Every commit is in a `BEGIN IMMEDIATE` transaction with `synchronous=FULL`, so a
+commit that returned survives a killed process (and a power loss). Commits of
+concurrent calls share a transaction and its fsync (group commit): whoever gets
+the store's lock commits everything queued, each call's changes in a savepoint. Usage
 counters live in the same file and change in the same transaction as the
 entries, so they can never disagree after a crash. Several processes may open
 the same file (the command line while a host runs); writers take turns.
@@ -18,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
-from wasmext.state.base import Record, StateLimits, StateUnavailable
+from wasmext.state.base import Record, StateError, StateLimits, StateUnavailable
+from wasmext.state.deadline import remaining
 from wasmext.state.engine import Engine
 
 __all__ = ["DEFAULT_FILENAME", "SQLiteStore"]
@@ -95,6 +98,17 @@ class _SQLiteView:
             yield (_sid(session), key), int(size)
 
 
+class _Pending:
+    """One queued commit and, once its transaction ended, its outcome."""
+
+    __slots__ = ("changes", "done", "now", "result")
+
+    def __init__(self, changes: Changes, now: float) -> None:
+        self.changes, self.now = changes, now
+        self.done = threading.Event()
+        self.result: Plan | BaseException | None = None
+
+
 class SQLiteStore(Engine):
     """State in one SQLite file (WAL). `durable=False` trades power-loss safety for speed;
     commits then still survive a killed process."""
@@ -107,6 +121,10 @@ class SQLiteStore(Engine):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._sync = "FULL" if durable else "NORMAL"
         self._lock = threading.RLock()
+        self._busy = busy_timeout
+        self._busy_ms = -1
+        self._queue: list[_Pending] = []  # commits waiting for the next transaction
+        self._queue_lock = threading.Lock()
         try:
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
                                          check_same_thread=False)
@@ -129,8 +147,24 @@ class SQLiteStore(Engine):
         return cls(Path(data_dir) / DEFAULT_FILENAME, limits, clock=clock)
 
     @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This store's lock, then SQLite's busy wait, both within the call's deadline."""
+        if not self._lock.acquire(timeout=remaining(self._busy)):
+            raise StateUnavailable(f"state file {self.path}: no turn before the call's deadline")
+        try:
+            ms = max(1, int(remaining(self._busy) * 1000))
+            if ms != self._busy_ms:
+                self._conn.execute(f"PRAGMA busy_timeout = {ms}")
+                self._busy_ms = ms
+            yield
+        except sqlite3.OperationalError as exc:  # locked, busy, disk I/O: the host's trouble
+            raise StateUnavailable(f"state file {self.path}: {exc}") from exc
+        finally:
+            self._lock.release()
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._locked():
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
@@ -148,14 +182,14 @@ class SQLiteStore(Engine):
                 raise StateUnavailable(f"cannot commit to {self.path}: {exc}") from exc
 
     def _read(self, plugin: str, sid: Sid, key: str, now: float) -> bytes | None:
-        with self._lock:
+        with self._locked():
             row = self._conn.execute("SELECT value FROM entries WHERE plugin = ? AND session = ?"
                                      " AND key = ? AND expires_at > ?",
                                      (plugin, _col(sid), key, now)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]:
-        with self._lock:
+        with self._locked():
             rows = self._conn.execute("SELECT key FROM entries WHERE plugin = ? AND session = ?"
                                       " AND expires_at > ? ORDER BY key",
                                       (plugin, _col(sid), now)).fetchall()
@@ -163,7 +197,7 @@ class SQLiteStore(Engine):
 
     def _touch(self, plugin: str, refs: list[Ref], now: float) -> None:
         # A refresh lost to a power cut is harmless: skip the fsync for touch-only commits.
-        with self._lock:
+        with self._locked():
             self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
                 with self._write() as conn:
@@ -178,23 +212,69 @@ class SQLiteStore(Engine):
 
     @contextmanager
     def _view(self, plugin: str) -> Iterator[_SQLiteView]:
-        with self._lock:
+        with self._locked():
             yield _SQLiteView(self._conn, plugin)
 
     def _commit(self, changes: Changes, now: float) -> Plan:
+        """Group commit: the caller queues its changes; whoever holds the store's lock
+        next commits everything queued in one transaction (one fsync), each change in
+        its own savepoint. A commit returns only after its transaction is durable."""
+        item = _Pending(changes, now)
+        with self._queue_lock:
+            self._queue.append(item)
+        try:
+            self._lead()
+        except StateUnavailable:
+            with self._queue_lock:
+                if item in self._queue:  # no transaction took it: it never happened
+                    self._queue.remove(item)
+                    raise
+        item.done.wait()  # taken by a transaction that is running now
+        if isinstance(item.result, BaseException):
+            raise item.result
+        assert item.result is not None
+        return item.result
+
+    def _lead(self) -> None:
+        with self._locked():
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+            if not batch:
+                return
+            try:
+                with self._write() as conn:
+                    for it in batch:
+                        conn.execute("SAVEPOINT one")
+                        try:
+                            it.result = self._apply(conn, it.changes, it.now)
+                        except StateError as exc:  # a conflict or a quota: this change only
+                            conn.execute("ROLLBACK TO one")
+                            it.result = exc
+                        conn.execute("RELEASE one")
+            except StateUnavailable as exc:  # the transaction failed: none of them happened
+                for it in batch:
+                    it.result = StateUnavailable(exc.message, plugin_id=it.changes.plugin)
+                    it.result.__cause__ = exc
+            except BaseException as exc:
+                for it in batch:
+                    it.result = exc
+            finally:
+                for it in batch:
+                    it.done.set()
+
+    def _apply(self, conn: sqlite3.Connection, changes: Changes, now: float) -> Plan:
         p = changes.plugin
-        with self._write() as conn:
-            self._purge_in(conn, now, p)
-            done = plan(_SQLiteView(conn, p), changes, now, self.limits)
-            conn.executemany("DELETE FROM entries WHERE plugin = ? AND session = ? AND key = ?",
-                             [(p, _col(s), k) for s, k in done.deletes])
-            tick = self._ticker.take(len(done.puts), now)
-            conn.executemany(
-                "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(p, _col(u.sid), u.key, u.value, u.size, u.ttl, u.expires_at, tick + i)
-                 for i, u in enumerate(done.puts)])
-            self._add_usage(conn, [(p, _col(s), b, n) for s, (b, n) in done.deltas.items()])
-            return done
+        self._purge_in(conn, now, p)
+        done = plan(_SQLiteView(conn, p), changes, now, self.limits)
+        conn.executemany("DELETE FROM entries WHERE plugin = ? AND session = ? AND key = ?",
+                         [(p, _col(s), k) for s, k in done.deletes])
+        tick = self._ticker.take(len(done.puts), now)
+        conn.executemany(
+            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(p, _col(u.sid), u.key, u.value, u.size, u.ttl, u.expires_at, tick + i)
+             for i, u in enumerate(done.puts)])
+        self._add_usage(conn, [(p, _col(s), b, n) for s, (b, n) in done.deltas.items()])
+        return done
 
     @staticmethod
     def _add_usage(conn: sqlite3.Connection, deltas: list[tuple[str, str, int, int]]) -> None:
@@ -216,7 +296,7 @@ class SQLiteStore(Engine):
         return -sum(int(row[3]) for row in gone)
 
     def _purge(self, now: float, plugin: str | None) -> int:
-        with self._lock:
+        with self._locked():
             where, args = ("plugin = ? AND", (plugin, now)) if plugin is not None else ("", (now,))
             if self._conn.execute(f"SELECT 1 FROM entries WHERE {where} expires_at <= ? LIMIT 1",
                                   args).fetchone() is None:
@@ -225,7 +305,7 @@ class SQLiteStore(Engine):
                 return self._purge_in(conn, now, plugin)
 
     def _plugins(self) -> list[str]:
-        with self._lock:
+        with self._locked():
             return [str(r[0]) for r in
                     self._conn.execute("SELECT DISTINCT plugin FROM usage ORDER BY plugin")]
 
@@ -236,7 +316,7 @@ class SQLiteStore(Engine):
             return int(count)
 
     def _records(self, now: float) -> list[Record]:
-        with self._lock:
+        with self._locked():
             rows = self._conn.execute("SELECT plugin, session, key, value, expires_at, ttl"
                                       " FROM entries WHERE expires_at > ?", (now,)).fetchall()
         return [Record(str(p), _sid(s), str(k), bytes(v), float(e), float(t))

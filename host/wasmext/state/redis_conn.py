@@ -1,0 +1,56 @@
+"""A redis-py connection whose every wait is bounded by the calling hook's deadline.
+
+Each connect, send and read takes its socket timeout from
+`wasmext.state.deadline.remaining()`, so a frozen server (SIGSTOP, a network
+partition) makes a state op fail with `StateUnavailable` when the call's time is
+up instead of stalling it. A read that timed out drops the connection (its reply
+may still come), and the next operation connects again: nothing to restart when
+the server is back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from wasmext.state.base import StateUnavailable
+from wasmext.state.deadline import remaining
+
+__all__ = ["BoundedConnection", "bounded_client"]
+
+
+class BoundedConnection(redis.Connection):
+    """`socket_timeout` is the default bound; a call's deadline shortens it."""
+
+    def _left(self) -> float:
+        return remaining(float(self.socket_timeout or 5.0))
+
+    def connect(self) -> None:
+        if not self._sock:
+            self.socket_connect_timeout = self._left()
+        super().connect()  # type: ignore[no-untyped-call]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        left = self._left()
+        if self._sock is not None:
+            self._sock.settimeout(left)
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+    def read_response(self, disable_decoding: bool = False, **kwargs: Any) -> Any:
+        try:
+            left = self._left()
+        except StateUnavailable:
+            self.disconnect()  # type: ignore[no-untyped-call]  # a reply is owed on this connection: never reuse it
+            raise
+        kwargs["timeout"] = left
+        return super().read_response(disable_decoding, **kwargs)
+
+
+def bounded_client(url: str, timeout: float) -> redis.Redis:
+    """A client for `url` whose waits are bounded by `timeout` and by the call's deadline;
+    no hidden retries (a timed-out call must not be sent again behind the caller's back)."""
+    return redis.Redis.from_url(url, connection_class=BoundedConnection, socket_timeout=timeout,
+                                socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))

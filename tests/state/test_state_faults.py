@@ -1,0 +1,233 @@
+"""Storage trouble is the host's: a frozen Redis answers `unavailable` within the call's
+deadline and nothing acknowledged is lost; two host processes sharing one store never
+make a plugin fault or conflict on different sessions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.state.conftest import NO_REDIS, REDIS_SERVER, _free_port
+from wasmext import PluginError, StateUnavailable
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fault_child import host, op
+
+CHILD = Path(__file__).parent / "fault_child.py"
+TIMEOUT_MS = 1000
+
+
+@pytest.fixture
+def own_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server this test alone uses (it gets frozen)."""
+    if REDIS_SERVER is None:
+        pytest.skip(NO_REDIS)
+    import redis
+
+    port = _free_port()
+    proc = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+        yield url, proc
+    finally:
+        client.close()
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        proc.wait(5)
+
+
+def test_a_frozen_redis_answers_unavailable_within_the_deadline(
+        own_redis: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    url, proc = own_redis
+    h = host("redis", url, str(tmp_path), timeout_ms=TIMEOUT_MS, host_call_timeout_ms=TIMEOUT_MS)
+    stop = threading.Event()
+    calls: list[tuple[float, float, str, str, str]] = []  # start, seconds, outcome, session, key
+
+    def worker(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            session, key = f"s{n}", f"k{i}"
+            started = time.monotonic()
+            try:
+                op(h, session, op="state.set", key=key, value=i)
+                outcome = "ok"
+            except StateUnavailable:
+                outcome = "unavailable"
+            except Exception as exc:
+                outcome = f"{type(exc).__name__}: {exc}"
+            calls.append((started, time.monotonic() - started, outcome, session, key))
+            i += 1
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(3.0)
+    os.kill(proc.pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    time.sleep(1.5)
+    stop.set()
+    for t in threads:
+        t.join(10)
+
+    outcomes = {c[2] for c in calls}
+    assert outcomes <= {"ok", "unavailable"}, outcomes
+    slowest = max(c[1] for c in calls)
+    assert slowest < TIMEOUT_MS / 1000 + 1.0, slowest  # the deadline, and a generous margin
+    assert any(c[2] == "unavailable" for c in calls)
+    print(f"frozen redis: {len(calls)} calls, {sum(c[2] == 'unavailable' for c in calls)}"
+          f" unavailable, slowest {slowest:.3f} s")
+    late = [c for c in calls if c[0] > resumed + 0.5]
+    assert late and all(c[2] == "ok" for c in late), "calls did not recover after SIGCONT"
+    from wasmext.state import Scope
+    from wasmext.state.redis_store import RedisStore
+
+    with RedisStore(url=url) as store:
+        for _, _, outcome, session, key in calls:
+            if outcome == "ok":  # acknowledged: must be there
+                assert store.get(Scope("counter", session), key) is not None, (session, key)
+    plugin = h.plugins["counter"].plugin
+    assert plugin.faults == 0 and not plugin.quarantined
+    h.close()
+
+
+def _run_two(backend: str, where: str, data_dir: Path, count: int) -> list[dict[str, Any]]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = [subprocess.Popen([sys.executable, str(CHILD), backend, where, str(data_dir),
+                               f"p{i}", str(count)], stdout=subprocess.PIPE, env=env)
+             for i in range(2)]
+    out = []
+    for p in procs:
+        stdout, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        out.append(json.loads(stdout.decode().strip().splitlines()[-1]))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_two_processes_increment_different_sessions_without_faults(
+        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    where = request.getfixturevalue("redis_url") if backend == "redis" else "-"
+    count = 150
+    results = _run_two(backend, where, tmp_path, count)
+    for r in results:
+        assert r["count"] == count, r
+        assert r["faults"] == 0 and not r["quarantined"] and r["host_faults"] == 0, r
+        # Different sessions never conflict, so a commit never gives up on conflicts.
+        # (On a loaded machine a call may still run out of time waiting on the
+        # store: that is `unavailable`, retried by the driver, never a fault.)
+        assert "error:conflict" not in r["tally"] and "gave_up" not in r["tally"], r
+    print(backend, results)
+
+
+def test_a_state_error_answered_by_the_plugin_stays_a_plugin_error(tmp_path: Path) -> None:
+    h = host("sqlite", "-", str(tmp_path))
+    with pytest.raises(PluginError) as info:
+        op(h, "s", op="state.get", key="missing")
+    assert info.value.code == "not_found"
+    h.close()
+
+
+@pytest.mark.parametrize("same_key", [False, True])
+def test_redis_commits_conflict_only_on_the_entries_they_touched(
+        redis_url: str, same_key: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another host commits between this commit's plan and its script: a write to
+    another session goes through at once; a write to the same key is planned again
+    (and a compare-and-set on it then fails)."""
+    import wasmext.state.redis_store as rs
+    from wasmext.state import CasConflict, Scope
+    from wasmext.state.redis_store import RedisStore
+
+    plugin = f"interleave-{same_key}"
+    a, b = RedisStore(url=redis_url), RedisStore(url=redis_url)
+    a.drop_plugin(plugin)
+    a.set(Scope(plugin, "s1"), "n", b"0")
+    real_plan, plans = rs.plan, []
+
+    def plan_then_interfere(view: Any, changes: Any, *args: Any, **kwargs: Any) -> Any:
+        done = real_plan(view, changes, *args, **kwargs)
+        if not kwargs.get("dry_run") and changes.plugin == plugin and view._r is a._r:
+            plans.append(done)
+            if len(plans) == 1:  # the other host commits right after our plan
+                b.set(Scope(plugin, "s1" if same_key else "s2"), "n", b"9")
+        return done
+
+    monkeypatch.setattr(rs, "plan", plan_then_interfere)
+    txn = a.begin(plugin, "s1")
+    txn.cas("n", b"0", b"1")
+    if same_key:
+        with pytest.raises(CasConflict):
+            txn.commit()
+        assert len(plans) == 1  # the script refused the stale plan; the replan saw "9"
+        # (and raised CasConflict before it was recorded)
+        assert a.get(Scope(plugin, "s1"), "n") == b"9"
+    else:
+        txn.commit()
+        assert len(plans) == 1  # one plan, one script: no retry
+        assert a.get(Scope(plugin, "s1"), "n") == b"1"
+        assert a.get(Scope(plugin, "s2"), "n") == b"9"
+    usage = a.usage(Scope(plugin, "s1"))
+    assert usage.scope_keys == 1
+    entries = 1 if same_key else 2  # the accounting stayed exact
+    assert usage.plugin_bytes == entries * a.limits.entry_size("n", b"1")
+    a.drop_plugin(plugin)
+    a.close()
+    b.close()
+
+
+def test_sqlite_group_commit_keeps_every_outcome_apart(tmp_path: Path) -> None:
+    """Concurrent commits share transactions: a conflict rolls back only its own change."""
+    from wasmext.state import CasConflict, Scope, SQLiteStore
+
+    store = SQLiteStore(tmp_path / "state.db")
+    threads, rounds, conflicts = 6, 25, [0]
+
+    def worker(n: int) -> None:
+        for i in range(rounds):
+            store.set(Scope("g", f"s{n}"), "last", str(i).encode())
+            while True:
+                txn = store.begin("g", f"s{n}")
+                raw = txn.get("n", scope="plugin")
+                try:
+                    txn.cas("n", raw, str(int(raw or b"0") + 1).encode(), scope="plugin")
+                    txn.commit()
+                    break
+                except CasConflict:
+                    conflicts[0] += 1
+
+    ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert store.get(Scope("g"), "n") == str(threads * rounds).encode()
+    assert store.stats().conflicts > 0  # commits did conflict, and each rolled back alone
+    for n in range(threads):
+        assert store.get(Scope("g", f"s{n}"), "last") == str(rounds - 1).encode()
+    store.close()
+    reopened = SQLiteStore(tmp_path / "state.db")  # what was acknowledged is on disk
+    assert reopened.get(Scope("g"), "n") == str(threads * rounds).encode()
+    assert reopened.usage(Scope("g")).plugin_bytes > 0
+    reopened.close()
