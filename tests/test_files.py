@@ -1,5 +1,5 @@
 """`wasmext.files`: a file is replaced whole or not at all (kill -9 loops over the
-CLI's export are in tests/cli/test_state_export_crash.py)."""
+CLI's export are in tests/state/test_state_cli_crash.py)."""
 
 from __future__ import annotations
 

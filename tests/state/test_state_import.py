@@ -1,5 +1,5 @@
 """An import is one atomic unit on every backend (the kill -9 loops are in
-test_state_import_crash.py): a refused plugin leaves every plugin as it was."""
+test_state_cli_crash.py): a refused plugin leaves every plugin as it was."""
 
 from __future__ import annotations
 
