@@ -8,10 +8,13 @@ build file.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
+from wasmext.files import atomic_write, fsync_dir
 from wasmext.manifest import ID_RE
 from wasmext_cli.build import LANGUAGES, sdk_root
 
@@ -68,15 +71,40 @@ def new_plugin(name: str, lang: str, parent: Path) -> Path:
     target = parent / name
     if target.exists():
         raise ScaffoldError(f"{target} already exists")
-    shutil.copytree(template, target, ignore=lambda d, names: [
-        n for n in names if Path(n).suffix in SKIP or n in SKIP_DIRS])
-    manifest = target / "plugin.toml"
-    text = manifest.read_text(encoding="utf-8")
-    text = re.sub(r'(?m)^id\s*=\s*"[^"]*"', f'id = "{name}"', text, count=1)
-    text = re.sub(r'(?m)^wasm\s*=\s*"[^"]*"\n', "", text)
-    text = re.sub(r'(?m)^description\s*=\s*"[^"]*"',
-                  f'description = "{name}: a wasmext plugin in {lang}."', text, count=1)
-    manifest.write_text(text, encoding="utf-8")
-    (target / f"test_{name.replace('-', '_')}.py").write_text(TEST, encoding="utf-8")
-    (target / "README.md").write_text(README.format(id=name, lang=lang), encoding="utf-8")
+    # Made in a hidden folder beside the target and renamed into place: a killed
+    # `wasmext new` leaves no half project that a second run would refuse.
+    parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent))
+    try:
+        project = work / name
+        shutil.copytree(template, project, ignore=lambda d, names: [
+            n for n in names if Path(n).suffix in SKIP or n in SKIP_DIRS])
+        manifest = project / "plugin.toml"
+        text = manifest.read_text(encoding="utf-8")
+        text = re.sub(r'(?m)^id\s*=\s*"[^"]*"', f'id = "{name}"', text, count=1)
+        text = re.sub(r'(?m)^wasm\s*=\s*"[^"]*"\n', "", text)
+        text = re.sub(r'(?m)^description\s*=\s*"[^"]*"',
+                      f'description = "{name}: a wasmext plugin in {lang}."', text, count=1)
+        atomic_write(manifest, text)
+        atomic_write(project / f"test_{name.replace('-', '_')}.py", TEST)
+        atomic_write(project / "README.md", README.format(id=name, lang=lang))
+        _sync_tree(project)
+        if target.exists():
+            raise ScaffoldError(f"{target} already exists")
+        os.rename(project, target)
+        fsync_dir(parent)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def _sync_tree(root: Path) -> None:
+    """Flush every file and folder of a fresh tree to disk before it is renamed in."""
+    for folder, _, files in os.walk(root):
+        for f in files:
+            fd = os.open(os.path.join(folder, f), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)

@@ -101,7 +101,9 @@ def export(config: Path | None, fmt: Literal["msgpack", "json"], output: Path | 
     if output is None:
         sys.stdout.buffer.write(data)
     else:
-        output.write_bytes(data)
+        from wasmext.files import atomic_write
+
+        atomic_write(output, data)  # a kill leaves the old backup whole, never a torn one
         click.echo(f"exported {len(data)} bytes to {output}", err=True)
 
 

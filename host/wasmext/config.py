@@ -54,6 +54,7 @@ from typing import Any
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError
+from wasmext.files import atomic_write
 from wasmext.manifest import FAILURE_POLICIES, ID_RE
 from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.mcp.config import need as _need
@@ -250,9 +251,7 @@ class EnableState:
     def set(self, plugin_id: str, enabled: bool) -> None:
         self._choices[plugin_id] = enabled
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"enabled": self._choices}, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({"enabled": self._choices}, indent=1, sort_keys=True))
 
 
 def open_store(config: HostConfig) -> StateStore:

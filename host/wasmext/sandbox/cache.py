@@ -15,11 +15,11 @@ import logging
 import os
 import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 import wasmtime
 
+from wasmext.files import atomic_write
 from wasmext.sandbox.engine import SharedEngine
 
 __all__ = ["CompileCache", "default_cache_dir"]
@@ -35,17 +35,7 @@ def default_cache_dir() -> Path:
 
 
 def _atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, data, mode)
 
 
 class CompileCache:

@@ -285,9 +285,11 @@ class StateStore(ABC):
 
     @abstractmethod
     def load(self, records: Iterable[Record], *, replace: bool = False) -> int:
-        """Write records (one atomic commit per plugin, quotas apply); `replace` first
-        deletes all state of the plugins the records name (others are left alone).
-        Expired records are skipped. The number written."""
+        """Write records as one atomic unit (quotas apply per plugin; if one plugin's
+        records are refused, nothing changes); `replace` empties the plugins the records
+        name first (others are left alone). After a crash at any moment every plugin holds
+        all of its old state or all of the imported state. Expired records are skipped.
+        The number written."""
 
     @abstractmethod
     def close(self) -> None: ...

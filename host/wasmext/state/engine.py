@@ -250,6 +250,11 @@ class Engine(StateStore):
     @abstractmethod
     def _records(self, now: float) -> list[Record]: ...
 
+    @abstractmethod
+    def _import(self, batches: dict[str, Changes], replace: bool, now: float) -> None:
+        """Apply every plugin's batch as ONE atomic unit (after the plan of each, `replace`
+        first emptying the plugin): all plugins change, or none does."""
+
     # -- shared ---------------------------------------------------------------------------
 
     def _check(self, changes: Changes) -> None:
@@ -379,9 +384,6 @@ class Engine(StateStore):
             expires = min(r.expires_at, now + self.limits.max_ttl_seconds)
             ch = batches.setdefault(scope.plugin, Changes(scope.plugin))
             ch.writes[(scope.session, key)] = Write(check_value(r.value), ttl, expires)
-        if replace:
-            for p in batches:
-                self._drop_plugin(p)
-        for ch in batches.values():
-            self._commit(ch, now)
+        if batches:
+            self._import(batches, replace, now)
         return sum(len(ch.writes) for ch in batches.values())

@@ -133,5 +133,25 @@ class MemoryStore(Engine):
                     for p, entries in self._data.items()
                     for (sid, key), e in entries.items() if e.expires_at > now]
 
+    def _import(self, batches: dict[str, Changes], replace: bool, now: float) -> None:
+        with self._lock:  # plan every plugin on copies, then swap them all in
+            staged: dict[str, dict[Ref, _Entry]] = {}
+            for p, ch in batches.items():
+                entries = {} if replace else {ref: e for ref, e in self._data.get(p, {}).items()
+                                              if e.expires_at > now}
+                done = plan(_MemoryView(entries), ch, now, self.limits)
+                for ref in done.deletes:
+                    del entries[ref]
+                tick = self._ticker.take(len(done.puts), now)
+                for i, put in enumerate(done.puts):
+                    entries[(put.sid, put.key)] = _Entry(put.value, put.size, put.ttl,
+                                                         put.expires_at, tick + i)
+                staged[p] = entries
+            for p, entries in staged.items():
+                if entries:
+                    self._data[p] = entries
+                else:
+                    self._data.pop(p, None)
+
     def close(self) -> None:
         pass

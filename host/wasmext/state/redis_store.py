@@ -29,8 +29,9 @@ from __future__ import annotations
 import functools
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, ParamSpec, TypeVar
 
 import redis
@@ -41,6 +42,7 @@ from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits, StateUnavailable
 from wasmext.state.engine import Engine
 from wasmext.state.redis_conn import bounded_client
+from wasmext.state.redis_staging import SWAP, clean_staging
 
 __all__ = ["RedisStore"]
 
@@ -185,6 +187,9 @@ class RedisStore(Engine):
         self._touch_script = client.register_script(redis_lua.TOUCH)
         self._purge_script = client.register_script(redis_lua.PURGE)
         self._commit_script = client.register_script(redis_lua.COMMIT)
+        self._usage = client.register_script(redis_lua.USAGE)
+        self._swap = client.register_script(SWAP)
+        self._staging = self._prefix + b":staging"  # set of staged imports' key bases
 
     def _k(self, plugin: str) -> _Keys:
         return _Keys(self._prefix + b":{" + plugin.encode("utf-8") + b"}:")
@@ -305,6 +310,69 @@ class RedisStore(Engine):
                     ttl = float(bytes(metas[eid]).split(b" ", 1)[1])
                     out.append(Record(p, sid, key, bytes(value), float(exp), ttl))
         return out
+
+    # -- import: stage every plugin under temporary keys, then one atomic swap -----------
+
+    @_guarded
+    def _import(self, batches: dict[str, Changes], replace: bool, now: float) -> None:
+        clean_staging(self._r, self._staging)
+        for _ in range(self._retries):
+            token = uuid.uuid4().hex.encode("ascii")
+            args: list[bytes] = [self._prefix + b":plugins", self._staging]
+            try:
+                for p, ch in batches.items():
+                    stage, ver = self._stage(p, ch, replace, now, token)
+                    args += [p.encode("utf-8"), self._k(p).base, stage.base, ver]
+                if int(self._swap(args=args)) == 1:
+                    return
+            except BaseException:
+                with suppress(RedisError):  # else the next import cleans it
+                    clean_staging(self._r, self._staging, token)
+                raise
+            clean_staging(self._r, self._staging, token)  # another host committed: restage
+        raise StateUnavailable(f"state import gave up after {self._retries} conflicting"
+                               " commits of other hosts")
+
+    def _stage(self, plugin: str, ch: Changes, replace: bool, now: float,
+               token: bytes) -> tuple[_Keys, bytes]:
+        """The plugin's new state under `<base>stage:<token>:`; the `ver` it was made from."""
+        real = self._k(plugin)
+        stage = _Keys(real.base + b"stage:" + token + b":")
+        self._r.sadd(self._staging, stage.base)  # listed before it exists: never orphaned
+        if not replace:
+            self._purge_one(real, now)
+        ver = bytes(self._r.hget(real.usage, b"ver") or b"")
+        if not replace:
+            eids = [bytes(e) for e in self._r.zrange(real.idx, 0, -1)]
+            with self._r.pipeline(transaction=False) as pipe:
+                for eid in eids:
+                    pipe.copy(real.value(eid), stage.value(eid))
+                for name in (b"meta", b"exp", b"lru", b"idx", b"usage"):
+                    pipe.copy(real.base + name, stage.base + name)
+                pipe.execute()
+        done = plan(_RedisView(self._r, stage, now), ch, now, self.limits)
+        with self._r.pipeline() as pipe:
+            gone = [_eid(*r) for r in done.deletes]
+            if gone:
+                pipe.delete(*(stage.value(e) for e in gone))
+                for zset in (stage.exp, stage.lru, stage.idx):
+                    pipe.zrem(zset, *gone)
+                pipe.hdel(stage.meta, *gone)
+            tick = self._ticker.take(len(done.puts), now)
+            for i, put in enumerate(done.puts):
+                eid = _eid(put.sid, put.key)
+                pipe.set(stage.value(eid), put.value, pxat=max(1, int(put.expires_at * 1000) + 1))
+                pipe.hset(stage.meta, eid, f"{put.size} {put.ttl!r}")
+                pipe.zadd(stage.exp, {eid: put.expires_at})
+                pipe.zadd(stage.lru, {eid: tick + i})
+                pipe.zadd(stage.idx, {eid: 0})
+            args: list[bytes | int] = [b"total", sum(b for b, _ in done.deltas.values()),
+                                       b"ver", 1]
+            for sid, (db, dn) in done.deltas.items():
+                args += [b"b:" + _scope(sid), db, b"n:" + _scope(sid), dn]
+            self._usage(keys=[stage.usage], args=args, client=pipe)
+            pipe.execute()
+        return stage, ver
 
     def close(self) -> None:
         self._r.close()

@@ -322,6 +322,25 @@ class SQLiteStore(Engine):
         return [Record(str(p), _sid(s), str(k), bytes(v), float(e), float(t))
                 for p, s, k, v, e, t in rows]
 
+    def _import(self, batches: dict[str, Changes], replace: bool, now: float) -> None:
+        # One BEGIN IMMEDIATE for the whole import: a kill anywhere rolls all of it back.
+        with self._write() as conn:
+            for p, ch in batches.items():
+                if replace:
+                    conn.execute("DELETE FROM entries WHERE plugin = ?", (p,))
+                    conn.execute("DELETE FROM usage WHERE plugin = ?", (p,))
+                else:
+                    self._purge_in(conn, now, p)
+                done = plan(_SQLiteView(conn, p), ch, now, self.limits)
+                conn.executemany("DELETE FROM entries WHERE plugin = ? AND session = ? AND"
+                                 " key = ?", [(p, _col(s), k) for s, k in done.deletes])
+                tick = self._ticker.take(len(done.puts), now)
+                conn.executemany(
+                    "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(p, _col(u.sid), u.key, u.value, u.size, u.ttl, u.expires_at, tick + i)
+                     for i, u in enumerate(done.puts)])
+                self._add_usage(conn, [(p, _col(s), b, n) for s, (b, n) in done.deltas.items()])
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
