@@ -84,6 +84,7 @@ def test_a_frozen_redis_answers_unavailable_within_the_deadline(
         t.start()
     time.sleep(0.5)
     os.kill(proc.pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
     time.sleep(3.0)
     os.kill(proc.pid, signal.SIGCONT)
     resumed = time.monotonic()
@@ -95,7 +96,8 @@ def test_a_frozen_redis_answers_unavailable_within_the_deadline(
     outcomes = {c[2] for c in calls}
     assert outcomes <= {"ok", "unavailable"}, outcomes
     slowest = max(c[1] for c in calls)
-    assert slowest < TIMEOUT_MS / 1000 + 1.0, slowest  # the deadline, and a generous margin
+    worst = max(calls, key=lambda c: c[1])
+    assert slowest < TIMEOUT_MS / 1000 + 1.0, (worst, frozen_at)  # the deadline, and a margin
     assert any(c[2] == "unavailable" for c in calls)
     print(f"frozen redis: {len(calls)} calls, {sum(c[2] == 'unavailable' for c in calls)}"
           f" unavailable, slowest {slowest:.3f} s")

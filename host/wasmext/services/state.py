@@ -74,8 +74,12 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
             if metrics is not None and wrote:
                 from wasmext.state import Scope
 
-                size = store().usage(Scope(ctx.plugin_id)).plugin_bytes
-                metrics.set_state_size(ctx.plugin_id, size)
+                try:  # a gauge: never worth waiting past the call's time for
+                    with within(max(ctx.deadline, time.monotonic() + COMMIT_FLOOR)):
+                        size = store().usage(Scope(ctx.plugin_id)).plugin_bytes
+                    metrics.set_state_size(ctx.plugin_id, size)
+                except StateUnavailable:
+                    pass
             for warning in report.warnings:
                 log.warning("plugin %s: %s", ctx.plugin_id, warning,
                             extra={"plugin_id": ctx.plugin_id, "session": ctx.session})

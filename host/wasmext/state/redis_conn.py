@@ -29,9 +29,18 @@ class BoundedConnection(redis.Connection):
         return remaining(float(self.socket_timeout or 5.0))
 
     def connect(self) -> None:
-        if not self._sock:
-            self.socket_connect_timeout = self._left()
-        super().connect()  # type: ignore[no-untyped-call]
+        if self._sock:
+            return
+        # The handshake after connecting (HELLO, CLIENT SETINFO) reads through the
+        # parser with the socket's own timeout: bound it by the deadline too.
+        bound = self.socket_timeout
+        self.socket_connect_timeout = self.socket_timeout = self._left()
+        try:
+            super().connect()  # type: ignore[no-untyped-call]
+        finally:
+            self.socket_timeout = bound
+        if self._sock is not None:
+            self._sock.settimeout(bound)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         left = self._left()
@@ -46,6 +55,13 @@ class BoundedConnection(redis.Connection):
             self.disconnect()  # type: ignore[no-untyped-call]  # a reply is owed on this connection: never reuse it
             raise
         kwargs["timeout"] = left
+        # The parser reads the rest of a reply with the socket's own timeout, and
+        # restores its buffer's `socket_timeout` after each read: bound both.
+        buffer = getattr(self._parser, "_buffer", None)
+        if buffer is not None and hasattr(buffer, "socket_timeout"):
+            buffer.socket_timeout = left
+        if self._sock is not None:
+            self._sock.settimeout(left)
         return super().read_response(disable_decoding, **kwargs)
 
 
