@@ -48,12 +48,18 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def run_child(code: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], int]:
-    """Run `code` in a child; returns the process and the children's peak RSS in KiB."""
-    import resource
+    """Run `code` in a child; returns the process and the child's own peak RSS in KiB.
 
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=60)
-    return proc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    The child reports it at exit: RUSAGE_CHILDREN of this process would be the peak
+    of every child it ever waited for, not of this one.
+    """
+    peak = tmp_path / "peak-rss"
+    report = ("import atexit, resource\n"
+              f"atexit.register(lambda: open({str(peak)!r}, 'w').write("
+              "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n")
+    proc = subprocess.run([sys.executable, "-c", report + textwrap.dedent(code)],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    return proc, int(peak.read_text())
 
 
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -329,17 +329,7 @@ class SQLiteStore(Engine):
                 if replace:
                     conn.execute("DELETE FROM entries WHERE plugin = ?", (p,))
                     conn.execute("DELETE FROM usage WHERE plugin = ?", (p,))
-                else:
-                    self._purge_in(conn, now, p)
-                done = plan(_SQLiteView(conn, p), ch, now, self.limits)
-                conn.executemany("DELETE FROM entries WHERE plugin = ? AND session = ? AND"
-                                 " key = ?", [(p, _col(s), k) for s, k in done.deletes])
-                tick = self._ticker.take(len(done.puts), now)
-                conn.executemany(
-                    "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(p, _col(u.sid), u.key, u.value, u.size, u.ttl, u.expires_at, tick + i)
-                     for i, u in enumerate(done.puts)])
-                self._add_usage(conn, [(p, _col(s), b, n) for s, (b, n) in done.deltas.items()])
+                self._apply(conn, ch, now)  # purges, plans and writes, as a commit does
 
     def close(self) -> None:
         with self._lock:
