@@ -8,6 +8,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,16 +42,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """A private redis-server on 127.0.0.1 for the whole run (no persistence)."""
-    if REDIS_SERVER is None:
-        pytest.skip(NO_REDIS)
+@contextmanager
+def redis_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A private redis-server on 127.0.0.1 (no persistence): its URL and its process."""
     import redis
 
     port = _free_port()
-    proc = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no"],
+    proc = subprocess.Popen([REDIS_SERVER or "redis-server", "--port", str(port),
+                             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
@@ -64,7 +63,7 @@ def redis_url() -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start on port {port}") from None
                 time.sleep(0.02)
-        yield url
+        yield url, proc
     finally:
         client.close()
         proc.terminate()
@@ -73,6 +72,15 @@ def redis_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A private redis-server for the whole run."""
+    if REDIS_SERVER is None:
+        pytest.skip(NO_REDIS)
+    with redis_server() as (url, _proc):
+        yield url
 
 
 StoreFactory = Callable[..., StateStore]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.state.conftest import NO_REDIS, REDIS_SERVER, _free_port
+from tests.state.conftest import NO_REDIS, REDIS_SERVER, redis_server
 from wasmext import PluginError, StateUnavailable
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -32,29 +32,11 @@ def own_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A redis-server this test alone uses (it gets frozen)."""
     if REDIS_SERVER is None:
         pytest.skip(NO_REDIS)
-    import redis
-
-    port = _free_port()
-    proc = subprocess.Popen([REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.02)
-        yield url, proc
-    finally:
-        client.close()
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.terminate()
-        proc.wait(5)
+    with redis_server() as (url, proc):
+        try:
+            yield url, proc
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)  # a frozen server cannot stop
 
 
 def test_a_frozen_redis_answers_unavailable_within_the_deadline(

@@ -95,16 +95,21 @@ class MemoryStore(Engine):
         with self._lock:
             self._purge(now, changes.plugin)
             entries = self._data.setdefault(changes.plugin, {})
-            done = plan(_MemoryView(entries), changes, now, self.limits)
-            for ref in done.deletes:
-                del entries[ref]
-            tick = self._ticker.take(len(done.puts), now)
-            for i, put in enumerate(done.puts):
-                entries[(put.sid, put.key)] = _Entry(put.value, put.size, put.ttl,
-                                                     put.expires_at, tick + i)
+            done = self._apply(entries, changes, now)
             if not entries:
                 del self._data[changes.plugin]
             return done
+
+    def _apply(self, entries: dict[Ref, _Entry], changes: Changes, now: float) -> Plan:
+        """Plan `changes` against `entries` and write them there (the lock is held)."""
+        done = plan(_MemoryView(entries), changes, now, self.limits)
+        for ref in done.deletes:
+            del entries[ref]
+        tick = self._ticker.take(len(done.puts), now)
+        for i, put in enumerate(done.puts):
+            entries[(put.sid, put.key)] = _Entry(put.value, put.size, put.ttl,
+                                                 put.expires_at, tick + i)
+        return done
 
     def _purge(self, now: float, plugin: str | None) -> int:
         count = 0
@@ -139,13 +144,7 @@ class MemoryStore(Engine):
             for p, ch in batches.items():
                 entries = {} if replace else {ref: e for ref, e in self._data.get(p, {}).items()
                                               if e.expires_at > now}
-                done = plan(_MemoryView(entries), ch, now, self.limits)
-                for ref in done.deletes:
-                    del entries[ref]
-                tick = self._ticker.take(len(done.puts), now)
-                for i, put in enumerate(done.puts):
-                    entries[(put.sid, put.key)] = _Entry(put.value, put.size, put.ttl,
-                                                         put.expires_at, tick + i)
+                self._apply(entries, ch, now)
                 staged[p] = entries
             for p, entries in staged.items():
                 if entries:
