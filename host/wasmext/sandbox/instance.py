@@ -114,7 +114,7 @@ class PluginInstance:
         return self._frame.deadline - time.monotonic()
 
     def wasi_timeout(self, why: str) -> None:
-        self._fail(timeout(f"{why}", self.limits, self.ctx, self._frame.clamped))
+        self._fail(timeout(why, self.limits, self.ctx, self._frame.clamped))
 
     def wasi_exit(self, code: int) -> None:
         self._fail(GuestTrap(f"proc_exit({code})", **self._where()))

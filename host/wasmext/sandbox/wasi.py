@@ -198,8 +198,8 @@ def _poll_oneoff(g: WasiGuest, subs: int, events: int, count: int, nevents: int)
             sleep_ns = 0
     if sleep_ns:
         if sleep_ns / 1e9 > g.wasi_seconds_left():
-            g.wasi_timeout(f"poll_oneoff asked to sleep {sleep_ns / 1e6:.0f} ms, past the "
-                           "call's deadline")
+            # timeout() completes the sentence: "... ran past N ms".
+            g.wasi_timeout(f"poll_oneoff's {sleep_ns / 1e6:.0f} ms sleep")
         time.sleep(sleep_ns / 1e9)
     _write(g, events, b"".join(ready))
     _write(g, nevents, struct.pack("<I", len(ready)))
