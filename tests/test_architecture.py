@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "wasmext.sandbox": 1, "wasmext.state": 1, "wasmext.observe": 1, "wasmext.manifest": 1,
     "wasmext.services": 2, "wasmext.mcp.client": 2,
     "wasmext.hooks": 3,
+    "wasmext.cluster": 4,
     "wasmext.mcp.server": 5,
 }
 TOP = 4  # every other module: the host layer
