@@ -238,3 +238,8 @@ main.add_command(state)
 from wasmext_cli.mcp_cmd import mcp  # noqa: E402
 
 main.add_command(mcp)
+
+from wasmext_cli.nats_cmd import nats, worker  # noqa: E402
+
+main.add_command(worker)
+main.add_command(nats)
