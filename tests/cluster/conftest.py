@@ -82,7 +82,7 @@ def _wat_plugin(parent: Path, pid: str, hook: str, value: Any, spin: int = 0) ->
 
 @pytest.fixture(scope="session")
 def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """stamp (pre), answer (provider), tail (post), slow (pre, ~ms of work) and the
+    """stamp (pre), answer (provider), tail (post), slow (pre, ~8 ms of work) and the
     real agent-guard validator (C, built with the ziglang toolchain)."""
     from wasmext_cli.build import ToolchainMissing, build_plugin
 
@@ -95,7 +95,7 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                      "metadata": {"post": True}},
                                          "context": {"posted": True}})
     _wat_plugin(parent, "slow", "pre", {"message": {"payload": "slow", "metadata": {}}},
-                spin=2_000_000)
+                spin=5_000_000)  # ~8 ms of work a call, within the default fuel
     shutil.copytree(ROOT / "plugins" / "agent-guard", parent / "agent-guard",
                     ignore=shutil.ignore_patterns("*.wasm"))
     try:

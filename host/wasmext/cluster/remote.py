@@ -44,6 +44,7 @@ __all__ = ["TENANT_HEADER", "TRACE_HEADER", "RemoteCaller", "RemoteStats"]
 
 TRACE_HEADER = "Trace-Id"
 TENANT_HEADER = "Tenant-Id"
+WORKER_HEADER = "Wasmext-Worker"
 SERVICE_ERROR = "Nats-Service-Error"
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
 _SAMPLES = 2048
@@ -60,6 +61,7 @@ class RemoteStats:
     retries: int = 0
     short_circuited: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    by_worker: dict[str, int] = field(default_factory=dict)  # answers per worker name
 
     def observe(self, ms: float) -> None:
         self.latencies_ms.append(ms)
@@ -145,8 +147,13 @@ class RemoteCaller:
         except Exception as exc:  # the connection: closed, reconnecting, refused
             raise _Failure(f"network error: {clean(type(exc).__name__)}", True) from None
         hdrs = msg.headers or {}
+        worker = clean(hdrs.get(WORKER_HEADER, "?"), 64)
+        with self._lock:
+            by_worker = self.stats[ext.id].by_worker
+            if worker in by_worker or len(by_worker) < 256:
+                by_worker[worker] = by_worker.get(worker, 0) + 1
         if SERVICE_ERROR in hdrs or SERVICE_ERROR_CODE in hdrs:
-            raise _Failure(f"error {clean(hdrs.get(SERVICE_ERROR_CODE, '?'), 16)}: "
+            raise _Failure(f"error {clean(hdrs.get(SERVICE_ERROR_CODE, '?'), 32)}: "
                            f"{clean(hdrs.get(SERVICE_ERROR, ''), 300)}", False)
         encoding = MSGPACK if hdrs.get(CONTENT_TYPE, "").lower() == MSGPACK else JSON
         peer = f"extension {ext.id}"

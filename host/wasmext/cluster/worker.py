@@ -50,10 +50,11 @@ if TYPE_CHECKING:
     from wasmext.host import Host
     from wasmext.services.hostview import LoadedPlugin
 
-__all__ = ["QUEUE_GROUP", "Stage", "Worker", "stages_of"]
+__all__ = ["QUEUE_GROUP", "WORKER_HEADER", "Stage", "Worker", "stages_of"]
 
 log = logging.getLogger("wasmext.cluster.worker")
 QUEUE_GROUP = "wasmext"
+WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and debugging
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 
 
@@ -129,7 +130,7 @@ class Worker:
 
     async def _serve(self, stage: Stage, req: Request) -> None:
         encoding = encoding_of(req.headers)
-        headers = {CONTENT_TYPE: encoding}
+        headers = {CONTENT_TYPE: encoding, WORKER_HEADER: self.name}
         try:
             body = await asyncio.get_running_loop().run_in_executor(
                 self._pool, self._call, stage, req.data, encoding)
