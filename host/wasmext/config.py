@@ -34,6 +34,11 @@
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
     call_timeout_s = 30
 
+    [extensions.pii_guard]       # a remote extension (docs/cluster.md)
+    type = "validator"
+    subject = "wasmext.ext.validate.pii_guard.v1"
+    timeout_ms = 100
+
     [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
     priority = 40
@@ -53,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
+from wasmext.cluster.registry import RemoteExtension, parse_registry
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write
 from wasmext.manifest import FAILURE_POLICIES, ID_RE
@@ -73,7 +79,7 @@ __all__ = [
 ]
 
 
-_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp"}
+_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp", "extensions"}
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,7 @@ class HostConfig:
     state_limits: Mapping[str, Any] = field(default_factory=dict)
     mcp_enabled: bool = True  # the global MCP switch
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    extensions: Mapping[str, RemoteExtension] = field(default_factory=dict)  # remote (NATS)
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -197,7 +204,12 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path or 'config'}: field 'state': {exc}") from exc
     mcp_enabled, mcp_servers = parse_mcp(_table(data.get("mcp", {}), path, "mcp"), path)
+    try:
+        extensions = parse_registry(_table(data.get("extensions", {}), path, "extensions"))
+    except ConfigError as exc:
+        raise ConfigError(f"{path or 'config'}: {exc.message}") from None
     return HostConfig(
+        extensions=extensions,
         mcp_enabled=mcp_enabled, mcp_servers=mcp_servers,
         state_backend=backend, state_url=url, state_limits=state,
         path=path,

@@ -52,6 +52,8 @@ def _override(base: Policy, tenant: str, raw: Any) -> Policy:
     unknown = set(raw) - _TENANT_KEYS
     if unknown:
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    if "policy" in raw and not isinstance(raw["policy"], dict):
+        raise ConfigError(f"{where}.policy: must be a policy table")
     policy = parse_policy(raw["policy"]) if "policy" in raw else base
     off = raw.get("disable", [])
     if not isinstance(off, list) or not all(isinstance(x, str) for x in off):
@@ -69,6 +71,8 @@ def _override(base: Policy, tenant: str, raw: Any) -> Policy:
 
 def parse_routing(raw: Mapping[str, Any]) -> Routing:
     """A policy document, with an optional `tenants` map of overrides."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("policy: must be a table")
     body = {k: v for k, v in raw.items() if k != "tenants"}
     default = parse_policy(body)
     tenants = raw.get("tenants", {})
