@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from cluster_support import POLICY, registry
+from prometheus_client import generate_latest
 
 from wasmext import Host, HostConfig, PipelineError, parse_policy
 from wasmext.cluster.link import NatsLink
+from wasmext.cluster.metrics import RemoteMetrics
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router, parse_routing
 from wasmext.runtime import Runtime
@@ -147,6 +149,23 @@ def test_the_circuit_opens_then_tries_again(link: NatsLink, app: Host) -> None:
     assert caller.breakers["stamp"].state == "half_open"
     run(app, router, "x")  # the trial fails: open again
     assert caller.breakers["stamp"].state == "open"
+    RemoteMetrics(caller).register(app.observe.metrics.registry)
+    text = generate_latest(app.observe.metrics.registry).decode()
+    assert 'extension_remote_breaker_state{extension="stamp"} 2.0' in text
+    assert 'extension_remote_calls_total{extension="stamp",outcome="short_circuited"} 1.0' in text
+    assert 'extension_remote_calls_total{extension="stamp",outcome="failed"} 3.0' in text
+
+
+def test_latency_and_timeouts_are_metrics(foreign: Any, link: NatsLink, app: Host) -> None:
+    caller = RemoteCaller(registry(), link)
+    RemoteMetrics(caller).register(app.observe.metrics.registry)
+    run(app, Router(parse_policy({"pre": [{"id": "shout"}]}), caller), "x")
+    run(app, Router(parse_policy({"validators": [{"id": "flaky"}]}), caller), "x")
+    text = generate_latest(app.observe.metrics.registry).decode()
+    assert 'extension_remote_latency_ms{extension="shout",quantile="0.99"}' in text
+    assert 'extension_remote_timeouts_total{extension="flaky"} 1.0' in text
+    assert 'extension_remote_retries_total{extension="flaky"} 1.0' in text
+    assert 'extension_remote_breaker_state{extension="flaky"} 0.0' in text
 
 
 def test_tenant_overrides_and_feature_flags(foreign: Any, link: NatsLink, app: Host) -> None:
