@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import PYTHONPATH, free_port, nats_server_binary, wait_for_port
+
 from support import ROOT
 
 
