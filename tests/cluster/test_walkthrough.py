@@ -1,52 +1,25 @@
-"""docs/cluster.md's three-worker walkthrough, line by line, on a free port."""
+"""docs/cluster.md's three-worker walkthrough, line by line (docs/cluster_demo.py), on a
+free port."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-from conftest import PYTHONPATH, free_port, nats_server_binary, wait_for_port
+from conftest import free_port
 
 from support import ROOT
 
 
-def walkthrough() -> list[str]:
-    doc = (ROOT / "docs" / "cluster.md").read_text()
-    block = doc.split("<!-- walkthrough")[1].split("<!-- end walkthrough -->")[0]
-    body = block.split("```sh\n")[1].split("```")[0]
-    return [line for line in body.splitlines() if line.strip()]
-
-
-def test_the_walkthrough_runs(plugin_dir: Path, tmp_path: Path, spawn: Any) -> None:
-    binary = nats_server_binary()
-    assert binary is not None  # plugin_dir and nats_url skip when it is missing
-    port = free_port()
-    outputs: list[str] = []
-    for n, line in enumerate(walkthrough()):
-        line = line.replace("4222", str(port)).replace("--plugins plugins",
-                                                       f"--plugins {plugin_dir}")
-        background = line.endswith("&")
-        argv = shlex.split(line.rstrip("&"))
-        program = {"nats-server": [binary], "wasmext": [sys.executable, "-m", "wasmext_cli"],
-                   "python": [sys.executable]}[argv[0]]
-        argv = program + argv[1:]
-        if background:
-            proc = spawn(f"step{n}", argv=argv)
-            if argv[0] == binary:
-                wait_for_port(port, proc.proc)
-            else:
-                proc.wait_ready()
-            continue
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              env={"PYTHONPATH": PYTHONPATH, "PATH": ""})
-        assert done.returncode == 0, done.stderr
-        outputs.append(done.stdout)
-    listing, first, trusted = outputs
+def test_the_walkthrough_runs(plugin_dir: Path, nats_url: str, tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("cluster_demo",
+                                                  ROOT / "docs" / "cluster_demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    listing, first, trusted = demo.run(free_port(), plugin_dir, tmp_path)
     assert re.search(r"wasmext-agent-guard\s+0\.1\.0\s+3\s", listing)
     lines = [json.loads(x) for x in first.splitlines()]
     assert lines[0] == {"text": "hello", "blocked": False, "payload": "hello"}
