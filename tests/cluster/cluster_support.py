@@ -9,6 +9,7 @@ from wasmext.cluster.registry import RemoteExtension, parse_registry
 W = "wasmext"
 REGISTRY: dict[str, dict[str, Any]] = {
     "stamp": {"type": "pre", "subject": f"{W}.ext.pre.stamp.v1", "timeout_ms": 5000},
+    "burn": {"type": "pre", "subject": f"{W}.ext.pre.burn.v1", "timeout_ms": 10000},
     "slow": {"type": "pre", "subject": f"{W}.ext.pre.slow.v1", "timeout_ms": 10000},
     "agent-guard": {"type": "validator", "subject": f"{W}.ext.validate.agent-guard.v0",
                     "timeout_ms": 5000},

@@ -96,6 +96,8 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                          "context": {"posted": True}})
     _wat_plugin(parent, "slow", "pre", {"message": {"payload": "slow", "metadata": {}}},
                 spin=5_000_000)  # ~8 ms of work a call, within the default fuel
+    _wat_plugin(parent, "burn", "pre", {"message": {"payload": "never", "metadata": {}}},
+                spin=200_000_000)  # past the default fuel: the sandbox stops it
     shutil.copytree(ROOT / "plugins" / "agent-guard", parent / "agent-guard",
                     ignore=shutil.ignore_patterns("*.wasm"))
     try:

@@ -20,6 +20,7 @@ from wasmext.cluster.link import NatsLink
 from wasmext.cluster.metrics import RemoteMetrics
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router, parse_routing
+from wasmext.cluster.worker import session_id
 from wasmext.runtime import Runtime
 from wasmext_cli.main import main
 
@@ -222,3 +223,40 @@ def test_nats_ls_lists_services_instances_and_stats(two_workers: list[Any], link
     assert services["wasmext-agent-guard"]["subjects"] == ["wasmext.ext.validate.agent-guard.v0"]
     table = CliRunner().invoke(main, ["nats", "ls", "--nats", nats_url])
     assert "wasmext-answer" in table.output and "wasmext.provider.answer.v1" in table.output
+
+
+def test_the_sandbox_limits_hold_on_the_worker(two_workers: list[Any], link: NatsLink,
+                                               app: Host) -> None:
+    burn = Router(parse_policy({"pre": [{"id": "burn"}]}), RemoteCaller(registry(), link))
+    with app.session() as s, pytest.raises(PipelineError, match="out of fuel"):
+        burn.run(s, "x")
+    healthy = Router(parse_policy({"pre": [{"id": "stamp"}]}), RemoteCaller(registry(), link))
+    assert run(app, healthy, "x").message["payload"] == "stamped"
+
+
+def test_a_hostile_trace_id_does_not_reach_state_or_logs(two_workers: list[Any],
+                                                         link: NatsLink, app: Host) -> None:
+    hostile = "\x1b[31m\n" + "t" * 100_000
+    started = time.monotonic()
+    got = run(app, Router(parse_policy({"pre": [{"id": "stamp"}]}),
+                          RemoteCaller(registry(), link)), "x", trace_id=hostile)
+    assert got.message["payload"] == "stamped"
+    assert time.monotonic() - started < 5
+    assert session_id(hostile).startswith("trace-") and len(session_id(hostile)) == 38
+    assert session_id("abc-1") == "abc-1"
+
+
+def test_nats_ls_cleans_what_services_answer(link: NatsLink, nats_url: str) -> None:
+    async def liar(msg: Any) -> None:
+        await msg.respond(json.dumps({"id": "x\n\x1b[2J", "name": "evil\nname\x1b[31m" * 30,
+                                      "version": 7, "endpoints": [{"subject": 5}, "junk"]
+                                      }).encode())
+    sub = link.run(link.client.subscribe("$SRV.INFO", cb=liar), 5)
+    link.run(link.client.flush(), 5)
+    try:
+        out = CliRunner().invoke(main, ["nats", "ls", "--nats", nats_url])
+    finally:
+        link.run(sub.unsubscribe(), 5)
+    assert out.exit_code == 0, out.output
+    assert "\x1b" not in out.output and len(out.output.splitlines()) == 2
+    assert len(out.output.splitlines()[1]) < 400

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 import signal
@@ -50,12 +51,21 @@ if TYPE_CHECKING:
     from wasmext.host import Host
     from wasmext.services.hostview import LoadedPlugin
 
-__all__ = ["QUEUE_GROUP", "WORKER_HEADER", "Stage", "Worker", "stages_of"]
+__all__ = ["QUEUE_GROUP", "WORKER_HEADER", "Stage", "Worker", "session_id", "stages_of"]
 
 log = logging.getLogger("wasmext.cluster.worker")
 QUEUE_GROUP = "wasmext"
 WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and debugging
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def session_id(trace_id: str) -> str:
+    """The trace id as the call's session id, or its digest when it is long or odd
+    (it comes off the network and becomes a state scope and a log field)."""
+    if _PLAIN_ID.fullmatch(trace_id):
+        return trace_id
+    return "trace-" + hashlib.sha256(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class Stage:
@@ -152,8 +162,13 @@ class Worker:
         else:
             request = decode(raw, ExtRequest, encoding, peer=peer)
             data = data_from_request(request)
-        session = Session(self.host, request.trace_id, {})
-        answer, error = self.host.try_call(stage.plugin_id, stage.kind, data, session)
+        session = Session(self.host, session_id(request.trace_id), {})
+        try:
+            answer, error = self.host.try_call(stage.plugin_id, stage.kind, data, session)
+        finally:
+            # No session end ever comes over the wire: session-scoped state lives for
+            # one remote call (share state across calls in a plugin or tenant scope).
+            self.host.session_ended(session.id)
         if error is not None or answer is None:
             raise RuntimeError(error or "no answer")
         out: Any
