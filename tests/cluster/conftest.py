@@ -156,6 +156,24 @@ def spawn(tmp_path: Path) -> Iterator[Any]:
         proc.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_workers(nats_url: str, plugin_dir: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Proc]]:
+    """Two workers (s1, s2) for the tests that leave them running as they found them."""
+    folder = tmp_path_factory.mktemp("shared-workers")
+    procs = []
+    try:
+        for name in ("s1", "s2"):
+            (folder / name).mkdir()
+            procs.append(Proc([sys.executable, "-m", "wasmext_cli", "worker", "--nats", nats_url,
+                               "--plugins", str(plugin_dir), "--name", name],
+                              folder / name, folder / f"{name}.log").wait_ready())
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
 @pytest.fixture
 def worker(spawn: Any, nats_url: str, plugin_dir: Path) -> Any:
     """worker(name, concurrency=4): a `wasmext worker` serving plugin_dir, ready."""

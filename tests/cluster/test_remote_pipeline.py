@@ -39,8 +39,8 @@ def app() -> Iterator[Host]:
 
 
 @pytest.fixture
-def two_workers(worker: Any) -> list[Any]:
-    return [worker("w1"), worker("w2")]
+def two_workers(shared_workers: list[Any]) -> list[Any]:
+    return shared_workers
 
 
 def run(host: Host, router: Router, payload: str, **kw: Any) -> Any:
@@ -219,7 +219,7 @@ def test_nats_ls_lists_services_instances_and_stats(two_workers: list[Any], link
     assert services["wasmext-stamp"]["instances"] == 2
     assert services["wasmext-stamp"]["version"] == "1.2.0"
     assert services["wasmext-stamp"]["subjects"] == ["wasmext.ext.pre.stamp.v1"]
-    assert services["wasmext-stamp"]["requests"] == 1
+    assert services["wasmext-stamp"]["requests"] >= 1
     assert services["wasmext-agent-guard"]["subjects"] == ["wasmext.ext.validate.agent-guard.v0"]
     table = CliRunner().invoke(main, ["nats", "ls", "--nats", nats_url])
     assert "wasmext-answer" in table.output and "wasmext.provider.answer.v1" in table.output
@@ -258,5 +258,6 @@ def test_nats_ls_cleans_what_services_answer(link: NatsLink, nats_url: str) -> N
     finally:
         link.run(sub.unsubscribe(), 5)
     assert out.exit_code == 0, out.output
-    assert "\x1b" not in out.output and len(out.output.splitlines()) == 2
-    assert len(out.output.splitlines()[1]) < 400
+    evil = [line for line in out.output.splitlines() if "evil" in line]
+    assert "\x1b" not in out.output and len(evil) == 1  # one inert line
+    assert len(evil[0]) < 400
