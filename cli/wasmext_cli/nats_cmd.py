@@ -67,7 +67,12 @@ async def _serve(served: object) -> None:
     assert isinstance(served, Worker)
     ready = asyncio.Event()
     task = asyncio.create_task(served.serve_forever(ready))
-    await ready.wait()
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():  # it failed to start (no server): its error, not a hang
+        waiting.cancel()
+        await task
+        return
     for stages in served.stages.values():
         for stage in stages:
             click.echo(f"serving {stage.kind} {stage.plugin_id} on {stage.subject}", err=True)

@@ -32,6 +32,8 @@ POLICY: dict[str, Any] = {
     "providers": ["answer"], "post": [{"id": "tail", "mode": "required"}]}
 
 
-def registry(**changes: dict[str, Any]) -> dict[str, RemoteExtension]:
-    raw = {k: {**v, **changes.get(k.replace("-", "_"), {})} for k, v in REGISTRY.items()}
+def registry(prefix: str = W, **changes: dict[str, Any]) -> dict[str, RemoteExtension]:
+    """REGISTRY with `changes` per id ('-' spelt '_'), its subjects under `prefix`."""
+    raw = {k: {**v, "subject": prefix + v["subject"][len(W):],
+               **changes.get(k.replace("-", "_"), {})} for k, v in REGISTRY.items()}
     return parse_registry(raw)

@@ -5,6 +5,9 @@ pipeline's rules say, retry, breaker, tenants, the contract enforced on the wire
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -261,3 +264,19 @@ def test_nats_ls_cleans_what_services_answer(link: NatsLink, nats_url: str) -> N
     evil = [line for line in out.output.splitlines() if "evil" in line]
     assert "\x1b" not in out.output and len(evil) == 1  # one inert line
     assert len(evil[0]) < 400
+
+
+def test_no_server_is_one_line_and_a_quick_exit(plugin_dir: Path) -> None:
+    from conftest import PYTHONPATH, free_port
+
+    url = f"nats://127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    out = CliRunner().invoke(main, ["nats", "ls", "--nats", url])
+    assert out.exit_code == 1 and "nats unavailable: cannot connect" in out.output
+    done = subprocess.run([sys.executable, "-m", "wasmext_cli", "worker", "--nats", url,
+                           "--plugins", str(plugin_dir)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert done.returncode == 1, done.stderr
+    assert "nats unavailable: cannot connect" in done.stderr.splitlines()[-1]
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - started < 30

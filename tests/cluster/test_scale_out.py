@@ -1,4 +1,6 @@
-"""Workers come and go under load: kill -9, one added, SIGTERM drains."""
+"""Workers come and go under load: kill -9, one added, SIGTERM drains.
+
+These workers serve under the prefix `scale`, apart from the shared ones."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from wasmext.cluster.link import NatsLink
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router
 from wasmext.runtime import Runtime
+
+P = "scale"
 
 
 @pytest.fixture
@@ -74,11 +78,11 @@ class Load:
 
 def _router(link: NatsLink, **changes: dict[str, Any]) -> Router:
     return Router(parse_policy({"pre": [{"id": "stamp", "mode": "required"}]}),
-                  RemoteCaller(registry(**changes), link))
+                  RemoteCaller(registry(P, **changes), link))
 
 
 def test_a_killed_worker_loses_nothing(worker: Any, nats_url: str, app: Host) -> None:
-    w1, _w2 = worker("w1"), worker("w2")
+    w1, _w2 = worker("w1", prefix=P), worker("w2", prefix=P)
     with NatsLink(nats_url) as link:
         router = _router(link, stamp={"timeout_ms": 1000, "retry": 3})
         load = Load(app, router, total=300, pause_s=0.002).start()
@@ -98,7 +102,7 @@ def test_a_killed_worker_loses_nothing(worker: Any, nats_url: str, app: Host) ->
 
 def test_a_worker_added_under_load_takes_a_share(worker: Any, nats_url: str,
                                                  app: Host) -> None:
-    worker("w1")
+    worker("w1", prefix=P)
     with NatsLink(nats_url) as link:
         router = _router(link)
         load = Load(app, router, total=100_000, threads=4, pause_s=0.002).start()
@@ -106,7 +110,7 @@ def test_a_worker_added_under_load_takes_a_share(worker: Any, nats_url: str,
         stats = router.caller.stats["stamp"] if router.caller else None
         assert stats is not None
         before = set(stats.by_worker)
-        worker("w2")
+        worker("w2", prefix=P)
         target = load.done() + 200
         load.wait_until(target)
         load.total = 0  # stop
@@ -118,10 +122,10 @@ def test_a_worker_added_under_load_takes_a_share(worker: Any, nats_url: str,
 
 def test_sigterm_drains_without_failing_in_flight_requests(worker: Any, nats_url: str,
                                                            app: Host) -> None:
-    w1 = worker("w1", concurrency=1)
+    w1 = worker("w1", concurrency=1, prefix=P)
     with NatsLink(nats_url) as link:
         router = Router(parse_policy({"pre": [{"id": "slow", "mode": "required"}]}),
-                        RemoteCaller(registry(), link))  # slow: no retry, 10 s timeout
+                        RemoteCaller(registry(P), link))  # slow: no retry, 10 s timeout
         load = Load(app, router, total=32, threads=32).start()
         load.wait_until(1)  # requests are queued on the single worker now
         assert w1.signal(signal.SIGTERM) == 0

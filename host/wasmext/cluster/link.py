@@ -10,19 +10,57 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from wasmext.errors import ConfigError
+from wasmext.errors import WasmextError
+from wasmext.text import clean
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
 
-__all__ = ["NatsLink"]
+__all__ = ["NatsLink", "NatsUnavailable", "connect"]
 
 T = TypeVar("T")
+log = logging.getLogger("wasmext.cluster.link")
+
+
+class NatsUnavailable(WasmextError):
+    """The NATS server cannot be reached."""
+
+    reason = "nats unavailable"
+
+
+async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:
+    """A connection that fails fast the first time and then reconnects for ever.
+
+    nats-py logs a traceback per failed attempt by default; here each is one line.
+    """
+    import nats
+
+    async def error(exc: Exception) -> None:
+        log.debug("nats %s: %s", name, clean(exc))
+
+    async def disconnected() -> None:
+        log.warning("nats %s: disconnected from %s, reconnecting", name, url)
+
+    async def reconnected() -> None:
+        log.warning("nats %s: reconnected to %s", name, url)
+
+    try:
+        client = await nats.connect(url, name=name, connect_timeout=timeout_s,
+                                    allow_reconnect=True, max_reconnect_attempts=1,
+                                    reconnect_time_wait=0.2, error_cb=error,
+                                    disconnected_cb=disconnected, reconnected_cb=reconnected)
+    except Exception as exc:
+        raise NatsUnavailable(f"cannot connect to {url}: {clean(exc)}") from None
+    # A restarted server must not leave the process cut off: once connected, retry
+    # for ever (nats-py reads the option at each reconnect).
+    client.options["max_reconnect_attempts"] = -1
+    return client
 
 
 class NatsLink:
@@ -36,19 +74,13 @@ class NatsLink:
                                         daemon=True)
         self._thread.start()
         try:
-            self.client: Client = self.run(self._connect(connect_timeout_s),
-                                           connect_timeout_s + 1)
+            self.client: Client = self.run(connect(url, name, connect_timeout_s),
+                                           2 * connect_timeout_s + 1)
         except Exception as exc:
             self._stop_loop()
-            raise ConfigError(f"cannot connect to NATS at {url}: {exc}") from exc
-
-    async def _connect(self, timeout_s: float) -> Client:
-        import nats
-
-        # Reconnect for ever: a restarted server must not leave the host cut off.
-        return await nats.connect(self.url, name=self.name, connect_timeout=timeout_s,
-                                  allow_reconnect=True, max_reconnect_attempts=-1,
-                                  reconnect_time_wait=0.2)
+            if isinstance(exc, NatsUnavailable):
+                raise
+            raise NatsUnavailable(f"cannot connect to {url}: {clean(exc)}") from None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run `coro` on the link's loop and wait for it (at most `timeout_s`)."""

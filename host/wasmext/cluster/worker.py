@@ -32,6 +32,7 @@ from wasmext.cluster.contract import (
     encode,
     encoding_of,
 )
+from wasmext.cluster.link import connect
 from wasmext.cluster.mapping import (
     data_from_provider_request,
     data_from_request,
@@ -109,12 +110,10 @@ class Worker:
         self._draining = False
 
     async def start(self) -> None:
-        import nats
         from nats.micro import add_service
         from nats.micro.service import EndpointConfig, ServiceConfig
 
-        self._nc = await nats.connect(self.url, name=self.name, allow_reconnect=True,
-                                      max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        self._nc = await connect(self.url, self.name)
         for pid, stages in self.stages.items():
             lp = self.host.plugins[pid]
             svc = await add_service(self._nc, ServiceConfig(
