@@ -65,3 +65,33 @@ def test_events_cross_hosts_under_the_topic_grants(nats_url: str) -> None:
         bridge_b.close()
         a.close()
         b.close()
+
+
+def test_a_worker_bridges_its_runtime_events(spawn: Any, nats_url: str,
+                                             plugin_dir: Any) -> None:
+    """`wasmext worker --events 'plugin.*'`: a fault on the worker is seen on NATS."""
+    from cluster_support import registry
+
+    from wasmext import Host, HostConfig, PipelineError, parse_policy
+    from wasmext.cluster.remote import RemoteCaller
+    from wasmext.cluster.routing import Router
+    from wasmext.runtime import Runtime
+
+    spawn("ev", "worker", "--nats", nats_url, "--plugins", str(plugin_dir), "--name", "ev",
+          "--prefix", "ev", "--events", "plugin.*").wait_ready()
+    seen: list[tuple[str, Any]] = []
+
+    async def take(msg: Any) -> None:
+        seen.append((msg.subject, json.loads(msg.data)))
+    with NatsLink(nats_url) as link:
+        link.run(link.client.subscribe("ev.events.>", cb=take), 5)
+        link.run(link.client.flush(), 5)
+        router = Router(parse_policy({"pre": [{"id": "burn"}]}),
+                        RemoteCaller(registry("ev"), link))
+        with Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as app, \
+                app.session() as s, pytest.raises(PipelineError, match="out of fuel"):
+            router.run(s, "x")
+        _wait(lambda: seen)
+    subject, event = seen[0]
+    assert subject == "ev.events.plugin.faulted" and event["topic"] == "plugin.faulted"
+    assert event["payload"]["plugin_id"] == "burn" and event["payload"]["reason"] == "out of fuel"
