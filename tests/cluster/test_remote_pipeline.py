@@ -216,6 +216,9 @@ def test_a_worker_refuses_a_request_with_an_unknown_key(two_workers: list[Any],
 def test_nats_ls_lists_services_instances_and_stats(two_workers: list[Any], link: NatsLink,
                                                     app: Host, nats_url: str) -> None:
     run(app, Router(parse_policy(POLICY), RemoteCaller(registry(), link)), "hello")
+    with app.session() as s, pytest.raises(PipelineError, match="out of fuel"):
+        Router(parse_policy({"pre": [{"id": "burn"}]}), RemoteCaller(registry(), link)).run(
+            s, "x")
     out = CliRunner().invoke(main, ["nats", "ls", "--nats", nats_url, "--json"])
     assert out.exit_code == 0, out.output
     services = {s["name"]: s for s in json.loads(out.output)}
@@ -223,6 +226,7 @@ def test_nats_ls_lists_services_instances_and_stats(two_workers: list[Any], link
     assert services["wasmext-stamp"]["version"] == "1.2.0"
     assert services["wasmext-stamp"]["subjects"] == ["wasmext.ext.pre.stamp.v1"]
     assert services["wasmext-stamp"]["requests"] >= 1
+    assert services["wasmext-burn"]["errors"] >= 1 and services["wasmext-stamp"]["errors"] == 0
     assert services["wasmext-agent-guard"]["subjects"] == ["wasmext.ext.validate.agent-guard.v0"]
     table = CliRunner().invoke(main, ["nats", "ls", "--nats", nats_url])
     assert "wasmext-answer" in table.output and "wasmext.provider.answer.v1" in table.output

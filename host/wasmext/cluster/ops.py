@@ -71,9 +71,13 @@ async def list_services(nc: Client, wait_s: float = 0.5) -> list[ServiceSummary]
     counts: dict[str, tuple[int, int]] = {}
     for doc in stats:
         endpoints = _list(doc.get("endpoints"))
+        ends = [e for e in endpoints if isinstance(e, dict)]
+        # A wasmext worker's own figures are in `data` (nats-py counts only what its
+        # handler saw); any other service's are the standard fields.
         counts[str(doc.get("id"))] = (
-            sum(_int(e.get("num_requests")) for e in endpoints if isinstance(e, dict)),
-            sum(_int(e.get("num_errors")) for e in endpoints if isinstance(e, dict)))
+            sum(_int(e.get("num_requests")) for e in ends),
+            sum(_int(e["data"].get("errors")) if isinstance(e.get("data"), dict)
+                else _int(e.get("num_errors")) for e in ends))
     found: dict[tuple[str, str], ServiceSummary] = {}
     for doc in infos:
         key = (clean(doc.get("name", "?"), 100), clean(doc.get("version", "?"), 40))
