@@ -19,7 +19,7 @@ REGISTRY: dict[str, dict[str, Any]] = {
     "shout": {"type": "pre", "subject": f"{W}.ext.pre.shout.v1", "timeout_ms": 5000},
     "sleepy": {"type": "validator", "subject": f"{W}.ext.validate.sleepy.v1",
                "timeout_ms": 150},
-    "flaky": {"type": "validator", "subject": f"{W}.ext.validate.flaky.v1", "timeout_ms": 300,
+    "flaky": {"type": "validator", "subject": f"{W}.ext.validate.flaky.v1", "timeout_ms": 1000,
               "retry": 1},
     "garbage": {"type": "validator", "subject": f"{W}.ext.validate.garbage.v1",
                 "timeout_ms": 5000},

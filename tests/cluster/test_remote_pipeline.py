@@ -148,7 +148,7 @@ def test_the_circuit_opens_then_tries_again(link: NatsLink, app: Host) -> None:
     assert caller.breakers["stamp"].state == "open"
     started = time.monotonic()
     assert run(app, router, "x").skipped == ["stamp"]
-    assert time.monotonic() - started < 0.1 and caller.stats["stamp"].short_circuited == 1
+    assert time.monotonic() - started < 0.5 and caller.stats["stamp"].short_circuited == 1
     time.sleep(0.35)
     assert caller.breakers["stamp"].state == "half_open"
     run(app, router, "x")  # the trial fails: open again
