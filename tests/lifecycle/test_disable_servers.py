@@ -70,3 +70,39 @@ capabilities = ["mcp-server:plugcalc"]
         assert host.rescan().added == ["asker"]
         assert clients.status("plugcalc") == "connected"
         assert host.tools.execute("plugcalc__add", {"a": 2, "b": 3})["status"] == "ok"
+
+
+def test_disable_leaves_a_configured_server_of_the_same_name_alone(tmp_path: Path) -> None:
+    server = json.dumps(str(ROOT / "tests" / "mcp" / "servers" / "calc_server.py"))
+    folder = tmp_path / "plugins" / "asker"
+    folder.mkdir(parents=True)
+    atomic_write(folder / "asker.wasm", module("v1"))
+    (folder / "plugin.toml").write_text(f"""id = "asker"
+version = "1.0.0"
+[mcp.servers.calc]
+command = {json.dumps(sys.executable)}
+args = [{server}]
+""")
+    import hashlib
+    digest = "sha256:" + hashlib.sha256(module("v1")).hexdigest()
+    config = tmp_path / "wasmext.toml"
+    config.write_text(f"""[host]
+data_dir = "data"
+[plugins]
+workspace_dir = "plugins"
+[grants.asker]
+digest = "{digest}"
+capabilities = ["mcp-server:calc"]
+[mcp.servers.calc]
+command = {json.dumps(sys.executable)}
+args = [{server}]
+""")
+    from wasmext import load_config
+
+    with Host(load_config(config)) as host:
+        clients = host.start_mcp()
+        assert clients is not None and clients.status("calc") == "connected"
+        assert any("is taken" in e.message for e in host.load_errors)
+        host.disable("asker")  # the configured server is not the plugin's to stop
+        assert clients.status("calc") == "connected"
+        assert host.tools.execute("calc__add", {"a": 2, "b": 3})["status"] == "ok"

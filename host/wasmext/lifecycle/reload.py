@@ -69,13 +69,30 @@ def _changed(lp: LoadedPlugin, manifest: Manifest) -> bool:
     return _file_digest(manifest.wasm_path) != f"sha256:{lp.plugin.module.info.digest}"
 
 
-def stop_plugin_servers(host: Host, lp: LoadedPlugin) -> None:
-    """Stop the MCP servers a plugin's manifest asked for; their tools leave the registry."""
-    for server in lp.manifest.mcp_servers if lp.manifest else ():
+def _owner(host: Host, name: str) -> str | None:
+    """The loaded plugin whose MCP server `name` is (as `Host.start_mcp` decides: a
+    configured server's name is never a plugin's; else the first granted asker)."""
+    if any(s.name == name for s in host.config.mcp_servers):
+        return None
+    for lp in list(host.plugins.values()):
+        declared = lp.manifest.mcp_servers if lp.manifest else ()
+        if any(s.name == name for s in declared) and f"mcp-server:{name}" in lp.plugin.grants:
+            return lp.id
+    return None
+
+
+def _owned(host: Host, lp: LoadedPlugin) -> list[str]:
+    return [s.name for s in (lp.manifest.mcp_servers if lp.manifest else ())
+            if _owner(host, s.name) == lp.id]
+
+
+def stop_servers(host: Host, names: list[str]) -> None:
+    """Stop a plugin's own MCP servers; their tools leave the registry."""
+    for name in names:
         if host.mcp is not None:
-            host.mcp.stop_server(server.name)
-        host.tools.drop_owner(f"mcp:{server.name}")
-        host.tools.release(f"mcp:{server.name}")
+            host.mcp.stop_server(name)
+        host.tools.drop_owner(f"mcp:{name}")
+        host.tools.release(f"mcp:{name}")
 
 
 def start_plugin_servers(host: Host, lp: LoadedPlugin) -> None:
@@ -84,31 +101,35 @@ def start_plugin_servers(host: Host, lp: LoadedPlugin) -> None:
         return
     from wasmext.mcp.client import ServerSpec
 
-    taken = {s.name for s in host.config.mcp_servers}
     specs = []
     for server in lp.manifest.mcp_servers:
+        problem = None
         if f"mcp-server:{server.name}" not in lp.plugin.grants:
-            host.load_errors.append(ConfigError(
-                f"plugin {lp.id} asks for MCP server {server.name!r} without the grant "
-                f"'mcp-server:{server.name}'", plugin_id=lp.id))
-            continue
-        try:
-            if server.name in taken:
-                raise ConfigError(f"MCP server name {server.name!r} is taken")
-            host.tools.claim(server.name, f"mcp:{server.name}")
-        except ConfigError as err:
-            host.load_errors.append(ConfigError(f"plugin {lp.id}: {err.message}",
-                                                plugin_id=lp.id))
-            continue
-        specs.append(ServerSpec.from_config(server))
-    if specs:
-        host.mcp.start(specs)
+            problem = (f"plugin {lp.id} asks for MCP server {server.name!r} without the grant "
+                       f"'mcp-server:{server.name}'")
+        elif _owner(host, server.name) != lp.id:
+            problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
+        else:
+            try:
+                host.tools.claim(server.name, f"mcp:{server.name}")
+                specs.append(ServerSpec.from_config(server))
+            except ConfigError as err:
+                problem = f"plugin {lp.id}: MCP server {server.name!r}: {err.message}"
+        if problem is not None:
+            host.load_errors.append(ConfigError(problem, plugin_id=lp.id))
+    try:
+        if specs:
+            host.mcp.start(specs)
+    except ConfigError as err:  # still running from before: keep it
+        host.load_errors.append(ConfigError(f"plugin {lp.id}: {err.message}", plugin_id=lp.id))
 
 
 def unload(host: Host, plugin_id: str) -> bool:
     """Unload a plugin now: hooks, tools, subscriptions and its own MCP servers."""
     with host._lock:
-        lp = host.plugins.pop(plugin_id, None)
+        lp = host.plugins.get(plugin_id)
+        servers = _owned(host, lp) if lp is not None else []
+        host.plugins.pop(plugin_id, None)
         if lp is not None:
             lp.plugin.close()  # idle instances go; running calls finish on theirs
         host._order_cache.clear()
@@ -116,7 +137,7 @@ def unload(host: Host, plugin_id: str) -> bool:
         return False
     host.tools.drop_owner(f"plugin:{plugin_id}")
     host.tools.release(f"plugin:{plugin_id}")
-    stop_plugin_servers(host, lp)
+    stop_servers(host, servers)
     host.observe.unloaded(plugin_id)
     log.info("plugin %s unloaded", plugin_id)
     return True
@@ -143,7 +164,7 @@ def rescan(host: Host) -> RescanReport:
                 continue
             before = len(host.load_errors)
             if old is not None:
-                stop_plugin_servers(host, old)
+                stop_servers(host, _owned(host, old))
             host._load_folder(folder, manifest, source, replace=old is not None)
             new = host.plugins.get(pid)
             report.errors.extend(host.load_errors[before:])
