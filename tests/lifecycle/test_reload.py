@@ -143,6 +143,11 @@ def test_watcher_rescans_on_file_changes(tmp_path: Path) -> None:
             while f"new-{int(use_watchfiles)}" not in host.plugins:
                 assert time.monotonic() < deadline, "the watcher never rescanned"
                 time.sleep(0.05)
+            if not use_watchfiles:  # polling rescans only when a file changed
+                time.sleep(0.3)
+                settled = w.rescans
+                time.sleep(0.5)
+                assert w.rescans == settled
 
 
 def test_concurrent_rescans_are_serialised(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@
 It watches the plugin directories and the data dir (where `plugins.json`,
 the enable state, and `approvals.json` live) with `watchfiles` (the
 `lifecycle` extra) and rescans after each batch of changes. Without
-`watchfiles` it rescans every `interval` seconds. A rescan that fails is
-logged; the watcher keeps going.
+`watchfiles` it looks every `interval` seconds at the names, sizes and
+modification times of the same files and rescans when they differ (so a
+broken folder is not reported again and again). A rescan that fails is logged;
+the watcher keeps going.
 """
 
 from __future__ import annotations
@@ -79,8 +81,34 @@ class PluginWatcher:
                 return
             except Exception:
                 log.exception("watchfiles failed; rescanning every %.1f s", self.interval)
+        seen = self.fingerprint()
         while not self._stop.wait(self.interval):
-            self._rescan()
+            now = self.fingerprint()
+            if now != seen:
+                seen = now
+                self._rescan()
+
+    def fingerprint(self) -> frozenset[tuple[str, int, int]]:
+        """(path, size, mtime) of every file a rescan reads."""
+        files = [self._data / name for name in WATCHED_DATA_FILES]
+        for _, directory in self.host.plugin_dirs:
+            try:
+                folders = [p for p in directory.iterdir() if not p.name.startswith(".")]
+            except OSError:
+                continue
+            for folder in folders:
+                try:
+                    files.extend(folder.iterdir() if folder.is_dir() else [folder])
+                except OSError:
+                    continue
+        out = set()
+        for path in files:
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            out.add((str(path), st.st_size, st.st_mtime_ns))
+        return frozenset(out)
 
     def close(self) -> None:
         self._stop.set()
