@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lc_support import module, write_plugin
 
 from wasmext import Host, load_config
@@ -76,3 +79,26 @@ def test_grant_refuses_an_unknown_plugin(tmp_path: Path) -> None:
     config = _setup(tmp_path)
     result = CliRunner().invoke(main, ["grant", "nope", "state", "--config", str(config)])
     assert result.exit_code == 2 and "not installed" in result.output
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(JSON, st.fixed_dictionaries({"plugins": st.dictionaries(
+    st.sampled_from(["kb", "x"]), JSON | st.fixed_dictionaries(
+        {"digest": st.just("sha256:" + "0" * 64), "capabilities": JSON}), max_size=2)})))
+def test_any_approvals_document_reads_without_raising(tmp_path_factory: pytest.TempPathFactory,
+                                                      doc: object) -> None:
+    path = tmp_path_factory.mktemp("appr") / "approvals.json"
+    path.write_text(json.dumps(doc))
+    store = ApprovalStore(path)
+    caps = store.effective("kb", "sha256:" + "0" * 64)
+    assert all(isinstance(c, str) for c in caps)
+    for approval in store.all():
+        assert isinstance(approval.capability, str) and isinstance(approval.by, str)
+    store.revoke("x")
+    store.grant("kb", "sha256:" + "0" * 64, ["state"], "ann")  # a write repairs the entry
+    assert store.effective("kb", "sha256:" + "0" * 64) >= frozenset({"state"})

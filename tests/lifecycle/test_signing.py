@@ -3,12 +3,15 @@ bundle is refused at install and at load; a signature never grants a capability.
 
 from __future__ import annotations
 
+import base64
 import json
 import zipfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from lc_support import module, write_plugin
 
 from wasmext import Host, load_config
@@ -114,3 +117,12 @@ def test_trust_keys_are_validated(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"trust\.keys"):
         load_config(_config(tmp_path, ["ed25519:not-base64!"]))
+
+
+@given(st.text(max_size=80) | st.binary(max_size=48).map(
+    lambda b: "ed25519:" + base64.b64encode(b).decode()))
+def test_public_key_text_is_parsed_strictly(text: str) -> None:
+    ok = is_public_key(text)
+    if ok:
+        assert text.startswith("ed25519:")
+        assert len(base64.b64decode(text[8:], validate=True)) == 32

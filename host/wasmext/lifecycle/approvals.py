@@ -104,7 +104,8 @@ class ApprovalStore:
         with _write_lock:
             plugins = self._read()
             entry = plugins.get(plugin_id)
-            if not isinstance(entry, dict) or entry.get("digest") != digest:
+            if not isinstance(entry, dict) or entry.get("digest") != digest \
+                    or not isinstance(entry.get("capabilities"), dict):
                 entry = {"digest": digest, "capabilities": {}}
             entry["path"] = path
             stamp = _now()
@@ -120,7 +121,8 @@ class ApprovalStore:
             entry = plugins.get(plugin_id)
             if not isinstance(entry, dict):
                 return 0
-            caps = entry.get("capabilities", {})
+            caps = entry.get("capabilities")
+            caps = caps if isinstance(caps, dict) else {}
             names = list(caps) if capabilities is None else [c for c in capabilities
                                                               if c in caps]
             for cap in names:
