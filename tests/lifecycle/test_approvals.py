@@ -5,6 +5,7 @@ digest with who and when; they survive a restart, are withheld after the module 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,8 @@ def _setup(tmp_path: Path) -> Path:
     return config
 
 
-def test_grants_survive_a_restart_and_are_withheld_after_a_binary_change(tmp_path: Path
-                                                                        ) -> None:
+def test_grants_survive_a_restart_and_are_withheld_after_a_binary_change(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = _setup(tmp_path)
     runner = CliRunner()
     granted = runner.invoke(main, ["grant", "kb", "state", "tool:calc__*", "--by", "ann",
@@ -51,8 +52,10 @@ def test_grants_survive_a_restart_and_are_withheld_after_a_binary_change(tmp_pat
         atomic_write(tmp_path / "plugins" / "kb" / "kb.wasm", module("v2"))
         assert host.rescan().reloaded == ["kb"]
         assert "state" not in host.plugins["kb"].plugin.grants
-    with Host(load_config(config)) as host:  # and so does a restart
+    with caplog.at_level(logging.WARNING, logger="wasmext.approvals"), \
+            Host(load_config(config)) as host:  # and so does a restart
         assert host.plugins["kb"].plugin.grants == frozenset()
+    assert any("withheld until granted again" in r.getMessage() for r in caplog.records)
     listed = runner.invoke(main, ["grants", "--json", "--config", str(config)])
     assert {r["status"] for r in json.loads(listed.output)} == {"withheld (module changed)"}
 

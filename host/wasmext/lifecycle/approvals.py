@@ -13,6 +13,7 @@ until an operator grants again. Every write is atomic (temp, fsync, rename).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,9 +22,11 @@ from typing import Any
 
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write
+from wasmext.text import clean
 
 __all__ = ["Approval", "ApprovalStore"]
 
+log = logging.getLogger("wasmext.approvals")
 MAX_FILE_BYTES = 4 * 2**20
 _write_lock = threading.Lock()
 
@@ -92,7 +95,12 @@ class ApprovalStore:
             entry = self._read().get(plugin_id)
         except ConfigError:
             return frozenset()  # an unreadable file grants nothing
-        if not isinstance(entry, dict) or entry.get("digest") != digest:
+        if not isinstance(entry, dict):
+            return frozenset()
+        if entry.get("digest") != digest:
+            log.warning("plugin %s changed (digest %s); its recorded approvals are for %s and "
+                        "are withheld until granted again", plugin_id, digest[7:19],
+                        clean(entry.get("digest"), 32)[7:19], extra={"plugin_id": plugin_id})
             return frozenset()
         caps = entry.get("capabilities")
         return frozenset(c for c in caps if isinstance(c, str)) if isinstance(caps, dict) \
