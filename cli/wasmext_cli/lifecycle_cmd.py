@@ -36,9 +36,11 @@ def _config(config: Path | None) -> HostConfig:
 
 
 def _dest(cfg: HostConfig, to: str) -> Path:
-    if to == "user":
-        return cfg.user_dir or Path("~/.config/wasmext/plugins").expanduser()
-    return cfg.workspace_dir or Path("plugins")
+    folder = cfg.user_dir if to == "user" else cfg.workspace_dir
+    if folder is None:  # installing where no host looks would only lose the plugin
+        _fail(ConfigError(f"the config names no [plugins] {to}_dir to install into"),
+              EXIT_USAGE)
+    return folder
 
 
 @click.command()

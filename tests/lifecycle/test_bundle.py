@@ -195,3 +195,30 @@ def test_only_plain_names_pass_the_entry_check(name: str) -> None:
     assert plain and "/" not in plain and "\\" not in plain and plain not in (".", "..")
     assert not plain.startswith("/") and "\0" not in plain
 
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.wxb"
+    os.mkfifo(fifo)
+    with pytest.raises(BundleDeviceEntry, match="not a regular file"):
+        read_bundle(fifo)
+
+
+def test_a_corrupt_deflate_stream_is_a_bundle_error(tmp_path: Path) -> None:
+    good = _bundle(tmp_path)
+    raw = bytearray(good.read_bytes())
+    at = raw.find(b"PK\x03\x04") + 30 + len("plugin.toml")  # the first entry's data
+    raw[at:at + 8] = b"\xff" * 8
+    bad = tmp_path / "bad.wxb"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(BundleError):
+        read_bundle(bad)
+
+
+def test_install_needs_a_plugin_directory_in_the_config(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path)
+    config = tmp_path / "bare.toml"
+    config.write_text('[host]\ndata_dir = "data"\n')
+    result = CliRunner().invoke(main, ["install", str(bundle), "--to", "user",
+                                       "--config", str(config)])
+    assert result.exit_code == 2 and "user_dir" in result.output

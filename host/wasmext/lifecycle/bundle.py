@@ -148,12 +148,19 @@ def read_bundle(path: Path) -> Bundle:
     path = Path(path)
     where = path.name[:120]
     try:
-        size = path.stat().st_size
-        if size > MAX_ARCHIVE_BYTES:
-            raise BundleTooLarge(f"{where}: {size} bytes, over {MAX_ARCHIVE_BYTES}")
-        raw = path.read_bytes()
+        found = path.stat()
+        if not stat.S_ISREG(found.st_mode):  # a fifo or device would block or never end
+            raise BundleDeviceEntry(f"{where}: not a regular file")
+        if found.st_size > MAX_ARCHIVE_BYTES:
+            raise BundleTooLarge(f"{where}: {found.st_size} bytes, over {MAX_ARCHIVE_BYTES}")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_ARCHIVE_BYTES + 1)
+        if len(raw) > MAX_ARCHIVE_BYTES:
+            raise BundleTooLarge(f"{where}: over {MAX_ARCHIVE_BYTES} bytes")
         zf = zipfile.ZipFile(io.BytesIO(raw))
-    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
+    except BundleError:
+        raise
+    except Exception as exc:  # BadZipFile, OSError, struct and zlib errors: all hostile input
         raise BundleError(f"{where}: not a readable bundle: {type(exc).__name__}") from exc
     with zf:
         infos = zf.infolist()
@@ -180,8 +187,7 @@ def read_bundle(path: Path) -> Bundle:
             try:
                 with zf.open(info) as fh:
                     data = fh.read(info.file_size + 1)  # never more than it declared
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError,
-                    NotImplementedError) as exc:
+            except Exception as exc:  # zlib.error, BadZipFile (CRC), NotImplementedError ...
                 raise BundleError(f"{where}: entry {info.filename[:80]!r} is damaged: "
                                   f"{type(exc).__name__}") from exc
             if len(data) != info.file_size:
