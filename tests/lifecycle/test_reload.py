@@ -63,6 +63,7 @@ def test_rescan_follows_folders_and_enable_state(tmp_path: Path) -> None:
         assert host.rescan().removed == ["one"]
         assert not any(n.startswith("one__") for n in host.tools.tools)
         assert set(host.plugins) == {"two", "by-code"}
+        assert set(host.runtime.plugins) == {"two", "by-code"}  # nothing of "one" is kept
 
 
 def test_a_broken_new_version_keeps_the_old_one_serving(tmp_path: Path) -> None:

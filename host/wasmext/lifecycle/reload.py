@@ -132,6 +132,8 @@ def unload(host: Host, plugin_id: str) -> bool:
         host.plugins.pop(plugin_id, None)
         if lp is not None:
             lp.plugin.close()  # idle instances go; running calls finish on theirs
+            if host.runtime.plugins.get(plugin_id) is lp.plugin:
+                del host.runtime.plugins[plugin_id]  # and its compiled module with it
         host._order_cache.clear()
     if lp is None:
         return False
