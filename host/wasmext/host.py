@@ -25,6 +25,7 @@ from wasmext.discovery import as_load_error, discover
 from wasmext.errors import (
     ConfigError,
     HookAborted,
+    LoadError,
     PluginError,
     PluginFault,
     Quarantined,
@@ -161,11 +162,13 @@ class Host:
             log.info("plugin %s is disabled", manifest.id)
             return
         try:
+            signed = None
             if self.config.require_signature:  # before any of its code is compiled
                 from wasmext.lifecycle.bundle import verify_folder
 
-                verify_folder(folder, manifest, self.config.trusted_keys)
-            self.add(folder, source_kind=source, manifest=manifest, replace=replace)
+                signed = verify_folder(folder, manifest, self.config.trusted_keys)
+            self.add(folder, source_kind=source, manifest=manifest, replace=replace,
+                     digest=signed)
         except Exception as exc:  # one plugin never stops the others
             err = as_load_error(folder, exc)
             if err.plugin_id is None:
@@ -178,13 +181,15 @@ class Host:
              plugin_id: str | None = None, settings: Mapping[str, Any] | None = None,
              limits: Mapping[str, int] | None = None,
              grants: Iterable[str] = (), failure: str | None = None,
-             priority: int | None = None, replace: bool = False) -> Plugin | ExtismPlugin:
+             priority: int | None = None, replace: bool = False,
+             digest: str | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
 
         Config overrides (settings, limits, failure) apply by plugin id; grants
         from the config and recorded approvals apply only while the module's
         digest matches. `replace` swaps a loaded plugin of the same id for this
-        one (a reload): calls already running finish on the old one.
+        one (a reload): calls already running finish on the old one. `digest`
+        ("sha256:...") refuses a module whose bytes are not the ones expected.
         """
         plugin: Plugin | ExtismPlugin
         if isinstance(source, (Plugin, ExtismPlugin)):
@@ -201,6 +206,9 @@ class Host:
                 priority = over.priority
             plugin = self.runtime.load(source, plugin_id=pid, settings=merged_settings,
                                        limits=merged_limits, grants=grants, priority=priority)
+            if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
+                raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
+                                f"({digest[:19]}...)", plugin_id=plugin.id)
             grant = self.config.grants.get(plugin.id)
             if grant is not None:
                 if grant.digest == f"sha256:{plugin.module.info.digest}":

@@ -126,3 +126,31 @@ def test_public_key_text_is_parsed_strictly(text: str) -> None:
     if ok:
         assert text.startswith("ed25519:")
         assert len(base64.b64decode(text[8:], validate=True)) == 32
+
+
+def test_files_swapped_after_the_signature_check_are_refused(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from wasmext.errors import LoadError
+    from wasmext.lifecycle.bundle import verify_folder
+    from wasmext.manifest import load_folder
+
+    key = generate_key(tmp_path / "k.pem")
+    bundle = _bundle(tmp_path)
+    sign_bundle(bundle, tmp_path / "k.pem")
+    folder = install(bundle, tmp_path / "plugins", trusted=(key,), require_signature=True)
+    manifest = load_folder(folder)
+    signed = verify_folder(folder, manifest, (key,))
+    assert signed.startswith("sha256:")
+    # The manifest the host parsed is not the signed file's (swapped in between):
+    with pytest.raises(BundleDigestMismatch, match="changed while"):
+        verify_folder(folder, replace(manifest, priority=99), (key,))
+    # The module compiled is not the signed one (swapped after the check):
+    cfg = load_config(_config(tmp_path, [key]))
+    with Host(cfg) as host:
+        assert set(host.plugins) == {"kb"}
+        host.unload("kb")
+        atomic_write(folder / "kb.wasm", module("v2"))
+        with pytest.raises(LoadError, match="not the one expected"):
+            host.add(folder, digest=signed)
+        assert "kb" not in host.plugins

@@ -315,9 +315,12 @@ def install(path: Path, dest: Path, *, trusted: tuple[str, ...] = (),
     return target
 
 
-def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) -> None:
+def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) -> str:
     """For `require_signature`: the folder holds a signed digest manifest by a trusted
-    key, and its plugin.toml and module match it."""
+    key, and its plugin.toml (as `manifest` was parsed from) and module match it.
+
+    Returns the signed module digest ("sha256:..."): the loader compares it with the
+    bytes it compiled, so a module swapped after this check is refused too."""
     where = f"{folder.name[:120]} ({manifest.id})"
     try:
         manifest_bytes = (folder / MANIFEST_NAME).read_bytes()[:MAX_META_BYTES + 1]
@@ -339,3 +342,15 @@ def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) ->
         if not isinstance(entry, dict) or entry.get("sha256") != _sha256(data):
             raise BundleDigestMismatch(f"{where}: {name} does not match its signed digest",
                                        plugin_id=manifest.id)
+        if name == "plugin.toml" and _parsed(data, manifest.path) != manifest:
+            raise BundleDigestMismatch(f"{where}: plugin.toml changed while it was loaded",
+                                       plugin_id=manifest.id)
+    assert isinstance(listed, dict)
+    return f"sha256:{listed[manifest.wasm_name]['sha256']}"
+
+
+def _parsed(data: bytes, path: Path) -> Manifest | None:
+    try:
+        return parse_manifest(parse_text(data, max_bytes=MAX_META_BYTES), path)
+    except Exception:  # a different, unparsable file is simply not the same manifest
+        return None
