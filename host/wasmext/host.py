@@ -34,6 +34,7 @@ from wasmext.errors import (
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
+from wasmext.lifecycle import reload
 from wasmext.lifecycle.approvals import ApprovalStore
 from wasmext.manifest import Manifest, load_folder
 from wasmext.runtime import Runtime
@@ -217,10 +218,8 @@ class Host:
                     log.warning("plugin %s changed (digest %s); its grants apply to %s and are "
                                 "withheld until renewed", plugin.id, plugin.module.info.digest[:12],
                                 grant.digest[7:19])
-            approved = ApprovalStore.in_data_dir(self.config.data_dir).effective(
-                plugin.id, f"sha256:{plugin.module.info.digest}")
-            if approved:
-                plugin.set_grants(plugin.grants | approved)
+            plugin.set_grants(plugin.grants | ApprovalStore.in_data_dir(  # recorded grants
+                self.config.data_dir).effective(plugin.id, f"sha256:{plugin.module.info.digest}"))
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
@@ -285,15 +284,11 @@ class Host:
 
     def unload(self, plugin_id: str) -> bool:
         """Unload a plugin now: its tools and MCP servers go; True if it was loaded."""
-        from wasmext.lifecycle.reload import unload
+        return reload.unload(self, plugin_id)
 
-        return unload(self, plugin_id)
-
-    def rescan(self) -> Any:
-        """Pick up new, changed, removed, enabled and disabled plugins (a RescanReport)."""
-        from wasmext.lifecycle.reload import rescan
-
-        return rescan(self)
+    def rescan(self) -> reload.RescanReport:
+        """Pick up new, changed, removed, enabled and disabled plugins (docs/lifecycle.md)."""
+        return reload.rescan(self)
 
     # -- calling -------------------------------------------------------------------
 
