@@ -62,6 +62,8 @@ MAX_RATIO = 200  # uncompressed / compressed, for entries over RATIO_FLOOR
 RATIO_FLOOR = 2**20
 MAX_META_BYTES = 64 * 1024
 _DRIVE = re.compile(r"^[A-Za-z]:")
+# What a plugin folder holds: no hidden, control, bidi or look-alike characters.
+PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -137,8 +139,9 @@ def _check_entry(info: zipfile.ZipInfo, where: str) -> None:
         raise BundleDeviceEntry(f"{where}: entry {name[:80]!r} is a directory")
     if kind not in (0, stat.S_IFREG):
         raise BundleDeviceEntry(f"{where}: entry {name[:80]!r} is a device, fifo or socket")
-    if len(parts) > 1 or name in (".", ""):
-        raise BundleError(f"{where}: entry {name[:80]!r}: bundles hold plain file names only")
+    if len(parts) > 1 or not PLAIN_NAME.match(name):
+        raise BundleError(f"{where}: entry {name[:80]!r}: bundles hold plain file names only "
+                          f"(letters, digits, '.', '_', '-')")
     if info.flag_bits & 0x1:
         raise BundleError(f"{where}: entry {name[:80]!r} is encrypted")
 
