@@ -75,6 +75,13 @@ def test_a_broken_new_version_keeps_the_old_one_serving(tmp_path: Path) -> None:
         assert report.reloaded == [] and report.errors
         assert report.errors[-1].plugin_id == "one"
         assert host.try_call("one", "test", None)[0].value == "v1"  # type: ignore[union-attr]
+        (plugins / "one" / "plugin.toml").write_text('id = "one"\nversion = ')  # mid-edit
+        report = host.rescan()
+        assert report.removed == [] and report.errors
+        assert host.try_call("one", "test", None)[0].value == "v1"  # type: ignore[union-attr]
+        write_plugin(plugins, "one", "v2")  # the edit is finished
+        assert host.rescan().reloaded == ["one"]
+        assert host.try_call("one", "test", None)[0].value == "v2"  # type: ignore[union-attr]
 
 
 def test_reload_under_load_answers_every_call(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@
 - loads a folder that is new, or newly enabled;
 - unloads a plugin whose folder went away or that was disabled (its tools,
   event subscriptions and its own MCP servers go with it);
+- keeps a plugin serving while its folder is there but unreadable (a
+  plugin.toml being edited, say), reporting the error;
 - reloads a plugin whose module or plugin.toml changed. The new plugin gets a
   new instance pool and is swapped in with one assignment: a call that started
   on the old one finishes on it, a call that starts after the swap runs the new
@@ -151,13 +153,16 @@ def rescan(host: Host) -> RescanReport:
     with _rescan_lock:
         host.enable_state = EnableState(host.config)  # read again: another process may write
         wanted: dict[str, tuple[Path, Manifest, str]] = {}
+        broken: set[Path] = set()  # folders there but unreadable: what runs keeps running
         for found in discover(host.plugin_dirs):
             if found.error is not None:
                 report.errors.append(found.error)
+                broken.add(found.folder)
             elif found.manifest is not None and host.enable_state.is_enabled(found.manifest.id):
                 wanted[found.manifest.id] = (found.folder, found.manifest, found.source)
         for pid, lp in list(host.plugins.items()):
-            if lp.source in DISCOVERED and pid not in wanted:
+            if lp.source in DISCOVERED and pid not in wanted and \
+                    (lp.manifest is None or lp.manifest.path.parent not in broken):
                 unload(host, pid)
                 report.removed.append(pid)
         for pid, (folder, manifest, source) in wanted.items():
