@@ -129,19 +129,19 @@ def sign(bundle: Path, key: Path) -> None:
     click.echo(f"signed {bundle} with {public}")
 
 
-def _current_digest(cfg: HostConfig, plugin_id: str) -> tuple[str, Path]:
+def _current_digest(cfg: HostConfig, plugin_id: str) -> tuple[str, Path] | None:
+    """The digest of the installed module and its folder; None when not installed."""
     from wasmext.lifecycle.uninstall import find_folder
     from wasmext.manifest import load_folder
 
     folder = find_folder(cfg.plugin_dirs(), plugin_id)
     if folder is None:
-        _fail(ConfigError(f"plugin {plugin_id} is not installed", plugin_id=plugin_id),
-              EXIT_USAGE)
+        return None
     try:
         wasm = load_folder(folder).wasm_path.read_bytes()
-    except (OSError, WasmextError) as exc:
-        _fail(exc if isinstance(exc, WasmextError) else
-              ConfigError(f"plugin {plugin_id}: cannot read its module", plugin_id=plugin_id))
+    except OSError as exc:
+        raise ConfigError(f"plugin {plugin_id}: cannot read its module: {exc.strerror}",
+                          plugin_id=plugin_id) from exc
     return "sha256:" + hashlib.sha256(wasm).hexdigest(), folder
 
 
@@ -156,7 +156,14 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     from wasmext.lifecycle.approvals import ApprovalStore
 
     cfg = _config(_default_config(config))
-    digest, folder = _current_digest(cfg, plugin_id)
+    try:
+        found = _current_digest(cfg, plugin_id)
+    except WasmextError as err:
+        _fail(err)
+    if found is None:
+        _fail(ConfigError(f"plugin {plugin_id} is not installed", plugin_id=plugin_id),
+              EXIT_USAGE)
+    digest, folder = found
     who = by or getpass.getuser()
     ApprovalStore.in_data_dir(cfg.data_dir).grant(plugin_id, digest, list(capabilities), who,
                                                   str(folder))
@@ -170,16 +177,16 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
 def grants(as_json: bool, config: Path | None) -> None:
     """List recorded approvals, and whether each still matches the module's digest."""
     from wasmext.lifecycle.approvals import ApprovalStore
-    from wasmext.lifecycle.uninstall import find_folder
 
     cfg = _config(_default_config(config))
     rows: list[dict[str, Any]] = []
     for a in ApprovalStore.in_data_dir(cfg.data_dir).all():
-        folder = find_folder(cfg.plugin_dirs(), a.plugin_id)
-        status = "not installed"
-        if folder is not None:
-            current, _ = _current_digest(cfg, a.plugin_id)
-            status = "active" if current == a.digest else "withheld (module changed)"
+        try:
+            found = _current_digest(cfg, a.plugin_id)
+            status = ("not installed" if found is None else
+                      "active" if found[0] == a.digest else "withheld (module changed)")
+        except WasmextError:
+            status = "unreadable"
         rows.append({"plugin": a.plugin_id, "capability": a.capability, "digest": a.digest,
                      "by": a.by, "at": a.at, "status": status})
     if as_json:
