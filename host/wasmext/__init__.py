@@ -15,6 +15,7 @@ from wasmext._version import __version__
 from wasmext.config import HostConfig, load_config
 from wasmext.errors import (
     AbiMismatch,
+    BundleError,
     CapabilityDenied,
     ConfigError,
     EncodeError,
@@ -34,6 +35,8 @@ from wasmext.errors import (
     PluginError,
     PluginFault,
     Quarantined,
+    SignatureInvalid,
+    SignatureRequired,
     StackOverflow,
     Timeout,
     UnknownImport,
@@ -45,6 +48,8 @@ from wasmext.hooks.lifecycle import LifecycleResult
 from wasmext.hooks.pipeline import PipelineResult, Policy, load_policy, parse_policy
 from wasmext.hooks.transform import TransformResult
 from wasmext.host import Host
+from wasmext.lifecycle.reload import RescanReport
+from wasmext.lifecycle.watch import PluginWatcher
 from wasmext.manifest import Manifest, load_manifest
 from wasmext.runtime import Runtime
 from wasmext.sandbox.cache import CompileCache
@@ -61,6 +66,7 @@ __all__ = [
     "ABI_MAJOR",
     "ABI_MINOR",
     "AbiMismatch",
+    "BundleError",
     "CallContext",
     "CallResult",
     "CapabilityDenied",
@@ -95,13 +101,17 @@ __all__ = [
     "Plugin",
     "PluginError",
     "PluginFault",
+    "PluginWatcher",
     "Policy",
     "Prompt",
     "QuarantinePolicy",
     "Quarantined",
     "Registration",
+    "RescanReport",
     "Runtime",
     "Session",
+    "SignatureInvalid",
+    "SignatureRequired",
     "StackOverflow",
     "StateError",
     "StateUnavailable",
