@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
@@ -152,6 +152,9 @@ class MetricsServer:
         self.close()
 
 
+_Bound = tuple[Any, Any, Any]  # histogram, counter and fuel children of one label set
+
+
 class Metrics:
     """Thread-safe; one per host. `reservoir_size` bounds the samples kept per plugin."""
 
@@ -163,6 +166,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._plugins: dict[str, _Plugin] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
+        self._bound: dict[tuple[str, str, str], _Bound] = {}
         self.registrations = self._counter("extension.registration.total")
         self.callback_duration = self._histogram("extension.callback.duration_ms",
                                                  DURATION_BUCKETS_MS)
@@ -225,13 +229,31 @@ class Metrics:
                 stats.faults += 1
             stats.fuel += max(0, fuel or 0)
             self._sample(stats, ms)
-            hook = self._label("hook", plugin_id, hook)
-            outcome = self._label("outcome", plugin_id, outcome)
-        self.callback_duration.labels(callback_type=hook, extension_id=plugin_id).observe(ms)
-        self.callbacks.labels(callback_type=hook, extension_id=plugin_id,
-                              outcome=outcome).inc()
+            bound = self._bound.get((plugin_id, hook, outcome))
+            if bound is None:
+                bound = self._bind_callback(plugin_id, hook, outcome)
+        duration, count, consumed = bound
+        duration.observe(ms)
+        count.inc()
         if fuel:
-            self.fuel.labels(extension_id=plugin_id).inc(max(0, fuel))
+            consumed.inc(max(0, fuel))
+
+    def _bind_callback(self, plugin_id: str, hook: str, outcome: str) -> _Bound:
+        """The label children of one (plugin, hook, outcome), bound once (lock held).
+
+        `labels()` costs more than the hook call it records; children are kept
+        only for values under the label cap, so the table stays bounded.
+        """
+        hook_label = self._label("hook", plugin_id, hook)
+        outcome_label = self._label("outcome", plugin_id, outcome)
+        bound = (self.callback_duration.labels(callback_type=hook_label,
+                                               extension_id=plugin_id),
+                 self.callbacks.labels(callback_type=hook_label, extension_id=plugin_id,
+                                       outcome=outcome_label),
+                 self.fuel.labels(extension_id=plugin_id))
+        if hook_label == hook and outcome_label == outcome:
+            self._bound[(plugin_id, hook, outcome)] = bound
+        return bound
 
     def _sample(self, stats: _Plugin, ms: float) -> None:
         """Reservoir sampling (algorithm R): a uniform sample of every call so far."""
@@ -295,6 +317,8 @@ class Metrics:
             self._plugins.pop(plugin_id, None)
             for key in [k for k in self._labels if k[1] == plugin_id]:
                 del self._labels[key]
+            for bound in [k for k in self._bound if k[0] == plugin_id]:
+                del self._bound[bound]
 
     # -- reading -----------------------------------------------------------------------
 
