@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
 import wasmtime
 
-from wasmext import EngineConfig, ModuleCaps, ModuleTooLarge, Runtime
+from wasmext import CompileCache, EngineConfig, ModuleCaps, ModuleTooLarge, Runtime
 from wasmext.sandbox import module as module_mod
 from wasmext.sandbox.engine import shared_engine
 from wasmext.testing import guest_wat
@@ -67,3 +68,18 @@ def test_the_shared_entry_goes_with_its_last_plugin() -> None:
     del rt
     gc.collect()
     assert module_mod._lookup(engine, digest) is None
+
+
+def test_each_compile_cache_shares_its_own_loads(tmp_path: Path) -> None:
+    wasm = _wasm("cached")
+    first = CompileCache(tmp_path / "one", tmp_path / "one.key")
+    second = CompileCache(tmp_path / "two", tmp_path / "two.key")
+    with Runtime(cache=first) as rt, Runtime(cache=second) as rt2:
+        a = rt.load(wasm, plugin_id="one")
+        b = rt.load(wasm, plugin_id="two")
+        c = rt2.load(wasm, plugin_id="one")
+        assert a.module.module is b.module.module
+        assert c.module.module is not a.module.module
+        # Each cache wrote its own entry: the disk cache works as it did.
+        assert (first.misses, second.misses) == (1, 1)
+        assert list((tmp_path / "two").glob("*.cwasm"))

@@ -1,9 +1,11 @@
 """The imports every plugin is linked against, one Linker per engine.
 
 wasmtime calls these functions with no pointer back to our Python objects, so
-the instance that is running pushes itself on a per-thread stack before it
-enters the guest; a host call always belongs to the top of that stack (calls
-are synchronous, and a nested call into another plugin pushes again).
+the instance that is running opens its call-tree frame (`calltree.enter`, which
+records the instance as the frame's `guest`) before it enters the guest; a host
+call always belongs to the top of that per-thread stack (calls are synchronous,
+and a nested call into another plugin pushes again). One stack serves both the
+budgets and this lookup, so a call pays for one thread-local push, not two.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import wasmtime
 
-from wasmext.sandbox import wasi
+from wasmext.sandbox import calltree, wasi
 
 if TYPE_CHECKING:
     from wasmext.sandbox.engine import SharedEngine
 
-__all__ = ["GuestSide", "active", "linker_for"]
+__all__ = ["GuestSide", "linker_for"]
 
 
 class GuestSide(wasi.WasiGuest, Protocol):
@@ -30,24 +32,21 @@ class GuestSide(wasi.WasiGuest, Protocol):
     def on_log(self, level: int, ptr: int, length: int) -> None: ...
 
 
-class _Active(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[GuestSide] = []
-
-
-active = _Active()
+_tree = calltree._tree  # the per-thread frame stack, read directly on the hot path
 
 
 def _host_call(ptr: int, length: int) -> int:
-    return active.stack[-1].on_host_call(ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+    guest: GuestSide = _tree.stack[-1].guest  # type: ignore[union-attr]
+    return guest.on_host_call(ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
 
 
 def _log(level: int, ptr: int, length: int) -> None:
-    active.stack[-1].on_log(level, ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+    guest: GuestSide = _tree.stack[-1].guest  # type: ignore[union-attr]
+    guest.on_log(level, ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
 
 
 def _top() -> GuestSide:
-    return active.stack[-1]
+    return _tree.stack[-1].guest  # type: ignore[union-attr,no-any-return]
 
 
 def _signed64(value: int) -> int:

@@ -5,9 +5,10 @@ outside the ABI (no stub is ever linked that would trap later), lacks a
 required export, or exports one with another signature.
 
 Identical modules share one compiled module: loads of the same bytes on the
-same engine (same engine config) find the code, its ABI check and its
-pre-linked template by SHA-256 digest, and only the per-load checks (the
-runtime's module caps) run again. The entry lives as long as a plugin uses it.
+same engine (same engine config) through the same compile cache (one Runtime
+or Host has one) or with none find the code, its ABI check and its pre-linked
+template by SHA-256 digest, and only the per-load checks (the runtime's module
+caps) run again. The entry lives as long as a plugin uses it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import wasmtime
 
@@ -59,22 +61,29 @@ class _Compiled:
         self.module, self.shape, self.info, self.pre = module, shape, info, pre
 
 
-_shared: weakref.WeakKeyDictionary[SharedEngine, weakref.WeakValueDictionary[str, _Compiled]] = \
-    weakref.WeakKeyDictionary()
+_Tables = weakref.WeakKeyDictionary[SharedEngine, weakref.WeakValueDictionary[str, Any]]
+_uncached: _Tables = weakref.WeakKeyDictionary()  # loads without a compile cache
 _shared_lock = threading.Lock()
 
 
-def _lookup(engine: SharedEngine, digest: str) -> _Compiled | None:
+def _tables(cache: CompileCache | None) -> _Tables:
+    return _uncached if cache is None else cache.in_memory
+
+
+def _lookup(engine: SharedEngine, digest: str, cache: CompileCache | None = None
+            ) -> _Compiled | None:
     with _shared_lock:
-        table = _shared.get(engine)
+        table = _tables(cache).get(engine)
         return None if table is None else table.get(digest)
 
 
-def _keep(engine: SharedEngine, digest: str, compiled: _Compiled) -> _Compiled:
+def _keep(engine: SharedEngine, digest: str, compiled: _Compiled,
+          cache: CompileCache | None) -> _Compiled:
     """Share `compiled`, or the entry another thread stored first."""
     with _shared_lock:
-        table = _shared.setdefault(engine, weakref.WeakValueDictionary())
-        return table.setdefault(digest, compiled)
+        table = _tables(cache).setdefault(engine, weakref.WeakValueDictionary())
+        kept: _Compiled = table.setdefault(digest, compiled)
+        return kept
 
 
 class PluginModule:
@@ -88,7 +97,7 @@ class PluginModule:
             raise InvalidModule(f"{name}: not a WebAssembly binary (bad magic)")
         digest = hashlib.sha256(wasm).hexdigest()
         caps = caps or ModuleCaps()
-        shared = _lookup(self.engine, digest)
+        shared = _lookup(self.engine, digest, cache)
         if shared is None:
             shared = self._compile(wasm, digest, cache, caps)
         else:
@@ -113,7 +122,7 @@ class PluginModule:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
         info = self._check(module, digest, len(wasm), shape.table_minimums)
         pre = hostlink.linker_for(self.engine).instantiate_pre(module)
-        return _keep(self.engine, digest, _Compiled(module, shape, info, pre))
+        return _keep(self.engine, digest, _Compiled(module, shape, info, pre), cache)
 
     @classmethod
     def from_file(cls, path: Path, *, engine: SharedEngine | None = None,
