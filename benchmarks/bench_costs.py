@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +26,9 @@ import msgpack
 import wasmtime
 from bench_cases import Budget, Item
 from bench_guests import ECHO_HOOK
-from bench_timing import Case
+from bench_timing import Case, Skipped
 
-from wasmext import Runtime
+from wasmext import CompileCache, Runtime
 from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
 
 __all__ = ["COST_TARGETS", "CostTarget", "cost_cases"]
@@ -58,10 +60,12 @@ COST_TARGETS = [
                "tools.empty_schema", "tools.schema", 1.5),
     CostTarget("echo_100k", "100 KB echo vs pack+copy+unpack", "payload.floor_100k",
                "payload.echo_100k", 3.0),
-    CostTarget("shared_modules", "load 20 identical plugins vs one", "modules.load_1",
+    CostTarget("shared_modules", "load 20 pii-mask copies vs one", "modules.load_1",
                "modules.load_20", 3.0),
     CostTarget("asession", "awaited hook (asession) vs sync session", "layer.session_1",
                "layer.asession_1", 3.0),
+    CostTarget("asession_inline", "awaited hook, inline below budget, vs sync",
+               "layer.session_1", "layer.asession_inline_1", 1.5),
 ]
 
 _LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
@@ -138,6 +142,13 @@ def _layer(b: Budget, cleanup: list[Any]) -> list[Item]:
             items.append(Case("layer.asession_1", "await AsyncSession.on_plain_text, 1 plugin",
                               GROUP, lambda a=asess: loop.run_until_complete(
                                   a.on_plain_text("hi")), b.fresh, b.warm_fresh))
+            inline_cm = host.asession(inline_below_ms=1001)  # the no-op's budget: 1000 ms
+            inline = loop.run_until_complete(inline_cm.__aenter__())
+            cleanup.append(lambda a=inline_cm: loop.run_until_complete(
+                a.__aexit__(None, None, None)))
+            items.append(Case("layer.asession_inline_1", "the same, inline_below_ms=1001",
+                              GROUP, lambda a=inline: loop.run_until_complete(
+                                  a.on_plain_text("hi")), b.fresh, b.warm_fresh))
     return items
 
 
@@ -200,23 +211,36 @@ def _payload(rt: Runtime, b: Budget) -> list[Item]:
     return items
 
 
-def _modules(b: Budget) -> list[Item]:
-    wasm = _noop("test")
+def _modules(b: Budget, cleanup: list[Any]) -> list[Item]:
+    """Loading N copies of pii-mask from a warm compile cache, each time in a new Runtime."""
+    folder = ROOT / "plugins" / "pii-mask"
+    if not (folder / "pii-mask.wasm").is_file():
+        return [Skipped(f"modules.load_{n}", f"load {n} pii-mask copies", GROUP,
+                        "plugins/pii-mask is not built (make plugins)") for n in (1, 5, 20)]
+    cache_dir = Path(tempfile.mkdtemp(prefix="wasmext-bench-cache-"))
+    cleanup.append(lambda: shutil.rmtree(cache_dir, ignore_errors=True))
+
+    def cache() -> CompileCache:
+        return CompileCache(cache_dir / "modules", cache_dir / "key")
+
+    with Runtime(cache=cache()) as rt:  # warms the disk cache
+        _check("pii-mask", "@" not in str(rt.load(folder).call(
+            "on_plain_text", "mail a@b.example").value))
 
     def load(n: int) -> Callable[[], None]:
         def run() -> None:
-            with Runtime(cache=False) as rt:
+            with Runtime(cache=cache()) as rt:  # a new cache: nothing shared in memory yet
                 for i in range(n):
-                    rt.load(wasm, plugin_id=f"copy-{i}")
+                    rt.load(folder, plugin_id=f"copy-{i}")
         return run
 
-    return [Case(f"modules.load_{n}", f"load {n} identical plugin(s) (fresh Runtime)", GROUP,
+    return [Case(f"modules.load_{n}", f"load {n} pii-mask copies (warm disk cache)", GROUP,
                  load(n), max(20, b.python), b.warm_python) for n in (1, 5, 20)]
 
 
 def cost_cases(rt: Runtime, b: Budget, cleanup: list[Any]) -> list[Item]:
     return (_startup(b) + _layer(b, cleanup) + _hostcall(rt, b) + _tools(b, cleanup)
-            + _payload(rt, b) + _modules(b))
+            + _payload(rt, b) + _modules(b, cleanup))
 
 
 def cost_report(stats: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, Any]]]:

@@ -24,12 +24,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
 
 from wasmext.errors import CapabilityDenied, PluginError, PluginFault, Quarantined
+from wasmext.observe.callstats import CallCell, CallStats
 
 __all__ = [
     "METRICS", "PROMETHEUS_NAMES", "CallbackTimer", "Metrics", "MetricsServer", "PluginStats",
@@ -152,9 +153,6 @@ class MetricsServer:
         self.close()
 
 
-_Bound = tuple[Any, Any, Any]  # histogram, counter and fuel children of one label set
-
-
 class Metrics:
     """Thread-safe; one per host. `reservoir_size` bounds the samples kept per plugin."""
 
@@ -166,18 +164,18 @@ class Metrics:
         self._lock = threading.Lock()
         self._plugins: dict[str, _Plugin] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
-        self._bound: dict[tuple[str, str, str], _Bound] = {}
+        self._bound: dict[tuple[str, str, str], CallCell] = {}
         self.registrations = self._counter("extension.registration.total")
-        self.callback_duration = self._histogram("extension.callback.duration_ms",
-                                                 DURATION_BUCKETS_MS)
-        self.callbacks = self._counter("extension.callback.total")
+        # Hook calls: counted in plain integers, exposed on scrape (observe.callstats).
+        self._calls = CallStats(DURATION_BUCKETS_MS, {k: v[2] for k, v in METRICS.items()},
+                                self._lock)
+        self.registry.register(self._calls)
         self.state_operations = self._counter("extension.state.operations")
         self.state_size = self._histogram("extension.state.size_bytes", SIZE_BUCKETS_BYTES)
         _kind, labels, doc = METRICS["extension.state.current_bytes"]
         self.state_current = Gauge("extension_state_current_bytes", doc, labels,
                                    registry=self.registry)
         self.state_evictions = self._counter("extension.state.evictions")
-        self.fuel = self._counter("extension.fuel.consumed")
         self.host_calls = self._counter("extension.host_calls.total")
         self.events = self._counter("extension.events.total")
         self.events_dropped = self._counter("extension.events.dropped")
@@ -229,38 +227,30 @@ class Metrics:
                 stats.faults += 1
             stats.fuel += max(0, fuel or 0)
             self._sample(stats, ms)
-            bound = self._bound.get((plugin_id, hook, outcome))
-            if bound is None:
-                bound = self._bind_callback(plugin_id, hook, outcome)
-        duration, count, consumed = bound
-        duration.observe(ms)
-        count.inc()
-        if fuel:
-            consumed.inc(max(0, fuel))
+            cell = self._bound.get((plugin_id, hook, outcome))
+            if cell is None:
+                cell = self._bind_callback(plugin_id, hook, outcome)
+            self._calls.record(cell, ms, fuel or 0)
 
-    def _bind_callback(self, plugin_id: str, hook: str, outcome: str) -> _Bound:
-        """The label children of one (plugin, hook, outcome), bound once (lock held).
+    def _bind_callback(self, plugin_id: str, hook: str, outcome: str) -> CallCell:
+        """The series of one (plugin, hook, outcome), bound once (lock held).
 
-        `labels()` costs more than the hook call it records; children are kept
-        only for values under the label cap, so the table stays bounded.
+        Cells are kept only for values under the label cap, so the table stays
+        bounded however many hook names or outcomes a plugin makes up.
         """
         hook_label = self._label("hook", plugin_id, hook)
         outcome_label = self._label("outcome", plugin_id, outcome)
-        bound = (self.callback_duration.labels(callback_type=hook_label,
-                                               extension_id=plugin_id),
-                 self.callbacks.labels(callback_type=hook_label, extension_id=plugin_id,
-                                       outcome=outcome_label),
-                 self.fuel.labels(extension_id=plugin_id))
+        cell = self._calls.cell(plugin_id, hook_label, outcome_label)
         if hook_label == hook and outcome_label == outcome:
-            self._bound[(plugin_id, hook, outcome)] = bound
-        return bound
+            self._bound[(plugin_id, hook, outcome)] = cell
+        return cell
 
     def _sample(self, stats: _Plugin, ms: float) -> None:
         """Reservoir sampling (algorithm R): a uniform sample of every call so far."""
         if len(stats.reservoir) < self.reservoir_size:
             stats.reservoir.append(ms)
             return
-        slot = self._rng.randrange(stats.calls)
+        slot = int(self._rng.random() * stats.calls)  # uniform; randrange costs 3x more
         if slot < self.reservoir_size:
             stats.reservoir[slot] = ms
 
