@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import wasmtime
 
-from wasmext.sandbox import calltree, wasi
+from wasmext.sandbox import calltree, hosttramp, wasi
 
 if TYPE_CHECKING:
     from wasmext.sandbox.engine import SharedEngine
@@ -57,6 +57,7 @@ def _host_call_signed(ptr: int, length: int) -> int:
     return _signed64(_host_call(ptr, length))
 
 
+_FAST = True  # tests switch the fast trampoline off to pin the public-API path
 _linkers: weakref.WeakKeyDictionary[Any, wasmtime.Linker] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -69,8 +70,11 @@ def linker_for(engine: SharedEngine) -> wasmtime.Linker:
             i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
             linker = wasmtime.Linker(engine.engine)
             wasi.define(linker, _top)
-            linker.define_func("wasmext", "host_call", wasmtime.FuncType([i32, i32], [i64]),
-                               _host_call_signed)
-            linker.define_func("wasmext", "log", wasmtime.FuncType([i32, i32, i32], []), _log)
+            for name, ty, fn in (("host_call", wasmtime.FuncType([i32, i32], [i64]),
+                                  _host_call_signed),
+                                 ("log", wasmtime.FuncType([i32, i32, i32], []), _log)):
+                # The cached trampoline when this wasmtime is trusted, else the public API.
+                if not (_FAST and hosttramp.define(linker, "wasmext", name, ty, fn)):
+                    linker.define_func("wasmext", name, ty, fn)
             _linkers[engine] = linker
         return linker
