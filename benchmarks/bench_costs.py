@@ -106,6 +106,7 @@ def _startup(b: Budget) -> list[Item]:
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'host'}:{ROOT / 'cli'}"}
     runs = {"startup.pass": ([py, "-c", "pass"], "python -c pass (floor)"),
+            "startup.click": ([py, "-c", "import click"], "import click (what --help needs)"),
             "startup.import": ([py, "-c", "import wasmext"], "import wasmext"),
             "startup.help": ([py, "-c", "from wasmext_cli.main import main; main()", "--help"],
                              "wasmext --help")}

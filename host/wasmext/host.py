@@ -226,6 +226,9 @@ class Host:
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""
+        cached = self._order_cache.get(hook)  # every hook call asks: no lock for a hit
+        if cached is not None:
+            return cached
         with self._lock:
             cached = self._order_cache.get(hook)
             if cached is not None:
