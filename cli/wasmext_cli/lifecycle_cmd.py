@@ -7,12 +7,11 @@ import getpass
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from wasmext import HostConfig, WasmextError, load_config
-from wasmext.errors import ConfigError
+from wasmext.errors import ConfigError, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_USAGE,
@@ -25,10 +24,15 @@ from wasmext_cli.common import (
     _line,
 )
 
+if TYPE_CHECKING:
+    from wasmext.config import HostConfig
+
 BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _config(config: Path | None) -> HostConfig:
+    from wasmext.config import HostConfig, load_config  # here, so that `--help` starts fast
+
     try:
         return load_config(config) if config else HostConfig()
     except WasmextError as err:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
 import click
 
-from wasmext import WasmextError
+from wasmext.errors import WasmextError
 from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
 
 
@@ -32,6 +31,7 @@ def mcp() -> None:
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
           include_host_tools: bool, poll_interval: float, watch: bool) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
+    import logging  # here, so that `--help` starts fast
     from contextlib import nullcontext
 
     from wasmext.lifecycle.watch import PluginWatcher

@@ -251,6 +251,9 @@ class Host:
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""
+        cached = self._order_cache.get(hook)  # every hook call asks: no lock for a hit
+        if cached is not None:
+            return cached
         with self._lock:
             cached = self._order_cache.get(hook)
             if cached is not None:
@@ -392,11 +395,12 @@ class Host:
             self._state.end_session(session_id)
 
     def asession(self, session_id: str | None = None,
-                 state: Mapping[str, Any] | None = None) -> Any:
-        """`async with host.asession() as s:` — plugin calls run off the event loop."""
+                 state: Mapping[str, Any] | None = None, inline_below_ms: float = 0.0) -> Any:
+        """`async with host.asession() as s:` — plugin calls run off the event loop
+        (transform hooks whose plugins' timeouts sum below `inline_below_ms` run on it)."""
         from wasmext.aio import asession
 
-        return asession(self, session_id, state)
+        return asession(self, session_id, state, inline_below_ms)
 
     @contextmanager
     def session(self, session_id: str | None = None,
