@@ -12,10 +12,8 @@ import click
 
 from wasmext import Runtime, WasmextError
 from wasmext.sandbox.limits import Limits
-from wasmext_cli.build import BuildError, build_plugin
 from wasmext_cli.common import (
     CONFIG_OPT,
-    EXIT_FAULT,
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
@@ -25,6 +23,7 @@ from wasmext_cli.common import (
     _host,
     _line,
 )
+from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
 
 def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -124,20 +123,6 @@ def inspect(plugin: Path, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("plugins", nargs=-1, required=True,
-                type=click.Path(exists=True, file_okay=False, path_type=Path))
-def build(plugins: tuple[Path, ...]) -> None:
-    """Build each plugin folder (plugin.toml with a [build] table) into its .wasm."""
-    for folder in plugins:
-        try:
-            result = build_plugin(folder)
-        except (BuildError, WasmextError) as exc:
-            click.echo(f"wasmext: {exc}", err=True)
-            sys.exit(EXIT_FAULT)
-        click.echo(f"built {result.wasm} ({result.wasm.stat().st_size} bytes)")
-
-
-@main.command()
 def limits() -> None:
     """Print the default sandbox limits."""
     for name, value in Limits().as_dict().items():
@@ -211,8 +196,7 @@ def disable(plugin_id: str, config: Path | None) -> None:
 
 @main.command()
 @click.argument("name")
-@click.option("--lang", required=True, type=click.Choice(["c", "zig", "rust", "assemblyscript",
-                                                           "go"]))
+@click.option("--lang", required=True, type=click.Choice(SCAFFOLD_LANGUAGES))
 @click.option("--dir", "parent", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Where to create the project folder.")
@@ -225,7 +209,7 @@ def new(name: str, lang: str, parent: Path) -> None:
     except ScaffoldError as exc:
         click.echo(f"wasmext: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    click.echo(f"created {folder}\n  cd {folder} && wasmext build . && python -m pytest")
+    click.echo(f"created {folder}\n  cd {folder} && wasmext build && python -m pytest")
 
 
 from wasmext_cli.run_cmd import run, stats  # noqa: E402  (they use the helpers above)
@@ -238,3 +222,7 @@ main.add_command(state)
 from wasmext_cli.mcp_cmd import mcp  # noqa: E402
 
 main.add_command(mcp)
+
+from wasmext_cli.build_cmd import build  # noqa: E402
+
+main.add_command(build)
