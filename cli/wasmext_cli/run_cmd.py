@@ -46,6 +46,26 @@ def session_options(fn: F) -> F:
     return fn
 
 
+def _use_example(opts: dict[str, Any]) -> None:
+    """No transcript, config or plugins: the example session the wheel ships, with its
+    state in a temporary folder removed when the command ends."""
+    import dataclasses
+    import tempfile
+
+    from wasmext import Host, load_config
+    from wasmext_cli.example import example_root
+
+    root = example_root()
+    data = tempfile.TemporaryDirectory(prefix="wasmext-example-")
+    click.get_current_context().call_on_close(data.cleanup)
+    cfg = dataclasses.replace(load_config(root / "wasmext.toml"), data_dir=Path(data.name))
+    opts["transcript"] = root / "transcript.json"
+    opts["policy"] = opts["policy"] or root / "policy.toml"
+    opts["example_host"] = Host(cfg)
+    click.echo(f"(no wasmext.toml here: playing the example session shipped with wasmext, "
+               f"{root})", err=True)
+
+
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     from wasmext import load_policy
     from wasmext.agent import Agent
@@ -57,13 +77,19 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
                 raise click.UsageError("--model-url needs at least one --prompt")
             model: Any = OpenAIModel(opts["model_url"], opts["model_name"])
             turns, system = list(opts["prompts"]), "You are a helpful assistant."
+        elif opts["transcript"] is None and _default_config(opts["config"]) is None \
+                and not opts["plugin_dirs"]:
+            _use_example(opts)
+        if opts["model_url"]:
+            pass
         elif opts["transcript"] is not None:
             script = load_transcript(opts["transcript"])
             model, system = ReplayModel(script), script.system
             turns = [t["user"] for t in script.turns]
         else:
             raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
-        host = _host(_default_config(opts["config"]), opts["plugin_dirs"])
+        host = opts.get("example_host") or _host(_default_config(opts["config"]),
+                                                 opts["plugin_dirs"])
         routing = load_policy(opts["policy"]) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
