@@ -14,6 +14,7 @@ from wasmext import Runtime, WasmextError
 from wasmext.sandbox.limits import Limits
 from wasmext_cli.common import (
     CONFIG_OPT,
+    EXIT_FAULT,
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
@@ -23,6 +24,7 @@ from wasmext_cli.common import (
     _host,
     _line,
 )
+from wasmext_cli.group import WasmextGroup
 from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
 
@@ -39,7 +41,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=WasmextGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="wasmext")
 def main() -> None:
     """Run sandboxed WebAssembly plugins."""
@@ -61,7 +63,12 @@ def main() -> None:
 def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
          grants: tuple[str, ...], fuel: int | None, memory_mb: int | None,
          timeout_ms: int | None, show_log: bool) -> None:
-    """Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print its value as JSON."""
+    """Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print its value as JSON.
+
+    The plugin runs in a throwaway host: state lives in memory and events stay on an
+    in-process bus, both gone when the command ends; --grant state (or any other
+    capability) lets the plugin use them.
+    """
     try:
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
@@ -73,16 +80,23 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         limits["memory_bytes"] = memory_mb * 2**20
     if timeout_ms is not None:
         limits["timeout_ms"] = timeout_ms
-    with Runtime() as rt:
+    from wasmext_cli.call_host import throwaway_host
+
+    with throwaway_host() as host:
         try:
-            loaded = rt.load(plugin, limits=limits, settings=_parse_settings(settings),
-                             grants=grants)
-            result = loaded.call(hook, data)
+            loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings),
+                              grants=grants)
         except WasmextError as err:
             _fail(err)
+        try:
+            result = loaded.call(hook, data)
+        except WasmextError as err:
+            if getattr(err, "hook", None) is None:
+                err.hook = hook  # name the hook the user called, never "hook None"
+            _fail(err)
         finally:
-            if show_log and rt.plugins:
-                for line in next(iter(rt.plugins.values())).log.lines:
+            if show_log:
+                for line in loaded.log.lines:
                     click.echo(f"[{line.level}] {_line(line.text, 4096)}", err=True)
     # The hook's answer is data: not cut, but nothing in it can drive the terminal.
     click.echo(_dumps(result.value, cap=False))
@@ -134,12 +148,18 @@ def limits() -> None:
 @PLUGINS_OPT
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool) -> None:
-    """List loaded plugins and the effective order of every hook."""
+    """List loaded plugins and the effective order of every hook.
+
+    Plugins that did not load are named on stderr. Exit code: 0 when it listed
+    plugins (even if others had problems) or found none; 1 when every plugin it
+    found failed to load; 2 when the config cannot be read.
+    """
     # Plugins that did not load are printed below, one line each; the library's
     # own log lines about them would only repeat that on stderr.
     logging.getLogger("wasmext").addHandler(logging.NullHandler())
+    config = _default_config(config)
     try:
-        host = _host(_default_config(config), plugin_dirs)
+        host = _host(config, plugin_dirs)
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     with host:
@@ -159,7 +179,17 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
         click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
     for line in errors:
-        click.echo(f"not loaded: {_line(line)}", err=True)
+        click.echo(f"not loaded: {_line(line.removeprefix('wasmext: '))}", err=True)
+    if config is None and not plugin_dirs:
+        hint = " (./plugins exists: wasmext list --plugins plugins)" \
+            if Path("plugins").is_dir() else ""
+        click.echo(f"looked at no plugin folder: no ./wasmext.toml and no --plugins{hint}",
+                   err=True)
+    elif not plugins:
+        looked = ", ".join(str(d) for d in plugin_dirs) or f"the folders {config} names"
+        click.echo(f"no plugin loaded from {looked}", err=True)
+    if errors and not plugins:
+        sys.exit(EXIT_FAULT)
 
 
 def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
@@ -173,6 +203,16 @@ def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
         cfg = load_config(config) if config else HostConfig()
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
+    from wasmext.discovery import discover
+
+    # Only a plugin the config's folders hold: a typo must not be remembered (nor make
+    # the data folder) as if it were a plugin.
+    found = {d.manifest.id for d in discover(cfg.plugin_dirs()) if d.manifest is not None}
+    if plugin_id not in found:
+        where = ", ".join(str(d) for _, d in cfg.plugin_dirs()) or "none configured"
+        click.echo(f"wasmext: no plugin {plugin_id!r} in the plugin folders ({where})",
+                   err=True)
+        sys.exit(EXIT_FAULT)
     EnableState(cfg).set(plugin_id, enabled)
     click.echo(f"{plugin_id} {'enabled' if enabled else 'disabled'} "
                f"(saved in {EnableState(cfg).path})")

@@ -72,16 +72,14 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
 
     try:
+        if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
+                and _default_config(opts["config"]) is None:
+            _use_example(opts)
         if opts["model_url"]:
             if not opts["prompts"]:
                 raise click.UsageError("--model-url needs at least one --prompt")
             model: Any = OpenAIModel(opts["model_url"], opts["model_name"])
             turns, system = list(opts["prompts"]), "You are a helpful assistant."
-        elif opts["transcript"] is None and _default_config(opts["config"]) is None \
-                and not opts["plugin_dirs"]:
-            _use_example(opts)
-        if opts["model_url"]:
-            pass
         elif opts["transcript"] is not None:
             script = load_transcript(opts["transcript"])
             model, system = ReplayModel(script), script.system
