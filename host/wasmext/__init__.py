@@ -10,6 +10,8 @@ host-call limits and deny-by-default capabilities; every failure is a named
 error under `WasmextError`.
 """
 
+import logging
+
 from wasmext._abi import ABI_MAJOR, ABI_MINOR
 from wasmext._version import __version__
 from wasmext.config import HostConfig, load_config
@@ -56,6 +58,10 @@ from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registrat
 from wasmext.sandbox.wasmcheck import ModuleCaps
 from wasmext.session import Session, Trace, TraceEvent
 from wasmext.state import StateError, StateUnavailable
+
+# A library leaves logging to the application: without this, warnings would reach
+# stderr through logging's last-resort handler in programs that configure nothing.
+logging.getLogger("wasmext").addHandler(logging.NullHandler())
 
 __all__ = [
     "ABI_MAJOR",

@@ -11,6 +11,8 @@ entries of a hook, and `call`, which runs one plugin under its failure policy.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -131,6 +133,26 @@ class Host:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Host:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)  # closing joins threads: not on the loop
+
+    def tool(self, fn: Any = None, *, name: str | None = None,
+             description: str | None = None) -> Any:
+        """Register a Python function as a host tool: `@host.tool` or `@host.tool(name=...)`.
+        Schema from the type hints, description from the docstring, called by keyword."""
+        from wasmext.services.pytools import keyword_tool
+
+        def register(func: Any) -> Any:
+            schema, call = keyword_tool(func)
+            self.tools.register_python(name or func.__name__, call, input_schema=schema,
+                                       description=description or inspect.getdoc(func) or "")
+            return func
+
+        return register(fn) if fn is not None else register
 
     def state_store(self) -> StateStore:
         """The plugin state store, opened on first use (see the [state] config)."""
