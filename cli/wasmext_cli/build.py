@@ -1,7 +1,9 @@
 """Build a plugin folder into its .wasm with the toolchain its manifest names.
 
-The toolchains come from PyPI (`ziglang`), so a fresh machine builds every
-plugin after `pip install wasmext[build]`; nothing is downloaded at build time.
+C and Zig compile with the `ziglang` package (`pip install wasmext[build]`);
+the other languages' builders are named in languages.py. The SDKs come from
+the project's vendored ./wasmext-sdk, else $WASMEXT_SDK_DIR, else the copy
+the wheel carries (importlib.resources), else the checkout.
 """
 
 from __future__ import annotations

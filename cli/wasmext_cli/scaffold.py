@@ -1,9 +1,11 @@
 """`wasmext new NAME --lang L`: a plugin project that builds and passes its test.
 
 The project is the SDK's hello example (the one the cross-SDK suite runs in
-CI, so the template cannot rot) with its id changed, plus a pytest file and a
-README. Building is `wasmext build .`; plugin.toml's [build] table is the
-build file.
+CI, so the template cannot rot) with its id changed, a vendored copy of the
+SDK (./wasmext-sdk, which `wasmext build` compiles against), the language's
+own project files (scaffold_native.py), a .gitignore, a pytest file that uses
+only the public API, and a README. Building is `wasmext build`; plugin.toml's
+[build] table is the build file. The languages are the table in languages.py.
 """
 
 from __future__ import annotations
