@@ -144,3 +144,51 @@ def test_the_wheel_carries_every_sdk_and_py_typed(installed: Installed) -> None:
     assert (site / "wasmext" / "py.typed").is_file()
     assert (site / "wasmext_cli" / "py.typed").is_file()
     assert not list(site.joinpath("wasmext_cli", "_data").rglob("node_modules"))
+
+
+DOC = ROOT / "docs" / "getting-started-authors.md"
+NATIVE_TOOLS = {"cargo": "cargo (bash guest-sdks/rust/setup-toolchain.sh as root)",
+                "go": "Go (bash guest-sdks/go/setup-toolchain.sh as root)",
+                "npm": "node and npm (apt-get install nodejs npm)"}
+
+
+def doc_blocks(text: str) -> list[tuple[str, str]]:
+    """(kind, body) of each ```console and ```python block, in order; console bodies are
+    their `$ ` lines."""
+    blocks: list[tuple[str, str]] = []
+    kind, lines = "", []
+    for line in text.splitlines():
+        if line.startswith("```") and not kind:
+            kind, lines = line[3:].strip(), []
+        elif line.startswith("```"):
+            if kind == "console":
+                blocks.append((kind, "\n".join(ln[2:] for ln in lines if ln.startswith("$ "))))
+            elif kind == "python":
+                blocks.append((kind, "\n".join(lines)))
+            kind = ""
+        elif kind:
+            lines.append(line)
+    return blocks
+
+
+def test_the_authors_guide_runs_as_written(installed: Installed) -> None:
+    blocks = doc_blocks(DOC.read_text(encoding="utf-8"))
+    assert len(blocks) >= 5
+    everything = "\n".join(body for _, body in blocks)
+    for tool, hint in NATIVE_TOOLS.items():
+        if f"{tool} " in everything and shutil.which(tool, path=installed.env["PATH"]) is None:
+            pytest.skip(f"the guide uses {tool}; install {hint}")
+    wheel = next((installed.work.parent / "dist").glob("wasmext-*.whl"))
+    guide = installed.work.parent / "guide"
+    guide.mkdir()
+    for n, (kind, body) in enumerate(blocks):
+        if kind == "console":
+            script = body.replace("pip install 'wasmext[", f"pip install '{wheel}[")
+            proc = installed.run("bash", "-euo", "pipefail", "-c", script, cwd=guide)
+        else:
+            (guide / f"block{n}.py").write_text(body, encoding="utf-8")
+            proc = installed.run(str(installed.bin / "python"), f"block{n}.py", cwd=guide)
+        assert proc.returncode == 0, f"block {n}:\n{body}\n{proc.stdout}\n{proc.stderr}"
+        assert "Traceback" not in proc.stderr, body
+        if kind == "python":
+            assert "Hello, Ada!" in proc.stdout
