@@ -173,11 +173,14 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
     if as_json:
         _echo_json({"plugins": plugins, "order": order, "errors": errors})
         return
-    for p in plugins:
-        click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
-    for hook, entries in order.items():
-        chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
-        click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
+    from wasmext_cli.ui import print_list_table
+
+    if not print_list_table(plugins, order):  # a table on a terminal; plain lines otherwise
+        for p in plugins:
+            click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
+        for hook, entries in order.items():
+            chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
+            click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
     for line in errors:
         click.echo(f"not loaded: {_line(line.removeprefix('wasmext: '))}", err=True)
     if config is None and not plugin_dirs:

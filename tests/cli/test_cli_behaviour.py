@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,8 @@ from wasmext_cli.group import WasmextGroup
 
 ROOT = Path(__file__).resolve().parents[2]
 C_HELLO = ROOT / "guest-sdks" / "c" / "examples" / "hello"
+# An SGR sequence that sets a foreground or background colour (30-38, 40-48, 90-107).
+COLOUR = re.compile(rb"\x1b\[(?:\d+;)*(?:3[0-8]|4[0-8]|9[0-7]|10[0-7])(?:;[\d;]*)?m")
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -126,7 +130,7 @@ def test_list_says_what_it_looked_at_and_exits_by_outcome(tmp_path: Path) -> Non
 
 def test_call_with_a_grant_has_a_throwaway_state_store(tmp_path: Path) -> None:
     pytest.importorskip("ziglang", reason="the zig toolchain (pip install 'wasmext[build]')")
-    import shutil
+
 
     from wasmext_cli.build import build_plugin
 
@@ -150,7 +154,7 @@ def test_call_with_a_grant_has_a_throwaway_state_store(tmp_path: Path) -> None:
 @pytest.mark.parametrize("tty", [False, True])
 def test_progress_output_has_no_colour_under_no_color(tmp_path: Path, tty: bool) -> None:
     pytest.importorskip("ziglang", reason="the zig toolchain (pip install 'wasmext[build]')")
-    import shutil
+
 
     project = tmp_path / "hello"
     shutil.copytree(C_HELLO, project, ignore=shutil.ignore_patterns("*.wasm"))
@@ -178,8 +182,8 @@ def test_progress_output_has_no_colour_under_no_color(tmp_path: Path, tty: bool)
     finally:
         os.close(leader)
     assert proc2.returncode == 0
-    # Cursor movement is allowed on a terminal; colour (SGR 30-37/90-97/38) is not.
-    assert not any(code in seen for code in (b"\x1b[3", b"\x1b[9", b"\x1b[1;3"))
+    # Cursor movement and bold are allowed on a terminal; colour is not.
+    assert not COLOUR.search(seen)
 
 
 def test_shell_completion_script(tmp_path: Path) -> None:
@@ -193,3 +197,40 @@ def test_click_group_is_the_shared_one() -> None:
     from wasmext_cli.main import main
 
     assert isinstance(main, WasmextGroup) and isinstance(main, click.Group)
+
+
+def _on_a_terminal(args: list[str], cwd: Path, **extra: str) -> tuple[int, bytes]:
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "wasmext_cli", *args], cwd=cwd,
+                              env=env(TERM="xterm", COLUMNS="100", **extra), stdout=follower,
+                              stderr=subprocess.DEVNULL, timeout=300)
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+    return proc.returncode, seen
+
+
+def test_list_is_a_table_on_a_terminal_and_plain_in_a_pipe(tmp_path: Path) -> None:
+    pytest.importorskip("ziglang", reason="the zig toolchain (pip install 'wasmext[build]')")
+    from wasmext_cli.build import build_plugin
+
+    folder = tmp_path / "plugins" / "hello"
+    shutil.copytree(C_HELLO, folder, ignore=shutil.ignore_patterns("*.wasm"))
+    build_plugin(folder)
+    piped = cli("list", "--plugins", "plugins", cwd=tmp_path)
+    assert piped.returncode == 0 and piped.stdout.startswith("hello ")
+    assert "\x1b" not in piped.stdout
+    code, seen = _on_a_terminal(["list", "--plugins", "plugins"], tmp_path, NO_COLOR="1")
+    assert code == 0
+    assert "━".encode() in seen or "─".encode() in seen  # a rich table
+    assert b"hello(50)" in seen and not COLOUR.search(seen)  # no colour under NO_COLOR
