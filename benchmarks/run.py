@@ -318,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the per-language table to docs/sdk-figures.md")
     ap.add_argument("--build-sdk", action="store_true",
                     help="build conformance plugins that are not built yet (into a temp dir)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="also time remote stages over NATS and 1/2/4 workers (bench_cluster)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     env_before = [round(x, 2) for x in os.getloadavg()]
@@ -364,8 +366,17 @@ def main(argv: list[str] | None = None) -> int:
             if item.note:
                 entry["note"] = item.note
             doc["results"][item.key] = entry
+    cluster_report = None
+    if args.cluster:
+        from bench_cluster import measure
+        from bench_cluster import report as cluster_text
+
+        doc["cluster"] = measure(args.quick)
+        cluster_report = cluster_text(doc["cluster"])
     text = json.dumps(doc, indent=2)
     print(report(items, stats, rat, tg, notes))
+    if cluster_report is not None:
+        print(f"\n{cluster_report}")
     print()
     print(text)
     written = [RESULTS]

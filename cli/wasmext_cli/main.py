@@ -106,7 +106,13 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
 @click.argument("plugin", type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def inspect(plugin: Path, as_json: bool) -> None:
-    """Show what PLUGIN registered, its ABI version, size, digest and limits."""
+    """Show what PLUGIN (a folder, a .wasm, or a .wxb bundle) registered, its ABI
+    version, size, digest and limits."""
+    if plugin.suffix == ".wxb":  # checked and described, not installed
+        from wasmext_cli.lifecycle_cmd import inspect_bundle
+
+        inspect_bundle(plugin, as_json)
+        return
     with Runtime() as rt:
         try:
             info = rt.load(plugin).describe()
@@ -269,3 +275,15 @@ main.add_command(mcp)
 from wasmext_cli.build_cmd import build  # noqa: E402
 
 main.add_command(build)
+
+from wasmext_cli import lifecycle_cmd  # noqa: E402
+
+for command in (lifecycle_cmd.pack, lifecycle_cmd.install, lifecycle_cmd.uninstall,
+                lifecycle_cmd.keygen, lifecycle_cmd.sign, lifecycle_cmd.grant,
+                lifecycle_cmd.grants, lifecycle_cmd.revoke):
+    main.add_command(command)
+
+from wasmext_cli.nats_cmd import nats, worker  # noqa: E402
+
+main.add_command(worker)
+main.add_command(nats)

@@ -27,9 +27,14 @@ def mcp() -> None:
 @click.option("--include-host-tools", is_flag=True, help="Also list the host's Python tools.")
 @click.option("--poll", "poll_interval", type=click.FloatRange(0), default=1.0,
               show_default=True, help="Seconds between tool-set change checks (0: off).")
+@click.option("--watch/--no-watch", default=True, show_default=True,
+              help="Rescan plugins when their folders or enable state change.")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
-          include_host_tools: bool, poll_interval: float) -> None:
+          include_host_tools: bool, poll_interval: float, watch: bool) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
+    from contextlib import nullcontext
+
+    from wasmext.lifecycle.watch import PluginWatcher
     from wasmext.mcp.server import serve_http, serve_stdio
 
     # stdout is the protocol channel on stdio: everything else goes to stderr.
@@ -42,7 +47,7 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         _fail(err)
     for problem in host.load_errors:
         click.echo(f"wasmext: {problem.describe()}", err=True)
-    with host:
+    with host, (PluginWatcher(host) if watch else nullcontext()):
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,

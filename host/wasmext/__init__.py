@@ -17,6 +17,7 @@ from wasmext._version import __version__
 from wasmext.config import HostConfig, load_config
 from wasmext.errors import (
     AbiMismatch,
+    BundleError,
     CapabilityDenied,
     ConfigError,
     EncodeError,
@@ -36,6 +37,8 @@ from wasmext.errors import (
     PluginError,
     PluginFault,
     Quarantined,
+    SignatureInvalid,
+    SignatureRequired,
     StackOverflow,
     Timeout,
     UnknownImport,
@@ -47,6 +50,8 @@ from wasmext.hooks.lifecycle import LifecycleResult
 from wasmext.hooks.pipeline import PipelineResult, Policy, load_policy, parse_policy
 from wasmext.hooks.transform import TransformResult
 from wasmext.host import Host
+from wasmext.lifecycle.reload import RescanReport
+from wasmext.lifecycle.watch import PluginWatcher
 from wasmext.manifest import Manifest, load_manifest
 from wasmext.runtime import Runtime
 from wasmext.sandbox.cache import CompileCache
@@ -67,6 +72,7 @@ __all__ = [
     "ABI_MAJOR",
     "ABI_MINOR",
     "AbiMismatch",
+    "BundleError",
     "CallContext",
     "CallResult",
     "CapabilityDenied",
@@ -101,13 +107,17 @@ __all__ = [
     "Plugin",
     "PluginError",
     "PluginFault",
+    "PluginWatcher",
     "Policy",
     "Prompt",
     "QuarantinePolicy",
     "Quarantined",
     "Registration",
+    "RescanReport",
     "Runtime",
     "Session",
+    "SignatureInvalid",
+    "SignatureRequired",
     "StackOverflow",
     "StateError",
     "StateUnavailable",

@@ -12,7 +12,6 @@ entries of a hook, and `call`, which runs one plugin under its failure policy.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from wasmext.discovery import as_load_error, discover
 from wasmext.errors import (
     ConfigError,
     HookAborted,
+    LoadError,
     PluginError,
     PluginFault,
     Quarantined,
@@ -35,6 +35,8 @@ from wasmext.errors import (
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
+from wasmext.lifecycle import reload
+from wasmext.lifecycle.approvals import ApprovalStore
 from wasmext.manifest import Manifest, load_folder
 from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
@@ -42,6 +44,7 @@ from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
+from wasmext.services.pytools import host_tool
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
@@ -87,6 +90,7 @@ class Host:
         install_state(self.runtime.services, self.state_store, self.observe.metrics)
         self.mcp: McpClients | None = None
         dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
+        self.plugin_dirs = dirs  # what rescan() looks at again
         for found in discover(dirs):
             if found.error is not None:
                 self.load_errors.append(found.error)
@@ -140,19 +144,7 @@ class Host:
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.close)  # closing joins threads: not on the loop
 
-    def tool(self, fn: Any = None, *, name: str | None = None,
-             description: str | None = None) -> Any:
-        """Register a Python function as a host tool: `@host.tool` or `@host.tool(name=...)`.
-        Schema from the type hints, description from the docstring, called by keyword."""
-        from wasmext.services.pytools import keyword_tool
-
-        def register(func: Any) -> Any:
-            schema, call = keyword_tool(func)
-            self.tools.register_python(name or func.__name__, call, input_schema=schema,
-                                       description=description or inspect.getdoc(func) or "")
-            return func
-
-        return register(fn) if fn is not None else register
+    tool = host_tool  # `@host.tool` or `@host.tool(name=..., description=...)`: see pytools
 
     def state_store(self) -> StateStore:
         """The plugin state store, opened on first use (see the [state] config)."""
@@ -175,12 +167,19 @@ class Host:
 
     # -- loading -------------------------------------------------------------------
 
-    def _load_folder(self, folder: Path, manifest: Manifest, source: str) -> None:
+    def _load_folder(self, folder: Path, manifest: Manifest, source: str,
+                     replace: bool = False) -> None:
         if not self.enable_state.is_enabled(manifest.id):
             log.info("plugin %s is disabled", manifest.id)
             return
         try:
-            self.add(folder, source_kind=source, manifest=manifest)
+            signed = None
+            if self.config.require_signature:  # before any of its code is compiled
+                from wasmext.lifecycle.bundle import verify_folder
+
+                signed = verify_folder(folder, manifest, self.config.trusted_keys)
+            self.add(folder, source_kind=source, manifest=manifest, replace=replace,
+                     digest=signed)
         except Exception as exc:  # one plugin never stops the others
             err = as_load_error(folder, exc)
             if err.plugin_id is None:
@@ -193,11 +192,15 @@ class Host:
              plugin_id: str | None = None, settings: Mapping[str, Any] | None = None,
              limits: Mapping[str, int] | None = None,
              grants: Iterable[str] = (), failure: str | None = None,
-             priority: int | None = None) -> Plugin | ExtismPlugin:
+             priority: int | None = None, replace: bool = False,
+             digest: str | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
 
         Config overrides (settings, limits, failure) apply by plugin id; grants
-        from the config apply only while the module's digest matches.
+        from the config and recorded approvals apply only while the module's
+        digest matches. `replace` swaps a loaded plugin of the same id for this
+        one (a reload): calls already running finish on the old one. `digest`
+        ("sha256:...") refuses a module whose bytes are not the ones expected.
         """
         plugin: Plugin | ExtismPlugin
         if isinstance(source, (Plugin, ExtismPlugin)):
@@ -214,6 +217,9 @@ class Host:
                 priority = over.priority
             plugin = self.runtime.load(source, plugin_id=pid, settings=merged_settings,
                                        limits=merged_limits, grants=grants, priority=priority)
+            if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
+                raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
+                                f"({digest[:19]}...)", plugin_id=plugin.id)
             grant = self.config.grants.get(plugin.id)
             if grant is not None:
                 if grant.digest == f"sha256:{plugin.module.info.digest}":
@@ -222,13 +228,16 @@ class Host:
                     log.warning("plugin %s changed (digest %s); its grants apply to %s and are "
                                 "withheld until renewed", plugin.id, plugin.module.info.digest[:12],
                                 grant.digest[7:19])
+            plugin.set_grants(plugin.grants | ApprovalStore.in_data_dir(  # recorded grants
+                self.config.data_dir).effective(plugin.id, f"sha256:{plugin.module.info.digest}"))
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
         if isinstance(plugin, Plugin):
             plugin.meter = True
         with self._lock:
-            if plugin.id in self.plugins and self.plugins[plugin.id].plugin is not plugin:
+            old = self.plugins.get(plugin.id)
+            if old is not None and old.plugin is not plugin and not replace:
                 raise ConfigError(f"plugin id {plugin.id!r} is already loaded",
                                   plugin_id=plugin.id)
             try:  # its tools are `{id}__*`: nobody else may own that prefix
@@ -237,9 +246,13 @@ class Host:
                 raise ConfigError(f"plugin {plugin.id} not loaded: its tools would be named "
                                   f"{plugin.id}__*, and {err.message}",
                                   plugin_id=plugin.id) from err
-            lp = LoadedPlugin(plugin, source_kind, len(self.plugins), manifest, policy)
-            self.plugins[plugin.id] = lp
+            lp = LoadedPlugin(plugin, source_kind,
+                              old.load_index if old is not None else len(self.plugins),
+                              manifest, policy)
+            self.plugins[plugin.id] = lp  # one assignment: a call sees old or new, never half
             self._order_cache.clear()
+        if old is not None and old.plugin is not plugin:
+            self.observe.unloaded(plugin.id)
         self.observe.loaded(lp)
         for problem in self.tools.register_plugin(lp):
             log.error("%s", problem)
@@ -275,17 +288,17 @@ class Host:
         self.enable_state.set(plugin_id, True)
 
     def disable(self, plugin_id: str) -> None:
-        """Disable a plugin (persisted) and unload it now."""
+        """Disable a plugin (persisted) and unload it now (its MCP servers stop)."""
         self.enable_state.set(plugin_id, False)
-        with self._lock:
-            lp = self.plugins.pop(plugin_id, None)
-            if lp is not None:
-                lp.plugin.close()
-            self._order_cache.clear()
-        if lp is not None:
-            self.tools.drop_owner(f"plugin:{plugin_id}")
-            self.tools.release(f"plugin:{plugin_id}")
-            self.observe.unloaded(plugin_id)
+        self.unload(plugin_id)
+
+    def unload(self, plugin_id: str) -> bool:
+        """Unload a plugin now: its tools and MCP servers go; True if it was loaded."""
+        return reload.unload(self, plugin_id)
+
+    def rescan(self) -> reload.RescanReport:
+        """Pick up new, changed, removed, enabled and disabled plugins (docs/lifecycle.md)."""
+        return reload.rescan(self)
 
     # -- calling -------------------------------------------------------------------
 

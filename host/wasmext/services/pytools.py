@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, create_model
 
 from wasmext.errors import ConfigError
 
-__all__ = ["keyword_tool"]
+if TYPE_CHECKING:
+    from wasmext.services.tools import ToolRegistry
+
+__all__ = ["host_tool", "keyword_tool", "tool_decorator"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,3 +51,24 @@ def keyword_tool(fn: Callable[..., Any]) -> tuple[dict[str, Any], Callable[[dict
         return fn(**{name: getattr(parsed, name) for name in fields})
 
     return schema, call
+
+
+def tool_decorator(registry: ToolRegistry, fn: Any = None, *, name: str | None = None,
+                   description: str | None = None) -> Any:
+    """Register a Python function as a host tool: `@host.tool` or `@host.tool(name=...)`.
+    Schema from the type hints, description from the docstring, called by keyword; the
+    function is returned unchanged."""
+
+    def register(func: Callable[..., Any]) -> Callable[..., Any]:
+        schema, call = keyword_tool(func)
+        registry.register_python(name or func.__name__, call, input_schema=schema,
+                                 description=description or inspect.getdoc(func) or "")
+        return func
+
+    return register(fn) if fn is not None else register
+
+
+def host_tool(host: Any, fn: Any = None, *, name: str | None = None,
+              description: str | None = None) -> Any:
+    """`Host.tool`: the decorator over the host's tool registry."""
+    return tool_decorator(host.tools, fn, name=name, description=description)
