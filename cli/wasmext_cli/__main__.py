@@ -1,3 +1,3 @@
 from wasmext_cli.main import main
 
-main()
+main(prog_name="wasmext")

@@ -1,7 +1,9 @@
 """Build a plugin folder into its .wasm with the toolchain its manifest names.
 
-The toolchains come from PyPI (`ziglang`), so a fresh machine builds every
-plugin after `pip install wasmext[build]`; nothing is downloaded at build time.
+C and Zig compile with the `ziglang` package (`pip install wasmext[build]`);
+the other languages' builders are named in languages.py. The SDKs come from
+the project's vendored ./wasmext-sdk, else $WASMEXT_SDK_DIR, else the copy
+the wheel carries (importlib.resources), else the checkout.
 """
 
 from __future__ import annotations
@@ -13,16 +15,22 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from wasmext.manifest import BuildSpec, load_folder
+from wasmext_cli.build_errors import first_error
+from wasmext_cli.languages import LANGUAGES as REGISTRY
 
 SDK_ENV = "WASMEXT_SDK_DIR"
 ZIG_INSTALL_HINT = "pip install 'wasmext[build]'   (installs the ziglang toolchain)"
 
 
 class BuildError(Exception):
-    """A plugin could not be built; the message says why and what to do."""
+    """A plugin could not be built; the message (one line) says why and what to do."""
+
+    detail: str = ""  # the compiler's whole output, for --verbose
 
 
 class ToolchainMissing(BuildError):
@@ -37,11 +45,26 @@ class BuildResult:
 
 
 def sdk_root() -> Path:
-    """Where the guest SDKs live: $WASMEXT_SDK_DIR, else the source checkout."""
+    """Where the guest SDKs live: $WASMEXT_SDK_DIR (an override), else the copy the wheel
+    carries as package data, else the source checkout this module runs from."""
     env = os.environ.get(SDK_ENV)
     if env:
         return Path(env)
+    shipped = Path(str(resources.files("wasmext_cli") / "_data" / "guest-sdks"))
+    if shipped.is_dir():
+        return shipped
     return Path(__file__).resolve().parents[2] / "guest-sdks"
+
+
+VENDORED_SDK = "wasmext-sdk"
+
+
+def sdk_for(lang: str, plugin_dir: Path | None = None) -> Path:
+    """The SDK a plugin builds against: the copy its project vendors (`wasmext new` puts one
+    in ./wasmext-sdk) when there is one, else the installed SDK of `lang`."""
+    if plugin_dir is not None and (plugin_dir / VENDORED_SDK).is_dir():
+        return plugin_dir / VENDORED_SDK
+    return sdk_root() / lang
 
 
 def _zig() -> list[str]:
@@ -54,7 +77,7 @@ def _zig() -> list[str]:
 
 
 def c_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
-    sdk = sdk_root() / "c"
+    sdk = sdk_for("c", plugin_dir)
     sdk_sources = sorted(str(p) for p in (sdk / "src").glob("*.c"))
     return [
         *_zig(), "cc", "--target=wasm32-wasi", "-mexec-model=reactor",
@@ -71,7 +94,7 @@ def c_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
 
 
 def zig_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
-    sdk = sdk_root() / "zig" / "src" / "wasmext.zig"
+    sdk = sdk_for("zig", plugin_dir) / "src" / "wasmext.zig"
     root = plugin_dir / spec.sources[0]
     return [
         *_zig(), "build-exe", "-target", "wasm32-wasi", "-fno-entry", "-rdynamic",
@@ -83,52 +106,93 @@ def zig_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
 
 # A language's build: the commands to run in order (the last writes `out`).
 StepsFn = Callable[[BuildSpec, Path, Path], list[list[str]]]
-COMMANDS: dict[str, StepsFn] = {
-    "c": lambda spec, d, out: [c_command(spec, d, out)],
-    "zig": lambda spec, d, out: [zig_command(spec, d, out)],
-}
-# Other languages live in wasmext_cli/build_<lang>.py, each exposing
-# `commands(spec, plugin_dir, out) -> list[list[str]]` (raising ToolchainMissing
-# with the install command when its toolchain is absent).
-LANGUAGES = ("c", "zig", "rust", "assemblyscript", "go", "extism-assemblyscript")
+
+
+def c_steps(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    return [c_command(spec, plugin_dir, out)]
+
+
+def zig_steps(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    return [zig_command(spec, plugin_dir, out)]
+
+
+# Every language, its builder and its scaffold: the table in languages.py.
+LANGUAGES = tuple(REGISTRY)
+
+
+def resolve(ref: str) -> Any:
+    """"module:attribute" from the language table, imported on first use."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def commands_for(lang: str) -> StepsFn | None:
-    if lang in COMMANDS:
-        return COMMANDS[lang]
-    if lang not in LANGUAGES:
+    entry = REGISTRY.get(lang)
+    if entry is None:
         return None
-    try:
-        module = importlib.import_module(f"wasmext_cli.build_{lang.replace('-', '_')}")
-    except ModuleNotFoundError:
-        return None
-    fn: StepsFn = module.commands
+    fn: StepsFn = resolve(entry.builder)
     return fn
 
 
-def build_plugin(plugin_dir: Path, out_dir: Path | None = None) -> BuildResult:
-    """Build the plugin in `plugin_dir`; the .wasm lands beside plugin.toml."""
+Progress = Callable[[str], None]
+
+
+def _step_name(cmd: list[str]) -> str:
+    """What a step runs, for the progress line: the tool, not the interpreter or `env`."""
+    args = [a for a in cmd if "=" not in a or a.startswith("-")] if cmd[0] == "env" else cmd
+    if Path(args[0]).name == "env":
+        args = args[1:]
+    if args[0] == sys.executable and len(args) > 2 and args[1] == "-m":
+        return " ".join(args[2:4]).removeprefix("wasmext_cli.")
+    return " ".join([Path(args[0]).name, *args[1:2]])
+
+
+def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
+                 progress: Progress | None = None, verbose: Progress | None = None) -> BuildResult:
+    """Build the plugin in `plugin_dir`; the .wasm lands beside plugin.toml.
+
+    `progress` hears one short line before each step; `verbose` each command and the
+    compiler's full output. A failed step raises BuildError whose message is one line
+    (plugin, step, the compiler's first error) and whose `detail` is the whole output.
+    """
     manifest = load_folder(plugin_dir)  # the folder rules, before resolving any symlink
     plugin_dir = plugin_dir.resolve()
     spec = manifest.build
+    where = plugin_dir / "plugin.toml"
     if spec is None:
-        raise BuildError(f"{plugin_dir / 'plugin.toml'}: no [build] table")
+        raise BuildError(f"plugin {manifest.id}: {where}: no [build] table")
     make_steps = commands_for(spec.lang)
     if make_steps is None:
-        raise BuildError(f"{plugin_dir / 'plugin.toml'}: build.lang {spec.lang!r} is not one of "
-                         f"{', '.join(LANGUAGES)}")
+        raise BuildError(f"plugin {manifest.id}: {where}: build.lang {spec.lang!r} is not one "
+                         f"of {', '.join(LANGUAGES)}")
+    for source in spec.sources:
+        if not (plugin_dir / source).is_file():
+            raise BuildError(f"plugin {manifest.id}: {where}: build.sources names {source!r}, "
+                             "which is not a file in the plugin folder")
     out = (out_dir or plugin_dir) / manifest.wasm_name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".wasm.tmp")
-    steps = make_steps(spec, plugin_dir, tmp)
+    try:
+        steps = make_steps(spec, plugin_dir, tmp)
+    except BuildError as exc:
+        raise type(exc)(f"plugin {manifest.id}: {exc}") from exc
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
-    for cmd in steps:
+    for n, cmd in enumerate(steps, 1):
+        if progress is not None:
+            progress(f"{manifest.id}: {spec.lang} step {n}/{len(steps)} ({_step_name(cmd)})")
+        if verbose is not None:
+            verbose("$ " + " ".join(cmd))
         proc = subprocess.run(cmd, cwd=plugin_dir, env=env, capture_output=True, text=True)
+        output = "\n".join(part for part in (proc.stderr.strip(), proc.stdout.strip()) if part)
+        if verbose is not None and output:
+            verbose(output)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
-            detail = (proc.stderr.strip() or proc.stdout.strip())[-4000:]
-            raise BuildError(f"building {manifest.id} failed ({cmd[0]}):\n{detail}")
+            err = BuildError(f"plugin {manifest.id}: building {', '.join(spec.sources)} "
+                             f"failed: {first_error(output)}")
+            err.detail = output[-20000:]
+            raise err
     shutil.move(tmp, out)
     return BuildResult(plugin_dir, out, tuple(steps[-1]))

@@ -63,12 +63,26 @@ def toolchain(sdk: Path) -> tuple[str, Path]:
 
 
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
-    sdk = sdk_dir()
-    node, asc = toolchain(sdk)
-    return [[
+    """A project with its own package.json (as `wasmext new` makes) compiles with the
+    `asc` its node_modules holds, running `npm install` first when that is missing;
+    a bare plugin folder uses the SDK's compiler."""
+    if (plugin_dir / "package.json").is_file():
+        modules = plugin_dir / "node_modules"
+        node, npm = shutil.which("node"), shutil.which("npm")
+        if node is None or npm is None:
+            raise ToolchainMissing("the AssemblyScript toolchain needs node (18 or newer) and "
+                                   "npm on PATH; install them with: apt-get install nodejs npm")
+        asc = modules / "assemblyscript" / "bin" / "asc.js"
+        steps = [] if asc.is_file() and (modules / PACKAGE).exists() else \
+            [[npm, "install", "--no-audit", "--no-fund", "--ignore-scripts"]]
+    else:
+        sdk = sdk_dir()
+        node, asc_bin = toolchain(sdk)
+        modules, asc, steps = sdk / "node_modules", asc_bin, []
+    return [*steps, [
         node, str(asc),
         *spec.sources,  # relative to plugin_dir (the cwd): their names stay path-free
-        "--path", str(sdk / "node_modules"),
+        "--path", str(modules),
         *FLAGS,
         "--outFile", str(out),
     ]]

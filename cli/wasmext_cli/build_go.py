@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from wasmext.manifest import BuildSpec
-from wasmext_cli.build import BuildError, ToolchainMissing, sdk_root
+from wasmext_cli.build import BuildError, ToolchainMissing, sdk_for, sdk_root
 
 GO_MIN = (1, 24)
 SDK_MODULE = "wasmext.dev/wasmext"
@@ -127,7 +127,7 @@ def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
     go = toolchain()
     work = work_dir(plugin_dir)
     prepare = [sys.executable, "-m", "wasmext_cli.build_go", "prepare", str(work),
-               str(plugin_dir), str(sdk_dir()), *spec.sources]
+               str(plugin_dir), str(sdk_for("go", plugin_dir)), *spec.sources]
     build = ["env", *go_env(), go, "build", "-C", str(work), *FLAGS, "-o", str(out.resolve()),
              "."]
     return [prepare, build]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from wasmext.manifest import BuildSpec
 
-from .build import ToolchainMissing, sdk_root
+from .build import ToolchainMissing, sdk_for, sdk_root
 
 TARGET = "wasm32-unknown-unknown"
 DEFAULT_RUSTC = "/usr/bin/rustc"
@@ -130,7 +130,7 @@ def plugin_command(exe: str, spec: BuildSpec, plugin_dir: Path, rlib: Path,
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
     """The SDK rlib (cached), then the plugin module written to `out`."""
     exe = rustc()
-    sdk = sdk_dir()
+    sdk = sdk_for("rust", plugin_dir)
     rlib = rlib_path(exe, sdk)
     step_sdk = [sys.executable, "-m", "wasmext_cli.build_rust", "--sdk-rlib", str(rlib),
                 "--rustc", exe, "--sdk", str(sdk)]

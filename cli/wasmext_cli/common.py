@@ -50,7 +50,9 @@ def _echo_json(value: Any, indent: int | None = 2) -> None:
 
 
 def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
-    click.echo(f"wasmext: {err.describe()}", err=True)  # describe() is one clean line
+    from wasmext_cli.group import error_line
+
+    click.echo(error_line(err), err=True)  # one clean line, "wasmext: " once
     sys.exit(code)
 
 

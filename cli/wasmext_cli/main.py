@@ -22,6 +22,8 @@ from wasmext_cli.common import (
     _host,
     _line,
 )
+from wasmext_cli.group import WasmextGroup
+from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
 
 def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -37,7 +39,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=WasmextGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="wasmext")
 def main() -> None:
     """Run sandboxed WebAssembly plugins."""
@@ -59,7 +61,12 @@ def main() -> None:
 def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
          grants: tuple[str, ...], fuel: int | None, memory_mb: int | None,
          timeout_ms: int | None, show_log: bool) -> None:
-    """Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print its value as JSON."""
+    """Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print its value as JSON.
+
+    The plugin runs in a throwaway host: state lives in memory and events stay on an
+    in-process bus, both gone when the command ends; --grant state (or any other
+    capability) lets the plugin use them.
+    """
     try:
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
@@ -71,18 +78,23 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         limits["memory_bytes"] = memory_mb * 2**20
     if timeout_ms is not None:
         limits["timeout_ms"] = timeout_ms
-    from wasmext.runtime import Runtime  # here, so that `--help` starts fast
+    from wasmext_cli.call_host import throwaway_host
 
-    with Runtime() as rt:
+    with throwaway_host() as host:
         try:
-            loaded = rt.load(plugin, limits=limits, settings=_parse_settings(settings),
-                             grants=grants)
-            result = loaded.call(hook, data)
+            loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings),
+                              grants=grants)
         except WasmextError as err:
             _fail(err)
+        try:
+            result = loaded.call(hook, data)
+        except WasmextError as err:
+            if getattr(err, "hook", None) is None:
+                err.hook = hook  # name the hook the user called, never "hook None"
+            _fail(err)
         finally:
-            if show_log and rt.plugins:
-                for line in next(iter(rt.plugins.values())).log.lines:
+            if show_log:
+                for line in loaded.log.lines:
                     click.echo(f"[{line.level}] {_line(line.text, 4096)}", err=True)
     # The hook's answer is data: not cut, but nothing in it can drive the terminal.
     click.echo(_dumps(result.value, cap=False))
@@ -131,22 +143,6 @@ def inspect(plugin: Path, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("plugins", nargs=-1, required=True,
-                type=click.Path(exists=True, file_okay=False, path_type=Path))
-def build(plugins: tuple[Path, ...]) -> None:
-    """Build each plugin folder (plugin.toml with a [build] table) into its .wasm."""
-    from wasmext_cli.build import BuildError, build_plugin
-
-    for folder in plugins:
-        try:
-            result = build_plugin(folder)
-        except (BuildError, WasmextError) as exc:
-            click.echo(f"wasmext: {exc}", err=True)
-            sys.exit(EXIT_FAULT)
-        click.echo(f"built {result.wasm} ({result.wasm.stat().st_size} bytes)")
-
-
-@main.command()
 def limits() -> None:
     """Print the default sandbox limits."""
     from wasmext.sandbox.limits import Limits
@@ -160,14 +156,20 @@ def limits() -> None:
 @PLUGINS_OPT
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool) -> None:
-    """List loaded plugins and the effective order of every hook."""
+    """List loaded plugins and the effective order of every hook.
+
+    Plugins that did not load are named on stderr. Exit code: 0 when it listed
+    plugins (even if others had problems) or found none; 1 when every plugin it
+    found failed to load; 2 when the config cannot be read.
+    """
     # Plugins that did not load are printed below, one line each; the library's
     # own log lines about them would only repeat that on stderr.
     import logging  # here, so that `--help` starts fast
 
     logging.getLogger("wasmext").addHandler(logging.NullHandler())
+    config = _default_config(config)
     try:
-        host = _host(_default_config(config), plugin_dirs)
+        host = _host(config, plugin_dirs)
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     with host:
@@ -181,13 +183,26 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
     if as_json:
         _echo_json({"plugins": plugins, "order": order, "errors": errors})
         return
-    for p in plugins:
-        click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
-    for hook, entries in order.items():
-        chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
-        click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
+    from wasmext_cli.ui import print_list_table
+
+    if not print_list_table(plugins, order):  # a table on a terminal; plain lines otherwise
+        for p in plugins:
+            click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
+        for hook, entries in order.items():
+            chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
+            click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
     for line in errors:
-        click.echo(f"not loaded: {_line(line)}", err=True)
+        click.echo(f"not loaded: {_line(line.removeprefix('wasmext: '))}", err=True)
+    if config is None and not plugin_dirs:
+        hint = " (./plugins exists: wasmext list --plugins plugins)" \
+            if Path("plugins").is_dir() else ""
+        click.echo(f"looked at no plugin folder: no ./wasmext.toml and no --plugins{hint}",
+                   err=True)
+    elif not plugins:
+        looked = ", ".join(str(d) for d in plugin_dirs) or f"the folders {config} names"
+        click.echo(f"no plugin loaded from {looked}", err=True)
+    if errors and not plugins:
+        sys.exit(EXIT_FAULT)
 
 
 def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
@@ -201,6 +216,16 @@ def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
         cfg = load_config(config) if config else HostConfig()
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
+    from wasmext.discovery import discover
+
+    # Only a plugin the config's folders hold: a typo must not be remembered (nor make
+    # the data folder) as if it were a plugin.
+    found = {d.manifest.id for d in discover(cfg.plugin_dirs()) if d.manifest is not None}
+    if plugin_id not in found:
+        where = ", ".join(str(d) for _, d in cfg.plugin_dirs()) or "none configured"
+        click.echo(f"wasmext: no plugin {plugin_id!r} in the plugin folders ({where})",
+                   err=True)
+        sys.exit(EXIT_FAULT)
     EnableState(cfg).set(plugin_id, enabled)
     click.echo(f"{plugin_id} {'enabled' if enabled else 'disabled'} "
                f"(saved in {EnableState(cfg).path})")
@@ -224,8 +249,7 @@ def disable(plugin_id: str, config: Path | None) -> None:
 
 @main.command()
 @click.argument("name")
-@click.option("--lang", required=True, type=click.Choice(["c", "zig", "rust", "assemblyscript",
-                                                           "go"]))
+@click.option("--lang", required=True, type=click.Choice(SCAFFOLD_LANGUAGES))
 @click.option("--dir", "parent", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Where to create the project folder.")
@@ -238,7 +262,7 @@ def new(name: str, lang: str, parent: Path) -> None:
     except ScaffoldError as exc:
         click.echo(f"wasmext: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    click.echo(f"created {folder}\n  cd {folder} && wasmext build . && python -m pytest")
+    click.echo(f"created {folder}\n  cd {folder} && wasmext build && python -m pytest")
 
 
 from wasmext_cli.run_cmd import run, stats  # noqa: E402  (they use the helpers above)
@@ -251,6 +275,10 @@ main.add_command(state)
 from wasmext_cli.mcp_cmd import mcp  # noqa: E402
 
 main.add_command(mcp)
+
+from wasmext_cli.build_cmd import build  # noqa: E402
+
+main.add_command(build)
 
 from wasmext_cli import lifecycle_cmd  # noqa: E402
 

@@ -9,6 +9,7 @@ import click
 
 from wasmext.errors import WasmextError
 from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
+from wasmext_cli.group import error_line
 
 
 @click.group()
@@ -46,7 +47,7 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
     except WasmextError as err:
         _fail(err)
     for problem in host.load_errors:
-        click.echo(f"wasmext: {problem.describe()}", err=True)
+        click.echo(error_line(problem), err=True)  # "wasmext: " once
     with host, (PluginWatcher(host) if watch else nullcontext()):
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         if port is None:

@@ -12,6 +12,7 @@ import click
 
 from wasmext import WasmextError
 from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
+from wasmext_cli.group import error_line
 
 NATS_OPT = click.option("--nats", "url", default="nats://127.0.0.1:4222", show_default=True,
                         help="The NATS server to connect to.")
@@ -40,7 +41,7 @@ def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix:
     try:
         host = _host(_default_config(config), plugin_dirs)
         for problem in host.load_errors:
-            click.echo(f"wasmext: {problem.describe()}", err=True)
+            click.echo(error_line(problem), err=True)  # "wasmext: " once
         with host:
             served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name)
             if not served.stages:

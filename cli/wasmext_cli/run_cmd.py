@@ -45,12 +45,35 @@ def session_options(fn: F) -> F:
     return fn
 
 
+def _use_example(opts: dict[str, Any]) -> None:
+    """No transcript, config or plugins: the example session the wheel ships, with its
+    state in a temporary folder removed when the command ends."""
+    import dataclasses
+    import tempfile
+
+    from wasmext import Host, load_config
+    from wasmext_cli.example import example_root
+
+    root = example_root()
+    data = tempfile.TemporaryDirectory(prefix="wasmext-example-")
+    click.get_current_context().call_on_close(data.cleanup)
+    cfg = dataclasses.replace(load_config(root / "wasmext.toml"), data_dir=Path(data.name))
+    opts["transcript"] = root / "transcript.json"
+    opts["policy"] = opts["policy"] or root / "policy.toml"
+    opts["example_host"] = Host(cfg)
+    click.echo(f"(no wasmext.toml here: playing the example session shipped with wasmext, "
+               f"{root})", err=True)
+
+
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     from wasmext import load_policy
     from wasmext.agent import Agent
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
 
     try:
+        if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
+                and _default_config(opts["config"]) is None:
+            _use_example(opts)
         if opts["model_url"]:
             if not opts["prompts"]:
                 raise click.UsageError("--model-url needs at least one --prompt")
@@ -62,7 +85,8 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
             turns = [t["user"] for t in script.turns]
         else:
             raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
-        host = _host(_default_config(opts["config"]), opts["plugin_dirs"])
+        host = opts.get("example_host") or _host(_default_config(opts["config"]),
+                                                 opts["plugin_dirs"])
         routing = load_policy(opts["policy"]) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)

@@ -1,9 +1,11 @@
 """`wasmext new NAME --lang L`: a plugin project that builds and passes its test.
 
 The project is the SDK's hello example (the one the cross-SDK suite runs in
-CI, so the template cannot rot) with its id changed, plus a pytest file and a
-README. Building is `wasmext build .`; plugin.toml's [build] table is the
-build file.
+CI, so the template cannot rot) with its id changed, a vendored copy of the
+SDK (./wasmext-sdk, which `wasmext build` compiles against), the language's
+own project files (scaffold_native.py), a .gitignore, a pytest file that uses
+only the public API, and a README. Building is `wasmext build`; plugin.toml's
+[build] table is the build file. The languages are the table in languages.py.
 """
 
 from __future__ import annotations
@@ -16,19 +18,21 @@ from pathlib import Path
 
 from wasmext.files import atomic_write, fsync_dir
 from wasmext.manifest import ID_RE
-from wasmext_cli.build import LANGUAGES, sdk_root
+from wasmext_cli.build import VENDORED_SDK, resolve, sdk_root
+from wasmext_cli.languages import LANGUAGES, SCAFFOLD_LANGUAGES
 
 __all__ = ["ScaffoldError", "new_plugin"]
 
 SKIP = {".wasm", ".tmp"}
 SKIP_DIRS = {"node_modules", "zig-cache", ".zig-cache", "target", "__pycache__"}
 
-TEST = '''"""The scaffolded plugin builds and answers its hook (run: pytest)."""
+TEST = '''"""{id} builds and answers its hook. Run `python -m pytest` in this folder
+(with `pip install 'wasmext[test]'`); it uses only wasmext's public API."""
 
 from pathlib import Path
 
 from wasmext import Runtime
-from wasmext_cli.build import build_plugin
+from wasmext.testing import build_plugin
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,22 +41,45 @@ def test_greet() -> None:
     build_plugin(HERE)
     with Runtime(cache=False) as rt:
         plugin = rt.load(HERE)
-        assert plugin.call("greet", "Ada").value == "Hello, Ada!"
-        assert plugin.call("greet", "Ada").changed
+        answer = plugin.call("greet", "Ada")
+        assert answer.value == "Hello, Ada!"
+        assert answer.changed
 '''
+
+PYTEST_INI = """[pytest]
+norecursedirs = wasmext-sdk node_modules target .zig-cache zig-out .git
+"""
 
 README = '''# {id}
 
 A wasmext plugin in {lang}, scaffolded by `wasmext new`.
 
-    wasmext build .                          # compile to {id}.wasm
-    wasmext call . greet --data '"Ada"'      # "Hello, Ada!"
-    python -m pytest                          # build and test
+    pip install 'wasmext[build,test]'          # the CLI, the zig toolchain, pytest
+    wasmext build                              # compile to {id}.wasm
+    wasmext inspect .                          # what it registered
+    wasmext call . greet --data '"Ada"'        # "Hello, Ada!"
+    python -m pytest                           # build and test
 
 Hook `greet` takes a name and answers "<greeting>, <name>!"; the `greeting`
-setting (default "Hello") changes the first word. See the SDK's README for
-the API: guest-sdks/{lang}/README.md in the wasmext repository.
+setting (default "Hello") changes the first word.
+
+`plugin.toml` names the plugin and its [build]; `wasmext-sdk/` is the {lang}
+guest SDK this project builds against (a vendored copy: update it by
+replacing the folder). Its README describes the API.{native}
 '''
+
+NATIVE = {
+    "rust": "\n\n`Cargo.toml` makes this a cargo project: `cargo check` and rust-analyzer "
+            "work here.",
+    "go": "\n\n`go.mod` requires the SDK module (replaced by ./wasmext-sdk): `go vet ./...` "
+          "works.",
+    "assemblyscript": "\n\n`package.json` lists the SDK and the compiler: `npm install` "
+                      "fetches them (`wasmext build` runs it when node_modules is missing).",
+    "zig": "\n\n`build.zig` builds the same module with `zig build` (zig-out/bin/).",
+    "c": "\n\n`compile_flags.txt` points clangd at the SDK header.",
+}
+# The SDK parts a project does not need in its vendored copy.
+VENDOR_SKIP = {"examples", "conformance", "tests", "setup-toolchain.sh", "package-lock.json"}
 
 
 class ScaffoldError(Exception):
@@ -63,17 +90,20 @@ def new_plugin(name: str, lang: str, parent: Path) -> Path:
     if not ID_RE.match(name):
         raise ScaffoldError(f"{name!r} is not a plugin id: lowercase letters, digits and "
                             "hyphens, 1-64 characters")
-    if lang not in LANGUAGES:
-        raise ScaffoldError(f"--lang must be one of {', '.join(LANGUAGES)}")
-    template = sdk_root() / lang / "examples" / "hello"
+    if lang not in SCAFFOLD_LANGUAGES:
+        raise ScaffoldError(f"--lang must be one of {', '.join(SCAFFOLD_LANGUAGES)}")
+    entry = LANGUAGES[lang]
+    sdk = sdk_root() / str(entry.sdk)
+    template = sdk / entry.template
     if not (template / "plugin.toml").is_file():
         raise ScaffoldError(f"no {lang} template at {template}")
+    if not parent.is_dir():
+        raise ScaffoldError(f"--dir {parent}: no such folder (create it first)")
     target = parent / name
     if target.exists():
         raise ScaffoldError(f"{target} already exists")
     # Made in a hidden folder beside the target and renamed into place: a killed
     # `wasmext new` leaves no half project that a second run would refuse.
-    parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent))
     try:
         project = work / name
@@ -86,8 +116,16 @@ def new_plugin(name: str, lang: str, parent: Path) -> Path:
         text = re.sub(r'(?m)^description\s*=\s*"[^"]*"',
                       f'description = "{name}: a wasmext plugin in {lang}."', text, count=1)
         atomic_write(manifest, text)
-        atomic_write(project / f"test_{name.replace('-', '_')}.py", TEST)
-        atomic_write(project / "README.md", README.format(id=name, lang=lang))
+        shutil.copytree(sdk, project / VENDORED_SDK, ignore=lambda d, names: [
+            n for n in names if Path(n).suffix in SKIP or n in SKIP_DIRS
+            or (Path(d) == sdk and n in VENDOR_SKIP)])
+        files = {f"test_{name.replace('-', '_')}.py": TEST.format(id=name),
+                 "pytest.ini": PYTEST_INI,
+                 "README.md": README.format(id=name, lang=lang, native=NATIVE.get(lang, ""))}
+        if entry.project is not None:
+            files.update(resolve(entry.project)(name, project))
+        for rel, content in files.items():
+            atomic_write(project / rel, content)
         _sync_tree(project)
         if target.exists():
             raise ScaffoldError(f"{target} already exists")

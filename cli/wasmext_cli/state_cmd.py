@@ -33,6 +33,8 @@ def _scope(plugin: str, session: str | None) -> Any:
         raise click.BadParameter(err.message) from err
 
 
+FORMAT_BY_SUFFIX: dict[str, Literal["msgpack", "json"]] = {
+    ".json": "json", ".msgpack": "msgpack", ".mpk": "msgpack", ".msgpck": "msgpack"}
 SESSION_OPT = click.option("--session", help="The session (default: the plugin-global scope).")
 
 
@@ -86,7 +88,10 @@ def rm(config: Path | None, session: str | None, plugin: str, key: str) -> None:
     """Delete one key."""
     with _store(_default_config(config)) as store:
         existed = store.delete(_scope(plugin, session), key)
-    click.echo("deleted" if existed else "no such key")
+    if not existed:  # like `state get`: a missing key is a failure a script can see
+        click.echo(f"wasmext: no key {key!r} for {_scope(plugin, session)}", err=True)
+        sys.exit(1)
+    click.echo("deleted")
 
 
 @state.command("export")
@@ -96,7 +101,13 @@ def rm(config: Path | None, session: str | None, plugin: str, key: str) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="File to write (default: standard output).")
 def export(config: Path | None, fmt: Literal["msgpack", "json"], output: Path | None) -> None:
-    """Write every entry (for backups and moves between backends)."""
+    """Write every entry (for backups and moves between backends).
+
+    MessagePack is binary: it goes to a file (-o) or a pipe, never to a terminal.
+    """
+    if output is None and fmt == "msgpack" and sys.stdout.isatty():
+        raise click.UsageError("refusing to write binary MessagePack to a terminal; "
+                               "use -o FILE, a pipe, or --format json")
     with _store(_default_config(config)) as store:
         data = store.export_state(fmt)
     if output is None:
@@ -110,13 +121,19 @@ def export(config: Path | None, fmt: Literal["msgpack", "json"], output: Path | 
 
 @state.command("import")
 @CONFIG_OPT
-@click.option("--format", "fmt", type=click.Choice(["msgpack", "json"]), default="msgpack",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["msgpack", "json"]), default=None,
+              help="Default: from SOURCE's extension (.json, .msgpack/.mpk).")
 @click.option("--replace", is_flag=True, help="Drop existing state of the imported plugins.")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def import_(config: Path | None, fmt: Literal["msgpack", "json"], replace: bool,
+def import_(config: Path | None, fmt: Literal["msgpack", "json"] | None, replace: bool,
             source: Path) -> None:
     """Load entries written by `wasmext state export`."""
+    if fmt is None:
+        fmt = FORMAT_BY_SUFFIX.get(source.suffix.lower())
+        if fmt is None:
+            raise click.BadParameter(f"cannot tell the format of {source.name!r} from its "
+                                     "extension; give --format json or msgpack",
+                                     param_hint="--format")
     with _store(_default_config(config)) as store:
         try:
             count = store.import_state(source.read_bytes(), fmt, replace=replace)

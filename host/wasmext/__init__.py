@@ -13,6 +13,7 @@ error under `WasmextError`.
 # Importing the package loads nothing heavy: each public name is imported from
 # its module on first use (PEP 562), so `import wasmext` and the CLI's `--help`
 # start fast and a program pays only for the layers it touches.
+import logging
 from typing import TYPE_CHECKING, Any
 
 from wasmext._version import __version__
@@ -68,6 +69,10 @@ if TYPE_CHECKING:  # the names as mypy and editors see them
     from wasmext.sandbox.wasmcheck import ModuleCaps
     from wasmext.session import Session, Trace, TraceEvent
     from wasmext.state import StateError, StateUnavailable
+
+# A library leaves logging to the application: without this, warnings would reach
+# stderr through logging's last-resort handler in programs that configure nothing.
+logging.getLogger("wasmext").addHandler(logging.NullHandler())
 
 __all__ = [
     "ABI_MAJOR",

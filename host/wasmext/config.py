@@ -66,7 +66,7 @@ from wasmext.cluster.registry import RemoteExtension, parse_registry
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write
 from wasmext.lifecycle.signing import is_public_key
-from wasmext.manifest import FAILURE_POLICIES, ID_RE
+from wasmext.manifest import FAILURE_POLICIES, ID_RE, type_problems
 from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.mcp.config import need as _need
 from wasmext.mcp.config import table as _table
@@ -145,9 +145,28 @@ def _limits(raw: Any, base: Limits, path: Path | None, fld: str) -> Limits:
         raise ConfigError(f"{path or 'config'}: field '{fld}': {exc}") from exc
 
 
+_PLUGIN_TYPES = {"settings": dict[str, Any], "priority": int, "limits": dict[str, int],
+                 "failure": str}
+CONFIG_TYPES: dict[str, Any] = {
+    "host": {"data_dir": str, "hooks": bool, "auto_enable": bool, "default_timeout_ms": int},
+    "plugins": {"user_dir": str, "workspace_dir": str, "enabled": list[str],
+                "disabled": list[str]},
+    "limits": dict[str, Any], "grants": dict[str, dict[str, Any]],
+    "state": {"backend": str, "url": str}, "mcp": dict[str, Any],
+    "plugin": dict[str, dict[str, Any]],
+}
+
+
 def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfig:
     unknown = sorted(set(data) - _SECTIONS)
     _need(not unknown, path, unknown[0] if unknown else "", "unknown section")
+    problems = type_problems(CONFIG_TYPES, data)
+    for pid, over in (data.get("plugin") or {}).items() if isinstance(data.get("plugin"),
+                                                                      dict) else ():
+        problems += type_problems(_PLUGIN_TYPES, over, f"plugin.{pid}.")
+    if problems:  # every type problem at once, each naming its field
+        raise ConfigError(f"{path or 'config'}: "
+                          + "; ".join(f"field '{f}': {w}" for f, w in problems))
     base = path.parent if path else Path.cwd()
 
     def where(raw: Any, fld: str) -> Path:

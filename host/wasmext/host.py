@@ -11,6 +11,7 @@ entries of a hook, and `call`, which runs one plugin under its failure policy.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -43,6 +44,7 @@ from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
+from wasmext.services.pytools import host_tool
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
@@ -96,35 +98,11 @@ class Host:
                 self._load_folder(found.folder, found.manifest, found.source)
 
     def start_mcp(self) -> McpClients | None:
-        """Connect the configured MCP servers; their tools join `self.tools`."""
-        from wasmext.mcp.client import McpClients, ServerSpec  # the SDK loads only when used
+        """Connect the configured MCP servers and those plugins bring under their
+        grants; their tools join `self.tools`."""
+        from wasmext.hostmcp import start_mcp
 
-        wanted = list(self.config.mcp_servers)
-        for lp in self.plugins.values():
-            for server in lp.manifest.mcp_servers if lp.manifest else ():
-                if f"mcp-server:{server.name}" not in lp.plugin.grants:
-                    self.load_errors.append(ConfigError(
-                        f"plugin {lp.id} asks for MCP server {server.name!r} without the grant "
-                        f"'mcp-server:{server.name}'", plugin_id=lp.id))
-                elif any(w.name == server.name for w in wanted):
-                    self.load_errors.append(ConfigError(
-                        f"plugin {lp.id}: MCP server name {server.name!r} is taken",
-                        plugin_id=lp.id))
-                else:
-                    try:
-                        self.tools.claim(server.name, f"mcp:{server.name}")
-                    except ConfigError as err:
-                        self.load_errors.append(ConfigError(
-                            f"plugin {lp.id}: MCP server {server.name!r}: {err.message}",
-                            plugin_id=lp.id))
-                        continue
-                    wanted.append(server)
-        specs = [ServerSpec.from_config(c) for c in wanted]
-        if not self.config.mcp_enabled or not specs or self.mcp is not None:
-            return self.mcp
-        self.mcp = McpClients(self.tools)
-        self.mcp.start(specs)
-        return self.mcp
+        return start_mcp(self)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Host:
@@ -135,6 +113,14 @@ class Host:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Host:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)  # closing joins threads: not on the loop
+
+    tool = host_tool  # `@host.tool` or `@host.tool(name=..., description=...)`: see pytools
 
     def state_store(self) -> StateStore:
         """The plugin state store, opened on first use (see the [state] config)."""

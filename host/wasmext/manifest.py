@@ -80,6 +80,56 @@ class Manifest:
         return self.path.parent / self.wasm_name
 
 
+# What pydantic's strict error types mean, said the way the rest of the checks say it.
+_TYPE_WORDS = {"int_type": "must be an integer", "bool_type": "must be true or false",
+               "string_type": "must be a string", "list_type": "must be an array",
+               "dict_type": "must be a table", "model_type": "must be a table",
+               "model_attributes_type": "must be a table", "missing": "is required",
+               "float_type": "must be a number"}
+
+
+_CHECKERS: dict[int, Any] = {}  # the specs are module constants, so their ids are stable
+
+
+def type_problems(fields: Mapping[str, Any], data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Every type problem of `data` against `fields` (name -> type, or a nested mapping for
+    a table), all at once, as (dotted field, "must be ..."). Strict: "1" is no integer.
+    Keys not in `fields` are left to the detailed checks that follow."""
+    from pydantic import ConfigDict, ValidationError, create_model
+
+    def model(spec: Mapping[str, Any], name: str) -> Any:
+        cols: dict[str, Any] = {}
+        for key, kind in spec.items():
+            required = key.endswith("!")
+            key = key.rstrip("!")
+            typ = model(kind, f"{name}_{key}") if isinstance(kind, Mapping) else kind
+            cols[key] = (typ, ... if required else None)
+        return create_model(name, __config__=ConfigDict(strict=True, extra="allow"), **cols)
+
+    checker = _CHECKERS.get(id(fields))
+    if checker is None:  # building a model costs milliseconds: once per spec
+        checker = _CHECKERS[id(fields)] = model(fields, "Checked")
+    try:
+        checker.model_validate(data)
+    except ValidationError as exc:
+        out = []
+        for err in exc.errors():
+            fld = ".".join(str(part) for part in err["loc"])
+            word = _TYPE_WORDS.get(err["type"], str(err["msg"]).lower())
+            out.append((prefix + fld, word))
+        return out
+    return []
+
+
+MANIFEST_TYPES: dict[str, Any] = {
+    "id!": str, "version!": str, "description": str, "abi": int, "priority": int,
+    "wasm": str, "limits": dict[str, int], "capabilities": list[str],
+    "settings": dict[str, dict[str, Any]], "failure": str, "before": list[str],
+    "after": list[str], "mcp": dict[str, Any],
+    "build": {"lang!": str, "sources!": list[str], "include": list[str]},
+}
+
+
 def _need(cond: bool, path: Path, fld: str, why: str) -> None:
     if not cond:
         raise ManifestError(f"{path}: field '{fld}': {why}", path=path, field=fld)
@@ -128,6 +178,10 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     """Validate a decoded plugin.toml; `path` is only used in messages and paths."""
     unknown = set(data) - KNOWN_KEYS
     _need(not unknown, path, sorted(unknown)[0] if unknown else "", "unknown field")
+    problems = type_problems(MANIFEST_TYPES, data)
+    if problems:  # every type problem at once, each naming its field
+        raise ManifestError(f"{path}: " + "; ".join(f"field '{f}': {w}" for f, w in problems),
+                            path=path, field=problems[0][0])
     pid = data.get("id")
     _need(isinstance(pid, str) and bool(ID_RE.match(pid)), path, "id",
           "lowercase letters, digits and hyphens, 1-64 characters, no leading/trailing hyphen")

@@ -20,6 +20,13 @@ from wasmext.testing import make_host
 
 @pytest.fixture
 def wasmext_host() -> Iterator[Callable[..., Any]]:
+    """A factory for hosts under test: `wasmext_host(*plugins, config=None) -> Host`.
+
+    Each plugin is WAT text, module bytes, a path (plugin folder, .wasm or .wat),
+    or a (source, options) pair with `Host.add` keyword arguments (plugin_id,
+    settings, grants, priority, failure...). The host has no plugin folders and
+    no disk cache; every host the factory made is closed when the test ends.
+    """
     hosts: list[Any] = []
 
     def factory(*plugins: Any, config: Any = None) -> Any:

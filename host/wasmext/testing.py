@@ -12,6 +12,8 @@ under test. Everything here builds real WebAssembly; nothing is mocked.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -19,7 +21,8 @@ import wasmtime
 
 from wasmext.runtime import Runtime
 
-__all__ = ["DATA_AT", "guest_wat", "load_wat", "make_host", "packed", "vector_value", "wat_bytes"]
+__all__ = ["DATA_AT", "build_plugin", "guest_wat", "load_wat", "make_host", "packed",
+           "vector_value", "wat_bytes"]
 
 REGISTER_AT = 1024
 RESPONSE_AT = 4096
@@ -114,8 +117,6 @@ def make_host(*plugins: Any, config: Any = None) -> Any:
     `Host.add` keyword arguments such as plugin_id, settings, priority, failure.
     Close it (or use it as a context manager) when done.
     """
-    from pathlib import Path
-
     from wasmext.config import HostConfig
     from wasmext.host import Host
 
@@ -130,3 +131,16 @@ def make_host(*plugins: Any, config: Any = None) -> Any:
             source = Path(source)
         host.add(source, **options)
     return host
+
+
+def build_plugin(folder: str | os.PathLike[str]) -> Path:
+    """Build the plugin project in `folder` with `wasmext build` (the command authors run)
+    and return its .wasm; AssertionError with the build's message when it fails."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "build", "--quiet"],
+                          cwd=folder, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"wasmext build failed: {(proc.stderr or proc.stdout).strip()}")
+    return Path(proc.stdout.strip().splitlines()[-1])

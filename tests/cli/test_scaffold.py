@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,45 @@ def test_bad_names_and_languages_are_refused(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "new", "taken", "--lang", "c",
                            "--dir", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "already exists" in proc.stderr
+
+
+NATIVE_FILES = {
+    "c": ["compile_flags.txt", "wasmext-sdk/include/wasmext.h", "wasmext-sdk/src/plugin.c"],
+    "zig": ["build.zig", "build.zig.zon", "wasmext-sdk/src/wasmext.zig"],
+    "rust": ["Cargo.toml", "wasmext-sdk/Cargo.toml", "wasmext-sdk/src/lib.rs"],
+    "go": ["go.mod", "wasmext-sdk/go.mod"],
+    "assemblyscript": ["package.json", "wasmext-sdk/package.json"],
+}
+
+
+@pytest.mark.parametrize("lang", sorted(NATIVE_FILES))
+def test_scaffold_is_a_native_project(tmp_path: Path, lang: str) -> None:
+    """The language's own project files, a vendored SDK, .gitignore, README and a test
+    that imports nothing but wasmext's public API; no toolchain needed to scaffold."""
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "new", "demo", "--lang", lang,
+                           "--dir", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    project = tmp_path / "demo"
+    for rel in [*NATIVE_FILES[lang], ".gitignore", "README.md", "pytest.ini", "test_demo.py"]:
+        assert (project / rel).is_file(), rel
+    assert "*.wasm" in (project / ".gitignore").read_text()
+    test_source = (project / "test_demo.py").read_text()
+    assert "wasmext_cli" not in test_source and "from wasmext.testing import" in test_source
+    # The SDK's own examples and tests stay out of the vendored copy.
+    assert not (project / "wasmext-sdk" / "examples").exists()
+    if lang == "rust":
+        assert 'wasmext = { path = "wasmext-sdk" }' in (project / "Cargo.toml").read_text()
+    if lang == "go":
+        assert "replace wasmext.dev/wasmext => ./wasmext-sdk" in (project / "go.mod").read_text()
+    if lang == "assemblyscript":
+        deps = json.loads((project / "package.json").read_text())["dependencies"]
+        assert deps["@wasmext/as-sdk"] == "file:wasmext-sdk" and "assemblyscript" in deps
+
+
+def test_new_refuses_a_missing_parent_folder(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such"
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "new", "x", "--lang", "c",
+                           "--dir", str(missing)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "no such folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "no").exists()

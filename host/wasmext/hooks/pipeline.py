@@ -107,8 +107,9 @@ def parse_policy(raw: Mapping[str, Any]) -> Policy:
     return Policy(pid, lists["pre"], lists["validators"], tuple(providers), lists["post"])
 
 
-def load_policy(path: Path) -> Policy:
+def load_policy(path: str | Path) -> Policy:
     """A policy from a .json or .toml file."""
+    path = Path(path)
     try:
         raw = parse_text(read_capped(path), kind="json" if path.suffix == ".json" else "toml")
     except (OSError, ConfigTextError) as exc:  # size and nesting caps: see _toml

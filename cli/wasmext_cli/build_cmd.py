@@ -1,0 +1,85 @@
+"""`wasmext build [PLUGIN...]`: compile plugin folders (default: the current one)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import click
+
+from wasmext import WasmextError
+from wasmext_cli.build import BuildError, BuildResult, Progress, build_plugin
+from wasmext_cli.common import EXIT_FAULT
+from wasmext_cli.ui import stderr_console
+
+
+@contextlib.contextmanager
+def _progress(quiet: bool) -> Iterator[Progress]:
+    """A spinner with the latest step on a terminal; plain lines on stderr otherwise."""
+    if quiet:
+        yield lambda _line: None
+        return
+    console = stderr_console()
+    if console.is_terminal:
+        with console.status("building") as status:
+            yield lambda line: status.update(f"building {line}")
+        return
+    lock = threading.Lock()
+
+    def plain(line: str) -> None:
+        with lock:
+            click.echo(f"building {line}", err=True)
+
+    yield plain
+
+
+@click.command()
+@click.argument("plugins", nargs=-1,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Build this many plugins at once.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print each command and the compilers' whole output.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the paths of the built modules.")
+def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool) -> None:
+    """Build each plugin folder (default: the current folder) into its .wasm.
+
+    A folder's plugin.toml [build] table names the language and sources. A failed
+    build prints one line: the plugin, the sources or plugin.toml field, and the
+    compiler's first error (--verbose prints everything).
+    """
+    folders = plugins or (Path("."),)
+    lock = threading.Lock()
+
+    def say(text: str) -> None:
+        with lock:
+            click.echo(text, err=True)
+
+    failures: list[str] = []
+    with _progress(quiet) as progress:
+        def one(folder: Path) -> BuildResult | None:
+            try:
+                return build_plugin(folder, progress=progress, verbose=say if verbose else None)
+            except BuildError as exc:
+                failures.append(str(exc))
+            except WasmextError as exc:
+                failures.append(exc.describe())
+            return None
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(one, folders))
+    for result in results:
+        if result is None:
+            continue
+        if quiet:
+            click.echo(str(result.wasm))
+        else:
+            click.echo(f"built {result.wasm} ({result.wasm.stat().st_size} bytes)")
+    for line in failures:
+        click.echo(f"wasmext: {line}", err=True)
+    if failures:
+        sys.exit(EXIT_FAULT)

@@ -1,0 +1,23 @@
+"""The host `wasmext call` runs one plugin in: nothing of it outlives the command."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["throwaway_host"]
+
+
+@contextlib.contextmanager
+def throwaway_host() -> Iterator[Any]:
+    """A Host with an in-memory state store, the in-process event bus, no plugin folders
+    and a data folder deleted on exit."""
+    from wasmext import Host, HostConfig
+
+    with tempfile.TemporaryDirectory(prefix="wasmext-call-") as data:
+        config = HostConfig(data_dir=Path(data), state_backend="memory", auto_enable=True)
+        with Host(config, plugin_dirs=[]) as host:
+            yield host

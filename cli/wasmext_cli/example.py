@@ -1,0 +1,68 @@
+"""The example session shipped in the wheel: `wasmext run` with no arguments.
+
+wasmext_cli/example/ holds the example plugins' manifests and prebuilt
+modules (C and Zig, about 90 KB together), the demo transcript and policy,
+copied from plugins/ and docs/examples/. They are prebuilt and committed
+rather than built when the wheel is built, so building a wheel needs no
+compiler and a user without one still sees every hook kind fire right after
+`pip install`. tests/cli/test_example_session.py fails when a copy differs
+from its source or a module from a fresh build of it; then refresh with
+
+    python -m wasmext_cli.example --refresh
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["PLUGINS", "example_root", "refresh"]
+
+PLUGINS = ("agent-guard", "normalize-text", "pii-mask", "text-tags", "turn-audit")
+DOCS_FILES = ("transcript.json", "policy.toml")
+
+
+def example_root() -> Path:
+    return Path(str(resources.files("wasmext_cli") / "example"))
+
+
+def checkout() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def refresh(root: Path | None = None) -> list[Path]:
+    """Build the example plugins of the checkout and copy them and the session files here."""
+    from wasmext.files import atomic_write
+    from wasmext_cli.build import build_plugin
+
+    src = root or checkout()
+    dest = example_root()
+    written = []
+    for name in DOCS_FILES:
+        atomic_write(dest / name, (src / "docs" / "examples" / name).read_bytes())
+        written.append(dest / name)
+    for plugin in PLUGINS:
+        folder = dest / "plugins" / plugin
+        folder.mkdir(parents=True, exist_ok=True)
+        wasm = build_plugin(src / "plugins" / plugin).wasm
+        manifest = (src / "plugins" / plugin / "plugin.toml").read_bytes()
+        atomic_write(folder / "plugin.toml", manifest)
+        atomic_write(folder / wasm.name, wasm.read_bytes())
+        written += [folder / "plugin.toml", folder / wasm.name]
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wasmext_cli.example", description=__doc__)
+    parser.add_argument("--refresh", action="store_true", required=True,
+                        help="rebuild the example plugins and copy the session files")
+    parser.parse_args(argv)
+    for path in refresh():
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

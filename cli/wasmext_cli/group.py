@@ -1,0 +1,57 @@
+"""The `wasmext` command group: whatever a command raises reaches the user as one line.
+
+Every command of the group, also those other modules add with
+`main.add_command(...)` and those of nested groups, runs inside
+`WasmextGroup.invoke`, so no traceback is ever printed: a WasmextError prints
+its one-line description, an OS or network error (a model endpoint that
+refuses the connection, an unreadable file) its message, anything else its
+type and message. WASMEXT_DEBUG=1 lets the exception through, traceback and all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from wasmext import WasmextError
+from wasmext.text import clean
+
+__all__ = ["EXIT_FAULT", "WasmextGroup", "error_line"]
+
+EXIT_FAULT = 1
+PREFIX = "wasmext: "
+LIMIT = 1000
+
+
+def error_line(exc: BaseException) -> str:
+    """`exc` as the one line the CLI prints, with a single "wasmext: " in front."""
+    if isinstance(exc, WasmextError):
+        text = exc.describe()
+    elif isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in ("httpx",
+                                                                          "httpcore"):
+        # URLError/ConnectError and friends: the message names what failed.
+        reason = getattr(exc, "reason", None)
+        text = f"{type(exc).__name__}: {reason or exc or type(exc).__name__}"
+    else:
+        text = f"unexpected {type(exc).__name__}: {exc}"
+    text = clean(" ".join(text.split()), LIMIT)
+    while text.startswith(PREFIX):
+        text = text[len(PREFIX):]
+    return PREFIX + text
+
+
+class WasmextGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort,
+                SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("WASMEXT_DEBUG"):
+                raise
+            click.echo(error_line(exc), err=True)
+            sys.exit(EXIT_FAULT)

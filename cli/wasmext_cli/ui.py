@@ -1,0 +1,46 @@
+"""Terminal output through rich: colour and live status only on a terminal.
+
+rich already leaves colour out when NO_COLOR is set or the stream is not a
+terminal; these consoles add nothing else, so piped output stays plain text.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from wasmext.text import clean
+
+__all__ = ["print_list_table", "stderr_console", "stdout_console"]
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+
+
+def stdout_console() -> Console:
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+def print_list_table(plugins: list[dict[str, Any]], order: dict[str, list[dict[str, Any]]]
+                     ) -> bool:
+    """`wasmext list` as two tables when stdout is a terminal; False (print nothing) when
+    it is not, so pipes and scripts get the plain lines. Every cell is cleaned text,
+    passed as a Text so rich markup in a plugin's name is shown, never interpreted."""
+    console = stdout_console()
+    if not console.is_terminal:
+        return False
+    table = Table("plugin", "source", "failure", title="plugins")
+    for p in plugins:
+        table.add_row(Text(clean(p["id"], 128)), Text(p["source"]), Text(p["failure"]))
+    console.print(table)
+    hooks = Table("hook", "order (priority)", title="hook order")
+    for hook, entries in order.items():
+        chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
+        hooks.add_row(Text(clean(hook, 128)), Text(clean(chain)))
+    console.print(hooks)
+    return True

@@ -1,0 +1,99 @@
+"""`wasmext build`: the current folder by default, --jobs, --verbose, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wasmext_cli.build_errors import first_error
+
+ROOT = Path(__file__).resolve().parents[2]
+C_HELLO = ROOT / "guest-sdks" / "c" / "examples" / "hello"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
+    return subprocess.run([sys.executable, "-m", "wasmext_cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def hello(tmp_path: Path) -> Path:
+    pytest.importorskip("ziglang", reason="the zig toolchain (pip install 'wasmext[build]')")
+    folder = tmp_path / "hello"
+    shutil.copytree(C_HELLO, folder, ignore=shutil.ignore_patterns("*.wasm"))
+    return folder
+
+
+def test_build_without_arguments_builds_the_current_folder(hello: Path) -> None:
+    proc = cli("build", cwd=hello)
+    assert proc.returncode == 0, proc.stderr
+    assert (hello / "hello.wasm").is_file()
+    assert "building hello: c step 1/1 (ziglang cc)" in proc.stderr  # progress, piped: plain
+
+
+def test_jobs_and_verbose(hello: Path) -> None:
+    other = hello.parent / "other"
+    shutil.copytree(hello, other)
+    text = (other / "plugin.toml").read_text().replace('id = "hello"', 'id = "other"')
+    (other / "plugin.toml").write_text(text)
+    proc = cli("build", "--jobs", "2", "--verbose", "hello", "other", cwd=hello.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert (hello / "hello.wasm").is_file() and (other / "other.wasm").is_file()
+    assert proc.stderr.count("$ ") == 2 and "-mexec-model=reactor" in proc.stderr
+
+
+def test_a_compile_error_is_one_line_with_plugin_file_and_first_error(hello: Path) -> None:
+    source = hello / "hello.c"
+    source.write_text(source.read_text() + "\nint broken( { return nope; }\n")
+    line_no = source.read_text().count("\n")
+    proc = cli("build", cwd=hello)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    err = lines[-1]
+    assert not any(ln.startswith("wasmext:") for ln in lines[:-1])  # progress only before it
+    assert err.startswith("wasmext: plugin hello: building hello.c failed: ")
+    assert f"hello.c:{line_no}:" in err and "error" in err
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_missing_source_names_the_manifest_field(hello: Path) -> None:
+    (hello / "hello.c").unlink()
+    proc = cli("build", cwd=hello)
+    assert proc.returncode == 1
+    assert "plugin hello:" in proc.stderr and "build.sources" in proc.stderr
+    assert "plugin.toml" in proc.stderr
+
+
+RUSTC = """error[E0425]: cannot find value `nope` in this scope
+ --> hello.rs:12:5
+  |
+12 |     nope
+  |     ^^^^ not found in this scope
+"""
+GO = "# example.com/plugin\n./hello.go:9:2: undefined: nope\n"
+ASC = "ERROR TS2304: Cannot find name 'nope'.\n   :\n 5 │ nope\n   └─ in hello.ts(5,3)\n"
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    (RUSTC, "hello.rs:12:5: error[E0425]: cannot find value `nope` in this scope"),
+    (GO, "./hello.go:9:2: undefined: nope"),
+    (ASC, "hello.ts:5:3: ERROR TS2304: Cannot find name 'nope'."),
+    ("", "(the compiler printed nothing)"),
+])
+def test_first_error_of_each_compiler(output: str, expected: str) -> None:
+    assert first_error(output) == expected
+
+
+@given(st.text(max_size=2000))
+def test_first_error_is_always_one_bounded_inert_line(output: str) -> None:
+    line = first_error(output)
+    assert line and "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert len(line) <= 300

@@ -1,0 +1,194 @@
+"""Acceptance: a plugin author with nothing but the wheel.
+
+The wheel is built from this checkout and installed (with the `build` and
+`test` extras) into a fresh venv in a temporary folder outside the
+repository. There, for each guest language, `wasmext new`, `wasmext build`
+(no argument), `wasmext inspect .` and the project's own tests run from that
+venv, with no PYTHONPATH and no WASMEXT_SDK_DIR; so does `wasmext run` with no
+arguments. A language whose compiler is not on this machine is skipped with
+its install command. The five projects build at once (they are independent).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from wasmext_cli.build import ToolchainMissing
+
+ROOT = Path(__file__).resolve().parents[1]
+LANGS = ("c", "zig", "rust", "go", "assemblyscript")
+
+
+def _rust() -> None:
+    from wasmext_cli.build_rust import rustc
+
+    rustc()
+
+
+def _go() -> None:
+    from wasmext_cli.build_go import toolchain
+
+    toolchain()
+
+
+def _node() -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        raise ToolchainMissing("node and npm are missing: apt-get install nodejs npm")
+
+
+TOOLCHAINS: dict[str, Callable[[], None]] = {"rust": _rust, "go": _go, "assemblyscript": _node}
+
+
+@dataclass
+class Installed:
+    bin: Path
+    work: Path
+    env: dict[str, str]
+    results: dict[str, list[subprocess.CompletedProcess[str]]] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def run(self, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), cwd=cwd, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+
+def _author(inst: Installed, lang: str) -> list[subprocess.CompletedProcess[str]]:
+    """The author's commands for one language; stops at the first that fails."""
+    wasmext = str(inst.bin / "wasmext")
+    project = inst.work / f"hello-{lang}"
+    steps = [([wasmext, "new", project.name, "--lang", lang], inst.work),
+             ([wasmext, "build"], project),
+             ([wasmext, "inspect", "."], project),
+             ([str(inst.bin / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], project)]
+    done = []
+    for args, cwd in steps:
+        done.append(inst.run(*args, cwd=cwd))
+        if done[-1].returncode != 0:
+            break
+    return done
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    base = tmp_path_factory.mktemp("author")
+    assert ROOT not in base.parents
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "WASMEXT_SDK_DIR", "VIRTUAL_ENV")}
+    dist = base / "dist"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                            str(dist), str(ROOT)], env=env, capture_output=True, text=True,
+                           timeout=900)
+    assert built.returncode == 0, built.stderr
+    wheel = next(dist.glob("wasmext-*.whl"))
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                          f"{wheel}[build,test]"], env=env, capture_output=True, text=True,
+                         timeout=1800)
+    assert pip.returncode == 0, pip.stderr
+    work = base / "work"
+    work.mkdir()
+    inst = Installed(venv / "bin", work, {**env, "PATH": f"{venv / 'bin'}{os.pathsep}"
+                                                        f"{env.get('PATH', '')}"})
+    todo = []
+    for lang in LANGS:
+        try:
+            TOOLCHAINS.get(lang, lambda: None)()
+            todo.append(lang)
+        except ToolchainMissing as exc:
+            inst.missing[lang] = str(exc)
+    with ThreadPoolExecutor(max_workers=len(todo) or 1) as pool:
+        results = list(pool.map(lambda lang: _author(inst, lang), todo))
+    inst.results = dict(zip(todo, results, strict=True))
+    return inst
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_an_author_starts_builds_inspects_and_tests(installed: Installed, lang: str) -> None:
+    if lang in installed.missing:
+        pytest.skip(installed.missing[lang])
+    steps = installed.results[lang]
+    for proc in steps:
+        assert proc.returncode == 0, f"{proc.args}\n{proc.stdout}\n{proc.stderr}"
+    _, build, inspect, tests = steps
+    assert "Traceback" not in build.stderr
+    assert f"hello-{lang}.wasm" in build.stdout
+    assert f"id        hello-{lang}" in inspect.stdout and "greet" in inspect.stdout
+    assert "1 passed" in tests.stdout
+    # The project builds against its own vendored SDK, not a checkout.
+    assert (installed.work / f"hello-{lang}" / "wasmext-sdk").is_dir()
+
+
+def test_run_without_arguments_after_install(installed: Installed) -> None:
+    empty = installed.work / "empty"
+    empty.mkdir()
+    proc = installed.run(str(installed.bin / "wasmext"), "run", cwd=empty)
+    assert proc.returncode == 0, proc.stderr
+    assert "session_start" in proc.stdout and "on_tag" in proc.stdout
+    assert str(ROOT) not in proc.stderr  # the example came from the installed package
+
+
+def test_the_wheel_carries_every_sdk_and_py_typed(installed: Installed) -> None:
+    site = next((installed.bin.parent / "lib").glob("python3*/site-packages"))
+    shipped = {p.name for p in (site / "wasmext_cli" / "_data" / "guest-sdks").iterdir()}
+    assert shipped == {p.name for p in (ROOT / "guest-sdks").iterdir() if p.is_dir()}
+    assert (site / "wasmext" / "py.typed").is_file()
+    assert (site / "wasmext_cli" / "py.typed").is_file()
+    assert not list(site.joinpath("wasmext_cli", "_data").rglob("node_modules"))
+
+
+DOC = ROOT / "docs" / "getting-started-authors.md"
+NATIVE_TOOLS = {"cargo": "cargo (bash guest-sdks/rust/setup-toolchain.sh as root)",
+                "go": "Go (bash guest-sdks/go/setup-toolchain.sh as root)",
+                "npm": "node and npm (apt-get install nodejs npm)"}
+
+
+def doc_blocks(text: str) -> list[tuple[str, str]]:
+    """(kind, body) of each ```console and ```python block, in order; console bodies are
+    their `$ ` lines."""
+    blocks: list[tuple[str, str]] = []
+    kind, lines = "", []
+    for line in text.splitlines():
+        if line.startswith("```") and not kind:
+            kind, lines = line[3:].strip(), []
+        elif line.startswith("```"):
+            if kind == "console":
+                blocks.append((kind, "\n".join(ln[2:] for ln in lines if ln.startswith("$ "))))
+            elif kind == "python":
+                blocks.append((kind, "\n".join(lines)))
+            kind = ""
+        elif kind:
+            lines.append(line)
+    return blocks
+
+
+def test_the_authors_guide_runs_as_written(installed: Installed) -> None:
+    blocks = doc_blocks(DOC.read_text(encoding="utf-8"))
+    assert len(blocks) >= 5
+    everything = "\n".join(body for _, body in blocks)
+    for tool, hint in NATIVE_TOOLS.items():
+        if f"{tool} " in everything and shutil.which(tool, path=installed.env["PATH"]) is None:
+            pytest.skip(f"the guide uses {tool}; install {hint}")
+    wheel = next((installed.work.parent / "dist").glob("wasmext-*.whl"))
+    guide = installed.work.parent / "guide"
+    guide.mkdir()
+    for n, (kind, body) in enumerate(blocks):
+        if kind == "console":
+            script = body.replace("pip install 'wasmext[", f"pip install '{wheel}[")
+            proc = installed.run("bash", "-euo", "pipefail", "-c", script, cwd=guide)
+        else:
+            (guide / f"block{n}.py").write_text(body, encoding="utf-8")
+            proc = installed.run(str(installed.bin / "python"), f"block{n}.py", cwd=guide)
+        assert proc.returncode == 0, f"block {n}:\n{body}\n{proc.stdout}\n{proc.stderr}"
+        assert "Traceback" not in proc.stderr, body
+        if kind == "python":
+            assert "Hello, Ada!" in proc.stdout
