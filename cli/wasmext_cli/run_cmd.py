@@ -64,6 +64,8 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         else:
             raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
         host = _host(_default_config(opts["config"]), opts["plugin_dirs"])
+        if host.llm.completer is None:  # llm.complete asks the session's model
+            host.llm.use(model.chat, model.name)
         routing = load_policy(opts["policy"]) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)

@@ -34,6 +34,10 @@
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
     call_timeout_s = 30
 
+    [llm]                        # the model behind llm.complete (services.llm_config)
+    url = "http://127.0.0.1:8000/v1"
+    model = "small-model"
+
     [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
     priority = 40
@@ -60,6 +64,8 @@ from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.mcp.config import need as _need
 from wasmext.mcp.config import table as _table
 from wasmext.sandbox.limits import Limits
+from wasmext.services.llm import LlmSettings
+from wasmext.services.llm_config import parse_llm
 from wasmext.state import StateStore
 
 __all__ = [
@@ -73,7 +79,7 @@ __all__ = [
 ]
 
 
-_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp"}
+_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp", "llm"}
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,7 @@ class HostConfig:
     state_limits: Mapping[str, Any] = field(default_factory=dict)
     mcp_enabled: bool = True  # the global MCP switch
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -198,6 +205,7 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
         raise ConfigError(f"{path or 'config'}: field 'state': {exc}") from exc
     mcp_enabled, mcp_servers = parse_mcp(_table(data.get("mcp", {}), path, "mcp"), path)
     return HostConfig(
+        llm=parse_llm(data.get("llm", {}), path),
         mcp_enabled=mcp_enabled, mcp_servers=mcp_servers,
         state_backend=backend, state_url=url, state_limits=state,
         path=path,

@@ -41,6 +41,8 @@ from wasmext.sandbox.plugin import Plugin
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
 from wasmext.services.http_fetch import HttpFetch
+from wasmext.services.llm import Completer, LlmService
+from wasmext.services.llm_config import completer_from
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
@@ -62,7 +64,8 @@ class Host:
     """
 
     def __init__(self, config: HostConfig | None = None, *, runtime: Runtime | None = None,
-                 plugin_dirs: Iterable[tuple[str, Path]] | None = None) -> None:
+                 plugin_dirs: Iterable[tuple[str, Path]] | None = None,
+                 llm: Completer | None = None) -> None:
         self.config = config or HostConfig()
         self.runtime = runtime or Runtime(defaults=self.config.limits,
                                           policy=self.config.cap)
@@ -79,6 +82,10 @@ class Host:
         self.tools.install(self.runtime.services)
         self.http = HttpFetch()  # http.fetch; `host.http.inject_header(...)` adds secrets
         self.http.install(self.runtime.services)
+        # llm.complete: the `llm` callable, else the [llm] endpoint (services.llm)
+        self.llm = LlmService(self.observe.metrics, self.config.llm,
+                              llm or completer_from(self.config.llm))
+        self.llm.install(self.runtime.services)
         for server in self.config.mcp_servers:  # configured servers own their names first
             try:
                 self.tools.claim(server.name, f"mcp:{server.name}")

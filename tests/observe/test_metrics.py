@@ -40,6 +40,7 @@ def exercise(m: Metrics, plugin_id: str = "pii-mask") -> None:
     m.record_host_call(plugin_id, "state.get")
     m.record_event(plugin_id, "emitted")
     m.record_event_dropped(plugin_id)
+    m.record_llm(plugin_id, 12, 5, 0.25)
 
 
 def test_prometheus_names() -> None:

@@ -59,6 +59,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
                                "Event bus outcomes (emitted, delivered, dropped, ...)"),
     "extension.events.dropped": ("counter", ("subscriber",),
                                  "Events dropped because the subscriber's queue was full"),
+    "extension.llm.tokens": ("counter", ("extension_id", "kind"),
+                             "Model tokens used through llm.complete (kind: input, output)"),
+    "extension.llm.cost": ("counter", ("extension_id",),
+                           "Model cost of llm.complete, from the host's price table"),
 }
 DURATION_BUCKETS_MS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
                        50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
@@ -177,6 +181,8 @@ class Metrics:
         self.host_calls = self._counter("extension.host_calls.total")
         self.events = self._counter("extension.events.total")
         self.events_dropped = self._counter("extension.events.dropped")
+        self.llm_tokens = self._counter("extension.llm.tokens")
+        self.llm_cost = self._counter("extension.llm.cost")
 
     def _counter(self, dotted: str) -> Counter:
         _kind, labels, doc = METRICS[dotted]
@@ -288,6 +294,13 @@ class Metrics:
         """The EventBus drop observer: `EventBus(drop_observer=metrics.record_event_dropped)`;
         `subscriber` is the plugin id or the Python subscription's name."""
         self.events_dropped.labels(subscriber=subscriber).inc()
+
+    def record_llm(self, plugin_id: str, input_tokens: int, output_tokens: int,
+                   cost: float) -> None:
+        """One llm.complete: the tokens the model reported and their price."""
+        self.llm_tokens.labels(extension_id=plugin_id, kind="input").inc(max(0, input_tokens))
+        self.llm_tokens.labels(extension_id=plugin_id, kind="output").inc(max(0, output_tokens))
+        self.llm_cost.labels(extension_id=plugin_id).inc(max(0.0, cost))
 
     def forget(self, plugin_id: str) -> None:
         """Drop a plugin's summary (its Prometheus counters stay, as counters should)."""

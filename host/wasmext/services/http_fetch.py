@@ -22,6 +22,7 @@ from urllib.parse import urljoin
 import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.services.httpdeadline import until
 from wasmext.services.netguard import Refused, Target, resolve_target
 
 __all__ = ["HttpFetch", "HttpLimits"]
@@ -150,17 +151,7 @@ class HttpFetch:
         if left <= 0:
             raise Refused("timeout", "the call's deadline passed")
         headers = {**headers, "host": target.host_header, "accept-encoding": "identity"}
-        # httpcore reads these before each phase (connect, send, headers, body): the
-        # trace hook shrinks them to what is left, so the phases together end by the
-        # deadline instead of each getting the whole of it.
-        timeouts = {"connect": left, "read": left, "write": left, "pool": left}
-
-        def retime(event: str, info: Any) -> None:
-            if event.endswith(".started"):
-                rest = max(0.001, deadline - time.monotonic())
-                timeouts["read"] = timeouts["write"] = rest
-
-        extensions: dict[str, Any] = {"timeout": timeouts, "trace": retime}
+        extensions = until(deadline)
         if target.scheme == "https":
             extensions["sni_hostname"] = target.host
         try:
