@@ -38,6 +38,7 @@ from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
+from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
 from wasmext.services.http_fetch import HttpFetch
@@ -86,6 +87,8 @@ class Host:
         self.llm = LlmService(self.observe.metrics, self.config.llm,
                               llm or completer_from(self.config.llm))
         self.llm.install(self.runtime.services)
+        self.agents = AgentRegistry()  # agents.request/send: `host.agents.register(...)`
+        self.agents.install(self.runtime.services)
         for server in self.config.mcp_servers:  # configured servers own their names first
             try:
                 self.tools.claim(server.name, f"mcp:{server.name}")
@@ -156,6 +159,7 @@ class Host:
         for pid in list(self.plugins):
             self.observe.unloaded(pid)
         self.observe.close()
+        self.agents.close()
         if self._state is not None:
             self._state.close()
         self.runtime.close()
