@@ -26,7 +26,7 @@ from wasmext.services.llm_client import ChatAnswer, ChatRequest
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "abi" / "vectors" /
                       "host_calls.json").read_text())["minor_1"]
 # The SDKs whose conformance plugin has the minor-1 hooks.
-WORLD_SDKS = ["c"]
+WORLD_SDKS = ["c", "rust"]
 
 
 @pytest.fixture(scope="module")
