@@ -18,15 +18,14 @@ from typing import Any
 import pytest
 
 from loopback import Loopback, loopback
-from support import SDK_ROOT
+from support import SDK_LANGS, SDK_ROOT
 from wasmext import Host, HostConfig, Runtime
 from wasmext.services.llm import LlmSettings
 from wasmext.services.llm_client import ChatAnswer, ChatRequest
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "abi" / "vectors" /
                       "host_calls.json").read_text())["minor_1"]
-# The SDKs whose conformance plugin has the minor-1 hooks.
-WORLD_SDKS = ["c", "go", "rust", "zig"]
+WORLD_SDKS = SDK_LANGS  # every SDK's conformance plugin has the minor-1 hooks
 
 
 @pytest.fixture(scope="module")
