@@ -54,6 +54,10 @@ from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
 from wasmext.sandbox.wasmcheck import ModuleCaps
+from wasmext.services.agents import AgentRegistry
+from wasmext.services.http_fetch import HttpFetch, HttpLimits
+from wasmext.services.llm import Completer, LlmPolicy, LlmService, LlmSettings, Price
+from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError
 from wasmext.session import Session, Trace, TraceEvent
 from wasmext.state import StateError, StateUnavailable
 
@@ -61,10 +65,14 @@ __all__ = [
     "ABI_MAJOR",
     "ABI_MINOR",
     "AbiMismatch",
+    "AgentRegistry",
     "CallContext",
     "CallResult",
     "CapabilityDenied",
+    "ChatAnswer",
+    "ChatRequest",
     "CompileCache",
+    "Completer",
     "ConfigError",
     "EncodeError",
     "EngineConfig",
@@ -76,16 +84,22 @@ __all__ = [
     "HostCallLimitExceeded",
     "HostConfig",
     "HostServices",
+    "HttpFetch",
+    "HttpLimits",
     "InputTooLarge",
     "InvalidModule",
     "InvalidOutput",
     "LifecycleResult",
     "Limits",
+    "LlmPolicy",
+    "LlmService",
+    "LlmSettings",
     "LoadError",
     "Manifest",
     "ManifestError",
     "MemoryLimitExceeded",
     "MiddlewareError",
+    "ModelError",
     "ModuleCaps",
     "ModuleTooLarge",
     "OpError",
@@ -96,6 +110,7 @@ __all__ = [
     "PluginError",
     "PluginFault",
     "Policy",
+    "Price",
     "Prompt",
     "QuarantinePolicy",
     "Quarantined",
