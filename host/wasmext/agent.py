@@ -139,6 +139,7 @@ class Agent:
                           text, tags=tags, context={"turn": index})
         report.system = prompt.system
         s.messages.append({"role": "user", "content": prompt.user})
+        s.context["turn_id"] = f"turn-{index}"
         turn_data = {"turn_id": f"turn-{index}", "input": {"role": "user", "content": text},
                      "messages": list(s.messages), "metadata": {}}
         result = s.middleware("turn", turn_data,
