@@ -119,9 +119,10 @@ def stats(**opts: Any) -> None:
         _echo_json(table)
         return
     click.echo(f"{'plugin':<18}{'calls':>7}{'p50 ms':>9}{'p99 ms':>9}{'fuel':>12}"
-               f"{'faults':>8}{'state B':>9}")
+               f"{'faults':>8}{'state B':>9}{'tokens':>8}{'cost':>10}")
     for pid, s in sorted(table.items()):
         def ms(v: float | None) -> str:
             return f"{v:.3f}" if v is not None else "-"
         click.echo(f"{_line(pid, 128):<18}{s['calls']:>7}{ms(s['p50_ms']):>9}{ms(s['p99_ms']):>9}"
-                   f"{s['fuel']:>12}{s['faults']:>8}{s['state_bytes']:>9}")
+                   f"{s['fuel']:>12}{s['faults']:>8}{s['state_bytes']:>9}"
+                   f"{s['llm_tokens']:>8}{s['llm_cost']:>10.6f}")

@@ -78,6 +78,16 @@ def test_summary_against_a_model_url(built: Built, tmp_path: Path) -> None:
     assert "in a few sentences" in asked[1]["messages"][-1]["content"]
 
 
+def test_stats_reports_the_tokens_and_cost(built: Built, tmp_path: Path) -> None:
+    config = setup(built, tmp_path, "demo-model")
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "stats",
+                           "docs/examples/summary-transcript.json", "--config", str(config),
+                           "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)["json-summary"]
+    assert row["llm_tokens"] > 7 and row["llm_cost"] == (row["llm_tokens"] + 7) / 1e6
+
+
 def test_a_param_outside_allowed_params_is_an_error_result(built: Built,
                                                            tmp_path: Path) -> None:
     config = setup(built, tmp_path, "demo-model")

@@ -112,6 +112,8 @@ class PluginStats(TypedDict):
     faults: int
     state_bytes: int
     host_calls: int
+    llm_tokens: int  # input + output tokens through llm.complete
+    llm_cost: float
 
 
 @dataclass
@@ -122,6 +124,8 @@ class _Plugin:
     fuel: int = 0
     state_bytes: int = 0
     host_calls: int = 0
+    llm_tokens: int = 0
+    llm_cost: float = 0.0
 
 
 @dataclass
@@ -298,6 +302,10 @@ class Metrics:
     def record_llm(self, plugin_id: str, input_tokens: int, output_tokens: int,
                    cost: float) -> None:
         """One llm.complete: the tokens the model reported and their price."""
+        with self._lock:
+            stats = self._plugin(plugin_id)
+            stats.llm_tokens += max(0, input_tokens) + max(0, output_tokens)
+            stats.llm_cost += max(0.0, cost)
         self.llm_tokens.labels(extension_id=plugin_id, kind="input").inc(max(0, input_tokens))
         self.llm_tokens.labels(extension_id=plugin_id, kind="output").inc(max(0, output_tokens))
         self.llm_cost.labels(extension_id=plugin_id).inc(max(0.0, cost))
@@ -316,7 +324,8 @@ class Metrics:
         with self._lock:
             items = [(pid, list(s.reservoir), PluginStats(
                 calls=s.calls, p50_ms=None, p99_ms=None, fuel=s.fuel, faults=s.faults,
-                state_bytes=s.state_bytes, host_calls=s.host_calls))
+                state_bytes=s.state_bytes, host_calls=s.host_calls, llm_tokens=s.llm_tokens,
+                llm_cost=s.llm_cost))
                 for pid, s in self._plugins.items()]
         for _pid, samples, stats in items:
             stats["p50_ms"], stats["p99_ms"] = percentile(samples, 50), percentile(samples, 99)
