@@ -64,6 +64,7 @@ from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.mcp.config import need as _need
 from wasmext.mcp.config import table as _table
 from wasmext.sandbox.limits import Limits
+from wasmext.services.http_config import HttpSettings, parse_http
 from wasmext.services.llm import LlmSettings
 from wasmext.services.llm_config import parse_llm
 from wasmext.state import StateStore
@@ -79,7 +80,7 @@ __all__ = [
 ]
 
 
-_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp", "llm"}
+_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp", "llm", "http"}
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class HostConfig:
     mcp_enabled: bool = True  # the global MCP switch
     mcp_servers: tuple[McpServerConfig, ...] = ()
     llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
+    http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -205,7 +207,7 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
         raise ConfigError(f"{path or 'config'}: field 'state': {exc}") from exc
     mcp_enabled, mcp_servers = parse_mcp(_table(data.get("mcp", {}), path, "mcp"), path)
     return HostConfig(
-        llm=parse_llm(data.get("llm", {}), path),
+        llm=parse_llm(data.get("llm", {}), path), http=parse_http(data.get("http", {}), path),
         mcp_enabled=mcp_enabled, mcp_servers=mcp_servers,
         state_backend=backend, state_url=url, state_limits=state,
         path=path,

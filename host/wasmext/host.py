@@ -41,7 +41,6 @@ from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
-from wasmext.services.http_fetch import HttpFetch
 from wasmext.services.llm import Completer, LlmService
 from wasmext.services.llm_config import completer_from
 from wasmext.services.state import install_state
@@ -81,7 +80,7 @@ class Host:
         self.observe.install(self.runtime.services)
         self.tools = ToolRegistry(self)
         self.tools.install(self.runtime.services)
-        self.http = HttpFetch()  # http.fetch; `host.http.inject_header(...)` adds secrets
+        self.http = self.config.http.service()  # http.fetch ([http]; inject_header)
         self.http.install(self.runtime.services)
         # llm.complete: the `llm` callable, else the [llm] endpoint (services.llm)
         self.llm = LlmService(self.observe.metrics, self.config.llm,

@@ -6,8 +6,10 @@ plugin (and the attacked one) still answers afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -17,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopback import Loopback, ipv6_loopback_available, loopback
-from wasmext import Host, PluginError
+from wasmext import ConfigError, Host, PluginError, Runtime, load_config
 from wasmext.sandbox.plugin import Plugin
+from wasmext.services.http_config import parse_http
 from wasmext.services.netguard import Refused, forbidden, split_url
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
@@ -50,6 +53,8 @@ def host() -> Iterator[Host]:
 
 def add(host: Host, pid: str, request: dict[str, Any], grants: set[str],
         **options: Any) -> Any:
+    # Generous default time (a loaded CI machine); the deadline test sets its own.
+    options.setdefault("limits", {"timeout_ms": 5000, "host_call_timeout_ms": 5000})
     return host.add(fetch_wasm(request), plugin_id=pid, grants={"http", *grants}, **options)
 
 
@@ -239,3 +244,41 @@ def test_url_parsing_never_raises_anything_else(url: str) -> None:
 def test_only_global_unicast_addresses_are_public(address: Any) -> None:
     if not forbidden(address):
         assert address.is_global and not address.is_loopback and not address.is_private
+
+
+def test_the_http_section_of_the_config(tmp_path: Path, server: Loopback) -> None:
+    path = tmp_path / "wasmext.toml"
+    path.write_text("""
+[http]
+max_response_bytes = 1
+[[http.inject]]
+plugin = "echo"
+host = "127.0.0.*"
+header = "Authorization"
+setting = "token"
+""")
+    config = load_config(path)
+    assert config.http.limits.max_response_bytes == 1
+    with Host(config, runtime=Runtime(cache=False), plugin_dirs=[]) as host:
+        wasm = fetch_wasm({"url": server.url("/echo")})
+        plugin = Plugin(host.runtime.compile(wasm, "echo"), plugin_id="echo",
+                        settings={"token": SECRET}, sensitive=frozenset({"token"}),
+                        grants=frozenset({"http", "http:127.0.0.1"}),
+                        services=host.runtime.services)
+        host.add(plugin)
+        refused(plugin, "limit", 2)  # the 1-byte cap of the config
+        assert server.seen[-1]["headers"]["authorization"] == SECRET
+    path.write_text("[[http.inject]]\nplugin = 'x'\n")
+    with pytest.raises(ConfigError, match=r"http\.inject\[0\]"):
+        load_config(path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["max_redirects", "inject", "zzz"]),
+                       st.one_of(st.integers(-2, 5), st.text(max_size=3),
+                                 st.lists(st.dictionaries(st.sampled_from(
+                                     ["plugin", "host", "header", "setting"]),
+                                     st.text(max_size=3)), max_size=2)), max_size=3))
+def test_any_http_section_parses_or_is_a_config_error(raw: dict[str, Any]) -> None:
+    with contextlib.suppress(ConfigError):
+        parse_http(raw, None)
