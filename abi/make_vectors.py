@@ -78,6 +78,40 @@ ENVELOPES = {
 }
 
 
+# Host calls of minor 1 with the plugin's grants and the answer every host gives,
+# when its model is "vector-model" answering "vector answer" with usage 3/2, its
+# price table empty, no agents registered. Sent by a guest that negotiated minor 1.
+_HI = [{"role": "user", "content": "hi"}]
+HOST_CALLS = [
+    {"request": {"op": "http.fetch", "url": "http://example.org/"}, "grants": [],
+     "code": "denied"},
+    {"request": {"op": "http.fetch", "url": "http://example.org/"}, "grants": ["http"],
+     "code": "denied"},
+    {"request": {"op": "http.fetch", "url": "http://169.254.169.254/latest/meta-data/"},
+     "grants": ["http", "http:*"], "code": "denied"},
+    {"request": {"op": "http.fetch", "url": "http://127.0.0.1:9/"},
+     "grants": ["http", "http:127.0.0.*"], "code": "denied"},
+    {"request": {"op": "http.fetch", "url": "ftp://example.org/"},
+     "grants": ["http", "http:*"], "code": "invalid"},
+    {"request": {"op": "http.fetch", "url": "http://example.org/", "method": "BREW"},
+     "grants": ["http", "http:*"], "code": "invalid"},
+    {"request": {"op": "http.fetch"}, "grants": ["http", "http:*"], "code": "invalid"},
+    {"request": {"op": "llm.complete", "messages": _HI}, "grants": [], "code": "denied"},
+    {"request": {"op": "llm.complete", "messages": []}, "grants": ["llm"], "code": "invalid"},
+    {"request": {"op": "llm.complete", "messages": _HI, "model": "other-model"},
+     "grants": ["llm"], "code": "denied"},
+    {"request": {"op": "llm.complete", "messages": _HI, "max_tokens": 10_000_000},
+     "grants": ["llm"], "code": "limit"},
+    {"request": {"op": "llm.complete", "messages": _HI, "max_tokens": 10}, "grants": ["llm"],
+     "value": {"text": "vector answer", "finish_reason": "stop", "model": "vector-model",
+               "usage": {"input": 3, "output": 2}, "cost": 0.0}},
+    {"request": {"op": "agents.request", "agent": "a", "input": "x"}, "grants": [],
+     "code": "denied"},
+    {"request": {"op": "agents.send", "agent": "a", "input": "x"}, "grants": ["agents"],
+     "code": "denied"},
+]
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes):
         return {"$bin": v.hex()}
@@ -116,6 +150,7 @@ def main() -> None:
     ]
     (OUT / "hostile.json").write_text(json.dumps({"hostile": hostile}, indent=1) + "\n")
     (OUT / "envelopes.json").write_text(json.dumps(ENVELOPES, indent=1) + "\n")
+    (OUT / "host_calls.json").write_text(json.dumps({"minor_1": HOST_CALLS}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,8 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
             raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
         host = opts.get("example_host") or _host(_default_config(opts["config"]),
                                                  opts["plugin_dirs"])
+        if host.llm.completer is None:  # llm.complete asks the session's model
+            host.llm.use(model.chat, model.name)
         routing = load_policy(opts["policy"]) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
@@ -142,9 +144,10 @@ def stats(**opts: Any) -> None:
         _echo_json(table)
         return
     click.echo(f"{'plugin':<18}{'calls':>7}{'p50 ms':>9}{'p99 ms':>9}{'fuel':>12}"
-               f"{'faults':>8}{'state B':>9}")
+               f"{'faults':>8}{'state B':>9}{'tokens':>8}{'cost':>10}")
     for pid, s in sorted(table.items()):
         def ms(v: float | None) -> str:
             return f"{v:.3f}" if v is not None else "-"
         click.echo(f"{_line(pid, 128):<18}{s['calls']:>7}{ms(s['p50_ms']):>9}{ms(s['p99_ms']):>9}"
-                   f"{s['fuel']:>12}{s['faults']:>8}{s['state_bytes']:>9}")
+                   f"{s['fuel']:>12}{s['faults']:>8}{s['state_bytes']:>9}"
+                   f"{s['llm_tokens']:>8}{s['llm_cost']:>10.6f}")

@@ -67,6 +67,10 @@ if TYPE_CHECKING:  # the names as mypy and editors see them
     from wasmext.sandbox.limits import Limits
     from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
     from wasmext.sandbox.wasmcheck import ModuleCaps
+    from wasmext.services.agents import AgentRegistry
+    from wasmext.services.http_fetch import HttpFetch, HttpLimits
+    from wasmext.services.llm import Completer, LlmPolicy, LlmService, LlmSettings, Price
+    from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError
     from wasmext.session import Session, Trace, TraceEvent
     from wasmext.state import StateError, StateUnavailable
 
@@ -78,11 +82,15 @@ __all__ = [
     "ABI_MAJOR",
     "ABI_MINOR",
     "AbiMismatch",
+    "AgentRegistry",
     "BundleError",
     "CallContext",
     "CallResult",
     "CapabilityDenied",
+    "ChatAnswer",
+    "ChatRequest",
     "CompileCache",
+    "Completer",
     "ConfigError",
     "EncodeError",
     "EngineConfig",
@@ -94,16 +102,22 @@ __all__ = [
     "HostCallLimitExceeded",
     "HostConfig",
     "HostServices",
+    "HttpFetch",
+    "HttpLimits",
     "InputTooLarge",
     "InvalidModule",
     "InvalidOutput",
     "LifecycleResult",
     "Limits",
+    "LlmPolicy",
+    "LlmService",
+    "LlmSettings",
     "LoadError",
     "Manifest",
     "ManifestError",
     "MemoryLimitExceeded",
     "MiddlewareError",
+    "ModelError",
     "ModuleCaps",
     "ModuleTooLarge",
     "OpError",
@@ -115,6 +129,7 @@ __all__ = [
     "PluginFault",
     "PluginWatcher",
     "Policy",
+    "Price",
     "Prompt",
     "QuarantinePolicy",
     "Quarantined",
@@ -202,6 +217,17 @@ _LAZY: dict[str, str] = {
     "QuarantinePolicy": "wasmext.sandbox.plugin",
     "Registration": "wasmext.sandbox.plugin",
     "ModuleCaps": "wasmext.sandbox.wasmcheck",
+    "AgentRegistry": "wasmext.services.agents",
+    "HttpFetch": "wasmext.services.http_fetch",
+    "HttpLimits": "wasmext.services.http_fetch",
+    "Completer": "wasmext.services.llm",
+    "LlmPolicy": "wasmext.services.llm",
+    "LlmService": "wasmext.services.llm",
+    "LlmSettings": "wasmext.services.llm",
+    "Price": "wasmext.services.llm",
+    "ChatAnswer": "wasmext.services.llm_client",
+    "ChatRequest": "wasmext.services.llm_client",
+    "ModelError": "wasmext.services.llm_client",
     "Session": "wasmext.session",
     "Trace": "wasmext.session",
     "TraceEvent": "wasmext.session",

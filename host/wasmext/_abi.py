@@ -3,7 +3,7 @@
 from typing import Final
 
 ABI_MAJOR: Final = 1
-ABI_MINOR: Final = 0
+ABI_MINOR: Final = 1
 
 LOG_LEVELS: Final[dict[str, int]] = {
     "trace": 0,
@@ -42,8 +42,10 @@ OPS: Final[dict[str, tuple[str, int, bool]]] = {
     "event.emit": ("events", 0, True),
     "tool.call": ("tools", 0, True),
     "next": ("", 0, True),
-    "http.fetch": ("http", 0, False),
-    "llm.complete": ("llm", 0, False),
+    "http.fetch": ("http", 1, True),
+    "llm.complete": ("llm", 1, True),
+    "agents.request": ("agents", 1, True),
+    "agents.send": ("agents", 1, True),
 }
 
 # export name -> (params, results, required); memory has no signature

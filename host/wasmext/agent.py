@@ -139,11 +139,15 @@ class Agent:
                           text, tags=tags, context={"turn": index})
         report.system = prompt.system
         s.messages.append({"role": "user", "content": prompt.user})
+        s.context["turn_id"] = f"turn-{index}"
         turn_data = {"turn_id": f"turn-{index}", "input": {"role": "user", "content": text},
                      "messages": list(s.messages), "metadata": {}}
-        result = s.middleware("turn", turn_data,
-                              lambda d: self._steps(s, index, prompt.system, guidance.tools,
-                                                    report))
+        def core(d: dict[str, Any]) -> dict[str, Any]:
+            if isinstance(d.get("messages"), list):  # turn middleware may have edited them
+                s.messages[:] = d["messages"]
+            return self._steps(s, index, prompt.system, guidance.tools, report)
+
+        result = s.middleware("turn", turn_data, core)
         response = str(result.get("response", ""))
         report.finish_reason = str(result.get("finish_reason", "text_response"))
         response = s.process_tags(s.on_llm_output(response).value)

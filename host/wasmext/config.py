@@ -43,6 +43,10 @@
     subject = "wasmext.ext.validate.pii_guard.v1"
     timeout_ms = 100
 
+    [llm]                        # the model behind llm.complete (services.llm_config)
+    url = "http://127.0.0.1:8000/v1"
+    model = "small-model"
+
     [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
     priority = 40
@@ -71,6 +75,9 @@ from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.mcp.config import need as _need
 from wasmext.mcp.config import table as _table
 from wasmext.sandbox.limits import Limits
+from wasmext.services.http_config import HttpSettings, parse_http
+from wasmext.services.llm import LlmSettings
+from wasmext.services.llm_config import parse_llm
 from wasmext.state import StateStore
 
 __all__ = [
@@ -85,7 +92,7 @@ __all__ = [
 
 
 _SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp", "trust",
-             "extensions"}
+             "extensions", "llm", "http"}
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,8 @@ class HostConfig:
     require_signature: bool = False  # [trust]: only bundles signed by trusted_keys load
     trusted_keys: tuple[str, ...] = ()  # "ed25519:<base64 of the 32-byte public key>"
     extensions: Mapping[str, RemoteExtension] = field(default_factory=dict)  # remote (NATS)
+    llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
+    http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -245,6 +254,7 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
     return HostConfig(
         require_signature=require_signature, trusted_keys=tuple(keys),
         extensions=extensions,
+        llm=parse_llm(data.get("llm", {}), path), http=parse_http(data.get("http", {}), path),
         mcp_enabled=mcp_enabled, mcp_servers=mcp_servers,
         state_backend=backend, state_url=url, state_limits=state,
         path=path,

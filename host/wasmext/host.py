@@ -42,8 +42,11 @@ from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
+from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
+from wasmext.services.llm import Completer, LlmService
+from wasmext.services.llm_config import completer_from
 from wasmext.services.pytools import host_tool
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
@@ -66,7 +69,8 @@ class Host:
     """
 
     def __init__(self, config: HostConfig | None = None, *, runtime: Runtime | None = None,
-                 plugin_dirs: Iterable[tuple[str, Path]] | None = None) -> None:
+                 plugin_dirs: Iterable[tuple[str, Path]] | None = None,
+                 llm: Completer | None = None) -> None:
         self.config = config or HostConfig()
         self.runtime = runtime or Runtime(defaults=self.config.limits,
                                           policy=self.config.cap)
@@ -81,6 +85,14 @@ class Host:
         self.observe.install(self.runtime.services)
         self.tools = ToolRegistry(self)
         self.tools.install(self.runtime.services)
+        self.http = self.config.http.service()  # http.fetch ([http]; inject_header)
+        self.http.install(self.runtime.services)
+        # llm.complete: the `llm` callable, else the [llm] endpoint (services.llm)
+        self.llm = LlmService(self.observe.metrics, self.config.llm,
+                              llm or completer_from(self.config.llm))
+        self.llm.install(self.runtime.services)
+        self.agents = AgentRegistry()  # agents.request/send: `host.agents.register(...)`
+        self.agents.install(self.runtime.services)
         for server in self.config.mcp_servers:  # configured servers own their names first
             try:
                 self.tools.claim(server.name, f"mcp:{server.name}")
@@ -136,6 +148,7 @@ class Host:
         for pid in list(self.plugins):
             self.observe.unloaded(pid)
         self.observe.close()
+        self.agents.close()
         if self._state is not None:
             self._state.close()
         self.runtime.close()
@@ -324,9 +337,12 @@ class Host:
                 trace.add(entry, "skipped", "reload backoff")
             return None, "skipped: reload backoff"
         started = time.perf_counter()
+        meta: dict[str, Any] = {"session": session.id if session else None}
+        hook_context = getattr(session, "hook_context", None)
+        if hook_context is not None and getattr(lp.plugin.registration, "abi_minor", 0) >= 1:
+            meta["context"] = hook_context(entry.hook)  # minor 1 (SPEC 3.1, 4.1)
         try:
-            result = lp.plugin.call(entry.hook, data,
-                                    {"session": session.id if session else None})
+            result = lp.plugin.call(entry.hook, data, meta)
         except Quarantined:
             self.observe.called(lp.id, entry.hook, "skipped", started)
             if trace is not None:

@@ -1,5 +1,5 @@
 """Models for `wasmext run`: a transcript replayer (the embedded default) and
-any OpenAI-compatible chat-completions endpoint (stdlib HTTP, no SDK needed).
+any OpenAI-compatible chat-completions endpoint (httpx, no SDK needed).
 
 A model answers one step: {"response": str, "tool_calls": [{"call_id", "tool",
 "args"}], "tokens": {"input": n, "output": n}}.
@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from wasmext.errors import ConfigError, WasmextError
+from wasmext.errors import ConfigError
+from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError, OpenAIClient
 
 __all__ = ["Model", "ModelError", "OpenAIModel", "ReplayModel", "Transcript", "load_transcript"]
-
-
-class ModelError(WasmextError):
-    reason = "model"
 
 
 class Model(Protocol):
@@ -51,6 +47,11 @@ class Transcript:
         self.turns: list[dict[str, Any]] = turns
         self.system: str = str(raw.get("system", "You are a helpful assistant."))
         self.model: str = str(raw.get("model", "replay"))
+        completions = raw.get("completions", [])
+        if not isinstance(completions, list) or not all(isinstance(c, str) for c in completions):
+            raise ConfigError(f"{where}: 'completions' must be an array of strings")
+        # What llm.complete answers under this transcript, in order (then again).
+        self.completions: list[str] = completions
 
 
 def load_transcript(path: Path) -> Transcript:
@@ -69,6 +70,19 @@ class ReplayModel:
     def __init__(self, transcript: Transcript) -> None:
         self.transcript = transcript
         self.name = transcript.model
+        self._asked = 0
+        self._lock = threading.Lock()
+
+    def chat(self, req: ChatRequest) -> ChatAnswer:
+        """llm.complete under replay: the transcript's next scripted completion (or, with
+        none, the last message's first words); tokens are counted as words."""
+        with self._lock:
+            n, self._asked = self._asked, self._asked + 1
+        scripted = self.transcript.completions
+        text = scripted[n % len(scripted)] if scripted else \
+            " ".join(str(req.messages[-1].get("content", "")).split()[:20])
+        words = sum(len(str(m.get("content", "")).split()) for m in req.messages)
+        return ChatAnswer(text, "stop", words, len(text.split()), self.name)
 
     def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
                  turn: int, step: int) -> dict[str, Any]:
@@ -84,42 +98,26 @@ class ReplayModel:
 
 
 class OpenAIModel:
-    """POST {base_url}/chat/completions; the key comes from $OPENAI_API_KEY if set."""
+    """POST {base_url}/chat/completions; the key comes from $OPENAI_API_KEY if set.
+
+    The HTTP client is `services.llm_client.OpenAIClient` (httpx), the same one
+    `llm.complete` uses when the host's model is an endpoint.
+    """
 
     def __init__(self, base_url: str, model: str, timeout_s: float = 60.0,
                  api_key_env: str = "OPENAI_API_KEY") -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.client = OpenAIClient(base_url, os.environ.get(api_key_env))
+        self.url = self.client.url
         self.name = model
         self.timeout_s = timeout_s
-        self.api_key = os.environ.get(api_key_env)
+
+    def chat(self, req: ChatRequest) -> ChatAnswer:
+        """One completion: what `llm.complete` calls when this is the host's model."""
+        return self.client.chat(req)
 
     def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
                  turn: int, step: int) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.name, "messages": list(messages)}
-        if tools:
-            body["tools"] = [{"type": "function", "function": {
-                "name": t["name"], "description": t.get("description", ""),
-                "parameters": t.get("input_schema", {"type": "object"})}} for t in tools]
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, json.dumps(body).encode(), headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                doc = json.loads(resp.read())
-            message = doc["choices"][0]["message"]
-        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
-            raise ModelError(f"{self.url}: {exc}") from exc
-        calls = []
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", {})
-            try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except ValueError:
-                args = {"_raw": fn.get("arguments")}
-            calls.append({"call_id": call.get("id", ""), "tool": fn.get("name", ""),
-                          "args": args})
-        usage = doc.get("usage", {})
-        return {"response": message.get("content") or "", "tool_calls": calls,
-                "tokens": {"input": usage.get("prompt_tokens", 0),
-                           "output": usage.get("completion_tokens", 0)}}
+        answer = self.client.chat(ChatRequest(messages, self.name, tools=tools,
+                                              timeout_s=self.timeout_s))
+        return {"response": answer.text, "tool_calls": answer.tool_calls,
+                "tokens": {"input": answer.input_tokens, "output": answer.output_tokens}}

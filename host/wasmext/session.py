@@ -6,6 +6,7 @@ Sessions are cheap and independent; several may run at once on one Host.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from wasmext.hooks.transform import TransformResult
 
 __all__ = ["Session", "SessionHost", "Trace", "TraceEvent"]
+
+# Hooks whose `meta.context` also lists the tool catalog (names).
+TOOL_HOOKS = frozenset({"turn", "step", "tool_call", "before_model", "before_tool"})
 
 
 class SessionHost(HookHost, Protocol):
@@ -85,6 +89,18 @@ class Session:
         self.trace = Trace()
         self.messages: list[dict[str, Any]] = []
         self.system_messages: list[str] = []
+        # What a minor-1 plugin gets as `meta.context` in every hook call (SPEC 4.1):
+        # the application may set tenant_id and agent_name, the agent driver turn_id.
+        self.context: dict[str, Any] = {"session_id": session_id, "trace_id": uuid.uuid4().hex,
+                                        "turn_id": None, "tenant_id": None, "agent_name": None}
+
+    def hook_context(self, hook: str) -> dict[str, Any]:
+        """`context` for one hook call: the session's, plus the tool names where relevant."""
+        context = dict(self.context)
+        if hook in TOOL_HOOKS:
+            registry = getattr(self.host, "tools", None)
+            context["tools"] = sorted(getattr(registry, "tools", {}))
+        return context
 
     def start(self) -> LifecycleResult:
         self._started = time.monotonic()

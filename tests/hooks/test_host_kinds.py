@@ -243,9 +243,10 @@ def test_output_extensions_chain_and_fail_alone() -> None:
                body="unreachable")
     with host.session() as s:
         clean, results = s.output_extensions("sum it up #count #boom:loud #unknown", "a b c")
-    assert clean == "sum it up #unknown"
+    assert clean == "sum it up"
     assert [(r.name, r.param, r.success) for r in results] == [
-        ("count", None, True), ("boom", "loud", False)]
+        ("count", None, True), ("boom", "loud", False), ("unknown", None, False)]
+    assert results[2].error == "no output extension #unknown"
     assert results[0].content == 3
     assert "trap" in (results[1].error or "")
 

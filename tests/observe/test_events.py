@@ -152,7 +152,7 @@ def test_runtime_event_payloads(make_bus: Callable[..., EventBus]) -> None:
     with pytest.raises(ValueError, match="not a standard"):
         runtime_event("turn.paused")
     assert {t.split(".")[0] for t in RUNTIME_EVENTS} == {"turn", "step", "tool", "session",
-                                                         "plugin"}
+                                                         "plugin", "extension"}
     bus = make_bus(may_subscribe=lambda pid, p: True)
     got: list[tuple[str, str, Any]] = []
     bus.subscribe_plugin("audit", "session.*", lambda *a: got.append(a))

@@ -40,6 +40,7 @@ def exercise(m: Metrics, plugin_id: str = "pii-mask") -> None:
     m.record_host_call(plugin_id, "state.get")
     m.record_event(plugin_id, "emitted")
     m.record_event_dropped(plugin_id)
+    m.record_llm(plugin_id, 12, 5, 0.25)
 
 
 def test_prometheus_names() -> None:
@@ -139,7 +140,8 @@ def test_snapshot_percentiles_match_a_simple_model() -> None:
     m.set_state_size("p", 300)
     assert m.snapshot() == {"p": {"calls": 100, "p50_ms": pytest.approx(50.0),
                                   "p99_ms": pytest.approx(99.0), "fuel": 1000, "faults": 0,
-                                  "state_bytes": 300, "host_calls": 1}}
+                                  "state_bytes": 300, "host_calls": 1, "llm_tokens": 0,
+                                  "llm_cost": 0.0}}
 
 
 def test_reservoir_is_bounded_and_still_representative() -> None:

@@ -687,7 +687,7 @@ def test_trace_and_seed(guest: Guest) -> None:
 
 def test_registration_map(guest: Guest) -> None:
     reg = unpack(guest.result(guest.with_bytes("wasmext_register", pack({"abi": {"minor": 0}}))))
-    assert reg["abi_minor"] == 0
+    assert reg["abi_minor"] == 1
     assert (reg["name"], reg["version"], reg["prompt"]) == ("harness", "9.9.9", "be nice")
     hooks = {(h["hook"], h.get("pattern")): h for h in reg["hooks"]}
     assert "priority" not in hooks[("echo", None)]

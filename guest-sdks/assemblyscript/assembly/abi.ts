@@ -3,7 +3,7 @@
 
 /** The ABI this SDK speaks (SPEC 1.1 and 3.1). */
 export const ABI_MAJOR: i32 = 1;
-export const ABI_MINOR: i32 = 0;
+export const ABI_MINOR: i32 = 1;
 
 /** Levels of the `log` import and the `log` op. */
 export enum LogLevel {
@@ -46,6 +46,8 @@ export namespace Op {
   export const NEXT = "next";
   export const HTTP_FETCH = "http.fetch";
   export const LLM_COMPLETE = "llm.complete";
+  export const AGENTS_REQUEST = "agents.request";
+  export const AGENTS_SEND = "agents.send";
 }
 
 /** Export names (SPEC 1.1); exports.ts defines the functions. */

@@ -157,7 +157,7 @@ export class Answer {
 
 const NIL_BYTE = memory.data<u8>([0xc0]);
 
-function localAnswer(code: string, message: string): Answer {
+export function localAnswer(code: string, message: string): Answer {
   const w = new Writer(64);
   w.writeMap(2);
   w.writeString("ok");

@@ -11,6 +11,7 @@ export {
   Answer, abiInfo, configAll, configGet, hostAbiMinor, hostCall, hostCallRaw, hostCallWriter,
   log, logBytes, pluginId, request, secretGet,
 } from "./host";
+export { Completion, agentsRequest, agentsSend, httpFetch, llmComplete } from "./world";
 export {
   Call, ExtraEntries, Handler, Hook, NO_PRIORITY, PluginDefinition, Reply, definePlugin, plugin,
 } from "./plugin";

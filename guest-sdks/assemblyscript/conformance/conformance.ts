@@ -1,7 +1,8 @@
 // Conformance plugin: each hook exercises one part of the SDK so that the
 // cross-SDK test suite can compare every SDK's behaviour byte for byte.
 import {
-  Call, ErrorCode, LogLevel, Reply, Type, configGet, definePlugin, hostCall, logBytes,
+  Answer, Bytes, Call, Completion, ErrorCode, LogLevel, Reply, Type, agentsRequest, agentsSend,
+  configGet, definePlugin, hostCall, httpFetch, llmComplete, logBytes,
 } from "@wasmext/as-sdk";
 export * from "@wasmext/as-sdk/exports";
 
@@ -54,6 +55,48 @@ function stop(call: Call): Reply {
   return Reply.STOP;
 }
 
+// The minor-1 wrappers reply with the host's whole answer map, like `host`.
+function whole(call: Call, answer: Answer): Reply {
+  return call.returnRaw(answer.raw);
+}
+
+// data = url -> http.fetch GET.
+function fetch(call: Call): Reply {
+  const url = call.dataString();
+  if (url === null) return call.fail(ErrorCode.INVALID, "fetch expects a url");
+  return whole(call, httpFetch("GET", url));
+}
+
+// data = prompt -> llm.complete with max_tokens 50.
+function llm(call: Call): Reply {
+  const prompt = call.dataString();
+  if (prompt === null) return call.fail(ErrorCode.INVALID, "llm expects a prompt");
+  const c = new Completion();
+  c.prompt = prompt;
+  c.maxTokens = 50;
+  return whole(call, llmComplete(c));
+}
+
+function ping(): Bytes {
+  const b = new Uint8Array(5);
+  b[0] = 0xa4; b[1] = 0x70; b[2] = 0x69; b[3] = 0x6e; b[4] = 0x67; // "ping"
+  return Bytes.fromUint8Array(b);
+}
+
+// data = agent -> agents.request with input "ping".
+function turn(call: Call): Reply {
+  const agent = call.dataString();
+  if (agent === null) return call.fail(ErrorCode.INVALID, "turn expects an agent name");
+  return whole(call, agentsRequest(agent, ping()));
+}
+
+// data = agent -> agents.send with input "ping".
+function step(call: Call): Reply {
+  const agent = call.dataString();
+  if (agent === null) return call.fail(ErrorCode.INVALID, "step expects an agent name");
+  return whole(call, agentsSend(agent, ping()));
+}
+
 definePlugin("assemblyscript-conformance", "0.1.0")
   .hook("echo", echo)
   .hook("config", config)
@@ -61,4 +104,8 @@ definePlugin("assemblyscript-conformance", "0.1.0")
   .hook("host", host)
   .hook("fail", fail)
   .hook("unchanged", unchanged)
-  .hook("stop", stop);
+  .hook("stop", stop)
+  .hook("fetch", fetch)
+  .hook("llm", llm)
+  .hook("turn", turn)
+  .hook("step", step);

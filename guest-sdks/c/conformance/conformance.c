@@ -71,6 +71,69 @@ static wasmext_verdict host(wasmext_call *call) {
     return verdict;
 }
 
+/* The minor-1 wrappers: the value is the host's whole answer map, as for
+ * `host`; a local (guest-side) refusal is an error with its code. */
+static wasmext_verdict whole_answer(wasmext_call *call, wasmext_answer *a) {
+    wasmext_verdict verdict = WASMEXT_VALUE;
+    if (a->buf && wasmext_validate(a->buf, a->buf_len) == WASMEXT_OK)
+        wasmext_write_raw(call->out, a->buf, a->buf_len);
+    else
+        verdict = wasmext_fail_answer(call, a);
+    wasmext_answer_free(a);
+    return verdict;
+}
+
+/* data = a string, copied out as a C string into *w. */
+static const char *data_cstr(wasmext_call *call, wasmext_writer *w) {
+    const char *s;
+    uint32_t len;
+    if (wasmext_data_str(call, &s, &len) != WASMEXT_OK) return NULL;
+    wasmext_write_raw(w, s, len);
+    wasmext_write_raw(w, "", 1);
+    return wasmext_writer_error(w) == WASMEXT_OK ? (const char *)w->buf : NULL;
+}
+
+/* data = url → http.fetch GET. */
+static wasmext_verdict fetch(wasmext_call *call) {
+    wasmext_writer s = WASMEXT_WRITER_INIT;
+    const char *url = data_cstr(call, &s);
+    if (!url) return wasmext_fail(call, WASMEXT_E_INVALID, "fetch expects a url");
+    wasmext_answer a;
+    (void)wasmext_http_fetch(NULL, url, NULL, 0, NULL, 0, &a);
+    wasmext_writer_free(&s);
+    return whole_answer(call, &a);
+}
+
+/* data = prompt → llm.complete with max_tokens 50. */
+static wasmext_verdict llm(wasmext_call *call) {
+    wasmext_writer s = WASMEXT_WRITER_INIT;
+    const char *prompt = data_cstr(call, &s);
+    if (!prompt) return wasmext_fail(call, WASMEXT_E_INVALID, "llm expects a prompt");
+    wasmext_answer a;
+    (void)wasmext_llm_complete(NULL, prompt, NULL, 50, -1.0, &a);
+    wasmext_writer_free(&s);
+    return whole_answer(call, &a);
+}
+
+/* turn: data = agent name → agents.request with input "ping";
+ * step: the same through agents.send. */
+static wasmext_verdict agent_call(wasmext_call *call, bool wait) {
+    wasmext_writer s = WASMEXT_WRITER_INIT;
+    const char *agent = data_cstr(call, &s);
+    if (!agent) return wasmext_fail(call, WASMEXT_E_INVALID, "expects an agent name");
+    static const uint8_t ping[] = {0xa4, 'p', 'i', 'n', 'g'};
+    wasmext_answer a;
+    if (wait)
+        (void)wasmext_agents_request(agent, ping, sizeof ping, 0, &a);
+    else
+        (void)wasmext_agents_send(agent, ping, sizeof ping, &a);
+    wasmext_writer_free(&s);
+    return whole_answer(call, &a);
+}
+
+static wasmext_verdict turn(wasmext_call *call) { return agent_call(call, true); }
+static wasmext_verdict step(wasmext_call *call) { return agent_call(call, false); }
+
 static wasmext_verdict fail(wasmext_call *call) {
     const char *msg;
     uint32_t len;
@@ -102,6 +165,10 @@ static const wasmext_hook hooks[] = {
     WASMEXT_HOOK("fail", fail),
     WASMEXT_HOOK("unchanged", unchanged),
     WASMEXT_HOOK("stop", stop),
+    WASMEXT_HOOK("fetch", fetch),
+    WASMEXT_HOOK("llm", llm),
+    WASMEXT_HOOK("turn", turn),
+    WASMEXT_HOOK("step", step),
 };
 
 WASMEXT_PLUGIN("c-conformance", "0.1.0", hooks);

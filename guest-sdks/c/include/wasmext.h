@@ -184,6 +184,24 @@ int wasmext_config_get(const char *key, wasmext_answer *out);
 /* secret.get: needs the "secrets" capability. */
 int wasmext_secret_get(const char *key, wasmext_answer *out);
 
+/* Ops of ABI minor 1 (src/world.c). Each answers `unsupported` locally when
+ * the host's minor is below 1. Answers as for wasmext_host_call.
+ * http.fetch: method NULL = "GET"; headers_map NULL or one encoded MessagePack
+ * map of strings; body NULL = none. Needs "http" and "http:<host>" grants. */
+int wasmext_http_fetch(const char *method, const char *url, const void *headers_map,
+                       size_t headers_len, const void *body, size_t body_len,
+                       wasmext_answer *out);
+/* llm.complete with a user prompt (system NULL = none); model NULL = the
+ * host's; max_tokens <= 0 and temperature < 0 leave them to the host. */
+int wasmext_llm_complete(const char *system, const char *prompt, const char *model,
+                         int max_tokens, double temperature, wasmext_answer *out);
+/* agents.request / agents.send: input is one encoded MessagePack value;
+ * timeout_ms <= 0 = the host's default (15 s). Turn and step middleware only. */
+int wasmext_agents_request(const char *agent, const void *input, size_t input_len,
+                           int timeout_ms, wasmext_answer *out);
+int wasmext_agents_send(const char *agent, const void *input, size_t input_len,
+                        wasmext_answer *out);
+
 /* Direct log through the `log` import (no formatting: pass finished text). */
 void wasmext_log(int level, const char *text);
 void wasmext_log_n(int level, const char *text, size_t len);

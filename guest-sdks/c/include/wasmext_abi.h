@@ -3,7 +3,7 @@
 #define WASMEXT_ABI_H
 
 #define WASMEXT_ABI_MAJOR 1
-#define WASMEXT_ABI_MINOR 0
+#define WASMEXT_ABI_MINOR 1
 
 /* log levels */
 #define WASMEXT_LOG_TRACE 0
@@ -41,6 +41,8 @@
 #define WASMEXT_OP_NEXT "next"
 #define WASMEXT_OP_HTTP_FETCH "http.fetch"
 #define WASMEXT_OP_LLM_COMPLETE "llm.complete"
+#define WASMEXT_OP_AGENTS_REQUEST "agents.request"
+#define WASMEXT_OP_AGENTS_SEND "agents.send"
 
 /* default limits the host applies */
 #define WASMEXT_LIMIT_FUEL_PER_CALL 50000000u

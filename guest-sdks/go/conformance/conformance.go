@@ -22,6 +22,10 @@ func (Conformance) Hooks() []wasmext.Hook {
 		wasmext.On("fail", fail),
 		wasmext.On("unchanged", nil), // registered, always unchanged
 		wasmext.On("stop", stop),
+		wasmext.On("fetch", fetch),
+		wasmext.On("llm", llm),
+		wasmext.On("turn", turn),
+		wasmext.On("step", step),
 	}
 }
 
@@ -88,6 +92,50 @@ func stop(c *wasmext.Call) wasmext.Reply {
 		return wasmext.FailError(err)
 	}
 	return wasmext.Stop
+}
+
+// The minor-1 wrappers reply with the host's whole answer map, like host.
+func whole(c *wasmext.Call, a wasmext.Answer) wasmext.Reply {
+	c.Out.WriteRaw(a.Raw)
+	return wasmext.Value
+}
+
+var ping = msgpack.Raw{0xa4, 'p', 'i', 'n', 'g'}
+
+// fetch: data is a url; http.fetch GET.
+func fetch(c *wasmext.Call) wasmext.Reply {
+	url, err := c.DataString()
+	if err != nil {
+		return wasmext.Fail(wasmext.CodeInvalid, "fetch expects a url")
+	}
+	return whole(c, wasmext.HTTPFetch("GET", url, nil, nil))
+}
+
+// llm: data is a prompt; llm.complete with max_tokens 50.
+func llm(c *wasmext.Call) wasmext.Reply {
+	prompt, err := c.DataString()
+	if err != nil {
+		return wasmext.Fail(wasmext.CodeInvalid, "llm expects a prompt")
+	}
+	return whole(c, wasmext.LLMComplete(wasmext.Completion{Prompt: prompt, MaxTokens: 50}))
+}
+
+// turn: data is an agent name; agents.request with input "ping".
+func turn(c *wasmext.Call) wasmext.Reply {
+	agent, err := c.DataString()
+	if err != nil {
+		return wasmext.Fail(wasmext.CodeInvalid, "turn expects an agent name")
+	}
+	return whole(c, wasmext.AgentsRequest(agent, ping, 0))
+}
+
+// step: data is an agent name; agents.send with input "ping".
+func step(c *wasmext.Call) wasmext.Reply {
+	agent, err := c.DataString()
+	if err != nil {
+		return wasmext.Fail(wasmext.CodeInvalid, "step expects an agent name")
+	}
+	return whole(c, wasmext.AgentsSend(agent, ping))
 }
 
 func init() { wasmext.Register(Conformance{}) }

@@ -18,6 +18,10 @@ impl Plugin for Conformance {
         Hook::new("fail", Handler(Self::fail)),
         Hook::new("unchanged", Handler(Self::unchanged)),
         Hook::new("stop", Handler(Self::stop)),
+        Hook::new("fetch", Handler(Self::fetch)),
+        Hook::new("llm", Handler(Self::llm)),
+        Hook::new("turn", Handler(Self::turn)),
+        Hook::new("step", Handler(Self::step)),
     ];
 }
 
@@ -50,6 +54,44 @@ impl Conformance {
         }
         let answer = wasmext::host_call(call.data_bytes());
         call.reply_raw(answer.raw())
+    }
+
+    /// The minor-1 wrappers reply with the host's whole answer map, like
+    /// `host`; an answer the SDK made up locally is an error with its code.
+    fn whole(call: &mut Call, answer: wasmext::Answer) -> Result<Reply> {
+        if answer.raw().is_empty() {
+            return Err(answer.error());
+        }
+        call.reply_raw(answer.raw())
+    }
+
+    /// data: url -> http.fetch GET.
+    fn fetch(&mut self, call: &mut Call) -> Result<Reply> {
+        let answer = wasmext::http_fetch("GET", call.data_str()?, &[], None);
+        Self::whole(call, answer)
+    }
+
+    /// data: prompt -> llm.complete with max_tokens 50.
+    fn llm(&mut self, call: &mut Call) -> Result<Reply> {
+        let prompt = call.data_str()?.to_owned();
+        let answer = wasmext::llm_complete(&wasmext::Completion {
+            prompt: &prompt,
+            max_tokens: Some(50),
+            ..Default::default()
+        });
+        Self::whole(call, answer)
+    }
+
+    /// data: agent -> agents.request with input "ping".
+    fn turn(&mut self, call: &mut Call) -> Result<Reply> {
+        let answer = wasmext::agents_request(call.data_str()?, b"\xa4ping", None);
+        Self::whole(call, answer)
+    }
+
+    /// data: agent -> agents.send with input "ping".
+    fn step(&mut self, call: &mut Call) -> Result<Reply> {
+        let answer = wasmext::agents_send(call.data_str()?, b"\xa4ping");
+        Self::whole(call, answer)
     }
 
     /// data: text -> an error with code "failed" and that text as message.

@@ -4,7 +4,7 @@
 /// The major ABI version this SDK speaks; `wasmext_abi_version` returns it.
 pub const ABI_MAJOR: u32 = 1;
 /// The minor ABI version this SDK was built against (`abi_minor` at registration).
-pub const ABI_MINOR: u32 = 0;
+pub const ABI_MINOR: u32 = 1;
 
 /// Names of the exports a plugin defines (SPEC 1.1).
 pub mod export {
@@ -71,6 +71,8 @@ pub mod op {
     pub const NEXT: &str = "next";
     pub const HTTP_FETCH: &str = "http.fetch";
     pub const LLM_COMPLETE: &str = "llm.complete";
+    pub const AGENTS_REQUEST: &str = "agents.request";
+    pub const AGENTS_SEND: &str = "agents.send";
 }
 
 /// One row of the op table.
@@ -109,8 +111,10 @@ pub const OPS: &[OpInfo] = &[
     row(op::EVENT_EMIT, "events", 0, true),
     row(op::TOOL_CALL, "tools", 0, true),
     row(op::NEXT, "", 0, true),
-    row(op::HTTP_FETCH, "http", 0, false),
-    row(op::LLM_COMPLETE, "llm", 0, false),
+    row(op::HTTP_FETCH, "http", 1, true),
+    row(op::LLM_COMPLETE, "llm", 1, true),
+    row(op::AGENTS_REQUEST, "agents", 1, true),
+    row(op::AGENTS_SEND, "agents", 1, true),
 ];
 
 /// The row of `name`, if the table has one.

@@ -42,6 +42,7 @@ pub mod msgpack;
 mod plugin;
 pub mod raw;
 mod value;
+mod world;
 mod writer;
 
 pub use abi::code;
@@ -52,6 +53,7 @@ pub use host::{Answer, Level, Request};
 pub use msgpack::{Reader, Token};
 pub use plugin::{Call, Handler, Hook, Plugin, Registration, Reply};
 pub use value::Value;
+pub use world::{agents_request, agents_send, http_fetch, llm_complete, Completion};
 pub use writer::{to_vec, Bin, Encode, Raw, Writer};
 
 #[doc(hidden)]

@@ -9,7 +9,8 @@ const Conformance = struct {
     pub const hooks = [_]wasmext.Hook{
         .{ .hook = "echo" }, .{ .hook = "config" }, .{ .hook = "log" },
         .{ .hook = "host" }, .{ .hook = "fail" },   .{ .hook = "unchanged" },
-        .{ .hook = "stop" },
+        .{ .hook = "stop" }, .{ .hook = "fetch" },  .{ .hook = "llm" },
+        .{ .hook = "turn" }, .{ .hook = "step" },
     };
 
     /// Decodes the data token by token and encodes it again with the SDK
@@ -40,6 +41,32 @@ const Conformance = struct {
         const answer = wasmext.hostCall(try call.data.rawValue());
         try call.out.writeRaw(answer.raw);
         return .value;
+    }
+
+    /// The minor-1 wrappers reply with the host's whole answer map, like `host`.
+    fn whole(call: *wasmext.Call, answer: wasmext.Answer) !wasmext.Reply {
+        try call.out.writeRaw(answer.raw);
+        return .value;
+    }
+
+    /// data: url -> http.fetch GET.
+    pub fn fetch(call: *wasmext.Call) !wasmext.Reply {
+        return whole(call, try wasmext.httpFetch("GET", try call.dataString(), null, null));
+    }
+
+    /// data: prompt -> llm.complete with max_tokens 50.
+    pub fn llm(call: *wasmext.Call) !wasmext.Reply {
+        return whole(call, try wasmext.llmComplete(.{ .prompt = try call.dataString(), .max_tokens = 50 }));
+    }
+
+    /// data: agent -> agents.request with input "ping".
+    pub fn turn(call: *wasmext.Call) !wasmext.Reply {
+        return whole(call, try wasmext.agentsRequest(try call.dataString(), "\xa4ping", null));
+    }
+
+    /// data: agent -> agents.send with input "ping".
+    pub fn step(call: *wasmext.Call) !wasmext.Reply {
+        return whole(call, try wasmext.agentsSend(try call.dataString(), "\xa4ping"));
     }
 
     /// data: text -> an error with code "failed" and that text as message.

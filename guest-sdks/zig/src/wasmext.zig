@@ -47,6 +47,14 @@ pub const configGet = host.configGet;
 pub const configAll = host.configAll;
 pub const hostAbiMinor = host.hostAbiMinor;
 
+const world = @import("world.zig");
+/// The ops of ABI minor 1 (SPEC 4.5).
+pub const httpFetch = world.httpFetch;
+pub const Completion = world.Completion;
+pub const llmComplete = world.llmComplete;
+pub const agentsRequest = world.agentsRequest;
+pub const agentsSend = world.agentsSend;
+
 pub const Hook = plugin.Hook;
 pub const Call = plugin.Call;
 pub const Reply = plugin.Reply;

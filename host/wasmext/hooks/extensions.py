@@ -2,7 +2,14 @@
 
 Output extensions run after the answer, in the order the query asked for
 them; each sees every earlier result, and a failure marks only its own result
-failed: the answer is never touched. Prompt additions and tool guidance come
+failed: the answer is never touched. A plugin may declare its extensions in
+its registration map (`"output_extensions": [{"name", "allowed_params",
+"content_type"}]`): a param outside `allowed_params` is an error result and the
+plugin is not called. A `#name` (starting with a letter) that no plugin
+serves is an error result too, and is stripped from the query like the others.
+Each result carries its duration, the model tokens and cost the plugin used
+through llm.complete during the call, and a content type, and is emitted as
+the runtime event `extension.result`. Prompt additions and tool guidance come
 from the registration map ("prompt", "tool_guidance") and are assembled in
 plugin-id order, so the prompt is the same whatever order plugins loaded in.
 """
@@ -10,6 +17,7 @@ plugin-id order, so the prompt is the same whatever order plugins loaded in.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,10 +42,16 @@ class ExtensionResult:
     success: bool = True
     error: str | None = None
     plugin_id: str | None = None
+    content_type: str = "application/json"
+    duration_ms: float = 0.0
+    usage: dict[str, int] = field(default_factory=dict)  # model tokens: input, output
+    cost: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "param": self.param, "content": self.content,
-                "success": self.success, "error": self.error, "plugin": self.plugin_id}
+                "success": self.success, "error": self.error, "plugin": self.plugin_id,
+                "content_type": self.content_type, "duration_ms": self.duration_ms,
+                "usage": dict(self.usage), "cost": self.cost}
 
 
 def parse_requests(query: str, known: set[str]) -> tuple[str, list[tuple[str, str | None]]]:
@@ -54,24 +68,74 @@ def parse_requests(query: str, known: set[str]) -> tuple[str, list[tuple[str, st
     return re.sub(r"[ \t]{2,}", " ", clean).strip(), found
 
 
+def _declared(session: HookSession, plugin_id: str, name: str) -> dict[str, Any]:
+    lp = session.host.plugins.get(plugin_id)
+    decls = lp.plugin.registration.extra.get("output_extensions") if lp else None
+    for decl in decls if isinstance(decls, list) else []:
+        if isinstance(decl, dict) and decl.get("name") == name:
+            return decl
+    return {}
+
+
+def _llm_used(session: HookSession, plugin_id: str) -> tuple[dict[str, int], float]:
+    llm = getattr(session.host, "llm", None)  # a host without llm.complete reports none
+    if llm is None:
+        return {}, 0.0
+    used = llm.usage(plugin_id)
+    return dict(used["tokens"]), float(used["cost"])
+
+
+def _run_one(session: HookSession, entry: Any, outcome: ExtensionResult,
+             data: dict[str, Any]) -> None:
+    decl = _declared(session, entry.plugin_id, outcome.name)
+    allowed = decl.get("allowed_params")
+    if isinstance(allowed, list) and outcome.param is not None and outcome.param not in allowed:
+        outcome.success = False
+        outcome.error = f"param {outcome.param!r} is not allowed for #{outcome.name}"
+        return
+    tokens_before, cost_before = _llm_used(session, entry.plugin_id)
+    started = time.perf_counter()
+    result, error = session.host.try_call(entry.plugin_id, "output_extension", data, session)
+    outcome.duration_ms = round((time.perf_counter() - started) * 1000, 3)
+    tokens_after, cost_after = _llm_used(session, entry.plugin_id)
+    used = {k: tokens_after.get(k, 0) - tokens_before.get(k, 0) for k in ("input", "output")}
+    if any(used.values()):
+        outcome.usage, outcome.cost = used, round(cost_after - cost_before, 9)
+    if error is not None:
+        outcome.success, outcome.error = False, error
+    elif result is not None:
+        outcome.content = result.value if result.changed else None
+    declared_type = decl.get("content_type")
+    outcome.content_type = declared_type if isinstance(declared_type, str) else \
+        "text/plain" if isinstance(outcome.content, str) else "application/json"
+
+
 def run_output_extensions(session: HookSession, query: str, answer: str
                           ) -> tuple[str, list[ExtensionResult]]:
     entries = session.host.ordered("output_extension")
-    known = {e.pattern for e in entries if e.pattern and not e.pattern.endswith("*")}
-    clean, requests = parse_requests(query, known)
+    requested = {m.group(1) for m in _REQUEST.finditer(query)}
+    served = {name for name in requested if any(matches(e.pattern, name) for e in entries
+                                                if e.pattern)}
+    unknown = {name for name in requested - served if name[0].isalpha()}
+    clean, requests = parse_requests(query, served | unknown)
     results: list[ExtensionResult] = []
     for name, param in requests:
-        entry = next(e for e in entries if matches(e.pattern, name))
-        outcome = ExtensionResult(name, param, plugin_id=entry.plugin_id)
-        data = {"name": name, "param": param, "answer": answer, "query": clean,
-                "previous": {r.name: r.as_dict() for r in results}}
-        result, error = session.host.try_call(entry.plugin_id, "output_extension", data,
-                                              session)
-        if error is not None:
-            outcome.success, outcome.error = False, error
-        elif result is not None:
-            outcome.content = result.value if result.changed else None
-        results.append(outcome)
+        entry = next((e for e in entries if e.pattern and matches(e.pattern, name)), None)
+        if entry is None:
+            results.append(ExtensionResult(name, param, success=False,
+                                           error=f"no output extension #{name}"))
+        else:
+            outcome = ExtensionResult(name, param, plugin_id=entry.plugin_id)
+            data = {"name": name, "param": param, "answer": answer, "query": clean,
+                    "previous": {r.name: r.as_dict() for r in results}}
+            _run_one(session, entry, outcome, data)
+            results.append(outcome)
+        done = results[-1]
+        session.host.observe.bus.emit_runtime(
+            "extension.result", session_id=session.id, name=done.name, param=done.param,
+            plugin_id=done.plugin_id, success=done.success, error=done.error,
+            content_type=done.content_type, duration_ms=done.duration_ms,
+            usage=dict(done.usage), cost=done.cost)
     return clean, results
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import HookAborted, MiddlewareError, WasmextError
+from wasmext.hooks.messages import apply_message_events
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 
@@ -41,6 +42,7 @@ class _Frame:
     called: bool = False
     result: dict[str, Any] | None = None
     error: WasmextError | None = None
+    notes: list[str] = field(default_factory=list)  # message edits, for the trace
 
 
 class _Frames(threading.local):
@@ -57,11 +59,17 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
         raise OpError("invalid", "next is only available inside a middleware hook")
     if frame.called:
         raise OpError("invalid", "next was already called in this layer")
-    frame.called = True
-    changes = {k: v for k, v in req.items() if k != "op"}
+    changes = {k: v for k, v in req.items() if k not in ("op", "message_events")}
     bad = sorted(set(changes) - MUTABLE[frame.kind])
     if bad:
         raise OpError("invalid", f"{frame.kind} middleware cannot change {bad[0]!r}")
+    if "message_events" in req:  # hooks.messages: validated as a whole, then applied
+        if frame.kind != "turn":
+            raise OpError("invalid", "only turn middleware may edit the conversation")
+        messages = frame.data.get("messages")
+        changes["messages"], frame.notes = apply_message_events(
+            messages if isinstance(messages, list) else [], req["message_events"])
+    frame.called = True  # a refused request leaves the layer free to call next again
     started = time.perf_counter()
     try:
         with calltree.detached():  # the host's own inner layers: a tree of their own
@@ -94,6 +102,8 @@ def run_middleware(session: HookSession, kind: str, data: dict[str, Any], core: 
             answer = session.host.call(frame.entry, layer_data, session)
         finally:
             _frames.stack.pop()
+        for note in frame.notes:
+            session.trace.note(kind, "messages", note, frame.entry.plugin_id)
         if frame.error is not None:
             raise frame.error
         if answer is None:  # the layer failed; its policy said carry on without it

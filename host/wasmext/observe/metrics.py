@@ -60,6 +60,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
                                "Event bus outcomes (emitted, delivered, dropped, ...)"),
     "extension.events.dropped": ("counter", ("subscriber",),
                                  "Events dropped because the subscriber's queue was full"),
+    "extension.llm.tokens": ("counter", ("extension_id", "kind"),
+                             "Model tokens used through llm.complete (kind: input, output)"),
+    "extension.llm.cost": ("counter", ("extension_id",),
+                           "Model cost of llm.complete, from the host's price table"),
 }
 DURATION_BUCKETS_MS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
                        50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
@@ -109,6 +113,8 @@ class PluginStats(TypedDict):
     faults: int
     state_bytes: int
     host_calls: int
+    llm_tokens: int  # input + output tokens through llm.complete
+    llm_cost: float
 
 
 @dataclass
@@ -119,6 +125,8 @@ class _Plugin:
     fuel: int = 0
     state_bytes: int = 0
     host_calls: int = 0
+    llm_tokens: int = 0
+    llm_cost: float = 0.0
 
 
 @dataclass
@@ -179,6 +187,8 @@ class Metrics:
         self.host_calls = self._counter("extension.host_calls.total")
         self.events = self._counter("extension.events.total")
         self.events_dropped = self._counter("extension.events.dropped")
+        self.llm_tokens = self._counter("extension.llm.tokens")
+        self.llm_cost = self._counter("extension.llm.cost")
 
     def _counter(self, dotted: str) -> Counter:
         _kind, labels, doc = METRICS[dotted]
@@ -301,6 +311,17 @@ class Metrics:
         `subscriber` is the plugin id or the Python subscription's name."""
         self.events_dropped.labels(subscriber=subscriber).inc()
 
+    def record_llm(self, plugin_id: str, input_tokens: int, output_tokens: int,
+                   cost: float) -> None:
+        """One llm.complete: the tokens the model reported and their price."""
+        with self._lock:
+            stats = self._plugin(plugin_id)
+            stats.llm_tokens += max(0, input_tokens) + max(0, output_tokens)
+            stats.llm_cost += max(0.0, cost)
+        self.llm_tokens.labels(extension_id=plugin_id, kind="input").inc(max(0, input_tokens))
+        self.llm_tokens.labels(extension_id=plugin_id, kind="output").inc(max(0, output_tokens))
+        self.llm_cost.labels(extension_id=plugin_id).inc(max(0.0, cost))
+
     def forget(self, plugin_id: str) -> None:
         """Drop a plugin's summary (its Prometheus counters stay, as counters should)."""
         with self._lock:
@@ -317,7 +338,8 @@ class Metrics:
         with self._lock:
             items = [(pid, list(s.reservoir), PluginStats(
                 calls=s.calls, p50_ms=None, p99_ms=None, fuel=s.fuel, faults=s.faults,
-                state_bytes=s.state_bytes, host_calls=s.host_calls))
+                state_bytes=s.state_bytes, host_calls=s.host_calls, llm_tokens=s.llm_tokens,
+                llm_cost=s.llm_cost))
                 for pid, s in self._plugins.items()]
         for _pid, samples, stats in items:
             stats["p50_ms"], stats["p99_ms"] = percentile(samples, 50), percentile(samples, 99)

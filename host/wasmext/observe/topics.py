@@ -41,9 +41,11 @@ RUNTIME_EVENTS: dict[str, tuple[str, ...]] = {
     "plugin.loaded": ("plugin_id", "version", *_T),
     "plugin.unloaded": ("plugin_id", *_T),
     "plugin.faulted": ("plugin_id", "hook", "reason", *_T),
+    "extension.result": ("session_id", "name", "param", "plugin_id", "success", "error",
+                         "content_type", "duration_ms", "usage", "cost", *_T),
 }
 # Only the host emits here: a plugin cannot forge runtime events, whatever its grants.
-RESERVED_NAMESPACES = frozenset({"turn", "step", "tool", "session"})
+RESERVED_NAMESPACES = frozenset({"turn", "step", "tool", "session", "extension"})
 
 _SEGMENT = r"[A-Za-z0-9_-]{1,64}"
 _TOPIC_RE = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT}){{0,15}}")

@@ -95,6 +95,7 @@ class HostServices:
         # Called with (plugin id, op) for every request naming a known op (metrics).
         self.observer: Callable[[str, str], None] | None = None
         self._capability = {op: cap for op, (cap, _since, _impl) in OPS.items()}
+        self._since = {op: since for op, (_cap, since, _impl) in OPS.items()}
         self.register("log", _op_log)
         self.register("config.get", _op_config_get)
         self.register("secret.get", _op_secret_get)
@@ -118,6 +119,11 @@ class HostServices:
         op = req["op"]
         if op not in self._capability:
             return _error("unsupported", f"unknown op {op!r}")
+        if self._since.get(op, 0) > ctx.abi_minor:
+            # SPEC 3.1: an op newer than the negotiated minor is unknown to this guest,
+            # so a minor-0 guest sees exactly what a minor-0 host answered.
+            return _error("unsupported", f"op {op!r} needs ABI minor {self._since[op]}; "
+                          f"the plugin negotiated {ctx.abi_minor}")
         if self.observer is not None:
             self.observer(ctx.plugin_id, op)
         try:

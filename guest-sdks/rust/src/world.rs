@@ -1,0 +1,90 @@
+//! Wrappers for the ops of ABI minor 1 (SPEC 4.5): `http.fetch`,
+//! `llm.complete`, `agents.request` and `agents.send`. Each goes through
+//! [`Request`], which answers `unsupported` locally when the host announced a
+//! minor below 1 (SPEC 3.1).
+
+use crate::abi::op;
+use crate::host::{Answer, Request};
+use crate::writer::{Bin, Raw, Writer};
+
+/// `http.fetch`: `method` ("GET", "POST", ...) `url`, extra headers and an
+/// optional body. Needs the `http` and `http:<host pattern>` grants. The
+/// answer's value is `{status, headers, body, url}`.
+pub fn http_fetch(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Answer {
+    let mut map = Writer::new();
+    map.write_map(headers.len());
+    for (name, value) in headers {
+        map.write_str(name).write_str(value);
+    }
+    let mut req = Request::new(op::HTTP_FETCH)
+        .arg("url", url)
+        .arg("method", method);
+    if !headers.is_empty() {
+        req = req.arg("headers", &Raw(map.as_bytes()));
+    }
+    if let Some(body) = body {
+        req = req.arg("body", &Bin(body));
+    }
+    req.send()
+}
+
+/// One `llm.complete` request: a prompt, optionally a system message, a model
+/// (default: the host's), `max_tokens` and `temperature` (default: the host's).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Completion<'a> {
+    pub system: Option<&'a str>,
+    pub prompt: &'a str,
+    pub model: Option<&'a str>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+}
+
+/// `llm.complete` (grant `llm`): the answer's value is `{text, finish_reason,
+/// model, usage: {input, output}, cost}`.
+pub fn llm_complete(c: &Completion<'_>) -> Answer {
+    let mut messages = Writer::new();
+    messages.write_array(if c.system.is_some() { 2 } else { 1 });
+    if let Some(system) = c.system {
+        messages.write_map(2).write_str("role").write_str("system");
+        messages.write_str("content").write_str(system);
+    }
+    messages.write_map(2).write_str("role").write_str("user");
+    messages.write_str("content").write_str(c.prompt);
+    let mut req = Request::new(op::LLM_COMPLETE).arg("messages", &Raw(messages.as_bytes()));
+    if let Some(model) = c.model {
+        req = req.arg("model", model);
+    }
+    if let Some(max_tokens) = c.max_tokens {
+        req = req.arg("max_tokens", &max_tokens);
+    }
+    if let Some(temperature) = c.temperature {
+        req = req.arg("temperature", &temperature);
+    }
+    req.send()
+}
+
+/// `agents.request` (grants `agents`, `agents:<pattern>`; turn and step
+/// middleware only): `input` is one encoded MessagePack value; the answer's
+/// value is the agent's answer. `timeout_ms` None = the host's 15 s.
+pub fn agents_request(agent: &str, input: &[u8], timeout_ms: Option<u32>) -> Answer {
+    let mut req = Request::new(op::AGENTS_REQUEST)
+        .arg("agent", agent)
+        .arg("input", &Raw(input));
+    if let Some(ms) = timeout_ms {
+        req = req.arg("timeout_ms", &ms);
+    }
+    req.send()
+}
+
+/// `agents.send`: like [`agents_request`] without waiting for the answer.
+pub fn agents_send(agent: &str, input: &[u8]) -> Answer {
+    Request::new(op::AGENTS_SEND)
+        .arg("agent", agent)
+        .arg("input", &Raw(input))
+        .send()
+}

@@ -1,0 +1,230 @@
+"""The `llm.complete` op: the host application's model, under budgets and a price table.
+
+The model is a `Completer` (any callable taking a `ChatRequest` and returning a
+`ChatAnswer`): a Python function given to the Host, or an OpenAI-compatible
+endpoint from the `[llm]` config (`services.llm_client`). Per plugin
+(`LlmPolicy`): the models it may name (default: the host's model only), token
+budgets per call, per session and per day, how many completions it may have
+in flight, and `timeout_ms`. Budgets are reserved before the request is sent
+(an estimate of the prompt plus `max_tokens`), so concurrent calls cannot
+overrun them together; the model's reported usage replaces the reservation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wasmext.observe.metrics import Metrics
+from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError
+
+__all__ = ["Completer", "LlmPolicy", "LlmService", "LlmSettings", "Price"]
+
+Completer = Callable[[ChatRequest], ChatAnswer]
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+MAX_SESSIONS_TRACKED = 10_000
+
+
+@dataclass(frozen=True)
+class LlmPolicy:
+    models: tuple[str, ...] = ()          # allowed models; empty: the host's model only
+    max_tokens_per_call: int = 2048
+    max_tokens_per_session: int = 20_000
+    max_tokens_per_day: int = 200_000
+    max_in_flight: int = 4
+    timeout_ms: int = 30_000              # llm_timeout_ms; the call's deadline still applies
+
+
+@dataclass(frozen=True)
+class Price:
+    """Currency units per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    """The `[llm]` config: the endpoint, the default model, prices, per-plugin policies."""
+
+    url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    default: LlmPolicy = field(default_factory=LlmPolicy)
+    plugins: Mapping[str, LlmPolicy] = field(default_factory=dict)
+
+    def policy(self, plugin_id: str) -> LlmPolicy:
+        return self.plugins.get(plugin_id, self.default)
+
+
+def estimate_tokens(messages: list[dict[str, str]]) -> int:
+    """A cheap upper-side guess (4 characters a token, a few per message)."""
+    return sum(len(m["content"]) // 4 + 4 for m in messages)
+
+
+def _messages(raw: Any) -> list[dict[str, str]]:
+    if not isinstance(raw, list) or not raw or len(raw) > 256:
+        raise OpError("invalid", "'messages' must be a non-empty array of at most 256 maps")
+    out = []
+    for m in raw:
+        if not isinstance(m, dict) or m.get("role") not in ROLES or \
+                not isinstance(m.get("content"), str):
+            raise OpError("invalid", "each message needs a role (system, user, assistant, "
+                          "tool) and a string content")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+class _Usage:
+    """Tokens reserved and spent, per plugin per session and per plugin per day."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.session: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.day: dict[tuple[str, str], int] = {}
+        self.in_flight: dict[str, int] = {}
+        self.cost: dict[str, float] = {}
+        self.tokens: dict[str, dict[str, int]] = {}
+
+
+class LlmService:
+    """llm.complete for one Host."""
+
+    def __init__(self, metrics: Metrics, settings: LlmSettings | None = None,
+                 completer: Completer | None = None) -> None:
+        self.settings = settings or LlmSettings()
+        self.completer = completer
+        self.metrics = metrics
+        self._usage = _Usage()
+
+    @property
+    def model(self) -> str | None:
+        return self.settings.model
+
+    def use(self, completer: Completer | None, model: str | None = None) -> None:
+        """Set the host's model (a callable) and, optionally, its name."""
+        self.completer = completer
+        if model is not None:
+            self.settings = dataclasses.replace(self.settings, model=model)
+
+    def install(self, services: HostServices) -> None:
+        services.register("llm.complete", self.complete)
+
+    def usage(self, plugin_id: str) -> dict[str, Any]:
+        """Tokens and cost so far (for `wasmext stats` and output-extension results)."""
+        with self._usage.lock:
+            tokens = dict(self._usage.tokens.get(plugin_id, {}))
+            return {"tokens": tokens, "cost": self._usage.cost.get(plugin_id, 0.0)}
+
+    def cost_of(self, model: str, input_tokens: int, output_tokens: int) -> float:
+        price = self.settings.prices.get(model)
+        if price is None:
+            return 0.0
+        return (input_tokens * price.input + output_tokens * price.output) / 1_000_000
+
+    # -- the op ----------------------------------------------------------------------
+
+    def complete(self, ctx: CallContext, req: dict[str, Any]) -> dict[str, Any]:
+        policy = self.settings.policy(ctx.plugin_id)
+        messages = _messages(req.get("messages"))
+        model = req.get("model", self.settings.model)
+        allowed = policy.models or ((self.settings.model,) if self.settings.model else ())
+        if not isinstance(model, str) or model not in allowed:
+            raise OpError("denied", f"model {str(model)[:64]!r} is not allowed for plugin "
+                          f"{ctx.plugin_id} (allowed: {', '.join(allowed) or 'none'})")
+        max_tokens = req.get("max_tokens", policy.max_tokens_per_call)
+        temperature = req.get("temperature")
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise OpError("invalid", "'max_tokens' must be a positive int")
+        if temperature is not None and (not isinstance(temperature, (int, float)) or
+                                        isinstance(temperature, bool) or
+                                        not 0 <= temperature <= 2):
+            raise OpError("invalid", "'temperature' must be a number from 0 to 2")
+        if self.completer is None:
+            raise OpError("unavailable", "the host has no model configured")
+        reserved = estimate_tokens(messages) + max_tokens
+        keys = self._reserve(ctx, policy, reserved)
+        started = time.perf_counter()
+        spent = reserved
+        try:
+            timeout_s = self._time_left(ctx, policy)
+            answer = self.completer(ChatRequest(messages, model, max_tokens,
+                                                None if temperature is None else
+                                                float(temperature), timeout_s=timeout_s))
+            spent = answer.input_tokens + answer.output_tokens
+        except ModelError as exc:
+            code = "timeout" if exc.timed_out else "unavailable"
+            raise OpError(code, f"llm.complete: {exc.message}") from None
+        finally:
+            ctx.waited_seconds += time.perf_counter() - started  # the model's time, not ours
+            self._settle(ctx.plugin_id, keys, reserved, spent)
+        cost = self.cost_of(model, answer.input_tokens, answer.output_tokens)
+        self._record(ctx.plugin_id, answer, cost)
+        return {"text": answer.text, "finish_reason": answer.finish_reason,
+                "model": answer.model or model,
+                "usage": {"input": answer.input_tokens, "output": answer.output_tokens},
+                "cost": cost}
+
+    def _time_left(self, ctx: CallContext, policy: LlmPolicy) -> float:
+        limit = policy.timeout_ms / 1000
+        if ctx.deadline:
+            limit = min(limit, ctx.deadline - time.monotonic() - 0.02)
+        if limit <= 0:
+            raise ModelError("the call's deadline passed before the model was asked",
+                             timed_out=True)
+        return limit
+
+    def _reserve(self, ctx: CallContext, policy: LlmPolicy,
+                 tokens: int) -> tuple[tuple[str, str], tuple[str, str]]:
+        pid = ctx.plugin_id
+        if tokens > policy.max_tokens_per_call:
+            raise OpError("limit", f"plugin {pid}: {tokens} tokens (prompt estimate + "
+                          f"max_tokens) is over the per-call budget {policy.max_tokens_per_call}")
+        session = (pid, ctx.session or "")
+        day = (pid, time.strftime("%Y-%m-%d", time.gmtime()))
+        u = self._usage
+        with u.lock:
+            if u.in_flight.get(pid, 0) >= policy.max_in_flight:
+                raise OpError("limit", f"plugin {pid}: {policy.max_in_flight} completions "
+                              "already in flight")
+            used_session, used_day = u.session.get(session, 0), u.day.get(day, 0)
+            if used_session + tokens > policy.max_tokens_per_session:
+                raise OpError("limit", f"plugin {pid}: the session's token budget "
+                              f"{policy.max_tokens_per_session} is spent ({used_session} used)")
+            if used_day + tokens > policy.max_tokens_per_day:
+                raise OpError("limit", f"plugin {pid}: today's token budget "
+                              f"{policy.max_tokens_per_day} is spent ({used_day} used)")
+            u.session[session] = used_session + tokens
+            u.session.move_to_end(session)
+            while len(u.session) > MAX_SESSIONS_TRACKED:
+                u.session.popitem(last=False)
+            u.day = {k: v for k, v in u.day.items() if k[1] == day[1]}
+            u.day[day] = used_day + tokens
+            u.in_flight[pid] = u.in_flight.get(pid, 0) + 1
+        return session, day
+
+    def _settle(self, pid: str, keys: tuple[tuple[str, str], tuple[str, str]],
+                reserved: int, spent: int) -> None:
+        """Replace the reservation by what the model reported (a failed call keeps it)."""
+        u = self._usage
+        with u.lock:
+            u.in_flight[pid] = max(0, u.in_flight.get(pid, 0) - 1)
+            for table, key in ((u.session, keys[0]), (u.day, keys[1])):
+                if key in table:
+                    table[key] = max(0, table[key] - reserved + spent)
+
+    def _record(self, pid: str, answer: ChatAnswer, cost: float) -> None:
+        u = self._usage
+        with u.lock:
+            tokens = u.tokens.setdefault(pid, {"input": 0, "output": 0})
+            tokens["input"] += answer.input_tokens
+            tokens["output"] += answer.output_tokens
+            u.cost[pid] = u.cost.get(pid, 0.0) + cost
+        self.metrics.record_llm(pid, answer.input_tokens, answer.output_tokens, cost)

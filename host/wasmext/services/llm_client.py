@@ -1,0 +1,129 @@
+"""One chat completion from an OpenAI-compatible endpoint, with httpx.
+
+Shared by `llm.complete` (services.llm) and `wasmext run --model-url`
+(models.OpenAIModel). The answer is read in pieces and abandoned past
+`max_answer_bytes`; every failure is a `ModelError` saying whether it was the
+deadline (`timed_out`) or the endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+
+from wasmext.errors import WasmextError
+from wasmext.services.httpdeadline import until
+
+__all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient"]
+
+
+class ModelError(WasmextError):
+    reason = "model"
+
+    def __init__(self, message: str, *, timed_out: bool = False, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: Sequence[dict[str, Any]]
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    tools: Sequence[dict[str, Any]] = ()
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    text: str
+    finish_reason: str = "stop"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _tokens(usage: Any, key: str) -> int:
+    value = usage.get(key, 0) if isinstance(usage, dict) else 0
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def parse_answer(doc: Any, model: str) -> ChatAnswer:
+    """A chat.completion document; ValueError when it is not one."""
+    try:
+        choice = doc["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"no choices[0].message in the answer ({exc!r})") from None
+    if not isinstance(message, dict):
+        raise ValueError("choices[0].message is not an object")
+    calls = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {}) if isinstance(call, dict) else {}
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except (ValueError, TypeError):
+            args = {"_raw": fn.get("arguments")}
+        calls.append({"call_id": str(call.get("id", "")), "tool": str(fn.get("name", "")),
+                      "args": args})
+    usage = doc.get("usage")
+    content = message.get("content")
+    return ChatAnswer(text=content if isinstance(content, str) else "",
+                      finish_reason=str(choice.get("finish_reason") or "stop"),
+                      input_tokens=_tokens(usage, "prompt_tokens"),
+                      output_tokens=_tokens(usage, "completion_tokens"),
+                      model=str(doc.get("model") or model), tool_calls=calls)
+
+
+class OpenAIClient:
+    """POST {base_url}/chat/completions."""
+
+    def __init__(self, base_url: str, api_key: str | None = None,
+                 max_answer_bytes: int = 4 << 20) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.api_key = api_key
+        self.max_answer_bytes = max_answer_bytes
+
+    def chat(self, req: ChatRequest) -> ChatAnswer:
+        body: dict[str, Any] = {"model": req.model, "messages": list(req.messages)}
+        if req.max_tokens is not None:
+            body["max_tokens"] = req.max_tokens
+        if req.temperature is not None:
+            body["temperature"] = req.temperature
+        if req.tools:
+            body["tools"] = [{"type": "function", "function": {
+                "name": t["name"], "description": t.get("description", ""),
+                "parameters": t.get("input_schema", {"type": "object"})}} for t in req.tools]
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        try:
+            deadline = time.monotonic() + req.timeout_s
+            with httpx2.Client(trust_env=False) as client, \
+                    client.stream("POST", self.url, json=body, headers=headers,
+                                  extensions=until(deadline)) as resp:
+                raw = bytearray()
+                for chunk in resp.iter_raw(65536):
+                    raw += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx2.ReadTimeout("the answer ran past the deadline")
+                    if len(raw) > self.max_answer_bytes:
+                        raise ModelError(f"{self.url}: answer over {self.max_answer_bytes} "
+                                         "bytes")
+                if resp.status_code != 200:
+                    raise ModelError(f"{self.url}: HTTP {resp.status_code}")
+            return parse_answer(json.loads(bytes(raw)), req.model)
+        except httpx2.TimeoutException:
+            raise ModelError(f"{self.url}: no answer within {req.timeout_s:.3g} s",
+                             timed_out=True) from None
+        except httpx2.HTTPError as exc:
+            raise ModelError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+        except ValueError as exc:
+            raise ModelError(f"{self.url}: not a chat completion: {exc}") from None

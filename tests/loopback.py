@@ -1,0 +1,157 @@
+"""Real loopback HTTP servers for the http.fetch and llm.complete tests.
+
+`Loopback` serves a few routes on 127.0.0.1 (or ::1) from a thread: plain
+answers, an echo of the request headers, redirects, a response that claims or
+streams a gigabyte, a slow answer, and an OpenAI-compatible chat-completions
+endpoint whose behaviour the test sets. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+GIGABYTE = 1 << 30
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], family: int) -> None:
+        self.address_family = family
+        self.seen: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+        self.slow_s = 5.0
+        self.completion: dict[str, Any] = {"text": "hello from the model", "delay_s": 0.0,
+                                           "usage": (12, 5)}
+        self.sent_bytes = 0
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _stream(self, declared: bool) -> None:
+        self.send_response(200)
+        if declared:
+            self.send_header("Content-Length", str(GIGABYTE))
+        else:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        chunk = b"x" * 65536
+        try:
+            for _ in range(GIGABYTE // len(chunk)):
+                self.wfile.write(chunk)
+                self.server.sent_bytes += len(chunk)
+        except OSError:
+            pass  # the client hung up at its cap: what the test wants
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._route(b"")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        self._route(self.rfile.read(length))
+
+    def _route(self, body: bytes) -> None:
+        parts = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self.server.seen.append({"path": parts.path, "headers": headers, "body": body})
+        if parts.path == "/hello":
+            self._answer(200, b"hi", {"X-Answer": "yes", "Set-Cookie": "session=1"})
+        elif parts.path == "/echo":
+            echoed = json.dumps(dict(self.headers.items())).encode()
+            self._answer(200, echoed, {"X-Echo-Auth": self.headers.get("Authorization", "")})
+        elif parts.path == "/redirect":
+            self._answer(302, b"", {"Location": query["to"]})
+        elif parts.path == "/gigabyte":
+            self._stream(declared=True)
+        elif parts.path == "/gigabyte-undeclared":
+            self._stream(declared=False)
+        elif parts.path == "/slow":
+            self.server.stop.wait(self.server.slow_s)
+            self._answer(200, b"late")
+        elif parts.path == "/v1/chat/completions":
+            self._complete(json.loads(body or b"{}"))
+        else:
+            self._answer(404, b"no such route")
+
+    def _complete(self, request: dict[str, Any]) -> None:
+        plan = self.server.completion
+        if plan["delay_s"]:
+            self.server.stop.wait(plan["delay_s"])
+        prompt, completion = plan["usage"]
+        doc = {"id": "cmpl-1", "object": "chat.completion", "model": request.get("model"),
+               "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": plan["text"]}}],
+               "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                         "total_tokens": prompt + completion}}
+        self._answer(200, json.dumps(doc).encode(), {"Content-Type": "application/json"})
+
+
+class Loopback:
+    def __init__(self, server: _Server) -> None:
+        self.server = server
+        host, port = server.server_address[:2]
+        self.host = str(host)
+        self.port = int(port)
+
+    def url(self, path: str, host: str | None = None) -> str:
+        name = host or self.host
+        shown = f"[{name}]" if ":" in name else name
+        return f"http://{shown}:{self.port}{path}"
+
+    @property
+    def seen(self) -> list[dict[str, Any]]:
+        return self.server.seen
+
+
+@contextmanager
+def loopback(host: str = "127.0.0.1") -> Iterator[Loopback]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server = _Server((host, 0), family)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield Loopback(server)
+    finally:
+        server.stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def ipv6_loopback_available() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def elapsed(since: float) -> float:
+    return time.monotonic() - since

@@ -1,0 +1,72 @@
+"""ABI minor 1: the ops it adds answer only guests that negotiated it (SPEC 3.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+
+from wasmext import PluginError, Runtime
+from wasmext._abi import ABI_MINOR, OPS
+from wasmext.sandbox.hostcalls import CallContext
+from wasmext.testing import DATA_AT, guest_wat, load_wat
+
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+MINOR_1_OPS = sorted(op for op, (_cap, since, _impl) in OPS.items() if since == 1)
+
+
+def forwarder(runtime: Runtime, request: dict[str, Any], minor: int | None,
+              **kwargs: Any) -> Any:
+    raw = msgpack.packb(request)
+    registration: dict[str, Any] = {"hooks": [{"hook": "test"}]}
+    if minor is not None:
+        registration["abi_minor"] = minor
+    body = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))"
+    return load_wat(runtime, guest_wat(body, imports=HOST_CALL, data=raw,
+                                       registration=registration), **kwargs)
+
+
+def test_the_host_speaks_minor_1() -> None:
+    assert ABI_MINOR == 1
+    assert {"http.fetch", "llm.complete", "agents.request", "agents.send"} <= set(MINOR_1_OPS)
+
+
+@pytest.mark.parametrize("op", MINOR_1_OPS)
+@pytest.mark.parametrize("minor", [None, 0])
+def test_a_minor_0_guest_sees_the_new_ops_as_unknown(runtime: Runtime, op: str,
+                                                     minor: int | None) -> None:
+    def served(ctx: CallContext, req: dict[str, Any]) -> str:
+        return "served"
+
+    runtime.services.register(op, served)
+    cap = OPS[op][0]
+    plugin = forwarder(runtime, {"op": op}, minor, grants={cap})
+    with pytest.raises(PluginError) as info:
+        plugin.call("test")
+    assert info.value.code == "unsupported"
+    assert "needs ABI minor 1" in info.value.message
+
+
+@pytest.mark.parametrize("op", MINOR_1_OPS)
+def test_a_minor_1_guest_reaches_them(runtime: Runtime, op: str) -> None:
+    def served(ctx: CallContext, req: dict[str, Any]) -> str:
+        return f"served {ctx.abi_minor}"
+
+    runtime.services.register(op, served)
+    cap = OPS[op][0]
+    assert forwarder(runtime, {"op": op}, 1, grants={cap}).call("test").value == "served 1"
+    denied = forwarder(runtime, {"op": op}, 1, plugin_id="no-grant")
+    with pytest.raises(PluginError) as info:
+        denied.call("test")
+    assert info.value.code == "denied"
+
+
+def test_a_minor_0_guest_keeps_its_ops(runtime: Runtime) -> None:
+    plugin = forwarder(runtime, {"op": "abi.info"}, None)
+    assert plugin.call("test").value["minor"] == 0
+    newer = forwarder(runtime, {"op": "abi.info"}, 7, plugin_id="newer")
+    assert newer.call("test").value["minor"] == ABI_MINOR
+    reads = forwarder(runtime, {"op": "config.get", "key": "k"}, 0, plugin_id="reads",
+                      settings={"k": "v"})
+    assert reads.call("test").value == "v"

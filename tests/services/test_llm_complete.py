@@ -1,0 +1,276 @@
+"""llm.complete against a real loopback OpenAI-compatible server and a Python model.
+
+Budgets are refused with `limit` before anything is sent; a slow model is a
+`timeout` at the call's deadline or the plugin's llm timeout; a storm of
+completions runs into the budgets and the in-flight cap. The host serves a
+healthy plugin afterwards every time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import wasmtime
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loopback import Loopback, loopback
+from wasmext import ConfigError, Host, PluginError, Runtime
+from wasmext.config import HostConfig, load_config
+from wasmext.services.llm import LlmPolicy, LlmSettings, Price
+from wasmext.services.llm_client import ChatAnswer, ChatRequest, parse_answer
+from wasmext.services.llm_config import parse_llm
+from wasmext.testing import DATA_AT, guest_wat, make_host
+
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+ASK = {"messages": [{"role": "user", "content": "Summarise: the cat sat on the mat."}],
+       "max_tokens": 100}
+
+
+def llm_wasm(request: dict[str, Any], times: int = 1) -> bytes:
+    """A minor-1 guest that sends `request` `times` times and answers the last answer."""
+    raw = msgpack.packb({"op": "llm.complete", **request})
+    call = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))"
+    body = call if times == 1 else f"""(local $i i32) (local $r i64)
+      (loop $again
+        (local.set $r {call})
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $again (i32.lt_u (local.get $i) (i32.const {times}))))
+      (local.get $r)"""
+    wat = guest_wat(body, imports=HOST_CALL, data=raw,
+                    registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
+    return bytes(wasmtime.wat2wasm(wat))
+
+
+@pytest.fixture
+def server() -> Iterator[Loopback]:
+    with loopback() as srv:
+        yield srv
+
+
+def completions(server: Loopback) -> list[dict[str, Any]]:
+    return [s for s in server.seen if s["path"] == "/v1/chat/completions"]
+
+
+def endpoint_host(server: Loopback, **policy: Any) -> Host:
+    llm = LlmSettings(url=server.url("/v1"), model="m", prices={"m": Price(2.0, 4.0)},
+                      default=LlmPolicy(**policy))
+    return make_host(config=HostConfig(llm=llm))
+
+
+def refused(plugin: Any, code: str, within_s: float, meta: Any = None) -> str:
+    started = time.monotonic()
+    with pytest.raises(PluginError) as info:
+        plugin.call("test", None, meta)
+    assert time.monotonic() - started < within_s
+    assert info.value.code == code, info.value.message
+    return info.value.message
+
+
+def healthy(host: Host, server: Loopback) -> None:
+    server.server.completion.update(delay_s=0.0, usage=(12, 5))
+    if "healthy" not in host.plugins:
+        host.add(llm_wasm(ASK), plugin_id="healthy", grants={"llm"},
+                 limits={"timeout_ms": 5000})
+    answer = host.plugins["healthy"].plugin.call("test", None, {"session": "fresh"}).value
+    assert answer["text"] == "hello from the model"
+
+
+def test_complete_through_an_endpoint(server: Loopback) -> None:
+    with endpoint_host(server) as host:
+        plugin = host.add(llm_wasm({**ASK, "temperature": 0.5}), plugin_id="asker",
+                          grants={"llm"}, limits={"timeout_ms": 5000})
+        answer = plugin.call("test").value
+        assert answer == {"text": "hello from the model", "finish_reason": "stop", "model": "m",
+                          "usage": {"input": 12, "output": 5}, "cost": (12 * 2 + 5 * 4) / 1e6}
+        sent = json.loads(completions(server)[-1]["body"])
+        assert (sent["model"], sent["max_tokens"], sent["temperature"]) == ("m", 100, 0.5)
+        exposition = host.observe.metrics.exposition().decode()
+        assert 'extension_llm_tokens_total{extension_id="asker",kind="input"} 12.0' in exposition
+        assert 'extension_llm_tokens_total{extension_id="asker",kind="output"} 5.0' in exposition
+        assert 'extension_llm_cost_total{extension_id="asker"} 4.4e-05' in exposition
+        assert host.llm.usage("asker") == {"tokens": {"input": 12, "output": 5}, "cost": 4.4e-05}
+
+
+def test_models_come_from_the_plugins_allowlist(server: Loopback) -> None:
+    with endpoint_host(server) as host:
+        other = host.add(llm_wasm({**ASK, "model": "big"}), plugin_id="big", grants={"llm"},
+                         limits={"timeout_ms": 5000})
+        assert "not allowed" in refused(other, "denied", 2)
+        assert completions(server) == []
+        no_grant = host.add(llm_wasm(ASK), plugin_id="no-grant", limits={"timeout_ms": 5000})
+        refused(no_grant, "denied", 2)
+    with endpoint_host(server, models=("m", "big")) as host:
+        allowed = host.add(llm_wasm({**ASK, "model": "big"}), plugin_id="big", grants={"llm"},
+                           limits={"timeout_ms": 5000})
+        assert allowed.call("test").value["model"] == "big"
+
+
+def test_budgets_are_refused_before_sending(server: Loopback) -> None:
+    server.server.completion["usage"] = (150, 100)  # 250 tokens a call, as the model says
+    with endpoint_host(server, max_tokens_per_call=300, max_tokens_per_session=600,
+                       max_tokens_per_day=1000) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="spender", grants={"llm"},
+                          limits={"timeout_ms": 5000})
+        s1 = {"session": "s1"}
+        plugin.call("test", None, s1)
+        plugin.call("test", None, s1)
+        assert "session's token budget" in refused(plugin, "limit", 2, s1)
+        assert len(completions(server)) == 2
+        s2 = {"session": "s2"}
+        plugin.call("test", None, s2)
+        plugin.call("test", None, s2)
+        assert "today's token budget" in refused(plugin, "limit", 2, {"session": "s3"})
+        assert len(completions(server)) == 4
+        greedy = host.add(llm_wasm({**ASK, "max_tokens": 5000}), plugin_id="greedy",
+                          grants={"llm"}, limits={"timeout_ms": 5000})
+        assert "per-call budget" in refused(greedy, "limit", 2)
+        assert len(completions(server)) == 4
+        healthy(host, server)
+
+
+def test_a_slow_model_times_out_at_the_call_deadline(server: Loopback) -> None:
+    server.server.completion["delay_s"] = 5.0
+    with endpoint_host(server) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="waiter", grants={"llm"},
+                          limits={"timeout_ms": 300})
+        refused(plugin, "timeout", 1.5)
+        healthy(host, server)
+
+
+def test_the_plugins_llm_timeout_applies_below_the_deadline(server: Loopback) -> None:
+    server.server.completion["delay_s"] = 5.0
+    with endpoint_host(server, timeout_ms=200) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="waiter", grants={"llm"},
+                          limits={"timeout_ms": 5000})
+        refused(plugin, "timeout", 1.5)
+        healthy(host, server)
+
+
+def test_a_storm_inside_one_call_runs_into_the_budget(server: Loopback) -> None:
+    server.server.completion["usage"] = (150, 100)
+    with endpoint_host(server, max_tokens_per_session=100_000, max_tokens_per_day=2000) as host:
+        storm = host.add(llm_wasm(ASK, times=500), plugin_id="storm", grants={"llm"},
+                         limits={"timeout_ms": 10_000, "host_call_timeout_ms": 10_000})
+        refused(storm, "limit", 10)
+        assert len(completions(server)) <= 2000 // 250
+        healthy(host, server)
+
+
+def test_a_concurrent_storm_meets_the_in_flight_cap(server: Loopback) -> None:
+    server.server.completion["delay_s"] = 0.3
+    with endpoint_host(server, max_in_flight=2) as host:
+        host.add(llm_wasm(ASK), plugin_id="crowd", grants={"llm"}, limits={"timeout_ms": 5000})
+        codes: list[str] = []
+
+        def ask(i: int) -> None:
+            try:
+                host.plugins["crowd"].plugin.call("test", None, {"session": f"c{i}"})
+                codes.append("ok")
+            except PluginError as err:
+                codes.append(err.code)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert len(codes) == 8 and set(codes) <= {"ok", "limit"}
+        assert "limit" in codes and 1 <= codes.count("ok") <= 8
+        healthy(host, server)
+
+
+def test_a_python_callable_is_the_model() -> None:
+    asked: list[ChatRequest] = []
+
+    def model(req: ChatRequest) -> ChatAnswer:
+        asked.append(req)
+        return ChatAnswer('{"summary": "a cat"}', "stop", 7, 3, req.model)
+
+    config = HostConfig(llm=LlmSettings(model="py"))
+    with Host(config, runtime=Runtime(cache=False), plugin_dirs=[], llm=model) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="py", grants={"llm"})
+        assert plugin.call("test").value["text"] == '{"summary": "a cat"}'
+        assert asked[0].model == "py" and asked[0].max_tokens == 100
+        assert 0 < asked[0].timeout_s <= 1.0  # the call's deadline (timeout_ms 1000)
+
+
+def test_without_a_model_the_op_is_unavailable() -> None:
+    with make_host(config=HostConfig(llm=LlmSettings(model="none"))) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="lonely", grants={"llm"})
+        refused(plugin, "unavailable", 2)
+
+
+def test_a_broken_endpoint_is_unavailable(server: Loopback) -> None:
+    llm = LlmSettings(url=server.url("/nothing-here"), model="m")
+    with make_host(config=HostConfig(llm=llm)) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="broken", grants={"llm"})
+        assert "HTTP 404" in refused(plugin, "unavailable", 2)
+
+
+@pytest.mark.parametrize("request_", [
+    {"messages": []}, {"messages": "hi"}, {"messages": [{"role": "god", "content": "x"}]},
+    {**ASK, "max_tokens": 0}, {**ASK, "temperature": 9}, {**ASK, "temperature": True},
+])
+def test_invalid_requests(server: Loopback, request_: dict[str, Any]) -> None:
+    with endpoint_host(server) as host:
+        refused(host.add(llm_wasm(request_), plugin_id="bad", grants={"llm"}), "invalid", 2)
+        assert completions(server) == []
+
+
+def test_the_llm_section_of_the_config(tmp_path: Path) -> None:
+    path = tmp_path / "wasmext.toml"
+    path.write_text("""
+[llm]
+url = "http://127.0.0.1:9/v1"
+model = "small"
+[llm.prices.small]
+input = 0.5
+output = 1.5
+[llm.default]
+max_tokens_per_call = 100
+[llm.plugins.summarize]
+models = ["small", "big"]
+timeout_ms = 60000
+""")
+    llm = load_config(path).llm
+    assert (llm.url, llm.model, llm.prices["small"]) == ("http://127.0.0.1:9/v1", "small",
+                                                         Price(0.5, 1.5))
+    assert llm.policy("summarize") == LlmPolicy(models=("small", "big"), timeout_ms=60000,
+                                                max_tokens_per_call=100)
+    assert llm.policy("other").max_tokens_per_call == 100
+    path.write_text("[llm.default]\nmax_tokens_per_call = -1\n")
+    with pytest.raises(ConfigError, match=r"llm\.default\.max_tokens_per_call"):
+        load_config(path)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda kids: st.lists(kids, max_size=3) |
+                           st.dictionaries(st.text(max_size=8), kids, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["choices", "usage", "model", "x"]), json_values,
+                       max_size=4))
+def test_any_answer_document_parses_or_is_a_value_error(doc: dict[str, Any]) -> None:
+    try:
+        answer = parse_answer(doc, "m")
+    except ValueError:
+        return
+    assert isinstance(answer.text, str) and answer.input_tokens >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["url", "model", "prices", "default", "plugins", "z"]),
+                       json_values, max_size=4))
+def test_any_llm_section_parses_or_is_a_config_error(raw: dict[str, Any]) -> None:
+    with contextlib.suppress(ConfigError):
+        parse_llm(raw, None)
