@@ -86,11 +86,34 @@ def _jsonable(value: Any) -> Any:
 
 
 def _error_result(message: str, code: str) -> types.CallToolResult:
-    # A plugin may have written both: one inert, bounded line each.
+    # A plugin may have written both: one inert, bounded line each. Text only: clients
+    # (the TypeScript SDK, the Inspector) check any structuredContent against the tool's
+    # outputSchema, error results included.
     message, code = clean(message), clean(code, 64)
     return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")],
-                                structured_content={"error": {"message": message, "code": code}},
                                 is_error=True)
+
+
+def _error_code(result: types.CallToolResult) -> str:
+    first = result.content[0] if result.content else None
+    text = first.text if isinstance(first, types.TextContent) else ""
+    return text.partition(": ")[0] if ": " in text else ""
+
+
+class _ChangeAwareServer(Server[Any]):
+    """The SDK's Server, advertising listChanged on every transport.
+
+    The streamable-HTTP session manager asks for the default initialization
+    options (no list_changed), though the notifications do go out.
+    """
+
+    def create_initialization_options(
+            self, notification_options: NotificationOptions | None = None,
+            experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+            extensions: dict[str, dict[str, Any]] | None = None) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities, extensions)
 
 
 class McpToolServer:
@@ -106,7 +129,7 @@ class McpToolServer:
         self._fingerprint = self._compute_fingerprint()
         self._legacy: dict[int, ServerSession] = {}  # connections to notify (handshake era)
         self._notify_lock = anyio.Lock()
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _ChangeAwareServer(
             name, version="0.1.0",
             instructions="Tools served by wasmext plugins (sandboxed WebAssembly).",
             lifespan=self._lifespan,
@@ -120,12 +143,12 @@ class McpToolServer:
 
     def visible_tools(self) -> list[Tool]:
         tools = sorted(dict(self.host.tools.tools).values(), key=lambda t: t.name)
-        return [t for t in tools if t.owner.startswith("plugin:")
-                or (self.include_host_tools and t.owner == "host")]
+        return [t for t in tools if _servable(t) and (t.owner.startswith("plugin:")
+                or (self.include_host_tools and t.owner == "host"))]
 
     def _visible(self, name: str) -> Tool | None:
         tool = self.host.tools.tools.get(name)
-        if tool is None or not (tool.owner.startswith("plugin:")
+        if tool is None or not _servable(tool) or not (tool.owner.startswith("plugin:")
                                 or (self.include_host_tools and tool.owner == "host")):
             return None
         return tool
@@ -142,7 +165,7 @@ class McpToolServer:
         return dict(tool.input_schema) if tool is not None else None
 
     def initialization_options(self) -> InitializationOptions:
-        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+        return self.server.create_initialization_options()
 
     # -- change notifications -----------------------------------------------------------
 
@@ -220,9 +243,7 @@ class McpToolServer:
         name = params.name
         result = await self._run(ctx, client, name, params.arguments)
         status = "error" if result.is_error else "ok"
-        code = ""
-        if result.is_error and isinstance(result.structured_content, dict):
-            code = str(result.structured_content.get("error", {}).get("code", ""))
+        code = _error_code(result) if result.is_error else ""
         audit.info("client=%s tool=%r status=%s%s duration_ms=%.1f", client, name[:80], status,
                    f" code={code}" if code else "", (time.perf_counter() - started) * 1000,
                    extra={"mcp_client": client, "tool": name[:80], "status": status,
@@ -273,6 +294,12 @@ class McpToolServer:
     def http_app(self, host: str = "127.0.0.1") -> Any:
         """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback."""
         return self.server.streamable_http_app(host=host)
+
+
+def _servable(tool: Tool) -> bool:
+    """MCP wants object schemas; one that is not would make clients refuse the whole list."""
+    return tool.input_schema.get("type") == "object" and (
+        tool.output_schema is None or tool.output_schema.get("type") == "object")
 
 
 def _modern_versions() -> frozenset[str]:

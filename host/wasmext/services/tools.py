@@ -117,6 +117,15 @@ def _check_schema(schema: Any, where: str) -> dict[str, Any]:
     return dict(schema)
 
 
+def _object_schema(schema: Any, where: str, what: str) -> dict[str, Any]:
+    """MCP clients refuse a whole tools/list over one non-object schema: refuse the tool."""
+    checked = _check_schema(schema, where)
+    if checked.get("type") != "object":
+        raise ConfigError(f"{where}: {what} must be an object schema "
+                          f"(\"type\": \"object\"), not {clean(repr(checked.get('type')), 40)}")
+    return checked
+
+
 def _prefix_clash(name: str, prefix: str) -> bool:
     """Do `name` (a tool or a prefix) and the owner prefix `prefix` overlap?"""
     return name == prefix or name.startswith(prefix + "__") or prefix.startswith(name + "__")
@@ -202,9 +211,11 @@ class ToolRegistry:
                 out = spec.get("output_schema")
                 tool = Tool(f"{lp.id}__{short}", _clean(spec.get("description", ""),
                                                         MAX_DESCRIPTION),
-                            _check_schema(spec.get("input_schema", {"type": "object"}), where),
+                            _object_schema(spec.get("input_schema", {"type": "object"}), where,
+                                           "input_schema"),
                             f"plugin:{lp.id}", self._plugin_runner(lp.id, short),
-                            _check_schema(out, where) if out is not None else None)
+                            _object_schema(out, where, "output_schema")
+                            if out is not None else None)
                 self.add(tool)
             except ConfigError as err:
                 problems.append(err.message)
