@@ -1,0 +1,83 @@
+"""The reference "everything" server (tests/mcp/npm, pinned) into wasmext, over stdio and
+streamable HTTP: its tools join the registry and answer through it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from interop_support import NPM, TIMEOUT, free_port, node_missing
+
+from wasmext import Host, HostConfig
+from wasmext.mcp.config import McpServerConfig
+from wasmext.testing import make_host
+
+pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
+EVERYTHING = NPM / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" \
+    / "index.js"
+
+
+def everything_stdio() -> McpServerConfig:
+    return McpServerConfig("everything", "stdio", "node", (str(EVERYTHING), "stdio"),
+                           connect_timeout_s=TIMEOUT, call_timeout_s=TIMEOUT)
+
+
+@contextlib.contextmanager
+def everything_http() -> Iterator[McpServerConfig]:
+    port = free_port()
+    proc = subprocess.Popen(["node", str(EVERYTHING), "streamableHttp"], cwd=NPM,
+                            env={**os.environ, "PORT": str(port)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield McpServerConfig("everything", "http", url=f"http://127.0.0.1:{port}/mcp",
+                              connect_timeout_s=TIMEOUT, call_timeout_s=TIMEOUT)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@contextlib.contextmanager
+def host_with(server: McpServerConfig, tmp_path: Path) -> Iterator[Host]:
+    with make_host(config=HostConfig(data_dir=tmp_path / ".wasmext",
+                                     mcp_servers=(server,))) as host:
+        clients = host.start_mcp()
+        assert clients is not None
+        assert clients.status("everything") == "connected", clients.status("everything")
+        yield host
+
+
+def check_echo(host: Host) -> None:
+    assert "everything__echo" in host.tools.tools
+    payload = "héllo ✓ 𝄞 " * 10_000  # 100,000 characters of Unicode, intact
+    result = host.tools.execute("everything__echo", {"message": payload})
+    assert result["status"] == "ok", result
+    assert result["output"] == f"Echo: {payload}"
+    refused = host.tools.execute("everything__echo", {"message": 5})
+    assert refused["status"] == "error" and refused["error"]["code"] == "invalid"
+
+
+def test_everything_over_stdio(tmp_path: Path) -> None:
+    with host_with(everything_stdio(), tmp_path) as host:
+        check_echo(host)
+
+
+def test_everything_over_streamable_http(tmp_path: Path) -> None:
+    with everything_http() as server, host_with(server, tmp_path) as host:
+        check_echo(host)

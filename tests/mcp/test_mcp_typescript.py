@@ -1,0 +1,103 @@
+"""The official TypeScript SDK client (tests/mcp/npm, pinned) against `wasmext mcp serve`,
+over stdio and streamable HTTP: the listChanged capability, a tools/list holding a good
+plugin tool beside one whose plugin also declared schemas MCP forbids, and calls that
+succeed or fail against a tool with an outputSchema (the SDK checks structuredContent)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from interop_support import (
+    FINE,
+    MIXED,
+    TIMEOUT,
+    cli_args,
+    cli_env,
+    free_port,
+    node,
+    node_missing,
+    write_plugin,
+)
+
+pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
+
+CALLS = [{"name": "mixed__good", "arguments": {"q": "x"}},
+         {"name": "mixed__good", "arguments": {"q": 5}},
+         {"name": "fine__lookup", "arguments": {"q": "y"}}]
+
+
+def ts_client(plan: dict[str, Any]) -> dict[str, Any]:
+    proc = node("ts-client.mjs", json.dumps(plan))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
+def check_report(report: dict[str, Any]) -> None:
+    assert report["steps"]["connect"] == {"ok": True}, report
+    assert report["capabilities"]["tools"]["listChanged"] is True
+    tools = {t["name"]: t for t in report["steps"]["listTools"]["ok"]}
+    assert set(tools) == {"mixed__good", "fine__lookup"}
+    assert tools["mixed__good"]["outputSchema"]["type"] == "object"
+    ok, bad, plain = report["calls"]
+    assert "error" not in ok, ok  # the SDK validated structuredContent against outputSchema
+    assert ok["result"]["structuredContent"] == {"found": 1}
+    assert "error" not in bad, bad  # no "-32602 Structured content does not match"
+    assert bad["result"]["isError"] is True
+    assert "structuredContent" not in bad["result"]
+    assert bad["result"]["content"][0]["text"].startswith("invalid: invalid arguments")
+    assert plain["result"]["structuredContent"] == {"found": 1}
+
+
+@pytest.fixture
+def plugins(tmp_path: Path) -> Path:
+    folder = tmp_path / "plugins"
+    write_plugin(folder, "mixed", MIXED)
+    write_plugin(folder, "fine", FINE)
+    return folder
+
+
+def test_typescript_client_over_stdio(plugins: Path, tmp_path: Path) -> None:
+    args = cli_args("mcp", "serve", "--plugins", str(plugins))
+    check_report(ts_client({"transport": "stdio", "command": args[0], "args": args[1:],
+                            "env": cli_env(), "cwd": str(tmp_path), "calls": CALLS}))
+
+
+@contextlib.contextmanager
+def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None = None
+               ) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(cli_args("mcp", "serve", "--plugins", str(plugins), "--http",
+                                     str(port), *extra), cwd=cwd, env=cli_env(**(env or {})),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_typescript_client_over_streamable_http(plugins: Path, tmp_path: Path) -> None:
+    with http_serve(plugins, tmp_path) as url:
+        check_report(ts_client({"transport": "http", "url": url, "calls": CALLS}))
