@@ -73,11 +73,33 @@ def check_echo(host: Host) -> None:
     assert refused["status"] == "error" and refused["error"]["code"] == "invalid"
 
 
+def check_content(host: Host) -> None:
+    image = host.tools.execute("everything__get-tiny-image", {})
+    assert image["status"] == "ok", image
+    kinds = [b["type"] for b in image["output"]["content"]]
+    assert kinds == ["text", "image", "text"]
+    picture = image["output"]["content"][1]
+    assert picture["mime_type"] == "image/png" and picture["data"].startswith(b"\x89PNG")
+
+    links = host.tools.execute("everything__get-resource-links", {"count": 2})
+    assert links["status"] == "ok", links
+    found = [b for b in links["output"]["content"] if b["type"] == "resource_link"]
+    assert len(found) == 2 and all(b["uri"] and b["name"] for b in found)
+
+    embedded = host.tools.execute("everything__get-resource-reference",
+                                  {"resourceType": "Text", "resourceId": 2})
+    assert embedded["status"] == "ok", embedded
+    resources = [b for b in embedded["output"]["content"] if b["type"] == "resource"]
+    assert len(resources) == 1 and isinstance(resources[0]["text"], str)
+
+
 def test_everything_over_stdio(tmp_path: Path) -> None:
     with host_with(everything_stdio(), tmp_path) as host:
         check_echo(host)
+        check_content(host)
 
 
 def test_everything_over_streamable_http(tmp_path: Path) -> None:
     with everything_http() as server, host_with(server, tmp_path) as host:
         check_echo(host)
+        check_content(host)

@@ -24,6 +24,7 @@ from interop_support import (
     free_port,
     node,
     node_missing,
+    tool_wat,
     write_plugin,
 )
 
@@ -31,7 +32,12 @@ pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_miss
 
 CALLS = [{"name": "mixed__good", "arguments": {"q": "x"}},
          {"name": "mixed__good", "arguments": {"q": 5}},
-         {"name": "fine__lookup", "arguments": {"q": "y"}}]
+         {"name": "fine__lookup", "arguments": {"q": "y"}},
+         {"name": "pic__pic", "arguments": {}}]
+PIC = tool_wat([{"name": "pic"}], value={"content": [
+    {"type": "image", "data": b"\x89PNG\r\n\x1a\n", "mime_type": "image/png"},
+    {"type": "resource_link", "uri": "file:///notes.txt", "name": "notes"},
+    {"type": "resource", "uri": "mem://greeting", "mime_type": "text/plain", "text": "hi"}]})
 
 
 def ts_client(plan: dict[str, Any]) -> dict[str, Any]:
@@ -45,9 +51,9 @@ def check_report(report: dict[str, Any]) -> None:
     assert report["steps"]["connect"] == {"ok": True}, report
     assert report["capabilities"]["tools"]["listChanged"] is True
     tools = {t["name"]: t for t in report["steps"]["listTools"]["ok"]}
-    assert set(tools) == {"mixed__good", "fine__lookup"}
+    assert set(tools) == {"mixed__good", "fine__lookup", "pic__pic"}
     assert tools["mixed__good"]["outputSchema"]["type"] == "object"
-    ok, bad, plain = report["calls"]
+    ok, bad, plain, pic = report["calls"]
     assert "error" not in ok, ok  # the SDK validated structuredContent against outputSchema
     assert ok["result"]["structuredContent"] == {"found": 1}
     assert "error" not in bad, bad  # no "-32602 Structured content does not match"
@@ -55,6 +61,11 @@ def check_report(report: dict[str, Any]) -> None:
     assert "structuredContent" not in bad["result"]
     assert bad["result"]["content"][0]["text"].startswith("invalid: invalid arguments")
     assert plain["result"]["structuredContent"] == {"found": 1}
+    assert pic["result"]["content"] == [
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+        {"type": "resource_link", "uri": "file:///notes.txt", "name": "notes"},
+        {"type": "resource", "resource": {"uri": "mem://greeting", "mimeType": "text/plain",
+                                          "text": "hi"}}]
 
 
 @pytest.fixture
@@ -62,6 +73,7 @@ def plugins(tmp_path: Path) -> Path:
     folder = tmp_path / "plugins"
     write_plugin(folder, "mixed", MIXED)
     write_plugin(folder, "fine", FINE)
+    write_plugin(folder, "pic", PIC)
     return folder
 
 

@@ -29,6 +29,7 @@ import anyio
 
 from wasmext.errors import ConfigError
 from wasmext.mcp.config import McpServerConfig
+from wasmext.mcp.content import from_mcp
 from wasmext.sandbox import calltree
 from wasmext.services.tools import Runner, Tool, ToolRegistry, compile_schema
 
@@ -124,11 +125,22 @@ def _reason(exc: BaseException) -> str:
 
 
 def _result_output(server: str, result: Any) -> Any:
-    text = "\n".join(getattr(c, "text", "") for c in (result.content or [])
+    """Text only: the structured content, else the text; any other block: the content
+    shape of `wasmext.mcp.content` (images, audio and resources carried, not dropped)."""
+    blocks = list(result.content or [])
+    text = "\n".join(getattr(c, "text", "") for c in blocks
                      if getattr(c, "type", None) == "text")
     if result.is_error:
         raise McpToolError(text or f"mcp server {server}: the tool reported an error")
-    return result.structured_content if result.structured_content is not None else text
+    if all(getattr(c, "type", None) == "text" for c in blocks):
+        return result.structured_content if result.structured_content is not None else text
+    try:
+        shaped: dict[str, Any] = {"content": from_mcp(blocks)}
+    except ValueError as exc:
+        raise McpToolError(f"mcp server {server}: {exc}") from None
+    if result.structured_content is not None:
+        shaped["structured"] = result.structured_content
+    return shaped
 
 
 class _Server:  # one server's state, written on the loop thread

@@ -36,7 +36,8 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
 
-from wasmext.text import DESCRIPTION_CAP, clean, clean_lines
+from wasmext.mcp.results import error_code, error_result, tool_result
+from wasmext.text import DESCRIPTION_CAP, clean_lines
 
 if TYPE_CHECKING:
     import uvicorn
@@ -73,31 +74,6 @@ class RateLimiter:
                         del self._buckets[key]
             self._buckets[client] = (tokens - 1.0 if allowed else tokens, now)
             return allowed
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$bin": value.hex()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
-
-
-def _error_result(message: str, code: str) -> types.CallToolResult:
-    # A plugin may have written both: one inert, bounded line each. Text only: clients
-    # (the TypeScript SDK, the Inspector) check any structuredContent against the tool's
-    # outputSchema, error results included.
-    message, code = clean(message), clean(code, 64)
-    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")],
-                                is_error=True)
-
-
-def _error_code(result: types.CallToolResult) -> str:
-    first = result.content[0] if result.content else None
-    text = first.text if isinstance(first, types.TextContent) else ""
-    return text.partition(": ")[0] if ": " in text else ""
 
 
 class _ChangeAwareServer(Server[Any]):
@@ -243,7 +219,7 @@ class McpToolServer:
         name = params.name
         result = await self._run(ctx, client, name, params.arguments)
         status = "error" if result.is_error else "ok"
-        code = _error_code(result) if result.is_error else ""
+        code = error_code(result) if result.is_error else ""
         audit.info("client=%s tool=%r status=%s%s duration_ms=%.1f", client, name[:80], status,
                    f" code={code}" if code else "", (time.perf_counter() - started) * 1000,
                    extra={"mcp_client": client, "tool": name[:80], "status": status,
@@ -253,10 +229,10 @@ class McpToolServer:
     async def _run(self, ctx: ServerRequestContext[Any], client: str, name: str,
                    arguments: Mapping[str, Any] | None) -> types.CallToolResult:
         if not self.limiter.allow(client):
-            return _error_result("rate limited", "rate_limited")
+            return error_result("rate limited", "rate_limited")
         tool = self._visible(name)
         if tool is None:
-            return _error_result(f"no tool {name!r}", "not_found")
+            return error_result(f"no tool {name!r}", "not_found")
         args = dict(arguments) if arguments is not None else {}
         await _progress(ctx, 0.0, "started")
 
@@ -273,15 +249,9 @@ class McpToolServer:
         await _progress(ctx, 1.0, outcome.get("status", "error"))
         if outcome.get("status") != "ok":
             error = outcome.get("error") or {}
-            return _error_result(str(error.get("message", "failed")),
+            return error_result(str(error.get("message", "failed")),
                                  str(error.get("code") or "failed"))
-        output = _jsonable(outcome.get("output"))
-        text = output if isinstance(output, str) else json.dumps(output)
-        structured = output if isinstance(output, dict) else None
-        if structured is None and tool.output_schema is not None:
-            structured = {"result": output}
-        return types.CallToolResult(content=[types.TextContent(text=text)],
-                                    structured_content=structured, is_error=False)
+        return tool_result(tool, outcome.get("output"))
 
     # -- transports -----------------------------------------------------------------------
 
