@@ -24,7 +24,8 @@ LAYERS: dict[str, int] = {
     "wasmext.files": 0, "wasmext.text": 0,
     "wasmext.mcp": 0, "wasmext.mcp.envsubst": 0, "wasmext.mcp.config": 0,
     "wasmext.sandbox": 1, "wasmext.state": 1, "wasmext.observe": 1, "wasmext.manifest": 1,
-    "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.results": 2,
+    "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.client_tools": 2,
+    "wasmext.mcp.results": 2,
     "wasmext.hooks": 3,
     "wasmext.mcp.server": 5,
 }

@@ -25,10 +25,12 @@ def mcp() -> None:
 @click.option("--host", "address", default="127.0.0.1", show_default=True,
               help="Address to bind with --http (loopback unless you mean it).")
 @click.option("--include-host-tools", is_flag=True, help="Also list the host's Python tools.")
+@click.option("--include-mcp-tools", is_flag=True,
+              help="Also list the configured MCP servers' tools (a gateway).")
 @click.option("--poll", "poll_interval", type=click.FloatRange(0), default=1.0,
               show_default=True, help="Seconds between tool-set change checks (0: off).")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
-          include_host_tools: bool, poll_interval: float) -> None:
+          include_host_tools: bool, include_mcp_tools: bool, poll_interval: float) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
     from wasmext.mcp.server import serve_http, serve_stdio
 
@@ -46,11 +48,11 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,
-                        poll_interval=poll_interval)
+                        include_mcp_tools=include_mcp_tools, poll_interval=poll_interval)
         else:
             click.echo(f"wasmext: MCP on http://{address}:{port}/mcp", err=True)
             serve_http(host, address, port, include_host_tools=include_host_tools,
-                       poll_interval=poll_interval)
+                       include_mcp_tools=include_mcp_tools, poll_interval=poll_interval)
 
 
 @mcp.command("ls")

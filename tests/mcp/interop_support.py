@@ -28,12 +28,12 @@ SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required":
 
 
 def tool_wat(tools: list[dict[str, Any]], body: str | None = None,
-             value: Any = None, extra: dict[str, Any] | None = None) -> str:
+             value: Any = None, extra: dict[str, Any] | None = None, wat: str = "") -> str:
     registration: dict[str, Any] = {"hooks": [{"hook": "on_tool"}], "tools": tools}
     registration.update(extra or {})
     return guest_wat(body, response={"ok": True, "value": {"found": 1} if value is None
                                      else value},
-                     registration=registration)
+                     registration=registration, extra=wat)
 
 
 # One plugin with a good tool (outputSchema) beside two whose schemas MCP forbids.

@@ -17,21 +17,25 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import re
 import threading
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from wasmext.errors import ConfigError
-from wasmext.mcp.config import McpServerConfig
-from wasmext.mcp.content import from_mcp
-from wasmext.sandbox import calltree
-from wasmext.services.tools import Runner, Tool, ToolRegistry, compile_schema
+from wasmext.mcp.client_tools import (
+    McpToolError,
+    ServerSpec,
+    build_tool,
+    reason,
+    result_output,
+    tool_name,
+)
+from wasmext.sandbox import callscope, calltree
+from wasmext.services.tools import Runner, ToolRegistry
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
@@ -40,107 +44,10 @@ __all__ = ["McpClients", "McpToolError", "ServerSpec", "build_tool", "tool_name"
 
 log = logging.getLogger("wasmext.mcp")
 
-TRANSPORTS = ("stdio", "sse", "http")
-SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 30.0
 PING_INTERVAL_S = 5.0
 STOP_TIMEOUT_S = 10.0
-MAX_DESCRIPTION = 1024
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-class McpToolError(RuntimeError):
-    """A tool result the MCP server marked as an error; the message is its text."""
-
-
-@dataclass(frozen=True)
-class ServerSpec(McpServerConfig):
-    """One MCP server (values already ${VAR}-substituted), checked on creation."""
-
-    def __post_init__(self) -> None:
-        for bad, why in [
-                (not SERVER_ID_RE.match(self.name), "name: letters, digits, '_' and '-'"),
-                (self.transport not in TRANSPORTS, f"transport must be one of {TRANSPORTS}"),
-                (self.transport == "stdio" and not self.command, "stdio needs a command"),
-                (self.transport != "stdio" and not self.url, f"{self.transport} needs a url"),
-                (min(self.connect_timeout_s, self.call_timeout_s) <= 0, "timeouts must be > 0")]:
-            if bad:
-                raise ConfigError(f"mcp server {self.name!r}: {why}")
-        object.__setattr__(self, "args", tuple(self.args))
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> ServerSpec:
-        """From any object with the same fields (e.g. config.McpServerConfig)."""
-        return cls(cfg.name, cfg.transport, cfg.command, tuple(cfg.args), dict(cfg.env),
-                   cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
-                   bool(cfg.enabled))
-
-
-def tool_name(server: str, tool: str) -> str:
-    """The registry name of an MCP tool: `{server}__{tool}`, sanitized, at most 64."""
-    return _UNSAFE.sub("_", f"{server}__{tool}")[:64]
-
-
-def build_tool(server: str, name: Any, description: Any, input_schema: Any,
-               run: Runner, output_schema: Any = None) -> Tool | None:
-    """A registry Tool for one listed MCP tool, or None (logged) when it is unusable.
-
-    A schema is kept as is (and compiled once, like every tool's) when it is a
-    dict that compiles; anything else skips the tool (an unusable output
-    schema is only dropped).
-    """
-    where = f"mcp server {server}: tool {name!r}"
-    if not isinstance(name, str) or not name:
-        log.warning("%s skipped: the name must be a non-empty string", where)
-        return None
-    try:
-        validator = _compiled(input_schema)
-    except ConfigError as err:
-        log.warning("%s skipped: input schema %s", where, err.message)
-        return None
-    if output_schema is not None:
-        try:
-            _compiled(output_schema)
-        except ConfigError as err:
-            log.info("%s: output schema ignored (%s)", where, err.message)
-            output_schema = None
-    text = _CONTROL.sub(" ", description if isinstance(description, str) else "")
-    return Tool(tool_name(server, name), text[:MAX_DESCRIPTION], input_schema,
-                f"mcp:{server}", run, output_schema, validator)
-
-
-def _compiled(schema: Any) -> Any:
-    if not isinstance(schema, dict):
-        raise ConfigError(f"is not a JSON object ({type(schema).__name__})")
-    return compile_schema(schema, "schema")
-
-
-def _reason(exc: BaseException) -> str:
-    while getattr(exc, "exceptions", None):  # an exception group: its first leaf
-        exc = exc.exceptions[0]  # type: ignore[attr-defined]
-    text = str(exc) or type(exc).__name__
-    return _CONTROL.sub(" ", text)[:300]
-
-
-def _result_output(server: str, result: Any) -> Any:
-    """Text only: the structured content, else the text; any other block: the content
-    shape of `wasmext.mcp.content` (images, audio and resources carried, not dropped)."""
-    blocks = list(result.content or [])
-    text = "\n".join(getattr(c, "text", "") for c in blocks
-                     if getattr(c, "type", None) == "text")
-    if result.is_error:
-        raise McpToolError(text or f"mcp server {server}: the tool reported an error")
-    if all(getattr(c, "type", None) == "text" for c in blocks):
-        return result.structured_content if result.structured_content is not None else text
-    try:
-        shaped: dict[str, Any] = {"content": from_mcp(blocks)}
-    except ValueError as exc:
-        raise McpToolError(f"mcp server {server}: {exc}") from None
-    if result.structured_content is not None:
-        shaped["structured"] = result.structured_content
-    return shaped
 
 
 class _Server:  # one server's state, written on the loop thread
@@ -200,7 +107,7 @@ class McpClients:
             asyncio.run_coroutine_threadsafe(self._shutdown(timeout_s), loop).result(
                 timeout_s + 5.0)
         except Exception as exc:  # never let stop() hang or raise
-            log.warning("mcp: shutdown incomplete: %s", _reason(exc))
+            log.warning("mcp: shutdown incomplete: %s", reason(exc))
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5.0)
         if not thread.is_alive():
@@ -265,7 +172,7 @@ class McpClients:
             try:
                 connected = await self._connect_once(st)
             except Exception as exc:
-                st.lost = st.lost or _reason(exc)
+                st.lost = st.lost or reason(exc)
             finally:
                 self._forget(st, st.lost or "connection closed")
                 st.first_attempt.set()
@@ -287,6 +194,7 @@ class McpClients:
     async def _connect_once(self, st: _Server) -> bool:
         """One connection, held until it ends; True when it got as far as connected."""
         from mcp.client.session import ClientSession
+        from mcp_types import ToolListChangedNotification
 
         spec = st.spec
         assert st.wake is not None
@@ -309,7 +217,13 @@ class McpClients:
                     wake.set()
 
             tg.start_soon(forward)
-            session = await stack.enter_async_context(ClientSession(recv, write))
+            async def on_message(message: Any) -> None:
+                if isinstance(message, ToolListChangedNotification) and st.session is not None:
+                    # Re-list in a task: the handler must not await the session's own I/O.
+                    tg.start_soon(self._relist, st)
+
+            session = await stack.enter_async_context(ClientSession(recv, write,
+                                                                    message_handler=on_message))
             with anyio.fail_after(spec.connect_timeout_s):
                 await session.initialize()
                 listed = await self._list_tools(session)
@@ -327,7 +241,7 @@ class McpClients:
                         with anyio.fail_after(spec.connect_timeout_s):
                             await session.send_ping()
                     except Exception as exc:
-                        st.lost = f"ping failed: {_reason(exc)}"
+                        st.lost = f"ping failed: {reason(exc)}"
                         wake.set()
                     continue
                 if st.lost is not None or self._stopping:
@@ -363,6 +277,21 @@ class McpClients:
             page = await session.list_tools(params=PaginatedRequestParams(cursor=page.next_cursor))
         return tools
 
+    async def _relist(self, st: _Server) -> None:
+        """Follow notifications/tools/list_changed: list again, replace the server's tools."""
+        session = st.session
+        if session is None:
+            return
+        try:
+            with anyio.fail_after(st.spec.connect_timeout_s):
+                listed = await self._list_tools(session)
+        except Exception as exc:
+            log.warning("mcp server %s: re-listing tools failed: %s", st.spec.name, reason(exc))
+            return
+        if st.session is session:
+            self._register(st, listed)
+            log.info("mcp server %s: tool list changed (%d tools)", st.spec.name, len(st.tools))
+
     def _register(self, st: _Server, listed: list[Any]) -> None:
         self.registry.drop_owner(f"mcp:{st.spec.name}")
         names: list[str] = []
@@ -394,9 +323,24 @@ class McpClients:
             wait = spec.call_timeout_s if left is None else min(spec.call_timeout_s, left)
             if wait <= 0:
                 raise calltree.OutOfTime("the calling plugin's time is up")
-            future = asyncio.run_coroutine_threadsafe(client.call_tool(short, dict(args)), loop)
+            scope = callscope.current()
+            if scope is not None and scope.cancelled.is_set():
+                raise McpToolError(f"mcp server {spec.name}: tool {short!r}: cancelled")
+
+            async def progressed(progress: float, total: float | None,
+                                 message: str | None) -> None:
+                if scope is not None:  # upstream progress, passed on to whoever asked
+                    await asyncio.to_thread(scope.report, progress, total, message)
+
+            future = asyncio.run_coroutine_threadsafe(client.call_tool(
+                short, dict(args), progress_callback=progressed if scope else None), loop)
+            # Cancelling the task makes the SDK send notifications/cancelled upstream.
+            forget = scope.on_cancel(future.cancel) if scope is not None else (lambda: None)
             try:
                 result = future.result(timeout=wait)
+            except concurrent.futures.CancelledError:
+                raise McpToolError(f"mcp server {spec.name}: tool {short!r}: cancelled"
+                                   ) from None
             except concurrent.futures.TimeoutError:
                 future.cancel()
                 if wait < spec.call_timeout_s:
@@ -405,5 +349,7 @@ class McpClients:
                                              "caller had left") from None
                 raise TimeoutError(f"mcp server {spec.name}: tool {short!r} did not answer "
                                    f"within {spec.call_timeout_s:g} s") from None
-            return _result_output(spec.name, result)
+            finally:
+                forget()
+            return result_output(spec.name, result)
         return run

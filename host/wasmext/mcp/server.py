@@ -29,6 +29,8 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -37,6 +39,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
 
 from wasmext.mcp.results import error_code, error_result, tool_result
+from wasmext.sandbox.callscope import CallScope
 from wasmext.text import DESCRIPTION_CAP, clean_lines
 
 if TYPE_CHECKING:
@@ -95,10 +98,12 @@ class _ChangeAwareServer(Server[Any]):
 class McpToolServer:
     """An MCP server over `host.tools`; `.server` is the SDK's low-level Server."""
 
-    def __init__(self, host: Host, *, include_host_tools: bool = False, name: str = "wasmext",
+    def __init__(self, host: Host, *, include_host_tools: bool = False,
+                 include_mcp_tools: bool = False, name: str = "wasmext",
                  rate: float = 20.0, burst: int = 40, poll_interval: float = 1.0) -> None:
         self.host = host
         self.include_host_tools = include_host_tools
+        self.include_mcp_tools = include_mcp_tools
         self.poll_interval = poll_interval
         self.limiter = RateLimiter(rate, burst)
         self.bus = InMemorySubscriptionBus()
@@ -119,15 +124,17 @@ class McpToolServer:
 
     def visible_tools(self) -> list[Tool]:
         tools = sorted(dict(self.host.tools.tools).values(), key=lambda t: t.name)
-        return [t for t in tools if _servable(t) and (t.owner.startswith("plugin:")
-                or (self.include_host_tools and t.owner == "host"))]
+        return [t for t in tools if self._serves(t)]
+
+    def _serves(self, tool: Tool) -> bool:
+        return _servable(tool) and (
+            tool.owner.startswith("plugin:")
+            or (self.include_host_tools and tool.owner == "host")
+            or (self.include_mcp_tools and tool.owner.startswith("mcp:")))
 
     def _visible(self, name: str) -> Tool | None:
         tool = self.host.tools.tools.get(name)
-        if tool is None or not _servable(tool) or not (tool.owner.startswith("plugin:")
-                                or (self.include_host_tools and tool.owner == "host")):
-            return None
-        return tool
+        return tool if tool is not None and self._serves(tool) else None
 
     def _compute_fingerprint(self) -> str:
         entries = [(t.name, t.description, dict(t.input_schema),
@@ -217,13 +224,21 @@ class McpToolServer:
         client = _client_id(ctx)
         started = time.perf_counter()
         name = params.name
-        result = await self._run(ctx, client, name, params.arguments)
-        status = "error" if result.is_error else "ok"
-        code = error_code(result) if result.is_error else ""
-        audit.info("client=%s tool=%r status=%s%s duration_ms=%.1f", client, name[:80], status,
-                   f" code={code}" if code else "", (time.perf_counter() - started) * 1000,
-                   extra={"mcp_client": client, "tool": name[:80], "status": status,
-                          "code": code})
+
+        def record(status: str, code: str = "") -> None:
+            audit.info("client=%s tool=%r status=%s%s duration_ms=%.1f", client, name[:80],
+                       status, f" code={code}" if code else "",
+                       (time.perf_counter() - started) * 1000,
+                       extra={"mcp_client": client, "tool": name[:80], "status": status,
+                              "code": code})
+
+        try:
+            result = await self._run(ctx, client, name, params.arguments)
+        except anyio.get_cancelled_exc_class():
+            record("cancelled")
+            raise
+        record("error" if result.is_error else "ok",
+               error_code(result) if result.is_error else "")
         return result
 
     async def _run(self, ctx: ServerRequestContext[Any], client: str, name: str,
@@ -234,19 +249,35 @@ class McpToolServer:
         if tool is None:
             return error_result(f"no tool {name!r}", "not_found")
         args = dict(arguments) if arguments is not None else {}
-        await _progress(ctx, 0.0, "started")
+        token = anyio.lowlevel.current_token()
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            anyio.from_thread.run(_progress, ctx, progress, total, message, token=token)
+
+        scope = CallScope(progress=report)
 
         def call() -> dict[str, Any]:
-            with self.host.session(f"mcp-{client}-{uuid.uuid4().hex[:12]}") as session:
-                return self.host.tools.call(name, args, session)
+            with scope.bound(), \
+                    self.host.session(f"mcp-{client}-{uuid.uuid4().hex[:12]}") as session:
+                try:
+                    return self.host.tools.call(name, args, session)
+                finally:
+                    if scope.cancelled_at is not None:
+                        log.info("tool %s: the cancelled call ended %.0f ms after the cancel",
+                                 name[:80], (time.monotonic() - scope.cancelled_at) * 1000)
 
+        await anyio.to_thread.run_sync(scope.report, 0.0, None, "started")
         try:
-            outcome = await anyio.to_thread.run_sync(call)
+            # Abandoned on cancel: the scope interrupts the plugin and the upstream call.
+            outcome = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            scope.cancel()
+            raise
         except Exception as exc:  # a session hook failing closed, say: still a tool error
             log.warning("tool %s failed outside the registry: %s", name, exc)
             outcome = {"status": "error", "error": {"message": f"{type(exc).__name__}: {exc}",
                                                     "code": "failed"}}
-        await _progress(ctx, 1.0, outcome.get("status", "error"))
+        await anyio.to_thread.run_sync(scope.report, 1.0, 1.0, outcome.get("status", "error"))
         if outcome.get("status") != "ok":
             error = outcome.get("error") or {}
             return error_result(str(error.get("message", "failed")),
@@ -290,9 +321,10 @@ def _client_id(ctx: ServerRequestContext[Any]) -> str:
     return "stdio" if request is None else "http"
 
 
-async def _progress(ctx: ServerRequestContext[Any], progress: float, message: str) -> None:
+async def _progress(ctx: ServerRequestContext[Any], progress: float, total: float | None,
+                    message: str | None) -> None:
     try:  # a no-op unless the client sent a progress token
-        await ctx.session.report_progress(progress, 1.0, message)
+        await ctx.session.report_progress(progress, total, message)
     except Exception:  # progress is advisory
         log.debug("progress notification failed", exc_info=True)
 
