@@ -7,7 +7,7 @@ package wasmext
 // The ABI version this SDK implements.
 const (
 	ABIMajor = 1
-	ABIMinor = 0
+	ABIMinor = 1
 )
 
 // LogLevel is the level of a log line (the log import and the "log" op).
@@ -45,21 +45,26 @@ var ErrorCodes = []string{
 
 // host_call ops (SPEC 4.3).
 const (
-	OpLog         = "log"
-	OpConfigGet   = "config.get"
-	OpABIInfo     = "abi.info"
-	OpSecretGet   = "secret.get"
-	OpStateGet    = "state.get"
-	OpStateSet    = "state.set"
-	OpStateDelete = "state.delete"
-	OpStateKeys   = "state.keys"
-	OpStateClear  = "state.clear"
-	OpStateCAS    = "state.cas"
-	OpEventEmit   = "event.emit"
-	OpToolCall    = "tool.call"
-	OpNext        = "next"
-	OpHTTPFetch   = "http.fetch"
-	OpLLMComplete = "llm.complete"
+	OpLog          = "log"
+	OpConfigGet    = "config.get"
+	OpABIInfo      = "abi.info"
+	OpSecretGet    = "secret.get"
+	OpStateGet     = "state.get"
+	OpStateSet     = "state.set"
+	OpStateDelete  = "state.delete"
+	OpStateKeys    = "state.keys"
+	OpStateClear   = "state.clear"
+	OpStateCAS     = "state.cas"
+	OpEventEmit    = "event.emit"
+	OpToolCall     = "tool.call"
+	OpNext         = "next"
+	OpHTTPFetch    = "http.fetch"
+	OpLLMComplete  = "llm.complete"
+	OpProgress     = "progress"
+	OpResourceList = "resource.list"
+	OpResourceRead = "resource.read"
+	OpPromptList   = "prompt.list"
+	OpPromptGet    = "prompt.get"
 )
 
 // OpInfo describes one host_call op as abi.toml does.
@@ -87,6 +92,11 @@ var Ops = []OpInfo{
 	{OpNext, "", 0, false},
 	{OpHTTPFetch, "http", 0, true},
 	{OpLLMComplete, "llm", 0, true},
+	{OpProgress, "", 1, false},
+	{OpResourceList, "resources", 1, false},
+	{OpResourceRead, "resources", 1, false},
+	{OpPromptList, "prompts", 1, false},
+	{OpPromptGet, "prompts", 1, false},
 }
 
 // Default limits (SPEC 5); a plugin's manifest or the host may change them.

@@ -3,7 +3,7 @@
 from typing import Final
 
 ABI_MAJOR: Final = 1
-ABI_MINOR: Final = 0
+ABI_MINOR: Final = 1
 
 LOG_LEVELS: Final[dict[str, int]] = {
     "trace": 0,
@@ -44,6 +44,11 @@ OPS: Final[dict[str, tuple[str, int, bool]]] = {
     "next": ("", 0, True),
     "http.fetch": ("http", 0, False),
     "llm.complete": ("llm", 0, False),
+    "progress": ("", 1, True),
+    "resource.list": ("resources", 1, True),
+    "resource.read": ("resources", 1, True),
+    "prompt.list": ("prompts", 1, True),
+    "prompt.get": ("prompts", 1, True),
 }
 
 # export name -> (params, results, required); memory has no signature

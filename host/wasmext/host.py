@@ -40,6 +40,7 @@ from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
+from wasmext.services.progress import install as install_progress
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
@@ -76,6 +77,7 @@ class Host:
         self.observe.install(self.runtime.services)
         self.tools = ToolRegistry(self)
         self.tools.install(self.runtime.services)
+        install_progress(self.runtime.services)
         for server in self.config.mcp_servers:  # configured servers own their names first
             try:
                 self.tools.claim(server.name, f"mcp:{server.name}")

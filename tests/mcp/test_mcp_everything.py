@@ -81,6 +81,10 @@ def check_content(host: Host) -> None:
     picture = image["output"]["content"][1]
     assert picture["mime_type"] == "image/png" and picture["data"].startswith(b"\x89PNG")
 
+    tool = host.tools.tools["everything__get-resource-links"]  # metadata carried in
+    assert tool.title == "Get Resource Links Tool"
+    assert tool.annotations == {"readOnlyHint": True, "destructiveHint": False,
+                                "idempotentHint": True, "openWorldHint": False}
     links = host.tools.execute("everything__get-resource-links", {"count": 2})
     assert links["status"] == "ok", links
     found = [b for b in links["output"]["content"] if b["type"] == "resource_link"]

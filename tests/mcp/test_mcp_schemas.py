@@ -8,7 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
-from interop_support import FINE, MIXED, TIMEOUT, cli_args, cli_env, run, served_http, write_plugin
+from interop_support import (
+    FINE,
+    MIXED,
+    TIMEOUT,
+    cli_args,
+    cli_env,
+    run,
+    served_http,
+    tool_wat,
+    write_plugin,
+)
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -36,12 +46,16 @@ async def check_mixed(client: Client) -> None:
 
 def test_non_object_schemas_refused_naming_the_plugin(tmp_path: Path) -> None:
     config = HostConfig(data_dir=tmp_path / ".wasmext")
-    with make_host((MIXED, {"plugin_id": "mixed"}), (FINE, {"plugin_id": "fine"}),
+    fine = tool_wat([{"name": "lookup", "description": "Find it"},
+                     {"name": "hinted", "annotations": {"readOnlyHint": "yes"}}])
+    with make_host((MIXED, {"plugin_id": "mixed"}), (fine, {"plugin_id": "fine"}),
                    config=config) as host:
         problems = [e.message for e in host.load_errors]
         assert any("plugin mixed tools[1]" in p and "input_schema must be an object" in p
                    for p in problems), problems
         assert any("plugin mixed tools[2]" in p and "output_schema must be an object" in p
+                   for p in problems), problems
+        assert any("plugin fine tools[1]" in p and "'annotations' holds only" in p
                    for p in problems), problems
         assert "mixed__good" in host.tools.tools
         assert "mixed__stringly" not in host.tools.tools

@@ -53,6 +53,8 @@ def check_report(report: dict[str, Any]) -> None:
     tools = {t["name"]: t for t in report["steps"]["listTools"]["ok"]}
     assert set(tools) == {"mixed__good", "fine__lookup", "pic__pic"}
     assert tools["mixed__good"]["outputSchema"]["type"] == "object"
+    assert tools["mixed__good"]["title"] == "Good tool"
+    assert tools["mixed__good"]["annotations"] == {"readOnlyHint": True, "openWorldHint": False}
     ok, bad, plain, pic = report["calls"]
     assert "error" not in ok, ok  # the SDK validated structuredContent against outputSchema
     assert ok["result"]["structuredContent"] == {"found": 1}

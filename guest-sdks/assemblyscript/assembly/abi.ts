@@ -3,7 +3,7 @@
 
 /** The ABI this SDK speaks (SPEC 1.1 and 3.1). */
 export const ABI_MAJOR: i32 = 1;
-export const ABI_MINOR: i32 = 0;
+export const ABI_MINOR: i32 = 1;
 
 /** Levels of the `log` import and the `log` op. */
 export enum LogLevel {
@@ -29,7 +29,7 @@ export namespace ErrorCode {
   export const FAILED = "failed";
 }
 
-/** host_call op names (SPEC 4.3); every op of ABI minor 0. */
+/** host_call op names (SPEC 4.3); every op up to ABI minor 1. */
 export namespace Op {
   export const LOG = "log";
   export const CONFIG_GET = "config.get";
@@ -46,6 +46,11 @@ export namespace Op {
   export const NEXT = "next";
   export const HTTP_FETCH = "http.fetch";
   export const LLM_COMPLETE = "llm.complete";
+  export const PROGRESS = "progress";
+  export const RESOURCE_LIST = "resource.list";
+  export const RESOURCE_READ = "resource.read";
+  export const PROMPT_LIST = "prompt.list";
+  export const PROMPT_GET = "prompt.get";
 }
 
 /** Export names (SPEC 1.1); exports.ts defines the functions. */

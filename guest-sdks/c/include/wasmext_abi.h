@@ -3,7 +3,7 @@
 #define WASMEXT_ABI_H
 
 #define WASMEXT_ABI_MAJOR 1
-#define WASMEXT_ABI_MINOR 0
+#define WASMEXT_ABI_MINOR 1
 
 /* log levels */
 #define WASMEXT_LOG_TRACE 0
@@ -41,6 +41,11 @@
 #define WASMEXT_OP_NEXT "next"
 #define WASMEXT_OP_HTTP_FETCH "http.fetch"
 #define WASMEXT_OP_LLM_COMPLETE "llm.complete"
+#define WASMEXT_OP_PROGRESS "progress"
+#define WASMEXT_OP_RESOURCE_LIST "resource.list"
+#define WASMEXT_OP_RESOURCE_READ "resource.read"
+#define WASMEXT_OP_PROMPT_LIST "prompt.list"
+#define WASMEXT_OP_PROMPT_GET "prompt.get"
 
 /* default limits the host applies */
 #define WASMEXT_LIMIT_FUEL_PER_CALL 50000000u

@@ -4,7 +4,7 @@
 /// The major ABI version this SDK speaks; `wasmext_abi_version` returns it.
 pub const ABI_MAJOR: u32 = 1;
 /// The minor ABI version this SDK was built against (`abi_minor` at registration).
-pub const ABI_MINOR: u32 = 0;
+pub const ABI_MINOR: u32 = 1;
 
 /// Names of the exports a plugin defines (SPEC 1.1).
 pub mod export {
@@ -71,6 +71,11 @@ pub mod op {
     pub const NEXT: &str = "next";
     pub const HTTP_FETCH: &str = "http.fetch";
     pub const LLM_COMPLETE: &str = "llm.complete";
+    pub const PROGRESS: &str = "progress";
+    pub const RESOURCE_LIST: &str = "resource.list";
+    pub const RESOURCE_READ: &str = "resource.read";
+    pub const PROMPT_LIST: &str = "prompt.list";
+    pub const PROMPT_GET: &str = "prompt.get";
 }
 
 /// One row of the op table.
@@ -111,6 +116,11 @@ pub const OPS: &[OpInfo] = &[
     row(op::NEXT, "", 0, true),
     row(op::HTTP_FETCH, "http", 0, false),
     row(op::LLM_COMPLETE, "llm", 0, false),
+    row(op::PROGRESS, "", 1, true),
+    row(op::RESOURCE_LIST, "resources", 1, true),
+    row(op::RESOURCE_READ, "resources", 1, true),
+    row(op::PROMPT_LIST, "prompts", 1, true),
+    row(op::PROMPT_GET, "prompts", 1, true),
 ];
 
 /// The row of `name`, if the table has one.

@@ -299,7 +299,8 @@ class McpClients:
             short = getattr(item, "name", None)
             tool = build_tool(st.spec.name, short, getattr(item, "description", None),
                               getattr(item, "input_schema", None), self._runner(st, str(short)),
-                              getattr(item, "output_schema", None))
+                              getattr(item, "output_schema", None),
+                              getattr(item, "title", None), getattr(item, "annotations", None))
             try:
                 if tool is not None and tool.name in names:
                     raise ConfigError(f"its name {tool.name} is taken")

@@ -22,6 +22,8 @@ SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_DESCRIPTION = 1024
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_HINTS = {"read_only_hint": "readOnlyHint", "destructive_hint": "destructiveHint",
+          "idempotent_hint": "idempotentHint", "open_world_hint": "openWorldHint"}
 
 
 class McpToolError(RuntimeError):
@@ -57,7 +59,8 @@ def tool_name(server: str, tool: str) -> str:
 
 
 def build_tool(server: str, name: Any, description: Any, input_schema: Any,
-               run: Runner, output_schema: Any = None) -> Tool | None:
+               run: Runner, output_schema: Any = None, title: Any = None,
+               annotations: Any = None) -> Tool | None:
     """A registry Tool for one listed MCP tool, or None (logged) when it is unusable.
 
     A schema is kept as is (and compiled once, like every tool's) when it is a
@@ -80,8 +83,12 @@ def build_tool(server: str, name: Any, description: Any, input_schema: Any,
             log.info("%s: output schema ignored (%s)", where, err.message)
             output_schema = None
     text = _CONTROL.sub(" ", description if isinstance(description, str) else "")
+    hints = {camel: value for snake, camel in _HINTS.items()
+             if isinstance(value := getattr(annotations, snake, None), bool)}
     return Tool(tool_name(server, name), text[:MAX_DESCRIPTION], input_schema,
-                f"mcp:{server}", run, output_schema, validator)
+                f"mcp:{server}", run, output_schema, validator,
+                title=_CONTROL.sub(" ", title)[:128] if isinstance(title, str) else "",
+                annotations=hints or None)
 
 
 def _compiled(schema: Any) -> Any:

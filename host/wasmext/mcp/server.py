@@ -137,7 +137,7 @@ class McpToolServer:
         return tool if tool is not None and self._serves(tool) else None
 
     def _compute_fingerprint(self) -> str:
-        entries = [(t.name, t.description, dict(t.input_schema),
+        entries = [(t.name, t.description, t.title, t.annotations, dict(t.input_schema),
                     dict(t.output_schema) if t.output_schema is not None else None)
                    for t in self.visible_tools()]
         return hashlib.sha256(json.dumps(entries, sort_keys=True, default=str).encode()
@@ -211,10 +211,11 @@ class McpToolServer:
         self._remember(ctx)
         await self.check_changed()
         return types.ListToolsResult(tools=[
-            types.Tool(name=t.name,
+            types.Tool(name=t.name, title=t.title or None,
                        description=clean_lines(t.description, DESCRIPTION_CAP) or None,
                        input_schema=dict(t.input_schema),
-                       output_schema=dict(t.output_schema) if t.output_schema else None)
+                       output_schema=dict(t.output_schema) if t.output_schema else None,
+                       annotations=_annotations(t))
             for t in self.visible_tools()])
 
     async def _call_tool(self, ctx: ServerRequestContext[Any],
@@ -295,6 +296,16 @@ class McpToolServer:
     def http_app(self, host: str = "127.0.0.1") -> Any:
         """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback."""
         return self.server.streamable_http_app(host=host)
+
+
+def _annotations(tool: Tool) -> types.ToolAnnotations | None:
+    hints = tool.annotations or {}
+    if not hints:
+        return None
+    return types.ToolAnnotations(read_only_hint=hints.get("readOnlyHint"),
+                                 destructive_hint=hints.get("destructiveHint"),
+                                 idempotent_hint=hints.get("idempotentHint"),
+                                 open_world_hint=hints.get("openWorldHint"))
 
 
 def _servable(tool: Tool) -> bool:
