@@ -115,3 +115,28 @@ def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None
 def test_typescript_client_over_streamable_http(plugins: Path, tmp_path: Path) -> None:
     with http_serve(plugins, tmp_path) as url:
         check_report(ts_client({"transport": "http", "url": url, "calls": CALLS}))
+
+
+TOKEN = "s3cret-token-0123456789"
+
+
+def test_typescript_client_needs_the_bearer_token(plugins: Path, tmp_path: Path) -> None:
+    with http_serve(plugins, tmp_path, "--token-env", "MCP_TOKEN",
+                    env={"MCP_TOKEN": TOKEN}) as url:
+        refused = ts_client({"transport": "http", "url": url})
+        assert "error" in refused["steps"]["connect"], refused
+        assert refused["steps"]["connect"]["code"] == 401, refused
+        wrong = ts_client({"transport": "http", "url": url,
+                           "headers": {"Authorization": f"Bearer {TOKEN[:-1]}x"}})
+        assert "error" in wrong["steps"]["connect"], wrong
+        check_report(ts_client({"transport": "http", "url": url, "calls": CALLS,
+                                "headers": {"Authorization": f"Bearer {TOKEN}"}}))
+
+
+def test_non_loopback_needs_a_token(plugins: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(cli_args("mcp", "serve", "--plugins", str(plugins), "--http",
+                                   str(free_port()), "--host", "0.0.0.0"),
+                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode != 0
+    assert "needs a bearer token" in proc.stderr

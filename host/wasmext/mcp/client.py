@@ -19,8 +19,8 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from contextlib import AsyncExitStack, suppress
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -48,6 +48,16 @@ BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 30.0
 PING_INTERVAL_S = 5.0
 STOP_TIMEOUT_S = 10.0
+
+
+@asynccontextmanager
+async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers=headers or None) as http, \
+            streamable_http_client(url, http_client=http) as streams:
+        yield streams
 
 
 class _Server:  # one server's state, written on the loop thread
@@ -255,14 +265,15 @@ class McpClients:
     def _transport(spec: ServerSpec) -> Any:
         from mcp.client.sse import sse_client
         from mcp.client.stdio import StdioServerParameters, stdio_client
-        from mcp.client.streamable_http import streamable_http_client
 
         if spec.transport == "stdio":
             return stdio_client(StdioServerParameters(
-                command=str(spec.command), args=list(spec.args), env=dict(spec.env) or None))
+                command=str(spec.command), args=list(spec.args), env=dict(spec.env) or None,
+                cwd=spec.cwd))
         if spec.transport == "sse":
-            return sse_client(str(spec.url), timeout=spec.connect_timeout_s)
-        return streamable_http_client(str(spec.url))
+            return sse_client(str(spec.url), headers=dict(spec.headers) or None,
+                              timeout=spec.connect_timeout_s)
+        return _streamable_http(str(spec.url), dict(spec.headers))
 
     @staticmethod
     async def _list_tools(session: ClientSession) -> list[Any]:

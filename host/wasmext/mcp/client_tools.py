@@ -50,7 +50,8 @@ class ServerSpec(McpServerConfig):
         """From any object with the same fields (e.g. config.McpServerConfig)."""
         return cls(cfg.name, cfg.transport, cfg.command, tuple(cfg.args), dict(cfg.env),
                    cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
-                   bool(cfg.enabled))
+                   bool(cfg.enabled), dict(getattr(cfg, "headers", {}) or {}),
+                   getattr(cfg, "cwd", None))
 
 
 def tool_name(server: str, tool: str) -> str:

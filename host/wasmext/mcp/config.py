@@ -5,6 +5,7 @@
     command = "python"
     args = ["calc_server.py"]
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
+    headers = { Authorization = "Bearer ${CALC_TOKEN}" }   # sse/http: sent with each request
     connect_timeout_s = 10
     call_timeout_s = 30
     enabled = true
@@ -54,6 +55,8 @@ class McpServerConfig:
     connect_timeout_s: float = 10.0
     call_timeout_s: float = 30.0
     enabled: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # a stdio server's working folder (a manifest's: the plugin's)
 
 
 def _subst(value: Any, path: Path | None, fld: str) -> str:
@@ -65,7 +68,9 @@ def _subst(value: Any, path: Path | None, fld: str) -> str:
     return out
 
 
-def parse_mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpServerConfig, ...]]:
+def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = None
+              ) -> tuple[bool, tuple[McpServerConfig, ...]]:
+    """The [mcp] table; with `base_dir`, stdio servers run there (relative paths from it)."""
     enabled = raw.pop("enabled", True)
     need(isinstance(enabled, bool), path, "mcp.enabled", "must be a bool")
     servers = table(raw.pop("servers", {}), path, "mcp.servers")
@@ -96,11 +101,16 @@ def parse_mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpSe
             need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                   path, f"{fld}.{key}", "must be a positive number of seconds")
             timeouts[key] = float(value)
+        headers = table(spec.get("headers", {}), path, f"{fld}.headers")
+        need(transport != "stdio" or not headers, path, f"{fld}.headers",
+             "only sse and http servers take headers")
         on = spec.get("enabled", True)
         need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
         out.append(McpServerConfig(
             name, transport, command,
             tuple(_subst(a, path, f"{fld}.args[{i}]") for i, a in enumerate(args)),
             {k: _subst(v, path, f"{fld}.env.{k}") for k, v in env.items()}, url,
-            timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on))
+            timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on,
+            {k: _subst(v, path, f"{fld}.headers.{k}") for k, v in headers.items()},
+            str(base_dir) if base_dir is not None and transport == "stdio" else None))
     return enabled, tuple(out)

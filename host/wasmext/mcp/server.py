@@ -38,6 +38,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
 
+from wasmext.mcp.auth import BearerAuth, require_token_for
 from wasmext.mcp.results import error_code, error_result, tool_result
 from wasmext.sandbox.callscope import CallScope
 from wasmext.text import DESCRIPTION_CAP, clean_lines
@@ -293,9 +294,12 @@ class McpToolServer:
         async with stdio_server() as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.initialization_options())
 
-    def http_app(self, host: str = "127.0.0.1") -> Any:
-        """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback."""
-        return self.server.streamable_http_app(host=host)
+    def http_app(self, host: str = "127.0.0.1", token: str | None = None) -> Any:
+        """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback;
+        with `token`, every request needs it as a bearer token (mcp.auth)."""
+        require_token_for(host, token)
+        app = self.server.streamable_http_app(host=host)
+        return BearerAuth(app, token) if token is not None else app
 
 
 def _annotations(tool: Tool) -> types.ToolAnnotations | None:
@@ -348,13 +352,15 @@ def serve_stdio(host: Host, *, include_host_tools: bool = False, **options: Any)
 
 def build_http_server(wasm_host: Host, host: str = "127.0.0.1", port: int = 8765, *,
                       include_host_tools: bool = False, log_level: str = "warning",
-                      **options: Any) -> uvicorn.Server:
-    """A uvicorn server for `wasm_host`'s tools at http://HOST:PORT/mcp (call `.run()`)."""
+                      token: str | None = None, **options: Any) -> uvicorn.Server:
+    """A uvicorn server for `wasm_host`'s tools at http://HOST:PORT/mcp (call `.run()`).
+
+    A non-loopback `host` needs a bearer `token` (ConfigError otherwise)."""
     import uvicorn
 
     server = McpToolServer(wasm_host, include_host_tools=include_host_tools, **options)
-    config = uvicorn.Config(server.http_app(host), host=host, port=port, log_level=log_level,
-                            lifespan="on")
+    config = uvicorn.Config(server.http_app(host, token), host=host, port=port,
+                            log_level=log_level, lifespan="on")
     return uvicorn.Server(config)
 
 
