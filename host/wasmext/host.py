@@ -34,6 +34,7 @@ from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.manifest import Manifest, load_folder
+from wasmext.mcp.plugin_ops import install as install_mcp_ops
 from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
@@ -78,6 +79,7 @@ class Host:
         self.tools = ToolRegistry(self)
         self.tools.install(self.runtime.services)
         install_progress(self.runtime.services)
+        install_mcp_ops(self.runtime.services, lambda: self.mcp)
         for server in self.config.mcp_servers:  # configured servers own their names first
             try:
                 self.tools.claim(server.name, f"mcp:{server.name}")

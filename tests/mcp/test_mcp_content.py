@@ -16,7 +16,7 @@ from mcp.client.client import Client
 from wasmext import HostConfig
 from wasmext.mcp.content import MAX_BLOCKS, content_shape, from_mcp, to_mcp
 from wasmext.mcp.server import McpToolServer
-from wasmext.testing import make_host
+from wasmext.testing import guest_wat, make_host
 
 SAFE = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789:/._-", min_size=1, max_size=40)
 MIME = st.sampled_from(["image/png", "audio/wav", "text/plain", "application/octet-stream"])
@@ -119,5 +119,34 @@ def test_output_not_matching_output_schema_is_a_tool_error(tmp_path: Path, value
                 text = bad.content[0]
                 assert isinstance(text, types.TextContent)
                 assert "does not match its output_schema" in text.text
+
+        run(main)
+
+
+def test_bad_resource_and_prompt_answers_are_errors_naming_the_plugin(tmp_path: Path) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    bad = guest_wat(response={"ok": True, "value": {"not": "contents\x1b[2J"}}, registration={
+        "hooks": [{"hook": "on_resource"}, {"hook": "on_prompt"}],
+        "resources": [{"uri": "bad://x", "name": "x"}, {"uri": "bad://x", "name": "twice"},
+                      {"name": "no uri"}, "junk"],
+        "prompts": [{"name": "p"}, {"name": "bad name!"}]})
+    with make_host((bad, {"plugin_id": "bad"}), (tool_wat([{"name": "ok"}]), {"plugin_id": "ok"}),
+                   config=HostConfig(data_dir=tmp_path / ".wasmext")) as host:
+        server = McpToolServer(host, poll_interval=0)
+
+        async def main() -> None:
+            async with Client(server.server, read_timeout_seconds=TIMEOUT) as client:
+                listed = (await client.list_resources()).resources
+                assert [(str(r.uri), r.name) for r in listed] == [("bad://x", "x")]
+                assert [p.name for p in (await client.list_prompts()).prompts] == ["bad__p"]
+                for action in (client.read_resource("bad://x"),
+                               client.get_prompt("bad__p", {})):
+                    with pytest.raises(MCPError) as err:
+                        await action
+                    assert "plugin bad" in err.value.error.message
+                    assert "\x1b" not in err.value.error.message
+                ok = await client.call_tool("ok__ok", {})
+                assert not ok.is_error
 
         run(main)

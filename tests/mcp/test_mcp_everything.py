@@ -11,12 +11,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
+import wasmtime
 from interop_support import NPM, TIMEOUT, free_port, node_missing
 
 from wasmext import Host, HostConfig
+from wasmext.mcp.client_catalog import get_prompt, list_prompts, list_resources, read_resource
 from wasmext.mcp.config import McpServerConfig
-from wasmext.testing import make_host
+from wasmext.testing import DATA_AT, guest_wat, make_host
+
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
 
 pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
 EVERYTHING = NPM / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" \
@@ -97,10 +102,52 @@ def check_content(host: Host) -> None:
     assert len(resources) == 1 and isinstance(resources[0]["text"], str)
 
 
+def check_resources_and_prompts(host: Host) -> None:
+    assert host.mcp is not None
+    resources = list_resources(host.mcp, "everything")
+    static = [r for r in resources if r["uri"].startswith("demo://resource/static/document/")]
+    assert static, resources
+    blocks = read_resource(host.mcp, "everything", static[0]["uri"])
+    assert blocks[0]["type"] == "resource" and blocks[0]["uri"] == static[0]["uri"]
+    assert ("text" in blocks[0]) != ("blob" in blocks[0])
+    prompts = {p["name"]: p for p in list_prompts(host.mcp, "everything")}
+    assert {"simple-prompt", "args-prompt"} <= set(prompts)
+    assert {"name": "city", "required": True, "description": "Name of the city"} in \
+        prompts["args-prompt"]["arguments"]
+    got = get_prompt(host.mcp, "everything", "args-prompt", {"city": "Lyon"})
+    assert got["messages"][0]["role"] == "user"
+    assert "Lyon" in got["messages"][0]["content"]["text"]
+
+    # A plugin reaches them through the ops, only where its grants say.
+    reader = plugin_asking({"op": "resource.read", "server": "everything",
+                            "uri": static[0]["uri"]})
+    wasm = bytes(wasmtime.wat2wasm(reader))
+    host.add(wasm, plugin_id="reader", grants={"resources", "resources:everything__demo://*"})
+    host.add(wasm, plugin_id="nosy", grants={"resources", "resources:everything__other://*"})
+    result, error = host.try_call("reader", "go", {})
+    assert result is not None and result.value == blocks, error
+    result, error = host.try_call("nosy", "go", {})
+    assert result is None and error is not None and error.startswith("denied"), error
+    lister = plugin_asking({"op": "prompt.list", "server": "everything"})
+    host.add(bytes(wasmtime.wat2wasm(lister)), plugin_id="lister",
+             grants={"prompts", "prompts:everything__simple-*"})
+    result, error = host.try_call("lister", "go", {})
+    assert result is not None, error
+    assert [p["name"] for p in result.value] == ["simple-prompt"]
+
+
+def plugin_asking(request: dict[str, object]) -> str:
+    """A plugin whose `go` hook answers whatever one host call answered."""
+    req = msgpack.packb(request)
+    return guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))",
+                     imports=HOST_CALL, data=req, hooks=("go",))
+
+
 def test_everything_over_stdio(tmp_path: Path) -> None:
     with host_with(everything_stdio(), tmp_path) as host:
         check_echo(host)
         check_content(host)
+        check_resources_and_prompts(host)
 
 
 def test_everything_over_streamable_http(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ from interop_support import (
     write_plugin,
 )
 
+from wasmext.testing import guest_wat
+
 pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
 
 CALLS = [{"name": "mixed__good", "arguments": {"q": "x"}},
@@ -38,6 +40,14 @@ PIC = tool_wat([{"name": "pic"}], value={"content": [
     {"type": "image", "data": b"\x89PNG\r\n\x1a\n", "mime_type": "image/png"},
     {"type": "resource_link", "uri": "file:///notes.txt", "name": "notes"},
     {"type": "resource", "uri": "mem://greeting", "mime_type": "text/plain", "text": "hi"}]})
+
+
+DOCS = guest_wat(response={"ok": True, "value": "hello from docs"}, registration={
+    "hooks": [{"hook": "on_resource"}, {"hook": "on_prompt"}],
+    "resources": [{"uri": "notes://today", "name": "today", "mime_type": "text/plain"}],
+    "resource_templates": [{"uri_template": "notes://day/{date}", "name": "day"}],
+    "prompts": [{"name": "greet", "description": "Say hello",
+                 "arguments": [{"name": "who", "required": True}]}]})
 
 
 def ts_client(plan: dict[str, Any]) -> dict[str, Any]:
@@ -76,13 +86,29 @@ def plugins(tmp_path: Path) -> Path:
     write_plugin(folder, "mixed", MIXED)
     write_plugin(folder, "fine", FINE)
     write_plugin(folder, "pic", PIC)
+    write_plugin(folder, "docs", DOCS)
     return folder
 
 
 def test_typescript_client_over_stdio(plugins: Path, tmp_path: Path) -> None:
     args = cli_args("mcp", "serve", "--plugins", str(plugins))
-    check_report(ts_client({"transport": "stdio", "command": args[0], "args": args[1:],
-                            "env": cli_env(), "cwd": str(tmp_path), "calls": CALLS}))
+    report = ts_client({"transport": "stdio", "command": args[0], "args": args[1:],
+                        "env": cli_env(), "cwd": str(tmp_path), "calls": CALLS,
+                        "resources": True, "readResource": "notes://day/2026-01-02",
+                        "prompts": True,
+                        "getPrompt": {"name": "docs__greet", "arguments": {"who": "x"}}})
+    check_report(report)
+    steps = report["steps"]
+    assert steps["listResources"]["ok"] == [{"uri": "notes://today", "name": "today",
+                                             "mimeType": "text/plain"}]
+    assert steps["listResourceTemplates"]["ok"] == [{"uriTemplate": "notes://day/{date}",
+                                                     "name": "day"}]
+    assert steps["readResource"]["ok"] == [{"uri": "notes://day/2026-01-02",
+                                            "text": "hello from docs"}]
+    assert steps["listPrompts"]["ok"] == [{"name": "docs__greet", "description": "Say hello",
+                                           "arguments": [{"name": "who", "required": True}]}]
+    assert steps["getPrompt"]["ok"] == [{"role": "user", "content": {
+        "type": "text", "text": "hello from docs"}}]
 
 
 @contextlib.contextmanager

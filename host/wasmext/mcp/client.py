@@ -19,9 +19,9 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["McpClients", "McpToolError", "ServerSpec", "build_tool", "tool_name"]
 
 log = logging.getLogger("wasmext.mcp")
+T = TypeVar("T")
 
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 30.0
@@ -144,6 +145,27 @@ class McpClients:
         """For `wasmext mcp ls`: name, transport, status and tool names of each server."""
         return [{"name": st.spec.name, "transport": st.spec.transport, "status": st.status,
                  "tools": list(st.tools)} for st in self._servers.values()]
+
+    def request(self, server: str, make: Callable[[ClientSession], Coroutine[Any, Any, T]]
+                ) -> T:
+        """Run `make(session)` on server's connection (any thread), within its call timeout
+        and what is left of a calling plugin's time; KeyError for an unknown server."""
+        st = self._servers[server]
+        loop, session = self._loop, st.session
+        if loop is None or session is None:
+            raise RuntimeError(f"mcp server {server} is {st.status}")
+        left = calltree.remaining()
+        wait = st.spec.call_timeout_s if left is None else min(st.spec.call_timeout_s, left)
+        if wait <= 0:
+            raise calltree.OutOfTime("the calling plugin's time is up")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(make(session),
+                                                                                  loop)
+        try:
+            return future.result(timeout=wait)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"mcp server {server} did not answer within "
+                               f"{wait * 1000:.0f} ms") from None
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is not None:

@@ -40,6 +40,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 
 from wasmext.mcp.auth import BearerAuth, require_token_for
 from wasmext.mcp.results import error_code, error_result, tool_result
+from wasmext.mcp.served_handlers import ServedCatalog
 from wasmext.sandbox.callscope import CallScope
 from wasmext.text import DESCRIPTION_CAP, clean_lines
 
@@ -119,6 +120,7 @@ class McpToolServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=ListenHandler(self.bus),
+            **ServedCatalog(host).handlers(),
         )
 
     # -- the tool set -------------------------------------------------------------------
