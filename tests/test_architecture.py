@@ -26,7 +26,7 @@ LAYERS: dict[str, int] = {
     "wasmext.sandbox": 1, "wasmext.state": 1, "wasmext.observe": 1, "wasmext.manifest": 1,
     "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.client_tools": 2,
     "wasmext.mcp.results": 2, "wasmext.mcp.served": 2, "wasmext.mcp.plugin_ops": 2,
-    "wasmext.mcp.client_catalog": 2,
+    "wasmext.mcp.client_catalog": 2, "wasmext.mcp.client_caps": 2,
     "wasmext.hooks": 3,
     "wasmext.mcp.server": 5, "wasmext.mcp.served_handlers": 5,
 }

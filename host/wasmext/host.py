@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,8 +95,12 @@ class Host:
             elif found.manifest is not None:
                 self._load_folder(found.folder, found.manifest, found.source)
 
-    def start_mcp(self) -> McpClients | None:
-        """Connect the configured MCP servers; their tools join `self.tools`."""
+    def start_mcp(self, sampler: Callable[[str, Any], Any] | None = None
+                  ) -> McpClients | None:
+        """Connect the configured MCP servers; their tools join `self.tools`.
+
+        `sampler(server, params)` is the application's model, asked for servers
+        configured with `sampling = true` (see wasmext.mcp.client_caps)."""
         from wasmext.mcp.client import McpClients, ServerSpec  # the SDK loads only when used
 
         wanted = list(self.config.mcp_servers)
@@ -123,6 +127,7 @@ class Host:
         if not self.config.mcp_enabled or not specs or self.mcp is not None:
             return self.mcp
         self.mcp = McpClients(self.tools)
+        self.mcp.sampler = sampler
         self.mcp.start(specs)
         return self.mcp
 

@@ -4,13 +4,17 @@ streamable HTTP: its tools join the registry and answer through it."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import mcp_types as types
 import msgpack
 import pytest
 import wasmtime
@@ -154,3 +158,43 @@ def test_everything_over_streamable_http(tmp_path: Path) -> None:
     with everything_http() as server, host_with(server, tmp_path) as host:
         check_echo(host)
         check_content(host)
+
+
+def wait_for_tool(host: Host, name: str) -> bool:
+    """Conditional tools arrive after initialize (a list_changed the host follows)."""
+    deadline = time.monotonic() + TIMEOUT
+    while name not in host.tools.tools and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return name in host.tools.tools
+
+
+def test_client_capabilities_roots_sampling_elicitation(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def model(server: str, params: types.CreateMessageRequestParams) -> Any:
+        asked.append(server)
+        return types.CreateMessageResult(role="assistant", model="host-model",
+                                         content=types.TextContent(text="the host's model"))
+
+    allowed = dataclasses.replace(everything_stdio(), roots=("file:///srv/data",),
+                                  sampling=True)
+    with make_host(config=HostConfig(data_dir=tmp_path / "a", mcp_servers=(allowed,))) as host:
+        assert host.start_mcp(sampler=model) is not None
+        assert wait_for_tool(host, "everything__trigger-sampling-request")
+        sampled = host.tools.execute("everything__trigger-sampling-request",
+                                     {"prompt": "hello", "maxTokens": 10})
+        assert sampled["status"] == "ok", sampled
+        assert "the host's model" in json.dumps(sampled["output"])
+        assert asked == ["everything"]
+        assert wait_for_tool(host, "everything__get-roots-list")
+        roots = host.tools.execute("everything__get-roots-list", {})
+        assert "file:///srv/data" in json.dumps(roots["output"])
+        # Elicitation is never offered, so the server does not offer its elicitation tool.
+        assert "everything__trigger-elicitation-request" not in host.tools.tools
+
+    with make_host(config=HostConfig(data_dir=tmp_path / "b",
+                                     mcp_servers=(everything_stdio(),))) as host:
+        assert host.start_mcp(sampler=model) is not None  # a model, but no opt-in
+        assert wait_for_tool(host, "everything__get-roots-list")
+        assert "everything__trigger-sampling-request" not in host.tools.tools
+        assert asked == ["everything"]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from wasmext.errors import ConfigError
+from wasmext.mcp.client_caps import client_callbacks
 from wasmext.mcp.client_tools import (
     McpToolError,
     ServerSpec,
@@ -78,6 +79,9 @@ class McpClients:
 
     def __init__(self, registry: ToolRegistry) -> None:
         self.registry = registry
+        # The host's model for servers configured with `sampling = true`:
+        # sampler(server, CreateMessageRequestParams) -> CreateMessageResult (any thread).
+        self.sampler: Callable[[str, Any], Any] | None = None
         self._servers: dict[str, _Server] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -254,8 +258,8 @@ class McpClients:
                     # Re-list in a task: the handler must not await the session's own I/O.
                     tg.start_soon(self._relist, st)
 
-            session = await stack.enter_async_context(ClientSession(recv, write,
-                                                                    message_handler=on_message))
+            session = await stack.enter_async_context(ClientSession(
+                recv, write, message_handler=on_message, **client_callbacks(self, spec)))
             with anyio.fail_after(spec.connect_timeout_s):
                 await session.initialize()
                 listed = await self._list_tools(session)

@@ -51,7 +51,8 @@ class ServerSpec(McpServerConfig):
         return cls(cfg.name, cfg.transport, cfg.command, tuple(cfg.args), dict(cfg.env),
                    cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
                    bool(cfg.enabled), dict(getattr(cfg, "headers", {}) or {}),
-                   getattr(cfg, "cwd", None))
+                   getattr(cfg, "cwd", None), tuple(getattr(cfg, "roots", ())),
+                   bool(getattr(cfg, "sampling", False)))
 
 
 def tool_name(server: str, tool: str) -> str:

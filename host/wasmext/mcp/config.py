@@ -6,6 +6,8 @@
     args = ["calc_server.py"]
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
     headers = { Authorization = "Bearer ${CALC_TOKEN}" }   # sse/http: sent with each request
+    roots = ["file:///srv/data"]  # answered to roots/list (default: none offered)
+    sampling = false             # answer sampling/createMessage with the host's model
     connect_timeout_s = 10
     call_timeout_s = 30
     enabled = true
@@ -57,6 +59,8 @@ class McpServerConfig:
     enabled: bool = True
     headers: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None  # a stdio server's working folder (a manifest's: the plugin's)
+    roots: tuple[str, ...] = ()
+    sampling: bool = False
 
 
 def _subst(value: Any, path: Path | None, fld: str) -> str:
@@ -81,7 +85,7 @@ def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = No
         need(bool(name) and len(name) <= 64 and set(name) <= _NAME_CHARS, path, fld,
               "lowercase letters, digits and hyphens")
         spec = table(spec, path, fld)
-        known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name"}
+        known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name", "cwd"}
         unknown = sorted(set(spec) - known)
         need(not unknown, path, f"{fld}.{unknown[0] if unknown else ''}", "unknown field")
         transport = spec.get("transport", "stdio")
@@ -104,6 +108,12 @@ def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = No
         headers = table(spec.get("headers", {}), path, f"{fld}.headers")
         need(transport != "stdio" or not headers, path, f"{fld}.headers",
              "only sse and http servers take headers")
+        roots = spec.get("roots", [])
+        need(isinstance(roots, list) and all(isinstance(r, str) and r.startswith("file://")
+                                             for r in roots), path, f"{fld}.roots",
+             "must be an array of file:// URIs")
+        sampling = spec.get("sampling", False)
+        need(isinstance(sampling, bool), path, f"{fld}.sampling", "must be a bool")
         on = spec.get("enabled", True)
         need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
         out.append(McpServerConfig(
@@ -112,5 +122,6 @@ def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = No
             {k: _subst(v, path, f"{fld}.env.{k}") for k, v in env.items()}, url,
             timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on,
             {k: _subst(v, path, f"{fld}.headers.{k}") for k, v in headers.items()},
-            str(base_dir) if base_dir is not None and transport == "stdio" else None))
+            str(base_dir) if base_dir is not None and transport == "stdio" else None,
+            tuple(roots), sampling))
     return enabled, tuple(out)
