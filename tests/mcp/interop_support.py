@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,7 +104,8 @@ def node_missing() -> str | None:
     """Why the node peers cannot run here (None when they can)."""
     if shutil.which("node") is None:
         return "node is not installed (make toolchains installs it)"
-    for package in ("@modelcontextprotocol/sdk", "@modelcontextprotocol/server-everything"):
+    for package in ("@modelcontextprotocol/sdk", "@modelcontextprotocol/server-everything",
+                    "@modelcontextprotocol/inspector"):
         if not (NPM / "node_modules" / package / "package.json").exists():
             return f"{package} is not installed (tests/mcp/npm/setup-npm.sh)"
     return None
@@ -115,3 +117,30 @@ def node(script: str, *args: str, timeout: float = 90, env: dict[str, str] | Non
     full_env.update(env or {})
     return subprocess.run(["node", str(NPM / script), *args], capture_output=True, text=True,
                           timeout=timeout, cwd=NPM, env=full_env)
+
+
+@contextmanager
+def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None = None
+               ) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(cli_args("mcp", "serve", "--plugins", str(plugins), "--http",
+                                     str(port), *extra), cwd=cwd, env=cli_env(**(env or {})),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

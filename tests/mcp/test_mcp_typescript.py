@@ -5,12 +5,8 @@ succeed or fail against a tool with an outputSchema (the SDK checks structuredCo
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +18,7 @@ from interop_support import (
     cli_args,
     cli_env,
     free_port,
+    http_serve,
     node,
     node_missing,
     tool_wat,
@@ -109,33 +106,6 @@ def test_typescript_client_over_stdio(plugins: Path, tmp_path: Path) -> None:
                                            "arguments": [{"name": "who", "required": True}]}]
     assert steps["getPrompt"]["ok"] == [{"role": "user", "content": {
         "type": "text", "text": "hello from docs"}}]
-
-
-@contextlib.contextmanager
-def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None = None
-               ) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(cli_args("mcp", "serve", "--plugins", str(plugins), "--http",
-                                     str(port), *extra), cwd=cwd, env=cli_env(**(env or {})),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_typescript_client_over_streamable_http(plugins: Path, tmp_path: Path) -> None:

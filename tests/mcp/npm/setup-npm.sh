@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The third-party MCP peers the interop tests drive (pinned in package-lock.json):
-# the reference "everything" server, the TypeScript SDK and the Inspector CLI.
+# the reference "everything" server, the TypeScript SDK and the MCP Inspector (CLI mode).
 # Run by `make toolchains` (as root in CI); installs node first when it is missing.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
