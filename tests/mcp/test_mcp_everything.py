@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -14,15 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types as types
 import msgpack
 import pytest
 import wasmtime
-from interop_support import NPM, TIMEOUT, free_port, node_missing
+from interop_support import NPM, TIMEOUT, free_port, node_missing, run
+from mcp.client.client import Client
 
 from wasmext import Host, HostConfig
 from wasmext.mcp.client_catalog import get_prompt, list_prompts, list_resources, read_resource
 from wasmext.mcp.config import McpServerConfig
+from wasmext.mcp.server import McpToolServer
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
@@ -198,3 +202,42 @@ def test_client_capabilities_roots_sampling_elicitation(tmp_path: Path) -> None:
         assert wait_for_tool(host, "everything__get-roots-list")
         assert "everything__trigger-sampling-request" not in host.tools.tools
         assert asked == ["everything"]
+
+
+def test_progress_and_cancel_through_wasmext(tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """An MCP client of `wasmext mcp serve` calls the everything server's long operation:
+    its progress comes through, and cancelling ends the call at once (audited)."""
+    with everything_http() as server, host_with(server, tmp_path) as host, \
+            caplog.at_level(logging.INFO, logger="wasmext.mcp.audit"):
+        served = McpToolServer(host, include_mcp_tools=True, poll_interval=0)
+        seen: list[tuple[float, float | None]] = []
+
+        async def main() -> None:
+            upstream_step = anyio.Event()
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                seen.append((value, total))
+                if value >= 1 and total == 300:
+                    upstream_step.set()
+
+            async with Client(served.server, mode="legacy",
+                              read_timeout_seconds=TIMEOUT) as client:
+                async with anyio.create_task_group() as tg:
+                    async def call() -> None:
+                        await client.call_tool("everything__trigger-long-running-operation",
+                                               {"duration": 60, "steps": 300},
+                                               progress_callback=progress)
+                        pytest.fail("the call was not cancelled")
+                    tg.start_soon(call)
+                    await upstream_step.wait()
+                    tg.cancel_scope.cancel()
+                echoed = await client.call_tool("everything__echo", {"message": "still here"})
+                assert not echoed.is_error
+
+        started = time.monotonic()
+        run(main)
+        assert time.monotonic() - started < 30  # the operation would take 60 s
+        assert (1.0, 300.0) in seen
+    audit = [r.getMessage() for r in caplog.records if r.name == "wasmext.mcp.audit"]
+    assert any("trigger-long-running-operation' status=cancelled" in line for line in audit)
