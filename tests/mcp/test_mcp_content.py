@@ -150,3 +150,4 @@ def test_bad_resource_and_prompt_answers_are_errors_naming_the_plugin(tmp_path: 
                 assert not ok.is_error
 
         run(main)
+

@@ -4,6 +4,7 @@ for interop (headers, roots, sampling), under Hypothesis."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,7 +15,13 @@ from hypothesis import strategies as st
 
 from wasmext import ConfigError
 from wasmext.mcp.config import parse_mcp
-from wasmext.mcp.served import catalog, match_template, prompt_result, resource_contents
+from wasmext.mcp.served import (
+    MAX_ENTRIES,
+    catalog,
+    match_template,
+    prompt_result,
+    resource_contents,
+)
 
 JUNK = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=30)
                     | st.binary(max_size=10),
@@ -85,3 +92,18 @@ def test_server_fields() -> None:
         parse_mcp({"servers": {"s": {"command": "x", "headers": {"A": "b"}}}}, None)
     with pytest.raises(ConfigError, match="unknown field"):
         parse_mcp({"servers": {"s": {"command": "x", "cwd": "/"}}}, None)
+
+
+def test_a_resource_flood_is_cut_to_the_bound(caplog: pytest.LogCaptureFixture) -> None:
+    flood = plugin({"resources": [{"uri": f"flood://{i}", "name": f"r{i}"}
+                                  for i in range(100_000)],
+                    "prompts": [{"name": f"p{i}"} for i in range(100_000)]})
+    healthy = plugin({"resources": [{"uri": "ok://1", "name": "one"}]})
+    started = time.monotonic()
+    cat = catalog({"flood": flood, "ok": healthy})
+    assert time.monotonic() - started < 10
+    assert len([u for u in cat.resources if u.startswith("flood://")]) == MAX_ENTRIES
+    assert len(cat.prompts) == MAX_ENTRIES
+    assert cat.resources["ok://1"][0] == "ok"  # the other plugin is served as ever
+    assert any("plugin flood: 'resources': only the first" in r.getMessage()
+               for r in caplog.records)
