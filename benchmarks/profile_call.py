@@ -1,6 +1,6 @@
 """Where one hook call spends its time: PluginInstance.call taken apart, stage by stage.
 
-    python benchmarks/profile_call.py [--iters N] [--cprofile]
+    python benchmarks/profile_call.py [--iters N] [--cprofile] [--session]
 
 Each stage of `PluginInstance.call` (and of the fastcall binding under it) is
 replayed on a live instance of the echo guest in a loop of its own, and its
@@ -10,6 +10,10 @@ to, but not exactly, the whole (the whole also pays for its own bytecode
 between stages). `--cprofile` adds a cProfile listing of the same calls
 (cProfile's overhead inflates the many small functions; use it for the shape,
 the stage table for the numbers). Read-only: nothing in the host is changed.
+
+`--session` does the same one layer up: `Session.on_plain_text` through a
+Host with one no-op plugin, taken apart into what the host adds around
+`Plugin.call` (ordering, metrics, trace, the transform result).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from bench_guests import DATA, ECHO_HOOK, echo_wasm  # noqa: E402
 from bench_timing import Case, run_interleaved, stats_of  # noqa: E402
 
 from wasmext import Runtime  # noqa: E402
-from wasmext.sandbox import hostlink  # noqa: E402
+from wasmext.sandbox import calltree  # noqa: E402
 from wasmext.sandbox.codec import check_depth  # noqa: E402
 from wasmext.sandbox.instance import CallResult, PluginInstance  # noqa: E402
 
@@ -83,9 +87,7 @@ def stages(plugin: Any, inst: PluginInstance) -> tuple[list[tuple[str, Callable[
         inst._abort = None
         inst._host_calls = 0
         inst._host_seconds = 0.0
-        stack = hostlink.active.stack
-        stack.append(inst)
-        stack.pop()
+        calltree.leave(calltree.enter(0.0, 1.0, 10, inst))
 
     def budget() -> Callable[[], Any]:
         fuel, ticks, set_budget = inst.limits.fuel_per_call, inst._ticks, inst._budget
@@ -99,7 +101,7 @@ def stages(plugin: Any, inst: PluginInstance) -> tuple[list[tuple[str, Callable[
         ("  memory.write_unchecked(request)",
          lambda: lambda: inst.memory.write_unchecked(ptr, payload)),
         ("  _budget(fuel, ticks)", budget),
-        ("  reset counters + hostlink stack push/pop", lambda: enter_leave),
+        ("  reset counters + call-tree frame push/pop", lambda: enter_leave),
         ("  bound wasmext_call (fastcall)", lambda: lambda: inst._call(ptr, n)),
         ("    raw ctypes call, own prototype", lambda: _raw_call(inst, ptr, n)),
         ("  _read_output (bounds check + copy)",
@@ -125,12 +127,45 @@ def stages(plugin: Any, inst: PluginInstance) -> tuple[list[tuple[str, Callable[
     return result, skipped
 
 
+def session_stages() -> tuple[list[tuple[str, Callable[[], Any]]], Any]:
+    """The host layer around Plugin.call, stage by stage, on a Host with one no-op plugin."""
+    from wasmext.hooks.ordering import Entry
+    from wasmext.hooks.transform import TransformResult
+    from wasmext.testing import guest_wat, make_host
+
+    host = make_host((guest_wat(hooks=("on_plain_text",), response={"ok": True}),
+                      {"plugin_id": "noop"}))
+    session = host.session().__enter__()
+    plugin = host.plugins["noop"].plugin
+    meta = {"session": session.id}
+    entry = host.ordered("on_plain_text")[0]
+    metrics = host.observe.metrics
+    assert session.on_plain_text("hi").value == "hi" and isinstance(entry, Entry)
+    named: list[tuple[str, Callable[[], Any]]] = [
+        ("Session.on_plain_text (whole)", lambda: session.on_plain_text("hi")),
+        ("  host.call(entry) (policy, timing, metrics, trace)",
+         lambda: host.call(entry, "hi", session)),
+        ("    Plugin.call (the sandbox)", lambda: plugin.call("on_plain_text", "hi", meta)),
+        ("    metrics.record_callback", lambda: metrics.record_callback(
+            "noop", "on_plain_text", "ok", 1e-5, 100)),
+        ("    trace.add", lambda: session.trace.add(entry, "unchanged", None)),
+        ("  host.ordered(hook)", lambda: host.ordered("on_plain_text")),
+        ("  TransformResult(...)", lambda: TransformResult("hi", "hi")),
+    ]
+    session.trace.limit = 0  # the stages above would otherwise fill the trace
+    return named, host
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=50_000, help="timed calls per stage")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cprofile", action="store_true", help="also print a cProfile listing")
+    ap.add_argument("--session", action="store_true",
+                    help="profile the host layer (Session.on_plain_text) instead")
     args = ap.parse_args(argv)
+    if args.session:
+        return profile_session(args)
     with Runtime(cache=False) as rt:
         plugin = rt.load(echo_wasm(), plugin_id="bench-echo")
         inst = plugin._borrow()
@@ -160,6 +195,32 @@ def main(argv: list[str] | None = None) -> int:
             prof.disable()
             print()
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    return 0
+
+
+def profile_session(args: argparse.Namespace) -> int:
+    named, host = session_stages()
+    try:
+        cases = [Case(f"stage{i}", name, "stage", fn, args.iters, min(2_000, args.iters))
+                 for i, (name, fn) in enumerate(named)]
+        run_interleaved(cases, args.rounds, verbose=False)
+        whole = stats_of(cases[0].samples).p50_us
+        width = max(len(c.label) for c in cases) + 2
+        print(f"{'stage':<{width}}{'p50 us':>9}{'p99 us':>9}{'% of call':>11}")
+        for c in cases:
+            s = stats_of(c.samples)
+            print(f"{c.label:<{width}}{s.p50_us:>9.2f}{s.p99_us:>9.2f}"
+                  f"{100 * s.p50_us / whole:>10.0f}%")
+        if args.cprofile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.iters):
+                named[0][1]()
+            prof.disable()
+            print()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    finally:
+        host.close()
     return 0
 
 

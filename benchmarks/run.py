@@ -40,6 +40,7 @@ from bench_cases import (  # noqa: E402
     subprocess_cases,
     wasmext_cases,
 )
+from bench_costs import cost_cases, cost_report  # noqa: E402
 from bench_guests import DATA  # noqa: E402
 from bench_state import state_cases  # noqa: E402
 from bench_timing import Case, Skipped, Stats, run_interleaved, stats_of  # noqa: E402
@@ -48,7 +49,8 @@ from wasmext import Runtime  # noqa: E402
 from wasmext.sandbox.fastcall import FAST_PATH  # noqa: E402
 
 RESULTS = HERE / "results" / "latest.json"
-GROUPS = ["hook call", "guest SDK", "in-process", "subprocess", "fresh instance", "state"]
+GROUPS = ["hook call", "guest SDK", "in-process", "subprocess", "fresh instance", "state",
+          "where users pay"]
 CLEANUP: list[Any] = []  # servers and hosts the state figures started
 HEADLINE = "wasmext.plugin_call"
 FRESH = "fresh.wasmext_instance.wasi"
@@ -157,6 +159,8 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
     b = QUICK if args.quick else FULL
     extra = [p for p in (args.extism_path or "").split(os.pathsep) if p]
     items: list[Item] = []
+    if args.costs_only:  # only the issue-14 figures and their floors
+        return cost_cases(rt, b, CLEANUP)
     items += wasmext_cases(rt, b)
     items += naive_cases(b)
     items += extism_cases(b, extra)
@@ -165,6 +169,7 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
     items += subprocess_cases(b)
     items += fresh_cases(rt, b)
     items += state_cases(b, CLEANUP)
+    items += cost_cases(rt, b, CLEANUP)
     fresh_order = ["fresh.wasmext_instance.plain", "fresh.wasmext_registered.plain",
                    "fresh.wasmext_instance.wasi", "fresh.wasmext_registered.wasi",
                    "fresh.naive_instance.plain", "fresh.naive_instance.wasi",
@@ -316,8 +321,12 @@ def main(argv: list[str] | None = None) -> int:
                          "lacks it (appended to sys.path; env WASMEXT_BENCH_EXTISM_PATH)")
     ap.add_argument("--write-docs", action="store_true",
                     help="write the per-language table to docs/sdk-figures.md")
+    ap.add_argument("--costs-only", action="store_true",
+                    help="time only the 'where users pay' figures and their floors")
     ap.add_argument("--build-sdk", action="store_true",
                     help="build conformance plugins that are not built yet (into a temp dir)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="also time remote stages over NATS and 1/2/4 workers (bench_cluster)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     env_before = [round(x, 2) for x in os.getloadavg()]
@@ -338,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         write_sdk_table(stats, quick=args.quick)
     rat = ratios(stats)
     tg = targets(stats, rat)
+    cost_lines, costs = cost_report(stats)
     env = environment()
     env["loadavg_before"] = env_before
     doc: dict[str, Any] = {
@@ -352,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": {},
         "ratios": rat,
         "targets": tg,
+        "costs": costs,
         "notes": notes,
     }
     for item in items:
@@ -364,8 +375,18 @@ def main(argv: list[str] | None = None) -> int:
             if item.note:
                 entry["note"] = item.note
             doc["results"][item.key] = entry
+    cluster_report = None
+    if args.cluster:
+        from bench_cluster import measure
+        from bench_cluster import report as cluster_text
+
+        doc["cluster"] = measure(args.quick)
+        cluster_report = cluster_text(doc["cluster"])
     text = json.dumps(doc, indent=2)
     print(report(items, stats, rat, tg, notes))
+    print("\n".join(cost_lines))
+    if cluster_report is not None:
+        print(f"\n{cluster_report}")
     print()
     print(text)
     written = [RESULTS]

@@ -22,3 +22,20 @@ def test_quick_benchmark_reports_figures_and_ratios(tmp_path: Path) -> None:
         assert figure in text, figure
     assert "vs_subprocess_cat" in text
     assert "p50" in text and "p99" in text
+    # Issue 14's figures: each target's ratio against its floor, from this same run.
+    costs = doc["costs"]
+    for key in ("startup_import", "startup_help", "host_layer", "host_call", "tool_schema",
+                "echo_100k", "asession"):
+        assert costs[key]["ratio"] is not None and costs[key]["ratio"] > 0, key
+        assert costs[key]["floor"] in doc["results"] and costs[key]["subject"] in doc["results"]
+    assert "where users pay" in proc.stdout
+
+
+def test_profile_takes_the_session_apart() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_call.py"),
+                           "--session", "--iters", "300", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for stage in ("Session.on_plain_text (whole)", "Plugin.call (the sandbox)",
+                  "metrics.record_callback"):
+        assert stage in proc.stdout, stage

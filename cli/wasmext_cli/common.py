@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import click
 
-from wasmext import WasmextError
+from wasmext.errors import WasmextError
 from wasmext.text import CAP, clean, clean_tree, json_safe
 
 EXIT_FAULT = 1

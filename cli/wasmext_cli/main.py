@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from wasmext import Runtime, WasmextError
-from wasmext.sandbox.limits import Limits
-from wasmext_cli.build import BuildError, build_plugin
+from wasmext.errors import WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_FAULT,
@@ -74,6 +71,8 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         limits["memory_bytes"] = memory_mb * 2**20
     if timeout_ms is not None:
         limits["timeout_ms"] = timeout_ms
+    from wasmext.runtime import Runtime  # here, so that `--help` starts fast
+
     with Runtime() as rt:
         try:
             loaded = rt.load(plugin, limits=limits, settings=_parse_settings(settings),
@@ -93,7 +92,15 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
 @click.argument("plugin", type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def inspect(plugin: Path, as_json: bool) -> None:
-    """Show what PLUGIN registered, its ABI version, size, digest and limits."""
+    """Show what PLUGIN (a folder, a .wasm, or a .wxb bundle) registered, its ABI
+    version, size, digest and limits."""
+    if plugin.suffix == ".wxb":  # checked and described, not installed
+        from wasmext_cli.lifecycle_cmd import inspect_bundle
+
+        inspect_bundle(plugin, as_json)
+        return
+    from wasmext.runtime import Runtime
+
     with Runtime() as rt:
         try:
             info = rt.load(plugin).describe()
@@ -128,6 +135,8 @@ def inspect(plugin: Path, as_json: bool) -> None:
                 type=click.Path(exists=True, file_okay=False, path_type=Path))
 def build(plugins: tuple[Path, ...]) -> None:
     """Build each plugin folder (plugin.toml with a [build] table) into its .wasm."""
+    from wasmext_cli.build import BuildError, build_plugin
+
     for folder in plugins:
         try:
             result = build_plugin(folder)
@@ -140,6 +149,8 @@ def build(plugins: tuple[Path, ...]) -> None:
 @main.command()
 def limits() -> None:
     """Print the default sandbox limits."""
+    from wasmext.sandbox.limits import Limits
+
     for name, value in Limits().as_dict().items():
         click.echo(f"{name:<24} {value}")
 
@@ -152,6 +163,8 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
     """List loaded plugins and the effective order of every hook."""
     # Plugins that did not load are printed below, one line each; the library's
     # own log lines about them would only repeat that on stderr.
+    import logging  # here, so that `--help` starts fast
+
     logging.getLogger("wasmext").addHandler(logging.NullHandler())
     try:
         host = _host(_default_config(config), plugin_dirs)
@@ -238,3 +251,15 @@ main.add_command(state)
 from wasmext_cli.mcp_cmd import mcp  # noqa: E402
 
 main.add_command(mcp)
+
+from wasmext_cli import lifecycle_cmd  # noqa: E402
+
+for command in (lifecycle_cmd.pack, lifecycle_cmd.install, lifecycle_cmd.uninstall,
+                lifecycle_cmd.keygen, lifecycle_cmd.sign, lifecycle_cmd.grant,
+                lifecycle_cmd.grants, lifecycle_cmd.revoke):
+    main.add_command(command)
+
+from wasmext_cli.nats_cmd import nats, worker  # noqa: E402
+
+main.add_command(worker)
+main.add_command(nats)

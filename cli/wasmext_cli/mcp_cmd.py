@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
 import click
 
-from wasmext import WasmextError
+from wasmext.errors import WasmextError
 from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
 
 
@@ -33,10 +32,16 @@ def mcp() -> None:
               help="--http: require the bearer token in environment variable VAR.")
 @click.option("--poll", "poll_interval", type=click.FloatRange(0), default=1.0,
               show_default=True, help="Seconds between tool-set change checks (0: off).")
+@click.option("--watch/--no-watch", default=True, show_default=True,
+              help="Rescan plugins when their folders or enable state change.")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
           include_host_tools: bool, include_mcp_tools: bool, token_file: Path | None,
-          token_env: str | None, poll_interval: float) -> None:
+          token_env: str | None, poll_interval: float, watch: bool) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
+    import logging  # here, so that `--help` starts fast
+    from contextlib import nullcontext
+
+    from wasmext.lifecycle.watch import PluginWatcher
     from wasmext.mcp.auth import load_token, require_token_for
     from wasmext.mcp.server import serve_http, serve_stdio
 
@@ -53,7 +58,7 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         _fail(err)
     for problem in host.load_errors:
         click.echo(f"wasmext: {problem.describe()}", err=True)
-    with host:
+    with host, (PluginWatcher(host) if watch else nullcontext()):
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,

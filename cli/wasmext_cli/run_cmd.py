@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from wasmext import WasmextError
+from wasmext.errors import WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_USAGE,
@@ -68,6 +67,8 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     if opts["json_logs"]:
+        import logging  # here, so that `--help` starts fast
+
         from wasmext.observe.logs import SecretRegistry, json_handler
 
         secrets = SecretRegistry()

@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import click
-import msgpack
 
-from wasmext import HostConfig, WasmextError, load_config
+from wasmext.errors import WasmextError
 from wasmext_cli.common import CONFIG_OPT, EXIT_USAGE, _default_config, _fail, _jsonable
 
 
 def _store(config: Path | None) -> Any:
-    from wasmext.config import open_store
+    from wasmext.config import HostConfig, load_config, open_store
 
     try:
         cfg = load_config(config) if config else HostConfig()
@@ -73,6 +72,8 @@ def get(config: Path | None, session: str | None, plugin: str, key: str) -> None
     if raw is None:
         click.echo(f"wasmext: no key {key!r} for {_scope(plugin, session)}", err=True)
         sys.exit(1)
+    import msgpack
+
     click.echo(json.dumps(_jsonable(msgpack.unpackb(raw)), ensure_ascii=False))
 
 

@@ -34,6 +34,15 @@
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
     call_timeout_s = 30
 
+    [trust]                      # signed bundles (docs/lifecycle.md)
+    require_signature = false    # true: only folders installed from a bundle signed
+    keys = ["ed25519:..."]       # by one of these keys load (and install)
+
+    [extensions.pii_guard]       # a remote extension (docs/cluster.md)
+    type = "validator"
+    subject = "wasmext.ext.validate.pii_guard.v1"
+    timeout_ms = 100
+
     [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
     priority = 40
@@ -53,8 +62,10 @@ from pathlib import Path
 from typing import Any
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
+from wasmext.cluster.registry import RemoteExtension, parse_registry
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write
+from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import FAILURE_POLICIES, ID_RE
 from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.mcp.config import need as _need
@@ -73,7 +84,8 @@ __all__ = [
 ]
 
 
-_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp"}
+_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp", "trust",
+             "extensions"}
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,9 @@ class HostConfig:
     state_limits: Mapping[str, Any] = field(default_factory=dict)
     mcp_enabled: bool = True  # the global MCP switch
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    require_signature: bool = False  # [trust]: only bundles signed by trusted_keys load
+    trusted_keys: tuple[str, ...] = ()  # "ed25519:<base64 of the 32-byte public key>"
+    extensions: Mapping[str, RemoteExtension] = field(default_factory=dict)  # remote (NATS)
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -197,7 +212,20 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfi
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path or 'config'}: field 'state': {exc}") from exc
     mcp_enabled, mcp_servers = parse_mcp(_table(data.get("mcp", {}), path, "mcp"), path)
+    trust = _table(data.get("trust", {}), path, "trust")
+    _need(not set(trust) - {"require_signature", "keys"}, path, "trust", "unknown key")
+    require_signature = trust.get("require_signature", False)
+    _need(isinstance(require_signature, bool), path, "trust.require_signature", "must be a bool")
+    keys = trust.get("keys", [])
+    _need(isinstance(keys, list) and all(isinstance(k, str) and is_public_key(k) for k in keys),
+          path, "trust.keys", "must be an array of 'ed25519:<base64>' public keys")
+    try:
+        extensions = parse_registry(_table(data.get("extensions", {}), path, "extensions"))
+    except ConfigError as exc:
+        raise ConfigError(f"{path or 'config'}: {exc.message}") from None
     return HostConfig(
+        require_signature=require_signature, trusted_keys=tuple(keys),
+        extensions=extensions,
         mcp_enabled=mcp_enabled, mcp_servers=mcp_servers,
         state_backend=backend, state_url=url, state_limits=state,
         path=path,

@@ -9,7 +9,18 @@
     │   │                           body size, code size), refused before compiling
     │   ├── AbiMismatch             wrong ABI version or missing/mistyped exports
     │   ├── UnknownImport           imports something the host does not offer
-    │   └── UnsafeFolder            a plugin folder that is, or holds, a symlink out of it
+    │   ├── UnsafeFolder            a plugin folder that is, or holds, a symlink out of it
+    │   └── BundleError             a .wxb bundle refused (wasmext.lifecycle.bundle):
+    │       ├── BundlePathTraversal     an entry name with '..' (zip-slip)
+    │       ├── BundleAbsolutePath      an entry name that is absolute (or a drive)
+    │       ├── BundleLinkEntry         a symlink or hard link (in the bundle or the folder)
+    │       ├── BundleDeviceEntry       a device, fifo, socket or directory entry
+    │       ├── BundleDuplicateEntry    two entries with the same name
+    │       ├── BundleTooLarge          declared or real size, or compression ratio, over cap
+    │       ├── BundleTooManyEntries    more entries than a plugin bundle has
+    │       ├── BundleDigestMismatch    the digest manifest lies or does not cover a file
+    │       ├── SignatureRequired       unsigned, and the host requires a signature
+    │       └── SignatureInvalid        a bad signature, or a key the host does not trust
     ├── PluginFault                 the plugin misbehaved during a call (counts
     │   │                           towards quarantine; the host keeps serving)
     │   ├── OutOfFuel
@@ -52,6 +63,15 @@ DESCRIBE_CAP = CAP + 256  # a cleaned message plus who, where and why
 
 __all__ = [
     "AbiMismatch",
+    "BundleAbsolutePath",
+    "BundleDeviceEntry",
+    "BundleDigestMismatch",
+    "BundleDuplicateEntry",
+    "BundleError",
+    "BundleLinkEntry",
+    "BundlePathTraversal",
+    "BundleTooLarge",
+    "BundleTooManyEntries",
     "CapabilityDenied",
     "ConfigError",
     "EncodeError",
@@ -71,6 +91,8 @@ __all__ = [
     "PluginError",
     "PluginFault",
     "Quarantined",
+    "SignatureInvalid",
+    "SignatureRequired",
     "StackOverflow",
     "Timeout",
     "UnknownImport",
@@ -221,3 +243,49 @@ class HookAborted(WasmextError):
 
 class PipelineError(WasmextError):
     reason = "pipeline"
+
+
+class BundleError(LoadError):
+    """A .wxb bundle (or an installed bundle's folder) that is refused."""
+
+    reason = "bundle"
+
+
+class BundlePathTraversal(BundleError):
+    reason = "bundle path traversal"
+
+
+class BundleAbsolutePath(BundleError):
+    reason = "bundle absolute path"
+
+
+class BundleLinkEntry(BundleError):
+    reason = "bundle link"
+
+
+class BundleDeviceEntry(BundleError):
+    reason = "bundle special file"
+
+
+class BundleDuplicateEntry(BundleError):
+    reason = "bundle duplicate entry"
+
+
+class BundleTooLarge(BundleError):
+    reason = "bundle too large"
+
+
+class BundleTooManyEntries(BundleError):
+    reason = "bundle too many entries"
+
+
+class BundleDigestMismatch(BundleError):
+    reason = "bundle digest mismatch"
+
+
+class SignatureRequired(BundleError):
+    reason = "signature required"
+
+
+class SignatureInvalid(BundleError):
+    reason = "signature invalid"

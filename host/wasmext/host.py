@@ -25,6 +25,7 @@ from wasmext.discovery import as_load_error, discover
 from wasmext.errors import (
     ConfigError,
     HookAborted,
+    LoadError,
     PluginError,
     PluginFault,
     Quarantined,
@@ -33,6 +34,8 @@ from wasmext.errors import (
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
+from wasmext.lifecycle import reload
+from wasmext.lifecycle.approvals import ApprovalStore
 from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.plugin_ops import install as install_mcp_ops
 from wasmext.runtime import Runtime
@@ -41,7 +44,6 @@ from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
-from wasmext.services.progress import install as install_progress
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
@@ -78,7 +80,6 @@ class Host:
         self.observe.install(self.runtime.services)
         self.tools = ToolRegistry(self)
         self.tools.install(self.runtime.services)
-        install_progress(self.runtime.services)
         install_mcp_ops(self.runtime.services, lambda: self.mcp)
         for server in self.config.mcp_servers:  # configured servers own their names first
             try:
@@ -89,6 +90,7 @@ class Host:
         install_state(self.runtime.services, self.state_store, self.observe.metrics)
         self.mcp: McpClients | None = None
         dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
+        self.plugin_dirs = dirs  # what rescan() looks at again
         for found in discover(dirs):
             if found.error is not None:
                 self.load_errors.append(found.error)
@@ -97,10 +99,8 @@ class Host:
 
     def start_mcp(self, sampler: Callable[[str, Any], Any] | None = None
                   ) -> McpClients | None:
-        """Connect the configured MCP servers; their tools join `self.tools`.
-
-        `sampler(server, params)` is the application's model, asked for servers
-        configured with `sampling = true` (see wasmext.mcp.client_caps)."""
+        """Connect the configured MCP servers; their tools join `self.tools`. `sampler`:
+        the app's model for servers with `sampling = true` (wasmext.mcp.client_caps)."""
         from wasmext.mcp.client import McpClients, ServerSpec  # the SDK loads only when used
 
         wanted = list(self.config.mcp_servers)
@@ -162,12 +162,19 @@ class Host:
 
     # -- loading -------------------------------------------------------------------
 
-    def _load_folder(self, folder: Path, manifest: Manifest, source: str) -> None:
+    def _load_folder(self, folder: Path, manifest: Manifest, source: str,
+                     replace: bool = False) -> None:
         if not self.enable_state.is_enabled(manifest.id):
             log.info("plugin %s is disabled", manifest.id)
             return
         try:
-            self.add(folder, source_kind=source, manifest=manifest)
+            signed = None
+            if self.config.require_signature:  # before any of its code is compiled
+                from wasmext.lifecycle.bundle import verify_folder
+
+                signed = verify_folder(folder, manifest, self.config.trusted_keys)
+            self.add(folder, source_kind=source, manifest=manifest, replace=replace,
+                     digest=signed)
         except Exception as exc:  # one plugin never stops the others
             err = as_load_error(folder, exc)
             if err.plugin_id is None:
@@ -180,11 +187,15 @@ class Host:
              plugin_id: str | None = None, settings: Mapping[str, Any] | None = None,
              limits: Mapping[str, int] | None = None,
              grants: Iterable[str] = (), failure: str | None = None,
-             priority: int | None = None) -> Plugin | ExtismPlugin:
+             priority: int | None = None, replace: bool = False,
+             digest: str | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
 
         Config overrides (settings, limits, failure) apply by plugin id; grants
-        from the config apply only while the module's digest matches.
+        from the config and recorded approvals apply only while the module's
+        digest matches. `replace` swaps a loaded plugin of the same id for this
+        one (a reload): calls already running finish on the old one. `digest`
+        ("sha256:...") refuses a module whose bytes are not the ones expected.
         """
         plugin: Plugin | ExtismPlugin
         if isinstance(source, (Plugin, ExtismPlugin)):
@@ -201,6 +212,9 @@ class Host:
                 priority = over.priority
             plugin = self.runtime.load(source, plugin_id=pid, settings=merged_settings,
                                        limits=merged_limits, grants=grants, priority=priority)
+            if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
+                raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
+                                f"({digest[:19]}...)", plugin_id=plugin.id)
             grant = self.config.grants.get(plugin.id)
             if grant is not None:
                 if grant.digest == f"sha256:{plugin.module.info.digest}":
@@ -209,13 +223,16 @@ class Host:
                     log.warning("plugin %s changed (digest %s); its grants apply to %s and are "
                                 "withheld until renewed", plugin.id, plugin.module.info.digest[:12],
                                 grant.digest[7:19])
+            plugin.set_grants(plugin.grants | ApprovalStore.in_data_dir(  # recorded grants
+                self.config.data_dir).effective(plugin.id, f"sha256:{plugin.module.info.digest}"))
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
         if isinstance(plugin, Plugin):
             plugin.meter = True
         with self._lock:
-            if plugin.id in self.plugins and self.plugins[plugin.id].plugin is not plugin:
+            old = self.plugins.get(plugin.id)
+            if old is not None and old.plugin is not plugin and not replace:
                 raise ConfigError(f"plugin id {plugin.id!r} is already loaded",
                                   plugin_id=plugin.id)
             try:  # its tools are `{id}__*`: nobody else may own that prefix
@@ -224,9 +241,13 @@ class Host:
                 raise ConfigError(f"plugin {plugin.id} not loaded: its tools would be named "
                                   f"{plugin.id}__*, and {err.message}",
                                   plugin_id=plugin.id) from err
-            lp = LoadedPlugin(plugin, source_kind, len(self.plugins), manifest, policy)
-            self.plugins[plugin.id] = lp
+            lp = LoadedPlugin(plugin, source_kind,
+                              old.load_index if old is not None else len(self.plugins),
+                              manifest, policy)
+            self.plugins[plugin.id] = lp  # one assignment: a call sees old or new, never half
             self._order_cache.clear()
+        if old is not None and old.plugin is not plugin:
+            self.observe.unloaded(plugin.id)
         self.observe.loaded(lp)
         for problem in self.tools.register_plugin(lp):
             log.error("%s", problem)
@@ -235,6 +256,9 @@ class Host:
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""
+        cached = self._order_cache.get(hook)  # every hook call asks: no lock for a hit
+        if cached is not None:
+            return cached
         with self._lock:
             cached = self._order_cache.get(hook)
             if cached is not None:
@@ -262,17 +286,17 @@ class Host:
         self.enable_state.set(plugin_id, True)
 
     def disable(self, plugin_id: str) -> None:
-        """Disable a plugin (persisted) and unload it now."""
+        """Disable a plugin (persisted) and unload it now (its MCP servers stop)."""
         self.enable_state.set(plugin_id, False)
-        with self._lock:
-            lp = self.plugins.pop(plugin_id, None)
-            if lp is not None:
-                lp.plugin.close()
-            self._order_cache.clear()
-        if lp is not None:
-            self.tools.drop_owner(f"plugin:{plugin_id}")
-            self.tools.release(f"plugin:{plugin_id}")
-            self.observe.unloaded(plugin_id)
+        self.unload(plugin_id)
+
+    def unload(self, plugin_id: str) -> bool:
+        """Unload a plugin now: its tools and MCP servers go; True if it was loaded."""
+        return reload.unload(self, plugin_id)
+
+    def rescan(self) -> reload.RescanReport:
+        """Pick up new, changed, removed, enabled and disabled plugins (docs/lifecycle.md)."""
+        return reload.rescan(self)
 
     # -- calling -------------------------------------------------------------------
 
@@ -376,11 +400,12 @@ class Host:
             self._state.end_session(session_id)
 
     def asession(self, session_id: str | None = None,
-                 state: Mapping[str, Any] | None = None) -> Any:
-        """`async with host.asession() as s:` — plugin calls run off the event loop."""
+                 state: Mapping[str, Any] | None = None, inline_below_ms: float = 0.0) -> Any:
+        """`async with host.asession() as s:` — plugin calls run off the event loop
+        (transform hooks whose plugins' timeouts sum below `inline_below_ms` run on it)."""
         from wasmext.aio import asession
 
-        return asession(self, session_id, state)
+        return asession(self, session_id, state, inline_below_ms)
 
     @contextmanager
     def session(self, session_id: str | None = None,

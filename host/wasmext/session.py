@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wasmext.hooks.context import HookHost
+from wasmext.hooks.transform import run_transform  # the hot path: imported once, not per call
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -45,6 +46,18 @@ class TraceEvent:
                 "detail": self.detail}
 
 
+_HOOK_NAMES: dict[str, str] = {}  # hook name -> its cleaned form (a few names, many events)
+
+
+def _hook_name(hook: str) -> str:
+    cleaned = _HOOK_NAMES.get(hook)
+    if cleaned is None:
+        cleaned = clean(hook, 128)
+        if len(_HOOK_NAMES) < 1024:  # guest-chosen names: the table stays bounded
+            _HOOK_NAMES[hook] = cleaned
+    return cleaned
+
+
 class Trace:
     """The ordered record of a session, for `wasmext run` and for debugging."""
 
@@ -58,7 +71,7 @@ class Trace:
     def note(self, hook: str, outcome: str, detail: str | None = None,
              plugin_id: str | None = None) -> None:
         if len(self.events) < self.limit:  # a detail may quote a plugin: one inert line
-            self.events.append(TraceEvent(clean(hook, 128), plugin_id, outcome,
+            self.events.append(TraceEvent(_hook_name(hook), plugin_id, outcome,
                                           None if detail is None else clean(detail)))
 
 
@@ -91,18 +104,12 @@ class Session:
     # -- transforms and tags ---------------------------------------------------------
 
     def on_input_messages(self, messages: Sequence[Mapping[str, Any]]) -> TransformResult:
-        from wasmext.hooks.transform import run_transform
-
         return run_transform(self, "on_input_messages", [dict(m) for m in messages])
 
     def on_plain_text(self, text: str) -> TransformResult:
-        from wasmext.hooks.transform import run_transform
-
         return run_transform(self, "on_plain_text", text)
 
     def on_llm_output(self, text: str) -> TransformResult:
-        from wasmext.hooks.transform import run_transform
-
         return run_transform(self, "on_llm_output", text)
 
     def process_tags(self, text: str) -> str:

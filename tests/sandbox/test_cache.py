@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,14 @@ def test_second_load_is_a_hit(tmp_path: Path) -> None:
     cache = make_cache(tmp_path)
     with Runtime(cache=cache) as rt:
         rt.load(WASM, plugin_id="a")
-        rt.load(WASM, plugin_id="b")
-        assert (cache.misses, cache.hits) == (1, 1)
+        rt.load(WASM, plugin_id="b")  # shares the compiled module in memory: no disk read
+        assert (cache.misses, cache.hits) == (1, 0)
         assert rt.plugins["b"].call("test").value == "cached"
+    del rt
+    gc.collect()  # the in-memory module is gone with its plugins: the next load reads disk
+    with Runtime(cache=cache) as rt:
+        assert rt.load(WASM, plugin_id="c").call("test").value == "cached"
+    assert (cache.misses, cache.hits) == (1, 1)
     assert (tmp_path / "key").stat().st_mode & 0o077 == 0
 
 

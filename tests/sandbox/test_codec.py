@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wasmext.errors import EncodeError
-from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode
+from wasmext.sandbox.codec import SCAN_LIMIT, DecodeError, check_depth, decode, encode
 from wasmext.testing import vector_value as from_json
 
 VECTORS = Path(__file__).resolve().parents[2] / "abi" / "vectors"
@@ -94,3 +94,40 @@ def test_host_refuses_to_send_documents_deeper_than_the_abi(runtime: object) -> 
     with pytest.raises(EncodeError, match="nesting deeper than 64"):
         plugin.call("test", nested(64))  # 64 deep inside the request map: 65 in all
     assert plugin.call("test", nested(63)).value == "ok"
+
+
+def _reference_depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_reference_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_reference_depth(v) for v in value), default=0)
+    return 0
+
+
+deep_values = st.recursive(
+    st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.text(max_size=4),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    max_leaves=60,
+)
+
+
+@given(deep_values, st.integers(min_value=1, max_value=12), st.booleans())
+@settings(max_examples=300)
+def test_one_pass_walk_agrees_with_the_recursive_depth(value: Any, limit: int,
+                                                       large: bool) -> None:
+    # `large` pads the document past SCAN_LIMIT: decode then walks instead of scanning.
+    doc = [value, "x" * (SCAN_LIMIT + 1)] if large else value
+    too_deep = _reference_depth(doc) > limit
+    with contextlib.nullcontext() if not too_deep else pytest.raises(DecodeError):
+        check_depth(doc, limit)
+    with contextlib.nullcontext() if not too_deep else pytest.raises(DecodeError):
+        assert decode(encode(doc), max_depth=limit) == doc
+
+
+def test_large_documents_still_refuse_depth_and_bytes_keys() -> None:
+    pad = "x" * (SCAN_LIMIT * 4)
+    with pytest.raises(DecodeError, match="nesting"):
+        decode(msgpack.packb([pad, nested(70)]), max_depth=64)
+    with pytest.raises(DecodeError, match="not a string"):
+        decode(msgpack.packb({"pad": pad, "m": {b"k": 1}}, use_bin_type=True))

@@ -17,7 +17,10 @@ import sys
 
 import redis  # noqa: F401  (imported once, for the forks)
 
-import wasmext.state.redis_store  # noqa: F401
+# The stores and what the CLI imports inside its commands, once, for the forks.
+import wasmext.config
+import wasmext.state.redis_store
+import wasmext.state.sqlite  # noqa: F401
 from wasmext_cli.main import main
 
 

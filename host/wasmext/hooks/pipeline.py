@@ -16,6 +16,7 @@ carried on) or ignore. Providers are tried in order until one answers.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError, PipelineError
-from wasmext.manifest import ID_RE
 
 if TYPE_CHECKING:
     from wasmext.hooks.context import HookSession
@@ -63,10 +63,19 @@ class PipelineResult:
     skipped: list[str] = field(default_factory=list)
 
 
+# A plugin id, or a remote extension's (the reference's ids have underscores).
+STAGE_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+_STAGE_KEYS = {False: {"id", "mode", "config"}, True: {"id", "on_fail", "config"}}
+
+
 def _stage(raw: Any, where: str, validator: bool) -> StageRef:
     if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) \
-            or not ID_RE.match(raw["id"]):
-        raise ConfigError(f"policy {where}: each stage needs an 'id' naming a plugin")
+            or not STAGE_ID_RE.match(raw["id"]):
+        raise ConfigError(f"policy {where}: each stage needs an 'id' naming a plugin "
+                          "or a registered extension")
+    unknown = set(raw) - _STAGE_KEYS[validator]
+    if unknown:  # a misspelt key (`on-fail`, `retry` here) would silently do nothing
+        raise ConfigError(f"policy {where}: unknown key {sorted(unknown)[0]!r}")
     mode, on_fail = raw.get("mode", "required"), raw.get("on_fail", "block")
     if mode not in ("required", "optional"):
         raise ConfigError(f"policy {where}.mode: must be required or optional")

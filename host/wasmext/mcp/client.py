@@ -133,6 +133,20 @@ class McpClients:
             st.tools = []
             st.status = "disabled" if not st.spec.enabled else "unavailable: stopped"
 
+    def stop_server(self, name: str, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+        """Stop one server (a disabled plugin's) and drop its tools; True if it was known."""
+        with self._lock:
+            st = self._servers.pop(name, None)
+        loop, task = self._loop, st.task if st is not None else None
+        if loop is not None and task is not None and not task.done():
+            async def cancel() -> None:  # the SDK's shielded teardown reaps the process
+                task.cancel()
+                await asyncio.wait({task}, timeout=timeout_s)
+            with suppress(Exception):  # bounded, and never raises
+                asyncio.run_coroutine_threadsafe(cancel(), loop).result(timeout_s + 5.0)
+        self.registry.drop_owner(f"mcp:{name}")
+        return st is not None
+
     def __enter__(self) -> McpClients:
         return self
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.services.progress import progress
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -39,6 +40,9 @@ def _text(req: dict[str, Any], key: str, limit: int = 2048) -> str:
 
 
 def install(services: HostServices, clients: Callable[[], McpClients | None]) -> None:
+    """The MCP ops of ABI minor 1: these four and `progress` (wasmext.services.progress)."""
+    services.register("progress", progress)
+
     def run(server: str, fn: Callable[[], Any]) -> Any:
         if clients() is None:
             raise OpError("unavailable", "no MCP servers are connected")

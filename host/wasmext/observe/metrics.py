@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import start_http_server
 
 from wasmext.errors import CapabilityDenied, PluginError, PluginFault, Quarantined
+from wasmext.observe.callstats import CallCell, CallStats
 
 __all__ = [
     "METRICS", "PROMETHEUS_NAMES", "CallbackTimer", "Metrics", "MetricsServer", "PluginStats",
@@ -163,17 +164,18 @@ class Metrics:
         self._lock = threading.Lock()
         self._plugins: dict[str, _Plugin] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
+        self._bound: dict[tuple[str, str, str], CallCell] = {}
         self.registrations = self._counter("extension.registration.total")
-        self.callback_duration = self._histogram("extension.callback.duration_ms",
-                                                 DURATION_BUCKETS_MS)
-        self.callbacks = self._counter("extension.callback.total")
+        # Hook calls: counted in plain integers, exposed on scrape (observe.callstats).
+        self._calls = CallStats(DURATION_BUCKETS_MS, {k: v[2] for k, v in METRICS.items()},
+                                self._lock)
+        self.registry.register(self._calls)
         self.state_operations = self._counter("extension.state.operations")
         self.state_size = self._histogram("extension.state.size_bytes", SIZE_BUCKETS_BYTES)
         _kind, labels, doc = METRICS["extension.state.current_bytes"]
         self.state_current = Gauge("extension_state_current_bytes", doc, labels,
                                    registry=self.registry)
         self.state_evictions = self._counter("extension.state.evictions")
-        self.fuel = self._counter("extension.fuel.consumed")
         self.host_calls = self._counter("extension.host_calls.total")
         self.events = self._counter("extension.events.total")
         self.events_dropped = self._counter("extension.events.dropped")
@@ -225,20 +227,30 @@ class Metrics:
                 stats.faults += 1
             stats.fuel += max(0, fuel or 0)
             self._sample(stats, ms)
-            hook = self._label("hook", plugin_id, hook)
-            outcome = self._label("outcome", plugin_id, outcome)
-        self.callback_duration.labels(callback_type=hook, extension_id=plugin_id).observe(ms)
-        self.callbacks.labels(callback_type=hook, extension_id=plugin_id,
-                              outcome=outcome).inc()
-        if fuel:
-            self.fuel.labels(extension_id=plugin_id).inc(max(0, fuel))
+            cell = self._bound.get((plugin_id, hook, outcome))
+            if cell is None:
+                cell = self._bind_callback(plugin_id, hook, outcome)
+            self._calls.record(cell, ms, fuel or 0)
+
+    def _bind_callback(self, plugin_id: str, hook: str, outcome: str) -> CallCell:
+        """The series of one (plugin, hook, outcome), bound once (lock held).
+
+        Cells are kept only for values under the label cap, so the table stays
+        bounded however many hook names or outcomes a plugin makes up.
+        """
+        hook_label = self._label("hook", plugin_id, hook)
+        outcome_label = self._label("outcome", plugin_id, outcome)
+        cell = self._calls.cell(plugin_id, hook_label, outcome_label)
+        if hook_label == hook and outcome_label == outcome:
+            self._bound[(plugin_id, hook, outcome)] = cell
+        return cell
 
     def _sample(self, stats: _Plugin, ms: float) -> None:
         """Reservoir sampling (algorithm R): a uniform sample of every call so far."""
         if len(stats.reservoir) < self.reservoir_size:
             stats.reservoir.append(ms)
             return
-        slot = self._rng.randrange(stats.calls)
+        slot = int(self._rng.random() * stats.calls)  # uniform; randrange costs 3x more
         if slot < self.reservoir_size:
             stats.reservoir[slot] = ms
 
@@ -295,6 +307,8 @@ class Metrics:
             self._plugins.pop(plugin_id, None)
             for key in [k for k in self._labels if k[1] == plugin_id]:
                 del self._labels[key]
+            for bound in [k for k in self._bound if k[0] == plugin_id]:
+                del self._bound[bound]
 
     # -- reading -----------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ import logging
 import os
 import secrets
 import shutil
+import weakref
 from pathlib import Path
+from typing import Any
 
 import wasmtime
 
@@ -48,6 +50,11 @@ class CompileCache:
         self.misses = 0
         self.rejected = 0
         self._key: bytes | None = None
+        # Modules loaded through this cache and still in use, shared in memory
+        # (sandbox.module): each cache keeps its own, so its disk entries are
+        # written and read as before.
+        self.in_memory: weakref.WeakKeyDictionary[SharedEngine, weakref.WeakValueDictionary[
+            str, Any]] = weakref.WeakKeyDictionary()
 
     def _host_key(self) -> bytes:
         """The host key; OSError when it can be neither read nor made."""

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from wasmext.sandbox import calltree, hostlink
+from wasmext.sandbox import calltree
 
 __all__ = ["CallScope", "current"]
 
@@ -44,7 +44,6 @@ class CallScope:
         self._callbacks: list[Callable[[], Any]] = []
         self._lock = threading.Lock()
         self._frames: list[Any] = []
-        self._guests: list[Any] = []
         self.reported = 0  # progress notifications passed on
         self.cancelled_at: float | None = None  # monotonic
         self._done = threading.Event()  # the bound block has ended
@@ -55,15 +54,15 @@ class CallScope:
         previous = getattr(_bound, "scope", None)
         _bound.scope = self
         with self._lock:
-            # The thread's own stacks (lists that live as long as the thread).
+            # The thread's own frame stack (a list that lives as long as the thread);
+            # each plugin call's frame names its guest.
             self._frames = calltree._tree.stack
-            self._guests = hostlink.active.stack
         try:
             yield self
         finally:
             _bound.scope = previous
             with self._lock:
-                self._frames, self._guests = [], []
+                self._frames = []
             self._done.set()
 
     def on_cancel(self, callback: Callable[[], Any]) -> Callable[[], None]:
@@ -87,8 +86,8 @@ class CallScope:
             self.cancelled_at = time.monotonic()
             self.cancelled.set()
             callbacks, self._callbacks = self._callbacks, []
-            frames, guests = list(self._frames), list(self._guests)
-        self._interrupt(frames, guests)
+            frames = list(self._frames)
+        self._interrupt(frames)
         for callback in callbacks:
             try:
                 callback()
@@ -103,18 +102,20 @@ class CallScope:
         stop = time.monotonic() + KEEP_INTERRUPTING_S
         while not self._done.wait(INTERRUPT_EVERY_S) and time.monotonic() < stop:
             with self._lock:
-                frames, guests = list(self._frames), list(self._guests)
-            self._interrupt(frames, guests)
+                frames = list(self._frames)
+            self._interrupt(frames)
 
     @staticmethod
-    def _interrupt(frames: list[Any], guests: list[Any]) -> None:
+    def _interrupt(frames: list[Any]) -> None:
         past = time.monotonic() - 1.0
         for frame in frames:
-            if frame is not None:
-                frame.deadline = past
-        for guest in guests:
+            if frame is None:
+                continue
+            frame.deadline = past
+            guest = getattr(frame, "guest", None)
             try:  # the guest traps at its next epoch check
-                guest.store.set_epoch_deadline(0)
+                if guest is not None:
+                    guest.store.set_epoch_deadline(0)
             except Exception:
                 log.debug("could not interrupt a guest", exc_info=True)
 

@@ -6,7 +6,9 @@ is a nested call. It never outlives its caller: its deadline is the earlier of
 its own `timeout_ms` and what is left of the caller's wall clock and host-call
 time, and its host calls count against the caller's `max_host_calls` as well.
 
-Each thread keeps a stack of frames, one per plugin call in progress. The
+Each thread keeps one stack of frames, one per plugin call in progress; a
+frame also names the guest that is running (`guest`), which is how an import
+function finds its instance (`hostlink`): one thread-local lookup per call. The
 innermost frame's `deadline` (monotonic seconds) bounds everything the host
 does on the guest's behalf; `remaining()` tells a host tool, an MCP call or a
 nested instance how long it may take. `detached()` starts a new tree: the
@@ -34,26 +36,28 @@ class OutOfTime(Exception):
 
 
 class Frame:
-    """One plugin call in progress: its deadline and its host calls left."""
+    """One plugin call in progress: its deadline, its host calls left, its guest."""
 
-    __slots__ = ("calls_left", "clamped", "deadline", "parent")
+    __slots__ = ("calls_left", "clamped", "deadline", "guest", "parent")
 
-    def __init__(self, deadline: float, calls_left: int, parent: Frame | None) -> None:
+    def __init__(self, deadline: float, calls_left: int, parent: Frame | None,
+                 guest: Any = None) -> None:
         self.deadline = deadline
         self.calls_left = calls_left
         self.parent = parent
+        self.guest = guest  # the instance running this call (for its import functions)
         self.clamped = False  # the deadline is the caller's, not this call's own
 
 
-def enter(now: float, timeout_s: float, max_calls: int) -> Frame:
-    """Open the frame of a plugin call starting `now`, clamped to its caller's."""
+def enter(now: float, timeout_s: float, max_calls: int, guest: Any = None) -> Frame:
+    """Open the frame of `guest`'s call starting `now`, clamped to its caller's."""
     stack = _tree.stack
     parent = stack[-1] if stack else None
     if parent is None:
-        frame = Frame(now + timeout_s, max_calls, None)
+        frame = Frame(now + timeout_s, max_calls, None, guest)
     else:
         frame = Frame(min(now + timeout_s, parent.deadline),
-                      min(max_calls, parent.calls_left), parent)
+                      min(max_calls, parent.calls_left), parent, guest)
         frame.clamped = parent.deadline < now + timeout_s
     stack.append(frame)
     return frame

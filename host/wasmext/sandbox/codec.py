@@ -39,29 +39,50 @@ def encode(value: Any) -> bytes:
         raise EncodeError(f"cannot encode as MessagePack: {exc}") from exc
 
 
+_NESTS = (dict, list, tuple)  # what MessagePack encodes as a map or an array
+
+# Above this size the byte scan (about 1 ns a byte) costs more than walking the
+# decoded value, whose cost follows the number of containers and items, not bytes.
+SCAN_LIMIT = 4096
+
+
+def _nests(kinds: set[type]) -> bool:
+    return any(issubclass(k, _NESTS) for k in kinds)
+
+
 def check_depth(value: Any, max_depth: int) -> None:
-    """Raise DecodeError if containers nest deeper than max_depth or a map key is not a str."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            if depth > max_depth:
-                raise DecodeError(f"nesting deeper than {max_depth}")
-            for k, v in item.items():
-                if not isinstance(k, str):
-                    raise DecodeError(f"map key {k!r} is not a string")
-                if isinstance(v, (dict, list)):
-                    stack.append((v, depth + 1))
-        elif isinstance(item, list):
-            if depth > max_depth:
-                raise DecodeError(f"nesting deeper than {max_depth}")
-            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    """Raise DecodeError if containers nest deeper than max_depth or a map key is not a str.
+
+    One pass, level by level, over the containers only: the types of a
+    container's items are collected in C (`set(map(type, ...))`), so a long
+    string or a list of scalars costs no Python loop.
+    """
+    level = [value] if isinstance(value, _NESTS) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            raise DecodeError(f"nesting deeper than {max_depth}")
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                if item and set(map(type, item)) != {str}:
+                    bad = next((k for k in item if not isinstance(k, str)), None)
+                    if bad is not None:
+                        raise DecodeError(f"map key {bad!r} is not a string")
+                items: Any = item.values()
+            else:
+                items = item
+            if _nests(set(map(type, items))):
+                below.extend(v for v in items if isinstance(v, _NESTS))
+        level = below
 
 
 def may_nest_deeper(data: bytes, max_depth: int) -> bool:
     """Cheap test: could this encoded document nest deeper than max_depth? (It over-
-    approximates: container headers and bin headers, wherever they stand, count.)"""
-    return len(data.translate(None, _BORING)) > max_depth
+    approximates: container headers and bin headers, wherever they stand, count;
+    a document over SCAN_LIMIT bytes always answers True: walk its value instead.)"""
+    return len(data) > SCAN_LIMIT or len(data.translate(None, _BORING)) > max_depth
 
 
 def decode(data: bytes, max_depth: int = 64) -> Any:
@@ -83,7 +104,11 @@ def decode(data: bytes, max_depth: int = 64) -> Any:
     # The unpacker already refuses keys that are neither str nor bytes. The walk
     # (for depth and bytes keys) is needed only if the document holds more
     # container headers than the depth limit, or any bin header: counting
-    # bytes that could be either over-approximates both, at C speed.
+    # bytes that could be either over-approximates both, at C speed. A large
+    # document is walked at once: one pass, not a scan of its bytes and a walk.
+    if len(data) > SCAN_LIMIT:
+        check_depth(value, max_depth)
+        return value
     marks = data.translate(None, _BORING)
     if len(marks) > max_depth or (b"\xc4" in marks or b"\xc5" in marks or b"\xc6" in marks):
         check_depth(value, max_depth)

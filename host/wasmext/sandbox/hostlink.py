@@ -1,9 +1,11 @@
 """The imports every plugin is linked against, one Linker per engine.
 
 wasmtime calls these functions with no pointer back to our Python objects, so
-the instance that is running pushes itself on a per-thread stack before it
-enters the guest; a host call always belongs to the top of that stack (calls
-are synchronous, and a nested call into another plugin pushes again).
+the instance that is running opens its call-tree frame (`calltree.enter`, which
+records the instance as the frame's `guest`) before it enters the guest; a host
+call always belongs to the top of that per-thread stack (calls are synchronous,
+and a nested call into another plugin pushes again). One stack serves both the
+budgets and this lookup, so a call pays for one thread-local push, not two.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import wasmtime
 
-from wasmext.sandbox import wasi
+from wasmext.sandbox import calltree, hosttramp, wasi
 
 if TYPE_CHECKING:
     from wasmext.sandbox.engine import SharedEngine
 
-__all__ = ["GuestSide", "active", "linker_for"]
+__all__ = ["GuestSide", "linker_for"]
 
 
 class GuestSide(wasi.WasiGuest, Protocol):
@@ -30,24 +32,21 @@ class GuestSide(wasi.WasiGuest, Protocol):
     def on_log(self, level: int, ptr: int, length: int) -> None: ...
 
 
-class _Active(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[GuestSide] = []
-
-
-active = _Active()
+_tree = calltree._tree  # the per-thread frame stack, read directly on the hot path
 
 
 def _host_call(ptr: int, length: int) -> int:
-    return active.stack[-1].on_host_call(ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+    guest: GuestSide = _tree.stack[-1].guest  # type: ignore[union-attr]
+    return guest.on_host_call(ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
 
 
 def _log(level: int, ptr: int, length: int) -> None:
-    active.stack[-1].on_log(level, ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+    guest: GuestSide = _tree.stack[-1].guest  # type: ignore[union-attr]
+    guest.on_log(level, ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
 
 
 def _top() -> GuestSide:
-    return active.stack[-1]
+    return _tree.stack[-1].guest  # type: ignore[union-attr,no-any-return]
 
 
 def _signed64(value: int) -> int:
@@ -58,6 +57,7 @@ def _host_call_signed(ptr: int, length: int) -> int:
     return _signed64(_host_call(ptr, length))
 
 
+_FAST = True  # tests switch the fast trampoline off to pin the public-API path
 _linkers: weakref.WeakKeyDictionary[Any, wasmtime.Linker] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -70,8 +70,11 @@ def linker_for(engine: SharedEngine) -> wasmtime.Linker:
             i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
             linker = wasmtime.Linker(engine.engine)
             wasi.define(linker, _top)
-            linker.define_func("wasmext", "host_call", wasmtime.FuncType([i32, i32], [i64]),
-                               _host_call_signed)
-            linker.define_func("wasmext", "log", wasmtime.FuncType([i32, i32, i32], []), _log)
+            for name, ty, fn in (("host_call", wasmtime.FuncType([i32, i32], [i64]),
+                                  _host_call_signed),
+                                 ("log", wasmtime.FuncType([i32, i32, i32], []), _log)):
+                # The cached trampoline when this wasmtime is trusted, else the public API.
+                if not (_FAST and hosttramp.define(linker, "wasmext", name, ty, fn)):
+                    linker.define_func("wasmext", name, ty, fn)
             _linkers[engine] = linker
         return linker

@@ -28,7 +28,7 @@ from wasmext.errors import (
     PluginFault,
     WasmextError,
 )
-from wasmext.sandbox import calltree, hostlink
+from wasmext.sandbox import calltree
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
 from wasmext.sandbox.fastcall import Caller, StoreBinding
 from wasmext.sandbox.faults import classify, first_line, timeout
@@ -130,14 +130,12 @@ class PluginInstance:
         self._host_seconds = 0.0
         now = time.monotonic()
         self._frame = frame = calltree.enter(now, self.limits.timeout_ms / 1000,
-                                             self.limits.max_host_calls)
-        hostlink.active.stack.append(self)
+                                             self.limits.max_host_calls, self)
         ticks = self._ticks if not frame.clamped else \
             self.module.engine.ticks_for(max(0, int((frame.deadline - now) * 1000)))
         return ticks
 
     def _leave(self) -> None:
-        hostlink.active.stack.pop()
         calltree.leave(self._frame)
 
     def _guest(self, what: str, fn: Any, *args: int) -> int:

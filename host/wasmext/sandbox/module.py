@@ -3,13 +3,22 @@
 Loading refuses, before any guest code runs, a module that imports anything
 outside the ABI (no stub is ever linked that would trap later), lacks a
 required export, or exports one with another signature.
+
+Identical modules share one compiled module: loads of the same bytes on the
+same engine (same engine config) through the same compile cache (one Runtime
+or Host has one) or with none find the code, its ABI check and its pre-linked
+template by SHA-256 digest, and only the per-load checks (the runtime's module
+caps) run again. The entry lives as long as a plugin uses it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import wasmtime
 
@@ -18,7 +27,7 @@ from wasmext.errors import AbiMismatch, InvalidModule, UnknownImport
 from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
-from wasmext.sandbox.wasmcheck import ModuleCaps, inspect
+from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape, inspect
 
 __all__ = ["WASI_MODULE", "PluginModule"]
 
@@ -42,6 +51,41 @@ class ModuleInfo:
     table_minimums: tuple[int, ...] = ()
 
 
+class _Compiled:
+    """What identical modules share: the code, its shape, its ABI facts, the template."""
+
+    __slots__ = ("__weakref__", "info", "module", "pre", "shape")
+
+    def __init__(self, module: wasmtime.Module, shape: ModuleShape, info: ModuleInfo,
+                 pre: wasmtime.InstancePre) -> None:
+        self.module, self.shape, self.info, self.pre = module, shape, info, pre
+
+
+_Tables = weakref.WeakKeyDictionary[SharedEngine, weakref.WeakValueDictionary[str, Any]]
+_uncached: _Tables = weakref.WeakKeyDictionary()  # loads without a compile cache
+_shared_lock = threading.Lock()
+
+
+def _tables(cache: CompileCache | None) -> _Tables:
+    return _uncached if cache is None else cache.in_memory
+
+
+def _lookup(engine: SharedEngine, digest: str, cache: CompileCache | None = None
+            ) -> _Compiled | None:
+    with _shared_lock:
+        table = _tables(cache).get(engine)
+        return None if table is None else table.get(digest)
+
+
+def _keep(engine: SharedEngine, digest: str, compiled: _Compiled,
+          cache: CompileCache | None) -> _Compiled:
+    """Share `compiled`, or the entry another thread stored first."""
+    with _shared_lock:
+        table = _tables(cache).setdefault(engine, weakref.WeakValueDictionary())
+        kept: _Compiled = table.setdefault(digest, compiled)
+        return kept
+
+
 class PluginModule:
     """Compiled, ABI-checked code plus the pre-linked instance template."""
 
@@ -51,12 +95,24 @@ class PluginModule:
         self.engine = engine or shared_engine()
         if not wasm.startswith(b"\0asm"):
             raise InvalidModule(f"{name}: not a WebAssembly binary (bad magic)")
+        digest = hashlib.sha256(wasm).hexdigest()
+        caps = caps or ModuleCaps()
+        shared = _lookup(self.engine, digest, cache)
+        if shared is None:
+            shared = self._compile(wasm, digest, cache, caps)
+        else:
+            caps.check(shared.shape, name)  # this runtime's caps, on the shape already read
+        self._shared = shared  # keeps the shared entry alive while this module is
+        self.module, self.info, self.pre = shared.module, shared.info, shared.pre
+
+    def _compile(self, wasm: bytes, digest: str, cache: CompileCache | None,
+                 caps: ModuleCaps) -> _Compiled:
+        name = self.name
         try:
             shape = inspect(wasm)
         except InvalidModule as exc:
             raise InvalidModule(f"{name}: malformed: {exc}") from exc
-        (caps or ModuleCaps()).check(shape, name)
-        digest = hashlib.sha256(wasm).hexdigest()
+        caps.check(shape, name)  # before compiling: compiling is what the caps bound
         try:
             if cache is not None:
                 module = cache.load_or_compile(wasm, digest, self.engine)
@@ -64,9 +120,9 @@ class PluginModule:
                 module = wasmtime.Module(self.engine.engine, wasm)
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
-        self.module = module
-        self.info = self._check(module, digest, len(wasm), shape.table_minimums)
-        self.pre = hostlink.linker_for(self.engine).instantiate_pre(module)
+        info = self._check(module, digest, len(wasm), shape.table_minimums)
+        pre = hostlink.linker_for(self.engine).instantiate_pre(module)
+        return _keep(self.engine, digest, _Compiled(module, shape, info, pre), cache)
 
     @classmethod
     def from_file(cls, path: Path, *, engine: SharedEngine | None = None,

@@ -211,12 +211,13 @@ class ToolRegistry:
     def register_plugin(self, lp: LoadedPlugin) -> list[str]:
         """The tools in a plugin's registration map; returns the problems found."""
         raw = lp.plugin.registration.extra.get("tools")
-        if raw is None:
-            return []
+        raw = [] if raw is None else raw
         problems: list[str] = []
         if not isinstance(raw, list):
-            return [f"plugin {lp.id}: 'tools' must be an array"]
-        self.drop_owner(f"plugin:{lp.id}")  # re-registering replaces
+            problems, raw = [f"plugin {lp.id}: 'tools' must be an array"], []
+        owner = f"plugin:{lp.id}"
+        # Re-registering (a reload) replaces in place: a tool that stays is never missing.
+        stale = {n for n, t in dict(self.tools).items() if t.owner == owner}
         for i, spec in enumerate(raw):
             where = f"plugin {lp.id} tools[{i}]"
             try:
@@ -234,8 +235,13 @@ class ToolRegistry:
                             title=clean(spec.get("title", ""), 128),
                             annotations=_annotations(spec.get("annotations"), where))
                 self.add(tool)
+                stale.discard(tool.name)
             except ConfigError as err:
                 problems.append(err.message)
+        with self._lock:
+            for name in stale:
+                if self.tools.get(name) is not None and self.tools[name].owner == owner:
+                    del self.tools[name]
         return problems
 
     def drop_owner(self, owner: str) -> None:

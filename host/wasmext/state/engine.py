@@ -53,6 +53,13 @@ def _scope_name(scope: Scope) -> ScopeName:
     return "session" if scope.session is not None else "plugin"
 
 
+def _prefetch(view: View, changes: Changes) -> None:
+    """Let a view that can (Redis) read what the plan needs in one round trip."""
+    prefetch = getattr(view, "prefetch", None)
+    if prefetch is not None:
+        prefetch(changes)
+
+
 class Transaction:
     """The state writes of one plugin call, invisible to others until `commit()`.
 
@@ -263,6 +270,7 @@ class Engine(StateStore):
         try:
             try:
                 with self._view(changes.plugin) as view:
+                    _prefetch(view, changes)
                     plan(view, changes, now, self.limits, dry_run=True)
             except QuotaExceeded:
                 if self._purge(now, changes.plugin) == 0:

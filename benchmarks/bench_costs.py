@@ -1,0 +1,262 @@
+"""Where users pay: each figure beside the floor it is held to, timed in the same run.
+
+Every `CostTarget` is a ratio `subject p50 / floor p50` with a ceiling (issue 14):
+startup against `python -c pass`, the host layer against `Plugin.call` of the
+same guest, a hook with one host call against the same hook without it, tool
+validation against an empty object schema, a 100 KB echo against msgpack
+pack + copy + unpack of the same document, 20 identical plugins against one,
+and an awaited hook against the same hook called synchronously. The growth
+figures (chain length, payload size, plugin count) are rows without a ceiling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import wasmtime
+from bench_cases import Budget, Item
+from bench_guests import ECHO_HOOK
+from bench_timing import Case, Skipped
+
+from wasmext import CompileCache, Runtime
+from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
+
+__all__ = ["COST_TARGETS", "CostTarget", "cost_cases"]
+
+GROUP = "where users pay"
+ROOT = Path(__file__).resolve().parents[1]
+BIG = 100 * 1024
+
+
+@dataclass(frozen=True)
+class CostTarget:
+    key: str
+    label: str
+    floor: str
+    subject: str
+    at_most: float  # subject p50 / floor p50
+
+
+COST_TARGETS = [
+    CostTarget("startup_import", "import wasmext vs python -c pass", "startup.pass",
+               "startup.import", 8.0),
+    CostTarget("startup_help", "wasmext --help vs python -c pass", "startup.pass",
+               "startup.help", 5.0),
+    CostTarget("host_layer", "Session hook (1 plugin) vs Plugin.call", "layer.plugin_call",
+               "layer.session_1", 1.5),
+    CostTarget("host_call", "hook with one log host call vs without", "hostcall.none",
+               "hostcall.log", 2.0),
+    CostTarget("tool_schema", "tools.call with a schema vs empty object schema",
+               "tools.empty_schema", "tools.schema", 1.5),
+    CostTarget("echo_100k", "100 KB echo vs pack+copy+unpack", "payload.floor_100k",
+               "payload.echo_100k", 3.0),
+    CostTarget("shared_modules", "load 20 pii-mask copies vs one", "modules.load_1",
+               "modules.load_20", 3.0),
+    CostTarget("asession", "awaited hook (asession) vs sync session", "layer.session_1",
+               "layer.asession_1", 3.0),
+    CostTarget("asession_inline", "awaited hook, inline below budget, vs sync",
+               "layer.session_1", "layer.asession_inline_1", 1.5),
+]
+
+_LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
+_OK = msgpack.packb({"ok": True})
+_LINE = b"one cheap host call"
+
+# Echo in place: the answer's header {"ok": true, "value": overwrites the 11 bytes
+# before D (the request's "data" key and hook name), so any size echoes without a copy.
+_HDR = bytes([0x82, 0xA2, 0x6F, 0x6B, 0xC3, 0xA5, 0x76, 0x61, 0x6C, 0x75, 0x65])
+_IN_PLACE = f"""
+    (local $d i32) (local $n i32)
+    (local.set $d (i32.add (i32.add (local.get $p) (i32.const 12))
+                           (i32.and (i32.load8_u (i32.add (local.get $p) (i32.const 6)))
+                                    (i32.const 31))))
+    (local.set $n (i32.sub (i32.add (local.get $p) (local.get $l)) (local.get $d)))
+    (local.set $d (i32.sub (local.get $d) (i32.const 11)))
+    {"".join(f"(i32.store8 (i32.add (local.get $d) (i32.const {i})) (i32.const {b}))"
+             for i, b in enumerate(_HDR))}
+    (i64.or (i64.shl (i64.extend_i32_u (local.get $d)) (i64.const 32))
+            (i64.extend_i32_u (i32.add (local.get $n) (i32.const 11))))"""
+
+
+def _wasm(wat: str) -> bytes:
+    return bytes(wasmtime.wat2wasm(wat))
+
+
+def _noop(hook: str, body: str | None = None, imports: str = "", data: bytes = b"") -> bytes:
+    return _wasm(guest_wat(body, response={"ok": True}, hooks=(hook,), imports=imports,
+                           data=data))
+
+
+def _check(label: str, ok: bool) -> None:
+    if not ok:
+        raise RuntimeError(f"{label}: the figure's check failed")
+
+
+def _startup(b: Budget) -> list[Item]:
+    py = sys.executable
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'host'}:{ROOT / 'cli'}"}
+    runs = {"startup.pass": ([py, "-c", "pass"], "python -c pass (floor)"),
+            "startup.click": ([py, "-c", "import click"], "import click (what --help needs)"),
+            "startup.import": ([py, "-c", "import wasmext"], "import wasmext"),
+            "startup.help": ([py, "-c", "from wasmext_cli.main import main; main()", "--help"],
+                             "wasmext --help")}
+    items: list[Item] = []
+    for key, (argv, label) in runs.items():
+        def run(argv: list[str] = argv) -> None:
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
+        items.append(Case(key, label, GROUP, run, b.python * 2, b.warm_python))
+    return items
+
+
+def _layer(b: Budget, cleanup: list[Any]) -> list[Item]:
+    """Host layer and asession for 1 plugin, and the growth with chain length."""
+    wasm = _noop("on_plain_text")
+    items: list[Item] = []
+    loop = asyncio.new_event_loop()
+    cleanup.append(loop.close)
+    for n in (1, 4, 16):
+        host = make_host(*[(wasm, {"plugin_id": f"p{i}"}) for i in range(n)])
+        cleanup.append(host.close)
+        session = host.session().__enter__()
+        _check("session", session.on_plain_text("hi").value == "hi")
+        items.append(Case(f"layer.session_{n}", f"Session.on_plain_text, {n} plugin(s)", GROUP,
+                          lambda s=session: s.on_plain_text("hi"), b.fresh, b.warm_fresh))
+        if n == 1:
+            plugin = host.plugins["p0"].plugin
+            meta = {"session": session.id}
+            items.append(Case("layer.plugin_call", "Plugin.call of the same no-op guest",
+                              GROUP, lambda p=plugin, m=meta: p.call("on_plain_text", "hi", m),
+                              b.fresh, b.warm_fresh))
+            acm = host.asession()
+            asess = loop.run_until_complete(acm.__aenter__())
+            cleanup.append(lambda a=acm: loop.run_until_complete(a.__aexit__(None, None, None)))
+            items.append(Case("layer.asession_1", "await AsyncSession.on_plain_text, 1 plugin",
+                              GROUP, lambda a=asess: loop.run_until_complete(
+                                  a.on_plain_text("hi")), b.fresh, b.warm_fresh))
+            inline_cm = host.asession(inline_below_ms=1001)  # the no-op's budget: 1000 ms
+            inline = loop.run_until_complete(inline_cm.__aenter__())
+            cleanup.append(lambda a=inline_cm: loop.run_until_complete(
+                a.__aexit__(None, None, None)))
+            items.append(Case("layer.asession_inline_1", "the same, inline_below_ms=1001",
+                              GROUP, lambda a=inline: loop.run_until_complete(
+                                  a.on_plain_text("hi")), b.fresh, b.warm_fresh))
+    return items
+
+
+def _hostcall(rt: Runtime, b: Budget) -> list[Item]:
+    resp = packed(RESPONSE_AT, len(_OK))
+    body = (f"(call $log (i32.const 2) (i32.const {DATA_AT}) (i32.const {len(_LINE)}))"
+            f"(i64.const {resp})")
+    with_log = rt.load(_noop("test", body, _LOG_IMPORT, _LINE), plugin_id="hc-log")
+    without = rt.load(_noop("test", None, _LOG_IMPORT, _LINE), plugin_id="hc-none")
+    with_log.call("test", None)
+    _check("log call", _LINE.decode() in with_log.log.lines[-1].text)
+    return [
+        Case("hostcall.none", "hook, no host call", GROUP, lambda: without.call("test", None),
+             b.fresh, b.warm_fresh),
+        Case("hostcall.log", "hook with one `log` host call", GROUP,
+             lambda: with_log.call("test", None), b.fresh, b.warm_fresh),
+    ]
+
+
+def _tools(b: Budget, cleanup: list[Any]) -> list[Item]:
+    host = make_host()
+    cleanup.append(host.close)
+    schema = {"type": "object", "required": ["city", "days"], "additionalProperties": False,
+              "properties": {"city": {"type": "string", "maxLength": 64,
+                                      "pattern": "^[A-Za-z ]+$"},
+                             "days": {"type": "integer", "minimum": 1, "maximum": 14}}}
+    host.tools.register_python("bench_empty", lambda a: a, input_schema={"type": "object"})
+    host.tools.register_python("bench_schema", lambda a: a, input_schema=schema)
+    args = {"city": "Lisbon", "days": 3}
+    for name in ("bench_empty", "bench_schema"):
+        _check(name, host.tools.call(name, args)["status"] == "ok")
+    _check("schema refuses", host.tools.call("bench_schema", {"city": 3})["status"] == "error")
+    return [
+        Case("tools.empty_schema", "tools.call, empty object schema", GROUP,
+             lambda: host.tools.call("bench_empty", args), b.fresh, b.warm_fresh),
+        Case("tools.schema", "tools.call, a 2-property schema", GROUP,
+             lambda: host.tools.call("bench_schema", args), b.fresh, b.warm_fresh),
+    ]
+
+
+def _payload(rt: Runtime, b: Budget) -> list[Item]:
+    plugin = rt.load(_wasm(guest_wat(_IN_PLACE, hooks=(ECHO_HOOK,), memory_pages=8)),
+                     plugin_id="bench-echo-big")
+    pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+    items: list[Item] = []
+    for size in (1024, 10 * 1024, BIG):
+        doc = {"text": "x" * size}
+        _check(f"echo {size}", plugin.call(ECHO_HOOK, doc).value == doc)
+        tag = f"{size // 1024}k"
+
+        def floor(doc: dict[str, str] = doc) -> Any:
+            return msgpack.unpackb(bytes(bytearray(pack({"hook": ECHO_HOOK, "data": doc}))))
+
+        items += [
+            Case(f"payload.floor_{tag}", f"pack+copy+unpack, {tag}B (floor)", GROUP, floor,
+                 b.fresh, b.warm_fresh),
+            Case(f"payload.echo_{tag}", f"Plugin.call echo, {tag}B", GROUP,
+                 lambda d=doc: plugin.call(ECHO_HOOK, d), b.fresh, b.warm_fresh),
+        ]
+    return items
+
+
+def _modules(b: Budget, cleanup: list[Any]) -> list[Item]:
+    """Loading N copies of pii-mask from a warm compile cache, each time in a new Runtime."""
+    folder = ROOT / "plugins" / "pii-mask"
+    if not (folder / "pii-mask.wasm").is_file():
+        return [Skipped(f"modules.load_{n}", f"load {n} pii-mask copies", GROUP,
+                        "plugins/pii-mask is not built (make plugins)") for n in (1, 5, 20)]
+    cache_dir = Path(tempfile.mkdtemp(prefix="wasmext-bench-cache-"))
+    cleanup.append(lambda: shutil.rmtree(cache_dir, ignore_errors=True))
+
+    def cache() -> CompileCache:
+        return CompileCache(cache_dir / "modules", cache_dir / "key")
+
+    with Runtime(cache=cache()) as rt:  # warms the disk cache
+        _check("pii-mask", "@" not in str(rt.load(folder).call(
+            "on_plain_text", "mail a@b.example").value))
+
+    def load(n: int) -> Callable[[], None]:
+        def run() -> None:
+            with Runtime(cache=cache()) as rt:  # a new cache: nothing shared in memory yet
+                for i in range(n):
+                    rt.load(folder, plugin_id=f"copy-{i}")
+        return run
+
+    return [Case(f"modules.load_{n}", f"load {n} pii-mask copies (warm disk cache)", GROUP,
+                 load(n), max(20, b.python), b.warm_python) for n in (1, 5, 20)]
+
+
+def cost_cases(rt: Runtime, b: Budget, cleanup: list[Any]) -> list[Item]:
+    return (_startup(b) + _layer(b, cleanup) + _hostcall(rt, b) + _tools(b, cleanup)
+            + _payload(rt, b) + _modules(b, cleanup))
+
+
+def cost_report(stats: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The PASS/FAIL lines and their JSON entries."""
+    lines = ["", "where users pay (subject p50 / floor p50, same run):"]
+    out: dict[str, dict[str, Any]] = {}
+    for t in COST_TARGETS:
+        if t.floor not in stats or t.subject not in stats:
+            lines.append(f"  [n/a ] {t.label:<50} unavailable")
+            out[t.key] = {"label": t.label, "ratio": None, "at_most": t.at_most, "pass": None}
+            continue
+        ratio = stats[t.subject].p50_us / stats[t.floor].p50_us
+        ok = ratio <= t.at_most
+        lines.append(f"  [{'PASS' if ok else 'FAIL'}] {t.label:<50} {ratio:6.2f}x"
+                     f"  (<= {t.at_most:g}x)")
+        out[t.key] = {"label": t.label, "floor": t.floor, "subject": t.subject,
+                      "ratio": round(ratio, 3), "at_most": t.at_most, "pass": ok}
+    return lines, out

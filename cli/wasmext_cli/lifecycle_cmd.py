@@ -1,0 +1,246 @@
+"""`wasmext pack | install | uninstall | keygen | sign | grant | grants | revoke`:
+a plugin's life as one verified file, and the operator's recorded approvals."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from wasmext.errors import ConfigError, WasmextError
+from wasmext_cli.common import (
+    CONFIG_OPT,
+    EXIT_USAGE,
+    PLUGINS_OPT,
+    _default_config,
+    _dumps,
+    _echo_json,
+    _fail,
+    _host,
+    _line,
+)
+
+if TYPE_CHECKING:
+    from wasmext.config import HostConfig
+
+BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def _config(config: Path | None) -> HostConfig:
+    from wasmext.config import HostConfig, load_config  # here, so that `--help` starts fast
+
+    try:
+        return load_config(config) if config else HostConfig()
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+
+
+def _dest(cfg: HostConfig, to: str) -> Path:
+    folder = cfg.user_dir if to == "user" else cfg.workspace_dir
+    if folder is None:  # installing where no host looks would only lose the plugin
+        _fail(ConfigError(f"the config names no [plugins] {to}_dir to install into"),
+              EXIT_USAGE)
+    return folder
+
+
+@click.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="The bundle to write (NAME.wxb).")
+def pack(folder: Path, out: Path) -> None:
+    """Pack a built plugin FOLDER into one bundle: plugin.toml, module, README, digests."""
+    from wasmext.lifecycle.bundle import pack as pack_folder
+
+    try:
+        doc = pack_folder(folder, out)
+    except WasmextError as err:
+        _fail(err)
+    click.echo(f"packed {doc['id']} {doc['version']} into {out} ({len(doc['files'])} files)")
+
+
+@click.command()
+@click.argument("bundle", type=BUNDLE)
+@click.option("--to", "to", type=click.Choice(["user", "workspace"]), default="workspace",
+              show_default=True, help="Which plugin directory of the config to install into.")
+@click.option("--replace", is_flag=True, help="Replace an installed plugin of the same id.")
+@CONFIG_OPT
+def install(bundle: Path, to: str, replace: bool, config: Path | None) -> None:
+    """Check BUNDLE (and its signature, if the config requires one) and install it."""
+    from wasmext.lifecycle.bundle import install as install_bundle
+
+    cfg = _config(_default_config(config))
+    try:
+        folder = install_bundle(bundle, _dest(cfg, to), trusted=cfg.trusted_keys,
+                                require_signature=cfg.require_signature, replace=replace)
+    except WasmextError as err:
+        _fail(err)
+    click.echo(f"installed {folder.name} into {folder}")
+
+
+@click.command()
+@click.argument("plugin_id")
+@click.option("--purge-state", is_flag=True, help="Also delete its state, in every scope.")
+@CONFIG_OPT
+@PLUGINS_OPT
+def uninstall(plugin_id: str, purge_state: bool, config: Path | None,
+              plugin_dirs: tuple[Path, ...]) -> None:
+    """Unload PLUGIN_ID and remove its folder (and, with --purge-state, its state)."""
+    from wasmext.lifecycle.uninstall import uninstall as remove
+
+    logging.getLogger("wasmext").addHandler(logging.NullHandler())
+    try:
+        host = _host(_default_config(config), plugin_dirs)
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    with host:
+        try:
+            report = remove(host, plugin_id, purge_state=purge_state)
+        except WasmextError as err:
+            _fail(err)
+    click.echo(f"uninstalled {plugin_id} (folder {report.folder or '-'}; "
+               f"{report.state_entries} state entries purged; "
+               f"{report.approvals} approvals revoked)")
+
+
+@click.command()
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="Where to write the private key (PEM, owner-only).")
+def keygen(out: Path) -> None:
+    """Make an Ed25519 signing key; prints the public key for [trust] keys."""
+    from wasmext.lifecycle.signing import generate_key
+
+    if out.exists():
+        _fail(ConfigError(f"{out} exists; refusing to overwrite a key"), EXIT_USAGE)
+    click.echo(generate_key(out))
+
+
+@click.command()
+@click.argument("bundle", type=BUNDLE)
+@click.option("--key", "key", required=True, type=click.Path(exists=True, dir_okay=False,
+                                                             path_type=Path))
+def sign(bundle: Path, key: Path) -> None:
+    """Sign BUNDLE's digest manifest with KEY (a signature never grants a capability)."""
+    from wasmext.lifecycle.bundle import sign_bundle
+
+    try:
+        public = sign_bundle(bundle, key)
+    except WasmextError as err:
+        _fail(err)
+    click.echo(f"signed {bundle} with {public}")
+
+
+def _current_digest(cfg: HostConfig, plugin_id: str) -> tuple[str, Path] | None:
+    """The digest of the installed module and its folder; None when not installed."""
+    from wasmext.lifecycle.uninstall import find_folder
+    from wasmext.manifest import load_folder
+
+    folder = find_folder(cfg.plugin_dirs(), plugin_id)
+    if folder is None:
+        return None
+    try:
+        wasm = load_folder(folder).wasm_path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"plugin {plugin_id}: cannot read its module: {exc.strerror}",
+                          plugin_id=plugin_id) from exc
+    return "sha256:" + hashlib.sha256(wasm).hexdigest(), folder
+
+
+@click.command()
+@click.argument("plugin_id")
+@click.argument("capabilities", nargs=-1, required=True)
+@click.option("--by", "by", help="Who approves (default: the login name).")
+@CONFIG_OPT
+def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
+          config: Path | None) -> None:
+    """Grant CAPABILITIES to PLUGIN_ID's current module (recorded with who and when)."""
+    from wasmext.lifecycle.approvals import ApprovalStore
+
+    cfg = _config(_default_config(config))
+    try:
+        found = _current_digest(cfg, plugin_id)
+    except WasmextError as err:
+        _fail(err)
+    if found is None:
+        _fail(ConfigError(f"plugin {plugin_id} is not installed", plugin_id=plugin_id),
+              EXIT_USAGE)
+    digest, folder = found
+    who = by or getpass.getuser()
+    ApprovalStore.in_data_dir(cfg.data_dir).grant(plugin_id, digest, list(capabilities), who,
+                                                  str(folder))
+    click.echo(_line(f"granted {', '.join(capabilities)} to {plugin_id} ({digest[:19]}...) "
+                     f"by {who}"))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@CONFIG_OPT
+def grants(as_json: bool, config: Path | None) -> None:
+    """List recorded approvals, and whether each still matches the module's digest."""
+    from wasmext.lifecycle.approvals import ApprovalStore
+
+    cfg = _config(_default_config(config))
+    rows: list[dict[str, Any]] = []
+    for a in ApprovalStore.in_data_dir(cfg.data_dir).all():
+        try:
+            found = _current_digest(cfg, a.plugin_id)
+            status = ("not installed" if found is None else
+                      "active" if found[0] == a.digest else "withheld (module changed)")
+        except WasmextError:
+            status = "unreadable"
+        rows.append({"plugin": a.plugin_id, "capability": a.capability, "digest": a.digest,
+                     "by": a.by, "at": a.at, "status": status})
+    if as_json:
+        _echo_json(rows)
+        return
+    for r in rows:
+        click.echo(_line(f"{r['plugin']:<20} {r['capability']:<24} {r['status']:<26} "
+                         f"by {r['by']} at {r['at']}"))
+
+
+@click.command()
+@click.argument("plugin_id")
+@click.argument("capabilities", nargs=-1)
+@CONFIG_OPT
+def revoke(plugin_id: str, capabilities: tuple[str, ...], config: Path | None) -> None:
+    """Revoke recorded CAPABILITIES of PLUGIN_ID (all of them when none is named)."""
+    from wasmext.lifecycle.approvals import ApprovalStore
+
+    cfg = _config(_default_config(config))
+    n = ApprovalStore.in_data_dir(cfg.data_dir).revoke(plugin_id, list(capabilities) or None)
+    click.echo(f"revoked {n} approval{'s' if n != 1 else ''} of {plugin_id}")
+
+
+def inspect_bundle(path: Path, as_json: bool) -> None:
+    """`wasmext inspect NAME.wxb`: the bundle checked and described, nothing installed."""
+    from wasmext import Runtime
+    from wasmext.lifecycle.bundle import check_signature, read_bundle
+
+    cfg = _config(_default_config(None))
+    try:
+        bundle = read_bundle(path)
+        try:
+            check_signature(bundle, cfg.trusted_keys, False)
+            trust = "trusted" if bundle.signature and cfg.trusted_keys else \
+                ("unchecked (no [trust] keys)" if bundle.signature else "unsigned")
+        except WasmextError as err:
+            trust = f"refused: {err.message}"
+        wasm_name = next(n for n in bundle.files if n.endswith(".wasm"))
+        with Runtime(cache=False) as rt:
+            info = rt.load(bundle.files[wasm_name], plugin_id=bundle.plugin_id).describe()
+    except WasmextError as err:
+        _fail(err)
+    files = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in bundle.files.items()}
+    doc = {"bundle": str(path), "id": bundle.plugin_id, "version": bundle.version,
+           "files": files, "signed_by": bundle.signed_by, "signature": trust, "module": info}
+    if as_json:
+        _echo_json(doc)
+        return
+    click.echo(_line(f"bundle    {path.name}  {doc['id']} {doc['version']}"))
+    for name, digest in files.items():
+        click.echo(_line(f"  {name:<24} {digest}"))
+    click.echo(_line(f"signed by {bundle.signed_by or '-'}  ({trust})"))
+    click.echo(f"hooks     {_dumps([h['hook'] for h in info['hooks']])}")

@@ -1,0 +1,109 @@
+"""`wasmext worker` and `wasmext nats ls`: extensions as NATS services (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from wasmext import WasmextError
+from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
+
+NATS_OPT = click.option("--nats", "url", default="nats://127.0.0.1:4222", show_default=True,
+                        help="The NATS server to connect to.")
+PREFIX_OPT = click.option("--prefix", default="wasmext", show_default=True,
+                          help="Subject prefix (`beamline` gives the reference's subjects).")
+
+
+@click.command()
+@NATS_OPT
+@CONFIG_OPT
+@PLUGINS_OPT
+@PREFIX_OPT
+@click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Plugin calls run at once.")
+@click.option("--name", default="wasmext-worker", show_default=True,
+              help="This worker's name on the connection and in service metadata.")
+@click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",
+              help="Bridge events matching PATTERN to <prefix>.events.<topic>. Repeatable.")
+def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
+           concurrency: int, name: str, bridge_events: tuple[str, ...]) -> None:
+    """Serve the plugins' pipeline stages as NATS services until SIGTERM (then drain)."""
+    from wasmext.cluster.worker import Worker
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        host = _host(_default_config(config), plugin_dirs)
+        for problem in host.load_errors:
+            click.echo(f"wasmext: {problem.describe()}", err=True)
+        with host:
+            served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name)
+            if not served.stages:
+                click.echo("wasmext: no loaded plugin has a pre, validator, post or provider "
+                           "hook", err=True)
+            bridge = None
+            if bridge_events:
+                from wasmext.cluster.bridge import EventBridge
+
+                bridge = EventBridge(host.observe.bus, url, prefix=prefix,
+                                     patterns=bridge_events)
+            try:
+                asyncio.run(_serve(served))
+            finally:
+                if bridge is not None:
+                    bridge.close()
+    except WasmextError as err:
+        _fail(err)
+
+
+async def _serve(served: object) -> None:
+    from wasmext.cluster.worker import Worker
+
+    assert isinstance(served, Worker)
+    ready = asyncio.Event()
+    task = asyncio.create_task(served.serve_forever(ready))
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():  # it failed to start (no server): its error, not a hang
+        waiting.cancel()
+        await task
+        return
+    for stages in served.stages.values():
+        for stage in stages:
+            click.echo(f"serving {stage.kind} {stage.plugin_id} on {stage.subject}", err=True)
+    click.echo("ready", err=True)
+    await task
+
+
+@click.group()
+def nats() -> None:
+    """Inspect extensions served over NATS."""
+
+
+@nats.command("ls")
+@NATS_OPT
+@click.option("--wait", "wait_s", type=click.FloatRange(0.05, 10), default=0.5,
+              show_default=True, help="Seconds to collect answers.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+def ls(url: str, wait_s: float, as_json: bool) -> None:
+    """Services on NATS (any that speaks the service API): versions, instances, stats."""
+    from wasmext.cluster.link import NatsLink
+    from wasmext.cluster.ops import list_services
+
+    try:
+        with NatsLink(url, name="wasmext-nats-ls") as link:
+            found = link.run(list_services(link.client, wait_s), wait_s + 10)
+    except WasmextError as err:
+        _fail(err)
+    if as_json:
+        click.echo(json.dumps([s.as_dict() for s in found], indent=1))
+        return
+    click.echo(f"{'SERVICE':32} {'VERSION':10} {'INST':>4} {'REQS':>8} {'ERRS':>6}  SUBJECTS")
+    for s in found:
+        click.echo(f"{s.name:32} {s.version:10} {len(s.instances):>4} {s.requests:>8} "
+                   f"{s.errors:>6}  {' '.join(s.subjects)}")

@@ -1,0 +1,53 @@
+"""A circuit breaker per remote extension: closed, open, half-open.
+
+After `failures` failures in a row the circuit opens: calls fail at once, without
+touching the network, for `reset_s`; then one trial call goes through
+(half-open): its success closes the circuit, its failure opens it again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+__all__ = ["Breaker"]
+
+
+class Breaker:
+    def __init__(self, failures: int, reset_s: float) -> None:
+        self.threshold, self.reset_s = failures, reset_s
+        self.failures = 0
+        self.opened_at: float | None = None
+        self._trial = False
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            return self._state(time.monotonic())
+
+    def _state(self, now: float) -> str:
+        if self.opened_at is None:
+            return "closed"
+        return "half_open" if now - self.opened_at >= self.reset_s else "open"
+
+    def allow(self) -> bool:
+        """May a call go out now? (In half-open, only one trial at a time.)"""
+        with self._lock:
+            state = self._state(time.monotonic())
+            if state == "closed":
+                return True
+            if state == "half_open" and not self._trial:
+                self._trial = True
+                return True
+            return False
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self.failures, self.opened_at, self._trial = 0, None, False
+
+    def failed(self) -> None:
+        with self._lock:
+            self.failures += 1
+            if self._trial or self.failures >= self.threshold:
+                self.opened_at, self._trial = time.monotonic(), False

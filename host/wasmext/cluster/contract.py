@@ -1,0 +1,120 @@
+"""The extension contract on the wire: CP-Ext (pre, validator, post) and CP2 (provider).
+
+    request   {trace_id, tenant_id, extensions{id, config},
+               message{message_id, message_type, payload, metadata}, context}
+    pre/post  {message, context}            validator {status: ok|reject, reason, details}
+    provider  {trace_id, tenant_id, provider_id, prompt, parameters, context}
+              -> {provider_id, output, usage, metadata}
+
+JSON is the default; MessagePack when the sender says `Content-Type:
+application/msgpack`. Decoding refuses unknown keys (naming the path), wrong
+types, more than `MAX_BYTES` and nesting past the decoder's recursion limit: a
+peer is as untrusted as a plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from wasmext.errors import WasmextError
+from wasmext.text import clean
+
+__all__ = [
+    "CONTENT_TYPE", "JSON", "MAX_BYTES", "MSGPACK", "ContractError", "ExtMessage", "ExtRef",
+    "ExtRequest", "ExtResponse", "ProviderRequest", "ProviderResponse", "Verdict", "decode",
+    "encode", "encoding_of",
+]
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+CONTENT_TYPE = "Content-Type"
+MAX_BYTES = 1 << 20  # nats-server's default max_payload
+
+
+class ContractError(WasmextError):
+    """A message that is not the contract: unknown key, wrong type, too big, too deep."""
+
+
+class _Strict(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+class ExtMessage(_Strict):
+    message_id: str
+    message_type: str
+    payload: str
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ExtRef(_Strict):
+    id: str
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ExtRequest(_Strict):
+    trace_id: str
+    tenant_id: str
+    extensions: ExtRef
+    message: ExtMessage
+    context: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ExtResponse(_Strict):
+    message: ExtMessage
+    context: dict[str, Any]
+
+
+class Verdict(_Strict, omit_defaults=True):
+    status: Literal["ok", "reject"]
+    reason: str | None = None
+    details: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ProviderRequest(_Strict):
+    trace_id: str
+    tenant_id: str
+    provider_id: str
+    prompt: str
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    context: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ProviderResponse(_Strict):
+    provider_id: str
+    output: str
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+T = TypeVar("T")
+_JSON_ENC = msgspec.json.Encoder()
+_MSGPACK_ENC = msgspec.msgpack.Encoder()
+
+
+def encoding_of(headers: dict[str, str] | None) -> str:
+    """The encoding a message's headers name (JSON unless they say MessagePack)."""
+    value = (headers or {}).get(CONTENT_TYPE, JSON)
+    return MSGPACK if value.strip().lower() == MSGPACK else JSON
+
+
+def encode(message: msgspec.Struct, encoding: str = JSON) -> bytes:
+    return _MSGPACK_ENC.encode(message) if encoding == MSGPACK else _JSON_ENC.encode(message)
+
+
+def decode(data: bytes, kind: type[T], encoding: str = JSON, *, peer: str = "peer") -> T:
+    """`data` as a `kind`, or ContractError naming `peer` and what is wrong."""
+    if len(data) > MAX_BYTES:
+        raise ContractError(f"{peer}: message of {len(data)} bytes is over {MAX_BYTES}")
+    try:
+        if encoding == MSGPACK:
+            return msgspec.msgpack.decode(data, type=kind)
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ContractError(f"{peer}: not a {kind.__name__}: {clean(exc, 300)}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgpack: bad UTF-8 in a str
+        raise ContractError(f"{peer}: not {'MessagePack' if encoding == MSGPACK else 'JSON'}: "
+                            f"{clean(exc, 300)}") from None
+    except RecursionError:
+        raise ContractError(f"{peer}: {kind.__name__} nested too deep") from None

@@ -1,0 +1,116 @@
+"""One NATS connection on its own event-loop thread, for synchronous callers.
+
+The pipeline is synchronous (plugin calls block a thread); nats-py is asyncio.
+`NatsLink` runs the client on a private loop and hands out blocking `request`
+and `run`; any number of threads may call them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from wasmext.errors import WasmextError
+from wasmext.text import clean
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
+
+__all__ = ["NatsLink", "NatsUnavailable", "connect"]
+
+T = TypeVar("T")
+log = logging.getLogger("wasmext.cluster.link")
+
+
+class NatsUnavailable(WasmextError):
+    """The NATS server cannot be reached."""
+
+    reason = "nats unavailable"
+
+
+async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:
+    """A connection that fails fast the first time and then reconnects for ever.
+
+    nats-py logs a traceback per failed attempt by default; here each is one line.
+    """
+    import nats
+
+    async def error(exc: Exception) -> None:
+        log.debug("nats %s: %s", name, clean(exc))
+
+    async def disconnected() -> None:
+        log.warning("nats %s: disconnected from %s, reconnecting", name, url)
+
+    async def reconnected() -> None:
+        log.warning("nats %s: reconnected to %s", name, url)
+
+    try:
+        client = await nats.connect(url, name=name, connect_timeout=timeout_s,
+                                    allow_reconnect=True, max_reconnect_attempts=1,
+                                    reconnect_time_wait=0.2, error_cb=error,
+                                    disconnected_cb=disconnected, reconnected_cb=reconnected)
+    except Exception as exc:
+        raise NatsUnavailable(f"cannot connect to {url}: {clean(exc)}") from None
+    # A restarted server must not leave the process cut off: once connected, retry
+    # for ever (nats-py reads the option at each reconnect).
+    client.options["max_reconnect_attempts"] = -1
+    return client
+
+
+class NatsLink:
+    """`with NatsLink(url) as link: link.request(subject, data, headers, timeout_s)`."""
+
+    def __init__(self, url: str, *, name: str = "wasmext", connect_timeout_s: float = 5.0
+                 ) -> None:
+        self.url, self.name = url, name
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats:{name}",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            self.client: Client = self.run(connect(url, name, connect_timeout_s),
+                                           2 * connect_timeout_s + 1)
+        except Exception as exc:
+            self._stop_loop()
+            if isinstance(exc, NatsUnavailable):
+                raise
+            raise NatsUnavailable(f"cannot connect to {url}: {clean(exc)}") from None
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """Run `coro` on the link's loop and wait for it (at most `timeout_s`)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout_s} s") from None
+
+    def request(self, subject: str, data: bytes, headers: dict[str, str],
+                timeout_s: float) -> Msg:
+        """One request/reply; raises nats' TimeoutError or NoRespondersError, or OSError."""
+        return self.run(self.client.request(subject, data, timeout=timeout_s, headers=headers),
+                        timeout_s + 1.0)
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):  # closing: the server may already be gone
+            self.run(self.client.drain(), 5.0)
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5.0)
+        self._loop.close()
+
+    def __enter__(self) -> NatsLink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

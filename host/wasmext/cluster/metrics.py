@@ -1,0 +1,65 @@
+"""Prometheus metrics per remote extension, read from a `RemoteCaller`'s stats.
+
+    extension_remote_calls_total{extension,outcome}   ok | failed | short_circuited
+    extension_remote_timeouts_total{extension}
+    extension_remote_retries_total{extension}
+    extension_remote_latency_ms{extension,quantile}   p50, p99 of recent answers
+    extension_remote_breaker_state{extension}         0 closed, 1 half open, 2 open
+
+`RemoteMetrics(caller).register(host.observe.metrics.registry)` puts them beside the
+host's own metrics (served by `--metrics-port`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from wasmext.cluster.remote import RemoteCaller
+
+__all__ = ["BREAKER_STATES", "RemoteMetrics"]
+
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+class RemoteMetrics(Collector):
+    def __init__(self, caller: RemoteCaller) -> None:
+        self.caller = caller
+
+    def register(self, registry: CollectorRegistry) -> RemoteMetrics:
+        registry.register(self)
+        return self
+
+    def collect(self) -> Iterator[Metric]:
+        calls = CounterMetricFamily("extension_remote_calls", "Remote extension calls",
+                                    labels=["extension", "outcome"])
+        timeouts = CounterMetricFamily("extension_remote_timeouts",
+                                       "Remote extension attempts that timed out",
+                                       labels=["extension"])
+        retries = CounterMetricFamily("extension_remote_retries",
+                                      "Remote extension attempts after the first",
+                                      labels=["extension"])
+        latency = GaugeMetricFamily("extension_remote_latency_ms",
+                                    "Remote extension answer latency (recent answers)",
+                                    labels=["extension", "quantile"])
+        breaker = GaugeMetricFamily("extension_remote_breaker_state",
+                                    "Circuit breaker: 0 closed, 1 half open, 2 open",
+                                    labels=["extension"])
+        for ext_id, stats in sorted(self.caller.stats.items()):
+            calls.add_metric([ext_id, "ok"], stats.ok)
+            calls.add_metric([ext_id, "failed"], stats.failed - stats.short_circuited)
+            calls.add_metric([ext_id, "short_circuited"], stats.short_circuited)
+            timeouts.add_metric([ext_id], stats.timeouts)
+            retries.add_metric([ext_id], stats.retries)
+            for q in (0.5, 0.99):
+                value = stats.quantile(q)
+                if value is not None:
+                    latency.add_metric([ext_id, str(q)], value)
+            breaker.add_metric([ext_id], BREAKER_STATES[self.caller.breakers[ext_id].state])
+        yield from (calls, timeouts, retries, latency, breaker)

@@ -1,0 +1,171 @@
+"""Calling remote extensions: contract, timeout, retry, circuit breaker, metrics.
+
+A timeout, no responder, a broken connection, an open circuit, an error answer or
+an answer that is not the contract is a failure (`(None, reason)`): the pipeline
+then applies its rules as for an in-process stage (a validator's failure is a
+reject; `mode` decides for pre and post). Only timeouts, missing responders and
+connection errors are retried: an error answer would come back the same.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wasmext.cluster.breaker import Breaker
+from wasmext.cluster.contract import (
+    CONTENT_TYPE,
+    JSON,
+    MSGPACK,
+    ContractError,
+    ExtResponse,
+    ProviderResponse,
+    Verdict,
+    decode,
+    encode,
+)
+from wasmext.cluster.mapping import (
+    answer_from_provider,
+    answer_from_response,
+    provider_request,
+    stage_request,
+)
+from wasmext.cluster.registry import RemoteExtension
+from wasmext.text import clean
+
+if TYPE_CHECKING:
+    from wasmext.cluster.link import NatsLink
+    from wasmext.cluster.routing import CallIds
+
+__all__ = ["TENANT_HEADER", "TRACE_HEADER", "RemoteCaller", "RemoteStats"]
+
+TRACE_HEADER = "Trace-Id"
+TENANT_HEADER = "Tenant-Id"
+WORKER_HEADER = "Wasmext-Worker"
+SERVICE_ERROR = "Nats-Service-Error"
+SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
+_SAMPLES = 2048
+
+
+@dataclass
+class RemoteStats:
+    """What the caller saw of one remote extension (`wasmext_cli` and metrics read it)."""
+
+    calls: int = 0
+    ok: int = 0
+    failed: int = 0
+    timeouts: int = 0
+    retries: int = 0
+    short_circuited: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    by_worker: dict[str, int] = field(default_factory=dict)  # answers per worker name
+
+    def observe(self, ms: float) -> None:
+        self.latencies_ms.append(ms)
+        del self.latencies_ms[:-_SAMPLES]
+
+    def quantile(self, q: float) -> float | None:
+        data = sorted(self.latencies_ms)
+        return data[min(len(data) - 1, int(q * len(data)))] if data else None
+
+
+class _Failure(Exception):
+    def __init__(self, reason: str, retryable: bool) -> None:
+        super().__init__(reason)
+        self.reason, self.retryable = reason, retryable
+
+
+class RemoteCaller:
+    """Calls the extensions of `registry` over `link`; one breaker and stats per extension."""
+
+    def __init__(self, registry: Mapping[str, RemoteExtension], link: NatsLink) -> None:
+        self.registry = dict(registry)
+        self.link = link
+        self.breakers = {e.id: Breaker(e.breaker_failures, e.breaker_reset_ms / 1000)
+                         for e in self.registry.values()}
+        self.stats = {e.id: RemoteStats() for e in self.registry.values()}
+        self._lock = threading.Lock()
+
+    def call(self, ext: RemoteExtension, data: Any, ids: CallIds
+             ) -> tuple[Any, str | None]:
+        """(the in-process shaped answer, None) or (None, why it failed)."""
+        stats, breaker = self.stats[ext.id], self.breakers[ext.id]
+        if ext.type == "provider":
+            body: Any = provider_request(ext.id, data, ids.trace_id, ids.tenant_id)
+        else:
+            body = stage_request(ext.id, data, ids.trace_id, ids.tenant_id)
+        encoding = MSGPACK if ext.encoding == "msgpack" else JSON
+        payload = encode(body, encoding)
+        headers = {TRACE_HEADER: ids.trace_id, TENANT_HEADER: ids.tenant_id,
+                   CONTENT_TYPE: encoding}
+        with self._lock:
+            stats.calls += 1
+        reason = "no attempt"
+        for attempt in range(ext.retry + 1):
+            if not breaker.allow():
+                with self._lock:
+                    stats.short_circuited += 1
+                    stats.failed += 1
+                return None, f"extension {ext.id}: circuit open"
+            if attempt:
+                with self._lock:
+                    stats.retries += 1
+            started = time.perf_counter()
+            try:
+                answer = self._attempt(ext, data, payload, headers)
+            except _Failure as failure:
+                breaker.failed()
+                reason = failure.reason
+                if failure.retryable:
+                    continue
+                break
+            breaker.succeeded()
+            with self._lock:
+                stats.ok += 1
+                stats.observe((time.perf_counter() - started) * 1000)
+            return answer, None
+        with self._lock:
+            stats.failed += 1
+        return None, f"extension {ext.id}: {reason}"
+
+    def _attempt(self, ext: RemoteExtension, data: Any, payload: bytes,
+                 headers: dict[str, str]) -> Any:
+        from nats.errors import NoRespondersError
+        from nats.errors import TimeoutError as NatsTimeout
+
+        try:
+            msg = self.link.request(ext.subject, payload, headers, ext.timeout_ms / 1000)
+        except (NatsTimeout, TimeoutError):
+            with self._lock:
+                self.stats[ext.id].timeouts += 1
+            raise _Failure(f"timeout after {ext.timeout_ms} ms", True) from None
+        except NoRespondersError:
+            raise _Failure(f"no responders on {ext.subject}", True) from None
+        except Exception as exc:  # the connection: closed, reconnecting, refused
+            raise _Failure(f"network error: {clean(type(exc).__name__)}", True) from None
+        hdrs = msg.headers or {}
+        worker = clean(hdrs.get(WORKER_HEADER, "?"), 64)
+        with self._lock:
+            by_worker = self.stats[ext.id].by_worker
+            if worker in by_worker or len(by_worker) < 256:
+                by_worker[worker] = by_worker.get(worker, 0) + 1
+        if SERVICE_ERROR in hdrs or SERVICE_ERROR_CODE in hdrs:
+            raise _Failure(f"error {clean(hdrs.get(SERVICE_ERROR_CODE, '?'), 32)}: "
+                           f"{clean(hdrs.get(SERVICE_ERROR, ''), 300)}", False)
+        encoding = MSGPACK if hdrs.get(CONTENT_TYPE, "").lower() == MSGPACK else JSON
+        peer = f"extension {ext.id}"
+        try:
+            if ext.type == "validator":
+                verdict = decode(msg.data, Verdict, encoding, peer=peer)
+                # The reason reaches logs and errors: one inert line (details stay data).
+                return {"status": verdict.status, "details": verdict.details,
+                        "reason": None if verdict.reason is None else clean(verdict.reason, 300)}
+            if ext.type == "provider":
+                return answer_from_provider(data, decode(msg.data, ProviderResponse, encoding,
+                                                         peer=peer))
+            return answer_from_response(decode(msg.data, ExtResponse, encoding, peer=peer))
+        except ContractError as err:
+            raise _Failure(f"answer is not the contract: {err.message}", False) from None

@@ -1,0 +1,166 @@
+"""A routing policy with tenants, run with some stages remote.
+
+    {"policy_id": "support_en", "pre": [...], "validators": [...], "providers": [...],
+     "post": [...],
+     "tenants": {"acme": {"disable": ["pii_guard"],                 # feature flags
+                          "config": {"normalize_text": {"lowercase": false}}},
+                 "beta": {"policy": {"policy_id": "beta", "pre": [...]}}}}
+
+The stages and their rules are `wasmext.hooks.pipeline`'s, unchanged: `Router.run`
+hands the pipeline a session whose host answers `try_call` for a registered
+extension over NATS (`RemoteCaller`) and for anything else in-process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from wasmext.cluster.registry import RemoteExtension
+from wasmext.errors import ConfigError
+from wasmext.hooks.context import HookHost, HookSession, TraceNotes
+from wasmext.hooks.ordering import Entry
+from wasmext.hooks.pipeline import PipelineResult, Policy, StageRef, parse_policy, run_pipeline
+from wasmext.sandbox.instance import CallResult
+from wasmext.services.events import Observer
+from wasmext.services.hostview import LoadedPlugin
+
+if TYPE_CHECKING:
+    from wasmext.cluster.remote import RemoteCaller
+    from wasmext.errors import WasmextError
+
+__all__ = ["CallIds", "Router", "Routing", "parse_routing"]
+
+_TENANT_KEYS = {"policy", "disable", "config"}
+
+
+@dataclass(frozen=True)
+class Routing:
+    default: Policy
+    tenants: Mapping[str, Policy]
+
+    def for_tenant(self, tenant_id: str) -> Policy:
+        return self.tenants.get(tenant_id, self.default)
+
+
+def _override(base: Policy, tenant: str, raw: Any) -> Policy:
+    where = f"policy.tenants.{tenant}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = set(raw) - _TENANT_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    if "policy" in raw and not isinstance(raw["policy"], dict):
+        raise ConfigError(f"{where}.policy: must be a policy table")
+    policy = parse_policy(raw["policy"]) if "policy" in raw else base
+    off = raw.get("disable", [])
+    if not isinstance(off, list) or not all(isinstance(x, str) for x in off):
+        raise ConfigError(f"{where}.disable: must be an array of extension ids")
+    config = raw.get("config", {})
+    if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
+        raise ConfigError(f"{where}.config: must map extension ids to tables")
+
+    def keep(refs: tuple[StageRef, ...]) -> tuple[StageRef, ...]:
+        return tuple(replace(r, config={**r.config, **config.get(r.id, {})})
+                     for r in refs if r.id not in off)
+    return Policy(policy.policy_id, keep(policy.pre), keep(policy.validators),
+                  tuple(p for p in policy.providers if p not in off), keep(policy.post))
+
+
+def parse_routing(raw: Mapping[str, Any]) -> Routing:
+    """A policy document, with an optional `tenants` map of overrides."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("policy: must be a table")
+    body = {k: v for k, v in raw.items() if k != "tenants"}
+    default = parse_policy(body)
+    tenants = raw.get("tenants", {})
+    if not isinstance(tenants, dict):
+        raise ConfigError("policy.tenants: must be a table of tenant ids")
+    return Routing(default, {t: _override(default, t, v) for t, v in tenants.items()})
+
+
+@dataclass(frozen=True)
+class CallIds:
+    """What every remote call of one pipeline run carries (body and headers)."""
+
+    trace_id: str
+    tenant_id: str
+
+
+class _RoutedHost:
+    """The session host for one run: registered extensions remote, the rest in-process."""
+
+    def __init__(self, host: HookHost, caller: RemoteCaller | None, ids: CallIds) -> None:
+        self._host, self._caller, self._ids = host, caller, ids
+
+    @property
+    def plugins(self) -> Mapping[str, LoadedPlugin]:
+        return self._host.plugins
+
+    @property
+    def observe(self) -> Observer:
+        return self._host.observe
+
+    def ordered(self, hook: str) -> list[Entry]:
+        return self._host.ordered(hook)
+
+    def call(self, entry: Entry, data: Any, session: HookSession | None = None
+             ) -> CallResult | None:
+        return self._host.call(entry, data, session)
+
+    def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None:
+        self._host.record_fault(lp, hook, err)
+
+    def try_call(self, plugin_id: str, hook: str, data: Any,
+                 session: HookSession | None = None
+                 ) -> tuple[CallResult | None, str | None]:
+        ext = self._caller.registry.get(plugin_id) if self._caller else None
+        if ext is None or self._caller is None:
+            return self._host.try_call(plugin_id, hook, data, session)
+        error: str | None = f"extension {plugin_id} is a {ext.type}, not a {hook}"
+        if ext.type == hook:
+            answer, error = self._caller.call(ext, data, self._ids)
+            if error is None:
+                if session is not None:
+                    session.trace.note(hook, "changed", "remote", plugin_id)
+                return CallResult(answer, True), None
+        if session is not None:
+            session.trace.note(hook, "failed", error, plugin_id)
+        return None, error or "failed"
+
+
+@dataclass
+class _RoutedSession:
+    id: str
+    state: dict[str, Any]
+    trace: TraceNotes
+    host: HookHost
+
+
+class Router:
+    """Runs a routing policy for a tenant, each stage in-process or remote by the registry."""
+
+    def __init__(self, routing: Routing | Policy, caller: RemoteCaller | None = None) -> None:
+        self.routing = routing if isinstance(routing, Routing) else Routing(routing, {})
+        self.caller = caller
+        registry: Mapping[str, RemoteExtension] = caller.registry if caller else {}
+        for policy in (self.routing.default, *self.routing.tenants.values()):
+            for kind, refs in (("pre", policy.pre), ("validator", policy.validators),
+                               ("post", policy.post)):
+                for ref in refs:
+                    ext = registry.get(ref.id)
+                    if ext is not None and ext.type != kind:
+                        raise ConfigError(f"policy {policy.policy_id}: {ref.id} is registered "
+                                          f"as a {ext.type}, used as a {kind}")
+
+    def run(self, session: HookSession, payload: str, context: Mapping[str, Any] | None = None,
+            *, tenant_id: str = "default", trace_id: str | None = None,
+            provider: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+            ) -> PipelineResult:
+        ids = CallIds(trace_id or uuid.uuid4().hex, tenant_id)
+        routed = _RoutedSession(session.id, session.state, session.trace,
+                                _RoutedHost(session.host, self.caller, ids))
+        return run_pipeline(routed, self.routing.for_tenant(tenant_id), payload,
+                            dict(context or {}), provider)

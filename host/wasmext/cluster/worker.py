@@ -1,0 +1,235 @@
+"""`wasmext worker`: a host's pipeline stages served as NATS services.
+
+Every loaded plugin with a `pre`, `validator`, `post` or `provider` hook becomes a
+NATS micro service (`<prefix>-<plugin id>`, the plugin's version) with one endpoint
+per stage on `<prefix>.ext.<pre|validate|post>.<id>.v<major>` or
+`<prefix>.provider.<id>.v<major>`, in the queue group `wasmext`: N workers share the
+load and answer `$SRV.PING|INFO|STATS`. Each request runs through `Host.try_call`,
+so under the plugin's sandbox, limits, grants and state transaction, exactly as
+in-process; calls run on a thread pool of `concurrency` threads.
+
+`drain()` (on SIGTERM) stops taking requests, finishes those already taken, then
+closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from wasmext.cluster.contract import (
+    CONTENT_TYPE,
+    ContractError,
+    ExtRequest,
+    ProviderRequest,
+    decode,
+    encode,
+    encoding_of,
+)
+from wasmext.cluster.link import connect
+from wasmext.cluster.mapping import (
+    data_from_provider_request,
+    data_from_request,
+    provider_response,
+    stage_response,
+    verdict_from_answer,
+)
+from wasmext.cluster.registry import EXT_TYPES, check_prefix, subject_for
+from wasmext.session import Session
+from wasmext.text import clean
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.micro.request import Request
+    from nats.micro.service import EndpointStats, Service
+
+    from wasmext.host import Host
+    from wasmext.services.hostview import LoadedPlugin
+
+__all__ = ["QUEUE_GROUP", "WORKER_HEADER", "Stage", "Worker", "session_id", "stages_of"]
+
+log = logging.getLogger("wasmext.cluster.worker")
+QUEUE_GROUP = "wasmext"
+WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and debugging
+_SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def session_id(trace_id: str) -> str:
+    """The trace id as the call's session id, or its digest when it is long or odd
+    (it comes off the network and becomes a state scope and a log field)."""
+    if _PLAIN_ID.fullmatch(trace_id):
+        return trace_id
+    return "trace-" + hashlib.sha256(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+class Stage:
+    """One served endpoint: a plugin's stage on its subject."""
+
+    def __init__(self, plugin_id: str, kind: str, subject: str) -> None:
+        self.plugin_id, self.kind, self.subject = plugin_id, kind, subject
+
+
+def _version(lp: LoadedPlugin) -> str:
+    raw = lp.manifest.version if lp.manifest else ""
+    match = _SEMVER.match(raw or "")
+    return match.group(0) if match else "1.0.0"
+
+
+def stages_of(host: Host, prefix: str) -> dict[str, list[Stage]]:
+    """The stages each plugin serves, by plugin id (plugins without any left out)."""
+    out: dict[str, list[Stage]] = {}
+    for lp in host.plugins.values():
+        major = int(_version(lp).split(".")[0])
+        kinds = {h.hook for h in lp.plugin.registration.hooks if h.hook in EXT_TYPES}
+        stages = [Stage(lp.id, k, subject_for(prefix, k, lp.id, major))
+                  for k in EXT_TYPES if k in kinds]
+        if stages:
+            out[lp.id] = stages
+    return out
+
+
+class Worker:
+    def __init__(self, host: Host, url: str, *, prefix: str = "wasmext",
+                 concurrency: int = 8, name: str = "wasmext-worker") -> None:
+        self.host, self.url, self.prefix = host, url, check_prefix(prefix)
+        self.name = name
+        self.concurrency = concurrency
+        self.stages = stages_of(host, prefix)
+        self.served = 0  # requests answered (ok or error), for tests and logs
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="wasmext-worker")
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._services: list[Service] = []
+        self._nc: Client | None = None
+        self._draining = False
+        self._counts: dict[str, tuple[int, int, int]] = {}  # subject: answered, failed, ns
+
+    async def start(self) -> None:
+        from nats.micro import add_service
+        from nats.micro.service import EndpointConfig, ServiceConfig
+
+        self._nc = await connect(self.url, self.name)
+        for pid, stages in self.stages.items():
+            lp = self.host.plugins[pid]
+            svc = await add_service(self._nc, ServiceConfig(
+                name=f"{self.prefix.replace('.', '_')}-{pid}", version=_version(lp),
+                description=clean(lp.manifest.description if lp.manifest else pid, 200),
+                metadata={"plugin_id": pid, "worker": self.name}, queue_group=QUEUE_GROUP,
+                stats_handler=self._endpoint_stats))
+            for stage in stages:
+                await svc.add_endpoint(EndpointConfig(
+                    name=stage.kind, subject=stage.subject, handler=self._handler(stage),
+                    metadata={"type": stage.kind}))
+            self._services.append(svc)
+        await self._nc.flush()
+        log.info("worker %s serving %s", self.name,
+                 ", ".join(s.subject for st in self.stages.values() for s in st))
+
+    def _handler(self, stage: Stage) -> Any:
+        async def handle(req: Request) -> None:
+            # Answer from a task: a subscription's callbacks run one at a time.
+            task = asyncio.get_running_loop().create_task(self._serve(stage, req))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+        return handle
+
+    def _endpoint_stats(self, endpoint: EndpointStats) -> dict[str, Any]:
+        # nats-py times the handler, which only starts a task here: the real figures
+        # (answered, failed, mean time) go in each endpoint's `data`.
+        answered, failed, total_ns = self._counts.get(endpoint.subject, (0, 0, 0))
+        return {"answered": answered, "errors": failed,
+                "average_ms": round(total_ns / answered / 1e6, 3) if answered else 0.0}
+
+    async def _serve(self, stage: Stage, req: Request) -> None:
+        started = time.perf_counter_ns()
+        failed = True
+        encoding = encoding_of(req.headers)
+        headers = {CONTENT_TYPE: encoding, WORKER_HEADER: self.name}
+        try:
+            body = await asyncio.get_running_loop().run_in_executor(
+                self._pool, self._call, stage, req.data, encoding)
+        except ContractError as err:
+            await req.respond_error("400", err.message, headers=headers)
+        except Exception as err:  # the plugin failed: its reason, one line, named
+            await req.respond_error("500", clean(f"plugin {stage.plugin_id} {stage.kind}: "
+                                                 f"{err}", 300), headers=headers)
+        else:
+            await req.respond(body, headers=headers)
+            failed = False
+        self.served += 1
+        answered, errors, total_ns = self._counts.get(stage.subject, (0, 0, 0))
+        self._counts[stage.subject] = (answered + 1, errors + failed,
+                                       total_ns + time.perf_counter_ns() - started)
+
+    def _call(self, stage: Stage, raw: bytes, encoding: str) -> bytes:
+        peer = f"request for {stage.plugin_id}"
+        request: ExtRequest | ProviderRequest
+        if stage.kind == "provider":
+            request = decode(raw, ProviderRequest, encoding, peer=peer)
+            data = data_from_provider_request(request)
+        else:
+            request = decode(raw, ExtRequest, encoding, peer=peer)
+            data = data_from_request(request)
+        session = Session(self.host, session_id(request.trace_id), {})
+        try:
+            answer, error = self.host.try_call(stage.plugin_id, stage.kind, data, session)
+        finally:
+            # No session end ever comes over the wire: session-scoped state lives for
+            # one remote call (share state across calls in a plugin or tenant scope).
+            self.host.session_ended(session.id)
+        if error is not None or answer is None:
+            raise RuntimeError(error or "no answer")
+        out: Any
+        if stage.kind == "validator":
+            out = verdict_from_answer(answer.value) if answer.changed else None
+        elif stage.kind == "provider":
+            out = provider_response(stage.plugin_id, answer.value) if answer.changed else None
+        else:
+            assert isinstance(request, ExtRequest)
+            out = stage_response(request, answer.value, answer.changed)
+        if out is None:
+            raise RuntimeError(f"invalid {stage.kind} answer")
+        return encode(out, encoding)
+
+    async def drain(self) -> None:
+        """Stop taking requests, answer the ones taken, close."""
+        if self._draining or self._nc is None:
+            return
+        self._draining = True
+        for svc in self._services:
+            # nats-py's Service.stop() unsubscribes, dropping what the server already
+            # sent; a subscription's drain hands those to the handler first.
+            for endpoint in list(getattr(svc, "_endpoints", [])):
+                sub = getattr(endpoint, "_subscription", None)
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.drain()
+            svc._endpoints = []  # drained above: stop() must not unsubscribe them again
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        for svc in self._services:
+            with contextlib.suppress(Exception):
+                await svc.stop()
+        with contextlib.suppress(Exception):
+            await self._nc.drain()
+        self._pool.shutdown(wait=True)
+
+    async def serve_forever(self, ready: asyncio.Event | None = None) -> None:
+        """Start, then serve until SIGTERM or SIGINT, then drain."""
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("worker %s draining", self.name)
+        await self.drain()

@@ -1,0 +1,133 @@
+"""The cached host-function trampoline: guest→host calls without `Val` objects.
+
+wasmtime-py's `Linker.define_func` routes every import call through one
+generic trampoline that looks the function up in a slab, wraps the caller,
+builds a `Val` per argument and converts the result back: most of what a cheap
+host call (`log`) costs. wasmext's two imports have fixed signatures (checked
+at load), so each gets its own `wasmtime_linker_define_func_unchecked`
+callback: the arguments are read straight out of the raw value array with one
+precompiled `struct` format, and an i64 result is written back in place.
+
+A Python exception in the host function becomes a trap whose cause wasmtime-py
+re-raises after the call (`wasmtime._func.LAST_EXCEPTION`), exactly as with
+the public API, so the instance classifies faults the same way either way.
+The raw symbols are private to wasmtime-py: when `fastcall` does not trust
+this wasmtime, or a symbol is missing, `define` answers False and the caller
+uses the public API (`FAST_HOST_CALLS` says which is active; tests pin both).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import wasmtime
+
+from wasmext.sandbox import fastcall
+
+log = logging.getLogger("wasmext.sandbox.hosttramp")
+
+__all__ = ["FAST_HOST_CALLS", "define"]
+
+_VAL_RAW_SIZE = 16  # sizeof(wasmtime_val_raw_t): a union of up to a v128
+_I64 = struct.Struct("<q")
+
+# size_t callback(void *env, wasmtime_caller_t *caller, wasmtime_val_raw_t *args, size_t n)
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_size_t)
+
+
+def _load() -> Any:
+    if not fastcall.FAST_PATH:
+        return None
+    try:
+        from wasmtime import _bindings, _func
+        from wasmtime import _ffi as ffi
+
+        vp, size = ctypes.c_void_p, ctypes.c_size_t
+        # A fresh prototype (as fastcall's): plain addresses, our callback type.
+        fn = ctypes.CFUNCTYPE(vp, vp, ctypes.c_char_p, size, ctypes.c_char_p, size, vp,
+                              _CALLBACK, vp, vp)(("wasmtime_linker_define_func_unchecked",
+                                                  ffi.dll))
+        trap_new = _bindings._wasmtime_trap_new
+        _func.LAST_EXCEPTION  # noqa: B018  (the cause channel the public API reads)
+    except (AttributeError, ImportError) as exc:  # pragma: no cover - layout changed
+        log.warning("wasmtime's raw linker bindings changed (%s); host calls use the "
+                    "public API", exc)
+        return None
+    return fn, trap_new, _func
+
+
+_RAW = _load()
+FAST_HOST_CALLS = _RAW is not None
+_kept: list[Any] = []  # callbacks live as long as the process: linkers never drop them
+
+
+def _trap(exc: BaseException) -> int:
+    """Hand `exc` to wasmtime-py's re-raise channel; a trap pointer for wasmtime."""
+    _define, trap_new, func_mod = _RAW
+    func_mod.LAST_EXCEPTION = exc
+    msg = b"python exception"
+    trap = trap_new(msg, len(msg))
+    return ctypes.cast(trap, ctypes.c_void_p).value or 0
+
+
+def _i32_args(count: int) -> Callable[[int], tuple[int, ...]]:
+    """Read `count` i32 arguments (as unsigned) from a raw value array."""
+    fmt = struct.Struct("<" + (f"{_VAL_RAW_SIZE - 4}x".join(["I"] * count)))
+    size = fmt.size
+    unpack, string_at = fmt.unpack, ctypes.string_at
+    return lambda ptr: unpack(string_at(ptr, size))
+
+
+def _callback(fn: Callable[..., int | None], params: int, returns_i64: bool) -> Any:
+    read = _i32_args(params)
+    memmove, pack = ctypes.memmove, _I64.pack
+
+    if returns_i64:
+        def raw(env: int, caller: int, values: int, count: int) -> int:
+            try:
+                result = fn(*read(values))
+                memmove(values, pack(result), 8)  # the result goes in slot 0
+                return 0
+            except BaseException as exc:
+                return _trap(exc)
+    else:
+        def raw(env: int, caller: int, values: int, count: int) -> int:
+            try:
+                fn(*read(values))
+                return 0
+            except BaseException as exc:
+                return _trap(exc)
+    return _CALLBACK(raw)
+
+
+def define(linker: wasmtime.Linker, module: str, name: str, ty: wasmtime.FuncType,
+           fn: Callable[..., int | None]) -> bool:
+    """Define `module.name` with the fast trampoline; False: use `define_func` instead.
+
+    `ty` takes i32 parameters only and returns nothing or one i64; `fn` gets the
+    parameters as unsigned ints and returns a signed i64 (or None).
+    """
+    if _RAW is None:
+        return False
+    params = [str(p) for p in ty.params]
+    results = [str(r) for r in ty.results]
+    if any(p != "i32" for p in params) or results not in ([], ["i64"]):
+        return False
+    define_raw = _RAW[0]
+    callback = _callback(fn, len(params), results == ["i64"])
+    m, n = module.encode(), name.encode()
+    linker_ptr = ctypes.cast(linker.ptr(), ctypes.c_void_p).value
+    ty_ptr = ctypes.cast(ty.ptr(), ctypes.c_void_p).value
+    error = define_raw(linker_ptr, m, len(m), n, len(n), ty_ptr, callback, None, None)
+    if error:
+        from wasmtime import _ffi as ffi
+
+        raise wasmtime.WasmtimeError._from_ptr(
+            ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t)))
+    _kept.append(callback)
+    return True

@@ -1,0 +1,29 @@
+"""The cluster benchmark runs end to end and reports every figure it promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import PYTHONPATH, nats_server_binary
+
+from support import ROOT
+
+
+def test_the_cluster_benchmark_reports_latency_and_throughput(tmp_path: Path,
+                                                              nats_url: str) -> None:
+    assert nats_server_binary() is not None
+    out = tmp_path / "cluster.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cluster.py"),
+                           "--quick", "--json", str(out)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    for key in ("in_process", "remote_json", "remote_msgpack"):
+        assert doc[key]["p50_us"] > 0 and doc[key]["p99_us"] >= doc[key]["p50_us"]
+    assert set(doc["throughput_runs_per_s"]) == {"1", "2", "4"}
+    assert all(v > 0 for v in doc["throughput_runs_per_s"].values())
+    assert "remote/in-process p50" in proc.stdout

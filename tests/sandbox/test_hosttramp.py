@@ -1,0 +1,98 @@
+"""The cached host-function trampoline behaves exactly like wasmtime-py's public one.
+
+Each test runs twice: on the fast trampoline and on `Linker.define_func` (the
+fallback), each on an engine of its own, since the linker is built per engine.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import msgpack
+import pytest
+
+from wasmext import EngineConfig, InvalidOutput, PluginError, PluginFault, Runtime
+from wasmext.sandbox import hostlink, hosttramp
+from wasmext.testing import DATA_AT, guest_wat, load_wat
+
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+LOG = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
+_STACKS = {"fast": 700 * 1024, "public": 701 * 1024}  # one engine (and linker) per path
+
+
+def test_fast_trampoline_is_active_on_the_pinned_wasmtime() -> None:
+    assert hosttramp.FAST_HOST_CALLS
+
+
+@pytest.fixture(params=["fast", "public"])
+def rt(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    monkeypatch.setattr(hostlink, "_FAST", request.param == "fast")
+    with Runtime(cache=False,
+                 engine=EngineConfig(max_wasm_stack_bytes=_STACKS[request.param])) as runtime:
+        yield runtime
+
+
+def _forwarder(rt: Runtime, request: object, **kwargs: object):  # type: ignore[no-untyped-def]
+    raw = request if isinstance(request, bytes) else msgpack.packb(request)
+    body = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))"
+    return load_wat(rt, guest_wat(body, imports=HOST_CALL, data=raw), **kwargs)
+
+
+def test_host_call_answers_the_same(rt: Runtime) -> None:
+    plugin = _forwarder(rt, {"op": "config.get", "key": "greeting"},
+                        settings={"greeting": "Hallo " * 1000})
+    for _ in range(3):
+        assert plugin.call("test").value == "Hallo " * 1000
+    with pytest.raises(PluginError) as info:
+        _forwarder(rt, {"op": "no.such.op"}, plugin_id="other").call("test")
+    assert info.value.code == "unsupported"
+
+
+def test_a_high_pointer_reaches_the_host_unsigned(rt: Runtime) -> None:
+    # 0xFFFF_FFF0 is out of memory: the host must see it as such, not as a negative.
+    body = "(call $host_call (i32.const -16) (i32.const 8))"
+    plugin = load_wat(rt, guest_wat(body, imports=HOST_CALL))
+    with pytest.raises(InvalidOutput, match="0xfffffff0"):
+        plugin.call("test")
+    healthy = _forwarder(rt, {"op": "abi.info"}, plugin_id="healthy")
+    assert healthy.call("test").value["major"] == 1
+
+
+def test_log_lines_arrive_the_same(rt: Runtime) -> None:
+    text = b"hello from the guest"
+    body = f"(call $log (i32.const 3) (i32.const {DATA_AT}) (i32.const {len(text)})) (i64.const 0)"
+    plugin = load_wat(rt, guest_wat(body, imports=LOG, data=text))
+    plugin.call("test")
+    line = plugin.log.lines[-1]
+    assert (line.level, line.text) == ("warn", "hello from the guest")
+
+
+def test_an_exception_in_the_host_function_becomes_the_same_fault(rt: Runtime) -> None:
+    # A log call outside memory makes on_log raise inside the trampoline.
+    body = "(call $log (i32.const 2) (i32.const -8) (i32.const 64)) (i64.const 0)"
+    plugin = load_wat(rt, guest_wat(body, imports=LOG))
+    with pytest.raises(PluginFault) as info:
+        plugin.call("test")
+    assert info.value.plugin_id == plugin.id and "0xfffffff8" in info.value.message
+    healthy = _forwarder(rt, {"op": "abi.info"}, plugin_id="healthy")
+    assert healthy.call("test").value["major"] == 1
+
+
+def test_threads_each_find_their_own_guest(rt: Runtime) -> None:
+    plugins = [_forwarder(rt, {"op": "config.get", "key": "n"}, plugin_id=f"p{i}",
+                          settings={"n": i}) for i in range(4)]
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            got = plugins[i].call("test").value
+            if got != i:
+                errors.append(f"plugin {i} got {got}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -1,0 +1,55 @@
+"""`import wasmext` loads no heavy dependency: each public name comes on first use.
+
+Measured by what lands in `sys.modules` of a fresh interpreter, not by time
+(speed is the benchmarks' business); the CLI's `--help` is held to the same.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wasmext
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ["mcp", "prometheus_client", "jsonschema_rs", "extism", "click", "wasmtime", "msgpack"]
+PROBE = "import sys, json\n{code}\nprint(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
+
+
+def _loaded_after(code: str, *args: str) -> list[str]:
+    env = {"PYTHONPATH": f"{ROOT / 'host'}:{ROOT / 'cli'}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", PROBE.format(code=code, heavy=HEAVY), *args],
+                         capture_output=True, text=True, env=env, timeout=60, check=True)
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_import_wasmext_loads_nothing_heavy() -> None:
+    assert _loaded_after("import wasmext") == []
+
+
+def test_a_public_name_loads_on_first_use() -> None:
+    loaded = _loaded_after("import wasmext\nwasmext.Runtime")
+    assert "wasmtime" in loaded
+    assert "click" not in loaded and "mcp" not in loaded
+
+
+def test_cli_help_loads_no_runtime() -> None:
+    code = "from wasmext_cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+    loaded = _loaded_after(code, "--help")
+    assert loaded == ["click"]
+
+
+def test_every_exported_name_resolves() -> None:
+    assert "__version__" in wasmext.__all__
+    for name in wasmext.__all__:
+        assert getattr(wasmext, name) is not None, name
+    assert set(wasmext.__all__) <= set(dir(wasmext))
+
+
+def test_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        wasmext.no_such_name  # noqa: B018
