@@ -24,14 +24,16 @@ LAYERS: dict[str, int] = {
     "wasmext.files": 0, "wasmext.text": 0,
     "wasmext.mcp": 0, "wasmext.mcp.envsubst": 0, "wasmext.mcp.config": 0,
     "wasmext.sandbox": 1, "wasmext.state": 1, "wasmext.observe": 1, "wasmext.manifest": 1,
-    "wasmext.services": 2, "wasmext.mcp.client": 2,
+    "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.client_tools": 2,
+    "wasmext.mcp.results": 2, "wasmext.mcp.served": 2, "wasmext.mcp.plugin_ops": 2,
+    "wasmext.mcp.client_catalog": 2, "wasmext.mcp.client_caps": 2,
     "wasmext.hooks": 3,
     "wasmext.lifecycle.signing": 0,
     "wasmext.lifecycle.approvals": 1, "wasmext.lifecycle.bundle": 1,
     "wasmext.lifecycle": 4, "wasmext.lifecycle.reload": 4, "wasmext.lifecycle.watch": 4,
     "wasmext.lifecycle.uninstall": 4,
     "wasmext.cluster": 4,
-    "wasmext.mcp.server": 5,
+    "wasmext.mcp.server": 5, "wasmext.mcp.served_handlers": 5,
 }
 TOP = 4  # every other module: the host layer
 

@@ -25,17 +25,25 @@ def mcp() -> None:
 @click.option("--host", "address", default="127.0.0.1", show_default=True,
               help="Address to bind with --http (loopback unless you mean it).")
 @click.option("--include-host-tools", is_flag=True, help="Also list the host's Python tools.")
+@click.option("--include-mcp-tools", is_flag=True,
+              help="Also list the configured MCP servers' tools (a gateway).")
+@click.option("--token-file", type=click.Path(path_type=Path),
+              help="--http: require this file's bearer token (needed off loopback).")
+@click.option("--token-env", metavar="VAR",
+              help="--http: require the bearer token in environment variable VAR.")
 @click.option("--poll", "poll_interval", type=click.FloatRange(0), default=1.0,
               show_default=True, help="Seconds between tool-set change checks (0: off).")
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan plugins when their folders or enable state change.")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
-          include_host_tools: bool, poll_interval: float, watch: bool) -> None:
+          include_host_tools: bool, include_mcp_tools: bool, token_file: Path | None,
+          token_env: str | None, poll_interval: float, watch: bool) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
     import logging  # here, so that `--help` starts fast
     from contextlib import nullcontext
 
     from wasmext.lifecycle.watch import PluginWatcher
+    from wasmext.mcp.auth import load_token, require_token_for
     from wasmext.mcp.server import serve_http, serve_stdio
 
     # stdout is the protocol channel on stdio: everything else goes to stderr.
@@ -43,6 +51,9 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("wasmext.mcp.audit").setLevel(logging.INFO)
     try:
+        token = load_token(token_file, token_env) if port is not None else None
+        if port is not None:
+            require_token_for(address, token)
         host = _host(_default_config(config), plugin_dirs)
     except WasmextError as err:
         _fail(err)
@@ -52,11 +63,12 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,
-                        poll_interval=poll_interval)
+                        include_mcp_tools=include_mcp_tools, poll_interval=poll_interval)
         else:
             click.echo(f"wasmext: MCP on http://{address}:{port}/mcp", err=True)
             serve_http(host, address, port, include_host_tools=include_host_tools,
-                       poll_interval=poll_interval)
+                       include_mcp_tools=include_mcp_tools, poll_interval=poll_interval,
+                       token=token)
 
 
 @mcp.command("ls")

@@ -62,6 +62,11 @@ const (
 	OpLLMComplete   = "llm.complete"
 	OpAgentsRequest = "agents.request"
 	OpAgentsSend    = "agents.send"
+	OpProgress      = "progress"
+	OpResourceList  = "resource.list"
+	OpResourceRead  = "resource.read"
+	OpPromptList    = "prompt.list"
+	OpPromptGet     = "prompt.get"
 )
 
 // OpInfo describes one host_call op as abi.toml does.
@@ -91,6 +96,11 @@ var Ops = []OpInfo{
 	{OpLLMComplete, "llm", 1, false},
 	{OpAgentsRequest, "agents", 1, false},
 	{OpAgentsSend, "agents", 1, false},
+	{OpProgress, "", 1, false},
+	{OpResourceList, "resources", 1, false},
+	{OpResourceRead, "resources", 1, false},
+	{OpPromptList, "prompts", 1, false},
+	{OpPromptGet, "prompts", 1, false},
 }
 
 // Default limits (SPEC 5); a plugin's manifest or the host may change them.

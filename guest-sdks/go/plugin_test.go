@@ -109,7 +109,7 @@ func TestRegistrationMap(t *testing.T) {
 	})
 	reg := register(t)
 	want := map[string]any{
-		"abi_minor": int64(1), "name": "test", "version": "1.2.3", "prompt": "be nice",
+		"abi_minor": int64(ABIMinor), "name": "test", "version": "1.2.3", "prompt": "be nice",
 		"hooks": []any{
 			map[string]any{"hook": "on_plain_text"},
 			map[string]any{"hook": "on_llm_output", "priority": int64(90)},
@@ -147,7 +147,7 @@ func TestBadExtraIsLeftOut(t *testing.T) {
 func TestBaseRegistersNothing(t *testing.T) {
 	use(t, Base{})
 	reg := register(t)
-	if !reflect.DeepEqual(reg, map[string]any{"abi_minor": int64(1), "hooks": []any{}}) {
+	if !reflect.DeepEqual(reg, map[string]any{"abi_minor": int64(ABIMinor), "hooks": []any{}}) {
 		t.Fatalf("registration map %#v", reg)
 	}
 	code, msg := errorOf(t, call(t, "on_plain_text", "x"))

@@ -46,6 +46,11 @@ OPS: Final[dict[str, tuple[str, int, bool]]] = {
     "llm.complete": ("llm", 1, True),
     "agents.request": ("agents", 1, True),
     "agents.send": ("agents", 1, True),
+    "progress": ("", 1, True),
+    "resource.list": ("resources", 1, True),
+    "resource.read": ("resources", 1, True),
+    "prompt.list": ("prompts", 1, True),
+    "prompt.get": ("prompts", 1, True),
 }
 
 # export name -> (params, results, required); memory has no signature

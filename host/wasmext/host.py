@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.lifecycle import reload
 from wasmext.lifecycle.approvals import ApprovalStore
 from wasmext.manifest import Manifest, load_folder
+from wasmext.mcp.plugin_ops import install as install_mcp_ops
 from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
@@ -93,6 +94,7 @@ class Host:
         self.llm.install(self.runtime.services)
         self.agents = AgentRegistry()  # agents.request/send: `host.agents.register(...)`
         self.agents.install(self.runtime.services)
+        install_mcp_ops(self.runtime.services, lambda: self.mcp)
         for server in self.config.mcp_servers:  # configured servers own their names first
             try:
                 self.tools.claim(server.name, f"mcp:{server.name}")
@@ -109,12 +111,14 @@ class Host:
             elif found.manifest is not None:
                 self._load_folder(found.folder, found.manifest, found.source)
 
-    def start_mcp(self) -> McpClients | None:
+    def start_mcp(self, sampler: Callable[[str, Any], Any] | None = None
+                  ) -> McpClients | None:
         """Connect the configured MCP servers and those plugins bring under their
-        grants; their tools join `self.tools`."""
+        grants; their tools join `self.tools`. `sampler`: the app's model for
+        servers with `sampling = true` (wasmext.mcp.client_caps)."""
         from wasmext.hostmcp import start_mcp
 
-        return start_mcp(self)
+        return start_mcp(self, sampler)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Host:

@@ -3,7 +3,8 @@ bring, each only under the plugin's `mcp-server:<name>` grant and a free name.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ConfigError
 
@@ -12,7 +13,8 @@ if TYPE_CHECKING:
     from wasmext.mcp.client import McpClients
 
 
-def start_mcp(host: Host) -> McpClients | None:
+def start_mcp(host: Host, sampler: Callable[[str, Any], Any] | None = None
+              ) -> McpClients | None:
     from wasmext.mcp.client import McpClients, ServerSpec  # the SDK loads only when used
 
     wanted = list(host.config.mcp_servers)
@@ -39,6 +41,7 @@ def start_mcp(host: Host) -> McpClients | None:
     if not host.config.mcp_enabled or not specs or host.mcp is not None:
         return host.mcp
     host.mcp = McpClients(host.tools)
+    host.mcp.sampler = sampler
     host.mcp.start(specs)
     return host.mcp
 

@@ -218,7 +218,8 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     _need(failure in FAILURE_POLICIES, path, "failure", f"must be one of {FAILURE_POLICIES}")
     mcp_raw = data.get("mcp", {})
     _need(isinstance(mcp_raw, dict), path, "mcp", "must be a table")
-    _, mcp_servers = parse_mcp(dict(mcp_raw), path)
+    _, mcp_servers = parse_mcp(dict(mcp_raw), path,  # relative paths: the plugin's folder
+                               path.parent if path is not None else None)
     assert isinstance(pid, str) and isinstance(version, str)
     return Manifest(path, pid, version, desc, abi, prio, wasm, dict(limits_raw), caps,
                     settings, build, order["before"], order["after"], failure, mcp_servers)

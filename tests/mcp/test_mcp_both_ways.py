@@ -52,6 +52,14 @@ call_timeout_s = 20
                 assert result.structured_content is not None
                 assert result.structured_content["via"] == "calc__echo"
                 assert "ping?" in json.dumps(result.structured_content["answer"])
+                # 100,000 characters of Unicode, intact through client -> wasmext ->
+                # plugin -> tool.call -> server and back.
+                payload = "héllo ✓ 𝄞 " * 10_000
+                big = await client.call_tool("relay-tools__ask", {"question": payload})
+                assert not big.is_error, big.content
+                assert big.structured_content is not None
+                assert payload in json.dumps(big.structured_content["answer"],
+                                             ensure_ascii=False)
 
     anyio.run(main)
 

@@ -29,7 +29,7 @@ export namespace ErrorCode {
   export const FAILED = "failed";
 }
 
-/** host_call op names (SPEC 4.3); every op of ABI minor 0. */
+/** host_call op names (SPEC 4.3); every op up to ABI minor 1. */
 export namespace Op {
   export const LOG = "log";
   export const CONFIG_GET = "config.get";
@@ -48,6 +48,11 @@ export namespace Op {
   export const LLM_COMPLETE = "llm.complete";
   export const AGENTS_REQUEST = "agents.request";
   export const AGENTS_SEND = "agents.send";
+  export const PROGRESS = "progress";
+  export const RESOURCE_LIST = "resource.list";
+  export const RESOURCE_READ = "resource.read";
+  export const PROMPT_LIST = "prompt.list";
+  export const PROMPT_GET = "prompt.get";
 }
 
 /** Export names (SPEC 1.1); exports.ts defines the functions. */

@@ -43,6 +43,11 @@
 #define WASMEXT_OP_LLM_COMPLETE "llm.complete"
 #define WASMEXT_OP_AGENTS_REQUEST "agents.request"
 #define WASMEXT_OP_AGENTS_SEND "agents.send"
+#define WASMEXT_OP_PROGRESS "progress"
+#define WASMEXT_OP_RESOURCE_LIST "resource.list"
+#define WASMEXT_OP_RESOURCE_READ "resource.read"
+#define WASMEXT_OP_PROMPT_LIST "prompt.list"
+#define WASMEXT_OP_PROMPT_GET "prompt.get"
 
 /* default limits the host applies */
 #define WASMEXT_LIMIT_FUEL_PER_CALL 50000000u

@@ -73,6 +73,11 @@ pub mod op {
     pub const LLM_COMPLETE: &str = "llm.complete";
     pub const AGENTS_REQUEST: &str = "agents.request";
     pub const AGENTS_SEND: &str = "agents.send";
+    pub const PROGRESS: &str = "progress";
+    pub const RESOURCE_LIST: &str = "resource.list";
+    pub const RESOURCE_READ: &str = "resource.read";
+    pub const PROMPT_LIST: &str = "prompt.list";
+    pub const PROMPT_GET: &str = "prompt.get";
 }
 
 /// One row of the op table.
@@ -115,6 +120,11 @@ pub const OPS: &[OpInfo] = &[
     row(op::LLM_COMPLETE, "llm", 1, true),
     row(op::AGENTS_REQUEST, "agents", 1, true),
     row(op::AGENTS_SEND, "agents", 1, true),
+    row(op::PROGRESS, "", 1, true),
+    row(op::RESOURCE_LIST, "resources", 1, true),
+    row(op::RESOURCE_READ, "resources", 1, true),
+    row(op::PROMPT_LIST, "prompts", 1, true),
+    row(op::PROMPT_GET, "prompts", 1, true),
 ];
 
 /// The row of `name`, if the table has one.

@@ -43,6 +43,11 @@ pub const op = struct {
     pub const llm_complete = "llm.complete";
     pub const agents_request = "agents.request";
     pub const agents_send = "agents.send";
+    pub const progress = "progress";
+    pub const resource_list = "resource.list";
+    pub const resource_read = "resource.read";
+    pub const prompt_list = "prompt.list";
+    pub const prompt_get = "prompt.get";
 };
 
 pub const limits = struct {

@@ -17,20 +17,26 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import re
 import threading
 import time
-from collections.abc import Sequence
-from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from wasmext.errors import ConfigError
-from wasmext.mcp.config import McpServerConfig
-from wasmext.sandbox import calltree
-from wasmext.services.tools import Runner, Tool, ToolRegistry, compile_schema
+from wasmext.mcp.client_caps import client_callbacks
+from wasmext.mcp.client_tools import (
+    McpToolError,
+    ServerSpec,
+    build_tool,
+    reason,
+    result_output,
+    tool_name,
+)
+from wasmext.sandbox import callscope, calltree
+from wasmext.services.tools import Runner, ToolRegistry
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
@@ -38,97 +44,22 @@ if TYPE_CHECKING:
 __all__ = ["McpClients", "McpToolError", "ServerSpec", "build_tool", "tool_name"]
 
 log = logging.getLogger("wasmext.mcp")
+T = TypeVar("T")
 
-TRANSPORTS = ("stdio", "sse", "http")
-SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 30.0
 PING_INTERVAL_S = 5.0
 STOP_TIMEOUT_S = 10.0
-MAX_DESCRIPTION = 1024
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
-class McpToolError(RuntimeError):
-    """A tool result the MCP server marked as an error; the message is its text."""
+@asynccontextmanager
+async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
 
-
-@dataclass(frozen=True)
-class ServerSpec(McpServerConfig):
-    """One MCP server (values already ${VAR}-substituted), checked on creation."""
-
-    def __post_init__(self) -> None:
-        for bad, why in [
-                (not SERVER_ID_RE.match(self.name), "name: letters, digits, '_' and '-'"),
-                (self.transport not in TRANSPORTS, f"transport must be one of {TRANSPORTS}"),
-                (self.transport == "stdio" and not self.command, "stdio needs a command"),
-                (self.transport != "stdio" and not self.url, f"{self.transport} needs a url"),
-                (min(self.connect_timeout_s, self.call_timeout_s) <= 0, "timeouts must be > 0")]:
-            if bad:
-                raise ConfigError(f"mcp server {self.name!r}: {why}")
-        object.__setattr__(self, "args", tuple(self.args))
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> ServerSpec:
-        """From any object with the same fields (e.g. config.McpServerConfig)."""
-        return cls(cfg.name, cfg.transport, cfg.command, tuple(cfg.args), dict(cfg.env),
-                   cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
-                   bool(cfg.enabled))
-
-
-def tool_name(server: str, tool: str) -> str:
-    """The registry name of an MCP tool: `{server}__{tool}`, sanitized, at most 64."""
-    return _UNSAFE.sub("_", f"{server}__{tool}")[:64]
-
-
-def build_tool(server: str, name: Any, description: Any, input_schema: Any,
-               run: Runner, output_schema: Any = None) -> Tool | None:
-    """A registry Tool for one listed MCP tool, or None (logged) when it is unusable.
-
-    A schema is kept as is (and compiled once, like every tool's) when it is a
-    dict that compiles; anything else skips the tool (an unusable output
-    schema is only dropped).
-    """
-    where = f"mcp server {server}: tool {name!r}"
-    if not isinstance(name, str) or not name:
-        log.warning("%s skipped: the name must be a non-empty string", where)
-        return None
-    try:
-        validator = _compiled(input_schema)
-    except ConfigError as err:
-        log.warning("%s skipped: input schema %s", where, err.message)
-        return None
-    if output_schema is not None:
-        try:
-            _compiled(output_schema)
-        except ConfigError as err:
-            log.info("%s: output schema ignored (%s)", where, err.message)
-            output_schema = None
-    text = _CONTROL.sub(" ", description if isinstance(description, str) else "")
-    return Tool(tool_name(server, name), text[:MAX_DESCRIPTION], input_schema,
-                f"mcp:{server}", run, output_schema, validator)
-
-
-def _compiled(schema: Any) -> Any:
-    if not isinstance(schema, dict):
-        raise ConfigError(f"is not a JSON object ({type(schema).__name__})")
-    return compile_schema(schema, "schema")
-
-
-def _reason(exc: BaseException) -> str:
-    while getattr(exc, "exceptions", None):  # an exception group: its first leaf
-        exc = exc.exceptions[0]  # type: ignore[attr-defined]
-    text = str(exc) or type(exc).__name__
-    return _CONTROL.sub(" ", text)[:300]
-
-
-def _result_output(server: str, result: Any) -> Any:
-    text = "\n".join(getattr(c, "text", "") for c in (result.content or [])
-                     if getattr(c, "type", None) == "text")
-    if result.is_error:
-        raise McpToolError(text or f"mcp server {server}: the tool reported an error")
-    return result.structured_content if result.structured_content is not None else text
+    async with create_mcp_http_client(headers=headers or None) as http, \
+            streamable_http_client(url, http_client=http) as streams:
+        yield streams
 
 
 class _Server:  # one server's state, written on the loop thread
@@ -148,6 +79,9 @@ class McpClients:
 
     def __init__(self, registry: ToolRegistry) -> None:
         self.registry = registry
+        # The host's model for servers configured with `sampling = true`:
+        # sampler(server, CreateMessageRequestParams) -> CreateMessageResult (any thread).
+        self.sampler: Callable[[str, Any], Any] | None = None
         self._servers: dict[str, _Server] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,7 +122,7 @@ class McpClients:
             asyncio.run_coroutine_threadsafe(self._shutdown(timeout_s), loop).result(
                 timeout_s + 5.0)
         except Exception as exc:  # never let stop() hang or raise
-            log.warning("mcp: shutdown incomplete: %s", _reason(exc))
+            log.warning("mcp: shutdown incomplete: %s", reason(exc))
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5.0)
         if not thread.is_alive():
@@ -230,6 +164,27 @@ class McpClients:
         return [{"name": st.spec.name, "transport": st.spec.transport, "status": st.status,
                  "tools": list(st.tools)} for st in self._servers.values()]
 
+    def request(self, server: str, make: Callable[[ClientSession], Coroutine[Any, Any, T]]
+                ) -> T:
+        """Run `make(session)` on server's connection (any thread), within its call timeout
+        and what is left of a calling plugin's time; KeyError for an unknown server."""
+        st = self._servers[server]
+        loop, session = self._loop, st.session
+        if loop is None or session is None:
+            raise RuntimeError(f"mcp server {server} is {st.status}")
+        left = calltree.remaining()
+        wait = st.spec.call_timeout_s if left is None else min(st.spec.call_timeout_s, left)
+        if wait <= 0:
+            raise calltree.OutOfTime("the calling plugin's time is up")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(make(session),
+                                                                                  loop)
+        try:
+            return future.result(timeout=wait)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"mcp server {server} did not answer within "
+                               f"{wait * 1000:.0f} ms") from None
+
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is not None:
             return self._loop
@@ -267,7 +222,7 @@ class McpClients:
             try:
                 connected = await self._connect_once(st)
             except Exception as exc:
-                st.lost = st.lost or _reason(exc)
+                st.lost = st.lost or reason(exc)
             finally:
                 self._forget(st, st.lost or "connection closed")
                 st.first_attempt.set()
@@ -289,6 +244,7 @@ class McpClients:
     async def _connect_once(self, st: _Server) -> bool:
         """One connection, held until it ends; True when it got as far as connected."""
         from mcp.client.session import ClientSession
+        from mcp_types import ToolListChangedNotification
 
         spec = st.spec
         assert st.wake is not None
@@ -311,7 +267,13 @@ class McpClients:
                     wake.set()
 
             tg.start_soon(forward)
-            session = await stack.enter_async_context(ClientSession(recv, write))
+            async def on_message(message: Any) -> None:
+                if isinstance(message, ToolListChangedNotification) and st.session is not None:
+                    # Re-list in a task: the handler must not await the session's own I/O.
+                    tg.start_soon(self._relist, st)
+
+            session = await stack.enter_async_context(ClientSession(
+                recv, write, message_handler=on_message, **client_callbacks(self, spec)))
             with anyio.fail_after(spec.connect_timeout_s):
                 await session.initialize()
                 listed = await self._list_tools(session)
@@ -329,7 +291,7 @@ class McpClients:
                         with anyio.fail_after(spec.connect_timeout_s):
                             await session.send_ping()
                     except Exception as exc:
-                        st.lost = f"ping failed: {_reason(exc)}"
+                        st.lost = f"ping failed: {reason(exc)}"
                         wake.set()
                     continue
                 if st.lost is not None or self._stopping:
@@ -343,14 +305,15 @@ class McpClients:
     def _transport(spec: ServerSpec) -> Any:
         from mcp.client.sse import sse_client
         from mcp.client.stdio import StdioServerParameters, stdio_client
-        from mcp.client.streamable_http import streamable_http_client
 
         if spec.transport == "stdio":
             return stdio_client(StdioServerParameters(
-                command=str(spec.command), args=list(spec.args), env=dict(spec.env) or None))
+                command=str(spec.command), args=list(spec.args), env=dict(spec.env) or None,
+                cwd=spec.cwd))
         if spec.transport == "sse":
-            return sse_client(str(spec.url), timeout=spec.connect_timeout_s)
-        return streamable_http_client(str(spec.url))
+            return sse_client(str(spec.url), headers=dict(spec.headers) or None,
+                              timeout=spec.connect_timeout_s)
+        return _streamable_http(str(spec.url), dict(spec.headers))
 
     @staticmethod
     async def _list_tools(session: ClientSession) -> list[Any]:
@@ -365,6 +328,21 @@ class McpClients:
             page = await session.list_tools(params=PaginatedRequestParams(cursor=page.next_cursor))
         return tools
 
+    async def _relist(self, st: _Server) -> None:
+        """Follow notifications/tools/list_changed: list again, replace the server's tools."""
+        session = st.session
+        if session is None:
+            return
+        try:
+            with anyio.fail_after(st.spec.connect_timeout_s):
+                listed = await self._list_tools(session)
+        except Exception as exc:
+            log.warning("mcp server %s: re-listing tools failed: %s", st.spec.name, reason(exc))
+            return
+        if st.session is session:
+            self._register(st, listed)
+            log.info("mcp server %s: tool list changed (%d tools)", st.spec.name, len(st.tools))
+
     def _register(self, st: _Server, listed: list[Any]) -> None:
         self.registry.drop_owner(f"mcp:{st.spec.name}")
         names: list[str] = []
@@ -372,7 +350,8 @@ class McpClients:
             short = getattr(item, "name", None)
             tool = build_tool(st.spec.name, short, getattr(item, "description", None),
                               getattr(item, "input_schema", None), self._runner(st, str(short)),
-                              getattr(item, "output_schema", None))
+                              getattr(item, "output_schema", None),
+                              getattr(item, "title", None), getattr(item, "annotations", None))
             try:
                 if tool is not None and tool.name in names:
                     raise ConfigError(f"its name {tool.name} is taken")
@@ -396,9 +375,24 @@ class McpClients:
             wait = spec.call_timeout_s if left is None else min(spec.call_timeout_s, left)
             if wait <= 0:
                 raise calltree.OutOfTime("the calling plugin's time is up")
-            future = asyncio.run_coroutine_threadsafe(client.call_tool(short, dict(args)), loop)
+            scope = callscope.current()
+            if scope is not None and scope.cancelled.is_set():
+                raise McpToolError(f"mcp server {spec.name}: tool {short!r}: cancelled")
+
+            async def progressed(progress: float, total: float | None,
+                                 message: str | None) -> None:
+                if scope is not None:  # upstream progress, passed on to whoever asked
+                    await asyncio.to_thread(scope.report, progress, total, message)
+
+            future = asyncio.run_coroutine_threadsafe(client.call_tool(
+                short, dict(args), progress_callback=progressed if scope else None), loop)
+            # Cancelling the task makes the SDK send notifications/cancelled upstream.
+            forget = scope.on_cancel(future.cancel) if scope is not None else (lambda: None)
             try:
                 result = future.result(timeout=wait)
+            except concurrent.futures.CancelledError:
+                raise McpToolError(f"mcp server {spec.name}: tool {short!r}: cancelled"
+                                   ) from None
             except concurrent.futures.TimeoutError:
                 future.cancel()
                 if wait < spec.call_timeout_s:
@@ -407,5 +401,7 @@ class McpClients:
                                              "caller had left") from None
                 raise TimeoutError(f"mcp server {spec.name}: tool {short!r} did not answer "
                                    f"within {spec.call_timeout_s:g} s") from None
-            return _result_output(spec.name, result)
+            finally:
+                forget()
+            return result_output(spec.name, result)
         return run

@@ -5,6 +5,9 @@
     command = "python"
     args = ["calc_server.py"]
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
+    headers = { Authorization = "Bearer ${CALC_TOKEN}" }   # sse/http: sent with each request
+    roots = ["file:///srv/data"]  # answered to roots/list (default: none offered)
+    sampling = false             # answer sampling/createMessage with the host's model
     connect_timeout_s = 10
     call_timeout_s = 30
     enabled = true
@@ -54,6 +57,10 @@ class McpServerConfig:
     connect_timeout_s: float = 10.0
     call_timeout_s: float = 30.0
     enabled: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # a stdio server's working folder (a manifest's: the plugin's)
+    roots: tuple[str, ...] = ()
+    sampling: bool = False
 
 
 def _subst(value: Any, path: Path | None, fld: str) -> str:
@@ -65,7 +72,9 @@ def _subst(value: Any, path: Path | None, fld: str) -> str:
     return out
 
 
-def parse_mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpServerConfig, ...]]:
+def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = None
+              ) -> tuple[bool, tuple[McpServerConfig, ...]]:
+    """The [mcp] table; with `base_dir`, stdio servers run there (relative paths from it)."""
     enabled = raw.pop("enabled", True)
     need(isinstance(enabled, bool), path, "mcp.enabled", "must be a bool")
     servers = table(raw.pop("servers", {}), path, "mcp.servers")
@@ -76,7 +85,7 @@ def parse_mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpSe
         need(bool(name) and len(name) <= 64 and set(name) <= _NAME_CHARS, path, fld,
               "lowercase letters, digits and hyphens")
         spec = table(spec, path, fld)
-        known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name"}
+        known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name", "cwd"}
         unknown = sorted(set(spec) - known)
         need(not unknown, path, f"{fld}.{unknown[0] if unknown else ''}", "unknown field")
         transport = spec.get("transport", "stdio")
@@ -96,11 +105,23 @@ def parse_mcp(raw: dict[str, Any], path: Path | None) -> tuple[bool, tuple[McpSe
             need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                   path, f"{fld}.{key}", "must be a positive number of seconds")
             timeouts[key] = float(value)
+        headers = table(spec.get("headers", {}), path, f"{fld}.headers")
+        need(transport != "stdio" or not headers, path, f"{fld}.headers",
+             "only sse and http servers take headers")
+        roots = spec.get("roots", [])
+        need(isinstance(roots, list) and all(isinstance(r, str) and r.startswith("file://")
+                                             for r in roots), path, f"{fld}.roots",
+             "must be an array of file:// URIs")
+        sampling = spec.get("sampling", False)
+        need(isinstance(sampling, bool), path, f"{fld}.sampling", "must be a bool")
         on = spec.get("enabled", True)
         need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
         out.append(McpServerConfig(
             name, transport, command,
             tuple(_subst(a, path, f"{fld}.args[{i}]") for i, a in enumerate(args)),
             {k: _subst(v, path, f"{fld}.env.{k}") for k, v in env.items()}, url,
-            timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on))
+            timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on,
+            {k: _subst(v, path, f"{fld}.headers.{k}") for k, v in headers.items()},
+            str(base_dir) if base_dir is not None and transport == "stdio" else None,
+            tuple(roots), sampling))
     return enabled, tuple(out)

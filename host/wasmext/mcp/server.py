@@ -29,6 +29,8 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -36,7 +38,11 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
 
-from wasmext.text import DESCRIPTION_CAP, clean, clean_lines
+from wasmext.mcp.auth import BearerAuth, require_token_for
+from wasmext.mcp.results import error_code, error_result, tool_result
+from wasmext.mcp.served_handlers import ServedCatalog
+from wasmext.sandbox.callscope import CallScope
+from wasmext.text import DESCRIPTION_CAP, clean_lines
 
 if TYPE_CHECKING:
     import uvicorn
@@ -75,38 +81,38 @@ class RateLimiter:
             return allowed
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$bin": value.hex()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
+class _ChangeAwareServer(Server[Any]):
+    """The SDK's Server, advertising listChanged on every transport.
 
+    The streamable-HTTP session manager asks for the default initialization
+    options (no list_changed), though the notifications do go out.
+    """
 
-def _error_result(message: str, code: str) -> types.CallToolResult:
-    # A plugin may have written both: one inert, bounded line each.
-    message, code = clean(message), clean(code, 64)
-    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")],
-                                structured_content={"error": {"message": message, "code": code}},
-                                is_error=True)
+    def create_initialization_options(
+            self, notification_options: NotificationOptions | None = None,
+            experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+            extensions: dict[str, dict[str, Any]] | None = None) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities, extensions)
 
 
 class McpToolServer:
     """An MCP server over `host.tools`; `.server` is the SDK's low-level Server."""
 
-    def __init__(self, host: Host, *, include_host_tools: bool = False, name: str = "wasmext",
+    def __init__(self, host: Host, *, include_host_tools: bool = False,
+                 include_mcp_tools: bool = False, name: str = "wasmext",
                  rate: float = 20.0, burst: int = 40, poll_interval: float = 1.0) -> None:
         self.host = host
         self.include_host_tools = include_host_tools
+        self.include_mcp_tools = include_mcp_tools
         self.poll_interval = poll_interval
         self.limiter = RateLimiter(rate, burst)
         self.bus = InMemorySubscriptionBus()
         self._fingerprint = self._compute_fingerprint()
         self._legacy: dict[int, ServerSession] = {}  # connections to notify (handshake era)
         self._notify_lock = anyio.Lock()
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _ChangeAwareServer(
             name, version="0.1.0",
             instructions="Tools served by wasmext plugins (sandboxed WebAssembly).",
             lifespan=self._lifespan,
@@ -114,24 +120,27 @@ class McpToolServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=ListenHandler(self.bus),
+            **ServedCatalog(host).handlers(),
         )
 
     # -- the tool set -------------------------------------------------------------------
 
     def visible_tools(self) -> list[Tool]:
         tools = sorted(dict(self.host.tools.tools).values(), key=lambda t: t.name)
-        return [t for t in tools if t.owner.startswith("plugin:")
-                or (self.include_host_tools and t.owner == "host")]
+        return [t for t in tools if self._serves(t)]
+
+    def _serves(self, tool: Tool) -> bool:
+        return _servable(tool) and (
+            tool.owner.startswith("plugin:")
+            or (self.include_host_tools and tool.owner == "host")
+            or (self.include_mcp_tools and tool.owner.startswith("mcp:")))
 
     def _visible(self, name: str) -> Tool | None:
         tool = self.host.tools.tools.get(name)
-        if tool is None or not (tool.owner.startswith("plugin:")
-                                or (self.include_host_tools and tool.owner == "host")):
-            return None
-        return tool
+        return tool if tool is not None and self._serves(tool) else None
 
     def _compute_fingerprint(self) -> str:
-        entries = [(t.name, t.description, dict(t.input_schema),
+        entries = [(t.name, t.description, t.title, t.annotations, dict(t.input_schema),
                     dict(t.output_schema) if t.output_schema is not None else None)
                    for t in self.visible_tools()]
         return hashlib.sha256(json.dumps(entries, sort_keys=True, default=str).encode()
@@ -142,7 +151,7 @@ class McpToolServer:
         return dict(tool.input_schema) if tool is not None else None
 
     def initialization_options(self) -> InitializationOptions:
-        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+        return self.server.create_initialization_options()
 
     # -- change notifications -----------------------------------------------------------
 
@@ -205,10 +214,11 @@ class McpToolServer:
         self._remember(ctx)
         await self.check_changed()
         return types.ListToolsResult(tools=[
-            types.Tool(name=t.name,
+            types.Tool(name=t.name, title=t.title or None,
                        description=clean_lines(t.description, DESCRIPTION_CAP) or None,
                        input_schema=dict(t.input_schema),
-                       output_schema=dict(t.output_schema) if t.output_schema else None)
+                       output_schema=dict(t.output_schema) if t.output_schema else None,
+                       annotations=_annotations(t))
             for t in self.visible_tools()])
 
     async def _call_tool(self, ctx: ServerRequestContext[Any],
@@ -218,49 +228,65 @@ class McpToolServer:
         client = _client_id(ctx)
         started = time.perf_counter()
         name = params.name
-        result = await self._run(ctx, client, name, params.arguments)
-        status = "error" if result.is_error else "ok"
-        code = ""
-        if result.is_error and isinstance(result.structured_content, dict):
-            code = str(result.structured_content.get("error", {}).get("code", ""))
-        audit.info("client=%s tool=%r status=%s%s duration_ms=%.1f", client, name[:80], status,
-                   f" code={code}" if code else "", (time.perf_counter() - started) * 1000,
-                   extra={"mcp_client": client, "tool": name[:80], "status": status,
-                          "code": code})
+
+        def record(status: str, code: str = "") -> None:
+            audit.info("client=%s tool=%r status=%s%s duration_ms=%.1f", client, name[:80],
+                       status, f" code={code}" if code else "",
+                       (time.perf_counter() - started) * 1000,
+                       extra={"mcp_client": client, "tool": name[:80], "status": status,
+                              "code": code})
+
+        try:
+            result = await self._run(ctx, client, name, params.arguments)
+        except anyio.get_cancelled_exc_class():
+            record("cancelled")
+            raise
+        record("error" if result.is_error else "ok",
+               error_code(result) if result.is_error else "")
         return result
 
     async def _run(self, ctx: ServerRequestContext[Any], client: str, name: str,
                    arguments: Mapping[str, Any] | None) -> types.CallToolResult:
         if not self.limiter.allow(client):
-            return _error_result("rate limited", "rate_limited")
+            return error_result("rate limited", "rate_limited")
         tool = self._visible(name)
         if tool is None:
-            return _error_result(f"no tool {name!r}", "not_found")
+            return error_result(f"no tool {name!r}", "not_found")
         args = dict(arguments) if arguments is not None else {}
-        await _progress(ctx, 0.0, "started")
+        token = anyio.lowlevel.current_token()
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            anyio.from_thread.run(_progress, ctx, progress, total, message, token=token)
+
+        scope = CallScope(progress=report)
 
         def call() -> dict[str, Any]:
-            with self.host.session(f"mcp-{client}-{uuid.uuid4().hex[:12]}") as session:
-                return self.host.tools.call(name, args, session)
+            with scope.bound(), \
+                    self.host.session(f"mcp-{client}-{uuid.uuid4().hex[:12]}") as session:
+                try:
+                    return self.host.tools.call(name, args, session)
+                finally:
+                    if scope.cancelled_at is not None:
+                        log.info("tool %s: the cancelled call ended %.0f ms after the cancel",
+                                 name[:80], (time.monotonic() - scope.cancelled_at) * 1000)
 
+        await anyio.to_thread.run_sync(scope.report, 0.0, None, "started")
         try:
-            outcome = await anyio.to_thread.run_sync(call)
+            # Abandoned on cancel: the scope interrupts the plugin and the upstream call.
+            outcome = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            scope.cancel()
+            raise
         except Exception as exc:  # a session hook failing closed, say: still a tool error
             log.warning("tool %s failed outside the registry: %s", name, exc)
             outcome = {"status": "error", "error": {"message": f"{type(exc).__name__}: {exc}",
                                                     "code": "failed"}}
-        await _progress(ctx, 1.0, outcome.get("status", "error"))
+        await anyio.to_thread.run_sync(scope.report, 1.0, 1.0, outcome.get("status", "error"))
         if outcome.get("status") != "ok":
             error = outcome.get("error") or {}
-            return _error_result(str(error.get("message", "failed")),
+            return error_result(str(error.get("message", "failed")),
                                  str(error.get("code") or "failed"))
-        output = _jsonable(outcome.get("output"))
-        text = output if isinstance(output, str) else json.dumps(output)
-        structured = output if isinstance(output, dict) else None
-        if structured is None and tool.output_schema is not None:
-            structured = {"result": output}
-        return types.CallToolResult(content=[types.TextContent(text=text)],
-                                    structured_content=structured, is_error=False)
+        return tool_result(tool, outcome.get("output"))
 
     # -- transports -----------------------------------------------------------------------
 
@@ -270,9 +296,28 @@ class McpToolServer:
         async with stdio_server() as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.initialization_options())
 
-    def http_app(self, host: str = "127.0.0.1") -> Any:
-        """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback."""
-        return self.server.streamable_http_app(host=host)
+    def http_app(self, host: str = "127.0.0.1", token: str | None = None) -> Any:
+        """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback;
+        with `token`, every request needs it as a bearer token (mcp.auth)."""
+        require_token_for(host, token)
+        app = self.server.streamable_http_app(host=host)
+        return BearerAuth(app, token) if token is not None else app
+
+
+def _annotations(tool: Tool) -> types.ToolAnnotations | None:
+    hints = tool.annotations or {}
+    if not hints:
+        return None
+    return types.ToolAnnotations(read_only_hint=hints.get("readOnlyHint"),
+                                 destructive_hint=hints.get("destructiveHint"),
+                                 idempotent_hint=hints.get("idempotentHint"),
+                                 open_world_hint=hints.get("openWorldHint"))
+
+
+def _servable(tool: Tool) -> bool:
+    """MCP wants object schemas; one that is not would make clients refuse the whole list."""
+    return tool.input_schema.get("type") == "object" and (
+        tool.output_schema is None or tool.output_schema.get("type") == "object")
 
 
 def _modern_versions() -> frozenset[str]:
@@ -293,9 +338,10 @@ def _client_id(ctx: ServerRequestContext[Any]) -> str:
     return "stdio" if request is None else "http"
 
 
-async def _progress(ctx: ServerRequestContext[Any], progress: float, message: str) -> None:
+async def _progress(ctx: ServerRequestContext[Any], progress: float, total: float | None,
+                    message: str | None) -> None:
     try:  # a no-op unless the client sent a progress token
-        await ctx.session.report_progress(progress, 1.0, message)
+        await ctx.session.report_progress(progress, total, message)
     except Exception:  # progress is advisory
         log.debug("progress notification failed", exc_info=True)
 
@@ -308,13 +354,15 @@ def serve_stdio(host: Host, *, include_host_tools: bool = False, **options: Any)
 
 def build_http_server(wasm_host: Host, host: str = "127.0.0.1", port: int = 8765, *,
                       include_host_tools: bool = False, log_level: str = "warning",
-                      **options: Any) -> uvicorn.Server:
-    """A uvicorn server for `wasm_host`'s tools at http://HOST:PORT/mcp (call `.run()`)."""
+                      token: str | None = None, **options: Any) -> uvicorn.Server:
+    """A uvicorn server for `wasm_host`'s tools at http://HOST:PORT/mcp (call `.run()`).
+
+    A non-loopback `host` needs a bearer `token` (ConfigError otherwise)."""
     import uvicorn
 
     server = McpToolServer(wasm_host, include_host_tools=include_host_tools, **options)
-    config = uvicorn.Config(server.http_app(host), host=host, port=port, log_level=log_level,
-                            lifespan="on")
+    config = uvicorn.Config(server.http_app(host, token), host=host, port=port,
+                            log_level=log_level, lifespan="on")
     return uvicorn.Server(config)
 
 

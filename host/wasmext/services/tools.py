@@ -3,7 +3,7 @@
 A plugin registers tools in its registration map:
 
     "tools": [{"name": "lookup", "description": "...", "input_schema": {...},
-               "output_schema"?: {...}}]
+               "output_schema"?: {...}, "title"?: "...", "annotations"?: {...}}]
 
 and serves them as its `on_tool` hook, `{"name": "lookup", "args": {...}}`
 (entries may carry a `pattern`, so one plugin can route tools to handlers).
@@ -77,6 +77,8 @@ class Tool:
     output_schema: Mapping[str, Any] | None = None
     # The compiled input schema (made on creation; a bad schema is a ConfigError).
     validator: Any = field(default=None, compare=False, repr=False)
+    title: str = ""
+    annotations: Mapping[str, bool] | None = None  # MCP hints: readOnlyHint, ...
 
     def __post_init__(self) -> None:
         if self.validator is None:
@@ -115,6 +117,28 @@ def compile_schema(schema: Any, where: str) -> Any:
 def _check_schema(schema: Any, where: str) -> dict[str, Any]:
     compile_schema(schema, where)
     return dict(schema)
+
+
+def _object_schema(schema: Any, where: str, what: str) -> dict[str, Any]:
+    """MCP clients refuse a whole tools/list over one non-object schema: refuse the tool."""
+    checked = _check_schema(schema, where)
+    if checked.get("type") != "object":
+        raise ConfigError(f"{where}: {what} must be an object schema "
+                          f"(\"type\": \"object\"), not {clean(repr(checked.get('type')), 40)}")
+    return checked
+
+
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def _annotations(raw: Any, where: str) -> dict[str, bool] | None:
+    """The MCP tool hints a registration map may give (booleans, nothing else)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not set(raw) <= set(HINTS) \
+            or not all(isinstance(v, bool) for v in raw.values()):
+        raise ConfigError(f"{where}: 'annotations' holds only the booleans {', '.join(HINTS)}")
+    return dict(raw)
 
 
 def _prefix_clash(name: str, prefix: str) -> bool:
@@ -203,9 +227,13 @@ class ToolRegistry:
                 out = spec.get("output_schema")
                 tool = Tool(f"{lp.id}__{short}", _clean(spec.get("description", ""),
                                                         MAX_DESCRIPTION),
-                            _check_schema(spec.get("input_schema", {"type": "object"}), where),
+                            _object_schema(spec.get("input_schema", {"type": "object"}), where,
+                                           "input_schema"),
                             f"plugin:{lp.id}", self._plugin_runner(lp.id, short),
-                            _check_schema(out, where) if out is not None else None)
+                            _object_schema(out, where, "output_schema")
+                            if out is not None else None,
+                            title=clean(spec.get("title", ""), 128),
+                            annotations=_annotations(spec.get("annotations"), where))
                 self.add(tool)
                 stale.discard(tool.name)
             except ConfigError as err:

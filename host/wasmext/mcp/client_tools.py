@@ -1,0 +1,125 @@
+"""What an MCP connection needs besides the connection: server specs, registry tools
+made from listed MCP tools, and tool results as registry output (see `content`)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from wasmext.errors import ConfigError
+from wasmext.mcp.config import McpServerConfig
+from wasmext.mcp.content import from_mcp
+from wasmext.services.tools import Runner, Tool, compile_schema
+
+__all__ = ["McpToolError", "ServerSpec", "build_tool", "reason", "result_output", "tool_name"]
+
+log = logging.getLogger("wasmext.mcp")
+
+TRANSPORTS = ("stdio", "sse", "http")
+SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+MAX_DESCRIPTION = 1024
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_HINTS = {"read_only_hint": "readOnlyHint", "destructive_hint": "destructiveHint",
+          "idempotent_hint": "idempotentHint", "open_world_hint": "openWorldHint"}
+
+
+class McpToolError(RuntimeError):
+    """A tool result the MCP server marked as an error; the message is its text."""
+
+
+@dataclass(frozen=True)
+class ServerSpec(McpServerConfig):
+    """One MCP server (values already ${VAR}-substituted), checked on creation."""
+
+    def __post_init__(self) -> None:
+        for bad, why in [
+                (not SERVER_ID_RE.match(self.name), "name: letters, digits, '_' and '-'"),
+                (self.transport not in TRANSPORTS, f"transport must be one of {TRANSPORTS}"),
+                (self.transport == "stdio" and not self.command, "stdio needs a command"),
+                (self.transport != "stdio" and not self.url, f"{self.transport} needs a url"),
+                (min(self.connect_timeout_s, self.call_timeout_s) <= 0, "timeouts must be > 0")]:
+            if bad:
+                raise ConfigError(f"mcp server {self.name!r}: {why}")
+        object.__setattr__(self, "args", tuple(self.args))
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ServerSpec:
+        """From any object with the same fields (e.g. config.McpServerConfig)."""
+        return cls(cfg.name, cfg.transport, cfg.command, tuple(cfg.args), dict(cfg.env),
+                   cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
+                   bool(cfg.enabled), dict(getattr(cfg, "headers", {}) or {}),
+                   getattr(cfg, "cwd", None), tuple(getattr(cfg, "roots", ())),
+                   bool(getattr(cfg, "sampling", False)))
+
+
+def tool_name(server: str, tool: str) -> str:
+    """The registry name of an MCP tool: `{server}__{tool}`, sanitized, at most 64."""
+    return _UNSAFE.sub("_", f"{server}__{tool}")[:64]
+
+
+def build_tool(server: str, name: Any, description: Any, input_schema: Any,
+               run: Runner, output_schema: Any = None, title: Any = None,
+               annotations: Any = None) -> Tool | None:
+    """A registry Tool for one listed MCP tool, or None (logged) when it is unusable.
+
+    A schema is kept as is (and compiled once, like every tool's) when it is a
+    dict that compiles; anything else skips the tool (an unusable output
+    schema is only dropped).
+    """
+    where = f"mcp server {server}: tool {name!r}"
+    if not isinstance(name, str) or not name:
+        log.warning("%s skipped: the name must be a non-empty string", where)
+        return None
+    try:
+        validator = _compiled(input_schema)
+    except ConfigError as err:
+        log.warning("%s skipped: input schema %s", where, err.message)
+        return None
+    if output_schema is not None:
+        try:
+            _compiled(output_schema)
+        except ConfigError as err:
+            log.info("%s: output schema ignored (%s)", where, err.message)
+            output_schema = None
+    text = _CONTROL.sub(" ", description if isinstance(description, str) else "")
+    hints = {camel: value for snake, camel in _HINTS.items()
+             if isinstance(value := getattr(annotations, snake, None), bool)}
+    return Tool(tool_name(server, name), text[:MAX_DESCRIPTION], input_schema,
+                f"mcp:{server}", run, output_schema, validator,
+                title=_CONTROL.sub(" ", title)[:128] if isinstance(title, str) else "",
+                annotations=hints or None)
+
+
+def _compiled(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        raise ConfigError(f"is not a JSON object ({type(schema).__name__})")
+    return compile_schema(schema, "schema")
+
+
+def reason(exc: BaseException) -> str:
+    while getattr(exc, "exceptions", None):  # an exception group: its first leaf
+        exc = exc.exceptions[0]  # type: ignore[attr-defined]
+    text = str(exc) or type(exc).__name__
+    return _CONTROL.sub(" ", text)[:300]
+
+
+def result_output(server: str, result: Any) -> Any:
+    """Text only: the structured content, else the text; any other block: the content
+    shape of `wasmext.mcp.content` (images, audio and resources carried, not dropped)."""
+    blocks = list(result.content or [])
+    text = "\n".join(getattr(c, "text", "") for c in blocks
+                     if getattr(c, "type", None) == "text")
+    if result.is_error:
+        raise McpToolError(text or f"mcp server {server}: the tool reported an error")
+    if all(getattr(c, "type", None) == "text" for c in blocks):
+        return result.structured_content if result.structured_content is not None else text
+    try:
+        shaped: dict[str, Any] = {"content": from_mcp(blocks)}
+    except ValueError as exc:
+        raise McpToolError(f"mcp server {server}: {exc}") from None
+    if result.structured_content is not None:
+        shaped["structured"] = result.structured_content
+    return shaped

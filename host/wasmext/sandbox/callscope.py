@@ -1,0 +1,149 @@
+"""A call scope: one outside request (an MCP `tools/call`, say) that may be cancelled
+or want progress while a worker thread runs it through plugins and tools.
+
+    scope = CallScope(progress=report)   # report(progress, total, message), any thread
+    def work():
+        with scope.bound():              # in the worker thread that runs the call
+            return host.tools.call(...)
+    ...
+    scope.cancel()                       # from any thread
+
+`cancel()` interrupts what runs on the bound thread: every plugin call in
+progress there reaches its deadline at once (the epoch deadline of each guest
+store is set to now, so a guest in a loop traps at its next epoch check, and
+the call tree's deadlines pass, so host calls and nested calls end too), and
+the callbacks registered with `on_cancel` run (an MCP client cancels its
+upstream request there). `current()` is the scope bound to this thread, so an
+op or a tool runner deep in the call finds it (None outside any scope).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from wasmext.sandbox import calltree
+
+__all__ = ["CallScope", "current"]
+
+log = logging.getLogger("wasmext.sandbox")
+KEEP_INTERRUPTING_S = 60.0
+INTERRUPT_EVERY_S = 0.02
+Progress = Callable[[float, "float | None", "str | None"], None]
+
+
+class CallScope:
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.cancelled = threading.Event()
+        self._progress = progress
+        self._last: float | None = None
+        self._callbacks: list[Callable[[], Any]] = []
+        self._lock = threading.Lock()
+        self._frames: list[Any] = []
+        self.reported = 0  # progress notifications passed on
+        self.cancelled_at: float | None = None  # monotonic
+        self._done = threading.Event()  # the bound block has ended
+
+    @contextmanager
+    def bound(self) -> Iterator[CallScope]:
+        """Bind to this thread for the block: cancel() reaches what runs here."""
+        previous = getattr(_bound, "scope", None)
+        _bound.scope = self
+        with self._lock:
+            # The thread's own frame stack (a list that lives as long as the thread);
+            # each plugin call's frame names its guest.
+            self._frames = calltree._tree.stack
+        try:
+            yield self
+        finally:
+            _bound.scope = previous
+            with self._lock:
+                self._frames = []
+            self._done.set()
+
+    def on_cancel(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Run `callback` on cancel (at once when already cancelled); returns a remover."""
+        with self._lock:
+            if not self.cancelled.is_set():
+                self._callbacks.append(callback)
+
+                def remove() -> None:
+                    with self._lock:
+                        if callback in self._callbacks:
+                            self._callbacks.remove(callback)
+                return remove
+        callback()
+        return lambda: None
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self.cancelled.is_set():
+                return
+            self.cancelled_at = time.monotonic()
+            self.cancelled.set()
+            callbacks, self._callbacks = self._callbacks, []
+            frames = list(self._frames)
+        self._interrupt(frames)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.debug("a cancel callback failed", exc_info=True)
+        # A plugin call may start after this moment (or restore its deadline after a
+        # host call): keep interrupting until the bound block ends.
+        threading.Thread(target=self._keep_interrupting, name="wasmext-cancel",
+                         daemon=True).start()
+
+    def _keep_interrupting(self) -> None:
+        stop = time.monotonic() + KEEP_INTERRUPTING_S
+        while not self._done.wait(INTERRUPT_EVERY_S) and time.monotonic() < stop:
+            with self._lock:
+                frames = list(self._frames)
+            self._interrupt(frames)
+
+    @staticmethod
+    def _interrupt(frames: list[Any]) -> None:
+        past = time.monotonic() - 1.0
+        for frame in frames:
+            if frame is None:
+                continue
+            frame.deadline = past
+            guest = getattr(frame, "guest", None)
+            try:  # the guest traps at its next epoch check
+                if guest is not None:
+                    guest.store.set_epoch_deadline(0)
+            except Exception:
+                log.debug("could not interrupt a guest", exc_info=True)
+
+    def report(self, progress: float, total: float | None = None,
+               message: str | None = None) -> bool:
+        """Pass a progress step on (dropped unless it increases); True when passed on."""
+        if self._progress is None or self.cancelled.is_set():
+            return False
+        with self._lock:
+            if self._last is not None and progress <= self._last:
+                return False
+            self._last = progress
+        try:
+            self._progress(progress, total, message)
+        except Exception:  # progress is advisory
+            log.debug("progress not delivered", exc_info=True)
+            return False
+        self.reported += 1
+        return True
+
+
+class _Bound(threading.local):
+    scope: CallScope | None = None
+
+
+_bound = _Bound()
+
+
+def current() -> CallScope | None:
+    """The scope bound to this thread (None outside any)."""
+    return _bound.scope
