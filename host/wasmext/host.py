@@ -32,11 +32,11 @@ from wasmext.errors import (
     Quarantined,
     WasmextError,
 )
+from wasmext.grants import apply_grants
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.lifecycle import reload
-from wasmext.lifecycle.approvals import ApprovalStore
 from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.plugin_ops import install as install_mcp_ops
 from wasmext.runtime import Runtime
@@ -213,16 +213,7 @@ class Host:
             if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
                 raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
                                 f"({digest[:19]}...)", plugin_id=plugin.id)
-            grant = self.config.grants.get(plugin.id)
-            if grant is not None:
-                if grant.digest == f"sha256:{plugin.module.info.digest}":
-                    plugin.set_grants(plugin.grants | grant.capabilities)
-                else:
-                    log.warning("plugin %s changed (digest %s); its grants apply to %s and are "
-                                "withheld until renewed", plugin.id, plugin.module.info.digest[:12],
-                                grant.digest[7:19])
-            plugin.set_grants(plugin.grants | ApprovalStore.in_data_dir(  # recorded grants
-                self.config.data_dir).effective(plugin.id, f"sha256:{plugin.module.info.digest}"))
+            apply_grants(self.config, plugin)  # config grants and recorded approvals
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
