@@ -8,12 +8,13 @@ import logging
 
 from wasmext.config import HostConfig
 from wasmext.lifecycle.approvals import ApprovalStore
+from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.plugin import Plugin
 
 log = logging.getLogger("wasmext.host")
 
 
-def apply_grants(config: HostConfig, plugin: Plugin) -> None:
+def apply_grants(config: HostConfig, plugin: Plugin | ExtismPlugin) -> None:
     digest = f"sha256:{plugin.module.info.digest}"
     grant = config.grants.get(plugin.id)
     if grant is not None:
