@@ -107,3 +107,18 @@ def msgpack_case_rows() -> list[tuple[str, ...]]:
     rows += [("M", f"map {n}", packer.pack_map_header(n).hex(), str(n))
              for n in CONTAINER_LENGTHS]
     return rows
+
+
+_built_once: dict[Path, Path] = {}
+
+
+def build_once(folder: Path) -> Path:
+    """Build a plugin folder at most once per test run (components take ~25 s each)."""
+    from wasmext_cli.build import build_plugin
+
+    key = folder.resolve()
+    if key not in _built_once:
+        build_plugin(folder)
+        _built_once[key] = folder
+    return folder
+

@@ -90,7 +90,8 @@ COMMANDS: dict[str, StepsFn] = {
 # Other languages live in wasmext_cli/build_<lang>.py, each exposing
 # `commands(spec, plugin_dir, out) -> list[list[str]]` (raising ToolchainMissing
 # with the install command when its toolchain is absent).
-LANGUAGES = ("c", "zig", "rust", "assemblyscript", "go", "extism-assemblyscript")
+LANGUAGES = ("c", "zig", "rust", "assemblyscript", "go", "extism-assemblyscript", "python",
+             "javascript")
 
 
 def commands_for(lang: str) -> StepsFn | None:
