@@ -88,7 +88,8 @@ def test_hello_through_the_cli(built: Built, lang: str) -> None:
 @pytest.mark.parametrize("lang", SDKS)
 def test_hello_source_fits_on_one_screen(lang: str) -> None:
     hello = Path(__file__).resolve().parents[2] / "guest-sdks" / lang / "examples" / "hello"
-    sources = [p for p in hello.rglob("*") if p.suffix in {".c", ".zig", ".rs", ".ts", ".go"}]
+    suffixes = {".c", ".zig", ".rs", ".ts", ".go", ".py", ".js"}
+    sources = [p for p in hello.rglob("*") if p.suffix in suffixes]
     assert sources, f"no hello source for {lang}"
     assert sum(len(p.read_text().splitlines()) for p in sources) <= 60
 
