@@ -26,7 +26,8 @@ def plugin_dirs() -> dict[str, Path]:
             "test-kit": ROOT / "tests" / "plugins" / "test-kit",
             "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance",
             "zig-tags": ROOT / "tests" / "plugins" / "zig-tags"}
-    for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools"):
+    for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
+                    "json-check"):
         dirs[example] = ROOT / "plugins" / example
     for lang in SDK_LANGS:
         dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"

@@ -212,7 +212,7 @@ def disable(plugin_id: str, config: Path | None) -> None:
 @main.command()
 @click.argument("name")
 @click.option("--lang", required=True, type=click.Choice(["c", "zig", "rust", "assemblyscript",
-                                                           "go"]))
+                                                           "go", "python", "javascript"]))
 @click.option("--dir", "parent", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Where to create the project folder.")

@@ -21,6 +21,7 @@ COMPONENT_PLUGINS = {
     "hello-python": ROOT / "guest-sdks" / "python" / "examples" / "hello",
     "conformance-python": ROOT / "guest-sdks" / "python" / "conformance",
     "hostile-python": ROOT / "tests" / "plugins" / "python-hostile",
+    "json-check": ROOT / "plugins" / "json-check",
 }
 
 

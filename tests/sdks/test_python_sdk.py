@@ -20,7 +20,8 @@ from wasmext.testing import vector_value
 
 SDK = ROOT / "guest-sdks" / "python"
 # The codec alone: the package's other modules import the component's bindings.
-_spec = importlib.util.spec_from_file_location("guest_msgpack", SDK / "wasmext_guest" / "msgpack.py")
+_spec = importlib.util.spec_from_file_location("guest_msgpack",
+                                               SDK / "wasmext_guest" / "msgpack.py")
 assert _spec is not None and _spec.loader is not None
 codec = importlib.util.module_from_spec(_spec)
 sys.modules["guest_msgpack"] = codec
