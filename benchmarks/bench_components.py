@@ -106,7 +106,7 @@ def measure(rounds: int) -> list[dict[str, Any]]:
             cases.append(Case(f"{lang}.export", f"{lang} bare export", "parts", bare, 200, 20))
             cases.append(Case(f"{lang}.generic", f"{lang} generic call", "parts", slow, 100, 10))
     run_interleaved(cases, rounds, verbose=False)
-    by_key = {c.key: stats_of(c.samples).p50 / 1000 for c in cases}  # µs
+    by_key = {c.key: stats_of(c.samples).p50_us for c in cases}  # µs
     for row in rows:
         lang = row["language"]
         row["instance_us"] = by_key[f"{lang}.instance"]
