@@ -6,11 +6,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# What the demo needs: the example plugins (C and Zig, whose toolchain comes
-# from PyPI) and the C and Zig hello plugins. The test suite builds the other
+# What the demo needs: the example plugins (C, Zig and Python, whose toolchains
+# come from PyPI) and the C and Zig hello plugins. The test suite builds the other
 # SDKs' plugins itself; `make toolchains` installs their compilers (as root).
 PLUGINS := plugins/pii-mask plugins/normalize-text plugins/text-tags plugins/agent-guard \
-           plugins/turn-audit plugins/relay-tools guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
+           plugins/turn-audit plugins/relay-tools plugins/json-check \
+           guest-sdks/c/examples/hello guest-sdks/zig/examples/hello
 
 .PHONY: setup plugins toolchains toolchains-if-root demo test lint bench generate clean \
         nats-server cluster-demo

@@ -26,6 +26,10 @@ STEPS: list[tuple[str, list[str], bool]] = [
     ("Normalize text (Zig plugin, settings from the command line)",
      ["call", "plugins/normalize-text", "on_plain_text", "--set", "lowercase=true",
       "--set", "emoji=strip", "--data", '"  Hello   WORLD 😀  from   wasmext  "'], True),
+    ("Check that an answer is JSON (Python plugin, a WebAssembly component)",
+     ["call", "plugins/json-check", "output_extension", "--data",
+      '{"name": "json", "param": "name,age", "answer": "{\\"name\\": \\"Ada\\"}", '
+      '"query": "q", "previous": {}}'], True),
     ("The C SDK's hello plugin", ["call", "guest-sdks/c/examples/hello", "greet", "--data",
                                   '"Ada"', "--log"], True),
     ("The Zig SDK's hello plugin", ["call", "guest-sdks/zig/examples/hello", "greet",

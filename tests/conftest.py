@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support import Built, plugin_dirs
+from support import Built, build_once, plugin_dirs
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
 
@@ -33,12 +33,12 @@ def built() -> Built:
     A plugin whose toolchain is not installed is skipped with the install
     command as the reason; any other build failure fails the tests using it.
     """
-    from wasmext_cli.build import BuildError, ToolchainMissing, build_plugin
+    from wasmext_cli.build import BuildError, ToolchainMissing
 
     result = Built()
     for name, folder in plugin_dirs().items():
         try:
-            build_plugin(folder)
+            build_once(folder)
         except ToolchainMissing as exc:
             result.missing[name] = str(exc)
         except BuildError as exc:

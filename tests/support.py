@@ -27,7 +27,7 @@ def plugin_dirs() -> dict[str, Path]:
             "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance",
             "zig-tags": ROOT / "tests" / "plugins" / "zig-tags"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
-                    "json-summary"):
+                    "json-summary", "json-check"):
         dirs[example] = ROOT / "plugins" / example
     for lang in SDK_LANGS:
         dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"
@@ -108,3 +108,18 @@ def msgpack_case_rows() -> list[tuple[str, ...]]:
     rows += [("M", f"map {n}", packer.pack_map_header(n).hex(), str(n))
              for n in CONTAINER_LENGTHS]
     return rows
+
+
+_built_once: dict[Path, Path] = {}
+
+
+def build_once(folder: Path) -> Path:
+    """Build a plugin folder at most once per test run (components take ~25 s each)."""
+    from wasmext_cli.build import build_plugin
+
+    key = folder.resolve()
+    if key not in _built_once:
+        build_plugin(folder)
+        _built_once[key] = folder
+    return folder
+

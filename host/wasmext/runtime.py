@@ -17,6 +17,7 @@ import wasmtime
 
 from wasmext.errors import ConfigError, InvalidModule, LoadError
 from wasmext.manifest import ID_RE, Manifest, load_folder
+from wasmext.sandbox.backends.component import ComponentModule, ComponentPlugin, is_component
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import EngineConfig, SharedEngine, shared_engine
@@ -177,9 +178,16 @@ class Runtime:
         sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
             else frozenset()
         prio = priority if priority is not None else manifest.priority if manifest else 50
-        extism_module = _extism_module(self.engine, wasm, self.module_caps, name)
+        extism_module = None if is_component(wasm) else \
+            _extism_module(self.engine, wasm, self.module_caps, name)
         plugin: Plugin | ExtismPlugin
-        if extism_module is not None:
+        if is_component(wasm):  # a component of the world wasmext:plugin@1.0.0
+            plugin = ComponentPlugin(
+                ComponentModule(wasm, name=name, engine=self.engine, cache=self.cache,
+                                caps=self.module_caps), plugin_id=pid, limits=eff,
+                settings=values, sensitive=sensitive, grants=frozenset(grants),
+                services=self.services, quarantine=self.quarantine, default_priority=prio)
+        elif extism_module is not None:
             plugin = ExtismPlugin(wasm, extism_module, plugin_id=pid, limits=eff, settings=values,
                                   sensitive=sensitive, grants=frozenset(grants),
                                   services=self.services, default_priority=prio)

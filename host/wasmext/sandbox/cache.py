@@ -16,10 +16,12 @@ import os
 import secrets
 import shutil
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import wasmtime
+import wasmtime.component
 
 from wasmext.files import atomic_write
 from wasmext.sandbox.engine import SharedEngine
@@ -29,6 +31,7 @@ __all__ = ["CompileCache", "default_cache_dir"]
 log = logging.getLogger("wasmext.sandbox.cache")
 MAGIC = b"WXC1"
 MAC_LEN = 32
+T = TypeVar("T")
 
 
 def default_cache_dir() -> Path:
@@ -83,7 +86,7 @@ class CompileCache:
         """
         path = self.entry_path(digest, engine)
         try:
-            module = self._load(path, engine)
+            module = self._load(path, engine, wasmtime.Module.deserialize)
         except Exception as exc:
             log.warning("compile cache unusable (%s: %s); compiling", type(exc).__name__, exc)
             module = None
@@ -98,10 +101,31 @@ class CompileCache:
             log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
         return module
 
+    def load_or_compile_component(self, wasm: bytes, digest: str,
+                                  engine: SharedEngine) -> wasmtime.component.Component:
+        """`load_or_compile` for a component (the same key, MAC and fallbacks)."""
+        path = self.entry_path(digest, engine).with_suffix(".component.cwasm")
+        try:
+            component = self._load(path, engine, wasmtime.component.Component.deserialize)
+        except Exception as exc:
+            log.warning("compile cache unusable (%s: %s); compiling", type(exc).__name__, exc)
+            component = None
+        if component is not None:
+            self.hits += 1
+            return component
+        self.misses += 1
+        component = wasmtime.component.Component(engine.engine, wasm)
+        try:
+            self._store(path, component)
+        except Exception as exc:
+            log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
+        return component
+
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._host_key(), payload, hashlib.sha256).digest()
 
-    def _load(self, path: Path, engine: SharedEngine) -> wasmtime.Module | None:
+    def _load(self, path: Path, engine: SharedEngine,
+              deserialize: Callable[[wasmtime.Engine, bytes], T]) -> T | None:
         try:
             if not path.is_file():
                 if path.is_symlink() or path.exists():
@@ -115,7 +139,7 @@ class CompileCache:
             self._reject(path, "not written by this host")
             return None
         try:
-            return wasmtime.Module.deserialize(engine.engine, payload)
+            return deserialize(engine.engine, bytes(payload))
         except wasmtime.WasmtimeError as exc:
             self._reject(path, f"wasmtime refused it: {exc}")
             return None
@@ -131,7 +155,7 @@ class CompileCache:
         except OSError as exc:
             log.warning("compile cache entry %s not removed (%s)", path.name, exc)
 
-    def _store(self, path: Path, module: wasmtime.Module) -> None:
+    def _store(self, path: Path, module: wasmtime.Module | wasmtime.component.Component) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             payload = bytes(module.serialize())

@@ -1,0 +1,176 @@
+"""Component plugins (Python, JavaScript) against the native C plugin, in one run.
+
+    python benchmarks/bench_components.py [--rounds N] [--write-docs]
+
+For each language's conformance plugin: its size, the first compile (empty
+compile cache), a cached load (the authenticated disk cache, as a new process
+sees it), a new registered instance, and one `echo` call of the ~100-byte map
+(p50, rounds interleaved as in run.py). For the components it then splits one
+call into its parts, to show where the time goes:
+
+* `generic`: the same call through wasmtime-py's generic component call (the
+  per-byte `list<u8>` conversion and per-call type lookups the backend avoids);
+* `export`: the bare export call with the request already encoded (the guest,
+  plus the canonical ABI's copies): what no host change can remove;
+* the host's share is `echo - export`: encoding, decoding, budgets, pooling.
+
+`--write-docs` replaces the components section of docs/sdk-figures.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import msgpack  # noqa: E402
+from bench_guests import DATA  # noqa: E402
+from bench_timing import Case, run_interleaved, stats_of  # noqa: E402
+
+from wasmext import CompileCache, Runtime  # noqa: E402
+from wasmext.sandbox.backends.component import forget_compiled  # noqa: E402
+
+DOCS = ROOT / "docs" / "sdk-figures.md"
+BEGIN, END = "<!-- components:begin -->", "<!-- components:end -->"
+PLUGINS = {
+    "c": ROOT / "guest-sdks" / "c" / "conformance",
+    "python": ROOT / "guest-sdks" / "python" / "conformance",
+    "javascript": ROOT / "guest-sdks" / "javascript" / "conformance",
+}
+
+
+def _build(folder: Path) -> Path | None:
+    from wasmext_cli.build import BuildError, build_plugin
+
+    try:
+        return build_plugin(folder).wasm
+    except BuildError as exc:
+        print(f"skipped {folder.name}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return None
+
+
+def _load_time(folder: Path, cache_dir: Path) -> tuple[float, Any]:
+    forget_compiled()
+    cache = CompileCache(cache_dir / "modules", cache_dir / "key")
+    rt = Runtime(cache=cache)
+    started = time.perf_counter()
+    plugin = rt.load(folder)
+    return time.perf_counter() - started, (rt, plugin)
+
+
+def measure(rounds: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    cases: list[Case] = []
+    keep: list[Any] = []
+    for lang, folder in PLUGINS.items():
+        if not (folder / "plugin.toml").is_file():
+            continue
+        wasm = _build(folder)
+        if wasm is None:
+            continue
+        cache_dir = Path(tempfile.mkdtemp(prefix=f"bench-{lang}-"))
+        first, _ = _load_time(folder, cache_dir)
+        cached, (rt, plugin) = _load_time(folder, cache_dir)
+        keep.append(rt)
+        row: dict[str, Any] = {"language": lang, "plugin": plugin.id, "size": wasm.stat().st_size,
+                               "first_compile_s": first, "cached_load_s": cached}
+        rows.append(row)
+        assert plugin.call("echo", DATA).value == DATA
+        cases.append(Case(f"{lang}.echo", f"{lang} echo", "echo",
+                          lambda p=plugin: p.call("echo", DATA), 200, 20))
+        cases.append(Case(f"{lang}.instance", f"{lang} new instance", "instance",
+                          plugin.new_instance, 5 if lang != "c" else 50, 1))
+        inst = plugin.new_instance()
+        keep.append(inst)
+        if hasattr(inst, "_call_export"):
+            payload = msgpack.packb({"hook": "echo", "data": DATA})
+            export = inst._call_export
+            generic = _generic(inst)
+
+            def bare(e: Any = export, i: Any = inst, payload: bytes = payload) -> Any:
+                i._budget(i.limits.fuel_per_call, i._ticks)
+                return e(payload, 1 << 20)
+
+            def slow(g: Any = generic, i: Any = inst, payload: bytes = payload) -> Any:
+                i._budget(i.limits.fuel_per_call, i._ticks)
+                return g(i.store, payload)
+            cases.append(Case(f"{lang}.export", f"{lang} bare export", "parts", bare, 200, 20))
+            cases.append(Case(f"{lang}.generic", f"{lang} generic call", "parts", slow, 100, 10))
+    run_interleaved(cases, rounds, verbose=False)
+    by_key = {c.key: stats_of(c.samples).p50_us for c in cases}  # µs
+    for row in rows:
+        lang = row["language"]
+        row["instance_us"] = by_key[f"{lang}.instance"]
+        row["echo_us"] = by_key[f"{lang}.echo"]
+        if f"{lang}.export" in by_key:
+            row["export_us"] = by_key[f"{lang}.export"]
+            row["generic_us"] = by_key[f"{lang}.generic"]
+    return rows
+
+
+def _generic(inst: Any) -> Any:
+    """wasmtime-py's own call of the instance's `call` export (for comparison only)."""
+    from wasmtime.component import Func
+
+    func = Func._from_raw(inst._call_export._func)
+    return func
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    base = next((r["echo_us"] for r in rows if r["language"] == "c"), None)
+    lines = [
+        "| language | size (bytes) | first compile (s) | cached load (s) | new instance (µs) "
+        "| echo call (µs) | vs C | bare export (µs) | wasmtime-py generic call (µs) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ratio = f"{r['echo_us'] / base:.0f}x" if base else "-"
+        export = f"{r['export_us']:.0f}" if "export_us" in r else "-"
+        generic = f"{r['generic_us']:.0f}" if "generic_us" in r else "-"
+        lines.append(f"| {r['language']} | {r['size']:,} | {r['first_compile_s']:.1f} | "
+                     f"{r['cached_load_s']:.2f} | {r['instance_us']:,.0f} | "
+                     f"{r['echo_us']:.1f} | {ratio} | {export} | {generic} |")
+    return "\n".join(lines)
+
+
+def write_docs(text: str) -> None:
+    doc = DOCS.read_text()
+    section = (f"{BEGIN}\n## Component plugins\n\nGenerated by `python benchmarks/"
+               f"bench_components.py --write-docs` ({dt.date.today()}); do not edit.\n"
+               "Conformance plugins, the native C one as the baseline of the same run. "
+               "`bare export` is the guest's own share of an echo call (request already "
+               "encoded); the rest of `echo call` is the host's. `wasmtime-py generic call` "
+               "is the same export through wasmtime-py's generic component call, which "
+               "the backend replaces.\n\n" + text + f"\n{END}")
+    if BEGIN in doc:
+        head, _, rest = doc.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        doc = head + section + tail
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + section + "\n"
+    DOCS.write_text(doc)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--write-docs", action="store_true")
+    args = ap.parse_args()
+    rows = measure(args.rounds)
+    text = table(rows)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Build a plugin written in Python into a component with componentize-py.
+
+The result is a WebAssembly component of the world `wasmext:plugin@1.0.0`
+(guest-sdks/python/wit, a copy of abi/wit): CPython and the plugin's modules,
+pre-initialised. The plugin folder and the SDK (`wasmext_guest`) are the only
+module paths; `sources[0]` is the module that defines `WitWorld`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from wasmext.manifest import BuildSpec
+from wasmext_cli.build import BuildError, ToolchainMissing, sdk_root
+
+INSTALL_HINT = "pip install 'wasmext[python-plugins]'   (installs componentize-py)"
+
+
+def componentize_py() -> str:
+    """The componentize-py executable beside this Python, else on PATH."""
+    beside = Path(sys.executable).parent / "componentize-py"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("componentize-py")
+    if found is None:
+        raise ToolchainMissing(f"componentize-py is missing; install it with: {INSTALL_HINT}")
+    return found
+
+
+def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    sdk = sdk_root() / "python"
+    entry = spec.sources[0]
+    if not entry.endswith(".py") or "/" in entry:
+        raise BuildError(f"{plugin_dir / 'plugin.toml'}: build.sources[0] must be a .py file "
+                         "in the plugin folder (the module that defines WitWorld)")
+    return [[componentize_py(), "-d", str(sdk / "wit"), "-w", "plugin", "componentize",
+             "-p", str(plugin_dir), "-p", str(sdk), entry.removesuffix(".py"),
+             "-o", str(out)]]

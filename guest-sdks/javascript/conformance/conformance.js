@@ -1,0 +1,33 @@
+// Conformance plugin: each hook exercises one part of the SDK so that the
+// cross-SDK test suite can compare every SDK's behaviour (see tests/sdks).
+import { Fail, Plugin, Stop, UNCHANGED, config, definePlugin, hook, log, pack, request, unpack }
+  from "wasmext";
+
+const str = (v, what) => {
+  if (typeof v !== "string") throw new Fail("invalid", what);
+  return v;
+};
+
+class Conformance extends Plugin {
+  info() { return { name: "javascript-conformance", version: "0.1.0" }; }
+
+  hooks() {
+    return [
+      // Through the writer and the reader (not a copy): every width round-trips.
+      hook("echo", (data) => unpack(pack(data))),
+      hook("config", (key) => config(str(key, "config expects a string key"))),
+      hook("log", (text) => { log(str(text, "log expects a string")); return null; }),
+      hook("host", (req) => {
+        if (req === null || typeof req !== "object" || Array.isArray(req)) {
+          throw new Fail("invalid", "host expects a request map");
+        }
+        return request(req); // the host's whole answer, failures included
+      }),
+      hook("fail", (message) => { throw new Fail("failed", str(message, "fail expects a string message")); }),
+      hook("unchanged", () => UNCHANGED),
+      hook("stop", (data) => new Stop(data)),
+    ];
+  }
+}
+
+export const { register, call } = definePlugin(new Conformance());

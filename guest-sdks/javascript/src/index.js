@@ -1,0 +1,6 @@
+// The wasmext guest SDK for JavaScript plugins: import everything from "wasmext".
+export { MsgpackError, pack, unpack } from "./msgpack.js";
+export { LOG_LEVELS } from "./raw.js";
+export { HostError, config, emit, hostOp, log, request, secret, stateDelete, stateGet, stateKeys,
+  stateSet } from "./host.js";
+export { Fail, Plugin, Stop, UNCHANGED, definePlugin, hook } from "./plugin.js";

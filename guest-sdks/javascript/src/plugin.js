@@ -1,0 +1,97 @@
+// Layer 3: the plugin interface. A plugin extends Plugin (every method has a
+// do-nothing default), lists its hooks, and exports what definePlugin returns:
+//
+//   class Hello extends Plugin {
+//     hooks() { return [hook("greet", (name) => `${config("greeting", "Hello")}, ${name}!`)]; }
+//   }
+//   export const { register, call } = definePlugin(new Hello());
+//
+// A handler returns the new value; UNCHANGED passes the input on, new Stop(v)
+// ends the chain; throwing Fail(code, message) or a HostError answers an error
+// map; any other exception answers "failed" with its text.
+import { HostError } from "./host.js";
+import { pack, unpack } from "./msgpack.js";
+
+export const UNCHANGED = Symbol("unchanged");
+
+export class Fail extends Error {
+  constructor(code, message = "") { super(message || code); this.code = code; this.detail = message; }
+}
+
+export class Stop {
+  constructor(value = UNCHANGED) { this.value = value; }
+}
+
+// One hook registration: name, handler, and optionally priority (0..100) and pattern.
+export function hook(name, handler, { priority, pattern } = {}) {
+  if (priority !== undefined && !(priority >= 0 && priority <= 100)) {
+    throw new Error(`hook ${name}: priority must be 0..100`);
+  }
+  return { name, handler, priority, pattern };
+}
+
+export class Plugin {
+  info() { return {}; }            // { name, version } for the registration map
+  hooks() { return []; }           // hook(...) entries
+  extra() { return {}; }           // extra registration entries (prompt, tools, ...)
+  onRegister(request) {}           // the registration request (settings inside)
+  unhandled(call) { throw new Fail("unhandled", `no handler for hook ${call.hook}`); }
+}
+
+function matches(pattern, subject) {
+  return pattern.endsWith("*") ? subject.startsWith(pattern.slice(0, -1)) : subject === pattern;
+}
+
+function answer(value) {
+  if (value instanceof Stop) {
+    return value.value === UNCHANGED ? { ok: true, stop: true } : { ok: true, value: value.value, stop: true };
+  }
+  return value === UNCHANGED ? null : { ok: true, value: value === undefined ? null : value };
+}
+
+function failure(e) {
+  if (e instanceof Fail || e instanceof HostError) return { ok: false, error: { code: e.code, message: e.detail } };
+  return { ok: false, error: { code: "failed", message: `${e && e.name}: ${e && e.message}` } };
+}
+
+export function definePlugin(plugin) {
+  let hooks = [];
+  return {
+    register(request) {
+      const req = unpack(request);
+      plugin.settings = (req && typeof req.settings === "object") ? req.settings : {};
+      plugin.onRegister(req);
+      hooks = plugin.hooks();
+      const reg = { hooks: [], abi_minor: 0 };
+      for (const h of hooks) {
+        const entry = { hook: h.name };
+        if (h.priority !== undefined) entry.priority = h.priority;
+        if (h.pattern !== undefined) entry.pattern = h.pattern;
+        reg.hooks.push(entry);
+      }
+      const info = plugin.info();
+      if (info.name !== undefined) reg.name = info.name;
+      if (info.version !== undefined) reg.version = info.version;
+      return pack({ ...reg, ...plugin.extra() });
+    },
+    call(request) {
+      let req;
+      try {
+        req = unpack(request);
+      } catch (e) {
+        return pack({ ok: false, error: { code: "invalid", message: e.message } });
+      }
+      const call = { hook: String(req.hook ?? ""), data: req.data ?? null, meta: req.meta ?? {} };
+      const data = call.data;
+      const subject = data && typeof data === "object" ? (data.tag ?? data.name) : undefined;
+      try {
+        const h = hooks.find((x) => x.name === call.hook &&
+          (x.pattern === undefined || (typeof subject === "string" && matches(x.pattern, subject))));
+        const result = answer(h ? h.handler.call(plugin, data, call) : plugin.unhandled(call));
+        return result === null ? new Uint8Array(0) : pack(result);
+      } catch (e) {
+        return pack(failure(e));
+      }
+    },
+  };
+}

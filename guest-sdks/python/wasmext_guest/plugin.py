@@ -1,0 +1,203 @@
+"""Layer 3: the plugin interface: a class with do-nothing defaults and hook decorators.
+
+    class Hello(Plugin):
+        name = "hello"
+
+        @hook("greet")
+        def greet(self, data):
+            return f"{config('greeting', 'Hello')}, {data}!"
+
+    WitWorld = export(Hello())   # componentize-py looks for `WitWorld`
+
+A handler returns the new value; `UNCHANGED` passes the input on, `Stop(value)`
+ends the chain, raising `Fail(code, message)` (or a `HostError`) answers an error
+map. Any other exception answers `failed` with its text: a guest bug must not
+trap the instance. MemoryError is the exception: it traps (the host then
+reports MemoryLimitExceeded and starts a fresh instance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wasmext_guest.host import HostError
+from wasmext_guest.msgpack import MsgpackError, pack, unpack
+
+__all__ = ["UNCHANGED", "Call", "Fail", "Plugin", "Stop", "export", "hook"]
+
+UNCHANGED: Any = object()
+_HOOK_ATTR = "__wasmext_hooks__"
+
+
+class Fail(Exception):
+    """Answer the call with the ABI error `code` (e.g. "invalid", "failed")."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(message or code)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Stop:
+    """Answer `value` (UNCHANGED: the input) and stop the hook chain."""
+
+    value: Any = UNCHANGED
+
+
+@dataclass
+class Call:
+    """The call a handler is running: its hook, data and meta."""
+
+    hook: str
+    data: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Hook:
+    name: str
+    priority: int | None
+    pattern: str | None
+    method: str
+
+
+def hook(name: str, *, priority: int | None = None,
+         pattern: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated method for hook `name` (priority 0..100, tag pattern)."""
+    if priority is not None and not 0 <= priority <= 100:
+        raise ValueError(f"hook {name}: priority must be 0..100")
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        marks = list(getattr(fn, _HOOK_ATTR, ()))
+        marks.append((name, priority, pattern))
+        setattr(fn, _HOOK_ATTR, marks)
+        return fn
+    return mark
+
+
+class Plugin:
+    """Subclass it, set `name` and `version`, decorate methods with `@hook`."""
+
+    name: str | None = None
+    version: str | None = None
+    abi_minor = 0
+
+    def __init__(self) -> None:
+        self.call: Call | None = None
+        self.settings: dict[str, Any] = {}
+        hooks = []
+        for cls in reversed(type(self).__mro__):
+            for attr, fn in vars(cls).items():
+                for name, priority, pattern in getattr(fn, _HOOK_ATTR, ()):
+                    hooks.append(_Hook(name, priority, pattern, attr))
+        self._hooks = tuple(hooks)
+
+    # -- what a plugin may override (each default does nothing) -------------------
+
+    def extra(self) -> dict[str, Any]:
+        """Extra registration entries, such as "prompt" or "tools" (docs/hooks.md)."""
+        return {}
+
+    def on_register(self, request: dict[str, Any]) -> None:
+        """Called once with the registration request (public settings in `settings`)."""
+
+    def unhandled(self, call: Call) -> Any:
+        """A call of a hook this plugin did not register."""
+        raise Fail("unhandled", f"no handler for hook {call.hook}")
+
+    # -- the ABI, done by the SDK -------------------------------------------------
+
+    def registration(self) -> dict[str, Any]:
+        reg: dict[str, Any] = {"hooks": [], "abi_minor": self.abi_minor}
+        for h in self._hooks:
+            entry: dict[str, Any] = {"hook": h.name}
+            if h.priority is not None:
+                entry["priority"] = h.priority
+            if h.pattern is not None:
+                entry["pattern"] = h.pattern
+            reg["hooks"].append(entry)
+        if self.name is not None:
+            reg["name"] = self.name
+        if self.version is not None:
+            reg["version"] = self.version
+        reg.update(self.extra())
+        return reg
+
+    def _handler(self, call: Call) -> Callable[[Any], Any] | None:
+        subject = call.data.get("tag", call.data.get("name")) if isinstance(call.data, dict) \
+            else None
+        for h in self._hooks:
+            if h.name != call.hook:
+                continue
+            if h.pattern is None or (isinstance(subject, str) and _matches(h.pattern, subject)):
+                handler: Callable[[Any], Any] = getattr(self, h.method)
+                return handler
+        return None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """One call request in, its response map out (None: unchanged)."""
+        hook_name = request.get("hook")
+        meta = request.get("meta")
+        call = Call(hook_name if isinstance(hook_name, str) else "", request.get("data"),
+                    meta if isinstance(meta, dict) else {})
+        self.call = call
+        try:
+            handler = self._handler(call)
+            value = handler(call.data) if handler is not None else self.unhandled(call)
+        except (Fail, HostError) as err:
+            return {"ok": False, "error": {"code": err.code, "message": err.message}}
+        except MemoryError:
+            raise  # at the host's memory cap: trap, so the host discards this instance
+        except Exception as exc:
+            return {"ok": False, "error": {"code": "failed",
+                                           "message": f"{type(exc).__name__}: {exc}"}}
+        finally:
+            self.call = None
+        if isinstance(value, Stop):
+            if value.value is UNCHANGED:
+                return {"ok": True, "stop": True}
+            return {"ok": True, "value": value.value, "stop": True}
+        return None if value is UNCHANGED else {"ok": True, "value": value}
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    if pattern.endswith("*"):
+        return subject.startswith(pattern[:-1])
+    return subject == pattern
+
+
+def _encode_answer(answer: dict[str, Any] | None) -> bytes:
+    if answer is None:
+        return b""
+    try:
+        return pack(answer)
+    except MsgpackError as exc:
+        return pack({"ok": False, "error": {"code": "failed",
+                                            "message": f"the answer has no encoding: {exc}"}})
+
+
+def export(plugin: Plugin) -> type:
+    """The class componentize-py exports as the world (assign it to `WitWorld`)."""
+
+    class WitWorld:
+        def register(self, request: bytes) -> bytes:
+            req = unpack(request)
+            settings = req.get("settings") if isinstance(req, dict) else None
+            plugin.settings = dict(settings) if isinstance(settings, dict) else {}
+            plugin.on_register(req if isinstance(req, dict) else {})
+            return pack(plugin.registration())
+
+        def call(self, request: bytes) -> bytes:
+            try:
+                req = unpack(request)
+            except MsgpackError as exc:
+                return pack({"ok": False, "error": {"code": "invalid", "message": str(exc)}})
+            if not isinstance(req, dict):
+                return pack({"ok": False, "error": {"code": "invalid",
+                                                    "message": "the request is not a map"}})
+            return _encode_answer(plugin.handle(req))
+
+    return WitWorld

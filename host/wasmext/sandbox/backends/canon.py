@@ -1,0 +1,150 @@
+"""`list<u8>` across the component boundary at C speed.
+
+wasmtime-py's generic component calls convert a `list<u8>` one element at a
+time in Python (a `wasmtime_component_val_t` per byte) and look up the
+function's type on every call: for the ABI's MessagePack payloads that is
+most of the host's share of a call, and it grows with the payload. The world
+`wasmext:plugin@1.0.0` has only `list<u8> -> list<u8>` functions on the hot
+path, so this module moves those bytes with slice assignments on the C array
+of values (one pass in C, whatever the size), and registers the `host-call`
+import with a callback that does the same.
+
+It uses the C API that wasmtime-py itself binds (`wasmtime._ffi`); the layout
+of a value is read from those bindings, never assumed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import wasmtime
+from wasmtime import _ffi as ffi
+from wasmtime.component import _enter
+
+__all__ = ["BytesExport", "add_bytes_import", "bytes_from_val", "bytes_to_val"]
+
+_VAL = ffi.wasmtime_component_val_t
+_SIZE = ctypes.sizeof(_VAL)
+_VALUE_AT = _VAL.of.offset
+_U8 = ffi.WASMTIME_COMPONENT_U8.value
+_LIST = ffi.WASMTIME_COMPONENT_LIST.value
+_BOOL = ffi.WASMTIME_COMPONENT_BOOL.value
+
+
+def bytes_to_val(data: bytes, val: Any) -> None:
+    """Make `val` (a wasmtime_component_val_t) the list<u8> of `data`; it owns the list."""
+    n = len(data)
+    raw = ffi.wasmtime_component_vallist_t()
+    ffi.wasmtime_component_vallist_new_uninit(ctypes.byref(raw), n)
+    if n:
+        image = bytearray(n * _SIZE)
+        image[0::_SIZE] = bytes((_U8,)) * n
+        image[_VALUE_AT::_SIZE] = data
+        ctypes.memmove(raw.data, bytes(image), len(image))
+    val.kind = _LIST
+    val.of.list = raw
+
+
+def bytes_from_val(val: Any, limit: int) -> bytes | None:
+    """The bytes of a list<u8> value (None when longer than `limit`, or not a list<u8>)."""
+    if val.kind != _LIST:
+        return None
+    n = val.of.list.size
+    if n > limit:
+        return None
+    if not n:
+        return b""
+    image = ctypes.string_at(val.of.list.data, n * _SIZE)
+    if image[0::_SIZE] != bytes((_U8,)) * n:
+        return None
+    return image[_VALUE_AT::_SIZE]
+
+
+class BytesExport:
+    """An exported `func(list<u8>) -> list<u8>`, called without per-call type lookups."""
+
+    def __init__(self, instance: wasmtime.component.Instance, store: wasmtime.Store,
+                 name: str) -> None:
+        func = instance.get_func(store, name)
+        if func is None:
+            raise LookupError(name)
+        fty = func.type(store)
+        params = [str(type(t).__name__) for _, t in fty.params]
+        result = type(fty.result).__name__ if fty.result is not None else None
+        if params != ["ListType"] or result != "ListType":
+            raise TypeError(f"export {name} is not func(list<u8>) -> list<u8>")
+        self._func = func._func
+        self._store = store
+
+    def __call__(self, data: bytes, limit: int) -> bytes | None:
+        """The answer, or None when it is longer than `limit` (it is dropped unread)."""
+        args = (_VAL * 1)()
+        bytes_to_val(data, args[0])
+        result = _VAL()
+        try:
+            err = ffi.wasmtime_component_func_call(ctypes.byref(self._func),
+                                                   self._store._context(), args, 1,
+                                                   ctypes.byref(result), 1)
+        finally:
+            ffi.wasmtime_component_val_delete(ctypes.byref(args[0]))
+        if err:
+            error = wasmtime.WasmtimeError._from_ptr(err)
+            # An exception raised by a generically linked import (`log`) waits there.
+            _enter.maybe_raise_last_exn()
+            raise error
+        try:
+            out = bytes_from_val(result, limit)
+        finally:
+            ffi.wasmtime_component_val_delete(ctypes.byref(result))
+        return out
+
+
+# The callback below reaches the Python function through this table: ctypes
+# callbacks cannot close over Python state the C side keeps alive.
+_handlers: dict[int, Callable[[bytes | None], bytes]] = {}
+_handlers_lock = threading.Lock()
+
+
+def _fail(message: str) -> int:
+    err = wasmtime.WasmtimeError(message)
+    return ctypes.cast(err._consume(), ctypes.c_void_p).value or 0
+
+
+@ffi.wasmtime_component_func_callback_t  # type: ignore[untyped-decorator]
+def _bytes_callback(data: Any, context: Any, ty: Any, args: Any, nargs: int, results: Any,
+                    nresults: int) -> int:
+    handler = _handlers.get(data or 0)
+    if handler is None or nargs != 1 or nresults != 1:
+        return _fail("wasmext: host function called with the wrong shape")
+    try:
+        # The handler bounds the request size itself: None means "too long or not bytes".
+        answer = handler(bytes_from_val(args[0], 1 << 32))
+    except BaseException as exc:  # any exception must become a trap here
+        return _fail(f"wasmext host function failed: {type(exc).__name__}: {exc}")
+    bytes_to_val(answer, results[0])
+    return 0
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # type: ignore[untyped-decorator]
+def _keep(data: Any) -> None:
+    """The finalizer: the handler table lives as long as the process."""
+
+
+def add_bytes_import(instance: Any, name: str, handler: Callable[[bytes | None], bytes]) -> None:
+    """Define `name: func(list<u8>) -> list<u8>` in a component LinkerInstance.
+
+    `handler` gets the request bytes (None when they are not a list<u8>) and returns
+    the answer; an exception it raises traps the guest (the caller keeps the cause).
+    """
+    with _handlers_lock:
+        key = len(_handlers) + 1
+        _handlers[key] = handler
+    encoded = name.encode()
+    err = ffi.wasmtime_component_linker_instance_add_func(
+        instance.ptr(), ctypes.create_string_buffer(encoded), len(encoded), _bytes_callback,
+        key, _keep)
+    if err:
+        raise wasmtime.WasmtimeError._from_ptr(err)

@@ -1,0 +1,198 @@
+"""The component backend: plugins that are WebAssembly components of the world
+`wasmext:plugin@1.0.0` (abi/wit/plugin.wit, abi/SPEC.md section 8).
+
+This is how plugins written in Python (componentize-py) and JavaScript
+(componentize-js) run. The payloads are ABI v1's MessagePack documents, so a
+`ComponentPlugin` is a `Plugin`: the same registration, instance pool,
+quarantine, host-call dispatch and grants; only the instance differs
+(`component_instance.ComponentInstance`).
+
+A component is recognised by its header (layer 1 of the binary format). Its
+imports are checked before anything is instantiated: the world's `host`
+interface and WASI preview 2, nothing else (`UnknownImport`). Compiling a
+componentized interpreter takes many seconds, so compiled code comes from the
+authenticated compile cache (keyed by digest and engine configuration), and
+from a small in-process table of what this process compiled or loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any
+
+import wasmtime
+from wasmtime import component as wc
+
+from wasmext._abi import ABI_MINOR
+from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge, PluginFault, UnknownImport
+from wasmext.sandbox import calltree
+from wasmext.sandbox.backends.canon import add_bytes_import
+from wasmext.sandbox.backends.component_instance import ComponentInstance
+from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.engine import SharedEngine, shared_engine
+from wasmext.sandbox.limits import Limits
+from wasmext.sandbox.module import ModuleInfo, PluginModule
+from wasmext.sandbox.plugin import Plugin, Registration
+from wasmext.sandbox.wasmcheck import ModuleCaps
+
+__all__ = ["HOST_INTERFACE", "ComponentModule", "ComponentPlugin", "is_component"]
+
+HOST_INTERFACE = "wasmext:plugin/host@1.0.0"
+# WASI preview 2 families the linker defines; every one inherits nothing (SPEC 8).
+_WASI_FAMILIES = ("wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/",
+                  "wasi:filesystem/", "wasi:sockets/")
+_COMPONENT_LAYER = b"\x0d\x00\x01\x00"  # version 0x0d, layer 1: a component
+_MEMO_SIZE = 4
+
+
+def is_component(wasm: bytes) -> bool:
+    """Is `wasm` a component (not a core module)? Read from the 8-byte header."""
+    return wasm[:4] == b"\0asm" and wasm[4:8] == _COMPONENT_LAYER
+
+
+def _allowed(interface: str) -> bool:
+    if interface == HOST_INTERFACE:
+        return True
+    return interface.startswith(_WASI_FAMILIES) and "@0.2." in interface
+
+
+# -- compiled code ------------------------------------------------------------------
+
+_memo: OrderedDict[tuple[str, str], wc.Component] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def _compile(engine: SharedEngine, wasm: bytes, digest: str,
+             cache: CompileCache | None) -> wc.Component:
+    key = (digest, engine.fingerprint)
+    with _memo_lock:
+        found = _memo.get(key)
+        if found is not None:
+            _memo.move_to_end(key)
+            return found
+    if cache is not None:
+        component = cache.load_or_compile_component(wasm, digest, engine)
+    else:
+        component = wc.Component(engine.engine, wasm)
+    with _memo_lock:
+        _memo[key] = component
+        while len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return component
+
+
+def forget_compiled() -> None:
+    """Drop the in-process table (the next load reads the disk cache or compiles)."""
+    with _memo_lock:
+        _memo.clear()
+
+
+# -- linking ------------------------------------------------------------------------
+
+_linkers: dict[str, wc.Linker] = {}
+_linkers_lock = threading.Lock()
+
+
+def _guest() -> Any:
+    """The component instance whose call is on top of this thread's call tree."""
+    frame = calltree.current()
+    assert frame is not None and frame.guest is not None  # wasmtime calls imports in a call
+    return frame.guest
+
+
+def _host_call(request: bytes | None) -> bytes:
+    guest = _guest()
+    on_host_call = guest.on_component_host_call
+    answer: bytes = on_host_call(request)
+    return answer
+
+
+def _log(store: Any, level: int, message: str) -> None:
+    guest = _guest()
+    guest.on_component_log(level, message)
+
+
+def linker_for(engine: SharedEngine) -> wc.Linker:
+    """The one linker per engine: WASI preview 2 and the world's `host` interface."""
+    with _linkers_lock:
+        linker = _linkers.get(engine.fingerprint)
+        if linker is None:
+            linker = wc.Linker(engine.engine)
+            linker.add_wasip2()
+            with linker.root() as root, root.add_instance(HOST_INTERFACE) as host:
+                add_bytes_import(host, "host-call", _host_call)
+                host.add_func("log", _log)
+            _linkers[engine.fingerprint] = linker
+        return linker
+
+
+class ComponentModule(PluginModule):
+    """A compiled component whose imports the host offers, ready to instantiate.
+
+    It stands where a `PluginModule` stands (`name`, `engine`, `info`), so the
+    plugin layer treats both alike; the core-module fields do not apply.
+    """
+
+    def __init__(self, wasm: bytes, *, name: str = "<component>",
+                 engine: SharedEngine | None = None, cache: CompileCache | None = None,
+                 caps: ModuleCaps | None = None) -> None:
+        self.name = name
+        self.engine = engine or shared_engine()
+        caps = caps or ModuleCaps()
+        if len(wasm) > caps.max_module_bytes:
+            raise ModuleTooLarge(f"{name}: {len(wasm)} bytes, over the host's "
+                                 f"max_module_bytes {caps.max_module_bytes}")
+        if not is_component(wasm):
+            raise InvalidModule(f"{name}: not a WebAssembly component")
+        digest = hashlib.sha256(wasm).hexdigest()
+        try:
+            self.component = _compile(self.engine, wasm, digest, cache)
+        except wasmtime.WasmtimeError as exc:
+            raise InvalidModule(f"{name}: does not compile: {str(exc)[:500]}") from exc
+        imports = tuple(self.component.type.imports(self.engine.engine))
+        for interface in imports:
+            if not _allowed(interface):
+                raise UnknownImport(f"{name}: imports {interface[:200]}, which the world "
+                                    f"wasmext:plugin@1.0.0 (and WASI preview 2) does not offer")
+        exports = tuple(self.component.type.exports(self.engine.engine))
+        for required in ("register", "call"):
+            if required not in exports:
+                raise AbiMismatch(f"{name}: missing export {required!r} of the world "
+                                  "wasmext:plugin@1.0.0")
+        self.info = ModuleInfo(digest, len(wasm), exports,
+                               tuple((i, "*") for i in imports),
+                               any(i.startswith("wasi:") for i in imports), False, False)
+        self.linker = linker_for(self.engine)
+
+
+class ComponentPlugin(Plugin):
+    """A component behind the plugin interface (pooling, faults, quarantine as usual)."""
+
+    module: ComponentModule
+
+    def new_instance(self) -> ComponentInstance:
+        # Plugin.new_instance, with the component's instance.
+        inst = ComponentInstance(self.module, self.limits, self._context(), self.services)
+        inst.meter = self.meter
+        try:
+            reg = Registration.parse(inst.start(self.register_request()), self.id,
+                                     self.default_priority)
+        except PluginFault as fault:
+            self._record_fault(fault)
+            raise
+        inst.ctx.abi_minor = min(ABI_MINOR, reg.abi_minor)
+        self.registration = reg
+        return inst
+
+    def with_limits(self, limits: Limits) -> ComponentPlugin:
+        return ComponentPlugin(self.module, plugin_id=self.id, limits=limits,
+                               settings=self.settings, sensitive=self.sensitive,
+                               grants=self.grants, services=self.services,
+                               quarantine=replace(self.quarantine), max_idle=self.max_idle,
+                               default_priority=self.default_priority)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "backend": "component"}

@@ -1,0 +1,48 @@
+"""Hooks that each try to get past one bound of the component sandbox."""
+
+import os
+import socket
+from typing import Any
+
+from wasmext_guest import Plugin, export, hook
+
+
+class Hostile(Plugin):
+    name = "python-hostile"
+
+    @hook("echo")
+    def echo(self, data: Any) -> Any:
+        return data
+
+    @hook("spin")
+    def spin(self, data: Any) -> Any:
+        n = 0
+        while True:  # only fuel or the deadline ends this
+            n += 1
+
+    @hook("bomb")
+    def bomb(self, data: Any) -> Any:
+        hoard = []
+        while True:  # only the memory cap ends this
+            hoard.append(bytearray(1 << 20))
+
+    @hook("read_file")
+    def read_file(self, path: str) -> Any:
+        with open(path, "rb") as f:
+            return f.read(100)
+
+    @hook("list_dir")
+    def list_dir(self, path: str) -> Any:
+        return os.listdir(path)
+
+    @hook("env")
+    def env(self, data: Any) -> Any:
+        return dict(os.environ)
+
+    @hook("connect")
+    def connect(self, address: list[Any]) -> Any:
+        with socket.create_connection((address[0], address[1]), timeout=0.5) as s:
+            return s.recv(10)
+
+
+WitWorld = export(Hostile())

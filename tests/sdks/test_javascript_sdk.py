@@ -1,0 +1,93 @@
+"""The JavaScript guest SDK outside the component: its MessagePack codec and its
+bundler run under node; its WIT copy and its builder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support import ROOT, VECTORS
+from wasmext.manifest import BuildSpec
+
+SDK = ROOT / "guest-sdks" / "javascript"
+NODE = shutil.which("node")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed (apt-get install "
+                                "nodejs; see guest-sdks/javascript/setup-toolchain.sh)")
+
+VECTOR_CHECK = """
+import { pack, unpack, MsgpackError } from "%(sdk)s/src/msgpack.js";
+import { readFileSync } from "node:fs";
+const hex = (u) => Buffer.from(u).toString("hex");
+const bytes = (h) => new Uint8Array(Buffer.from(h, "hex"));
+const doc = JSON.parse(readFileSync("%(vectors)s/msgpack.json"));
+const out = { canonical: [], decode_only: [], hostile: [] };
+for (const v of doc.canonical) out.canonical.push([v.name, hex(pack(unpack(bytes(v.hex))))]);
+for (const v of doc.decode_only) out.decode_only.push([v.name, hex(pack(unpack(bytes(v.hex))))]);
+for (const c of JSON.parse(readFileSync("%(vectors)s/hostile.json")).hostile) {
+  try { unpack(bytes(c.hex)); out.hostile.push([c.name, "accepted"]); }
+  catch (e) { out.hostile.push([c.name, e instanceof MsgpackError ? "refused" : String(e)]); }
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def node(script: str, tmp_path: Path) -> str:
+    path = tmp_path / "check.mjs"
+    path.write_text(script)
+    assert NODE is not None
+    proc = subprocess.run([NODE, str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@needs_node
+def test_codec_meets_the_vectors(tmp_path: Path) -> None:
+    out = json.loads(node(VECTOR_CHECK % {"sdk": SDK, "vectors": VECTORS}, tmp_path))
+    doc = json.loads((VECTORS / "msgpack.json").read_text())
+    # Decoding then encoding gives the canonical bytes back, for every width.
+    assert out["canonical"] == [[v["name"], v["hex"]] for v in doc["canonical"]]
+    assert [name for name, _ in out["decode_only"]] == [v["name"] for v in doc["decode_only"]]
+    assert all(verdict == "refused" for _, verdict in out["hostile"]), out["hostile"]
+
+
+@needs_node
+def test_the_bundle_is_one_valid_module(tmp_path: Path) -> None:
+    script = (f'import {{ bundle }} from "{SDK}/bundle.mjs";\n'
+              'import { readFileSync } from "node:fs";\n'
+              f'console.log(bundle(readFileSync("{SDK}/conformance/conformance.js", "utf8")));\n')
+    text = node(script, tmp_path)
+    imports = [ln for ln in text.splitlines() if ln.startswith("import ")]
+    assert imports == ['import { hostCall as __wasmextHostCall, log as __wasmextLog } from '
+                       '"wasmext:plugin/host@1.0.0";']
+    assert "export const { register, call } = definePlugin(new Conformance());" in text
+    checked = tmp_path / "bundle.mjs"
+    checked.write_text(text)
+    assert NODE is not None
+    proc = subprocess.run([NODE, "--check", str(checked)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_sdk_ships_the_world_of_the_abi() -> None:
+    assert (SDK / "wit" / "plugin.wit").read_text() == \
+        (ROOT / "abi" / "wit" / "plugin.wit").read_text()
+
+
+def test_hello_is_short() -> None:
+    assert len((SDK / "examples" / "hello" / "hello.js").read_text().splitlines()) <= 30
+
+
+def test_the_builder_refuses_other_sources(tmp_path: Path) -> None:
+    from wasmext_cli.build import BuildError, ToolchainMissing
+    from wasmext_cli.build_javascript import commands
+
+    try:
+        cmd = commands(BuildSpec("javascript", ("hello.js",)), tmp_path, tmp_path / "o.wasm")
+    except ToolchainMissing:
+        pytest.skip("componentize-js is not installed (guest-sdks/javascript/setup-toolchain.sh)")
+    assert cmd[0][-2:] == [str(tmp_path / "hello.js"), str(tmp_path / "o.wasm")]
+    with pytest.raises(BuildError, match=r"must be a \.js file"):
+        commands(BuildSpec("javascript", ("hello.py",)), tmp_path, tmp_path / "o.wasm")

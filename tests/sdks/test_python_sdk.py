@@ -1,0 +1,98 @@
+"""The Python guest SDK outside the component: its MessagePack codec (it is
+plain Python, so it runs here too), its WIT copy and its builder."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from support import ROOT, VECTORS
+from wasmext.manifest import BuildSpec
+from wasmext.testing import vector_value
+
+SDK = ROOT / "guest-sdks" / "python"
+# The codec alone: the package's other modules import the component's bindings.
+_spec = importlib.util.spec_from_file_location("guest_msgpack",
+                                               SDK / "wasmext_guest" / "msgpack.py")
+assert _spec is not None and _spec.loader is not None
+codec = importlib.util.module_from_spec(_spec)
+sys.modules["guest_msgpack"] = codec
+_spec.loader.exec_module(codec)
+MsgpackError, pack, unpack = codec.MsgpackError, codec.pack, codec.unpack
+
+DOC = json.loads((VECTORS / "msgpack.json").read_text())
+HOSTILE = json.loads((VECTORS / "hostile.json").read_text())["hostile"]
+
+scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | \
+    st.floats(allow_nan=False) | st.text() | st.binary()
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
+    st.text(max_size=8), inner, max_size=5), max_leaves=30)
+
+
+@pytest.mark.parametrize("vector", DOC["canonical"], ids=lambda v: v["name"])
+def test_canonical_vectors(vector: dict[str, Any]) -> None:
+    value = vector_value(vector["value"])
+    assert pack(value).hex() == vector["hex"]
+    assert unpack(bytes.fromhex(vector["hex"])) == value
+
+
+@pytest.mark.parametrize("vector", DOC["decode_only"], ids=lambda v: v["name"])
+def test_decode_only_vectors(vector: dict[str, Any]) -> None:
+    assert unpack(bytes.fromhex(vector["hex"])) == vector_value(vector["value"])
+
+
+@given(values)
+def test_agrees_with_the_reference_codec(value: Any) -> None:
+    packed = pack(value)
+    assert packed == msgpack.packb(value, use_bin_type=True)
+    assert unpack(packed) == value
+
+
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_decode_or_refuse(data: bytes) -> None:
+    try:
+        value = unpack(data)
+    except MsgpackError:
+        return
+    assert unpack(pack(value)) == value
+
+
+@pytest.mark.parametrize("case", [c for c in HOSTILE if c["name"] != "non-string map key"],
+                         ids=lambda c: c["name"])
+def test_hostile_documents_are_refused(case: dict[str, str]) -> None:
+    # (A non-string map key is well-formed MessagePack: only the host refuses it.)
+    with pytest.raises(MsgpackError):
+        unpack(bytes.fromhex(case["hex"]), max_depth=64)
+
+
+def test_depth_limit_counts_containers() -> None:
+    assert unpack(pack([[[1]]]), max_depth=3) == [[[1]]]
+    with pytest.raises(MsgpackError, match="deeper than 2"):
+        unpack(pack([[[1]]]), max_depth=2)
+
+
+def test_the_sdk_ships_the_world_of_the_abi() -> None:
+    assert (SDK / "wit" / "plugin.wit").read_text() == \
+        (ROOT / "abi" / "wit" / "plugin.wit").read_text()
+
+
+def test_hello_is_short() -> None:
+    assert len((SDK / "examples" / "hello" / "app.py").read_text().splitlines()) <= 30
+
+
+def test_the_builder_names_the_module_and_refuses_other_sources(tmp_path: Path) -> None:
+    from wasmext_cli.build import BuildError
+    from wasmext_cli.build_python import commands
+
+    cmd = commands(BuildSpec("python", ("app.py",)), tmp_path, tmp_path / "out.wasm")[0]
+    assert cmd[cmd.index("componentize") + 1:][-3:] == ["app", "-o", str(tmp_path / "out.wasm")]
+    with pytest.raises(BuildError, match=r"must be a \.py file"):
+        commands(BuildSpec("python", ("app.js",)), tmp_path, tmp_path / "out.wasm")
