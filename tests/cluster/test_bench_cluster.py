@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import PYTHONPATH, nats_server_binary
+from cluster_support import PYTHONPATH, nats_server_binary
 
 from support import ROOT
 

@@ -271,7 +271,7 @@ def test_nats_ls_cleans_what_services_answer(link: NatsLink, nats_url: str) -> N
 
 
 def test_no_server_is_one_line_and_a_quick_exit(plugin_dir: Path) -> None:
-    from conftest import PYTHONPATH, free_port
+    from cluster_support import PYTHONPATH, free_port
 
     url = f"nats://127.0.0.1:{free_port()}"  # nothing listens there
     started = time.monotonic()

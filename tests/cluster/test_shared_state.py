@@ -14,8 +14,7 @@ from typing import Any
 import msgpack
 import pytest
 import wasmtime
-from cluster_support import registry
-from conftest import free_port
+from cluster_support import free_port, registry
 
 from wasmext import Host, HostConfig, PipelineError, parse_policy
 from wasmext.cluster.link import NatsLink

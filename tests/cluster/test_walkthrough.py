@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import free_port
+from cluster_support import free_port
 
 from support import ROOT
 
