@@ -54,8 +54,11 @@ if installed; then
     exit 0
 fi
 
-say "installing componentize-js $(pinned) with npm ci"
+say "installing componentize-js $(pinned) from package-lock.json"
+# `npm install`, not `npm ci`: the lock cannot list the optional per-platform
+# binaries that are not published for every platform, and `npm ci` refuses a lock
+# without them; `npm install` keeps every version the lock pins (and leaves it unchanged).
 # --ignore-scripts: the packages ship their binaries (wizer, weval) prebuilt.
-npm ci --prefix "$SDK" --no-audit --no-fund --ignore-scripts
-installed || { say "npm ci finished but componentize-js is not in place"; exit 1; }
+npm install --prefix "$SDK" --no-audit --no-fund --ignore-scripts
+installed || { say "npm install finished but componentize-js is not in place"; exit 1; }
 say "done: componentize-js $(pinned)"
