@@ -45,6 +45,8 @@ NATIVE_FILES = {
     "rust": ["Cargo.toml", "wasmext-sdk/Cargo.toml", "wasmext-sdk/src/lib.rs"],
     "go": ["go.mod", "wasmext-sdk/go.mod"],
     "assemblyscript": ["package.json", "wasmext-sdk/package.json"],
+    "python": ["app.py", "wasmext-sdk/wasmext_guest/__init__.py", "wasmext-sdk/wit/plugin.wit"],
+    "javascript": ["package.json", "wasmext-sdk/package.json", "wasmext-sdk/componentize.mjs"],
 }
 
 
@@ -70,6 +72,11 @@ def test_scaffold_is_a_native_project(tmp_path: Path, lang: str) -> None:
     if lang == "assemblyscript":
         deps = json.loads((project / "package.json").read_text())["dependencies"]
         assert deps["@wasmext/as-sdk"] == "file:wasmext-sdk" and "assemblyscript" in deps
+    if lang == "javascript":
+        # The project pins the componentize-js its SDK was tested with.
+        pins = json.loads((project / "wasmext-sdk" / "package.json").read_text())
+        deps = json.loads((project / "package.json").read_text())["devDependencies"]
+        assert deps == pins["devDependencies"]
 
 
 def test_new_refuses_a_missing_parent_folder(tmp_path: Path) -> None:
