@@ -3,7 +3,8 @@
 The result is a WebAssembly component of the world `wasmext:plugin@1.0.0`
 (guest-sdks/python/wit, a copy of abi/wit): CPython and the plugin's modules,
 pre-initialised. The plugin folder and the SDK (`wasmext_guest`) are the only
-module paths; `sources[0]` is the module that defines `WitWorld`.
+module paths (the project's vendored ./wasmext-sdk when `wasmext new` made it,
+else the installed SDK); `sources[0]` is the module that defines `WitWorld`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 from wasmext.manifest import BuildSpec
-from wasmext_cli.build import BuildError, ToolchainMissing, sdk_root
+from wasmext_cli.build import BuildError, ToolchainMissing, sdk_for
 
 INSTALL_HINT = "pip install 'wasmext[python-plugins]'   (installs componentize-py)"
 
@@ -30,7 +31,7 @@ def componentize_py() -> str:
 
 
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
-    sdk = sdk_root() / "python"
+    sdk = sdk_for("python", plugin_dir)  # a project's vendored ./wasmext-sdk comes first
     entry = spec.sources[0]
     if not entry.endswith(".py") or "/" in entry:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: build.sources[0] must be a .py file "

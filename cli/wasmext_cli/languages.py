@@ -36,9 +36,12 @@ LANGUAGES: dict[str, Language] = {lang.name: lang for lang in (
     _entry("assemblyscript", "wasmext_cli.build_assemblyscript:commands",
            "wasmext_cli.scaffold_native:assemblyscript_project"),
     _entry("go", "wasmext_cli.build_go:commands", "wasmext_cli.scaffold_native:go_project"),
-    # Components (Python and JavaScript): the SDK is vendored, the project is its sources.
-    _entry("python", "wasmext_cli.build_python:commands"),
-    _entry("javascript", "wasmext_cli.build_javascript:commands"),
+    # Components (Python and JavaScript): the SDK is vendored, the project is its sources
+    # (and, for JavaScript, a package.json pinning componentize-js).
+    _entry("python", "wasmext_cli.build_python:commands",
+           "wasmext_cli.scaffold_native:python_project"),
+    _entry("javascript", "wasmext_cli.build_javascript:commands",
+           "wasmext_cli.scaffold_native:javascript_project"),
     _entry("extism-assemblyscript", "wasmext_cli.build_extism_assemblyscript:commands",
            sdk=None),
 )}

@@ -77,6 +77,10 @@ NATIVE = {
                       "fetches them (`wasmext build` runs it when node_modules is missing).",
     "zig": "\n\n`build.zig` builds the same module with `zig build` (zig-out/bin/).",
     "c": "\n\n`compile_flags.txt` points clangd at the SDK header.",
+    "python": "\n\nBuilding needs componentize-py: `pip install 'wasmext[python-plugins]'`.",
+    "javascript": "\n\n`package.json` pins componentize-js: `npm install` fetches it "
+                  "(`wasmext build` runs it when node_modules is missing; node and npm come "
+                  "from `apt-get install nodejs npm`).",
 }
 # The SDK parts a project does not need in its vendored copy.
 VENDOR_SKIP = {"examples", "conformance", "tests", "setup-toolchain.sh", "package-lock.json"}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from wasmext_cli.build import VENDORED_SDK
 
-__all__ = ["assemblyscript_project", "c_project", "go_project", "rust_project", "zig_project"]
+__all__ = ["assemblyscript_project", "c_project", "go_project", "javascript_project",
+           "python_project", "rust_project", "zig_project"]
 
 Files = dict[str, str]
 
@@ -138,3 +139,24 @@ def assemblyscript_project(name: str, project: Path) -> Files:
     }
     return {"package.json": json.dumps(package, indent=2) + "\n",
             ".gitignore": "*.wasm\n*.wasm.tmp\nnode_modules/\n__pycache__/\n"}
+
+
+def javascript_project(name: str, project: Path) -> Files:
+    # componentize-js is resolved from the project's node_modules (node walks up from
+    # ./wasmext-sdk/componentize.mjs); `wasmext build` runs `npm install` when it is missing.
+    sdk = json.loads((project / VENDORED_SDK / "package.json").read_text(encoding="utf-8"))
+    package = {
+        "name": name,
+        "version": "0.1.0",
+        "private": True,
+        "type": "module",
+        "description": f"{name}: a wasmext plugin in JavaScript",
+        "scripts": {"build": "wasmext build", "test": "python -m pytest"},
+        "devDependencies": dict(sdk["devDependencies"]),
+    }
+    return {"package.json": json.dumps(package, indent=2) + "\n",
+            ".gitignore": "*.wasm\n*.wasm.tmp\nnode_modules/\n__pycache__/\n"}
+
+
+def python_project(name: str, project: Path) -> Files:
+    return {".gitignore": "*.wasm\n*.wasm.tmp\n__pycache__/\n"}

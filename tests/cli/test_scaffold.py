@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from support import SDK_LANGS, Built
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("lang", SDK_LANGS)
@@ -45,6 +48,8 @@ NATIVE_FILES = {
     "rust": ["Cargo.toml", "wasmext-sdk/Cargo.toml", "wasmext-sdk/src/lib.rs"],
     "go": ["go.mod", "wasmext-sdk/go.mod"],
     "assemblyscript": ["package.json", "wasmext-sdk/package.json"],
+    "python": ["app.py", "wasmext-sdk/wasmext_guest/__init__.py", "wasmext-sdk/wit/plugin.wit"],
+    "javascript": ["package.json", "wasmext-sdk/package.json", "wasmext-sdk/componentize.mjs"],
 }
 
 
@@ -70,6 +75,11 @@ def test_scaffold_is_a_native_project(tmp_path: Path, lang: str) -> None:
     if lang == "assemblyscript":
         deps = json.loads((project / "package.json").read_text())["dependencies"]
         assert deps["@wasmext/as-sdk"] == "file:wasmext-sdk" and "assemblyscript" in deps
+    if lang == "javascript":
+        # The project pins the componentize-js its SDK was tested with.
+        pins = json.loads((project / "wasmext-sdk" / "package.json").read_text())
+        deps = json.loads((project / "package.json").read_text())["devDependencies"]
+        assert deps == pins["devDependencies"]
 
 
 def test_new_refuses_a_missing_parent_folder(tmp_path: Path) -> None:
@@ -79,3 +89,24 @@ def test_new_refuses_a_missing_parent_folder(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "no such folder" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_a_javascript_project_without_node_says_how_to_install_it(tmp_path: Path) -> None:
+    """The installed wheel carries no node_modules: a JavaScript project fetches its pinned
+    componentize-js with npm, and without node on PATH the build is one line naming the
+    install command."""
+    made = subprocess.run([sys.executable, "-m", "wasmext_cli", "new", "js-demo", "--lang",
+                           "javascript", "--dir", str(tmp_path)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    no_tools = tmp_path / "empty-bin"
+    no_tools.mkdir()
+    code = os.pathsep.join(str(ROOT / part) for part in ("host", "cli"))
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "build"], cwd=tmp_path / "js-demo",
+                          env={**os.environ, "PATH": str(no_tools), "PYTHONPATH": code},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "js-demo" in lines[0] and "apt-get install nodejs npm" in lines[0]
+    assert not (tmp_path / "js-demo" / "js-demo.wasm").exists()
