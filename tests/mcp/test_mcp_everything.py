@@ -148,7 +148,8 @@ def plugin_asking(request: dict[str, object]) -> str:
     """A plugin whose `go` hook answers whatever one host call answered."""
     req = msgpack.packb(request)
     return guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))",
-                     imports=HOST_CALL, data=req, hooks=("go",))
+                     imports=HOST_CALL, data=req,  # the resource/prompt ops are minor 1
+                     registration={"hooks": [{"hook": "go"}], "abi_minor": 1})
 
 
 def test_everything_over_stdio(tmp_path: Path) -> None:

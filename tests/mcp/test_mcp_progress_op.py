@@ -32,7 +32,8 @@ def reporting(requests: list[dict[str, object]], repeat: int = 1) -> str:
         (br_if $again (i32.lt_u (local.get $i) (i32.const {repeat}))))
       (i64.const {packed(RESPONSE_AT, len(msgpack.packb(ANSWER)))})"""
     return guest_wat(body, imports=HOST_CALL, data=b"".join(blobs), response=ANSWER,
-                     registration={"hooks": [{"hook": "on_tool"}], "tools": [{"name": "go"}]})
+                     registration={"hooks": [{"hook": "on_tool"}], "tools": [{"name": "go"}],
+                                   "abi_minor": 1})  # `progress` is a minor-1 op
 
 
 def test_plugin_progress_reaches_the_client(tmp_path: Path) -> None:
