@@ -31,7 +31,7 @@ __all__ = ["CompileCache", "default_cache_dir"]
 log = logging.getLogger("wasmext.sandbox.cache")
 MAGIC = b"WXC1"
 MAC_LEN = 32
-T = TypeVar("T")
+T = TypeVar("T", wasmtime.Module, wasmtime.component.Component)  # what the cache holds
 
 
 def default_cache_dir() -> Path:
@@ -84,42 +84,35 @@ class CompileCache:
         unreadable, a dangling link, a folder that is a file, ...) means
         "compile it", never an error: the cache only ever saves time.
         """
-        path = self.entry_path(digest, engine)
-        try:
-            module = self._load(path, engine, wasmtime.Module.deserialize)
-        except Exception as exc:
-            log.warning("compile cache unusable (%s: %s); compiling", type(exc).__name__, exc)
-            module = None
-        if module is not None:
-            self.hits += 1
-            return module
-        self.misses += 1
-        module = wasmtime.Module(engine.engine, wasm)
-        try:
-            self._store(path, module)
-        except Exception as exc:
-            log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
-        return module
+        return self._load_or_compile(self.entry_path(digest, engine), engine,
+                                     wasmtime.Module.deserialize,
+                                     lambda: wasmtime.Module(engine.engine, wasm))
 
     def load_or_compile_component(self, wasm: bytes, digest: str,
                                   engine: SharedEngine) -> wasmtime.component.Component:
         """`load_or_compile` for a component (the same key, MAC and fallbacks)."""
         path = self.entry_path(digest, engine).with_suffix(".component.cwasm")
+        return self._load_or_compile(path, engine, wasmtime.component.Component.deserialize,
+                                     lambda: wasmtime.component.Component(engine.engine, wasm))
+
+    def _load_or_compile(self, path: Path, engine: SharedEngine,
+                         deserialize: Callable[[wasmtime.Engine, bytes], T],
+                         compile_it: Callable[[], T]) -> T:
         try:
-            component = self._load(path, engine, wasmtime.component.Component.deserialize)
+            compiled = self._load(path, engine, deserialize)
         except Exception as exc:
             log.warning("compile cache unusable (%s: %s); compiling", type(exc).__name__, exc)
-            component = None
-        if component is not None:
+            compiled = None
+        if compiled is not None:
             self.hits += 1
-            return component
+            return compiled
         self.misses += 1
-        component = wasmtime.component.Component(engine.engine, wasm)
+        compiled = compile_it()
         try:
-            self._store(path, component)
+            self._store(path, compiled)
         except Exception as exc:
             log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
-        return component
+        return compiled
 
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._host_key(), payload, hashlib.sha256).digest()

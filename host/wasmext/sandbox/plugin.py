@@ -103,6 +103,9 @@ class QuarantinePolicy:
 class Plugin:
     """A plugin ready to call. Thread-safe: each call borrows its own instance."""
 
+    # What `new_instance` starts; another backend (components) names its own.
+    instance_type: type[PluginInstance] = PluginInstance
+
     def __init__(self, module: PluginModule, *, plugin_id: str, limits: Limits | None = None,
                  settings: Mapping[str, Any] | None = None, sensitive: frozenset[str] = frozenset(),
                  grants: frozenset[str] = frozenset(), services: HostServices | None = None,
@@ -156,7 +159,7 @@ class Plugin:
 
     def new_instance(self) -> PluginInstance:
         """A fresh, registered instance (faults here count like call faults)."""
-        inst = PluginInstance(self.module, self.limits, self._context(), self.services)
+        inst = self.instance_type(self.module, self.limits, self._context(), self.services)
         inst.meter = self.meter
         try:
             reg = Registration.parse(inst.start(self.register_request()), self.id,
@@ -257,10 +260,10 @@ class Plugin:
 
     def with_limits(self, limits: Limits) -> Plugin:
         """The same code and settings under other limits (a new instance pool)."""
-        return Plugin(self.module, plugin_id=self.id, limits=limits, settings=self.settings,
-                      sensitive=self.sensitive, grants=self.grants, services=self.services,
-                      quarantine=replace(self.quarantine), max_idle=self.max_idle,
-                      default_priority=self.default_priority)
+        return type(self)(self.module, plugin_id=self.id, limits=limits,
+                          settings=self.settings, sensitive=self.sensitive, grants=self.grants,
+                          services=self.services, quarantine=replace(self.quarantine),
+                          max_idle=self.max_idle, default_priority=self.default_priority)
 
     def close(self) -> None:
         with self._lock:

@@ -20,22 +20,19 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Any
 
 import wasmtime
 from wasmtime import component as wc
 
-from wasmext._abi import ABI_MINOR
-from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge, PluginFault, UnknownImport
+from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge, UnknownImport
 from wasmext.sandbox import calltree
 from wasmext.sandbox.backends.canon import add_bytes_import
 from wasmext.sandbox.backends.component_instance import ComponentInstance
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
-from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.module import ModuleInfo, PluginModule
-from wasmext.sandbox.plugin import Plugin, Registration
+from wasmext.sandbox.plugin import Plugin
 from wasmext.sandbox.wasmcheck import ModuleCaps
 
 __all__ = ["HOST_INTERFACE", "ComponentModule", "ComponentPlugin", "is_component"]
@@ -173,26 +170,7 @@ class ComponentPlugin(Plugin):
 
     module: ComponentModule
 
-    def new_instance(self) -> ComponentInstance:
-        # Plugin.new_instance, with the component's instance.
-        inst = ComponentInstance(self.module, self.limits, self._context(), self.services)
-        inst.meter = self.meter
-        try:
-            reg = Registration.parse(inst.start(self.register_request()), self.id,
-                                     self.default_priority)
-        except PluginFault as fault:
-            self._record_fault(fault)
-            raise
-        inst.ctx.abi_minor = min(ABI_MINOR, reg.abi_minor)
-        self.registration = reg
-        return inst
-
-    def with_limits(self, limits: Limits) -> ComponentPlugin:
-        return ComponentPlugin(self.module, plugin_id=self.id, limits=limits,
-                               settings=self.settings, sensitive=self.sensitive,
-                               grants=self.grants, services=self.services,
-                               quarantine=replace(self.quarantine), max_idle=self.max_idle,
-                               default_priority=self.default_priority)
+    instance_type = ComponentInstance
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "backend": "component"}
