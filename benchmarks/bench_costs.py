@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,8 @@ COST_TARGETS = [
                "modules.load_20", 3.0),
     CostTarget("asession", "awaited hook (asession) vs sync session", "layer.session_1",
                "layer.asession_1", 3.0),
+    CostTarget("asession_hop", "awaited hook (thread) vs bare asyncio.to_thread",
+               "layer.to_thread_noop", "layer.asession_1", 1.0),
     CostTarget("asession_inline", "awaited hook, inline below budget, vs sync",
                "layer.session_1", "layer.asession_inline_1", 1.5),
 ]
@@ -118,6 +121,30 @@ def _startup(b: Budget) -> list[Item]:
     return items
 
 
+AWAITS = 10  # awaits per timed call of an awaited figure, all in one run of the loop
+
+
+class _PerAwait(list):  # type: ignore[type-arg]
+    """Samples of a batch of AWAITS awaits, kept per await.
+
+    An application awaits hooks inside a loop that is already running; starting
+    and stopping the loop for every await (`run_until_complete`, about 14 us
+    here) would bill each await for more than an inline hook call costs.
+    """
+
+    def append(self, ns: int) -> None:
+        super().append(ns // AWAITS)
+
+
+def _awaited(key: str, label: str, loop: asyncio.AbstractEventLoop,
+             one: Callable[[], Any], b: Budget) -> Case:
+    async def batch() -> None:
+        for _ in range(AWAITS):
+            await one()
+    return Case(key, label, GROUP, lambda: loop.run_until_complete(batch()),
+                max(3, b.fresh // AWAITS), max(1, b.warm_fresh // AWAITS), samples=_PerAwait())
+
+
 def _layer(b: Budget, cleanup: list[Any]) -> list[Item]:
     """Host layer and asession for 1 plugin, and the growth with chain length."""
     wasm = _noop("on_plain_text")
@@ -137,20 +164,43 @@ def _layer(b: Budget, cleanup: list[Any]) -> list[Item]:
             items.append(Case("layer.plugin_call", "Plugin.call of the same no-op guest",
                               GROUP, lambda p=plugin, m=meta: p.call("on_plain_text", "hi", m),
                               b.fresh, b.warm_fresh))
-            acm = host.asession()
-            asess = loop.run_until_complete(acm.__aenter__())
-            cleanup.append(lambda a=acm: loop.run_until_complete(a.__aexit__(None, None, None)))
-            items.append(Case("layer.asession_1", "await AsyncSession.on_plain_text, 1 plugin",
-                              GROUP, lambda a=asess: loop.run_until_complete(
-                                  a.on_plain_text("hi")), b.fresh, b.warm_fresh))
-            inline_cm = host.asession(inline_below_ms=1001)  # the no-op's budget: 1000 ms
-            inline = loop.run_until_complete(inline_cm.__aenter__())
-            cleanup.append(lambda a=inline_cm: loop.run_until_complete(
-                a.__aexit__(None, None, None)))
-            items.append(Case("layer.asession_inline_1", "the same, inline_below_ms=1001",
-                              GROUP, lambda a=inline: loop.run_until_complete(
-                                  a.on_plain_text("hi")), b.fresh, b.warm_fresh))
+            items += _awaited_layer(host, loop, b, cleanup)
     return items
+
+
+def _awaited_layer(host: Any, loop: asyncio.AbstractEventLoop, b: Budget,
+                   cleanup: list[Any]) -> list[Item]:
+    """The same hook awaited: in a worker thread (the no-op's 1000 ms budget is over the
+    default inline threshold), inline, and a bare `asyncio.to_thread` of nothing."""
+    from wasmext.aio import worst_case_ms
+
+    def enter(inline_below_ms: float | None) -> Any:
+        cm = host.asession(inline_below_ms=inline_below_ms)
+        cleanup.append(lambda: loop.run_until_complete(cm.__aexit__(None, None, None)))
+        return loop.run_until_complete(cm.__aenter__())
+
+    hop, inline = enter(None), enter(worst_case_ms(host, "on_plain_text") + 1)
+    for s, on_loop in ((hop, False), (inline, True)):
+        ran_on: list[str] = []
+        call = s.sync.on_plain_text
+        s.sync.on_plain_text = lambda text, c=call, r=ran_on: (
+            r.append(threading.current_thread().name), c(text))[1]
+        _check("asession", loop.run_until_complete(s.on_plain_text("hi")).value == "hi")
+        s.sync.on_plain_text = call
+        _check(f"asession inline={on_loop}",
+               (ran_on == [threading.current_thread().name]) == on_loop)
+    return [
+        _awaited("layer.asession_1", "await AsyncSession.on_plain_text, 1 plugin (thread)",
+                 loop, lambda: hop.on_plain_text("hi"), b),
+        _awaited("layer.asession_inline_1", "the same, inline (worst case below threshold)",
+                 loop, lambda: inline.on_plain_text("hi"), b),
+        _awaited("layer.to_thread_noop", "await asyncio.to_thread of a no-op (hop floor)",
+                 loop, lambda: asyncio.to_thread(_nothing), b),
+    ]
+
+
+def _nothing() -> None:
+    return None
 
 
 def _hostcall(rt: Runtime, b: Budget) -> list[Item]:

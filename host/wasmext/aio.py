@@ -1,101 +1,108 @@
-"""asyncio: plugin calls run in wasmext's own worker threads, off the event loop.
+"""asyncio: awaited plugin calls never block the event loop for longer than a stated bound.
 
     async with host.asession() as s:
         text = (await s.on_plain_text("hi")).value
 
-Plugins are pooled per call, so concurrent tasks (each in its own thread)
-never share an instance. The workers are a dedicated pool (`wasmext-call-*`):
-a burst of plugin calls never waits behind the application's own
-`to_thread` work in the loop's default executor, nor the other way round.
+Each awaited hook either runs on the event loop itself (inline) or in one of
+wasmext's own worker threads (`wasmext-call-*`, see `wasmext.callpool`), one
+thread hop for the whole chain of plugins of that hook.
 
-`host.asession(inline_below_ms=N)` runs a transform hook (`on_plain_text`,
-`on_llm_output`, `on_input_messages`) on the event loop itself
-when the sum of its plugins' `timeout_ms` is below N: the hook can then block
-the loop for at most N ms, and saves the thread hop (which costs several
-times a cheap hook call). Off (0) by default.
+Inline: a transform hook (`on_plain_text`, `on_llm_output`, `on_input_messages`)
+or a lifecycle event runs on the loop when its worst case is below
+`inline_below_ms` (default `INLINE_BELOW_MS`, 50 ms; 0 turns inline off). The
+worst case of a chain is the sum, over its plugins, of `timeout_ms` plus
+`DEADLINE_SLACK_MS` (10 ms: the wall-clock deadline is checked on 5 ms epoch
+ticks, so a call that spins ends at most two ticks after its timeout). A hook
+with no plugins has a worst case of 0 and costs no hop at all. Fuel does not
+count: how long a unit of fuel takes depends on the machine, and host calls
+use none. A chain with a plugin granted `tools`, `llm` or `agents` never runs
+inline: those ops run application code, which may wait on this very loop.
+
+Otherwise the hook runs in a worker thread, which costs a thread hop (several
+times a cheap hook call, docs/performance.md): pass a larger `inline_below_ms`
+to trade the loop's worst-case latency for that hop, or 0 to keep every
+plugin call off the loop. Plugins are pooled per call, so concurrent tasks
+never share an instance either way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import os
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from wasmext.callpool import call_pool
+from wasmext.hooks.lifecycle import EVENTS
+from wasmext.sandbox.engine import TICK_MS
 from wasmext.session import Session, SessionHost
 
 if TYPE_CHECKING:
+    from wasmext.hooks.context import HookHost
     from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
     from wasmext.hooks.lifecycle import LifecycleResult
     from wasmext.hooks.pipeline import PipelineResult
     from wasmext.hooks.transform import TransformResult
 
-__all__ = ["AsyncSession", "asession"]
+__all__ = ["DEADLINE_SLACK_MS", "INLINE_BELOW_MS", "AsyncSession", "asession",
+           "worst_case_ms"]
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+INLINE_BELOW_MS = 50.0  # half of asyncio's own "slow callback" mark (debug mode, 100 ms)
+DEADLINE_SLACK_MS = 2 * TICK_MS
+# Grants whose ops call back into the application (tools, the llm callable, agents).
+APP_GRANTS = frozenset({"tools", "llm", "agents"})
 
 
-def _executor() -> ThreadPoolExecutor:
-    """The process's pool for plugin calls (threads start on demand, as calls need them)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4),
-                                       thread_name_prefix="wasmext-call")
-        return _pool
+def worst_case_ms(host: HookHost, hook: str) -> float | None:
+    """How long the chain of `hook` may run, at most; None: it may run application code."""
+    total = 0.0
+    plugins = host.plugins
+    for entry in host.ordered(hook):
+        lp = plugins.get(entry.plugin_id)
+        if lp is None:
+            continue
+        plugin = lp.plugin
+        if not APP_GRANTS.isdisjoint(plugin.grants):
+            return None
+        total += plugin.limits.timeout_ms + DEADLINE_SLACK_MS
+    return total
 
 
 class AsyncSession:
     """The async face of a Session: same methods, awaited."""
 
-    def __init__(self, session: Session, inline_below_ms: float = 0.0) -> None:
+    def __init__(self, session: Session, inline_below_ms: float | None = None) -> None:
         self.sync = session
         self.id = session.id
         self.trace = session.trace
-        self.inline_below_ms = inline_below_ms
+        self.inline_below_ms = INLINE_BELOW_MS if inline_below_ms is None else inline_below_ms
 
-    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        call = functools.partial(fn, *args, **kwargs) if kwargs else fn
-        return await asyncio.get_running_loop().run_in_executor(_executor(), call, *(
-            () if kwargs else args))
+    def _run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """`fn(*args)` in a worker thread: one hop, whatever `fn` calls."""
+        return call_pool().submit(asyncio.get_running_loop(), fn, *args)
 
     def _inline(self, hook: str) -> bool:
         """May `hook` run on the loop: is its worst case below the threshold?"""
         if self.inline_below_ms <= 0:
             return False
-        host = self.sync.host
-        worst = 0
-        for entry in host.ordered(hook):
-            lp = host.plugins.get(entry.plugin_id)
-            if lp is None:
-                continue
-            worst += lp.plugin.limits.timeout_ms
-            if worst >= self.inline_below_ms:
-                return False
-        return True
-
-    async def _transform(self, hook: str, fn: Callable[[Any], Any], value: Any) -> Any:
-        if self._inline(hook):
-            return fn(value)
-        return await self._run(fn, value)
+        worst = worst_case_ms(self.sync.host, hook)
+        return worst is not None and worst < self.inline_below_ms
 
     async def on_input_messages(self, messages: Any) -> TransformResult:
-        return await self._transform(  # type: ignore[no-any-return]
-            "on_input_messages", self.sync.on_input_messages, messages)
+        if self._inline("on_input_messages"):
+            return self.sync.on_input_messages(messages)
+        return await self._run(self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
 
     async def on_plain_text(self, text: str) -> TransformResult:
-        return await self._transform(  # type: ignore[no-any-return]
-            "on_plain_text", self.sync.on_plain_text, text)
+        if self._inline("on_plain_text"):
+            return self.sync.on_plain_text(text)
+        return await self._run(self.sync.on_plain_text, text)  # type: ignore[no-any-return]
 
     async def on_llm_output(self, text: str) -> TransformResult:
-        return await self._transform(  # type: ignore[no-any-return]
-            "on_llm_output", self.sync.on_llm_output, text)
+        if self._inline("on_llm_output"):
+            return self.sync.on_llm_output(text)
+        return await self._run(self.sync.on_llm_output, text)  # type: ignore[no-any-return]
 
     async def process_tags(self, text: str) -> str:
         return await self._run(self.sync.process_tags, text)  # type: ignore[no-any-return]
@@ -105,17 +112,21 @@ class AsyncSession:
         return await self._run(self.sync.middleware, kind, data, core)  # type: ignore[no-any-return]
 
     async def lifecycle(self, event: str, **fields: Any) -> LifecycleResult:
-        return await self._run(self.sync.lifecycle, event, **fields)  # type: ignore[no-any-return]
+        if event in EVENTS and self._inline(event):
+            return self.sync.lifecycle(event, **fields)
+        return await self._run(  # type: ignore[no-any-return]
+            lambda: self.sync.lifecycle(event, **fields))
 
     async def pipeline(self, *args: Any, **kwargs: Any) -> PipelineResult:
-        return await self._run(self.sync.pipeline, *args, **kwargs)  # type: ignore[no-any-return]
+        return await self._run(  # type: ignore[no-any-return]
+            lambda: self.sync.pipeline(*args, **kwargs))
 
     async def output_extensions(self, query: str, answer: str
                                 ) -> tuple[str, list[ExtensionResult]]:
         return await self._run(self.sync.output_extensions, query, answer)  # type: ignore[no-any-return]
 
     async def prompt(self, *args: Any, **kwargs: Any) -> Prompt:
-        return await self._run(self.sync.prompt, *args, **kwargs)  # type: ignore[no-any-return]
+        return await self._run(lambda: self.sync.prompt(*args, **kwargs))  # type: ignore[no-any-return]
 
     async def tool_guidance(self, tools: list[str]) -> ToolGuidance:
         return await self._run(self.sync.tool_guidance, tools)  # type: ignore[no-any-return]
@@ -124,10 +135,10 @@ class AsyncSession:
 @asynccontextmanager
 async def asession(host: SessionHost, session_id: str | None = None,
                    state: Mapping[str, Any] | None = None,
-                   inline_below_ms: float = 0.0) -> AsyncIterator[AsyncSession]:
+                   inline_below_ms: float | None = None) -> AsyncIterator[AsyncSession]:
     s = Session(host, session_id or uuid.uuid4().hex, dict(state or {}))
     a = AsyncSession(s, inline_below_ms)
-    await a._run(s.start)
+    await a._run(s.start)  # start and end also touch the state store: always a thread
     try:
         yield a
     finally:

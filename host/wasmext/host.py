@@ -391,10 +391,10 @@ class Host:
         if self._state is not None:
             self._state.end_session(session_id)
 
-    def asession(self, session_id: str | None = None,
-                 state: Mapping[str, Any] | None = None, inline_below_ms: float = 0.0) -> Any:
-        """`async with host.asession() as s:` — plugin calls run off the event loop
-        (transform hooks whose plugins' timeouts sum below `inline_below_ms` run on it)."""
+    def asession(self, session_id: str | None = None, state: Mapping[str, Any] | None = None,
+                 inline_below_ms: float | None = None) -> Any:
+        """`async with host.asession() as s:` — a hook whose worst case (its plugins'
+        timeouts) is below `inline_below_ms` runs on the loop, others off it (wasmext.aio)."""
         from wasmext.aio import asession
 
         return asession(self, session_id, state, inline_below_ms)

@@ -1,4 +1,4 @@
-"""Awaited hooks run in wasmext's own worker pool, or inline below a stated budget."""
+"""Awaited hooks run in wasmext's own worker pool, or inline below a stated worst case."""
 
 from __future__ import annotations
 
@@ -6,16 +6,19 @@ import asyncio
 import threading
 from typing import Any
 
+from wasmext.aio import DEADLINE_SLACK_MS, INLINE_BELOW_MS, worst_case_ms
 from wasmext.testing import guest_wat, make_host
 
 NOOP = guest_wat(hooks=("on_plain_text",), response={"ok": True})
+UNSET = object()
 
 
-def _thread_of_call(host: Any, inline_below_ms: float) -> str:
+def _thread_of_call(host: Any, inline_below_ms: Any = UNSET) -> str:
     seen: list[str] = []
+    options = {} if inline_below_ms is UNSET else {"inline_below_ms": inline_below_ms}
 
     async def main() -> str:
-        async with host.asession(inline_below_ms=inline_below_ms) as s:
+        async with host.asession(**options) as s:
             sync_call = s.sync.on_plain_text
 
             def recorded(text: str) -> Any:
@@ -30,28 +33,66 @@ def _thread_of_call(host: Any, inline_below_ms: float) -> str:
     return "loop" if seen == [loop_thread] else seen[0]
 
 
-def test_calls_run_in_the_dedicated_pool_by_default() -> None:
-    with make_host((NOOP, {"limits": {"timeout_ms": 50}})) as host:
+def test_calls_run_in_the_dedicated_pool_when_inline_is_off() -> None:
+    with make_host((NOOP, {"limits": {"timeout_ms": 5}})) as host:
         assert _thread_of_call(host, 0).startswith("wasmext-call")
 
 
-def test_a_hook_whose_budget_is_below_the_threshold_runs_inline() -> None:
+def test_a_hook_whose_worst_case_is_below_the_threshold_runs_inline() -> None:
     with make_host((NOOP, {"limits": {"timeout_ms": 50}})) as host:
+        assert worst_case_ms(host, "on_plain_text") == 50 + DEADLINE_SLACK_MS
         assert _thread_of_call(host, 100) == "loop"
-        assert _thread_of_call(host, 50).startswith("wasmext-call")  # not below: a thread
+        assert _thread_of_call(host, 50 + DEADLINE_SLACK_MS).startswith("wasmext-call")
 
 
-def test_the_budget_is_the_sum_over_the_chain() -> None:
+def test_inline_is_the_default_for_a_small_budget_and_not_for_the_abi_default() -> None:
+    small = INLINE_BELOW_MS - DEADLINE_SLACK_MS - 1
+    with make_host((NOOP, {"limits": {"timeout_ms": int(small)}})) as host:
+        assert _thread_of_call(host) == "loop"
+    with make_host(NOOP) as host:  # timeout_ms 1000: far above the default threshold
+        assert _thread_of_call(host).startswith("wasmext-call")
+
+
+def test_the_worst_case_is_the_sum_over_the_chain_with_each_plugins_slack() -> None:
     with make_host((NOOP, {"limits": {"timeout_ms": 40}}),
                    (NOOP, {"limits": {"timeout_ms": 40}})) as host:
-        assert _thread_of_call(host, 60).startswith("wasmext-call")
-        assert _thread_of_call(host, 81) == "loop"
+        worst = 2 * (40 + DEADLINE_SLACK_MS)
+        assert worst_case_ms(host, "on_plain_text") == worst
+        assert _thread_of_call(host, worst).startswith("wasmext-call")
+        assert _thread_of_call(host, worst + 1) == "loop"
+
+
+def test_a_plugin_that_may_run_application_code_never_runs_inline() -> None:
+    with make_host((NOOP, {"limits": {"timeout_ms": 5}, "grants": ["tools"]})) as host:
+        assert worst_case_ms(host, "on_plain_text") is None
+        assert _thread_of_call(host, 10_000).startswith("wasmext-call")
+
+
+def test_a_lifecycle_event_without_plugins_costs_no_thread_hop() -> None:
+    with make_host(NOOP) as host:
+        seen: list[str] = []
+
+        async def main() -> tuple[str, bool]:
+            async with host.asession() as s:
+                sync_call = s.sync.lifecycle
+
+                def recorded(event: str, **fields: Any) -> Any:
+                    seen.append(threading.current_thread().name)
+                    return sync_call(event, **fields)
+
+                s.sync.lifecycle = recorded  # type: ignore[method-assign]
+                result = await s.lifecycle("before_tool", tool_name="calc", args={})
+                s.sync.lifecycle = sync_call  # type: ignore[method-assign]
+            return threading.current_thread().name, result.proceed
+
+        loop_thread, proceed = asyncio.run(main())
+        assert proceed and seen == [loop_thread]
 
 
 def test_other_methods_take_keyword_arguments_through_the_pool() -> None:
     with make_host(guest_wat(hooks=("before_tool",), response={"ok": True})) as host:
         async def main() -> Any:
-            async with host.asession(inline_below_ms=10_000) as s:
+            async with host.asession(inline_below_ms=0) as s:
                 return await s.lifecycle("before_tool", tool_name="calc", args={})
 
         assert asyncio.run(main()).proceed

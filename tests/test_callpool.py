@@ -1,0 +1,80 @@
+"""The worker pool of awaited calls: answers, errors, reuse, concurrency, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from wasmext.callpool import CallPool, call_pool
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_a_call_answers_on_a_named_worker_and_sequential_calls_reuse_it() -> None:
+    pool = CallPool(4, name="test-pool")
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        return [await pool.submit(loop, lambda: threading.current_thread().name)
+                for _ in range(50)]
+
+    names = _run(main())
+    assert set(names) == {"test-pool-0"} and pool.threads == 1
+
+
+def test_an_error_reaches_the_awaiting_task_and_the_worker_carries_on() -> None:
+    pool = CallPool(1)
+
+    def fail(message: str) -> None:
+        raise LookupError(message)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(LookupError, match="no such thing"):
+            await pool.submit(loop, fail, "no such thing")
+        return await pool.submit(loop, int, "7")  # type: ignore[no-any-return]
+
+    assert _run(main()) == 7
+
+
+def test_concurrent_calls_run_at_once_up_to_the_cap_and_beyond_it_wait() -> None:
+    pool = CallPool(3)
+    barrier = threading.Barrier(3, timeout=10)  # breaks unless 3 calls run at the same time
+
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        futures = [pool.submit(loop, barrier.wait) for _ in range(3)]
+        futures.append(pool.submit(loop, lambda: 42))  # queued until a worker is free
+        return await asyncio.gather(*futures)
+
+    assert sorted(_run(main())) == [0, 1, 2, 42] and pool.threads == 3
+
+
+def test_a_cancelled_await_drops_the_answer_and_the_pool_stays_usable() -> None:
+    pool = CallPool(1)
+    release = threading.Event()
+    errors: list[Any] = []
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        task = asyncio.ensure_future(pool.submit(loop, release.wait, 10))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await pool.submit(loop, str, "after")  # type: ignore[no-any-return]
+
+    assert _run(main()) == "after" and errors == []
+
+
+def test_the_process_pool_is_made_once_and_refuses_no_workers() -> None:
+    assert call_pool() is call_pool()
+    with pytest.raises(ValueError, match="at least one worker"):
+        CallPool(0)
