@@ -364,7 +364,7 @@ class Host:
                                   f"{reason}", cause=err, plugin_id=lp.id,
                                   hook=entry.hook) from err
             return None, f"{reason}: {err.message}"
-        self.observe.metrics.record_callback(lp.id, entry.hook, "ok",
+        self.observe.metrics.record_callback(entry.plugin_id, entry.hook, "ok",
                                              time.perf_counter() - started, result.fuel)
         lp.backoff_s = 0.5
         if trace is not None:

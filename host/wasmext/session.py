@@ -53,6 +53,9 @@ class TraceEvent:
 _HOOK_NAMES: dict[str, str] = {}  # hook name -> its cleaned form (a few names, many events)
 
 
+_now = time.time
+
+
 def _hook_name(hook: str) -> str:
     cleaned = _HOOK_NAMES.get(hook)
     if cleaned is None:
@@ -63,20 +66,37 @@ def _hook_name(hook: str) -> str:
 
 
 class Trace:
-    """The ordered record of a session, for `wasmext run` and for debugging."""
+    """The ordered record of a session, for `wasmext run` and for debugging.
+
+    A note is kept as a plain tuple and becomes a `TraceEvent` when `events` is
+    read: every plugin call adds one, and a frozen dataclass costs a hook call
+    several times what a tuple does.
+    """
 
     def __init__(self, limit: int = 10_000) -> None:
-        self.events: list[TraceEvent] = []
         self.limit = limit
+        self._notes: list[tuple[str, str | None, str, str | None, float]] = []
+        self._events: list[TraceEvent] = []
+
+    @property
+    def events(self) -> list[TraceEvent]:
+        """Every note so far, oldest first (at most `limit`)."""
+        notes, events = self._notes, self._events
+        if len(events) < len(notes):
+            events.extend(TraceEvent(*note) for note in notes[len(events):])
+        return events
 
     def add(self, entry: Entry, outcome: str, detail: str | None) -> None:
-        self.note(entry.hook, outcome, detail, entry.plugin_id)
+        notes = self._notes
+        if len(notes) < self.limit:  # a detail may quote a plugin: one inert line
+            notes.append((_hook_name(entry.hook), entry.plugin_id, outcome,
+                          None if detail is None else clean(detail), _now()))
 
     def note(self, hook: str, outcome: str, detail: str | None = None,
              plugin_id: str | None = None) -> None:
-        if len(self.events) < self.limit:  # a detail may quote a plugin: one inert line
-            self.events.append(TraceEvent(_hook_name(hook), plugin_id, outcome,
-                                          None if detail is None else clean(detail)))
+        if len(self._notes) < self.limit:
+            self._notes.append((_hook_name(hook), plugin_id, outcome,
+                                None if detail is None else clean(detail), _now()))
 
 
 class Session:

@@ -172,7 +172,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._plugins: dict[str, _Plugin] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
-        self._bound: dict[tuple[str, str, str], CallCell] = {}
+        self._bound: dict[tuple[str, str, str], tuple[_Plugin, CallCell]] = {}
         self.registrations = self._counter("extension.registration.total")
         # Hook calls: counted in plain integers, exposed on scrape (observe.callstats).
         self._calls = CallStats(DURATION_BUCKETS_MS, {k: v[2] for k, v in METRICS.items()},
@@ -229,31 +229,35 @@ class Metrics:
     def record_callback(self, plugin_id: str, hook: str, outcome: str, duration_s: float,
                         fuel: int | None = None) -> None:
         """One hook call: its duration in seconds and the fuel it consumed."""
-        ms = max(0.0, duration_s) * 1000.0
+        ms = duration_s * 1000.0 if duration_s > 0 else 0.0
+        fuel = fuel if fuel is not None and fuel > 0 else 0
         with self._lock:
-            stats = self._plugin(plugin_id)
+            bound = self._bound.get((plugin_id, hook, outcome))
+            stats, cell = bound if bound is not None else \
+                self._bind_callback(plugin_id, hook, outcome)
             stats.calls += 1
             if outcome in FAULT_OUTCOMES:
                 stats.faults += 1
-            stats.fuel += max(0, fuel or 0)
-            self._sample(stats, ms)
-            cell = self._bound.get((plugin_id, hook, outcome))
-            if cell is None:
-                cell = self._bind_callback(plugin_id, hook, outcome)
-            self._calls.record(cell, ms, fuel or 0)
+            stats.fuel += fuel
+            if len(stats.reservoir) < self.reservoir_size:
+                stats.reservoir.append(ms)
+            else:
+                self._sample(stats, ms)
+            self._calls.record(cell, ms, fuel)
 
-    def _bind_callback(self, plugin_id: str, hook: str, outcome: str) -> CallCell:
-        """The series of one (plugin, hook, outcome), bound once (lock held).
+    def _bind_callback(self, plugin_id: str, hook: str, outcome: str
+                       ) -> tuple[_Plugin, CallCell]:
+        """The summary and series of one (plugin, hook, outcome), bound once (lock held).
 
         Cells are kept only for values under the label cap, so the table stays
         bounded however many hook names or outcomes a plugin makes up.
         """
         hook_label = self._label("hook", plugin_id, hook)
         outcome_label = self._label("outcome", plugin_id, outcome)
-        cell = self._calls.cell(plugin_id, hook_label, outcome_label)
+        bound = (self._plugin(plugin_id), self._calls.cell(plugin_id, hook_label, outcome_label))
         if hook_label == hook and outcome_label == outcome:
-            self._bound[(plugin_id, hook, outcome)] = cell
-        return cell
+            self._bound[(plugin_id, hook, outcome)] = bound
+        return bound
 
     def _sample(self, stats: _Plugin, ms: float) -> None:
         """Reservoir sampling (algorithm R): a uniform sample of every call so far."""

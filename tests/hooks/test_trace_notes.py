@@ -1,0 +1,29 @@
+"""A session trace keeps notes cheaply and gives them back as TraceEvents, in order."""
+
+from __future__ import annotations
+
+import time
+
+from wasmext import Trace, TraceEvent
+from wasmext.hooks.ordering import Entry
+
+
+def test_notes_become_events_in_order_up_to_the_limit_and_stay_the_same_objects() -> None:
+    trace = Trace(limit=3)
+    entry = Entry("p1", "on_plain_text", 50, "explicit", 0, 0)
+    before = time.time()
+    trace.add(entry, "changed", None)
+    trace.note("on_llm_output", "failed", "bad\x1b[31m value\nsecond line", "p2")
+    added = time.time()
+    first = trace.events
+    assert first == [
+        TraceEvent("on_plain_text", "p1", "changed", None, first[0].time),
+        TraceEvent("on_llm_output", "p2", "failed", first[1].detail, first[1].time)]
+    assert before <= first[0].time <= first[1].time <= added  # when noted, not when read
+    assert "\x1b" not in (first[1].detail or "") and "\n" not in (first[1].detail or "")
+    trace.add(entry, "stop", None)
+    trace.add(entry, "unchanged", None)  # over the limit: dropped
+    again = trace.events
+    assert again is first and [e.outcome for e in again] == ["changed", "failed", "stop"]
+    assert again[2].as_dict() == {"hook": "on_plain_text", "plugin": "p1", "outcome": "stop",
+                                  "detail": None}
