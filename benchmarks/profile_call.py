@@ -13,7 +13,9 @@ the stage table for the numbers). Read-only: nothing in the host is changed.
 
 `--session` does the same one layer up: `Session.on_plain_text` through a
 Host with one no-op plugin, taken apart into what the host adds around
-`Plugin.call` (ordering, metrics, trace, the transform result).
+`Plugin.call` (ordering, metrics, trace, the transform result); then the
+same hook awaited through `host.asession()`, inline and in a worker thread,
+beside what the event loop and a thread hop cost on their own.
 """
 
 from __future__ import annotations
@@ -127,10 +129,16 @@ def stages(plugin: Any, inst: PluginInstance) -> tuple[list[tuple[str, Callable[
     return result, skipped
 
 
-def session_stages() -> tuple[list[tuple[str, Callable[[], Any]]], Any]:
-    """The host layer around Plugin.call, stage by stage, on a Host with one no-op plugin."""
+def session_stages() -> tuple[list[tuple[str, Callable[[], Any]]], Callable[[], None]]:
+    """The host layer around Plugin.call, stage by stage, on a Host with one no-op plugin;
+    then the same hook awaited, and what an await costs without any hook."""
+    import asyncio
+
+    from wasmext.aio import worst_case_ms
+    from wasmext.callpool import call_pool
     from wasmext.hooks.ordering import Entry
     from wasmext.hooks.transform import TransformResult
+    from wasmext.session import Trace
     from wasmext.testing import guest_wat, make_host
 
     host = make_host((guest_wat(hooks=("on_plain_text",), response={"ok": True}),
@@ -140,7 +148,25 @@ def session_stages() -> tuple[list[tuple[str, Callable[[], Any]]], Any]:
     meta = {"session": session.id}
     entry = host.ordered("on_plain_text")[0]
     metrics = host.observe.metrics
+    trace = Trace(limit=1 << 62)  # its own: the session's stops taking notes at its limit
     assert session.on_plain_text("hi").value == "hi" and isinstance(entry, Entry)
+    loop = asyncio.new_event_loop()
+    sessions, exits = [], []
+    for inline_below_ms in (0, worst_case_ms(host, "on_plain_text") + 1):  # thread, inline
+        cm = host.asession(inline_below_ms=inline_below_ms)
+        sessions.append(loop.run_until_complete(cm.__aenter__()))
+        exits.append(cm)
+    hop, inline = sessions
+
+    def close() -> None:
+        for cm in exits:
+            loop.run_until_complete(cm.__aexit__(None, None, None))
+        loop.close()
+        host.close()
+
+    async def nothing() -> None:
+        return None
+
     named: list[tuple[str, Callable[[], Any]]] = [
         ("Session.on_plain_text (whole)", lambda: session.on_plain_text("hi")),
         ("  host.call(entry) (policy, timing, metrics, trace)",
@@ -148,12 +174,33 @@ def session_stages() -> tuple[list[tuple[str, Callable[[], Any]]], Any]:
         ("    Plugin.call (the sandbox)", lambda: plugin.call("on_plain_text", "hi", meta)),
         ("    metrics.record_callback", lambda: metrics.record_callback(
             "noop", "on_plain_text", "ok", 1e-5, 100)),
-        ("    trace.add", lambda: session.trace.add(entry, "unchanged", None)),
+        ("    trace.add", lambda: trace.add(entry, "unchanged", None)),
         ("  host.ordered(hook)", lambda: host.ordered("on_plain_text")),
         ("  TransformResult(...)", lambda: TransformResult("hi", "hi")),
+        ("awaited, inline (run_until_complete of it)",
+         lambda: loop.run_until_complete(inline.on_plain_text("hi"))),
+        ("  run_until_complete of a no-op coroutine", lambda: loop.run_until_complete(nothing())),
+        ("  worst_case_ms(hook) (the inline check)",
+         lambda: worst_case_ms(host, "on_plain_text")),
+        ("awaited, in a worker thread (run_until_complete of it)",
+         lambda: loop.run_until_complete(hop.on_plain_text("hi"))),
+        ("  call pool hop of a no-op", lambda: loop.run_until_complete(
+            _in_loop(lambda: call_pool().submit(loop, _nothing)))),
+        ("  asyncio.to_thread of a no-op", lambda: loop.run_until_complete(
+            asyncio.to_thread(_nothing))),
     ]
     session.trace.limit = 0  # the stages above would otherwise fill the trace
-    return named, host
+    for s in sessions:
+        s.trace.limit = 0
+    return named, close
+
+
+def _nothing() -> None:
+    return None
+
+
+async def _in_loop(make: Callable[[], Any]) -> Any:
+    return await make()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def profile_session(args: argparse.Namespace) -> int:
-    named, host = session_stages()
+    named, close = session_stages()
     try:
         cases = [Case(f"stage{i}", name, "stage", fn, args.iters, min(2_000, args.iters))
                  for i, (name, fn) in enumerate(named)]
@@ -220,7 +267,7 @@ def profile_session(args: argparse.Namespace) -> int:
             print()
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
     finally:
-        host.close()
+        close()
     return 0
 
 
