@@ -136,6 +136,13 @@ class AsyncSession:
 async def asession(host: SessionHost, session_id: str | None = None,
                    state: Mapping[str, Any] | None = None,
                    inline_below_ms: float | None = None) -> AsyncIterator[AsyncSession]:
+    """A session whose hooks are awaited (`session_start` on entry, `session_end` on exit).
+
+    `inline_below_ms` (default `INLINE_BELOW_MS`, 50 ms) bounds how long one
+    awaited hook may block the event loop: a transform hook or lifecycle event
+    whose `worst_case_ms` is below it runs on the loop, anything else in a
+    worker thread (one hop per hook); 0 keeps every plugin call off the loop.
+    """
     s = Session(host, session_id or uuid.uuid4().hex, dict(state or {}))
     a = AsyncSession(s, inline_below_ms)
     await a._run(s.start)  # start and end also touch the state store: always a thread
