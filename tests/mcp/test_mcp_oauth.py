@@ -303,3 +303,43 @@ def test_stdio_servers_take_no_oauth() -> None:
 
     with pytest.raises(ConfigError, match="oauth is only for sse and http servers"):
         ServerSpec("calc", "stdio", command="python", oauth=OAuthSettings())
+
+
+def docs_oauth_example() -> str:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
+    section = text[text.index("### OAuth for sse and http servers"):]
+    start = section.index("```toml\n") + 8
+    return section[start:section.index("\n```", start)]
+
+
+def test_the_docs_example_runs(registry: ToolRegistry, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    example = docs_oauth_example()
+    monkeypatch.setenv("ROBOT_CLIENT_ID", "robot-1")
+    monkeypatch.setenv("ROBOT_CLIENT_SECRET", "robot-secret-0123")
+    with oauth_mcp("http") as (notes_url, provider), \
+            client_credentials_mcp("robot-1", "robot-secret-0123") as (robot_url, issuer, grantor):
+        live = (example.replace("https://notes.example.com/mcp", notes_url)
+                .replace("33418", str(free_port()))
+                .replace("https://robot.example.com/mcp", robot_url)
+                .replace("https://auth.example.com", issuer))
+        assert live.count("127.0.0.1") >= 3  # every address was replaced
+        config = tmp_path / "wasmext.toml"
+        config.write_text(f"[host]\ndata_dir = \"{tmp_path / 'data'}\"\n{live}")
+        specs = [ServerSpec.from_config(c) for c in load_config(config).mcp_servers]
+        assert [(s.name, s.oauth and s.oauth.grant) for s in specs] == \
+            [("notes", "authorization_code"), ("robot", "client_credentials")]
+        operator = Operator()
+        clients = McpClients(registry)
+        clients.oauth_dir, clients.authorize_prompt = tmp_path / "data" / "mcp-oauth", operator
+        clients.start(specs)
+        try:
+            for name in ("notes", "robot"):
+                assert clients.status(name) == "connected", clients.status(name)
+                assert registry.execute(f"{name}__add", {"a": 1, "b": 2})["status"] == "ok"
+        finally:
+            clients.stop()
+        assert [s for s, _, _ in operator.seen] == ["notes"]
+        assert provider.authorizations == 1 and grantor.grants == 1
+        assert sorted(p.name for p in (tmp_path / "data" / "mcp-oauth").iterdir()) == \
+            ["notes.json", "robot.json"]
