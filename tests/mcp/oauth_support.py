@@ -193,7 +193,8 @@ class Credentials(TokenVerifier):
         expected = base64.b64encode(f"{self.client_id}:{self.client_secret}".encode()).decode()
         if form.get("grant_type") != "client_credentials" or \
                 not secrets.compare_digest(basic, expected):
-            return JSONResponse({"error": "invalid_client"}, status_code=401)
+            return Response("\x1b]8;;http://evil\x07wrong secret\u202e\n" * 50,
+                            status_code=401, media_type="text/plain")  # hostile words
         self.grants += 1
         token = secrets.token_urlsafe(16)
         self.issued[token] = AccessToken(token=token, client_id=self.client_id, scopes=[SCOPE])

@@ -200,8 +200,10 @@ def test_the_code_pasted_on_stdin(registry: ToolRegistry, tmp_path: Path,
         assert provider.authorizations == 1
 
 
-def test_client_credentials_from_env_through_the_config(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_client_credentials_from_env_through_the_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("ROBOT_ID", "robot-7")
     monkeypatch.setenv("ROBOT_SECRET", "s3cret-value-0123")
     with client_credentials_mcp("robot-7", "s3cret-value-0123") as (url, issuer, grantor):
@@ -232,14 +234,18 @@ scopes = ["{SCOPE}"]
         token_file = tmp_path / "data" / "mcp-oauth" / "robot.json"
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
 
-        monkeypatch.setenv("ROBOT_SECRET", "wrong")
+        monkeypatch.setenv("ROBOT_SECRET", "not-the-secret")
         token_file.unlink()
         with make_host(config=load_config(config)) as host:
             clients = host.start_mcp()
             assert clients is not None
             status = clients.status("robot")
             assert status.startswith("unavailable: ") and "robot" in status, status
-            assert "wrong" not in status and "s3cret" not in status
+            assert "not-the-secret" not in status and "s3cret" not in status
+            assert "\x1b" not in status and "\u202e" not in status and len(status) < 400
+        logged = caplog.text
+        assert "wrong secret" in logged  # the SDK logged the server's words, cleaned:
+        assert "\x1b" not in logged and "\u202e" not in logged and "\x07" not in logged
 
 
 def test_hostile_authorization_server_words_are_cleaned_and_bounded(

@@ -18,6 +18,7 @@ loopback `redirect_uri`, or from the address pasted on stdin (`callback = "stdin
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import sys
 import threading
@@ -164,8 +165,28 @@ class _CodeFlow:
                 await anyio.to_thread.run_sync(listener.close)
 
 
+class _CleanRecords(logging.Filter):
+    """The SDK logs the authorization server's words (a token endpoint's error body, in an
+    exception's text): each record becomes one cleaned line, its traceback folded in."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text = f"{text}: {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        record.msg, record.args, record.exc_info, record.exc_text = clean(text), (), None, None
+        return True
+
+
+_SDK_LOGGERS = ("mcp.client.auth.oauth2", "mcp.client.auth.utils",
+                "mcp.client.auth.extensions.client_credentials")
+
+
 def build_auth(spec: ServerSpec, folder: Path, prompt: Prompt | None = None) -> httpx2.Auth:
     """The SDK's OAuth provider for `spec` (which has an `oauth` table)."""
+    for name in _SDK_LOGGERS:
+        sdk_log = logging.getLogger(name)
+        if not any(isinstance(f, _CleanRecords) for f in sdk_log.filters):
+            sdk_log.addFilter(_CleanRecords())
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientMetadata
 
