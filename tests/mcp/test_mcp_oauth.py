@@ -349,3 +349,28 @@ def test_the_docs_example_runs(registry: ToolRegistry, tmp_path: Path,
         assert provider.authorizations == 1 and grantor.grants == 1
         assert sorted(p.name for p in (tmp_path / "data" / "mcp-oauth").iterdir()) == \
             ["notes.json", "robot.json"]
+
+
+def test_a_stray_callback_without_the_state_is_refused(registry: ToolRegistry,
+                                                       tmp_path: Path) -> None:
+    port = free_port()
+    stray: list[int] = []
+
+    def race(server: str, url: str, callback: str) -> None:
+        try:  # another local process answers first, with a code of its own
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/callback?code=evil&state=guess",
+                                   timeout=5)
+        except urllib.error.HTTPError as refused:
+            stray.append(refused.code)
+        Operator()(server, url, callback)
+
+    with oauth_mcp("http") as (url, provider):
+        spec = ServerSpec("guarded", "http", url=url, oauth=code_flow(port))
+        clients = McpClients(registry)
+        clients.oauth_dir, clients.authorize_prompt = tmp_path, race
+        clients.start([spec])
+        try:
+            assert clients.status("guarded") == "connected", clients.status("guarded")
+        finally:
+            clients.stop()
+    assert stray == [400] and provider.authorizations == 1

@@ -75,9 +75,11 @@ def authorization_code_from(address: str) -> AuthorizationCodeResult:
 
 
 class _Listener:
-    """A one-shot HTTP listener on the loopback redirect URI, in a thread."""
+    """A one-shot HTTP listener on the loopback redirect URI, in a thread: it takes the
+    first request that carries the `state` of the authorization request (another local
+    process cannot end the flow with a request of its own)."""
 
-    def __init__(self, redirect_uri: str) -> None:
+    def __init__(self, redirect_uri: str, state: str | None) -> None:
         address = loopback_address(redirect_uri)
         assert address is not None  # checked with the config
         self.path = urlsplit(redirect_uri).path or "/"
@@ -86,8 +88,12 @@ class _Listener:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if urlsplit(self.path).path != listener.path:
+                parts = urlsplit(self.path)
+                if parts.path != listener.path:
                     self.send_error(404)
+                    return
+                if state is not None and parse_qs(parts.query).get("state") != [state]:
+                    self.send_error(400, "not the answer wasmext waits for")
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -132,7 +138,8 @@ class _CodeFlow:
     async def redirect(self, url: str) -> None:
         if self.settings.callback == "loopback":
             try:
-                self.listener = _Listener(self.settings.redirect_uri)
+                state = parse_qs(urlsplit(url).query).get("state", [None])[0]
+                self.listener = _Listener(self.settings.redirect_uri, state)
             except McpAuthError as err:
                 raise McpAuthError(f"mcp server {self.server}: {err.message}") from None
         try:  # the address is the authorization server's choice: cleaned
@@ -147,7 +154,7 @@ class _CodeFlow:
             with anyio.fail_after(limit):
                 if self.listener is not None:
                     return authorization_code_from(await self.listener.answer)
-                line = await anyio.to_thread.run_sync(sys.stdin.readline,
+                line = await anyio.to_thread.run_sync(sys.stdin.readline, URL_CAP * 4,
                                                       abandon_on_cancel=True)
                 return authorization_code_from(line)
         except TimeoutError:
