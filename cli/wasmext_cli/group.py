@@ -1,7 +1,7 @@
 """The `wasmext` command group: whatever a command raises reaches the user as one line.
 
-Every command of the group, also those other modules add with
-`main.add_command(...)` and those of nested groups, runs inside
+Every command of the group, each one `wasmext_cli.main.COMMANDS` names and
+those of nested groups, runs inside
 `WasmextGroup.invoke`, so no traceback is ever printed: a WasmextError prints
 its one-line description, an OS or network error (a model endpoint that
 refuses the connection, an unreadable file) its message, anything else its
