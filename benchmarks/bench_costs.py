@@ -67,7 +67,9 @@ COST_TARGETS = [
     CostTarget("asession", "awaited hook (asession) vs sync session", "layer.session_1",
                "layer.asession_1", 3.0),
     CostTarget("asession_hop", "awaited hook (thread) vs bare asyncio.to_thread",
-               "layer.to_thread_noop", "layer.asession_1", 1.0),
+               "layer.to_thread_noop", "layer.asession_1", 1.5),
+    CostTarget("call_pool", "call pool hop of a no-op vs asyncio.to_thread",
+               "layer.to_thread_noop", "layer.call_pool_noop", 0.75),
     CostTarget("asession_inline", "awaited hook, inline below budget, vs sync",
                "layer.session_1", "layer.asession_inline_1", 1.5),
 ]
