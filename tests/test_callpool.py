@@ -78,3 +78,22 @@ def test_the_process_pool_is_made_once_and_refuses_no_workers() -> None:
     assert call_pool() is call_pool()
     with pytest.raises(ValueError, match="at least one worker"):
         CallPool(0)
+
+
+def test_a_call_cancelled_while_queued_never_starts() -> None:
+    pool = CallPool(1)
+    release = threading.Event()
+    started: list[str] = []
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        busy = pool.submit(loop, release.wait, 10)  # holds the only worker
+        queued = asyncio.ensure_future(pool.submit(loop, started.append, "queued"))
+        await asyncio.sleep(0.01)
+        queued.cancel()
+        await asyncio.sleep(0)
+        release.set()
+        await busy
+        return await pool.submit(loop, str, "after")  # type: ignore[no-any-return]
+
+    assert _run(main()) == "after" and started == [] and pool.threads == 1

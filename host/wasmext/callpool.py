@@ -14,9 +14,10 @@ Threads start on demand, up to `min(32, cpu + 4)` (the ThreadPoolExecutor
 rule), and wait on one queue. A worker counts itself idle before it hands its
 answer back, so a task that awaits one call after another reuses the same
 thread. Workers are daemons: nothing waits for a plugin call after the
-program's event loop is gone. As with `run_in_executor`, a cancelled await
-does not stop a call already running (each call is bounded by its plugin's
-timeout); its answer is dropped.
+program's event loop is gone. As with `run_in_executor`, a call whose await
+was cancelled while it waited in the queue never starts, and a cancelled
+await does not stop a call already running (each call is bounded by its
+plugin's timeout); its answer is dropped.
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ class CallPool:
         get, lock = self._jobs.get, self._lock
         while True:
             loop, future, fn, args = get()
+            if future.cancelled():  # given up while queued: never started, as an executor's
+                with lock:
+                    self._idle += 1
+                continue
             try:
                 value, error = fn(*args), None
             except BaseException as exc:  # the awaiting task gets it, whatever it is
