@@ -145,8 +145,11 @@ async def asession(host: SessionHost, session_id: str | None = None,
     """
     s = Session(host, session_id or uuid.uuid4().hex, dict(state or {}))
     a = AsyncSession(s, inline_below_ms)
-    await a._run(s.start)  # start and end also touch the state store: always a thread
+    if a._inline("session_start"):  # plugins, and an event queued for the bus
+        s.start()
+    else:
+        await a._run(s.start)
     try:
         yield a
     finally:
-        await a._run(s.end)
+        await a._run(s.end)  # the state store drops the session's state: its I/O is off the loop

@@ -6,6 +6,8 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 from wasmext.aio import DEADLINE_SLACK_MS, INLINE_BELOW_MS, worst_case_ms
 from wasmext.testing import guest_wat, make_host
 
@@ -96,3 +98,31 @@ def test_other_methods_take_keyword_arguments_through_the_pool() -> None:
                 return await s.lifecycle("before_tool", tool_name="calc", args={})
 
         assert asyncio.run(main()).proceed
+
+
+def test_a_session_starts_on_the_loop_when_its_start_hook_is_inline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from wasmext.session import Session
+
+    seen: list[str] = []
+    start = Session.start
+
+    def recorded(self: Session) -> Any:
+        seen.append(threading.current_thread().name)
+        return start(self)
+
+    monkeypatch.setattr(Session, "start", recorded)
+    listens = guest_wat(hooks=("session_start",), response={"ok": True})
+
+    async def main(host: Any) -> str:
+        async with host.asession():
+            pass
+        return threading.current_thread().name
+
+    with make_host(NOOP) as host:  # no session_start plugin: a worst case of 0
+        loop_thread = asyncio.run(main(host))
+        assert seen == [loop_thread]
+    seen.clear()
+    with make_host(listens) as host:  # its 1000 ms budget: a worker thread
+        asyncio.run(main(host))
+        assert seen[0].startswith("wasmext-call")
