@@ -13,10 +13,12 @@ or a lifecycle event runs on the loop when its worst case is below
 worst case of a chain is the sum, over its plugins, of `timeout_ms` plus
 `DEADLINE_SLACK_MS` (10 ms: the wall-clock deadline is checked on 5 ms epoch
 ticks, so a call that spins ends at most two ticks after its timeout). A hook
-with no plugins has a worst case of 0 and costs no hop at all. Fuel does not
-count: how long a unit of fuel takes depends on the machine, and host calls
-use none. A chain with a plugin granted `tools`, `llm` or `agents` never runs
-inline: those ops run application code, which may wait on this very loop.
+with no plugins has a worst case of 0 and costs no hop at all (entering a
+session runs `session_start` the same way; leaving it always takes a thread,
+for the state store's I/O). Fuel does not count: how long a unit of fuel
+takes depends on the machine, and host calls use none. A chain with a
+plugin granted `tools`, `llm` or `agents` never runs inline: those ops run
+application code, which may wait on this very loop.
 
 Otherwise the hook runs in a worker thread, which costs a thread hop (several
 times a cheap hook call, docs/performance.md): pass a larger `inline_below_ms`
