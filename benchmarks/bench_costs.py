@@ -69,7 +69,7 @@ COST_TARGETS = [
     CostTarget("asession_hop", "awaited hook (thread) vs bare asyncio.to_thread",
                "layer.to_thread_noop", "layer.asession_1", 1.5),
     CostTarget("call_pool", "call pool hop of a no-op vs asyncio.to_thread",
-               "layer.to_thread_noop", "layer.call_pool_noop", 0.75),
+               "layer.to_thread_noop", "layer.call_pool_noop", 0.8),
     CostTarget("asession_inline", "awaited hook, inline below budget, vs sync",
                "layer.session_1", "layer.asession_inline_1", 1.5),
 ]
