@@ -5,6 +5,7 @@ Sessions are cheap and independent; several may run at once on one Host.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -77,13 +78,15 @@ class Trace:
         self.limit = limit
         self._notes: list[tuple[str, str | None, str, str | None, float]] = []
         self._events: list[TraceEvent] = []
+        self._reading = threading.Lock()  # two readers never make the same event twice
 
     @property
     def events(self) -> list[TraceEvent]:
         """Every note so far, oldest first (at most `limit`)."""
         notes, events = self._notes, self._events
         if len(events) < len(notes):
-            events.extend(TraceEvent(*note) for note in notes[len(events):])
+            with self._reading:
+                events.extend(TraceEvent(*note) for note in notes[len(events):len(notes)])
         return events
 
     def add(self, entry: Entry, outcome: str, detail: str | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from wasmext import Trace, TraceEvent
@@ -27,3 +28,23 @@ def test_notes_become_events_in_order_up_to_the_limit_and_stay_the_same_objects(
     assert again is first and [e.outcome for e in again] == ["changed", "failed", "stop"]
     assert again[2].as_dict() == {"hook": "on_plain_text", "plugin": "p1", "outcome": "stop",
                                   "detail": None}
+
+
+def test_readers_on_several_threads_get_each_event_once() -> None:
+    trace = Trace(limit=50_000)
+    entry = Entry("p1", "on_plain_text", 50, "explicit", 0, 0)
+    for _ in range(20_000):
+        trace.add(entry, "unchanged", None)
+    start = threading.Barrier(4)
+    seen: list[int] = []
+
+    def read() -> None:
+        start.wait(10)
+        seen.append(len(trace.events))
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen == [20_000] * 4 and len({id(e) for e in trace.events}) == 20_000
