@@ -9,13 +9,17 @@ reaches a guest that spins inside one function (`loop br 0`) at the old
 deadline: the cancelled call ran on until its own time-out.
 
 A watched store's deadline is one epoch tick away instead, and wasmtime calls
-`_on_deadline` each time the epoch reaches it (every `TICK_MS` while a guest
-runs; never between calls). The callback reads the call tree's deadline (the
-innermost frame on this thread is the running guest's): passed, the call ends
-with the guest's `Timeout`, or `Cancelled` when its call scope was cancelled
-(faults.timeout decides); otherwise the deadline moves one tick on. A call that
-takes less than a tick rarely meets a tick; one that meets one pays a callback
-(microseconds) per tick.
+`_on_deadline` when the epoch reaches it (never between calls). The callback
+reads the call tree's deadline (the innermost frame on this thread is the
+running guest's): passed, the call ends with the guest's `Timeout`, or
+`Cancelled` when its call scope was cancelled (faults.timeout decides).
+Otherwise the deadline moves on: to the call's own deadline when nothing can
+cancel the call, or `CANCEL_CHECK_TICKS` on when a call scope is bound to the
+thread (an MCP `tools/call`), so that a cancel is seen within that many ticks.
+The callback needs the GIL: a long call pays a few microseconds per check,
+and up to the interpreter's switch interval while a busy Python thread holds
+the GIL; so calls that cannot be cancelled are checked only at their deadline
+(and once at their first tick), and cancellable ones every 20 ms, not every tick.
 
 The store callback is a private C-API symbol of wasmtime-py (as in fastcall and
 hosttramp) with no public counterpart: when it is missing or `fastcall` does
@@ -30,17 +34,20 @@ import contextlib
 import ctypes
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import wasmtime
 
-from wasmext.sandbox import calltree, fastcall
+from wasmext.sandbox import callscope, calltree, fastcall
+from wasmext.sandbox.engine import TICK_MS, SharedEngine
 
 log = logging.getLogger("wasmext.sandbox.watchdog")
 
-__all__ = ["CHECK_TICKS", "WATCHDOG", "watch"]
+__all__ = ["CANCEL_CHECK_TICKS", "WATCHDOG", "unwatched", "watch"]
 
-CHECK_TICKS = 1  # how often a running guest's deadline is looked at, in epoch ticks
+CANCEL_CHECK_TICKS = max(1, 20 // TICK_MS)  # a cancellable call's deadline is read this often
 _CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE: go on (YIELD is for async stores)
 _NO_CALL = b"wasmext: guest code ran outside a plugin call"
 _PAST = b"wasmext: the call's deadline passed"
@@ -71,6 +78,7 @@ def _load() -> tuple[Any, Any] | None:
 
 _RAW = _load()
 WATCHDOG = _RAW is not None
+_off = 0  # > 0 inside `unwatched()`
 
 
 def _stop(message: bytes) -> int:
@@ -84,8 +92,12 @@ def _on_deadline(context: int, data: int, delta: int, kind: int) -> int:
         frame = calltree.current()
         if frame is None:  # fail closed: nothing bounds this code
             return _stop(_NO_CALL)
-        if time.monotonic() < frame.deadline:
-            ctypes.c_uint64.from_address(delta).value = CHECK_TICKS
+        left_ms = (frame.deadline - time.monotonic()) * 1000
+        if left_ms > 0:
+            ticks = SharedEngine.ticks_for(int(left_ms))
+            if callscope.current() is not None:  # a cancel may move the deadline any time
+                ticks = min(ticks, CANCEL_CHECK_TICKS)
+            ctypes.c_uint64.from_address(delta).value = ticks
             ctypes.c_uint8.from_address(kind).value = _CONTINUE
             return 0
         guest = frame.guest
@@ -105,10 +117,23 @@ _CALLBACK_FN = _CALLBACK(_on_deadline)  # one for every store: it lives as long 
 def watch(store: wasmtime.Store) -> bool:
     """Check `store`'s deadline each tick while its guest runs; False: not available.
 
-    A watched store's epoch deadline must be set to CHECK_TICKS before each call.
+    A watched store's epoch deadline is set to one tick before each call (and after
+    anything that moves the call tree's deadline): the first check decides the next.
     """
-    if _RAW is None:
+    if _RAW is None or _off:
         return False
     store_ptr = ctypes.cast(store.ptr(), ctypes.c_void_p).value
     _RAW[0](store_ptr, _CALLBACK_FN, None, None)
     return True
+
+
+@contextmanager
+def unwatched() -> Iterator[None]:
+    """Stores created in the block go without the watchdog, as when wasmtime lacks it
+    (for the tests of that path and the benchmark that prices the watchdog)."""
+    global _off
+    _off += 1
+    try:
+        yield
+    finally:
+        _off -= 1
