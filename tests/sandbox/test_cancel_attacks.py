@@ -5,15 +5,14 @@ fallback when wasmtime offers no epoch-deadline callback."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import msgpack
 import pytest
 from test_budget_attacks import OVERHEAD_KB, run_child
 
+from support import cancel_call
 from wasmext import Cancelled, Plugin, Runtime, Timeout
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.callscope import CallScope
@@ -32,37 +31,11 @@ SPIN_CALLING = guest_wat(f"(if (i32.gt_u (local.get $l) (i32.const {SPIN_ABOVE})
                          f"(then (loop $spin (call $tick) (br $spin)))) {_ANSWER}",
                          response=_ALIVE, extra="(func $tick)")
 BIG = "x" * (2 * SPIN_ABOVE)
-WAIT_S = 30.0
 
 
-def cancel_while_spinning(plugin: Plugin, spin_s: float = 0.2) -> tuple[BaseException | None,
-                                                                         float, float]:
-    """Call `plugin` with a spinning request in a worker bound to a call scope, cancel it
-    after `spin_s`: (the call's error, seconds it ran, seconds from the cancel to its end)."""
-    scope = CallScope()
-    out: dict[str, Any] = {}
-    started = threading.Event()
-
-    def work() -> None:
-        t0 = time.monotonic()
-        with scope.bound():
-            started.set()
-            try:
-                plugin.call("test", BIG)
-            except BaseException as exc:  # handed to the test
-                out["error"] = exc
-        out["ran"] = time.monotonic() - t0
-        out["ended"] = time.monotonic()
-
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    assert started.wait(WAIT_S)
-    time.sleep(spin_s)
-    cancelled_at = time.monotonic()
-    scope.cancel()
-    worker.join(WAIT_S)
-    assert not worker.is_alive(), "the cancelled guest is still running"
-    return out.get("error"), out["ran"], out["ended"] - cancelled_at
+def cancel_while_spinning(plugin: Plugin, spin_s: float = 0.2
+                          ) -> tuple[BaseException | None, float, float]:
+    return cancel_call(plugin, "test", BIG, spin_s)
 
 
 def test_cancel_interrupts_a_guest_spinning_without_calls(runtime: Runtime,
