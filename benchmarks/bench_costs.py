@@ -108,6 +108,9 @@ def _check(label: str, ok: bool) -> None:
 def _startup(b: Budget) -> list[Item]:
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'host'}:{ROOT / 'cli'}"}
+    # An installed wheel has its bytecode compiled; let the warm-up runs write it here too,
+    # or a shell with this set would time the compiler instead of the start-up.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     runs = {"startup.pass": ([py, "-c", "pass"], "python -c pass (floor)"),
             "startup.click": ([py, "-c", "import click"], "import click (what --help needs)"),
             "startup.import": ([py, "-c", "import wasmext"], "import wasmext"),
