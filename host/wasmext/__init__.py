@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the names as mypy and editors see them
     from wasmext.errors import (
         AbiMismatch,
         BundleError,
+        Cancelled,
         CapabilityDenied,
         ConfigError,
         EncodeError,
@@ -87,6 +88,7 @@ __all__ = [
     "BundleError",
     "CallContext",
     "CallResult",
+    "Cancelled",
     "CapabilityDenied",
     "ChatAnswer",
     "ChatRequest",
@@ -168,6 +170,7 @@ _LAZY: dict[str, str] = {
     "BundleError": "wasmext.errors",
     "SignatureInvalid": "wasmext.errors",
     "SignatureRequired": "wasmext.errors",
+    "Cancelled": "wasmext.errors",
     "CapabilityDenied": "wasmext.errors",
     "ConfigError": "wasmext.errors",
     "EncodeError": "wasmext.errors",

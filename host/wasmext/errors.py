@@ -181,6 +181,14 @@ class Timeout(PluginFault):
     inherited = False
 
 
+class Cancelled(PluginFault):
+    """The call's caller cancelled it (an MCP client's `notifications/cancelled`,
+    a `CallScope.cancel()`): the guest was interrupted; not the plugin's fault."""
+
+    reason = "cancelled"
+    inherited = True  # as a Timeout of the caller's: no fault record, no quarantine
+
+
 class StackOverflow(PluginFault):
     reason = "stack overflow"
 
