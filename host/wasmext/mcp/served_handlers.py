@@ -2,12 +2,16 @@
 
 A read or a get runs the owning plugin's hook (`on_resource`, `on_prompt`) in a
 fresh host session on a worker thread, like a tool call; a plugin's failure or
-a malformed answer is an MCP error naming the plugin.
+a malformed answer is an MCP error naming the plugin. The catalog is built
+again only when a plugin's registration map changed (loaded, reloaded,
+unloaded), so a bad entry is logged once per change, not per request or poll.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -15,7 +19,8 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
-from wasmext.mcp.served import catalog, owner_of, prompt_result, resource_contents
+from wasmext.mcp.served import Catalog, catalog, owner_of, prompt_result, resource_contents
+from wasmext.mcp.served_changes import fingerprint
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -26,31 +31,64 @@ if TYPE_CHECKING:
 __all__ = ["ServedCatalog"]
 
 
+Before = Callable[["ServerRequestContext[Any]"], Awaitable[None]]
+
+
 class ServedCatalog:
     def __init__(self, host: Host) -> None:
         self.host = host
+        self._key: list[tuple[str, Any]] = []
+        self._catalog = Catalog({}, [], {})
+        self._lock = threading.Lock()
 
-    def handlers(self) -> dict[str, Any]:
-        """Keyword arguments for the SDK's low-level Server."""
-        return {"on_list_resources": self.list_resources,
-                "on_list_resource_templates": self.list_templates,
-                "on_read_resource": self.read_resource,
-                "on_list_prompts": self.list_prompts, "on_get_prompt": self.get_prompt}
+    def current(self) -> Catalog:
+        """The plugins' catalog, rebuilt when a registration map differs (any thread)."""
+        plugins = dict(self.host.plugins)
+        key = [(pid, lp.plugin.registration) for pid, lp in sorted(plugins.items())]
+        with self._lock:
+            if len(key) != len(self._key) or any(
+                    pid != old_pid or (reg is not old and reg.extra != old.extra)
+                    for (pid, reg), (old_pid, old) in zip(key, self._key, strict=True)):
+                self._catalog = catalog(plugins)
+            self._key = key  # holds the registrations: their ids are not reused meanwhile
+            return self._catalog
+
+    def fingerprints(self) -> dict[str, str]:
+        cat = self.current()
+        return {"resources": fingerprint(
+                    [r.model_dump(mode="json") for _p, r in cat.resources.values()]
+                    + [t.model_dump(mode="json") for _p, t in cat.templates]),
+                "prompts": fingerprint([p.model_dump(mode="json")
+                                        for _p, _s, p in cat.prompts.values()])}
+
+    def handlers(self, before: Before) -> dict[str, Any]:
+        """Keyword arguments for the SDK's low-level Server; `before(ctx)` runs first."""
+        def wrapped(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def run(ctx: ServerRequestContext[Any], params: Any) -> Any:
+                await before(ctx)
+                return await handler(ctx, params)
+            return run
+
+        return {"on_list_resources": wrapped(self.list_resources),
+                "on_list_resource_templates": wrapped(self.list_templates),
+                "on_read_resource": wrapped(self.read_resource),
+                "on_list_prompts": wrapped(self.list_prompts),
+                "on_get_prompt": wrapped(self.get_prompt)}
 
     async def list_resources(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourcesResult:
-        cat = catalog(self.host.plugins)
+        cat = self.current()
         return types.ListResourcesResult(resources=[r for _p, r in cat.resources.values()])
 
     async def list_templates(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourceTemplatesResult:
-        cat = catalog(self.host.plugins)
+        cat = self.current()
         return types.ListResourceTemplatesResult(resource_templates=[t for _p, t in
                                                                      cat.templates])
 
     async def list_prompts(self, ctx: ServerRequestContext[Any],
                            params: Any) -> types.ListPromptsResult:
-        cat = catalog(self.host.plugins)
+        cat = self.current()
         return types.ListPromptsResult(prompts=[p for _pid, _s, p in cat.prompts.values()])
 
     def _hook(self, pid: str, hook: str, data: dict[str, Any]) -> Any:
@@ -65,7 +103,7 @@ class ServedCatalog:
                             params: types.ReadResourceRequestParams
                             ) -> types.ReadResourceResult:
         uri = str(params.uri)
-        pid = owner_of(catalog(self.host.plugins), uri)
+        pid = owner_of(self.current(), uri)
         if pid is None:
             raise MCPError(code=INVALID_PARAMS, message=f"no resource {clean(uri, 200)}")
         value = await anyio.to_thread.run_sync(self._hook, pid, "on_resource", {"uri": uri})
@@ -76,7 +114,7 @@ class ServedCatalog:
 
     async def get_prompt(self, ctx: ServerRequestContext[Any],
                          params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        found = catalog(self.host.plugins).prompts.get(params.name)
+        found = self.current().prompts.get(params.name)
         if found is None:
             raise MCPError(code=INVALID_PARAMS,
                            message=f"no prompt {clean(params.name, 80)}")
