@@ -1,0 +1,157 @@
+"""Configured servers' resources and prompts follow their list_changed notifications
+(official Python SDK low-level server, tests/mcp/servers/catalog_server.py): a server
+that announces changes is listed once and again only after a notification; a burst of
+notifications costs at most two listings; subscribers hear a change only when the list
+differs; the app and plugins see the new item; hostile names are cleaned."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgpack
+import wasmtime
+from interop_support import ROOT, TIMEOUT
+
+from wasmext import Host, HostConfig
+from wasmext.mcp.client_catalog import get_prompt, list_prompts, list_resources
+from wasmext.mcp.config import McpServerConfig
+from wasmext.testing import DATA_AT, guest_wat, make_host
+
+CATALOG = str(ROOT / "tests" / "mcp" / "servers" / "catalog_server.py")
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+
+
+def plugin_asking(request: dict[str, object]) -> bytes:
+    """A plugin whose `go` hook answers whatever one host call answered (ABI minor 1)."""
+    req = msgpack.packb(request)
+    return bytes(wasmtime.wat2wasm(guest_wat(
+        f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))", imports=HOST_CALL,
+        data=req, registration={"hooks": [{"hook": "go"}], "abi_minor": 1})))
+
+
+@contextmanager
+def catalog_host(tmp_path: Path, quiet: bool = False) -> Iterator[Host]:
+    server = McpServerConfig("catalog", "stdio", sys.executable, (CATALOG,),
+                             {"CATALOG_QUIET": "1"} if quiet else {},
+                             connect_timeout_s=TIMEOUT, call_timeout_s=TIMEOUT)
+    with make_host(config=HostConfig(data_dir=tmp_path / ".wasmext",
+                                     mcp_servers=(server,))) as host:
+        clients = host.start_mcp()
+        assert clients is not None and clients.status("catalog") == "connected"
+        yield host
+
+
+def call(host: Host, tool: str, **args: object) -> str:
+    done = host.tools.execute(f"catalog__{tool}", dict(args))
+    assert done["status"] == "ok", done
+    return str(done["output"])
+
+
+def counts(host: Host) -> dict[str, int]:
+    found: dict[str, int] = json.loads(call(host, "counts"))
+    return found
+
+
+class Heard:
+    """What the catalog's subscribers hear, with a bounded wait."""
+
+    def __init__(self, host: Host) -> None:
+        assert host.mcp is not None
+        self.events: list[tuple[str, str]] = []
+        self._arrived = threading.Condition()
+        host.mcp.catalog.subscribe(self._hear)
+
+    def _hear(self, server: str, kind: str) -> None:
+        with self._arrived:
+            self.events.append((server, kind))
+            self._arrived.notify_all()
+
+    def wait(self, count: int) -> list[tuple[str, str]]:
+        with self._arrived:
+            assert self._arrived.wait_for(lambda: len(self.events) >= count, TIMEOUT), \
+                self.events
+            return list(self.events)
+
+
+def settled(host: Host, kind: str) -> None:
+    """Wait until the re-list a notification started has put a list back."""
+    assert host.mcp is not None
+    deadline = time.monotonic() + TIMEOUT
+    while host.mcp.catalog.cached("catalog", kind) is None:
+        assert time.monotonic() < deadline, f"{kind} never re-listed"
+        time.sleep(0.01)
+
+
+def test_announced_lists_are_kept_and_followed(tmp_path: Path) -> None:
+    with catalog_host(tmp_path) as host:
+        assert host.mcp is not None
+        heard = Heard(host)
+        uris = [r["uri"] for r in list_resources(host.mcp, "catalog")]
+        assert uris == ["file:///first.txt"]
+        for _ in range(3):  # kept: asked of the server once
+            assert [r["uri"] for r in list_resources(host.mcp, "catalog")] == uris
+        assert [p["name"] for p in list_prompts(host.mcp, "catalog")] == ["first"]
+        assert counts(host) == {"resources": 1, "prompts": 1}
+
+        # Five notifications with nothing changed: re-listed (at most twice), nobody told.
+        call(host, "announce", kind="resources", times=5)
+        settled(host, "resources")
+        assert 2 <= counts(host)["resources"] <= 3
+        assert heard.events == []
+
+        # A new resource: announced, re-listed, heard once, seen by the app and a plugin.
+        call(host, "add_resource", uri="file:///second.txt", name="second\x1b[31m\u202e",
+             description="line one\nline two\x07")
+        assert heard.wait(1) == [("catalog", "resources")]
+        listed = {r["uri"]: r for r in list_resources(host.mcp, "catalog")}
+        assert set(listed) == {"file:///first.txt", "file:///second.txt"}
+        assert listed["file:///second.txt"]["name"] == "second\\x1b[31m\\u202e"  # inert
+        assert "\x07" not in listed["file:///second.txt"]["description"]
+        host.add(plugin_asking({"op": "resource.list", "server": "catalog"}),
+                 plugin_id="lister", grants={"resources", "resources:catalog__file:///sec*"})
+        result, error = host.try_call("lister", "go", {})
+        assert result is not None, error
+        assert [r["uri"] for r in result.value] == ["file:///second.txt"]
+
+        # An unsafe URI is not listed (it could not be shown or read back faithfully).
+        call(host, "add_resource", uri="file:///evil\u202etxt.exe", name="evil")
+        settled(host, "resources")
+        assert "file:///evil\u202etxt.exe" not in {
+            r["uri"] for r in list_resources(host.mcp, "catalog")}
+
+        # A new prompt: heard as prompts only; listed and got.
+        before = len(heard.events)
+        call(host, "add_prompt", name="second", description="Another")
+        assert heard.wait(before + 1)[before:] == [("catalog", "prompts")]
+        assert [p["name"] for p in list_prompts(host.mcp, "catalog")] == ["first", "second"]
+        got = get_prompt(host.mcp, "catalog", "second")
+        assert got["messages"][0]["content"]["text"] == "prompt second"
+
+
+def test_unannounced_lists_are_asked_each_time(tmp_path: Path) -> None:
+    with catalog_host(tmp_path, quiet=True) as host:
+        assert host.mcp is not None
+        heard = Heard(host)
+        for _ in range(3):
+            assert [r["uri"] for r in list_resources(host.mcp, "catalog")] == [
+                "file:///first.txt"]
+        assert counts(host)["resources"] == 3  # it could change unannounced: never kept
+        assert host.mcp.catalog.cached("catalog", "resources") is None
+        call(host, "add_resource", uri="file:///second.txt", name="second")
+        assert heard.wait(1) == [("catalog", "resources")]  # a notification is still followed
+        assert "file:///second.txt" in {r["uri"] for r in list_resources(host.mcp, "catalog")}
+
+
+def test_a_reconnection_forgets_the_kept_lists(tmp_path: Path) -> None:
+    with catalog_host(tmp_path) as host:
+        assert host.mcp is not None
+        list_resources(host.mcp, "catalog")
+        assert host.mcp.catalog.cached("catalog", "resources") is not None
+        host.mcp.stop_server("catalog")
+        assert host.mcp.catalog.cached("catalog", "resources") is None
