@@ -35,7 +35,7 @@ LAYERS: dict[str, int] = {
     "wasmext.lifecycle.uninstall": 4,
     "wasmext.cluster": 4,
     "wasmext.mcp.server": 5, "wasmext.mcp.served_handlers": 5,
-    "wasmext.mcp.served_changes": 5,
+    "wasmext.mcp.served_changes": 5, "wasmext.mcp.served_upstream": 5,
 }
 TOP = 4  # every other module: the host layer
 

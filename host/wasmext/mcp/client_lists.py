@@ -125,9 +125,11 @@ async def _nothing() -> None:
 class _Lists:  # one connection's
     session: Any
     follows: frozenset[str]  # the kinds the server announces changes of
+    offers: frozenset[str]  # the kinds the server has at all
     cached: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     last: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    changes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     busy: set[str] = field(default_factory=set)
     again: set[str] = field(default_factory=set)
 
@@ -152,8 +154,20 @@ class UpstreamCatalog:
         caps = session.server_capabilities
         follows = frozenset(kind for kind in KINDS if getattr(
             getattr(caps, kind, None), "list_changed", None) is True)
+        offers = frozenset(kind for kind in KINDS if getattr(caps, kind, None) is not None)
         with self._lock:
-            self._lists[server] = _Lists(session, follows)
+            self._lists[server] = _Lists(session, follows, offers)
+
+    def offering(self, kind: str) -> list[str]:
+        """The connected servers that have `kind` at all."""
+        with self._lock:
+            return [name for name, lists in self._lists.items() if kind in lists.offers]
+
+    def changes(self, server: str, kind: str) -> int:
+        """How many followed changes this connection's list has had (no I/O)."""
+        with self._lock:
+            lists = self._lists.get(server)
+            return lists.changes[kind] if lists is not None else -1
 
     def forget(self, server: str) -> None:
         with self._lock:
@@ -228,6 +242,8 @@ class UpstreamCatalog:
             return
         if not self._store(server, lists, kind, generation, items) or items == before:
             return
+        with self._lock:
+            lists.changes[kind] += 1
         log.info("mcp server %s: %s list changed (%d)", server, kind, len(items))
         for listener in list(self._listeners):
             try:

@@ -21,6 +21,7 @@ from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from wasmext.mcp.served import Catalog, catalog, owner_of, prompt_result, resource_contents
 from wasmext.mcp.served_changes import fingerprint
+from wasmext.mcp.served_upstream import UpstreamExport
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -35,8 +36,10 @@ Before = Callable[["ServerRequestContext[Any]"], Awaitable[None]]
 
 
 class ServedCatalog:
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, include_mcp_catalog: bool = False) -> None:
         self.host = host
+        # The configured MCP servers' resources and prompts too (a gateway).
+        self.upstream = UpstreamExport(host) if include_mcp_catalog else None
         self._key: list[tuple[str, Any]] = []
         self._catalog = Catalog({}, [], {})
         self._lock = threading.Lock()
@@ -55,11 +58,25 @@ class ServedCatalog:
 
     def fingerprints(self) -> dict[str, str]:
         cat = self.current()
+        known = self.upstream.versions() if self.upstream is not None else {}
         return {"resources": fingerprint(
                     [r.model_dump(mode="json") for _p, r in cat.resources.values()]
-                    + [t.model_dump(mode="json") for _p, t in cat.templates]),
+                    + [t.model_dump(mode="json") for _p, t in cat.templates]
+                    + known.get("resources", [])),
                 "prompts": fingerprint([p.model_dump(mode="json")
-                                        for _p, _s, p in cat.prompts.values()])}
+                                        for _p, _s, p in cat.prompts.values()]
+                                       + known.get("prompts", []))}
+
+    def _upstream_resources(self) -> dict[str, tuple[str, types.Resource]]:
+        """uri -> (server, resource) of the servers' resources no plugin shadows."""
+        if self.upstream is None:
+            return {}
+        plugins = self.current().resources
+        out: dict[str, tuple[str, types.Resource]] = {}
+        for server, resource in self.upstream.resources():
+            if str(resource.uri) not in plugins:
+                out.setdefault(str(resource.uri), (server, resource))
+        return out
 
     def handlers(self, before: Before) -> dict[str, Any]:
         """Keyword arguments for the SDK's low-level Server; `before(ctx)` runs first."""
@@ -78,7 +95,9 @@ class ServedCatalog:
     async def list_resources(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourcesResult:
         cat = self.current()
-        return types.ListResourcesResult(resources=[r for _p, r in cat.resources.values()])
+        upstream = await anyio.to_thread.run_sync(self._upstream_resources)
+        return types.ListResourcesResult(resources=[r for _p, r in cat.resources.values()]
+                                         + [r for _s, r in upstream.values()])
 
     async def list_templates(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourceTemplatesResult:
@@ -89,7 +108,11 @@ class ServedCatalog:
     async def list_prompts(self, ctx: ServerRequestContext[Any],
                            params: Any) -> types.ListPromptsResult:
         cat = self.current()
-        return types.ListPromptsResult(prompts=[p for _pid, _s, p in cat.prompts.values()])
+        upstream = await anyio.to_thread.run_sync(self.upstream.prompts) \
+            if self.upstream is not None else []
+        return types.ListPromptsResult(prompts=[p for _pid, _s, p in cat.prompts.values()]
+                                       + [p for _s, _n, p in upstream
+                                          if p.name not in cat.prompts])
 
     def _hook(self, pid: str, hook: str, data: dict[str, Any]) -> Any:
         with self.host.session(f"mcp-{hook}-{uuid.uuid4().hex[:12]}") as session:
@@ -104,6 +127,10 @@ class ServedCatalog:
                             ) -> types.ReadResourceResult:
         uri = str(params.uri)
         pid = owner_of(self.current(), uri)
+        if pid is None and self.upstream is not None:
+            found = (await anyio.to_thread.run_sync(self._upstream_resources)).get(uri)
+            if found is not None:
+                return await anyio.to_thread.run_sync(self.upstream.read, found[0], uri)
         if pid is None:
             raise MCPError(code=INVALID_PARAMS, message=f"no resource {clean(uri, 200)}")
         value = await anyio.to_thread.run_sync(self._hook, pid, "on_resource", {"uri": uri})
@@ -115,6 +142,11 @@ class ServedCatalog:
     async def get_prompt(self, ctx: ServerRequestContext[Any],
                          params: types.GetPromptRequestParams) -> types.GetPromptResult:
         found = self.current().prompts.get(params.name)
+        if found is None and self.upstream is not None:
+            for server, short, _p in await anyio.to_thread.run_sync(self.upstream.prompts):
+                if f"{server}__{short}" == params.name:
+                    return await anyio.to_thread.run_sync(
+                        self.upstream.get, server, short, dict(params.arguments or {}))
         if found is None:
             raise MCPError(code=INVALID_PARAMS,
                            message=f"no prompt {clean(params.name, 80)}")

@@ -100,14 +100,15 @@ class McpToolServer:
     """An MCP server over `host.tools`; `.server` is the SDK's low-level Server."""
 
     def __init__(self, host: Host, *, include_host_tools: bool = False,
-                 include_mcp_tools: bool = False, name: str = "wasmext",
+                 include_mcp_tools: bool = False, include_mcp_catalog: bool = False,
+                 name: str = "wasmext",
                  rate: float = 20.0, burst: int = 40, poll_interval: float = 1.0) -> None:
         self.host = host
         self.include_host_tools = include_host_tools
         self.include_mcp_tools = include_mcp_tools
         self.poll_interval = poll_interval
         self.limiter = RateLimiter(rate, burst)
-        self.catalog = ServedCatalog(host)
+        self.catalog = ServedCatalog(host, include_mcp_catalog)
         self.changes = ListChanges(lambda: {"tools": self._compute_fingerprint(),
                                             **self.catalog.fingerprints()})
         self.bus = self.changes.bus
