@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from interop_support import (
     FINE,
+    ROOT,
     TIMEOUT,
     cli_args,
     cli_env,
@@ -91,3 +93,36 @@ def test_typescript_client_hears_list_changes_over_stdio(workspace: Path) -> Non
 def test_typescript_client_hears_list_changes_over_http(workspace: Path) -> None:
     with http_serve(Path("plugins"), workspace, "--poll", "0.1") as url:
         check(ts_client({"transport": "http", "url": url, **watch_plan(workspace)}))
+
+
+def test_typescript_client_hears_upstream_changes_through_a_gateway(tmp_path: Path) -> None:
+    """`wasmext mcp serve --include-mcp-tools --include-mcp-catalog`: an upstream server
+    (official Python SDK) adds a resource; the TypeScript client hears resources
+    list_changed (not prompts) and lists the new resource, read through wasmext."""
+    server = ROOT / "tests" / "mcp" / "servers" / "catalog_server.py"
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n'
+        f'[mcp]\nenabled = true\n[mcp.servers.catalog]\ntransport = "stdio"\n'
+        f'command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(server))}]\n')
+    args = cli_args("mcp", "serve", "--include-mcp-tools", "--include-mcp-catalog",
+                    "--poll", "0.1")
+    report = ts_client({
+        "transport": "stdio", "command": args[0], "args": args[1:], "env": cli_env(),
+        "cwd": str(tmp_path), "resources": True, "prompts": True,
+        "readResource": "file:///first.txt", "watch": {
+            "quietMs": 1500, "settleMs": 1000, "waitMs": TIMEOUT * 1000,
+            "wanted": ["notifications/resources/list_changed"],
+            "triggerCall": {"name": "catalog__add_resource",
+                            "arguments": {"uri": "file:///second.txt", "name": "second"}}}})
+    assert report["steps"]["connect"] == {"ok": True}, report
+    steps = report["steps"]
+    assert [r["uri"] for r in steps["listResources"]["ok"]] == ["file:///first.txt"]
+    assert steps["readResource"]["ok"] == [{"uri": "file:///first.txt",
+                                            "text": "contents of file:///first.txt"}]
+    assert [p["name"] for p in steps["listPrompts"]["ok"]] == ["catalog__first"]
+    assert report["quiet"] == []
+    assert "error" not in steps["trigger"], steps["trigger"]
+    assert report["changed"] == ["notifications/resources/list_changed"], report
+    assert [r["uri"] for r in steps["resourcesAfter"]["ok"]] == ["file:///first.txt",
+                                                                 "file:///second.txt"]

@@ -5,10 +5,10 @@
 //    "headers"}, "calls": [{"name", "arguments"}], "resources": true, "prompts": true,
 //    "readResource": uri, "getPrompt": {"name", "arguments"}, "cancel": {"name", "arguments",
 //    "afterMs"}, "watch": {"quietMs", "trigger": [command, ...args], "env", "cwd",
-//    "waitMs", "settleMs"}}
+//    "triggerCall": {"name", "arguments"}, "wanted": [method], "waitMs", "settleMs"}}
 // "watch" records the list_changed notifications heard while nothing changes (quietMs),
-// runs the trigger, waits for resources and prompts ones (waitMs), listens settleMs more,
-// and lists resources and prompts again.
+// runs the trigger command (or calls the trigger tool), waits for the wanted ones (default
+// resources and prompts; waitMs), listens settleMs more, and lists both again.
 import { execFileSync } from "node:child_process";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -84,11 +84,15 @@ if (report.steps.connect.ok) {
     await sleep(watch.quietMs ?? 1000);
     report.quiet = [...changed];
     await step("trigger", async () => {
+      if (watch.triggerCall) {
+        return await client.callTool(watch.triggerCall);
+      }
       execFileSync(watch.trigger[0], watch.trigger.slice(1),
                    { env: watch.env, cwd: watch.cwd, stdio: ["ignore", "ignore", "inherit"] });
       return true;
     });
-    const wanted = ["notifications/resources/list_changed", "notifications/prompts/list_changed"];
+    const wanted = watch.wanted ?? ["notifications/resources/list_changed",
+                                    "notifications/prompts/list_changed"];
     const deadline = Date.now() + (watch.waitMs ?? 20000);
     while (!wanted.every((m) => changed.includes(m)) && Date.now() < deadline) {
       await sleep(50);
