@@ -29,6 +29,7 @@ from bench_guests import ECHO_HOOK
 from bench_timing import Case, Skipped
 
 from wasmext import CompileCache, Runtime
+from wasmext.sandbox import watchdog
 from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
 
 __all__ = ["COST_TARGETS", "CostTarget", "cost_cases"]
@@ -56,6 +57,8 @@ COST_TARGETS = [
                "layer.session_1", 1.5),
     CostTarget("host_call", "hook with one log host call vs without", "hostcall.none",
                "hostcall.log", 2.0),
+    CostTarget("watchdog", "hook call, store watched vs not (sandbox.watchdog)",
+               "hostcall.unwatched", "hostcall.none", 1.15),
     CostTarget("tool_schema", "tools.call with a schema vs empty object schema",
                "tools.empty_schema", "tools.schema", 1.5),
     CostTarget("echo_100k", "100 KB echo vs pack+copy+unpack", "payload.floor_100k",
@@ -105,6 +108,9 @@ def _check(label: str, ok: bool) -> None:
 def _startup(b: Budget) -> list[Item]:
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'host'}:{ROOT / 'cli'}"}
+    # An installed wheel has its bytecode compiled; let the warm-up runs write it here too,
+    # or a shell with this set would time the compiler instead of the start-up.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     runs = {"startup.pass": ([py, "-c", "pass"], "python -c pass (floor)"),
             "startup.click": ([py, "-c", "import click"], "import click (what --help needs)"),
             "startup.import": ([py, "-c", "import wasmext"], "import wasmext"),
@@ -159,11 +165,15 @@ def _hostcall(rt: Runtime, b: Budget) -> list[Item]:
             f"(i64.const {resp})")
     with_log = rt.load(_noop("test", body, _LOG_IMPORT, _LINE), plugin_id="hc-log")
     without = rt.load(_noop("test", None, _LOG_IMPORT, _LINE), plugin_id="hc-none")
+    with watchdog.unwatched():  # the same guest as without the epoch-deadline callback
+        unwatched = rt.load(_noop("test", None, _LOG_IMPORT, _LINE), plugin_id="hc-unwatched")
     with_log.call("test", None)
     _check("log call", _LINE.decode() in with_log.log.lines[-1].text)
     return [
         Case("hostcall.none", "hook, no host call", GROUP, lambda: without.call("test", None),
              b.fresh, b.warm_fresh),
+        Case("hostcall.unwatched", "the same, its store not watched (no epoch callback)",
+             GROUP, lambda: unwatched.call("test", None), b.fresh, b.warm_fresh),
         Case("hostcall.log", "hook with one `log` host call", GROUP,
              lambda: with_log.call("test", None), b.fresh, b.warm_fresh),
     ]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -70,6 +72,38 @@ def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseEx
     for t in threads:
         t.join()
     return errors
+
+
+def cancel_call(plugin: Any, hook: str, data: Any, after_s: float = 0.2
+                ) -> tuple[BaseException | None, float, float]:
+    """Call `plugin` in a worker bound to a call scope and cancel the scope `after_s` into
+    the call: (the call's error, seconds it ran, seconds from the cancel to its end)."""
+    from wasmext.sandbox.callscope import CallScope
+
+    scope = CallScope()
+    out: dict[str, Any] = {}
+    started = threading.Event()
+
+    def work() -> None:
+        t0 = time.monotonic()
+        with scope.bound():
+            started.set()
+            try:
+                plugin.call(hook, data)
+            except BaseException as exc:  # handed to the test
+                out["error"] = exc
+        out["ran"] = time.monotonic() - t0
+        out["ended"] = time.monotonic()
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    assert started.wait(30)
+    time.sleep(after_s)
+    cancelled_at = time.monotonic()
+    scope.cancel()
+    worker.join(60)
+    assert not worker.is_alive(), "the cancelled call is still running"
+    return out.get("error"), out["ran"], out["ended"] - cancelled_at
 
 
 BOUNDARY_INTS = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, 2**63,

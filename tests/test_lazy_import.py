@@ -20,9 +20,9 @@ HEAVY = ["mcp", "prometheus_client", "jsonschema_rs", "extism", "click", "wasmti
 PROBE = "import sys, json\n{code}\nprint(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
 
 
-def _loaded_after(code: str, *args: str) -> list[str]:
+def _loaded_after(code: str, *args: str, heavy: list[str] = HEAVY) -> list[str]:
     env = {"PYTHONPATH": f"{ROOT / 'host'}:{ROOT / 'cli'}", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", PROBE.format(code=code, heavy=HEAVY), *args],
+    out = subprocess.run([sys.executable, "-c", PROBE.format(code=code, heavy=heavy), *args],
                          capture_output=True, text=True, env=env, timeout=60, check=True)
     return list(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -41,6 +41,14 @@ def test_cli_help_loads_no_runtime() -> None:
     code = "from wasmext_cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
     loaded = _loaded_after(code, "--help")
     assert loaded == ["click"]
+
+
+def test_cli_help_loads_no_command_module() -> None:
+    """`--help` lists the commands from their summaries: no command, host or rich import."""
+    code = "from wasmext_cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+    modules = ["wasmext", "rich", "pydantic", "asyncio", "logging", "pathlib",
+               "wasmext_cli.plugin_cmd", "wasmext_cli.run_cmd", "wasmext_cli.build_cmd"]
+    assert _loaded_after(code, "--help", heavy=modules) == []
 
 
 def test_every_exported_name_resolves() -> None:

@@ -6,15 +6,15 @@ import contextlib
 import sys
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from wasmext import WasmextError
-from wasmext_cli.build import BuildError, BuildResult, Progress, build_plugin
 from wasmext_cli.common import EXIT_FAULT
-from wasmext_cli.ui import stderr_console
+
+if TYPE_CHECKING:  # the builder pulls in rich and the manifest; `--help` needs neither
+    from wasmext_cli.build import BuildResult, Progress
 
 
 @contextlib.contextmanager
@@ -23,6 +23,8 @@ def _progress(quiet: bool) -> Iterator[Progress]:
     if quiet:
         yield lambda _line: None
         return
+    from wasmext_cli.ui import stderr_console
+
     console = stderr_console()
     if console.is_terminal:
         with console.status("building") as status:
@@ -52,6 +54,11 @@ def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool) -> N
     build prints one line: the plugin, the sources or plugin.toml field, and the
     compiler's first error (--verbose prints everything).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wasmext import WasmextError
+    from wasmext_cli.build import BuildError, build_plugin
+
     folders = plugins or (Path("."),)
     lock = threading.Lock()
 

@@ -1,7 +1,7 @@
 """The `wasmext` command group: whatever a command raises reaches the user as one line.
 
-Every command of the group, also those other modules add with
-`main.add_command(...)` and those of nested groups, runs inside
+Every command of the group, each one `wasmext_cli.main.COMMANDS` names and
+those of nested groups, runs inside
 `WasmextGroup.invoke`, so no traceback is ever printed: a WasmextError prints
 its one-line description, an OS or network error (a model endpoint that
 refuses the connection, an unreadable file) its message, anything else its
@@ -16,9 +16,6 @@ from typing import Any
 
 import click
 
-from wasmext import WasmextError
-from wasmext.text import clean
-
 __all__ = ["EXIT_FAULT", "WasmextGroup", "error_line"]
 
 EXIT_FAULT = 1
@@ -28,6 +25,9 @@ LIMIT = 1000
 
 def error_line(exc: BaseException) -> str:
     """`exc` as the one line the CLI prints, with a single "wasmext: " in front."""
+    from wasmext import WasmextError  # only on failure: `--help` never loads the host
+    from wasmext.text import clean
+
     if isinstance(exc, WasmextError):
         text = exc.describe()
     elif isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in ("httpx",

@@ -3,8 +3,6 @@ a plugin's life as one verified file, and the operator's recorded approvals."""
 
 from __future__ import annotations
 
-import getpass
-import hashlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +26,18 @@ if TYPE_CHECKING:
     from wasmext.config import HostConfig
 
 BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib  # OpenSSL's load is a third of `wasmext --help`'s own time
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser()
 
 
 def _config(config: Path | None) -> HostConfig:
@@ -146,7 +156,7 @@ def _current_digest(cfg: HostConfig, plugin_id: str) -> tuple[str, Path] | None:
     except OSError as exc:
         raise ConfigError(f"plugin {plugin_id}: cannot read its module: {exc.strerror}",
                           plugin_id=plugin_id) from exc
-    return "sha256:" + hashlib.sha256(wasm).hexdigest(), folder
+    return _sha256(wasm), folder
 
 
 @click.command()
@@ -168,7 +178,7 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
         _fail(ConfigError(f"plugin {plugin_id} is not installed", plugin_id=plugin_id),
               EXIT_USAGE)
     digest, folder = found
-    who = by or getpass.getuser()
+    who = by or _user()
     ApprovalStore.in_data_dir(cfg.data_dir).grant(plugin_id, digest, list(capabilities), who,
                                                   str(folder))
     click.echo(_line(f"granted {', '.join(capabilities)} to {plugin_id} ({digest[:19]}...) "
@@ -233,7 +243,7 @@ def inspect_bundle(path: Path, as_json: bool) -> None:
             info = rt.load(bundle.files[wasm_name], plugin_id=bundle.plugin_id).describe()
     except WasmextError as err:
         _fail(err)
-    files = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in bundle.files.items()}
+    files = {n: _sha256(d) for n, d in bundle.files.items()}
     doc = {"bundle": str(path), "id": bundle.plugin_id, "version": bundle.version,
            "files": files, "signed_by": bundle.signed_by, "signature": trust, "module": info}
     if as_json:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -34,6 +33,8 @@ PREFIX_OPT = click.option("--prefix", default="wasmext", show_default=True,
 def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
            concurrency: int, name: str, bridge_events: tuple[str, ...]) -> None:
     """Serve the plugins' pipeline stages as NATS services until SIGTERM (then drain)."""
+    import asyncio  # here, not at the top: `wasmext --help` should not pay for it
+
     from wasmext.cluster.worker import Worker
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -63,6 +64,8 @@ def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix:
 
 
 async def _serve(served: object) -> None:
+    import asyncio
+
     from wasmext.cluster.worker import Worker
 
     assert isinstance(served, Worker)

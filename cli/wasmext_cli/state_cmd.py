@@ -11,7 +11,7 @@ from typing import Any, Literal
 import click
 
 from wasmext.errors import WasmextError
-from wasmext_cli.common import CONFIG_OPT, EXIT_USAGE, _default_config, _fail, _jsonable
+from wasmext_cli.common import CONFIG_OPT, EXIT_USAGE, _default_config, _dumps, _fail, _line
 
 
 def _store(config: Path | None) -> Any:
@@ -57,8 +57,9 @@ def ls(config: Path | None, plugin: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for row in rows:
-        click.echo(f"{row['plugin']:<18} {row['session'] or '(global)':<16} {row['key']:<24} "
+    for row in rows:  # plugin, session and key were chosen by plugins: one inert line each
+        click.echo(f"{_line(row['plugin'], 64):<18} {_line(row['session'] or '(global)', 64):<16} "
+                   f"{_line(row['key'], 128):<24} "
                    f"{row['bytes']:>8} B  expires {row['expires']}")
 
 
@@ -76,7 +77,8 @@ def get(config: Path | None, session: str | None, plugin: str, key: str) -> None
         sys.exit(1)
     import msgpack
 
-    click.echo(json.dumps(_jsonable(msgpack.unpackb(raw)), ensure_ascii=False))
+    # whole (the operator asked for this value), but no raw control or bidi character
+    click.echo(_dumps(msgpack.unpackb(raw), cap=False))
 
 
 @state.command("rm")

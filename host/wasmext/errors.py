@@ -42,6 +42,7 @@
     │                               frozen or locked past the call's deadline: the
     │                               host's trouble, never a PluginFault; the instance
     │                               is kept and nothing counts towards quarantine
+    ├── McpAuthError                an MCP server's OAuth authorization failed
     ├── MiddlewareError             a middleware layer broke the next() rule
     ├── HookAborted                 a fail-closed plugin failed: the operation stops
     └── PipelineError               a required pipeline stage failed or a validator blocked
@@ -83,6 +84,7 @@ __all__ = [
     "InvalidOutput",
     "LoadError",
     "ManifestError",
+    "McpAuthError",
     "MemoryLimitExceeded",
     "MiddlewareError",
     "ModuleTooLarge",
@@ -179,6 +181,14 @@ class Timeout(PluginFault):
     inherited = False
 
 
+class Cancelled(PluginFault):
+    """The call's caller cancelled it (an MCP client's `notifications/cancelled`,
+    a `CallScope.cancel()`): the guest was interrupted; not the plugin's fault."""
+
+    reason = "cancelled"
+    inherited = True  # as a Timeout of the caller's: no fault record, no quarantine
+
+
 class StackOverflow(PluginFault):
     reason = "stack overflow"
 
@@ -224,6 +234,10 @@ class EncodeError(WasmextError):
 
 class Quarantined(WasmextError):
     reason = "quarantined"
+
+
+class McpAuthError(WasmextError):
+    reason = "mcp auth"
 
 
 class MiddlewareError(WasmextError):

@@ -4,6 +4,7 @@ bring, each only under the plugin's `mcp-server:<name>` grant and a free name.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ConfigError
@@ -42,6 +43,7 @@ def start_mcp(host: Host, sampler: Callable[[str, Any], Any] | None = None
         return host.mcp
     host.mcp = McpClients(host.tools)
     host.mcp.sampler = sampler
+    host.mcp.oauth_dir = Path(host.config.data_dir) / "mcp-oauth"
     host.mcp.start(specs)
     return host.mcp
 

@@ -39,3 +39,21 @@ def test_state_commands(tmp_path: Path) -> None:
     done = wasmext("import", "--format", "json", str(tmp_path / "backup.json"), cwd=other)
     assert done.stdout.strip() == "imported 2 entries", done.stderr
     assert json.loads(wasmext("get", "pii-mask", "total", cwd=other).stdout) == 7
+
+
+def test_plugin_chosen_keys_and_values_reach_the_terminal_inert(tmp_path: Path) -> None:
+    """A plugin picks its state keys and values: no escape, control or bidi character of
+    theirs reaches the operator's terminal through `state ls` or `state get`."""
+    hostile = "k\x1b[2J\x1b]0;owned\x07\u202eevil\r\nforged line"
+    (tmp_path / "wasmext.toml").write_text('[host]\ndata_dir = "data"\n')
+    with SQLiteStore.in_data_dir(tmp_path / "data") as store:
+        store.set(Scope("p", "s\x1b[31m"), hostile, msgpack.packb({"v": hostile}))
+        store.set(Scope("p"), "long", msgpack.packb("x" * 100))
+    for out in (wasmext("ls", cwd=tmp_path).stdout,
+                wasmext("get", "p", hostile, "--session", "s\x1b[31m", cwd=tmp_path).stdout):
+        assert out.strip()
+        assert not any(ch in out for ch in "\x1b\x07\r\u202e"), repr(out)
+    assert len(wasmext("ls", cwd=tmp_path).stdout.splitlines()) == 2  # no forged line
+    got = wasmext("get", "p", hostile, "--session", "s\x1b[31m", cwd=tmp_path).stdout
+    assert json.loads(got) == {"v": hostile}  # escaped, not altered
+    assert json.loads(wasmext("get", "p", "long", cwd=tmp_path).stdout) == "x" * 100

@@ -19,8 +19,9 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack, suppress
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -36,6 +37,7 @@ from wasmext.mcp.client_tools import (
     result_output,
     tool_name,
 )
+from wasmext.mcp.transport_http import http_transport
 from wasmext.sandbox import callscope, calltree
 from wasmext.services.tools import Runner, ToolRegistry
 
@@ -51,16 +53,6 @@ BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 30.0
 PING_INTERVAL_S = 5.0
 STOP_TIMEOUT_S = 10.0
-
-
-@asynccontextmanager
-async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async with create_mcp_http_client(headers=headers or None) as http, \
-            streamable_http_client(url, http_client=http) as streams:
-        yield streams
 
 
 class _Server:  # one server's state, written on the loop thread
@@ -83,6 +75,10 @@ class McpClients:
         # The host's model for servers configured with `sampling = true`:
         # sampler(server, CreateMessageRequestParams) -> CreateMessageResult (any thread).
         self.sampler: Callable[[str, Any], Any] | None = None
+        # OAuth (servers with an `oauth` table): token files, and who shows the operator
+        # where to authorize: prompt(server, address, callback); None prints to stderr.
+        self.oauth_dir = Path(".wasmext") / "mcp-oauth"
+        self.authorize_prompt: Callable[[str, str, str], None] | None = None
         self._servers: dict[str, _Server] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -307,19 +303,14 @@ class McpClients:
             self._forget(st, st.lost or "stopped")
             return True
 
-    @staticmethod
-    def _transport(spec: ServerSpec) -> Any:
-        from mcp.client.sse import sse_client
+    def _transport(self, spec: ServerSpec) -> Any:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         if spec.transport == "stdio":
             return stdio_client(StdioServerParameters(
                 command=str(spec.command), args=list(spec.args), env=dict(spec.env) or None,
                 cwd=spec.cwd))
-        if spec.transport == "sse":
-            return sse_client(str(spec.url), headers=dict(spec.headers) or None,
-                              timeout=spec.connect_timeout_s)
-        return _streamable_http(str(spec.url), dict(spec.headers))
+        return http_transport(spec, self.oauth_dir, self.authorize_prompt)
 
     async def _relist(self, st: _Server) -> None:
         """Follow notifications/tools/list_changed: list again, replace the server's tools."""

@@ -12,6 +12,7 @@ from wasmext.errors import ConfigError
 from wasmext.mcp.config import McpServerConfig
 from wasmext.mcp.content import from_mcp
 from wasmext.services.tools import Runner, Tool, compile_schema
+from wasmext.text import clean
 
 __all__ = ["McpToolError", "ServerSpec", "build_tool", "reason", "result_output", "tool_name"]
 
@@ -40,7 +41,9 @@ class ServerSpec(McpServerConfig):
                 (self.transport not in TRANSPORTS, f"transport must be one of {TRANSPORTS}"),
                 (self.transport == "stdio" and not self.command, "stdio needs a command"),
                 (self.transport != "stdio" and not self.url, f"{self.transport} needs a url"),
-                (min(self.connect_timeout_s, self.call_timeout_s) <= 0, "timeouts must be > 0")]:
+                (min(self.connect_timeout_s, self.call_timeout_s) <= 0, "timeouts must be > 0"),
+                (self.transport == "stdio" and self.oauth is not None,
+                 "oauth is only for sse and http servers")]:
             if bad:
                 raise ConfigError(f"mcp server {self.name!r}: {why}")
         object.__setattr__(self, "args", tuple(self.args))
@@ -52,7 +55,7 @@ class ServerSpec(McpServerConfig):
                    cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
                    bool(cfg.enabled), dict(getattr(cfg, "headers", {}) or {}),
                    getattr(cfg, "cwd", None), tuple(getattr(cfg, "roots", ())),
-                   bool(getattr(cfg, "sampling", False)))
+                   bool(getattr(cfg, "sampling", False)), getattr(cfg, "oauth", None))
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -102,8 +105,7 @@ def _compiled(schema: Any) -> Any:
 def reason(exc: BaseException) -> str:
     while getattr(exc, "exceptions", None):  # an exception group: its first leaf
         exc = exc.exceptions[0]  # type: ignore[attr-defined]
-    text = str(exc) or type(exc).__name__
-    return _CONTROL.sub(" ", text)[:300]
+    return clean(str(exc) or type(exc).__name__, 300)  # often the remote server's words
 
 
 def result_output(server: str, result: Any) -> Any:

@@ -8,6 +8,7 @@
     headers = { Authorization = "Bearer ${CALC_TOKEN}" }   # sse/http: sent with each request
     roots = ["file:///srv/data"]  # answered to roots/list (default: none offered)
     sampling = false             # answer sampling/createMessage with the host's model
+    oauth = { scopes = ["tools"] }   # sse/http: OAuth for the bearer token (see oauth_config)
     connect_timeout_s = 10
     call_timeout_s = 30
     enabled = true
@@ -21,10 +22,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ConfigError
 from wasmext.mcp.envsubst import substitute
+
+if TYPE_CHECKING:
+    from wasmext.mcp.oauth_config import OAuthSettings
 
 
 def need(cond: bool, path: Path | None, fld: str, why: str) -> None:
@@ -61,6 +65,7 @@ class McpServerConfig:
     cwd: str | None = None  # a stdio server's working folder (a manifest's: the plugin's)
     roots: tuple[str, ...] = ()
     sampling: bool = False
+    oauth: OAuthSettings | None = None
 
 
 def _subst(value: Any, path: Path | None, fld: str) -> str:
@@ -116,6 +121,11 @@ def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = No
         need(isinstance(sampling, bool), path, f"{fld}.sampling", "must be a bool")
         on = spec.get("enabled", True)
         need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
+        oauth = None
+        if "oauth" in spec:
+            from wasmext.mcp.oauth_config import parse_oauth  # pydantic only when used
+            oauth = parse_oauth(spec["oauth"], path, f"{fld}.oauth", transport,
+                                lambda v, f: _subst(v, path, f))
         out.append(McpServerConfig(
             name, transport, command,
             tuple(_subst(a, path, f"{fld}.args[{i}]") for i, a in enumerate(args)),
@@ -123,5 +133,5 @@ def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = No
             timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on,
             {k: _subst(v, path, f"{fld}.headers.{k}") for k, v in headers.items()},
             str(base_dir) if base_dir is not None and transport == "stdio" else None,
-            tuple(roots), sampling))
+            tuple(roots), sampling, oauth))
     return enabled, tuple(out)

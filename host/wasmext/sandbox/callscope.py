@@ -9,11 +9,12 @@ or want progress while a worker thread runs it through plugins and tools.
     scope.cancel()                       # from any thread
 
 `cancel()` interrupts what runs on the bound thread: every plugin call in
-progress there reaches its deadline at once (the epoch deadline of each guest
-store is set to now, so a guest in a loop traps at its next epoch check, and
-the call tree's deadlines pass, so host calls and nested calls end too), and
-the callbacks registered with `on_cancel` run (an MCP client cancels its
-upstream request there). `current()` is the scope bound to this thread, so an
+progress there reaches its deadline at once (the call tree's deadlines pass,
+so host calls and nested calls end; a guest's store has its deadline checked
+every epoch tick by sandbox.watchdog, so even a guest spinning in one loop
+stops within a tick or two), each ending with `Cancelled`, and the callbacks
+registered with `on_cancel` run (an MCP client cancels its upstream request
+there). `current()` is the scope bound to this thread, so an
 op or a tool runner deep in the call finds it (None outside any scope).
 """
 
@@ -113,7 +114,7 @@ class CallScope:
                 continue
             frame.deadline = past
             guest = getattr(frame, "guest", None)
-            try:  # the guest traps at its next epoch check
+            try:  # seen at once at the next function entry (and without the watchdog)
                 if guest is not None:
                     guest.store.set_epoch_deadline(0)
             except Exception:

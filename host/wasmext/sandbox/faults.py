@@ -5,13 +5,16 @@ from __future__ import annotations
 import wasmtime
 
 from wasmext.errors import (
+    Cancelled,
     GuestTrap,
     MemoryLimitExceeded,
     OutOfFuel,
+    PluginFault,
     StackOverflow,
     Timeout,
     WasmextError,
 )
+from wasmext.sandbox import callscope
 from wasmext.sandbox.hostcalls import CallContext
 from wasmext.sandbox.limits import Limits
 
@@ -26,8 +29,16 @@ def first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def timeout(what: str, limits: Limits, ctx: CallContext, clamped: bool) -> Timeout:
-    """A Timeout; `clamped`: the deadline was the calling plugin's (inherited)."""
+def timeout(what: str, limits: Limits, ctx: CallContext, clamped: bool) -> PluginFault:
+    """A Timeout; `clamped`: the deadline was the calling plugin's (inherited).
+
+    A call whose scope was cancelled (its deadline was moved to the past for
+    that) is `Cancelled` instead: the plugin did not run too long.
+    """
+    scope = callscope.current()
+    if scope is not None and scope.cancelled.is_set():
+        return Cancelled(f"{what} was cancelled by its caller", plugin_id=ctx.plugin_id,
+                         hook=ctx.hook)
     if not clamped:
         return Timeout(f"{what} ran past {limits.timeout_ms} ms", plugin_id=ctx.plugin_id,
                        hook=ctx.hook)

@@ -28,7 +28,7 @@ from wasmext.errors import (
     PluginFault,
     WasmextError,
 )
-from wasmext.sandbox import calltree
+from wasmext.sandbox import calltree, watchdog
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
 from wasmext.sandbox.fastcall import Caller, StoreBinding
 from wasmext.sandbox.faults import classify, first_line, timeout
@@ -65,8 +65,8 @@ class PluginInstance:
         self.limits = limits
         self.ctx = ctx
         self.services = services
-        self._ticks = module.engine.ticks_for(limits.timeout_ms)
         store = wasmtime.Store(module.engine.engine)
+        self._ticks = 1 if watchdog.watch(store) else module.engine.ticks_for(limits.timeout_ms)
         store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
                          instances=1, memories=1, tables=4)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
@@ -125,15 +125,14 @@ class PluginInstance:
     # -- entering and leaving the guest -------------------------------------------
 
     def _enter(self) -> int:
-        """Open this call's frame in the call tree; the epoch ticks it may run."""
+        """Open this call's frame in the call tree; its epoch ticks (1: a watchdog store)."""
         self._abort = None
         self._host_seconds = 0.0
         now = time.monotonic()
         self._frame = frame = calltree.enter(now, self.limits.timeout_ms / 1000,
                                              self.limits.max_host_calls, self)
-        ticks = self._ticks if not frame.clamped else \
-            self.module.engine.ticks_for(max(0, int((frame.deadline - now) * 1000)))
-        return ticks
+        return self._ticks if not frame.clamped else min(
+            self._ticks, self.module.engine.ticks_for(max(0, int((frame.deadline - now) * 1000))))
 
     def _leave(self) -> None:
         calltree.leave(self._frame)
@@ -373,7 +372,8 @@ class PluginInstance:
             frame.deadline += nested
             self.ctx.deadline = frame.deadline
             left_ms = int((frame.deadline - time.monotonic()) * 1000)
-            self.store.set_epoch_deadline(self.module.engine.ticks_for(max(0, left_ms)))
+            self.store.set_epoch_deadline(min(self._ticks, self.module.engine.ticks_for(
+                max(0, left_ms))))  # never past our own, which is one tick when watched
         started += self.ctx.waited_seconds  # waiting on storage is the host's time
         self._check_time(started)
         started = time.perf_counter()

@@ -31,7 +31,7 @@ from wasmext.errors import (
     StackOverflow,
     WasmextError,
 )
-from wasmext.sandbox import calltree
+from wasmext.sandbox import calltree, watchdog
 from wasmext.sandbox.backends.canon import BytesExport
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.faults import classify, timeout
@@ -61,8 +61,9 @@ class ComponentInstance(PluginInstance):
         self.limits = limits
         self.ctx = ctx
         self.services = services
-        self._ticks = module.engine.ticks_for(limits.timeout_ms)
         store = wasmtime.Store(module.engine.engine)
+        # Watched (sandbox.watchdog): the deadline is a tick away, checked every tick.
+        self._ticks = 1 if watchdog.watch(store) else module.engine.ticks_for(limits.timeout_ms)
         store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
                          instances=MAX_CORE_INSTANCES, memories=MAX_MEMORIES, tables=MAX_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
@@ -202,7 +203,8 @@ class ComponentInstance(PluginInstance):
             frame.deadline += nested
             self.ctx.deadline = frame.deadline
             left_ms = int((frame.deadline - time.monotonic()) * 1000)
-            self.store.set_epoch_deadline(self.module.engine.ticks_for(max(0, left_ms)))
+            self.store.set_epoch_deadline(min(self._ticks, self.module.engine.ticks_for(
+                max(0, left_ms))))
         started += self.ctx.waited_seconds
         self._check_time(started)
         return answer

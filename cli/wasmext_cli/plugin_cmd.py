@@ -1,0 +1,260 @@
+"""The commands about one plugin or the installed set: `call`, `inspect`, `limits`,
+`list`, `enable`, `disable` and `new`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wasmext.errors import WasmextError
+from wasmext_cli.common import (
+    CONFIG_OPT,
+    EXIT_FAULT,
+    EXIT_USAGE,
+    PLUGINS_OPT,
+    _default_config,
+    _dumps,
+    _echo_json,
+    _fail,
+    _host,
+    _line,
+)
+from wasmext_cli.languages import SCAFFOLD_LANGUAGES
+
+
+def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--set")
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw  # a bare word is a string
+    return out
+
+
+@click.command()
+@click.argument("plugin", type=click.Path(exists=True, path_type=Path))
+@click.argument("hook")
+@click.option("--data", "data_json", default="null", help="The hook's data, as JSON.")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="A plugin setting (JSON value or bare string). Repeatable.")
+@click.option("--grant", "grants", multiple=True, metavar="CAPABILITY",
+              help="Grant a capability for this call. Repeatable.")
+@click.option("--fuel", type=click.IntRange(min=1), help="Fuel per call.")
+@click.option("--memory-mb", type=click.IntRange(min=1, max=4095), help="Linear memory cap.")
+@click.option("--timeout-ms", type=click.IntRange(min=1), help="Wall-clock deadline.")
+@click.option("--log/--no-log", "show_log", default=False,
+              help="Print the plugin's log lines to stderr.")
+def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
+         grants: tuple[str, ...], fuel: int | None, memory_mb: int | None,
+         timeout_ms: int | None, show_log: bool) -> None:
+    """Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print its value as JSON.
+
+    The plugin runs in a throwaway host: state lives in memory and events stay on an
+    in-process bus, both gone when the command ends; --grant state (or any other
+    capability) lets the plugin use them.
+    """
+    try:
+        data = json.loads(data_json)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from exc
+    limits: dict[str, int] = {}
+    if fuel is not None:
+        limits["fuel_per_call"] = fuel
+    if memory_mb is not None:
+        limits["memory_bytes"] = memory_mb * 2**20
+    if timeout_ms is not None:
+        limits["timeout_ms"] = timeout_ms
+    from wasmext_cli.call_host import throwaway_host
+
+    with throwaway_host() as host:
+        try:
+            loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings),
+                              grants=grants)
+        except WasmextError as err:
+            _fail(err)
+        try:
+            result = loaded.call(hook, data)
+        except WasmextError as err:
+            if getattr(err, "hook", None) is None:
+                err.hook = hook  # name the hook the user called, never "hook None"
+            _fail(err)
+        finally:
+            if show_log:
+                for line in loaded.log.lines:
+                    click.echo(f"[{line.level}] {_line(line.text, 4096)}", err=True)
+    # The hook's answer is data: not cut, but nothing in it can drive the terminal.
+    click.echo(_dumps(result.value, cap=False))
+
+
+@click.command()
+@click.argument("plugin", type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+def inspect(plugin: Path, as_json: bool) -> None:
+    """Show what PLUGIN (a folder, a .wasm, or a .wxb bundle) registered, its ABI
+    version, size, digest and limits."""
+    if plugin.suffix == ".wxb":  # checked and described, not installed
+        from wasmext_cli.lifecycle_cmd import inspect_bundle
+
+        inspect_bundle(plugin, as_json)
+        return
+    from wasmext.runtime import Runtime
+
+    with Runtime() as rt:
+        try:
+            info = rt.load(plugin).describe()
+        except WasmextError as err:
+            _fail(err)
+    if as_json:
+        _echo_json(info)
+        return
+    click.echo(f"id        {info['id']}")
+    click.echo(f"name      {_line(info['name'] or '-', 128)}  "
+               f"version {_line(info['version'] or '-', 64)}")
+    abi = info["abi"]
+    click.echo(f"abi       {abi['major']}.{abi['minor']} (guest built for minor "
+               f"{abi['guest_minor']})")
+    click.echo(f"size      {info['size']} bytes")
+    click.echo(f"digest    {info['digest']}")
+    click.echo(f"imports   {_line(', '.join(info['imports']) or '-')}")
+    click.echo("hooks")
+    for h in info["hooks"]:
+        pattern = f"  pattern {_line(h['pattern'], 256)}" if h["pattern"] else ""
+        click.echo(f"  {_line(h['hook'], 128):<24} priority {h['priority']}{pattern}")
+    for key, value in info["extra"].items():
+        click.echo(_line(f"{_line(key, 64):<9} {_dumps(value)}"))
+    requested = info["limits"]["requested"]
+    click.echo("limits    requested -> effective (the manifest may only lower the host's)")
+    for name, value in info["limits"]["effective"].items():
+        click.echo(f"  {name:<24} {requested.get(name, '-')!s:>12} -> {value}")
+
+
+@click.command()
+def limits() -> None:
+    """Print the default sandbox limits."""
+    from wasmext.sandbox.limits import Limits
+
+    for name, value in Limits().as_dict().items():
+        click.echo(f"{name:<24} {value}")
+
+
+@click.command("list")
+@CONFIG_OPT
+@PLUGINS_OPT
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """List loaded plugins and the effective order of every hook.
+
+    Plugins that did not load are named on stderr. Exit code: 0 when it listed
+    plugins (even if others had problems) or found none; 1 when every plugin it
+    found failed to load; 2 when the config cannot be read.
+    """
+    # Plugins that did not load are printed below, one line each; the library's
+    # own log lines about them would only repeat that on stderr.
+    import logging  # here, so that `--help` starts fast
+
+    logging.getLogger("wasmext").addHandler(logging.NullHandler())
+    config = _default_config(config)
+    try:
+        host = _host(config, plugin_dirs)
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    with host:
+        order = {hook: [{"plugin": e.plugin_id, "priority": e.priority, "source": e.source,
+                         "pattern": e.pattern} for e in entries]
+                 for hook, entries in host.order_table().items()}
+        plugins = [{"id": lp.id, "source": lp.source, "failure": lp.failure,
+                    "digest": f"sha256:{lp.plugin.module.info.digest}"}
+                   for lp in host.plugins.values()]
+        errors = [err.describe() for err in host.load_errors]
+    if as_json:
+        _echo_json({"plugins": plugins, "order": order, "errors": errors})
+        return
+    from wasmext_cli.ui import print_list_table
+
+    if not print_list_table(plugins, order):  # a table on a terminal; plain lines otherwise
+        for p in plugins:
+            click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
+        for hook, entries in order.items():
+            chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
+            click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
+    for line in errors:
+        click.echo(f"not loaded: {_line(line.removeprefix('wasmext: '))}", err=True)
+    if config is None and not plugin_dirs:
+        hint = " (./plugins exists: wasmext list --plugins plugins)" \
+            if Path("plugins").is_dir() else ""
+        click.echo(f"looked at no plugin folder: no ./wasmext.toml and no --plugins{hint}",
+                   err=True)
+    elif not plugins:
+        looked = ", ".join(str(d) for d in plugin_dirs) or f"the folders {config} names"
+        click.echo(f"no plugin loaded from {looked}", err=True)
+    if errors and not plugins:
+        sys.exit(EXIT_FAULT)
+
+
+def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
+    from wasmext import HostConfig, load_config
+    from wasmext.config import EnableState
+    from wasmext.manifest import ID_RE
+
+    if not ID_RE.match(plugin_id):
+        raise click.BadParameter(f"{plugin_id!r} is not a plugin id", param_hint="PLUGIN_ID")
+    try:
+        cfg = load_config(config) if config else HostConfig()
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    from wasmext.discovery import discover
+
+    # Only a plugin the config's folders hold: a typo must not be remembered (nor make
+    # the data folder) as if it were a plugin.
+    found = {d.manifest.id for d in discover(cfg.plugin_dirs()) if d.manifest is not None}
+    if plugin_id not in found:
+        where = ", ".join(str(d) for _, d in cfg.plugin_dirs()) or "none configured"
+        click.echo(f"wasmext: no plugin {plugin_id!r} in the plugin folders ({where})",
+                   err=True)
+        sys.exit(EXIT_FAULT)
+    EnableState(cfg).set(plugin_id, enabled)
+    click.echo(f"{plugin_id} {'enabled' if enabled else 'disabled'} "
+               f"(saved in {EnableState(cfg).path})")
+
+
+@click.command()
+@click.argument("plugin_id")
+@CONFIG_OPT
+def enable(plugin_id: str, config: Path | None) -> None:
+    """Enable PLUGIN_ID (remembered across restarts)."""
+    _set_enabled(_default_config(config), plugin_id, True)
+
+
+@click.command()
+@click.argument("plugin_id")
+@CONFIG_OPT
+def disable(plugin_id: str, config: Path | None) -> None:
+    """Disable PLUGIN_ID (remembered across restarts)."""
+    _set_enabled(_default_config(config), plugin_id, False)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--lang", required=True, type=click.Choice(SCAFFOLD_LANGUAGES))
+@click.option("--dir", "parent", default=".", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Where to create the project folder.")
+def new(name: str, lang: str, parent: Path) -> None:
+    """Create a plugin project NAME in LANG that builds and passes its test."""
+    from wasmext_cli.scaffold import ScaffoldError, new_plugin
+
+    try:
+        folder = new_plugin(name, lang, parent)
+    except ScaffoldError as exc:
+        click.echo(f"wasmext: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(f"created {folder}\n  cd {folder} && wasmext build && python -m pytest")
+
