@@ -226,3 +226,23 @@ def test_a_gateway_forwards_upstream_list_changes(tmp_path: Path) -> None:
                 assert kinds == ["resources", "prompts"]
 
         run(main)
+
+
+def test_an_endless_resource_list_is_bounded(tmp_path: Path) -> None:
+    """Attack: a server answering pages of resources with a next cursor forever. The
+    listing stops at 1000 entries (4 pages), quickly, and the server stays usable."""
+    from wasmext.mcp.client_lists import MAX_LISTED
+
+    with catalog_host(tmp_path) as host:
+        assert host.mcp is not None
+        heard = Heard(host)
+        started = time.monotonic()
+        call(host, "flood")
+        assert heard.wait(1) == [("catalog", "resources")]  # followed, and bounded
+        listed = list_resources(host.mcp, "catalog")
+        assert len(listed) == MAX_LISTED
+        assert listed[-1]["uri"] == f"file:///flood/{MAX_LISTED - 1}"
+        assert counts(host)["resources"] == 4  # 4 pages of 300, then it stopped asking
+        assert time.monotonic() - started < TIMEOUT
+        got = get_prompt(host.mcp, "catalog", "first")  # still answering
+        assert got["messages"][0]["content"]["text"] == "prompt first"

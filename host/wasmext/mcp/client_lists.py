@@ -43,14 +43,15 @@ RELIST_TIMEOUT_S = 30.0
 Listener = Callable[[str, str], None]
 
 
-async def _paged(fetch: Callable[..., Awaitable[Any]], attr: str) -> list[Any]:
+async def _paged(fetch: Callable[..., Awaitable[Any]], attr: str,
+                 limit: int | None = None) -> list[Any]:
     from mcp_types import PaginatedRequestParams
 
     items: list[Any] = []
     page = await fetch()
     for _ in range(MAX_PAGES):  # a bounded number of pages
         items.extend(getattr(page, attr))
-        if not page.next_cursor:
+        if not page.next_cursor or (limit is not None and len(items) >= limit):
             break
         page = await fetch(params=PaginatedRequestParams(cursor=page.next_cursor))
     return items
@@ -100,9 +101,11 @@ def shape_prompt(item: Any) -> dict[str, Any] | None:
 
 async def _fetch(session: ClientSession, kind: str) -> list[dict[str, Any]]:
     if kind == "resources":
-        shaped = [shape_resource(r) for r in await _paged(session.list_resources, "resources")]
+        shaped = [shape_resource(r) for r in await _paged(session.list_resources, "resources",
+                                                          MAX_LISTED)]
     else:
-        shaped = [shape_prompt(p) for p in await _paged(session.list_prompts, "prompts")]
+        shaped = [shape_prompt(p) for p in await _paged(session.list_prompts, "prompts",
+                                                        MAX_LISTED)]
     return [item for item in shaped if item is not None][:MAX_LISTED]
 
 

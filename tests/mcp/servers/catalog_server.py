@@ -3,7 +3,8 @@ SDK, low-level server, stdio). It advertises `resources.listChanged` and
 `prompts.listChanged` (unless $CATALOG_QUIET is set) and offers the tools
 `add_resource(uri, name, description?)`, `add_prompt(name, description?)` (each adds one
 and announces the new list), `announce(kind)` (the notification with nothing changed,
-`times` over) and `counts()` (how often resources/list and prompts/list were asked)."""
+`times` over), `counts()` (how often resources/list and prompts/list were asked) and
+`flood()` (from then on resources/list answers pages of 300 with a next cursor, forever)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from mcp.server.stdio import stdio_server
 resources = [types.Resource(uri="file:///first.txt", name="first", mime_type="text/plain")]
 prompts = [types.Prompt(name="first", description="The first prompt")]
 counts = {"resources": 0, "prompts": 0}
+flooding = False
 TOOLS = [
     types.Tool(name="add_resource", input_schema={"type": "object", "properties": {
         "uri": {"type": "string"}, "name": {"type": "string"},
@@ -29,6 +31,7 @@ TOOLS = [
     types.Tool(name="announce", input_schema={"type": "object", "properties": {
         "kind": {"type": "string"}, "times": {"type": "integer"}}, "required": ["kind"]}),
     types.Tool(name="counts", input_schema={"type": "object"}),
+    types.Tool(name="flood", input_schema={"type": "object"}),
 ]
 
 
@@ -38,6 +41,11 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
 
 async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
     counts["resources"] += 1
+    if flooding:
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        return types.ListResourcesResult(next_cursor=str(start + 300), resources=[
+            types.Resource(uri=f"file:///flood/{i}", name=f"flood {i}")
+            for i in range(start, start + 300)])
     return types.ListResourcesResult(resources=list(resources))
 
 
@@ -58,6 +66,7 @@ async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.Ge
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    global flooding
     args = dict(params.arguments or {})
     session = ctx.session
     if params.name == "add_resource":
@@ -67,6 +76,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     elif params.name == "add_prompt":
         prompts.append(types.Prompt(name=args["name"], description=args.get("description")))
         await session.send_prompt_list_changed()
+    elif params.name == "flood":
+        flooding = True
+        await session.send_resource_list_changed()
     elif params.name == "announce":
         for _ in range(int(args.get("times", 1))):
             if args["kind"] == "resources":
