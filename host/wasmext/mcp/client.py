@@ -281,7 +281,7 @@ class McpClients:
             if self._stopping or wake.is_set():
                 return False
             self._register(st, listed)
-            self.catalog.adopt(spec.name, session)
+            self.catalog.adopt(spec.name, session, spec.connect_timeout_s)
             st.session = session
             st.status = "connected"
             st.first_attempt.set()

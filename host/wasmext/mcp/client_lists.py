@@ -39,7 +39,6 @@ KINDS = ("resources", "prompts")
 MAX_LISTED = 1000
 MAX_PAGES = 100
 MAX_URI = 2048
-RELIST_TIMEOUT_S = 30.0
 Listener = Callable[[str, str], None]
 
 
@@ -129,6 +128,7 @@ class _Lists:  # one connection's
     session: Any
     follows: frozenset[str]  # the kinds the server announces changes of
     offers: frozenset[str]  # the kinds the server has at all
+    timeout_s: float  # for one re-list (the server's connect_timeout_s, like its tools')
     cached: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     last: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
@@ -152,14 +152,14 @@ class UpstreamCatalog:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
-    def adopt(self, server: str, session: ClientSession) -> None:
+    def adopt(self, server: str, session: ClientSession, timeout_s: float = 30.0) -> None:
         """A new connection: nothing cached yet; remember which lists it announces."""
         caps = session.server_capabilities
         follows = frozenset(kind for kind in KINDS if getattr(
             getattr(caps, kind, None), "list_changed", None) is True)
         offers = frozenset(kind for kind in KINDS if getattr(caps, kind, None) is not None)
         with self._lock:
-            self._lists[server] = _Lists(session, follows, offers)
+            self._lists[server] = _Lists(session, follows, offers, timeout_s)
 
     def offering(self, kind: str) -> list[str]:
         """The connected servers that have `kind` at all."""
@@ -237,7 +237,7 @@ class UpstreamCatalog:
         before = lists.last.get(kind)
         generation = lists.generation[kind]
         try:
-            with anyio.fail_after(RELIST_TIMEOUT_S):
+            with anyio.fail_after(lists.timeout_s):
                 items = await _fetch(session, kind)
         except Exception as exc:
             log.warning("mcp server %s: re-listing %s failed: %s", server, kind,
