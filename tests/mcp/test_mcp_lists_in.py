@@ -162,7 +162,7 @@ def test_unannounced_lists_are_asked_each_time(tmp_path: Path) -> None:
         assert "file:///second.txt" in {r["uri"] for r in list_resources(host.mcp, "catalog")}
 
 
-def test_a_reconnection_forgets_the_kept_lists(tmp_path: Path) -> None:
+def test_stopping_a_server_forgets_its_kept_lists(tmp_path: Path) -> None:
     with catalog_host(tmp_path) as host:
         assert host.mcp is not None
         list_resources(host.mcp, "catalog")
