@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.client_tools": 2,
     "wasmext.mcp.results": 2, "wasmext.mcp.served": 2, "wasmext.mcp.plugin_ops": 2,
     "wasmext.mcp.client_catalog": 2, "wasmext.mcp.client_caps": 2,
+    "wasmext.mcp.client_lists": 2,
     "wasmext.mcp.oauth": 2, "wasmext.mcp.transport_http": 2,
     "wasmext.hooks": 3,
     "wasmext.lifecycle.signing": 0,
@@ -36,6 +37,7 @@ LAYERS: dict[str, int] = {
     "wasmext.lifecycle.uninstall": 4,
     "wasmext.cluster": 4,
     "wasmext.mcp.server": 5, "wasmext.mcp.served_handlers": 5,
+    "wasmext.mcp.served_changes": 5, "wasmext.mcp.served_upstream": 5,
 }
 TOP = 4  # every other module: the host layer
 

@@ -27,6 +27,8 @@ def mcp() -> None:
 @click.option("--include-host-tools", is_flag=True, help="Also list the host's Python tools.")
 @click.option("--include-mcp-tools", is_flag=True,
               help="Also list the configured MCP servers' tools (a gateway).")
+@click.option("--include-mcp-catalog", is_flag=True,
+              help="Also serve the configured MCP servers' resources and prompts.")
 @click.option("--token-file", type=click.Path(path_type=Path),
               help="--http: require this file's bearer token (needed off loopback).")
 @click.option("--token-env", metavar="VAR",
@@ -36,7 +38,8 @@ def mcp() -> None:
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan plugins when their folders or enable state change.")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
-          include_host_tools: bool, include_mcp_tools: bool, token_file: Path | None,
+          include_host_tools: bool, include_mcp_tools: bool, include_mcp_catalog: bool,
+          token_file: Path | None,
           token_env: str | None, poll_interval: float, watch: bool) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
     import logging  # here, so that `--help` starts fast
@@ -63,12 +66,13 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,
-                        include_mcp_tools=include_mcp_tools, poll_interval=poll_interval)
+                        include_mcp_tools=include_mcp_tools, poll_interval=poll_interval,
+                        include_mcp_catalog=include_mcp_catalog)
         else:
             click.echo(f"wasmext: MCP on http://{address}:{port}/mcp", err=True)
             serve_http(host, address, port, include_host_tools=include_host_tools,
                        include_mcp_tools=include_mcp_tools, poll_interval=poll_interval,
-                       token=token)
+                       include_mcp_catalog=include_mcp_catalog, token=token)
 
 
 @mcp.command("ls")

@@ -28,6 +28,7 @@ import anyio
 
 from wasmext.errors import ConfigError
 from wasmext.mcp.client_caps import client_callbacks
+from wasmext.mcp.client_lists import UpstreamCatalog, list_kind, list_tools
 from wasmext.mcp.client_tools import (
     McpToolError,
     ServerSpec,
@@ -83,6 +84,7 @@ class McpClients:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.catalog = UpstreamCatalog(self)  # their resources and prompts
 
     def start(self, specs: Sequence[ServerSpec], wait_s: float | None = None) -> None:
         """Connect every enabled server concurrently; wait for each first attempt.
@@ -233,6 +235,7 @@ class McpClients:
 
     def _forget(self, st: _Server, reason: str) -> None:
         self.registry.drop_owner(f"mcp:{st.spec.name}")
+        self.catalog.forget(st.spec.name)
         st.session = None
         st.tools = []
         st.status = f"unavailable: {reason}"
@@ -264,18 +267,21 @@ class McpClients:
 
             tg.start_soon(forward)
             async def on_message(message: Any) -> None:
+                # Re-list in a task: the handler must not await the session's own I/O.
                 if isinstance(message, ToolListChangedNotification) and st.session is not None:
-                    # Re-list in a task: the handler must not await the session's own I/O.
                     tg.start_soon(self._relist, st)
+                elif (kind := list_kind(message)) and st.session is not None:
+                    tg.start_soon(self.catalog.changed(spec.name, kind, st.session))
 
             session = await stack.enter_async_context(ClientSession(
                 recv, write, message_handler=on_message, **client_callbacks(self, spec)))
             with anyio.fail_after(spec.connect_timeout_s):
                 await session.initialize()
-                listed = await self._list_tools(session)
+                listed = await list_tools(session)
             if self._stopping or wake.is_set():
                 return False
             self._register(st, listed)
+            self.catalog.adopt(spec.name, session, spec.connect_timeout_s)
             st.session = session
             st.status = "connected"
             st.first_attempt.set()
@@ -306,19 +312,6 @@ class McpClients:
                 cwd=spec.cwd))
         return http_transport(spec, self.oauth_dir, self.authorize_prompt)
 
-    @staticmethod
-    async def _list_tools(session: ClientSession) -> list[Any]:
-        from mcp_types import PaginatedRequestParams
-
-        tools: list[Any] = []
-        page = await session.list_tools()
-        for _ in range(100):  # a bounded number of pages
-            tools.extend(page.tools)
-            if not page.next_cursor:
-                break
-            page = await session.list_tools(params=PaginatedRequestParams(cursor=page.next_cursor))
-        return tools
-
     async def _relist(self, st: _Server) -> None:
         """Follow notifications/tools/list_changed: list again, replace the server's tools."""
         session = st.session
@@ -326,7 +319,7 @@ class McpClients:
             return
         try:
             with anyio.fail_after(st.spec.connect_timeout_s):
-                listed = await self._list_tools(session)
+                listed = await list_tools(session)
         except Exception as exc:
             log.warning("mcp server %s: re-listing tools failed: %s", st.spec.name, reason(exc))
             return

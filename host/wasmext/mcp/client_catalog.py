@@ -6,7 +6,9 @@
     got = get_prompt(host.mcp, "docs", "review", {"code": "..."})  # {description?, messages}
 
 Plain maps in the MessagePack shape of `wasmext.mcp.content` (binary as bytes);
-the plugin ops `resource.list|read` and `prompt.list|get` answer the same.
+the plugin ops `resource.list|read` and `prompt.list|get` answer the same. The
+lists follow the servers' list_changed notifications (`client_lists`):
+`clients.catalog.subscribe(fn)` hears `fn(server, "resources" | "prompts")`.
 """
 
 from __future__ import annotations
@@ -20,18 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = ["get_prompt", "list_prompts", "list_resources", "read_resource"]
 
-MAX_LISTED = 1000
-
-
-def _optional(item: Any, *keys: str) -> dict[str, Any]:
-    return {k: getattr(item, k) for k in keys if getattr(item, k, None) is not None}
-
 
 def list_resources(clients: McpClients, server: str) -> list[dict[str, Any]]:
-    listed = clients.request(server, lambda s: s.list_resources())
-    return [{"uri": str(r.uri), "name": r.name, **_optional(r, "mime_type", "description",
-                                                            "title")}
-            for r in listed.resources[:MAX_LISTED]]
+    """Kept while the server announces its list changes (`client_lists`), else fresh."""
+    return clients.catalog.listed(server, "resources")
 
 
 def read_resource(clients: McpClients, server: str, uri: str) -> list[dict[str, Any]]:
@@ -40,11 +34,7 @@ def read_resource(clients: McpClients, server: str, uri: str) -> list[dict[str, 
 
 
 def list_prompts(clients: McpClients, server: str) -> list[dict[str, Any]]:
-    listed = clients.request(server, lambda s: s.list_prompts())
-    return [{"name": p.name, **_optional(p, "description", "title"),
-             "arguments": [{"name": a.name, "required": bool(a.required),
-                            **_optional(a, "description")} for a in (p.arguments or [])]}
-            for p in listed.prompts[:MAX_LISTED]]
+    return clients.catalog.listed(server, "prompts")
 
 
 def get_prompt(clients: McpClients, server: str, name: str,

@@ -2,12 +2,16 @@
 
 A read or a get runs the owning plugin's hook (`on_resource`, `on_prompt`) in a
 fresh host session on a worker thread, like a tool call; a plugin's failure or
-a malformed answer is an MCP error naming the plugin.
+a malformed answer is an MCP error naming the plugin. The catalog is built
+again only when a plugin's registration map changed (loaded, reloaded,
+unloaded), so a bad entry is logged once per change, not per request or poll.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -15,7 +19,9 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
-from wasmext.mcp.served import catalog, owner_of, prompt_result, resource_contents
+from wasmext.mcp.served import Catalog, catalog, owner_of, prompt_result, resource_contents
+from wasmext.mcp.served_changes import fingerprint
+from wasmext.mcp.served_upstream import UpstreamExport
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -26,32 +32,87 @@ if TYPE_CHECKING:
 __all__ = ["ServedCatalog"]
 
 
-class ServedCatalog:
-    def __init__(self, host: Host) -> None:
-        self.host = host
+Before = Callable[["ServerRequestContext[Any]"], Awaitable[None]]
 
-    def handlers(self) -> dict[str, Any]:
-        """Keyword arguments for the SDK's low-level Server."""
-        return {"on_list_resources": self.list_resources,
-                "on_list_resource_templates": self.list_templates,
-                "on_read_resource": self.read_resource,
-                "on_list_prompts": self.list_prompts, "on_get_prompt": self.get_prompt}
+
+class ServedCatalog:
+    def __init__(self, host: Host, include_mcp_catalog: bool = False) -> None:
+        self.host = host
+        # The configured MCP servers' resources and prompts too (a gateway).
+        self.upstream = UpstreamExport(host) if include_mcp_catalog else None
+        self._key: list[tuple[str, Any]] = []
+        self._catalog = Catalog({}, [], {})
+        self._lock = threading.Lock()
+
+    def current(self) -> Catalog:
+        """The plugins' catalog, rebuilt when a registration map differs (any thread)."""
+        plugins = dict(self.host.plugins)
+        key = [(pid, lp.plugin.registration) for pid, lp in sorted(plugins.items())]
+        with self._lock:
+            if len(key) != len(self._key) or any(
+                    pid != old_pid or (reg is not old and reg.extra != old.extra)
+                    for (pid, reg), (old_pid, old) in zip(key, self._key, strict=True)):
+                self._catalog = catalog(plugins)
+            self._key = key  # holds the registrations: their ids are not reused meanwhile
+            return self._catalog
+
+    def fingerprints(self) -> dict[str, str]:
+        cat = self.current()
+        known = self.upstream.versions() if self.upstream is not None else {}
+        return {"resources": fingerprint(
+                    [r.model_dump(mode="json") for _p, r in cat.resources.values()]
+                    + [t.model_dump(mode="json") for _p, t in cat.templates]
+                    + known.get("resources", [])),
+                "prompts": fingerprint([p.model_dump(mode="json")
+                                        for _p, _s, p in cat.prompts.values()]
+                                       + known.get("prompts", []))}
+
+    def _upstream_resources(self) -> dict[str, tuple[str, types.Resource]]:
+        """uri -> (server, resource) of the servers' resources no plugin shadows."""
+        if self.upstream is None:
+            return {}
+        plugins = self.current().resources
+        out: dict[str, tuple[str, types.Resource]] = {}
+        for server, resource in self.upstream.resources():
+            if str(resource.uri) not in plugins:
+                out.setdefault(str(resource.uri), (server, resource))
+        return out
+
+    def handlers(self, before: Before) -> dict[str, Any]:
+        """Keyword arguments for the SDK's low-level Server; `before(ctx)` runs first."""
+        def wrapped(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def run(ctx: ServerRequestContext[Any], params: Any) -> Any:
+                await before(ctx)
+                return await handler(ctx, params)
+            return run
+
+        return {"on_list_resources": wrapped(self.list_resources),
+                "on_list_resource_templates": wrapped(self.list_templates),
+                "on_read_resource": wrapped(self.read_resource),
+                "on_list_prompts": wrapped(self.list_prompts),
+                "on_get_prompt": wrapped(self.get_prompt)}
 
     async def list_resources(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourcesResult:
-        cat = catalog(self.host.plugins)
-        return types.ListResourcesResult(resources=[r for _p, r in cat.resources.values()])
+        cat = self.current()
+        upstream = await anyio.to_thread.run_sync(self._upstream_resources)
+        return types.ListResourcesResult(resources=[r for _p, r in cat.resources.values()]
+                                         + [r for _s, r in upstream.values()])
 
     async def list_templates(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourceTemplatesResult:
-        cat = catalog(self.host.plugins)
+        cat = self.current()
         return types.ListResourceTemplatesResult(resource_templates=[t for _p, t in
                                                                      cat.templates])
 
     async def list_prompts(self, ctx: ServerRequestContext[Any],
                            params: Any) -> types.ListPromptsResult:
-        cat = catalog(self.host.plugins)
-        return types.ListPromptsResult(prompts=[p for _pid, _s, p in cat.prompts.values()])
+        cat = self.current()
+        upstream = await anyio.to_thread.run_sync(self.upstream.prompts) \
+            if self.upstream is not None else []
+        return types.ListPromptsResult(prompts=[p for _pid, _s, p in cat.prompts.values()]
+                                       + [p for _s, _n, p in upstream
+                                          if p.name not in cat.prompts])
 
     def _hook(self, pid: str, hook: str, data: dict[str, Any]) -> Any:
         with self.host.session(f"mcp-{hook}-{uuid.uuid4().hex[:12]}") as session:
@@ -65,7 +126,11 @@ class ServedCatalog:
                             params: types.ReadResourceRequestParams
                             ) -> types.ReadResourceResult:
         uri = str(params.uri)
-        pid = owner_of(catalog(self.host.plugins), uri)
+        pid = owner_of(self.current(), uri)
+        if pid is None and self.upstream is not None:
+            found = (await anyio.to_thread.run_sync(self._upstream_resources)).get(uri)
+            if found is not None:
+                return await anyio.to_thread.run_sync(self.upstream.read, found[0], uri)
         if pid is None:
             raise MCPError(code=INVALID_PARAMS, message=f"no resource {clean(uri, 200)}")
         value = await anyio.to_thread.run_sync(self._hook, pid, "on_resource", {"uri": uri})
@@ -76,7 +141,12 @@ class ServedCatalog:
 
     async def get_prompt(self, ctx: ServerRequestContext[Any],
                          params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        found = catalog(self.host.plugins).prompts.get(params.name)
+        found = self.current().prompts.get(params.name)
+        if found is None and self.upstream is not None:
+            for server, short, _p in await anyio.to_thread.run_sync(self.upstream.prompts):
+                if f"{server}__{short}" == params.name:
+                    return await anyio.to_thread.run_sync(
+                        self.upstream.get, server, short, dict(params.arguments or {}))
         if found is None:
             raise MCPError(code=INVALID_PARAMS,
                            message=f"no prompt {clean(params.name, 80)}")

@@ -7,19 +7,17 @@ Every tool in `host.tools` owned by a plugin (and, when asked, by the host) is
 listed; a call runs `host.tools.call` inside a fresh host session on a worker
 thread, so the registry validates the arguments before any plugin sees them.
 A failed call (invalid arguments, a trap, a refusal, the rate limit) is an MCP
-tool result with `isError: true`, never a protocol error. When the tool set
-changes, `notifications/tools/list_changed` goes out: at once from
-`notify_changed()`, or when the catalog fingerprint differs from the last one
-seen (checked before each list or call and by a background poll). Handshake-era
-clients get it on their connection; 2026-era clients on `subscriptions/listen`.
+tool result with `isError: true`, never a protocol error. When the tools,
+resources or prompts served change, `notifications/{tools,resources,prompts}/
+list_changed` goes out for that list (`served_changes`): at once from
+`notify_changed()`, or when its fingerprint differs from the last one seen
+(checked before each request and by a background poll).
 Each call writes one line on the `wasmext.mcp.audit` logger: client, tool,
 status, duration, never the arguments.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
@@ -35,11 +33,11 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
-from mcp.shared.subscriptions import ToolsListChanged
+from mcp.server.subscriptions import ListenHandler
 
 from wasmext.mcp.auth import BearerAuth, require_token_for
 from wasmext.mcp.results import error_code, error_result, tool_result
+from wasmext.mcp.served_changes import ListChanges, fingerprint
 from wasmext.mcp.served_handlers import ServedCatalog
 from wasmext.sandbox.callscope import CallScope
 from wasmext.text import DESCRIPTION_CAP, clean_lines
@@ -47,7 +45,6 @@ from wasmext.text import DESCRIPTION_CAP, clean_lines
 if TYPE_CHECKING:
     import uvicorn
     from mcp.server.context import ServerRequestContext
-    from mcp.server.session import ServerSession
 
     from wasmext.host import Host
     from wasmext.services.tools import Tool
@@ -82,7 +79,8 @@ class RateLimiter:
 
 
 class _ChangeAwareServer(Server[Any]):
-    """The SDK's Server, advertising listChanged on every transport.
+    """The SDK's Server, advertising listChanged (tools, resources, prompts) on every
+    transport.
 
     The streamable-HTTP session manager asks for the default initialization
     options (no list_changed), though the notifications do go out.
@@ -93,7 +91,8 @@ class _ChangeAwareServer(Server[Any]):
             experimental_capabilities: dict[str, dict[str, Any]] | None = None,
             extensions: dict[str, dict[str, Any]] | None = None) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True),
+            notification_options or NotificationOptions(
+                prompts_changed=True, resources_changed=True, tools_changed=True),
             experimental_capabilities, extensions)
 
 
@@ -101,17 +100,18 @@ class McpToolServer:
     """An MCP server over `host.tools`; `.server` is the SDK's low-level Server."""
 
     def __init__(self, host: Host, *, include_host_tools: bool = False,
-                 include_mcp_tools: bool = False, name: str = "wasmext",
+                 include_mcp_tools: bool = False, include_mcp_catalog: bool = False,
+                 name: str = "wasmext",
                  rate: float = 20.0, burst: int = 40, poll_interval: float = 1.0) -> None:
         self.host = host
         self.include_host_tools = include_host_tools
         self.include_mcp_tools = include_mcp_tools
         self.poll_interval = poll_interval
         self.limiter = RateLimiter(rate, burst)
-        self.bus = InMemorySubscriptionBus()
-        self._fingerprint = self._compute_fingerprint()
-        self._legacy: dict[int, ServerSession] = {}  # connections to notify (handshake era)
-        self._notify_lock = anyio.Lock()
+        self.catalog = ServedCatalog(host, include_mcp_catalog)
+        self.changes = ListChanges(lambda: {"tools": self._compute_fingerprint(),
+                                            **self.catalog.fingerprints()})
+        self.bus = self.changes.bus
         self.server: Server[Any] = _ChangeAwareServer(
             name, version="0.1.0",
             instructions="Tools served by wasmext plugins (sandboxed WebAssembly).",
@@ -120,7 +120,7 @@ class McpToolServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=ListenHandler(self.bus),
-            **ServedCatalog(host).handlers(),
+            **self.catalog.handlers(self._before),
         )
 
     # -- the tool set -------------------------------------------------------------------
@@ -143,8 +143,7 @@ class McpToolServer:
         entries = [(t.name, t.description, t.title, t.annotations, dict(t.input_schema),
                     dict(t.output_schema) if t.output_schema is not None else None)
                    for t in self.visible_tools()]
-        return hashlib.sha256(json.dumps(entries, sort_keys=True, default=str).encode()
-                              ).hexdigest()
+        return fingerprint(entries)
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         tool = self._visible(name)
@@ -156,38 +155,19 @@ class McpToolServer:
     # -- change notifications -----------------------------------------------------------
 
     async def check_changed(self) -> bool:
-        """Notify clients when the tool set differs from the last one seen."""
-        fingerprint = self._compute_fingerprint()
-        if fingerprint == self._fingerprint:
-            return False
-        self._fingerprint = fingerprint
-        await self._broadcast()
-        return True
+        """Notify clients of each served list that differs from the last one seen."""
+        return bool(await self.changes.check())
 
     async def notify_changed(self) -> None:
         """Tell every client the tool list changed (call after host.add/host.disable)."""
-        self._fingerprint = self._compute_fingerprint()
-        await self._broadcast()
-
-    async def _broadcast(self) -> None:
-        async with self._notify_lock:
-            await self.bus.publish(ToolsListChanged())
-            for key, session in list(self._legacy.items()):
-                try:
-                    with anyio.fail_after(5):
-                        await session.send_tool_list_changed()
-                except Exception:  # a client that left: forget it
-                    log.debug("tools/list_changed not delivered; dropping client", exc_info=True)
-                    self._legacy.pop(key, None)
+        await self.changes.notify({"tools"})
 
     def _remember(self, ctx: ServerRequestContext[Any]) -> None:
-        if ctx.protocol_version in _modern_versions():
-            return  # 2026-era clients hear of changes through subscriptions/listen
-        connection = getattr(ctx.session, "_connection", None)
-        if len(self._legacy) >= 1024:  # bounded: forget the oldest connection
-            self._legacy.pop(next(iter(self._legacy)))
-        self._legacy.setdefault(id(connection if connection is not None else ctx.session),
-                                ctx.session)
+        self.changes.remember(ctx)
+
+    async def _before(self, ctx: ServerRequestContext[Any]) -> None:
+        self._remember(ctx)
+        await self.check_changed()
 
     @asynccontextmanager
     async def _lifespan(self, _server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -318,12 +298,6 @@ def _servable(tool: Tool) -> bool:
     """MCP wants object schemas; one that is not would make clients refuse the whole list."""
     return tool.input_schema.get("type") == "object" and (
         tool.output_schema is None or tool.output_schema.get("type") == "object")
-
-
-def _modern_versions() -> frozenset[str]:
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
-    return frozenset(MODERN_PROTOCOL_VERSIONS)
 
 
 def _client_id(ctx: ServerRequestContext[Any]) -> str:

@@ -4,10 +4,20 @@
 //   {"transport": "stdio", "command", "args", "env", "cwd"} | {"transport": "http", "url",
 //    "headers"}, "calls": [{"name", "arguments"}], "resources": true, "prompts": true,
 //    "readResource": uri, "getPrompt": {"name", "arguments"}, "cancel": {"name", "arguments",
-//    "afterMs"}}
+//    "afterMs"}, "watch": {"quietMs", "trigger": [command, ...args], "env", "cwd",
+//    "triggerCall": {"name", "arguments"}, "wanted": [method], "waitMs", "settleMs"}}
+// "watch" records the list_changed notifications heard while nothing changes (quietMs),
+// runs the trigger command (or calls the trigger tool), waits for the wanted ones (default
+// resources and prompts; waitMs), listens settleMs more, and lists both again.
+import { execFileSync } from "node:child_process";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  PromptListChangedNotificationSchema,
+  ResourceListChangedNotificationSchema,
+  ToolListChangedNotificationSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 
 const plan = JSON.parse(process.argv[2]);
 const report = { steps: {} };
@@ -27,6 +37,11 @@ const transport = plan.transport === "stdio"
                                       { requestInit: { headers: plan.headers ?? {} } });
 const client = new Client({ name: "wasmext-interop", version: "1.0.0" });
 const changed = [];
+for (const schema of [ToolListChangedNotificationSchema, ResourceListChangedNotificationSchema,
+                      PromptListChangedNotificationSchema]) {
+  client.setNotificationHandler(schema, (notification) => { changed.push(notification.method); });
+}
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 await step("connect", async () => {
   await client.connect(transport);
   return true;
@@ -63,6 +78,29 @@ if (report.steps.connect.ok) {
   }
   if (plan.getPrompt) {
     await step("getPrompt", async () => (await client.getPrompt(plan.getPrompt)).messages);
+  }
+  if (plan.watch) {
+    const watch = plan.watch;
+    await sleep(watch.quietMs ?? 1000);
+    report.quiet = [...changed];
+    await step("trigger", async () => {
+      if (watch.triggerCall) {
+        return await client.callTool(watch.triggerCall);
+      }
+      execFileSync(watch.trigger[0], watch.trigger.slice(1),
+                   { env: watch.env, cwd: watch.cwd, stdio: ["ignore", "ignore", "inherit"] });
+      return true;
+    });
+    const wanted = watch.wanted ?? ["notifications/resources/list_changed",
+                                    "notifications/prompts/list_changed"];
+    const deadline = Date.now() + (watch.waitMs ?? 20000);
+    while (!wanted.every((m) => changed.includes(m)) && Date.now() < deadline) {
+      await sleep(50);
+    }
+    await sleep(watch.settleMs ?? 1000);
+    report.changed = changed.slice(report.quiet.length);
+    await step("resourcesAfter", async () => (await client.listResources()).resources);
+    await step("promptsAfter", async () => (await client.listPrompts()).prompts);
   }
   await client.close();
 }
