@@ -10,10 +10,14 @@ asks for in `[limits]` is only a request: see `sandbox.limits.effective_limits`.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from wasmext._abi import ABI_MAJOR
@@ -221,8 +225,19 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     _, mcp_servers = parse_mcp(dict(mcp_raw), path,  # relative paths: the plugin's folder
                                path.parent if path is not None else None)
     assert isinstance(pid, str) and isinstance(version, str)
-    return Manifest(path, pid, version, desc, abi, prio, wasm, dict(limits_raw), caps,
+    # Read-only: one validated Manifest may serve many loads (see `load_manifest`).
+    return Manifest(path, pid, version, desc, abi, prio, wasm,
+                    MappingProxyType(dict(limits_raw)), caps,
                     settings, build, order["before"], order["after"], failure, mcp_servers)
+
+
+# Validated manifests by (path, SHA-256 of the file's bytes): loading many copies
+# of a plugin, or reloading one, validates its plugin.toml once. Keyed on the
+# content, never on a name or a file time, so an edited file is always parsed
+# again. A manifest with an [mcp] table is not kept: it reads the environment.
+_MEMO_SIZE = 256
+_memo: OrderedDict[tuple[str, bytes], Manifest] = OrderedDict()
+_memo_lock = threading.Lock()
 
 
 def load_manifest(path: Path) -> Manifest:
@@ -232,9 +247,28 @@ def load_manifest(path: Path) -> Manifest:
     """
     try:
         raw = read_capped(path, MAX_MANIFEST_BYTES)
-        data = parse_text(raw, max_bytes=MAX_MANIFEST_BYTES)
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}", path=path) from exc
+    except ConfigTextError as exc:
+        raise ManifestError(f"{path}: {exc}", path=path) from exc
+    key = (str(path), hashlib.sha256(raw).digest())
+    with _memo_lock:
+        known = _memo.get(key)
+        if known is not None:
+            _memo.move_to_end(key)
+            return known
+    manifest = _validate(raw, path)
+    if not manifest.mcp_servers and b"mcp" not in raw:
+        with _memo_lock:
+            _memo[key] = manifest
+            while len(_memo) > _MEMO_SIZE:
+                _memo.popitem(last=False)
+    return manifest
+
+
+def _validate(raw: bytes, path: Path) -> Manifest:
+    try:
+        data = parse_text(raw, max_bytes=MAX_MANIFEST_BYTES)
     except ConfigTextError as exc:
         raise ManifestError(f"{path}: {exc}", path=path) from exc
     try:
@@ -270,6 +304,8 @@ def load_folder(folder: Path) -> Manifest:
         raise UnsafeFolder(f"{toml}: resolves outside its plugin folder")
     manifest = load_manifest(toml)
     wasm = manifest.wasm_path
-    if (wasm.is_symlink() or wasm.exists()) and not _inside(wasm, folder):
+    # The module's name has no separator (parse_manifest), so a module that is not a
+    # symlink is an entry of the folder itself: only a symlink needs resolving.
+    if wasm.is_symlink() and not _inside(wasm, folder):
         raise UnsafeFolder(f"{wasm}: resolves outside its plugin folder", plugin_id=manifest.id)
     return manifest

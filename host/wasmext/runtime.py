@@ -7,6 +7,7 @@ does. The ordering and chaining host of many plugins builds on it.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -47,8 +48,9 @@ def resolve_settings(manifest: Manifest, overrides: Mapping[str, Any],
             values[s.name] = overrides[s.name]
         elif s.env and s.env in env:
             values[s.name] = _from_env(manifest.id, s.name, env[s.env], s.default)
-        elif s.default is not None:
-            values[s.name] = s.default
+        elif s.default is not None:  # a copy: one manifest serves many loads
+            values[s.name] = copy.deepcopy(s.default) if isinstance(s.default, (list, dict)) \
+                else s.default
         elif s.required:
             where = f" (or set ${s.env})" if s.env else ""
             raise ConfigError(f"plugin {manifest.id}: required setting {s.name!r} is not "

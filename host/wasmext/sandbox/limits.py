@@ -54,11 +54,16 @@ class Limits:
 
     def capped_by(self, policy: Limits) -> Limits:
         """Each field no larger than the host policy's."""
-        return Limits(**{f.name: min(getattr(self, f.name), getattr(policy, f.name))
-                         for f in dataclasses.fields(self)})
+        capped = {name: min(getattr(self, name), getattr(policy, name)) for name in _NAMES}
+        # Limits is frozen: when nothing is over the policy, this one is the answer.
+        return self if capped == self.as_dict() else Limits(**capped)
 
     def as_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        # Every field is an int: a flat copy is what dataclasses.asdict would build.
+        return {name: getattr(self, name) for name in _NAMES}
+
+
+_NAMES = tuple(f.name for f in dataclasses.fields(Limits))
 
 
 def effective_limits(defaults: Limits, requested: Mapping[str, int] | None = None,
