@@ -28,6 +28,7 @@ import msgpack
 import wasmtime
 from bench_cases import Budget, Item
 from bench_guests import ECHO_HOOK
+from bench_rss import RSS_AT_MOST, measure
 from bench_timing import Case, Skipped
 
 from wasmext import CompileCache, Runtime
@@ -39,6 +40,7 @@ __all__ = ["COST_TARGETS", "CostTarget", "cost_cases"]
 GROUP = "where users pay"
 ROOT = Path(__file__).resolve().parents[1]
 BIG = 100 * 1024
+_RSS: dict[str, float] = {}  # per extra pii-mask copy and per instance (bench_rss)
 
 
 @dataclass(frozen=True)
@@ -307,6 +309,7 @@ def _modules(b: Budget, cleanup: list[Any]) -> list[Item]:
     with Runtime(cache=cache()) as rt:  # warms the disk cache
         _check("pii-mask", "@" not in str(rt.load(folder).call(
             "on_plain_text", "mail a@b.example").value))
+    _RSS.update(measure(folder, cache_dir, ROOT) or {})
 
     def load(n: int) -> Callable[[], None]:
         def run() -> None:
@@ -339,4 +342,13 @@ def cost_report(stats: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, A
                      f"  (<= {t.at_most:g}x)")
         out[t.key] = {"label": t.label, "floor": t.floor, "subject": t.subject,
                       "ratio": round(ratio, 3), "at_most": t.at_most, "pass": ok}
+    if _RSS:
+        ratio = _RSS["copy"] / max(_RSS["instance"], 1.0)
+        ok = ratio <= RSS_AT_MOST
+        label = f"RSS per extra pii-mask copy vs per instance ({_RSS['copy'] / 1024:.0f} KiB)"
+        lines.append(f"  [{'PASS' if ok else 'FAIL'}] {label:<50} {ratio:6.2f}x"
+                     f"  (<= {RSS_AT_MOST:g}x)")
+        out["rss_per_copy"] = {"label": label, "copy_bytes": round(_RSS["copy"]),
+                               "instance_bytes": round(_RSS["instance"]),
+                               "ratio": round(ratio, 3), "at_most": RSS_AT_MOST, "pass": ok}
     return lines, out
