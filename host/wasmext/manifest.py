@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -79,7 +80,7 @@ class Manifest:
     def wasm_name(self) -> str:
         return self.wasm or f"{self.id}.wasm"
 
-    @property
+    @cached_property  # frozen: computed once, also for a manifest many loads share
     def wasm_path(self) -> Path:
         return self.path.parent / self.wasm_name
 
