@@ -40,6 +40,7 @@ import jsonschema_rs
 from wasmext.errors import ConfigError, PluginError, WasmextError
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.services.schema_cache import shared_validator
 from wasmext.text import clean, clean_lines
 
 if TYPE_CHECKING:
@@ -106,8 +107,8 @@ def compile_schema(schema: Any, where: str) -> Any:
     if not isinstance(schema, Mapping):
         raise ConfigError(f"{where}: input_schema must be a JSON Schema object")
     try:
-        return jsonschema_rs.Draft202012Validator(dict(schema), pattern_options=_REGEX,
-                                                  offline=True)
+        return shared_validator(schema, lambda: jsonschema_rs.Draft202012Validator(
+            dict(schema), pattern_options=_REGEX, offline=True))
     except Exception as exc:  # ValidationError, ReferencingError, ValueError ...
         first = (getattr(exc, "message", None) or str(exc)).splitlines()
         raise ConfigError(f"{where}: invalid JSON Schema: "
