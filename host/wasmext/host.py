@@ -42,6 +42,7 @@ from wasmext.mcp.plugin_ops import install as install_mcp_ops
 from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
+from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
@@ -208,8 +209,11 @@ class Host:
             merged_limits = {**(over.limits if over else {}), **(limits or {})}
             if priority is None and over is not None:
                 priority = over.priority
+            # The operator's [limits.cap] holds also over a runtime the embedder made.
+            granted = effective_limits(self.runtime.defaults, None, merged_limits,
+                                       self.config.cap)
             plugin = self.runtime.load(source, plugin_id=pid, settings=merged_settings,
-                                       limits=merged_limits, grants=grants, priority=priority)
+                                       limits=granted, grants=grants, priority=priority)
             if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
                 raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
                                 f"({digest[:19]}...)", plugin_id=plugin.id)

@@ -120,7 +120,9 @@ def make_host(*plugins: Any, config: Any = None) -> Any:
     from wasmext.config import HostConfig
     from wasmext.host import Host
 
-    host = Host(config or HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[])
+    config = config or HostConfig()
+    runtime = Runtime(cache=False, defaults=config.limits, policy=config.cap)
+    host = Host(config, runtime=runtime, plugin_dirs=[])
     for n, item in enumerate(plugins):
         source, options = item if isinstance(item, tuple) else (item, {})
         options = dict(options)
