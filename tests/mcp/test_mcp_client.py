@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support import free_port
 from wasmext.errors import ConfigError
 from wasmext.mcp.client import McpClients, McpToolError, ServerSpec, build_tool, tool_name
 from wasmext.services.tools import ToolRegistry, compile_schema
@@ -110,12 +111,6 @@ def test_disabled_and_unreachable_servers(clients: McpClients,
     assert not registry.tools
     with pytest.raises(KeyError):
         clients.status("nope")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize(("transport", "flag", "path"),

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import logging
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ import mcp_types as types
 import msgpack
 import pytest
 import wasmtime
-from interop_support import NPM, TIMEOUT, free_port, node_missing, run
+from interop_support import NPM, TIMEOUT, free_port, listening, node_missing, run
 from mcp.client.client import Client
 
 from wasmext import Host, HostConfig
@@ -44,26 +43,11 @@ def everything_stdio() -> McpServerConfig:
 @contextlib.contextmanager
 def everything_http() -> Iterator[McpServerConfig]:
     port = free_port()
-    proc = subprocess.Popen(["node", str(EVERYTHING), "streamableHttp"], cwd=NPM,
-                            env={**os.environ, "PORT": str(port)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with listening(["node", str(EVERYTHING), "streamableHttp"], port, cwd=NPM,
+                   env={**os.environ, "PORT": str(port)}, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL):
         yield McpServerConfig("everything", "http", url=f"http://127.0.0.1:{port}/mcp",
                               connect_timeout_s=TIMEOUT, call_timeout_s=TIMEOUT)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,6 +17,7 @@ import wasmtime
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
+from support import free_port
 from wasmext import HostConfig
 from wasmext.mcp.server import McpToolServer, RateLimiter, build_http_server
 from wasmext.testing import guest_wat, make_host
@@ -88,12 +88,6 @@ def test_stdio_server_process(tmp_path: Path) -> None:
                 await check_list_and_calls(client)
 
     run(main)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
