@@ -3,6 +3,11 @@
 After `failures` failures in a row the circuit opens: calls fail at once, without
 touching the network, for `reset_s`; then one trial call goes through
 (half-open): its success closes the circuit, its failure opens it again.
+
+"In a row" is about evidence, not arrival order. Requests that were all in flight
+when one worker died time out together; counting each would open the circuit for
+a service whose other workers answer the retries. So a failed attempt that began
+before the last counted failure was recorded adds nothing: it is the same event.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ class Breaker:
         self.failures = 0
         self.opened_at: float | None = None
         self._trial = False
+        self._last_counted = float("-inf")  # when the newest counted failure was seen
         self._lock = threading.Lock()
 
     @property
@@ -46,8 +52,13 @@ class Breaker:
         with self._lock:
             self.failures, self.opened_at, self._trial = 0, None, False
 
-    def failed(self) -> None:
+    def failed(self, started: float | None = None) -> None:
+        """An attempt that began at `started` (time.monotonic) failed; None: just now."""
         with self._lock:
+            now = time.monotonic()
+            if started is not None and started < self._last_counted:
+                return  # in flight alongside a failure already counted
+            self._last_counted = now
             self.failures += 1
             if self._trial or self.failures >= self.threshold:
-                self.opened_at, self._trial = time.monotonic(), False
+                self.opened_at, self._trial = now, False

@@ -113,11 +113,11 @@ class RemoteCaller:
             if attempt:
                 with self._lock:
                     stats.retries += 1
-            started = time.perf_counter()
+            started = time.monotonic()
             try:
                 answer = self._attempt(ext, data, payload, headers)
             except _Failure as failure:
-                breaker.failed()
+                breaker.failed(started)
                 reason = failure.reason
                 if failure.retryable:
                     continue
@@ -125,7 +125,7 @@ class RemoteCaller:
             breaker.succeeded()
             with self._lock:
                 stats.ok += 1
-                stats.observe((time.perf_counter() - started) * 1000)
+                stats.observe((time.monotonic() - started) * 1000)
             return answer, None
         with self._lock:
             stats.failed += 1
