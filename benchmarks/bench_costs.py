@@ -49,7 +49,7 @@ class CostTarget:
     label: str
     floor: str
     subject: str
-    at_most: float  # subject p50 / floor p50
+    at_most: float | None  # subject p50 / floor p50; None: a figure reported, no target
 
 
 COST_TARGETS = [
@@ -69,8 +69,10 @@ COST_TARGETS = [
                "payload.echo_100k", 3.0),
     CostTarget("shared_modules", "load 20 pii-mask copies vs one", "modules.load_1",
                "modules.load_20", 3.0),
-    CostTarget("asession", "awaited hook (asession) vs sync session", "layer.session_1",
-               "layer.asession_1", 3.0),
+    # The issue asks for this ratio reported: a thread hop is its floor, and
+    # asession_hop, call_pool and asession_inline are the targets for cutting it.
+    CostTarget("asession", "awaited hook (asession, thread) vs sync session",
+               "layer.session_1", "layer.asession_1", None),
     CostTarget("asession_hop", "awaited hook (thread) vs bare asyncio.to_thread",
                "layer.to_thread_noop", "layer.asession_1", 1.5),
     CostTarget("call_pool", "call pool hop of a no-op vs asyncio.to_thread",
@@ -337,6 +339,11 @@ def cost_report(stats: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, A
             out[t.key] = {"label": t.label, "ratio": None, "at_most": t.at_most, "pass": None}
             continue
         ratio = stats[t.subject].p50_us / stats[t.floor].p50_us
+        if t.at_most is None:
+            lines.append(f"  [info] {t.label:<50} {ratio:6.2f}x  (reported)")
+            out[t.key] = {"label": t.label, "floor": t.floor, "subject": t.subject,
+                          "ratio": round(ratio, 3), "at_most": None, "pass": None}
+            continue
         ok = ratio <= t.at_most
         lines.append(f"  [{'PASS' if ok else 'FAIL'}] {t.label:<50} {ratio:6.2f}x"
                      f"  (<= {t.at_most:g}x)")

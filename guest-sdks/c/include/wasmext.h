@@ -255,7 +255,7 @@ typedef struct wasmext_plugin {
     /* Optional: write extra registration entries (key, value pairs such as
      * "prompt" or "tool_guidance") and return how many pairs were written.
      * Entries that are not exactly that many pairs with string keys, or that
-     * repeat abi_minor/name/version/hooks, are replaced by the one entry
+     * repeat abi_minor/name/version/hooks/shareable, are replaced by the one entry
      * "register_extra_error": "<what was wrong>". */
     uint32_t (*register_extra)(wasmext_writer *w);
 } wasmext_plugin;

@@ -54,11 +54,14 @@ class ModuleInfo:
 class _Compiled:
     """What identical modules share: the code, its shape, its ABI facts, the template."""
 
-    __slots__ = ("__weakref__", "info", "module", "pre", "shape")
+    __slots__ = ("__weakref__", "info", "module", "pre", "registrations", "shape")
 
     def __init__(self, module: wasmtime.Module, shape: ModuleShape, info: ModuleInfo,
                  pre: wasmtime.InstancePre) -> None:
         self.module, self.shape, self.info, self.pre = module, shape, info, pre
+        # Registration maps the guest declared shareable, by what they may depend on
+        # (sandbox.plugin): copies of this code reuse them instead of registering at load.
+        self.registrations: dict[str, dict[str, Any]] = {}
 
 
 _Tables = weakref.WeakKeyDictionary[SharedEngine, weakref.WeakValueDictionary[str, Any]]
@@ -104,6 +107,7 @@ class PluginModule:
             caps.check(shared.shape, name)  # this runtime's caps, on the shape already read
         self._shared = shared  # keeps the shared entry alive while this module is
         self.module, self.info, self.pre = shared.module, shared.info, shared.pre
+        self.registrations = shared.registrations
 
     def _compile(self, wasm: bytes, digest: str, cache: CompileCache | None,
                  caps: ModuleCaps) -> _Compiled:

@@ -29,6 +29,7 @@ from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.pluginlog import PluginLog
+from wasmext.sandbox.sharing import share_registration, shared_registration
 from wasmext.text import clean
 
 __all__ = ["HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
@@ -50,6 +51,9 @@ class Registration:
     name: str | None = None
     version: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The guest's promise that this map depends on nothing but the request's
+    # settings and ABI (not the plugin id): copies of the module may reuse it.
+    shareable: bool = False
 
     @property
     def hook_names(self) -> tuple[str, ...]:
@@ -85,10 +89,13 @@ class Registration:
             raise bad("'name' must be a string")
         if version is not None and not isinstance(version, str):
             raise bad("'version' must be a string")
-        known = {"hooks", "abi_minor", "name", "version"}
+        shareable = reg.get("shareable", False)
+        if type(shareable) is not bool:
+            raise bad("'shareable' must be a boolean")
+        known = {"hooks", "abi_minor", "name", "version", "shareable"}
         extra = {k: v for k, v in reg.items() if k not in known}
         return cls(tuple(hooks), minor, None if name is None else clean(name, 128),
-                   None if version is None else clean(version, 64), extra)
+                   None if version is None else clean(version, 64), extra, shareable)
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,11 @@ class Plugin:
                     f"{module.name}: declares a table of {minimum} elements, over "
                     f"table_elements {self.limits.table_elements}", plugin_id=plugin_id,
                     hook="register")
-        self._release(self.new_instance())
+        self._promised = shared_registration(module, self._sharing_key())
+        if self._promised is None:
+            self._release(self.new_instance())
+        else:  # a copy: its first instance starts at its first call, and must agree
+            self.registration = Registration.parse(self._promised, plugin_id, default_priority)
 
     # -- instances -----------------------------------------------------------------
 
@@ -157,13 +168,23 @@ class Plugin:
                 "host": {"name": "wasmext", "version": __version__},
                 "plugin": {"id": self.id}, "settings": public}
 
+    def _sharing_key(self) -> str:
+        """What a shareable registration may depend on, besides the code."""
+        public = {k: v for k, v in self.settings.items() if k not in self.sensitive}
+        return repr((public, self._limits_dict, sorted(self.grants), self.instance_type.__name__))
+
     def new_instance(self) -> PluginInstance:
         """A fresh, registered instance (faults here count like call faults)."""
         inst = self.instance_type(self.module, self.limits, self._context(), self.services)
         inst.meter = self.meter
         try:
-            reg = Registration.parse(inst.start(self.register_request()), self.id,
-                                     self.default_priority)
+            raw = inst.start(self.register_request())
+            reg = Registration.parse(raw, self.id, self.default_priority)
+            if self._promised is not None and raw != self._promised:
+                raise InvalidOutput("registration map differs from the one its module declared "
+                                    "shareable", plugin_id=self.id, hook="register")
+            if reg.shareable:
+                share_registration(self.module, self._sharing_key(), raw)
         except PluginFault as fault:
             self._record_fault(fault)
             raise
