@@ -49,6 +49,7 @@ from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
 from wasmext.services.llm import Completer, LlmService
 from wasmext.services.llm_config import completer_from
+from wasmext.services.llm_ledger import DayLedger
 from wasmext.services.pytools import host_tool
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
@@ -91,7 +92,8 @@ class Host:
         self.http.install(self.runtime.services)
         # llm.complete: the `llm` callable, else the [llm] endpoint (services.llm)
         self.llm = LlmService(self.observe.metrics, self.config.llm,
-                              llm or completer_from(self.config.llm))
+                              llm or completer_from(self.config.llm),
+                              DayLedger(self.state_store))
         self.llm.install(self.runtime.services)
         self.agents = AgentRegistry()  # agents.request/send: `host.agents.register(...)`
         self.agents.install(self.runtime.services)

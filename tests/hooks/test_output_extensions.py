@@ -36,7 +36,8 @@ def model(req: ChatRequest) -> ChatAnswer:
 
 
 def make() -> Host:
-    config = HostConfig(llm=LlmSettings(model="m", prices={"m": Price(1.0, 2.0)}))
+    config = HostConfig(llm=LlmSettings(model="m", prices={"m": Price(1.0, 2.0)}),
+                        state_backend="memory")
     host = Host(config, runtime=Runtime(cache=False), plugin_dirs=[], llm=model)
     host.add(summary_wasm(), plugin_id="summarizer", grants={"llm"})
     return host

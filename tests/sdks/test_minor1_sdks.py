@@ -49,7 +49,8 @@ def world_host(lang: str, grants: set[str]) -> tuple[Host, Any, list[Any]]:
     def model(req: ChatRequest) -> ChatAnswer:
         return ChatAnswer("vector answer", "stop", 3, 2, req.model)
 
-    host = Host(HostConfig(llm=LlmSettings(model="vector-model")), runtime=Runtime(cache=False),
+    host = Host(HostConfig(llm=LlmSettings(model="vector-model"), state_backend="memory"),
+                runtime=Runtime(cache=False),
                 plugin_dirs=[], llm=model)
     sent: list[Any] = []
     arrived = threading.Event()

@@ -63,7 +63,7 @@ def completions(server: Loopback) -> list[dict[str, Any]]:
 def endpoint_host(server: Loopback, **policy: Any) -> Host:
     llm = LlmSettings(url=server.url("/v1"), model="m", prices={"m": Price(2.0, 4.0)},
                       default=LlmPolicy(**policy))
-    return make_host(config=HostConfig(llm=llm))
+    return make_host(config=HostConfig(llm=llm, state_backend="memory"))
 
 
 def refused(plugin: Any, code: str, within_s: float, meta: Any = None) -> str:
@@ -195,7 +195,7 @@ def test_a_python_callable_is_the_model() -> None:
         asked.append(req)
         return ChatAnswer('{"summary": "a cat"}', "stop", 7, 3, req.model)
 
-    config = HostConfig(llm=LlmSettings(model="py"))
+    config = HostConfig(llm=LlmSettings(model="py"), state_backend="memory")
     with Host(config, runtime=Runtime(cache=False), plugin_dirs=[], llm=model) as host:
         plugin = host.add(llm_wasm(ASK), plugin_id="py", grants={"llm"})
         assert plugin.call("test").value["text"] == '{"summary": "a cat"}'
@@ -204,14 +204,15 @@ def test_a_python_callable_is_the_model() -> None:
 
 
 def test_without_a_model_the_op_is_unavailable() -> None:
-    with make_host(config=HostConfig(llm=LlmSettings(model="none"))) as host:
+    config = HostConfig(llm=LlmSettings(model="none"), state_backend="memory")
+    with make_host(config=config) as host:
         plugin = host.add(llm_wasm(ASK), plugin_id="lonely", grants={"llm"})
         refused(plugin, "unavailable", 2)
 
 
 def test_a_broken_endpoint_is_unavailable(server: Loopback) -> None:
     llm = LlmSettings(url=server.url("/nothing-here"), model="m")
-    with make_host(config=HostConfig(llm=llm)) as host:
+    with make_host(config=HostConfig(llm=llm, state_backend="memory")) as host:
         plugin = host.add(llm_wasm(ASK), plugin_id="broken", grants={"llm"})
         assert "HTTP 404" in refused(plugin, "unavailable", 2)
 

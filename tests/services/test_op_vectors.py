@@ -30,7 +30,8 @@ def vector_host() -> Host:
     def model(req: ChatRequest) -> ChatAnswer:
         return ChatAnswer("vector answer", "stop", 3, 2, req.model)
 
-    return Host(HostConfig(llm=LlmSettings(model="vector-model")), runtime=Runtime(cache=False),
+    return Host(HostConfig(llm=LlmSettings(model="vector-model"), state_backend="memory"),
+                runtime=Runtime(cache=False),
                 plugin_dirs=[], llm=model)
 
 

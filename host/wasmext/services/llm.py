@@ -8,10 +8,13 @@ budgets per call, per session and per day, how many completions it may have
 in flight, and `timeout_ms`. Budgets are reserved before the request is sent
 (an estimate of the prompt plus `max_tokens`), so concurrent calls cannot
 overrun them together; the model's reported usage replaces the reservation.
+The per-day count is kept by a `DayLedger` (the Host's state store), so it
+outlives the process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -23,6 +26,7 @@ from typing import Any
 from wasmext.observe.metrics import Metrics
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError
+from wasmext.services.llm_ledger import DayLedger
 
 __all__ = ["Completer", "LlmPolicy", "LlmService", "LlmSettings", "Price"]
 
@@ -88,7 +92,6 @@ class _Usage:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.session: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self.day: dict[tuple[str, str], int] = {}
         self.in_flight: dict[str, int] = {}
         self.cost: dict[str, float] = {}
         self.tokens: dict[str, dict[str, int]] = {}
@@ -98,11 +101,14 @@ class LlmService:
     """llm.complete for one Host."""
 
     def __init__(self, metrics: Metrics, settings: LlmSettings | None = None,
-                 completer: Completer | None = None) -> None:
+                 completer: Completer | None = None,
+                 ledger: DayLedger | None = None) -> None:
         self.settings = settings or LlmSettings()
         self.completer = completer
         self.metrics = metrics
         self._usage = _Usage()
+        # Per-day counts outlive the process (the Host keeps them in its state store).
+        self.ledger = ledger or DayLedger()
 
     @property
     def model(self) -> str | None:
@@ -194,19 +200,15 @@ class LlmService:
             if u.in_flight.get(pid, 0) >= policy.max_in_flight:
                 raise OpError("limit", f"plugin {pid}: {policy.max_in_flight} completions "
                               "already in flight")
-            used_session, used_day = u.session.get(session, 0), u.day.get(day, 0)
+            used_session = u.session.get(session, 0)
             if used_session + tokens > policy.max_tokens_per_session:
                 raise OpError("limit", f"plugin {pid}: the session's token budget "
                               f"{policy.max_tokens_per_session} is spent ({used_session} used)")
-            if used_day + tokens > policy.max_tokens_per_day:
-                raise OpError("limit", f"plugin {pid}: today's token budget "
-                              f"{policy.max_tokens_per_day} is spent ({used_day} used)")
+            self.ledger.reserve(pid, day[1], tokens, policy.max_tokens_per_day)
             u.session[session] = used_session + tokens
             u.session.move_to_end(session)
             while len(u.session) > MAX_SESSIONS_TRACKED:
                 u.session.popitem(last=False)
-            u.day = {k: v for k, v in u.day.items() if k[1] == day[1]}
-            u.day[day] = used_day + tokens
             u.in_flight[pid] = u.in_flight.get(pid, 0) + 1
         return session, day
 
@@ -216,9 +218,11 @@ class LlmService:
         u = self._usage
         with u.lock:
             u.in_flight[pid] = max(0, u.in_flight.get(pid, 0) - 1)
-            for table, key in ((u.session, keys[0]), (u.day, keys[1])):
-                if key in table:
-                    table[key] = max(0, table[key] - reserved + spent)
+            if keys[0] in u.session:
+                u.session[keys[0]] = max(0, u.session[keys[0]] - reserved + spent)
+        # If the ledger cannot be reached, the reservation stays counted: over, never under.
+        with contextlib.suppress(OpError):
+            self.ledger.adjust(pid, keys[1][1], spent - reserved)
 
     def _record(self, pid: str, answer: ChatAnswer, cost: float) -> None:
         u = self._usage
