@@ -17,7 +17,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SKIP_DIRS = {"node_modules", "target", "zig-cache", ".zig-cache", "zig-out", "__pycache__",
              ".git", "dist", "build"}
-SKIP_SUFFIXES = {".wasm", ".tmp", ".rlib", ".pyc", ".tgz", ".crate"}
+SKIP_SUFFIXES = {".wasm", ".tmp", ".stamp", ".rlib", ".pyc", ".tgz", ".crate"}
 DEST = "wasmext_cli/_data/guest-sdks"
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,8 +18,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from wasmext.files import durable_replace
 from wasmext.manifest import BuildSpec, load_folder
 from wasmext_cli.build_errors import first_error
+from wasmext_cli.build_stamp import fingerprint, is_fresh, write_stamp
 from wasmext_cli.languages import LANGUAGES as REGISTRY
 
 SDK_ENV = "WASMEXT_SDK_DIR"
@@ -42,6 +43,7 @@ class BuildResult:
     plugin_dir: Path
     wasm: Path
     command: tuple[str, ...]
+    up_to_date: bool = False  # nothing it reads changed since it was built: not run again
 
 
 def sdk_root() -> Path:
@@ -147,13 +149,23 @@ def _step_name(cmd: list[str]) -> str:
     return " ".join([Path(args[0]).name, *args[1:2]])
 
 
+def _inputs(lang: str, plugin_dir: Path) -> list[Path]:
+    """The folders a build reads: the plugin's, and the SDK's unless the plugin vendors it."""
+    sdk = REGISTRY[lang].sdk
+    if sdk is None or (plugin_dir / VENDORED_SDK).is_dir():
+        return [plugin_dir]
+    return [plugin_dir, sdk_for(sdk, plugin_dir)]
+
+
 def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
-                 progress: Progress | None = None, verbose: Progress | None = None) -> BuildResult:
+                 progress: Progress | None = None, verbose: Progress | None = None,
+                 force: bool = False) -> BuildResult:
     """Build the plugin in `plugin_dir`; the .wasm lands beside plugin.toml.
 
     `progress` hears one short line before each step; `verbose` each command and the
     compiler's full output. A failed step raises BuildError whose message is one line
     (plugin, step, the compiler's first error) and whose `detail` is the whole output.
+    An output built from the same inputs is kept (`up_to_date`) unless `force`.
     """
     manifest = load_folder(plugin_dir)  # the folder rules, before resolving any symlink
     plugin_dir = plugin_dir.resolve()
@@ -176,6 +188,10 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
         steps = make_steps(spec, plugin_dir, tmp)
     except BuildError as exc:
         raise type(exc)(f"plugin {manifest.id}: {exc}") from exc
+    roots = _inputs(spec.lang, plugin_dir)
+    before = fingerprint(roots, steps, out, tmp)
+    if not force and is_fresh(out, before):
+        return BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True)
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
@@ -194,5 +210,8 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
                              f"failed: {first_error(output)}")
             err.detail = output[-20000:]
             raise err
-    shutil.move(tmp, out)
+    durable_replace(tmp, out)
+    # A build that wrote into its own inputs (a new lock file) stamps on the next run.
+    if fingerprint(roots, steps, out, tmp) == before:
+        write_stamp(out, before)
     return BuildResult(plugin_dir, out, tuple(steps[-1]))

@@ -47,12 +47,17 @@ def _progress(quiet: bool) -> Iterator[Progress]:
 @click.option("-v", "--verbose", is_flag=True,
               help="Print each command and the compilers' whole output.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the paths of the built modules.")
-def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool) -> None:
+@click.option("-f", "--force", is_flag=True,
+              help="Build even when nothing the build reads has changed.")
+def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool,
+          force: bool) -> None:
     """Build each plugin folder (default: the current folder) into its .wasm.
 
-    A folder's plugin.toml [build] table names the language and sources. A failed
-    build prints one line: the plugin, the sources or plugin.toml field, and the
-    compiler's first error (--verbose prints everything).
+    A folder's plugin.toml [build] table names the language and sources. A module
+    built from exactly the sources, SDK and toolchain there now is kept (say
+    --force to build anyway). A failed build prints one line: the plugin, the
+    sources or plugin.toml field, and the compiler's first error (--verbose
+    prints everything).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -70,7 +75,8 @@ def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool) -> N
     with _progress(quiet) as progress:
         def one(folder: Path) -> BuildResult | None:
             try:
-                return build_plugin(folder, progress=progress, verbose=say if verbose else None)
+                return build_plugin(folder, progress=progress, verbose=say if verbose else None,
+                                    force=force)
             except BuildError as exc:
                 failures.append(str(exc))
             except WasmextError as exc:
@@ -85,7 +91,8 @@ def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool) -> N
         if quiet:
             click.echo(str(result.wasm))
         else:
-            click.echo(f"built {result.wasm} ({result.wasm.stat().st_size} bytes)")
+            done = "up to date" if result.up_to_date else "built"
+            click.echo(f"{done} {result.wasm} ({result.wasm.stat().st_size} bytes)")
     for line in failures:
         click.echo(f"wasmext: {line}", err=True)
     if failures:

@@ -21,6 +21,12 @@ __all__ = ["assemblyscript_project", "c_project", "go_project", "javascript_proj
 Files = dict[str, str]
 
 
+def _gitignore(*extra: str) -> str:
+    """Built modules, their temporaries and build stamps, and the language's own output."""
+    return "".join(f"{line}\n" for line in ("*.wasm", "*.wasm.tmp", ".*.wasm.stamp", *extra,
+                                             "__pycache__/"))
+
+
 def _snake(name: str) -> str:
     return name.replace("-", "_")
 
@@ -28,7 +34,7 @@ def _snake(name: str) -> str:
 def c_project(name: str, project: Path) -> Files:
     # clangd and other editors read this; `wasmext build` is the build.
     return {"compile_flags.txt": f"--target=wasm32-wasi\n-std=c11\n-I{VENDORED_SDK}/include\n",
-            ".gitignore": "*.wasm\n*.wasm.tmp\n__pycache__/\n"}
+            ".gitignore": _gitignore()}
 
 
 def zig_fingerprint(package: str) -> int:
@@ -76,7 +82,7 @@ pub fn build(b: *std.Build) void {{
 }}
 """
     return {"build.zig": build_zig, "build.zig.zon": zon,
-            ".gitignore": "*.wasm\n*.wasm.tmp\n.zig-cache/\nzig-out/\n__pycache__/\n"}
+            ".gitignore": _gitignore(".zig-cache/", "zig-out/")}
 
 
 def rust_project(name: str, project: Path) -> Files:
@@ -107,7 +113,7 @@ strip = "symbols"
 [workspace]
 """
     return {"Cargo.toml": cargo,
-            ".gitignore": "*.wasm\n*.wasm.tmp\ntarget/\n__pycache__/\n"}
+            ".gitignore": _gitignore("target/")}
 
 
 def go_project(name: str, project: Path) -> Files:
@@ -121,7 +127,7 @@ require {SDK_MODULE} v0.0.0
 
 replace {SDK_MODULE} => ./{VENDORED_SDK}
 """
-    return {"go.mod": gomod, ".gitignore": "*.wasm\n*.wasm.tmp\n__pycache__/\n"}
+    return {"go.mod": gomod, ".gitignore": _gitignore()}
 
 
 def assemblyscript_project(name: str, project: Path) -> Files:
@@ -138,7 +144,7 @@ def assemblyscript_project(name: str, project: Path) -> Files:
         },
     }
     return {"package.json": json.dumps(package, indent=2) + "\n",
-            ".gitignore": "*.wasm\n*.wasm.tmp\nnode_modules/\n__pycache__/\n"}
+            ".gitignore": _gitignore("node_modules/")}
 
 
 def javascript_project(name: str, project: Path) -> Files:
@@ -155,8 +161,8 @@ def javascript_project(name: str, project: Path) -> Files:
         "devDependencies": dict(sdk["devDependencies"]),
     }
     return {"package.json": json.dumps(package, indent=2) + "\n",
-            ".gitignore": "*.wasm\n*.wasm.tmp\nnode_modules/\n__pycache__/\n"}
+            ".gitignore": _gitignore("node_modules/")}
 
 
 def python_project(name: str, project: Path) -> Files:
-    return {".gitignore": "*.wasm\n*.wasm.tmp\n__pycache__/\n"}
+    return {".gitignore": _gitignore()}

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_open", "atomic_write", "fsync_dir"]
+__all__ = ["atomic_open", "atomic_write", "durable_replace", "fsync_dir"]
 
 
 def fsync_dir(folder: str | os.PathLike[str]) -> None:
@@ -36,6 +36,18 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
         pass  # some file systems refuse fsync on a folder; the rename is still atomic
     finally:
         os.close(fd)
+
+
+def durable_replace(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Flush `tmp` (a file another program wrote) to disk, rename it over `target` in the
+    same folder, and flush the folder: the target is the old file or the new one."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(Path(target).parent)
 
 
 @contextmanager

@@ -18,8 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 C_HELLO = ROOT / "guest-sdks" / "c" / "examples" / "hello"
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
     return subprocess.run([sys.executable, "-m", "wasmext_cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -28,7 +30,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def hello(tmp_path: Path) -> Path:
     pytest.importorskip("ziglang", reason="the zig toolchain (pip install 'wasmext[build]')")
     folder = tmp_path / "hello"
-    shutil.copytree(C_HELLO, folder, ignore=shutil.ignore_patterns("*.wasm"))
+    shutil.copytree(C_HELLO, folder, ignore=shutil.ignore_patterns("*.wasm", "*.stamp"))
     return folder
 
 
@@ -48,6 +50,32 @@ def test_jobs_and_verbose(hello: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (hello / "hello.wasm").is_file() and (other / "other.wasm").is_file()
     assert proc.stderr.count("$ ") == 2 and "-mexec-model=reactor" in proc.stderr
+
+
+def test_a_plugin_whose_inputs_did_not_change_is_not_built_again(hello: Path,
+                                                                   tmp_path: Path) -> None:
+    assert cli("build", cwd=hello).returncode == 0
+    wasm = hello / "hello.wasm"
+    first = wasm.read_bytes()
+    again = cli("build", cwd=hello)
+    assert again.returncode == 0 and again.stdout.startswith("up to date ")
+    assert "building" not in again.stderr and wasm.read_bytes() == first
+    os.utime(hello / "hello.c")  # touched, not changed: still up to date
+    assert cli("build", cwd=hello).stdout.startswith("up to date ")
+    assert cli("build", "--force", cwd=hello).stdout.startswith("built ")
+    wasm.write_bytes(b"\0asm damaged")  # the output replaced behind the stamp's back
+    assert cli("build", cwd=hello).stdout.startswith("built ") and wasm.read_bytes() == first
+    source = hello / "hello.c"
+    source.write_text(source.read_text() + "\n/* a change */\n")
+    assert cli("build", cwd=hello).stdout.startswith("built ")
+    sdk = tmp_path / "sdks"  # another SDK: WASMEXT_SDK_DIR points elsewhere
+    shutil.copytree(ROOT / "guest-sdks" / "c", sdk / "c",
+                    ignore=shutil.ignore_patterns("*.wasm", "*.stamp"))
+    header = sdk / "c" / "include" / "wasmext.h"
+    header.write_text(header.read_text() + "\n/* another SDK */\n")
+    env = {"WASMEXT_SDK_DIR": str(sdk)}
+    assert cli("build", cwd=hello, env=env).stdout.startswith("built ")
+    assert cli("build", cwd=hello, env=env).stdout.startswith("up to date ")
 
 
 def test_a_compile_error_is_one_line_with_plugin_file_and_first_error(hello: Path) -> None:

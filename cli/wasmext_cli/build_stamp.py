@@ -1,0 +1,100 @@
+"""Is a plugin's .wasm up to date? A fingerprint of everything its build reads.
+
+`wasmext build` skips a folder whose output was built from exactly what is
+there now: the build commands, every file of the plugin folder (less build
+output and dependency folders: their lock files count instead), the SDK it
+builds against, the toolchain packages' versions and this wasmext's version.
+The fingerprint and the output's SHA-256 are kept in a hidden stamp beside the
+output; an output replaced or removed since, or any input changed, means a
+build. Like make, but by content rather than by modification time, so a fresh
+checkout or a copied folder never looks newer or older than it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from importlib import metadata
+from pathlib import Path
+
+from wasmext.files import atomic_write
+
+__all__ = ["fingerprint", "is_fresh", "stamp_path", "write_stamp"]
+
+# Build output and fetched dependencies: regenerated, and read through their lock files.
+SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
+                          ".zig-cache", "zig-out", "build", "dist", ".venv", ".wasmext"})
+TOOL_PACKAGES = ("ziglang", "componentize-py", "wasmext")
+MAX_FILES = 20_000  # a folder this big is not a plugin's sources: build without a stamp
+
+
+def stamp_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}.stamp")
+
+
+def _files(root: Path, skip: set[Path]) -> Iterator[Path]:
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        for name in sorted(names):
+            path = Path(folder) / name
+            if path in skip or name.endswith((".wasm.tmp", ".stamp")) or ".tmp-" in name:
+                continue
+            yield path
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in TOOL_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def fingerprint(roots: Iterable[Path], steps: list[list[str]], out: Path,
+                tmp: Path) -> str | None:
+    """The SHA-256 of what the build reads, or None when it cannot be told (too many files)."""
+    digest = hashlib.sha256()
+    placeholder = [[arg.replace(str(tmp), "<out>") for arg in cmd] for cmd in steps]
+    digest.update(json.dumps([placeholder, _versions(), sys.version]).encode())
+    count = 0
+    for root in roots:
+        for path in _files(root, {out, stamp_path(out)}):
+            count += 1
+            if count > MAX_FILES:
+                return None
+            digest.update(f"\0{path.relative_to(root)}\0".encode())
+            try:
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+            except OSError:
+                digest.update(b"<unreadable>")
+    return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def is_fresh(out: Path, print_: str | None) -> bool:
+    """Was `out` built from inputs with this fingerprint, and is it still that output?"""
+    if print_ is None:
+        return False
+    try:
+        stamp = json.loads(stamp_path(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(stamp, dict) and stamp.get("inputs") == print_
+            and stamp.get("output") == _sha256(out))
+
+
+def write_stamp(out: Path, print_: str | None) -> None:
+    if print_ is None:
+        return
+    atomic_write(stamp_path(out), json.dumps({"inputs": print_, "output": _sha256(out)}))
