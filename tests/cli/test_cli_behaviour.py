@@ -157,7 +157,7 @@ def test_progress_output_has_no_colour_under_no_color(tmp_path: Path, tty: bool)
 
 
     project = tmp_path / "hello"
-    shutil.copytree(C_HELLO, project, ignore=shutil.ignore_patterns("*.wasm"))
+    shutil.copytree(C_HELLO, project, ignore=shutil.ignore_patterns("*.wasm", "*.stamp"))
     if not tty:
         proc = cli("build", cwd=project, NO_COLOR="1")
         assert proc.returncode == 0, proc.stderr
