@@ -30,12 +30,17 @@ PREFIX_OPT = click.option("--prefix", default="wasmext", show_default=True,
               help="This worker's name on the connection and in service metadata.")
 @click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",
               help="Bridge events matching PATTERN to <prefix>.events.<topic>. Repeatable.")
+@click.option("--watch/--no-watch", default=True, show_default=True,
+              help="Rescan the plugin folders and enable state on change, and serve what "
+                   "they hold then.")
 def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
-           concurrency: int, name: str, bridge_events: tuple[str, ...]) -> None:
+           concurrency: int, name: str, bridge_events: tuple[str, ...], watch: bool) -> None:
     """Serve the plugins' pipeline stages as NATS services until SIGTERM (then drain)."""
     import asyncio  # here, not at the top: `wasmext --help` should not pay for it
+    from contextlib import nullcontext
 
     from wasmext.cluster.worker import Worker
+    from wasmext.lifecycle.watch import PluginWatcher
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -43,7 +48,7 @@ def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix:
         host = _host(_default_config(config), plugin_dirs)
         for problem in host.load_errors:
             click.echo(error_line(problem), err=True)  # "wasmext: " once
-        with host:
+        with host, (PluginWatcher(host) if watch else nullcontext()):
             served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name)
             if not served.stages:
                 click.echo("wasmext: no loaded plugin has a pre, validator, post or provider "
@@ -55,7 +60,7 @@ def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix:
                 bridge = EventBridge(host.observe.bus, url, prefix=prefix,
                                      patterns=bridge_events)
             try:
-                asyncio.run(_serve(served))
+                asyncio.run(_serve(served, FOLLOW_S if watch else None))
             finally:
                 if bridge is not None:
                     bridge.close()
@@ -63,14 +68,17 @@ def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix:
         _fail(err)
 
 
-async def _serve(served: object) -> None:
+FOLLOW_S = 1.0  # how soon a worker serves what a rescan loaded
+
+
+async def _serve(served: object, follow_s: float | None) -> None:
     import asyncio
 
     from wasmext.cluster.worker import Worker
 
     assert isinstance(served, Worker)
     ready = asyncio.Event()
-    task = asyncio.create_task(served.serve_forever(ready))
+    task = asyncio.create_task(served.serve_forever(ready, follow_s))
     waiting = asyncio.create_task(ready.wait())
     await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
     if task.done():  # it failed to start (no server): its error, not a hang

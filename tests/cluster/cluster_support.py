@@ -13,9 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import wasmtime
+
 from support import ROOT
 from support import free_port as free_port
 from wasmext.cluster.registry import RemoteExtension, parse_registry
+from wasmext.testing import RESPONSE_AT, guest_wat, packed
 
 PYTHONPATH = os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])
 
@@ -69,3 +72,21 @@ def registry(prefix: str = W, **changes: dict[str, Any]) -> dict[str, RemoteExte
     raw = {k: {**v, "subject": prefix + v["subject"][len(W):],
                **changes.get(k.replace("-", "_"), {})} for k, v in REGISTRY.items()}
     return parse_registry(raw)
+
+
+def wat_plugin(parent: Path, pid: str, hook: str, value: Any, spin: int = 0) -> None:
+    """A plugin folder whose `hook` answers `value` (after `spin` loop turns)."""
+    import msgpack
+
+    resp = msgpack.packb({"ok": True, "value": value})
+    body = None
+    if spin:
+        body = (f"(local $i i32) (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1)))"
+                f" (br_if $l (i32.lt_u (local.get $i) (i32.const {spin}))))"
+                f" (i64.const {packed(RESPONSE_AT, len(resp))})")
+    wat = guest_wat(body, response={"ok": True, "value": value},
+                    registration={"hooks": [{"hook": hook}], "name": pid})
+    folder = parent / pid
+    folder.mkdir()
+    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.2.0"\nabi = 1\n')
+    (folder / f"{pid}.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))

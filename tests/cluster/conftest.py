@@ -13,11 +13,15 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-import wasmtime
-from cluster_support import PYTHONPATH, free_port, nats_server_binary, wait_for_port
+from cluster_support import (
+    PYTHONPATH,
+    free_port,
+    nats_server_binary,
+    wait_for_port,
+    wat_plugin,
+)
 
 from support import ROOT
-from wasmext.testing import RESPONSE_AT, guest_wat, packed
 
 
 @pytest.fixture(scope="session")
@@ -36,24 +40,6 @@ def nats_url() -> Iterator[str]:
         proc.wait(10)
 
 
-def _wat_plugin(parent: Path, pid: str, hook: str, value: Any, spin: int = 0) -> None:
-    """A plugin folder whose `hook` answers `value` (after `spin` loop turns)."""
-    import msgpack
-
-    resp = msgpack.packb({"ok": True, "value": value})
-    body = None
-    if spin:
-        body = (f"(local $i i32) (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1)))"
-                f" (br_if $l (i32.lt_u (local.get $i) (i32.const {spin}))))"
-                f" (i64.const {packed(RESPONSE_AT, len(resp))})")
-    wat = guest_wat(body, response={"ok": True, "value": value},
-                    registration={"hooks": [{"hook": hook}], "name": pid})
-    folder = parent / pid
-    folder.mkdir()
-    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.2.0"\nabi = 1\n')
-    (folder / f"{pid}.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
-
-
 @pytest.fixture(scope="session")
 def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """stamp (pre), answer (provider), tail (post), slow (pre, ~8 ms of work) and the
@@ -61,16 +47,16 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from wasmext_cli.build import ToolchainMissing, build_plugin
 
     parent = tmp_path_factory.mktemp("cluster-plugins")
-    _wat_plugin(parent, "stamp", "pre", {"message": {"payload": "stamped",
+    wat_plugin(parent, "stamp", "pre", {"message": {"payload": "stamped",
                                                      "metadata": {"pre": True}}})
-    _wat_plugin(parent, "answer", "provider", {"message": {
+    wat_plugin(parent, "answer", "provider", {"message": {
         "payload": "answered", "metadata": {"usage": {"prompt_tokens": 7}}}})
-    _wat_plugin(parent, "tail", "post", {"message": {"payload": "posted",
+    wat_plugin(parent, "tail", "post", {"message": {"payload": "posted",
                                                      "metadata": {"post": True}},
                                          "context": {"posted": True}})
-    _wat_plugin(parent, "slow", "pre", {"message": {"payload": "slow", "metadata": {}}},
+    wat_plugin(parent, "slow", "pre", {"message": {"payload": "slow", "metadata": {}}},
                 spin=5_000_000)  # ~8 ms of work a call, within the default fuel
-    _wat_plugin(parent, "burn", "pre", {"message": {"payload": "never", "metadata": {}}},
+    wat_plugin(parent, "burn", "pre", {"message": {"payload": "never", "metadata": {}}},
                 spin=200_000_000)  # past the default fuel: the sandbox stops it
     shutil.copytree(ROOT / "plugins" / "agent-guard", parent / "agent-guard",
                     ignore=shutil.ignore_patterns("*.wasm"))

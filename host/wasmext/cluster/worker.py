@@ -86,7 +86,7 @@ def _version(lp: LoadedPlugin) -> str:
 def stages_of(host: Host, prefix: str) -> dict[str, list[Stage]]:
     """The stages each plugin serves, by plugin id (plugins without any left out)."""
     out: dict[str, list[Stage]] = {}
-    for lp in host.plugins.values():
+    for lp in list(host.plugins.values()):  # a rescan may change them meanwhile
         major = int(_version(lp).split(".")[0])
         kinds = {h.hook for h in lp.plugin.registration.hooks if h.hook in EXT_TYPES}
         stages = [Stage(lp.id, k, subject_for(prefix, k, lp.id, major))
@@ -106,31 +106,71 @@ class Worker:
         self.served = 0  # requests answered (ok or error), for tests and logs
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="wasmext-worker")
         self._inflight: set[asyncio.Task[None]] = set()
-        self._services: list[Service] = []
+        self._services: dict[str, Service] = {}  # by plugin id
+        self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
         self._nc: Client | None = None
         self._draining = False
         self._counts: dict[str, tuple[int, int, int]] = {}  # subject: answered, failed, ns
 
     async def start(self) -> None:
-        from nats.micro import add_service
-        from nats.micro.service import EndpointConfig, ServiceConfig
-
         self._nc = await connect(self.url, self.name)
         for pid, stages in self.stages.items():
-            lp = self.host.plugins[pid]
-            svc = await add_service(self._nc, ServiceConfig(
-                name=f"{self.prefix.replace('.', '_')}-{pid}", version=_version(lp),
-                description=clean(lp.manifest.description if lp.manifest else pid, 200),
-                metadata={"plugin_id": pid, "worker": self.name}, queue_group=QUEUE_GROUP,
-                stats_handler=self._endpoint_stats))
-            for stage in stages:
-                await svc.add_endpoint(EndpointConfig(
-                    name=stage.kind, subject=stage.subject, handler=self._handler(stage),
-                    metadata={"type": stage.kind}))
-            self._services.append(svc)
+            await self._add(pid, stages)
         await self._nc.flush()
         log.info("worker %s serving %s", self.name,
                  ", ".join(s.subject for st in self.stages.values() for s in st))
+
+    async def _add(self, pid: str, stages: list[Stage]) -> None:
+        from nats.micro import add_service
+        from nats.micro.service import EndpointConfig, ServiceConfig
+
+        assert self._nc is not None
+        lp = self.host.plugins[pid]
+        svc = await add_service(self._nc, ServiceConfig(
+            name=f"{self.prefix.replace('.', '_')}-{pid}", version=_version(lp),
+            description=clean(lp.manifest.description if lp.manifest else pid, 200),
+            metadata={"plugin_id": pid, "worker": self.name}, queue_group=QUEUE_GROUP,
+            stats_handler=self._endpoint_stats))
+        self._services[pid] = svc
+        for stage in stages:
+            await svc.add_endpoint(EndpointConfig(
+                name=stage.kind, subject=stage.subject, handler=self._handler(stage),
+                metadata={"type": stage.kind}))
+        self._shapes[pid] = self._shape(pid, stages)
+
+    async def resync(self) -> tuple[list[str], list[str]]:
+        """Serve what the host has loaded now (after a rescan): (plugins now served
+        anew, plugins no longer served). A plugin whose stages or version changed is
+        both: its old service drains, the new one takes over its subjects."""
+        now = stages_of(self.host, self.prefix)
+        old = self._shapes
+        new = {pid: self._shape(pid, st) for pid, st in now.items()}
+        gone = [pid for pid in old if old[pid] != new.get(pid)]
+        came = [pid for pid in new if new[pid] != old.get(pid)]
+        for pid in gone:
+            svc = self._services.pop(pid, None)
+            if svc is not None:
+                await self._stop_service(svc)
+            del self.stages[pid], self._shapes[pid]
+        for pid in came:
+            try:
+                await self._add(pid, now[pid])
+            except Exception as err:  # one plugin's service failing leaves the others
+                log.warning("worker %s: cannot serve %s: %s", self.name, pid,
+                            clean(str(err), 200))
+                svc = self._services.pop(pid, None)
+                if svc is not None:
+                    await self._stop_service(svc)
+                continue
+            self.stages[pid] = now[pid]
+        if gone or came:
+            log.info("worker %s: serving anew %s, no longer %s", self.name,
+                     ", ".join(came) or "-", ", ".join(gone) or "-")
+        return came, gone
+
+    def _shape(self, pid: str, stages: list[Stage]) -> tuple[str, tuple[str, ...]]:
+        lp = self.host.plugins.get(pid)
+        return (_version(lp) if lp is not None else "", tuple(s.subject for s in stages))
 
     def _handler(self, stage: Stage) -> Any:
         async def handle(req: Request) -> None:
@@ -203,26 +243,37 @@ class Worker:
         if self._draining or self._nc is None:
             return
         self._draining = True
-        for svc in self._services:
-            # nats-py's Service.stop() unsubscribes, dropping what the server already
-            # sent; a subscription's drain hands those to the handler first.
-            for endpoint in list(getattr(svc, "_endpoints", [])):
-                sub = getattr(endpoint, "_subscription", None)
-                if sub is not None:
-                    with contextlib.suppress(Exception):
-                        await sub.drain()
-            svc._endpoints = []  # drained above: stop() must not unsubscribe them again
+        for svc in self._services.values():
+            await self._drain_endpoints(svc)
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
-        for svc in self._services:
+        for svc in self._services.values():
             with contextlib.suppress(Exception):
                 await svc.stop()
         with contextlib.suppress(Exception):
             await self._nc.drain()
         self._pool.shutdown(wait=True)
 
-    async def serve_forever(self, ready: asyncio.Event | None = None) -> None:
-        """Start, then serve until SIGTERM or SIGINT, then drain."""
+    @staticmethod
+    async def _drain_endpoints(svc: Service) -> None:
+        # nats-py's Service.stop() unsubscribes, dropping what the server already
+        # sent; a subscription's drain hands those to the handler first.
+        for endpoint in list(getattr(svc, "_endpoints", [])):
+            sub = getattr(endpoint, "_subscription", None)
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.drain()
+        svc._endpoints = []  # drained above: stop() must not unsubscribe them again
+
+    async def _stop_service(self, svc: Service) -> None:
+        await self._drain_endpoints(svc)
+        with contextlib.suppress(Exception):
+            await svc.stop()
+
+    async def serve_forever(self, ready: asyncio.Event | None = None,
+                            follow_s: float | None = None) -> None:
+        """Start, then serve until SIGTERM or SIGINT, then drain. With `follow_s`,
+        look that often for plugins a rescan loaded or unloaded (`resync`)."""
         await self.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -230,6 +281,11 @@ class Worker:
             loop.add_signal_handler(sig, stop.set)
         if ready is not None:
             ready.set()
-        await stop.wait()
+        while True:
+            try:
+                await asyncio.wait_for(stop.wait(), follow_s)
+                break
+            except asyncio.TimeoutError:
+                await self.resync()
         log.info("worker %s draining", self.name)
         await self.drain()
