@@ -5,6 +5,7 @@ fallback when wasmtime offers no epoch-deadline callback."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +51,27 @@ def test_cancel_interrupts_a_guest_spinning_without_calls(runtime: Runtime,
     assert after_cancel < TIMEOUT_MS / 1000 / 2  # ... and ended long before its time-out
     assert healthy.call("test", "ping").value == "alive"
     assert spin.call("test", "short").value == "alive"  # the same plugin answers too
+
+
+def test_a_cancel_never_writes_a_watched_store_from_another_thread(runtime: Runtime) -> None:
+    """wasmtime's Store is not Sync: only the guest's own thread may touch it while it runs."""
+    spin = load_wat(runtime, SPIN, "spin", limits=LONG)
+    inst = spin._borrow()
+    assert inst.watched
+    writers: set[str] = set()
+    original = inst.store.set_epoch_deadline
+
+    def recorded(ticks: int) -> None:
+        writers.add(threading.current_thread().name)
+        original(ticks)
+
+    inst.store.set_epoch_deadline = recorded  # type: ignore[method-assign]
+    spin._release(inst)
+    error, _ran, after_cancel = cancel_while_spinning(spin)
+    assert isinstance(error, Cancelled) and after_cancel < TIMEOUT_MS / 1000 / 2
+    # The guest's thread sets its deadline through the C API, not this method: any
+    # call here came from the cancelling side (as it did before the watchdog).
+    assert writers == set(), writers
 
 
 def test_cancels_are_not_the_plugins_fault(runtime: Runtime) -> None:

@@ -112,11 +112,17 @@ class CallScope:
         for frame in frames:
             if frame is None:
                 continue
-            frame.deadline = past
+            frame.deadline = past  # a watched guest's own thread reads it within a tick
             guest = getattr(frame, "guest", None)
-            try:  # seen at once at the next function entry (and without the watchdog)
-                if guest is not None:
-                    guest.store.set_epoch_deadline(0)
+            if guest is None or getattr(guest, "watched", False):
+                continue
+            # Without the watchdog nothing on the guest's thread would look before its
+            # time-out, so the store's deadline is written from here, where the guest
+            # reads it at its next function entry. wasmtime's Store is not Sync: this
+            # write races with the running guest, which is why a watched store
+            # (every store on a wasmtime fastcall trusts) never gets it.
+            try:
+                guest.store.set_epoch_deadline(0)
             except Exception:
                 log.debug("could not interrupt a guest", exc_info=True)
 

@@ -66,7 +66,8 @@ class PluginInstance:
         self.ctx = ctx
         self.services = services
         store = wasmtime.Store(module.engine.engine)
-        self._ticks = 1 if watchdog.watch(store) else module.engine.ticks_for(limits.timeout_ms)
+        self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
+        self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
         store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
                          instances=1, memories=1, tables=4)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))

@@ -63,7 +63,8 @@ class ComponentInstance(PluginInstance):
         self.services = services
         store = wasmtime.Store(module.engine.engine)
         # Watched (sandbox.watchdog): the deadline is a tick away, checked every tick.
-        self._ticks = 1 if watchdog.watch(store) else module.engine.ticks_for(limits.timeout_ms)
+        self.watched = watchdog.watch(store)
+        self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
         store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
                          instances=MAX_CORE_INSTANCES, memories=MAX_MEMORIES, tables=MAX_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
