@@ -150,3 +150,34 @@ def test_cancelled_spinning_stays_within_rss(tmp_path: Path) -> None:
         """, tmp_path)
     assert proc.stdout.split() == ["['Cancelled']", "True", "alive"], proc.stderr
     assert peak_kb < 16 * 1024 + OVERHEAD_KB, peak_kb
+
+
+def test_a_cancel_reaches_a_plugin_a_host_tool_calls(healthy: Plugin) -> None:
+    """Outer plugin -> host tool (run in a run_bounded worker) -> spinning plugin."""
+    from test_call_tree import calls_tool
+
+    from wasmext.testing import make_host
+
+    seen: list[BaseException] = []
+    with make_host((calls_tool("spinner", 1), {"plugin_id": "outer",
+                                               "grants": {"tools", "tool:spinner"},
+                                               "limits": LONG}),
+                   (SPIN, {"plugin_id": "spin", "limits": LONG})) as host:
+        def spinner(_args: object) -> object:
+            try:
+                return host.plugins["spin"].plugin.call("test", BIG).value
+            except BaseException as exc:
+                seen.append(exc)
+                raise
+
+        host.tools.register_python("spinner", spinner)
+        outer = host.plugins["outer"].plugin
+        error, ran, after_cancel = cancel_call(outer, "test", None)
+        assert ran >= 0.2  # the outer guest drops the tool's error and answers
+        assert error is None or isinstance(error, Cancelled), repr(error)
+        assert after_cancel < TIMEOUT_MS / 1000 / 2  # not the inner plugin's 20 s time-out
+        assert len(seen) == 1 and isinstance(seen[0], Cancelled), seen
+        assert seen[0].plugin_id == "spin"
+        assert host.plugins["spin"].plugin.call("test", "short").value == "alive"
+        assert outer.faults == 0 and host.plugins["spin"].plugin.faults == 0
+    assert healthy.call("test", "ping").value == "alive"

@@ -14,7 +14,9 @@ so host calls and nested calls end; a guest's store has its deadline checked
 every epoch tick by sandbox.watchdog, so even a guest spinning in one loop
 stops within a tick or two), each ending with `Cancelled`, and the callbacks
 registered with `on_cancel` run (an MCP client cancels its upstream request
-there). `current()` is the scope bound to this thread, so an
+there). A host tool that a plugin calls runs in a `calltree.run_bounded` worker
+thread; the worker joins the scope (`joined`), so a plugin that tool calls is
+reached too. `current()` is the scope bound to this thread, so an
 op or a tool runner deep in the call finds it (None outside any scope).
 """
 
@@ -24,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from wasmext.sandbox import calltree
@@ -44,7 +46,9 @@ class CallScope:
         self._last: float | None = None
         self._callbacks: list[Callable[[], Any]] = []
         self._lock = threading.Lock()
-        self._frames: list[Any] = []
+        # The frame stacks of the threads this scope reaches: the bound one and the
+        # run_bounded workers it started (each a list that lives as long as its thread).
+        self._stacks: list[list[Any]] = []
         self.reported = 0  # progress notifications passed on
         self.cancelled_at: float | None = None  # monotonic
         self._done = threading.Event()  # the bound block has ended
@@ -52,19 +56,26 @@ class CallScope:
     @contextmanager
     def bound(self) -> Iterator[CallScope]:
         """Bind to this thread for the block: cancel() reaches what runs here."""
+        try:
+            with self.joined():
+                yield self
+        finally:
+            self._done.set()
+
+    @contextmanager
+    def joined(self) -> Iterator[CallScope]:
+        """Reach this thread too for the block (a worker doing part of the bound call)."""
         previous = getattr(_bound, "scope", None)
         _bound.scope = self
+        stack = calltree._tree.stack  # each plugin call's frame names its guest
         with self._lock:
-            # The thread's own frame stack (a list that lives as long as the thread);
-            # each plugin call's frame names its guest.
-            self._frames = calltree._tree.stack
+            self._stacks.append(stack)
         try:
             yield self
         finally:
             _bound.scope = previous
             with self._lock:
-                self._frames = []
-            self._done.set()
+                self._stacks = [s for s in self._stacks if s is not stack]
 
     def on_cancel(self, callback: Callable[[], Any]) -> Callable[[], None]:
         """Run `callback` on cancel (at once when already cancelled); returns a remover."""
@@ -87,7 +98,7 @@ class CallScope:
             self.cancelled_at = time.monotonic()
             self.cancelled.set()
             callbacks, self._callbacks = self._callbacks, []
-            frames = list(self._frames)
+            frames = [f for stack in self._stacks for f in list(stack)]
         self._interrupt(frames)
         for callback in callbacks:
             try:
@@ -103,7 +114,7 @@ class CallScope:
         stop = time.monotonic() + KEEP_INTERRUPTING_S
         while not self._done.wait(INTERRUPT_EVERY_S) and time.monotonic() < stop:
             with self._lock:
-                frames = list(self._frames)
+                frames = [f for stack in self._stacks for f in list(stack)]
             self._interrupt(frames)
 
     @staticmethod
@@ -154,3 +165,11 @@ _bound = _Bound()
 def current() -> CallScope | None:
     """The scope bound to this thread (None outside any)."""
     return _bound.scope
+
+
+def _carried() -> Callable[[], AbstractContextManager[CallScope]] | None:
+    scope = current()
+    return None if scope is None else scope.joined
+
+
+calltree.carry(_carried)  # a host tool's worker thread stays within reach of a cancel

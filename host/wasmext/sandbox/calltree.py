@@ -23,10 +23,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["Frame", "OutOfTime", "current", "detached", "remaining", "run_bounded"]
+__all__ = ["Frame", "OutOfTime", "carry", "current", "detached", "remaining", "run_bounded"]
 
 T = TypeVar("T")
 
@@ -108,6 +108,18 @@ def detached() -> Iterator[None]:
         _tree.stack.pop()
 
 
+# What else of the calling thread a bounded worker takes along: each capture runs on
+# the caller's thread and returns a context manager entered on the worker's (or None).
+# callscope registers one, so that a cancel reaches what the worker calls.
+Carrier = Callable[[], AbstractContextManager[Any]]
+_carriers: list[Callable[[], Carrier | None]] = []
+
+
+def carry(capture: Callable[[], Carrier | None]) -> None:
+    """Have `run_bounded` workers enter what `capture()` gives on the calling thread."""
+    _carriers.append(capture)
+
+
 def run_bounded(fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)`, in a worker thread when a call tree bounds this thread.
 
@@ -121,11 +133,15 @@ def run_bounded(fn: Callable[..., T], *args: Any) -> T:
     if left <= 0:
         raise OutOfTime("the calling plugin's time is up")
     box: dict[str, Any] = {}
+    carried = [c for capture in _carriers if (c := capture()) is not None]
 
     def work() -> None:
         _tree.stack.append(frame)
         try:
-            box["value"] = fn(*args)
+            with ExitStack() as entered:
+                for carry in carried:
+                    entered.enter_context(carry())
+                box["value"] = fn(*args)
         except BaseException as exc:  # handed to the caller
             box["error"] = exc
         finally:
