@@ -246,3 +246,74 @@ def test_an_endless_resource_list_is_bounded(tmp_path: Path) -> None:
         assert time.monotonic() - started < TIMEOUT
         got = get_prompt(host.mcp, "catalog", "first")  # still answering
         assert got["messages"][0]["content"]["text"] == "prompt first"
+
+
+def test_a_gateway_serves_upstream_resource_templates(tmp_path: Path) -> None:
+    """Templates are listed, a URI only a template fits is read from its server, and a
+    new template reaches our clients as a resources list_changed."""
+    import anyio
+    import anyio.to_thread
+    import mcp_types as types
+    from interop_support import run
+    from mcp.client.client import Client
+
+    from wasmext.mcp.client_catalog import list_resource_templates
+    from wasmext.mcp.server import McpToolServer
+
+    with catalog_host(tmp_path) as host:
+        assert host.mcp is not None
+        assert [t["uri_template"] for t in list_resource_templates(host.mcp, "catalog")] == [
+            "file:///notes/{day}"]
+        server = McpToolServer(host, include_mcp_catalog=True, poll_interval=0.05)
+        kinds: list[str] = []
+
+        async def on_message(message: object) -> None:
+            if isinstance(message, types.ResourceListChangedNotification):
+                kinds.append("resources")
+
+        async def main() -> None:
+            async with Client(server.server, mode="legacy", message_handler=on_message,
+                              read_timeout_seconds=TIMEOUT) as client:
+                listed = (await client.list_resource_templates()).resource_templates
+                assert [(t.uri_template, t.name) for t in listed] == [
+                    ("file:///notes/{day}", "notes")]
+                read = await client.read_resource("file:///notes/monday")
+                assert read.contents[0].text == "contents of file:///notes/monday"  # type: ignore[union-attr]
+                await anyio.to_thread.run_sync(lambda: call(
+                    host, "add_template", uri_template="file:///logs/{id}", name="logs"))
+                with anyio.fail_after(TIMEOUT):
+                    while "resources" not in kinds:
+                        await anyio.sleep(0.02)
+                listed = (await client.list_resource_templates()).resource_templates
+                assert [t.uri_template for t in listed] == ["file:///notes/{day}",
+                                                            "file:///logs/{id}"]
+
+        run(main)
+
+
+def test_hostile_upstream_templates_are_bounded_and_cleaned(tmp_path: Path) -> None:
+    """Attack: 5003 templates, one with a 100,000-character URI template, one with an
+    escape sequence in it, one with a terminal-title escape and a bidi override in its
+    name. The listing stops at 1000 entries, skips the unusable, cleans the rest, and
+    the server keeps answering."""
+    from wasmext.mcp.client_catalog import list_resource_templates
+    from wasmext.mcp.client_lists import MAX_LISTED, MAX_URI
+    from wasmext.text import is_unsafe
+
+    with catalog_host(tmp_path) as host:
+        assert host.mcp is not None
+        heard = Heard(host)
+        list_resource_templates(host.mcp, "catalog")  # seen once: a change is news
+        started = time.monotonic()
+        call(host, "hostile_templates")
+        assert heard.wait(1) == [("catalog", "resources")]
+        listed = list_resource_templates(host.mcp, "catalog")
+        assert time.monotonic() - started < TIMEOUT
+        assert len(listed) <= MAX_LISTED
+        assert all(len(t["uri_template"]) <= MAX_URI for t in listed)
+        assert not any(is_unsafe(c) for t in listed for v in t.values() for c in v)
+        assert not any(t["name"] in ("huge", "escape") for t in listed)  # skipped whole
+        ok = next(t for t in listed if t["uri_template"] == "file:///ok/{a}")
+        assert "owned" in ok["name"]  # shown inert, not obeyed
+        got = get_prompt(host.mcp, "catalog", "first")  # still answering
+        assert got["messages"][0]["content"]["text"] == "prompt first"

@@ -1,6 +1,7 @@
 """Configured MCP servers' resources and prompts, for the app and for plugins.
 
     resources = list_resources(host.mcp, "docs")        # [{uri, name, mime_type?, ...}]
+    templates = list_resource_templates(host.mcp, "docs")  # [{uri_template, name, ...}]
     blocks = read_resource(host.mcp, "docs", uri)       # [resource block] (see `content`)
     prompts = list_prompts(host.mcp, "docs")            # [{name, description?, arguments}]
     got = get_prompt(host.mcp, "docs", "review", {"code": "..."})  # {description?, messages}
@@ -15,17 +16,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wasmext.mcp.client_lists import TEMPLATES
 from wasmext.mcp.content import MAX_BLOCKS, from_mcp, resource_contents
 
 if TYPE_CHECKING:
     from wasmext.mcp.client import McpClients
 
-__all__ = ["get_prompt", "list_prompts", "list_resources", "read_resource"]
+__all__ = ["get_prompt", "list_prompts", "list_resource_templates", "list_resources",
+           "read_resource"]
 
 
 def list_resources(clients: McpClients, server: str) -> list[dict[str, Any]]:
     """Kept while the server announces its list changes (`client_lists`), else fresh."""
     return clients.catalog.listed(server, "resources")
+
+
+def list_resource_templates(clients: McpClients, server: str) -> list[dict[str, Any]]:
+    """The server's URI templates (RFC 6570); a URI one fits is read with read_resource."""
+    return clients.catalog.listed(server, TEMPLATES)
 
 
 def read_resource(clients: McpClients, server: str, uri: str) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""Configured servers' resource and prompt lists, followed like their tools.
+"""Configured servers' resource, resource template and prompt lists, followed like
+their tools.
 
 A server that advertises `resources.listChanged` (or `prompts.listChanged`) says
 when its list changes, so the list it gave is kept and handed out again until
@@ -7,7 +8,10 @@ is listed again and every subscriber hears `(server, kind)` when the new list
 differs from the last one seen. A server that does not advertise it is listed
 on each request (it could change unannounced). Everything listed is the
 server's, so hostile: names, titles, descriptions and MIME types are cleaned,
-an entry whose URI or prompt name is unsafe or too long is skipped.
+an entry whose URI, URI template or prompt name is unsafe or too long is skipped.
+Resource templates belong to the resources capability: the same notification
+announces them, and a re-list of resources lists them too (a change of either
+is a change of "resources").
 
     clients.catalog.listed("docs", "resources")   # [{uri, name, ...}], cached when allowed
     clients.catalog.subscribe(lambda server, kind: ...)  # after a re-list that changed it
@@ -30,12 +34,13 @@ if TYPE_CHECKING:
 
     from wasmext.mcp.client import McpClients
 
-__all__ = ["KINDS", "UpstreamCatalog", "list_kind", "list_tools", "shape_prompt",
-           "shape_resource"]
+__all__ = ["KINDS", "TEMPLATES", "UpstreamCatalog", "list_kind", "list_tools", "shape_prompt",
+           "shape_resource", "shape_template"]
 
 log = logging.getLogger("wasmext.mcp")
 
 KINDS = ("resources", "prompts")
+TEMPLATES = "templates"  # listed with "resources": same capability, same notification
 MAX_LISTED = 1000
 MAX_PAGES = 100
 MAX_URI = 2048
@@ -85,6 +90,16 @@ def shape_resource(item: Any) -> dict[str, Any] | None:
             **_optional(item, _RESOURCE_FIELDS)}
 
 
+def shape_template(item: Any) -> dict[str, Any] | None:
+    """One listed resource template as a plain map, cleaned; None when it is unusable."""
+    template = getattr(item, "uri_template", None)
+    if not _safe(template, MAX_URI):
+        return None
+    return {"uri_template": template,
+            "name": clean(str(getattr(item, "name", "") or template), 128),
+            **_optional(item, _RESOURCE_FIELDS)}
+
+
 def shape_prompt(item: Any) -> dict[str, Any] | None:
     """One listed prompt as a plain map, cleaned; None when its name is unusable."""
     name = getattr(item, "name", None)
@@ -102,6 +117,9 @@ async def _fetch(session: ClientSession, kind: str) -> list[dict[str, Any]]:
     if kind == "resources":
         shaped = [shape_resource(r) for r in await _paged(session.list_resources, "resources",
                                                           MAX_LISTED)]
+    elif kind == TEMPLATES:
+        shaped = [shape_template(t) for t in await _paged(
+            session.list_resource_templates, "resource_templates", MAX_LISTED)]
     else:
         shaped = [shape_prompt(p) for p in await _paged(session.list_prompts, "prompts",
                                                         MAX_LISTED)]
@@ -121,6 +139,11 @@ def list_kind(message: Any) -> str | None:
 
 async def _nothing() -> None:
     return None
+
+
+def _base(kind: str) -> str:
+    """The capability (and notification) a list belongs to."""
+    return "resources" if kind == TEMPLATES else kind
 
 
 @dataclass
@@ -164,7 +187,8 @@ class UpstreamCatalog:
     def offering(self, kind: str) -> list[str]:
         """The connected servers that have `kind` at all."""
         with self._lock:
-            return [name for name, lists in self._lists.items() if kind in lists.offers]
+            return [name for name, lists in self._lists.items()
+                    if _base(kind) in lists.offers]
 
     def changes(self, server: str, kind: str) -> int:
         """How many followed changes this connection's list has had (no I/O)."""
@@ -183,12 +207,13 @@ class UpstreamCatalog:
         return list(found) if found is not None else None
 
     def listed(self, server: str, kind: str) -> list[dict[str, Any]]:
-        """Server's resources or prompts (any thread; KeyError for an unknown server)."""
+        """Server's resources, templates or prompts (any thread; KeyError for an unknown
+        server)."""
         with self._lock:
             lists = self._lists.get(server)
             if lists is not None and kind in lists.cached:
                 return list(lists.cached[kind])
-            generation = lists.generation[kind] if lists is not None else -1
+            generation = lists.generation[_base(kind)] if lists is not None else -1
         items = self.clients.request(server, lambda s: _fetch(s, kind))
         self._store(server, lists, kind, generation, items)
         return list(items)
@@ -198,10 +223,10 @@ class UpstreamCatalog:
         """Keep `items` unless the connection or the list changed since they were asked."""
         with self._lock:
             if lists is None or self._lists.get(server) is not lists \
-                    or lists.generation[kind] != generation:
+                    or lists.generation[_base(kind)] != generation:
                 return False
             lists.last[kind] = items
-            if kind in lists.follows:
+            if _base(kind) in lists.follows:
                 lists.cached[kind] = items
             return True
 
@@ -216,6 +241,8 @@ class UpstreamCatalog:
                 return _nothing
             lists.generation[kind] += 1  # a request-thread listing in flight is not kept
             lists.cached.pop(kind, None)
+            if kind == "resources":
+                lists.cached.pop(TEMPLATES, None)
         if kind in lists.busy:
             lists.again.add(kind)
             return _nothing
@@ -234,20 +261,30 @@ class UpstreamCatalog:
 
     async def _relist_once(self, server: str, lists: _Lists, kind: str,
                            session: ClientSession) -> None:
-        before = lists.last.get(kind)
+        parts = [kind, TEMPLATES] if kind == "resources" else [kind]
         generation = lists.generation[kind]
-        try:
-            with anyio.fail_after(lists.timeout_s):
-                items = await _fetch(session, kind)
-        except Exception as exc:
-            log.warning("mcp server %s: re-listing %s failed: %s", server, kind,
-                        clean(str(exc) or type(exc).__name__, 300))
-            return
-        if not self._store(server, lists, kind, generation, items) or items == before:
+        changed = False
+        for part in parts:
+            before = lists.last.get(part)
+            try:
+                with anyio.fail_after(lists.timeout_s):
+                    items = await _fetch(session, part)
+            except Exception as exc:
+                if part != kind:  # a server without templates: its resources still count
+                    log.debug("mcp server %s: no resource templates: %s", server, exc)
+                    continue
+                log.warning("mcp server %s: re-listing %s failed: %s", server, part,
+                            clean(str(exc) or type(exc).__name__, 300))
+                return
+            if not self._store(server, lists, part, generation, items):
+                return
+            # Templates nobody listed yet are no news to anyone.
+            changed = changed or (items != before and (part == kind or before is not None))
+        if not changed:
             return
         with self._lock:
             lists.changes[kind] += 1
-        log.info("mcp server %s: %s list changed (%d)", server, kind, len(items))
+        log.info("mcp server %s: %s list changed", server, kind)
         for listener in list(self._listeners):
             try:
                 listener(server, kind)

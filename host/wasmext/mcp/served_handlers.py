@@ -19,7 +19,14 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
-from wasmext.mcp.served import Catalog, catalog, owner_of, prompt_result, resource_contents
+from wasmext.mcp.served import (
+    Catalog,
+    catalog,
+    match_template,
+    owner_of,
+    prompt_result,
+    resource_contents,
+)
 from wasmext.mcp.served_changes import fingerprint
 from wasmext.mcp.served_upstream import UpstreamExport
 from wasmext.text import clean
@@ -99,11 +106,32 @@ class ServedCatalog:
         return types.ListResourcesResult(resources=[r for _p, r in cat.resources.values()]
                                          + [r for _s, r in upstream.values()])
 
+    def _upstream_templates(self) -> list[tuple[str, types.ResourceTemplate]]:
+        """(server, template) of the servers' templates no plugin's template shadows."""
+        if self.upstream is None:
+            return []
+        seen = {t.uri_template for _p, t in self.current().templates}
+        out = []
+        for server, template in self.upstream.templates():
+            if template.uri_template not in seen:
+                seen.add(template.uri_template)
+                out.append((server, template))
+        return out
+
     async def list_templates(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourceTemplatesResult:
         cat = self.current()
-        return types.ListResourceTemplatesResult(resource_templates=[t for _p, t in
-                                                                     cat.templates])
+        upstream = await anyio.to_thread.run_sync(self._upstream_templates)
+        return types.ListResourceTemplatesResult(
+            resource_templates=[t for _p, t in cat.templates] + [t for _s, t in upstream])
+
+    def _upstream_owner(self, uri: str) -> str | None:
+        """The server whose resource is `uri`, else the first whose template fits it."""
+        found = self._upstream_resources().get(uri)
+        if found is not None:
+            return found[0]
+        return next((server for server, t in self._upstream_templates()
+                     if match_template(t.uri_template, uri)), None)
 
     async def list_prompts(self, ctx: ServerRequestContext[Any],
                            params: Any) -> types.ListPromptsResult:
@@ -128,9 +156,9 @@ class ServedCatalog:
         uri = str(params.uri)
         pid = owner_of(self.current(), uri)
         if pid is None and self.upstream is not None:
-            found = (await anyio.to_thread.run_sync(self._upstream_resources)).get(uri)
-            if found is not None:
-                return await anyio.to_thread.run_sync(self.upstream.read, found[0], uri)
+            server = await anyio.to_thread.run_sync(self._upstream_owner, uri)
+            if server is not None:
+                return await anyio.to_thread.run_sync(self.upstream.read, server, uri)
         if pid is None:
             raise MCPError(code=INVALID_PARAMS, message=f"no resource {clean(uri, 200)}")
         value = await anyio.to_thread.run_sync(self._hook, pid, "on_resource", {"uri": uri})

@@ -1,8 +1,10 @@
-"""The configured MCP servers' resources and prompts, served again by `wasmext mcp serve
---include-mcp-catalog` (a gateway, like `--include-mcp-tools` for tools).
+"""The configured MCP servers' resources, resource templates and prompts, served again
+by `wasmext mcp serve --include-mcp-catalog` (a gateway, like `--include-mcp-tools`
+for tools).
 
-Resources keep their URIs (a plugin's URI, or an earlier server's, wins a clash);
-prompts are served as `<server>__<name>`. Everything comes from
+Resources and templates keep their URIs and URI templates (a plugin's, or an
+earlier server's, wins a clash; a URI that only an upstream template matches is
+read from that server); prompts are served as `<server>__<name>`. Everything comes from
 `client_lists`, so it is already cleaned, kept while the server announces
 changes and followed when it does; a server's change reaches our clients
 because `versions()` feeds the served fingerprints (see `served_changes`). A
@@ -20,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR
 
 from wasmext.mcp.client_catalog import get_prompt, read_resource
+from wasmext.mcp.client_lists import TEMPLATES
 from wasmext.mcp.content import to_mcp_resource
 from wasmext.mcp.served import prompt_result
 from wasmext.text import clean
@@ -67,6 +70,12 @@ class UpstreamExport:
                                         mime_type=r.get("mime_type"),
                                         description=r.get("description")))
                 for server, r in self._listed("resources")]
+
+    def templates(self) -> list[tuple[str, types.ResourceTemplate]]:
+        return [(server, types.ResourceTemplate(
+            uri_template=t["uri_template"], name=t["name"], title=t.get("title"),
+            mime_type=t.get("mime_type"), description=t.get("description")))
+            for server, t in self._listed(TEMPLATES)]
 
     def prompts(self) -> list[tuple[str, str, types.Prompt]]:
         return [(server, p["name"], types.Prompt(

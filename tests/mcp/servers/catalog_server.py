@@ -4,7 +4,10 @@ SDK, low-level server, stdio). It advertises `resources.listChanged` and
 `add_resource(uri, name, description?)`, `add_prompt(name, description?)` (each adds one
 and announces the new list), `announce(kind)` (the notification with nothing changed,
 `times` over), `counts()` (how often resources/list and prompts/list were asked) and
-`flood()` (from then on resources/list answers pages of 300 with a next cursor, forever)."""
+`flood()` (from then on resources/list answers pages of 300 with a next cursor, forever),
+`add_template(uri_template, name)` (adds a resource template, announces resources) and
+`hostile_templates()` (5000 templates: huge, control characters, escapes; announces).
+Resources under `file:///notes/{day}` read as the template's."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from mcp.server.stdio import stdio_server
 
 resources = [types.Resource(uri="file:///first.txt", name="first", mime_type="text/plain")]
 prompts = [types.Prompt(name="first", description="The first prompt")]
+templates = [types.ResourceTemplate(uri_template="file:///notes/{day}", name="notes",
+                                    mime_type="text/plain")]
 counts = {"resources": 0, "prompts": 0}
 flooding = False
 TOOLS = [
@@ -31,6 +36,10 @@ TOOLS = [
     types.Tool(name="announce", input_schema={"type": "object", "properties": {
         "kind": {"type": "string"}, "times": {"type": "integer"}}, "required": ["kind"]}),
     types.Tool(name="counts", input_schema={"type": "object"}),
+    types.Tool(name="add_template", input_schema={"type": "object", "properties": {
+        "uri_template": {"type": "string"}, "name": {"type": "string"}},
+        "required": ["uri_template", "name"]}),
+    types.Tool(name="hostile_templates", input_schema={"type": "object"}),
     types.Tool(name="flood", input_schema={"type": "object"}),
 ]
 
@@ -47,6 +56,19 @@ async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
             types.Resource(uri=f"file:///flood/{i}", name=f"flood {i}")
             for i in range(start, start + 300)])
     return types.ListResourcesResult(resources=list(resources))
+
+
+async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+    return types.ListResourceTemplatesResult(resource_templates=list(templates))
+
+
+def _hostile() -> list[types.ResourceTemplate]:
+    bad = [types.ResourceTemplate(uri_template="file:///x/{a}" + "y" * 100_000, name="huge"),
+           types.ResourceTemplate(uri_template="file:///\x1b[31m/{a}", name="escape"),
+           types.ResourceTemplate(uri_template="file:///ok/{a}",
+                                  name="\x1b]0;owned\x07name\u202e", description="\x1b[2J")]
+    return bad + [types.ResourceTemplate(uri_template=f"file:///many/{i}/{{a}}", name=f"m{i}")
+                  for i in range(5000)]
 
 
 async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
@@ -76,6 +98,13 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     elif params.name == "add_prompt":
         prompts.append(types.Prompt(name=args["name"], description=args.get("description")))
         await session.send_prompt_list_changed()
+    elif params.name == "add_template":
+        templates.append(types.ResourceTemplate(uri_template=args["uri_template"],
+                                                name=args["name"]))
+        await session.send_resource_list_changed()
+    elif params.name == "hostile_templates":
+        templates[:] = _hostile()
+        await session.send_resource_list_changed()
     elif params.name == "flood":
         flooding = True
         await session.send_resource_list_changed()
@@ -92,6 +121,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
 server: Server[Any] = Server(
     "catalog", on_list_tools=list_tools, on_call_tool=call_tool,
     on_list_resources=list_resources, on_read_resource=read_resource,
+    on_list_resource_templates=list_templates,
     on_list_prompts=list_prompts, on_get_prompt=get_prompt)
 
 
