@@ -98,3 +98,41 @@ def ls(config: Path | None, as_json: bool) -> None:
         click.echo(f"{server['name']:<16} {server['transport']:<6} {server['status']}")
         for tool in server["tools"]:
             click.echo(f"    {tool}")
+
+
+@mcp.command()
+@CONFIG_OPT
+@click.argument("server")
+def login(config: Path | None, server: str) -> None:
+    """Authorize wasmext at SERVER (an [mcp.servers.SERVER.oauth] table) now."""
+    from wasmext import HostConfig, load_config
+    from wasmext.mcp.oauth_login import login as run_login
+    from wasmext.mcp.oauth_login import oauth_folder, oauth_spec
+
+    path = _default_config(config)
+    cfg = load_config(path) if path else HostConfig()
+    try:
+        stored = run_login(oauth_spec(cfg, server), oauth_folder(cfg))
+    except WasmextError as err:
+        _fail(err)
+    click.echo(f"mcp server {server}: authorized; tokens stored in {stored}")
+
+
+@mcp.command()
+@CONFIG_OPT
+@click.argument("server")
+def logout(config: Path | None, server: str) -> None:
+    """Forget the OAuth tokens stored for SERVER (it authorizes again next time)."""
+    from wasmext import HostConfig, load_config
+    from wasmext.mcp.oauth_login import logout as run_logout
+    from wasmext.mcp.oauth_login import oauth_folder, oauth_spec
+
+    path = _default_config(config)
+    cfg = load_config(path) if path else HostConfig()
+    try:
+        oauth_spec(cfg, server)
+    except WasmextError as err:
+        _fail(err)
+    removed = run_logout(oauth_folder(cfg), server)
+    click.echo(f"mcp server {server}: " + ("tokens removed" if removed
+                                          else "no tokens were stored"))
