@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "wasmext.mcp.client_catalog": 2, "wasmext.mcp.client_caps": 2,
     "wasmext.mcp.client_lists": 2,
     "wasmext.mcp.oauth": 2, "wasmext.mcp.transport_http": 2,
+    "wasmext.mcp.oauth_login": 4,  # an operator command over the config and the transport
     "wasmext.hooks": 3,
     "wasmext.lifecycle.signing": 0,
     "wasmext.lifecycle.approvals": 1, "wasmext.lifecycle.bundle": 1,

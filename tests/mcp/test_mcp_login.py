@@ -17,7 +17,6 @@ from support import ROOT
 from wasmext import McpAuthError
 from wasmext.mcp.client import ServerSpec
 from wasmext.mcp.oauth_login import login, logout
-from wasmext.services.tools import ToolRegistry
 from wasmext.testing import make_host
 
 
