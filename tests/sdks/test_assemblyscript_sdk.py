@@ -796,6 +796,13 @@ def rt(tmp_path: Path) -> Iterator[Runtime]:
         yield runtime
 
 
+def test_a_static_registration_is_shared_by_copies(built: dict[str, Path], rt: Runtime) -> None:
+    first = rt.load(built["hello"], plugin_id="hello-a")
+    copy = rt.load(built["hello"], plugin_id="hello-b")
+    assert first.registration.shareable and len(copy._idle) == 0  # starts at its first call
+    assert copy.call("greet", "Ada").value == "Hello, Ada!"
+
+
 def test_hello_greets_with_setting_or_default(built: dict[str, Path], rt: Runtime) -> None:
     hello = rt.load(built["hello"])
     assert hello.call("greet", "Ada").value == "Hello, Ada!"

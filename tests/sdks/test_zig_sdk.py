@@ -70,6 +70,16 @@ def test_hello_greets_with_setting_or_default(rt: Any) -> None:
     assert howdy.call("greet", "Bob").value == "Howdy, Bob!"
 
 
+def test_a_static_registration_is_shared_by_copies(rt: Any) -> None:
+    first = rt.load(HELLO, plugin_id="hello-a")
+    copy = rt.load(HELLO, plugin_id="hello-b")
+    assert first.registration.shareable and len(copy._idle) == 0  # starts at its first call
+    assert copy.call("greet", "Ada").value == "Hello, Ada!"
+    normalize = rt.load(NORMALIZE, plugin_id="normalize-a")  # has registerExtra?
+    assert normalize.registration.shareable is ("registerExtra" not in
+                                                (NORMALIZE / "src" / "normalize.zig").read_text())
+
+
 def test_hello_refuses_non_string_data(rt: Any) -> None:
     from wasmext.errors import PluginError
 

@@ -168,9 +168,17 @@ export function register(ptr: usize, len: u32): u64 {
     extraCount = extraFn(extra);
     extraBytes = extra.bytes();
   }
-  w.writeMap(2 + (p.name !== null ? 1 : 0) + (p.version !== null ? 1 : 0) + extraCount);
+  // Without extra entries the map is the hook table the module defined at start-up,
+  // the same for every copy: the host may reuse it (abi/SPEC.md 3.2).
+  const shareable = extraFn === null;
+  w.writeMap(2 + (p.name !== null ? 1 : 0) + (p.version !== null ? 1 : 0) + extraCount +
+             (shareable ? 1 : 0));
   w.writeString("abi_minor");
   w.writeInt(ABI_MINOR);
+  if (shareable) {
+    w.writeString("shareable");
+    w.writeBool(true);
+  }
   const name = p.name;
   if (name !== null) {
     w.writeString("name");

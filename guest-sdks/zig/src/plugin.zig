@@ -162,9 +162,17 @@ fn writeRegistration(comptime P: type, comptime hooks: []const Hook) msgpack.Wri
     const n_extra: u32 = if (@hasDecl(P, "registerExtra")) try P.registerExtra(&extra) else 0;
     const has_name = @hasDecl(P, "name");
     const has_version = @hasDecl(P, "version");
-    try output.writeMap(2 + @as(u32, @intFromBool(has_name)) + @intFromBool(has_version) + n_extra);
+    // Without registerExtra the map is comptime data, the same for every copy: the
+    // host may reuse it (abi/SPEC.md 3.2).
+    const shareable = !@hasDecl(P, "registerExtra");
+    try output.writeMap(2 + @as(u32, @intFromBool(has_name)) + @intFromBool(has_version) +
+        @intFromBool(shareable) + n_extra);
     try output.writeStr("abi_minor");
     try output.writeInt(abi.abi_minor);
+    if (shareable) {
+        try output.writeStr("shareable");
+        try output.writeBool(true);
+    }
     if (has_name) {
         try output.writeStr("name");
         try output.writeStr(P.name);
