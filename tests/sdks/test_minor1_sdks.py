@@ -25,9 +25,8 @@ from wasmext.services.llm_client import ChatAnswer, ChatRequest
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "abi" / "vectors" /
                       "host_calls.json").read_text())["minor_1"]
-# The native SDKs' conformance plugins have the minor-1 hooks; the component SDKs
-# (python, javascript) speak minor 0 and have no wrappers for the new ops yet.
-WORLD_SDKS = [lang for lang in SDK_LANGS if lang not in ("python", "javascript")]
+# Every SDK's conformance plugin has the minor-1 hooks, the component SDKs' too.
+WORLD_SDKS = list(SDK_LANGS)
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,21 @@
 // Conformance plugin: each hook exercises one part of the SDK so that the
 // cross-SDK test suite can compare every SDK's behaviour (see tests/sdks).
-import { Fail, Plugin, Stop, UNCHANGED, config, definePlugin, hook, log, pack, request, unpack }
-  from "wasmext";
+import { Fail, HostError, Plugin, Stop, UNCHANGED, agentsRequest, agentsSend, config,
+  definePlugin, hook, httpFetch, llmComplete, log, pack, request, unpack } from "wasmext";
 
 const str = (v, what) => {
   if (typeof v !== "string") throw new Fail("invalid", what);
   return v;
+};
+
+// Minor 1, through the wrappers: the host's whole answer map, failures included.
+const whole = (ask) => {
+  try {
+    return { ok: true, value: ask() };
+  } catch (e) {
+    if (e instanceof HostError) return { ok: false, error: { code: e.code, message: e.detail } };
+    throw e;
+  }
 };
 
 class Conformance extends Plugin {
@@ -23,6 +33,10 @@ class Conformance extends Plugin {
         }
         return request(req); // the host's whole answer, failures included
       }),
+      hook("fetch", (url) => whole(() => httpFetch(String(url)))),
+      hook("llm", (prompt) => whole(() => llmComplete(String(prompt), { maxTokens: 50 }))),
+      hook("turn", (agent) => whole(() => agentsRequest(String(agent), "ping"))),
+      hook("step", (agent) => whole(() => agentsSend(String(agent), "ping"))),
       hook("fail", (message) => { throw new Fail("failed", str(message, "fail expects a string message")); }),
       hook("unchanged", () => UNCHANGED),
       hook("stop", (data) => new Stop(data)),

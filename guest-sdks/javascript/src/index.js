@@ -3,4 +3,6 @@ export { MsgpackError, pack, unpack } from "./msgpack.js";
 export { LOG_LEVELS } from "./raw.js";
 export { HostError, config, emit, hostOp, log, request, secret, stateDelete, stateGet, stateKeys,
   stateSet } from "./host.js";
+export { ABI_MINOR, agentsRequest, agentsSend, hostMinor, httpFetch, llmComplete, progress,
+  promptGet, promptList, resourceList, resourceRead } from "./world.js";
 export { Fail, Plugin, Stop, UNCHANGED, definePlugin, hook } from "./plugin.js";

@@ -10,6 +10,7 @@
 // ends the chain; throwing Fail(code, message) or a HostError answers an error
 // map; any other exception answers "failed" with its text.
 import { HostError } from "./host.js";
+import { ABI_MINOR, noteRegistration } from "./world.js";
 import { pack, unpack } from "./msgpack.js";
 
 export const UNCHANGED = Symbol("unchanged");
@@ -59,10 +60,11 @@ export function definePlugin(plugin) {
   return {
     register(request) {
       const req = unpack(request);
+      noteRegistration(req);
       plugin.settings = (req && typeof req.settings === "object") ? req.settings : {};
       plugin.onRegister(req);
       hooks = plugin.hooks();
-      const reg = { hooks: [], abi_minor: 0 };
+      const reg = { hooks: [], abi_minor: ABI_MINOR };
       for (const h of hooks) {
         const entry = { hook: h.name };
         if (h.priority !== undefined) entry.priority = h.priority;

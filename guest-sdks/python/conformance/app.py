@@ -3,7 +3,22 @@ cross-SDK test suite can compare every SDK's behaviour (see tests/sdks)."""
 
 from typing import Any
 
-from wasmext_guest import UNCHANGED, Fail, Plugin, Stop, config, export, hook, log, request
+from wasmext_guest import (
+    UNCHANGED,
+    Fail,
+    HostError,
+    Plugin,
+    Stop,
+    agents_request,
+    agents_send,
+    config,
+    export,
+    hook,
+    http_fetch,
+    llm_complete,
+    log,
+    request,
+)
 from wasmext_guest.msgpack import pack, unpack
 
 
@@ -34,6 +49,23 @@ class Conformance(Plugin):
             raise Fail("invalid", "host expects a request map")
         return request(req)  # the host's whole answer, failures included
 
+    # Minor 1, through the wrappers; each answers the host's whole answer map.
+    @hook("fetch")
+    def fetch(self, url: Any) -> Any:
+        return _whole(lambda: http_fetch(str(url)))
+
+    @hook("llm")
+    def llm(self, prompt: Any) -> Any:
+        return _whole(lambda: llm_complete(str(prompt), max_tokens=50))
+
+    @hook("turn")
+    def turn(self, agent: Any) -> Any:
+        return _whole(lambda: agents_request(str(agent), "ping"))
+
+    @hook("step")
+    def step(self, agent: Any) -> Any:
+        return _whole(lambda: agents_send(str(agent), "ping"))
+
     @hook("fail")
     def fail(self, message: Any) -> None:
         if not isinstance(message, str):
@@ -47,6 +79,13 @@ class Conformance(Plugin):
     @hook("stop")
     def stop(self, data: Any) -> Stop:
         return Stop(data)
+
+
+def _whole(ask: Any) -> dict[str, Any]:
+    try:
+        return {"ok": True, "value": ask()}
+    except HostError as err:
+        return {"ok": False, "error": {"code": err.code, "message": err.message}}
 
 
 WitWorld = export(Conformance())

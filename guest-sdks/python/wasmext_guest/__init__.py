@@ -1,8 +1,8 @@
 """The wasmext guest SDK for Python plugins (componentize-py components).
 
 Three layers, as in every wasmext SDK: `raw` (the world's imports), `host`
-(the host's services as functions that return or raise) and `plugin` (the
-`Plugin` class, `@hook`, `export`). `msgpack` is the codec of ABI v1.
+(the host's services as functions that return or raise; `world` holds those of
+ABI minor 1) and `plugin` (the `Plugin` class, `@hook`, `export`). `msgpack` is the codec of ABI v1.
 """
 
 from wasmext_guest.host import (
@@ -18,7 +18,22 @@ from wasmext_guest.host import (
     state_set,
 )
 from wasmext_guest.plugin import UNCHANGED, Call, Fail, Plugin, Stop, export, hook
+from wasmext_guest.world import (
+    ABI_MINOR,
+    agents_request,
+    agents_send,
+    host_minor,
+    http_fetch,
+    llm_complete,
+    progress,
+    prompt_get,
+    prompt_list,
+    resource_list,
+    resource_read,
+)
 
-__all__ = ["UNCHANGED", "Call", "Fail", "HostError", "Plugin", "Stop", "config", "emit",
-           "export", "hook", "log", "request", "secret", "state_delete", "state_get",
+__all__ = ["ABI_MINOR", "UNCHANGED", "Call", "Fail", "HostError", "Plugin", "Stop",
+           "agents_request", "agents_send", "config", "emit", "export", "hook", "host_minor",
+           "http_fetch", "llm_complete", "log", "progress", "prompt_get", "prompt_list",
+           "request", "resource_list", "resource_read", "secret", "state_delete", "state_get",
            "state_keys", "state_set"]

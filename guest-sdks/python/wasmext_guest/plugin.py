@@ -24,6 +24,7 @@ from typing import Any
 
 from wasmext_guest.host import HostError
 from wasmext_guest.msgpack import MsgpackError, pack, unpack
+from wasmext_guest.world import ABI_MINOR, note_registration
 
 __all__ = ["UNCHANGED", "Call", "Fail", "Plugin", "Stop", "export", "hook"]
 
@@ -83,7 +84,7 @@ class Plugin:
 
     name: str | None = None
     version: str | None = None
-    abi_minor = 0
+    abi_minor = ABI_MINOR
 
     def __init__(self) -> None:
         self.call: Call | None = None
@@ -185,6 +186,7 @@ def export(plugin: Plugin) -> type:
     class WitWorld:
         def register(self, request: bytes) -> bytes:
             req = unpack(request)
+            note_registration(req if isinstance(req, dict) else {})
             settings = req.get("settings") if isinstance(req, dict) else None
             plugin.settings = dict(settings) if isinstance(settings, dict) else {}
             plugin.on_register(req if isinstance(req, dict) else {})
