@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -100,19 +101,29 @@ def ls(config: Path | None, as_json: bool) -> None:
             click.echo(f"    {tool}")
 
 
+def _oauth_target(config: Path | None, server: str) -> tuple[Any, Path]:
+    """SERVER's spec (it must have an oauth table) and the folder of its tokens."""
+    from wasmext import HostConfig, load_config
+    from wasmext.mcp.oauth_login import oauth_folder, oauth_spec
+
+    path = _default_config(config)
+    try:
+        cfg = load_config(path) if path else HostConfig()
+        return oauth_spec(cfg, server), oauth_folder(cfg)
+    except WasmextError as err:
+        _fail(err)
+
+
 @mcp.command()
 @CONFIG_OPT
 @click.argument("server")
 def login(config: Path | None, server: str) -> None:
     """Authorize wasmext at SERVER (an [mcp.servers.SERVER.oauth] table) now."""
-    from wasmext import HostConfig, load_config
     from wasmext.mcp.oauth_login import login as run_login
-    from wasmext.mcp.oauth_login import oauth_folder, oauth_spec
 
-    path = _default_config(config)
-    cfg = load_config(path) if path else HostConfig()
+    spec, folder = _oauth_target(config, server)
     try:
-        stored = run_login(oauth_spec(cfg, server), oauth_folder(cfg))
+        stored = run_login(spec, folder)
     except WasmextError as err:
         _fail(err)
     click.echo(f"mcp server {server}: authorized; tokens stored in {stored}")
@@ -123,16 +134,9 @@ def login(config: Path | None, server: str) -> None:
 @click.argument("server")
 def logout(config: Path | None, server: str) -> None:
     """Forget the OAuth tokens stored for SERVER (it authorizes again next time)."""
-    from wasmext import HostConfig, load_config
     from wasmext.mcp.oauth_login import logout as run_logout
-    from wasmext.mcp.oauth_login import oauth_folder, oauth_spec
 
-    path = _default_config(config)
-    cfg = load_config(path) if path else HostConfig()
-    try:
-        oauth_spec(cfg, server)
-    except WasmextError as err:
-        _fail(err)
-    removed = run_logout(oauth_folder(cfg), server)
+    _spec, folder = _oauth_target(config, server)
+    removed = run_logout(folder, server)
     click.echo(f"mcp server {server}: " + ("tokens removed" if removed
                                           else "no tokens were stored"))

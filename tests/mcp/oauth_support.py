@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -213,5 +214,25 @@ def client_credentials_mcp(client_id: str, client_secret: str
         yield f"{base}/mcp", issuer, grantor
 
 
+def robot_config(folder: Path, url: str, issuer: str, extra: str = "") -> Path:
+    """folder/wasmext.toml: data_dir under `folder` and the server `robot` with client
+    credentials from ${ROBOT_ID} and ${ROBOT_SECRET} (then `extra` TOML)."""
+    config = folder / "wasmext.toml"
+    config.write_text(f"""
+[host]
+data_dir = "{folder / 'data'}"
+[mcp.servers.robot]
+transport = "http"
+url = "{url}"
+[mcp.servers.robot.oauth]
+grant = "client_credentials"
+client_id = "${{ROBOT_ID}}"
+client_secret = "${{ROBOT_SECRET}}"
+issuer = "{issuer}"
+scopes = ["{SCOPE}"]
+{extra}""")
+    return config
+
+
 __all__ = ["SCOPE", "AutoApprove", "Credentials", "client_credentials_mcp",
-           "free_port", "oauth_mcp"]
+           "free_port", "oauth_mcp", "robot_config"]

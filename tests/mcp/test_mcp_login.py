@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from oauth_support import SCOPE, client_credentials_mcp, oauth_mcp
+from oauth_support import client_credentials_mcp, oauth_mcp, robot_config
 from test_mcp_oauth import Operator, code_flow, connect
 
 from support import ROOT
@@ -60,27 +60,6 @@ def test_login_when_nobody_authorizes_is_a_named_error_in_time(tmp_path: Path) -
         assert not stored.exists() or "access_token" not in stored.read_text()
 
 
-def _config(tmp_path: Path, url: str, issuer: str) -> Path:
-    config = tmp_path / "wasmext.toml"
-    config.write_text(f"""
-[host]
-data_dir = "{tmp_path / 'data'}"
-[mcp.servers.robot]
-transport = "http"
-url = "{url}"
-[mcp.servers.robot.oauth]
-grant = "client_credentials"
-client_id = "${{ROBOT_ID}}"
-client_secret = "${{ROBOT_SECRET}}"
-issuer = "{issuer}"
-scopes = ["{SCOPE}"]
-[mcp.servers.plain]
-transport = "http"
-url = "{url}"
-""")
-    return config
-
-
 def test_the_login_and_logout_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from wasmext.config import load_config
 
@@ -88,7 +67,8 @@ def test_the_login_and_logout_commands(tmp_path: Path, monkeypatch: pytest.Monke
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with client_credentials_mcp("robot-7", "s3cret-value-0123") as (url, issuer, grantor):
-        config = _config(tmp_path, url, issuer)
+        config = robot_config(tmp_path, url, issuer, '[mcp.servers.plain]\ntransport = "http"\n'
+                              f'url = "{url}"\n')
         done = cli("login", "robot", "--config", str(config), cwd=tmp_path, **env)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("mcp server robot: authorized; tokens stored in ")

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from oauth_support import SCOPE, client_credentials_mcp, free_port, oauth_mcp
+from oauth_support import SCOPE, client_credentials_mcp, free_port, oauth_mcp, robot_config
 
 from wasmext.config import load_config
 from wasmext.mcp.client import McpClients, ServerSpec
@@ -207,20 +207,7 @@ def test_client_credentials_from_env_through_the_config(
     monkeypatch.setenv("ROBOT_ID", "robot-7")
     monkeypatch.setenv("ROBOT_SECRET", "s3cret-value-0123")
     with client_credentials_mcp("robot-7", "s3cret-value-0123") as (url, issuer, grantor):
-        config = tmp_path / "wasmext.toml"
-        config.write_text(f"""
-[host]
-data_dir = "{tmp_path / 'data'}"
-[mcp.servers.robot]
-transport = "http"
-url = "{url}"
-[mcp.servers.robot.oauth]
-grant = "client_credentials"
-client_id = "${{ROBOT_ID}}"
-client_secret = "${{ROBOT_SECRET}}"
-issuer = "{issuer}"
-scopes = ["{SCOPE}"]
-""")
+        config = robot_config(tmp_path, url, issuer)
         cfg = load_config(config)
         assert "s3cret" not in repr(cfg)
         for _ in range(2):
