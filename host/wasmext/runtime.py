@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -132,12 +133,30 @@ class Runtime:
         self.quarantine = quarantine or QuarantinePolicy()
         self.module_caps = module_caps or ModuleCaps()
         self.plugins: dict[str, Plugin | ExtismPlugin] = {}
+        # By file: its signature and the module compiled from it (see _known_module).
+        self._modules: dict[Path, tuple[tuple[int, ...], weakref.ref[PluginModule]]] = {}
 
     def __enter__(self) -> Runtime:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _known_module(self, path: Path) -> tuple[PluginModule | None, tuple[int, ...] | None]:
+        """The module this runtime compiled from `path` when the file is the same one,
+        unchanged (device, inode, size, modification and change times, as Python's own
+        bytecode cache judges a source), while a plugin still uses it; and the file's
+        signature. A copy of a plugin then skips reading and hashing its module again."""
+        if path.suffix == ".wat":
+            return None, None
+        try:
+            st = path.stat()
+        except OSError:
+            return None, None
+        signature = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = self._modules.get(path)
+        module = known[1]() if known is not None and known[0] == signature else None
+        return module, signature
 
     def compile(self, wasm: bytes, name: str = "<module>") -> PluginModule:
         return PluginModule(wasm, name=name, engine=self.engine, cache=self.cache,
@@ -159,6 +178,7 @@ class Runtime:
         if isinstance(source, (bytes, bytearray)):
             wasm, name = bytes(source), "<module>"
             pid = plugin_id or "inline"
+            shared, signature, wasm_path = None, None, Path(name)
         else:
             path = Path(source)
             if path.is_dir():
@@ -171,7 +191,9 @@ class Runtime:
             else:
                 wasm_path = path
                 pid = plugin_id or _id_from_file(path)
-            wasm, name = _read_module(wasm_path), str(wasm_path)
+            shared, signature = self._known_module(wasm_path)
+            wasm, name = (b"", str(wasm_path)) if shared else (_read_module(wasm_path),
+                                                               str(wasm_path))
         if not ID_RE.match(pid):
             raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
         requested = dict(manifest.limits) if manifest is not None else {}
@@ -180,10 +202,11 @@ class Runtime:
         sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
             else frozenset()
         prio = priority if priority is not None else manifest.priority if manifest else 50
-        extism_module = None if is_component(wasm) else \
+        component = shared is None and is_component(wasm)
+        extism_module = None if shared is not None or component else \
             _extism_module(self.engine, wasm, self.module_caps, name)
         plugin: Plugin | ExtismPlugin
-        if is_component(wasm):  # a component of the world wasmext:plugin@1.0.0
+        if component:  # a component of the world wasmext:plugin@1.0.0
             plugin = ComponentPlugin(
                 ComponentModule(wasm, name=name, engine=self.engine, cache=self.cache,
                                 caps=self.module_caps), plugin_id=pid, limits=eff,
@@ -194,7 +217,10 @@ class Runtime:
                                   sensitive=sensitive, grants=frozenset(grants),
                                   services=self.services, default_priority=prio)
         else:
-            plugin = Plugin(self.compile(wasm, name), plugin_id=pid, limits=eff,
+            module = shared or self.compile(wasm, name)
+            if signature is not None:
+                self._modules[wasm_path] = (signature, weakref.ref(module))
+            plugin = Plugin(module, plugin_id=pid, limits=eff,
                             settings=values, sensitive=sensitive, grants=frozenset(grants),
                             services=self.services, quarantine=self.quarantine,
                             default_priority=prio)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,24 @@ def test_each_compile_cache_shares_its_own_loads(tmp_path: Path) -> None:
         # Each cache wrote its own entry: the disk cache works as it did.
         assert (first.misses, second.misses) == (1, 1)
         assert list((tmp_path / "two").glob("*.cwasm"))
+
+
+def test_a_file_loaded_again_is_read_again_only_when_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "same.wasm"
+    path.write_bytes(_wasm("first"))
+    with Runtime(cache=False) as rt:
+        a = rt.load(path, plugin_id="one")
+        b = rt.load(path, plugin_id="two")
+        assert b.module is a.module  # the same file, unchanged: not read or hashed again
+        path.write_bytes(_wasm("second"))  # rewritten in place: another size and times
+        c = rt.load(path, plugin_id="three")
+        assert c.module is not a.module and c.call("test", None).value == "second"
+        other = tmp_path / "other.wasm"
+        other.write_bytes(_wasm("third"))
+        os.replace(other, path)  # renamed over it: another inode
+        d = rt.load(path, plugin_id="four")
+        assert d.call("test", None).value == "third"
+        path.write_bytes(_wasm("fifth"))  # in place, the same size: its times changed
+        e = rt.load(path, plugin_id="five")
+        assert e.call("test", None).value == "fifth"
+        assert a.call("test", None).value == "first"  # loaded plugins keep their code
