@@ -94,3 +94,38 @@ def test_vectors_through_the_host_hook(lang: str) -> None:
     finally:
         host.close()
 
+
+
+MCP_REQUESTS = [
+    {"op": "resource.list", "server": "docs"},
+    {"op": "resource.read", "server": "docs", "uri": "file:///a.txt"},
+    {"op": "prompt.list", "server": "docs"},
+    {"op": "prompt.get", "server": "docs", "name": "review", "args": {"code": "x"}},
+]
+
+
+@pytest.mark.parametrize("lang", ["python", "javascript"])
+def test_component_mcp_and_progress_wrappers_agree_with_the_raw_op(lang: str) -> None:
+    """Each wrapper answers what the same op sent raw answers (here: no such server,
+    then no grant), and progress outside a tool call is not delivered."""
+    host, plugin, _ = world_host(lang, {"resources", "resources:*", "prompts", "prompts:*"})
+    try:
+        for grants in ({"resources", "resources:*", "prompts", "prompts:*"}, set()):
+            plugin.set_grants(frozenset(grants))
+            for req in MCP_REQUESTS:
+                wrapped = plugin.call("mcp", req).value
+                raw = plugin.call("host", req).value
+                assert wrapped["ok"] is raw["ok"] is False, (lang, req, wrapped, raw)
+                assert wrapped["error"]["code"] == raw["error"]["code"], (lang, req)
+            code = plugin.call("mcp", MCP_REQUESTS[0]).value["error"]["code"]
+            assert code == ("unavailable" if grants else "denied"), (lang, grants, code)
+        step = {"op": "progress", "progress": 1, "total": 2, "message": "half"}
+        raw_progress = plugin.call("host", step).value
+        wrapped_progress = plugin.call("mcp", step).value
+        assert wrapped_progress["ok"] is raw_progress["ok"]
+        if raw_progress["ok"]:
+            assert wrapped_progress["value"] is bool(raw_progress["value"]["delivered"])
+        else:
+            assert wrapped_progress["error"]["code"] == raw_progress["error"]["code"]
+    finally:
+        host.close()

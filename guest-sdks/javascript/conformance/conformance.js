@@ -1,7 +1,8 @@
 // Conformance plugin: each hook exercises one part of the SDK so that the
 // cross-SDK test suite can compare every SDK's behaviour (see tests/sdks).
 import { Fail, HostError, Plugin, Stop, UNCHANGED, agentsRequest, agentsSend, config,
-  definePlugin, hook, httpFetch, llmComplete, log, pack, request, unpack } from "wasmext";
+  definePlugin, hook, httpFetch, llmComplete, log, pack, progress, promptGet, promptList, request,
+  resourceList, resourceRead, unpack } from "wasmext";
 
 const str = (v, what) => {
   if (typeof v !== "string") throw new Fail("invalid", what);
@@ -37,6 +38,19 @@ class Conformance extends Plugin {
       hook("llm", (prompt) => whole(() => llmComplete(String(prompt), { maxTokens: 50 }))),
       hook("turn", (agent) => whole(() => agentsRequest(String(agent), "ping"))),
       hook("step", (agent) => whole(() => agentsSend(String(agent), "ping"))),
+      hook("mcp", (req) => {
+        const wrappers = {
+          "resource.list": () => resourceList(req.server),
+          "resource.read": () => resourceRead(req.server, req.uri),
+          "prompt.list": () => promptList(req.server),
+          "prompt.get": () => promptGet(req.server, req.name, req.args),
+          "progress": () => progress(req.progress, req.total, req.message),
+        };
+        if (req === null || typeof req !== "object" || !(req.op in wrappers)) {
+          throw new Fail("invalid", "mcp: an op of resource.*, prompt.* or progress");
+        }
+        return whole(wrappers[req.op]);
+      }),
       hook("fail", (message) => { throw new Fail("failed", str(message, "fail expects a string message")); }),
       hook("unchanged", () => UNCHANGED),
       hook("stop", (data) => new Stop(data)),

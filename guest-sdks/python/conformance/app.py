@@ -17,7 +17,12 @@ from wasmext_guest import (
     http_fetch,
     llm_complete,
     log,
+    progress,
+    prompt_get,
+    prompt_list,
     request,
+    resource_list,
+    resource_read,
 )
 from wasmext_guest.msgpack import pack, unpack
 
@@ -65,6 +70,23 @@ class Conformance(Plugin):
     @hook("step")
     def step(self, agent: Any) -> Any:
         return _whole(lambda: agents_send(str(agent), "ping"))
+
+    @hook("mcp")
+    def mcp(self, req: Any) -> Any:
+        """The minor-1 MCP and progress wrappers, picked by the request's op."""
+        if not isinstance(req, dict):
+            raise Fail("invalid", "mcp expects a request map")
+        wrappers = {
+            "resource.list": lambda: resource_list(req["server"]),
+            "resource.read": lambda: resource_read(req["server"], req["uri"]),
+            "prompt.list": lambda: prompt_list(req["server"]),
+            "prompt.get": lambda: prompt_get(req["server"], req["name"], req.get("args")),
+            "progress": lambda: progress(req["progress"], req.get("total"),
+                                         req.get("message")),
+        }
+        if req.get("op") not in wrappers:
+            raise Fail("invalid", "mcp: an op of resource.*, prompt.* or progress")
+        return _whole(wrappers[req["op"]])
 
     @hook("fail")
     def fail(self, message: Any) -> None:
