@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_llm_complete import ASK, llm_wasm
+from test_llm_complete import ASK, llm_wasm, refused
 
 from support import ROOT, free_port
 from wasmext import Host, PluginError, Runtime
@@ -53,11 +53,7 @@ def test_the_days_budget_survives_a_restart(tmp_path: Path) -> None:
         assert first.llm.ledger.used("spender", today()) == 1000
     with host(tmp_path, 1000, complete) as second:  # a restart: same data_dir
         plugin = second.add(llm_wasm(ASK), plugin_id="spender", grants={"llm"}, limits=TIMEOUT)
-        started = time.monotonic()
-        with pytest.raises(PluginError) as refused:
-            plugin.call("test")
-        assert time.monotonic() - started < 2
-        assert refused.value.code == "limit" and "today's token budget" in refused.value.message
+        assert "today's token budget" in refused(plugin, "limit", 2)
         assert len(asked) == 4  # the model was not asked again
         healthy = second.add(llm_wasm(ASK), plugin_id="healthy", grants={"llm"},
                              limits=TIMEOUT)
@@ -151,9 +147,5 @@ def test_an_unreachable_store_refuses_rather_than_grants(tmp_path: Path) -> None
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     with host(tmp_path, 1000, complete, state_backend="redis", state_url=url) as h:
         plugin = h.add(llm_wasm(ASK), plugin_id="spender", grants={"llm"}, limits=TIMEOUT)
-        started = time.monotonic()
-        with pytest.raises(PluginError) as refused:
-            plugin.call("test")
-        assert time.monotonic() - started < 5
-        assert refused.value.code == "unavailable" and "token ledger" in refused.value.message
+        assert "token ledger" in refused(plugin, "unavailable", 5)
         assert asked == []
