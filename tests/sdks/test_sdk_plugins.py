@@ -223,3 +223,4 @@ def test_zig_sdk_dispatches_by_pattern_and_adds_entries(built: Built, runtime: R
     assert info.value.code == "unhandled"
     assert plugin.registration.extra == {"subscriptions": ["audit.*"]}
     assert [h.pattern for h in plugin.registration.hooks] == ["upper", "redact*"]
+    assert not plugin.registration.shareable  # registerExtra may depend on anything
