@@ -32,7 +32,7 @@ from wasmext.state.deadline import within
 
 if TYPE_CHECKING:
     from wasmext.observe.metrics import Metrics
-    from wasmext.state import Transaction
+    from wasmext.state import StateTransaction
 
 __all__ = ["install_state"]
 
@@ -45,8 +45,8 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                   metrics: Metrics | None = None) -> None:
     """Register the state ops; `store()` opens the store on first use."""
 
-    def txn(ctx: CallContext) -> Transaction:
-        current: Transaction | None = ctx.__dict__.get("state_txn")
+    def txn(ctx: CallContext) -> StateTransaction:
+        current: StateTransaction | None = ctx.__dict__.get("state_txn")
         if current is not None:
             return current
         opened = store().begin(ctx.plugin_id, ctx.session)
@@ -122,7 +122,7 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
             raise OpError("invalid", "'ttl' must be a number of seconds")
         return value
 
-    def op(name: str, body: Callable[[Transaction, dict[str, Any]], Any]) -> None:
+    def op(name: str, body: Callable[[StateTransaction, dict[str, Any]], Any]) -> None:
         def handler(ctx: CallContext, req: dict[str, Any]) -> Any:
             started = time.monotonic()
             try:
@@ -140,7 +140,7 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
             return result
         services.register(name, handler)
 
-    def get(t: Transaction, req: dict[str, Any]) -> Any:
+    def get(t: StateTransaction, req: dict[str, Any]) -> Any:
         raw = t.get(key(req), scope=scope(req))
         if raw is None:
             raise OpError("not_found", f"no state key {req['key']!r}")
@@ -149,12 +149,12 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
         except DecodeError as exc:  # only a foreign import could have stored it
             raise OpError("internal", f"stored value is unreadable: {exc}") from exc
 
-    def cas(t: Transaction, req: dict[str, Any]) -> None:
+    def cas(t: StateTransaction, req: dict[str, Any]) -> None:
         expected = encode(req["expected"]) if "expected" in req else None
         new = encode(req["value"]) if "value" in req else None
         t.cas(key(req), expected, new, scope=scope(req), ttl=ttl(req))
 
-    def keys(t: Transaction, req: dict[str, Any]) -> list[str]:
+    def keys(t: StateTransaction, req: dict[str, Any]) -> list[str]:
         prefix = req.get("prefix", "")
         if not isinstance(prefix, str):
             raise OpError("invalid", "'prefix' must be a string")

@@ -17,20 +17,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgpack
 
 from wasmext.errors import WasmextError
 
-if TYPE_CHECKING:
-    from wasmext.state.engine import Transaction
-
 __all__ = [
     "CasConflict", "CommitReport", "Eviction", "ExportFormat", "InvalidArgument", "InvalidKey",
     "KeyTooLong", "QuotaExceeded", "Record", "Scope", "ScopeName", "SessionQuotaExceeded",
-    "StateError", "StateLimits", "StateStats", "StateStore", "StateUnavailable", "TooManyKeys",
-    "TransactionClosed", "Usage", "dump_records", "load_records",
+    "StateError", "StateLimits", "StateStats", "StateStore", "StateTransaction",
+    "StateUnavailable", "TooManyKeys", "TransactionClosed", "Usage", "dump_records", "load_records",
 ]
 
 ScopeName = Literal["session", "plugin"]
@@ -227,13 +224,51 @@ class StateStats:
 
 # -- the interface ----------------------------------------------------------------------------
 
+class StateTransaction(Protocol):
+    """The state writes of one plugin call (`StateStore.begin`), applied all or nothing."""
+
+    @property
+    def closed(self) -> bool:
+        """True once committed or rolled back."""
+
+    @property
+    def pending(self) -> int:
+        """How many keys and scopes this transaction would change."""
+
+    def get(self, key: str, *, scope: ScopeName = "session") -> bytes | None:
+        """The value as this transaction sees it (its own writes included)."""
+
+    def set(self, key: str, value: bytes, *, scope: ScopeName = "session",
+            ttl: float | None = None) -> None:
+        """Stage a write, checked against the quotas now and again at commit."""
+
+    def delete(self, key: str, *, scope: ScopeName = "session") -> bool:
+        """Stage a delete; True if the key exists as this transaction sees it."""
+
+    def keys(self, *, scope: ScopeName = "session", prefix: str = "") -> list[str]:
+        """Live keys of the scope as this transaction sees them, sorted."""
+
+    def clear(self, *, scope: ScopeName = "session") -> int:
+        """Stage deleting every key of the scope; how many there were."""
+
+    def cas(self, key: str, expected: bytes | None, new: bytes | None, *,
+            scope: ScopeName = "session", ttl: float | None = None) -> None:
+        """Stage `new` only if the value is `expected`; checked again at commit."""
+
+    def commit(self) -> CommitReport:
+        """Apply every staged change atomically."""
+
+    def rollback(self) -> None:
+        """Discard every staged change."""
+
+
 class StateStore(ABC):
     """One backend holding the state of every plugin. Thread-safe; close() when done."""
 
     limits: StateLimits
 
     @abstractmethod
-    def begin(self, plugin_id: str, session_id: str | None = None) -> Transaction:
+    def begin(self, plugin_id: str, session_id: str | None = None) -> StateTransaction:
         """A transaction of one plugin call: nothing is visible to others until commit()."""
 
     @abstractmethod
