@@ -6,39 +6,42 @@ services (and the MCP client, which feeds the tool registry) <- 3 hooks <- 4 the
 host (Host, Session, config, discovery, runtime, agent, aio, testing) <- 5 bridges
 (the MCP server). Every import counts, also those inside functions and under
 TYPE_CHECKING: a type-only upward import is still a dependency on a higher layer.
-Circles are looked for among the imports that run (a type-only import back into
-the same package, as between `state.base` and `state.engine`, runs never).
+Circles are looked for among every import too, inside packages as between them:
+a type-only or function-level import back is still a circle, broken by moving the
+shared piece (a protocol, a data type) down.
+
+A module is one concept, as long as that concept needs: there is no line cap, only
+a warning over SOFT_LINES that asks whether a second concept has moved in.
+Every module is listed in docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import warnings
 from pathlib import Path
 
 import wasmext
 
 PACKAGE = Path(wasmext.__file__).parent
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+SOFT_LINES = 600
 
 LAYERS: dict[str, int] = {
     "wasmext._abi": 0, "wasmext._toml": 0, "wasmext._version": 0, "wasmext.errors": 0,
     "wasmext.files": 0, "wasmext.text": 0,
-    "wasmext.mcp": 0, "wasmext.mcp.envsubst": 0, "wasmext.mcp.config": 0,
-    "wasmext.mcp.oauth_config": 0, "wasmext.mcp.oauth_store": 0,
+    "wasmext.mcp": 0,  # the package's leaves: config, envsubst, content
+    "wasmext.mcp.oauth.config": 0, "wasmext.mcp.oauth.store": 0,
     "wasmext.sandbox": 1, "wasmext.state": 1, "wasmext.observe": 1, "wasmext.manifest": 1,
-    "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.client_tools": 2,
-    "wasmext.mcp.results": 2, "wasmext.mcp.served": 2, "wasmext.mcp.plugin_ops": 2,
-    "wasmext.mcp.client_catalog": 2, "wasmext.mcp.client_caps": 2,
-    "wasmext.mcp.client_lists": 2,
-    "wasmext.mcp.oauth": 2, "wasmext.mcp.transport_http": 2,
-    "wasmext.mcp.oauth_login": 4,  # an operator command over the config and the transport
+    "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.oauth": 2,
+    "wasmext.mcp.oauth.login": 4,  # an operator command over the config and the transport
     "wasmext.hooks": 3,
     "wasmext.lifecycle.signing": 0,
     "wasmext.lifecycle.approvals": 1, "wasmext.lifecycle.bundle": 1,
-    "wasmext.lifecycle": 4, "wasmext.lifecycle.reload": 4, "wasmext.lifecycle.watch": 4,
-    "wasmext.lifecycle.uninstall": 4,
+    "wasmext.lifecycle": 4,
     "wasmext.cluster": 4,
-    "wasmext.mcp.server": 5, "wasmext.mcp.served_handlers": 5,
-    "wasmext.mcp.served_changes": 5, "wasmext.mcp.served_upstream": 5,
+    "wasmext.mcp.server": 5,
 }
 TOP = 4  # every other module: the host layer
 
@@ -61,24 +64,12 @@ def layer(module: str) -> int:
     return best if module != "wasmext" else TOP
 
 
-def _type_only(tree: ast.Module) -> set[int]:
-    """The ids of import nodes under `if TYPE_CHECKING:`."""
-    ids: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            ids.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return ids
-
-
-def imports_of(module: str, runtime_only: bool = False) -> set[str]:
+def imports_of(module: str) -> set[str]:
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     tree = ast.parse(path.read_text())
-    skip = _type_only(tree) if runtime_only else set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("wasmext"))
         elif isinstance(node, ast.ImportFrom):
@@ -95,7 +86,6 @@ def imports_of(module: str, runtime_only: bool = False) -> set[str]:
 
 
 GRAPH = {m: imports_of(m) for m in MODULES}
-RUNTIME_GRAPH = {m: imports_of(m, runtime_only=True) for m in MODULES}
 
 
 def test_every_module_is_walked() -> None:
@@ -123,7 +113,7 @@ def test_no_import_circle() -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in RUNTIME_GRAPH[v]:
+        for w in GRAPH[v]:
             if w == "wasmext" or v == "wasmext":
                 continue  # the root package re-exports everything; nothing imports it
             if w not in index:
@@ -142,7 +132,7 @@ def test_no_import_circle() -> None:
             if len(component) > 1:
                 circles.append(sorted(component))
 
-    for module in sorted(RUNTIME_GRAPH):
+    for module in sorted(GRAPH):
         if module not in index:
             visit(module)
     assert circles == []
@@ -152,7 +142,20 @@ def test_nothing_below_the_top_imports_the_root_package() -> None:
     assert sorted(m for m, deps in GRAPH.items() if "wasmext" in deps) == []
 
 
-def test_modules_stay_small() -> None:
-    big = {m: n for m, p in MODULES.items()
-           if (n := len(p.read_text().splitlines())) > 420 and not m.endswith("_abi")}
-    assert big == {}
+def test_a_long_module_is_flagged_not_failed() -> None:
+    long = {m: n for m, p in MODULES.items()
+            if (n := len(p.read_text().splitlines())) > SOFT_LINES and not m.endswith("_abi")}
+    for module, lines in sorted(long.items()):
+        warnings.warn(f"{module} has {lines} lines: is it still one concept?", stacklevel=1)
+
+
+def test_every_module_is_in_the_architecture_doc() -> None:
+    listed = set(re.findall(r"`([a-z_][a-z0-9_.]*)`", ARCHITECTURE.read_text()))
+    missing = sorted(m for m in MODULES if m != "wasmext"
+                     and m.removeprefix("wasmext.") not in listed and m not in listed)
+    assert missing == [], "add these to docs/architecture.md"
+
+
+def test_the_circle_check_sees_function_level_imports() -> None:
+    host_imports = GRAPH["wasmext.host"]
+    assert "wasmext.mcp.client.connections" in host_imports  # imported inside start_mcp

@@ -47,8 +47,8 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
     from contextlib import nullcontext
 
     from wasmext.lifecycle.watch import PluginWatcher
-    from wasmext.mcp.auth import load_token, require_token_for
-    from wasmext.mcp.server import serve_http, serve_stdio
+    from wasmext.mcp.server.auth import load_token, require_token_for
+    from wasmext.mcp.server.serve import serve_http, serve_stdio
 
     # stdout is the protocol channel on stdio: everything else goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
@@ -104,7 +104,7 @@ def ls(config: Path | None, as_json: bool) -> None:
 def _oauth_target(config: Path | None, server: str) -> tuple[Any, Path]:
     """SERVER's spec (it must have an oauth table) and the folder of its tokens."""
     from wasmext import HostConfig, load_config
-    from wasmext.mcp.oauth_login import oauth_folder, oauth_spec
+    from wasmext.mcp.oauth.login import oauth_folder, oauth_spec
 
     path = _default_config(config)
     try:
@@ -119,7 +119,7 @@ def _oauth_target(config: Path | None, server: str) -> tuple[Any, Path]:
 @click.argument("server")
 def login(config: Path | None, server: str) -> None:
     """Authorize wasmext at SERVER (an [mcp.servers.SERVER.oauth] table) now."""
-    from wasmext.mcp.oauth_login import login as run_login
+    from wasmext.mcp.oauth.login import login as run_login
 
     spec, folder = _oauth_target(config, server)
     try:
@@ -134,7 +134,7 @@ def login(config: Path | None, server: str) -> None:
 @click.argument("server")
 def logout(config: Path | None, server: str) -> None:
     """Forget the OAuth tokens stored for SERVER (it authorizes again next time)."""
-    from wasmext.mcp.oauth_login import logout as run_logout
+    from wasmext.mcp.oauth.login import logout as run_logout
 
     _spec, folder = _oauth_target(config, server)
     removed = run_logout(folder, server)

@@ -38,7 +38,7 @@ from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.lifecycle import reload
 from wasmext.manifest import Manifest, load_folder
-from wasmext.mcp.plugin_ops import install as install_mcp_ops
+from wasmext.mcp.client.plugin_ops import install as install_mcp_ops
 from wasmext.runtime import Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
@@ -58,7 +58,8 @@ from wasmext.state import StateStore, StateUnavailable
 from wasmext.text import clean
 
 if TYPE_CHECKING:
-    from wasmext.mcp.client import McpClients
+    from wasmext.mcp.client.connections import McpClients
+    from wasmext.mcp.client.spec import ServerSpec
 
 __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
@@ -112,19 +113,94 @@ class Host:
             if found.error is not None:
                 self.load_errors.append(found.error)
             elif found.manifest is not None:
-                self._load_folder(found.folder, found.manifest, found.source)
+                self.load_folder(found.folder, found.manifest, found.source)
+
+    # -- MCP clients --------------------------------------------------------------
 
     def start_mcp(self, sampler: Callable[[str, Any], Any] | None = None
                   ) -> McpClients | None:
         """Connect the configured MCP servers and those plugins bring under their
         grants; their tools join `self.tools`. `sampler`: the app's model for
-        servers with `sampling = true` (wasmext.mcp.client_caps)."""
-        from wasmext.hostmcp import start_mcp
+        servers with `sampling = true` (wasmext.mcp.client.callbacks)."""
+        from wasmext.mcp.client.connections import McpClients  # the SDK loads when used
+        from wasmext.mcp.client.spec import ServerSpec
 
-        return start_mcp(self, sampler)
+        specs = [ServerSpec.from_config(c) for c in self.config.mcp_servers]
+        for lp in list(self.plugins.values()):
+            specs.extend(self._plugin_server_specs(lp))
+        if not self.config.mcp_enabled or not specs or self.mcp is not None:
+            return self.mcp
+        self.mcp = McpClients(self.tools)
+        self.mcp.sampler = sampler
+        self.mcp.oauth_dir = Path(self.config.data_dir) / "mcp-oauth"
+        self.mcp.start(specs)
+        return self.mcp
+
+    def mcp_server_owner(self, name: str) -> str | None:
+        """The loaded plugin whose own MCP server `name` is: a configured server's
+        name is never a plugin's; else the first plugin granted it that asks for it."""
+        if any(s.name == name for s in self.config.mcp_servers):
+            return None
+        for lp in list(self.plugins.values()):
+            declared = lp.manifest.mcp_servers if lp.manifest else ()
+            if any(s.name == name for s in declared) and \
+                    f"mcp-server:{name}" in lp.plugin.grants:
+                return lp.id
+        return None
+
+    def _owned_servers(self, lp: LoadedPlugin) -> list[str]:
+        return [s.name for s in (lp.manifest.mcp_servers if lp.manifest else ())
+                if self.mcp_server_owner(s.name) == lp.id]
+
+    def _plugin_server_specs(self, lp: LoadedPlugin) -> list[ServerSpec]:
+        """`lp`'s own MCP servers that it may run (granted, name free), their names
+        claimed in the tool registry; each refusal goes to `load_errors`."""
+        from wasmext.mcp.client.spec import ServerSpec
+
+        specs = []
+        for server in lp.manifest.mcp_servers if lp.manifest else ():
+            problem = None
+            if f"mcp-server:{server.name}" not in lp.plugin.grants:
+                problem = (f"plugin {lp.id} asks for MCP server {server.name!r} without the "
+                           f"grant 'mcp-server:{server.name}'")
+            elif self.mcp_server_owner(server.name) != lp.id:
+                problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
+            else:
+                try:
+                    self.tools.claim(server.name, f"mcp:{server.name}")
+                    specs.append(ServerSpec.from_config(server))
+                except ConfigError as err:
+                    problem = f"plugin {lp.id}: MCP server {server.name!r}: {err.message}"
+            if problem is not None:
+                self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
+        return specs
+
+    def start_plugin_servers(self, lp: LoadedPlugin) -> None:
+        """Start a plugin's own MCP servers when the host's MCP clients are running."""
+        if self.mcp is None or lp.manifest is None or not self.config.mcp_enabled:
+            return
+        specs = self._plugin_server_specs(lp)
+        try:
+            if specs:
+                self.mcp.start(specs)
+        except ConfigError as err:  # still running from before: keep it
+            self.load_errors.append(ConfigError(f"plugin {lp.id}: {err.message}",
+                                                plugin_id=lp.id))
+
+    def stop_plugin_servers(self, lp: LoadedPlugin) -> None:
+        """Stop a plugin's own MCP servers; their tools leave the registry."""
+        self._stop_servers(self._owned_servers(lp))
+
+    def _stop_servers(self, names: list[str]) -> None:
+        for name in names:
+            if self.mcp is not None:
+                self.mcp.stop_server(name)
+            self.tools.drop_owner(f"mcp:{name}")
+            self.tools.release(f"mcp:{name}")
 
     @classmethod
     def from_config(cls, path: str | Path) -> Host:
+        """A host from a `wasmext.toml` file (see `load_config`)."""
         return cls(load_config(Path(path)))
 
     def __enter__(self) -> Host:
@@ -163,8 +239,9 @@ class Host:
 
     # -- loading -------------------------------------------------------------------
 
-    def _load_folder(self, folder: Path, manifest: Manifest, source: str,
-                     replace: bool = False) -> None:
+    def load_folder(self, folder: Path, manifest: Manifest, source: str,
+                    replace: bool = False) -> None:
+        """Load a discovered plugin folder unless disabled; a failure joins `load_errors`."""
         if not self.enable_state.is_enabled(manifest.id):
             log.info("plugin %s is disabled", manifest.id)
             return
@@ -272,6 +349,7 @@ class Host:
             return result
 
     def order_table(self) -> dict[str, list[Entry]]:
+        """Every registered hook with its entries in call order."""
         hooks = sorted({h.hook for lp in self.plugins.values()
                         for h in lp.plugin.registration.hooks})
         return {hook: self.ordered(hook) for hook in hooks}
@@ -286,8 +364,29 @@ class Host:
         self.unload(plugin_id)
 
     def unload(self, plugin_id: str) -> bool:
-        """Unload a plugin now: its tools and MCP servers go; True if it was loaded."""
-        return reload.unload(self, plugin_id)
+        """Unload a plugin now: hooks, tools, subscriptions and its own MCP servers go;
+        True if it was loaded."""
+        with self._lock:
+            lp = self.plugins.get(plugin_id)
+            servers = self._owned_servers(lp) if lp is not None else []
+            self.plugins.pop(plugin_id, None)
+            if lp is not None:
+                lp.plugin.close()  # idle instances go; running calls finish on theirs
+                if self.runtime.plugins.get(plugin_id) is lp.plugin:
+                    del self.runtime.plugins[plugin_id]  # and its compiled module with it
+            self._order_cache.clear()
+        if lp is None:
+            return False
+        self.tools.drop_owner(f"plugin:{plugin_id}")
+        self.tools.release(f"plugin:{plugin_id}")
+        self._stop_servers(servers)
+        self.observe.unloaded(plugin_id)
+        log.info("plugin %s unloaded", plugin_id)
+        return True
+
+    def read_enable_state(self) -> None:
+        """Read the enable state again (another process may have written it)."""
+        self.enable_state = EnableState(self.config)
 
     def rescan(self) -> reload.RescanReport:
         """Pick up new, changed, removed, enabled and disabled plugins (docs/lifecycle.md)."""

@@ -18,7 +18,7 @@ import anyio
 import wasmtime
 
 from support import free_port
-from wasmext.mcp.server import build_http_server
+from wasmext.mcp.server.serve import build_http_server
 from wasmext.testing import guest_wat
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Bearer-token auth of `mcp serve --http` (wasmext.mcp.auth), at the HTTP level."""
+"""Bearer-token auth of `mcp serve --http` (wasmext.mcp.server.auth), at the HTTP level."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from interop_support import FINE, TIMEOUT, served_http
 
 from wasmext import ConfigError, HostConfig
-from wasmext.mcp.auth import is_loopback, load_token, require_token_for
+from wasmext.mcp.server.auth import is_loopback, load_token, require_token_for
 from wasmext.testing import make_host
 
 TOKEN = "0123456789abcdef-token"

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 from support import free_port
 from wasmext.errors import ConfigError
-from wasmext.mcp.client import McpClients, McpToolError, ServerSpec, build_tool, tool_name
+from wasmext.mcp.client.connections import McpClients
+from wasmext.mcp.client.spec import ServerSpec
+from wasmext.mcp.client.tools import McpToolError, build_tool, tool_name
 from wasmext.services.tools import ToolRegistry, compile_schema
 from wasmext.testing import make_host
 

@@ -15,7 +15,7 @@ from mcp.client.client import Client
 
 from wasmext import HostConfig
 from wasmext.mcp.content import MAX_BLOCKS, content_shape, from_mcp, to_mcp
-from wasmext.mcp.server import McpToolServer
+from wasmext.mcp.server.serve import McpToolServer
 from wasmext.testing import guest_wat, make_host
 
 SAFE = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789:/._-", min_size=1, max_size=40)

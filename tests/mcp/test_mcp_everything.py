@@ -23,9 +23,9 @@ from interop_support import NPM, TIMEOUT, free_port, listening, node_missing, ru
 from mcp.client.client import Client
 
 from wasmext import Host, HostConfig
-from wasmext.mcp.client_catalog import get_prompt, list_prompts, list_resources, read_resource
+from wasmext.mcp.client.catalog import get_prompt, list_prompts, list_resources, read_resource
 from wasmext.mcp.config import McpServerConfig
-from wasmext.mcp.server import McpToolServer
+from wasmext.mcp.server.serve import McpToolServer
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'

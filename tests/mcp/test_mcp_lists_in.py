@@ -20,7 +20,7 @@ import wasmtime
 from interop_support import ROOT, TIMEOUT
 
 from wasmext import Host, HostConfig
-from wasmext.mcp.client_catalog import get_prompt, list_prompts, list_resources
+from wasmext.mcp.client.catalog import get_prompt, list_prompts, list_resources
 from wasmext.mcp.config import McpServerConfig
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
@@ -180,7 +180,7 @@ def test_a_gateway_forwards_upstream_list_changes(tmp_path: Path) -> None:
     from interop_support import run
     from mcp.client.client import Client
 
-    from wasmext.mcp.server import McpToolServer
+    from wasmext.mcp.server.serve import McpToolServer
 
     with catalog_host(tmp_path) as host:
         server = McpToolServer(host, include_mcp_catalog=True, poll_interval=0.05)
@@ -231,7 +231,7 @@ def test_a_gateway_forwards_upstream_list_changes(tmp_path: Path) -> None:
 def test_an_endless_resource_list_is_bounded(tmp_path: Path) -> None:
     """Attack: a server answering pages of resources with a next cursor forever. The
     listing stops at 1000 entries (4 pages), quickly, and the server stays usable."""
-    from wasmext.mcp.client_lists import MAX_LISTED
+    from wasmext.mcp.client.catalog import MAX_LISTED
 
     with catalog_host(tmp_path) as host:
         assert host.mcp is not None
@@ -257,8 +257,8 @@ def test_a_gateway_serves_upstream_resource_templates(tmp_path: Path) -> None:
     from interop_support import run
     from mcp.client.client import Client
 
-    from wasmext.mcp.client_catalog import list_resource_templates
-    from wasmext.mcp.server import McpToolServer
+    from wasmext.mcp.client.catalog import list_resource_templates
+    from wasmext.mcp.server.serve import McpToolServer
 
     with catalog_host(tmp_path) as host:
         assert host.mcp is not None
@@ -296,8 +296,7 @@ def test_hostile_upstream_templates_are_bounded_and_cleaned(tmp_path: Path) -> N
     escape sequence in it, one with a terminal-title escape and a bidi override in its
     name. The listing stops at 1000 entries, skips the unusable, cleans the rest, and
     the server keeps answering."""
-    from wasmext.mcp.client_catalog import list_resource_templates
-    from wasmext.mcp.client_lists import MAX_LISTED, MAX_URI
+    from wasmext.mcp.client.catalog import MAX_LISTED, MAX_URI, list_resource_templates
     from wasmext.text import is_unsafe
 
     with catalog_host(tmp_path) as host:

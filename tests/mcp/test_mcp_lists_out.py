@@ -16,7 +16,7 @@ from interop_support import TIMEOUT, run, served_http, tool_wat
 from mcp.client.client import Client
 
 from wasmext import Host, HostConfig
-from wasmext.mcp.server import McpToolServer
+from wasmext.mcp.server.serve import McpToolServer
 from wasmext.testing import guest_wat, make_host
 
 KINDS = {types.ToolListChangedNotification: "tools",

@@ -8,7 +8,7 @@ import mcp_types as types
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wasmext.mcp.client_lists import MAX_URI, shape_prompt, shape_resource
+from wasmext.mcp.client.catalog import MAX_URI, shape_prompt, shape_resource
 from wasmext.text import is_unsafe
 
 ANY_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)

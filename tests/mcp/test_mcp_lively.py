@@ -20,7 +20,7 @@ from mcp.client.client import Client
 
 from wasmext import Host, HostConfig
 from wasmext.mcp.config import McpServerConfig
-from wasmext.mcp.server import McpToolServer
+from wasmext.mcp.server.serve import McpToolServer
 from wasmext.testing import make_host
 
 LIVELY = str(ROOT / "tests" / "mcp" / "servers" / "lively_server.py")

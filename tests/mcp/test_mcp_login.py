@@ -15,8 +15,8 @@ from test_mcp_oauth import Operator, code_flow, connect
 
 from support import ROOT
 from wasmext import McpAuthError
-from wasmext.mcp.client import ServerSpec
-from wasmext.mcp.oauth_login import login, logout
+from wasmext.mcp.client.spec import ServerSpec
+from wasmext.mcp.oauth.login import login, logout
 from wasmext.testing import make_host
 
 

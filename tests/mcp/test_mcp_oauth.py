@@ -24,8 +24,9 @@ import pytest
 from oauth_support import SCOPE, client_credentials_mcp, free_port, oauth_mcp, robot_config
 
 from wasmext.config import load_config
-from wasmext.mcp.client import McpClients, ServerSpec
-from wasmext.mcp.oauth_config import OAuthSettings
+from wasmext.mcp.client.connections import McpClients
+from wasmext.mcp.client.spec import ServerSpec
+from wasmext.mcp.oauth.config import OAuthSettings
 from wasmext.services.tools import ToolRegistry
 from wasmext.testing import make_host
 

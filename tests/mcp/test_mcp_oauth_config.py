@@ -15,8 +15,8 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from wasmext.config import load_config
 from wasmext.errors import ConfigError, McpAuthError
-from wasmext.mcp.oauth import authorization_code_from
-from wasmext.mcp.oauth_store import decode, encode
+from wasmext.mcp.oauth.provider import authorization_code_from
+from wasmext.mcp.oauth.store import decode, encode
 
 URL = "https://mcp.example.com/mcp"
 

@@ -10,7 +10,7 @@ from interop_support import TIMEOUT, run
 from mcp.client.client import Client
 
 from wasmext import HostConfig
-from wasmext.mcp.server import McpToolServer
+from wasmext.mcp.server.serve import McpToolServer
 from wasmext.services.progress import MAX_PROGRESS_MESSAGE
 from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
 

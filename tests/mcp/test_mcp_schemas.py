@@ -23,7 +23,7 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from wasmext import HostConfig
-from wasmext.mcp.server import McpToolServer
+from wasmext.mcp.server.serve import McpToolServer
 from wasmext.testing import make_host
 
 

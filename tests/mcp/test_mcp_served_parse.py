@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from wasmext import ConfigError
 from wasmext.mcp.config import parse_mcp
-from wasmext.mcp.served import (
+from wasmext.mcp.server.catalog import (
     MAX_ENTRIES,
     catalog,
     match_template,

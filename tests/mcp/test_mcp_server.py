@@ -19,7 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from support import free_port
 from wasmext import HostConfig
-from wasmext.mcp.server import McpToolServer, RateLimiter, build_http_server
+from wasmext.mcp.server.serve import McpToolServer, RateLimiter, build_http_server
 from wasmext.testing import guest_wat, make_host
 
 ROOT = Path(__file__).resolve().parents[2]

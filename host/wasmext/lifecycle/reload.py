@@ -28,26 +28,41 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from wasmext.config import EnableState
 from wasmext.discovery import discover
-from wasmext.errors import ConfigError, WasmextError
+from wasmext.errors import WasmextError
 from wasmext.manifest import Manifest
+from wasmext.services.hostview import LoadedPlugin
 
-if TYPE_CHECKING:
-    from wasmext.host import Host
-    from wasmext.services.hostview import LoadedPlugin
-
-__all__ = ["RescanReport", "rescan", "unload"]
+__all__ = ["RescanReport", "Rescannable", "rescan"]
 
 log = logging.getLogger("wasmext.reload")
 DISCOVERED = ("user", "workspace")
 _rescan_lock = threading.Lock()
 
 
+class Rescannable(Protocol):
+    """What rescan needs of a host (`wasmext.host.Host` is one)."""
+
+    plugins: dict[str, LoadedPlugin]
+    plugin_dirs: list[tuple[str, Path]]
+    load_errors: list[WasmextError]
+    enable_state: EnableState
+
+    def read_enable_state(self) -> None: ...
+    def unload(self, plugin_id: str) -> bool: ...
+    def load_folder(self, folder: Path, manifest: Manifest, source: str,
+                    replace: bool = False) -> None: ...
+    def start_plugin_servers(self, lp: LoadedPlugin) -> None: ...
+    def stop_plugin_servers(self, lp: LoadedPlugin) -> None: ...
+
+
 @dataclass
 class RescanReport:
+    """What one rescan changed, and the folders it could not load."""
+
     added: list[str] = field(default_factory=list)
     reloaded: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
@@ -71,87 +86,11 @@ def _changed(lp: LoadedPlugin, manifest: Manifest) -> bool:
     return _file_digest(manifest.wasm_path) != f"sha256:{lp.plugin.module.info.digest}"
 
 
-def _owner(host: Host, name: str) -> str | None:
-    """The loaded plugin whose MCP server `name` is (as `Host.start_mcp` decides: a
-    configured server's name is never a plugin's; else the first granted asker)."""
-    if any(s.name == name for s in host.config.mcp_servers):
-        return None
-    for lp in list(host.plugins.values()):
-        declared = lp.manifest.mcp_servers if lp.manifest else ()
-        if any(s.name == name for s in declared) and f"mcp-server:{name}" in lp.plugin.grants:
-            return lp.id
-    return None
-
-
-def _owned(host: Host, lp: LoadedPlugin) -> list[str]:
-    return [s.name for s in (lp.manifest.mcp_servers if lp.manifest else ())
-            if _owner(host, s.name) == lp.id]
-
-
-def stop_servers(host: Host, names: list[str]) -> None:
-    """Stop a plugin's own MCP servers; their tools leave the registry."""
-    for name in names:
-        if host.mcp is not None:
-            host.mcp.stop_server(name)
-        host.tools.drop_owner(f"mcp:{name}")
-        host.tools.release(f"mcp:{name}")
-
-
-def start_plugin_servers(host: Host, lp: LoadedPlugin) -> None:
-    """Start a plugin's own MCP servers when the host's MCP clients are running."""
-    if host.mcp is None or lp.manifest is None or not host.config.mcp_enabled:
-        return
-    from wasmext.mcp.client import ServerSpec
-
-    specs = []
-    for server in lp.manifest.mcp_servers:
-        problem = None
-        if f"mcp-server:{server.name}" not in lp.plugin.grants:
-            problem = (f"plugin {lp.id} asks for MCP server {server.name!r} without the grant "
-                       f"'mcp-server:{server.name}'")
-        elif _owner(host, server.name) != lp.id:
-            problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
-        else:
-            try:
-                host.tools.claim(server.name, f"mcp:{server.name}")
-                specs.append(ServerSpec.from_config(server))
-            except ConfigError as err:
-                problem = f"plugin {lp.id}: MCP server {server.name!r}: {err.message}"
-        if problem is not None:
-            host.load_errors.append(ConfigError(problem, plugin_id=lp.id))
-    try:
-        if specs:
-            host.mcp.start(specs)
-    except ConfigError as err:  # still running from before: keep it
-        host.load_errors.append(ConfigError(f"plugin {lp.id}: {err.message}", plugin_id=lp.id))
-
-
-def unload(host: Host, plugin_id: str) -> bool:
-    """Unload a plugin now: hooks, tools, subscriptions and its own MCP servers."""
-    with host._lock:
-        lp = host.plugins.get(plugin_id)
-        servers = _owned(host, lp) if lp is not None else []
-        host.plugins.pop(plugin_id, None)
-        if lp is not None:
-            lp.plugin.close()  # idle instances go; running calls finish on theirs
-            if host.runtime.plugins.get(plugin_id) is lp.plugin:
-                del host.runtime.plugins[plugin_id]  # and its compiled module with it
-        host._order_cache.clear()
-    if lp is None:
-        return False
-    host.tools.drop_owner(f"plugin:{plugin_id}")
-    host.tools.release(f"plugin:{plugin_id}")
-    stop_servers(host, servers)
-    host.observe.unloaded(plugin_id)
-    log.info("plugin %s unloaded", plugin_id)
-    return True
-
-
-def rescan(host: Host) -> RescanReport:
+def rescan(host: Rescannable) -> RescanReport:
     """Bring the loaded plugins in line with the folders and the enable state."""
     report = RescanReport()
     with _rescan_lock:
-        host.enable_state = EnableState(host.config)  # read again: another process may write
+        host.read_enable_state()
         wanted: dict[str, tuple[Path, Manifest, str]] = {}
         broken: set[Path] = set()  # folders there but unreadable: what runs keeps running
         for found in discover(host.plugin_dirs):
@@ -163,7 +102,7 @@ def rescan(host: Host) -> RescanReport:
         for pid, lp in list(host.plugins.items()):
             if lp.source in DISCOVERED and pid not in wanted and \
                     (lp.manifest is None or lp.manifest.path.parent not in broken):
-                unload(host, pid)
+                host.unload(pid)
                 report.removed.append(pid)
         for pid, (folder, manifest, source) in wanted.items():
             old = host.plugins.get(pid)
@@ -171,16 +110,16 @@ def rescan(host: Host) -> RescanReport:
                 continue
             before = len(host.load_errors)
             if old is not None:
-                stop_servers(host, _owned(host, old))
-            host._load_folder(folder, manifest, source, replace=old is not None)
+                host.stop_plugin_servers(old)
+            host.load_folder(folder, manifest, source, replace=old is not None)
             new = host.plugins.get(pid)
             report.errors.extend(host.load_errors[before:])
             if new is None or new is old:
                 if old is not None:
-                    start_plugin_servers(host, old)  # the old one keeps serving
+                    host.start_plugin_servers(old)  # the old one keeps serving
                 continue
             (report.reloaded if old is not None else report.added).append(pid)
-            start_plugin_servers(host, new)
+            host.start_plugin_servers(new)
         del host.load_errors[:-1000]
     if report.changed:
         log.info("rescan: added %s, reloaded %s, removed %s", report.added or "-",

@@ -1,9 +1,9 @@
 """The Model Context Protocol, both ways, with the official `mcp` SDK.
 
-`config` parses `[mcp]` tables (a leaf: also read by the host's config and
-manifests), `client` connects configured servers and puts their tools in the
-tool registry (a service: it imports `wasmext.services.tools` only), `server`
-serves a Host's tools to MCP clients (a bridge: the one module here that
-imports the host). Nothing in this package imports `server` eagerly, so the
-SDK's server side loads only for `wasmext mcp serve`.
+Leaves: `config` (`[mcp]` tables, read by the host's config and manifests),
+`envsubst` (`${VAR}` in server tables), `content` (MCP blocks <-> MessagePack
+shapes). Packages: `client` (configured servers' tools in the host's tool
+registry: a service), `oauth` (authorizing those connections), `server`
+(`wasmext mcp serve`: a bridge that imports the host). Nothing imports `server`
+eagerly, so the SDK's server side loads only for `wasmext mcp serve`.
 """

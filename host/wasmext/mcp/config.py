@@ -28,7 +28,7 @@ from wasmext.errors import ConfigError
 from wasmext.mcp.envsubst import substitute
 
 if TYPE_CHECKING:
-    from wasmext.mcp.oauth_config import OAuthSettings
+    from wasmext.mcp.oauth.config import OAuthSettings
 
 
 def need(cond: bool, path: Path | None, fld: str, why: str) -> None:
@@ -123,7 +123,7 @@ def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = No
         need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
         oauth = None
         if "oauth" in spec:
-            from wasmext.mcp.oauth_config import parse_oauth  # pydantic only when used
+            from wasmext.mcp.oauth.config import parse_oauth  # pydantic only when used
             oauth = parse_oauth(spec["oauth"], path, f"{fld}.oauth", transport,
                                 lambda v, f: _subst(v, path, f))
         out.append(McpServerConfig(

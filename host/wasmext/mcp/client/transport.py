@@ -21,8 +21,8 @@ from wasmext.errors import McpAuthError
 if TYPE_CHECKING:
     import httpx2
 
-    from wasmext.mcp.client_tools import ServerSpec
-    from wasmext.mcp.oauth import Prompt
+    from wasmext.mcp.client.spec import ServerSpec
+    from wasmext.mcp.oauth.provider import Prompt
 
 __all__ = ["check_access", "http_transport"]
 
@@ -70,7 +70,7 @@ async def http_transport(spec: ServerSpec, oauth_dir: Path, prompt: Prompt | Non
 
     auth = None
     if spec.oauth is not None:
-        from wasmext.mcp.oauth import build_auth
+        from wasmext.mcp.oauth.provider import build_auth
 
         auth = build_auth(spec, oauth_dir, prompt)
     headers = dict(spec.headers) or None

@@ -21,15 +21,14 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR
 
-from wasmext.mcp.client_catalog import get_prompt, read_resource
-from wasmext.mcp.client_lists import TEMPLATES
+from wasmext.mcp.client.catalog import TEMPLATES, get_prompt, read_resource
 from wasmext.mcp.content import to_mcp_resource
-from wasmext.mcp.served import prompt_result
+from wasmext.mcp.server.catalog import prompt_result
 from wasmext.text import clean
 
 if TYPE_CHECKING:
     from wasmext.host import Host
-    from wasmext.mcp.client import McpClients
+    from wasmext.mcp.client.connections import McpClients
 
 __all__ = ["UpstreamExport"]
 

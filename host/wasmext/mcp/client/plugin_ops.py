@@ -20,7 +20,7 @@ from wasmext.services.progress import progress
 from wasmext.text import clean
 
 if TYPE_CHECKING:
-    from wasmext.mcp.client import McpClients
+    from wasmext.mcp.client.connections import McpClients
 
 __all__ = ["granted", "install"]
 
@@ -58,14 +58,14 @@ def install(services: HostServices, clients: Callable[[], McpClients | None]) ->
             raise OpError("failed", clean(f"mcp server {server}: {exc}")) from None
 
     def resource_list(ctx: CallContext, req: dict[str, Any]) -> Any:
-        from wasmext.mcp.client_catalog import list_resources  # the SDK loads when used
+        from wasmext.mcp.client.catalog import list_resources  # the SDK loads when used
 
         server = _text(req, "server", 64)
         listed = run(server, lambda: list_resources(_c(), server))
         return [r for r in listed if granted(ctx.grants, "resources", f"{server}__{r['uri']}")]
 
     def resource_read(ctx: CallContext, req: dict[str, Any]) -> Any:
-        from wasmext.mcp.client_catalog import read_resource
+        from wasmext.mcp.client.catalog import read_resource
 
         server, uri = _text(req, "server", 64), _text(req, "uri")
         if not granted(ctx.grants, "resources", f"{server}__{uri}"):
@@ -74,14 +74,14 @@ def install(services: HostServices, clients: Callable[[], McpClients | None]) ->
         return run(server, lambda: read_resource(_c(), server, uri))
 
     def prompt_list(ctx: CallContext, req: dict[str, Any]) -> Any:
-        from wasmext.mcp.client_catalog import list_prompts
+        from wasmext.mcp.client.catalog import list_prompts
 
         server = _text(req, "server", 64)
         listed = run(server, lambda: list_prompts(_c(), server))
         return [p for p in listed if granted(ctx.grants, "prompts", f"{server}__{p['name']}")]
 
     def prompt_get(ctx: CallContext, req: dict[str, Any]) -> Any:
-        from wasmext.mcp.client_catalog import get_prompt
+        from wasmext.mcp.client.catalog import get_prompt
 
         server, name = _text(req, "server", 64), _text(req, "name", 256)
         args = req.get("args", {})

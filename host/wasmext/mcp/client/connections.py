@@ -27,24 +27,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from wasmext.errors import ConfigError
-from wasmext.mcp.client_caps import client_callbacks
-from wasmext.mcp.client_lists import UpstreamCatalog, list_kind, list_tools
-from wasmext.mcp.client_tools import (
-    McpToolError,
-    ServerSpec,
-    build_tool,
-    reason,
-    result_output,
-    tool_name,
-)
-from wasmext.mcp.transport_http import http_transport
+from wasmext.mcp.client.callbacks import client_callbacks
+from wasmext.mcp.client.catalog import UpstreamCatalog, list_kind, list_tools
+from wasmext.mcp.client.spec import ServerSpec
+from wasmext.mcp.client.tools import McpToolError, build_tool, reason, result_output
+from wasmext.mcp.client.transport import http_transport
 from wasmext.sandbox import callscope, calltree
 from wasmext.services.tools import Runner, ToolRegistry
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
-__all__ = ["McpClients", "McpToolError", "ServerSpec", "build_tool", "tool_name"]
+__all__ = ["McpClients"]
 
 log = logging.getLogger("wasmext.mcp")
 T = TypeVar("T")

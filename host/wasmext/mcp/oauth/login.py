@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import anyio
 
 from wasmext.errors import ConfigError, McpAuthError
-from wasmext.mcp.oauth_store import FileTokenStorage, token_path
+from wasmext.mcp.oauth.store import FileTokenStorage, token_path
 
 if TYPE_CHECKING:
     from wasmext.config import HostConfig
-    from wasmext.mcp.client_tools import ServerSpec
-    from wasmext.mcp.oauth import Prompt
+    from wasmext.mcp.client.spec import ServerSpec
+    from wasmext.mcp.oauth.provider import Prompt
 
 __all__ = ["login", "logout", "oauth_folder", "oauth_spec"]
 
@@ -32,7 +32,7 @@ def oauth_folder(config: HostConfig) -> Path:
 
 def oauth_spec(config: HostConfig, name: str) -> ServerSpec:
     """The configured server `name`, which must have an oauth table (ConfigError if not)."""
-    from wasmext.mcp.client_tools import ServerSpec
+    from wasmext.mcp.client.spec import ServerSpec
 
     for server in config.mcp_servers:
         if server.name == name:
@@ -52,8 +52,8 @@ def login(spec: ServerSpec, folder: Path, prompt: Prompt | None = None) -> Path:
     in time; the server's words are cleaned as on any connection."""
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    from wasmext.mcp.oauth import build_auth
-    from wasmext.mcp.transport_http import check_access
+    from wasmext.mcp.client.transport import check_access
+    from wasmext.mcp.oauth.provider import build_auth
 
     auth = build_auth(spec, folder, prompt)
 

@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import mcp_types as types
 
+from wasmext.mcp.client.spec import ServerSpec
 from wasmext.text import clean
 
-if TYPE_CHECKING:
-    from wasmext.mcp.client import McpClients
-    from wasmext.mcp.client_tools import ServerSpec
-
-__all__ = ["client_callbacks"]
+__all__ = ["Sampling", "client_callbacks"]
 
 log = logging.getLogger("wasmext.mcp")
 
 
-def client_callbacks(clients: McpClients, spec: ServerSpec) -> dict[str, Any]:
+class Sampling(Protocol):
+    """Where the app's model is found when a server asks (`connections.McpClients`)."""
+
+    sampler: Callable[[str, Any], Any] | None
+
+
+def client_callbacks(clients: Sampling, spec: ServerSpec) -> dict[str, Any]:
     """Keyword arguments for the SDK's ClientSession for one server."""
     async def list_roots(context: Any) -> types.ListRootsResult:
         return types.ListRootsResult(roots=[types.Root.model_validate({"uri": uri})

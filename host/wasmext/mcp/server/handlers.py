@@ -19,7 +19,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
-from wasmext.mcp.served import (
+from wasmext.mcp.server.catalog import (
     Catalog,
     catalog,
     match_template,
@@ -27,8 +27,8 @@ from wasmext.mcp.served import (
     prompt_result,
     resource_contents,
 )
-from wasmext.mcp.served_changes import fingerprint
-from wasmext.mcp.served_upstream import UpstreamExport
+from wasmext.mcp.server.changes import fingerprint
+from wasmext.mcp.server.upstream import UpstreamExport
 from wasmext.text import clean
 
 if TYPE_CHECKING:

@@ -31,15 +31,15 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 
 from wasmext.errors import McpAuthError
-from wasmext.mcp.oauth_config import OAuthSettings, loopback_address
-from wasmext.mcp.oauth_store import FileTokenStorage, token_path
+from wasmext.mcp.oauth.config import OAuthSettings, loopback_address
+from wasmext.mcp.oauth.store import FileTokenStorage, token_path
 from wasmext.text import clean
 
 if TYPE_CHECKING:
     import httpx2
     from mcp.shared.auth import AuthorizationCodeResult
 
-    from wasmext.mcp.client_tools import ServerSpec
+    from wasmext.mcp.client.spec import ServerSpec
 
 __all__ = ["Prompt", "authorization_code_from", "build_auth", "print_prompt"]
 

@@ -1,25 +1,21 @@
-"""What an MCP connection needs besides the connection: server specs, registry tools
-made from listed MCP tools, and tool results as registry output (see `content`)."""
+"""Registry tools made from a configured server's listed MCP tools, and their results
+as registry output (the content shapes of `wasmext.mcp.content`)."""
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from wasmext.errors import ConfigError
-from wasmext.mcp.config import McpServerConfig
 from wasmext.mcp.content import from_mcp
 from wasmext.services.tools import Runner, Tool, compile_schema
 from wasmext.text import clean
 
-__all__ = ["McpToolError", "ServerSpec", "build_tool", "reason", "result_output", "tool_name"]
+__all__ = ["McpToolError", "build_tool", "reason", "result_output", "tool_name"]
 
 log = logging.getLogger("wasmext.mcp")
 
-TRANSPORTS = ("stdio", "sse", "http")
-SERVER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_DESCRIPTION = 1024
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -29,33 +25,6 @@ _HINTS = {"read_only_hint": "readOnlyHint", "destructive_hint": "destructiveHint
 
 class McpToolError(RuntimeError):
     """A tool result the MCP server marked as an error; the message is its text."""
-
-
-@dataclass(frozen=True)
-class ServerSpec(McpServerConfig):
-    """One MCP server (values already ${VAR}-substituted), checked on creation."""
-
-    def __post_init__(self) -> None:
-        for bad, why in [
-                (not SERVER_ID_RE.match(self.name), "name: letters, digits, '_' and '-'"),
-                (self.transport not in TRANSPORTS, f"transport must be one of {TRANSPORTS}"),
-                (self.transport == "stdio" and not self.command, "stdio needs a command"),
-                (self.transport != "stdio" and not self.url, f"{self.transport} needs a url"),
-                (min(self.connect_timeout_s, self.call_timeout_s) <= 0, "timeouts must be > 0"),
-                (self.transport == "stdio" and self.oauth is not None,
-                 "oauth is only for sse and http servers")]:
-            if bad:
-                raise ConfigError(f"mcp server {self.name!r}: {why}")
-        object.__setattr__(self, "args", tuple(self.args))
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> ServerSpec:
-        """From any object with the same fields (e.g. config.McpServerConfig)."""
-        return cls(cfg.name, cfg.transport, cfg.command, tuple(cfg.args), dict(cfg.env),
-                   cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
-                   bool(cfg.enabled), dict(getattr(cfg, "headers", {}) or {}),
-                   getattr(cfg, "cwd", None), tuple(getattr(cfg, "roots", ())),
-                   bool(getattr(cfg, "sampling", False)), getattr(cfg, "oauth", None))
 
 
 def tool_name(server: str, tool: str) -> str:

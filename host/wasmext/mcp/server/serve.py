@@ -35,10 +35,10 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 
-from wasmext.mcp.auth import BearerAuth, require_token_for
-from wasmext.mcp.results import error_code, error_result, tool_result
-from wasmext.mcp.served_changes import ListChanges, fingerprint
-from wasmext.mcp.served_handlers import ServedCatalog
+from wasmext.mcp.server.auth import BearerAuth, require_token_for
+from wasmext.mcp.server.changes import ListChanges, fingerprint
+from wasmext.mcp.server.handlers import ServedCatalog
+from wasmext.mcp.server.results import error_code, error_result, tool_result
 from wasmext.sandbox.callscope import CallScope
 from wasmext.text import DESCRIPTION_CAP, clean_lines
 

@@ -1,5 +1,15 @@
-"""Configured servers' resource, resource template and prompt lists, followed like
-their tools.
+"""Configured servers' resources, resource templates and prompts, for the app and for
+plugins, followed like their tools.
+
+    resources = list_resources(host.mcp, "docs")        # [{uri, name, mime_type?, ...}]
+    templates = list_resource_templates(host.mcp, "docs")  # [{uri_template, name, ...}]
+    blocks = read_resource(host.mcp, "docs", uri)       # [resource block] (see `content`)
+    prompts = list_prompts(host.mcp, "docs")            # [{name, description?, arguments}]
+    got = get_prompt(host.mcp, "docs", "review", {"code": "..."})  # {description?, messages}
+    host.mcp.catalog.subscribe(lambda server, kind: ...)  # after a re-list that changed it
+
+Plain maps in the MessagePack shape of `wasmext.mcp.content` (binary as bytes);
+the plugin ops `resource.list|read` and `prompt.list|get` answer the same.
 
 A server that advertises `resources.listChanged` (or `prompts.listChanged`) says
 when its list changes, so the list it gave is kept and handed out again until
@@ -12,9 +22,6 @@ an entry whose URI, URI template or prompt name is unsafe or too long is skipped
 Resource templates belong to the resources capability: the same notification
 announces them, and a re-list of resources lists them too (a change of either
 is a change of "resources").
-
-    clients.catalog.listed("docs", "resources")   # [{uri, name, ...}], cached when allowed
-    clients.catalog.subscribe(lambda server, kind: ...)  # after a re-list that changed it
 """
 
 from __future__ import annotations
@@ -23,19 +30,21 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
+from wasmext.mcp.content import MAX_BLOCKS, from_mcp, resource_contents
 from wasmext.text import DESCRIPTION_CAP, clean, clean_lines, is_unsafe
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
-    from wasmext.mcp.client import McpClients
+__all__ = ["KINDS", "TEMPLATES", "Connections", "UpstreamCatalog", "get_prompt", "list_kind",
+           "list_prompts", "list_resource_templates", "list_resources", "list_tools",
+           "read_resource", "shape_prompt", "shape_resource", "shape_template"]
 
-__all__ = ["KINDS", "TEMPLATES", "UpstreamCatalog", "list_kind", "list_tools", "shape_prompt",
-           "shape_resource", "shape_template"]
+T = TypeVar("T")
 
 log = logging.getLogger("wasmext.mcp")
 
@@ -45,6 +54,19 @@ MAX_LISTED = 1000
 MAX_PAGES = 100
 MAX_URI = 2048
 Listener = Callable[[str, str], None]
+
+
+class Requester(Protocol):
+    """Runs a request on a server's connection (`connections.McpClients` does)."""
+
+    def request(self, server: str, make: Callable[[ClientSession], Coroutine[Any, Any, T]]
+                ) -> T: ...
+
+
+class Connections(Requester, Protocol):
+    """Connected servers and their followed lists (`connections.McpClients`)."""
+
+    catalog: UpstreamCatalog
 
 
 async def _paged(fetch: Callable[..., Awaitable[Any]], attr: str,
@@ -163,7 +185,7 @@ class _Lists:  # one connection's
 class UpstreamCatalog:
     """The resource and prompt lists of `clients`' servers (see the module docstring)."""
 
-    def __init__(self, clients: McpClients) -> None:
+    def __init__(self, clients: Requester) -> None:
         self.clients = clients
         self._lists: dict[str, _Lists] = {}
         self._listeners: list[Listener] = []
@@ -290,3 +312,35 @@ class UpstreamCatalog:
                 listener(server, kind)
             except Exception:  # one subscriber must not stop the others
                 log.exception("a %s list_changed subscriber failed", kind)
+
+
+# -- for the app and the plugin ops ----------------------------------------------------
+
+def list_resources(clients: Connections, server: str) -> list[dict[str, Any]]:
+    """Kept while the server announces its list changes , else fresh."""
+    return clients.catalog.listed(server, "resources")
+
+
+def list_resource_templates(clients: Connections, server: str) -> list[dict[str, Any]]:
+    """The server's URI templates (RFC 6570); a URI one fits is read with read_resource."""
+    return clients.catalog.listed(server, TEMPLATES)
+
+
+def read_resource(clients: Connections, server: str, uri: str) -> list[dict[str, Any]]:
+    read = clients.request(server, lambda s: s.read_resource(uri))
+    return [resource_contents(c) for c in read.contents[:MAX_BLOCKS]]
+
+
+def list_prompts(clients: Connections, server: str) -> list[dict[str, Any]]:
+    return clients.catalog.listed(server, "prompts")
+
+
+def get_prompt(clients: Connections, server: str, name: str,
+               args: dict[str, str] | None = None) -> dict[str, Any]:
+    got = clients.request(server, lambda s: s.get_prompt(name, dict(args or {})))
+    out: dict[str, Any] = {"messages": [{"role": m.role, "content": from_mcp([m.content])[0]}
+                                        for m in got.messages[:MAX_BLOCKS]
+                                        if from_mcp([m.content])]}
+    if got.description is not None:
+        out["description"] = got.description
+    return out
