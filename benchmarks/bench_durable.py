@@ -103,7 +103,7 @@ def _redis_cases(seconds: float) -> dict[str, list[dict[str, Any]]] | str:
         return "redis-server is not installed"
     import redis
 
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -30,13 +30,13 @@ LANGS = ("c", "zig", "rust", "go", "assemblyscript", "python", "javascript")
 
 
 def _rust() -> None:
-    from wasmext_cli.build_rust import rustc
+    from wasmext_cli.build.rust import rustc
 
     rustc()
 
 
 def _go() -> None:
-    from wasmext_cli.build_go import toolchain
+    from wasmext_cli.build.go import toolchain
 
     toolchain()
 

@@ -31,18 +31,18 @@ def _entry(name: str, builder: str, project: str | None = None, sdk: str | None 
 LANGUAGES: dict[str, Language] = {lang.name: lang for lang in (
     _entry("c", "wasmext_cli.build:c_steps", "wasmext_cli.scaffold_native:c_project"),
     _entry("zig", "wasmext_cli.build:zig_steps", "wasmext_cli.scaffold_native:zig_project"),
-    _entry("rust", "wasmext_cli.build_rust:commands",
+    _entry("rust", "wasmext_cli.build.rust:commands",
            "wasmext_cli.scaffold_native:rust_project"),
-    _entry("assemblyscript", "wasmext_cli.build_assemblyscript:commands",
+    _entry("assemblyscript", "wasmext_cli.build.assemblyscript:commands",
            "wasmext_cli.scaffold_native:assemblyscript_project"),
-    _entry("go", "wasmext_cli.build_go:commands", "wasmext_cli.scaffold_native:go_project"),
+    _entry("go", "wasmext_cli.build.go:commands", "wasmext_cli.scaffold_native:go_project"),
     # Components (Python and JavaScript): the SDK is vendored, the project is its sources
     # (and, for JavaScript, a package.json pinning componentize-js).
-    _entry("python", "wasmext_cli.build_python:commands",
+    _entry("python", "wasmext_cli.build.python:commands",
            "wasmext_cli.scaffold_native:python_project"),
-    _entry("javascript", "wasmext_cli.build_javascript:commands",
+    _entry("javascript", "wasmext_cli.build.javascript:commands",
            "wasmext_cli.scaffold_native:javascript_project"),
-    _entry("extism-assemblyscript", "wasmext_cli.build_extism_assemblyscript:commands",
+    _entry("extism-assemblyscript", "wasmext_cli.build.extism_assemblyscript:commands",
            sdk=None),
 )}
 

@@ -117,7 +117,7 @@ strip = "symbols"
 
 
 def go_project(name: str, project: Path) -> Files:
-    from wasmext_cli.build_go import GO_MIN, SDK_MODULE
+    from wasmext_cli.build.go import GO_MIN, SDK_MODULE
 
     gomod = f"""module example.com/{name}
 

@@ -319,7 +319,7 @@ def open_store(config: HostConfig) -> StateStore:
     if config.state_backend == "memory":
         return MemoryStore(limits)
     if config.state_backend == "redis":
-        from wasmext.state.redis_store import RedisStore
+        from wasmext.state.redis.store import RedisStore
 
         return RedisStore(limits=limits, url=config.state_url)
     return SQLiteStore.in_data_dir(config.data_dir, limits)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wasmext_cli.build_errors import first_error
+from wasmext_cli.build.errors import first_error
 
 ROOT = Path(__file__).resolve().parents[2]
 C_HELLO = ROOT / "guest-sdks" / "c" / "examples" / "hello"

@@ -74,7 +74,7 @@ def test_workers_share_state_through_redis(spawn: Any, nats_url: str, redis_url:
     config.write_text(f'[state]\nbackend = "redis"\nurl = "{redis_url}"\n'
                       f'[plugins]\nworkspace_dir = "plugins"\n'
                       f'[grants.recall]\ndigest = "sha256:{digest}"\ncapabilities = ["state"]\n')
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     store = RedisStore(url=redis_url)
     store.set(Scope("recall"), "verdict", encode({"status": "reject", "reason": "from redis"}))

@@ -1,7 +1,7 @@
 """The AssemblyScript guest SDK: its unit tests, and its plugins end to end.
 
 guest-sdks/assemblyscript/tests/harness.ts is compiled with the production
-build (wasmext_cli.build_assemblyscript, so the same flags as every plugin)
+build (wasmext_cli.build.assemblyscript, so the same flags as every plugin)
 and driven here through wasmtime with a fake host: the MessagePack reader and
 writer against abi/vectors/*.json (canonical, decode_only, hostile, every
 truncation, huge declared lengths, depth 64/65, integer and length
@@ -67,7 +67,7 @@ def unpack(data: bytes) -> Any:
 
 def toolchain_missing() -> str | None:
     from wasmext_cli.build import ToolchainMissing
-    from wasmext_cli.build_assemblyscript import sdk_dir, toolchain
+    from wasmext_cli.build.assemblyscript import sdk_dir, toolchain
 
     try:
         toolchain(sdk_dir())
@@ -276,7 +276,7 @@ def test_missing_toolchain_names_the_install_command(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from wasmext.manifest import BuildSpec
     from wasmext_cli.build import ToolchainMissing
-    from wasmext_cli.build_assemblyscript import commands
+    from wasmext_cli.build.assemblyscript import commands
 
     monkeypatch.setenv("WASMEXT_SDK_DIR", str(tmp_path))
     (tmp_path / "assemblyscript").mkdir()

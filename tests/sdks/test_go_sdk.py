@@ -24,7 +24,7 @@ import wasmtime
 
 from wasmext import CompileCache, PluginError, Runtime
 from wasmext.manifest import BuildSpec
-from wasmext_cli import build_go
+from wasmext_cli.build import go as build_go
 from wasmext_cli.build import ToolchainMissing, build_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,7 +211,7 @@ def test_build_commands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     spec = BuildSpec(lang="go", sources=("hello.go",))
     prepare, build = build_go.commands(spec, HELLO, tmp_path / "out.wasm")
-    assert prepare[1:4] == ["-m", "wasmext_cli.build_go", "prepare"]
+    assert prepare[1:4] == ["-m", "wasmext_cli.build.go", "prepare"]
     assert build[0] == "env" and "GOOS=wasip1" in build and "GOARCH=wasm" in build
     assert build[build.index("/usr/bin/go"):][:4] == ["/usr/bin/go", "build", "-C",
                                                       str(build_go.work_dir(HELLO))]

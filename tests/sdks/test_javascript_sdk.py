@@ -82,7 +82,7 @@ def test_hello_is_short() -> None:
 
 def test_the_builder_refuses_other_sources(tmp_path: Path) -> None:
     from wasmext_cli.build import BuildError, ToolchainMissing
-    from wasmext_cli.build_javascript import commands
+    from wasmext_cli.build.javascript import commands
 
     try:
         cmd = commands(BuildSpec("javascript", ("hello.js",)), tmp_path, tmp_path / "o.wasm")

@@ -90,7 +90,7 @@ def test_hello_is_short() -> None:
 
 def test_the_builder_names_the_module_and_refuses_other_sources(tmp_path: Path) -> None:
     from wasmext_cli.build import BuildError
-    from wasmext_cli.build_python import commands
+    from wasmext_cli.build.python import commands
 
     cmd = commands(BuildSpec("python", ("app.py",)), tmp_path, tmp_path / "out.wasm")[0]
     assert cmd[cmd.index("componentize") + 1:][-3:] == ["app", "-o", str(tmp_path / "out.wasm")]

@@ -36,7 +36,7 @@ CONFORMANCE = SDK / "conformance"
 
 def _toolchain() -> str | None:
     """rustc, or None when the toolchain is missing (the reason is in _MISSING)."""
-    from wasmext_cli import build_rust
+    from wasmext_cli.build import rust as build_rust
 
     try:
         return build_rust.rustc()
@@ -456,7 +456,7 @@ def test_rust_builds_are_reproducible_across_checkouts(tmp_path: Path,
 
 def test_missing_toolchain_names_the_install_command(monkeypatch: pytest.MonkeyPatch,
                                                      tmp_path: Path) -> None:
-    from wasmext_cli import build_rust
+    from wasmext_cli.build import rust as build_rust
 
     monkeypatch.setenv("WASMEXT_RUSTC", str(tmp_path / "no-rustc"))
     with pytest.raises(ToolchainMissing) as err:

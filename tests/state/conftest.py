@@ -102,7 +102,7 @@ def store_factory(backend: str, root: Path, redis_url: str | None) -> tuple[Stor
         elif backend == "sqlite":
             store = SQLiteStore(root / f"{name}.db", limits, clock=clock)
         else:
-            from wasmext.state.redis_store import RedisStore
+            from wasmext.state.redis.store import RedisStore
 
             assert redis_url is not None
             store = RedisStore(url=redis_url, limits=limits, clock=clock,

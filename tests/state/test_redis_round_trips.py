@@ -13,7 +13,7 @@ import redis.connection
 
 from wasmext.state import Scope
 from wasmext.state.base import StateLimits, TooManyKeys
-from wasmext.state.redis_store import RedisStore
+from wasmext.state.redis.store import RedisStore
 
 
 @pytest.fixture

@@ -68,7 +68,7 @@ def redis_client(redis_url: str):  # type: ignore[no-untyped-def]
 
 
 def test_redis_values_carry_a_native_expiry(redis_client, redis_url: str) -> None:  # type: ignore[no-untyped-def]
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     prefix = f"native:{uuid.uuid4().hex}"
     store = RedisStore(redis_client, StateLimits(ttl_seconds=60), prefix=prefix)
@@ -93,7 +93,7 @@ def test_redis_values_carry_a_native_expiry(redis_client, redis_url: str) -> Non
 def test_redis_needs_bytes_responses(redis_url: str) -> None:
     import redis
 
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     with pytest.raises(ValueError, match="decode_responses"):
         RedisStore(redis.Redis.from_url(redis_url, decode_responses=True))
@@ -103,7 +103,7 @@ def test_redis_down_is_unavailable() -> None:
     pytest.importorskip("redis")
     import socket
 
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -198,7 +198,7 @@ def test_import_replace_sqlite(tmp_path: Path, zygote: Zygote) -> None:
 def test_import_replace_redis(tmp_path: Path, zygote: Zygote, redis_url: str) -> None:
     import redis
 
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     url = redis_url.rsplit("/", 1)[0] + "/7"  # the CLI's default prefix, in a db of its own
     client = redis.Redis.from_url(url)

@@ -86,7 +86,7 @@ def test_a_frozen_redis_answers_unavailable_within_the_deadline(
     late = [c for c in calls if c[0] > resumed + 0.5]
     assert late and all(c[2] == "ok" for c in late), "calls did not recover after SIGCONT"
     from wasmext.state import Scope
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     with RedisStore(url=url) as store:
         for _, _, outcome, session, key in calls:
@@ -140,9 +140,9 @@ def test_redis_commits_conflict_only_on_the_entries_they_touched(
     """Another host commits between this commit's plan and its script: a write to
     another session goes through at once; a write to the same key is planned again
     (and a compare-and-set on it then fails)."""
-    import wasmext.state.redis_store as rs
+    import wasmext.state.redis.store as rs
     from wasmext.state import CasConflict, Scope
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
     plugin = f"interleave-{same_key}"
     a, b = RedisStore(url=redis_url), RedisStore(url=redis_url)

@@ -46,7 +46,7 @@ from wasmext.state.memory import MemoryStore
 from wasmext.state.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
-    from wasmext.state.redis_store import RedisStore
+    from wasmext.state.redis.store import RedisStore
 
 __all__ = [
     "CasConflict",
@@ -82,7 +82,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "RedisStore":
-        from wasmext.state.redis_store import RedisStore
+        from wasmext.state.redis.store import RedisStore
 
         return RedisStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

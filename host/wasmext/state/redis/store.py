@@ -13,14 +13,14 @@ Layout, per plugin `p` (the `{p}` hash tag keeps a plugin's keys in one slot):
     <prefix>:{p}:vers      hash  eid -> change counter (bumped by every write, delete, purge)
 
 An eid is `g:<key>` (plugin-global) or `s<len>:<session>:<key>`. Redis expires
-the values itself; Lua scripts (`redis_lua`) read, refresh and purge expired
+the values itself; Lua scripts (`scripts`) read, refresh and purge expired
 entries atomically. A commit is optimistic: plan from a snapshot that records
 the versions of the entries it read, then one `COMMIT` script checks those
 versions and the quotas and applies everything, or reports the plan stale and
 the commit is planned again. Commits of different sessions of one plugin do not
 conflict.
 
-Every wait is bounded: the client's connections (`redis_conn`) take their
+Every wait is bounded: the client's connections (`connection`) take their
 socket timeouts from the calling hook's deadline.
 """
 
@@ -37,12 +37,12 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 from redis.exceptions import RedisError, WatchError
 
-from wasmext.state import redis_lua
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits, StateUnavailable
 from wasmext.state.engine import Engine
-from wasmext.state.redis_conn import bounded_client
-from wasmext.state.redis_staging import SWAP, clean_staging
+from wasmext.state.redis import scripts
+from wasmext.state.redis.connection import bounded_client
+from wasmext.state.redis.staging import SWAP, clean_staging
 
 __all__ = ["RedisStore"]
 
@@ -218,11 +218,11 @@ class RedisStore(Engine):
         self._r: Any = client
         self._prefix = prefix.encode("utf-8")
         self._retries = max_retries
-        self._get = client.register_script(redis_lua.GET)
-        self._touch_script = client.register_script(redis_lua.TOUCH)
-        self._purge_script = client.register_script(redis_lua.PURGE)
-        self._commit_script = client.register_script(redis_lua.COMMIT)
-        self._usage = client.register_script(redis_lua.USAGE)
+        self._get = client.register_script(scripts.GET)
+        self._touch_script = client.register_script(scripts.TOUCH)
+        self._purge_script = client.register_script(scripts.PURGE)
+        self._commit_script = client.register_script(scripts.COMMIT)
+        self._usage = client.register_script(scripts.USAGE)
         self._swap = client.register_script(SWAP)
         self._staging = self._prefix + b":staging"  # set of staged imports' key bases
 

@@ -1,4 +1,4 @@
-"""The Lua scripts of the Redis backend (see `redis_store` for the key layout).
+"""The Lua scripts of the Redis backend (see `store` for the key layout).
 
 Every change of an entry (a commit's write or delete, a purge, a drop) bumps its
 counter in the plugin's `vers` hash. A commit is planned from a snapshot and

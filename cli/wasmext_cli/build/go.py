@@ -1,6 +1,6 @@
 """Build a Go plugin with the Go SDK (guest-sdks/go): a WASI reactor.
 
-Two steps. The first (`python -m wasmext_cli.build_go prepare ...`) fills a
+Two steps. The first (`python -m wasmext_cli.build.go prepare ...`) fills a
 work folder, one per plugin folder under ~/.cache/wasmext-go, with a copy of
 the plugin's sources, a symlink `sdk` to the Go SDK and this go.mod:
 
@@ -126,7 +126,7 @@ def go_env() -> list[str]:
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
     go = toolchain()
     work = work_dir(plugin_dir)
-    prepare = [sys.executable, "-m", "wasmext_cli.build_go", "prepare", str(work),
+    prepare = [sys.executable, "-m", "wasmext_cli.build.go", "prepare", str(work),
                str(plugin_dir), str(sdk_for("go", plugin_dir)), *spec.sources]
     build = ["env", *go_env(), go, "build", "-C", str(work), *FLAGS, "-o", str(out.resolve()),
              "."]
@@ -153,7 +153,7 @@ def prepare(work: Path, plugin_dir: Path, sdk: Path, sources: list[str]) -> None
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[0] != "prepare":
-        print("usage: python -m wasmext_cli.build_go prepare WORK PLUGIN_DIR SDK_DIR SOURCE...",
+        print("usage: python -m wasmext_cli.build.go prepare WORK PLUGIN_DIR SDK_DIR SOURCE...",
               file=sys.stderr)
         return 2
     try:

@@ -20,8 +20,8 @@ from typing import Any
 
 from wasmext.files import durable_replace
 from wasmext.manifest import BuildSpec, load_folder
-from wasmext_cli.build_errors import first_error
-from wasmext_cli.build_stamp import fingerprint, is_fresh, write_stamp
+from wasmext_cli.build.errors import first_error
+from wasmext_cli.build.stamp import fingerprint, is_fresh, write_stamp
 from wasmext_cli.languages import LANGUAGES as REGISTRY
 
 SDK_ENV = "WASMEXT_SDK_DIR"
@@ -55,7 +55,7 @@ def sdk_root() -> Path:
     shipped = Path(str(resources.files("wasmext_cli") / "_data" / "guest-sdks"))
     if shipped.is_dir():
         return shipped
-    return Path(__file__).resolve().parents[2] / "guest-sdks"
+    return Path(__file__).resolve().parents[3] / "guest-sdks"
 
 
 VENDORED_SDK = "wasmext-sdk"

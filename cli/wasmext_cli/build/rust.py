@@ -12,7 +12,7 @@ The toolchain is Debian's `rustc` (1.63) with `libstd-rust-dev-wasm32`; a
 rustup toolchain earlier on PATH is ignored on purpose, because it usually
 lacks the wasm target. `WASMEXT_RUSTC` names another compiler if needed.
 
-`python -m wasmext_cli.build_rust --sdk-rlib ...` is the first step: it
+`python -m wasmext_cli.build.rust --sdk-rlib ...` is the first step: it
 builds the rlib into a temporary folder and moves it into the cache
 atomically, so concurrent builds never see half a file.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from wasmext.manifest import BuildSpec
 
-from .build import ToolchainMissing, sdk_for, sdk_root
+from wasmext_cli.build import ToolchainMissing, sdk_for, sdk_root
 
 TARGET = "wasm32-unknown-unknown"
 DEFAULT_RUSTC = "/usr/bin/rustc"
@@ -132,7 +132,7 @@ def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
     exe = rustc()
     sdk = sdk_for("rust", plugin_dir)
     rlib = rlib_path(exe, sdk)
-    step_sdk = [sys.executable, "-m", "wasmext_cli.build_rust", "--sdk-rlib", str(rlib),
+    step_sdk = [sys.executable, "-m", "wasmext_cli.build.rust", "--sdk-rlib", str(rlib),
                 "--rustc", exe, "--sdk", str(sdk)]
     return [step_sdk, plugin_command(exe, spec, plugin_dir, rlib, out)]
 
@@ -157,7 +157,7 @@ def build_sdk_rlib(dest: Path, exe: str, sdk: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wasmext_cli.build_rust",
+    parser = argparse.ArgumentParser(prog="python -m wasmext_cli.build.rust",
                                      description="Build the Rust guest SDK rlib into the cache.")
     parser.add_argument("--sdk-rlib", type=Path, required=True, help="the rlib to produce")
     parser.add_argument("--rustc", default=DEFAULT_RUSTC)

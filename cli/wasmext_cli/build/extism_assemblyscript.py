@@ -1,6 +1,6 @@
 """Build an Extism plugin written with @extism/as-pdk (installed with the AssemblyScript SDK).
 
-Same compiler and install as `build_assemblyscript` (npm ci in
+Same compiler and install as `assemblyscript` (npm ci in
 guest-sdks/assemblyscript), but no wasmext SDK: the module speaks the Extism
 ABI and runs on the Extism backend. `abort` goes to the plugin's own
 `onAbort` so the module imports nothing from "env".
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from wasmext.manifest import BuildSpec
 from wasmext_cli.build import ToolchainMissing
-from wasmext_cli.build_assemblyscript import install_hint, sdk_dir, toolchain
+from wasmext_cli.build.assemblyscript import install_hint, sdk_dir, toolchain
 
 
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
