@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,19 +50,39 @@ def plugin_dirs() -> dict[str, Path]:
 
 @dataclass
 class Built:
-    """Plugin folders built this run, and why the others could not be."""
+    """Plugin folders, each built the first time a test asks for it (then kept).
 
+    A plugin whose toolchain is not installed skips the test asking for it, with the
+    install command as the reason (in CI, where every toolchain must be there, the
+    skip fails the run); any other build failure fails only the tests that need it.
+    """
+
+    folders: dict[str, Path] = field(default_factory=lambda: plugin_dirs())
     dirs: dict[str, Path] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Path:
+        if name not in self.dirs and name not in self.missing and name not in self.broken:
+            self._build(name)
         if name in self.missing:
             pytest.skip(self.missing[name])
         if name in self.broken:
-            # Only the tests that need this plugin fail, each with the build error.
             pytest.fail(f"building {name} failed: {self.broken[name]}")
         return self.dirs[name]
+
+    def _build(self, name: str) -> None:
+        from wasmext_cli.build import BuildError, ToolchainMissing
+
+        folder = self.folders[name]
+        try:
+            build_once(folder)
+        except ToolchainMissing as exc:
+            self.missing[name] = str(exc)
+        except BuildError as exc:
+            self.broken[name] = str(exc)
+        else:
+            self.dirs[name] = folder
 
 
 def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseException]:
@@ -156,12 +179,22 @@ _built_once: dict[Path, Path] = {}
 
 
 def build_once(folder: Path) -> Path:
-    """Build a plugin folder at most once per test run (components take ~25 s each)."""
+    """Build a plugin folder at most once per test run (components take ~25 s each).
+
+    Test processes running side by side (pytest-xdist) take a lock per folder, so one
+    builds while the others wait and then find the output up to date by its stamp."""
     from wasmext_cli.build import build_plugin
 
     key = folder.resolve()
     if key not in _built_once:
-        build_plugin(folder)
+        digest = hashlib.sha256(str(key).encode()).hexdigest()[:16]
+        lock = Path(tempfile.gettempdir()) / f"wasmext-test-build-{digest}.lock"
+        with open(lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            try:
+                build_plugin(folder)
+            finally:
+                fcntl.flock(held, fcntl.LOCK_UN)
         _built_once[key] = folder
     return folder
 

@@ -61,3 +61,8 @@ def test_every_exported_name_resolves() -> None:
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
         wasmext.no_such_name  # noqa: B018
+
+
+def test_the_pytest_plugin_loads_nothing_heavy_until_its_fixture_is_used() -> None:
+    # Every pytest run in a project that installed wasmext loads the pytest11 plugin.
+    assert _loaded_after("import wasmext.pytest_plugin") == []

@@ -5,7 +5,8 @@
         with host.session() as s:
             assert s.on_plain_text("x").value == "y"
 
-Hosts made by the fixture are closed when the test ends.
+Hosts made by the fixture are closed when the test ends. Loading this plugin
+imports nothing but pytest: wasmtime and the host load when a test uses the fixture.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-from wasmext.testing import make_host
 
 
 @pytest.fixture
@@ -27,6 +26,8 @@ def wasmext_host() -> Iterator[Callable[..., Any]]:
     settings, grants, priority, failure...). The host has no plugin folders and
     no disk cache; every host the factory made is closed when the test ends.
     """
+    from wasmext.testing import make_host  # wasmtime loads only for tests that use it
+
     hosts: list[Any] = []
 
     def factory(*plugins: Any, config: Any = None) -> Any:

@@ -125,3 +125,29 @@ def test_first_error_is_always_one_bounded_inert_line(output: str) -> None:
     line = first_error(output)
     assert line and "\n" not in line and "\r" not in line and "\x1b" not in line
     assert len(line) <= 300
+
+
+def test_another_plugin_in_the_sdk_folder_is_not_an_input(tmp_path: Path) -> None:
+    from wasmext_cli.build.stamp import fingerprint
+
+    sdk = tmp_path / "sdk"
+    own, other = sdk / "examples" / "own", sdk / "conformance"
+    for folder in (own, other):
+        folder.mkdir(parents=True)
+        (folder / "plugin.toml").write_text('id = "x"\n')
+    (sdk / "wasmext.h").write_text("/* the SDK */\n")
+    (own / "own.c").write_text("int x;\n")
+    out, tmp = own / "own.wasm", tmp_path / "tmp"
+
+    def printed() -> str | None:
+        return fingerprint([own, sdk], [["cc", "own.c"]], out, tmp)
+
+    before = printed()
+    (other / "conformance.wasm").write_bytes(b"\0asm another build's output")
+    (other / "conformance.c").write_text("int changed;\n")
+    assert printed() == before  # the conformance plugin's build leaves this one fresh
+    (sdk / "wasmext.h").write_text("/* the SDK changed */\n")
+    assert printed() != before
+    (sdk / "wasmext.h").write_text("/* the SDK */\n")
+    (own / "own.c").write_text("int y;\n")
+    assert printed() != before

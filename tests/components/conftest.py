@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT, build_once
+from support import ROOT, Built
 from wasmext import CompileCache, Runtime
 
 COMPONENT_PLUGINS = {
@@ -26,24 +26,18 @@ COMPONENT_PLUGINS = {
 
 
 @pytest.fixture(scope="session")
-def component_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # $WASMEXT_TEST_COMPONENT_CACHE keeps compiled components between local runs.
+def component_cache_dir() -> Path:
+    """Compiled components kept between runs (a compile takes 15-30 s), in
+    $WASMEXT_TEST_COMPONENT_CACHE or the user's cache folder; the cache authenticates
+    what it reads, so a stale or foreign entry is recompiled, never trusted."""
     kept = os.environ.get("WASMEXT_TEST_COMPONENT_CACHE")
-    return Path(kept) if kept else tmp_path_factory.mktemp("component-cache")
+    return Path(kept) if kept else Path.home() / ".cache" / "wasmext-tests" / "components"
 
 
 @pytest.fixture(scope="session")
-def components() -> dict[str, Path]:
-    """The component plugin folders, built; skipped without componentize-py."""
-    from wasmext_cli.build import ToolchainMissing
-
-    out = {}
-    for name, folder in COMPONENT_PLUGINS.items():
-        try:
-            out[name] = build_once(folder)
-        except ToolchainMissing as exc:
-            pytest.skip(str(exc))
-    return out
+def components() -> Built:
+    """The component plugin folders, each built when first asked for."""
+    return Built(folders=dict(COMPONENT_PLUGINS))
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import wasmtime
 
+from support import Built
 from wasmext import (
     MemoryLimitExceeded,
     ModuleCaps,
@@ -31,7 +32,7 @@ def timed(fn: Any, *args: Any) -> float:
     return time.monotonic() - started
 
 
-def test_infinite_loop_runs_out_of_fuel(components: dict[str, Path], crt: Runtime) -> None:
+def test_infinite_loop_runs_out_of_fuel(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["hostile-python"], plugin_id="spin-fuel",
                       limits={"fuel_per_call": 20_000_000, "timeout_ms": 60_000})
 
@@ -42,7 +43,7 @@ def test_infinite_loop_runs_out_of_fuel(components: dict[str, Path], crt: Runtim
     assert plugin.call("echo", "alive").value == "alive"
 
 
-def test_infinite_loop_hits_the_deadline(components: dict[str, Path], crt: Runtime) -> None:
+def test_infinite_loop_hits_the_deadline(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["hostile-python"], plugin_id="spin-time",
                       limits={"fuel_per_call": 10**10, "timeout_ms": 200})
 
@@ -53,7 +54,7 @@ def test_infinite_loop_hits_the_deadline(components: dict[str, Path], crt: Runti
     assert plugin.call("echo", "alive").value == "alive"
 
 
-def test_memory_bomb_stops_at_the_cap(components: dict[str, Path], crt: Runtime) -> None:
+def test_memory_bomb_stops_at_the_cap(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["hostile-python"], plugin_id="bomb",
                       limits={"memory_bytes": 96 * 2**20, "fuel_per_call": 10**10,
                               "timeout_ms": 30_000})
@@ -70,7 +71,7 @@ def test_memory_bomb_stops_at_the_cap(components: dict[str, Path], crt: Runtime)
     ("read_file", "app.py"),
     ("list_dir", "/"),
 ])
-def test_no_filesystem(components: dict[str, Path], crt: Runtime, hook: str,
+def test_no_filesystem(components: Built, crt: Runtime, hook: str,
                        data: Any) -> None:
     plugin = crt.load(components["hostile-python"], plugin_id="fs")
     with pytest.raises(PluginError) as info:
@@ -80,14 +81,14 @@ def test_no_filesystem(components: dict[str, Path], crt: Runtime, hook: str,
     assert plugin.call("echo", "alive").value == "alive"
 
 
-def test_no_environment(components: dict[str, Path], crt: Runtime,
+def test_no_environment(components: Built, crt: Runtime,
                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WASMEXT_TEST_SECRET", "do-not-leak")
     plugin = crt.load(components["hostile-python"], plugin_id="env")
     assert plugin.call("env").value == {}
 
 
-def test_no_sockets(components: dict[str, Path], crt: Runtime) -> None:
+def test_no_sockets(components: Built, crt: Runtime) -> None:
     with socket.socket() as server:  # a real listener the guest must not reach
         server.bind(("127.0.0.1", 0))
         server.listen()

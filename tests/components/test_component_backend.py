@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import wasmtime
 
+from support import Built
 from wasmext import CompileCache, InputTooLarge, InvalidOutput, PluginError, Runtime
 from wasmext.sandbox.backends.component import ComponentPlugin, forget_compiled, is_component
 from wasmext.testing import guest_wat
@@ -24,7 +25,7 @@ def test_a_component_is_told_from_a_core_module_by_its_header() -> None:
     assert not is_component(b"\0asm") and not is_component(b"")
 
 
-def test_hello_answers_with_its_setting(components: dict[str, Path], crt: Runtime) -> None:
+def test_hello_answers_with_its_setting(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["hello-python"], settings={"greeting": "Servus"})
     assert isinstance(plugin, ComponentPlugin)
     assert plugin.call("greet", "Ada").value == "Servus, Ada!"
@@ -37,7 +38,7 @@ def test_hello_answers_with_its_setting(components: dict[str, Path], crt: Runtim
     assert [h["hook"] for h in described["hooks"]] == ["greet"]
 
 
-def test_only_the_first_load_compiles(components: dict[str, Path], component_cache_dir: Path
+def test_only_the_first_load_compiles(components: Built, component_cache_dir: Path
                                       ) -> None:
     with Runtime(cache=component_cache(component_cache_dir)) as rt:
         rt.load(components["hello-python"])  # compiled or loaded: now on disk
@@ -49,7 +50,7 @@ def test_only_the_first_load_compiles(components: dict[str, Path], component_cac
     assert (cache.hits, cache.misses) == (1, 0)
 
 
-def test_instances_are_pooled_per_caller(components: dict[str, Path], crt: Runtime) -> None:
+def test_instances_are_pooled_per_caller(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["conformance-python"])
     errors: list[BaseException] = []
 
@@ -69,7 +70,7 @@ def test_instances_are_pooled_per_caller(components: dict[str, Path], crt: Runti
     assert plugin.calls == 15
 
 
-def test_input_and_host_request_caps(components: dict[str, Path], crt: Runtime) -> None:
+def test_input_and_host_request_caps(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["conformance-python"], plugin_id="caps",
                       limits={"max_input_bytes": 4096, "max_host_request_bytes": 1024})
     with pytest.raises(InputTooLarge):
@@ -79,7 +80,7 @@ def test_input_and_host_request_caps(components: dict[str, Path], crt: Runtime) 
     assert plugin.call("echo", "small").value == "small"
 
 
-def test_guest_log_lines_are_scrubbed_and_bounded(components: dict[str, Path],
+def test_guest_log_lines_are_scrubbed_and_bounded(components: Built,
                                                   crt: Runtime) -> None:
     plugin = crt.load(components["conformance-python"], plugin_id="logs",
                       limits={"max_log_line_bytes": 64})

@@ -3,15 +3,13 @@ promptly (its store is watched like a core module's), and the plugin answers aga
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from support import cancel_call
+from support import Built, cancel_call
 from wasmext import Cancelled, Runtime
 
 TIMEOUT_MS = 30_000
 
 
-def test_a_cancelled_spinning_component_ends_promptly(components: dict[str, Path],
+def test_a_cancelled_spinning_component_ends_promptly(components: Built,
                                                       crt: Runtime) -> None:
     plugin = crt.load(components["hostile-python"], plugin_id="spin-cancel",
                       limits={"fuel_per_call": 10**10, "timeout_ms": TIMEOUT_MS})

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support import Built
 from wasmext import PluginError, Runtime
 
 
@@ -14,7 +14,7 @@ def ext(answer: str, param: str | None = None) -> dict[str, Any]:
     return {"name": "json", "param": param, "answer": answer, "query": "q", "previous": {}}
 
 
-def test_json_check_reports_keys_and_missing_ones(components: dict[str, Path],
+def test_json_check_reports_keys_and_missing_ones(components: Built,
                                                   crt: Runtime) -> None:
     plugin = crt.load(components["json-check"])
     assert [(h.hook, h.pattern) for h in plugin.registration.hooks] == [
@@ -31,7 +31,7 @@ def test_json_check_reports_keys_and_missing_ones(components: dict[str, Path],
     assert info.value.code == "invalid"
 
 
-def test_json_check_lists_at_most_max_keys(components: dict[str, Path], crt: Runtime) -> None:
+def test_json_check_lists_at_most_max_keys(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["json-check"], plugin_id="few", settings={"max_keys": 2})
     answer = plugin.call("output_extension", ext('{"c": 1, "a": 2, "b": 3}')).value
     assert answer["keys"] == ["a", "b"]

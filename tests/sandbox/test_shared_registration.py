@@ -12,6 +12,7 @@ import msgpack
 import pytest
 import wasmtime
 
+from support import Built
 from wasmext import InvalidOutput, Runtime
 from wasmext._abi import ABI_MAJOR, ABI_MINOR
 from wasmext._version import __version__
@@ -97,12 +98,10 @@ def test_shareable_must_be_a_boolean() -> None:
         rt.load(_wasm({"hooks": [], "shareable": 1}), plugin_id="bad")
 
 
-def test_the_c_sdk_declares_its_static_table_shareable() -> None:
-    wasm = ROOT / "plugins" / "pii-mask" / "pii-mask.wasm"
-    if not wasm.is_file():
-        pytest.skip("plugins/pii-mask is not built (make plugins)")
+def test_the_c_sdk_declares_its_static_table_shareable(built: Built) -> None:
+    folder = built["pii-mask"]
     with Runtime(cache=False) as rt:
-        a = rt.load(ROOT / "plugins" / "pii-mask", plugin_id="mask-a")
-        b = rt.load(ROOT / "plugins" / "pii-mask", plugin_id="mask-b")
+        a = rt.load(folder, plugin_id="mask-a")
+        b = rt.load(folder, plugin_id="mask-b")
         assert a.registration.shareable and b.registration == a.registration
         assert b.call("on_plain_text", "mail a@b.example").value == "mail [EMAIL]"

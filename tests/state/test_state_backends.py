@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import NO_REDIS, REDIS_SERVER, FakeClock
+from state_support import NO_REDIS, REDIS_SERVER, FakeClock
 
 from wasmext.state import Scope, SQLiteStore, StateLimits, StateUnavailable
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REDIS_SERVER
+from state_support import REDIS_SERVER
 
 from wasmext.state import Record, Scope, SQLiteStore, StateStore, dump_records
 

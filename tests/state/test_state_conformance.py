@@ -7,7 +7,7 @@ import threading
 
 import msgpack
 import pytest
-from conftest import FakeClock, StoreFactory
+from state_support import FakeClock, StoreFactory
 
 from wasmext.errors import WasmextError
 from wasmext.state import (

@@ -4,7 +4,7 @@ test_state_cli_crash.py): a refused plugin leaves every plugin as it was."""
 from __future__ import annotations
 
 import pytest
-from conftest import FakeClock, StoreFactory
+from state_support import FakeClock, StoreFactory
 
 from wasmext.state import QuotaExceeded, Record, Scope, StateLimits
 

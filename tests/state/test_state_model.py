@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAKE_EPOCH, FakeClock, StoreFactory, store_factory
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from state_support import FAKE_EPOCH, FakeClock, StoreFactory, store_factory
 
 from wasmext.state import (
     CasConflict,

@@ -35,9 +35,16 @@ def stamp_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.stamp")
 
 
-def _files(root: Path, skip: set[Path]) -> Iterator[Path]:
+def _other_plugin(folder: Path, own: Path) -> bool:
+    """A folder below a build root that is a plugin of its own (an SDK's examples and
+    conformance plugin): neither its sources nor its outputs are this build's inputs."""
+    return (folder / "plugin.toml").is_file() and folder != own and folder not in own.parents
+
+
+def _files(root: Path, skip: set[Path], own: Path) -> Iterator[Path]:
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS
+                         and not _other_plugin(Path(folder) / d, own))
         for name in sorted(names):
             path = Path(folder) / name
             if path in skip or name.endswith((".wasm.tmp", ".stamp")) or ".tmp-" in name:
@@ -57,13 +64,17 @@ def _versions() -> dict[str, str]:
 
 def fingerprint(roots: Iterable[Path], steps: list[list[str]], out: Path,
                 tmp: Path) -> str | None:
-    """The SHA-256 of what the build reads, or None when it cannot be told (too many files)."""
+    """The SHA-256 of what the build reads, or None when it cannot be told (too many files).
+
+    The first root is the plugin's own folder; other plugins found below a root (an
+    SDK's examples) are left out, so building one never makes another stale."""
+    roots = list(roots)
     digest = hashlib.sha256()
     placeholder = [[arg.replace(str(tmp), "<out>") for arg in cmd] for cmd in steps]
     digest.update(json.dumps([placeholder, _versions(), sys.version]).encode())
     count = 0
     for root in roots:
-        for path in _files(root, {out, stamp_path(out)}):
+        for path in _files(root, {out, stamp_path(out)}, roots[0]):
             count += 1
             if count > MAX_FILES:
                 return None

@@ -1,0 +1,97 @@
+"""State test helpers: a fake clock, a real redis-server, and one store factory per backend
+(imported by the tests and by conftest.py, which holds the fixtures)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from support import free_port
+from wasmext.state import MemoryStore, SQLiteStore, StateLimits, StateStore
+
+BACKENDS = ["memory", "sqlite", "redis"]
+REDIS_SERVER = shutil.which("redis-server")
+NO_REDIS = "redis-server is not installed (tests/state/setup-redis.sh installs it)"
+# Far in the future, so that Redis's own expiry (real time) never fires before the
+# store's logical expiry (fake time) during a test.
+FAKE_EPOCH = 3_000_000_000.0
+
+
+class FakeClock:
+    """An injectable clock that moves only when told to."""
+
+    def __init__(self, start: float = FAKE_EPOCH) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@contextmanager
+def redis_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A private redis-server on 127.0.0.1 (no persistence): its URL and its process."""
+    import redis
+
+    port = free_port()
+    proc = subprocess.Popen([REDIS_SERVER or "redis-server", "--port", str(port),
+                             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server did not start on port {port}") from None
+                time.sleep(0.02)
+        yield url, proc
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+StoreFactory = Callable[..., StateStore]
+
+
+def store_factory(backend: str, root: Path, redis_url: str | None) -> tuple[StoreFactory,
+                                                                            list[StateStore]]:
+    """make(limits=None, clock=None, name="main"): stores with the same name share their data
+    (the same SQLite file or Redis prefix), like two hosts or a restarted one."""
+    opened: list[StateStore] = []
+    run = uuid.uuid4().hex[:12]
+
+    def make(limits: StateLimits | None = None, clock: Callable[[], float] | None = None,
+             name: str = "main") -> StateStore:
+        clock = clock or FakeClock()
+        store: StateStore
+        if backend == "memory":
+            store = MemoryStore(limits, clock=clock)
+        elif backend == "sqlite":
+            store = SQLiteStore(root / f"{name}.db", limits, clock=clock)
+        else:
+            from wasmext.state.redis.store import RedisStore
+
+            assert redis_url is not None
+            store = RedisStore(url=redis_url, limits=limits, clock=clock,
+                               prefix=f"test:{run}:{name}")
+        opened.append(store)
+        return store
+
+    return make, opened
