@@ -24,8 +24,8 @@ import wasmtime
 
 from wasmext import CompileCache, PluginError, Runtime
 from wasmext.manifest import BuildSpec
-from wasmext_cli.build import go as build_go
 from wasmext_cli.build import ToolchainMissing, build_plugin
+from wasmext_cli.build import go as build_go
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_SDK = ROOT / "guest-sdks" / "go"
