@@ -185,6 +185,22 @@ def test_a_slow_response_ends_at_the_call_deadline(host: Host, server: Loopback)
     healthy(host, server)
 
 
+@pytest.mark.parametrize("path", ["/drip", "/drip-headers"])
+def test_a_server_dripping_bytes_ends_at_the_call_deadline(host: Host, server: Loopback,
+                                                           path: str) -> None:
+    # One byte every 50 ms: a 400-byte body (or header block) would take 20 s, and no
+    # single read ever waits long enough for a per-read timeout.
+    plugin = add(host, "dripped", {"url": server.url(path)}, {"http:127.0.0.1"},
+                 limits={"timeout_ms": 1000, "host_call_timeout_ms": 1000})
+    started = time.monotonic()
+    message = refused(plugin, "timeout", 3)
+    assert "deadline" in message
+    assert time.monotonic() - started >= 0.5  # the drip was read until the deadline
+    assert server.server.sent_bytes < 60  # ~20 bytes in a second, never the whole answer
+    refused(plugin, "timeout", 3)
+    healthy(host, server)
+
+
 def test_an_injected_secret_never_reaches_the_guest(host: Host, server: Loopback) -> None:
     wasm = fetch_wasm({"url": server.url("/echo"), "headers": {"Authorization": "mine"}})
     plugin = Plugin(host.runtime.compile(wasm, "echo"), plugin_id="echo",
