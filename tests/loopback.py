@@ -85,7 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _drip_answer(self, body: bytes, pause_s: float, headers_too: bool,
                      content_type: str = "text/plain") -> None:
-        head = (f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n"
+        padding = f"X-Padding: {'p' * 300}\r\n" if headers_too else ""  # 20 s of drip
+        head = (f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n{padding}"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         if headers_too:
             self._drip(head + body, pause_s)

@@ -49,11 +49,14 @@ class ChatAnswer:
     output_tokens: int = 0
     model: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # False when the endpoint sent no usage, or counts that are not non-negative ints:
+    # then the tokens above are 0 and llm.complete charges the whole reservation.
+    usage_reported: bool = True
 
 
-def _tokens(usage: Any, key: str) -> int:
-    value = usage.get(key, 0) if isinstance(usage, dict) else 0
-    return value if isinstance(value, int) and value >= 0 else 0
+def _tokens(usage: Any, key: str) -> int | None:
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if type(value) is int and value >= 0 else None
 
 
 def parse_answer(doc: Any, model: str) -> ChatAnswer:
@@ -76,11 +79,12 @@ def parse_answer(doc: Any, model: str) -> ChatAnswer:
                       "args": args})
     usage = doc.get("usage")
     content = message.get("content")
+    prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
     return ChatAnswer(text=content if isinstance(content, str) else "",
                       finish_reason=str(choice.get("finish_reason") or "stop"),
-                      input_tokens=_tokens(usage, "prompt_tokens"),
-                      output_tokens=_tokens(usage, "completion_tokens"),
-                      model=str(doc.get("model") or model), tool_calls=calls)
+                      input_tokens=prompt or 0, output_tokens=completion or 0,
+                      model=str(doc.get("model") or model), tool_calls=calls,
+                      usage_reported=prompt is not None and completion is not None)
 
 
 class OpenAIClient:
