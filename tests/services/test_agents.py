@@ -270,7 +270,8 @@ def test_a_call_trees_agent_time_is_bounded(host: Host) -> None:
         release.set()
 
 
-def test_an_abandoned_run_is_cancelled(host: Host) -> None:
+@pytest.mark.parametrize("hop", ["direct", "call pool"])
+def test_an_abandoned_run_is_cancelled(host: Host, hop: str) -> None:
     spin = guest_wat("(loop $forever (br $forever)) (i64.const 0)",
                      registration={"hooks": [{"hook": "turn"}], "abi_minor": 1})
     spinner = host.add(bytes(wasmtime.wat2wasm(spin)), plugin_id="spinner",
@@ -279,8 +280,14 @@ def test_an_abandoned_run_is_cancelled(host: Host) -> None:
 
     def stuck(data: Any) -> Any:
         began = time.monotonic()
+        async def on_the_pool() -> Any:
+            loop = asyncio.get_running_loop()
+            return await call_pool().submit(loop, spinner.call, "turn")
         try:
-            spinner.call("turn")
+            if hop == "direct":
+                spinner.call("turn")
+            else:  # an AsyncSession inside an agent takes this hop
+                asyncio.run(on_the_pool())
         except WasmextError as err:
             ended.append((err.reason, time.monotonic() - began))
         return "late"
@@ -292,6 +299,7 @@ def test_an_abandoned_run_is_cancelled(host: Host) -> None:
     deadline = time.monotonic() + 5
     while not ended and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert ended, "the abandoned run's plugin call was not cancelled"
     code, took = ended[0]
     assert code == "cancelled" and took < 3  # not the spinner's own 10 s
     healthy(host)
