@@ -7,6 +7,8 @@ plugin (and the attacked one) still answers afterwards.
 from __future__ import annotations
 
 import contextlib
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,6 +200,53 @@ def test_a_server_dripping_bytes_ends_at_the_call_deadline(host: Host, server: L
     assert time.monotonic() - started >= 0.5  # the drip was read until the deadline
     assert server.server.sent_bytes < 60  # ~20 bytes in a second, never the whole answer
     refused(plugin, "timeout", 3)
+    healthy(host, server)
+
+
+@contextlib.contextmanager
+def dripping_tls_server() -> Iterator[tuple[int, list[int]]]:
+    """A TCP server that answers a TLS hello with a record header announcing 16 KiB,
+    then drips the record a byte every 50 ms: the handshake's every read is short."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop, sent = threading.Event(), [0]
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.recv(65536)  # the client's hello
+                    conn.sendall(b"\x16\x03\x03\x40\x00")
+                    while not stop.wait(0.05):
+                        conn.sendall(b"\x00")
+                        sent[0] += 1
+                except OSError:
+                    pass  # the client hung up: what the test wants
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], sent
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_a_dripping_tls_handshake_ends_at_the_call_deadline(host: Host,
+                                                            server: Loopback) -> None:
+    with dripping_tls_server() as (port, sent):
+        plugin = add(host, "handshake", {"url": f"https://127.0.0.1:{port}/"},
+                     {"http:127.0.0.1"},
+                     limits={"timeout_ms": 1000, "host_call_timeout_ms": 1000})
+        started = time.monotonic()
+        assert "deadline" in refused(plugin, "timeout", 3)
+        assert time.monotonic() - started >= 0.5
+        assert sent[0] < 60
     healthy(host, server)
 
 

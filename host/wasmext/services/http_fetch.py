@@ -25,7 +25,7 @@ from urllib.parse import urljoin
 import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
-from wasmext.services.httpdeadline import bounded, passed
+from wasmext.services.httpdeadline import bounded, passed, tls_context
 from wasmext.services.netguard import Refused, Target, resolve_target
 
 __all__ = ["HttpFetch", "HttpLimits"]
@@ -156,7 +156,8 @@ class HttpFetch:
         headers = {**headers, "host": target.host_header, "accept-encoding": "identity"}
         try:
             with bounded(deadline) as extensions, \
-                    httpx2.Client(trust_env=False, follow_redirects=False) as client:
+                    httpx2.Client(trust_env=False, follow_redirects=False,
+                                  verify=tls_context()) as client:
                 if target.scheme == "https":
                     extensions["sni_hostname"] = target.host
                 request = client.build_request(method, target.connect_url, headers=headers,

@@ -14,21 +14,28 @@ long as it likes. Two things bound it here:
   `passed(deadline)` tells the caller it was the deadline.
 
 Shutting a socket down (not closing it) leaves the file descriptor to its
-owner, so the watchdog can never touch a descriptor that was reused.
+owner, so the watchdog can never touch a descriptor that was reused. A TLS
+handshake runs on a new socket object (the TCP one is detached into it), which
+httpcore reports only once the handshake is over; so requests use
+`tls_context()`, whose sockets join the watched set as the handshake starts,
+and a server dripping its handshake is cut off too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
+
 from wasmext.services.alarms import alarms
 
-__all__ = ["bounded", "passed"]
+__all__ = ["bounded", "passed", "tls_context"]
 
 # Events after which httpcore holds a new network stream (the TLS one replaces the TCP one).
 _STREAM_EVENTS = frozenset({"connection.connect_tcp.complete", "connection.start_tls.complete",
@@ -65,6 +72,40 @@ class _Sockets:
             _shut(sock)
 
 
+class _Watching(threading.local):
+    sockets: _Sockets | None = None
+
+
+_watching = _Watching()
+
+
+class _WatchedTLSSocket(ssl.SSLSocket):
+    """An SSL socket that joins the running request's watched set before its handshake."""
+
+    def do_handshake(self, block: bool = False) -> None:
+        """Join the set (the handshake runs on the requesting thread), then shake hands."""
+        watched = _watching.sockets
+        if watched is not None:
+            watched.add(self)
+        super().do_handshake(block)
+
+
+_tls: ssl.SSLContext | None = None
+_tls_lock = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The verifying client context for bounded requests (made once: loading the CA
+    store costs milliseconds, and a context is safe to share between threads)."""
+    global _tls
+    with _tls_lock:
+        if _tls is None:
+            context = httpx2.create_ssl_context(trust_env=False)
+            context.sslsocket_class = _WatchedTLSSocket
+            _tls = context
+        return _tls
+
+
 def _shut(sock: socket.socket) -> None:
     with contextlib.suppress(OSError, ValueError):
         sock.shutdown(socket.SHUT_RDWR)
@@ -89,7 +130,9 @@ def bounded(deadline: float) -> Iterator[dict[str, Any]]:
                 sockets.add(get("socket"))
 
     cancel = alarms().at(deadline, sockets.expire)
+    outer, _watching.sockets = _watching.sockets, sockets
     try:
         yield {"timeout": timeouts, "trace": trace}
     finally:
+        _watching.sockets = outer
         cancel()

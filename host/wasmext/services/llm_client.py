@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 
 from wasmext.errors import WasmextError
-from wasmext.services.httpdeadline import bounded, passed
+from wasmext.services.httpdeadline import bounded, passed, tls_context
 
 __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient"]
 
@@ -111,7 +111,8 @@ class OpenAIClient:
             headers["Authorization"] = f"Bearer {self.api_key}"
         deadline = time.monotonic() + req.timeout_s
         try:
-            with bounded(deadline) as extensions, httpx2.Client(trust_env=False) as client, \
+            with bounded(deadline) as extensions, \
+                    httpx2.Client(trust_env=False, verify=tls_context()) as client, \
                     client.stream("POST", self.url, json=body, headers=headers,
                                   extensions=extensions) as resp:
                 raw = bytearray()
