@@ -256,7 +256,7 @@ def test_a_fan_out_stops_at_the_call_trees_agent_runs(host: Host) -> None:
 def test_a_call_trees_agent_time_is_bounded(host: Host) -> None:
     host.agents.max_tree_ms = 1000
     release, runs = threading.Event(), []
-    host.agents.register("slow", lambda data: (runs.append(1), release.wait(0.4)))
+    host.agents.register("slow", lambda data: (runs.append(1), release.wait(0.3)))
     plugin = host.add(looping_wasm({"op": "agents.request", "agent": "slow", "input": 0,
                                     "timeout_ms": 5000}, 50),
                       plugin_id="patient", grants={"agents", "agents:slow"}, limits=BIG_BUDGET)
@@ -264,7 +264,9 @@ def test_a_call_trees_agent_time_is_bounded(host: Host) -> None:
     try:
         assert "agent time (1 s) is spent" in refused(plugin, "limit", 3)
         assert time.monotonic() - started >= 0.9  # the runs went on until the tree's end
-        assert len(runs) == 3  # at 0, 0.4 and 0.8 s; the third was cut at 1 s
+        # At 0, 0.3, 0.6 and 0.9 s (fewer on a loaded machine); the last was cut at 1 s.
+        # Without the tree's time, the 50 asks would run for 15 s.
+        assert 2 <= len(runs) <= 4
         healthy(host)
     finally:
         release.set()

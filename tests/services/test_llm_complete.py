@@ -21,6 +21,7 @@ import pytest
 import wasmtime
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_http_fetch import cut_at_deadline
 
 from loopback import Loopback, loopback
 from wasmext import ConfigError, Host, PluginError, Runtime
@@ -287,9 +288,8 @@ def test_a_model_dripping_its_answer_ends_at_the_call_deadline(server: Loopback,
         plugin = host.add(llm_wasm(ASK), plugin_id="dripped", grants={"llm"},
                           limits={"timeout_ms": 1000, "host_call_timeout_ms": 1000})
         started = time.monotonic()
-        message = refused(plugin, "timeout", 3)
+        cut_at_deadline(plugin, 3)
         assert time.monotonic() - started >= 0.5  # read until the deadline, not refused early
-        assert "no answer within" in message
         assert server.server.sent_bytes < 60  # about 20 bytes a second, never the answer
         server.server.completion.update(drip_s=0.0)
         healthy(host, server)
