@@ -2,8 +2,10 @@
 
 `Loopback` serves a few routes on 127.0.0.1 (or ::1) from a thread: plain
 answers, an echo of the request headers, redirects, a response that claims or
-streams a gigabyte, a slow answer, and an OpenAI-compatible chat-completions
-endpoint whose behaviour the test sets. Every request is recorded.
+streams a gigabyte, a slow answer, answers that drip their headers or body one
+byte at a time, and an OpenAI-compatible chat-completions endpoint whose
+behaviour the test sets (its delay, drip, text and the usage it reports, true
+or not). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class _Server(ThreadingHTTPServer):
         self.stop = threading.Event()
         self.slow_s = 5.0
         self.completion: dict[str, Any] = {"text": "hello from the model", "delay_s": 0.0,
-                                           "usage": (12, 5)}
+                                           "usage": (12, 5), "drip_s": 0.0}
+        self.drip_s = 0.05  # the pause between two dripped bytes
         self.sent_bytes = 0
         super().__init__(address, _Handler)
 
@@ -67,6 +70,31 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the client hung up at its cap: what the test wants
         self.close_connection = True
 
+    def _drip(self, data: bytes, pause_s: float) -> None:
+        """Send `data` one byte at a time (a server that holds its client)."""
+        try:
+            for i in range(len(data)):
+                if self.server.stop.wait(pause_s):
+                    break
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                self.server.sent_bytes += 1
+        except OSError:
+            pass  # the client hung up: what the test wants
+        self.close_connection = True
+
+    def _drip_answer(self, body: bytes, pause_s: float, headers_too: bool,
+                     content_type: str = "text/plain") -> None:
+        padding = f"X-Padding: {'p' * 300}\r\n" if headers_too else ""  # 20 s of drip
+        head = (f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n{padding}"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        if headers_too:
+            self._drip(head + body, pause_s)
+        else:
+            self.wfile.write(head)
+            self.wfile.flush()
+            self._drip(body, pause_s)
+
     def do_GET(self) -> None:
         self._route(b"")
 
@@ -93,6 +121,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts.path == "/slow":
             self.server.stop.wait(self.server.slow_s)
             self._answer(200, b"late")
+        elif parts.path == "/drip":
+            self._drip_answer(b"d" * 400, self.server.drip_s, headers_too=False)
+        elif parts.path == "/drip-headers":
+            self._drip_answer(b"late", self.server.drip_s, headers_too=True)
         elif parts.path == "/v1/chat/completions":
             self._complete(json.loads(body or b"{}"))
         else:
@@ -102,13 +134,23 @@ class _Handler(BaseHTTPRequestHandler):
         plan = self.server.completion
         if plan["delay_s"]:
             self.server.stop.wait(plan["delay_s"])
-        prompt, completion = plan["usage"]
-        doc = {"id": "cmpl-1", "object": "chat.completion", "model": request.get("model"),
-               "choices": [{"index": 0, "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": plan["text"]}}],
-               "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                         "total_tokens": prompt + completion}}
-        self._answer(200, json.dumps(doc).encode(), {"Content-Type": "application/json"})
+        doc: dict[str, Any] = {
+            "id": "cmpl-1", "object": "chat.completion", "model": request.get("model"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": plan["text"]}}]}
+        usage = plan["usage"]
+        if isinstance(usage, tuple):
+            prompt, completion = usage
+            doc["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                            "total_tokens": prompt + completion}
+        elif usage is not None:  # whatever a lying server says, as it says it
+            doc["usage"] = usage
+        raw = json.dumps(doc).encode()
+        if plan["drip_s"]:
+            self._drip_answer(raw, plan["drip_s"], headers_too=plan.get("drip_headers", False),
+                              content_type="application/json")
+        else:
+            self._answer(200, raw, {"Content-Type": "application/json"})
 
 
 class Loopback:

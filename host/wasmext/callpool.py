@@ -14,7 +14,12 @@ Threads start on demand, up to `min(32, cpu + 4)` (the ThreadPoolExecutor
 rule), and wait on one queue. A worker counts itself idle before it hands its
 answer back, so a task that awaits one call after another reuses the same
 thread. Workers are daemons: nothing waits for a plugin call after the
-program's event loop is gone. As with `run_in_executor`, a call whose await
+program's event loop is gone. A call runs in a copy of the submitting task's
+context variables (as `asyncio.to_thread` does), so what travels in them, the
+chain of agent runs that guards against cycles (`services.agents`), crosses
+the hop, and a call scope bound where the task started (an MCP request, an
+agent run) reaches the plugin calls it makes (`callscope.joining`). As with
+`run_in_executor`, a call whose await
 was cancelled while it waited in the queue never starts, and a cancelled
 await does not stop a call already running (each call is bounded by its
 plugin's timeout); its answer is dropped.
@@ -24,12 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from wasmext.sandbox import callscope
 
 __all__ = ["CallPool", "call_pool"]
 
@@ -45,6 +53,12 @@ def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None
         future.set_result(value)
     else:
         future.set_exception(error)
+
+
+def _joined(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` within reach of the call scope the submitting context carries."""
+    with callscope.joining():
+        return fn(*args)
 
 
 class CallPool:
@@ -78,7 +92,7 @@ class CallPool:
                 spawn = self._threads < self.max_workers
                 if spawn:
                     self._threads += 1
-        self._jobs.put((loop, future, fn, args))
+        self._jobs.put((loop, future, contextvars.copy_context().run, (_joined, fn, *args)))
         if spawn:
             threading.Thread(target=self._work, daemon=True,
                              name=f"{self.name}-{next(self._numbers)}").start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ import pytest
 import wasmtime
 
 from wasmext import Host, PluginError
+from wasmext.callpool import call_pool
+from wasmext.errors import WasmextError
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
@@ -170,21 +173,187 @@ def test_agent_chains_stop_at_the_depth_limit(host: Host) -> None:
 def test_send_does_not_wait_and_a_storm_is_refused(host: Host) -> None:
     release, got = threading.Event(), []
     host.agents.register("inbox", lambda data: (release.wait(10), got.append(data)))
-    plugin = add(host, "sender", {"op": "agents.send", "agent": "inbox", "input": "m"},
-                 {"agents:inbox"})
-    codes = []
+    senders = [add(host, f"sender{n}", {"op": "agents.send", "agent": "inbox", "input": "m"},
+                   {"agents:inbox"}) for n in range(5)]
+    codes: dict[str, list[str]] = {}
+    messages: dict[str, set[str]] = {}
     started = time.monotonic()
-    for _ in range(40):
-        try:
-            assert plugin.call("turn").value is None
-            codes.append("ok")
-        except PluginError as err:
-            codes.append(err.code)
-    assert time.monotonic() - started < 5  # nothing waited for the blocked agent
-    assert codes.count("ok") == 16 and set(codes[16:]) == {"limit"}
+    for plugin in senders:
+        for _ in range(40):
+            try:
+                assert plugin.call("turn").value is None
+                codes.setdefault(plugin.id, []).append("ok")
+            except PluginError as err:
+                codes.setdefault(plugin.id, []).append(err.code)
+                messages.setdefault(plugin.id, set()).add(err.message.split(" (")[0])
+    assert time.monotonic() - started < 10  # nothing waited for the blocked agent
+    # Each plugin gets its share (4 of the 16 slots); the fifth finds the host full.
+    for n in range(4):
+        assert codes[f"sender{n}"][:4] == ["ok"] * 4
+        assert set(codes[f"sender{n}"][4:]) == {"limit"}
+        assert messages[f"sender{n}"] == {f"plugin sender{n} has 4 agent calls in flight"}
+    assert set(codes["sender4"]) == {"limit"}
+    assert messages["sender4"] == {"too many agent calls in flight"}
     release.set()
     deadline = time.monotonic() + 5
     while len(got) < 16 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert got == ["m"] * 16
     healthy(host)
+
+
+def looping_wasm(request: dict[str, Any], times: int) -> bytes:
+    """A turn guest that sends `request` `times` times and answers the last answer."""
+    raw = msgpack.packb(request)
+    call = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))"
+    body = f"""(local $i i32) (local $r i64)
+      (loop $again
+        (local.set $r {call})
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $again (i32.lt_u (local.get $i) (i32.const {times}))))
+      (local.get $r)"""
+    wat = guest_wat(body, imports=HOST_CALL, data=raw,
+                    registration={"hooks": [{"hook": "turn"}], "abi_minor": 1})
+    return bytes(wasmtime.wat2wasm(wat))
+
+
+BIG_BUDGET = {"timeout_ms": 20_000, "host_call_timeout_ms": 20_000, "max_host_calls": 1000}
+
+
+def test_a_fan_out_stops_at_the_call_trees_agent_runs(host: Host) -> None:
+    runs: list[str] = []
+    lock = threading.Lock()
+
+    def counted(name: str, then: Any = None) -> Any:
+        def agent(data: Any) -> Any:
+            with lock:
+                runs.append(name)
+            return then(data) if then else name
+        return agent
+
+    # One root call asks 10 times for `fan`, which runs a plugin that asks 10 times for
+    # `leaf`, and so on: 110 runs, and 1000 asks from the root alone, without the cap.
+    host.agents.register("leaf", counted("leaf"))
+    inner = host.add(looping_wasm({"op": "agents.request", "agent": "leaf", "input": 0}, 10),
+                     plugin_id="inner", grants={"agents", "agents:leaf"}, limits=BIG_BUDGET)
+    host.agents.register("fan", counted("fan", lambda data: inner.call("turn").value))
+    outer = host.add(looping_wasm({"op": "agents.request", "agent": "fan", "input": 0}, 10),
+                     plugin_id="outer", grants={"agents", "agents:fan"}, limits=BIG_BUDGET)
+    started = time.monotonic()
+    assert "agent runs" in refused(outer, "limit", 20)  # the last asks were refused
+    assert len(runs) == 64  # max_runs_per_call, over the whole tree
+    wide = host.add(looping_wasm({"op": "agents.request", "agent": "leaf", "input": 0}, 1000),
+                    plugin_id="wide", grants={"agents", "agents:leaf"}, limits=BIG_BUDGET)
+    runs.clear()
+    message = refused(wide, "limit", 20)
+    assert "the call tree has started its 64 agent runs" in message
+    assert len(runs) == 64  # a 1000-call budget, and still 64 runs
+    assert time.monotonic() - started < 20
+    runs.clear()
+    healthy(host)  # a new root call has a budget of its own
+
+
+def test_a_call_trees_agent_time_is_bounded(host: Host) -> None:
+    host.agents.max_tree_ms = 1000
+    release, runs = threading.Event(), []
+    host.agents.register("slow", lambda data: (runs.append(1), release.wait(0.3)))
+    plugin = host.add(looping_wasm({"op": "agents.request", "agent": "slow", "input": 0,
+                                    "timeout_ms": 5000}, 50),
+                      plugin_id="patient", grants={"agents", "agents:slow"}, limits=BIG_BUDGET)
+    started = time.monotonic()
+    try:
+        assert "agent time (1 s) is spent" in refused(plugin, "limit", 3)
+        assert time.monotonic() - started >= 0.9  # the runs went on until the tree's end
+        # At 0, 0.3, 0.6 and 0.9 s (fewer on a loaded machine); the last was cut at 1 s.
+        # Without the tree's time, the 50 asks would run for 15 s.
+        assert 2 <= len(runs) <= 4
+        healthy(host)
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("hop", ["direct", "call pool"])
+def test_an_abandoned_run_is_cancelled(host: Host, hop: str) -> None:
+    spin = guest_wat("(loop $forever (br $forever)) (i64.const 0)",
+                     registration={"hooks": [{"hook": "turn"}], "abi_minor": 1})
+    spinner = host.add(bytes(wasmtime.wat2wasm(spin)), plugin_id="spinner",
+                       limits={"timeout_ms": 10_000, "fuel_per_call": 10**15})
+    ended: list[tuple[str, float]] = []
+
+    def stuck(data: Any) -> Any:
+        began = time.monotonic()
+        async def on_the_pool() -> Any:
+            loop = asyncio.get_running_loop()
+            return await call_pool().submit(loop, spinner.call, "turn")
+        try:
+            if hop == "direct":
+                spinner.call("turn")
+            else:  # an AsyncSession inside an agent takes this hop
+                asyncio.run(on_the_pool())
+        except WasmextError as err:
+            ended.append((err.reason, time.monotonic() - began))
+        return "late"
+
+    host.agents.register("stuck", stuck)
+    plugin = add(host, "asker", {"op": "agents.request", "agent": "stuck", "input": 0,
+                                 "timeout_ms": 300}, {"agents:stuck"})
+    refused(plugin, "timeout", 2)
+    deadline = time.monotonic() + 5
+    while not ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ended, "the abandoned run's plugin call was not cancelled"
+    code, took = ended[0]
+    assert code == "cancelled" and took < 3  # not the spinner's own 10 s
+    healthy(host)
+
+
+def pool_relay(host: Host, pid: str, seen: list[dict[str, Any]]) -> Any:
+    """An agent that runs plugin `pid`'s turn on the call pool, from an event loop."""
+    def agent(data: Any) -> Any:
+        async def hop() -> Any:
+            loop = asyncio.get_running_loop()
+            return await call_pool().submit(loop, host.plugins[pid].plugin.call, "turn")
+        try:
+            return {"value": asyncio.run(hop()).value}
+        except PluginError as err:
+            seen.append({"code": err.code, "message": err.message})
+            return {"code": err.code}
+    return agent
+
+
+def session_relay(host: Host) -> Any:
+    """An agent that runs `host`'s turn middleware through an AsyncSession."""
+    def agent(data: Any) -> Any:
+        async def turn() -> Any:
+            async with host.asession(inline_below_ms=0) as s:
+                return await s.middleware("turn", {"turn_id": "t", "messages": [],
+                                                   "metadata": {}},
+                                          lambda d: {"response": "core"})
+        return asyncio.run(turn())
+    return agent
+
+
+@pytest.mark.parametrize("op", ["agents.send", "agents.request"])
+def test_a_ping_pong_through_asession_and_the_call_pool_is_a_cycle(host: Host,
+                                                                   op: str) -> None:
+    # p asks ping; ping runs the other host's turn through an AsyncSession, where q
+    # asks pong; pong runs p on the call pool, and p asks ping again: a cycle, though
+    # each hop changed threads.
+    seen: list[dict[str, Any]] = []
+    runs: list[str] = []
+    with make_host() as other:
+        p = add(host, "p", {"op": op, "agent": "ping", "input": 0}, {"agents:ping"})
+        add(other, "q", {"op": op, "agent": "pong", "input": 0}, {"agents:pong"})
+        ping, pong = session_relay(other), pool_relay(host, "p", seen)
+        host.agents.register("ping", lambda data: (runs.append("ping"), ping(data))[1])
+        other.agents.register("pong", lambda data: (runs.append("pong"), pong(data))[1])
+        started = time.monotonic()
+        p.call("turn")
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert time.monotonic() - started < 3
+        time.sleep(0.5)  # a ping-pong that got through would go on meanwhile
+        assert runs == ["ping", "pong"]
+        assert seen == [{"code": "limit", "message": "agent cycle: ping -> pong -> ping"}]
+        healthy(host)

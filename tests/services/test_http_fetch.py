@@ -7,6 +7,8 @@ plugin (and the attacked one) still answers afterwards.
 from __future__ import annotations
 
 import contextlib
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 
 from loopback import Loopback, ipv6_loopback_available, loopback
 from wasmext import ConfigError, Host, PluginError, Runtime, load_config
+from wasmext.errors import Timeout
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.http_config import parse_http
 from wasmext.services.netguard import Refused, forbidden, split_url
@@ -64,6 +67,20 @@ def refused(plugin: Any, code: str, within_s: float) -> str:
         plugin.call("test")
     assert time.monotonic() - started < within_s
     assert info.value.code == code, info.value.message
+    return info.value.message
+
+
+def cut_at_deadline(plugin: Any, within_s: float, hook: str = "test") -> str:
+    """The call ends within `within_s` with a named time-out: the op's `timeout` answer,
+    or, when a loaded machine delivered that answer past the 20 ms margin it keeps,
+    the sandbox's own `Timeout` for the same deadline (a host call that was never
+    cut off would instead run for as long as the server drips)."""
+    started = time.monotonic()
+    with pytest.raises((PluginError, Timeout)) as info:
+        plugin.call(hook)
+    assert time.monotonic() - started < within_s
+    if isinstance(info.value, PluginError):
+        assert info.value.code == "timeout", info.value.message
     return info.value.message
 
 
@@ -182,6 +199,68 @@ def test_a_slow_response_ends_at_the_call_deadline(host: Host, server: Loopback)
                  limits={"timeout_ms": 300})
     message = refused(plugin, "timeout", 1.5)
     assert "deadline" in message
+    healthy(host, server)
+
+
+@pytest.mark.parametrize("path", ["/drip", "/drip-headers"])
+def test_a_server_dripping_bytes_ends_at_the_call_deadline(host: Host, server: Loopback,
+                                                           path: str) -> None:
+    # One byte every 50 ms: a 400-byte body (or header block) would take 20 s, and no
+    # single read ever waits long enough for a per-read timeout.
+    plugin = add(host, "dripped", {"url": server.url(path)}, {"http:127.0.0.1"},
+                 limits={"timeout_ms": 1000, "host_call_timeout_ms": 1000})
+    started = time.monotonic()
+    cut_at_deadline(plugin, 3)
+    assert time.monotonic() - started >= 0.5  # the drip was read until the deadline
+    assert server.server.sent_bytes < 60  # ~20 bytes in a second, never the whole answer
+    cut_at_deadline(plugin, 3)
+    healthy(host, server)
+
+
+@contextlib.contextmanager
+def dripping_tls_server() -> Iterator[tuple[int, list[int]]]:
+    """A TCP server that answers a TLS hello with a record header announcing 16 KiB,
+    then drips the record a byte every 50 ms: the handshake's every read is short."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop, sent = threading.Event(), [0]
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.recv(65536)  # the client's hello
+                    conn.sendall(b"\x16\x03\x03\x40\x00")
+                    while not stop.wait(0.05):
+                        conn.sendall(b"\x00")
+                        sent[0] += 1
+                except OSError:
+                    pass  # the client hung up: what the test wants
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], sent
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_a_dripping_tls_handshake_ends_at_the_call_deadline(host: Host,
+                                                            server: Loopback) -> None:
+    with dripping_tls_server() as (port, sent):
+        plugin = add(host, "handshake", {"url": f"https://127.0.0.1:{port}/"},
+                     {"http:127.0.0.1"},
+                     limits={"timeout_ms": 1000, "host_call_timeout_ms": 1000})
+        started = time.monotonic()
+        cut_at_deadline(plugin, 3)
+        assert time.monotonic() - started >= 0.5
+        assert sent[0] < 60
     healthy(host, server)
 
 

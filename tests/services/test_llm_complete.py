@@ -21,6 +21,7 @@ import pytest
 import wasmtime
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_http_fetch import cut_at_deadline
 
 from loopback import Loopback, loopback
 from wasmext import ConfigError, Host, PluginError, Runtime
@@ -275,3 +276,90 @@ def test_any_answer_document_parses_or_is_a_value_error(doc: dict[str, Any]) -> 
 def test_any_llm_section_parses_or_is_a_config_error(raw: dict[str, Any]) -> None:
     with contextlib.suppress(ConfigError):
         parse_llm(raw, None)
+
+
+@pytest.mark.parametrize("headers_too", [False, True])
+def test_a_model_dripping_its_answer_ends_at_the_call_deadline(server: Loopback,
+                                                               headers_too: bool) -> None:
+    # One byte every 50 ms: the answer would take many seconds, and no single read
+    # waits long enough for a per-read timeout.
+    server.server.completion.update(drip_s=0.05, drip_headers=headers_too)
+    with endpoint_host(server) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="dripped", grants={"llm"},
+                          limits={"timeout_ms": 1000, "host_call_timeout_ms": 1000})
+        started = time.monotonic()
+        cut_at_deadline(plugin, 3)
+        assert time.monotonic() - started >= 0.5  # read until the deadline, not refused early
+        assert server.server.sent_bytes < 60  # about 20 bytes a second, never the answer
+        server.server.completion.update(drip_s=0.0)
+        healthy(host, server)
+
+
+LONG_ANSWER = "word " * 720  # 3600 bytes: about 900 tokens of text
+LIES = {
+    "missing": None,
+    "negative": {"prompt_tokens": -5000, "completion_tokens": -5000, "total_tokens": -10000},
+    "tiny": (1, 1),  # far fewer tokens than the 3600 bytes of the answer
+    "strings": {"prompt_tokens": "0", "completion_tokens": "0"},
+    "absurd": (10**15, 10**15),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_a_model_server_cannot_refund_the_budget(server: Loopback, lie: str) -> None:
+    server.server.completion.update(text=LONG_ANSWER, usage=LIES[lie])
+    with endpoint_host(server, max_tokens_per_session=3000,
+                       max_tokens_per_day=5000) as host:
+        plugin = host.add(llm_wasm({**ASK, "max_tokens": 900}), plugin_id="spender",
+                          grants={"llm"}, limits={"timeout_ms": 5000})
+        codes, messages = [], set()
+        started = time.monotonic()
+        for _ in range(12):
+            try:
+                plugin.call("test", None, {"session": "one"})
+                codes.append("ok")
+            except PluginError as err:
+                codes.append(err.code)
+                messages.add(err.message.split(" is spent")[0])
+        assert time.monotonic() - started < 20
+        assert messages <= {"plugin spender: the session's token budget 3000",
+                            "plugin spender: today's token budget 5000"}
+        # Each call is charged at least its reservation (912 tokens): 3 fit in 3000.
+        assert 1 <= codes.count("ok") <= 3 and set(codes) == {"ok", "limit"}
+        assert len(completions(server)) == codes.count("ok")
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        assert host.llm.ledger.used("spender", day) >= 912 * codes.count("ok")
+        server.server.completion.update(text="hello from the model")
+        healthy(host, server)
+
+
+def test_honest_usage_still_replaces_the_reservation(server: Loopback) -> None:
+    server.server.completion.update(text=LONG_ANSWER, usage=(20, 460))  # 8 bytes a token
+    with endpoint_host(server, max_tokens_per_session=3000,
+                       max_tokens_per_day=5000) as host:
+        plugin = host.add(llm_wasm({**ASK, "max_tokens": 900}), plugin_id="honest",
+                          grants={"llm"}, limits={"timeout_ms": 5000})
+        passed = 0
+        with contextlib.suppress(PluginError):
+            for _ in range(12):
+                plugin.call("test", None, {"session": "one"})
+                passed += 1
+        assert passed == 5  # 480 a call, and the sixth's reservation of 912 does not fit
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        assert host.llm.ledger.used("honest", day) == 5 * 480
+
+
+def test_a_request_without_max_tokens_reserves_the_per_call_budget(server: Loopback) -> None:
+    server.server.completion.update(text=LONG_ANSWER, usage=None)
+    ask = {"messages": ASK["messages"]}
+    with endpoint_host(server, max_tokens_per_call=1000, max_tokens_per_session=2500,
+                       max_tokens_per_day=5000) as host:
+        plugin = host.add(llm_wasm(ask), plugin_id="open-ended", grants={"llm"},
+                          limits={"timeout_ms": 5000})
+        plugin.call("test", None, {"session": "one"})
+        plugin.call("test", None, {"session": "one"})
+        assert "session's token budget" in refused(plugin, "limit", 2, {"session": "one"})
+        sent = json.loads(completions(server)[-1]["body"])
+        assert sent["max_tokens"] == 1000 - 12  # what the prompt (an estimate of 12) leaves
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        assert host.llm.ledger.used("open-ended", day) == 2000

@@ -18,10 +18,17 @@ there). A host tool that a plugin calls runs in a `calltree.run_bounded` worker
 thread; the worker joins the scope (`joined`), so a plugin that tool calls is
 reached too. `current()` is the scope bound to this thread, so an
 op or a tool runner deep in the call finds it (None outside any scope).
+
+A bound scope is also kept in a context variable, so a thread that runs work
+in a copy of the caller's context (wasmext's call pool does, for an
+`AsyncSession` used inside a scope) can join it with `joining()`: a cancel
+then reaches the plugin calls it runs as well.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import threading
 import time
@@ -31,7 +38,7 @@ from typing import Any
 
 from wasmext.sandbox import calltree
 
-__all__ = ["CallScope", "current"]
+__all__ = ["CallScope", "current", "joining"]
 
 log = logging.getLogger("wasmext.sandbox")
 KEEP_INTERRUPTING_S = 60.0
@@ -67,12 +74,14 @@ class CallScope:
         """Reach this thread too for the block (a worker doing part of the bound call)."""
         previous = getattr(_bound, "scope", None)
         _bound.scope = self
+        token = _in_context.set(self)
         stack = calltree._tree.stack  # each plugin call's frame names its guest
         with self._lock:
             self._stacks.append(stack)
         try:
             yield self
         finally:
+            _in_context.reset(token)
             _bound.scope = previous
             with self._lock:
                 self._stacks = [s for s in self._stacks if s is not stack]
@@ -162,9 +171,22 @@ class _Bound(threading.local):
 _bound = _Bound()
 
 
+_in_context: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar(
+    "wasmext_call_scope", default=None)
+
+
 def current() -> CallScope | None:
     """The scope bound to this thread (None outside any)."""
     return _bound.scope
+
+
+def joining() -> AbstractContextManager[Any]:
+    """Join the scope this context carries, on a thread that has none bound (a worker
+    running in a copy of the caller's context); a no-op otherwise."""
+    scope = _in_context.get()
+    if scope is None or _bound.scope is not None:
+        return contextlib.nullcontext()
+    return scope.joined()
 
 
 def _carried() -> Callable[[], AbstractContextManager[CallScope]] | None:

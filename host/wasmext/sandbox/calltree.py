@@ -16,17 +16,24 @@ middleware op `next` runs the host's own inner layers, which the calling
 plugin is not charged for. `run_bounded` runs a host function in a worker
 thread for at most the time left; on time-out the worker is left to finish
 on its own (Python threads cannot be killed) while the caller goes on.
+The worker runs in a copy of the caller's context variables, so what travels
+in them (the chain of agent runs, `services.agents`) crosses the hop too.
+
+`tree_state(key, make)` is what a service keeps for the whole tree (the root
+frame holds it): the agent runs a root call has left, for one.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["Frame", "OutOfTime", "carry", "current", "detached", "remaining", "run_bounded"]
+__all__ = ["Frame", "OutOfTime", "carry", "current", "detached", "remaining", "run_bounded",
+           "tree_state"]
 
 T = TypeVar("T")
 
@@ -38,7 +45,7 @@ class OutOfTime(Exception):
 class Frame:
     """One plugin call in progress: its deadline, its host calls left, its guest."""
 
-    __slots__ = ("calls_left", "clamped", "deadline", "guest", "parent")
+    __slots__ = ("calls_left", "clamped", "deadline", "guest", "parent", "state")
 
     def __init__(self, deadline: float, calls_left: int, parent: Frame | None,
                  guest: Any = None) -> None:
@@ -47,6 +54,7 @@ class Frame:
         self.parent = parent
         self.guest = guest  # the instance running this call (for its import functions)
         self.clamped = False  # the deadline is the caller's, not this call's own
+        self.state: dict[str, Any] | None = None  # a root frame's `tree_state`, made on use
 
 
 def enter(now: float, timeout_s: float, max_calls: int, guest: Any = None) -> Frame:
@@ -98,6 +106,21 @@ def remaining() -> float | None:
     return None if frame is None else frame.deadline - time.monotonic()
 
 
+def tree_state(key: str, make: Callable[[], T]) -> T | None:
+    """What the current call tree keeps under `key` (`make()` on first use); None outside
+    a plugin call. Every frame of the tree, on any thread, finds the same object."""
+    frame = current()
+    if frame is None:
+        return None
+    while frame.parent is not None:
+        frame = frame.parent
+    if frame.state is None:
+        frame.state = {}
+    if key not in frame.state:
+        frame.state[key] = make()
+    return frame.state[key]  # type: ignore[no-any-return]
+
+
 @contextmanager
 def detached() -> Iterator[None]:
     """Run the block as a new tree (the host's own work, not the caller's)."""
@@ -147,7 +170,9 @@ def run_bounded(fn: Callable[..., T], *args: Any) -> T:
         finally:
             _tree.stack.pop()
 
-    worker = threading.Thread(target=work, name="wasmext-host-tool", daemon=True)
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(work,), name="wasmext-host-tool",
+                              daemon=True)
     worker.start()
     worker.join(left)
     if worker.is_alive():

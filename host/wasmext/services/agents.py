@@ -6,11 +6,26 @@
 Grants: `agents` enables the ops; `agents:<pattern>` names the agents (fnmatch).
 Only `turn` and `step` middleware may call them. Each call runs on a worker
 thread, bounded by `timeout_ms` (default 15 s); as with middleware `next`, that
-time is not charged to the calling plugin (its deadline restarts afterwards);
-the chain of agents a call runs inside travels with it (a context variable),
-so an agent that is already on the chain (a cycle) or a chain deeper than
-`max_depth` is refused with `limit`. At most `max_in_flight` agent calls run
-at once, host-wide: a storm of `agents.send` is refused, never queued.
+time is not charged to the calling plugin (its deadline restarts afterwards).
+
+Agent runs are part of the call tree of the plugin call that started them
+(the root call), wherever they run. What a run does travels with it in a
+context variable (`_Run`), across the agent's worker thread, the call pool's
+threads (`wasmext.callpool`, so an `AsyncSession` inside an agent keeps it)
+and host tools' workers (`calltree.run_bounded`):
+
+- the chain of agents it runs inside: an agent already on the chain (a
+  cycle) or a chain deeper than `max_depth` is refused with `limit`;
+- the root call's budget (`_Tree`): at most `max_runs_per_call` agent runs in
+  all, and every run ends by `max_tree_ms` after the tree's first run, so
+  neither a fan-out nor a ping-pong of `agents.send` outlives its bound;
+- a call scope: a run is cancelled (its plugin calls end with `cancelled`)
+  when its caller stops waiting (a request's time-out), when the caller's own
+  scope is cancelled, and at its deadline (a sent run has no waiter).
+
+At most `max_in_flight` agent calls run at once, host-wide, and at most
+`max_in_flight_per_plugin` of them for one calling plugin, so that one plugin
+cannot hold every slot: a storm of `agents.send` is refused, never queued.
 """
 
 from __future__ import annotations
@@ -21,30 +36,75 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
+from wasmext.sandbox import callscope, calltree
+from wasmext.sandbox.callscope import CallScope
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.services.alarms import alarms
 
 __all__ = ["AgentRegistry"]
 
 log = logging.getLogger("wasmext.services.agents")
 
 ALLOWED_HOOKS = frozenset({"turn", "step"})
-_chain: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("wasmext_agent_chain",
-                                                                         default=())
+_TREE_KEY = "agents"
+
+
+class _Tree:
+    """One root call's agent budget, shared by every run of its tree on any thread."""
+
+    def __init__(self, runs: int, seconds: float) -> None:
+        self.lock = threading.Lock()
+        self.max_runs = runs
+        self.runs_left = runs
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+
+    def take(self) -> float:
+        """Count one more run; its latest end (monotonic), or OpError('limit')."""
+        with self.lock:
+            if time.monotonic() >= self.ends:
+                raise OpError("limit", f"the call tree's agent time ({self.seconds:g} s) is "
+                              "spent")
+            if self.runs_left <= 0:
+                raise OpError("limit", f"the call tree has started its {self.max_runs} "
+                              "agent runs")
+            self.runs_left -= 1
+            return self.ends
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What an agent run carries: its chain of agents, its tree, its call scope."""
+
+    chain: tuple[str, ...]
+    tree: _Tree
+    scope: CallScope
+
+
+_run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("wasmext_agent_run",
+                                                                  default=None)
 
 
 class AgentRegistry:
     """The agents one Host offers to plugins."""
 
     def __init__(self, *, default_timeout_ms: int = 15_000, max_depth: int = 4,
-                 max_in_flight: int = 16) -> None:
+                 max_in_flight: int = 16, max_in_flight_per_plugin: int | None = None,
+                 max_runs_per_call: int = 64, max_tree_ms: int = 60_000) -> None:
         self.default_timeout_ms = default_timeout_ms
         self.max_depth = max_depth
+        self.max_in_flight_per_plugin = max_in_flight_per_plugin or max(1, max_in_flight // 4)
+        self.max_runs_per_call = max_runs_per_call  # agent runs per root call, all levels
+        self.max_tree_ms = max_tree_ms  # every run of a root call ends this long after its first
         self._agents: dict[str, tuple[Callable[..., Any], bool]] = {}
         self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._lock = threading.Lock()
+        self._per_plugin: dict[str, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight,
                                         thread_name_prefix="wasmext-agent")
 
@@ -56,16 +116,20 @@ class AgentRegistry:
         self._agents[name] = (target, factory)
 
     def unregister(self, name: str) -> None:
+        """Forget agent `name` (runs in progress finish)."""
         self._agents.pop(name, None)
 
     def names(self) -> list[str]:
+        """The registered agents' names, sorted."""
         return sorted(self._agents)
 
     def install(self, services: HostServices) -> None:
+        """Register agents.request and agents.send."""
         services.register("agents.request", self.request)
         services.register("agents.send", self.send)
 
     def close(self) -> None:
+        """Stop taking runs; queued ones never start."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- the ops -------------------------------------------------------------------
@@ -85,53 +149,117 @@ class AgentRegistry:
         found = self._agents.get(name)
         if found is None:
             raise OpError("not_found", f"no agent {name[:64]!r} is registered")
-        chain = _chain.get()
+        run = _run.get()
+        chain = run.chain if run is not None else ()
+        if run is not None and run.scope.cancelled.is_set():
+            raise OpError("timeout", "this agent run was abandoned by its caller")
         if name in chain:
-            raise OpError("limit", f"agent cycle: {' -> '.join((*chain, name))}")
+            raise OpError("limit", f"agent cycle: {' -> '.join((*chain, name))}"[:512])
         if len(chain) >= self.max_depth:
             raise OpError("limit", f"agent calls nested deeper than {self.max_depth}")
         return name, *found
 
-    def _submit(self, name: str, target: Callable[..., Any], factory: bool,
-                data: Any) -> Any:
-        if not self._slots.acquire(blocking=False):
-            raise OpError("limit", "too many agent calls in flight")
-        chain = (*_chain.get(), name)
+    def _tree(self) -> _Tree:
+        """The root call's budget: the run's own when inside one, else the call tree's."""
+        run = _run.get()
+        if run is not None:
+            return run.tree
+        tree = calltree.tree_state(_TREE_KEY, lambda: _Tree(self.max_runs_per_call,
+                                                            self.max_tree_ms / 1000))
+        # Outside any plugin call (an application calling the op itself): a tree of its own.
+        return tree if tree is not None else _Tree(self.max_runs_per_call,
+                                                   self.max_tree_ms / 1000)
 
-        def run() -> Any:
+    def _take_slot(self, pid: str) -> None:
+        with self._lock:
+            held = self._per_plugin.get(pid, 0)
+            if held >= self.max_in_flight_per_plugin:
+                raise OpError("limit", f"plugin {pid} has {held} agent calls in flight "
+                              "(its share of the host's agent slots)")
+            if not self._slots.acquire(blocking=False):
+                raise OpError("limit", "too many agent calls in flight")
+            self._per_plugin[pid] = held + 1
+
+    def _give_slot(self, pid: str) -> None:
+        with self._lock:
+            left = self._per_plugin.get(pid, 1) - 1
+            if left > 0:
+                self._per_plugin[pid] = left
+            else:
+                self._per_plugin.pop(pid, None)
+            self._slots.release()
+
+    def _submit(self, ctx: CallContext, name: str, target: Callable[..., Any], factory: bool,
+                data: Any, timeout_s: float) -> tuple[Future[Any], CallScope, float]:
+        """Start one run; its future, its scope and its deadline (monotonic)."""
+        tree = self._tree()
+        self._take_slot(ctx.plugin_id)
+        try:
+            ends = min(tree.take(), time.monotonic() + timeout_s)
+        except OpError:
+            self._give_slot(ctx.plugin_id)
+            raise
+        previous = _run.get()
+        scope = CallScope()
+        run = _Run((*(previous.chain if previous else ()), name), tree, scope)
+        # A cancel of the caller (its own scope, or its run's) reaches this run too.
+        caller = callscope.current()
+        forget_caller = caller.on_cancel(scope.cancel) if caller is not None else None
+        forget_parent = previous.scope.on_cancel(scope.cancel) if previous else None
+        stop_alarm = alarms().at(ends, scope.cancel)
+        pid = ctx.plugin_id
+
+        def finish() -> None:
+            stop_alarm()
+            for forget in (forget_caller, forget_parent):
+                if forget is not None:
+                    forget()
+            self._give_slot(pid)
+
+        def run_agent() -> Any:
+            _run.set(run)
             try:
-                _chain.set(chain)
-                if not factory:
-                    return target(data)
-                session = target()
-                try:
-                    return session.ask(data)
-                finally:
-                    close = getattr(session, "close", None)
-                    if callable(close):
-                        close()
+                with scope.bound():
+                    if scope.cancelled.is_set():
+                        raise OpError("timeout", f"agent {name!r} was abandoned before it "
+                                      "started")
+                    if not factory:
+                        return target(data)
+                    session = target()
+                    try:
+                        return session.ask(data)
+                    finally:
+                        close = getattr(session, "close", None)
+                        if callable(close):
+                            close()
             finally:
-                self._slots.release()
+                finish()
 
         try:
-            return self._pool.submit(contextvars.copy_context().run, run)
+            future = self._pool.submit(contextvars.copy_context().run, run_agent)
         except RuntimeError:  # the pool was shut down
-            self._slots.release()
+            finish()
             raise OpError("unavailable", "the host is closing") from None
+        # A run cancelled while queued never starts: its slot is given back here.
+        future.add_done_callback(lambda done: finish() if done.cancelled() else None)
+        return future, scope, ends
 
     def request(self, ctx: CallContext, req: dict[str, Any]) -> Any:
+        """agents.request: run the agent and answer with its answer."""
         name, target, factory = self._target(ctx, req)
         timeout_ms = req.get("timeout_ms", self.default_timeout_ms)
         if type(timeout_ms) is not int or timeout_ms <= 0:
             raise OpError("invalid", "'timeout_ms' must be a positive int")
         # Like middleware `next`, the agent's time is not the plugin's: its deadline
         # restarts when the answer comes (CallContext.nested_seconds).
-        wait = timeout_ms / 1000
         started = time.perf_counter()
-        future = self._submit(name, target, factory, req["input"])
+        future, scope, ends = self._submit(ctx, name, target, factory, req["input"],
+                                           timeout_ms / 1000)
         try:
-            return future.result(timeout=max(0.0, wait))
+            return future.result(timeout=max(0.0, ends - time.monotonic()))
         except FutureTimeout:
+            if not future.cancel():  # queued: it never starts; started: its plugins end now
+                scope.cancel()
             raise OpError("timeout", f"agent {name!r} did not answer in time") from None
         except OpError:
             raise
@@ -142,10 +270,12 @@ class AgentRegistry:
             ctx.nested_seconds += time.perf_counter() - started  # the agent's time, not ours
 
     def send(self, ctx: CallContext, req: dict[str, Any]) -> None:
+        """agents.send: start the agent and answer at once (its answer is dropped)."""
         name, target, factory = self._target(ctx, req)
-        future = self._submit(name, target, factory, req["input"])
+        future, _, _ = self._submit(ctx, name, target, factory, req["input"],
+                                    self.default_timeout_ms / 1000)
 
-        def report(done: Any) -> None:
+        def report(done: Future[Any]) -> None:
             exc = done.exception() if not done.cancelled() else None
             if exc is not None:
                 log.warning("agent %s (sent by plugin %s) failed: %s", name, ctx.plugin_id,

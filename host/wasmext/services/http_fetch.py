@@ -5,9 +5,12 @@ Grants: `http` enables the op; `http:<host pattern>` names the hosts
 every redirect) is checked again, resolved once and sent to the checked
 address, with a fresh client so that no pooled connection made for one host
 carries a request for another. Bodies are read in pieces and abandoned at the
-cap. Headers the host injects (`inject_header`: a plugin's sensitive setting
-sent to hosts matching a pattern) are added last, never returned, and their
-values are cut out of whatever the server echoes back.
+cap; every byte, headers included, is read by the call's deadline
+(`services.httpdeadline` shuts the connection down when it passes, so a
+server dripping bytes cannot hold the call). Headers the host injects
+(`inject_header`: a plugin's sensitive setting sent to hosts matching a
+pattern) are added last, never returned, and their values are cut out of
+whatever the server echoes back.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from urllib.parse import urljoin
 import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
-from wasmext.services.httpdeadline import until
+from wasmext.services.httpdeadline import bounded, passed, tls_context
 from wasmext.services.netguard import Refused, Target, resolve_target
 
 __all__ = ["HttpFetch", "HttpLimits"]
@@ -151,11 +154,12 @@ class HttpFetch:
         if left <= 0:
             raise Refused("timeout", "the call's deadline passed")
         headers = {**headers, "host": target.host_header, "accept-encoding": "identity"}
-        extensions = until(deadline)
-        if target.scheme == "https":
-            extensions["sni_hostname"] = target.host
         try:
-            with httpx2.Client(trust_env=False, follow_redirects=False) as client:
+            with bounded(deadline) as extensions, \
+                    httpx2.Client(trust_env=False, follow_redirects=False,
+                                  verify=tls_context()) as client:
+                if target.scheme == "https":
+                    extensions["sni_hostname"] = target.host
                 request = client.build_request(method, target.connect_url, headers=headers,
                                                content=body or None, extensions=extensions)
                 response = client.send(request, stream=True)
@@ -167,6 +171,9 @@ class HttpFetch:
             raise Refused("timeout", f"{target.host} did not answer within the call's "
                           "deadline") from None
         except httpx2.TransportError as exc:
+            if passed(deadline):  # the watchdog shut the connection at the deadline
+                raise Refused("timeout", f"{target.host} did not answer within the call's "
+                              "deadline") from None
             raise Refused("unavailable", f"{target.host}: {type(exc).__name__}") from None
 
     def _read(self, response: httpx2.Response, deadline: float,
@@ -183,8 +190,10 @@ class HttpFetch:
             if total > cap:
                 raise Refused("limit", f"the response is over {cap} bytes")
             chunks.append(chunk)
-            if time.monotonic() > deadline:
+            if passed(deadline):
                 raise Refused("timeout", "the response ran past the call's deadline")
+        if passed(deadline):  # the watchdog's shutdown reads as the end of an unframed body
+            raise Refused("timeout", "the response ran past the call's deadline")
         data = b"".join(chunks)
         out_headers: dict[str, str] = {}
         for name, value in response.headers.multi_items():

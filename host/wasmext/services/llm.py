@@ -6,10 +6,15 @@ endpoint from the `[llm]` config (`services.llm_client`). Per plugin
 (`LlmPolicy`): the models it may name (default: the host's model only), token
 budgets per call, per session and per day, how many completions it may have
 in flight, and `timeout_ms`. Budgets are reserved before the request is sent
-(an estimate of the prompt plus `max_tokens`), so concurrent calls cannot
-overrun them together; the model's reported usage replaces the reservation.
-The per-day count is kept by a `DayLedger` (the Host's state store), so it
-outlives the process.
+(an estimate of the prompt plus `max_tokens`; a request without `max_tokens`
+reserves the whole per-call budget and asks the model for no more than what
+is left of it after the prompt), so concurrent calls cannot overrun them
+together. The model's reported usage replaces the reservation only when it is
+plausible (`charged`): usage that is missing, negative or not an int, or
+fewer tokens than the prompt and the answer need at `MAX_BYTES_PER_TOKEN`,
+is charged the whole reservation, so a model server cannot refund a budget
+by under-reporting. The per-day count is kept by a `DayLedger` (the Host's
+state store), so it outlives the process.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ __all__ = ["Completer", "LlmPolicy", "LlmService", "LlmSettings", "Price"]
 Completer = Callable[[ChatRequest], ChatAnswer]
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_SESSIONS_TRACKED = 10_000
+# No tokenizer in use spends fewer tokens than one per 8 bytes of text over a whole
+# prompt or answer (English averages about 4); usage below that was not counted honestly.
+MAX_BYTES_PER_TOKEN = 8
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,26 @@ class LlmSettings:
 def estimate_tokens(messages: list[dict[str, str]]) -> int:
     """A cheap upper-side guess (4 characters a token, a few per message)."""
     return sum(len(m["content"]) // 4 + 4 for m in messages)
+
+
+def charged(answer: ChatAnswer, messages: list[dict[str, str]], max_tokens: int,
+            reserved: int) -> int:
+    """The tokens a call is charged: the reported usage when plausible, else `reserved`.
+
+    Usage above the reservation is charged as reported (over, never under); usage the
+    answer's own bytes contradict, or none at all, is charged the reservation.
+    """
+    if not answer.usage_reported or answer.input_tokens < 0 or answer.output_tokens < 0:
+        return reserved
+    prompt_bytes = sum(len(m["content"].encode()) for m in messages)
+    answer_bytes = len(answer.text.encode()) + sum(
+        len(repr(c).encode()) for c in answer.tool_calls)
+    if answer.input_tokens < -(-prompt_bytes // MAX_BYTES_PER_TOKEN) or \
+            answer.output_tokens < -(-answer_bytes // MAX_BYTES_PER_TOKEN):
+        return reserved
+    if answer.output_tokens > max_tokens:  # more than was asked for: not to be trusted
+        return max(reserved, answer.input_tokens + answer.output_tokens)
+    return answer.input_tokens + answer.output_tokens
 
 
 def _messages(raw: Any) -> list[dict[str, str]]:
@@ -145,7 +173,10 @@ class LlmService:
         if not isinstance(model, str) or model not in allowed:
             raise OpError("denied", f"model {str(model)[:64]!r} is not allowed for plugin "
                           f"{ctx.plugin_id} (allowed: {', '.join(allowed) or 'none'})")
-        max_tokens = req.get("max_tokens", policy.max_tokens_per_call)
+        estimate = estimate_tokens(messages)
+        # Without max_tokens the call reserves the whole per-call budget, and the model
+        # is asked for no more than the prompt leaves of it.
+        max_tokens = req.get("max_tokens", max(1, policy.max_tokens_per_call - estimate))
         temperature = req.get("temperature")
         if type(max_tokens) is not int or max_tokens < 1:
             raise OpError("invalid", "'max_tokens' must be a positive int")
@@ -155,7 +186,7 @@ class LlmService:
             raise OpError("invalid", "'temperature' must be a number from 0 to 2")
         if self.completer is None:
             raise OpError("unavailable", "the host has no model configured")
-        reserved = estimate_tokens(messages) + max_tokens
+        reserved = estimate + max_tokens
         keys = self._reserve(ctx, policy, reserved)
         started = time.perf_counter()
         spent = reserved
@@ -164,7 +195,9 @@ class LlmService:
             answer = self.completer(ChatRequest(messages, model, max_tokens,
                                                 None if temperature is None else
                                                 float(temperature), timeout_s=timeout_s))
-            spent = answer.input_tokens + answer.output_tokens
+            # An absurd count spends the day and no more (the ledger keeps a bounded int).
+            spent = min(charged(answer, messages, max_tokens, reserved),
+                        max(reserved, policy.max_tokens_per_day))
         except ModelError as exc:
             code = "timeout" if exc.timed_out else "unavailable"
             raise OpError(code, f"llm.complete: {exc.message}") from None

@@ -2,8 +2,9 @@
 
 Shared by `llm.complete` (services.llm) and `wasmext run --model-url`
 (models.OpenAIModel). The answer is read in pieces and abandoned past
-`max_answer_bytes`; every failure is a `ModelError` saying whether it was the
-deadline (`timed_out`) or the endpoint.
+`max_answer_bytes`, and every byte of it, headers included, is read by the
+deadline (`services.httpdeadline`); every failure is a `ModelError` saying
+whether it was the deadline (`timed_out`) or the endpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import httpx2
 
 from wasmext.errors import WasmextError
-from wasmext.services.httpdeadline import until
+from wasmext.services.httpdeadline import bounded, passed, tls_context
 
 __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient"]
 
@@ -48,11 +49,14 @@ class ChatAnswer:
     output_tokens: int = 0
     model: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # False when the endpoint sent no usage, or counts that are not non-negative ints:
+    # then the tokens above are 0 and llm.complete charges the whole reservation.
+    usage_reported: bool = True
 
 
-def _tokens(usage: Any, key: str) -> int:
-    value = usage.get(key, 0) if isinstance(usage, dict) else 0
-    return value if isinstance(value, int) and value >= 0 else 0
+def _tokens(usage: Any, key: str) -> int | None:
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if type(value) is int and value >= 0 else None
 
 
 def parse_answer(doc: Any, model: str) -> ChatAnswer:
@@ -75,11 +79,12 @@ def parse_answer(doc: Any, model: str) -> ChatAnswer:
                       "args": args})
     usage = doc.get("usage")
     content = message.get("content")
+    prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
     return ChatAnswer(text=content if isinstance(content, str) else "",
                       finish_reason=str(choice.get("finish_reason") or "stop"),
-                      input_tokens=_tokens(usage, "prompt_tokens"),
-                      output_tokens=_tokens(usage, "completion_tokens"),
-                      model=str(doc.get("model") or model), tool_calls=calls)
+                      input_tokens=prompt or 0, output_tokens=completion or 0,
+                      model=str(doc.get("model") or model), tool_calls=calls,
+                      usage_reported=prompt is not None and completion is not None)
 
 
 class OpenAIClient:
@@ -104,19 +109,22 @@ class OpenAIClient:
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        deadline = time.monotonic() + req.timeout_s
         try:
-            deadline = time.monotonic() + req.timeout_s
-            with httpx2.Client(trust_env=False) as client, \
+            with bounded(deadline) as extensions, \
+                    httpx2.Client(trust_env=False, verify=tls_context()) as client, \
                     client.stream("POST", self.url, json=body, headers=headers,
-                                  extensions=until(deadline)) as resp:
+                                  extensions=extensions) as resp:
                 raw = bytearray()
                 for chunk in resp.iter_raw(65536):
                     raw += chunk
-                    if time.monotonic() > deadline:
+                    if passed(deadline):
                         raise httpx2.ReadTimeout("the answer ran past the deadline")
                     if len(raw) > self.max_answer_bytes:
                         raise ModelError(f"{self.url}: answer over {self.max_answer_bytes} "
                                          "bytes")
+                if passed(deadline):  # the watchdog's shutdown reads as an unframed body's end
+                    raise httpx2.ReadTimeout("the answer ran past the deadline")
                 if resp.status_code != 200:
                     raise ModelError(f"{self.url}: HTTP {resp.status_code}")
             return parse_answer(json.loads(bytes(raw)), req.model)
@@ -124,6 +132,9 @@ class OpenAIClient:
             raise ModelError(f"{self.url}: no answer within {req.timeout_s:.3g} s",
                              timed_out=True) from None
         except httpx2.HTTPError as exc:
+            if passed(deadline):  # the watchdog shut the connection at the deadline
+                raise ModelError(f"{self.url}: no answer within {req.timeout_s:.3g} s",
+                                 timed_out=True) from None
             raise ModelError(f"{self.url}: {type(exc).__name__}: {exc}") from None
         except ValueError as exc:
             raise ModelError(f"{self.url}: not a chat completion: {exc}") from None
