@@ -54,33 +54,44 @@
     failure = "closed"
 
 Relative paths are relative to the file's folder.
+
+Every section is a pydantic model (`ConfigFile` and the section models it holds, some
+kept beside what they configure: `McpSection`, `LlmSection`, `HttpSection`,
+`ExtensionSpec`). Types, value rules and the rules between fields all live there, so a
+bad file is one ConfigError naming every problem with its field path
+(`field 'limits.fuel_per_call': must be > 0; field 'mcp.servers.x.url': ...`), cleaned
+and capped as `wasmext.validation` says.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator, \
+    model_validator
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
-from wasmext.cluster.registry import RemoteExtension, parse_registry
+from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write
 from wasmext.lifecycle.signing import is_public_key
-from wasmext.manifest import FAILURE_POLICIES, ID_RE, type_problems
-from wasmext.mcp.config import McpServerConfig, parse_mcp
-from wasmext.mcp.config import need as _need
-from wasmext.mcp.config import table as _table
-from wasmext.sandbox.limits import Limits
-from wasmext.services.http_config import HttpSettings, parse_http
+from wasmext.manifest import ID_RE
+from wasmext.mcp.config import McpSection, McpServerConfig
+from wasmext.sandbox.limits import WASM_PAGE, Limits
+from wasmext.services.http_config import HttpSection, HttpSettings
 from wasmext.services.llm import LlmSettings
-from wasmext.services.llm_config import parse_llm
-from wasmext.state import StateStore
+from wasmext.services.llm_config import LlmSection
+from wasmext.state import StateLimits, StateStore
+from wasmext.validation import SECTION, Count, Nonnegative, check, problem
 
 __all__ = [
+    "ConfigFile",
     "EnableState",
     "Grant",
     "HostConfig",
@@ -88,21 +99,22 @@ __all__ = [
     "PluginOverrides",
     "load_config",
     "open_store",
+    "parse_config",
 ]
-
-
-_SECTIONS = {"host", "plugins", "limits", "grants", "plugin", "state", "mcp", "trust",
-             "extensions", "llm", "http"}
 
 
 @dataclass(frozen=True)
 class Grant:
+    """Capabilities granted to the module with this digest."""
+
     digest: str
     capabilities: frozenset[str]
 
 
 @dataclass(frozen=True)
 class PluginOverrides:
+    """What the host config decides for one plugin ([plugin.ID])."""
+
     settings: Mapping[str, Any] = field(default_factory=dict)
     limits: Mapping[str, int] = field(default_factory=dict)
     failure: str | None = None
@@ -111,6 +123,8 @@ class PluginOverrides:
 
 @dataclass(frozen=True)
 class HostConfig:
+    """A validated wasmext.toml."""
+
     path: Path | None = None
     data_dir: Path = Path(".wasmext")
     hooks: bool = True
@@ -141,132 +155,216 @@ class HostConfig:
                                          ("workspace", self.workspace_dir)) if d is not None]
 
 
-def _ids(raw: Any, path: Path | None, fld: str) -> frozenset[str]:
-    _need(isinstance(raw, list) and all(isinstance(x, str) and ID_RE.match(x) for x in raw),
-          path, fld, "must be an array of plugin ids")
-    return frozenset(raw)
+# -- the rules: one pydantic model per section -------------------------------------------
+
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-def _limits(raw: Any, base: Limits, path: Path | None, fld: str) -> Limits:
-    try:
-        return base.replace(**_table(raw, path, fld))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path or 'config'}: field '{fld}': {exc}") from exc
+def _plugin_id(value: str) -> str:
+    if not ID_RE.match(value):
+        problem("not a plugin id (lowercase letters, digits and hyphens, 1-64)")
+    return value
 
 
-_PLUGIN_TYPES = {"settings": dict[str, Any], "priority": int, "limits": dict[str, int],
-                 "failure": str}
-CONFIG_TYPES: dict[str, Any] = {
-    "host": {"data_dir": str, "hooks": bool, "auto_enable": bool, "default_timeout_ms": int},
-    "plugins": {"user_dir": str, "workspace_dir": str, "enabled": list[str],
-                "disabled": list[str]},
-    "limits": dict[str, Any], "grants": dict[str, dict[str, Any]],
-    "state": {"backend": str, "url": str}, "mcp": dict[str, Any],
-    "plugin": dict[str, dict[str, Any]],
-}
+def _path_text(value: str) -> str:
+    if "\x00" in value:
+        problem("must be a path (no NUL character)")
+    return value
 
 
-def parse_config(data: Mapping[str, Any], path: Path | None = None) -> HostConfig:
-    unknown = sorted(set(data) - _SECTIONS)
-    _need(not unknown, path, unknown[0] if unknown else "", "unknown section")
-    problems = type_problems(CONFIG_TYPES, data)
-    for pid, over in (data.get("plugin") or {}).items() if isinstance(data.get("plugin"),
-                                                                      dict) else ():
-        problems += type_problems(_PLUGIN_TYPES, over, f"plugin.{pid}.")
-    if problems:  # every type problem at once, each naming its field
-        raise ConfigError(f"{path or 'config'}: "
-                          + "; ".join(f"field '{f}': {w}" for f, w in problems))
+def _public_key(value: str) -> str:
+    if not is_public_key(value):
+        problem("must be an 'ed25519:<base64>' public key")
+    return value
+
+
+PluginId = Annotated[str, AfterValidator(_plugin_id)]
+PathText = Annotated[str, AfterValidator(_path_text)]
+_Wasm32 = Annotated[int, Field(strict=True, gt=0, lt=2**32)]  # a wasm32 length
+_Ratio = Annotated[float, Field(strict=True, gt=0, le=1)]
+_Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+class HostTable(BaseModel):
+    """[host]"""
+
+    model_config = SECTION
+
+    data_dir: PathText = ".wasmext"
+    hooks: bool = True
+    auto_enable: bool = True
+    default_timeout_ms: Count | None = None
+
+
+class PluginsTable(BaseModel):
+    """[plugins]"""
+
+    model_config = SECTION
+
+    user_dir: PathText | None = None
+    workspace_dir: PathText | None = None
+    enabled: list[PluginId] = []
+    disabled: list[PluginId] = []
+
+
+class LimitsTable(BaseModel):
+    """The Limits fields a table changes ([limits], [limits.cap], [plugin.ID] limits)."""
+
+    model_config = SECTION
+
+    fuel_per_call: Count | None = None
+    memory_bytes: Annotated[int, Field(strict=True, ge=WASM_PAGE)] | None = None
+    table_elements: Count | None = None
+    timeout_ms: Count | None = None
+    max_input_bytes: _Wasm32 | None = None
+    max_output_bytes: _Wasm32 | None = None
+    max_host_calls: Count | None = None
+    host_call_timeout_ms: Count | None = None
+    max_host_request_bytes: Count | None = None
+    max_msgpack_depth: Count | None = None
+    max_wasm_stack_bytes: Count | None = None
+    max_log_line_bytes: Count | None = None
+    max_log_lines: Count | None = None
+
+    def given(self) -> dict[str, int]:
+        """The fields the table sets."""
+        return {k: v for k in self.model_fields_set if isinstance(v := getattr(self, k), int)}
+
+
+class TopLimitsTable(LimitsTable):
+    """[limits]: every plugin's defaults, and [limits.cap], the host's policy."""
+
+    cap: LimitsTable | None = None
+
+
+class GrantTable(BaseModel):
+    """[grants.ID]"""
+
+    model_config = SECTION
+
+    digest: str
+    capabilities: list[str] = []
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if not _DIGEST_RE.match(value):
+            problem("must be 'sha256:' and 64 lowercase hex digits")
+        return value
+
+
+class PluginTable(BaseModel):
+    """[plugin.ID]"""
+
+    model_config = SECTION
+
+    settings: dict[str, Any] = {}
+    limits: LimitsTable = LimitsTable()
+    failure: Literal["open", "closed", "reload"] | None = None
+    priority: Annotated[int, Field(strict=True, ge=0, le=100)] | None = None
+
+
+class StateTable(BaseModel):
+    """[state]: the backend and the StateLimits fields."""
+
+    model_config = SECTION
+
+    backend: Literal["sqlite", "memory", "redis"] = "sqlite"
+    url: str | None = Field(None, validate_default=True)
+    ttl_seconds: _Finite | None = None
+    max_ttl_seconds: _Finite | None = None
+    max_plugin_bytes: Nonnegative | None = None
+    max_session_bytes: Nonnegative | None = None
+    session_warn_ratio: _Ratio | None = None
+    max_keys: Count | None = None
+    max_key_bytes: Count | None = None
+    entry_overhead_bytes: Nonnegative | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.data.get("backend") == "redis":
+            problem("the redis backend needs a url such as redis://127.0.0.1:6379/0")
+        return value
+
+    def limits(self) -> dict[str, Any]:
+        """The StateLimits fields the table sets."""
+        return {k: v for k in self.model_fields_set - {"backend", "url"}
+                if (v := getattr(self, k)) is not None}
+
+    @model_validator(mode="after")
+    def _together(self) -> StateTable:
+        try:  # the rules between fields (ttl within max_ttl, ...) are StateLimits' own
+            StateLimits().replace(**self.limits())
+        except (TypeError, ValueError) as exc:
+            problem(str(exc))
+        return self
+
+
+class TrustTable(BaseModel):
+    """[trust]"""
+
+    model_config = SECTION
+
+    require_signature: bool = False
+    keys: list[Annotated[str, AfterValidator(_public_key)]] = []
+
+
+class ConfigFile(BaseModel):
+    """A whole wasmext.toml: every section and its rules."""
+
+    model_config = SECTION
+
+    host: HostTable = HostTable()
+    plugins: PluginsTable = PluginsTable()
+    limits: TopLimitsTable = TopLimitsTable()
+    grants: dict[PluginId, GrantTable] = {}
+    plugin: dict[PluginId, PluginTable] = {}
+    state: StateTable = StateTable()
+    mcp: McpSection = McpSection()
+    trust: TrustTable = TrustTable()
+    extensions: dict[ExtensionId, ExtensionSpec] = {}
+    llm: LlmSection = LlmSection()
+    http: HttpSection = HttpSection()
+
+
+# -- from the validated file to the HostConfig the host takes ----------------------------
+
+
+def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
     base = path.parent if path else Path.cwd()
 
-    def where(raw: Any, fld: str) -> Path:
-        _need(isinstance(raw, str), path, fld, "must be a path string")
+    def where(raw: str) -> Path:
         p = Path(os.path.expanduser(raw))
         return p if p.is_absolute() else base / p
 
-    host = _table(data.get("host", {}), path, "host")
-    flags = {}
-    for key, default in (("hooks", True), ("auto_enable", True)):
-        flags[key] = host.get(key, default)
-        _need(isinstance(flags[key], bool), path, f"host.{key}", "must be a bool")
-    timeout = host.get("default_timeout_ms")
-    _need(timeout is None or (type(timeout) is int and timeout > 0), path,
-          "host.default_timeout_ms", "must be a positive int")
-    plugins = _table(data.get("plugins", {}), path, "plugins")
-    limits_raw = _table(data.get("limits", {}), path, "limits")
-    cap_raw = limits_raw.pop("cap", None)
-    limits = _limits(limits_raw, Limits(), path, "limits")
-    if timeout is not None and "timeout_ms" not in limits_raw:
-        limits = limits.replace(timeout_ms=timeout)
-    cap = _limits(cap_raw, Limits(), path, "limits.cap") if cap_raw is not None else None
-    grants = {}
-    for pid, g in _table(data.get("grants", {}), path, "grants").items():
-        fld = f"grants.{pid}"
-        g = _table(g, path, fld)
-        _need(bool(ID_RE.match(pid)), path, fld, "not a plugin id")
-        digest = g.get("digest")
-        _need(isinstance(digest, str) and digest.startswith("sha256:") and len(digest) == 71,
-              path, f"{fld}.digest", "must be 'sha256:' and 64 hex digits")
-        caps = g.get("capabilities", [])
-        _need(isinstance(caps, list) and all(isinstance(c, str) for c in caps), path,
-              f"{fld}.capabilities", "must be an array of strings")
-        grants[pid] = Grant(str(digest), frozenset(caps))
-    overrides = {}
-    for pid, o in _table(data.get("plugin", {}), path, "plugin").items():
-        fld = f"plugin.{pid}"
-        o = _table(o, path, fld)
-        _need(bool(ID_RE.match(pid)), path, fld, "not a plugin id")
-        failure = o.get("failure")
-        _need(failure is None or failure in FAILURE_POLICIES, path, f"{fld}.failure",
-              f"must be one of {FAILURE_POLICIES}")
-        lim = _table(o.get("limits", {}), path, f"{fld}.limits")
-        _limits(lim, Limits(), path, f"{fld}.limits")
-        prio = o.get("priority")
-        _need(prio is None or (type(prio) is int and 0 <= prio <= 100), path,
-              f"{fld}.priority", "must be an int 0-100")
-        overrides[pid] = PluginOverrides(_table(o.get("settings", {}), path, f"{fld}.settings"),
-                                         lim, failure, prio)
-    state = _table(data.get("state", {}), path, "state")
-    backend = state.pop("backend", "sqlite")
-    _need(backend in ("sqlite", "memory", "redis"), path, "state.backend",
-          "must be sqlite, memory or redis")
-    url = state.pop("url", None)
-    _need(url is None or isinstance(url, str), path, "state.url", "must be a string")
-    _need(backend != "redis" or url is not None, path, "state.url",
-          "the redis backend needs a url such as redis://127.0.0.1:6379/0")
-    try:
-        from wasmext.state import StateLimits
-
-        StateLimits().replace(**state)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path or 'config'}: field 'state': {exc}") from exc
-    mcp_enabled, mcp_servers = parse_mcp(_table(data.get("mcp", {}), path, "mcp"), path)
-    trust = _table(data.get("trust", {}), path, "trust")
-    _need(not set(trust) - {"require_signature", "keys"}, path, "trust", "unknown key")
-    require_signature = trust.get("require_signature", False)
-    _need(isinstance(require_signature, bool), path, "trust.require_signature", "must be a bool")
-    keys = trust.get("keys", [])
-    _need(isinstance(keys, list) and all(isinstance(k, str) and is_public_key(k) for k in keys),
-          path, "trust.keys", "must be an array of 'ed25519:<base64>' public keys")
-    try:
-        extensions = parse_registry(_table(data.get("extensions", {}), path, "extensions"))
-    except ConfigError as exc:
-        raise ConfigError(f"{path or 'config'}: {exc.message}") from None
+    host, plugins, state = doc.host, doc.plugins, doc.state
+    limits = Limits().replace(**doc.limits.given())
+    if host.default_timeout_ms is not None and doc.limits.timeout_ms is None:
+        limits = limits.replace(timeout_ms=host.default_timeout_ms)
+    cap = Limits().replace(**doc.limits.cap.given()) if doc.limits.cap is not None else None
     return HostConfig(
-        require_signature=require_signature, trusted_keys=tuple(keys),
-        extensions=extensions,
-        llm=parse_llm(data.get("llm", {}), path), http=parse_http(data.get("http", {}), path),
-        mcp_enabled=mcp_enabled, mcp_servers=mcp_servers,
-        state_backend=backend, state_url=url, state_limits=state,
-        path=path,
-        data_dir=where(host.get("data_dir", ".wasmext"), "host.data_dir"),
-        hooks=flags["hooks"], auto_enable=flags["auto_enable"], default_timeout_ms=timeout,
-        user_dir=where(plugins["user_dir"], "plugins.user_dir") if "user_dir" in plugins
+        path=path, data_dir=where(host.data_dir), hooks=host.hooks,
+        auto_enable=host.auto_enable, default_timeout_ms=host.default_timeout_ms,
+        user_dir=where(plugins.user_dir) if plugins.user_dir is not None else None,
+        workspace_dir=where(plugins.workspace_dir) if plugins.workspace_dir is not None
         else None,
-        workspace_dir=where(plugins["workspace_dir"], "plugins.workspace_dir")
-        if "workspace_dir" in plugins else None,
-        enabled=_ids(plugins.get("enabled", []), path, "plugins.enabled"),
-        disabled=_ids(plugins.get("disabled", []), path, "plugins.disabled"),
-        limits=limits, cap=cap, grants=grants, overrides=overrides)
+        enabled=frozenset(plugins.enabled), disabled=frozenset(plugins.disabled),
+        limits=limits, cap=cap,
+        grants={pid: Grant(g.digest, frozenset(g.capabilities))
+                for pid, g in doc.grants.items()},
+        overrides={pid: PluginOverrides(o.settings, o.limits.given(), o.failure, o.priority)
+                   for pid, o in doc.plugin.items()},
+        state_backend=state.backend, state_url=state.url, state_limits=state.limits(),
+        mcp_enabled=doc.mcp.enabled, mcp_servers=doc.mcp.configs(),
+        require_signature=doc.trust.require_signature, trusted_keys=tuple(doc.trust.keys),
+        extensions={ext_id: spec.remote(ext_id) for ext_id, spec in doc.extensions.items()},
+        llm=doc.llm.settings(), http=doc.http.settings())
+
+
+def parse_config(data: Any, path: Path | None = None) -> HostConfig:
+    """A decoded wasmext.toml as a HostConfig, or one ConfigError naming every problem."""
+    return _host_config(check(ConfigFile, data, path), path)
 
 
 def load_config(path: str | Path) -> HostConfig:
@@ -297,6 +395,7 @@ class EnableState:
             self._choices = {}
 
     def is_enabled(self, plugin_id: str) -> bool:
+        """The operator's choice, else the config's lists, else auto_enable."""
         if plugin_id in self._choices:
             return self._choices[plugin_id]
         if plugin_id in self.config.disabled:
@@ -306,6 +405,7 @@ class EnableState:
         return self.config.auto_enable
 
     def set(self, plugin_id: str, enabled: bool) -> None:
+        """Record a choice for `plugin_id`, persisted atomically."""
         self._choices[plugin_id] = enabled
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps({"enabled": self._choices}, indent=1, sort_keys=True))

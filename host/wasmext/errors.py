@@ -123,7 +123,14 @@ class WasmextError(Exception):
 
 
 class ConfigError(WasmextError):
+    """A configuration that cannot be used; `problems` lists (field path, reason) pairs."""
+
     reason = "config"
+
+    def __init__(self, message: str, *, plugin_id: str | None = None, hook: str | None = None,
+                 problems: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message, plugin_id=plugin_id, hook=hook)
+        self.problems = problems
 
 
 class ManifestError(ConfigError):

@@ -52,12 +52,12 @@ def test_extensions_in_wasmext_toml(tmp_path: Path) -> None:
     assert (ext.retry, ext.encoding, ext.breaker_failures, ext.breaker_reset_ms) == \
         (2, "msgpack", 3, 50)
     path.write_text('[extensions.pii_guard]\ntype = "validator"\nsubject = "a.b"\nretries = 2\n')
-    with pytest.raises(ConfigError, match="unknown key 'retries'"):
+    with pytest.raises(ConfigError, match="'extensions.pii_guard.retries': unknown field"):
         load_config(path)
 
 
 @pytest.mark.parametrize(("entry", "why"), [
-    ({"type": "pre", "subject": "a.b", "timeout": 5}, "unknown key 'timeout'"),
+    ({"type": "pre", "subject": "a.b", "timeout": 5}, "'extensions.x.timeout': unknown field"),
     ({"type": "preprocessor", "subject": "a.b"}, "type"),
     ({"type": "pre", "subject": "a.*"}, "wildcards"),
     ({"type": "pre", "subject": "a..b"}, "subject"),
@@ -80,12 +80,12 @@ def test_the_registry_parser_accepts_or_names_the_problem(raw: dict[str, Any]) -
     try:
         parsed = parse_registry(raw)
     except ConfigError as err:
-        problem = err.message
+        fields = [fld for fld, _ in err.problems]
     else:
         assert set(parsed) == set(raw)
         assert all(e.type in EXT[:4] for e in parsed.values())
         return
-    assert problem.startswith("extensions.")
+    assert fields and all(fld.startswith("extensions") for fld in fields)
 
 
 @pytest.mark.parametrize("stage", [{"id": "x", "retry": 1}, {"id": "x", "on_fail": "block"},

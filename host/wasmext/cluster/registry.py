@@ -8,8 +8,10 @@
     encoding = "json"                    # or "msgpack" (a wasmext worker speaks both)
     breaker = { failures = 5, reset_ms = 5000 }
 
-Unknown keys are refused, as in the routing policy. `subject_for` names the subject
-a worker serves a plugin's stage on.
+Unknown keys are refused, as in the routing policy; the rules are the pydantic model
+`ExtensionSpec`, so a bad registry is one ConfigError naming every problem
+(`wasmext.validation`). `subject_for` names the subject a worker serves a plugin's
+stage on.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError
+from wasmext.validation import SECTION, check, problem
 
-__all__ = ["EXT_TYPES", "STAGE_SEGMENT", "RemoteExtension", "check_prefix", "load_registry",
-           "parse_registry", "subject_for"]
+__all__ = ["EXT_TYPES", "STAGE_SEGMENT", "ExtensionId", "ExtensionSpec", "RemoteExtension",
+           "check_prefix", "load_registry", "parse_registry", "subject_for"]
 
 EXT_TYPES = ("pre", "validator", "post", "provider")
 # The subject segment of each type (the reference names validators `ext.validate.*`).
@@ -33,7 +38,6 @@ STAGE_SEGMENT = {"pre": "ext.pre", "validator": "ext.validate", "post": "ext.pos
 _TOKEN = r"[A-Za-z0-9_-]{1,64}"
 SUBJECT_RE = re.compile(rf"{_TOKEN}(?:\.{_TOKEN}){{0,15}}")
 EXT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
-_KEYS = {"type", "subject", "timeout_ms", "retry", "encoding", "breaker"}
 
 
 @dataclass(frozen=True)
@@ -60,46 +64,59 @@ def subject_for(prefix: str, ext_type: str, plugin_id: str, major: int) -> str:
     return f"{check_prefix(prefix)}.{STAGE_SEGMENT[ext_type]}.{plugin_id}.v{major}"
 
 
-def _int(entry: Mapping[str, Any], key: str, default: int, low: int, high: int,
-         where: str) -> int:
-    value = entry.get(key, default)
-    if type(value) is not int or not low <= value <= high:
-        raise ConfigError(f"{where}.{key}: must be an int {low}-{high}")
-    return value
-
-
-def _one(ext_id: str, entry: Any, where: str) -> RemoteExtension:
+def _ext_id(ext_id: str) -> str:
     if not EXT_ID_RE.match(ext_id):
-        raise ConfigError(f"{where}: not an extension id (lowercase letters, digits, '-', '_')")
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: must be a table")
-    unknown = set(entry) - _KEYS
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}")
-    if entry.get("type") not in EXT_TYPES:
-        raise ConfigError(f"{where}.type: must be one of {', '.join(EXT_TYPES)}")
-    subject = entry.get("subject")
-    if not isinstance(subject, str) or not SUBJECT_RE.fullmatch(subject):
-        raise ConfigError(f"{where}.subject: must be a NATS subject without wildcards")
-    encoding = entry.get("encoding", "json")
-    if encoding not in ("json", "msgpack"):
-        raise ConfigError(f"{where}.encoding: must be json or msgpack")
-    breaker = entry.get("breaker", {})
-    if not isinstance(breaker, dict) or set(breaker) - {"failures", "reset_ms"}:
-        raise ConfigError(f"{where}.breaker: a table of failures and reset_ms only")
-    return RemoteExtension(
-        ext_id, entry["type"], subject,
-        timeout_ms=_int(entry, "timeout_ms", 1000, 1, 600_000, where),
-        retry=_int(entry, "retry", 0, 0, 10, where), encoding=encoding,
-        breaker_failures=_int(breaker, "failures", 5, 1, 1000, f"{where}.breaker"),
-        breaker_reset_ms=_int(breaker, "reset_ms", 5000, 1, 3_600_000, f"{where}.breaker"))
+        problem("not an extension id (lowercase letters, digits, '-', '_')")
+    return ext_id
 
 
-def parse_registry(raw: Mapping[str, Any], where: str = "extensions"
+def _subject(subject: str) -> str:
+    if not SUBJECT_RE.fullmatch(subject):
+        problem("must be a NATS subject without wildcards")
+    return subject
+
+
+ExtensionId = Annotated[str, AfterValidator(_ext_id)]
+
+
+class BreakerTable(BaseModel):
+    """A remote extension's circuit breaker."""
+
+    model_config = SECTION
+
+    failures: Annotated[int, Field(strict=True, ge=1, le=1000)] = 5
+    reset_ms: Annotated[int, Field(strict=True, ge=1, le=3_600_000)] = 5000
+
+
+class ExtensionSpec(BaseModel):
+    """The rules of one registry entry ([extensions.ID])."""
+
+    model_config = SECTION
+
+    type: Literal["pre", "validator", "post", "provider"]
+    subject: Annotated[str, AfterValidator(_subject)]
+    timeout_ms: Annotated[int, Field(strict=True, ge=1, le=600_000)] = 1000
+    retry: Annotated[int, Field(strict=True, ge=0, le=10)] = 0
+    encoding: Literal["json", "msgpack"] = "json"
+    breaker: BreakerTable = BreakerTable()
+
+    def remote(self, ext_id: str) -> RemoteExtension:
+        """The validated entry as the cluster takes it."""
+        return RemoteExtension(ext_id, self.type, self.subject, self.timeout_ms, self.retry,
+                               self.encoding, self.breaker.failures, self.breaker.reset_ms)
+
+
+class Registry(RootModel[dict[ExtensionId, ExtensionSpec]]):
+    """A whole registry: extension ids to their entries."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
+
+
+def parse_registry(raw: Any, where: str = "extensions", source: str = ""
                    ) -> dict[str, RemoteExtension]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: must be a table of extensions")
-    return {ext_id: _one(ext_id, entry, f"{where}.{ext_id}") for ext_id, entry in raw.items()}
+    """The extensions of `raw`, or one ConfigError naming every problem under `where`."""
+    entries = check(Registry, raw, prefix=where, source=source).root
+    return {ext_id: spec.remote(ext_id) for ext_id, spec in entries.items()}
 
 
 def load_registry(path: Path) -> dict[str, RemoteExtension]:
@@ -110,4 +127,4 @@ def load_registry(path: Path) -> dict[str, RemoteExtension]:
         raise ConfigError(f"{path}: cannot read registry: {exc}") from exc
     if set(raw) == {"extensions"}:
         raw = raw["extensions"]
-    return parse_registry(raw, f"{path.name}")
+    return parse_registry(raw, "", path.name)

@@ -12,40 +12,36 @@
     connect_timeout_s = 10
     call_timeout_s = 30
     enabled = true
+
+Validated as pydantic models (`McpSection`, `McpServer`): a bad table is one ConfigError
+naming every problem with its field (`wasmext.validation`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
 
 from wasmext.errors import ConfigError
 from wasmext.mcp.envsubst import substitute
+from wasmext.text import clean
+from wasmext.validation import SECTION, Seconds, check, context_path, problem
 
 if TYPE_CHECKING:
     from wasmext.mcp.oauth.config import OAuthSettings
 
-
-def need(cond: bool, path: Path | None, fld: str, why: str) -> None:
-    """Raise ConfigError naming the file and field unless `cond` holds."""
-    if not cond:
-        raise ConfigError(f"{path or 'config'}: field '{fld}': {why}")
-
-
-def table(raw: Any, path: Path | None, fld: str) -> dict[str, Any]:
-    need(isinstance(raw, dict), path, fld, "must be a table")
-    return dict(raw)
-
-__all__ = ["McpServerConfig", "need", "parse_mcp", "table"]
+__all__ = ["McpSection", "McpServer", "McpServerConfig", "parse_mcp"]
 
 log = logging.getLogger("wasmext.config")
-_TRANSPORTS = ("stdio", "sse", "http")
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+# The table's key, handed to its server's model so that its validators can name it.
+_NAME_KEY = "__server_name__"
 
 
 @dataclass(frozen=True)
@@ -68,70 +64,132 @@ class McpServerConfig:
     oauth: OAuthSettings | None = None
 
 
-def _subst(value: Any, path: Path | None, fld: str) -> str:
-    need(isinstance(value, str), path, fld, "must be a string")
+def _server_name(name: str) -> str:
+    if not (name and len(name) <= 64 and set(name) <= _NAME_CHARS):
+        problem("a server name is 1-64 lowercase letters, digits and hyphens")
+    return name
+
+
+def _subst(value: str, info: ValidationInfo, fld: str) -> str:
+    """`value` with its ${VAR}s from the environment; a missing one warns and reads as ""."""
     out, missing = substitute(value, os.environ)
-    for name in missing:
-        log.warning("%s: field '%s': ${%s} is not set; using an empty string",
-                    path or "config", fld, name)
+    name = clean(str(info.data.get("name", "?")), 64)
+    for var in missing:
+        log.warning("%s: field 'mcp.servers.%s.%s': ${%s} is not set; using an empty string",
+                    context_path(info) or "config", name, fld, clean(var, 64))
     return out
 
 
-def parse_mcp(raw: dict[str, Any], path: Path | None, base_dir: Path | None = None
+class McpServer(BaseModel):
+    """The rules of one [mcp.servers.NAME] table (fields are checked in this order)."""
+
+    model_config = SECTION
+
+    name: str = Field(alias=_NAME_KEY)
+    transport: Literal["stdio", "sse", "http"] = "stdio"
+    command: str | None = Field(None, validate_default=True)
+    url: str | None = Field(None, validate_default=True)
+    args: list[str] = []
+    env: dict[str, str] = {}
+    headers: dict[str, str] = {}
+    roots: list[str] = []
+    sampling: bool = False
+    enabled: bool = True
+    connect_timeout_s: Seconds = 10.0
+    call_timeout_s: Seconds = 30.0
+    oauth: Any = None  # OAuthSettings once validated
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | None, info: ValidationInfo) -> str | None:
+        value = None if value is None else _subst(value, info, "command")
+        if info.data.get("transport") == "stdio" and not value:
+            problem("a stdio server needs a command")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        value = None if value is None else _subst(value, info, "url")
+        transport = info.data.get("transport")
+        if transport in ("sse", "http") and not value:
+            problem(f"a {transport} server needs a url")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return [_subst(a, info, f"args[{i}]") for i, a in enumerate(value)]
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        return {k: _subst(v, info, f"env.{k}") for k, v in value.items()}
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if value and info.data.get("transport") == "stdio":
+            problem("only sse and http servers take headers")
+        return {k: _subst(v, info, f"headers.{k}") for k, v in value.items()}
+
+    @field_validator("roots")
+    @classmethod
+    def _roots(cls, value: list[str]) -> list[str]:
+        if not all(r.startswith("file://") for r in value):
+            problem("must be an array of file:// URIs")
+        return value
+
+    @field_validator("oauth")
+    @classmethod
+    def _oauth(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None or "transport" not in info.data:
+            return None
+        from wasmext.mcp.oauth.config import parse_oauth  # its rules, one problem at a time
+
+        fld = f"mcp.servers.{info.data.get('name', '?')}.oauth"
+        try:
+            return parse_oauth(value, context_path(info), fld, info.data["transport"],
+                               lambda v, f: _subst(v, info, f.removeprefix(
+                                   f"mcp.servers.{info.data.get('name', '?')}.")))
+        except ConfigError as err:
+            # "<file>: field '<fld>[.sub]': why": keep the sub-field and the why
+            rest = err.message.partition(f"field '{fld}")[2]
+            sub, _, why = rest.partition("': ")
+            problem(why or err.message, sub.removeprefix(".") or None)
+
+    def config(self, base_dir: Path | None) -> McpServerConfig:
+        """The validated table as the client takes it; stdio servers run in `base_dir`."""
+        return McpServerConfig(
+            self.name, self.transport, self.command, tuple(self.args), self.env, self.url,
+            float(self.connect_timeout_s), float(self.call_timeout_s), self.enabled,
+            self.headers,
+            str(base_dir) if base_dir is not None and self.transport == "stdio" else None,
+            tuple(self.roots), self.sampling, self.oauth)
+
+
+class McpSection(BaseModel):
+    """The rules of an [mcp] table: the global switch and the servers by name."""
+
+    model_config = SECTION
+
+    enabled: bool = True
+    servers: dict[Annotated[str, AfterValidator(_server_name)], McpServer] = {}
+
+    @field_validator("servers", mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {k: {**s, _NAME_KEY: k} if isinstance(s, dict) else s for k, s in value.items()}
+
+    def configs(self, base_dir: Path | None = None) -> tuple[McpServerConfig, ...]:
+        """Every server, in the table's order; stdio servers run in `base_dir`."""
+        return tuple(s.config(base_dir) for s in self.servers.values())
+
+
+def parse_mcp(raw: Any, path: Path | None, base_dir: Path | None = None
               ) -> tuple[bool, tuple[McpServerConfig, ...]]:
     """The [mcp] table; with `base_dir`, stdio servers run there (relative paths from it)."""
-    enabled = raw.pop("enabled", True)
-    need(isinstance(enabled, bool), path, "mcp.enabled", "must be a bool")
-    servers = table(raw.pop("servers", {}), path, "mcp.servers")
-    need(not raw, path, f"mcp.{sorted(raw)[0] if raw else ''}", "unknown field")
-    out = []
-    for name, spec in servers.items():
-        fld = f"mcp.servers.{name}"
-        need(bool(name) and len(name) <= 64 and set(name) <= _NAME_CHARS, path, fld,
-              "lowercase letters, digits and hyphens")
-        spec = table(spec, path, fld)
-        known = {f.name for f in dataclasses.fields(McpServerConfig)} - {"name", "cwd"}
-        unknown = sorted(set(spec) - known)
-        need(not unknown, path, f"{fld}.{unknown[0] if unknown else ''}", "unknown field")
-        transport = spec.get("transport", "stdio")
-        need(transport in _TRANSPORTS, path, f"{fld}.transport", f"one of {_TRANSPORTS}")
-        command = _subst(spec["command"], path, f"{fld}.command") if "command" in spec else None
-        url = _subst(spec["url"], path, f"{fld}.url") if "url" in spec else None
-        need(transport != "stdio" or bool(command), path, f"{fld}.command",
-              "a stdio server needs a command")
-        need(transport == "stdio" or bool(url), path, f"{fld}.url",
-              f"a {transport} server needs a url")
-        args = spec.get("args", [])
-        need(isinstance(args, list), path, f"{fld}.args", "must be an array of strings")
-        env = table(spec.get("env", {}), path, f"{fld}.env")
-        timeouts = {}
-        for key in ("connect_timeout_s", "call_timeout_s"):
-            value = spec.get(key, 10.0 if key == "connect_timeout_s" else 30.0)
-            need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
-                  path, f"{fld}.{key}", "must be a positive number of seconds")
-            timeouts[key] = float(value)
-        headers = table(spec.get("headers", {}), path, f"{fld}.headers")
-        need(transport != "stdio" or not headers, path, f"{fld}.headers",
-             "only sse and http servers take headers")
-        roots = spec.get("roots", [])
-        need(isinstance(roots, list) and all(isinstance(r, str) and r.startswith("file://")
-                                             for r in roots), path, f"{fld}.roots",
-             "must be an array of file:// URIs")
-        sampling = spec.get("sampling", False)
-        need(isinstance(sampling, bool), path, f"{fld}.sampling", "must be a bool")
-        on = spec.get("enabled", True)
-        need(isinstance(on, bool), path, f"{fld}.enabled", "must be a bool")
-        oauth = None
-        if "oauth" in spec:
-            from wasmext.mcp.oauth.config import parse_oauth  # pydantic only when used
-            oauth = parse_oauth(spec["oauth"], path, f"{fld}.oauth", transport,
-                                lambda v, f: _subst(v, path, f))
-        out.append(McpServerConfig(
-            name, transport, command,
-            tuple(_subst(a, path, f"{fld}.args[{i}]") for i, a in enumerate(args)),
-            {k: _subst(v, path, f"{fld}.env.{k}") for k, v in env.items()}, url,
-            timeouts["connect_timeout_s"], timeouts["call_timeout_s"], on,
-            {k: _subst(v, path, f"{fld}.headers.{k}") for k, v in headers.items()},
-            str(base_dir) if base_dir is not None and transport == "stdio" else None,
-            tuple(roots), sampling, oauth))
-    return enabled, tuple(out)
+    section = check(McpSection, raw, path, prefix="mcp")
+    return section.enabled, section.configs(base_dir)

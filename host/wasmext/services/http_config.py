@@ -8,6 +8,8 @@
     host = "api.weather.example"         # fnmatch pattern of the hosts that get it
     header = "Authorization"
     setting = "weather_token"            # must be a sensitive setting of the plugin
+
+Validated as the pydantic model `HttpSection` (`wasmext.validation`).
 """
 
 from __future__ import annotations
@@ -15,42 +17,65 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from wasmext.mcp.config import need, table
+from pydantic import BaseModel, Field
+
 from wasmext.services.http_fetch import HttpFetch, HttpLimits
+from wasmext.validation import SECTION, Nonnegative, check
 
-__all__ = ["HttpSettings", "parse_http"]
+__all__ = ["HttpSection", "HttpSettings", "parse_http"]
+
+_Text = Annotated[str, Field(strict=True, min_length=1)]
 
 
 @dataclass(frozen=True)
 class HttpSettings:
+    """The [http] section: http.fetch's caps and the setting-to-header injections."""
+
     limits: HttpLimits = dataclasses.field(default_factory=HttpLimits)
     # (plugin id, host pattern, header, setting)
     inject: tuple[tuple[str, str, str, str], ...] = ()
 
     def service(self) -> HttpFetch:
+        """An http.fetch service with these caps and injections."""
         fetch = HttpFetch(self.limits)
         for plugin_id, host, header, setting in self.inject:
             fetch.inject_header(plugin_id, host, header, setting)
         return fetch
 
 
+class Injection(BaseModel):
+    """One [[http.inject]] entry: every field a non-empty string."""
+
+    model_config = SECTION
+
+    plugin: _Text
+    host: _Text
+    header: _Text
+    setting: _Text
+
+
+class HttpSection(BaseModel):
+    """The rules of the [http] section (the HttpLimits fields, each an int >= 0)."""
+
+    model_config = SECTION
+
+    max_request_bytes: Nonnegative | None = None
+    max_response_bytes: Nonnegative | None = None
+    max_headers: Nonnegative | None = None
+    max_redirects: Nonnegative | None = None
+    answer_margin_ms: Nonnegative | None = None
+    inject: list[Injection] = []
+
+    def settings(self) -> HttpSettings:
+        """The validated section as the service takes it."""
+        given = {k: v for k in self.model_fields_set - {"inject"}
+                 if (v := getattr(self, k)) is not None}
+        return HttpSettings(HttpLimits(**given), tuple(
+            (i.plugin, i.host, i.header, i.setting) for i in self.inject))
+
+
 def parse_http(raw: Any, path: Path | None) -> HttpSettings:
-    data = table(raw, path, "http")
-    inject_raw = data.pop("inject", [])
-    names = {f.name for f in dataclasses.fields(HttpLimits)}
-    for key, value in data.items():
-        need(key in names, path, f"http.{key}", f"unknown; one of {', '.join(sorted(names))}")
-        need(type(value) is int and value >= 0, path, f"http.{key}", "must be an int >= 0")
-    need(isinstance(inject_raw, list), path, "http.inject", "must be an array of tables")
-    inject = []
-    for n, item in enumerate(inject_raw):
-        fld = f"http.inject[{n}]"
-        item = table(item, path, fld)
-        keys = ("plugin", "host", "header", "setting")
-        need(set(item) == set(keys) and all(isinstance(item[k], str) and item[k]
-                                            for k in keys), path, fld,
-             "needs plugin, host, header and setting (non-empty strings)")
-        inject.append((item["plugin"], item["host"], item["header"], item["setting"]))
-    return HttpSettings(HttpLimits(**data), tuple(inject))
+    """The [http] section, or one ConfigError naming every problem."""
+    return check(HttpSection, raw, path, prefix="http").settings()

@@ -12,6 +12,8 @@
     [llm.plugins.summarize]             # ... and for one plugin
     models = ["small-model", "big-model"]
     timeout_ms = 60000                  # llm_timeout_ms
+
+Validated as the pydantic model `LlmSection` (`wasmext.validation`).
 """
 
 from __future__ import annotations
@@ -19,53 +21,73 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from wasmext.mcp.config import need, table
+from pydantic import BaseModel, Field
+
 from wasmext.services.llm import Completer, LlmPolicy, LlmSettings, Price
 from wasmext.services.llm_client import OpenAIClient
+from wasmext.validation import SECTION, Count, check
 
-__all__ = ["completer_from", "parse_llm"]
+__all__ = ["LlmSection", "completer_from", "parse_llm"]
 
-_KEYS = {"url", "model", "api_key_env", "prices", "default", "plugins"}
+_Money = Annotated[float, Field(strict=True, ge=0)]
 
 
-def _policy(raw: Any, base: LlmPolicy, path: Path | None, fld: str) -> LlmPolicy:
-    values = table(raw, path, fld)
-    names = {f.name for f in dataclasses.fields(LlmPolicy)}
-    for key, value in values.items():
-        need(key in names, path, f"{fld}.{key}", f"unknown; one of {', '.join(sorted(names))}")
-        if key == "models":
-            need(isinstance(value, list) and all(isinstance(m, str) for m in value), path,
-                 f"{fld}.models", "must be an array of model names")
-            values[key] = tuple(value)
-        else:
-            need(type(value) is int and value > 0, path, f"{fld}.{key}",
-                 "must be a positive int")
-    return dataclasses.replace(base, **values)
+class PolicyTable(BaseModel):
+    """LlmPolicy fields: what one table ([llm.default], [llm.plugins.ID]) changes."""
+
+    model_config = SECTION
+
+    models: list[str] | None = None
+    max_tokens_per_call: Count | None = None
+    max_tokens_per_session: Count | None = None
+    max_tokens_per_day: Count | None = None
+    max_in_flight: Count | None = None
+    timeout_ms: Count | None = None
+
+    def over(self, base: LlmPolicy) -> LlmPolicy:
+        """`base` with the fields this table gives."""
+        given: dict[str, Any] = {k: v for k in self.model_fields_set
+                                 if (v := getattr(self, k)) is not None}
+        if "models" in given:
+            given["models"] = tuple(given["models"])
+        return dataclasses.replace(base, **given)
+
+
+class PriceTable(BaseModel):
+    """Currency units per million tokens of one model."""
+
+    model_config = SECTION
+
+    input: _Money = 0.0
+    output: _Money = 0.0
+
+
+class LlmSection(BaseModel):
+    """The rules of the [llm] section."""
+
+    model_config = SECTION
+
+    url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    prices: dict[str, PriceTable] = {}
+    default: PolicyTable = PolicyTable()
+    plugins: dict[str, PolicyTable] = {}
+
+    def settings(self) -> LlmSettings:
+        """The validated section; a plugin's table changes the default policy."""
+        default = self.default.over(LlmPolicy())
+        return LlmSettings(
+            url=self.url, model=self.model, api_key_env=self.api_key_env or "OPENAI_API_KEY",
+            prices={m: Price(float(p.input), float(p.output)) for m, p in self.prices.items()},
+            default=default, plugins={pid: p.over(default) for pid, p in self.plugins.items()})
 
 
 def parse_llm(raw: Any, path: Path | None) -> LlmSettings:
-    data = table(raw, path, "llm")
-    unknown = sorted(set(data) - _KEYS)
-    need(not unknown, path, f"llm.{unknown[0]}" if unknown else "llm", "unknown key")
-    for key in ("url", "model", "api_key_env"):
-        need(data.get(key) is None or isinstance(data[key], str), path, f"llm.{key}",
-             "must be a string")
-    prices = {}
-    for model, price in table(data.get("prices", {}), path, "llm.prices").items():
-        fld = f"llm.prices.{model}"
-        price = table(price, path, fld)
-        need(set(price) <= {"input", "output"} and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-            for v in price.values()), path, fld, "needs input and output: numbers >= 0")
-        prices[model] = Price(float(price.get("input", 0)), float(price.get("output", 0)))
-    default = _policy(data.get("default", {}), LlmPolicy(), path, "llm.default")
-    plugins = {pid: _policy(p, default, path, f"llm.plugins.{pid}")
-               for pid, p in table(data.get("plugins", {}), path, "llm.plugins").items()}
-    return LlmSettings(url=data.get("url"), model=data.get("model"),
-                       api_key_env=data.get("api_key_env") or "OPENAI_API_KEY",
-                       prices=prices, default=default, plugins=plugins)
+    """The [llm] section, or one ConfigError naming every problem."""
+    return check(LlmSection, raw, path, prefix="llm").settings()
 
 
 def completer_from(settings: LlmSettings) -> Completer | None:
