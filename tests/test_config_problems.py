@@ -1,18 +1,28 @@
 """A config or manifest with several problems reports them all at once, each naming the
-file and the field, with type errors said as types ("must be an integer")."""
+file and the field, with type errors said as types ("must be an integer").
+
+A host config is validated one way (pydantic models, `wasmext.validation`): every
+section's problems land in one ConfigError, each with its field path, cleaned and
+capped however hostile the file."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+import wasmtime
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wasmext import ConfigError, load_config
+from wasmext import ConfigError, Host, load_config
+from wasmext.config import parse_config
 from wasmext.errors import ManifestError
 from wasmext.manifest import MANIFEST_TYPES, load_folder, type_problems
+from wasmext.testing import guest_wat
+from wasmext.text import is_unsafe
+from wasmext.validation import FIELD_CAP, KEPT, REASON_CAP, SHOWN
 
 
 def test_every_type_problem_of_a_manifest_at_once(tmp_path: Path) -> None:
@@ -57,3 +67,139 @@ def test_type_problems_name_only_fields_of_the_input(data: dict[str, Any]) -> No
     for fld, word in type_problems(MANIFEST_TYPES, data):
         assert fld.split(".")[0] in data or word == "is required"
         assert word and "\n" not in word
+
+
+# A bad value in every section: each is one problem, all reported together.
+EVERY_SECTION = """
+surprise = 1
+[host]
+hooks = "yes"
+[plugins]
+enabled = ["Not An Id"]
+[limits]
+fuel_per_call = 0
+[grants.calc]
+digest = "md5:hunter2-secret"
+[plugin.calc]
+failure = "sometimes"
+[state]
+backend = "redis"
+[mcp.servers.x]
+transport = "sse"
+[trust]
+keys = ["ed25519:not-base64!"]
+[extensions.guard]
+type = "validator"
+subject = "a.*"
+[llm.default]
+max_tokens_per_call = -1
+[[http.inject]]
+plugin = "calc"
+"""
+EXPECTED = [
+    ("surprise", "unknown field"),
+    ("host.hooks", "must be true or false"),
+    ("plugins.enabled[0]", "not a plugin id"),
+    ("limits.fuel_per_call", "must be > 0"),
+    ("grants.calc.digest", "must be 'sha256:' and 64"),
+    ("plugin.calc.failure", "must be 'open', 'closed' or 'reload'"),
+    ("state.url", "the redis backend needs a url"),
+    ("mcp.servers.x.url", "a sse server needs a url"),
+    ("trust.keys[0]", "public key"),
+    ("extensions.guard.subject", "without wildcards"),
+    ("llm.default.max_tokens_per_call", "must be > 0"),
+    ("http.inject[0].host", "is required"),
+]
+
+
+def test_every_problem_of_every_section_in_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "wasmext.toml"
+    path.write_text(EVERY_SECTION)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    err = caught.value
+    problems = dict(err.problems)
+    for fld, why in EXPECTED:
+        assert why in problems.get(fld, ""), (fld, problems)
+    assert len(err.problems) == len(EXPECTED) + 2  # http.inject[0]: header and setting too
+    assert err.message.startswith(f"{path}: field '")
+    shown = err.message.count("field '")
+    assert shown == SHOWN and f"and {len(err.problems) - SHOWN} more problems" in err.message
+    assert "hunter2" not in err.message  # a value never reaches the message
+    assert "hunter2" not in " ".join(f"{f} {w}" for f, w in err.problems)
+
+
+def test_each_section_problem_alone_names_its_field_and_reason(tmp_path: Path) -> None:
+    path = tmp_path / "wasmext.toml"
+    path.write_text('[limits]\nfuel_per_call = 0\n[mcp.servers.x]\ntransport = "http"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.message == (f"{path}: field 'limits.fuel_per_call': must be > 0; "
+                                    "field 'mcp.servers.x.url': a http server needs a url")
+
+
+def _plugin(root: Path) -> None:
+    folder = root / "plugins" / "healthy"
+    folder.mkdir(parents=True)
+    wat = guest_wat(response={"ok": True, "value": "alive"})
+    (folder / "healthy.wasm").write_bytes(wasmtime.wat2wasm(wat))
+    (folder / "plugin.toml").write_text('id = "healthy"\nversion = "1.0.0"\n')
+
+
+def test_a_hostile_config_gets_one_bounded_inert_error(tmp_path: Path) -> None:
+    secret = "sk-live-hunter2"
+    # TOML escapes for a terminal hyperlink, a bidi override; then length
+    evil = r"\u001b]8;;http://x\u0007\u202e" + "k" * 300
+    lines = [f'[grants."{evil}{i}"]\ndigest = "{secret}"\n' for i in range(2000)]
+    lines.append(f'[llm]\nurl = ["{secret}"]\n')
+    path = tmp_path / "wasmext.toml"
+    path.write_text("".join(lines))
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert time.monotonic() - started < 30  # generous: the machine is shared
+    err = caught.value
+    assert len(err.problems) == KEPT  # 4001 found, a bounded number kept
+    assert "and 3991 more problems" in err.message
+    assert all(len(f) <= FIELD_CAP and len(w) <= REASON_CAP for f, w in err.problems)
+    for text in (err.message, err.describe()):
+        assert secret not in text and "\x1b" not in text and "\u202e" not in text
+        assert "\n" not in text
+    assert len(err.message) < 4000
+    _plugin(tmp_path)  # the same host still loads a good config, and its plugin answers
+    path.write_text('[plugins]\nworkspace_dir = "plugins"\n[host]\ndata_dir = "data"\n')
+    with Host(load_config(path)) as host:
+        assert host.plugins["healthy"].plugin.call("test").value == "alive"
+
+
+toml_leaves = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+               | st.datetimes() | st.dates() | st.times())
+# The keys the models know, so that the values reach the value rules, and some others.
+KNOWN_KEYS = sorted({
+    "host", "plugins", "limits", "grants", "plugin", "state", "mcp", "trust", "extensions",
+    "llm", "http", "data_dir", "hooks", "default_timeout_ms", "user_dir", "enabled",
+    "disabled", "cap", "fuel_per_call", "memory_bytes", "max_output_bytes", "digest",
+    "capabilities", "settings", "failure", "priority", "backend", "url", "ttl_seconds",
+    "max_ttl_seconds", "session_warn_ratio", "servers", "x", "transport", "command", "args",
+    "env", "headers", "roots", "oauth", "scopes", "grant", "call_timeout_s", "keys",
+    "require_signature", "type", "subject", "breaker", "failures", "encoding", "prices",
+    "input", "default", "models", "inject", "header", "setting", "max_redirects"})
+toml_ish_dicts = st.recursive(
+    toml_leaves,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(KNOWN_KEYS) | st.text(max_size=6), inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(KNOWN_KEYS) | st.text(max_size=6), toml_ish_dicts,
+                       max_size=6))
+def test_any_toml_ish_document_loads_or_is_one_config_error(data: dict[str, Any]) -> None:
+    try:
+        parse_config(data)
+    except ConfigError as err:  # anything else fails the test
+        assert err.problems and len(err.problems) <= KEPT
+        assert "\n" not in err.message
+        for fld, why in err.problems:
+            assert len(fld) <= FIELD_CAP and len(why) <= REASON_CAP
+            assert not any(is_unsafe(c) for c in fld + why)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -100,16 +101,18 @@ def test_grants_are_keyed_to_the_digest(tmp_path: Path) -> None:
         assert info.value.code == "denied"
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ("[surprise]\n", "surprise"), ("[host]\nhooks = 1\n", "host.hooks"),
-    ("[plugins]\nenabled = ['Bad']\n", "plugins.enabled"),
-    ("[grants.x]\ndigest = 'md5:1'\n", "grants.x.digest"),
-    ("[plugin.x]\nfailure = 'sometimes'\n", "plugin.x.failure"),
-    ("[limits]\nfuel_per_call = 0\n", "limits"),
+@pytest.mark.parametrize(("body", "field", "why"), [
+    ("[surprise]\n", "surprise", "unknown field"),
+    ("[host]\nhooks = 1\n", "host.hooks", "must be true or false"),
+    ("[plugins]\nenabled = ['Bad']\n", "plugins.enabled[0]", "not a plugin id"),
+    ("[grants.x]\ndigest = 'md5:1'\n", "grants.x.digest", "64 lowercase hex digits"),
+    ("[plugin.x]\nfailure = 'sometimes'\n", "plugin.x.failure", "'open', 'closed' or"),
+    ("[limits]\nfuel_per_call = 0\n", "limits.fuel_per_call", "must be > 0"),
 ])
-def test_config_errors_name_the_field(tmp_path: Path, body: str, field: str) -> None:
-    with pytest.raises(ConfigError, match=f"field '{field}"):
+def test_config_errors_name_the_field(tmp_path: Path, body: str, field: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"field '{field}': ")) as caught:
         load_config(write_config(tmp_path, body))
+    assert why in dict(caught.value.problems)[field]
 
 
 def test_async_sessions_run_off_the_loop(built: Built, wasmext_host: Any) -> None:
@@ -234,13 +237,15 @@ enabled = false
     assert (remote.transport, remote.enabled) == ("http", False)
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ("[mcp.servers.x]\ntransport = 'smoke'\n", "mcp.servers.x.transport"),
-    ("[mcp.servers.x]\ntransport = 'stdio'\n", "mcp.servers.x.command"),
-    ("[mcp.servers.x]\ntransport = 'sse'\n", "mcp.servers.x.url"),
-    ("[mcp.servers.x]\ncommand = 'a'\ncall_timeout_s = -1\n", "mcp.servers.x.call_timeout_s"),
-    ("[mcp]\nenabled = 'yes'\n", "mcp.enabled"),
+@pytest.mark.parametrize(("body", "field", "why"), [
+    ("[mcp.servers.x]\ntransport = 'smoke'\n", "mcp.servers.x.transport", "'stdio', 'sse'"),
+    ("[mcp.servers.x]\ntransport = 'stdio'\n", "mcp.servers.x.command", "needs a command"),
+    ("[mcp.servers.x]\ntransport = 'sse'\n", "mcp.servers.x.url", "needs a url"),
+    ("[mcp.servers.x]\ncommand = 'a'\ncall_timeout_s = -1\n", "mcp.servers.x.call_timeout_s",
+     "must be > 0"),
+    ("[mcp]\nenabled = 'yes'\n", "mcp.enabled", "must be true or false"),
 ])
-def test_mcp_config_errors(tmp_path: Path, body: str, field: str) -> None:
-    with pytest.raises(ConfigError, match=f"field '{field}'"):
+def test_mcp_config_errors(tmp_path: Path, body: str, field: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"field '{field}': ")) as caught:
         load_config(write_config(tmp_path, body))
+    assert why in dict(caught.value.problems)[field]

@@ -73,8 +73,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator, \
-    model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
@@ -270,7 +276,7 @@ class StateTable(BaseModel):
     model_config = SECTION
 
     backend: Literal["sqlite", "memory", "redis"] = "sqlite"
-    url: str | None = Field(None, validate_default=True)
+    url: str | None = Field(default=None, validate_default=True)
     ttl_seconds: _Finite | None = None
     max_ttl_seconds: _Finite | None = None
     max_plugin_bytes: Nonnegative | None = None

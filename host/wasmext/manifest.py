@@ -23,7 +23,7 @@ from typing import Any
 
 from wasmext._abi import ABI_MAJOR
 from wasmext._toml import ConfigTextError, parse_text, read_capped
-from wasmext.errors import ManifestError, UnsafeFolder
+from wasmext.errors import ConfigError, ManifestError, UnsafeFolder
 from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.sandbox.limits import Limits
 
@@ -223,8 +223,11 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     _need(failure in FAILURE_POLICIES, path, "failure", f"must be one of {FAILURE_POLICIES}")
     mcp_raw = data.get("mcp", {})
     _need(isinstance(mcp_raw, dict), path, "mcp", "must be a table")
-    _, mcp_servers = parse_mcp(dict(mcp_raw), path,  # relative paths: the plugin's folder
-                               path.parent if path is not None else None)
+    try:  # relative paths: the plugin's folder
+        _, mcp_servers = parse_mcp(mcp_raw, path, path.parent if path is not None else None)
+    except ConfigError as err:  # every problem of the table, said as the manifest's
+        raise ManifestError(err.message, path=path, field=err.problems[0][0]
+                            if err.problems else "mcp") from None
     assert isinstance(pid, str) and isinstance(version, str)
     # Read-only: one validated Manifest may serve many loads (see `load_manifest`).
     return Manifest(path, pid, version, desc, abi, prio, wasm,

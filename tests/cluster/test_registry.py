@@ -52,12 +52,12 @@ def test_extensions_in_wasmext_toml(tmp_path: Path) -> None:
     assert (ext.retry, ext.encoding, ext.breaker_failures, ext.breaker_reset_ms) == \
         (2, "msgpack", 3, 50)
     path.write_text('[extensions.pii_guard]\ntype = "validator"\nsubject = "a.b"\nretries = 2\n')
-    with pytest.raises(ConfigError, match="'extensions.pii_guard.retries': unknown field"):
+    with pytest.raises(ConfigError, match=r"'extensions\.pii_guard\.retries': unknown field"):
         load_config(path)
 
 
 @pytest.mark.parametrize(("entry", "why"), [
-    ({"type": "pre", "subject": "a.b", "timeout": 5}, "'extensions.x.timeout': unknown field"),
+    ({"type": "pre", "subject": "a.b", "timeout": 5}, r"'extensions\.x\.timeout': unknown field"),
     ({"type": "preprocessor", "subject": "a.b"}, "type"),
     ({"type": "pre", "subject": "a.*"}, "wildcards"),
     ({"type": "pre", "subject": "a..b"}, "subject"),

@@ -85,10 +85,10 @@ class McpServer(BaseModel):
 
     model_config = SECTION
 
-    name: str = Field(alias=_NAME_KEY)
+    name: str = Field(alias="__server_name__")  # _NAME_KEY
     transport: Literal["stdio", "sse", "http"] = "stdio"
-    command: str | None = Field(None, validate_default=True)
-    url: str | None = Field(None, validate_default=True)
+    command: str | None = Field(default=None, validate_default=True)
+    url: str | None = Field(default=None, validate_default=True)
     args: list[str] = []
     env: dict[str, str] = {}
     headers: dict[str, str] = {}
