@@ -7,6 +7,7 @@ capped however hostile the file."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wasmext import ConfigError, Host, load_config
-from wasmext.config import parse_config
+from wasmext.config import LimitsTable, StateTable, parse_config
 from wasmext.errors import ManifestError
 from wasmext.manifest import MANIFEST_TYPES, load_folder, type_problems
+from wasmext.sandbox.limits import Limits
+from wasmext.services.http_config import HttpSection
+from wasmext.services.http_fetch import HttpLimits
+from wasmext.services.llm import LlmPolicy
+from wasmext.services.llm_config import PolicyTable
+from wasmext.state import StateLimits
 from wasmext.testing import guest_wat
 from wasmext.text import is_unsafe
 from wasmext.validation import FIELD_CAP, KEPT, REASON_CAP, SHOWN
@@ -37,6 +44,19 @@ def test_every_type_problem_of_a_manifest_at_once(tmp_path: Path) -> None:
                 "'build.lang': must be a string"):
         assert fld in text, fld
     assert "SemVer" not in text and "ABI" not in text  # a type error, not a version message
+
+
+def test_every_problem_of_a_manifests_mcp_table_at_once(tmp_path: Path) -> None:
+    (tmp_path / "plugin.toml").write_text(
+        'id = "demo"\nversion = "1.0.0"\n[mcp.servers.x]\ntransport = "sse"\n'
+        '[mcp.servers.y]\nroots = ["/etc"]\n')
+    with pytest.raises(ManifestError) as caught:
+        load_folder(tmp_path)
+    assert caught.value.field == "mcp.servers.x.url"
+    for part in ("'mcp.servers.x.url': a sse server needs a url",
+                 "'mcp.servers.y.command': a stdio server needs a command",
+                 "'mcp.servers.y.roots': must be an array of file:// URIs"):
+        assert part in caught.value.message, part
 
 
 def test_every_type_problem_of_a_config_at_once(tmp_path: Path) -> None:
@@ -198,8 +218,20 @@ def test_any_toml_ish_document_loads_or_is_one_config_error(data: dict[str, Any]
     try:
         parse_config(data)
     except ConfigError as err:  # anything else fails the test
-        assert err.problems and len(err.problems) <= KEPT
-        assert "\n" not in err.message
-        for fld, why in err.problems:
-            assert len(fld) <= FIELD_CAP and len(why) <= REASON_CAP
-            assert not any(is_unsafe(c) for c in fld + why)
+        problems, message = err.problems, err.message
+    else:
+        return
+    assert problems and len(problems) <= KEPT
+    assert "\n" not in message
+    for fld, why in problems:
+        assert len(fld) <= FIELD_CAP and len(why) <= REASON_CAP
+        assert not any(is_unsafe(c) for c in fld + why)
+
+
+def test_each_table_model_has_exactly_its_dataclass_fields() -> None:
+    """A field added to Limits (or StateLimits, HttpLimits, LlmPolicy) must get its rule."""
+    tables: list[tuple[Any, Any, set[str]]] = [
+        (LimitsTable, Limits, set()), (StateTable, StateLimits, {"backend", "url"}),
+        (HttpSection, HttpLimits, {"inject"}), (PolicyTable, LlmPolicy, set())]
+    for model, kind, own in tables:
+        assert set(model.model_fields) - own == {f.name for f in dataclasses.fields(kind)}

@@ -218,6 +218,19 @@ def test_arbitrary_text_as_plugin_toml_only_raises_manifest_error(raw: str | byt
             load_manifest(path)
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, max_examples=200)
+@given(st.one_of(st.text(max_size=300), toml_ish, st.binary(max_size=300),
+                 st.sampled_from(["[limits]\nfuel_per_call = ", "[mcp.servers.", "[grants.",
+                                  "[state]\nbackend = 'redis'\n", "[plugin.x]\nlimits = "])
+                 .flatmap(lambda head: toml_ish.map(lambda tail: head + tail))))
+def test_arbitrary_text_as_wasmext_toml_only_raises_config_error(raw: str | bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "wasmext.toml"
+        path.write_bytes(raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass"))
+        with contextlib.suppress(ConfigError):  # anything else fails the test
+            load_config(path)
+
+
 # -- symlinks out of a plugin folder ----------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""wasmext.toml: the host's configuration, validated with errors naming the field.
+"""wasmext.toml: the host's configuration, a pydantic model per section, every problem at once.
 
     [host]
     data_dir = ".wasmext"        # enable/disable state lives here
