@@ -6,9 +6,10 @@
                           "config": {"normalize_text": {"lowercase": false}}},
                  "beta": {"policy": {"policy_id": "beta", "pre": [...]}}}}
 
-The stages and their rules are `wasmext.hooks.pipeline`'s, unchanged: `Router.run`
-hands the pipeline a session whose host answers `try_call` for a registered
-extension over NATS (`RemoteCaller`) and for anything else in-process.
+The stages and their rules are `wasmext.hooks.pipeline`'s (a document is `RoutingDoc`:
+`PolicyDoc` and its tenants, one ConfigError naming every problem), unchanged:
+`Router.run` hands the pipeline a session whose host answers `try_call` for a
+registered extension over NATS (`RemoteCaller`) and for anything else in-process.
 """
 
 from __future__ import annotations
@@ -18,22 +19,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, Field
+
 from wasmext.cluster.registry import RemoteExtension
 from wasmext.errors import ConfigError
 from wasmext.hooks.context import HookHost, HookSession, TraceNotes
 from wasmext.hooks.ordering import Entry
-from wasmext.hooks.pipeline import PipelineResult, Policy, StageRef, parse_policy, run_pipeline
+from wasmext.hooks.pipeline import PipelineResult, Policy, PolicyDoc, StageRef, run_pipeline
 from wasmext.sandbox.instance import CallResult
 from wasmext.services.events import Observer
 from wasmext.services.hostview import LoadedPlugin
+from wasmext.validation import SECTION, check
 
 if TYPE_CHECKING:
     from wasmext.cluster.remote import RemoteCaller
     from wasmext.errors import WasmextError
 
-__all__ = ["CallIds", "Router", "Routing", "parse_routing"]
-
-_TENANT_KEYS = {"policy", "disable", "config"}
+__all__ = ["CallIds", "Router", "Routing", "RoutingDoc", "TenantTable", "parse_routing"]
 
 
 @dataclass(frozen=True)
@@ -45,40 +47,38 @@ class Routing:
         return self.tenants.get(tenant_id, self.default)
 
 
-def _override(base: Policy, tenant: str, raw: Any) -> Policy:
-    where = f"policy.tenants.{tenant}"
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must be a table")
-    unknown = set(raw) - _TENANT_KEYS
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}")
-    if "policy" in raw and not isinstance(raw["policy"], dict):
-        raise ConfigError(f"{where}.policy: must be a policy table")
-    policy = parse_policy(raw["policy"]) if "policy" in raw else base
-    off = raw.get("disable", [])
-    if not isinstance(off, list) or not all(isinstance(x, str) for x in off):
-        raise ConfigError(f"{where}.disable: must be an array of extension ids")
-    config = raw.get("config", {})
-    if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
-        raise ConfigError(f"{where}.config: must map extension ids to tables")
+class TenantTable(BaseModel):
+    """One tenant's override: its own policy, stages switched off, stage config merged."""
 
-    def keep(refs: tuple[StageRef, ...]) -> tuple[StageRef, ...]:
-        return tuple(replace(r, config={**r.config, **config.get(r.id, {})})
-                     for r in refs if r.id not in off)
-    return Policy(policy.policy_id, keep(policy.pre), keep(policy.validators),
-                  tuple(p for p in policy.providers if p not in off), keep(policy.post))
+    model_config = SECTION
+
+    policy: PolicyDoc | None = None
+    disable: list[str] = []
+    config: dict[str, dict[str, Any]] = {}
+
+    def over(self, base: Policy) -> Policy:
+        """`base` (or the tenant's own policy) with the override applied."""
+        policy = self.policy.policy() if self.policy is not None else base
+        off, config = set(self.disable), self.config
+
+        def keep(refs: tuple[StageRef, ...]) -> tuple[StageRef, ...]:
+            return tuple(replace(r, config={**r.config, **config.get(r.id, {})})
+                         for r in refs if r.id not in off)
+        return Policy(policy.policy_id, keep(policy.pre), keep(policy.validators),
+                      tuple(p for p in policy.providers if p not in off), keep(policy.post))
 
 
-def parse_routing(raw: Mapping[str, Any]) -> Routing:
+class RoutingDoc(PolicyDoc):
+    """A policy document with an optional `tenants` map of overrides."""
+
+    tenants: dict[str, TenantTable] = Field(default_factory=dict)
+
+
+def parse_routing(raw: Any) -> Routing:
     """A policy document, with an optional `tenants` map of overrides."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError("policy: must be a table")
-    body = {k: v for k, v in raw.items() if k != "tenants"}
-    default = parse_policy(body)
-    tenants = raw.get("tenants", {})
-    if not isinstance(tenants, dict):
-        raise ConfigError("policy.tenants: must be a table of tenant ids")
-    return Routing(default, {t: _override(default, t, v) for t, v in tenants.items()})
+    doc = check(RoutingDoc, raw, prefix="policy", source="")
+    default = doc.policy()
+    return Routing(default, {t: tenant.over(default) for t, tenant in doc.tenants.items()})
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ an `optional` one is skipped. A validator answers {"status": "ok"} or
 {"status": "reject", "reason"}; a fault or timeout counts as reject, and
 `on_fail` decides: block (PipelineError, result.blocked), warn (logged,
 carried on) or ignore. Providers are tried in order until one answers.
+
+A policy document is validated as the pydantic model `PolicyDoc` (unknown keys
+refused: a misspelt `on-fail` would silently do nothing); a bad one is one
+ConfigError naming every problem with its field (`wasmext.validation`).
 """
 
 from __future__ import annotations
@@ -20,15 +24,18 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError, PipelineError
+from wasmext.validation import SECTION, check, problem
 
 if TYPE_CHECKING:
     from wasmext.hooks.context import HookSession
 
-__all__ = ["PipelineResult", "Policy", "StageRef", "load_policy", "parse_policy",
+__all__ = ["PipelineResult", "Policy", "PolicyDoc", "StageRef", "load_policy", "parse_policy",
            "run_pipeline"]
 
 log = logging.getLogger("wasmext.pipeline")
@@ -65,46 +72,66 @@ class PipelineResult:
 
 # A plugin id, or a remote extension's (the reference's ids have underscores).
 STAGE_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
-_STAGE_KEYS = {False: {"id", "mode", "config"}, True: {"id", "on_fail", "config"}}
 
 
-def _stage(raw: Any, where: str, validator: bool) -> StageRef:
-    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) \
-            or not STAGE_ID_RE.match(raw["id"]):
-        raise ConfigError(f"policy {where}: each stage needs an 'id' naming a plugin "
-                          "or a registered extension")
-    unknown = set(raw) - _STAGE_KEYS[validator]
-    if unknown:  # a misspelt key (`on-fail`, `retry` here) would silently do nothing
-        raise ConfigError(f"policy {where}: unknown key {sorted(unknown)[0]!r}")
-    mode, on_fail = raw.get("mode", "required"), raw.get("on_fail", "block")
-    if mode not in ("required", "optional"):
-        raise ConfigError(f"policy {where}.mode: must be required or optional")
-    if validator and on_fail not in ("block", "warn", "ignore"):
-        raise ConfigError(f"policy {where}.on_fail: must be block, warn or ignore")
-    config = raw.get("config", {})
-    if not isinstance(config, dict):
-        raise ConfigError(f"policy {where}.config: must be a map")
-    return StageRef(raw["id"], mode, on_fail, config)
+def _stage_id(value: str) -> str:
+    if not STAGE_ID_RE.match(value):
+        problem("must name a plugin or a registered extension")
+    return value
 
 
-def parse_policy(raw: Mapping[str, Any]) -> Policy:
-    unknown = set(raw) - {"policy_id", "pre", "validators", "providers", "post"}
-    if unknown:
-        raise ConfigError(f"policy: unknown field {sorted(unknown)[0]!r}")
-    pid = raw.get("policy_id", "default")
-    if not isinstance(pid, str):
-        raise ConfigError("policy.policy_id: must be a string")
-    lists = {}
-    for key in ("pre", "validators", "post"):
-        items = raw.get(key, [])
-        if not isinstance(items, list):
-            raise ConfigError(f"policy.{key}: must be an array")
-        lists[key] = tuple(_stage(x, f"{key}[{i}]", key == "validators")
-                           for i, x in enumerate(items))
-    providers = raw.get("providers", [])
-    if not isinstance(providers, list) or not all(isinstance(p, str) for p in providers):
-        raise ConfigError("policy.providers: must be an array of plugin ids")
-    return Policy(pid, lists["pre"], lists["validators"], tuple(providers), lists["post"])
+StageId = Annotated[str, AfterValidator(_stage_id)]
+
+
+class StageTable(BaseModel):
+    """A pre or post stage."""
+
+    model_config = SECTION
+
+    id: StageId
+    mode: Literal["required", "optional"] = "required"
+    config: dict[str, Any] = {}
+
+    def ref(self) -> StageRef:
+        """The stage as the pipeline runs it."""
+        return StageRef(self.id, mode=self.mode, config=self.config)
+
+
+class ValidatorTable(BaseModel):
+    """A validator stage."""
+
+    model_config = SECTION
+
+    id: StageId
+    on_fail: Literal["block", "warn", "ignore"] = "block"
+    config: dict[str, Any] = {}
+
+    def ref(self) -> StageRef:
+        """The stage as the pipeline runs it."""
+        return StageRef(self.id, on_fail=self.on_fail, config=self.config)
+
+
+class PolicyDoc(BaseModel):
+    """The rules of a policy document."""
+
+    model_config = SECTION
+
+    policy_id: str = "default"
+    pre: list[StageTable] = []
+    validators: list[ValidatorTable] = []
+    providers: list[str] = []
+    post: list[StageTable] = []
+
+    def policy(self) -> Policy:
+        """The validated document as the pipeline runs it."""
+        return Policy(self.policy_id, tuple(s.ref() for s in self.pre),
+                      tuple(s.ref() for s in self.validators), tuple(self.providers),
+                      tuple(s.ref() for s in self.post))
+
+
+def parse_policy(raw: Any, source: str = "") -> Policy:
+    """A decoded policy document, or one ConfigError naming every problem."""
+    return check(PolicyDoc, raw, prefix="policy", source=source).policy()
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -114,7 +141,7 @@ def load_policy(path: str | Path) -> Policy:
         raw = parse_text(read_capped(path), kind="json" if path.suffix == ".json" else "toml")
     except (OSError, ConfigTextError) as exc:  # size and nesting caps: see _toml
         raise ConfigError(f"{path}: cannot read policy: {exc}") from exc
-    return parse_policy(raw)
+    return parse_policy(raw, str(path))
 
 
 def _message_ok(value: Any) -> bool:
