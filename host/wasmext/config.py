@@ -192,7 +192,7 @@ _Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class HostTable(BaseModel):
-    """[host]"""
+    """The [host] table: the data folder, the hook switch, auto-enable, a default timeout."""
 
     model_config = SECTION
 
@@ -203,7 +203,7 @@ class HostTable(BaseModel):
 
 
 class PluginsTable(BaseModel):
-    """[plugins]"""
+    """The [plugins] table: the plugin folders and the initial enable choices."""
 
     model_config = SECTION
 
@@ -244,7 +244,7 @@ class TopLimitsTable(LimitsTable):
 
 
 class GrantTable(BaseModel):
-    """[grants.ID]"""
+    """One [grants.ID] table: capabilities for the module with this digest."""
 
     model_config = SECTION
 
@@ -260,7 +260,7 @@ class GrantTable(BaseModel):
 
 
 class PluginTable(BaseModel):
-    """[plugin.ID]"""
+    """One [plugin.ID] table: a plugin's settings, limits, failure policy, priority."""
 
     model_config = SECTION
 
@@ -308,7 +308,7 @@ class StateTable(BaseModel):
 
 
 class TrustTable(BaseModel):
-    """[trust]"""
+    """The [trust] table: whether bundles must be signed, and by which keys."""
 
     model_config = SECTION
 
