@@ -192,6 +192,18 @@ def test_a_hostile_config_gets_one_bounded_inert_error(tmp_path: Path) -> None:
         assert host.plugins["healthy"].plugin.call("test").value == "alive"
 
 
+def test_a_config_full_of_problems_is_reported_in_bounded_time(tmp_path: Path) -> None:
+    path = tmp_path / "wasmext.toml"  # near the size cap: 200,000 bad plugin ids
+    path.write_text("[plugins]\nenabled = [" + ",".join(['"A"'] * 200_000) + "]\n")
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert time.monotonic() - started < 60  # generous: the machine is shared
+    assert len(caught.value.problems) == KEPT
+    assert caught.value.message.endswith("; and 199990 more problems")
+    assert caught.value.problems[-1][0] == f"plugins.enabled[{KEPT - 1}]"
+
+
 toml_leaves = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
                | st.datetimes() | st.dates() | st.times())
 # The keys the models know, so that the values reach the value rules, and some others.

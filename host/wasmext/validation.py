@@ -27,13 +27,15 @@ from wasmext.text import clean
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationInfo
 
-__all__ = ["FIELD_CAP", "KEPT", "REASON_CAP", "SECTION", "SHOWN", "Count", "Nonnegative",
-           "Seconds", "check", "config_error", "context_path", "problem", "problems_of"]
+__all__ = ["FIELD_CAP", "KEPT", "REASON_CAP", "SECTION", "SHOWN", "SOURCE_CAP", "Count",
+           "Nonnegative", "Seconds", "check", "config_error", "context_path", "problem",
+           "problems_of"]
 
 SHOWN = 10         # problems spelled out in the message; the rest are counted
 KEPT = 100         # problems kept on the error (`ConfigError.problems`)
 FIELD_CAP = 100    # characters of one field path
 REASON_CAP = 160   # characters of one reason
+SOURCE_CAP = 512   # characters of the file's name that starts the message
 
 # Strict (a "1" is no integer, true is no number) and closed (a typo is no silent default).
 SECTION = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -99,10 +101,11 @@ def _reason(err: Mapping[str, Any]) -> str:
     return clean(text or str(kind), REASON_CAP)
 
 
-def problems_of(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
-    """(field path, reason) for each problem pydantic found, cleaned and capped."""
+def problems_of(exc: ValidationError, prefix: str = "", limit: int = KEPT
+                ) -> list[tuple[str, str]]:
+    """(field path, reason) for the first `limit` problems pydantic found, cleaned and capped."""
     out = []
-    for err in exc.errors(include_url=False, include_input=False):
+    for err in exc.errors(include_url=False, include_input=False)[:limit]:
         loc = list(err["loc"])
         sub = (err.get("ctx") or {}).get("sub")
         if sub:
@@ -111,13 +114,15 @@ def problems_of(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]
     return out
 
 
-def config_error(problems: list[tuple[str, str]], source: str | Path | None = None
-                 ) -> ConfigError:
-    """One ConfigError listing `problems`: the first `SHOWN` spelled out, the rest counted."""
+def config_error(problems: list[tuple[str, str]], source: str | Path | None = None,
+                 total: int | None = None) -> ConfigError:
+    """One ConfigError listing `problems` (of `total`): the first `SHOWN` spelled out, the
+    rest counted."""
+    total = len(problems) if total is None else total
     shown = "; ".join(f"field '{f}': {r}" for f, r in problems[:SHOWN])
-    if len(problems) > SHOWN:
-        shown += f"; and {len(problems) - SHOWN} more problems"
-    head = f"{clean(str(source), FIELD_CAP)}: " if source else ""
+    if total > SHOWN:
+        shown += f"; and {total - SHOWN} more problems"
+    head = f"{clean(str(source), SOURCE_CAP)}: " if source else ""
     return ConfigError(head + shown, problems=tuple(problems[:KEPT]))
 
 
@@ -133,4 +138,5 @@ def check(model: type[M], data: Any, path: Path | None = None, *, prefix: str = 
         return model.model_validate(data, context={"path": path})
     except ValidationError as exc:
         raise config_error(problems_of(exc, prefix),
-                           source if source is not None else path or "config") from None
+                           source if source is not None else path or "config",
+                           exc.error_count()) from None
