@@ -25,6 +25,8 @@ import pytest
 
 from wasmext_cli.build import ToolchainMissing
 
+pytestmark = pytest.mark.slow  # a fresh venv and a wheel install, seven languages
+
 ROOT = Path(__file__).resolve().parents[1]
 LANGS = ("c", "zig", "rust", "go", "assemblyscript", "python", "javascript")
 

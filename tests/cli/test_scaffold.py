@@ -15,6 +15,7 @@ from support import SDK_LANGS, Built
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # each scaffold builds and runs its own pytest
 @pytest.mark.parametrize("lang", SDK_LANGS)
 def test_scaffolded_project_passes_its_test(built: Built, tmp_path: Path, lang: str) -> None:
     built[f"hello-{lang}"]  # skips with the install command when the toolchain is missing

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cluster_support import PYTHONPATH, nats_server_binary
 
 from support import ROOT
+
+pytestmark = pytest.mark.slow  # a benchmark-sized run
 
 
 def test_the_cluster_benchmark_reports_latency_and_throughput(tmp_path: Path,

@@ -8,7 +8,10 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
 from lc_support import ROOT, cli, cli_env, write_plugin
+
+pytestmark = pytest.mark.slow  # every command of the page, each its own process
 
 DOC = ROOT / "docs" / "lifecycle.md"
 

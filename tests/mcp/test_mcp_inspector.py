@@ -21,7 +21,8 @@ from interop_support import (
     write_plugin,
 )
 
-pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
+pytestmark = [pytest.mark.slow,  # the MCP Inspector started through npx, per transport
+              pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))]
 INSPECTOR = NPM / "node_modules" / ".bin" / "mcp-inspector"
 TOKEN = "inspector-token-0123456789"
 

@@ -439,6 +439,7 @@ def test_fuel_per_call_is_modest(rt: Runtime, built_examples: None) -> None:
     assert fuel("echo", bytes(512_000)) < 1_000_000
 
 
+@pytest.mark.slow  # two full builds in two checkouts
 def test_rust_builds_are_reproducible_across_checkouts(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     first = build_plugin(HELLO, out_dir=tmp_path / "a").wasm.read_bytes()

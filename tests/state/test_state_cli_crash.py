@@ -24,6 +24,8 @@ from state_support import REDIS_SERVER
 
 from wasmext.state import Record, Scope, SQLiteStore, StateStore, dump_records
 
+pytestmark = pytest.mark.slow  # kill loops over the state commands
+
 CHILD = Path(__file__).with_name("cli_child.py")
 PLUGINS, KEYS = 40, 400
 CYCLES = 20
