@@ -76,10 +76,11 @@ def cli_args(*args: str) -> list[str]:
 
 
 @contextmanager
-def served_http(host: Any, **options: Any) -> Iterator[str]:
-    """`host`'s tools over streamable HTTP on a free loopback port; yields the /mcp url."""
+def served_http(host: Any, address: str = "127.0.0.1", **options: Any) -> Iterator[str]:
+    """`host`'s tools over streamable HTTP on a free port of a loopback `address`; yields
+    the /mcp url."""
     port = free_port()
-    server = build_http_server(host, "127.0.0.1", port, poll_interval=0.05, **options)
+    server = build_http_server(host, address, port, poll_interval=0.05, **options)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     ready = threading.Event()
@@ -89,7 +90,8 @@ def served_http(host: Any, **options: Any) -> Iterator[str]:
         ready.wait(0.01)
     assert server.started
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        shown = f"[{address}]" if ":" in address else address
+        yield f"http://{shown}:{port}/mcp"
     finally:
         server.should_exit = True
         thread.join(TIMEOUT)
@@ -115,15 +117,16 @@ def node(script: str, *args: str, timeout: float = 90, env: dict[str, str] | Non
 
 
 @contextmanager
-def listening(argv: list[str], port: int, **popen: Any) -> Iterator[subprocess.Popen[Any]]:
-    """`argv` started, handed over once it accepts connections on `port` (or has exited,
-    or TIMEOUT passed), and stopped afterwards."""
+def listening(argv: list[str], port: int, address: str = "127.0.0.1", **popen: Any
+              ) -> Iterator[subprocess.Popen[Any]]:
+    """`argv` started, handed over once it accepts connections on `address`:`port` (or has
+    exited, or TIMEOUT passed), and stopped afterwards."""
     proc = subprocess.Popen(argv, **popen)
     try:
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                socket.create_connection((address, port), timeout=1.0).close()
                 break
             except OSError:
                 time.sleep(0.1)
@@ -138,11 +141,13 @@ def listening(argv: list[str], port: int, **popen: Any) -> Iterator[subprocess.P
 
 
 @contextmanager
-def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None = None
-               ) -> Iterator[str]:
+def http_serve(plugins: Path, cwd: Path, *extra: str, env: dict[str, str] | None = None,
+               address: str = "127.0.0.1") -> Iterator[str]:
     port = free_port()
-    argv = cli_args("mcp", "serve", "--plugins", str(plugins), "--http", str(port), *extra)
-    with listening(argv, port, cwd=cwd, env=cli_env(**(env or {})), stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, text=True) as proc:
+    argv = cli_args("mcp", "serve", "--plugins", str(plugins), "--http", str(port),
+                    "--host", address, *extra)
+    with listening(argv, port, address, cwd=cwd, env=cli_env(**(env or {})),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        yield f"http://127.0.0.1:{port}/mcp"
+        shown = f"[{address}]" if ":" in address else address
+        yield f"http://{shown}:{port}/mcp"

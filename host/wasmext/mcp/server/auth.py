@@ -7,6 +7,11 @@ compared in constant time (`hmac.compare_digest`), and is required whenever the
 server binds an address that is not loopback (`require_token_for`); on loopback
 it is optional, and required once given. A refusal is a bare 401 with
 `WWW-Authenticate: Bearer`, never a hint about the token.
+
+On any loopback address (all of 127.0.0.0/8 and ::1, however spelled) the
+`Host` and `Origin` headers must name a loopback host (`rebinding_guard`): a
+web page whose name an attacker re-points at 127.0.0.1 (DNS rebinding) sends
+its own name and is refused with 421 (Host) or 403 (Origin).
 """
 
 from __future__ import annotations
@@ -18,9 +23,14 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from mcp.server.transport_security import TransportSecuritySettings
+
 from wasmext.errors import ConfigError
 
-__all__ = ["MIN_TOKEN_LENGTH", "BearerAuth", "is_loopback", "load_token", "require_token_for"]
+__all__ = ["MIN_TOKEN_LENGTH", "BearerAuth", "is_loopback", "load_token", "rebinding_guard",
+           "require_token_for"]
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 MIN_TOKEN_LENGTH = 16
 Scope = MutableMapping[str, Any]
@@ -57,6 +67,22 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def rebinding_guard(address: str) -> TransportSecuritySettings | None:
+    """Host/Origin checks against DNS rebinding when `address` is loopback (else None):
+    only loopback names, and the bound address in its canonical spelling, with any port."""
+    if not is_loopback(address):
+        return None
+    names = list(LOOPBACK_NAMES)
+    if address != "localhost":
+        bound = ipaddress.ip_address(address.strip("[]"))
+        shown = f"[{bound.compressed}]" if bound.version == 6 else bound.compressed
+        if shown not in names:
+            names.append(shown)
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=[f"{name}:*" for name in names],
+                                     allowed_origins=[f"http://{name}:*" for name in names])
 
 
 def require_token_for(address: str, token: str | None) -> None:

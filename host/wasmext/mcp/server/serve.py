@@ -35,7 +35,7 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 
-from wasmext.mcp.server.auth import BearerAuth, require_token_for
+from wasmext.mcp.server.auth import BearerAuth, rebinding_guard, require_token_for
 from wasmext.mcp.server.changes import ListChanges, fingerprint
 from wasmext.mcp.server.handlers import ServedCatalog
 from wasmext.mcp.server.results import error_code, error_result, tool_result
@@ -277,10 +277,11 @@ class McpToolServer:
             await self.server.run(read_stream, write_stream, self.initialization_options())
 
     def http_app(self, host: str = "127.0.0.1", token: str | None = None) -> Any:
-        """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on loopback;
-        with `token`, every request needs it as a bearer token (mcp.auth)."""
+        """The streamable-HTTP ASGI app (at /mcp), DNS-rebinding protected on every
+        loopback address; with `token`, every request needs it as a bearer token (mcp.auth)."""
         require_token_for(host, token)
-        app = self.server.streamable_http_app(host=host)
+        app = self.server.streamable_http_app(host=host,
+                                              transport_security=rebinding_guard(host))
         return BearerAuth(app, token) if token is not None else app
 
 
