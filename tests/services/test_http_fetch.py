@@ -7,6 +7,7 @@ plugin (and the attacked one) still answers afterwards.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 import threading
 import time
@@ -25,7 +26,7 @@ from wasmext import ConfigError, Host, PluginError, Runtime, load_config
 from wasmext.errors import Timeout
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.http_config import parse_http
-from wasmext.services.netguard import Refused, forbidden, split_url
+from wasmext.services.netguard import Refused, forbidden, resolve_target, split_url
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
@@ -361,3 +362,106 @@ setting = "token"
 def test_any_http_section_parses_or_is_a_config_error(raw: dict[str, Any]) -> None:
     with contextlib.suppress(ConfigError):
         parse_http(raw, None)
+
+
+# -- addresses that carry an IPv4 address, names and values that are not ASCII --------
+
+@pytest.mark.parametrize("url_host", [
+    "[64:ff9b::7f00:1]",              # NAT64 (RFC 6052) of 127.0.0.1
+    "[64:ff9b::127.0.0.1]",           # the same, dotted
+    "[64:ff9b::a9fe:a9fe]",           # NAT64 of the metadata service 169.254.169.254
+    "[64:ff9b:1:7f00:0:100::]",       # local-use NAT64 /48 (RFC 8215) of 127.0.0.1
+    "[64:ff9b:1::a00:1]",             # local-use NAT64 /96 of 10.0.0.1
+    "[2002:7f00:1::1]",               # 6to4 of 127.0.0.1
+    "[2002:a9fe:a9fe::]",             # 6to4 of 169.254.169.254
+    "[::127.0.0.1]",                  # IPv4-compatible
+    "[::ffff:0:127.0.0.1]",           # IPv4-translated
+    "[::ffff:0:a00:1]",               # IPv4-translated 10.0.0.1, in hex
+    "[0:0:0:0:0:FFFF:7F00:0001]",     # IPv4-mapped, exploded and upper case
+])
+def test_an_address_carrying_a_non_public_ipv4_is_refused(host: Host, server: Loopback,
+                                                          url_host: str) -> None:
+    plugin = add(host, "carrier", {"url": f"http://{url_host}:{server.port}/hello"},
+                 {"http:*"})
+    assert "non-public" in refused(plugin, "denied", 2)
+    assert server.seen == []
+    healthy(host, server)
+
+
+def _spellings(address: ipaddress.IPv6Address) -> list[str]:
+    exploded = address.exploded
+    dotted = ":".join(exploded.split(":")[:6]) + ":" + str(
+        ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF))
+    return [address.compressed, exploded, exploded.upper(), dotted,
+            dotted.replace("0000:", "0:")]
+
+
+_CARRIERS = {
+    "mapped": lambda v4, rest: (0xFFFF << 32) | v4,
+    "translated": lambda v4, rest: (0xFFFF << 48) | v4,
+    "compatible": lambda v4, rest: v4,
+    "nat64": lambda v4, rest: (0x64FF9B << 96) | v4,
+    "6to4": lambda v4, rest: (0x2002 << 112) | (v4 << 80) | (rest & ((1 << 80) - 1)),
+    "nat64-local-48": lambda v4, rest: (0x64FF9B0001 << 80) | ((v4 >> 16) << 64)
+    | ((v4 & 0xFFFF) << 40),
+    "nat64-local-64": lambda v4, rest: (0x64FF9B0001 << 80) | (v4 << 24),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.ip_addresses(v=4), st.sampled_from(sorted(_CARRIERS)), st.integers(0, 2**80 - 1),
+       st.integers(0, 4))
+def test_an_address_carrying_ipv4_is_judged_by_it(v4: ipaddress.IPv4Address, carrier: str,
+                                                  rest: int, spelling: int) -> None:
+    address = ipaddress.IPv6Address(_CARRIERS[carrier](int(v4), rest))
+    url = f"http://[{_spellings(address)[spelling]}]:8080/"
+    private = not v4.is_global or v4.is_multicast
+    try:
+        target = resolve_target(url, frozenset({"http", "http:*"}), time.monotonic() + 5)
+    except Refused as exc:
+        outcome = exc.code
+    else:
+        assert ipaddress.ip_address(target.address) == address
+        outcome = "allowed"
+    assert outcome in ("denied", "allowed")
+    if private:
+        assert outcome == "denied"
+    elif not carrier.startswith("nat64-local"):
+        # A public address, carried where only one IPv4 position exists, is reachable.
+        assert outcome == "allowed"
+
+
+@pytest.mark.parametrize("value", ["caf\u00e9", "\u2603", "a\x01b", "tab\tok\x7f", "x" * 8193])
+def test_a_header_value_that_is_not_printable_ascii_is_invalid(host: Host, server: Loopback,
+                                                                value: str) -> None:
+    plugin = add(host, "bytes", {"url": server.url("/hello"), "headers": {"X-A": value}},
+                 {"http:127.0.0.1"})
+    message = refused(plugin, "invalid", 2)
+    assert "printable ASCII" in message and "Traceback" not in message
+    assert server.seen == []
+    healthy(host, server)
+
+
+def test_an_internationalised_host_is_sent_in_its_ascii_spelling(host: Host,
+                                                                  server: Loopback) -> None:
+    # Full-width letters map to "localhost" (UTS 46): the grant, the lookup and the Host
+    # header all see that one spelling.
+    url = f"http://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54:{server.port}/hello"
+    plugin = add(host, "idn", {"url": url}, {"http:localhost", "http:127.0.0.1"})
+    answer = plugin.call("test").value
+    assert answer["status"] == 200 and answer["body"] == b"hi"
+    assert server.seen[-1]["headers"]["host"] == f"localhost:{server.port}"
+    # Not the operator's "localhost" grant: the same name is refused without it.
+    other = add(host, "idn-ungranted", {"url": url}, {"http:127.0.0.1"})
+    assert "not granted" in refused(other, "denied", 2)
+    healthy(host, server)
+
+
+@pytest.mark.parametrize("name", ["\u2603.example", "a\u200db.example", "xn--\u00e9.example",
+                                  "\u0661\u0031.example"])
+def test_a_host_that_is_no_valid_idn_is_invalid(host: Host, server: Loopback,
+                                                name: str) -> None:
+    plugin = add(host, "bad-idn", {"url": f"http://{name}/"}, {"http:*"})
+    message = refused(plugin, "invalid", 2)
+    assert "internationalised" in message and "Traceback" not in message
+    healthy(host, server)

@@ -36,6 +36,9 @@ HOST_OWNED = frozenset({"host", "content-length", "transfer-encoding", "connecti
                         "accept-encoding", "te", "upgrade", "proxy-authorization"})
 DROPPED_ANSWER_HEADERS = frozenset({"set-cookie", "set-cookie2"})
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+# Visible ASCII, space and tab: what every HTTP/1.1 stack sends unchanged. Other
+# bytes (obs-text, controls) would be re-encoded, refused or split by the client.
+FIELD_VALUE = re.compile(r"^[\t\x20-\x7e]{0,8192}$")
 REDACTED = b"[redacted]"
 
 
@@ -67,8 +70,9 @@ def _request_headers(raw: Any, limits: HttpLimits) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in raw.items():
         if not isinstance(value, str) or not TOKEN.match(name) or \
-                any(c in value for c in "\r\n\0"):
-            raise OpError("invalid", f"header {name[:64]!r} is not a valid name and value")
+                not FIELD_VALUE.match(value):
+            raise OpError("invalid", f"header {name[:64]!r} is not a valid name and value "
+                          "(values are printable ASCII)")
         if name.lower() not in HOST_OWNED:
             out[name.lower()] = value
     return out
@@ -175,6 +179,10 @@ class HttpFetch:
                 raise Refused("timeout", f"{target.host} did not answer within the call's "
                               "deadline") from None
             raise Refused("unavailable", f"{target.host}: {type(exc).__name__}") from None
+        except UnicodeError:
+            # Only an operator's injected value can get here (the guest's are checked);
+            # the message names no value, it may be a secret.
+            raise Refused("invalid", "a header value the host adds is not ASCII") from None
 
     def _read(self, response: httpx2.Response, deadline: float,
               secrets: list[str]) -> dict[str, Any]:

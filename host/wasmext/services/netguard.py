@@ -5,8 +5,10 @@ fnmatch, case-insensitive). A name is resolved once; the caller connects to
 the address returned here, so a second resolution (DNS rebinding) never
 decides where the bytes go. An address that is not globally routable
 (loopback, private, link-local with the cloud metadata service, unspecified,
-multicast, reserved, IPv4-mapped forms of these) is refused unless a grant
-names that very address (`http:127.0.0.1`, `http:[::1]`).
+multicast, reserved) is refused unless a grant names that very address
+(`http:127.0.0.1`, `http:[::1]`). An IPv6 address that carries an IPv4 one
+(IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64, 6to4) is judged by the
+address it carries, because a translator on the path delivers the bytes there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Refused", "Target", "host_allowed", "resolve_target"]
+import idna
+
+__all__ = ["Refused", "Target", "ascii_host", "embedded_ipv4", "forbidden", "host_allowed",
+           "resolve_target", "split_url"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -85,10 +90,48 @@ def _literal(host: str) -> Address | None:
         return None
 
 
+# Each carries an IPv4 address in its last 32 bits: the NAT64 well-known prefix
+# (RFC 6052), IPv4-translated (RFC 2765) and the deprecated IPv4-compatible form.
+_LOW_32_BITS = tuple(ipaddress.IPv6Network(n) for n in
+                     ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
+# Local-use NAT64 (RFC 8215): the operator picks the prefix length, so the IPv4
+# address may sit at any of the RFC 6052 positions (bit ranges, first bit 0).
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_RFC6052_POSITIONS = (((48, 64), (72, 88)), ((56, 64), (72, 96)), ((72, 104),),
+                      ((80, 112),), ((96, 128),))
+
+
+def _bits(value: int, start: int, end: int) -> int:
+    return (value >> (128 - end)) & ((1 << (end - start)) - 1)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address may deliver to (none for a native one)."""
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address.sixtofour is not None:
+        return [address.sixtofour]
+    value = int(address)
+    if any(address in network for network in _LOW_32_BITS):
+        return [ipaddress.IPv4Address(value & 0xFFFF_FFFF)]
+    if address in _NAT64_LOCAL:
+        out = []
+        for position in _RFC6052_POSITIONS:
+            v4 = 0
+            for start, end in position:
+                v4 = (v4 << (end - start)) | _bits(value, start, end)
+            out.append(ipaddress.IPv4Address(v4))
+        return out
+    return []
+
+
 def forbidden(address: Address) -> bool:
-    """Not a public unicast address: loopback, private, link-local, metadata, ..."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Not a public unicast address: loopback, private, link-local, metadata, ...; an
+    address that carries IPv4 is forbidden when any IPv4 address it may reach is."""
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = embedded_ipv4(address)
+        if carried:
+            return any(forbidden(v4) for v4 in carried)
     return not address.is_global or address.is_multicast
 
 
@@ -98,6 +141,18 @@ def _named_exactly(grants: Iterable[str], address: Address) -> bool:
         if literal is not None and literal == address:
             return True
     return False
+
+
+def ascii_host(host: str) -> str:
+    """The name in its one ASCII (IDNA A-label) spelling, which the grants are matched
+    against, DNS resolves and the Host header carries; `invalid` when it has none."""
+    if host.isascii():
+        return host
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError, ValueError) as exc:
+        raise Refused("invalid", f"the host is not a valid internationalised name: {exc}"
+                      ) from None
 
 
 def split_url(url: str) -> tuple[str, str, int, str]:
@@ -111,7 +166,7 @@ def split_url(url: str) -> tuple[str, str, int, str]:
         raise Refused("invalid", f"scheme {scheme or '(none)'!r} is not http or https")
     if parts.username is not None or parts.password is not None:
         raise Refused("invalid", "credentials in the URL are not allowed")
-    host = (parts.hostname or "").lower()
+    host = ascii_host((parts.hostname or "").lower())
     if not host:
         raise Refused("invalid", "the URL has no host")
     path = parts.path or "/"
