@@ -134,6 +134,9 @@ class _Handler(BaseHTTPRequestHandler):
         plan = self.server.completion
         if plan["delay_s"]:
             self.server.stop.wait(plan["delay_s"])
+        if plan.get("raw") is not None:  # a hostile model server's exact bytes
+            self._answer(200, plan["raw"], {"Content-Type": "application/json"})
+            return
         doc: dict[str, Any] = {
             "id": "cmpl-1", "object": "chat.completion", "model": request.get("model"),
             "choices": [{"index": 0, "finish_reason": "stop",

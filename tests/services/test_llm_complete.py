@@ -77,7 +77,7 @@ def refused(plugin: Any, code: str, within_s: float, meta: Any = None) -> str:
 
 
 def healthy(host: Host, server: Loopback) -> None:
-    server.server.completion.update(delay_s=0.0, usage=(12, 5))
+    server.server.completion.update(delay_s=0.0, usage=(12, 5), raw=None)
     if "healthy" not in host.plugins:
         host.add(llm_wasm(ASK), plugin_id="healthy", grants={"llm"},
                  limits={"timeout_ms": 5000})
@@ -363,3 +363,35 @@ def test_a_request_without_max_tokens_reserves_the_per_call_budget(server: Loopb
         assert sent["max_tokens"] == 1000 - 12  # what the prompt (an estimate of 12) leaves
         day = time.strftime("%Y-%m-%d", time.gmtime())
         assert host.llm.ledger.used("open-ended", day) == 2000
+
+
+def _nested(depth: int, inner: str = '"x"') -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+def _answer_with(message: str) -> bytes:
+    return ('{"choices": [{"finish_reason": "stop", "message": ' + message + '}]}').encode()
+
+
+@pytest.mark.parametrize("raw", [
+    (_nested(200_000)).encode(),                                       # past json's recursion
+    _answer_with('{"role": "assistant", "content": "hi", "x": ' + _nested(100) + "}"),
+], ids=["200000-deep", "100-deep-inside"])
+def test_a_deeply_nested_answer_is_a_named_error(server: Loopback, raw: bytes) -> None:
+    server.server.completion["raw"] = raw
+    with endpoint_host(server) as host:
+        plugin = host.add(llm_wasm(ASK), plugin_id="deep", grants={"llm"},
+                          limits={"timeout_ms": 5000})
+        message = refused(plugin, "unavailable", 5)
+        assert "nested deeper than 64" in message
+        assert "Traceback" not in message and "RecursionError" not in message
+        healthy(host, server)
+
+
+@pytest.mark.parametrize("depth", [70, 200_000])
+def test_deep_tool_call_arguments_stay_a_string(depth: int) -> None:
+    # Like arguments that are not JSON: the tool gets the text, never a RecursionError.
+    doc = {"choices": [{"message": {"content": "", "tool_calls": [
+        {"id": "1", "function": {"name": "t", "arguments": _nested(depth)}}]}}]}
+    answer = parse_answer(doc, "m")
+    assert answer.tool_calls[0]["args"] == {"_raw": _nested(depth)}

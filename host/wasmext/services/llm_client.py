@@ -18,9 +18,14 @@ from typing import Any
 import httpx2
 
 from wasmext.errors import WasmextError
+from wasmext.sandbox.codec import DecodeError, check_depth
 from wasmext.services.httpdeadline import bounded, passed, tls_context
 
-__all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient"]
+__all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient", "loads_answer"]
+
+# An answer nests a few levels; tool-call arguments go on to a guest, whose
+# MessagePack depth cap (64 by default) is the same bound.
+MAX_ANSWER_DEPTH = 64
 
 
 class ModelError(WasmextError):
@@ -59,6 +64,19 @@ def _tokens(usage: Any, key: str) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
+def loads_answer(raw: bytes | str) -> Any:
+    """JSON from a model server, nested at most MAX_ANSWER_DEPTH deep; ValueError if not.
+
+    json recurses once per level: a document nested 200,000 deep would end in a
+    RecursionError, which is refused here by name instead."""
+    try:
+        doc = json.loads(raw)
+        check_depth(doc, MAX_ANSWER_DEPTH)
+    except (RecursionError, DecodeError):
+        raise ValueError(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels") from None
+    return doc
+
+
 def parse_answer(doc: Any, model: str) -> ChatAnswer:
     """A chat.completion document; ValueError when it is not one."""
     try:
@@ -72,7 +90,7 @@ def parse_answer(doc: Any, model: str) -> ChatAnswer:
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {}) if isinstance(call, dict) else {}
         try:
-            args = json.loads(fn.get("arguments") or "{}")
+            args = loads_answer(fn.get("arguments") or "{}")
         except (ValueError, TypeError):
             args = {"_raw": fn.get("arguments")}
         calls.append({"call_id": str(call.get("id", "")), "tool": str(fn.get("name", "")),
@@ -127,7 +145,7 @@ class OpenAIClient:
                     raise httpx2.ReadTimeout("the answer ran past the deadline")
                 if resp.status_code != 200:
                     raise ModelError(f"{self.url}: HTTP {resp.status_code}")
-            return parse_answer(json.loads(bytes(raw)), req.model)
+            return parse_answer(loads_answer(bytes(raw)), req.model)
         except httpx2.TimeoutException:
             raise ModelError(f"{self.url}: no answer within {req.timeout_s:.3g} s",
                              timed_out=True) from None
