@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the names as mypy and editors see them
         StackOverflow,
         Timeout,
         UnknownImport,
+        UnsafeFile,
         UnsafeFolder,
         WasmextError,
     )
@@ -152,6 +153,7 @@ __all__ = [
     "TraceEvent",
     "TransformResult",
     "UnknownImport",
+    "UnsafeFile",
     "UnsafeFolder",
     "WasmextError",
     "__version__",
@@ -194,6 +196,7 @@ _LAZY: dict[str, str] = {
     "StackOverflow": "wasmext.errors",
     "Timeout": "wasmext.errors",
     "UnknownImport": "wasmext.errors",
+    "UnsafeFile": "wasmext.errors",
     "UnsafeFolder": "wasmext.errors",
     "WasmextError": "wasmext.errors",
     "ExtensionResult": "wasmext.hooks.extensions",

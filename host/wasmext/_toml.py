@@ -10,12 +10,13 @@ out as `ConfigTextError` (a ValueError) with a one-line message, or OSError.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 import sys
 from pathlib import Path
 from typing import Any
+
+from wasmext.errors import UnsafeFile
+from wasmext.files import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,17 +41,13 @@ class ConfigTextError(ValueError):
 def read_capped(path: Path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
     """A regular file's bytes, refusing it past `max_bytes` without reading it all.
 
-    Opened without blocking, so a FIFO or device named like a config file cannot
-    hang the host; it is refused as not a regular file.
+    Through `files.read_regular`: a FIFO or device named like a config file
+    cannot hang the host; it is refused as not a regular file.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ConfigTextError("not a regular file")
-        raw = f.read(max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise ConfigTextError(f"larger than {max_bytes} bytes")
-    return raw
+    try:
+        return read_regular(path, max_bytes)
+    except UnsafeFile as exc:
+        raise ConfigTextError(exc.strerror) from exc
 
 
 def _check_nesting(text: str, max_depth: int) -> None:

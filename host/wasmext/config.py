@@ -84,8 +84,8 @@ from pydantic import (
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
-from wasmext.errors import ConfigError
-from wasmext.files import atomic_write
+from wasmext.errors import ConfigError, UnsafeFile
+from wasmext.files import atomic_write, locked, read_regular
 from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig
@@ -107,6 +107,9 @@ __all__ = [
     "open_store",
     "parse_config",
 ]
+
+
+MAX_ENABLE_STATE_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -386,19 +389,31 @@ def load_config(path: str | Path) -> HostConfig:
 
 
 class EnableState:
-    """Which plugins are enabled, persisted in data_dir/plugins.json (atomically)."""
+    """Which plugins are enabled, persisted in data_dir/plugins.json (atomically).
+
+    The CLI and every running host write it: a change locks `plugins.json.lock`,
+    reads the file again and changes only its own entry, so no writer undoes
+    another's change. A plugins.json that is a FIFO, a device or over its cap is
+    refused (ConfigError), never waited on."""
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config
         self.path = config.data_dir / "plugins.json"
-        self._choices: dict[str, bool] = {}
+        self._choices = self._read()
+
+    def _read(self) -> dict[str, bool]:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            choices = raw.get("enabled", {}) if isinstance(raw, dict) else {}
-            self._choices = {k: v for k, v in choices.items()
-                             if isinstance(k, str) and isinstance(v, bool)}
+            raw = json.loads(read_regular(self.path, MAX_ENABLE_STATE_BYTES))
+        except FileNotFoundError:
+            return {}
+        except UnsafeFile as exc:
+            raise ConfigError(f"{self.path}: cannot read: {exc.strerror}") from exc
         except (OSError, ValueError, RecursionError):
-            self._choices = {}
+            return {}  # an unreadable choice file: the config's defaults decide
+        choices = raw.get("enabled", {}) if isinstance(raw, dict) else {}
+        if not isinstance(choices, dict):
+            return {}
+        return {k: v for k, v in choices.items() if isinstance(k, str) and isinstance(v, bool)}
 
     def is_enabled(self, plugin_id: str) -> bool:
         """The operator's choice, else the config's lists, else auto_enable."""
@@ -411,10 +426,19 @@ class EnableState:
         return self.config.auto_enable
 
     def set(self, plugin_id: str, enabled: bool) -> None:
-        """Record a choice for `plugin_id`, persisted atomically."""
-        self._choices[plugin_id] = enabled
+        """Record one plugin's choice, merged into what other processes recorded."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, json.dumps({"enabled": self._choices}, indent=1, sort_keys=True))
+        try:
+            with locked(self.path.with_name(self.path.name + ".lock")):
+                choices = self._read()
+                choices[plugin_id] = enabled
+                atomic_write(self.path, json.dumps({"enabled": choices}, indent=1,
+                                                   sort_keys=True))
+        except UnsafeFile as exc:
+            raise ConfigError(f"cannot record the choice: {exc.message}") from exc
+        except TimeoutError as exc:
+            raise ConfigError(f"cannot record the choice: {exc}") from exc
+        self._choices = choices
 
 
 def open_store(config: HostConfig) -> StateStore:

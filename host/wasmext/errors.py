@@ -2,6 +2,9 @@
 
     WasmextError
     ├── ConfigError                 bad host configuration
+    ├── UnsafeFile                  (also an OSError) a file the host reads is a FIFO,
+    │                               device, socket or folder, or over its size cap:
+    │                               refused, never waited on (wasmext.files.read_regular)
     │   └── ManifestError           bad plugin.toml (names the file and field)
     ├── LoadError                   a module cannot become a plugin
     │   ├── InvalidModule           not WebAssembly, or does not compile
@@ -56,6 +59,7 @@ by the sandbox (`PluginLog.scrub`); `describe()` cleans its whole line once more
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from wasmext.text import CAP, clean
@@ -98,6 +102,7 @@ __all__ = [
     "StackOverflow",
     "Timeout",
     "UnknownImport",
+    "UnsafeFile",
     "UnsafeFolder",
     "WasmextError",
 ]
@@ -141,6 +146,25 @@ class ManifestError(ConfigError):
         super().__init__(message, plugin_id=plugin_id)
         self.path = path
         self.field = field
+
+
+class UnsafeFile(WasmextError, OSError):
+    """A file the host reads is not a regular file, or is larger than its cap.
+
+    An OSError too, so every reader that reports an unreadable file by its
+    `strerror` reports this one the same way, with the reason in `strerror`."""
+
+    reason = "unsafe file"
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, *,
+                 too_large: bool = False) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.strerror = problem
+        self.filename = str(path)
+        self.too_large = too_large
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class LoadError(WasmextError):

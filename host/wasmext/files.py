@@ -8,19 +8,82 @@ never a truncated or empty file. On an error the temporary file is removed and
 the old file is untouched; only a killed process can leave a hidden
 `.<name>.tmp-*` file behind, never the target half-written.
 
-A leaf module: it imports nothing of wasmext.
+Reading is the other half: `read_regular(path, max_bytes)` is how the host reads
+every file it trusts to be a file (config, plugin.toml, policy, registry,
+approvals, enable state, token and secret files, modules). A FIFO, device,
+socket or folder under such a name is refused with `UnsafeFile`, never waited on
+or read (opened without blocking, checked before and after opening), and so is
+a file larger than the reader's cap, before its bytes are read.
+
+A leaf module: it imports only the error classes of wasmext.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_open", "atomic_write", "durable_replace", "fsync_dir"]
+from wasmext.errors import UnsafeFile
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one writer at a time is the user's care
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["atomic_open", "atomic_write", "durable_replace", "fsync_dir", "locked",
+           "read_regular"]
+
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a folder"))
+
+
+def _not_regular(path: str | os.PathLike[str], mode: int) -> UnsafeFile | None:
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    return UnsafeFile(path, f"not a regular file ({kind})")
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of the regular file `path`, at most `max_bytes` of them.
+
+    Raises UnsafeFile (an OSError) for a FIFO, device, socket or folder and for a
+    file over `max_bytes`, without waiting or reading; other OSErrors (missing,
+    no permission) as `open` raises them."""
+    # stat first: opening some devices has effects of its own, even without reading.
+    refused = _not_regular(path, os.stat(path).st_mode)
+    if refused is not None:
+        raise refused
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)  # what was opened, should the name have been swapped
+        refused = _not_regular(path, info.st_mode)
+        if refused is not None:
+            raise refused
+        if info.st_size > max_bytes:
+            raise UnsafeFile(path, f"larger than {max_bytes} bytes", too_large=True)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= max_bytes:  # a file growing while it is read stops at the cap too
+            chunk = os.read(fd, max_bytes + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    if total > max_bytes:
+        raise UnsafeFile(path, f"larger than {max_bytes} bytes", too_large=True)
+    return b"".join(chunks)
 
 
 def fsync_dir(folder: str | os.PathLike[str]) -> None:
@@ -80,3 +143,32 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
     raw = data.encode("utf-8") if isinstance(data, str) else data
     with atomic_open(path, perm=mode) as fh:
         fh.write(raw)
+
+
+@contextmanager
+def locked(lock_path: str | os.PathLike[str], timeout_s: float = 10.0) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_path` (created beside the file it guards) across
+    processes for the block; TimeoutError when another holder keeps it `timeout_s`.
+
+    For a read-modify-write of a file that several processes change: take the lock,
+    read the file again, change only what this writer means to, write it atomically."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+                 | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        refused = _not_regular(lock_path, os.fstat(fd).st_mode)
+        if refused is not None:
+            raise refused
+        if fcntl is not None:
+            give_up = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > give_up:
+                        raise TimeoutError(f"{lock_path}: held by another process for "
+                                           f"{timeout_s:g} s") from None
+                    time.sleep(0.005)
+        yield  # closing the descriptor releases the lock, also when the block raises
+    finally:
+        os.close(fd)

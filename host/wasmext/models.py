@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wasmext.errors import ConfigError
+from wasmext.files import read_regular
 from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError, OpenAIClient
 
 __all__ = ["Model", "ModelError", "OpenAIModel", "ReplayModel", "Transcript", "load_transcript"]
+
+MAX_TRANSCRIPT_BYTES = 16 * 2**20
 
 
 class Model(Protocol):
@@ -56,8 +59,8 @@ class Transcript:
 
 def load_transcript(path: Path) -> Transcript:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        raw = json.loads(read_regular(path, MAX_TRANSCRIPT_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{path}: cannot read transcript: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a transcript is a JSON object")

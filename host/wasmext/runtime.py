@@ -17,7 +17,8 @@ from typing import Any
 
 import wasmtime
 
-from wasmext.errors import ConfigError, InvalidModule, LoadError
+from wasmext.errors import ConfigError, InvalidModule, LoadError, ModuleTooLarge, UnsafeFile
+from wasmext.files import read_regular
 from wasmext.manifest import ID_RE, Manifest, load_folder
 from wasmext.sandbox.backends.component import ComponentModule, ComponentPlugin, is_component
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
@@ -88,10 +89,14 @@ def _id_from_file(path: Path) -> str:
     return pid
 
 
-def _read_module(path: Path) -> bytes:
+def _read_module(path: Path, caps: ModuleCaps) -> bytes:
     """A module's bytes; `.wat` text is assembled first (handy for tests and demos)."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, caps.max_module_bytes)
+    except UnsafeFile as exc:
+        if exc.too_large:
+            raise ModuleTooLarge(f"{path}: {exc.strerror} (max_module_bytes)") from exc
+        raise LoadError(f"{path}: cannot read: {exc.strerror}") from exc
     except OSError as exc:
         raise LoadError(f"{path}: cannot read: {exc.strerror}") from exc
     if path.suffix != ".wat":
@@ -192,8 +197,8 @@ class Runtime:
                 wasm_path = path
                 pid = plugin_id or _id_from_file(path)
             shared, signature = self._known_module(wasm_path)
-            wasm, name = (b"", str(wasm_path)) if shared else (_read_module(wasm_path),
-                                                               str(wasm_path))
+            wasm = b"" if shared else _read_module(wasm_path, self.module_caps)
+            name = str(wasm_path)
         if not ID_RE.match(pid):
             raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
         requested = dict(manifest.limits) if manifest is not None else {}

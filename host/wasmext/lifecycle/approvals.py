@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from wasmext.errors import ConfigError
-from wasmext.files import atomic_write
+from wasmext.files import atomic_write, read_regular
 from wasmext.text import clean
 
 __all__ = ["Approval", "ApprovalStore"]
@@ -57,14 +57,11 @@ class ApprovalStore:
 
     def _read(self) -> dict[str, Any]:
         try:
-            with self.path.open("rb") as fh:
-                raw = fh.read(MAX_FILE_BYTES + 1)
+            raw = read_regular(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
             return {}
-        except OSError as exc:
+        except OSError as exc:  # UnsafeFile too: a FIFO or device is refused, not waited on
             raise ConfigError(f"{self.path}: cannot read: {exc.strerror}") from exc
-        if len(raw) > MAX_FILE_BYTES:
-            raise ConfigError(f"{self.path}: over {MAX_FILE_BYTES} bytes")
         try:
             doc = json.loads(raw)
         except (ValueError, RecursionError) as exc:

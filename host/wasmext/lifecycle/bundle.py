@@ -46,7 +46,7 @@ from wasmext.errors import (
     BundleTooManyEntries,
     SignatureRequired,
 )
-from wasmext.files import atomic_open, fsync_dir
+from wasmext.files import atomic_open, fsync_dir, read_regular
 from wasmext.lifecycle.signing import verify
 from wasmext.manifest import Manifest, load_folder, parse_manifest
 
@@ -326,8 +326,8 @@ def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) ->
     bytes it compiled, so a module swapped after this check is refused too."""
     where = f"{folder.name[:120]} ({manifest.id})"
     try:
-        manifest_bytes = (folder / MANIFEST_NAME).read_bytes()[:MAX_META_BYTES + 1]
-        sig_bytes = (folder / SIGNATURE_NAME).read_bytes()[:MAX_META_BYTES + 1]
+        manifest_bytes = read_regular(folder / MANIFEST_NAME, MAX_META_BYTES)
+        sig_bytes = read_regular(folder / SIGNATURE_NAME, MAX_META_BYTES)
     except OSError as exc:
         raise SignatureRequired(f"{where}: not installed from a signed bundle, and this host "
                                 f"requires a signature", plugin_id=manifest.id) from exc
@@ -338,7 +338,7 @@ def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) ->
     for name in ("plugin.toml", manifest.wasm_name):  # what runs; the README is only read
         entry = listed.get(name) if isinstance(listed, dict) else None
         try:
-            data = (folder / name).read_bytes()
+            data = read_regular(folder / name, MAX_ENTRY_BYTES)
         except OSError as exc:
             raise BundleDigestMismatch(f"{where}: cannot read {name}: {exc.strerror}",
                                        plugin_id=manifest.id) from exc

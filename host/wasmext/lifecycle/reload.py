@@ -33,6 +33,7 @@ from typing import Protocol
 from wasmext.config import EnableState
 from wasmext.discovery import discover
 from wasmext.errors import WasmextError
+from wasmext.files import read_regular
 from wasmext.manifest import Manifest
 from wasmext.services.hostview import LoadedPlugin
 
@@ -40,6 +41,8 @@ __all__ = ["RescanReport", "Rescannable", "rescan"]
 
 log = logging.getLogger("wasmext.reload")
 DISCOVERED = ("user", "workspace")
+# Only to tell whether a module changed; the loader holds it to the runtime's own caps.
+MAX_MODULE_FILE = 2**30
 _rescan_lock = threading.Lock()
 
 
@@ -75,7 +78,7 @@ class RescanReport:
 
 def _file_digest(path: Path) -> str | None:
     try:
-        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        return "sha256:" + hashlib.sha256(read_regular(path, MAX_MODULE_FILE)).hexdigest()
     except OSError:
         return None
 

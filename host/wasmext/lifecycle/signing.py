@@ -13,7 +13,7 @@ import binascii
 from pathlib import Path
 
 from wasmext.errors import ConfigError, SignatureInvalid
-from wasmext.files import atomic_write
+from wasmext.files import atomic_write, read_regular
 
 __all__ = ["generate_key", "is_public_key", "load_private_key", "public_key_of", "sign",
            "verify"]
@@ -52,7 +52,7 @@ def load_private_key(path: Path) -> object:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes()[:64 * 1024], None)
+        key = serialization.load_pem_private_key(read_regular(path, 64 * 1024), None)
     except (OSError, ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: not an unencrypted Ed25519 private key (PEM): "
                           f"{type(exc).__name__}") from exc

@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import wasmtime
 import wasmtime.component
 
-from wasmext.files import atomic_write
+from wasmext.errors import UnsafeFile
+from wasmext.files import atomic_write, read_regular
 from wasmext.sandbox.engine import SharedEngine
 
 __all__ = ["CompileCache", "default_cache_dir"]
@@ -31,6 +32,7 @@ __all__ = ["CompileCache", "default_cache_dir"]
 log = logging.getLogger("wasmext.sandbox.cache")
 MAGIC = b"WXC1"
 MAC_LEN = 32
+MAX_ENTRY_BYTES = 2**31  # far above any compiled module the compile caps admit
 T = TypeVar("T", wasmtime.Module, wasmtime.component.Component)  # what the cache holds
 
 
@@ -64,8 +66,12 @@ class CompileCache:
         if self._key is None:
             self.key_file.parent.mkdir(parents=True, exist_ok=True)
             try:
-                key = self.key_file.read_bytes()
+                key = read_regular(self.key_file, 32)
             except FileNotFoundError:
+                key = b""
+            except UnsafeFile as exc:
+                if not exc.too_large:  # a FIFO or device: refused, the cache stays off
+                    raise
                 key = b""
             if len(key) != 32:
                 key = secrets.token_bytes(32)
@@ -124,7 +130,7 @@ class CompileCache:
                 if path.is_symlink() or path.exists():
                     self._reject(path, "not a regular file")
                 return None
-            blob = path.read_bytes()
+            blob = read_regular(path, MAX_ENTRY_BYTES)
         except OSError:
             return None
         head, mac, payload = blob[:4], blob[4:4 + MAC_LEN], blob[4 + MAC_LEN:]

@@ -23,7 +23,8 @@ from typing import Any
 import wasmtime
 
 from wasmext._abi import EXPORTS, IMPORTS
-from wasmext.errors import AbiMismatch, InvalidModule, UnknownImport
+from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge, UnknownImport, UnsafeFile
+from wasmext.files import read_regular
 from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
@@ -133,7 +134,11 @@ class PluginModule:
                   cache: CompileCache | None = None,
                   caps: ModuleCaps | None = None) -> PluginModule:
         try:
-            wasm = path.read_bytes()
+            wasm = read_regular(path, (caps or ModuleCaps()).max_module_bytes)
+        except UnsafeFile as exc:
+            if exc.too_large:
+                raise ModuleTooLarge(f"{path}: {exc.strerror} (max_module_bytes)") from exc
+            raise InvalidModule(f"{path}: cannot read: {exc.strerror}") from exc
         except OSError as exc:
             raise InvalidModule(f"{path}: cannot read: {exc.strerror}") from exc
         return cls(wasm, name=str(path), engine=engine, cache=cache, caps=caps)

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from pydantic import ConfigDict, StrictFloat, StrictStr
 
 from wasmext.errors import ConfigError
+from wasmext.files import read_regular
 
 __all__ = ["DEFAULT_REDIRECT_URI", "OAuthSettings", "loopback_address", "parse_oauth"]
 
@@ -128,7 +129,7 @@ def parse_oauth(raw: Any, path: Path | None, fld: str, transport: str,
         if not secret_path.is_absolute() and path is not None:
             secret_path = path.parent / secret_path
         try:
-            secret = secret_path.read_bytes()[:MAX_SECRET_FILE].decode("utf-8").strip()
+            secret = read_regular(secret_path, MAX_SECRET_FILE).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{where}: field '{fld}.client_secret_file': cannot read it "
                               f"({type(exc).__name__})") from None

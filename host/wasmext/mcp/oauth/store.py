@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wasmext.files import atomic_write
+from wasmext.files import atomic_write, read_regular
 
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
@@ -89,8 +89,7 @@ class FileTokenStorage:
 
     def _read(self) -> tuple[OAuthToken | None, OAuthClientInformationFull | None]:
         try:
-            with self.path.open("rb") as fh:
-                data = fh.read(MAX_FILE + 1)
+            data = read_regular(self.path, MAX_FILE)
         except FileNotFoundError:
             return None, None
         except OSError as exc:

@@ -26,6 +26,7 @@ from typing import Any
 from mcp.server.transport_security import TransportSecuritySettings
 
 from wasmext.errors import ConfigError
+from wasmext.files import read_regular
 
 __all__ = ["MIN_TOKEN_LENGTH", "BearerAuth", "is_loopback", "load_token", "rebinding_guard",
            "require_token_for"]
@@ -33,6 +34,7 @@ __all__ = ["MIN_TOKEN_LENGTH", "BearerAuth", "is_loopback", "load_token", "rebin
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 MIN_TOKEN_LENGTH = 16
+MAX_TOKEN_FILE_BYTES = 64 * 1024
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -44,7 +46,7 @@ def load_token(token_file: str | Path | None = None, token_env: str | None = Non
         raise ConfigError("give the MCP token in a file or an environment variable, not both")
     if token_file is not None:
         try:
-            text = Path(token_file).read_text(encoding="utf-8")
+            text = read_regular(token_file, MAX_TOKEN_FILE_BYTES).decode("utf-8")
         except OSError as exc:
             raise ConfigError(f"MCP token file {token_file}: {exc.strerror or exc}") from None
         token = text.strip().splitlines()[0].strip() if text.strip() else ""
