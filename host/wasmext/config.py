@@ -434,10 +434,11 @@ class EnableState:
                 choices[plugin_id] = enabled
                 atomic_write(self.path, json.dumps({"enabled": choices}, indent=1,
                                                    sort_keys=True))
-        except UnsafeFile as exc:
-            raise ConfigError(f"cannot record the choice: {exc.message}") from exc
         except TimeoutError as exc:
             raise ConfigError(f"cannot record the choice: {exc}") from exc
+        except OSError as exc:  # UnsafeFile too: a lock or state file that is no file
+            raise ConfigError(f"{exc.filename or self.path}: cannot record the choice: "
+                              f"{exc.strerror}") from exc
         self._choices = choices
 
 

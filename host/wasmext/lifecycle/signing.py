@@ -52,8 +52,12 @@ def load_private_key(path: Path) -> object:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     try:
-        key = serialization.load_pem_private_key(read_regular(path, 64 * 1024), None)
-    except (OSError, ValueError, TypeError) as exc:
+        raw = read_regular(path, 64 * 1024)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        key = serialization.load_pem_private_key(raw, None)
+    except (ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: not an unencrypted Ed25519 private key (PEM): "
                           f"{type(exc).__name__}") from exc
     if not isinstance(key, Ed25519PrivateKey):
