@@ -131,7 +131,7 @@ def parse_oauth(raw: Any, path: Path | None, fld: str, transport: str,
         try:
             secret = read_regular(secret_path, MAX_SECRET_FILE).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
+            why = (exc.strerror if isinstance(exc, OSError) else None) or type(exc).__name__
             raise ConfigError(f"{where}: field '{fld}.client_secret_file': cannot read it "
                               f"({why})") from None
         need(bool(secret), "client_secret_file", "the file is empty")
