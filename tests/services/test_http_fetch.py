@@ -26,7 +26,14 @@ from wasmext import ConfigError, Host, PluginError, Runtime, load_config
 from wasmext.errors import Timeout
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.http_config import parse_http
-from wasmext.services.netguard import Refused, forbidden, resolve_target, split_url
+from wasmext.services.netguard import (
+    Refused,
+    ascii_host,
+    forbidden,
+    host_allowed,
+    resolve_target,
+    split_url,
+)
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
@@ -465,3 +472,23 @@ def test_a_host_that_is_no_valid_idn_is_invalid(host: Host, server: Loopback,
     message = refused(plugin, "invalid", 2)
     assert "internationalised" in message and "Traceback" not in message
     healthy(host, server)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_a_host_name_is_ascii_or_invalid(name: str) -> None:
+    try:
+        _, host, _, _ = split_url(f"http://{name}/")
+    except Refused as exc:
+        host, code = "", exc.code
+    else:
+        code = "ok"
+    assert code in ("ok", "invalid") and host.isascii()
+
+
+def test_a_grant_for_an_internationalised_name_matches_its_ascii_spelling() -> None:
+    grants = {"http:*.b\u00fccher.example", "http:\u2603"}
+    assert host_allowed(grants, "shop.xn--bcher-kva.example")
+    assert host_allowed(grants, ascii_host("shop.B\u00dcCHER.example"))
+    assert not host_allowed(grants, "xn--bcher-kva.example.evil")
+    assert not host_allowed(grants, "xn--n3h")  # an invalid pattern grants nothing

@@ -26,7 +26,7 @@ import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.httpdeadline import bounded, passed, tls_context
-from wasmext.services.netguard import Refused, Target, resolve_target
+from wasmext.services.netguard import Refused, Target, ascii_pattern, resolve_target
 
 __all__ = ["HttpFetch", "HttpLimits"]
 
@@ -101,8 +101,8 @@ class HttpFetch:
     def inject_header(self, plugin_id: str, host_pattern: str, header: str,
                       setting: str) -> None:
         """Send the plugin's sensitive `setting` as `header` to hosts matching the pattern."""
-        self._injections.append(_Injection(plugin_id, host_pattern.lower(), header.lower(),
-                                           setting))
+        self._injections.append(_Injection(plugin_id, ascii_pattern(host_pattern.lower()),
+                                           header.lower(), setting))
 
     def install(self, services: HostServices) -> None:
         services.register("http.fetch", self.fetch)

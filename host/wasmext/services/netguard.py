@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 
 import idna
 
-__all__ = ["Refused", "Target", "ascii_host", "embedded_ipv4", "forbidden", "host_allowed",
-           "resolve_target", "split_url"]
+__all__ = ["Refused", "Target", "ascii_host", "ascii_pattern", "embedded_ipv4", "forbidden",
+           "host_allowed", "resolve_target", "split_url"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -74,8 +74,23 @@ def _patterns(grants: Iterable[str]) -> list[str]:
             if pattern.startswith("[") and pattern.endswith("]"):
                 pattern = pattern[1:-1]
             if pattern:
-                out.append(pattern)
+                out.append(ascii_pattern(pattern))
     return out
+
+
+def ascii_pattern(pattern: str) -> str:
+    """A host pattern with each internationalised label in the ASCII spelling that
+    `ascii_host` gives names (`*.bücher.example` matches `a.xn--bcher-kva.example`)."""
+    if pattern.isascii():
+        return pattern
+    labels = []
+    for label in pattern.split("."):
+        try:
+            labels.append(label if label.isascii() else
+                          idna.encode(label, uts46=True).decode("ascii"))
+        except (idna.IDNAError, UnicodeError, ValueError):
+            labels.append(label)  # matches no ASCII name: a grant that grants nothing
+    return ".".join(labels)
 
 
 def host_allowed(grants: Iterable[str], host: str) -> bool:
