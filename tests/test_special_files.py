@@ -27,7 +27,7 @@ from wasmext.hooks.pipeline import load_policy
 from wasmext.lifecycle.approvals import ApprovalStore
 from wasmext.lifecycle.signing import load_private_key
 from wasmext.manifest import load_manifest
-from wasmext.mcp.auth import load_token
+from wasmext.mcp.server.auth import load_token
 from wasmext.models import load_transcript
 from wasmext.sandbox.module import PluginModule
 from wasmext.testing import guest_wat
