@@ -492,3 +492,18 @@ def test_a_grant_for_an_internationalised_name_matches_its_ascii_spelling() -> N
     assert host_allowed(grants, ascii_host("shop.B\u00dcCHER.example"))
     assert not host_allowed(grants, "xn--bcher-kva.example.evil")
     assert not host_allowed(grants, "xn--n3h")  # an invalid pattern grants nothing
+
+
+def test_an_injected_value_that_is_not_ascii_is_invalid_and_unnamed(host: Host,
+                                                                    server: Loopback) -> None:
+    secret = "t\u00f6ken-s3cr3t-\u2603"
+    wasm = fetch_wasm({"url": server.url("/echo")})
+    plugin = Plugin(host.runtime.compile(wasm, "umlaut"), plugin_id="umlaut",
+                    settings={"token": secret}, sensitive=frozenset({"token"}),
+                    grants=frozenset({"http", "http:127.0.0.1"}), services=host.runtime.services)
+    host.add(plugin)
+    host.http.inject_header("umlaut", "127.0.0.1", "Authorization", "token")
+    message = refused(plugin, "invalid", 2)
+    assert "not ASCII" in message and secret not in message and "s3cr3t" not in message
+    assert server.seen == []
+    healthy(host, server)

@@ -90,7 +90,9 @@ class ApprovalStore:
         """The capabilities granted to `plugin_id` while its module has `digest`."""
         try:
             entry = self._read().get(plugin_id)
-        except ConfigError:
+        except ConfigError as exc:
+            log.warning("plugin %s: no recorded approval applies: %s", plugin_id, exc.message,
+                        extra={"plugin_id": plugin_id})
             return frozenset()  # an unreadable file grants nothing
         if not isinstance(entry, dict):
             return frozenset()
