@@ -236,3 +236,19 @@ def test_the_lock_is_exclusive_and_bounded(tmp_path: Path) -> None:
     with locked(lock, timeout_s=0.3):  # released when the block ended
         pass
     assert issubclass(UnsafeFile, WasmextError)
+
+
+def test_a_running_host_whose_plugins_json_becomes_a_fifo(tmp_path: Path) -> None:
+    cfg = workspace(tmp_path)
+    with Host(load_config(cfg)) as host:
+        host.disable("healthy")
+        host.enable("healthy")
+        state = tmp_path / "data" / "plugins.json"
+        state.unlink()
+        os.mkfifo(state)
+        report, error = bounded(host.rescan)
+        assert error is None, repr(error)
+        assert any("plugins.json" in e.message and "not a regular file" in e.message
+                   for e in report.errors)
+        host.rescan()  # the choices read before still decide
+        assert host.plugins["healthy"].plugin.call("test").value == "alive"

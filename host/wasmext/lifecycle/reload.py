@@ -32,7 +32,7 @@ from typing import Protocol
 
 from wasmext.config import EnableState
 from wasmext.discovery import discover
-from wasmext.errors import WasmextError
+from wasmext.errors import ConfigError, WasmextError
 from wasmext.files import read_regular
 from wasmext.manifest import Manifest
 from wasmext.services.hostview import LoadedPlugin
@@ -93,7 +93,10 @@ def rescan(host: Rescannable) -> RescanReport:
     """Bring the loaded plugins in line with the folders and the enable state."""
     report = RescanReport()
     with _rescan_lock:
-        host.read_enable_state()
+        try:
+            host.read_enable_state()
+        except ConfigError as err:  # plugins.json is no file now: keep the choices read before
+            report.errors.append(err)
         wanted: dict[str, tuple[Path, Manifest, str]] = {}
         broken: set[Path] = set()  # folders there but unreadable: what runs keeps running
         for found in discover(host.plugin_dirs):
