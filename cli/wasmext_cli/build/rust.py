@@ -29,7 +29,6 @@ import tempfile
 from pathlib import Path
 
 from wasmext.manifest import BuildSpec
-
 from wasmext_cli.build import ToolchainMissing, sdk_for, sdk_root
 
 TARGET = "wasm32-unknown-unknown"
