@@ -10,6 +10,7 @@ or not). Every request is recorded.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 GIGABYTE = 1 << 30
 
@@ -114,6 +115,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, echoed, {"X-Echo-Auth": self.headers.get("Authorization", "")})
         elif parts.path == "/redirect":
             self._answer(302, b"", {"Location": query["to"]})
+        elif parts.path in ("/echo-token", "/leak-redirect"):  # a server that repeats a secret
+            token = self.headers.get("Authorization", "").split()[-1:] or [""]
+            word = token[0]
+            if parts.path == "/leak-redirect":
+                self._answer(302, b"", {"Location": f"/hello?t={quote(word, safe='')}"})
+            else:
+                forms = [word, quote(word, safe=""), base64.b64encode(word.encode()).decode()]
+                self._answer(200, " ".join(forms).encode(), {"X-Token": word})
         elif parts.path == "/gigabyte":
             self._stream(declared=True)
         elif parts.path == "/gigabyte-undeclared":

@@ -159,7 +159,8 @@ def test_secrets_never_reach_faults_traces_or_logs(tmp_path: Path, caplog: Any,
     plugin_folder(tmp_path / "work", "leaky", wat,
                   '[settings.token]\nsensitive = true\nenv = "LEAKY_TOKEN"\n')
     monkeypatch.setenv("LEAKY_TOKEN", secret)
-    with Host(load_config(write_config(tmp_path, '[plugins]\nworkspace_dir = "work"\n'))
+    with Host(load_config(write_config(tmp_path, '[plugins]\nworkspace_dir = "work"\n'
+                                       '[plugin.leaky]\nenv = ["LEAKY_TOKEN"]\n'))
               ) as host, host.session() as s:
         s.on_plain_text("x")
         details = " ".join(str(e.detail) for e in s.trace.events)

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wasmext import CompileCache, Runtime, UnsafeFolder
+from wasmext.errors import ConfigError
 from wasmext.manifest import load_folder
 from wasmext.sandbox.limits import Limits, effective_limits
 from wasmext.testing import guest_wat
@@ -73,13 +74,18 @@ def test_same_bytes_at_another_path_are_validated_for_that_path(tmp_path: Path) 
     assert two.wasm_path.parent == tmp_path / "two" / "twin"
 
 
-def test_a_manifest_that_reads_the_environment_is_read_again(
+def test_a_manifest_reads_only_the_environment_the_operator_allowed_and_again_each_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = folder_with(tmp_path, TOML + '[mcp.servers.tool]\ncommand = "${TWIN_CMD}"\n')
     monkeypatch.setenv("TWIN_CMD", "first")
-    assert load_folder(folder).mcp_servers[0].command == "first"
+    manifest = load_folder(folder)
+    assert manifest.mcp_servers[0].command == "${TWIN_CMD}"  # alone: no host environment
+    with pytest.raises(ConfigError, match="needs a command"):  # not allowed: unset
+        manifest.resolve_mcp({})
+    assert manifest.resolve_mcp({"TWIN_CMD": "first"}).mcp_servers[0].command == "first"
     monkeypatch.setenv("TWIN_CMD", "second")
-    assert load_folder(folder).mcp_servers[0].command == "second"
+    again = load_folder(folder).resolve_mcp({"TWIN_CMD": "second"})
+    assert again.mcp_servers[0].command == "second"
 
 
 def test_shared_manifest_values_cannot_leak_between_copies(tmp_path: Path) -> None:

@@ -56,10 +56,17 @@ def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
     sys.exit(code)
 
 
-def _host(config: Path | None, plugin_dirs: tuple[Path, ...]) -> Any:
+def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
+          credential_env: tuple[str, ...] = ()) -> Any:
+    """The host of a command; `credential_env`: variables the command itself reads as
+    credentials (`mcp serve --token-env`), which no plugin may read either."""
+    import dataclasses
+
     from wasmext import Host, HostConfig, load_config
 
     cfg = load_config(config) if config else HostConfig()
+    if credential_env:
+        cfg = dataclasses.replace(cfg, credential_env=cfg.credential_env | set(credential_env))
     dirs = [("workspace", d) for d in plugin_dirs] if plugin_dirs else None
     return Host(cfg, plugin_dirs=dirs)
 

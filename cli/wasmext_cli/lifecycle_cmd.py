@@ -24,6 +24,7 @@ from wasmext_cli.common import (
 
 if TYPE_CHECKING:
     from wasmext.config import HostConfig
+    from wasmext.lifecycle.approvals import Subject
 
 BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -77,15 +78,19 @@ def pack(folder: Path, out: Path) -> None:
 @click.option("--to", "to", type=click.Choice(["user", "workspace"]), default="workspace",
               show_default=True, help="Which plugin directory of the config to install into.")
 @click.option("--replace", is_flag=True, help="Replace an installed plugin of the same id.")
+@click.option("--allow-downgrade", is_flag=True,
+              help="With --replace: allow a version older than the installed one.")
 @CONFIG_OPT
-def install(bundle: Path, to: str, replace: bool, config: Path | None) -> None:
+def install(bundle: Path, to: str, replace: bool, allow_downgrade: bool,
+            config: Path | None) -> None:
     """Check BUNDLE (and its signature, if the config requires one) and install it."""
     from wasmext.lifecycle.bundle import install as install_bundle
 
     cfg = _config(_default_config(config))
     try:
         folder = install_bundle(bundle, _dest(cfg, to), trusted=cfg.trusted_keys,
-                                require_signature=cfg.require_signature, replace=replace)
+                                require_signature=cfg.require_signature, replace=replace,
+                                allow_downgrade=allow_downgrade)
     except WasmextError as err:
         _fail(err)
     click.echo(f"installed {folder.name} into {folder}")
@@ -143,20 +148,27 @@ def sign(bundle: Path, key: Path) -> None:
     click.echo(f"signed {bundle} with {public}")
 
 
-def _current_digest(cfg: HostConfig, plugin_id: str) -> tuple[str, Path] | None:
-    """The digest of the installed module and its folder; None when not installed."""
+def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | None:
+    """What the installed plugin is now (module, manifest, files it makes the host run),
+    read as a host with `cfg` would load it, and its folder; None when not installed."""
+    from wasmext.lifecycle.approvals import subject_of
     from wasmext.lifecycle.uninstall import find_folder
     from wasmext.manifest import load_folder
+    from wasmext.runtime import allowed_environ
 
     folder = find_folder(cfg.plugin_dirs(), plugin_id)
     if folder is None:
         return None
+    manifest = load_folder(folder)
+    over = cfg.overrides.get(plugin_id)
+    manifest = manifest.resolve_mcp(allowed_environ(manifest, over.env if over else (),
+                                                    denied=cfg.credential_env))
     try:
-        wasm = load_folder(folder).wasm_path.read_bytes()
+        wasm = manifest.wasm_path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"plugin {plugin_id}: cannot read its module: {exc.strerror}",
                           plugin_id=plugin_id) from exc
-    return _sha256(wasm), folder
+    return subject_of(_sha256(wasm), manifest), folder
 
 
 @click.command()
@@ -171,17 +183,18 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
 
     cfg = _config(_default_config(config))
     try:
-        found = _current_digest(cfg, plugin_id)
+        found = _current_subject(cfg, plugin_id)
     except WasmextError as err:
         _fail(err)
     if found is None:
         _fail(ConfigError(f"plugin {plugin_id} is not installed", plugin_id=plugin_id),
               EXIT_USAGE)
-    digest, folder = found
+    subject, folder = found
     who = by or _user()
-    ApprovalStore.in_data_dir(cfg.data_dir).grant(plugin_id, digest, list(capabilities), who,
+    ApprovalStore.in_data_dir(cfg.data_dir).grant(plugin_id, subject, list(capabilities), who,
                                                   str(folder))
-    click.echo(_line(f"granted {', '.join(capabilities)} to {plugin_id} ({digest[:19]}...) "
+    click.echo(_line(f"granted {', '.join(capabilities)} to {plugin_id} "
+                     f"({subject.module[:19]}..., plugin.toml {subject.manifest[:19]}...) "
                      f"by {who}"))
 
 
@@ -189,19 +202,23 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @CONFIG_OPT
 def grants(as_json: bool, config: Path | None) -> None:
-    """List recorded approvals, and whether each still matches the module's digest."""
+    """List recorded approvals, and whether each still covers the plugin as installed
+    (module, plugin.toml and the files it makes the host run); if not, what changed."""
     from wasmext.lifecycle.approvals import ApprovalStore
 
     cfg = _config(_default_config(config))
     rows: list[dict[str, Any]] = []
     for a in ApprovalStore.in_data_dir(cfg.data_dir).all():
+        changed: list[str] = []
         try:
-            found = _current_digest(cfg, a.plugin_id)
+            found = _current_subject(cfg, a.plugin_id)
+            changed = found[0].changes(a.entry) if found is not None else []
             status = ("not installed" if found is None else
-                      "active" if found[0] == a.digest else "withheld (module changed)")
+                      f"withheld ({', '.join(changed)} changed)" if changed else "active")
         except WasmextError:
             status = "unreadable"
         rows.append({"plugin": a.plugin_id, "capability": a.capability, "digest": a.digest,
+                     "manifest": str(a.entry.get("manifest", "")), "changed": changed,
                      "by": a.by, "at": a.at, "status": status})
     if as_json:
         _echo_json(rows)

@@ -58,7 +58,8 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         token = load_token(token_file, token_env) if port is not None else None
         if port is not None:
             require_token_for(address, token)
-        host = _host(_default_config(config), plugin_dirs)
+        host = _host(_default_config(config), plugin_dirs,
+                     (token_env,) if token_env else ())
     except WasmextError as err:
         _fail(err)
     for problem in host.load_errors:

@@ -110,6 +110,10 @@ def inspect(plugin: Path, as_json: bool) -> None:
     with Runtime() as rt:
         try:
             info = rt.load(plugin).describe()
+            if plugin.is_dir():  # what `[grants.ID] manifest = ...` pins
+                from wasmext.manifest import load_folder
+
+                info["manifest_digest"] = load_folder(plugin).source_digest
         except WasmextError as err:
             _fail(err)
     if as_json:
@@ -123,6 +127,8 @@ def inspect(plugin: Path, as_json: bool) -> None:
                f"{abi['guest_minor']})")
     click.echo(f"size      {info['size']} bytes")
     click.echo(f"digest    {info['digest']}")
+    if "manifest_digest" in info:
+        click.echo(f"manifest  {info['manifest_digest']} (plugin.toml)")
     click.echo(f"imports   {_line(', '.join(info['imports']) or '-')}")
     click.echo("hooks")
     for h in info["hooks"]:

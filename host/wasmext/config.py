@@ -19,6 +19,7 @@
 
     [grants.pii-mask]            # capabilities, keyed to the module's digest
     digest = "sha256:..."
+    manifest = "sha256:..."      # optional: and to plugin.toml's (`wasmext inspect`)
     capabilities = ["state"]
 
     [state]                      # plugin state: sqlite (default), memory or redis
@@ -52,6 +53,8 @@
     priority = 40
     limits = { timeout_ms = 200 }
     failure = "closed"
+    env = ["NORMALIZE_LOCALE"]   # the only environment variables its settings (and its
+                                 # MCP servers' ${VAR}s) may read; never a host credential
 
 Relative paths are relative to the file's folder.
 
@@ -65,6 +68,7 @@ and capped as `wasmext.validation` says.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -86,9 +90,10 @@ from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
 from wasmext.errors import ConfigError, UnsafeFile
 from wasmext.files import atomic_write, locked, read_regular
+from wasmext.lifecycle.approvals import Grant
 from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
-from wasmext.mcp.config import McpSection, McpServerConfig
+from wasmext.mcp.config import McpSection, McpServerConfig, env_refs
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.services.http_config import HttpSection, HttpSettings
 from wasmext.services.llm import LlmSettings
@@ -113,14 +118,6 @@ MAX_ENABLE_STATE_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
-class Grant:
-    """Capabilities granted to the module with this digest."""
-
-    digest: str
-    capabilities: frozenset[str]
-
-
-@dataclass(frozen=True)
 class PluginOverrides:
     """What the host config decides for one plugin ([plugin.ID])."""
 
@@ -128,6 +125,7 @@ class PluginOverrides:
     limits: Mapping[str, int] = field(default_factory=dict)
     failure: str | None = None
     priority: int | None = None
+    env: frozenset[str] = frozenset()  # environment variables the operator lets it read
 
 
 @dataclass(frozen=True)
@@ -157,6 +155,9 @@ class HostConfig:
     extensions: Mapping[str, RemoteExtension] = field(default_factory=dict)  # remote (NATS)
     llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
     http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
+    # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
+    # host's own config): no plugin reads them, whatever its manifest or [plugin.ID] env.
+    credential_env: frozenset[str] = frozenset()
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user before workspace."""
@@ -178,6 +179,15 @@ def _plugin_id(value: str) -> str:
 def _path_text(value: str) -> str:
     if "\x00" in value:
         problem("must be a path (no NUL character)")
+    return value
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        problem("must be an environment variable name")
     return value
 
 
@@ -247,17 +257,19 @@ class TopLimitsTable(LimitsTable):
 
 
 class GrantTable(BaseModel):
-    """One [grants.ID] table: capabilities for the module with this digest."""
+    """One [grants.ID] table: capabilities for the module with this digest (and, when
+    `manifest` is given, the plugin.toml with that digest)."""
 
     model_config = SECTION
 
     digest: str
+    manifest: str | None = None
     capabilities: list[str] = []
 
-    @field_validator("digest")
+    @field_validator("digest", "manifest")
     @classmethod
-    def _digest(cls, value: str) -> str:
-        if not _DIGEST_RE.match(value):
+    def _digest(cls, value: str | None) -> str | None:
+        if value is not None and not _DIGEST_RE.match(value):
             problem("must be 'sha256:' and 64 lowercase hex digits")
         return value
 
@@ -271,6 +283,7 @@ class PluginTable(BaseModel):
     limits: LimitsTable = LimitsTable()
     failure: Literal["open", "closed", "reload"] | None = None
     priority: Annotated[int, Field(strict=True, ge=0, le=100)] | None = None
+    env: list[Annotated[str, AfterValidator(_env_name)]] = []
 
 
 class StateTable(BaseModel):
@@ -360,9 +373,10 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         else None,
         enabled=frozenset(plugins.enabled), disabled=frozenset(plugins.disabled),
         limits=limits, cap=cap,
-        grants={pid: Grant(g.digest, frozenset(g.capabilities))
+        grants={pid: Grant(g.digest, frozenset(g.capabilities), g.manifest)
                 for pid, g in doc.grants.items()},
-        overrides={pid: PluginOverrides(o.settings, o.limits.given(), o.failure, o.priority)
+        overrides={pid: PluginOverrides(o.settings, o.limits.given(), o.failure, o.priority,
+                                        frozenset(o.env))
                    for pid, o in doc.plugin.items()},
         state_backend=state.backend, state_url=state.url, state_limits=state.limits(),
         mcp_enabled=doc.mcp.enabled, mcp_servers=doc.mcp.configs(),
@@ -373,7 +387,16 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:
     """A decoded wasmext.toml as a HostConfig, or one ConfigError naming every problem."""
-    return _host_config(check(ConfigFile, data, path), path)
+    config = _host_config(check(ConfigFile, data, path), path)
+    raw = data if isinstance(data, Mapping) else {}
+    credentials = frozenset({config.llm.api_key_env} | env_refs(raw.get("mcp", {}))
+                            | env_refs(raw.get("llm", {})) | env_refs(raw.get("state", {})))
+    for pid, over in sorted(config.overrides.items()):
+        for var in sorted(over.env & credentials):
+            raise ConfigError(f"{path or 'config'}: field 'plugin.{pid}.env': environment "
+                              f"variable {var} is a credential of the host itself; no plugin "
+                              "may read it")
+    return dataclasses.replace(config, credential_env=credentials)
 
 
 def load_config(path: str | Path) -> HostConfig:

@@ -22,6 +22,7 @@
     │       ├── BundleTooLarge          declared or real size, or compression ratio, over cap
     │       ├── BundleTooManyEntries    more entries than a plugin bundle has
     │       ├── BundleDigestMismatch    the digest manifest lies or does not cover a file
+    │       ├── BundleDowngrade         older than the installed version (--allow-downgrade)
     │       ├── SignatureRequired       unsigned, and the host requires a signature
     │       └── SignatureInvalid        a bad signature, or a key the host does not trust
     ├── PluginFault                 the plugin misbehaved during a call (counts
@@ -71,6 +72,7 @@ __all__ = [
     "BundleAbsolutePath",
     "BundleDeviceEntry",
     "BundleDigestMismatch",
+    "BundleDowngrade",
     "BundleDuplicateEntry",
     "BundleError",
     "BundleLinkEntry",
@@ -326,6 +328,10 @@ class BundleTooManyEntries(BundleError):
 
 class BundleDigestMismatch(BundleError):
     reason = "bundle digest mismatch"
+
+
+class BundleDowngrade(BundleError):
+    reason = "bundle downgrade"
 
 
 class SignatureRequired(BundleError):

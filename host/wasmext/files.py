@@ -20,6 +20,7 @@ A leaf module: it imports only the error classes of wasmext.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -37,7 +38,7 @@ except ImportError:  # pragma: no cover - Windows: one writer at a time is the u
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["atomic_open", "atomic_write", "durable_replace", "fsync_dir", "locked",
-           "read_regular"]
+           "read_regular", "replace_dir"]
 
 _READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
                | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
@@ -172,3 +173,42 @@ def locked(lock_path: str | os.PathLike[str], timeout_s: float = 10.0) -> Iterat
         yield  # closing the descriptor releases the lock, also when the block raises
     finally:
         os.close(fd)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the
+    system or the file system cannot."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):  # old kernel, or its file system
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_dir(new: Path, target: Path, aside: Path) -> None:
+    """`new` becomes `target`; an existing `target` ends at `aside` (for the caller to
+    remove). The two folders are swapped in one step where the system can, so a crash
+    at any moment leaves the old or the new folder at `target`; elsewhere the old one is
+    moved aside first, and a crash between the two renames leaves it at `aside`."""
+    if not (target.exists() or target.is_symlink()):
+        os.rename(new, target)
+    elif _exchange(new, target):
+        os.rename(new, aside)  # `new` now holds the old folder
+    else:
+        os.rename(target, aside)
+        os.rename(new, target)

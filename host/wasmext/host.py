@@ -32,14 +32,15 @@ from wasmext.errors import (
     Quarantined,
     WasmextError,
 )
-from wasmext.grants import apply_grants
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.lifecycle import reload
+from wasmext.lifecycle.approvals import granted as approved_grants
+from wasmext.lifecycle.approvals import subject_of
 from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.client.plugin_ops import install as install_mcp_ops
-from wasmext.runtime import Runtime
+from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.limits import effective_limits
@@ -252,7 +253,8 @@ class Host:
 
                 signed = verify_folder(folder, manifest, self.config.trusted_keys)
             self.add(folder, source_kind=source, manifest=manifest, replace=replace,
-                     digest=signed)
+                     digest=signed[0] if signed else None,
+                     module_bytes=signed[1] if signed else None)
         except Exception as exc:  # one plugin never stops the others
             err = as_load_error(folder, exc)
             if err.plugin_id is None:
@@ -266,16 +268,22 @@ class Host:
              limits: Mapping[str, int] | None = None,
              grants: Iterable[str] = (), failure: str | None = None,
              priority: int | None = None, replace: bool = False,
-             digest: str | None = None) -> Plugin | ExtismPlugin:
+             digest: str | None = None,
+             module_bytes: bytes | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin (folder, .wasm/.wat path, bytes) or adopt a loaded Plugin.
 
-        Config overrides (settings, limits, failure) apply by plugin id; grants
+        Config overrides (settings, limits, failure, env) apply by plugin id; grants
         from the config and recorded approvals apply only while the module's
-        digest matches. `replace` swaps a loaded plugin of the same id for this
+        digest, the manifest's and those of the files it makes the host run match
+        (`lifecycle.approvals.Subject`). A folder's settings and MCP servers read
+        only the environment variables `[plugin.ID] env` names, never a host
+        credential. `replace` swaps a loaded plugin of the same id for this
         one (a reload): calls already running finish on the old one. `digest`
-        ("sha256:...") refuses a module whose bytes are not the ones expected.
+        ("sha256:...") refuses a module whose bytes are not the ones expected;
+        `module_bytes` are a folder's verified module bytes, compiled as they are.
         """
         plugin: Plugin | ExtismPlugin
+        executed: Mapping[str, str] = {}
         if isinstance(source, (Plugin, ExtismPlugin)):
             plugin = source
         else:
@@ -284,6 +292,11 @@ class Host:
                 manifest = load_folder(path)
             pid = plugin_id or (manifest.id if manifest else None)
             over = self.config.overrides.get(pid or "")
+            allowed = over.env if over else frozenset()
+            denied = self.config.credential_env | {self.config.llm.api_key_env}
+            if manifest is not None:  # its MCP servers' ${VAR}s: the allowed ones only
+                manifest = manifest.resolve_mcp(allowed_environ(manifest, allowed,
+                                                                denied=denied))
             merged_settings = {**(over.settings if over else {}), **(settings or {})}
             merged_limits = {**(over.limits if over else {}), **(limits or {})}
             if priority is None and over is not None:
@@ -291,12 +304,18 @@ class Host:
             # The operator's [limits.cap] holds also over a runtime the embedder made.
             granted = effective_limits(self.runtime.defaults, None, merged_limits,
                                        self.config.cap)
-            plugin = self.runtime.load(source, plugin_id=pid, settings=merged_settings,
-                                       limits=granted, grants=grants, priority=priority)
+            plugin = self.runtime.load(
+                source, plugin_id=pid, settings=merged_settings, limits=granted, grants=grants,
+                priority=priority, manifest=manifest if path is not None and path.is_dir()
+                else None, env=allowed, denied_env=denied,
+                module_bytes=module_bytes)
             if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
                 raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
                                 f"({digest[:19]}...)", plugin_id=plugin.id)
-            apply_grants(self.config, plugin)  # config grants and recorded approvals
+            subject = subject_of(f"sha256:{plugin.module.info.digest}", manifest)
+            executed = subject.files
+            plugin.set_grants(plugin.grants | approved_grants(  # [grants.ID], approvals
+                plugin.id, subject, self.config.data_dir, self.config.grants.get(plugin.id)))
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
@@ -315,7 +334,7 @@ class Host:
                                   plugin_id=plugin.id) from err
             lp = LoadedPlugin(plugin, source_kind,
                               old.load_index if old is not None else len(self.plugins),
-                              manifest, policy)
+                              manifest, policy, executed=executed)
             self.plugins[plugin.id] = lp  # one assignment: a call sees old or new, never half
             self._order_cache.clear()
         if old is not None and old.plugin is not plugin:

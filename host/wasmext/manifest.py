@@ -10,11 +10,13 @@ asks for in `[limits]` is only a request: see `sandbox.limits.effective_limits`.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -37,6 +39,20 @@ KNOWN_KEYS = {"id", "version", "description", "abi", "priority", "wasm", "limits
               "capabilities", "settings", "build", "before", "after", "failure", "mcp"}
 FAILURE_POLICIES = ("open", "closed", "reload")
 MAX_MANIFEST_BYTES = 256 * 1024
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """SemVer precedence as a sort key: numbers, then a release above its pre-releases,
+    whose dot parts compare numerically when numeric, below any text part (build
+    metadata ignored). A string that is no SemVer sorts below every version."""
+    if SEMVER_RE.match(version) is None:
+        return (-1,)
+    core, _, pre = version.split("+", 1)[0].partition("-")
+    parts = tuple(int(n) for n in core.split("."))
+    if not pre:
+        return (*parts, 1, ())
+    return (*parts, 0, tuple((0, int(p), "") if p.isdigit() else (1, 0, p)
+                             for p in pre.split(".")))
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,22 @@ class Manifest:
     # MCP servers the plugin asks the host to connect (each needs the grant
     # "mcp-server:<name>"); their tools join the registry like configured ones.
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    # "sha256:..." of the plugin.toml bytes this was parsed from ("" when parsed from a
+    # table): what a recorded approval pins (lifecycle.approvals).
+    source_digest: str = ""
+    # The [mcp] table as written: `mcp_servers` above read no host environment (a
+    # manifest names variables, only the operator decides which a plugin may read);
+    # the host resolves them again with the plugin's allowed variables (`resolve_mcp`).
+    mcp_table: Mapping[str, Any] = field(default_factory=dict)
+
+    def resolve_mcp(self, environ: Mapping[str, str]) -> Manifest:
+        """This manifest with its MCP servers' `${VAR}`s read from `environ` only."""
+        if not self.mcp_table:
+            return self
+        _, servers = parse_mcp(copy.deepcopy(dict(self.mcp_table)), self.path,
+                               self.path.parent, environ=environ,
+                               quiet=True)  # a refused variable was named once already
+        return dataclasses.replace(self, mcp_servers=servers)
 
     @property
     def wasm_name(self) -> str:
@@ -179,6 +211,26 @@ def _build(raw: Any, path: Path) -> BuildSpec:
     return BuildSpec(lang, sources, include)
 
 
+class _Verbatim(Mapping[str, str]):
+    """An environment in which `${NAME}` stays `${NAME}`: a manifest alone reads nothing
+    of the host's environment (the host resolves it with `Manifest.resolve_mcp`)."""
+
+    def __getitem__(self, name: str) -> str:
+        return "${" + name + "}"
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_VERBATIM = _Verbatim()
+
+
 def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     """Validate a decoded plugin.toml; `path` is only used in messages and paths."""
     unknown = set(data) - KNOWN_KEYS
@@ -223,8 +275,10 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     _need(failure in FAILURE_POLICIES, path, "failure", f"must be one of {FAILURE_POLICIES}")
     mcp_raw = data.get("mcp", {})
     _need(isinstance(mcp_raw, dict), path, "mcp", "must be a table")
-    try:  # relative paths: the plugin's folder
-        _, mcp_servers = parse_mcp(mcp_raw, path, path.parent if path is not None else None)
+    try:  # relative paths: the plugin's folder; no host environment (`resolve_mcp`)
+        _, mcp_servers = parse_mcp(copy.deepcopy(mcp_raw), path,
+                                   path.parent if path is not None else None,
+                                   environ=_VERBATIM, quiet=True)
     except ConfigError as err:  # every problem of the table, said as the manifest's
         raise ManifestError(err.message, path=path, field=err.problems[0][0]
                             if err.problems else "mcp") from None
@@ -232,13 +286,15 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     # Read-only: one validated Manifest may serve many loads (see `load_manifest`).
     return Manifest(path, pid, version, desc, abi, prio, wasm,
                     MappingProxyType(dict(limits_raw)), caps,
-                    settings, build, order["before"], order["after"], failure, mcp_servers)
+                    settings, build, order["before"], order["after"], failure, mcp_servers,
+                    mcp_table=MappingProxyType(copy.deepcopy(dict(mcp_raw))))
 
 
 # Validated manifests by (path, SHA-256 of the file's bytes): loading many copies
 # of a plugin, or reloading one, validates its plugin.toml once. Keyed on the
 # content, never on a name or a file time, so an edited file is always parsed
-# again. A manifest with an [mcp] table is not kept: it reads the environment.
+# again. A manifest reads nothing of the environment (its MCP servers' `${VAR}`s
+# stay verbatim until the host resolves them), so every one can be kept.
 _MEMO_SIZE = 256
 _memo: OrderedDict[tuple[str, bytes], Manifest] = OrderedDict()
 _memo_lock = threading.Lock()
@@ -261,12 +317,12 @@ def load_manifest(path: Path) -> Manifest:
         if known is not None:
             _memo.move_to_end(key)
             return known
-    manifest = _validate(raw, path)
-    if not manifest.mcp_servers and b"mcp" not in raw:
-        with _memo_lock:
-            _memo[key] = manifest
-            while len(_memo) > _MEMO_SIZE:
-                _memo.popitem(last=False)
+    manifest = dataclasses.replace(_validate(raw, path),
+                                   source_digest=f"sha256:{key[1].hex()}")
+    with _memo_lock:
+        _memo[key] = manifest
+        while len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
     return manifest
 
 

@@ -8,10 +8,11 @@ does. The ordering and chaining host of many plugins builds on it.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import re
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import wasmtime
 from wasmext.errors import ConfigError, InvalidModule, LoadError, ModuleTooLarge, UnsafeFile
 from wasmext.files import read_regular
 from wasmext.manifest import ID_RE, Manifest, load_folder
+from wasmext.mcp.config import env_refs
 from wasmext.sandbox.backends.component import ComponentModule, ComponentPlugin, is_component
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
 from wasmext.sandbox.cache import CompileCache
@@ -29,16 +31,46 @@ from wasmext.sandbox.limits import Limits, effective_limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
 from wasmext.sandbox.wasmcheck import ModuleCaps, inspect
+from wasmext.text import clean
 
-__all__ = ["Runtime", "resolve_settings"]
+__all__ = ["Runtime", "allowed_environ", "resolve_settings"]
+
+# Its own logger: the command line shows these refusals even where it keeps the rest quiet.
+env_log = logging.getLogger("wasmext.env")
 
 _SANITIZE_ID = re.compile(r"[^a-z0-9-]+")
 
 
+def allowed_environ(manifest: Manifest, allowed: Collection[str],
+                    environ: Mapping[str, str] | None = None,
+                    denied: Collection[str] = ()) -> dict[str, str]:
+    """The part of the environment `manifest` may read: the variables the operator named
+    for this plugin (`allowed`), never one in `denied` (the host's own credentials). Each
+    variable the manifest names (a setting's `env`, an MCP server's `${VAR}`) outside that
+    is logged once per plugin and reads as unset: its value never reaches the plugin."""
+    env = os.environ if environ is None else environ
+    named = {s.env for s in manifest.settings if s.env} | env_refs(dict(manifest.mcp_table))
+    for var in sorted(named):
+        why = "is a credential of the host itself" if var in denied else \
+            f"is not one the operator allowed it ([plugin.{manifest.id}] env)" \
+            if var not in allowed else ""
+        if why and (manifest.id, var) not in _refused_env:
+            _refused_env.add((manifest.id, var))
+            env_log.warning("plugin %s: environment variable %s %s; it reads as unset",
+                        manifest.id, clean(var, 128), why, extra={"plugin_id": manifest.id})
+    return {v: env[v] for v in named if v in allowed and v not in denied and v in env}
+
+
+_refused_env: set[tuple[str, str]] = set()  # said once per process, not at every reload
+
+
 def resolve_settings(manifest: Manifest, overrides: Mapping[str, Any],
                      environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Settings in precedence order: override, then the setting's env var, then default."""
-    env = os.environ if environ is None else environ
+    """Settings in precedence order: override, then the setting's env var, then default.
+
+    `environ` is what the plugin may read (`allowed_environ`); without it, nothing:
+    a manifest alone never reads the host's environment."""
+    env = {} if environ is None else environ
     declared = {s.name for s in manifest.settings}
     unknown = sorted(set(overrides) - declared)
     if unknown:
@@ -54,7 +86,8 @@ def resolve_settings(manifest: Manifest, overrides: Mapping[str, Any],
             values[s.name] = copy.deepcopy(s.default) if isinstance(s.default, (list, dict)) \
                 else s.default
         elif s.required:
-            where = f" (or set ${s.env})" if s.env else ""
+            where = f" (or set ${s.env}, allowed by [plugin.{manifest.id}] env)" if s.env \
+                else ""
             raise ConfigError(f"plugin {manifest.id}: required setting {s.name!r} is not "
                               f"set{where}", plugin_id=manifest.id)
     return values
@@ -170,8 +203,16 @@ class Runtime:
     def load(self, source: Path | str | bytes | bytearray, *, plugin_id: str | None = None,
              limits: Mapping[str, int] | Limits | None = None,
              settings: Mapping[str, Any] | None = None,
-             grants: Iterable[str] = (), priority: int | None = None) -> Plugin | ExtismPlugin:
+             grants: Iterable[str] = (), priority: int | None = None,
+             manifest: Manifest | None = None, env: Collection[str] = (),
+             denied_env: Collection[str] = (),
+             module_bytes: bytes | None = None) -> Plugin | ExtismPlugin:
         """Load a plugin folder (with plugin.toml), a .wasm file, or module bytes.
+
+        A folder's settings read only the environment variables named in `env` (the
+        operator's choice for this plugin), never one in `denied_env`; `manifest` is
+        the folder's already-checked manifest, `module_bytes` its module's already-
+        verified bytes (a signed bundle's: the bytes checked are the bytes compiled).
 
         Limits follow `effective_limits`: the runtime defaults with `limits` (the
         host's own choice for this plugin) replacing fields; the manifest's
@@ -179,7 +220,6 @@ class Runtime:
         `priority` replaces the manifest's as the priority of hooks that do not
         state their own.
         """
-        manifest: Manifest | None = None
         if isinstance(source, (bytes, bytearray)):
             wasm, name = bytes(source), "<module>"
             pid = plugin_id or "inline"
@@ -187,23 +227,28 @@ class Runtime:
         else:
             path = Path(source)
             if path.is_dir():
-                manifest = load_folder(path)  # the folder rules: no symlink out of it
+                if manifest is None:
+                    manifest = load_folder(path)  # the folder rules: no symlink out of it
                 wasm_path = manifest.wasm_path
-                if not wasm_path.is_file():
+                if module_bytes is None and not wasm_path.is_file():
                     raise LoadError(f"{wasm_path}: not built yet (run: wasmext build {path})",
                                     plugin_id=manifest.id)
                 pid = plugin_id or manifest.id
             else:
                 wasm_path = path
                 pid = plugin_id or _id_from_file(path)
-            shared, signature = self._known_module(wasm_path)
-            wasm = b"" if shared else _read_module(wasm_path, self.module_caps)
+            shared, signature = self._known_module(wasm_path) if module_bytes is None \
+                else (None, None)
+            wasm = b"" if shared else module_bytes if module_bytes is not None else \
+                _read_module(wasm_path, self.module_caps)
             name = str(wasm_path)
         if not ID_RE.match(pid):
             raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
         requested = dict(manifest.limits) if manifest is not None else {}
         eff = effective_limits(self.defaults, requested, limits, self.policy)
-        values = resolve_settings(manifest, settings or {}) if manifest else dict(settings or {})
+        values = resolve_settings(manifest, settings or {},
+                                  allowed_environ(manifest, env, denied=denied_env)) \
+            if manifest else dict(settings or {})
         sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
             else frozenset()
         prio = priority if priority is not None else manifest.priority if manifest else 50

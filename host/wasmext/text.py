@@ -15,6 +15,9 @@ multi-line description) first:
   marker `…[+N chars]`, N being how many characters of the original were not
   shown.
 
+* Credentials in a URL (`scheme://user:password@host`) become `scheme://***@host`
+  (`redact_url`): a configured model, NATS or MCP URL never shows its password.
+
 `clean` is idempotent and never raises on a `str`. This module imports nothing
 of wasmext (a layer-0 leaf).
 """
@@ -26,7 +29,7 @@ import unicodedata
 from typing import Any
 
 __all__ = ["CAP", "DESCRIPTION_CAP", "clean", "clean_lines", "clean_tree", "is_unsafe",
-           "json_safe"]
+           "json_safe", "redact_url", "without_credentials"]
 
 CAP = 1024
 DESCRIPTION_CAP = 4096
@@ -34,6 +37,30 @@ _MIN_LIMIT = 32
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _PLAIN = re.compile(r"[\x20-\x7e]*")
+# The userinfo of a URL: up to the last "@" before the path, query, fragment or a space.
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/\s?#]*@")
+
+
+def without_credentials(url: str) -> tuple[str, str | None]:
+    """`url` without its `user:password@`, and those as a Basic Authorization value: a
+    client library that logs the URLs it requests never holds the password."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    return urlunsplit(parts._replace(netloc=hostport)), f"Basic {token}"
+
+
+def redact_url(text: str) -> str:
+    """`text` with the credentials of every URL in it (`user:password@`) shown as `***@`."""
+    if "@" not in text or "://" not in text:
+        return text
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def is_unsafe(ch: str) -> bool:
@@ -63,6 +90,7 @@ def _marker(hidden: int) -> str:
 def _clean(text: str, limit: int, keep_newlines: bool) -> str:
     if limit < _MIN_LIMIT:
         raise ValueError(f"limit must be at least {_MIN_LIMIT}")
+    text = redact_url(text)
     if len(text) <= limit and _PLAIN.fullmatch(text):
         return text  # the common case: short printable ASCII
     pieces: list[str] = []

@@ -127,15 +127,15 @@ def config_error(problems: list[tuple[str, str]], source: str | Path | None = No
 
 
 def check(model: type[M], data: Any, path: Path | None = None, *, prefix: str = "",
-          source: str | Path | None = None) -> M:
+          source: str | Path | None = None, context: Mapping[str, Any] | None = None) -> M:
     """`data` validated as `model`, or one ConfigError naming every problem and its field.
 
     Field paths start with `prefix`; the message starts with `source` (default: the
-    file `path`, else "config"; "" for none). The validators see `path` through the
-    context.
+    file `path`, else "config"; "" for none). The validators see `path` (and any
+    `context`) through the validation context.
     """
     try:
-        return model.model_validate(data, context={"path": path})
+        return model.model_validate(data, context={**(context or {}), "path": path})
     except ValidationError as exc:
         raise config_error(problems_of(exc, prefix),
                            source if source is not None else path or "config",

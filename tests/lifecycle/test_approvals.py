@@ -16,7 +16,7 @@ from lc_support import module, write_plugin
 
 from wasmext import Host, load_config
 from wasmext.files import atomic_write
-from wasmext.lifecycle.approvals import ApprovalStore
+from wasmext.lifecycle.approvals import ApprovalStore, Subject
 from wasmext_cli.main import main
 
 
@@ -98,10 +98,11 @@ def test_any_approvals_document_reads_without_raising(tmp_path_factory: pytest.T
     path = tmp_path_factory.mktemp("appr") / "approvals.json"
     path.write_text(json.dumps(doc))
     store = ApprovalStore(path)
-    caps = store.effective("kb", "sha256:" + "0" * 64)
+    subject = Subject("sha256:" + "0" * 64)
+    caps = store.effective("kb", subject)
     assert all(isinstance(c, str) for c in caps)
     for approval in store.all():
         assert isinstance(approval.capability, str) and isinstance(approval.by, str)
     store.revoke("x")
-    store.grant("kb", "sha256:" + "0" * 64, ["state"], "ann")  # a write repairs the entry
-    assert store.effective("kb", "sha256:" + "0" * 64) >= frozenset({"state"})
+    store.grant("kb", subject, ["state"], "ann")  # a write repairs the entry
+    assert store.effective("kb", subject) >= frozenset({"state"})

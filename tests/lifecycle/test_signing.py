@@ -140,8 +140,8 @@ def test_files_swapped_after_the_signature_check_are_refused(tmp_path: Path) -> 
     sign_bundle(bundle, tmp_path / "k.pem")
     folder = install(bundle, tmp_path / "plugins", trusted=(key,), require_signature=True)
     manifest = load_folder(folder)
-    signed = verify_folder(folder, manifest, (key,))
-    assert signed.startswith("sha256:")
+    signed, checked = verify_folder(folder, manifest, (key,))
+    assert signed.startswith("sha256:") and checked == (folder / "kb.wasm").read_bytes()
     # The manifest the host parsed is not the signed file's (swapped in between):
     with pytest.raises(BundleDigestMismatch, match="changed while"):
         verify_folder(folder, replace(manifest, priority=99), (key,))

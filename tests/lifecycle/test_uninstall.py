@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from lc_support import write_plugin
 
 from wasmext import Host, load_config
-from wasmext.lifecycle.approvals import ApprovalStore
+from wasmext.lifecycle.approvals import ApprovalStore, Subject
 from wasmext.lifecycle.uninstall import uninstall
 from wasmext.state import Scope
 from wasmext_cli.main import main
@@ -28,8 +28,8 @@ def _setup(tmp_path: Path) -> Path:
             store.set(Scope(pid), "g", b"global")
             store.set(Scope(pid, "s1"), "a", b"one")
             store.set(Scope(pid, "s2"), "b", b"two")
-    ApprovalStore.in_data_dir(tmp_path / "data").grant("kb", "sha256:" + "0" * 64, ["state"],
-                                                        "ann")
+    ApprovalStore.in_data_dir(tmp_path / "data").grant("kb", Subject("sha256:" + "0" * 64),
+                                                       ["state"], "ann")
     return config
 
 

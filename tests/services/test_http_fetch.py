@@ -278,7 +278,8 @@ def test_an_injected_secret_never_reaches_the_guest(host: Host, server: Loopback
                     settings={"token": SECRET}, sensitive=frozenset({"token"}),
                     grants=frozenset({"http", "http:127.0.0.1"}), services=host.runtime.services)
     host.add(plugin)
-    host.http.inject_header("echo", "127.0.0.1", "Authorization", "token")
+    host.http.inject_header("echo", "127.0.0.1", "Authorization", "token", scheme="http",
+                            port=server.port)
     answer = plugin.call("test").value
     assert server.seen[-1]["headers"]["authorization"] == SECRET  # the server got it ...
     assert SECRET.encode() not in answer["body"]                  # ... the guest did not
@@ -335,7 +336,7 @@ def test_only_global_unicast_addresses_are_public(address: Any) -> None:
 
 def test_the_http_section_of_the_config(tmp_path: Path, server: Loopback) -> None:
     path = tmp_path / "wasmext.toml"
-    path.write_text("""
+    path.write_text(f"""
 [http]
 max_response_bytes = 1
 [[http.inject]]
@@ -343,6 +344,8 @@ plugin = "echo"
 host = "127.0.0.*"
 header = "Authorization"
 setting = "token"
+scheme = "http"
+port = {server.port}
 """)
     config = load_config(path)
     assert config.http.limits.max_response_bytes == 1

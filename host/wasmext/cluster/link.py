@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasmext.errors import WasmextError
-from wasmext.text import clean
+from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -41,14 +41,16 @@ async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:
     """
     import nats
 
+    shown = redact_url(url)  # logs and errors never show the URL's password
+
     async def error(exc: Exception) -> None:
         log.debug("nats %s: %s", name, clean(exc))
 
     async def disconnected() -> None:
-        log.warning("nats %s: disconnected from %s, reconnecting", name, url)
+        log.warning("nats %s: disconnected from %s, reconnecting", name, shown)
 
     async def reconnected() -> None:
-        log.warning("nats %s: reconnected to %s", name, url)
+        log.warning("nats %s: reconnected to %s", name, shown)
 
     try:
         client = await nats.connect(url, name=name, connect_timeout=timeout_s,
@@ -56,7 +58,7 @@ async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:
                                     reconnect_time_wait=0.2, error_cb=error,
                                     disconnected_cb=disconnected, reconnected_cb=reconnected)
     except Exception as exc:
-        raise NatsUnavailable(f"cannot connect to {url}: {clean(exc)}") from None
+        raise NatsUnavailable(f"cannot connect to {shown}: {clean(exc)}") from None
     # A restarted server must not leave the process cut off: once connected, retry
     # for ever (nats-py reads the option at each reconnect).
     client.options["max_reconnect_attempts"] = -1
@@ -80,7 +82,7 @@ class NatsLink:
             self._stop_loop()
             if isinstance(exc, NatsUnavailable):
                 raise
-            raise NatsUnavailable(f"cannot connect to {url}: {clean(exc)}") from None
+            raise NatsUnavailable(f"cannot connect to {redact_url(url)}: {clean(exc)}") from None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run `coro` on the link's loop and wait for it (at most `timeout_s`)."""

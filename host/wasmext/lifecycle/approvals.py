@@ -1,34 +1,160 @@
-"""Recorded approvals: capabilities an operator granted a plugin, keyed to its digest.
+"""Recorded approvals: capabilities an operator granted a plugin, keyed to everything
+that decides what the plugin can do.
 
     data_dir/approvals.json
-    {"plugins": {"kb": {"digest": "sha256:...", "path": "plugins/kb",
+    {"plugins": {"kb": {"digest": "sha256:...",          # the module
+                        "manifest": "sha256:...",        # plugin.toml's bytes
+                        "files": {"server.py": "sha256:..."},  # what it makes the host run
+                        "path": "plugins/kb",
                         "capabilities": {"state": {"by": "ann", "at": "2026-11-23T19:00:00Z"}}}}}
 
 Each grant says who gave it and when (the approval metadata of the reference
 trust model: source path, hash, timestamp, approver). A grant holds only for
-the digest it was given to: when the module changes, the host withholds it
-until an operator grants again. Every write is atomic (temp, fsync, rename).
+the `Subject` it was given to: the module's digest, the manifest's (a manifest
+decides settings, the variables they read, sensitivity, MCP server commands)
+and the digest of every file inside the plugin folder that the manifest makes
+the host execute (a stdio MCP server's command and arguments). When any of them
+changes, the host withholds the grants until an operator grants again, and
+`Subject.changes` names what changed. A record written before manifests were
+covered has no "manifest": it covers no manifest, so it is withheld too. Every
+write is atomic (temp, fsync, rename).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import stat
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write, read_regular
+from wasmext.manifest import Manifest
 from wasmext.text import clean
 
-__all__ = ["Approval", "ApprovalStore"]
+__all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "executed_files", "granted",
+           "subject_of"]
 
 log = logging.getLogger("wasmext.approvals")
 MAX_FILE_BYTES = 4 * 2**20
+# A file the manifest makes the host run is hashed in full up to this size; a
+# bigger one (or more of them) is recorded as such, and changes when it changes size.
+MAX_EXECUTED_BYTES = 64 * 2**20
+MAX_EXECUTED_FILES = 32
 _write_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an approval covers: the module, the manifest, and the files inside the plugin
+    folder that the manifest makes the host execute (all as "sha256:..." digests)."""
+
+    module: str
+    manifest: str = ""  # "": a bare module, loaded without a plugin.toml
+    files: Mapping[str, str] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """The fields of an approvals.json entry that pin this subject."""
+        return {"digest": self.module, "manifest": self.manifest, "files": dict(self.files)}
+
+    def changes(self, entry: Mapping[str, Any]) -> list[str]:
+        """What differs between this subject and a recorded entry (empty: covered)."""
+        out = []
+        if entry.get("digest") != self.module:
+            out.append("module")
+        # A record older than manifest pinning has no "manifest": it covers none.
+        if entry.get("manifest", "") != self.manifest or ("manifest" not in entry
+                                                          and self.manifest):
+            out.append("plugin.toml")
+        files = entry.get("files") if isinstance(entry.get("files"), dict) else {}
+        assert isinstance(files, dict)
+        for name in sorted(set(files) | set(self.files)):
+            if files.get(name) != self.files.get(name):
+                out.append(clean(name, 80))
+        return out
+
+
+def _file_digest(path: Path) -> str:
+    # Non-blocking and checked after opening: a fifo put there never holds a load.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return "not-a-file"
+        if info.st_size > MAX_EXECUTED_BYTES:
+            return f"over-{MAX_EXECUTED_BYTES}-bytes:{info.st_size}:{info.st_mtime_ns}"
+        h = hashlib.sha256()
+        while chunk := fh.read(2**20):
+            h.update(chunk)
+    return f"sha256:{h.hexdigest()}"
+
+
+def executed_files(manifest: Manifest) -> dict[str, str]:
+    """The files inside the plugin folder that the manifest's stdio MCP servers run
+    (their command, and any argument naming a file there), by relative name."""
+    folder = manifest.path.parent
+    try:
+        root = folder.resolve()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for server in manifest.mcp_servers:
+        if server.transport != "stdio":
+            continue
+        for word in (server.command or "", *server.args):
+            if len(out) >= MAX_EXECUTED_FILES or not word or "\0" in word:
+                continue
+            try:
+                path = (folder / word).resolve()
+                rel = path.relative_to(root)
+                if not path.is_file():
+                    continue
+                out[rel.as_posix()] = _file_digest(path)
+            except (ValueError, OSError, RuntimeError):  # outside, unreadable, a loop
+                continue
+    return out
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A config `[grants.ID]`: capabilities for the module `digest` (and, when the operator
+    pins it, the plugin.toml `manifest`)."""
+
+    digest: str
+    capabilities: frozenset[str]
+    manifest: str | None = None
+
+
+def granted(plugin_id: str, subject: Subject, data_dir: Path,
+            configured: Grant | None) -> frozenset[str]:
+    """What a loaded plugin is granted beyond its call: the config's grant and the
+    recorded approvals, each only while what it was given to is what loaded (a changed
+    binary, manifest or server file must be approved again)."""
+    out: frozenset[str] = frozenset()
+    if configured is not None:
+        pins = (("module", configured.digest, subject.module),
+                ("plugin.toml", configured.manifest, subject.manifest))
+        changed = [what for what, was, now in pins if was is not None and was != now]
+        if changed:
+            log.warning("plugin %s changed (%s); its [grants.%s] are withheld until renewed",
+                        plugin_id, ", ".join(changed), plugin_id, extra={"plugin_id": plugin_id})
+        else:
+            out = configured.capabilities
+    return out | ApprovalStore.in_data_dir(data_dir).effective(plugin_id, subject)
+
+
+def subject_of(module_digest: str, manifest: Manifest | None) -> Subject:
+    """The subject of a loaded plugin: `module_digest` ("sha256:...") and its manifest."""
+    if manifest is None:
+        return Subject(module_digest)
+    return Subject(module_digest, manifest.source_digest, executed_files(manifest))
 
 
 @dataclass(frozen=True)
@@ -39,6 +165,7 @@ class Approval:
     by: str
     at: str
     path: str = ""
+    entry: Mapping[str, Any] = field(default_factory=dict)  # the whole record, for `changes`
 
 
 def _now() -> str:
@@ -83,11 +210,11 @@ class ApprovalStore:
                 meta = meta if isinstance(meta, dict) else {}
                 out.append(Approval(pid, str(entry.get("digest", "")), cap,
                                     str(meta.get("by", "")), str(meta.get("at", "")),
-                                    str(entry.get("path", ""))))
+                                    str(entry.get("path", "")), entry))
         return out
 
-    def effective(self, plugin_id: str, digest: str) -> frozenset[str]:
-        """The capabilities granted to `plugin_id` while its module has `digest`."""
+    def effective(self, plugin_id: str, subject: Subject) -> frozenset[str]:
+        """The capabilities granted to `plugin_id` while it is `subject`."""
         try:
             entry = self._read().get(plugin_id)
         except ConfigError as exc:
@@ -96,24 +223,25 @@ class ApprovalStore:
             return frozenset()  # an unreadable file grants nothing
         if not isinstance(entry, dict):
             return frozenset()
-        if entry.get("digest") != digest:
-            log.warning("plugin %s changed (digest %s); its recorded approvals are for %s and "
-                        "are withheld until granted again", plugin_id, digest[7:19],
-                        clean(entry.get("digest"), 32)[7:19], extra={"plugin_id": plugin_id})
+        changed = subject.changes(entry)
+        if changed:
+            log.warning("plugin %s changed (%s) since its approvals were recorded; they are "
+                        "withheld until granted again", plugin_id, ", ".join(changed),
+                        extra={"plugin_id": plugin_id})
             return frozenset()
         caps = entry.get("capabilities")
         return frozenset(c for c in caps if isinstance(c, str)) if isinstance(caps, dict) \
             else frozenset()
 
-    def grant(self, plugin_id: str, digest: str, capabilities: list[str], by: str,
+    def grant(self, plugin_id: str, subject: Subject, capabilities: list[str], by: str,
               path: str = "") -> None:
-        """Record `capabilities` for `digest`; grants to an older digest are dropped."""
+        """Record `capabilities` for `subject`; grants to an older subject are dropped."""
         with _write_lock:
             plugins = self._read()
             entry = plugins.get(plugin_id)
-            if not isinstance(entry, dict) or entry.get("digest") != digest \
+            if not isinstance(entry, dict) or subject.changes(entry) \
                     or not isinstance(entry.get("capabilities"), dict):
-                entry = {"digest": digest, "capabilities": {}}
+                entry = {**subject.record(), "capabilities": {}}
             entry["path"] = path
             stamp = _now()
             for cap in capabilities:

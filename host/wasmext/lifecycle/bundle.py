@@ -13,13 +13,19 @@ entries than a plugin has, a name that climbs out (`..`), is absolute, nests
 folders, or repeats; a symlink, device, fifo or directory entry; and a digest
 manifest that lies or leaves a file out. `install` writes into a fresh
 temporary folder beside the target (files created exclusive, never through a
-link) and renames it into place only when everything checked out: a refused
-bundle leaves nothing behind. The installed folder keeps the digest manifest
-and signature, so a host with `require_signature` checks them at every load.
+link) and moves it into place only when everything checked out: a refused
+bundle leaves nothing behind. A replacement swaps the two folders in one
+`renameat2(RENAME_EXCHANGE)`, so an install killed at any moment leaves the old
+or the new plugin installed, never none; a bundle older than the installed
+version is refused (`BundleDowngrade`) unless the operator allows a downgrade.
+The installed folder keeps the digest manifest and signature, so a host with
+`require_signature` checks them at every load.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -28,6 +34,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +45,7 @@ from wasmext.errors import (
     BundleAbsolutePath,
     BundleDeviceEntry,
     BundleDigestMismatch,
+    BundleDowngrade,
     BundleDuplicateEntry,
     BundleError,
     BundleLinkEntry,
@@ -46,9 +54,9 @@ from wasmext.errors import (
     BundleTooManyEntries,
     SignatureRequired,
 )
-from wasmext.files import atomic_open, fsync_dir, read_regular
+from wasmext.files import atomic_open, fsync_dir, read_regular, replace_dir
 from wasmext.lifecycle.signing import verify
-from wasmext.manifest import Manifest, load_folder, parse_manifest
+from wasmext.manifest import Manifest, load_folder, parse_manifest, version_key
 
 __all__ = ["Bundle", "install", "pack", "read_bundle", "sign_bundle", "verify_folder"]
 
@@ -286,17 +294,46 @@ def _write_new(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
+STALE_STAGING_S = 3600
+
+
+def _remove_stale_staging(dest: Path) -> None:
+    """Staging folders an install killed midway left behind (an hour old: no install
+    still running takes that long)."""
+    now = time.time()
+    for old in dest.glob(".wxb-install-*"):
+        with contextlib.suppress(OSError):
+            if not old.is_symlink() and now - old.lstat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _installed_version(target: Path) -> str | None:
+    try:
+        return load_folder(target).version
+    except Exception:  # a damaged installed folder has no version to protect
+        return None
+
+
 def install(path: Path, dest: Path, *, trusted: tuple[str, ...] = (),
-            require_signature: bool = False, replace: bool = False) -> Path:
+            require_signature: bool = False, replace: bool = False,
+            allow_downgrade: bool = False) -> Path:
     """Check and unpack a bundle into `dest/<id>`; the installed folder."""
     bundle = read_bundle(path)
     check_signature(bundle, trusted, require_signature)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / bundle.plugin_id
-    if (target.exists() or target.is_symlink()) and not replace:
+    present = target.exists() or target.is_symlink()
+    if present and not replace:
         raise BundleError(f"{bundle.plugin_id} is already installed at {target} (use --replace)",
                           plugin_id=bundle.plugin_id)
+    installed = _installed_version(target) if present else None
+    if installed is not None and not allow_downgrade \
+            and version_key(bundle.version) < version_key(installed):
+        raise BundleDowngrade(f"{bundle.plugin_id} {bundle.version} is older than the installed "
+                              f"{installed}; refused (use --allow-downgrade)",
+                              plugin_id=bundle.plugin_id)
+    _remove_stale_staging(dest)
     # A dot folder: discovery never mistakes the half-written copy for a plugin.
     staging_root = Path(tempfile.mkdtemp(prefix=".wxb-install-", dir=dest))
     try:
@@ -309,21 +346,21 @@ def install(path: Path, dest: Path, *, trusted: tuple[str, ...] = (),
             _write_new(staging / name, data)
         load_folder(staging)  # the folder rules every loader follows
         fsync_dir(staging)
-        if target.exists() or target.is_symlink():
-            os.rename(target, staging_root / ".old")
-        os.rename(staging, target)
+        replace_dir(staging, target, staging_root / ".old")
         fsync_dir(dest)
     finally:
         shutil.rmtree(staging_root, ignore_errors=True)
     return target
 
 
-def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) -> str:
+def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]
+                  ) -> tuple[str, bytes]:
     """For `require_signature`: the folder holds a signed digest manifest by a trusted
     key, and its plugin.toml (as `manifest` was parsed from) and module match it.
 
-    Returns the signed module digest ("sha256:..."): the loader compares it with the
-    bytes it compiled, so a module swapped after this check is refused too."""
+    Returns the signed module digest ("sha256:...") and the module bytes that were
+    checked: the loader compiles those bytes, never the file read again, and compares
+    the digest with what it compiled."""
     where = f"{folder.name[:120]} ({manifest.id})"
     try:
         manifest_bytes = read_regular(folder / MANIFEST_NAME, MAX_META_BYTES)
@@ -335,6 +372,7 @@ def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) ->
     verify(manifest_bytes, str(sig.get("key", "")), str(sig.get("signature", "")), trusted,
            where)
     listed = _json(manifest_bytes, where, MANIFEST_NAME).get("files")
+    checked: dict[str, bytes] = {}
     for name in ("plugin.toml", manifest.wasm_name):  # what runs; the README is only read
         entry = listed.get(name) if isinstance(listed, dict) else None
         try:
@@ -345,15 +383,20 @@ def verify_folder(folder: Path, manifest: Manifest, trusted: tuple[str, ...]) ->
         if not isinstance(entry, dict) or entry.get("sha256") != _sha256(data):
             raise BundleDigestMismatch(f"{where}: {name} does not match its signed digest",
                                        plugin_id=manifest.id)
-        if name == "plugin.toml" and _parsed(data, manifest.path) != manifest:
+        if name == "plugin.toml" and not _same_manifest(data, manifest):
             raise BundleDigestMismatch(f"{where}: plugin.toml changed while it was loaded",
                                        plugin_id=manifest.id)
+        checked[name] = data
     assert isinstance(listed, dict)
-    return f"sha256:{listed[manifest.wasm_name]['sha256']}"
+    return f"sha256:{listed[manifest.wasm_name]['sha256']}", checked[manifest.wasm_name]
 
 
-def _parsed(data: bytes, path: Path) -> Manifest | None:
+def _same_manifest(data: bytes, manifest: Manifest) -> bool:
+    """`data` is the file `manifest` was parsed from: the same bytes, the same meaning."""
+    if manifest.source_digest and manifest.source_digest != f"sha256:{_sha256(data)}":
+        return False
     try:
-        return parse_manifest(parse_text(data, max_bytes=MAX_META_BYTES), path)
+        parsed = parse_manifest(parse_text(data, max_bytes=MAX_META_BYTES), manifest.path)
     except Exception:  # a different, unparsable file is simply not the same manifest
-        return None
+        return False
+    return dataclasses.replace(parsed, source_digest=manifest.source_digest) == manifest

@@ -12,7 +12,8 @@
   new instance pool and is swapped in with one assignment: a call that started
   on the old one finishes on it, a call that starts after the swap runs the new
   one, so no call sees half of a reload. Grants are checked again against the
-  new digest (config grants and recorded approvals both name a digest). A
+  new digest (config grants and recorded approvals both name a digest); so is
+  one whose MCP server script (a file its manifest makes the host run) changed. A
   folder that no longer loads keeps the old plugin serving; the error is
   reported.
 
@@ -34,6 +35,7 @@ from wasmext.config import EnableState
 from wasmext.discovery import discover
 from wasmext.errors import ConfigError, WasmextError
 from wasmext.files import read_regular
+from wasmext.lifecycle.approvals import executed_files
 from wasmext.manifest import Manifest
 from wasmext.services.hostview import LoadedPlugin
 
@@ -84,9 +86,14 @@ def _file_digest(path: Path) -> str | None:
 
 
 def _changed(lp: LoadedPlugin, manifest: Manifest) -> bool:
-    if lp.manifest != manifest:
+    # By the bytes: the loaded manifest has its MCP servers' variables resolved.
+    if lp.manifest is None or lp.manifest.path != manifest.path or \
+            lp.manifest.source_digest != manifest.source_digest:
         return True
-    return _file_digest(manifest.wasm_path) != f"sha256:{lp.plugin.module.info.digest}"
+    if _file_digest(manifest.wasm_path) != f"sha256:{lp.plugin.module.info.digest}":
+        return True
+    # A file it makes the host run changed: load it again, its grants checked again.
+    return bool(lp.executed) and executed_files(lp.manifest) != lp.executed
 
 
 def rescan(host: Rescannable) -> RescanReport:

@@ -5,6 +5,7 @@
     command = "python"
     args = ["calc_server.py"]
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
+                                 # (a plugin's manifest: only its allowed variables)
     headers = { Authorization = "Bearer ${CALC_TOKEN}" }   # sse/http: sent with each request
     roots = ["file:///srv/data"]  # answered to roots/list (default: none offered)
     sampling = false             # answer sampling/createMessage with the host's model
@@ -29,14 +30,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
 
 from wasmext.errors import ConfigError
-from wasmext.mcp.envsubst import substitute
+from wasmext.mcp.envsubst import VAR_RE, substitute
 from wasmext.text import clean
 from wasmext.validation import SECTION, Seconds, check, context_path, problem
 
 if TYPE_CHECKING:
     from wasmext.mcp.oauth.config import OAuthSettings
 
-__all__ = ["McpSection", "McpServer", "McpServerConfig", "parse_mcp"]
+__all__ = ["McpSection", "McpServer", "McpServerConfig", "env_refs", "parse_mcp"]
 
 log = logging.getLogger("wasmext.config")
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -71,10 +72,14 @@ def _server_name(name: str) -> str:
 
 
 def _subst(value: str, info: ValidationInfo, fld: str) -> str:
-    """`value` with its ${VAR}s from the environment; a missing one warns and reads as ""."""
-    out, missing = substitute(value, os.environ)
+    """`value` with its ${VAR}s from the environment the context names (default: the
+    process's; a plugin's manifest: only its allowed variables); a missing one warns
+    (unless the context is quiet) and reads as ""."""
+    ctx = info.context if isinstance(info.context, Mapping) else {}
+    environ = ctx.get("environ")
+    out, missing = substitute(value, os.environ if environ is None else environ)
     name = clean(str(info.data.get("name", "?")), 64)
-    for var in missing:
+    for var in missing if not ctx.get("quiet") else ():
         log.warning("%s: field 'mcp.servers.%s.%s': ${%s} is not set; using an empty string",
                     context_path(info) or "config", name, fld, clean(var, 64))
     return out
@@ -188,8 +193,27 @@ class McpSection(BaseModel):
         return tuple(s.config(base_dir) for s in self.servers.values())
 
 
-def parse_mcp(raw: Any, path: Path | None, base_dir: Path | None = None
+def parse_mcp(raw: Any, path: Path | None, base_dir: Path | None = None,
+              environ: Mapping[str, str] | None = None, quiet: bool = False
               ) -> tuple[bool, tuple[McpServerConfig, ...]]:
-    """The [mcp] table; with `base_dir`, stdio servers run there (relative paths from it)."""
-    section = check(McpSection, raw, path, prefix="mcp")
+    """The [mcp] table; with `base_dir`, stdio servers run there (relative paths from it).
+    `${VAR}` reads `environ` (default: the process environment); `quiet` logs no warning
+    for a missing one."""
+    section = check(McpSection, raw, path, prefix="mcp",
+                    context={"environ": environ, "quiet": quiet})
     return section.enabled, section.configs(base_dir)
+
+
+def env_refs(raw: Any) -> set[str]:
+    """Every `${VAR}` name anywhere in a decoded TOML value (its strings, at any depth)."""
+    out: set[str] = set()
+    stack = [raw]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.update(m.group(1) for m in VAR_RE.finditer(item) if m.group(1))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return out

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["substitute"]
+__all__ = ["VAR_RE", "substitute"]
 
-_VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+VAR_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def substitute(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
@@ -28,4 +28,4 @@ def substitute(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
             return ""
         return env[name]
 
-    return _VAR.sub(replace, text), missing
+    return VAR_RE.sub(replace, text), missing

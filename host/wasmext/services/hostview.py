@@ -31,6 +31,9 @@ class LoadedPlugin:
     failure: str = "open"
     reload_after: float = 0.0
     backoff_s: float = 0.5
+    # The digests, at load, of the files its manifest makes the host run (what its
+    # grants were checked against): a rescan reloads it when one of them changes.
+    executed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:

@@ -8,6 +8,8 @@
     host = "api.weather.example"         # fnmatch pattern of the hosts that get it
     header = "Authorization"
     setting = "weather_token"            # must be a sensitive setting of the plugin
+    scheme = "https"                     # the default; "http" only when written here
+    port = 443                           # default: the scheme's (443, or 80 for http)
 
 Validated as the pydantic model `HttpSection` (`wasmext.validation`).
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -34,19 +36,20 @@ class HttpSettings:
     """The [http] section: http.fetch's caps and the setting-to-header injections."""
 
     limits: HttpLimits = dataclasses.field(default_factory=HttpLimits)
-    # (plugin id, host pattern, header, setting)
-    inject: tuple[tuple[str, str, str, str], ...] = ()
+    # (plugin id, host pattern, header, setting, scheme, port)
+    inject: tuple[tuple[str, str, str, str, str, int], ...] = ()
 
     def service(self) -> HttpFetch:
         """An http.fetch service with these caps and injections."""
         fetch = HttpFetch(self.limits)
-        for plugin_id, host, header, setting in self.inject:
-            fetch.inject_header(plugin_id, host, header, setting)
+        for plugin_id, host, header, setting, scheme, port in self.inject:
+            fetch.inject_header(plugin_id, host, header, setting, scheme=scheme, port=port)
         return fetch
 
 
 class Injection(BaseModel):
-    """One [[http.inject]] entry: every field a non-empty string."""
+    """One [[http.inject]] entry: every field a non-empty string; the scheme https unless
+    the operator writes http, the port the scheme's unless named."""
 
     model_config = SECTION
 
@@ -54,6 +57,12 @@ class Injection(BaseModel):
     host: _Text
     header: _Text
     setting: _Text
+    scheme: Literal["https", "http"] = "https"
+    port: Annotated[int, Field(strict=True, gt=0, lt=65536)] | None = None
+
+    def bound_port(self) -> int:
+        """The port the header is sent to."""
+        return self.port or (443 if self.scheme == "https" else 80)
 
 
 class HttpSection(BaseModel):
@@ -73,7 +82,8 @@ class HttpSection(BaseModel):
         given = {k: v for k in self.model_fields_set - {"inject"}
                  if (v := getattr(self, k)) is not None}
         return HttpSettings(HttpLimits(**given), tuple(
-            (i.plugin, i.host, i.header, i.setting) for i in self.inject))
+            (i.plugin, i.host, i.header, i.setting, i.scheme, i.bound_port())
+            for i in self.inject))
 
 
 def parse_http(raw: Any, path: Path | None) -> HttpSettings:

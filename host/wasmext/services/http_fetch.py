@@ -8,19 +8,23 @@ carries a request for another. Bodies are read in pieces and abandoned at the
 cap; every byte, headers included, is read by the call's deadline
 (`services.httpdeadline` shuts the connection down when it passes, so a
 server dripping bytes cannot hold the call). Headers the host injects
-(`inject_header`: a plugin's sensitive setting sent to hosts matching a
-pattern) are added last, never returned, and their values are cut out of
-whatever the server echoes back.
+(`inject_header`: a plugin's sensitive setting sent to one scheme, port and
+host pattern; https unless the operator names http) are added last, never
+returned, and their values, in the forms a server may echo them (the whole
+value, each long word of it such as a bearer token, percent- and
+base64-encoded), are cut out of the answer's body, headers and `url` and of
+every error; a redirect whose Location carries one is not followed.
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import quote, quote_plus, urljoin
 
 import httpx2
 
@@ -59,6 +63,47 @@ class _Injection:
     host_pattern: str
     header: str
     setting: str
+    scheme: str
+    port: int
+
+
+MIN_SECRET_WORD = 8  # a shorter word of a header value ("Bearer") is not the secret
+
+
+def _decoded(word: str) -> list[str]:
+    """What a base64 word (the credentials of "Basic <word>") stands for, and its parts."""
+    try:
+        text = base64.b64decode(word, validate=True).decode("ascii")
+    except (ValueError, UnicodeDecodeError):
+        return []
+    if not text.isprintable():
+        return []
+    return [text, *(p for p in text.split(":") if len(p) >= MIN_SECRET_WORD)]
+
+
+def secret_forms(values: list[str]) -> list[str]:
+    """The forms in which a server may echo injected values, longest first: each value,
+    each of its words of MIN_SECRET_WORD characters or more (the token of "Bearer
+    <token>"; the user:password a "Basic" word encodes, and its long parts), and each of
+    those percent-encoded and base64-encoded."""
+    words = {w for v in values for w in (v, *v.split()) if len(w) >= MIN_SECRET_WORD or w == v}
+    words |= {d for w in list(words) if len(w) >= MIN_SECRET_WORD for d in _decoded(w)}
+    forms = set()
+    for word in words:
+        if not word:
+            continue
+        raw = word.encode()
+        forms.update({word, quote(word, safe=""), quote_plus(word),
+                      base64.b64encode(raw).decode().rstrip("="),
+                      base64.urlsafe_b64encode(raw).decode().rstrip("=")})
+    return sorted(forms, key=len, reverse=True)
+
+
+def redact(text: str, forms: list[str]) -> str:
+    """`text` with every form of an injected secret replaced by the redaction marker."""
+    for form in forms:
+        text = text.replace(form, REDACTED.decode())
+    return text
 
 
 def _request_headers(raw: Any, limits: HttpLimits) -> dict[str, str]:
@@ -99,21 +144,35 @@ class HttpFetch:
         self._injections: list[_Injection] = []
 
     def inject_header(self, plugin_id: str, host_pattern: str, header: str,
-                      setting: str) -> None:
-        """Send the plugin's sensitive `setting` as `header` to hosts matching the pattern."""
+                      setting: str, *, scheme: str = "https", port: int | None = None) -> None:
+        """Send the plugin's sensitive `setting` as `header` to `scheme`://`host_pattern`
+        :`port` only (the scheme's default port unless named): https unless the operator
+        says http, since a secret over plain http is readable on the way."""
+        if scheme not in ("https", "http"):
+            raise ValueError(f"scheme must be https or http, not {scheme!r}")
         self._injections.append(_Injection(plugin_id, ascii_pattern(host_pattern.lower()),
-                                           header.lower(), setting))
+                                           header.lower(), setting, scheme,
+                                           port or (443 if scheme == "https" else 80)))
 
     def install(self, services: HostServices) -> None:
         services.register("http.fetch", self.fetch)
 
-    def _injected(self, ctx: CallContext, host: str) -> dict[str, str]:
+    def _injected(self, ctx: CallContext, target: Target) -> dict[str, str]:
         out = {}
         for inj in self._injections:
-            if inj.plugin_id == ctx.plugin_id and fnmatch.fnmatchcase(host, inj.host_pattern) \
+            if inj.plugin_id == ctx.plugin_id and inj.scheme == target.scheme \
+                    and inj.port == target.port \
+                    and fnmatch.fnmatchcase(target.host, inj.host_pattern) \
                     and inj.setting in ctx.sensitive and inj.setting in ctx.settings:
                 out[inj.header] = str(ctx.settings[inj.setting])
         return out
+
+    def _all_secrets(self, ctx: CallContext) -> list[str]:
+        """Every value this plugin's injections could send: redacted wherever they appear,
+        whichever hop sent them (a server may pass one on to the next)."""
+        return [str(ctx.settings[inj.setting]) for inj in self._injections
+                if inj.plugin_id == ctx.plugin_id and inj.setting in ctx.sensitive
+                and inj.setting in ctx.settings]
 
     def fetch(self, ctx: CallContext, req: dict[str, Any]) -> dict[str, Any]:
         url = req.get("url")
@@ -126,26 +185,32 @@ class HttpFetch:
         body = _body(req.get("body"), self.limits)
         started = time.perf_counter()
         deadline = (ctx.deadline or time.monotonic() + 30.0) - self.limits.answer_margin_ms / 1000
+        forms = secret_forms(self._all_secrets(ctx))
         try:
-            return self._hops(ctx, url, method.upper(), headers, body, deadline)
+            answer = self._hops(ctx, url, method.upper(), headers, body, deadline, forms)
+            answer["url"] = redact(answer["url"], forms)
+            return answer
         except Refused as exc:
-            raise OpError(exc.code, f"http.fetch {url[:200]}: {exc.message}") from None
+            raise OpError(exc.code, redact(f"http.fetch {url[:200]}: {exc.message}",
+                                           forms)) from None
         finally:
             # Waiting on the network is the host's time, not the plugin's host-call
             # budget; it still counts against the call's deadline.
             ctx.waited_seconds += time.perf_counter() - started
 
     def _hops(self, ctx: CallContext, url: str, method: str, headers: dict[str, str],
-              body: bytes, deadline: float) -> dict[str, Any]:
+              body: bytes, deadline: float, forms: list[str]) -> dict[str, Any]:
         for _hop in range(self.limits.max_redirects + 1):
             target = resolve_target(url, ctx.grants, deadline)
-            secrets = self._injected(ctx, target.host)
-            answer = self._send(target, method, {**headers, **secrets}, body, deadline,
-                                list(secrets.values()))
+            secrets = self._injected(ctx, target)
+            answer = self._send(target, method, {**headers, **secrets}, body, deadline, forms)
             location = answer.pop("location", None)
             if location is None:
                 answer["url"] = url
                 return answer
+            if redact(location, forms) != location:  # it would carry the secret elsewhere
+                raise Refused("denied", "a redirect's Location carries an injected secret; "
+                              "not followed")
             url = urljoin(url, location)
             status = answer["status"]
             if status == 303 or (status in (301, 302) and method == "POST"):
@@ -153,7 +218,7 @@ class HttpFetch:
         raise Refused("limit", f"more than {self.limits.max_redirects} redirects")
 
     def _send(self, target: Target, method: str, headers: dict[str, str], body: bytes,
-              deadline: float, secrets: list[str]) -> dict[str, Any]:
+              deadline: float, forms: list[str]) -> dict[str, Any]:
         left = deadline - time.monotonic()
         if left <= 0:
             raise Refused("timeout", "the call's deadline passed")
@@ -168,7 +233,7 @@ class HttpFetch:
                                                content=body or None, extensions=extensions)
                 response = client.send(request, stream=True)
                 try:
-                    return self._read(response, deadline, secrets)
+                    return self._read(response, deadline, forms)
                 finally:
                     response.close()
         except httpx2.TimeoutException:
@@ -185,7 +250,7 @@ class HttpFetch:
             raise Refused("invalid", "a header value the host adds is not ASCII") from None
 
     def _read(self, response: httpx2.Response, deadline: float,
-              secrets: list[str]) -> dict[str, Any]:
+              forms: list[str]) -> dict[str, Any]:
         cap = self.limits.max_response_bytes
         if response.is_redirect and "location" in response.headers:
             return {"status": response.status_code, "location": response.headers["location"]}
@@ -209,9 +274,7 @@ class HttpFetch:
             if name not in DROPPED_ANSWER_HEADERS:
                 out_headers[name] = f"{out_headers[name]}, {value}" if name in out_headers \
                     else value
-        for secret in secrets:
-            if secret:
-                data = data.replace(secret.encode(), REDACTED)
-                out_headers = {k: v.replace(secret, REDACTED.decode())
-                               for k, v in out_headers.items()}
+        for form in forms:
+            data = data.replace(form.encode(), REDACTED)
+        out_headers = {k: redact(v, forms) for k, v in out_headers.items()}
         return {"status": response.status_code, "headers": out_headers, "body": data}

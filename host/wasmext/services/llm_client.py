@@ -20,6 +20,7 @@ import httpx2
 from wasmext.errors import WasmextError
 from wasmext.sandbox.codec import DecodeError, check_depth
 from wasmext.services.httpdeadline import bounded, passed, tls_context
+from wasmext.text import clean, redact_url, without_credentials
 
 __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient", "loads_answer"]
 
@@ -110,7 +111,10 @@ class OpenAIClient:
 
     def __init__(self, base_url: str, api_key: str | None = None,
                  max_answer_bytes: int = 4 << 20) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        # The URL's password travels as a Basic Authorization header, so that neither
+        # the HTTP library's log nor an error ever shows it.
+        self.url, self.basic = without_credentials(base_url.rstrip("/") + "/chat/completions")
+        self.shown = redact_url(self.url)
         self.api_key = api_key
         self.max_answer_bytes = max_answer_bytes
 
@@ -127,6 +131,8 @@ class OpenAIClient:
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        elif self.basic:
+            headers["Authorization"] = self.basic
         deadline = time.monotonic() + req.timeout_s
         try:
             with bounded(deadline) as extensions, \
@@ -139,20 +145,20 @@ class OpenAIClient:
                     if passed(deadline):
                         raise httpx2.ReadTimeout("the answer ran past the deadline")
                     if len(raw) > self.max_answer_bytes:
-                        raise ModelError(f"{self.url}: answer over {self.max_answer_bytes} "
+                        raise ModelError(f"{self.shown}: answer over {self.max_answer_bytes} "
                                          "bytes")
                 if passed(deadline):  # the watchdog's shutdown reads as an unframed body's end
                     raise httpx2.ReadTimeout("the answer ran past the deadline")
                 if resp.status_code != 200:
-                    raise ModelError(f"{self.url}: HTTP {resp.status_code}")
+                    raise ModelError(f"{self.shown}: HTTP {resp.status_code}")
             return parse_answer(loads_answer(bytes(raw)), req.model)
         except httpx2.TimeoutException:
-            raise ModelError(f"{self.url}: no answer within {req.timeout_s:.3g} s",
+            raise ModelError(f"{self.shown}: no answer within {req.timeout_s:.3g} s",
                              timed_out=True) from None
         except httpx2.HTTPError as exc:
             if passed(deadline):  # the watchdog shut the connection at the deadline
-                raise ModelError(f"{self.url}: no answer within {req.timeout_s:.3g} s",
+                raise ModelError(f"{self.shown}: no answer within {req.timeout_s:.3g} s",
                                  timed_out=True) from None
-            raise ModelError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+            raise ModelError(f"{self.shown}: {type(exc).__name__}: {clean(exc)}") from None
         except ValueError as exc:
-            raise ModelError(f"{self.url}: not a chat completion: {exc}") from None
+            raise ModelError(f"{self.shown}: not a chat completion: {exc}") from None

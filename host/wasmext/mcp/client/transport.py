@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from wasmext.errors import McpAuthError
+from wasmext.text import without_credentials
 
 if TYPE_CHECKING:
     import httpx2
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["check_access", "http_transport"]
 
 
-async def check_access(http: httpx2.AsyncClient, spec: ServerSpec) -> None:
+async def check_access(http: httpx2.AsyncClient, spec: ServerSpec,
+                       url: str | None = None) -> None:
     """McpAuthError when the server at spec.url answers 401/403 (after OAuth, if any).
 
     Anything else (a 400 for a GET without a session, an unreachable server, no
@@ -39,7 +41,7 @@ async def check_access(http: httpx2.AsyncClient, spec: ServerSpec) -> None:
     status = 0
     try:
         with anyio.fail_after(limit):
-            async with http.stream("GET", str(spec.url),
+            async with http.stream("GET", url or str(spec.url),
                                    headers={"Accept": "text/event-stream"}) as response:
                 status = response.status_code
     except TimeoutError:
@@ -73,13 +75,16 @@ async def http_transport(spec: ServerSpec, oauth_dir: Path, prompt: Prompt | Non
         from wasmext.mcp.oauth.provider import build_auth
 
         auth = build_auth(spec, oauth_dir, prompt)
-    headers = dict(spec.headers) or None
-    async with create_mcp_http_client(headers=headers, auth=auth) as http:
-        await check_access(http, spec)
+    url, basic = without_credentials(str(spec.url))
+    headers = dict(spec.headers)
+    if basic is not None and not any(k.lower() == "authorization" for k in headers):
+        headers["Authorization"] = basic
+    async with create_mcp_http_client(headers=headers or None, auth=auth) as http:
+        await check_access(http, spec, url)
         if spec.transport == "sse":
-            async with sse_client(str(spec.url), headers=headers,
+            async with sse_client(url, headers=headers or None,
                                   timeout=spec.connect_timeout_s, auth=auth) as streams:
                 yield streams
         else:
-            async with streamable_http_client(str(spec.url), http_client=http) as streams:
+            async with streamable_http_client(url, http_client=http) as streams:
                 yield streams
