@@ -226,6 +226,7 @@ while True:
 """
 
 
+@pytest.mark.slow  # a kill loop
 def test_install_replace_killed_at_any_moment_leaves_a_plugin_installed(tmp_path: Path
                                                                          ) -> None:
     bundles = [_versioned_bundle(tmp_path, "0.1.0", "v1"),
