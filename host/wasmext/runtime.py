@@ -57,7 +57,8 @@ def allowed_environ(manifest: Manifest, allowed: Collection[str],
         if why and (manifest.id, var) not in _refused_env:
             _refused_env.add((manifest.id, var))
             env_log.warning("plugin %s: environment variable %s %s; it reads as unset",
-                        manifest.id, clean(var, 128), why, extra={"plugin_id": manifest.id})
+                            manifest.id, clean(var, 128), why,
+                            extra={"plugin_id": manifest.id})
     return {v: env[v] for v in named if v in allowed and v not in denied and v in env}
 
 
