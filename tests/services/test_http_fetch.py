@@ -505,7 +505,8 @@ def test_an_injected_value_that_is_not_ascii_is_invalid_and_unnamed(host: Host,
                     settings={"token": secret}, sensitive=frozenset({"token"}),
                     grants=frozenset({"http", "http:127.0.0.1"}), services=host.runtime.services)
     host.add(plugin)
-    host.http.inject_header("umlaut", "127.0.0.1", "Authorization", "token")
+    host.http.inject_header("umlaut", "127.0.0.1", "Authorization", "token", scheme="http",
+                            port=server.port)
     message = refused(plugin, "invalid", 2)
     assert "not ASCII" in message and secret not in message and "s3cr3t" not in message
     assert server.seen == []
