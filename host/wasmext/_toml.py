@@ -23,6 +23,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
+from wasmext.errors import ConfigTextError
+
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "ConfigTextError", "parse_text", "read_capped",
            "tomllib"]
 
@@ -34,10 +36,6 @@ _TOKENS = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\
                      r"|#[^\n]*|[\[\]{}]")
 
 
-class ConfigTextError(ValueError):
-    """A configuration file that is too large, too deep or not parseable."""
-
-
 def read_capped(path: Path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
     """A regular file's bytes, refusing it past `max_bytes` without reading it all.
 
@@ -47,7 +45,7 @@ def read_capped(path: Path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
     try:
         return read_regular(path, max_bytes)
     except UnsafeFile as exc:
-        raise ConfigTextError(exc.strerror) from exc
+        raise ConfigTextError(exc.strerror or exc.message) from exc
 
 
 def _check_nesting(text: str, max_depth: int) -> None:

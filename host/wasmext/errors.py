@@ -2,10 +2,12 @@
 
     WasmextError
     ├── ConfigError                 bad host configuration
+    │   ├── ManifestError           bad plugin.toml (names the file and field)
+    │   └── ConfigTextError         a config file too large, too deep or not parseable
+    │                               (also a ValueError; callers map it to one of the above)
     ├── UnsafeFile                  (also an OSError) a file the host reads is a FIFO,
     │                               device, socket or folder, or over its size cap:
     │                               refused, never waited on (wasmext.files.read_regular)
-    │   └── ManifestError           bad plugin.toml (names the file and field)
     ├── LoadError                   a module cannot become a plugin
     │   ├── InvalidModule           not WebAssembly, or does not compile
     │   │   └── ModuleTooLarge      over the host's compile caps (bytes, functions,
@@ -29,7 +31,8 @@
     │   │                           towards quarantine; the host keeps serving)
     │   ├── OutOfFuel
     │   ├── MemoryLimitExceeded
-    │   ├── Timeout
+    │   ├── Timeout                 `inherited` when the deadline was the caller's
+    │   ├── Cancelled               the caller cancelled the call (never counted)
     │   ├── StackOverflow
     │   ├── InvalidOutput           bad ptr/len, oversize, hostile MessagePack
     │   ├── HostCallLimitExceeded   too many host calls, or too long in the host
@@ -39,17 +42,53 @@
     ├── CapabilityDenied            the plugin was not granted what it asked for
     ├── InputTooLarge               the host's own request exceeds the input cap
     ├── EncodeError                 host data that MessagePack cannot carry
+    ├── DecodeError                 bytes that are not an acceptable ABI document
+    │                               (also a ValueError)
     ├── Quarantined                 calls refused until the quarantine ends
+    ├── OpError                     a host op's clean failure: `code` and message are
+    │                               answered to the guest as {"ok": false, ...}
+    ├── Refused                     (services.netguard) a URL the plugin may not reach,
+    │                               or a fetch over its caps; `code` is the ABI answer
+    ├── OutOfTime                   (sandbox.calltree) the call tree's time ran out
+    │                               before a host function answered
     ├── StateError                  (wasmext.state) a state operation failed; `code`
     │   │                           is its ABI answer (limit, conflict, invalid, ...)
+    │   ├── InvalidKey              not a usable key (empty, NUL, not UTF-8)
+    │   ├── InvalidArgument         a bad value, TTL, scope or id
+    │   ├── QuotaExceeded           a write over a limit; nothing written
+    │   │   ├── SessionQuotaExceeded
+    │   │   ├── TooManyKeys
+    │   │   └── KeyTooLong
+    │   ├── CasConflict             a compare-and-set precondition did not hold
+    │   ├── TransactionClosed       used after commit or rollback (a host bug)
     │   └── StateUnavailable        the host's storage (Redis, the SQLite file) is down,
     │                               frozen or locked past the call's deadline: the
     │                               host's trouble, never a PluginFault; the instance
     │                               is kept and nothing counts towards quarantine
+    ├── EventError                  (wasmext.observe) an event operation refused; `code`
+    │   │                           is its ABI answer
+    │   ├── InvalidTopic            not a dot-separated topic or pattern
+    │   ├── EventDenied             a topic the plugin was not granted (also a
+    │   │                           CapabilityDenied)
+    │   ├── RateLimited             over the emitter's event rate
+    │   ├── CascadeLimit            events causing events, too deep
+    │   └── BusClosed               the bus is shut down
+    ├── ModelError                  (services.llm_client) a chat completion failed;
+    │                               `timed_out` says whether it was the deadline
     ├── McpAuthError                an MCP server's OAuth authorization failed
+    ├── McpToolError                an MCP server's tool answered with an error
+    │                               (also a RuntimeError)
+    ├── ContractError               (wasmext.cluster) a NATS message that is not the
+    │                               contract: unknown key, wrong type, too big
+    ├── NatsUnavailable             the NATS server cannot be reached
     ├── MiddlewareError             a middleware layer broke the next() rule
     ├── HookAborted                 a fail-closed plugin failed: the operation stops
     └── PipelineError               a required pipeline stage failed or a validator blocked
+
+Every exception class of the package is defined here (the modules that raise
+them import them from here; tests/test_errors_tree.py checks the drawing).
+Third-party exceptions (wasmtime traps, msgpack, httpx, nats, redis, sqlite3,
+the MCP SDK's) are mapped to these where they enter: one boundary each.
 
 Each error carries `plugin_id` and `hook` where they are known, and a short
 `reason` (e.g. "out of fuel") that the command line prints. Guest-written text
@@ -60,10 +99,13 @@ by the sandbox (`PluginLog.scrub`); `describe()` cleans its whole line once more
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from wasmext.text import CAP, clean
+
+if TYPE_CHECKING:
+    import os
+    from pathlib import Path
 
 DESCRIBE_CAP = CAP + 256  # a cleaned message plus who, where and why
 
@@ -79,30 +121,56 @@ __all__ = [
     "BundlePathTraversal",
     "BundleTooLarge",
     "BundleTooManyEntries",
+    "BusClosed",
+    "Cancelled",
     "CapabilityDenied",
+    "CasConflict",
+    "CascadeLimit",
     "ConfigError",
+    "ConfigTextError",
+    "ContractError",
+    "DecodeError",
     "EncodeError",
+    "EventDenied",
+    "EventError",
     "GuestTrap",
     "HookAborted",
     "HostCallLimitExceeded",
     "InputTooLarge",
+    "InvalidArgument",
+    "InvalidKey",
     "InvalidModule",
     "InvalidOutput",
+    "InvalidTopic",
+    "KeyTooLong",
     "LoadError",
     "ManifestError",
     "McpAuthError",
+    "McpToolError",
     "MemoryLimitExceeded",
     "MiddlewareError",
+    "ModelError",
     "ModuleTooLarge",
+    "NatsUnavailable",
+    "OpError",
     "OutOfFuel",
+    "OutOfTime",
     "PipelineError",
     "PluginError",
     "PluginFault",
     "Quarantined",
+    "QuotaExceeded",
+    "RateLimited",
+    "Refused",
+    "SessionQuotaExceeded",
     "SignatureInvalid",
     "SignatureRequired",
     "StackOverflow",
+    "StateError",
+    "StateUnavailable",
     "Timeout",
+    "TooManyKeys",
+    "TransactionClosed",
     "UnknownImport",
     "UnsafeFile",
     "UnsafeFolder",
@@ -340,3 +408,177 @@ class SignatureRequired(BundleError):
 
 class SignatureInvalid(BundleError):
     reason = "signature invalid"
+
+
+# -- configuration text, codec, host ops ----------------------------------------------------
+
+class ConfigTextError(ConfigError, ValueError):
+    """A configuration file that is too large, too deep or not parseable."""
+
+    reason = "config text"
+
+
+class DecodeError(WasmextError, ValueError):
+    """The bytes are not an acceptable ABI document; the message says why."""
+
+    reason = "decode"
+
+
+class OpError(WasmextError):
+    """An op's clean failure, answered to the guest as {"ok": false, "error": ...}."""
+
+    reason = "op failed"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Refused(WasmextError):
+    """A URL the plugin may not reach; `code` is the ABI error code."""
+
+    reason = "refused"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class OutOfTime(WasmextError):
+    """The call tree's time ran out before a host function answered."""
+
+    reason = "out of time"
+
+
+# -- state (wasmext.state) ------------------------------------------------------------------
+
+class StateError(WasmextError):
+    """Root of state errors; `code` is the ABI error code a state op answers."""
+
+    reason = "state"
+    code = "internal"
+
+
+class InvalidKey(StateError):
+    """Not a usable key: not a str, empty, a NUL character, or not encodable as UTF-8."""
+
+    reason = "invalid state key"
+    code = "invalid"
+
+
+class InvalidArgument(StateError):
+    """A bad value, TTL, scope or id (for example the session scope without a session)."""
+
+    reason = "invalid state argument"
+    code = "invalid"
+
+
+class QuotaExceeded(StateError):
+    """A write would exceed a limit; nothing was written. Root of every limit error."""
+
+    reason = "state quota"
+    code = "limit"
+
+
+class SessionQuotaExceeded(QuotaExceeded):
+    """The session scope's byte quota would be exceeded."""
+
+    reason = "session state quota"
+
+
+class TooManyKeys(QuotaExceeded):
+    """The scope's key count would be exceeded."""
+
+    reason = "too many state keys"
+
+
+class KeyTooLong(QuotaExceeded):
+    """The key is over the key-length limit."""
+
+    reason = "state key too long"
+
+
+class CasConflict(StateError):
+    """A compare-and-set precondition did not hold; nothing was written."""
+
+    reason = "state conflict"
+    code = "conflict"
+
+
+class StateUnavailable(StateError):
+    """The backing service (Redis, the SQLite file) cannot be reached or stays locked."""
+
+    reason = "state unavailable"
+    code = "unavailable"
+
+
+class TransactionClosed(StateError):
+    """The transaction was already committed or rolled back (a host bug, not the plugin's)."""
+
+    reason = "transaction closed"
+
+
+# -- events (wasmext.observe) ---------------------------------------------------------------
+
+class EventError(WasmextError):
+    """An event operation refused; `code` is the ABI error code to answer the guest."""
+
+    reason, code = "event", "invalid"
+
+
+class InvalidTopic(EventError):
+    """Not a dot-separated topic (or pattern) of [A-Za-z0-9_-] segments."""
+
+    reason, code = "invalid topic", "invalid"
+
+
+class EventDenied(EventError, CapabilityDenied):
+    """A topic the emitter or subscriber was not granted."""
+
+    reason, code = "event denied", "denied"
+
+
+class RateLimited(EventError):
+    """The emitter is over its event rate."""
+
+    reason, code = "rate limited", "limit"
+
+
+class CascadeLimit(EventError):
+    """Events emitted while delivering events, nested too deep."""
+
+    reason, code = "event cascade too deep", "limit"
+
+
+class BusClosed(EventError):
+    """The event bus is shut down."""
+
+    reason, code = "bus closed", "unavailable"
+
+
+# -- services, MCP, cluster -----------------------------------------------------------------
+
+class ModelError(WasmextError):
+    """A chat completion failed; `timed_out` when the deadline, not the endpoint, ended it."""
+
+    reason = "model"
+
+    def __init__(self, message: str, *, timed_out: bool = False, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.timed_out = timed_out
+
+
+class McpToolError(WasmextError, RuntimeError):
+    """A tool result the MCP server marked as an error; the message is its text."""
+
+    reason = "mcp tool"
+
+
+class ContractError(WasmextError):
+    """A message that is not the contract: unknown key, wrong type, too big, too deep."""
+
+
+class NatsUnavailable(WasmextError):
+    """The NATS server cannot be reached."""
+
+    reason = "nats unavailable"

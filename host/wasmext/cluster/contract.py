@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from wasmext.errors import WasmextError
+from wasmext.errors import ContractError
 from wasmext.text import clean
 
 __all__ = [
@@ -31,10 +31,6 @@ JSON = "application/json"
 MSGPACK = "application/msgpack"
 CONTENT_TYPE = "Content-Type"
 MAX_BYTES = 1 << 20  # nats-server's default max_payload
-
-
-class ContractError(WasmextError):
-    """A message that is not the contract: unknown key, wrong type, too big, too deep."""
 
 
 class _Strict(msgspec.Struct, forbid_unknown_fields=True):

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from wasmext.errors import WasmextError
+from wasmext.errors import NatsUnavailable
 from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
@@ -26,12 +26,6 @@ __all__ = ["NatsLink", "NatsUnavailable", "connect"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.cluster.link")
-
-
-class NatsUnavailable(WasmextError):
-    """The NATS server cannot be reached."""
-
-    reason = "nats unavailable"
 
 
 async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:

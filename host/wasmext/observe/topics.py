@@ -11,7 +11,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from wasmext.errors import CapabilityDenied, WasmextError
+from wasmext.errors import (
+    BusClosed,
+    CascadeLimit,
+    EventDenied,
+    EventError,
+    InvalidTopic,
+    RateLimited,
+)
 
 __all__ = [
     "APP", "HOST", "OUTCOMES", "RESERVED_NAMESPACES", "RUNTIME_EVENTS", "BusClosed",
@@ -56,32 +63,6 @@ OUTCOMES = ("emitted", "delivered", "dropped", "failed", "rate_limited", "denied
             "cascade_limit", "skipped", "discarded")
 
 Predicate = Callable[[str, str], bool]
-
-
-class EventError(WasmextError):
-    """An event operation refused; `code` is the ABI error code to answer the guest."""
-
-    reason, code = "event", "invalid"
-
-
-class InvalidTopic(EventError):
-    reason, code = "invalid topic", "invalid"
-
-
-class EventDenied(EventError, CapabilityDenied):
-    reason, code = "event denied", "denied"
-
-
-class RateLimited(EventError):
-    reason, code = "rate limited", "limit"
-
-
-class CascadeLimit(EventError):
-    reason, code = "event cascade too deep", "limit"
-
-
-class BusClosed(EventError):
-    reason, code = "bus closed", "unavailable"
 
 
 def check_topic(topic: object) -> str:

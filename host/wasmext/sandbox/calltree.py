@@ -32,14 +32,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, TypeVar
 
+from wasmext.errors import OutOfTime
+
 __all__ = ["Frame", "OutOfTime", "carry", "current", "detached", "remaining", "run_bounded",
            "tree_state"]
 
 T = TypeVar("T")
-
-
-class OutOfTime(Exception):
-    """The call tree's time ran out before a host function answered."""
 
 
 class Frame:

@@ -12,13 +12,9 @@ from typing import Any
 
 import msgpack
 
-from wasmext.errors import EncodeError
+from wasmext.errors import DecodeError, EncodeError
 
 __all__ = ["DecodeError", "check_depth", "decode", "encode", "may_nest_deeper"]
-
-
-class DecodeError(ValueError):
-    """The bytes are not an acceptable ABI document; the message says why."""
 
 
 # Every byte except fixmap/fixarray (0x80-0x9f), array/map 16/32 (0xdc-0xdf)

@@ -15,22 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
-from wasmext.errors import CapabilityDenied, WasmextError
+from wasmext.errors import CapabilityDenied, OpError, WasmextError
 from wasmext.sandbox.codec import DecodeError, decode
 from wasmext.sandbox.pluginlog import PluginLog
 
 __all__ = ["CallContext", "HostServices", "OpError", "OpHandler"]
 
 log = logging.getLogger("wasmext.sandbox.hostcalls")
-
-
-class OpError(Exception):
-    """An op's clean failure, answered to the guest as {"ok": false, "error": ...}."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass

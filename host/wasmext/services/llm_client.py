@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx2
 
-from wasmext.errors import WasmextError
+from wasmext.errors import ModelError
 from wasmext.sandbox.codec import DecodeError, check_depth
 from wasmext.services.httpdeadline import bounded, passed, tls_context
 from wasmext.text import clean, redact_url, without_credentials
@@ -27,14 +27,6 @@ __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient", "loads_ans
 # An answer nests a few levels; tool-call arguments go on to a guest, whose
 # MessagePack depth cap (64 by default) is the same bound.
 MAX_ANSWER_DEPTH = 64
-
-
-class ModelError(WasmextError):
-    reason = "model"
-
-    def __init__(self, message: str, *, timed_out: bool = False, **kwargs: Any) -> None:
-        super().__init__(message, **kwargs)
-        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 import idna
 
+from wasmext.errors import Refused
+
 __all__ = ["Refused", "Target", "ascii_host", "ascii_pattern", "embedded_ipv4", "forbidden",
            "host_allowed", "resolve_target", "split_url"]
 
@@ -33,15 +35,6 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # getaddrinfo cannot be interrupted; a few threads let a lookup be abandoned at
 # the call's deadline while it finishes in the background.
 _resolver = ThreadPoolExecutor(max_workers=4, thread_name_prefix="wasmext-dns")
-
-
-class Refused(Exception):
-    """A URL the plugin may not reach; `code` is the ABI error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,18 @@ from typing import Any, Literal, Protocol
 
 import msgpack
 
-from wasmext.errors import WasmextError
+from wasmext.errors import (
+    CasConflict,
+    InvalidArgument,
+    InvalidKey,
+    KeyTooLong,
+    QuotaExceeded,
+    SessionQuotaExceeded,
+    StateError,
+    StateUnavailable,
+    TooManyKeys,
+    TransactionClosed,
+)
 
 __all__ = [
     "CasConflict", "CommitReport", "Eviction", "ExportFormat", "InvalidArgument", "InvalidKey",
@@ -35,68 +46,6 @@ ExportFormat = Literal["msgpack", "json"]
 EXPORT_FORMAT = "wasmext-state"
 EXPORT_VERSION = 1
 MAX_ID_BYTES = 256
-
-
-# -- errors -----------------------------------------------------------------------------------
-
-class StateError(WasmextError):
-    """Root of state errors; `code` is the ABI error code a state op answers."""
-
-    reason = "state"
-    code = "internal"
-
-
-class InvalidKey(StateError):
-    """Not a usable key: not a str, empty, a NUL character, or not encodable as UTF-8."""
-
-    reason = "invalid state key"
-    code = "invalid"
-
-
-class InvalidArgument(StateError):
-    """A bad value, TTL, scope or id (for example the session scope without a session)."""
-
-    reason = "invalid state argument"
-    code = "invalid"
-
-
-class QuotaExceeded(StateError):
-    """A write would exceed a limit; nothing was written. Root of every limit error."""
-
-    reason = "state quota"
-    code = "limit"
-
-
-class SessionQuotaExceeded(QuotaExceeded):
-    reason = "session state quota"
-
-
-class TooManyKeys(QuotaExceeded):
-    reason = "too many state keys"
-
-
-class KeyTooLong(QuotaExceeded):
-    reason = "state key too long"
-
-
-class CasConflict(StateError):
-    """A compare-and-set precondition did not hold; nothing was written."""
-
-    reason = "state conflict"
-    code = "conflict"
-
-
-class StateUnavailable(StateError):
-    """The backing service (Redis, the SQLite file) cannot be reached or stays locked."""
-
-    reason = "state unavailable"
-    code = "unavailable"
-
-
-class TransactionClosed(StateError):
-    """The transaction was already committed or rolled back (a host bug, not the plugin's)."""
-
-    reason = "transaction closed"
 
 
 # -- values -----------------------------------------------------------------------------------

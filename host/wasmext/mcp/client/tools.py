@@ -7,7 +7,7 @@ import logging
 import re
 from typing import Any
 
-from wasmext.errors import ConfigError
+from wasmext.errors import ConfigError, McpToolError
 from wasmext.mcp.content import from_mcp
 from wasmext.services.tools import Runner, Tool, compile_schema
 from wasmext.text import clean
@@ -21,10 +21,6 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HINTS = {"read_only_hint": "readOnlyHint", "destructive_hint": "destructiveHint",
           "idempotent_hint": "idempotentHint", "open_world_hint": "openWorldHint"}
-
-
-class McpToolError(RuntimeError):
-    """A tool result the MCP server marked as an error; the message is its text."""
 
 
 def tool_name(server: str, tool: str) -> str:
