@@ -8,7 +8,9 @@ host's model is a Python function and one agent is registered.
 
 from pathlib import Path
 
-from wasmext import ChatAnswer, ChatRequest, Host, HostConfig, LlmPolicy, LlmSettings, Price
+from wasmext import Host, HostConfig
+from wasmext.services.llm import LlmPolicy, LlmSettings, Price
+from wasmext.services.llm_client import ChatAnswer, ChatRequest
 
 CONFORMANCE = Path(__file__).resolve().parent.parent / "guest-sdks" / "c" / "conformance"
 

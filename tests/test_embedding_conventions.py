@@ -83,3 +83,59 @@ def test_the_pytest_fixture_is_documented(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert "wasmext_host" in proc.stdout
     assert "A factory for hosts under test" in proc.stdout
+
+
+# The public API (issue 23): what an embedding program uses, every error, nothing else.
+EMBEDDING = {
+    "AsyncSession", "CallResult", "CompileCache", "ExtensionResult", "Host", "HostConfig",
+    "LifecycleResult", "Limits", "PipelineResult", "Plugin", "Policy", "Prompt", "RescanReport",
+    "Runtime", "Session", "ToolGuidance", "Trace", "TraceEvent", "TransformResult",
+    "__version__", "load_config", "load_policy", "parse_policy",
+}
+
+
+def test_all_is_the_embedding_api_and_every_error() -> None:
+    import wasmext
+    from wasmext import errors
+
+    assert set(wasmext.__all__) == EMBEDDING | set(errors.__all__)
+    assert len(wasmext.__all__) == len(set(wasmext.__all__))
+    for name in wasmext.__all__:
+        assert getattr(wasmext, name) is not None, name
+    for name in errors.__all__:
+        assert getattr(wasmext, name) is getattr(errors, name)
+
+
+def test_internals_are_not_exported_but_stay_importable_from_their_modules() -> None:
+    import wasmext
+    from wasmext.sandbox.hostcalls import CallContext, HostServices
+    from wasmext.sandbox.plugin import Registration
+    from wasmext.sandbox.wasmcheck import ModuleCaps
+    from wasmext.services.llm_client import ChatRequest
+
+    for internal in (CallContext, HostServices, Registration, ModuleCaps, ChatRequest):
+        assert internal.__name__ not in wasmext.__all__
+        with pytest.raises(AttributeError):
+            getattr(wasmext, internal.__name__)
+
+
+def test_each_public_name_is_declared_once_and_typed_alike() -> None:
+    """The lazy table is the one list; the TYPE_CHECKING imports mirror it exactly."""
+    import ast
+
+    import wasmext
+
+    tree = ast.parse((ROOT / "host" / "wasmext" / "__init__.py").read_text())
+    typed: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                and node.test.id == "TYPE_CHECKING"):
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom) and stmt.module
+                for alias in stmt.names:
+                    assert alias.asname == alias.name  # an explicit re-export for mypy
+                    typed[alias.name] = stmt.module
+    assert typed == wasmext._LAZY
+    literals = [node.value for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and node.value in wasmext._LAZY]
+    assert sorted(literals) == sorted(wasmext._LAZY)  # each name once, as a table key

@@ -29,9 +29,9 @@ from wasmext import (
     Runtime,
     UnsafeFolder,
     load_config,
-    load_manifest,
 )
 from wasmext.hooks.pipeline import load_policy
+from wasmext.manifest import load_manifest
 from wasmext.testing import guest_wat
 
 ROOT = Path(__file__).resolve().parent.parent

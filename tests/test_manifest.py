@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wasmext import ConfigError, ManifestError, load_manifest
-from wasmext.manifest import parse_manifest
+from wasmext import ConfigError, ManifestError
+from wasmext.manifest import load_manifest, parse_manifest
 from wasmext.runtime import resolve_settings
 
 P = Path("plugins/x/plugin.toml")

@@ -10,239 +10,77 @@ host-call limits and deny-by-default capabilities; every failure is a named
 error under `WasmextError`.
 """
 
-# Importing the package loads nothing heavy: each public name is imported from
-# its module on first use (PEP 562), so `import wasmext` and the CLI's `--help`
-# start fast and a program pays only for the layers it touches.
+# Importing the package loads nothing heavy: each public name other than the errors is
+# imported from its module on first use (PEP 562), so `import wasmext` and the CLI's
+# `--help` start fast and a program pays only for the layers it touches. The errors
+# module is a leaf and is loaded at once: every one of its classes is public API.
+#
+# The public API is what an embedding program uses: the runtime and host, sessions,
+# plugins and their limits, the config and policy loaders, what the calls return, and
+# every error. Everything else (host services, op contexts, engine and compile caps,
+# manifests, the LLM and HTTP services) stays importable from its own module.
 import logging
 from typing import TYPE_CHECKING, Any
 
-from wasmext._version import __version__
+from wasmext import errors as _errors
+from wasmext._version import __version__ as __version__
+from wasmext.errors import *  # noqa: F403
 
-if TYPE_CHECKING:  # the names as mypy and editors see them
-    from wasmext._abi import ABI_MAJOR, ABI_MINOR
-    from wasmext.config import HostConfig, load_config
-    from wasmext.errors import (
-        AbiMismatch,
-        BundleError,
-        Cancelled,
-        CapabilityDenied,
-        ConfigError,
-        EncodeError,
-        GuestTrap,
-        HookAborted,
-        HostCallLimitExceeded,
-        InputTooLarge,
-        InvalidModule,
-        InvalidOutput,
-        LoadError,
-        ManifestError,
-        McpAuthError,
-        MemoryLimitExceeded,
-        MiddlewareError,
-        ModuleTooLarge,
-        OutOfFuel,
-        PipelineError,
-        PluginError,
-        PluginFault,
-        Quarantined,
-        SignatureInvalid,
-        SignatureRequired,
-        StackOverflow,
-        Timeout,
-        UnknownImport,
-        UnsafeFile,
-        UnsafeFolder,
-        WasmextError,
-    )
-    from wasmext.hooks.extensions import ExtensionResult, Prompt, ToolGuidance
-    from wasmext.hooks.lifecycle import LifecycleResult
-    from wasmext.hooks.pipeline import PipelineResult, Policy, load_policy, parse_policy
-    from wasmext.hooks.transform import TransformResult
-    from wasmext.host import Host
-    from wasmext.lifecycle.reload import RescanReport
-    from wasmext.lifecycle.watch import PluginWatcher
-    from wasmext.manifest import Manifest, load_manifest
-    from wasmext.runtime import Runtime
-    from wasmext.sandbox.cache import CompileCache
-    from wasmext.sandbox.engine import EngineConfig
-    from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
-    from wasmext.sandbox.instance import CallResult
-    from wasmext.sandbox.limits import Limits
-    from wasmext.sandbox.plugin import HookSpec, Plugin, QuarantinePolicy, Registration
-    from wasmext.sandbox.wasmcheck import ModuleCaps
-    from wasmext.services.agents import AgentRegistry
-    from wasmext.services.http_fetch import HttpFetch, HttpLimits
-    from wasmext.services.llm import Completer, LlmPolicy, LlmService, LlmSettings, Price
-    from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError
-    from wasmext.session import Session, Trace, TraceEvent
-    from wasmext.state import StateError, StateUnavailable
+# The one list of the public names that are not errors: name -> the module defining it.
+_LAZY: dict[str, str] = {
+    "AsyncSession": "wasmext.aio",
+    "CallResult": "wasmext.sandbox.instance",
+    "CompileCache": "wasmext.sandbox.cache",
+    "ExtensionResult": "wasmext.hooks.extensions",
+    "Host": "wasmext.host",
+    "HostConfig": "wasmext.config",
+    "LifecycleResult": "wasmext.hooks.lifecycle",
+    "Limits": "wasmext.sandbox.limits",
+    "PipelineResult": "wasmext.hooks.pipeline",
+    "Plugin": "wasmext.sandbox.plugin",
+    "Policy": "wasmext.hooks.pipeline",
+    "Prompt": "wasmext.hooks.extensions",
+    "RescanReport": "wasmext.lifecycle.reload",
+    "Runtime": "wasmext.runtime",
+    "Session": "wasmext.session",
+    "ToolGuidance": "wasmext.hooks.extensions",
+    "Trace": "wasmext.session",
+    "TraceEvent": "wasmext.session",
+    "TransformResult": "wasmext.hooks.transform",
+    "load_config": "wasmext.config",
+    "load_policy": "wasmext.hooks.pipeline",
+    "parse_policy": "wasmext.hooks.pipeline",
+}
+
+if TYPE_CHECKING:  # the same names as mypy and editors see them (a test keeps them equal)
+    from wasmext.aio import AsyncSession as AsyncSession
+    from wasmext.config import HostConfig as HostConfig
+    from wasmext.config import load_config as load_config
+    from wasmext.hooks.extensions import ExtensionResult as ExtensionResult
+    from wasmext.hooks.extensions import Prompt as Prompt
+    from wasmext.hooks.extensions import ToolGuidance as ToolGuidance
+    from wasmext.hooks.lifecycle import LifecycleResult as LifecycleResult
+    from wasmext.hooks.pipeline import PipelineResult as PipelineResult
+    from wasmext.hooks.pipeline import Policy as Policy
+    from wasmext.hooks.pipeline import load_policy as load_policy
+    from wasmext.hooks.pipeline import parse_policy as parse_policy
+    from wasmext.hooks.transform import TransformResult as TransformResult
+    from wasmext.host import Host as Host
+    from wasmext.lifecycle.reload import RescanReport as RescanReport
+    from wasmext.runtime import Runtime as Runtime
+    from wasmext.sandbox.cache import CompileCache as CompileCache
+    from wasmext.sandbox.instance import CallResult as CallResult
+    from wasmext.sandbox.limits import Limits as Limits
+    from wasmext.sandbox.plugin import Plugin as Plugin
+    from wasmext.session import Session as Session
+    from wasmext.session import Trace as Trace
+    from wasmext.session import TraceEvent as TraceEvent
 
 # A library leaves logging to the application: without this, warnings would reach
 # stderr through logging's last-resort handler in programs that configure nothing.
 logging.getLogger("wasmext").addHandler(logging.NullHandler())
 
-__all__ = [
-    "ABI_MAJOR",
-    "ABI_MINOR",
-    "AbiMismatch",
-    "AgentRegistry",
-    "BundleError",
-    "CallContext",
-    "CallResult",
-    "Cancelled",
-    "CapabilityDenied",
-    "ChatAnswer",
-    "ChatRequest",
-    "CompileCache",
-    "Completer",
-    "ConfigError",
-    "EncodeError",
-    "EngineConfig",
-    "ExtensionResult",
-    "GuestTrap",
-    "HookAborted",
-    "HookSpec",
-    "Host",
-    "HostCallLimitExceeded",
-    "HostConfig",
-    "HostServices",
-    "HttpFetch",
-    "HttpLimits",
-    "InputTooLarge",
-    "InvalidModule",
-    "InvalidOutput",
-    "LifecycleResult",
-    "Limits",
-    "LlmPolicy",
-    "LlmService",
-    "LlmSettings",
-    "LoadError",
-    "Manifest",
-    "ManifestError",
-    "McpAuthError",
-    "MemoryLimitExceeded",
-    "MiddlewareError",
-    "ModelError",
-    "ModuleCaps",
-    "ModuleTooLarge",
-    "OpError",
-    "OutOfFuel",
-    "PipelineError",
-    "PipelineResult",
-    "Plugin",
-    "PluginError",
-    "PluginFault",
-    "PluginWatcher",
-    "Policy",
-    "Price",
-    "Prompt",
-    "QuarantinePolicy",
-    "Quarantined",
-    "Registration",
-    "RescanReport",
-    "Runtime",
-    "Session",
-    "SignatureInvalid",
-    "SignatureRequired",
-    "StackOverflow",
-    "StateError",
-    "StateUnavailable",
-    "Timeout",
-    "ToolGuidance",
-    "Trace",
-    "TraceEvent",
-    "TransformResult",
-    "UnknownImport",
-    "UnsafeFile",
-    "UnsafeFolder",
-    "WasmextError",
-    "__version__",
-    "load_config",
-    "load_manifest",
-    "load_policy",
-    "parse_policy",
-]
-
-_LAZY: dict[str, str] = {
-    "ABI_MAJOR": "wasmext._abi",
-    "ABI_MINOR": "wasmext._abi",
-    "HostConfig": "wasmext.config",
-    "load_config": "wasmext.config",
-    "AbiMismatch": "wasmext.errors",
-    "BundleError": "wasmext.errors",
-    "SignatureInvalid": "wasmext.errors",
-    "SignatureRequired": "wasmext.errors",
-    "Cancelled": "wasmext.errors",
-    "CapabilityDenied": "wasmext.errors",
-    "ConfigError": "wasmext.errors",
-    "EncodeError": "wasmext.errors",
-    "GuestTrap": "wasmext.errors",
-    "HookAborted": "wasmext.errors",
-    "HostCallLimitExceeded": "wasmext.errors",
-    "InputTooLarge": "wasmext.errors",
-    "InvalidModule": "wasmext.errors",
-    "InvalidOutput": "wasmext.errors",
-    "LoadError": "wasmext.errors",
-    "ManifestError": "wasmext.errors",
-    "McpAuthError": "wasmext.errors",
-    "MemoryLimitExceeded": "wasmext.errors",
-    "MiddlewareError": "wasmext.errors",
-    "ModuleTooLarge": "wasmext.errors",
-    "OutOfFuel": "wasmext.errors",
-    "PipelineError": "wasmext.errors",
-    "PluginError": "wasmext.errors",
-    "PluginFault": "wasmext.errors",
-    "Quarantined": "wasmext.errors",
-    "StackOverflow": "wasmext.errors",
-    "Timeout": "wasmext.errors",
-    "UnknownImport": "wasmext.errors",
-    "UnsafeFile": "wasmext.errors",
-    "UnsafeFolder": "wasmext.errors",
-    "WasmextError": "wasmext.errors",
-    "ExtensionResult": "wasmext.hooks.extensions",
-    "Prompt": "wasmext.hooks.extensions",
-    "ToolGuidance": "wasmext.hooks.extensions",
-    "LifecycleResult": "wasmext.hooks.lifecycle",
-    "PipelineResult": "wasmext.hooks.pipeline",
-    "Policy": "wasmext.hooks.pipeline",
-    "load_policy": "wasmext.hooks.pipeline",
-    "parse_policy": "wasmext.hooks.pipeline",
-    "TransformResult": "wasmext.hooks.transform",
-    "Host": "wasmext.host",
-    "RescanReport": "wasmext.lifecycle.reload",
-    "PluginWatcher": "wasmext.lifecycle.watch",
-    "Manifest": "wasmext.manifest",
-    "load_manifest": "wasmext.manifest",
-    "Runtime": "wasmext.runtime",
-    "CompileCache": "wasmext.sandbox.cache",
-    "EngineConfig": "wasmext.sandbox.engine",
-    "CallContext": "wasmext.sandbox.hostcalls",
-    "HostServices": "wasmext.sandbox.hostcalls",
-    "OpError": "wasmext.sandbox.hostcalls",
-    "CallResult": "wasmext.sandbox.instance",
-    "Limits": "wasmext.sandbox.limits",
-    "HookSpec": "wasmext.sandbox.plugin",
-    "Plugin": "wasmext.sandbox.plugin",
-    "QuarantinePolicy": "wasmext.sandbox.plugin",
-    "Registration": "wasmext.sandbox.plugin",
-    "ModuleCaps": "wasmext.sandbox.wasmcheck",
-    "AgentRegistry": "wasmext.services.agents",
-    "HttpFetch": "wasmext.services.http_fetch",
-    "HttpLimits": "wasmext.services.http_fetch",
-    "Completer": "wasmext.services.llm",
-    "LlmPolicy": "wasmext.services.llm",
-    "LlmService": "wasmext.services.llm",
-    "LlmSettings": "wasmext.services.llm",
-    "Price": "wasmext.services.llm",
-    "ChatAnswer": "wasmext.services.llm_client",
-    "ChatRequest": "wasmext.services.llm_client",
-    "ModelError": "wasmext.services.llm_client",
-    "Session": "wasmext.session",
-    "Trace": "wasmext.session",
-    "TraceEvent": "wasmext.session",
-    "StateError": "wasmext.state",
-    "StateUnavailable": "wasmext.state",
-}
+__all__ = sorted(["__version__", *_errors.__all__, *_LAZY])
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,6 @@ import wasmtime
 from support import Built
 from wasmext import (
     MemoryLimitExceeded,
-    ModuleCaps,
     ModuleTooLarge,
     OutOfFuel,
     PluginError,
@@ -22,6 +21,7 @@ from wasmext import (
     Timeout,
     UnknownImport,
 )
+from wasmext.sandbox.wasmcheck import ModuleCaps
 
 BOUND_S = 10.0  # generous: the machine running CI is shared
 

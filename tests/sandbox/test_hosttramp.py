@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 
-from wasmext import EngineConfig, InvalidOutput, PluginError, PluginFault, Runtime
+from wasmext import InvalidOutput, PluginError, PluginFault, Runtime
 from wasmext.sandbox import hostlink, hosttramp
+from wasmext.sandbox.engine import EngineConfig
 from wasmext.testing import DATA_AT, guest_wat, load_wat
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'

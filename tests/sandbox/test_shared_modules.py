@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmext import CompileCache, EngineConfig, ModuleCaps, ModuleTooLarge, Runtime
+from wasmext import CompileCache, ModuleTooLarge, Runtime
 from wasmext.sandbox import module as module_mod
-from wasmext.sandbox.engine import shared_engine
+from wasmext.sandbox.engine import EngineConfig, shared_engine
+from wasmext.sandbox.wasmcheck import ModuleCaps
 from wasmext.testing import guest_wat
 
 
