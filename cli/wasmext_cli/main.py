@@ -31,8 +31,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "enable": (_PLUGIN, "enable", "Enable PLUGIN_ID (remembered across restarts)."),
     "grant": (_LIFECYCLE, "grant", "Grant CAPABILITIES to PLUGIN_ID's current module (recorded"
               " with who and when)."),
-    "grants": (_LIFECYCLE, "grants", "List recorded approvals, and whether each still matches"
-               " the module's digest."),
+    "grants": (_LIFECYCLE, "grants", "List recorded approvals, and whether each still covers"
+               " the plugin as installed (module, plugin.toml and the files it makes the host"
+               " run); if not, what changed."),
     "inspect": (_PLUGIN, "inspect", "Show what PLUGIN (a folder, a .wasm, or a .wxb bundle)"
                 " registered, its ABI version, size, digest and limits."),
     "install": (_LIFECYCLE, "install", "Check BUNDLE (and its signature, if the config requires"
