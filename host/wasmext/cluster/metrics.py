@@ -7,13 +7,17 @@
     extension_remote_breaker_state{extension}         0 closed, 1 half open, 2 open
 
 `RemoteMetrics(caller).register(host.observe.metrics.registry)` puts them beside the
-host's own metrics (served by `--metrics-port`).
+host's own metrics (served by `--metrics-port`). A worker registers its own:
+
+    extension_worker_requests_total{extension,subject,outcome}
+        answered | failed | expired (dropped unrun: the caller's deadline had passed)
+        | duplicate (ran; its state commit had been applied under the same call id)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -23,12 +27,14 @@ if TYPE_CHECKING:
 
     from wasmext.cluster.remote import RemoteCaller
 
-__all__ = ["BREAKER_STATES", "RemoteMetrics"]
+__all__ = ["BREAKER_STATES", "RemoteMetrics", "WorkerMetrics"]
 
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
 
 
 class RemoteMetrics(Collector):
+    """The caller's figures per remote extension."""
+
     def __init__(self, caller: RemoteCaller) -> None:
         self.caller = caller
 
@@ -63,3 +69,26 @@ class RemoteMetrics(Collector):
                     latency.add_metric([ext_id, str(q)], value)
             breaker.add_metric([ext_id], BREAKER_STATES[self.caller.breakers[ext_id].state])
         yield from (calls, timeouts, retries, latency, breaker)
+
+
+class WorkerMetrics(Collector):
+    """A worker's figures per endpoint; `figures()` maps each subject to (plugin id,
+    counts with `answered`, `failed`, `expired` and `duplicate`)."""
+
+    def __init__(self, figures: Callable[[], Mapping[str, tuple[str, Any]]]) -> None:
+        self.figures = figures
+
+    def register(self, registry: CollectorRegistry) -> WorkerMetrics:
+        """Add these metrics to `registry`."""
+        registry.register(self)
+        return self
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics now."""
+        requests = CounterMetricFamily("extension_worker_requests",
+                                       "Requests a worker took, by outcome",
+                                       labels=["extension", "subject", "outcome"])
+        for subject, (ext_id, c) in sorted(self.figures().items()):
+            for outcome in ("answered", "failed", "expired", "duplicate"):
+                requests.add_metric([ext_id, subject, outcome], getattr(c, outcome))
+        yield requests

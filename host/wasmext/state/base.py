@@ -143,10 +143,12 @@ class Eviction:
 
 @dataclass(frozen=True)
 class CommitReport:
-    """What a commit did besides the writes asked for: evictions and quota warnings."""
+    """What a commit did besides the writes asked for: evictions and quota warnings;
+    `duplicate`: nothing was applied, a commit under the same idempotency key had been."""
 
     evicted: tuple[Eviction, ...] = ()
     warnings: tuple[str, ...] = ()
+    duplicate: bool = False
 
 
 @dataclass(frozen=True)
