@@ -32,20 +32,23 @@ log = logging.getLogger("wasmext.cluster.link")
 async def connect(url: str, name: str, timeout_s: float = 5.0, *,
                   auth: NatsAuth | None = None) -> Client:
     """A connection that fails fast the first time and then reconnects for ever,
-    authenticated by `auth` with the WASMEXT_NATS_* environment over it.
+    authenticated by `auth` (None: by the WASMEXT_NATS_* environment).
 
     nats-py logs a traceback per failed attempt by default; here each is one line,
     with the url's and `auth`'s secrets redacted, as in every error raised here.
     """
     import nats
 
-    auth = (auth or NatsAuth()).with_env()
+    auth = auth if auth is not None else NatsAuth().with_env()
     shown = redact_url(url)
 
     def said(exc: BaseException) -> str:
         return clean(redact(str(exc) or type(exc).__name__, url, auth))
 
+    last: list[str] = []  # the server's reason, when connecting fails
+
     async def error(exc: Exception) -> None:
+        last[:] = [said(exc)]
         if "authorization" in str(exc).lower() or "permissions" in str(exc).lower():
             log.warning("nats %s: %s", name, said(exc))
         else:
@@ -68,7 +71,8 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
                                     disconnected_cb=disconnected, reconnected_cb=reconnected,
                                     **options)
     except Exception as exc:
-        raise NatsUnavailable(f"cannot connect to {shown}: {said(exc)}") from None
+        why = said(exc) if not last or last[0] in said(exc) else f"{last[0]} ({said(exc)})"
+        raise NatsUnavailable(f"cannot connect to {shown}: {why}") from None
     # A restarted server must not leave the process cut off: once connected, retry
     # for ever (nats-py reads the option at each reconnect).
     client.options["max_reconnect_attempts"] = -1

