@@ -19,12 +19,13 @@ import msgpack
 import pytest
 import wasmtime
 
-from wasmext import Host, load_config, parse_policy
+from wasmext import Host, HostConfig, PipelineError, load_config, parse_policy
 from wasmext.cluster.link import NatsLink
 from wasmext.cluster.registry import parse_registry
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router
 from wasmext.cluster.worker import Worker
+from wasmext.config import open_store
 from wasmext.host import Host as HostType
 from wasmext.runtime import Runtime
 from wasmext.sandbox.codec import decode, encode
@@ -89,20 +90,15 @@ def tally_router(link: NatsLink, prefix: str, timeout_ms: int, retry: int) -> Ro
 
 @pytest.fixture
 def app() -> Iterator[HostType]:
-    with Host(load_config_empty(), runtime=Runtime(cache=False), plugin_dirs=[]) as host:
+    """The calling host: no plugins of its own."""
+    with Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as host:
         yield host
-
-
-def load_config_empty() -> Any:
-    from wasmext import HostConfig
-
-    return HostConfig()
 
 
 def test_a_frozen_worker_drops_what_it_thaws_to_unrun(spawn: Any, nats_url: str,
                                                       tmp_path: Path, app: HostType) -> None:
     config = tally_config(tmp_path)
-    store = Host(load_config(config), plugin_dirs=[]).state_store()
+    store = open_store(load_config(config))  # the workers' store (SQLite in data_dir)
     store.set(Scope("tally"), "n", encode(0))
     frozen = spawn("f1", "worker", "--nats", nats_url, "--config", str(config), "--name", "f1",
                    "--prefix", "frozen").wait_ready()
@@ -211,3 +207,32 @@ def test_a_retry_after_a_kill_between_commit_and_reply_does_not_commit_again(
             if healthy is not None:
                 healthy.stop()
             dying.loop.call_soon_threadsafe(dying.loop.stop)
+
+
+def test_a_run_budget_bounds_every_attempt_and_the_worker_honours_it(
+        spawn: Any, nats_url: str, tmp_path: Path, app: HostType) -> None:
+    config = tally_config(tmp_path)
+    store = open_store(load_config(config))  # the workers' store (SQLite in data_dir)
+    store.set(Scope("tally"), "n", encode(0))
+    lone = spawn("b1", "worker", "--nats", nats_url, "--config", str(config), "--name", "b1",
+                 "--prefix", "budget").wait_ready()
+    with NatsLink(nats_url, name="caller") as link:
+        router = tally_router(link, "budget", timeout_ms=5000, retry=5)
+        lone.proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with app.session() as s, pytest.raises(PipelineError,
+                                                   match="call tree's time is up"):
+                router.run(s, "late", budget_ms=600)  # not 6 attempts of 5 s
+            assert time.monotonic() - started < 3
+        finally:
+            lone.proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        while "dropped a pre request for tally unrun" not in lone.log_path.read_text():
+            assert time.monotonic() < deadline, lone.log_path.read_text()[-2000:]
+            time.sleep(0.05)
+        assert count(store) == 0  # the request it held carried the run's deadline
+        with app.session() as s:  # healthy afterwards
+            assert router.run(s, "now", budget_ms=5000).message["payload"] == "tallied"
+        assert count(store) == 1
+    store.close()

@@ -147,7 +147,7 @@ def test_without_or_with_wrong_credentials_no_connection_and_no_secret_shown(
     monkeypatch.delenv("WASMEXT_NATS_USER", raising=False)
     monkeypatch.delenv("WASMEXT_NATS_PASSWORD", raising=False)
     started = time.monotonic()
-    with pytest.raises(NatsUnavailable, match="(?i)authorization"):
+    with pytest.raises(NatsUnavailable, match=r"(?i)authorization"):
         NatsLink(secured.url, name="nobody")
     wrong = f"wrong-{secrets.token_hex(8)}"
     in_url = secured.url.replace("nats://", f"nats://caller:{wrong}@")
