@@ -18,8 +18,11 @@ from typing import Any
 import msgpack
 import pytest
 import wasmtime
+from cluster_support import wat_plugin
 
-from wasmext import Host, HostConfig, PipelineError, load_config, parse_policy
+from wasmext import Host, HostConfig, Limits, PipelineError, load_config, parse_policy
+from wasmext.cluster.contract import DEADLINE_HEADER, ExtMessage, ExtRef, ExtRequest
+from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.link import NatsLink
 from wasmext.cluster.registry import parse_registry
 from wasmext.cluster.remote import RemoteCaller
@@ -236,3 +239,45 @@ def test_a_run_budget_bounds_every_attempt_and_the_worker_honours_it(
             assert router.run(s, "now", budget_ms=5000).message["payload"] == "tallied"
         assert count(store) == 1
     store.close()
+
+
+def test_a_request_runs_no_longer_than_its_deadline(nats_url: str, tmp_path: Path) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
+    spin = plugins / "spin"
+    spin.mkdir()
+    (spin / "plugin.toml").write_text('id = "spin"\nversion = "1.0.0"\nabi = 1\n')
+    (spin / "spin.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
+        "(loop $l (br $l)) (i64.const 0)",
+        registration={"hooks": [{"hook": "pre"}], "name": "spin"}))))
+    config = HostConfig(limits=Limits(timeout_ms=20_000, fuel_per_call=10**13))
+    with Host(config, runtime=Runtime(cache=False, defaults=config.limits),
+              plugin_dirs=[("workspace", plugins)]) as serving:
+        worker = InThread(Worker(serving, nats_url, prefix="bound", name="d1"))
+        try:
+            with NatsLink(nats_url, name="caller") as link:
+                body = encode_request("spin")
+                started = time.monotonic()
+                msg = link.request("bound.ext.pre.spin.v1", body, {
+                    DEADLINE_HEADER: str(int((time.time() + 0.4) * 1000))}, 10)
+                took = time.monotonic() - started
+                assert msg.headers is not None
+                assert msg.headers.get("Nats-Service-Error-Code") == "500"
+                assert "timeout" in msg.headers.get("Nats-Service-Error", "")
+                assert took < 3  # the request's 400 ms, not the plugin's own 20 s
+                # The caller's deadline is not the plugin's fault: nothing counts
+                # towards a quarantine.
+                spun = serving.plugins["spin"].plugin
+                assert spun.last_fault is None and not spun.quarantined
+                answer = link.request("bound.ext.pre.stamp.v1", encode_request("stamp"), {}, 10)
+                assert b"stamped" in answer.data  # a healthy stage answers afterwards
+        finally:
+            worker.stop()
+
+
+def encode_request(ext_id: str) -> bytes:
+    """A CP-Ext request for `ext_id`, as JSON."""
+    return contract_encode(ExtRequest(
+        trace_id=f"t-{ext_id}", tenant_id="default", extensions=ExtRef(id=ext_id),
+        message=ExtMessage(message_id="m", message_type="chat", payload="x")))
