@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from cluster_support import free_port, nats_server_binary, registry, wait_for_port
 
 from support import ROOT
-from wasmext import Host, HostConfig, PipelineError, parse_policy
+from wasmext import ConfigError, Host, HostConfig, PipelineError, load_config, parse_policy
 from wasmext.cluster.link import NatsLink, NatsUnavailable
 from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.cluster.remote import RemoteCaller
@@ -183,3 +183,92 @@ def test_the_cli_never_prints_a_password(secured: Secured, plugin_dir: Path,
     listed = CliRunner().invoke(main, ["nats", "ls", "--nats", secured.url, "--json"])
     assert listed.exit_code == 0, listed.output
     assert secured.passwords["caller"] not in listed.output
+
+
+def test_nats_settings_from_config_and_env_keep_secrets_out_of_text(tmp_path: Path) -> None:
+    secret = f"pw-{secrets.token_hex(8)}"
+    (tmp_path / "secret").write_text(secret + "\n")
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[nats]\nurl = "tls://nats.internal:4222"\nuser = "worker"\n'
+                      'password_file = "secret"\ninbox_prefix = "_INBOX_w"\n')
+    nats = load_config(config).nats
+    assert (nats.user, nats.password, nats.url) == ("worker", secret,
+                                                    "tls://nats.internal:4222")
+    assert secret not in repr(nats) and secret not in repr(load_config(config))
+    assert nats.options()["password"] == secret
+    token = f"tok-{secrets.token_hex(8)}"
+    env = {"WASMEXT_NATS_USER": "other", "WASMEXT_NATS_TOKEN": token}
+    over = nats.with_env(env)
+    assert (over.user, over.token, over.password) == ("other", token, secret)
+    assert redact(f"failed: {token} and {secret}", None, over) == "failed: *** and ***"
+    config.write_text('[nats]\npassword = "inline"\n')  # a secret in the file: refused
+    with pytest.raises(ConfigError, match="unknown key 'password'"):
+        load_config(config)
+    config.write_text('[nats]\npassword_file = "missing"\n')
+    with pytest.raises(ConfigError, match=r"nats\.password_file: cannot read"):
+        load_config(config)
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "server.pem", folder / "server-key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_tls_with_a_token_from_the_environment(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed")
+    cert, key = _self_signed(tmp_path)
+    token = f"tok-{secrets.token_hex(12)}"
+    conf = tmp_path / "tls.conf"
+    conf.write_text(f'tls {{\n  cert_file = "{cert}"\n  key_file = "{key}"\n}}\n'
+                    f'authorization {{ token = $NATS_TOKEN }}\n')
+    port = free_port()
+    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port), "-c", str(conf)],
+                            env={**os.environ, "NATS_TOKEN": token},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        url = f"tls://127.0.0.1:{port}"
+        started = time.monotonic()
+        with pytest.raises(NatsUnavailable) as unverified:  # the server's CA not given
+            NatsLink(url, name="no-ca", auth=NatsAuth(token=token))
+        assert token not in str(unverified.value)
+        monkeypatch.setenv("WASMEXT_NATS_TOKEN", token)
+        monkeypatch.setenv("WASMEXT_NATS_TLS_CA", str(cert))
+        with NatsLink(url, name="tls") as link:  # token and CA from the environment
+            assert link.client.is_connected
+            link.run(link.client.flush(), 5)
+        monkeypatch.setenv("WASMEXT_NATS_TOKEN", "wrong-token")
+        with pytest.raises(NatsUnavailable, match=r"(?i)authorization") as refused:
+            NatsLink(url, name="wrong")
+        assert "wrong-token" not in str(refused.value)
+        assert time.monotonic() - started < 30
+    finally:
+        proc.terminate()
+        proc.wait(10)
