@@ -8,13 +8,16 @@
     # creds = "caller.creds"             # a JWT + nkey credentials file
     # nkey_seed = "caller.nk"            # an nkey seed file
     tls_ca = "ca.pem"                    # verify the server; tls_cert + tls_key: mutual TLS
-    inbox_prefix = "_INBOX.caller"       # replies to this connection come back under it
+    inbox_prefix = "_INBOX_caller"       # replies to this connection come back under it
+    reply_key = "worker.key"             # a worker signs its replies (cluster.signed)
+    trusted_workers = ["ed25519:..."]    # a caller accepts only replies signed by these
 
 The environment (`WASMEXT_NATS_URL`, `_USER`, `_PASSWORD`, `_TOKEN`, `_CREDS`,
-`_NKEY_SEED`, `_TLS_CA`, `_TLS_CERT`, `_TLS_KEY`, `_INBOX_PREFIX`) overrides the
-file. Secrets come from the environment or files, never from wasmext.toml itself,
-and never leave in text: `redact()` takes a url's credentials and the secret values
-out of every log line, error and terminal line the cluster writes.
+`_NKEY_SEED`, `_TLS_CA`, `_TLS_CERT`, `_TLS_KEY`, `_INBOX_PREFIX`, `_REPLY_KEY`,
+`_TRUSTED_WORKERS` comma-separated) overrides the file. Secrets come from the
+environment or files, never from wasmext.toml itself, and never leave in text:
+`redact()` takes a url's credentials and the secret values out of every log line,
+error and terminal line the cluster writes.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from wasmext.errors import ConfigError
+from wasmext.lifecycle.signing import is_public_key
 
 __all__ = ["ENV_PREFIX", "NatsAuth", "parse_nats", "redact", "redact_url"]
 
 ENV_PREFIX = "WASMEXT_NATS_"
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
 _FILE_KEYS = ("password_file", "token_file", "creds", "nkey_seed", "tls_ca", "tls_cert",
-              "tls_key")
-_KEYS = {"url", "user", "inbox_prefix", *_FILE_KEYS}
+              "tls_key", "reply_key")
+_KEYS = {"url", "user", "inbox_prefix", "trusted_workers", *_FILE_KEYS}
 _SECRET_MAX = 4096
 
 
@@ -57,6 +61,8 @@ class NatsAuth:
     tls_cert: str | None = None
     tls_key: str | None = None
     inbox_prefix: str | None = None
+    reply_key: str | None = None  # an Ed25519 private key file: a worker signs replies
+    trusted_workers: tuple[str, ...] = ()  # a caller accepts replies signed by these only
 
     def with_env(self, env: Mapping[str, str] | None = None) -> NatsAuth:
         """These settings with the `WASMEXT_NATS_*` variables of `env` over them."""
@@ -64,7 +70,9 @@ class NatsAuth:
         changes: dict[str, Any] = {}
         for f in fields(self):
             value = env.get(ENV_PREFIX + f.name.upper())
-            if value:
+            if value and f.name == "trusted_workers":
+                changes[f.name] = _public_keys(value.split(","), ENV_PREFIX + "TRUSTED_WORKERS")
+            elif value:
                 changes[f.name] = value
         return replace(self, **changes) if changes else self
 
@@ -110,6 +118,13 @@ def redact(text: str, url: str | None = None, auth: NatsAuth | None = None) -> s
     return text
 
 
+def _public_keys(keys: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(keys, list) or not all(isinstance(k, str) and is_public_key(k.strip())
+                                             for k in keys):
+        raise ConfigError(f"{where}: must list 'ed25519:<base64>' public keys")
+    return tuple(k.strip() for k in keys)
+
+
 def _read_secret(path: Path, where: str) -> str:
     try:
         with path.open("rb") as fh:
@@ -132,8 +147,9 @@ def parse_nats(table: Mapping[str, Any], base: Path, where: str = "nats") -> Nat
         raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (secrets go in "
                           "password_file, token_file or the WASMEXT_NATS_* environment)")
     for key, value in table.items():
-        if not isinstance(value, str) or not value:
+        if key != "trusted_workers" and (not isinstance(value, str) or not value):
             raise ConfigError(f"{where}.{key}: must be a non-empty string")
+    trusted = _public_keys(table.get("trusted_workers", []), f"{where}.trusted_workers")
     paths = {k: str(base / table[k]) for k in _FILE_KEYS if k in table}
     password = paths.pop("password_file", None)
     token = paths.pop("token_file", None)
@@ -142,4 +158,4 @@ def parse_nats(table: Mapping[str, Any], base: Path, where: str = "nats") -> Nat
         password=None if password is None else _read_secret(Path(password),
                                                             f"{where}.password_file"),
         token=None if token is None else _read_secret(Path(token), f"{where}.token_file"),
-        **paths)
+        trusted_workers=trusted, **paths)

@@ -47,6 +47,8 @@ from wasmext.cluster.mapping import (
     stage_request,
 )
 from wasmext.cluster.registry import RemoteExtension
+from wasmext.cluster.signed import check_reply
+from wasmext.errors import SignatureInvalid
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ class RemoteStats:
     timeouts: int = 0
     retries: int = 0
     short_circuited: int = 0
+    unsigned: int = 0  # answers refused: not signed by a trusted worker
     latencies_ms: list[float] = field(default_factory=list)
     by_worker: dict[str, int] = field(default_factory=dict)  # answers per worker name
 
@@ -91,9 +94,12 @@ class _Failure(Exception):
 class RemoteCaller:
     """Calls the extensions of `registry` over `link`; one breaker and stats per extension."""
 
-    def __init__(self, registry: Mapping[str, RemoteExtension], link: NatsLink) -> None:
+    def __init__(self, registry: Mapping[str, RemoteExtension], link: NatsLink, *,
+                 trusted_workers: tuple[str, ...] = ()) -> None:
         self.registry = dict(registry)
         self.link = link
+        # Non-empty: an answer counts only when signed by one of these (cluster.signed).
+        self.trusted_workers = tuple(trusted_workers)
         self.breakers = {e.id: Breaker(e.breaker_failures, e.breaker_reset_ms / 1000)
                          for e in self.registry.values()}
         self.stats = {e.id: RemoteStats() for e in self.registry.values()}
@@ -168,6 +174,16 @@ class RemoteCaller:
         except Exception as exc:  # the connection: closed, reconnecting, refused
             raise _Failure(f"network error: {clean(type(exc).__name__)}", True) from None
         hdrs = msg.headers or {}
+        if self.trusted_workers:
+            try:
+                check_reply(ext.subject, headers[CALL_ID_HEADER], hdrs, msg.data,
+                            self.trusted_workers)
+            except SignatureInvalid as err:
+                # Someone other than a trusted worker took the request: another attempt
+                # may reach one.
+                with self._lock:
+                    self.stats[ext.id].unsigned += 1
+                raise _Failure(err.message, True) from None
         worker = clean(hdrs.get(WORKER_HEADER, "?"), 64)
         with self._lock:
             by_worker = self.stats[ext.id].by_worker

@@ -31,6 +31,7 @@ import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmext.cluster.contract import (
@@ -56,6 +57,7 @@ from wasmext.cluster.mapping import (
 from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
 from wasmext.cluster.registry import EXT_TYPES, check_prefix, subject_for
+from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
 from wasmext.sandbox import calltree
 from wasmext.services.state import applying
 from wasmext.session import Session
@@ -155,6 +157,8 @@ class Worker:
                  auth: NatsAuth | None = None) -> None:
         self.host, self.url, self.prefix = host, url, check_prefix(prefix)
         self.auth = auth
+        # With [nats] reply_key, every answer is signed (cluster.signed).
+        self.signer = ReplySigner(Path(auth.reply_key)) if auth and auth.reply_key else None
         self.name = name
         self.concurrency = concurrency
         self.stages = stages_of(host, prefix)
@@ -271,6 +275,8 @@ class Worker:
         failed = True
         encoding = encoding_of(req.headers)
         headers = {CONTENT_TYPE: encoding, WORKER_HEADER: self.name}
+        error: tuple[str, str] | None = None
+        body = b""
         try:
             body = await asyncio.get_running_loop().run_in_executor(
                 self._pool, self._call, stage, req.data, encoding, budget)
@@ -278,10 +284,16 @@ class Worker:
             self._expired(stage, budget)
             return
         except ContractError as err:
-            await req.respond_error("400", err.message, headers=headers)
+            error = ("400", err.message)
         except Exception as err:  # the plugin failed: its reason, one line, named
-            await req.respond_error("500", clean(f"plugin {stage.plugin_id} {stage.kind}: "
-                                                 f"{err}", 300), headers=headers)
+            error = ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}", 300))
+        if error is not None:
+            headers.update({ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]})
+        if self.signer is not None:
+            headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
+                                       headers, body)
+        if error is not None:
+            await req.respond_error(error[0], error[1], headers=headers)
         else:
             await req.respond(body, headers=headers)
             failed = False
