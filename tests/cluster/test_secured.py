@@ -272,3 +272,18 @@ def test_tls_with_a_token_from_the_environment(tmp_path: Path,
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_trusted_workers_from_config_and_env(tmp_path: Path) -> None:
+    from wasmext.lifecycle.signing import generate_key
+
+    one, two = generate_key(tmp_path / "one.key"), generate_key(tmp_path / "two.key")
+    config = tmp_path / "wasmext.toml"
+    config.write_text(f'[nats]\nreply_key = "one.key"\ntrusted_workers = ["{one}"]\n')
+    nats = load_config(config).nats
+    assert nats.trusted_workers == (one,) and nats.reply_key == str(tmp_path / "one.key")
+    env = {"WASMEXT_NATS_TRUSTED_WORKERS": f"{one}, {two}"}
+    assert nats.with_env(env).trusted_workers == (one, two)
+    config.write_text('[nats]\ntrusted_workers = ["ed25519:not-a-key"]\n')
+    with pytest.raises(ConfigError, match="trusted_workers: must list"):
+        load_config(config)
