@@ -91,7 +91,7 @@ from pydantic import (
 )
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
-from wasmext.cluster.natsauth import NatsAuth, parse_nats
+from wasmext.cluster.natsauth import NatsAuth, NatsTable
 from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
 from wasmext.errors import ConfigError, UnsafeFile
 from wasmext.files import atomic_write, locked, read_regular
@@ -354,7 +354,7 @@ class ConfigFile(BaseModel):
     extensions: dict[ExtensionId, ExtensionSpec] = {}
     llm: LlmSection = LlmSection()
     http: HttpSection = HttpSection()
-    nats: dict[str, Any] = {}
+    nats: NatsTable = NatsTable()
 
 
 # -- from the validated file to the HostConfig the host takes ----------------------------
@@ -389,7 +389,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         mcp_enabled=doc.mcp.enabled, mcp_servers=doc.mcp.configs(),
         require_signature=doc.trust.require_signature, trusted_keys=tuple(doc.trust.keys),
         extensions={ext_id: spec.remote(ext_id) for ext_id, spec in doc.extensions.items()},
-        llm=doc.llm.settings(), http=doc.http.settings(), nats=parse_nats(doc.nats, base))
+        llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base))
 
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:

@@ -27,18 +27,20 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field
 
 from wasmext.errors import ConfigError
 from wasmext.lifecycle.signing import is_public_key
+from wasmext.validation import SECTION, problem
 
-__all__ = ["ENV_PREFIX", "NatsAuth", "parse_nats", "redact", "redact_url"]
+__all__ = ["ENV_PREFIX", "NatsAuth", "NatsTable", "redact", "redact_url"]
 
 ENV_PREFIX = "WASMEXT_NATS_"
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
 _FILE_KEYS = ("password_file", "token_file", "creds", "nkey_seed", "tls_ca", "tls_cert",
               "tls_key", "reply_key")
-_KEYS = {"url", "user", "inbox_prefix", "trusted_workers", *_FILE_KEYS}
 _SECRET_MAX = 4096
 
 
@@ -118,11 +120,51 @@ def redact(text: str, url: str | None = None, auth: NatsAuth | None = None) -> s
     return text
 
 
-def _public_keys(keys: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(keys, list) or not all(isinstance(k, str) and is_public_key(k.strip())
-                                             for k in keys):
+def _public_keys(keys: list[str], where: str) -> tuple[str, ...]:
+    keys = [k.strip() for k in keys]
+    if not all(is_public_key(k) for k in keys):
         raise ConfigError(f"{where}: must list 'ed25519:<base64>' public keys")
-    return tuple(k.strip() for k in keys)
+    return tuple(keys)
+
+
+def _public_key(value: str) -> str:
+    if not is_public_key(value):
+        problem("must be an 'ed25519:<base64>' public key")
+    return value
+
+
+NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
+
+
+class NatsTable(BaseModel):
+    """The [nats] table of wasmext.toml (secrets only by file: `password_file`, ...)."""
+
+    model_config = SECTION
+
+    url: NonEmpty | None = None
+    user: NonEmpty | None = None
+    inbox_prefix: NonEmpty | None = None
+    password_file: NonEmpty | None = None
+    token_file: NonEmpty | None = None
+    creds: NonEmpty | None = None
+    nkey_seed: NonEmpty | None = None
+    tls_ca: NonEmpty | None = None
+    tls_cert: NonEmpty | None = None
+    tls_key: NonEmpty | None = None
+    reply_key: NonEmpty | None = None
+    trusted_workers: list[Annotated[str, AfterValidator(_public_key)]] = []
+
+    def auth(self, base: Path, where: str = "nats") -> NatsAuth:
+        """The settings as a connection takes them: paths under `base`, secrets read."""
+        paths = {k: str(base / v) for k in _FILE_KEYS if (v := getattr(self, k)) is not None}
+        password = paths.pop("password_file", None)
+        token = paths.pop("token_file", None)
+        return NatsAuth(
+            url=self.url, user=self.user, inbox_prefix=self.inbox_prefix,
+            password=None if password is None else _read_secret(Path(password),
+                                                                f"{where}.password_file"),
+            token=None if token is None else _read_secret(Path(token), f"{where}.token_file"),
+            trusted_workers=tuple(self.trusted_workers), **paths)
 
 
 def _read_secret(path: Path, where: str) -> str:
@@ -137,25 +179,3 @@ def _read_secret(path: Path, where: str) -> str:
         return raw.decode("utf-8").strip()
     except UnicodeDecodeError:
         raise ConfigError(f"{where}: {path} is not UTF-8 text") from None
-
-
-def parse_nats(table: Mapping[str, Any], base: Path, where: str = "nats") -> NatsAuth:
-    """The `[nats]` table (file paths relative to `base`); the environment is applied
-    by `with_env` when connecting, so a changed variable needs no config reload."""
-    unknown = set(table) - _KEYS
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (secrets go in "
-                          "password_file, token_file or the WASMEXT_NATS_* environment)")
-    for key, value in table.items():
-        if key != "trusted_workers" and (not isinstance(value, str) or not value):
-            raise ConfigError(f"{where}.{key}: must be a non-empty string")
-    trusted = _public_keys(table.get("trusted_workers", []), f"{where}.trusted_workers")
-    paths = {k: str(base / table[k]) for k in _FILE_KEYS if k in table}
-    password = paths.pop("password_file", None)
-    token = paths.pop("token_file", None)
-    return NatsAuth(
-        url=table.get("url"), user=table.get("user"), inbox_prefix=table.get("inbox_prefix"),
-        password=None if password is None else _read_secret(Path(password),
-                                                            f"{where}.password_file"),
-        token=None if token is None else _read_secret(Path(token), f"{where}.token_file"),
-        trusted_workers=trusted, **paths)
