@@ -19,6 +19,8 @@ import msgpack
 import pytest
 import wasmtime
 from cluster_support import wat_plugin
+from nats.errors import TimeoutError as NatsTimeout
+from prometheus_client import generate_latest
 
 from wasmext import Host, HostConfig, Limits, PipelineError, load_config, parse_policy
 from wasmext.cluster.contract import DEADLINE_HEADER, ExtMessage, ExtRef, ExtRequest
@@ -201,6 +203,9 @@ def test_a_retry_after_a_kill_between_commit_and_reply_does_not_commit_again(
                 assert count(store) == 1  # ... and did not commit again
                 counts = healthy.worker.counts["killed.ext.pre.tally.v1"]
                 assert (counts.answered, counts.duplicate) == (1, 1)
+                assert ('extension_worker_requests_total{extension="tally",outcome="duplicate",'
+                        'subject="killed.ext.pre.tally.v1",worker="k2"} 1.0'
+                        ) in generate_latest(serving.observe.metrics.registry).decode()
                 assert router.caller is not None
                 assert router.caller.stats["tally"].by_worker == {"k2": 1}
                 with app.session() as s:  # a new call is a new key: it commits
@@ -272,6 +277,17 @@ def test_a_request_runs_no_longer_than_its_deadline(nats_url: str, tmp_path: Pat
                 assert spun.last_fault is None and not spun.quarantined
                 answer = link.request("bound.ext.pre.stamp.v1", encode_request("stamp"), {}, 10)
                 assert b"stamped" in answer.data  # a healthy stage answers afterwards
+                # A request already past its deadline is dropped unrun, unanswered.
+                late = {DEADLINE_HEADER: str(int((time.time() - 1) * 1000))}
+                with pytest.raises((NatsTimeout, TimeoutError)):
+                    link.request("bound.ext.pre.stamp.v1", encode_request("stamp"), late, 1)
+            counts = worker.worker.counts["bound.ext.pre.stamp.v1"]
+            assert (counts.answered, counts.expired) == (1, 1)
+            metrics = generate_latest(serving.observe.metrics.registry).decode()
+            assert ('extension_worker_requests_total{extension="stamp",outcome="expired",'
+                    'subject="bound.ext.pre.stamp.v1",worker="d1"} 1.0') in metrics
+            assert ('extension_worker_requests_total{extension="spin",outcome="failed",'
+                    'subject="bound.ext.pre.spin.v1",worker="d1"} 1.0') in metrics
         finally:
             worker.stop()
 

@@ -9,13 +9,15 @@
 `RemoteMetrics(caller).register(host.observe.metrics.registry)` puts them beside the
 host's own metrics (served by `--metrics-port`). A worker registers its own:
 
-    extension_worker_requests_total{extension,subject,outcome}
+    extension_worker_requests_total{worker,extension,subject,outcome}
         answered | failed | expired (dropped unrun: the caller's deadline had passed)
         | duplicate (ran; its state commit had been applied under the same call id)
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -71,24 +73,38 @@ class RemoteMetrics(Collector):
         yield from (calls, timeouts, retries, latency, breaker)
 
 
+Figures = Callable[[], Mapping[str, tuple[str, Any]]]
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, WorkerMetrics] = \
+    weakref.WeakKeyDictionary()  # one collector per registry, however many workers
+_LOCK = threading.Lock()
+
+
 class WorkerMetrics(Collector):
-    """A worker's figures per endpoint; `figures()` maps each subject to (plugin id,
-    counts with `answered`, `failed`, `expired` and `duplicate`)."""
+    """The figures per endpoint of every worker serving one host's registry: each
+    source maps a subject to (plugin id, counts with `answered`, `failed`, `expired`
+    and `duplicate`)."""
 
-    def __init__(self, figures: Callable[[], Mapping[str, tuple[str, Any]]]) -> None:
-        self.figures = figures
+    def __init__(self) -> None:
+        self._sources: dict[str, Figures] = {}  # by worker name
 
-    def register(self, registry: CollectorRegistry) -> WorkerMetrics:
-        """Add these metrics to `registry`."""
-        registry.register(self)
-        return self
+    @classmethod
+    def add(cls, registry: CollectorRegistry, worker: str, figures: Figures) -> None:
+        """Count `worker`'s figures in `registry` (one collector per registry)."""
+        with _LOCK:
+            metrics = _BY_REGISTRY.get(registry)
+            if metrics is None:
+                metrics = _BY_REGISTRY[registry] = cls()
+                registry.register(metrics)
+            metrics._sources[worker] = figures
 
     def collect(self) -> Iterator[Metric]:
         """The metrics now."""
         requests = CounterMetricFamily("extension_worker_requests",
                                        "Requests a worker took, by outcome",
-                                       labels=["extension", "subject", "outcome"])
-        for subject, (ext_id, c) in sorted(self.figures().items()):
-            for outcome in ("answered", "failed", "expired", "duplicate"):
-                requests.add_metric([ext_id, subject, outcome], getattr(c, outcome))
+                                       labels=["worker", "extension", "subject", "outcome"])
+        for worker, figures in sorted(self._sources.items()):
+            for subject, (ext_id, c) in sorted(figures().items()):
+                for outcome in ("answered", "failed", "expired", "duplicate"):
+                    requests.add_metric([worker, ext_id, subject, outcome],
+                                        getattr(c, outcome))
         yield requests

@@ -170,14 +170,10 @@ class Worker:
         self._nc: Client | None = None
         self._draining = False
         self.counts: dict[str, Counts] = {}  # by subject
-        self._metrics: WorkerMetrics | None = None
 
     async def start(self) -> None:
         self._nc = await connect(self.url, self.name, auth=self.auth)
-        if self._metrics is None:
-            self._metrics = WorkerMetrics(self._figures)
-            with contextlib.suppress(ValueError):  # another worker on this host has one
-                self._metrics.register(self.host.observe.metrics.registry)
+        WorkerMetrics.add(self.host.observe.metrics.registry, self.name, self._figures)
         for pid, stages in self.stages.items():
             await self._add(pid, stages)
         await self._nc.flush()
