@@ -45,10 +45,11 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
     def said(exc: BaseException) -> str:
         return clean(redact(str(exc) or type(exc).__name__, url, auth))
 
-    last: list[str] = []  # the server's reason, when connecting fails
+    seen: list[str] = []  # what went wrong while connecting (the server's reason first)
 
     async def error(exc: Exception) -> None:
-        last[:] = [said(exc)]
+        if len(seen) < 8:
+            seen.append(said(exc))
         if "authorization" in str(exc).lower() or "permissions" in str(exc).lower():
             log.warning("nats %s: %s", name, said(exc))
         else:
@@ -71,7 +72,9 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
                                     disconnected_cb=disconnected, reconnected_cb=reconnected,
                                     **options)
     except Exception as exc:
-        why = said(exc) if not last or last[0] in said(exc) else f"{last[0]} ({said(exc)})"
+        # A refused login is followed by a broken pipe on the retry: the refusal is news.
+        reason = next((e for e in seen if "authoriz" in e.lower()), seen[-1] if seen else "")
+        why = said(exc) if not reason or reason in said(exc) else f"{reason} ({said(exc)})"
         raise NatsUnavailable(f"cannot connect to {shown}: {why}") from None
     # A restarted server must not leave the process cut off: once connected, retry
     # for ever (nats-py reads the option at each reconnect).
