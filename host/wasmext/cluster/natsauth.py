@@ -33,20 +33,15 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from wasmext.errors import ConfigError
 from wasmext.lifecycle.signing import is_public_key
+from wasmext.text import redact_url
 from wasmext.validation import SECTION, problem
 
-__all__ = ["ENV_PREFIX", "NatsAuth", "NatsTable", "redact", "redact_url"]
+__all__ = ["ENV_PREFIX", "NatsAuth", "NatsTable", "redact"]
 
 ENV_PREFIX = "WASMEXT_NATS_"
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
 _FILE_KEYS = ("password_file", "token_file", "creds", "nkey_seed", "tls_ca", "tls_cert",
               "tls_key", "reply_key")
 _SECRET_MAX = 4096
-
-
-def redact_url(url: str) -> str:
-    """`url` with any `user:password@` replaced by `***@`."""
-    return _USERINFO.sub(r"\1***@", url)
 
 
 @dataclass(frozen=True)

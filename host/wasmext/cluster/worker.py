@@ -95,10 +95,6 @@ class Stage:
         self.plugin_id, self.kind, self.subject = plugin_id, kind, subject
 
 
-class Expired(Exception):
-    """The caller's deadline for this request passed before it ran."""
-
-
 class Counts:
     """What one endpoint did: answered, failed (answered with an error), expired
     (dropped unrun), duplicate (ran, its state commit not applied again), time spent."""
@@ -272,18 +268,19 @@ class Worker:
         encoding = encoding_of(req.headers)
         headers = {CONTENT_TYPE: encoding, WORKER_HEADER: self.name}
         error: tuple[str, str] | None = None
-        body = b""
+        body: bytes | None = b""
         try:
             body = await asyncio.get_running_loop().run_in_executor(
                 self._pool, self._call, stage, req.data, encoding, budget)
-        except Expired:
-            self._expired(stage, budget)
-            return
         except ContractError as err:
             error = ("400", err.message)
         except Exception as err:  # the plugin failed: its reason, one line, named
             error = ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}", 300))
+        if body is None:  # it waited in the pool past the caller's deadline: not run
+            self._expired(stage, budget)
+            return
         if error is not None:
+            body = b""
             headers.update({ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]})
         if self.signer is not None:
             headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
@@ -299,9 +296,11 @@ class Worker:
         counts.failed += failed
         counts.total_ns += time.perf_counter_ns() - started
 
-    def _call(self, stage: Stage, raw: bytes, encoding: str, budget: _Budget) -> bytes:
+    def _call(self, stage: Stage, raw: bytes, encoding: str, budget: _Budget
+              ) -> bytes | None:
+        """The encoded answer, or None when the request expired before it could run."""
         if budget.expired():  # it waited in the pool's queue past the caller's deadline
-            raise Expired
+            return None
         peer = f"request for {stage.plugin_id}"
         request: ExtRequest | ProviderRequest
         if stage.kind == "provider":
