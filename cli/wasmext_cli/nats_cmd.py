@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -13,8 +14,21 @@ from wasmext import WasmextError
 from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
 from wasmext_cli.group import error_line
 
-NATS_OPT = click.option("--nats", "url", default="nats://127.0.0.1:4222", show_default=True,
-                        help="The NATS server to connect to.")
+DEFAULT_URL = "nats://127.0.0.1:4222"
+NATS_OPT = click.option("--nats", "url", default=None,
+                        help=f"The NATS server to connect to (default: $WASMEXT_NATS_URL, "
+                             f"[nats] url, else {DEFAULT_URL}). Credentials: [nats] in the "
+                             "config or WASMEXT_NATS_* variables (docs/cluster.md); a url's "
+                             "user:password@ is never printed.")
+
+
+def _connection(url: str | None, config: Path | None) -> tuple[str, Any]:
+    """The url to use and the credentials ([nats] of the config, environment over it)."""
+    from wasmext import load_config
+    from wasmext.cluster.natsauth import NatsAuth
+
+    auth = (load_config(config).nats if config else NatsAuth()).with_env()
+    return url or auth.url or DEFAULT_URL, auth
 PREFIX_OPT = click.option("--prefix", default="wasmext", show_default=True,
                           help="Subject prefix (`beamline` gives the reference's subjects).")
 
@@ -33,7 +47,7 @@ PREFIX_OPT = click.option("--prefix", default="wasmext", show_default=True,
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan the plugin folders and enable state on change, and serve what "
                    "they hold then.")
-def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
+def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
            concurrency: int, name: str, bridge_events: tuple[str, ...], watch: bool) -> None:
     """Serve the plugins' pipeline stages as NATS services until SIGTERM (then drain)."""
     import asyncio  # here, not at the top: `wasmext --help` should not pay for it
@@ -48,8 +62,11 @@ def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix:
         host = _host(_default_config(config), plugin_dirs)
         for problem in host.load_errors:
             click.echo(error_line(problem), err=True)  # "wasmext: " once
+        auth = host.config.nats.with_env()
+        url = url or auth.url or DEFAULT_URL
         with host, (PluginWatcher(host) if watch else nullcontext()):
-            served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name)
+            served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name,
+                            auth=auth)
             if not served.stages:
                 click.echo("wasmext: no loaded plugin has a pre, validator, post or provider "
                            "hook", err=True)
@@ -58,7 +75,7 @@ def worker(url: str, config: Path | None, plugin_dirs: tuple[Path, ...], prefix:
                 from wasmext.cluster.bridge import EventBridge
 
                 bridge = EventBridge(host.observe.bus, url, prefix=prefix,
-                                     patterns=bridge_events)
+                                     patterns=bridge_events, auth=auth)
             try:
                 asyncio.run(_serve(served, FOLLOW_S if watch else None))
             finally:
@@ -99,16 +116,18 @@ def nats() -> None:
 
 @nats.command("ls")
 @NATS_OPT
+@CONFIG_OPT
 @click.option("--wait", "wait_s", type=click.FloatRange(0.05, 10), default=0.5,
               show_default=True, help="Seconds to collect answers.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
-def ls(url: str, wait_s: float, as_json: bool) -> None:
+def ls(url: str | None, config: Path | None, wait_s: float, as_json: bool) -> None:
     """Services on NATS (any that speaks the service API): versions, instances, stats."""
     from wasmext.cluster.link import NatsLink
     from wasmext.cluster.ops import list_services
 
     try:
-        with NatsLink(url, name="wasmext-nats-ls") as link:
+        url, auth = _connection(url, _default_config(config))
+        with NatsLink(url, name="wasmext-nats-ls", auth=auth) as link:
             found = link.run(list_services(link.client, wait_s), wait_s + 10)
     except WasmextError as err:
         _fail(err)

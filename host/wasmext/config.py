@@ -44,6 +44,10 @@
     subject = "wasmext.ext.validate.pii_guard.v1"
     timeout_ms = 100
 
+    [nats]                       # credentials and TLS for worker and callers (docs/cluster.md)
+    user = "worker"
+    password_file = "secrets/nats-worker"
+
     [llm]                        # the model behind llm.complete (services.llm_config)
     url = "http://127.0.0.1:8000/v1"
     model = "small-model"
@@ -87,6 +91,7 @@ from pydantic import (
 )
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
+from wasmext.cluster.natsauth import NatsAuth, NatsTable
 from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
 from wasmext.errors import ConfigError, UnsafeFile
 from wasmext.files import atomic_write, locked, read_regular
@@ -153,6 +158,7 @@ class HostConfig:
     require_signature: bool = False  # [trust]: only bundles signed by trusted_keys load
     trusted_keys: tuple[str, ...] = ()  # "ed25519:<base64 of the 32-byte public key>"
     extensions: Mapping[str, RemoteExtension] = field(default_factory=dict)  # remote (NATS)
+    nats: NatsAuth = field(default_factory=NatsAuth)  # [nats]: url, credentials, TLS
     llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
     http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
     # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
@@ -348,6 +354,7 @@ class ConfigFile(BaseModel):
     extensions: dict[ExtensionId, ExtensionSpec] = {}
     llm: LlmSection = LlmSection()
     http: HttpSection = HttpSection()
+    nats: NatsTable = NatsTable()
 
 
 # -- from the validated file to the HostConfig the host takes ----------------------------
@@ -382,7 +389,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         mcp_enabled=doc.mcp.enabled, mcp_servers=doc.mcp.configs(),
         require_signature=doc.trust.require_signature, trusted_keys=tuple(doc.trust.keys),
         extensions={ext_id: spec.remote(ext_id) for ext_id, spec in doc.extensions.items()},
-        llm=doc.llm.settings(), http=doc.http.settings())
+        llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base))
 
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import msgpack
 import pytest
@@ -469,3 +470,40 @@ def test_errors_are_wasmext_errors() -> None:
                       (InvalidKey, "invalid"), (InvalidArgument, "invalid")]:
         assert issubclass(cls, WasmextError)
         assert cls.code == code
+
+
+def test_a_commit_under_an_applied_key_applies_nothing(make_store: StoreFactory,
+                                                       clock: FakeClock, backend: str) -> None:
+    first = make_store(clock=clock)
+    # Two workers on one store (a memory store is shared by being the same object).
+    second = first if backend == "memory" else make_store(clock=clock)
+    plugin = Scope("p")
+
+    def attempt(store: Any, value: bytes, key: str) -> Any:
+        txn = store.begin("p")
+        txn.set("n", value, scope="plugin")
+        txn.once(key, 60)
+        return txn
+
+    assert attempt(first, b"1", "call-1").commit().duplicate is False
+    assert attempt(second, b"2", "call-1").commit().duplicate is True  # the retry
+    assert first.get(plugin, "n") == b"1"
+    # Two attempts of one call racing (a frozen worker thawing beside the retry):
+    # one commit lands, the other applies nothing.
+    a, b = attempt(first, b"3", "call-2"), attempt(second, b"4", "call-2")
+    assert a.commit().duplicate is False and b.commit().duplicate is True
+    assert second.get(plugin, "n") == b"3"
+    # The keys are not the plugin's: not listed, not cleared by it.
+    assert first.keys(plugin) == ["n"]
+    assert first.clear(plugin) == 1
+    assert attempt(first, b"5", "call-2").commit().duplicate is True
+    # A conflict of the plugin's own compare-and-set is still one.
+    txn = first.begin("p")
+    txn.cas("m", None, b"x", scope="plugin")
+    txn.once("call-3", 60)
+    first.set(plugin, "m", b"taken")
+    with pytest.raises(CasConflict):
+        txn.commit()
+    clock.advance(61)  # remembered for its TTL only
+    assert attempt(second, b"6", "call-1").commit().duplicate is False
+    assert first.get(plugin, "n") == b"6"

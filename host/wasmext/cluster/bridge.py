@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.cluster.contract import MAX_BYTES
 from wasmext.cluster.link import NatsLink
+from wasmext.cluster.natsauth import NatsAuth
 from wasmext.cluster.registry import check_prefix
 from wasmext.observe.events import Event, EventBus, EventError, check_topic, is_reserved
 
@@ -36,14 +37,15 @@ _REMEMBERED = 4096
 
 class EventBridge:
     def __init__(self, bus: EventBus, url: str, *, prefix: str = "wasmext",
-                 patterns: Iterable[str] = ("*",), inbound: bool = True) -> None:
+                 patterns: Iterable[str] = ("*",), inbound: bool = True,
+                 auth: NatsAuth | None = None) -> None:
         self.bus, self.prefix = bus, check_prefix(prefix)
         self.origin = uuid.uuid4().hex
         self.published = self.received = self.dropped = 0
         # Payload objects this bridge emitted (kept alive so their ids stay unique).
         self._came_in: OrderedDict[int, Any] = OrderedDict()
         self._lock = threading.Lock()
-        self.link = NatsLink(url, name="wasmext-event-bridge")
+        self.link = NatsLink(url, name="wasmext-event-bridge", auth=auth)
         self._subs = [bus.subscribe(p, self._out, name="_nats:bridge") for p in patterns]
         self._inbound: NatsSubscription | None = None
         if inbound:

@@ -7,13 +7,19 @@
               -> {provider_id, output, usage, metadata}
 
 JSON is the default; MessagePack when the sender says `Content-Type:
-application/msgpack`. Decoding refuses unknown keys (naming the path), wrong
-types, more than `MAX_BYTES` and nesting past the decoder's recursion limit: a
-peer is as untrusted as a plugin.
+application/msgpack`. Beside the body, a wasmext caller sends headers: `Trace-Id`,
+`Tenant-Id`, `Wasmext-Call-Id` (the idempotency key, the same on every attempt of one
+call), `Wasmext-Deadline` (when the caller gives this attempt up, Unix time in
+milliseconds) and `Wasmext-Calls-Left` (host calls the caller's call tree has left).
+
+Decoding refuses unknown keys (naming the path), wrong types, more than `MAX_BYTES`
+and nesting past the decoder's recursion limit: a peer is as untrusted as a plugin.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -22,15 +28,42 @@ from wasmext.errors import ContractError
 from wasmext.text import clean
 
 __all__ = [
-    "CONTENT_TYPE", "JSON", "MAX_BYTES", "MSGPACK", "ContractError", "ExtMessage", "ExtRef",
-    "ExtRequest", "ExtResponse", "ProviderRequest", "ProviderResponse", "Verdict", "decode",
-    "encode", "encoding_of",
+    "CALLS_LEFT_HEADER", "CALL_ID_HEADER", "CONTENT_TYPE", "DEADLINE_HEADER", "JSON",
+    "MAX_BYTES", "MSGPACK", "TENANT_HEADER", "TRACE_HEADER", "CallIds", "ContractError",
+    "ExtMessage", "ExtRef", "ExtRequest", "ExtResponse", "ProviderRequest", "ProviderResponse",
+    "Verdict", "deadline_of", "decode", "encode", "encoding_of",
 ]
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 CONTENT_TYPE = "Content-Type"
 MAX_BYTES = 1 << 20  # nats-server's default max_payload
+TRACE_HEADER = "Trace-Id"
+TENANT_HEADER = "Tenant-Id"
+CALL_ID_HEADER = "Wasmext-Call-Id"
+DEADLINE_HEADER = "Wasmext-Deadline"
+CALLS_LEFT_HEADER = "Wasmext-Calls-Left"
+
+
+@dataclass(frozen=True)
+class CallIds:
+    """What every remote call of one pipeline run carries (body and headers): its ids and
+    the budget of the call tree it belongs to (`deadline` in time.monotonic seconds and
+    `calls_left` host calls; None: unbounded)."""
+
+    trace_id: str
+    tenant_id: str
+    deadline: float | None = None
+    calls_left: int | None = None
+
+
+def deadline_of(headers: dict[str, str] | None) -> float | None:
+    """The `Wasmext-Deadline` of a request as a time.monotonic() instant (None: none
+    sent, or not a number). The header is wall-clock time, so hosts' clocks must agree."""
+    raw = (headers or {}).get(DEADLINE_HEADER)
+    if raw is None or not raw.isdigit() or len(raw) > 16:
+        return None
+    return time.monotonic() + (int(raw) / 1000 - time.time())
 
 
 class _Strict(msgspec.Struct, forbid_unknown_fields=True):

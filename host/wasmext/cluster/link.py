@@ -15,6 +15,7 @@ import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.errors import NatsUnavailable
 from wasmext.text import clean, redact_url
 
@@ -22,23 +23,37 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
 
-__all__ = ["NatsLink", "NatsUnavailable", "connect"]
+__all__ = ["NatsAuth", "NatsLink", "NatsUnavailable", "connect"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.cluster.link")
 
 
-async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:
-    """A connection that fails fast the first time and then reconnects for ever.
+async def connect(url: str, name: str, timeout_s: float = 5.0, *,
+                  auth: NatsAuth | None = None) -> Client:
+    """A connection that fails fast the first time and then reconnects for ever,
+    authenticated by `auth` (None: by the WASMEXT_NATS_* environment).
 
-    nats-py logs a traceback per failed attempt by default; here each is one line.
+    nats-py logs a traceback per failed attempt by default; here each is one line,
+    with the url's and `auth`'s secrets redacted, as in every error raised here.
     """
     import nats
 
-    shown = redact_url(url)  # logs and errors never show the URL's password
+    auth = auth if auth is not None else NatsAuth().with_env()
+    shown = redact_url(url)
+
+    def said(exc: BaseException) -> str:
+        return clean(redact(str(exc) or type(exc).__name__, url, auth))
+
+    seen: list[str] = []  # what went wrong while connecting (the server's reason first)
 
     async def error(exc: Exception) -> None:
-        log.debug("nats %s: %s", name, clean(exc))
+        if len(seen) < 8:
+            seen.append(said(exc))
+        if "authorization" in str(exc).lower() or "permissions" in str(exc).lower():
+            log.warning("nats %s: %s", name, said(exc))
+        else:
+            log.debug("nats %s: %s", name, said(exc))
 
     async def disconnected() -> None:
         log.warning("nats %s: disconnected from %s, reconnecting", name, shown)
@@ -47,12 +62,20 @@ async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:
         log.warning("nats %s: reconnected to %s", name, shown)
 
     try:
+        options = auth.options()
+    except (OSError, ValueError) as exc:  # a TLS file that cannot be read or used
+        raise NatsUnavailable(f"cannot connect to {shown}: TLS: {said(exc)}") from None
+    try:
         client = await nats.connect(url, name=name, connect_timeout=timeout_s,
                                     allow_reconnect=True, max_reconnect_attempts=1,
                                     reconnect_time_wait=0.2, error_cb=error,
-                                    disconnected_cb=disconnected, reconnected_cb=reconnected)
+                                    disconnected_cb=disconnected, reconnected_cb=reconnected,
+                                    **options)
     except Exception as exc:
-        raise NatsUnavailable(f"cannot connect to {shown}: {clean(exc)}") from None
+        # A refused login is followed by a broken pipe on the retry: the refusal is news.
+        reason = next((e for e in seen if "authoriz" in e.lower()), seen[-1] if seen else "")
+        why = said(exc) if not reason or reason in said(exc) else f"{reason} ({said(exc)})"
+        raise NatsUnavailable(f"cannot connect to {shown}: {why}") from None
     # A restarted server must not leave the process cut off: once connected, retry
     # for ever (nats-py reads the option at each reconnect).
     client.options["max_reconnect_attempts"] = -1
@@ -62,21 +85,22 @@ async def connect(url: str, name: str, timeout_s: float = 5.0) -> Client:
 class NatsLink:
     """`with NatsLink(url) as link: link.request(subject, data, headers, timeout_s)`."""
 
-    def __init__(self, url: str, *, name: str = "wasmext", connect_timeout_s: float = 5.0
-                 ) -> None:
+    def __init__(self, url: str, *, name: str = "wasmext", connect_timeout_s: float = 5.0,
+                 auth: NatsAuth | None = None) -> None:
         self.url, self.name = url, name
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats:{name}",
                                         daemon=True)
         self._thread.start()
         try:
-            self.client: Client = self.run(connect(url, name, connect_timeout_s),
+            self.client: Client = self.run(connect(url, name, connect_timeout_s, auth=auth),
                                            2 * connect_timeout_s + 1)
         except Exception as exc:
             self._stop_loop()
             if isinstance(exc, NatsUnavailable):
                 raise
-            raise NatsUnavailable(f"cannot connect to {redact_url(url)}: {clean(exc)}") from None
+            raise NatsUnavailable(f"cannot connect to {redact_url(url)}: "
+                                  f"{clean(redact(str(exc), url, auth))}") from None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run `coro` on the link's loop and wait for it (at most `timeout_s`)."""
@@ -93,7 +117,11 @@ class NatsLink:
         return self.run(self.client.request(subject, data, timeout=timeout_s, headers=headers),
                         timeout_s + 1.0)
 
+    def __repr__(self) -> str:
+        return f"NatsLink({redact_url(self.url)!r}, name={self.name!r})"
+
     def close(self) -> None:
+        """Drain the connection and stop its loop."""
         if self._loop.is_closed():
             return
         with contextlib.suppress(Exception):  # closing: the server may already be gone

@@ -7,13 +7,19 @@
     extension_remote_breaker_state{extension}         0 closed, 1 half open, 2 open
 
 `RemoteMetrics(caller).register(host.observe.metrics.registry)` puts them beside the
-host's own metrics (served by `--metrics-port`).
+host's own metrics (served by `--metrics-port`). A worker registers its own:
+
+    extension_worker_requests_total{worker,extension,subject,outcome}
+        answered | failed | expired (dropped unrun: the caller's deadline had passed)
+        | duplicate (ran; its state commit had been applied under the same call id)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -23,12 +29,14 @@ if TYPE_CHECKING:
 
     from wasmext.cluster.remote import RemoteCaller
 
-__all__ = ["BREAKER_STATES", "RemoteMetrics"]
+__all__ = ["BREAKER_STATES", "RemoteMetrics", "WorkerMetrics"]
 
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
 
 
 class RemoteMetrics(Collector):
+    """The caller's figures per remote extension."""
+
     def __init__(self, caller: RemoteCaller) -> None:
         self.caller = caller
 
@@ -63,3 +71,40 @@ class RemoteMetrics(Collector):
                     latency.add_metric([ext_id, str(q)], value)
             breaker.add_metric([ext_id], BREAKER_STATES[self.caller.breakers[ext_id].state])
         yield from (calls, timeouts, retries, latency, breaker)
+
+
+Figures = Callable[[], Mapping[str, tuple[str, Any]]]
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, WorkerMetrics] = \
+    weakref.WeakKeyDictionary()  # one collector per registry, however many workers
+_LOCK = threading.Lock()
+
+
+class WorkerMetrics(Collector):
+    """The figures per endpoint of every worker serving one host's registry: each
+    source maps a subject to (plugin id, counts with `answered`, `failed`, `expired`
+    and `duplicate`)."""
+
+    def __init__(self) -> None:
+        self._sources: dict[str, Figures] = {}  # by worker name
+
+    @classmethod
+    def add(cls, registry: CollectorRegistry, worker: str, figures: Figures) -> None:
+        """Count `worker`'s figures in `registry` (one collector per registry)."""
+        with _LOCK:
+            metrics = _BY_REGISTRY.get(registry)
+            if metrics is None:
+                metrics = _BY_REGISTRY[registry] = cls()
+                registry.register(metrics)
+            metrics._sources[worker] = figures
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics now."""
+        requests = CounterMetricFamily("extension_worker_requests",
+                                       "Requests a worker took, by outcome",
+                                       labels=["worker", "extension", "subject", "outcome"])
+        for worker, figures in sorted(self._sources.items()):
+            for subject, (ext_id, c) in sorted(figures().items()):
+                for outcome in ("answered", "failed", "expired", "duplicate"):
+                    requests.add_metric([worker, ext_id, subject, outcome],
+                                        getattr(c, outcome))
+        yield requests

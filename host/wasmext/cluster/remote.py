@@ -5,21 +5,34 @@ an answer that is not the contract is a failure (`(None, reason)`): the pipeline
 then applies its rules as for an in-process stage (a validator's failure is a
 reject; `mode` decides for pre and post). Only timeouts, missing responders and
 connection errors are retried: an error answer would come back the same.
+
+Every attempt carries its deadline (the earlier of now + `timeout_ms` and the call
+tree's deadline) and the call's idempotency key, the same on each attempt: a worker
+drops a request whose deadline passed unrun, and a stage's state commit under a key
+that already committed is not applied again. No attempt starts once the tree's time
+is up.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wasmext.cluster.breaker import Breaker
 from wasmext.cluster.contract import (
+    CALL_ID_HEADER,
+    CALLS_LEFT_HEADER,
     CONTENT_TYPE,
+    DEADLINE_HEADER,
     JSON,
     MSGPACK,
+    TENANT_HEADER,
+    TRACE_HEADER,
+    CallIds,
     ContractError,
     ExtResponse,
     ProviderResponse,
@@ -34,16 +47,15 @@ from wasmext.cluster.mapping import (
     stage_request,
 )
 from wasmext.cluster.registry import RemoteExtension
+from wasmext.cluster.signed import check_reply
+from wasmext.errors import SignatureInvalid
 from wasmext.text import clean
 
 if TYPE_CHECKING:
     from wasmext.cluster.link import NatsLink
-    from wasmext.cluster.routing import CallIds
 
 __all__ = ["TENANT_HEADER", "TRACE_HEADER", "RemoteCaller", "RemoteStats"]
 
-TRACE_HEADER = "Trace-Id"
-TENANT_HEADER = "Tenant-Id"
 WORKER_HEADER = "Wasmext-Worker"
 SERVICE_ERROR = "Nats-Service-Error"
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
@@ -60,6 +72,7 @@ class RemoteStats:
     timeouts: int = 0
     retries: int = 0
     short_circuited: int = 0
+    unsigned: int = 0  # answers refused: not signed by a trusted worker
     latencies_ms: list[float] = field(default_factory=list)
     by_worker: dict[str, int] = field(default_factory=dict)  # answers per worker name
 
@@ -81,9 +94,12 @@ class _Failure(Exception):
 class RemoteCaller:
     """Calls the extensions of `registry` over `link`; one breaker and stats per extension."""
 
-    def __init__(self, registry: Mapping[str, RemoteExtension], link: NatsLink) -> None:
+    def __init__(self, registry: Mapping[str, RemoteExtension], link: NatsLink, *,
+                 trusted_workers: tuple[str, ...] = ()) -> None:
         self.registry = dict(registry)
         self.link = link
+        # Non-empty: an answer counts only when signed by one of these (cluster.signed).
+        self.trusted_workers = tuple(trusted_workers)
         self.breakers = {e.id: Breaker(e.breaker_failures, e.breaker_reset_ms / 1000)
                          for e in self.registry.values()}
         self.stats = {e.id: RemoteStats() for e in self.registry.values()}
@@ -100,22 +116,33 @@ class RemoteCaller:
         encoding = MSGPACK if ext.encoding == "msgpack" else JSON
         payload = encode(body, encoding)
         headers = {TRACE_HEADER: ids.trace_id, TENANT_HEADER: ids.tenant_id,
-                   CONTENT_TYPE: encoding}
+                   CONTENT_TYPE: encoding, CALL_ID_HEADER: uuid.uuid4().hex}
+        if ids.calls_left is not None:
+            headers[CALLS_LEFT_HEADER] = str(max(0, ids.calls_left))
         with self._lock:
             stats.calls += 1
         reason = "no attempt"
         for attempt in range(ext.retry + 1):
+            timeout_s = ext.timeout_ms / 1000
+            if ids.deadline is not None:
+                timeout_s = min(timeout_s, ids.deadline - time.monotonic())
+                if timeout_s <= 0:
+                    reason = "the call tree's time is up" + (f" (after {reason})"
+                                                            if attempt else "")
+                    break
             if not breaker.allow():
                 with self._lock:
                     stats.short_circuited += 1
                     stats.failed += 1
                 return None, f"extension {ext.id}: circuit open"
+            started = time.monotonic()
             if attempt:
                 with self._lock:
                     stats.retries += 1
-            started = time.monotonic()
+            # Wall-clock: the worker is another process, perhaps another machine.
+            headers[DEADLINE_HEADER] = str(int((time.time() + timeout_s) * 1000))
             try:
-                answer = self._attempt(ext, data, payload, headers)
+                answer = self._attempt(ext, data, payload, headers, timeout_s)
             except _Failure as failure:
                 breaker.failed(started)
                 reason = failure.reason
@@ -132,21 +159,31 @@ class RemoteCaller:
         return None, f"extension {ext.id}: {reason}"
 
     def _attempt(self, ext: RemoteExtension, data: Any, payload: bytes,
-                 headers: dict[str, str]) -> Any:
+                 headers: dict[str, str], timeout_s: float) -> Any:
         from nats.errors import NoRespondersError
         from nats.errors import TimeoutError as NatsTimeout
 
         try:
-            msg = self.link.request(ext.subject, payload, headers, ext.timeout_ms / 1000)
+            msg = self.link.request(ext.subject, payload, headers, timeout_s)
         except (NatsTimeout, TimeoutError):
             with self._lock:
                 self.stats[ext.id].timeouts += 1
-            raise _Failure(f"timeout after {ext.timeout_ms} ms", True) from None
+            raise _Failure(f"timeout after {round(timeout_s * 1000)} ms", True) from None
         except NoRespondersError:
             raise _Failure(f"no responders on {ext.subject}", True) from None
         except Exception as exc:  # the connection: closed, reconnecting, refused
             raise _Failure(f"network error: {clean(type(exc).__name__)}", True) from None
         hdrs = msg.headers or {}
+        if self.trusted_workers:
+            try:
+                check_reply(ext.subject, headers[CALL_ID_HEADER], hdrs, msg.data,
+                            self.trusted_workers)
+            except SignatureInvalid as err:
+                # Someone other than a trusted worker took the request: another attempt
+                # may reach one.
+                with self._lock:
+                    self.stats[ext.id].unsigned += 1
+                raise _Failure(err.message, True) from None
         worker = clean(hdrs.get(WORKER_HEADER, "?"), 64)
         with self._lock:
             by_worker = self.stats[ext.id].by_worker

@@ -14,6 +14,7 @@ registered extension over NATS (`RemoteCaller`) and for anything else in-process
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -21,18 +22,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from wasmext.cluster.contract import CallIds
 from wasmext.cluster.registry import RemoteExtension
+from wasmext.cluster.remote import RemoteCaller
 from wasmext.errors import ConfigError
 from wasmext.hooks.context import HookHost, HookSession, TraceNotes
 from wasmext.hooks.ordering import Entry
 from wasmext.hooks.pipeline import PipelineResult, Policy, PolicyDoc, StageRef, run_pipeline
+from wasmext.sandbox import calltree
 from wasmext.sandbox.instance import CallResult
 from wasmext.services.events import Observer
 from wasmext.services.hostview import LoadedPlugin
 from wasmext.validation import SECTION, check
 
 if TYPE_CHECKING:
-    from wasmext.cluster.remote import RemoteCaller
     from wasmext.errors import WasmextError
 
 __all__ = ["CallIds", "Router", "Routing", "RoutingDoc", "TenantTable", "parse_routing"]
@@ -79,14 +82,6 @@ def parse_routing(raw: Any) -> Routing:
     doc = check(RoutingDoc, raw, prefix="policy", source="")
     default = doc.policy()
     return Routing(default, {t: tenant.over(default) for t, tenant in doc.tenants.items()})
-
-
-@dataclass(frozen=True)
-class CallIds:
-    """What every remote call of one pipeline run carries (body and headers)."""
-
-    trace_id: str
-    tenant_id: str
 
 
 class _RoutedHost:
@@ -157,9 +152,20 @@ class Router:
 
     def run(self, session: HookSession, payload: str, context: Mapping[str, Any] | None = None,
             *, tenant_id: str = "default", trace_id: str | None = None,
-            provider: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-            ) -> PipelineResult:
-        ids = CallIds(trace_id or uuid.uuid4().hex, tenant_id)
+            provider: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+            budget_ms: int | None = None) -> PipelineResult:
+        """Run the tenant's policy on `payload`. Remote stages get no more time than
+        `budget_ms` from now, nor than the plugin call this run happens inside has left
+        (its host calls left go along too): no attempt starts, and no worker runs one,
+        after that."""
+        deadline: float | None = None
+        if budget_ms is not None:
+            deadline = time.monotonic() + budget_ms / 1000
+        frame = calltree.current()
+        if frame is not None:
+            deadline = frame.deadline if deadline is None else min(deadline, frame.deadline)
+        ids = CallIds(trace_id or uuid.uuid4().hex, tenant_id, deadline,
+                      frame.calls_left if frame is not None else None)
         routed = _RoutedSession(session.id, session.state, session.trace,
                                 _RoutedHost(session.host, self.caller, ids))
         return run_pipeline(routed, self.routing.for_tenant(tenant_id), payload,

@@ -8,6 +8,15 @@ load and answer `$SRV.PING|INFO|STATS`. Each request runs through `Host.try_call
 so under the plugin's sandbox, limits, grants and state transaction, exactly as
 in-process; calls run on a thread pool of `concurrency` threads.
 
+A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up:
+the worker was frozen, or its queue was long) is dropped unrun and unanswered, when
+it arrives and again when a pool thread takes it; one that runs gets no more time
+than is left of it, and no more host calls than the caller's tree has left. Its
+state commit is made at most once per `Wasmext-Call-Id`, the key every attempt of
+one call carries (`wasmext.services.state.applying`). Per endpoint, `$SRV.STATS`
+data and `extension_worker_requests_total` count answered, failed, expired and
+duplicate requests.
+
 `drain()` (on SIGTERM) stops taking requests, finishes those already taken, then
 closes the connection.
 """
@@ -22,13 +31,17 @@ import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmext.cluster.contract import (
+    CALL_ID_HEADER,
+    CALLS_LEFT_HEADER,
     CONTENT_TYPE,
     ContractError,
     ExtRequest,
     ProviderRequest,
+    deadline_of,
     decode,
     encode,
     encoding_of,
@@ -41,7 +54,12 @@ from wasmext.cluster.mapping import (
     stage_response,
     verdict_from_answer,
 )
+from wasmext.cluster.metrics import WorkerMetrics
+from wasmext.cluster.natsauth import NatsAuth
 from wasmext.cluster.registry import EXT_TYPES, check_prefix, subject_for
+from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
+from wasmext.sandbox import calltree
+from wasmext.services.state import applying
 from wasmext.session import Session
 from wasmext.text import clean
 
@@ -77,6 +95,39 @@ class Stage:
         self.plugin_id, self.kind, self.subject = plugin_id, kind, subject
 
 
+class Counts:
+    """What one endpoint did: answered, failed (answered with an error), expired
+    (dropped unrun), duplicate (ran, its state commit not applied again), time spent."""
+
+    __slots__ = ("answered", "duplicate", "expired", "failed", "total_ns")
+
+    def __init__(self) -> None:
+        self.answered = self.failed = self.expired = self.duplicate = self.total_ns = 0
+
+
+class _Budget:
+    """What a request may spend: its deadline (time.monotonic), host calls, idempotency key."""
+
+    def __init__(self, headers: dict[str, str] | None) -> None:
+        hdrs = headers or {}
+        self.deadline = deadline_of(hdrs)
+        raw = hdrs.get(CALLS_LEFT_HEADER, "")
+        self.calls_left = int(raw) if raw.isdigit() and len(raw) <= 9 else None
+        key = hdrs.get(CALL_ID_HEADER)
+        self.key = None if key is None else session_id(key)
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def frame(self) -> calltree.Frame | None:
+        """The caller's budget as the root of the call tree the plugin call runs in."""
+        if self.deadline is None and self.calls_left is None:
+            return None
+        return calltree.Frame(self.deadline if self.deadline is not None else float("inf"),
+                              self.calls_left if self.calls_left is not None else 1 << 30,
+                              None)
+
+
 def _version(lp: LoadedPlugin) -> str:
     raw = lp.manifest.version if lp.manifest else ""
     match = _SEMVER.match(raw or "")
@@ -98,8 +149,12 @@ def stages_of(host: Host, prefix: str) -> dict[str, list[Stage]]:
 
 class Worker:
     def __init__(self, host: Host, url: str, *, prefix: str = "wasmext",
-                 concurrency: int = 8, name: str = "wasmext-worker") -> None:
+                 concurrency: int = 8, name: str = "wasmext-worker",
+                 auth: NatsAuth | None = None) -> None:
         self.host, self.url, self.prefix = host, url, check_prefix(prefix)
+        self.auth = auth
+        # With [nats] reply_key, every answer is signed (cluster.signed).
+        self.signer = ReplySigner(Path(auth.reply_key)) if auth and auth.reply_key else None
         self.name = name
         self.concurrency = concurrency
         self.stages = stages_of(host, prefix)
@@ -110,10 +165,11 @@ class Worker:
         self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
         self._nc: Client | None = None
         self._draining = False
-        self._counts: dict[str, tuple[int, int, int]] = {}  # subject: answered, failed, ns
+        self.counts: dict[str, Counts] = {}  # by subject
 
     async def start(self) -> None:
-        self._nc = await connect(self.url, self.name)
+        self._nc = await connect(self.url, self.name, auth=self.auth)
+        WorkerMetrics.add(self.host.observe.metrics.registry, self.name, self._figures)
         for pid, stages in self.stages.items():
             await self._add(pid, stages)
         await self._nc.flush()
@@ -180,35 +236,71 @@ class Worker:
             task.add_done_callback(self._inflight.discard)
         return handle
 
+    def _figures(self) -> dict[str, tuple[str, Counts]]:
+        """Counts by subject, with the plugin id each subject serves (for metrics)."""
+        ids = {s.subject: s.plugin_id for st in self.stages.values() for s in st}
+        return {subj: (ids.get(subj, "?"), c) for subj, c in list(self.counts.items())}
+
     def _endpoint_stats(self, endpoint: EndpointStats) -> dict[str, Any]:
         # nats-py times the handler, which only starts a task here: the real figures
         # (answered, failed, mean time) go in each endpoint's `data`.
-        answered, failed, total_ns = self._counts.get(endpoint.subject, (0, 0, 0))
-        return {"answered": answered, "errors": failed,
-                "average_ms": round(total_ns / answered / 1e6, 3) if answered else 0.0}
+        c = self.counts.get(endpoint.subject) or Counts()
+        return {"answered": c.answered, "errors": c.failed, "expired": c.expired,
+                "duplicate": c.duplicate,
+                "average_ms": round(c.total_ns / c.answered / 1e6, 3) if c.answered else 0.0}
+
+    def _count(self, stage: Stage) -> Counts:
+        return self.counts.setdefault(stage.subject, Counts())  # pool threads count too
+
+    def _expired(self, stage: Stage, budget: _Budget) -> None:
+        self._count(stage).expired += 1
+        log.info("worker %s: dropped a %s request for %s unrun: its deadline passed %.0f ms "
+                 "ago", self.name, stage.kind, stage.plugin_id,
+                 (time.monotonic() - (budget.deadline or 0.0)) * 1000)
 
     async def _serve(self, stage: Stage, req: Request) -> None:
         started = time.perf_counter_ns()
+        budget = _Budget(req.headers)
+        if budget.expired():  # the caller gave this attempt up: nobody waits for it
+            self._expired(stage, budget)
+            return
         failed = True
         encoding = encoding_of(req.headers)
         headers = {CONTENT_TYPE: encoding, WORKER_HEADER: self.name}
+        error: tuple[str, str] | None = None
+        body: bytes | None = b""
         try:
             body = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self._call, stage, req.data, encoding)
+                self._pool, self._call, stage, req.data, encoding, budget)
         except ContractError as err:
-            await req.respond_error("400", err.message, headers=headers)
+            error = ("400", err.message)
         except Exception as err:  # the plugin failed: its reason, one line, named
-            await req.respond_error("500", clean(f"plugin {stage.plugin_id} {stage.kind}: "
-                                                 f"{err}", 300), headers=headers)
+            error = ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}", 300))
+        if body is None:  # it waited in the pool past the caller's deadline: not run
+            self._expired(stage, budget)
+            return
+        if error is not None:
+            body = b""
+            headers.update({ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]})
+        if self.signer is not None:
+            headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
+                                       headers, body)
+        if error is not None:
+            await req.respond_error(error[0], error[1], headers=headers)
         else:
             await req.respond(body, headers=headers)
             failed = False
         self.served += 1
-        answered, errors, total_ns = self._counts.get(stage.subject, (0, 0, 0))
-        self._counts[stage.subject] = (answered + 1, errors + failed,
-                                       total_ns + time.perf_counter_ns() - started)
+        counts = self._count(stage)
+        counts.answered += 1
+        counts.failed += failed
+        counts.total_ns += time.perf_counter_ns() - started
 
-    def _call(self, stage: Stage, raw: bytes, encoding: str) -> bytes:
+    def _call(self, stage: Stage, raw: bytes, encoding: str, budget: _Budget
+              ) -> bytes | None:
+        """The encoded answer, or None when the request expired before it could run."""
+        if budget.expired():  # it waited in the pool's queue past the caller's deadline
+            return None
         peer = f"request for {stage.plugin_id}"
         request: ExtRequest | ProviderRequest
         if stage.kind == "provider":
@@ -218,9 +310,21 @@ class Worker:
             request = decode(raw, ExtRequest, encoding, peer=peer)
             data = data_from_request(request)
         session = Session(self.host, session_id(request.trace_id), {})
+        root = budget.frame()
+        if root is not None:
+            calltree.push(root)
         try:
-            answer, error = self.host.try_call(stage.plugin_id, stage.kind, data, session)
+            if budget.key is None:
+                answer, error = self.host.try_call(stage.plugin_id, stage.kind, data, session)
+            else:
+                with applying(budget.key) as once:
+                    answer, error = self.host.try_call(stage.plugin_id, stage.kind, data,
+                                                       session)
+                if once.duplicate:
+                    self._count(stage).duplicate += 1
         finally:
+            if root is not None:
+                calltree.pop()
             # No session end ever comes over the wire: session-scoped state lives for
             # one remote call (share state across calls in a plugin or tenant scope).
             self.host.session_ended(session.id)

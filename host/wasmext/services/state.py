@@ -12,6 +12,10 @@ MessagePack documents, stored as the exact bytes and returned decoded.
     {"op": "state.clear",  "scope"?}                                      -> count
     {"op": "state.cas",    "key": k, "expected"?: v, "value"?: v, "scope"?, "ttl"?} -> nil
 
+A call made inside `applying(key)` (a NATS worker serving a request) commits at
+most once per key: the key is recorded in the same atomic commit, for
+`APPLIED_TTL_S`, and a later commit under it applies nothing (docs/cluster.md).
+
 `state.get` of a missing key answers `not_found`; `state.cas` without
 `expected` requires the key to be absent and without `value` deletes it.
 Quota errors answer `limit`, a failed compare-and-set `conflict`.
@@ -19,12 +23,15 @@ Quota errors answer `limit`, a failed compare-and-set `conflict`.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import PluginError
+from wasmext.sandbox import calltree
 from wasmext.sandbox.codec import DecodeError, decode, encode
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.state import StateError, StateStore, StateUnavailable
@@ -34,11 +41,41 @@ if TYPE_CHECKING:
     from wasmext.observe.metrics import Metrics
     from wasmext.state import StateTransaction
 
-__all__ = ["install_state"]
+__all__ = ["APPLIED_TTL_S", "Once", "applying", "install_state"]
 
 log = logging.getLogger("wasmext.state")
 _SCOPES = ("session", "plugin")
 COMMIT_FLOOR = 0.1  # seconds a commit may wait even when the call's time is up
+APPLIED_TTL_S = 600.0  # how long an idempotency key is remembered
+
+
+class Once:
+    """The idempotency key of the plugin call made inside `applying`, and what became
+    of its commit (`duplicate`: one under the same key had already landed)."""
+
+    def __init__(self, key: str, root: calltree.Frame | None) -> None:
+        self.key, self.root = key, root
+        self.duplicate = False
+
+    def covers(self, frame: calltree.Frame | None) -> bool:
+        """Is `frame` the call itself (not a plugin call it nests)?"""
+        return frame is not None and frame.parent is self.root
+
+
+_once: contextvars.ContextVar[Once | None] = contextvars.ContextVar("wasmext_once",
+                                                                    default=None)
+
+
+@contextmanager
+def applying(key: str) -> Iterator[Once]:
+    """The state commit of the plugin call made in this block (not of the calls it
+    nests) applies at most once per `key` within APPLIED_TTL_S."""
+    once = Once(key, calltree.current())
+    token = _once.set(once)
+    try:
+        yield once
+    finally:
+        _once.reset(token)
 
 
 def install_state(services: HostServices, store: Callable[[], StateStore],
@@ -51,6 +88,9 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
             return current
         opened = store().begin(ctx.plugin_id, ctx.session)
         ctx.__dict__["state_txn"] = opened
+        once = _once.get()
+        if once is not None and not once.covers(calltree.current()):
+            once = None
 
         def done(success: bool) -> None:
             ctx.__dict__.pop("state_txn", None)
@@ -63,7 +103,15 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                 # time, but at least COMMIT_FLOOR: work a call did is not dropped for a
                 # few milliseconds.
                 with within(max(ctx.deadline, time.monotonic() + COMMIT_FLOOR)):
+                    if once is not None and wrote:
+                        opened.once(once.key, APPLIED_TTL_S)
                     report = opened.commit()
+                if report.duplicate and once is not None:
+                    once.duplicate = True
+                    log.info("plugin %s: state commit under idempotency key %s was applied "
+                             "before: not applied again", ctx.plugin_id, once.key,
+                             extra={"plugin_id": ctx.plugin_id, "session": ctx.session})
+                    return
             except StateUnavailable:
                 raise  # the host's storage failed: never the plugin's fault
             except StateError as err:

@@ -143,10 +143,12 @@ class Eviction:
 
 @dataclass(frozen=True)
 class CommitReport:
-    """What a commit did besides the writes asked for: evictions and quota warnings."""
+    """What a commit did besides the writes asked for: evictions and quota warnings;
+    `duplicate`: nothing was applied, a commit under the same idempotency key had been."""
 
     evicted: tuple[Eviction, ...] = ()
     warnings: tuple[str, ...] = ()
+    duplicate: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,9 @@ class StateTransaction(Protocol):
     def cas(self, key: str, expected: bytes | None, new: bytes | None, *,
             scope: ScopeName = "session", ttl: float | None = None) -> None:
         """Stage `new` only if the value is `expected`; checked again at commit."""
+
+    def once(self, key: str, ttl: float) -> None:
+        """Apply the commit at most once per idempotency `key` within `ttl` seconds."""
 
     def commit(self) -> CommitReport:
         """Apply every staged change atomically."""

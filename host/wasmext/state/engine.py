@@ -8,6 +8,7 @@ everything a caller sees is defined here once, so the backends cannot drift.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 import time
 from abc import abstractmethod
@@ -46,7 +47,12 @@ from wasmext.state.base import (
     check_id,
 )
 
-__all__ = ["Engine", "Transaction"]
+__all__ = ["APPLIED_SCOPE", "Engine", "Transaction"]
+
+# Idempotency keys live in reserved sessions of the plugin they belong to
+# (`#applied:00` ... `#applied:ff`, spread so that no one scope reaches max_keys):
+# a session id a worker never makes and a plugin never names.
+APPLIED_SCOPE = "#applied"
 
 
 def _scope_name(scope: Scope) -> ScopeName:
@@ -77,6 +83,7 @@ class Transaction:
         self._changes = Changes(plugin_id)
         self._touched: dict[Ref, None] = {}
         self._open = True
+        self._once: Ref | None = None
 
     @property
     def closed(self) -> bool:
@@ -188,12 +195,31 @@ class Transaction:
                 del self._changes.expect[ref]
             raise
 
+    def once(self, key: str, ttl: float) -> None:
+        """Make the commit apply at most once per idempotency `key` within `ttl` seconds:
+        when a commit under `key` has landed, `commit()` applies nothing and reports
+        `duplicate`. The key is written in the same atomic commit as the changes."""
+        self._sid("plugin")  # refuses a closed transaction
+        key = check_key(key, self.store.limits)
+        bucket = hashlib.sha256(key.encode("utf-8")).hexdigest()[:2]
+        ref: Ref = (f"{APPLIED_SCOPE}:{bucket}", key)
+        self._changes.expect[ref] = None
+        self._stage(ref, Write(b"\x01", check_ttl(ttl, self.store.limits)))
+        self._once = ref
+
     def commit(self) -> CommitReport:
         if not self._open:
             raise TransactionClosed("the state transaction is already closed",
                                     plugin_id=self.plugin_id)
         self._open = False
-        return self.store._finish(self._changes, self._touched)
+        try:
+            return self.store._finish(self._changes, self._touched)
+        except CasConflict:
+            once = self._once
+            if once is not None and self.store._read(self.plugin_id, once[0], once[1],
+                                                     self.store._now()) is not None:
+                return CommitReport(duplicate=True)
+            raise
 
     def rollback(self) -> None:
         """Discard every pending write; harmless on a closed transaction."""
