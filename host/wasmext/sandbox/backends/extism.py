@@ -297,7 +297,7 @@ class ExtismPlugin:
                     raise state.error from exc
                 if budget.abort is not None:  # interrupted: a cancel, or the caller's time
                     raise budget.abort from exc
-                if "cancel" in str(exc).lower():
+                if budget.seconds_left() <= 0:  # its deadline passed, or a cancel moved it
                     raise budget.timeout_error("the guest") from exc
                 raise self._fault(str(exc), hook) from exc
             finally:
