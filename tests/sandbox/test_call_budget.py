@@ -13,10 +13,10 @@ from typing import Any
 
 import msgpack
 import pytest
+from test_extism_backend import FORWARD, HOST_CALL, LENGTH, module
 
 from loopback import Loopback, loopback
 from support import cancel_call
-from test_extism_backend import FORWARD, HOST_CALL, LENGTH, module
 from wasmext import Cancelled, Host, HostCallLimitExceeded, PluginError, Runtime
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.hostcalls import CallContext

@@ -35,8 +35,8 @@ from wasmext.errors import (
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.backends.canon import BytesExport
 from wasmext.sandbox.backends.component import ComponentModule
-from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.budget import CallBudget
+from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.faults import classify, timeout
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
