@@ -104,24 +104,23 @@ class CallBudget:
     def host_call(self, started: float, work: Callable[[], T]) -> T:
         """Run the host's side of one host call (already charged) within the budget.
 
-        Whatever `work` causes (a tool call into plugins, an HTTP fetch, an MCP call)
-        ends by this call's deadline and by the end of its host-call time: both bound
-        the frame's deadline and `ctx.deadline` while it runs. `started` is the
-        `perf_counter` at which the host call began.
+        Whatever `work` causes through the call tree (a tool call into plugins, a host
+        or MCP tool) ends by this call's deadline and by the end of its host-call time,
+        which bound the frame's deadline while it runs. Ops that wait on the world
+        (`http.fetch`, `llm.complete`, storage) read `ctx.deadline`, the call's, and
+        report that time as waited. `started` is the `perf_counter` the host call began.
         """
         ctx, frame = self.ctx, self.frame
         ctx.nested_seconds = ctx.waited_seconds = 0.0
-        deadline, call_deadline = frame.deadline, ctx.deadline
+        deadline = frame.deadline
         frame.deadline = bounded = min(deadline, time.monotonic() + (
             self.limits.host_call_timeout_ms / 1000 - self.host_seconds))
-        ctx.deadline = min(call_deadline or bounded, bounded)
         try:
             answer = work()
         finally:
             # A cancel during `work` moved the deadline to the past: keep that.
-            frame.deadline = min(deadline, frame.deadline) if frame.deadline < bounded \
-                else deadline
-            ctx.deadline = call_deadline
+            frame.deadline = deadline if frame.deadline >= bounded \
+                else min(deadline, frame.deadline)
         nested = ctx.nested_seconds
         if nested:  # middleware `next` ran the host's inner layers: not our time
             started += nested
