@@ -17,7 +17,8 @@ from test_extism_backend import FORWARD, HOST_CALL, LENGTH, module
 
 from loopback import Loopback, loopback
 from support import cancel_call
-from wasmext import Cancelled, Host, HostCallLimitExceeded, PluginError, Runtime
+from wasmext import Cancelled, Host, HostCallLimitExceeded, PluginError, Runtime, Timeout
+from wasmext.sandbox import calltree
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.hostcalls import CallContext
 from wasmext.sandbox.plugin import Plugin
@@ -101,6 +102,26 @@ def test_a_cancel_interrupts_a_spinning_extism_plugin(runtime: Runtime,
     assert isinstance(error, Cancelled), repr(error)
     assert error.plugin_id == "ext-spin"
     assert ran >= 0.5 and after_cancel < 5.0
+    assert plugin.call("echo", "alive").value == "alive"
+    assert healthy.call("test").value == "alive"
+
+
+@needs_extism
+def test_a_nested_extism_call_never_outlives_its_caller(runtime: Runtime,
+                                                       healthy: Plugin) -> None:
+    """Called while another plugin's call is in progress (a caller with 300 ms left), a
+    spinning Extism guest ends by the caller's deadline, not by its own 30 s."""
+    plugin = runtime.load(module(), plugin_id="ext-nested",
+                          limits={"timeout_ms": 30_000, "fuel_per_call": 10**12})
+    started = time.monotonic()
+    caller = calltree.enter(started, 0.3, 100)
+    try:
+        with pytest.raises(Timeout, match="caller's deadline") as info:
+            plugin.call("spin", "")
+    finally:
+        calltree.leave(caller)
+    assert time.monotonic() - started < 3.0
+    assert info.value.inherited  # the caller's time ran out: not this plugin's fault
     assert plugin.call("echo", "alive").value == "alive"
     assert healthy.call("test").value == "alive"
 

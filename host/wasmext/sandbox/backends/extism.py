@@ -288,6 +288,13 @@ class ExtismPlugin:
             _active.stack.append(state)
             budget.enter()
             ctx.begin(budget.frame.deadline)
+            # The SDK's own timeout is the plugin's timeout_ms; a nested call must end by
+            # its caller's deadline, which comes first: interrupt the guest then.
+            timer = threading.Timer(budget.seconds_left(), self.interrupt) \
+                if budget.frame.clamped else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
             try:
                 out = bytes(self._plugin.call(hook, payload))
             except extism.Error as exc:
@@ -301,6 +308,8 @@ class ExtismPlugin:
                     raise budget.timeout_error("the guest") from exc
                 raise self._fault(str(exc), hook) from exc
             finally:
+                if timer is not None:
+                    timer.cancel()
                 budget.leave()
                 _active.stack.pop()
             # State written by this call commits only when the call succeeded.
