@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         named, skipped = stages(plugin, inst)
 
         def refresh() -> None:
-            inst._budget(inst.limits.fuel_per_call, 1 << 40)  # the bare stages never do
+            inst._set_budget(inst.limits.fuel_per_call, 1 << 40)  # the bare stages never do
 
         cases = [Case(f"stage{i}", name, "stage", fn, args.iters, min(2_000, args.iters),
                       before_round=refresh) for i, (name, fn) in enumerate(named)]
