@@ -98,7 +98,7 @@ def wasmext_cases(rt: Runtime, b: Budget) -> list[Item]:
     def unlimited_deadline() -> None:
         # PluginInstance.call refreshes fuel and deadline on every call; the bare
         # export does not, so give it a budget that cannot run out during a round.
-        raw._budget(raw.limits.fuel_per_call, 1 << 40)
+        raw._set_budget(raw.limits.fuel_per_call, 1 << 40)
 
     return [
         Case("wasmext.plugin_call", "wasmext Plugin.call (msgpack in+out)", "hook call",

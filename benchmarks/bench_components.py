@@ -97,11 +97,11 @@ def measure(rounds: int) -> list[dict[str, Any]]:
             generic = _generic(inst)
 
             def bare(e: Any = export, i: Any = inst, payload: bytes = payload) -> Any:
-                i._budget(i.limits.fuel_per_call, i._ticks)
+                i._set_budget(i.limits.fuel_per_call, i._ticks)
                 return e(payload, 1 << 20)
 
             def slow(g: Any = generic, i: Any = inst, payload: bytes = payload) -> Any:
-                i._budget(i.limits.fuel_per_call, i._ticks)
+                i._set_budget(i.limits.fuel_per_call, i._ticks)
                 return g(i.store, payload)
             cases.append(Case(f"{lang}.export", f"{lang} bare export", "parts", bare, 200, 20))
             cases.append(Case(f"{lang}.generic", f"{lang} generic call", "parts", slow, 100, 10))

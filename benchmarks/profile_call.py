@@ -39,7 +39,6 @@ from bench_guests import DATA, ECHO_HOOK, echo_wasm  # noqa: E402
 from bench_timing import Case, run_interleaved, stats_of  # noqa: E402
 
 from wasmext import Runtime  # noqa: E402
-from wasmext.sandbox import calltree  # noqa: E402
 from wasmext.sandbox.codec import check_depth  # noqa: E402
 from wasmext.sandbox.instance import CallResult, PluginInstance  # noqa: E402
 
@@ -86,13 +85,11 @@ def stages(plugin: Any, inst: PluginInstance) -> tuple[list[tuple[str, Callable[
     out_ptr, out_len = packed >> 32, packed & 0xFFFFFFFF
 
     def enter_leave() -> None:
-        inst._abort = None
-        inst._host_calls = 0
-        inst._host_seconds = 0.0
-        calltree.leave(calltree.enter(0.0, 1.0, 10, inst))
+        inst.budget.enter()
+        inst.budget.leave()
 
     def budget() -> Callable[[], Any]:
-        fuel, ticks, set_budget = inst.limits.fuel_per_call, inst._ticks, inst._budget
+        fuel, ticks, set_budget = inst.limits.fuel_per_call, inst._ticks, inst._set_budget
         return lambda: set_budget(fuel, ticks)
 
     builders: list[tuple[str, Callable[[], Callable[[], Any]]]] = [
@@ -102,8 +99,8 @@ def stages(plugin: Any, inst: PluginInstance) -> tuple[list[tuple[str, Callable[
         ("  msgpack pack(request)", lambda: lambda: inst._pack(req)),
         ("  memory.write_unchecked(request)",
          lambda: lambda: inst.memory.write_unchecked(ptr, payload)),
-        ("  _budget(fuel, ticks)", budget),
-        ("  reset counters + call-tree frame push/pop", lambda: enter_leave),
+        ("  _set_budget(fuel, ticks)", budget),
+        ("  CallBudget.enter + leave (call-tree frame)", lambda: enter_leave),
         ("  bound wasmext_call (fastcall)", lambda: lambda: inst._call(ptr, n)),
         ("    raw ctypes call, own prototype", lambda: _raw_call(inst, ptr, n)),
         ("  _read_output (bounds check + copy)",
@@ -220,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         named, skipped = stages(plugin, inst)
 
         def refresh() -> None:
-            inst._budget(inst.limits.fuel_per_call, 1 << 40)  # the bare stages never do
+            inst._set_budget(inst.limits.fuel_per_call, 1 << 40)  # the bare stages never do
 
         cases = [Case(f"stage{i}", name, "stage", fn, args.iters, min(2_000, args.iters),
                       before_round=refresh) for i, (name, fn) in enumerate(named)]

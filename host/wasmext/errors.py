@@ -36,6 +36,7 @@
     │   ├── StackOverflow
     │   ├── InvalidOutput           bad ptr/len, oversize, hostile MessagePack
     │   ├── HostCallLimitExceeded   too many host calls, or too long in the host
+    │   ├── BlockingWaitDenied      a component asked WASI to wait on a clock
     │   └── GuestTrap               any other trap (unreachable, bad access, ...)
     ├── PluginError                 the plugin answered {"ok": false}: a clean,
     │                               reported failure, not a fault
@@ -111,6 +112,7 @@ DESCRIBE_CAP = CAP + 256  # a cleaned message plus who, where and why
 
 __all__ = [
     "AbiMismatch",
+    "BlockingWaitDenied",
     "BundleAbsolutePath",
     "BundleDeviceEntry",
     "BundleDigestMismatch",
@@ -300,6 +302,16 @@ class InvalidOutput(PluginFault):
 
 class HostCallLimitExceeded(PluginFault):
     reason = "host call limit"
+
+
+class BlockingWaitDenied(PluginFault):
+    """A component subscribed to WASI's monotonic clock (a sleep, a timed poll).
+
+    wasmtime's WASI preview 2 waits inside host code, where neither the call's
+    deadline nor a cancel reaches, so the host offers no clock a guest can wait on.
+    """
+
+    reason = "blocking wait denied"
 
 
 class GuestTrap(PluginFault):

@@ -22,7 +22,8 @@ from wasmext.errors import ConfigError, InvalidModule, LoadError, ModuleTooLarge
 from wasmext.files import read_regular
 from wasmext.manifest import ID_RE, Manifest, load_folder
 from wasmext.mcp.config import env_refs
-from wasmext.sandbox.backends.component import ComponentModule, ComponentPlugin, is_component
+from wasmext.sandbox.backends.component import ComponentModule, is_component
+from wasmext.sandbox.backends.component_instance import ComponentPlugin
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import EngineConfig, SharedEngine, shared_engine

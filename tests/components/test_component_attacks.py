@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import wasmtime
 
-from support import Built
+from support import Built, cancel_call
 from wasmext import (
+    Cancelled,
     MemoryLimitExceeded,
     ModuleTooLarge,
     OutOfFuel,
@@ -21,6 +22,7 @@ from wasmext import (
     Timeout,
     UnknownImport,
 )
+from wasmext.errors import BlockingWaitDenied
 from wasmext.sandbox.wasmcheck import ModuleCaps
 
 BOUND_S = 10.0  # generous: the machine running CI is shared
@@ -51,6 +53,30 @@ def test_infinite_loop_hits_the_deadline(components: Built, crt: Runtime) -> Non
         with pytest.raises(Timeout, match="200 ms"):
             plugin.call("spin")
     assert timed(spin) < BOUND_S
+    assert plugin.call("echo", "alive").value == "alive"
+
+
+def test_a_sleep_cannot_outlast_the_deadline(components: Built, crt: Runtime) -> None:
+    """time.sleep is WASI's monotonic-clock subscription plus a poll, which would wait in
+    host code past any deadline (4 s under 500 ms): the subscription itself is refused."""
+    plugin = crt.load(components["hostile-python"], plugin_id="sleeper",
+                      limits={"fuel_per_call": 10**10, "timeout_ms": 500})
+    started = time.monotonic()
+    with pytest.raises(BlockingWaitDenied, match="monotonic clock") as info:
+        plugin.call("sleep", 4.0)
+    assert time.monotonic() - started < 3.0
+    assert info.value.plugin_id == "sleeper" and info.value.hook == "sleep"
+    assert plugin.call("echo", "alive").value == "alive"
+
+
+def test_a_short_sleep_is_refused_too(components: Built, crt: Runtime) -> None:
+    """Even a sleep that fits the deadline: no wait on time is offered, so none is
+    left for a cancel to chase."""
+    plugin = crt.load(components["hostile-python"], plugin_id="napper",
+                      limits={"fuel_per_call": 10**10, "timeout_ms": 30_000})
+    error, ran, _ = cancel_call(plugin, "sleep", 0.05, after_s=1.0)
+    assert isinstance(error, BlockingWaitDenied), repr(error)
+    assert not isinstance(error, Cancelled) and ran < 1.0  # over before the cancel came
     assert plugin.call("echo", "alive").value == "alive"
 
 

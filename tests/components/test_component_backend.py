@@ -10,7 +10,8 @@ import wasmtime
 
 from support import Built
 from wasmext import CompileCache, InputTooLarge, InvalidOutput, PluginError, Runtime
-from wasmext.sandbox.backends.component import ComponentPlugin, forget_compiled, is_component
+from wasmext.sandbox.backends.component import forget_compiled, is_component
+from wasmext.sandbox.backends.component_instance import ComponentPlugin
 from wasmext.testing import guest_wat
 
 

@@ -136,6 +136,13 @@ class CallScope:
             guest = getattr(frame, "guest", None)
             if guest is None or getattr(guest, "watched", False):
                 continue
+            interrupt = getattr(guest, "interrupt", None)
+            if interrupt is not None:  # a backend with its own way in (Extism's cancel)
+                try:
+                    interrupt()
+                except Exception:
+                    log.debug("could not interrupt a guest", exc_info=True)
+                continue
             # Without the watchdog nothing on the guest's thread would look before its
             # time-out, so the store's deadline is written from here, where the guest
             # reads it at its next function entry. wasmtime's Store is not Sync: this

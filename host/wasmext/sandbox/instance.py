@@ -20,7 +20,6 @@ from wasmext.errors import (
     AbiMismatch,
     EncodeError,
     GuestTrap,
-    HostCallLimitExceeded,
     InputTooLarge,
     InvalidOutput,
     MemoryLimitExceeded,
@@ -28,10 +27,11 @@ from wasmext.errors import (
     PluginFault,
     WasmextError,
 )
-from wasmext.sandbox import calltree, watchdog
+from wasmext.sandbox import watchdog
+from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
 from wasmext.sandbox.fastcall import Caller, StoreBinding
-from wasmext.sandbox.faults import classify, first_line, timeout
+from wasmext.sandbox.faults import classify, first_line
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.sandbox.module import PluginModule
@@ -72,9 +72,7 @@ class PluginInstance:
                          instances=1, memories=1, tables=4)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
         self.store = store
-        self._abort: WasmextError | None = None
-        self._frame = calltree.Frame(0.0, 0, None)
-        self._host_seconds = 0.0
+        self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
         store.set_fuel(limits.fuel_per_call)
         store.set_epoch_deadline(self._enter())
         try:
@@ -84,7 +82,7 @@ class PluginInstance:
         finally:
             self._leave()
         self._binding = binding = StoreBinding(store, instance)
-        self._budget = binding.budget()
+        self._set_budget = binding.budget()
         self.memory = binding.memory()
         self._call = binding.func("wasmext_call", 2, True)
         self._alloc_fn: Caller | None = None
@@ -112,13 +110,13 @@ class PluginInstance:
         self._streams[fd - 1](data)
 
     def wasi_seconds_left(self) -> float:
-        return self._frame.deadline - time.monotonic()
+        return self.budget.seconds_left()
 
     def wasi_timeout(self, why: str) -> None:
-        self._fail(timeout(why, self.limits, self.ctx, self._frame.clamped))
+        self.budget.timed_out(why)
 
     def wasi_exit(self, code: int) -> None:
-        self._fail(GuestTrap(f"proc_exit({code})", **self._where()))
+        self.budget.fail(GuestTrap(f"proc_exit({code})", **self._where()))
 
     def _where(self) -> dict[str, Any]:
         return {"plugin_id": self.ctx.plugin_id, "hook": self.ctx.hook}
@@ -126,21 +124,15 @@ class PluginInstance:
     # -- entering and leaving the guest -------------------------------------------
 
     def _enter(self) -> int:
-        """Open this call's frame in the call tree; its epoch ticks (1: a watchdog store)."""
-        self._abort = None
-        self._host_seconds = 0.0
-        now = time.monotonic()
-        self._frame = frame = calltree.enter(now, self.limits.timeout_ms / 1000,
-                                             self.limits.max_host_calls, self)
-        return self._ticks if not frame.clamped else min(
-            self._ticks, self.module.engine.ticks_for(max(0, int((frame.deadline - now) * 1000))))
+        """Open this call's budget; its epoch ticks (1: a watchdog store)."""
+        return self.budget.enter()
 
     def _leave(self) -> None:
-        calltree.leave(self._frame)
+        self.budget.leave()
 
     def _guest(self, what: str, fn: Any, *args: int) -> int:
         """Run one export with a fresh budget; every failure becomes a named error."""
-        self._budget(self.limits.fuel_per_call, self._enter())
+        self._set_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
             return int(fn(*args))
         except Exception as exc:
@@ -162,10 +154,10 @@ class PluginInstance:
         return size > cap // 2 and size > self.memory.last_size
 
     def _classify(self, exc: BaseException, what: str) -> WasmextError:
-        if self._abort is not None:
-            return self._abort
+        if self.budget.abort is not None:
+            return self.budget.abort
         at_cap = hasattr(self, "memory") and self._at_memory_cap()
-        return classify(exc, what, self.limits, self.ctx, at_cap, self._frame.clamped)
+        return classify(exc, what, self.limits, self.ctx, at_cap, self.budget.frame.clamped)
 
     # -- buffers -----------------------------------------------------------------
 
@@ -273,14 +265,15 @@ class PluginInstance:
             self._write_input(payload)
         else:
             self.memory.write_unchecked(self._in_ptr, payload)
-        self._budget(self.limits.fuel_per_call, self._enter())
-        ctx.begin(self._frame.deadline)  # storage waits end by it (state.deadline)
+        budget = self.budget
+        self._set_budget(self.limits.fuel_per_call, budget.enter())
+        ctx.begin(budget.frame.deadline)  # storage waits end by it (state.deadline)
         try:
             packed = self._call(self._in_ptr, n)
         except Exception as exc:
             raise self._classify(exc, "wasmext_call") from exc
         finally:
-            self._leave()
+            budget.leave()
         if self.meter:
             return self._metered(packed, data)
         if packed == 0:
@@ -324,26 +317,13 @@ class PluginInstance:
 
     # -- the imports (called by hostlink while this instance is on top) -----------
 
-    def _charge_host_call(self) -> None:
-        frame = self._frame
-        frame.calls_left -= 1
-        if frame.calls_left < 0:
-            self._fail(HostCallLimitExceeded(
-                f"more than {self.limits.max_host_calls} host calls in one call" if
-                frame.parent is None else "the call tree ran out of host calls (a nested "
-                "call's host calls count against its callers' max_host_calls)",
-                plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
-
     def _fail(self, err: PluginFault) -> None:
         """Abort the running call with `err` (wasmtime turns the raise into a trap)."""
-        if self._abort is None:
-            self._abort = err
-        raise err
+        self.budget.fail(err)
 
     def on_host_call(self, ptr: int, length: int) -> int:
-        if self._abort is not None:  # the guest swallowed nothing: a trap is on its way
-            raise self._abort
-        self._charge_host_call()
+        budget = self.budget
+        budget.charge_host_call()
         started = time.perf_counter()
         pid, hook = self.ctx.plugin_id, self.ctx.hook
         if length > self.limits.max_host_request_bytes:
@@ -355,28 +335,8 @@ class PluginInstance:
             self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
                                      "memory", plugin_id=pid, hook=hook))
         assert request is not None
-        self.ctx.nested_seconds = self.ctx.waited_seconds = 0.0
-        # Whatever this host call causes (tool.call into plugins, host or MCP tools)
-        # ends by our deadline and by the end of our host-call time.
-        frame, limits = self._frame, self.limits
-        deadline = frame.deadline
-        frame.deadline = min(deadline, time.monotonic() + limits.host_call_timeout_ms / 1000
-                             - self._host_seconds)
-        try:
-            answer = encode(self.services.dispatch(self.ctx, request, limits.max_msgpack_depth))
-        finally:
-            frame.deadline = deadline
-        nested = self.ctx.nested_seconds
-        if nested:
-            # Middleware `next` ran the host's inner layers: not our time.
-            started += nested
-            frame.deadline += nested
-            self.ctx.deadline = frame.deadline
-            left_ms = int((frame.deadline - time.monotonic()) * 1000)
-            self.store.set_epoch_deadline(min(self._ticks, self.module.engine.ticks_for(
-                max(0, left_ms))))  # never past our own, which is one tick when watched
-        started += self.ctx.waited_seconds  # waiting on storage is the host's time
-        self._check_time(started)
+        services, ctx, depth = self.services, self.ctx, self.limits.max_msgpack_depth
+        answer = budget.host_call(started, lambda: encode(services.dispatch(ctx, request, depth)))
         started = time.perf_counter()
         try:
             out = self._alloc(len(answer))
@@ -387,27 +347,11 @@ class PluginInstance:
         if out and not self.memory.write(out, answer):
             self._fail(InvalidOutput(f"wasmext_alloc returned {out:#x}, outside memory",
                                      plugin_id=pid, hook=hook))
-        self._check_time(started)
+        budget.check_time(started)
         return (out << 32) | len(answer) if out else 0
 
-    def _check_time(self, started: float) -> None:
-        """After a host call: its time is ours; past a budget, the call faults."""
-        now = time.perf_counter()
-        self._host_seconds += now - started
-        pid, hook = self.ctx.plugin_id, self.ctx.hook
-        if self._host_seconds * 1000 > self.limits.host_call_timeout_ms:
-            self._fail(HostCallLimitExceeded(
-                f"more than {self.limits.host_call_timeout_ms} ms spent in host calls",
-                plugin_id=pid, hook=hook))
-        if self._frame.calls_left < 0:  # a nested call used up our host calls
-            self._charge_host_call()
-        if time.monotonic() >= self._frame.deadline:
-            self._fail(timeout("a host call", self.limits, self.ctx, self._frame.clamped))
-
     def on_log(self, level: int, ptr: int, length: int) -> None:
-        if self._abort is not None:
-            raise self._abort
-        self._charge_host_call()
+        self.budget.charge_host_call()
         text = self.memory.read(ptr, min(length, self.limits.max_log_line_bytes))
         if text is None:
             self._fail(InvalidOutput(f"log text ptr {ptr:#x} len {length} is outside memory",

@@ -4,12 +4,21 @@ Instances are pooled so concurrent callers never share one; a faulted
 instance is thrown away (its memory may be half-written) and the next call
 gets a fresh one. Consecutive faults put the plugin in quarantine with an
 exponential backoff; a clean call ends the streak.
+
+Loading a plugin normally starts an instance to ask the guest what it registers.
+A guest whose registration map depends only on its settings (an SDK's static
+hook table, say) answers `"shareable": true`; then a later load of the same code
+with the same settings, limits and grants takes that map from the module and
+starts its first instance only when first called. That instance still registers,
+and a map that differs from the shared one is an `InvalidOutput` fault: the
+promise is checked, not trusted.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,10 +38,22 @@ from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.pluginlog import PluginLog
-from wasmext.sandbox.sharing import share_registration, shared_registration
 from wasmext.text import clean
 
-__all__ = ["HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
+__all__ = ["MAX_SHARED", "HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
+
+MAX_SHARED = 64  # distinct (settings, limits, grants) per module whose registration is kept
+
+
+def _shared_registration(module: object, key: str) -> dict[str, Any] | None:
+    table: dict[str, dict[str, Any]] | None = getattr(module, "registrations", None)
+    return None if table is None else table.get(key)
+
+
+def _share_registration(module: object, key: str, raw: dict[str, Any]) -> None:
+    table: dict[str, dict[str, Any]] | None = getattr(module, "registrations", None)
+    if table is not None and (key in table or len(table) < MAX_SHARED):
+        table[key] = raw
 
 
 @dataclass(frozen=True)
@@ -142,6 +163,8 @@ class Plugin:
         self._cooldown = self.quarantine.cooldown_s
         self._quarantined_until = 0.0
         self._idle: list[PluginInstance] = []
+        # Every instance alive, idle or mid-call: a grant change reaches them all.
+        self._instances: weakref.WeakSet[PluginInstance] = weakref.WeakSet()
         self._lock = threading.Lock()
         self.registration: Registration
         for minimum in module.info.table_minimums:
@@ -150,7 +173,7 @@ class Plugin:
                     f"{module.name}: declares a table of {minimum} elements, over "
                     f"table_elements {self.limits.table_elements}", plugin_id=plugin_id,
                     hook="register")
-        self._promised = shared_registration(module, self._sharing_key())
+        self._promised = _shared_registration(module, self._sharing_key())
         if self._promised is None:
             self._release(self.new_instance())
         else:  # a copy: its first instance starts at its first call, and must agree
@@ -177,6 +200,9 @@ class Plugin:
         """A fresh, registered instance (faults here count like call faults)."""
         inst = self.instance_type(self.module, self.limits, self._context(), self.services)
         inst.meter = self.meter
+        with self._lock:
+            self._instances.add(inst)
+            inst.ctx.grants = self.grants  # a set_grants while it was being made
         try:
             raw = inst.start(self.register_request())
             reg = Registration.parse(raw, self.id, self.default_priority)
@@ -184,7 +210,7 @@ class Plugin:
                 raise InvalidOutput("registration map differs from the one its module declared "
                                     "shareable", plugin_id=self.id, hook="register")
             if reg.shareable:
-                share_registration(self.module, self._sharing_key(), raw)
+                _share_registration(self.module, self._sharing_key(), raw)
         except PluginFault as fault:
             self._record_fault(fault)
             raise
@@ -226,9 +252,11 @@ class Plugin:
                 self._cooldown = self.quarantine.cooldown_s
 
     def set_grants(self, grants: frozenset[str]) -> None:
-        """Change the capabilities; instances already created see it at their next call."""
-        self.grants = grants
-        for inst in list(self._idle):
+        """Change the capabilities; every instance, mid-call too, sees it at its next host call."""
+        with self._lock:
+            self.grants = grants
+            live = list(self._instances)
+        for inst in live:
             inst.ctx.grants = grants
 
     def release_quarantine(self) -> None:

@@ -2,6 +2,7 @@
 
 import os
 import socket
+import time
 from typing import Any
 
 from wasmext_guest import Plugin, export, hook
@@ -19,6 +20,11 @@ class Hostile(Plugin):
         n = 0
         while True:  # only fuel or the deadline ends this
             n += 1
+
+    @hook("sleep")
+    def sleep(self, seconds: float) -> Any:
+        time.sleep(seconds)  # WASI p2: monotonic-clock subscribe-duration, then poll
+        return "slept"
 
     @hook("bomb")
     def bomb(self, data: Any) -> Any:

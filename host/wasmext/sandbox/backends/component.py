@@ -1,11 +1,11 @@
 """The component backend: plugins that are WebAssembly components of the world
-`wasmext:plugin@1.0.0` (abi/wit/plugin.wit, abi/SPEC.md section 8).
+`wasmext:plugin@1.0.0` (abi/wit/plugin.wit, abi/SPEC.md section 8): their
+compiled code and linking. `component_instance` runs them.
 
 This is how plugins written in Python (componentize-py) and JavaScript
 (componentize-js) run. The payloads are ABI v1's MessagePack documents, so a
 `ComponentPlugin` is a `Plugin`: the same registration, instance pool,
-quarantine, host-call dispatch and grants; only the instance differs
-(`component_instance.ComponentInstance`).
+quarantine, host-call dispatch and grants; only the instance differs.
 
 A component is recognised by its header (layer 1 of the binary format). Its
 imports are checked before anything is instantiated: the world's `host`
@@ -19,23 +19,28 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
 import wasmtime
 from wasmtime import component as wc
 
-from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge, UnknownImport
+from wasmext.errors import (
+    AbiMismatch,
+    BlockingWaitDenied,
+    InvalidModule,
+    ModuleTooLarge,
+    UnknownImport,
+)
 from wasmext.sandbox import calltree
 from wasmext.sandbox.backends.canon import add_bytes_import
-from wasmext.sandbox.backends.component_instance import ComponentInstance
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.module import ModuleInfo, PluginModule
-from wasmext.sandbox.plugin import Plugin
 from wasmext.sandbox.wasmcheck import ModuleCaps
 
-__all__ = ["HOST_INTERFACE", "ComponentModule", "ComponentPlugin", "is_component"]
+__all__ = ["HOST_INTERFACE", "ComponentModule", "is_component"]
 
 HOST_INTERFACE = "wasmext:plugin/host@1.0.0"
 # WASI preview 2 families the linker defines; every one inherits nothing (SPEC 8).
@@ -112,16 +117,54 @@ def _log(store: Any, level: int, message: str) -> None:
     guest.on_component_log(level, message)
 
 
+# wasmtime's WASI preview 2 waits on a clock's pollable (`subscribe-duration`, then
+# `poll` or `block`) inside host code: no epoch deadline and no cancel reaches it, so a
+# 4 s sleep under timeout_ms = 500 ran 4 s. wasmtime-py offers no bound: no WasiConfig
+# clock option, no async calls, and replacing `wasi:io/poll` with a pollable of ours
+# breaks every function of wasmtime's that returns its own (streams, sockets), since a
+# shadowing definition replaces a whole interface. So the monotonic clock is the host's:
+# it reads the time, and a subscription (the only way to wait on time) ends the call.
+_CLOCK = "wasi:clocks/monotonic-clock@0.2."
+_CLOCK_MINORS = range(32)  # every 0.2.x a component may import resolves to ours
+_RESOLUTION_NS = max(1, int(time.get_clock_info("monotonic").resolution * 1e9))
+
+
+def _clock_now(store: Any) -> int:
+    return time.monotonic_ns()
+
+
+def _clock_resolution(store: Any) -> int:
+    return _RESOLUTION_NS
+
+
+def _no_waiting(store: Any, when: int) -> None:
+    guest = _guest()
+    guest.budget.fail(BlockingWaitDenied(
+        "the component asked to wait on the monotonic clock (a sleep or a timed poll); "
+        "components cannot wait on time, which WASI would do beyond the call's deadline",
+        plugin_id=guest.ctx.plugin_id, hook=guest.ctx.hook))
+
+
 def linker_for(engine: SharedEngine) -> wc.Linker:
-    """The one linker per engine: WASI preview 2 and the world's `host` interface."""
+    """The one linker per engine: WASI preview 2 (the host's monotonic clock) and the
+    world's `host` interface."""
     with _linkers_lock:
         linker = _linkers.get(engine.fingerprint)
         if linker is None:
             linker = wc.Linker(engine.engine)
             linker.add_wasip2()
-            with linker.root() as root, root.add_instance(HOST_INTERFACE) as host:
-                add_bytes_import(host, "host-call", _host_call)
-                host.add_func("log", _log)
+            linker.allow_shadowing = True  # the clock replaces wasmtime's
+            with linker.root() as root:
+                for minor in _CLOCK_MINORS:
+                    with root.add_instance(f"{_CLOCK}{minor}") as clock:
+                        clock.add_func("now", _clock_now)
+                        clock.add_func("resolution", _clock_resolution)
+                        clock.add_func("subscribe-duration", _no_waiting)
+                        clock.add_func("subscribe-instant", _no_waiting)
+                with root.add_instance(HOST_INTERFACE) as host:
+                    add_bytes_import(host, "host-call", _host_call)
+                    host.add_func("log", _log)
+            linker.allow_shadowing = False
             _linkers[engine.fingerprint] = linker
         return linker
 
@@ -163,14 +206,3 @@ class ComponentModule(PluginModule):
                                tuple((i, "*") for i in imports),
                                any(i.startswith("wasi:") for i in imports), False, False)
         self.linker = linker_for(self.engine)
-
-
-class ComponentPlugin(Plugin):
-    """A component behind the plugin interface (pooling, faults, quarantine as usual)."""
-
-    module: ComponentModule
-
-    instance_type = ComponentInstance
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "backend": "component"}

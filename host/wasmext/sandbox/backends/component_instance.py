@@ -1,4 +1,5 @@
-"""One instance of a component plugin: its Store, its limits, the call protocol.
+"""A component plugin: one instance's Store, limits and call protocol, and the
+plugin that pools such instances.
 
 It is a `PluginInstance` for the plugin layer and reuses its bookkeeping (the
 call tree, host-call counting, the host-call time budget, aborts), but the
@@ -15,7 +16,7 @@ the host (stdout and stderr go to the plugin log).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import wasmtime
 
@@ -31,18 +32,18 @@ from wasmext.errors import (
     StackOverflow,
     WasmextError,
 )
-from wasmext.sandbox import calltree, watchdog
+from wasmext.sandbox import watchdog
 from wasmext.sandbox.backends.canon import BytesExport
+from wasmext.sandbox.backends.component import ComponentModule
+from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.faults import classify, timeout
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
+from wasmext.sandbox.plugin import Plugin
 
-if TYPE_CHECKING:
-    from wasmext.sandbox.backends.component import ComponentModule
-
-__all__ = ["ComponentInstance"]
+__all__ = ["ComponentInstance", "ComponentPlugin"]
 
 # Store-wide counts: a componentized CPython or SpiderMonkey has about a dozen
 # core instances, a few memories and tables. Generous, but finite.
@@ -73,11 +74,9 @@ class ComponentInstance(PluginInstance):
         wasi.stderr_custom = self._streams[1]
         store.set_wasi(wasi)
         self.store = store
-        self._abort: WasmextError | None = None
-        self._frame = calltree.Frame(0.0, 0, None)
-        self._host_seconds = 0.0
+        self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
         self.meter = False
-        self._budget(limits.fuel_per_call, self._enter())
+        self._set_budget(limits.fuel_per_call, self._enter())
         try:
             instance = module.linker.instantiate(store, module.component)
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
@@ -87,7 +86,7 @@ class ComponentInstance(PluginInstance):
         self._register = BytesExport(instance, store, "register")
         self._call_export = BytesExport(instance, store, "call")
 
-    def _budget(self, fuel: int, ticks: int) -> None:
+    def _set_budget(self, fuel: int, ticks: int) -> None:
         self.store.set_fuel(fuel)
         self.store.set_epoch_deadline(ticks)
 
@@ -101,9 +100,10 @@ class ComponentInstance(PluginInstance):
         return any("MemoryError" in t or "out of memory" in t for t in tail)
 
     def _classify(self, exc: BaseException, what: str) -> WasmextError:
-        if self._abort is not None:
-            return self._abort
-        err = classify(exc, what, self.limits, self.ctx, False, self._frame.clamped)
+        budget = self.budget
+        if budget.abort is not None:
+            return budget.abort
+        err = classify(exc, what, self.limits, self.ctx, False, budget.frame.clamped)
         if not isinstance(err, GuestTrap):
             return err
         # A component call reports a trap as an error whose text names the trap code.
@@ -112,7 +112,7 @@ class ComponentInstance(PluginInstance):
             return OutOfFuel(f"used all {self.limits.fuel_per_call} fuel in {what}",
                              plugin_id=pid, hook=hook)
         if "wasm trap: interrupt" in text:
-            return timeout(what, self.limits, self.ctx, self._frame.clamped)
+            return timeout(what, self.limits, self.ctx, budget.frame.clamped)
         if "call stack exhausted" in text:
             return StackOverflow(f"wasm stack exhausted in {what}", plugin_id=pid, hook=hook)
         if self._at_memory_cap():
@@ -127,8 +127,8 @@ class ComponentInstance(PluginInstance):
         if len(payload) > self.limits.max_input_bytes:
             raise InputTooLarge(f"request of {len(payload)} bytes exceeds max_input_bytes "
                                 f"{self.limits.max_input_bytes}", plugin_id=pid, hook=hook)
-        self._budget(self.limits.fuel_per_call, self._enter())
-        self.ctx.begin(self._frame.deadline)
+        self._set_budget(self.limits.fuel_per_call, self._enter())
+        self.ctx.begin(self.budget.frame.deadline)
         try:
             answer = export(payload, self.limits.max_output_bytes)
         except Exception as exc:
@@ -179,42 +179,32 @@ class ComponentInstance(PluginInstance):
     # -- the imports ---------------------------------------------------------------
 
     def on_component_host_call(self, request: bytes | None) -> bytes:
-        if self._abort is not None:
-            raise self._abort
-        self._charge_host_call()
+        budget = self.budget
+        budget.charge_host_call()
         pid, hook = self.ctx.plugin_id, self.ctx.hook
         if request is None or len(request) > self.limits.max_host_request_bytes:
             self._fail(InvalidOutput(f"host-call request over "
                                      f"{self.limits.max_host_request_bytes} bytes",
                                      plugin_id=pid, hook=hook))
         assert request is not None
-        started = time.perf_counter()
-        self.ctx.nested_seconds = self.ctx.waited_seconds = 0.0
-        frame, limits = self._frame, self.limits
-        deadline = frame.deadline
-        frame.deadline = min(deadline, time.monotonic() + limits.host_call_timeout_ms / 1000
-                             - self._host_seconds)
-        try:
-            answer = encode(self.services.dispatch(self.ctx, request, limits.max_msgpack_depth))
-        finally:
-            frame.deadline = deadline
-        nested = self.ctx.nested_seconds
-        if nested:  # middleware `next` ran the host's inner layers: not our time
-            started += nested
-            frame.deadline += nested
-            self.ctx.deadline = frame.deadline
-            left_ms = int((frame.deadline - time.monotonic()) * 1000)
-            self.store.set_epoch_deadline(min(self._ticks, self.module.engine.ticks_for(
-                max(0, left_ms))))
-        started += self.ctx.waited_seconds
-        self._check_time(started)
-        return answer
+        services, ctx, depth = self.services, self.ctx, self.limits.max_msgpack_depth
+        return budget.host_call(time.perf_counter(),
+                                lambda: encode(services.dispatch(ctx, request, depth)))
 
     def on_component_log(self, level: int, message: str) -> None:
-        if self._abort is not None:
-            raise self._abort
-        self._charge_host_call()
+        self.budget.charge_host_call()
         self.ctx.log.append(level, message.encode()[:self.limits.max_log_line_bytes])
 
     def fuel_left(self) -> int:
         return self.store.get_fuel()
+
+
+class ComponentPlugin(Plugin):
+    """A component behind the plugin interface (pooling, faults, quarantine as usual)."""
+
+    module: ComponentModule
+
+    instance_type = ComponentInstance
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "backend": "component"}

@@ -13,9 +13,16 @@ linked), and only those the plugin was granted:
     extism:host/user wasmext_state_get(key) -> value_json                     (grant: state)
     extism:host/user wasmext_state_set(key, value_json)                       (grant: state)
 
+A call is held to the same `CallBudget` as a native one: its host calls are
+counted, timed and bounded by the call's deadline (an `http.fetch` sees the
+time left, not a default), a nested call gets only its caller's time, and a
+cancel interrupts the guest through the SDK's cancel handle.
+
 An exception inside a host function does not vanish in the SDK (whose
 callbacks cannot raise): it is kept, the host function returns nothing, and
-`call` raises it as the plugin's error once the guest returns. Data crosses as UTF-8 text for
+`call` raises it as the plugin's error once the guest returns. A budget's
+abort (time, host calls) also interrupts the guest, which stops at its next
+epoch check instead of running on. Data crosses as UTF-8 text for
 strings, as they are for bytes and JSON for everything else; the output is
 JSON when it parses, else text when it is UTF-8, else bytes.
 """
@@ -25,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +42,7 @@ import wasmtime
 from wasmext.errors import (
     CapabilityDenied,
     GuestTrap,
+    InvalidOutput,
     LoadError,
     MemoryLimitExceeded,
     OutOfFuel,
@@ -42,6 +51,7 @@ from wasmext.errors import (
     Timeout,
     WasmextError,
 )
+from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import encode
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import NO_META, CallResult
@@ -95,6 +105,8 @@ def _host_function(name: str, params: int, results: int,
                 out = body(current, state, inputs)
             except WasmextError as err:
                 state.error = state.error or err
+                if state.plugin.budget.abort is not None:
+                    state.plugin.interrupt()  # the call is over: the guest must not go on
                 return
             except Exception as exc:
                 state.error = state.error or GuestTrap(
@@ -113,23 +125,37 @@ def _host_function(name: str, params: int, results: int,
         return fn
 
 
+def _dispatch(p: ExtismPlugin, started: float, request: bytes) -> dict[str, Any]:
+    """One host call's op, within the call's budget (already charged)."""
+    if len(request) > p.limits.max_host_request_bytes:
+        p.budget.fail(InvalidOutput(f"host call request of {len(request)} bytes is over "
+                                    f"{p.limits.max_host_request_bytes}",
+                                    plugin_id=p.id, hook=p.ctx.hook))
+    depth = p.limits.max_msgpack_depth
+    return p.budget.host_call(started, lambda: p.services.dispatch(p.ctx, request, depth))
+
+
 def _host_call(current: Any, state: _CallState, inputs: list[Any]) -> bytes:
     p = state.plugin
-    return encode(p.services.dispatch(p.ctx, current.input_bytes(inputs[0]),
-                                      p.limits.max_msgpack_depth))
+    p.budget.charge_host_call()
+    return encode(_dispatch(p, time.perf_counter(), current.input_bytes(inputs[0])))
 
 
 def _log(current: Any, state: _CallState, inputs: list[Any]) -> None:
-    state.plugin.log.append("info", current.input_bytes(inputs[0]))
+    state.plugin.budget.charge_host_call()
+    state.plugin.log.append("info", current.input_bytes(inputs[0])[
+        :state.plugin.limits.max_log_line_bytes])
 
 
 def _state_op(op: str) -> Callable[[Any, _CallState, list[Any]], bytes | None]:
     def body(current: Any, state: _CallState, inputs: list[Any]) -> bytes | None:
         p = state.plugin
+        p.budget.charge_host_call()
+        started = time.perf_counter()
         req: dict[str, Any] = {"op": op, "key": current.input_string(inputs[0])}
         if op == "state.set":
             req["value"] = json.loads(current.input_string(inputs[1]))
-        answer = p.services.dispatch(p.ctx, encode(req), p.limits.max_msgpack_depth)
+        answer = _dispatch(p, started, encode(req))
         if op == "state.get" and not answer["ok"] and answer["error"]["code"] == "not_found":
             return b"null"  # a missing key reads as JSON null, the Extism way
         if not answer["ok"]:
@@ -174,6 +200,7 @@ class ExtismPlugin:
         self.log = PluginLog(plugin_id, limits.max_log_lines, limits.max_log_line_bytes, secrets)
         self.ctx = CallContext(plugin_id, grants, self.settings, sensitive, self.log,
                                limits=limits.as_dict())
+        self.budget = CallBudget(limits, self.ctx, self)
         names = [e.name for e in module.exports
                  if isinstance(e.type, wasmtime.FuncType) and e.name not in _INTERNAL]
         imports = tuple((i.module, i.name or "") for i in module.imports)
@@ -199,6 +226,11 @@ class ExtismPlugin:
             self._plugin = extism.Plugin(self._compiled)
         except extism.Error as exc:
             raise self._refused(str(exc)) from exc
+        self._cancel = self._plugin.cancel_handle()
+
+    def interrupt(self) -> None:
+        """Stop the running guest at its next epoch check (a cancel, a spent budget)."""
+        self._cancel.cancel()
 
     def _compile(self, extism: Any, manifest: dict[str, Any]) -> Any:
         """extism.CompiledPlugin, but through the fuel-limited constructor."""
@@ -252,7 +284,17 @@ class ExtismPlugin:
         with self._lock:  # one SDK plugin: calls (and the shared context) take turns
             ctx.hook = hook
             ctx.session = meta.get("session") if meta else None
+            budget = self.budget
             _active.stack.append(state)
+            budget.enter()
+            ctx.begin(budget.frame.deadline)
+            # The SDK's own timeout is the plugin's timeout_ms; a nested call must end by
+            # its caller's deadline, which comes first: interrupt the guest then.
+            timer = threading.Timer(budget.seconds_left(), self.interrupt) \
+                if budget.frame.clamped else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
             try:
                 out = bytes(self._plugin.call(hook, payload))
             except extism.Error as exc:
@@ -260,8 +302,15 @@ class ExtismPlugin:
                 ctx.finish(False)
                 if state.error is not None:
                     raise state.error from exc
+                if budget.abort is not None:  # interrupted: a cancel, or the caller's time
+                    raise budget.abort from exc
+                if budget.seconds_left() <= 0:  # its deadline passed, or a cancel moved it
+                    raise budget.timeout_error("the guest") from exc
                 raise self._fault(str(exc), hook) from exc
             finally:
+                if timer is not None:
+                    timer.cancel()
+                budget.leave()
                 _active.stack.pop()
             # State written by this call commits only when the call succeeded.
             try:
