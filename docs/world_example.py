@@ -9,8 +9,8 @@ host's model is a Python function and one agent is registered.
 from pathlib import Path
 
 from wasmext import Host, HostConfig
-from wasmext.services.llm import LlmPolicy, LlmSettings, Price
-from wasmext.services.llm_client import ChatAnswer, ChatRequest
+from wasmext.services.llm.client import ChatAnswer, ChatRequest
+from wasmext.services.llm.service import LlmPolicy, LlmSettings, Price
 
 CONFORMANCE = Path(__file__).resolve().parent.parent / "guest-sdks" / "c" / "conformance"
 

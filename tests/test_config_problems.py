@@ -22,10 +22,10 @@ from wasmext.config import LimitsTable, StateTable, parse_config
 from wasmext.errors import ManifestError
 from wasmext.manifest import MANIFEST_TYPES, load_folder, type_problems
 from wasmext.sandbox.limits import Limits
-from wasmext.services.http_config import HttpSection
-from wasmext.services.http_fetch import HttpLimits
-from wasmext.services.llm import LlmPolicy
-from wasmext.services.llm_config import PolicyTable
+from wasmext.services.http.config import HttpSection
+from wasmext.services.http.fetch import HttpLimits
+from wasmext.services.llm.config import PolicyTable
+from wasmext.services.llm.service import LlmPolicy
 from wasmext.state import StateLimits
 from wasmext.testing import guest_wat
 from wasmext.text import is_unsafe

@@ -111,7 +111,7 @@ def test_internals_are_not_exported_but_stay_importable_from_their_modules() -> 
     from wasmext.sandbox.hostcalls import CallContext, HostServices
     from wasmext.sandbox.plugin import Registration
     from wasmext.sandbox.wasmcheck import ModuleCaps
-    from wasmext.services.llm_client import ChatRequest
+    from wasmext.services.llm.client import ChatRequest
 
     for internal in (CallContext, HostServices, Registration, ModuleCaps, ChatRequest):
         assert internal.__name__ not in wasmext.__all__

@@ -128,8 +128,8 @@ def test_the_old_import_paths_name_the_same_classes() -> None:
     from wasmext.sandbox.calltree import OutOfTime
     from wasmext.sandbox.codec import DecodeError
     from wasmext.sandbox.hostcalls import OpError
-    from wasmext.services.llm_client import ModelError
-    from wasmext.services.netguard import Refused
+    from wasmext.services.http.guard import Refused
+    from wasmext.services.llm.client import ModelError
     from wasmext.state import StateError
 
     assert (ConfigTextError, ContractError, NatsUnavailable, McpToolError, EventError,

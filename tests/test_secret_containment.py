@@ -336,7 +336,7 @@ def test_credentials_in_the_model_url_travel_as_a_header_not_in_the_url(
 
 
 def test_the_forms_of_a_basic_credential_include_what_it_encodes() -> None:
-    from wasmext.services.http_fetch import redact, secret_forms
+    from wasmext.services.http.fetch import redact, secret_forms
 
     encoded = base64.b64encode(b"robot:pa55word-of-robot").decode()
     forms = secret_forms([f"Basic {encoded}"])

@@ -48,7 +48,7 @@
     user = "worker"
     password_file = "secrets/nats-worker"
 
-    [llm]                        # the model behind llm.complete (services.llm_config)
+    [llm]                        # the model behind llm.complete (services.llm.config)
     url = "http://127.0.0.1:8000/v1"
     model = "small-model"
 
@@ -100,9 +100,9 @@ from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig, env_refs
 from wasmext.sandbox.limits import WASM_PAGE, Limits
-from wasmext.services.http_config import HttpSection, HttpSettings
-from wasmext.services.llm import LlmSettings
-from wasmext.services.llm_config import LlmSection
+from wasmext.services.http.config import HttpSection, HttpSettings
+from wasmext.services.llm.config import LlmSection
+from wasmext.services.llm.service import LlmSettings
 from wasmext.state import StateLimits, StateStore
 from wasmext.validation import SECTION, Count, Nonnegative, check, problem
 

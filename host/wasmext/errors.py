@@ -48,7 +48,7 @@
     ├── Quarantined                 calls refused until the quarantine ends
     ├── OpError                     a host op's clean failure: `code` and message are
     │                               answered to the guest as {"ok": false, ...}
-    ├── Refused                     (services.netguard) a URL the plugin may not reach,
+    ├── Refused                     (services.http.guard) a URL the plugin may not reach,
     │                               or a fetch over its caps; `code` is the ABI answer
     ├── OutOfTime                   (sandbox.calltree) the call tree's time ran out
     │                               before a host function answered
@@ -74,7 +74,7 @@
     │   ├── RateLimited             over the emitter's event rate
     │   ├── CascadeLimit            events causing events, too deep
     │   └── BusClosed               the bus is shut down
-    ├── ModelError                  (services.llm_client) a chat completion failed;
+    ├── ModelError                  (services.llm.client) a chat completion failed;
     │                               `timed_out` says whether it was the deadline
     ├── McpAuthError                an MCP server's OAuth authorization failed
     ├── McpToolError                an MCP server's tool answered with an error

@@ -48,9 +48,9 @@ from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
-from wasmext.services.llm import Completer, LlmService
-from wasmext.services.llm_config import completer_from
-from wasmext.services.llm_ledger import DayLedger
+from wasmext.services.llm.config import completer_from
+from wasmext.services.llm.ledger import DayLedger
+from wasmext.services.llm.service import Completer, LlmService
 from wasmext.services.pytools import host_tool
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
@@ -92,7 +92,7 @@ class Host:
         self.tools.install(self.runtime.services)
         self.http = self.config.http.service()  # http.fetch ([http]; inject_header)
         self.http.install(self.runtime.services)
-        # llm.complete: the `llm` callable, else the [llm] endpoint (services.llm)
+        # llm.complete: the `llm` callable, else the [llm] endpoint (services.llm.service)
         self.llm = LlmService(self.observe.metrics, self.config.llm,
                               llm or completer_from(self.config.llm),
                               DayLedger(self.state_store))

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from wasmext.errors import ConfigError
 from wasmext.files import read_regular
-from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError, OpenAIClient
+from wasmext.services.llm.client import ChatAnswer, ChatRequest, ModelError, OpenAIClient
 
 __all__ = ["Model", "ModelError", "OpenAIModel", "ReplayModel", "Transcript", "load_transcript"]
 
@@ -103,7 +103,7 @@ class ReplayModel:
 class OpenAIModel:
     """POST {base_url}/chat/completions; the key comes from $OPENAI_API_KEY if set.
 
-    The HTTP client is `services.llm_client.OpenAIClient` (httpx), the same one
+    The HTTP client is `services.llm.client.OpenAIClient` (httpx), the same one
     `llm.complete` uses when the host's model is an endpoint.
     """
 

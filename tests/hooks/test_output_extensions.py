@@ -11,8 +11,8 @@ import wasmtime
 
 from wasmext import Host, Runtime
 from wasmext.config import HostConfig
-from wasmext.services.llm import LlmSettings, Price
-from wasmext.services.llm_client import ChatAnswer, ChatRequest
+from wasmext.services.llm.client import ChatAnswer, ChatRequest
+from wasmext.services.llm.service import LlmSettings, Price
 from wasmext.testing import DATA_AT, guest_wat
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'

@@ -20,8 +20,8 @@ import pytest
 from loopback import Loopback, loopback
 from support import SDK_LANGS, SDK_ROOT
 from wasmext import Host, HostConfig, Runtime
-from wasmext.services.llm import LlmSettings
-from wasmext.services.llm_client import ChatAnswer, ChatRequest
+from wasmext.services.llm.client import ChatAnswer, ChatRequest
+from wasmext.services.llm.service import LlmSettings
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "abi" / "vectors" /
                       "host_calls.json").read_text())["minor_1"]

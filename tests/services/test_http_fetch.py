@@ -25,8 +25,8 @@ from loopback import Loopback, ipv6_loopback_available, loopback
 from wasmext import ConfigError, Host, PluginError, Runtime, load_config
 from wasmext.errors import Timeout
 from wasmext.sandbox.plugin import Plugin
-from wasmext.services.http_config import parse_http
-from wasmext.services.netguard import (
+from wasmext.services.http.config import parse_http
+from wasmext.services.http.guard import (
     Refused,
     ascii_host,
     forbidden,

@@ -26,9 +26,9 @@ from test_http_fetch import cut_at_deadline
 from loopback import Loopback, loopback
 from wasmext import ConfigError, Host, PluginError, Runtime
 from wasmext.config import HostConfig, load_config
-from wasmext.services.llm import LlmPolicy, LlmSettings, Price
-from wasmext.services.llm_client import ChatAnswer, ChatRequest, parse_answer
-from wasmext.services.llm_config import parse_llm
+from wasmext.services.llm.client import ChatAnswer, ChatRequest, parse_answer
+from wasmext.services.llm.config import parse_llm
+from wasmext.services.llm.service import LlmPolicy, LlmSettings, Price
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'

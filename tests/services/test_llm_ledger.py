@@ -17,9 +17,9 @@ from test_llm_complete import ASK, llm_wasm, refused
 from support import ROOT, free_port
 from wasmext import Host, PluginError, Runtime
 from wasmext.config import HostConfig
-from wasmext.services.llm import LlmPolicy, LlmSettings
-from wasmext.services.llm_client import ChatAnswer, ChatRequest
-from wasmext.services.llm_ledger import LEDGER_SCOPE
+from wasmext.services.llm.client import ChatAnswer, ChatRequest
+from wasmext.services.llm.ledger import LEDGER_SCOPE
+from wasmext.services.llm.service import LlmPolicy, LlmSettings
 
 RESERVED = 112  # ASK's estimate (34 // 4 + 4) plus its max_tokens of 100
 TIMEOUT = {"timeout_ms": 5000}
@@ -66,7 +66,7 @@ import sys, time
 from pathlib import Path
 from wasmext import Host, Runtime
 from wasmext.config import HostConfig
-from wasmext.services.llm import LlmPolicy, LlmSettings
+from wasmext.services.llm.service import LlmPolicy, LlmSettings
 
 data_dir, wasm, marker = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 

@@ -16,8 +16,8 @@ import wasmtime
 
 from wasmext import Host, PluginError, Runtime
 from wasmext.config import HostConfig
-from wasmext.services.llm import LlmSettings
-from wasmext.services.llm_client import ChatAnswer, ChatRequest
+from wasmext.services.llm.client import ChatAnswer, ChatRequest
+from wasmext.services.llm.service import LlmSettings
 from wasmext.testing import DATA_AT, guest_wat
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "abi" / "vectors" /

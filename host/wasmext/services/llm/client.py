@@ -1,9 +1,9 @@
 """One chat completion from an OpenAI-compatible endpoint, with httpx.
 
-Shared by `llm.complete` (services.llm) and `wasmext run --model-url`
+Shared by `llm.complete` (services.llm.service) and `wasmext run --model-url`
 (models.OpenAIModel). The answer is read in pieces and abandoned past
 `max_answer_bytes`, and every byte of it, headers included, is read by the
-deadline (`services.httpdeadline`); every failure is a `ModelError` saying
+deadline (`services.http.deadline`); every failure is a `ModelError` saying
 whether it was the deadline (`timed_out`) or the endpoint.
 """
 
@@ -19,7 +19,7 @@ import httpx2
 
 from wasmext.errors import ModelError
 from wasmext.sandbox.codec import DecodeError, check_depth
-from wasmext.services.httpdeadline import bounded, passed, tls_context
+from wasmext.services.http.deadline import bounded, passed, tls_context
 from wasmext.text import clean, redact_url, without_credentials
 
 __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient", "loads_answer"]

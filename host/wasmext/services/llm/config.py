@@ -25,8 +25,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from wasmext.services.llm import Completer, LlmPolicy, LlmSettings, Price
-from wasmext.services.llm_client import OpenAIClient
+from wasmext.services.llm.client import OpenAIClient
+from wasmext.services.llm.service import Completer, LlmPolicy, LlmSettings, Price
 from wasmext.validation import SECTION, Count, check
 
 __all__ = ["LlmSection", "completer_from", "parse_llm"]

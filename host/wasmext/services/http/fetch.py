@@ -1,12 +1,12 @@
 """The `http.fetch` op: HTTP to granted hosts only, inside the call's deadline.
 
 Grants: `http` enables the op; `http:<host pattern>` names the hosts
-(`services.netguard` checks names and addresses). Each hop (the request and
+(`services.http.guard` checks names and addresses). Each hop (the request and
 every redirect) is checked again, resolved once and sent to the checked
 address, with a fresh client so that no pooled connection made for one host
 carries a request for another. Bodies are read in pieces and abandoned at the
 cap; every byte, headers included, is read by the call's deadline
-(`services.httpdeadline` shuts the connection down when it passes, so a
+(`services.http.deadline` shuts the connection down when it passes, so a
 server dripping bytes cannot hold the call). Headers the host injects
 (`inject_header`: a plugin's sensitive setting sent to one scheme, port and
 host pattern; https unless the operator names http) are added last, never
@@ -29,8 +29,8 @@ from urllib.parse import quote, quote_plus, urljoin
 import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
-from wasmext.services.httpdeadline import bounded, passed, tls_context
-from wasmext.services.netguard import Refused, Target, ascii_pattern, resolve_target
+from wasmext.services.http.deadline import bounded, passed, tls_context
+from wasmext.services.http.guard import Refused, Target, ascii_pattern, resolve_target
 
 __all__ = ["HttpFetch", "HttpLimits"]
 

@@ -2,7 +2,7 @@
 
 The model is a `Completer` (any callable taking a `ChatRequest` and returning a
 `ChatAnswer`): a Python function given to the Host, or an OpenAI-compatible
-endpoint from the `[llm]` config (`services.llm_client`). Per plugin
+endpoint from the `[llm]` config (`services.llm.client`). Per plugin
 (`LlmPolicy`): the models it may name (default: the host's model only), token
 budgets per call, per session and per day, how many completions it may have
 in flight, and `timeout_ms`. Budgets are reserved before the request is sent
@@ -30,8 +30,8 @@ from typing import Any
 
 from wasmext.observe.metrics import Metrics
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
-from wasmext.services.llm_client import ChatAnswer, ChatRequest, ModelError
-from wasmext.services.llm_ledger import DayLedger
+from wasmext.services.llm.client import ChatAnswer, ChatRequest, ModelError
+from wasmext.services.llm.ledger import DayLedger
 
 __all__ = ["Completer", "LlmPolicy", "LlmService", "LlmSettings", "Price"]
 

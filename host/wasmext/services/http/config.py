@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from wasmext.services.http_fetch import HttpFetch, HttpLimits
+from wasmext.services.http.fetch import HttpFetch, HttpLimits
 from wasmext.validation import SECTION, Nonnegative, check
 
 __all__ = ["HttpSection", "HttpSettings", "parse_http"]
