@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from test_extism_backend import FORWARD, HOST_CALL, LENGTH, module
+from test_extism_backend import COPY_INPUT, FORWARD, HOST_CALL, LENGTH, module
 
 from loopback import Loopback, loopback
 from support import cancel_call
@@ -64,16 +64,7 @@ def test_an_extism_plugins_fetch_ends_at_its_calls_deadline(host: Host,
 
 
 LOOP_HOST_CALLS = """
-  (func (export "flood") (result i32)""" + """
-    (local $n i64) (local $i i64) (local $block i64)
-    (local.set $n (call $input_length))
-    (local.set $block (call $alloc (local.get $n)))
-    (block $done (loop $copy
-      (br_if $done (i64.ge_u (local.get $i) (local.get $n)))
-      (call $store_u8 (i64.add (local.get $block) (local.get $i))
-                      (call $input_load_u8 (local.get $i)))
-      (local.set $i (i64.add (local.get $i) (i64.const 1)))
-      (br $copy)))
+  (func (export "flood") (result i32)""" + COPY_INPUT + """
     (loop $again
       (drop (call $host_call (local.get $block)))
       (br $again))
