@@ -36,6 +36,9 @@ def session_options(fn: F) -> F:
                      help="Model name for --model-url."),
         click.option("--prompt", "prompts", multiple=True, help="A user turn (--model-url)."),
         click.option("--max-steps", type=click.IntRange(1, 50), default=4, show_default=True),
+        click.option("--no-builtin-tools", "no_builtin_tools", is_flag=True,
+                     help="Offer the agent no demo tools (calc, clock, ...): only the "
+                          "plugins' and the MCP servers' tools."),
         click.option("--json", "as_json", is_flag=True, help="Print a JSON document."),
         click.option("--metrics-port", type=click.IntRange(0, 65535),
                      help="Serve Prometheus /metrics on 127.0.0.1:PORT while running."),
@@ -108,9 +111,18 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     if server is not None:
         click.echo(f"metrics: {server.url}", err=True)
     try:
+        # The configured MCP servers' tools (`<server>__<tool>`) join the registry
+        # before the agent reads it, beside the built-in and the plugins' tools.
+        host.start_mcp()
+        agent = Agent(host, model, system=system, policy=routing, max_steps=opts["max_steps"],
+                      tools={} if opts["no_builtin_tools"] else None)
+    except WasmextError as err:
+        if server is not None:
+            server.close()
+        host.close()
+        _fail(err, EXIT_USAGE)
+    try:
         with host.session() as session:
-            agent = Agent(host, model, system=system, policy=routing,
-                          max_steps=opts["max_steps"])
             reports = [agent.run_turn(session, i, text) for i, text in enumerate(turns)]
     finally:
         if server is not None:

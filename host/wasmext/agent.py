@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wasmext.errors import HookAborted, PipelineError
+from wasmext.errors import ConfigError, HookAborted, PipelineError
 from wasmext.hooks.extensions import parse_requests
 from wasmext.hooks.pipeline import Policy
 from wasmext.host import Host
@@ -101,13 +101,29 @@ class Agent:
         self.model = model
         for tool in (DEMO_TOOLS if tools is None else tools).values():
             if tool.name not in host.tools.tools:
-                host.tools.register_python(tool.name, tool.run, description=tool.description,
-                                           input_schema=tool.input_schema)
+                self._register(tool)
         # Every tool of the registry: the host's and the plugins' own.
         self.tools = dict(host.tools.tools)
         self.system = system
         self.policy = policy
         self.max_steps = max_steps
+
+    def _register(self, tool: Tool) -> None:
+        """Add a built-in tool; a name another owner claimed (an MCP server called like
+        the tool) is a ConfigError naming both and the ways out."""
+        try:
+            self.host.tools.register_python(tool.name, tool.run, description=tool.description,
+                                            input_schema=tool.input_schema)
+        except ConfigError as err:
+            prefix = tool.name.partition("__")[0]
+            owner = self.host.tools.prefixes.get(prefix, "")
+            if not owner.startswith("mcp:"):
+                raise
+            raise ConfigError(
+                f"the MCP server {owner[4:]!r} (tools {prefix}__*) and the built-in tool "
+                f"{tool.name!r} share the name {prefix!r}: rename the server "
+                f"([mcp.servers.{owner[4:]}] under another name) or run without the "
+                "built-in tools (--no-builtin-tools)") from err
 
     def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
         report = TurnReport(user)
