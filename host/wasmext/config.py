@@ -28,16 +28,22 @@
 
     [mcp]                        # MCP servers whose tools join the registry
     enabled = true               # the global switch
+    connect_timeout_s = 10       # every server's, unless its table says otherwise
     [mcp.servers.calc]
     transport = "stdio"          # stdio, sse or http (streamable HTTP; needs url)
     command = "python"
     args = ["calc_server.py"]
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
+    inherit_env = true           # the host's environment too (false: a minimal one)
     call_timeout_s = 30
 
     [trust]                      # signed bundles (docs/lifecycle.md)
     require_signature = false    # true: only folders installed from a bundle signed
     keys = ["ed25519:..."]       # by one of these keys load (and install)
+
+    [extensions]                 # the plugins ("extensions" in the seeds) as a whole
+    enabled = true               # false: no plugin folder is read, no remote stage known
+    directories = ["more-plugins"]   # plugin folders after user_dir and workspace_dir
 
     [extensions.pii_guard]       # a remote extension (docs/cluster.md)
     type = "validator"
@@ -64,8 +70,9 @@ Relative paths are relative to the file's folder.
 
 Every section is a pydantic model (`ConfigFile` and the section models it holds, some
 kept beside what they configure: `McpSection`, `LlmSection`, `HttpSection`,
-`ExtensionSpec`). Types, value rules and the rules between fields all live there, so a
-bad file is one ConfigError naming every problem with its field path
+`ExtensionSpec`; `ExtensionsSection` holds the switch, the folders and the entries).
+Types, value rules and the rules between fields all live there, so a bad file is one
+ConfigError naming every problem with its field path
 (`field 'limits.fuel_per_call': must be > 0; field 'mcp.servers.x.url': ...`), cleaned
 and capped as `wasmext.validation` says.
 """
@@ -84,6 +91,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -159,6 +167,8 @@ class HostConfig:
     trusted_keys: tuple[str, ...] = ()  # "ed25519:<base64 of the 32-byte public key>"
     extensions: Mapping[str, RemoteExtension] = field(default_factory=dict)  # remote (NATS)
     nats: NatsAuth = field(default_factory=NatsAuth)  # [nats]: url, credentials, TLS
+    extensions_enabled: bool = True  # [extensions] enabled: false loads no plugin at all
+    extension_dirs: tuple[Path, ...] = ()  # [extensions] directories, after the two above
     llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
     http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
     # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
@@ -166,9 +176,13 @@ class HostConfig:
     credential_env: frozenset[str] = frozenset()
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
-        """(source, folder) in precedence order: user before workspace."""
+        """(source, folder) in precedence order: user, workspace, then `extension_dirs`;
+        none at all when `extensions_enabled` is false."""
+        if not self.extensions_enabled:
+            return []
         return [(src, d) for src, d in (("user", self.user_dir),
-                                         ("workspace", self.workspace_dir)) if d is not None]
+                                         ("workspace", self.workspace_dir)) if d is not None] \
+            + [("workspace", d) for d in self.extension_dirs]
 
 
 # -- the rules: one pydantic model per section -------------------------------------------
@@ -338,6 +352,22 @@ class TrustTable(BaseModel):
     keys: list[Annotated[str, AfterValidator(_public_key)]] = []
 
 
+class ExtensionsSection(BaseModel):
+    """[extensions]: the switch for every plugin, more plugin folders, and the remote
+    extensions, one `[extensions.ID]` table each (so `enabled` and `directories` are no
+    extension's id)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+    enabled: bool = True
+    directories: list[PathText] = []
+    __pydantic_extra__: dict[ExtensionId, ExtensionSpec] = Field(init=False)
+
+    def entries(self) -> dict[str, ExtensionSpec]:
+        """The remote extensions, by id."""
+        return dict(self.__pydantic_extra__ or {})
+
+
 class ConfigFile(BaseModel):
     """A whole wasmext.toml: every section and its rules."""
 
@@ -351,7 +381,7 @@ class ConfigFile(BaseModel):
     state: StateTable = StateTable()
     mcp: McpSection = McpSection()
     trust: TrustTable = TrustTable()
-    extensions: dict[ExtensionId, ExtensionSpec] = {}
+    extensions: ExtensionsSection = ExtensionsSection()
     llm: LlmSection = LlmSection()
     http: HttpSection = HttpSection()
     nats: NatsTable = NatsTable()
@@ -388,7 +418,11 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         state_backend=state.backend, state_url=state.url, state_limits=state.limits(),
         mcp_enabled=doc.mcp.enabled, mcp_servers=doc.mcp.configs(),
         require_signature=doc.trust.require_signature, trusted_keys=tuple(doc.trust.keys),
-        extensions={ext_id: spec.remote(ext_id) for ext_id, spec in doc.extensions.items()},
+        extensions={ext_id: spec.remote(ext_id)
+                    for ext_id, spec in doc.extensions.entries().items()}
+        if doc.extensions.enabled else {},
+        extensions_enabled=doc.extensions.enabled,
+        extension_dirs=tuple(where(d) for d in doc.extensions.directories),
         llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base))
 
 

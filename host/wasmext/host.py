@@ -12,7 +12,11 @@ entries of a hook, and `call`, which runs one plugin under its failure policy.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
+import os
+import re
 import threading
 import time
 import uuid
@@ -109,6 +113,8 @@ class Host:
         install_state(self.runtime.services, self.state_store, self.observe.metrics)
         self.mcp: McpClients | None = None
         dirs = list(plugin_dirs) if plugin_dirs is not None else self.config.plugin_dirs()
+        if not self.config.extensions_enabled:  # [extensions] enabled = false: no folder
+            dirs = []
         self.plugin_dirs = dirs  # what rescan() looks at again
         for found in discover(dirs):
             if found.error is not None:
@@ -169,12 +175,35 @@ class Host:
             else:
                 try:
                     self.tools.claim(server.name, f"mcp:{server.name}")
-                    specs.append(ServerSpec.from_config(server))
+                    # Never the host's whole environment (every host secret): only what
+                    # the operator allowed this plugin, its settings, and the table's env.
+                    spec = ServerSpec.from_config(server)
+                    specs.append(dataclasses.replace(
+                        spec, inherit_env=False,
+                        env={**self._plugin_server_env(lp), **spec.env}))
                 except ConfigError as err:
                     problem = f"plugin {lp.id}: MCP server {server.name!r}: {err.message}"
             if problem is not None:
                 self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
         return specs
+
+    def _plugin_server_env(self, lp: LoadedPlugin) -> dict[str, str]:
+        """The environment a plugin's own MCP servers start with (beside the SDK's minimal
+        PATH, HOME, ...): the variables `[plugin.ID] env` names, never a host credential,
+        then each setting as `WASMEXT_SETTING_<NAME>` and under its declared `env` name."""
+        over = self.config.overrides.get(lp.id)
+        denied = self.config.credential_env | {self.config.llm.api_key_env}
+        env = {var: os.environ[var] for var in sorted(over.env if over else ())
+               if var not in denied and var in os.environ}
+        declared = {s.name: s.env for s in (lp.manifest.settings if lp.manifest else ())}
+        for name, value in lp.plugin.settings.items():
+            if value is None:
+                continue
+            text = value if isinstance(value, str) else json.dumps(value)
+            env["WASMEXT_SETTING_" + re.sub(r"[^A-Z0-9_]", "_", name.upper())] = text
+            if declared.get(name) and declared[name] not in denied:
+                env[str(declared[name])] = text
+        return env
 
     def start_plugin_servers(self, lp: LoadedPlugin) -> None:
         """Start a plugin's own MCP servers when the host's MCP clients are running."""

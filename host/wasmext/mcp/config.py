@@ -1,11 +1,16 @@
 """[mcp] tables: MCP servers named in wasmext.toml or in a plugin's manifest.
 
+    [mcp]
+    connect_timeout_s = 10       # every server's default (the seeds' mcp.connectionTimeout)
     [mcp.servers.calc]
     transport = "stdio"          # stdio, sse or http (streamable HTTP; needs url)
     command = "python"
     args = ["calc_server.py"]
     env = { TOKEN = "${CALC_TOKEN}" }   # ${VAR}: missing ones warn and read as ""
                                  # (a plugin's manifest: only its allowed variables)
+    inherit_env = true           # stdio: the host's environment under `env` (default);
+                                 # false: the SDK's minimal one (PATH, HOME, ...). A
+                                 # plugin's own servers never inherit (docs/mcp.md)
     headers = { Authorization = "Bearer ${CALC_TOKEN}" }   # sse/http: sent with each request
     roots = ["file:///srv/data"]  # answered to roots/list (default: none offered)
     sampling = false             # answer sampling/createMessage with the host's model
@@ -63,6 +68,7 @@ class McpServerConfig:
     roots: tuple[str, ...] = ()
     sampling: bool = False
     oauth: OAuthSettings | None = None
+    inherit_env: bool = True  # stdio: start from the host's environment (002's rule)
 
 
 def _server_name(name: str) -> str:
@@ -100,6 +106,7 @@ class McpServer(BaseModel):
     roots: list[str] = []
     sampling: bool = False
     enabled: bool = True
+    inherit_env: bool = True
     connect_timeout_s: Seconds = 10.0
     call_timeout_s: Seconds = 30.0
     oauth: Any = None  # OAuthSettings once validated
@@ -163,14 +170,18 @@ class McpServer(BaseModel):
             sub, _, why = rest.partition("': ")
             problem(why or err.message, sub.removeprefix(".") or None)
 
-    def config(self, base_dir: Path | None) -> McpServerConfig:
-        """The validated table as the client takes it; stdio servers run in `base_dir`."""
+    def config(self, base_dir: Path | None, connect_timeout_s: float | None = None
+               ) -> McpServerConfig:
+        """The validated table as the client takes it; stdio servers run in `base_dir`;
+        `connect_timeout_s`: the section's, for a table that gives none of its own."""
+        connect = self.connect_timeout_s if connect_timeout_s is None \
+            or "connect_timeout_s" in self.model_fields_set else connect_timeout_s
         return McpServerConfig(
             self.name, self.transport, self.command, tuple(self.args), self.env, self.url,
-            float(self.connect_timeout_s), float(self.call_timeout_s), self.enabled,
+            float(connect), float(self.call_timeout_s), self.enabled,
             self.headers,
             str(base_dir) if base_dir is not None and self.transport == "stdio" else None,
-            tuple(self.roots), self.sampling, self.oauth)
+            tuple(self.roots), self.sampling, self.oauth, self.inherit_env)
 
 
 class McpSection(BaseModel):
@@ -179,6 +190,7 @@ class McpSection(BaseModel):
     model_config = SECTION
 
     enabled: bool = True
+    connect_timeout_s: Seconds | None = None  # every server's, unless it sets its own
     servers: dict[Annotated[str, AfterValidator(_server_name)], McpServer] = {}
 
     @field_validator("servers", mode="before")
@@ -190,7 +202,8 @@ class McpSection(BaseModel):
 
     def configs(self, base_dir: Path | None = None) -> tuple[McpServerConfig, ...]:
         """Every server, in the table's order; stdio servers run in `base_dir`."""
-        return tuple(s.config(base_dir) for s in self.servers.values())
+        return tuple(s.config(base_dir, self.connect_timeout_s)
+                     for s in self.servers.values())
 
 
 def parse_mcp(raw: Any, path: Path | None, base_dir: Path | None = None,

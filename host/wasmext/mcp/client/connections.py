@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -301,8 +302,12 @@ class McpClients:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         if spec.transport == "stdio":
+            # 002's rule: the host's environment, the table's `env` over it. Without
+            # `inherit_env` (always so for a plugin's own servers) the SDK starts from
+            # its minimal set (PATH, HOME, ...) and adds only `env`.
+            env = {**os.environ, **spec.env} if spec.inherit_env else dict(spec.env)
             return stdio_client(StdioServerParameters(
-                command=str(spec.command), args=list(spec.args), env=dict(spec.env) or None,
+                command=str(spec.command), args=list(spec.args), env=env or None,
                 cwd=spec.cwd))
         return http_transport(spec, self.oauth_dir, self.authorize_prompt)
 

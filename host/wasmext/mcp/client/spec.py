@@ -39,4 +39,5 @@ class ServerSpec(McpServerConfig):
                    cfg.url, float(cfg.connect_timeout_s), float(cfg.call_timeout_s),
                    bool(cfg.enabled), dict(getattr(cfg, "headers", {}) or {}),
                    getattr(cfg, "cwd", None), tuple(getattr(cfg, "roots", ())),
-                   bool(getattr(cfg, "sampling", False)), getattr(cfg, "oauth", None))
+                   bool(getattr(cfg, "sampling", False)), getattr(cfg, "oauth", None),
+                   bool(getattr(cfg, "inherit_env", True)))
