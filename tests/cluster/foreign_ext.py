@@ -8,7 +8,7 @@ Serves (all JSON, queue group "foreign"):
   PREFIX.ext.validate.sleepy.v1  answers ok after 2 s (callers time out first)
   PREFIX.ext.validate.flaky.v1   ignores the first request of each message_id
   PREFIX.ext.validate.garbage.v1 answers JSON nested 300 000 levels deep
-  PREFIX.provider.crm.v1         a CP2 provider
+  PREFIX.provider.crm.v1         a CP2 provider; metadata gets the parameters it was sent
 Prints "ready" when subscribed.
 """
 
@@ -53,7 +53,7 @@ async def main(url: str, prefix: str) -> None:
         await msg.respond(json.dumps({
             "provider_id": req["provider_id"], "output": f"summary of {req['prompt']}",
             "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": 2},
-            "metadata": {"source": "crm"}}).encode())
+            "metadata": {"source": "crm", "parameters": req["parameters"]}}).encode())
 
     for subject, cb in ((f"{prefix}.ext.pre.shout.v1", shout),
                         (f"{prefix}.ext.validate.sleepy.v1", sleepy),

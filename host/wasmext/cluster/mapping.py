@@ -67,7 +67,8 @@ def provider_request(ext_id: str, data: Any, trace_id: str, tenant_id: str) -> P
 
 def answer_from_provider(data: Any, response: ProviderResponse) -> dict[str, Any]:
     msg = _message(data.get("message") if isinstance(data, dict) else None, "")
-    metadata = {**response.metadata, "provider_id": response.provider_id}
+    # Merged over what the earlier stages set: a provider adds to the metadata.
+    metadata = {**msg.metadata, **response.metadata, "provider_id": response.provider_id}
     if response.usage:
         metadata["usage"] = dict(response.usage)
     return {"message": {**_as_dict(msg), "payload": response.output, "metadata": metadata}}

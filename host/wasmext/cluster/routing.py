@@ -68,7 +68,8 @@ class TenantTable(BaseModel):
             return tuple(replace(r, config={**r.config, **config.get(r.id, {})})
                          for r in refs if r.id not in off)
         return Policy(policy.policy_id, keep(policy.pre), keep(policy.validators),
-                      tuple(p for p in policy.providers if p not in off), keep(policy.post))
+                      tuple(replace(p, parameters={**p.parameters, **config.get(p.id, {})})
+                            for p in policy.providers if p.id not in off), keep(policy.post))
 
 
 class RoutingDoc(PolicyDoc):

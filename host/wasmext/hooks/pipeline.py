@@ -3,14 +3,20 @@
     {"policy_id": "support",
      "pre": [{"id": "normalize-text", "mode": "required", "config": {...}}],
      "validators": [{"id": "guard", "on_fail": "block"}],
-     "providers": ["echo-provider"],
+     "providers": ["echo-provider",
+                   {"id": "crm", "parameters": {"max_tokens": 512}, "priority": 1,
+                    "weight": 3}],
      "post": [{"id": "pii-mask", "mode": "optional"}]}
 
 `mode` (pre, post): a failing `required` stage fails the run (PipelineError),
 an `optional` one is skipped. A validator answers {"status": "ok"} or
 {"status": "reject", "reason"}; a fault or timeout counts as reject, and
 `on_fail` decides: block (PipelineError, result.blocked), warn (logged,
-carried on) or ignore. Providers are tried in order until one answers.
+carried on) or ignore. Providers are tried until one answers: by `priority`
+(lower first, default 0), and among equal priorities in list order, or, when
+one of them has a `weight`, in a random order where each goes first with a chance
+in proportion to its weight (default 1). A provider gets its `parameters` as
+`data.config` (a remote one: as the request's `parameters`).
 
 A policy document is validated as the pydantic model `PolicyDoc` (unknown keys
 refused: a misspelt `on-fail` would silently do nothing); a bad one is one
@@ -20,13 +26,14 @@ ConfigError naming every problem with its field (`wasmext.validation`).
 from __future__ import annotations
 
 import logging
+import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError, PipelineError
@@ -35,8 +42,8 @@ from wasmext.validation import SECTION, check, problem
 if TYPE_CHECKING:
     from wasmext.hooks.context import HookSession
 
-__all__ = ["PipelineResult", "Policy", "PolicyDoc", "StageRef", "load_policy", "parse_policy",
-           "run_pipeline"]
+__all__ = ["PipelineResult", "Policy", "PolicyDoc", "ProviderRef", "StageRef", "load_policy",
+           "parse_policy", "provider_order", "run_pipeline"]
 
 log = logging.getLogger("wasmext.pipeline")
 Provider = Callable[[dict[str, Any]], dict[str, Any]]
@@ -51,11 +58,21 @@ class StageRef:
 
 
 @dataclass(frozen=True)
+class ProviderRef:
+    """A provider of a policy: its id, its parameters, and where it comes in the order."""
+
+    id: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    priority: int = 0  # lower is tried first
+    weight: float | None = None  # among equal priorities: the chance of going first
+
+
+@dataclass(frozen=True)
 class Policy:
     policy_id: str
     pre: tuple[StageRef, ...] = ()
     validators: tuple[StageRef, ...] = ()
-    providers: tuple[str, ...] = ()
+    providers: tuple[ProviderRef, ...] = ()
     post: tuple[StageRef, ...] = ()
 
 
@@ -111,6 +128,21 @@ class ValidatorTable(BaseModel):
         return StageRef(self.id, on_fail=self.on_fail, config=self.config)
 
 
+class ProviderTable(BaseModel):
+    """A provider with parameters, a priority or a weight (a bare id is the defaults)."""
+
+    model_config = SECTION
+
+    id: StageId
+    parameters: dict[str, Any] = {}
+    priority: Annotated[int, Field(strict=True, ge=0, le=1000)] = 0
+    weight: Annotated[float, Field(strict=True, gt=0, le=1e6, allow_inf_nan=False)] | None = None
+
+    def ref(self) -> ProviderRef:
+        """The provider as the pipeline tries it."""
+        return ProviderRef(self.id, self.parameters, self.priority, self.weight)
+
+
 class PolicyDoc(BaseModel):
     """The rules of a policy document."""
 
@@ -119,13 +151,22 @@ class PolicyDoc(BaseModel):
     policy_id: str = "default"
     pre: list[StageTable] = []
     validators: list[ValidatorTable] = []
-    providers: list[str] = []
+    providers: list[ProviderTable] = []
     post: list[StageTable] = []
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _bare_ids(cls, value: Any) -> Any:
+        """A provider given by its id alone is a table with the defaults."""
+        if not isinstance(value, list):
+            return value
+        return [{"id": p} if isinstance(p, str) else p for p in value]
 
     def policy(self) -> Policy:
         """The validated document as the pipeline runs it."""
         return Policy(self.policy_id, tuple(s.ref() for s in self.pre),
-                      tuple(s.ref() for s in self.validators), tuple(self.providers),
+                      tuple(s.ref() for s in self.validators),
+                      tuple(p.ref() for p in self.providers),
                       tuple(s.ref() for s in self.post))
 
 
@@ -201,11 +242,30 @@ def run_pipeline(session: HookSession, policy: Policy, payload: str, context: di
     return result
 
 
+_order_rng = random.SystemRandom()
+
+
+def provider_order(providers: tuple[ProviderRef, ...],
+                   rng: random.Random = _order_rng) -> list[ProviderRef]:
+    """The order a run tries `providers` in: by priority; within one, in list order, or
+    weighted at random when any has a weight (Efraimidis-Spirakis: each goes first
+    with a chance in proportion to its weight)."""
+    out: list[ProviderRef] = []
+    for priority in sorted({p.priority for p in providers}):
+        group = [p for p in providers if p.priority == priority]
+        if any(p.weight is not None for p in group):
+            group.sort(key=lambda p: rng.random() ** (1.0 / (p.weight or 1.0)), reverse=True)
+        out.extend(group)
+    return out
+
+
 def _provide(session: HookSession, policy: Policy, result: PipelineResult, data: dict[str, Any],
              provider: Provider | None) -> None:
     errors = []
-    for pid in policy.providers:
-        answer, error = session.host.try_call(pid, "provider", data, session)
+    for ref in provider_order(policy.providers):
+        pid = ref.id
+        answer, error = session.host.try_call(pid, "provider",
+                                              {**data, "config": dict(ref.parameters)}, session)
         if error is None and answer is not None and answer.changed \
                 and _message_ok(answer.value):
             result.message, result.provider = dict(answer.value["message"]), pid
