@@ -30,7 +30,12 @@ def session_options(fn: F) -> F:
                        type=click.Path(exists=True, dir_okay=False, path_type=Path)),
         CONFIG_OPT, PLUGINS_OPT,
         click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="A routing policy (JSON or TOML) for pre/validator/post stages."),
+                     help="A routing policy (JSON or TOML) for pre/validator/post stages; "
+                          "read again when it (or the config's [extensions]) changes."),
+        click.option("--nats", "nats_url", metavar="URL",
+                     help="The NATS server of the remote stages ([extensions.ID] tables)."),
+        click.option("--tenant", "tenant_id", default="default", show_default=True,
+                     help="The tenant the policy runs for (its overrides apply)."),
         click.option("--model-url", help="An OpenAI-compatible endpoint (base URL, .../v1)."),
         click.option("--model", "model_name", default="gpt-4o-mini", show_default=True,
                      help="Model name for --model-url."),
@@ -68,8 +73,23 @@ def _use_example(opts: dict[str, Any]) -> None:
                f"{root})", err=True)
 
 
+def _routing(opts: dict[str, Any]) -> Any:
+    """The policy as a LiveRouting: its stages in-process or, for ids the config's
+    [extensions] registers, over NATS; both files read again when they change."""
+    from wasmext import load_config
+    from wasmext.cluster.live import LiveRouting
+
+    link = None
+    if opts["nats_url"]:
+        from wasmext.cluster.link import NatsLink
+
+        link = NatsLink(opts["nats_url"], name="wasmext-run")
+        click.get_current_context().call_on_close(link.close)
+    config = _default_config(opts["config"])
+    return LiveRouting(opts["policy"], config, lambda p: load_config(p).extensions, link)
+
+
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
-    from wasmext import load_policy
     from wasmext.agent import Agent
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
 
@@ -92,7 +112,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
                                                  opts["plugin_dirs"])
         if host.llm.completer is None:  # llm.complete asks the session's model
             host.llm.use(model.chat, model.name)
-        routing = load_policy(opts["policy"]) if opts["policy"] else None
+        routing = _routing(opts) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     if opts["json_logs"]:
@@ -114,8 +134,10 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         # The configured MCP servers' tools (`<server>__<tool>`) join the registry
         # before the agent reads it, beside the built-in and the plugins' tools.
         host.start_mcp()
-        agent = Agent(host, model, system=system, policy=routing, max_steps=opts["max_steps"],
-                      tools={} if opts["no_builtin_tools"] else None)
+        agent = Agent(host, model, system=system, max_steps=opts["max_steps"],
+                      tools={} if opts["no_builtin_tools"] else None,
+                      routing=routing.current if routing is not None else None,
+                      tenant_id=opts["tenant_id"])
     except WasmextError as err:
         if server is not None:
             server.close()

@@ -18,7 +18,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ConfigError, HookAborted, PipelineError
 from wasmext.hooks.extensions import parse_requests
@@ -26,6 +26,9 @@ from wasmext.hooks.pipeline import Policy
 from wasmext.host import Host
 from wasmext.models import Model
 from wasmext.session import Session
+
+if TYPE_CHECKING:
+    from wasmext.cluster.routing import Router
 
 __all__ = ["DEMO_TOOLS", "Agent", "Tool", "TurnReport"]
 
@@ -96,7 +99,11 @@ class Agent:
 
     def __init__(self, host: Host, model: Model, *, tools: Mapping[str, Tool] | None = None,
                  system: str = "You are a helpful assistant.", policy: Policy | None = None,
-                 max_steps: int = 4) -> None:
+                 max_steps: int = 4, routing: Callable[[], Router] | None = None,
+                 tenant_id: str = "default") -> None:
+        """`routing`: the current Router (stages in-process or remote over NATS), asked
+        at each turn, so a policy or registry edited on disk applies from the next one;
+        it takes the place of `policy`."""
         self.host = host
         self.model = model
         for tool in (DEMO_TOOLS if tools is None else tools).values():
@@ -106,6 +113,8 @@ class Agent:
         self.tools = dict(host.tools.tools)
         self.system = system
         self.policy = policy
+        self.routing = routing
+        self.tenant_id = tenant_id
         self.max_steps = max_steps
 
     def _register(self, tool: Tool) -> None:
@@ -141,7 +150,11 @@ class Agent:
         asked, _ = parse_requests(user, known)
         messages = s.on_input_messages([{"role": "user", "content": asked}]).value
         text = s.on_plain_text(messages[-1].get("content", user)).value
-        if self.policy is not None:
+        router = self.routing() if self.routing is not None else None
+        if router is not None:
+            text = router.run(s, text, provider=lambda d: d["message"], part="input",
+                              tenant_id=self.tenant_id).message["payload"]
+        elif self.policy is not None:
             text = s.pipeline(self.policy, text, provider=lambda d: d["message"]).message[
                 "payload"]
         gate = s.lifecycle("before_agent", prompt=text, context={"turn": index})
@@ -169,7 +182,10 @@ class Agent:
         response = s.process_tags(s.on_llm_output(response).value)
         _, extensions = s.output_extensions(user, response)
         report.extensions = [e.as_dict() for e in extensions]
-        if self.policy is not None:
+        if router is not None:
+            response = router.run(s, response, provider=lambda d: d["message"], part="output",
+                                  tenant_id=self.tenant_id).message["payload"]
+        elif self.policy is not None:
             response = s.pipeline(Policy(self.policy.policy_id, post=self.policy.post),
                                   response, provider=lambda d: d["message"]).message["payload"]
         report.response = response

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -154,11 +154,13 @@ class Router:
     def run(self, session: HookSession, payload: str, context: Mapping[str, Any] | None = None,
             *, tenant_id: str = "default", trace_id: str | None = None,
             provider: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-            budget_ms: int | None = None) -> PipelineResult:
+            budget_ms: int | None = None,
+            part: Literal["all", "input", "output"] = "all") -> PipelineResult:
         """Run the tenant's policy on `payload`. Remote stages get no more time than
         `budget_ms` from now, nor than the plugin call this run happens inside has left
         (its host calls left go along too): no attempt starts, and no worker runs one,
-        after that."""
+        after that. `part`: all of the policy, only what runs on a user's input (pre,
+        validators, providers), or only what runs on an answer (post)."""
         deadline: float | None = None
         if budget_ms is not None:
             deadline = time.monotonic() + budget_ms / 1000
@@ -169,5 +171,9 @@ class Router:
                       frame.calls_left if frame is not None else None)
         routed = _RoutedSession(session.id, session.state, session.trace,
                                 _RoutedHost(session.host, self.caller, ids))
-        return run_pipeline(routed, self.routing.for_tenant(tenant_id), payload,
-                            dict(context or {}), provider)
+        policy = self.routing.for_tenant(tenant_id)
+        if part == "input":
+            policy = replace(policy, post=())
+        elif part == "output":
+            policy = Policy(policy.policy_id, post=policy.post)
+        return run_pipeline(routed, policy, payload, dict(context or {}), provider)
