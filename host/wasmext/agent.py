@@ -125,14 +125,18 @@ class Agent:
                                             input_schema=tool.input_schema)
         except ConfigError as err:
             prefix = tool.name.partition("__")[0]
-            owner = self.host.tools.prefixes.get(prefix, "")
-            if not owner.startswith("mcp:"):
+            kind, _, name = self.host.tools.prefixes.get(prefix, "").partition(":")
+            if kind == "mcp":
+                who, way = f"the MCP server {name!r}", \
+                    f"rename the server ([mcp.servers.{name}] under another name)"
+            elif kind == "plugin":
+                who, way = f"the plugin {name!r}", f"disable the plugin (wasmext disable {name})"
+            else:
                 raise
             raise ConfigError(
-                f"the MCP server {owner[4:]!r} (tools {prefix}__*) and the built-in tool "
-                f"{tool.name!r} share the name {prefix!r}: rename the server "
-                f"([mcp.servers.{owner[4:]}] under another name) or run without the "
-                "built-in tools (--no-builtin-tools)") from err
+                f"{who} (tools {prefix}__*) and the built-in tool {tool.name!r} share the "
+                f"name {prefix!r}: {way} or run without the built-in tools "
+                "(--no-builtin-tools)") from err
 
     def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
         report = TurnReport(user)

@@ -200,6 +200,8 @@ class Host:
             if value is None:
                 continue
             text = value if isinstance(value, str) else json.dumps(value)
+            if "\x00" in text:  # no process environment can hold it
+                continue
             env["WASMEXT_SETTING_" + re.sub(r"[^A-Z0-9_]", "_", name.upper())] = text
             if declared.get(name) and declared[name] not in denied:
                 env[str(declared[name])] = text
