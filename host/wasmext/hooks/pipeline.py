@@ -133,7 +133,7 @@ class ProviderTable(BaseModel):
 
     model_config = SECTION
 
-    id: StageId
+    id: Annotated[str, Field(min_length=1, max_length=256)]  # "openai:gpt-4.1-mini" too
     parameters: dict[str, Any] = {}
     priority: Annotated[int, Field(strict=True, ge=0, le=1000)] = 0
     weight: Annotated[float, Field(strict=True, gt=0, le=1e6, allow_inf_nan=False)] | None = None
