@@ -33,7 +33,8 @@ def session_options(fn: F) -> F:
                      help="A routing policy (JSON or TOML) for pre/validator/post stages; "
                           "read again when it (or the config's [extensions]) changes."),
         click.option("--nats", "nats_url", metavar="URL",
-                     help="The NATS server of the remote stages ([extensions.ID] tables)."),
+                     help="The NATS server of the remote stages ([extensions.ID] tables); "
+                          "default: [nats] url."),
         click.option("--tenant", "tenant_id", default="default", show_default=True,
                      help="The tenant the policy runs for (its overrides apply)."),
         click.option("--model-url", help="An OpenAI-compatible endpoint (base URL, .../v1)."),
@@ -73,20 +74,24 @@ def _use_example(opts: dict[str, Any]) -> None:
                f"{root})", err=True)
 
 
-def _routing(opts: dict[str, Any]) -> Any:
+def _routing(opts: dict[str, Any], host: Any) -> Any:
     """The policy as a LiveRouting: its stages in-process or, for ids the config's
-    [extensions] registers, over NATS; both files read again when they change."""
+    [extensions] registers, over NATS (--nats, else [nats] url or WASMEXT_NATS_URL, with
+    [nats]'s credentials); both files read again when they change."""
     from wasmext import load_config
     from wasmext.cluster.live import LiveRouting
 
     link = None
-    if opts["nats_url"]:
+    auth = host.config.nats.with_env()
+    url = opts["nats_url"] or auth.url
+    if url:
         from wasmext.cluster.link import NatsLink
 
-        link = NatsLink(opts["nats_url"], name="wasmext-run")
+        link = NatsLink(url, name="wasmext-run", auth=auth)
         click.get_current_context().call_on_close(link.close)
     config = _default_config(opts["config"])
-    return LiveRouting(opts["policy"], config, lambda p: load_config(p).extensions, link)
+    return LiveRouting(opts["policy"], config, lambda p: load_config(p).extensions, link,
+                       trusted_workers=auth.trusted_workers)
 
 
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
@@ -112,7 +117,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
                                                  opts["plugin_dirs"])
         if host.llm.completer is None:  # llm.complete asks the session's model
             host.llm.use(model.chat, model.name)
-        routing = _routing(opts) if opts["policy"] else None
+        routing = _routing(opts, host) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     if opts["json_logs"]:

@@ -60,9 +60,12 @@ class LiveRouting:
 
     def __init__(self, policy_path: Path, registry_path: Path | None = None,
                  read_registry: RegistryReader | None = None,
-                 link: NatsLink | None = None) -> None:
+                 link: NatsLink | None = None, *, trusted_workers: tuple[str, ...] = ()
+                 ) -> None:
+        """`trusted_workers`: as for RemoteCaller (only answers they signed count)."""
         self.policy_path, self.registry_path = policy_path, registry_path
         self.link = link
+        self.trusted_workers = trusted_workers
         self.reloads = 0  # routers built after the first
         self._read_registry = read_registry
         self._seen = (_stamp(policy_path), _stamp(registry_path))
@@ -82,10 +85,10 @@ class LiveRouting:
         if remote and self.link is None:
             raise ConfigError(f"{self.policy_path}: stage {remote[0]} is a remote extension "
                               f"([extensions.{remote[0]}]): it needs a NATS connection "
-                              "(wasmext run --nats URL)")
+                              "(wasmext run --nats URL, or [nats] url)")
         if self.link is None:
             return Router(routing)
-        caller = RemoteCaller(registry, self.link)
+        caller = RemoteCaller(registry, self.link, trusted_workers=self.trusted_workers)
         previous = old.caller if old is not None else None
         if previous is not None:  # an unchanged entry keeps what it has seen
             for ext_id, ext in registry.items():
