@@ -82,3 +82,22 @@ def test_a_server_named_like_a_built_in_tool_is_reported_with_a_way_out(
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)["turns"][0]["tool_calls"][0]["result"]
     assert result["status"] == "ok" and "3" in json.dumps(result["output"])
+
+
+def test_a_plugin_named_like_a_built_in_tool_is_reported_with_a_way_out(tmp_path: Path) -> None:
+    import wasmtime
+
+    from wasmext.testing import guest_wat
+
+    folder = tmp_path / "plugins" / "clock"
+    folder.mkdir(parents=True)
+    (folder / "plugin.toml").write_text('id = "clock"\nversion = "1.0.0"\nabi = 1\n')
+    wat = guest_wat(response={"continue": True},
+                    registration={"hooks": [{"hook": "before_tool"}], "name": "clock"})
+    (folder / "clock.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
+    transcript = write_transcript(tmp_path, [{"tool": "calc", "args": {"expression": "1"}}])
+    proc = run(tmp_path, str(transcript), "--plugins", str(tmp_path / "plugins"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip()
+    assert "plugin 'clock'" in line and "built-in tool 'clock'" in line, line
+    assert "wasmext disable clock" in line and "--no-builtin-tools" in line
