@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from wasmext.errors import WasmextError
+from wasmext.errors import GuestTrap, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_FAULT,
@@ -37,6 +40,31 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[name] = raw  # a bare word is a string
     return out
+
+
+# How a guest's dying words read in each language: Rust's and Zig's panic handlers,
+# AssemblyScript's abort, C's assert, Go's runtime panic.
+LAST_WORDS = re.compile(r"panic|abort|assert|fatal|exception|error", re.IGNORECASE)
+
+
+def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> WasmextError:
+    """A trap whose message names what the plugin said as it died.
+
+    A panic traps with `unreachable`, which says nothing; the message went to the
+    plugin log (its log import or WASI stderr) just before. That line, already
+    redacted and cleaned by the plugin log, leads the message, so it survives the
+    one error line's length cap.
+    """
+    if not isinstance(err, GuestTrap):
+        return err
+    said = [ln.text for ln in lines
+            if ln.time >= since and (ln.source == "stderr" or ln.level in ("error", "warn"))]
+    if not said:
+        return err
+    words = next((text for text in said if LAST_WORDS.search(text)), said[-1])
+    err.message = f"{words} ({err.message})"
+    err.args = (err.message,)
+    return err
 
 
 @click.command()
@@ -80,12 +108,13 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
                               grants=grants)
         except WasmextError as err:
             _fail(err)
+        started = time.time()
         try:
             result = loaded.call(hook, data)
         except WasmextError as err:
             if getattr(err, "hook", None) is None:
                 err.hook = hook  # name the hook the user called, never "hook None"
-            _fail(err)
+            _fail(_with_last_words(err, loaded.log.lines, started))
         finally:
             if show_log:
                 for line in loaded.log.lines:

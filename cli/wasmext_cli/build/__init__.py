@@ -207,7 +207,7 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             err = BuildError(f"plugin {manifest.id}: building {', '.join(spec.sources)} "
-                             f"failed: {first_error(output)}")
+                             f"failed: {first_error(output, spec.lang)}")
             err.detail = output[-20000:]
             raise err
     durable_replace(tmp, out)
