@@ -142,7 +142,10 @@ def inspect(plugin: Path, as_json: bool) -> None:
             if plugin.is_dir():  # what `[grants.ID] manifest = ...` pins
                 from wasmext.manifest import load_folder
 
-                info["manifest_digest"] = load_folder(plugin).source_digest
+                manifest = load_folder(plugin)
+                info["manifest_digest"] = manifest.source_digest
+                # What it asks for, for the operator to weigh before `wasmext grant`.
+                info["capabilities"] = list(manifest.capabilities)
         except WasmextError as err:
             _fail(err)
     if as_json:
@@ -159,6 +162,9 @@ def inspect(plugin: Path, as_json: bool) -> None:
     if "manifest_digest" in info:
         click.echo(f"manifest  {info['manifest_digest']} (plugin.toml)")
     click.echo(f"imports   {_line(', '.join(info['imports']) or '-')}")
+    if "capabilities" in info:
+        click.echo(f"asks for  {_line(', '.join(info['capabilities']) or '-')} "
+                   "(manifest capabilities; granted only by the operator)")
     click.echo("hooks")
     for h in info["hooks"]:
         pattern = f"  pattern {_line(h['pattern'], 256)}" if h["pattern"] else ""
@@ -206,7 +212,8 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                          "pattern": e.pattern} for e in entries]
                  for hook, entries in host.order_table().items()}
         plugins = [{"id": lp.id, "source": lp.source, "failure": lp.failure,
-                    "digest": f"sha256:{lp.plugin.module.info.digest}"}
+                    "digest": f"sha256:{lp.plugin.module.info.digest}",
+                    "capabilities": list(lp.manifest.capabilities) if lp.manifest else []}
                    for lp in host.plugins.values()]
         errors = [err.describe() for err in host.load_errors]
     if as_json:
@@ -216,7 +223,9 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
 
     if not print_list_table(plugins, order):  # a table on a terminal; plain lines otherwise
         for p in plugins:
-            click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
+            asks = ",".join(p["capabilities"]) or "-"
+            click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']} "
+                             f"asks={asks}"))
         for hook, entries in order.items():
             chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
             click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")

@@ -204,7 +204,8 @@ PANICS = {
              "        if name.len() == 3 {\n            panic!(\"greet exploded\");\n        }\n"),
     "assemblyscript": ("hello.ts", "  let greeting = ",
                        "  if (name!.length == 3) throw new Error(\"greet exploded\");\n"),
-    "go": ("hello.go", "\tgreeting := ", "\tif len(who) == 3 {\n\t\tpanic(\"greet exploded\")\n\t}\n"),
+    "go": ("hello.go", "\tgreeting := ",
+           "\tif len(who) == 3 {\n\t\tpanic(\"greet exploded\")\n\t}\n"),
 }
 
 

@@ -36,7 +36,7 @@ LIMIT = 300
 # Where a Rust program's anyhow backtrace starts: nothing below it is the author's.
 BACKTRACE = re.compile(r"^\s*(?:Stack backtrace:|stack backtrace:)\s*$", re.MULTILINE)
 
-# A Python exception line: `NameError: name 'x' is not defined`, `json.decoder.JSONDecodeError: ...`.
+# A Python exception line: `NameError: name 'x' is not defined`, `a.b.JSONDecodeError: ...`.
 PY_EXCEPTION = re.compile(
     r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)): ?(.*)$")
 PY_FRAME = re.compile(r'File "([^"\n]+)", line (\d+)')

@@ -91,7 +91,8 @@ def _probe(exe: str) -> _Probe:
     except (OSError, subprocess.SubprocessError):
         return _Probe(exe, "", "", False)
     std = Path(sysroot) / "lib" / "rustlib" / TARGET / "lib"
-    return _Probe(exe, version or "rustc", sysroot, bool(sysroot) and any(std.glob("libstd-*.rlib")))
+    has_target = bool(sysroot) and any(std.glob("libstd-*.rlib"))
+    return _Probe(exe, version or "rustc", sysroot, has_target)
 
 
 def _authors_rustc() -> list[str]:
