@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from wasmext.errors import DESCRIBE_CAP
+from wasmext.testing import DATA_AT, guest_wat
 from wasmext_cli.build.errors import first_error, javascript_error, python_error
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,6 +195,20 @@ def test_a_python_syntax_error_is_one_line_even_with_a_rust_backtrace(tmp_path: 
     assert "Traceback" not in err and "anyhow" not in err
 
 
+@pytest.mark.slow
+def test_a_python_error_at_import_names_the_plugins_line(tmp_path: Path) -> None:
+    if shutil.which("componentize-py", path=str(Path(sys.executable).parent)) is None \
+            and shutil.which("componentize-py") is None:
+        pytest.skip("componentize-py is not installed (pip install 'wasmext[python-plugins]')")
+    folder = example("python", tmp_path)
+    edit(folder / "app.py", "\n\nclass Hello", "\nnope = undefined_name + 1\n\nclass Hello")
+    line_no = next(i for i, ln in enumerate((folder / "app.py").read_text().splitlines(), 1)
+                   if "undefined_name" in ln)
+    err = error_line(cli("build", cwd=folder, env={"RUST_BACKTRACE": "0"}))
+    assert err == (f"wasmext: plugin hello: building app.py failed: "
+                   f"app.py:{line_no}: NameError: name 'undefined_name' is not defined")
+
+
 PANICS = {
     # language: (file, the line to find, the line that panics when the name has 3 letters)
     "c": ("hello.c", "    const char *greeting = \"Hello\";",
@@ -231,3 +247,25 @@ def test_a_plugins_panic_is_in_the_one_error_line_without_log(tmp_path: Path) ->
         assert proc.stdout == ""
         fine = cli("call", str(folder), "greet", "--data", '"Grace"', cwd=tmp_path)
         assert fine.returncode == 0 and fine.stdout.strip() == '"Hello, Grace!"', fine.stderr
+
+
+LOG = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
+
+
+def test_last_words_are_one_bounded_inert_line(tmp_path: Path) -> None:
+    import wasmtime
+
+    words = b"panic: \x1b[31mred\x1b[0m\r\nwasmext: forged line " + b"A" * 5000
+    body = (f"(call $log (i32.const 4) (i32.const {DATA_AT}) (i32.const {len(words)})) "
+            "unreachable")
+    dying, fine = tmp_path / "dying.wasm", tmp_path / "fine.wasm"
+    dying.write_bytes(bytes(wasmtime.wat2wasm(guest_wat(body, imports=LOG, data=words))))
+    fine.write_bytes(bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True,
+                                                                 "value": "alive"}))))
+    proc = cli("call", str(dying), "test", cwd=tmp_path)
+    err = error_line(proc)
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert err.startswith("wasmext: plugin dying hook test: trap: panic: ")
+    assert "\x1b" not in err and "\r" not in err and len(err) <= DESCRIBE_CAP + 16
+    healthy = cli("call", str(fine), "test", cwd=tmp_path)
+    assert healthy.returncode == 0 and healthy.stdout.strip() == '"alive"'
