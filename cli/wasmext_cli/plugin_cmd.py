@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from wasmext.errors import WasmextError
+from wasmext.errors import GuestTrap, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_FAULT,
@@ -37,6 +40,31 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[name] = raw  # a bare word is a string
     return out
+
+
+# How a guest's dying words read in each language: Rust's and Zig's panic handlers,
+# AssemblyScript's abort, C's assert, Go's runtime panic.
+LAST_WORDS = re.compile(r"panic|abort|assert|fatal|exception|error", re.IGNORECASE)
+
+
+def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> WasmextError:
+    """A trap whose message names what the plugin said as it died.
+
+    A panic traps with `unreachable`, which says nothing; the message went to the
+    plugin log (its log import or WASI stderr) just before. That line, already
+    redacted and cleaned by the plugin log, leads the message, so it survives the
+    one error line's length cap.
+    """
+    if not isinstance(err, GuestTrap):
+        return err
+    said = [ln.text for ln in lines
+            if ln.time >= since and (ln.source == "stderr" or ln.level in ("error", "warn"))]
+    if not said:
+        return err
+    words = next((text for text in said if LAST_WORDS.search(text)), said[-1])
+    err.message = f"{words} ({err.message})"
+    err.args = (err.message,)
+    return err
 
 
 @click.command()
@@ -80,12 +108,13 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
                               grants=grants)
         except WasmextError as err:
             _fail(err)
+        started = time.time()
         try:
             result = loaded.call(hook, data)
         except WasmextError as err:
             if getattr(err, "hook", None) is None:
                 err.hook = hook  # name the hook the user called, never "hook None"
-            _fail(err)
+            _fail(_with_last_words(err, loaded.log.lines, started))
         finally:
             if show_log:
                 for line in loaded.log.lines:
@@ -113,7 +142,10 @@ def inspect(plugin: Path, as_json: bool) -> None:
             if plugin.is_dir():  # what `[grants.ID] manifest = ...` pins
                 from wasmext.manifest import load_folder
 
-                info["manifest_digest"] = load_folder(plugin).source_digest
+                manifest = load_folder(plugin)
+                info["manifest_digest"] = manifest.source_digest
+                # What it asks for, for the operator to weigh before `wasmext grant`.
+                info["capabilities"] = list(manifest.capabilities)
         except WasmextError as err:
             _fail(err)
     if as_json:
@@ -130,6 +162,9 @@ def inspect(plugin: Path, as_json: bool) -> None:
     if "manifest_digest" in info:
         click.echo(f"manifest  {info['manifest_digest']} (plugin.toml)")
     click.echo(f"imports   {_line(', '.join(info['imports']) or '-')}")
+    if "capabilities" in info:
+        click.echo(f"asks for  {_line(', '.join(info['capabilities']) or '-')} "
+                   "(manifest capabilities; granted only by the operator)")
     click.echo("hooks")
     for h in info["hooks"]:
         pattern = f"  pattern {_line(h['pattern'], 256)}" if h["pattern"] else ""
@@ -177,7 +212,8 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                          "pattern": e.pattern} for e in entries]
                  for hook, entries in host.order_table().items()}
         plugins = [{"id": lp.id, "source": lp.source, "failure": lp.failure,
-                    "digest": f"sha256:{lp.plugin.module.info.digest}"}
+                    "digest": f"sha256:{lp.plugin.module.info.digest}",
+                    "capabilities": list(lp.manifest.capabilities) if lp.manifest else []}
                    for lp in host.plugins.values()]
         errors = [err.describe() for err in host.load_errors]
     if as_json:
@@ -187,7 +223,9 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
 
     if not print_list_table(plugins, order):  # a table on a terminal; plain lines otherwise
         for p in plugins:
-            click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']}"))
+            asks = ",".join(p["capabilities"]) or "-"
+            click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']} "
+                             f"asks={asks}"))
         for hook, entries in order.items():
             chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
             click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")

@@ -34,9 +34,11 @@ def print_list_table(plugins: list[dict[str, Any]], order: dict[str, list[dict[s
     console = stdout_console()
     if not console.is_terminal:
         return False
-    table = Table("plugin", "source", "failure", title="plugins")
+    table = Table("plugin", "source", "failure", "asks for", title="plugins")
     for p in plugins:
-        table.add_row(Text(clean(p["id"], 128)), Text(p["source"]), Text(p["failure"]))
+        asks = ", ".join(p.get("capabilities", ())) or "-"
+        table.add_row(Text(clean(p["id"], 128)), Text(p["source"]), Text(p["failure"]),
+                      Text(clean(asks, 256)))
     console.print(table)
     hooks = Table("hook", "order (priority)", title="hook order")
     for hook, entries in order.items():

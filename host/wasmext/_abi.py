@@ -68,6 +68,35 @@ IMPORTS: Final[dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]]] =
     ("wasmext", "log"): (("i32", "i32", "i32", ), ()),
 }
 
+# the hooks the host calls; a registered name close to one is a typo
+HOOKS: Final[frozenset[str]] = frozenset({
+    "on_input_messages",
+    "on_plain_text",
+    "on_llm_output",
+    "on_tag",
+    "turn",
+    "step",
+    "tool_call",
+    "session_start",
+    "session_end",
+    "before_agent",
+    "after_agent",
+    "before_model",
+    "after_model",
+    "before_tool_selection",
+    "before_tool",
+    "after_tool",
+    "pre",
+    "validator",
+    "post",
+    "provider",
+    "output_extension",
+    "on_tool",
+    "on_event",
+    "on_resource",
+    "on_prompt",
+})
+
 DEFAULT_LIMITS: Final[dict[str, int]] = {
     "fuel_per_call": 50000000,
     "memory_bytes": 67108864,

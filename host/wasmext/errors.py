@@ -14,6 +14,7 @@
     │   │                           body size, code size), refused before compiling
     │   ├── AbiMismatch             wrong ABI version or missing/mistyped exports
     │   ├── UnknownImport           imports something the host does not offer
+    │   ├── UnknownHook             registers a name one typo from a hook the host calls
     │   ├── UnsafeFolder            a plugin folder that is, or holds, a symlink out of it
     │   └── BundleError             a .wxb bundle refused (wasmext.lifecycle.bundle):
     │       ├── BundlePathTraversal     an entry name with '..' (zip-slip)
@@ -173,6 +174,7 @@ __all__ = [
     "Timeout",
     "TooManyKeys",
     "TransactionClosed",
+    "UnknownHook",
     "UnknownImport",
     "UnsafeFile",
     "UnsafeFolder",
@@ -259,6 +261,12 @@ class AbiMismatch(LoadError):
 
 class UnknownImport(LoadError):
     reason = "unknown import"
+
+
+class UnknownHook(LoadError):
+    """A registration names a hook the host does not call but nearly does: a typo."""
+
+    reason = "unknown hook"
 
 
 class UnsafeFolder(LoadError):

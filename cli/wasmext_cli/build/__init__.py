@@ -157,6 +157,15 @@ def _inputs(lang: str, plugin_dir: Path) -> list[Path]:
     return [plugin_dir, sdk_for(sdk, plugin_dir)]
 
 
+def _failure_note(lang: str) -> str:
+    """What the language's builder adds to a failed compile (why its compiler was not the
+    author's own, say): its module's `failure_note()`, as "; note", or ""."""
+    module = importlib.import_module(REGISTRY[lang].builder.partition(":")[0])
+    note: Callable[[], str] | None = getattr(module, "failure_note", None)
+    text = note() if note is not None else ""
+    return f"; {text}" if text else ""
+
+
 def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
                  progress: Progress | None = None, verbose: Progress | None = None,
                  force: bool = False) -> BuildResult:
@@ -207,7 +216,8 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             err = BuildError(f"plugin {manifest.id}: building {', '.join(spec.sources)} "
-                             f"failed: {first_error(output)}")
+                             f"failed: {first_error(output, spec.lang)}"
+                             f"{_failure_note(spec.lang)}")
             err.detail = output[-20000:]
             raise err
     durable_replace(tmp, out)

@@ -8,9 +8,14 @@ which may declare further modules of its folder) becomes a `cdylib` linked
 against it. Both steps remap the source paths, so the same sources give the
 same bytes from any checkout.
 
-The toolchain is Debian's `rustc` (1.63) with `libstd-rust-dev-wasm32`; a
-rustup toolchain earlier on PATH is ignored on purpose, because it usually
-lacks the wasm target. `WASMEXT_RUSTC` names another compiler if needed.
+The compiler is the author's: `$WASMEXT_RUSTC` when set, else the `rustc` on
+PATH (a rustup proxy honours `RUSTUP_TOOLCHAIN`) or beside the `cargo` on PATH,
+when its sysroot has the standard library for wasm32-unknown-unknown. When it
+has not, Debian's `/usr/bin/rustc` (with `libstd-rust-dev-wasm32`) builds
+instead, and a failed compile says why in its error line; when no compiler has
+the target (or the author chose one by `WASMEXT_RUSTC`/`RUSTUP_TOOLCHAIN`), the
+error line names `rustup target add wasm32-unknown-unknown` and the Debian
+package. The SDK compiles on Debian's 1.63 and on current stable.
 
 `python -m wasmext_cli.build.rust --sdk-rlib ...` is the first step: it
 builds the rlib into a temporary folder and moves it into the cache
@@ -26,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from wasmext.manifest import BuildSpec
@@ -52,28 +58,124 @@ CODEGEN = [
 LINK = ["-C", "lto=fat", "-C", "strip=symbols"]
 
 
-def rustc() -> str:
-    """The rustc to use; ToolchainMissing with the install command if unusable."""
-    exe = os.environ.get(RUSTC_ENV, DEFAULT_RUSTC)
-    if not Path(exe).is_file():
-        raise ToolchainMissing(f"the Rust toolchain is missing ({exe} not found); "
-                               f"install it with: {INSTALL_HINT}")
+TOOLCHAIN_ENV = "RUSTUP_TOOLCHAIN"
+RUSTUP_HINT = f"rustup target add {TARGET}"
+DEBIAN_HINT = "apt-get install rustc libstd-rust-dev-wasm32"
+
+
+@dataclass(frozen=True)
+class Rustc:
+    """A compiler that can build for wasm32, and why it is not the author's own, if so."""
+
+    exe: str
+    version: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class _Probe:
+    exe: str
+    version: str  # "" when it does not run
+    sysroot: str
+    has_target: bool
+
+
+def _probe(exe: str) -> _Probe:
+    """What `exe --version` and `exe --print sysroot` say, and whether the sysroot has
+    the wasm32 standard library."""
     try:
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                 check=True, timeout=60).stdout.strip()
         sysroot = subprocess.run([exe, "--print", "sysroot"], capture_output=True, text=True,
                                  check=True, timeout=60).stdout.strip()
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ToolchainMissing(f"{exe} does not run ({exc}); install it with: "
-                               f"{INSTALL_HINT}") from exc
+    except (OSError, subprocess.SubprocessError):
+        return _Probe(exe, "", "", False)
     std = Path(sysroot) / "lib" / "rustlib" / TARGET / "lib"
-    if not any(std.glob("libstd-*.rlib")):
-        raise ToolchainMissing(f"{exe} has no standard library for {TARGET}; "
-                               f"install it with: {INSTALL_HINT}")
-    # The wasm linker: Debian links rust-lld to lld (a recommended package).
-    search = os.pathsep.join([str(Path(exe).parent), os.environ.get("PATH", "")])
-    if shutil.which("rust-lld", path=search) is None:
-        raise ToolchainMissing(f"the wasm linker rust-lld (package lld) is missing; "
-                               f"install it with: {INSTALL_HINT}")
-    return exe
+    has_target = bool(sysroot) and any(std.glob("libstd-*.rlib"))
+    return _Probe(exe, version or "rustc", sysroot, has_target)
+
+
+def _authors_rustc() -> list[str]:
+    """The compilers an author would build with, theirs first: the `rustc` on PATH, the
+    one beside the `cargo` on PATH."""
+    found: list[str] = []
+    rustc_on_path = shutil.which("rustc")
+    if rustc_on_path:
+        found.append(rustc_on_path)
+    cargo = shutil.which("cargo")
+    if cargo and (Path(cargo).parent / "rustc").is_file():
+        found.append(str(Path(cargo).parent / "rustc"))
+    return list(dict.fromkeys(found))
+
+
+def _lacks_target(probe: _Probe, hint_toolchain: str = "") -> str:
+    add = f"{RUSTUP_HINT} --toolchain {hint_toolchain}" if hint_toolchain else RUSTUP_HINT
+    return (f"{probe.exe} ({probe.version}) has no standard library for {TARGET}; "
+            f"add it with: {add}   (or, with Debian's rustc: {DEBIAN_HINT})")
+
+
+def _with_linker(chosen: Rustc, sysroot: str) -> Rustc:
+    """`chosen` when rust-lld, the wasm linker, is where rustc looks for it."""
+    search = os.pathsep.join([str(Path(chosen.exe).parent), os.environ.get("PATH", "")])
+    if shutil.which("rust-lld", path=search) is not None:
+        return chosen
+    if any((Path(sysroot) / "lib" / "rustlib").glob("*/bin/rust-lld")):  # rustup ships it
+        return chosen
+    raise ToolchainMissing(f"the wasm linker rust-lld (package lld) is missing; "
+                           f"install it with: {INSTALL_HINT}")
+
+
+def select_rustc() -> Rustc:
+    """The compiler a Rust plugin builds with (see the module docstring); ToolchainMissing
+    naming the command that adds the wasm32 target when none has it."""
+    named = os.environ.get(RUSTC_ENV)
+    if named:
+        if not Path(named).is_file():
+            raise ToolchainMissing(f"{RUSTC_ENV}={named} is not a file; install Rust with: "
+                                   f"{INSTALL_HINT}")
+        probe = _probe(named)
+        if not probe.version:
+            raise ToolchainMissing(f"{RUSTC_ENV}={named} does not run; install Rust with: "
+                                   f"{INSTALL_HINT}")
+        if not probe.has_target:
+            raise ToolchainMissing(_lacks_target(probe))
+        return _with_linker(Rustc(named, probe.version), probe.sysroot)
+    probes = [p for p in map(_probe, _authors_rustc()) if p.version]
+    chosen = next((p for p in probes if p.has_target), None)
+    if chosen is not None:
+        return _with_linker(Rustc(chosen.exe, chosen.version), chosen.sysroot)
+    toolchain = os.environ.get(TOOLCHAIN_ENV, "")
+    if probes and toolchain:  # the author chose it: no other compiler instead
+        raise ToolchainMissing(_lacks_target(probes[0], toolchain))
+    debian = _probe(DEFAULT_RUSTC) if Path(DEFAULT_RUSTC).is_file() else None
+    if debian is not None and debian.has_target:
+        note = ""
+        if probes:
+            first = probes[0]
+            note = (f"built with {DEFAULT_RUSTC} ({debian.version}) because {first.exe} "
+                    f"({first.version}) has no standard library for {TARGET}; to build with "
+                    f"it: {RUSTUP_HINT}")
+        return _with_linker(Rustc(DEFAULT_RUSTC, debian.version, note), debian.sysroot)
+    if probes:
+        raise ToolchainMissing(_lacks_target(probes[0]))
+    if debian is not None and debian.version:
+        raise ToolchainMissing(_lacks_target(debian))
+    raise ToolchainMissing(f"the Rust toolchain is missing (no rustc on PATH, no "
+                           f"{DEFAULT_RUSTC}); install it with: rustup target add {TARGET} "
+                           f"after https://rustup.rs, or: {INSTALL_HINT}")
+
+
+def rustc() -> str:
+    """The rustc to use; ToolchainMissing with the install command if unusable."""
+    return select_rustc().exe
+
+
+def failure_note() -> str:
+    """Why a failed compile may not be the author's compiler: "" when it was theirs."""
+    try:
+        return select_rustc().note
+    except ToolchainMissing:
+        return ""
 
 
 def sdk_dir() -> Path:

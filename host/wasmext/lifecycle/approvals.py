@@ -22,6 +22,7 @@ write is atomic (temp, fsync, rename).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -34,13 +35,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from wasmext._abi import OPS
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write, read_regular
 from wasmext.manifest import Manifest
 from wasmext.text import clean
 
-__all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "executed_files", "granted",
-           "subject_of"]
+__all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "capability_problem",
+           "executed_files", "granted", "subject_of"]
 
 log = logging.getLogger("wasmext.approvals")
 MAX_FILE_BYTES = 4 * 2**20
@@ -49,6 +51,39 @@ MAX_FILE_BYTES = 4 * 2**20
 MAX_EXECUTED_BYTES = 64 * 2**20
 MAX_EXECUTED_FILES = 32
 _write_lock = threading.Lock()
+
+
+# What a grant may say: the capability of an op family (abi.toml), or one of them
+# narrowed to a pattern (docs/embedding.md, world.md, mcp.md).
+CAPABILITIES = frozenset(cap for cap, _since, _impl in OPS.values() if cap)
+PATTERNED = {"http": "http:<host pattern>", "tool": "tool:<tool pattern>",
+             "agents": "agents:<agent pattern>", "emit": "emit:<topic pattern>",
+             "subscribe": "subscribe:<topic pattern>",
+             "resources": "resources:<server>__<uri pattern>",
+             "prompts": "prompts:<server>__<prompt pattern>",
+             "mcp-server": "mcp-server:<server of the manifest>"}
+
+
+def capability_problem(capability: str) -> str | None:
+    """Why `capability` is not something a grant can say (a typo, say), or None.
+
+    The message names the nearest known capability and every known form, so
+    `wasmext grant kb htttp` is refused before it is recorded as a grant nothing
+    would ever check."""
+    if capability in CAPABILITIES:
+        return None
+    kind, colon, pattern = capability.partition(":")
+    if colon and kind in PATTERNED and pattern:
+        return None
+    known = sorted(CAPABILITIES)
+    forms = [*known, *PATTERNED.values()]
+    if colon and kind in PATTERNED:
+        return clean(f"{capability!r} has an empty pattern; write {PATTERNED[kind]}", 600)
+    near = difflib.get_close_matches(kind if colon else capability,
+                                     [*known, *PATTERNED], n=1, cutoff=0.6)
+    hint = f"did you mean {near[0] + (':' + pattern if colon else '')!r}? " if near else ""
+    what = "is not a capability"
+    return clean(f"{capability!r} {what}; {hint}a grant is one of: {', '.join(forms)}", 600)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -40,11 +41,36 @@ class UninstallReport:
 
 
 def find_folder(dirs: list[tuple[str, Path]], plugin_id: str) -> Path | None:
-    """The folder of `plugin_id` under the plugin directories (the first, by precedence)."""
-    for found in discover(dirs):
-        if found.manifest is not None and found.manifest.id == plugin_id:
-            return found.folder
-    return None
+    """The folder of `plugin_id` under the plugin directories (the first, by precedence).
+
+    A folder whose plugin.toml no longer parses is still the plugin's when it is named
+    after it (as `install` names it) or its manifest still says `id = "<plugin_id>"`:
+    an operator must be able to remove a plugin that is broken."""
+    found = discover(dirs)
+    for entry in found:
+        if entry.manifest is not None and entry.manifest.id == plugin_id:
+            return entry.folder
+    broken = [entry.folder for entry in found if entry.manifest is None]
+    return next((f for f in broken if f.name == plugin_id), None) or next(
+        (f for f in broken if _declares_id(f / "plugin.toml", plugin_id)), None)
+
+
+_ID_LINE = re.compile(r"""^[ \t]*id[ \t]*=[ \t]*["']([^"'\n]{1,64})["'][ \t]*(?:#.*)?$""",
+                      re.MULTILINE)
+_READ_CAP = 64 * 1024
+
+
+def _declares_id(manifest: Path, plugin_id: str) -> bool:
+    """Whether an unparsable plugin.toml still has the line `id = "<plugin_id>"`."""
+    try:
+        if not manifest.is_file() or manifest.is_symlink():
+            return False
+        with manifest.open("rb") as f:
+            text = f.read(_READ_CAP).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    match = _ID_LINE.search(text)
+    return match is not None and match.group(1) == plugin_id
 
 
 def uninstall(host: Host, plugin_id: str, *, purge_state: bool = False) -> UninstallReport:

@@ -10,6 +10,8 @@ and is logged. Later features (state, events, tools, MCP) add handlers with
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,7 @@ from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
 from wasmext.errors import CapabilityDenied, OpError, WasmextError
 from wasmext.sandbox.codec import DecodeError, decode
 from wasmext.sandbox.pluginlog import PluginLog
+from wasmext.text import clean
 
 __all__ = ["CallContext", "HostServices", "OpError", "OpHandler"]
 
@@ -87,6 +90,10 @@ class HostServices:
         self.observer: Callable[[str, str], None] | None = None
         self._capability = {op: cap for op, (cap, _since, _impl) in OPS.items()}
         self._since = {op: since for op, (_cap, since, _impl) in OPS.items()}
+        # (session, plugin, op) denials already logged: once each, and a bounded memory
+        # (oldest forgotten first), so a plugin probing in many sessions grows nothing.
+        self._denials_logged: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._denials_lock = threading.Lock()
         self.register("log", _op_log)
         self.register("config.get", _op_config_get)
         self.register("secret.get", _op_secret_get)
@@ -120,6 +127,7 @@ class HostServices:
         try:
             ctx.require(self._capability[op])
         except CapabilityDenied as exc:
+            self._log_denial(ctx, op, exc)
             return _error("denied", exc.message)
         handler = self._handlers.get(op)
         if handler is None:
@@ -127,12 +135,34 @@ class HostServices:
         try:
             return {"ok": True, "value": handler(ctx, req)}
         except OpError as exc:
+            if exc.code == "denied":  # a pattern grant missing (http host, tool, agent, ...)
+                self._log_denial(ctx, op, exc)
             return _error(exc.code, exc.message)
         except CapabilityDenied as exc:
+            self._log_denial(ctx, op, exc)
             return _error("denied", exc.message)
         except Exception:
             log.exception("op %s failed inside the host (plugin %s)", op, ctx.plugin_id)
             return _error("internal", f"op {op!r} failed inside the host")
+
+
+    def _log_denial(self, ctx: CallContext, op: str, exc: WasmextError) -> None:
+        """A warning the first time a plugin is denied `op` in a session: an operator
+        learns a grant is missing without a line per call."""
+        key = (ctx.session or "", ctx.plugin_id, op)
+        with self._denials_lock:
+            if key in self._denials_logged:
+                return
+            self._denials_logged[key] = None
+            if len(self._denials_logged) > DENIALS_REMEMBERED:
+                self._denials_logged.popitem(last=False)
+        where = f" in session {clean(ctx.session, 128)}" if ctx.session else ""
+        log.warning("plugin %s was denied %s%s: %s (logged once per session)",
+                    ctx.plugin_id, op, where, clean(exc.message, 300),
+                    extra={"plugin_id": ctx.plugin_id, "session": ctx.session, "op": op})
+
+
+DENIALS_REMEMBERED = 4096
 
 
 def _str_arg(req: dict[str, Any], name: str) -> str:

@@ -16,6 +16,7 @@ promise is checked, not trusted.
 
 from __future__ import annotations
 
+import difflib
 import threading
 import time
 import weakref
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wasmext._abi import ABI_MAJOR, ABI_MINOR
+from wasmext._abi import ABI_MAJOR, ABI_MINOR, HOOKS
 from wasmext._version import __version__
 from wasmext.errors import (
     InvalidOutput,
@@ -32,6 +33,7 @@ from wasmext.errors import (
     PluginFault,
     Quarantined,
     Timeout,
+    UnknownHook,
 )
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
@@ -61,6 +63,15 @@ class HookSpec:
     hook: str
     priority: int = 50
     pattern: str | None = None
+
+
+def _typo_of_a_host_hook(name: str) -> str | None:
+    """The host hook `name` nearly spells, when it is not one: `on_plain_txt` ->
+    `on_plain_text`. A name far from all of them is the plugin's own (`greet`)."""
+    if name in HOOKS or len(name) > 128:
+        return None
+    close = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,12 @@ class Registration:
             pattern = h.get("pattern")
             if pattern is not None and not isinstance(pattern, str):
                 raise bad(f"hooks[{i}].pattern must be a string")
+            typo = _typo_of_a_host_hook(h["hook"])
+            if typo is not None:
+                raise UnknownHook(
+                    f"registration map: hooks[{i}] is {clean(h['hook'], 128)!r}, which the host "
+                    f"never calls; did you mean {typo!r}? (a hook the host calls: "
+                    f"{', '.join(sorted(HOOKS))})", plugin_id=plugin_id, hook="register")
             # Guest text that operators see (inspect, list, traces): inert and bounded.
             hooks.append(HookSpec(clean(h["hook"], 128), prio,
                                   None if pattern is None else clean(pattern, 256)))
