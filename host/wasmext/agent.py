@@ -100,11 +100,13 @@ class Agent:
     def __init__(self, host: Host, model: Model, *, tools: Mapping[str, Tool] | None = None,
                  system: str = "You are a helpful assistant.", policy: Policy | None = None,
                  max_steps: int = 4, routing: Callable[[], Router] | None = None,
-                 tenant_id: str = "default") -> None:
+                 tenant_id: str = "default", name: str = "assistant") -> None:
         """`routing`: the current Router (stages in-process or remote over NATS), asked
         at each turn, so a policy or registry edited on disk applies from the next one;
-        it takes the place of `policy`."""
+        it takes the place of `policy`. `name`: the session's agent_name unless the
+        application set one."""
         self.host = host
+        self.name = name  # the session's agent_name unless the application set one
         self.model = model
         for tool in (DEMO_TOOLS if tools is None else tools).values():
             if tool.name not in host.tools.tools:
@@ -140,6 +142,8 @@ class Agent:
 
     def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
         report = TurnReport(user)
+        if not session.context.get("agent_name"):
+            session.context["agent_name"] = self.name
         session.trace.note("turn", f"begin turn {index}", user[:80])
         try:
             self._turn(session, index, user, report)

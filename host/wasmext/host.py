@@ -12,6 +12,7 @@ entries of a hook, and `call`, which runs one plugin under its failure policy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -69,6 +70,8 @@ if TYPE_CHECKING:
 __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
 log = logging.getLogger("wasmext.host")
+
+CLOSE_FLUSH_S = 5.0  # how long close() waits for queued events to reach their subscribers
 
 
 class Host:
@@ -257,9 +260,16 @@ class Host:
             return self._state
 
     def close(self) -> None:
+        """Stop MCP clients, deliver the events still queued (bounded), unsubscribe and
+        unload every plugin, close the state store and the runtime."""
         if self.mcp is not None:
             self.mcp.stop()
             self.mcp = None
+        # A turn's last events (turn.completed, ...) may still be queued: they reach
+        # their subscribers while those are subscribed, then the plugins go.
+        # (Closed from inside a subscriber, it cannot wait for itself.)
+        with contextlib.suppress(RuntimeError):
+            self.observe.bus.flush(CLOSE_FLUSH_S)
         for pid in list(self.plugins):
             self.observe.unloaded(pid)
         self.observe.close()

@@ -24,10 +24,13 @@ def editor(events: Any, kind: str = "turn") -> bytes:
     edit = msgpack.packb({"op": "next", "message_events": events})
     plain = msgpack.packb({"op": "next"})
     at2 = DATA_AT + len(edit)
-    # The answer of the first next is not inspected; a second plain next runs only
-    # through the host's own check (next already called -> invalid, ignored).
-    body = f"""(drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(edit)})))
-    (drop (call $host_call (i32.const {at2}) (i32.const {len(plain)})))
+    # The answer of next is {"ok": bool, ...}: its byte 4 is msgpack true (0xc3) when
+    # the edits were taken; only a refused next is tried again (twice is a broken layer).
+    body = f"""(local $r i64)
+    (local.set $r (call $host_call (i32.const {DATA_AT}) (i32.const {len(edit)})))
+    (if (i32.ne (i32.load8_u offset=4 (i32.wrap_i64 (i64.shr_u (local.get $r) (i64.const 32))))
+                (i32.const 0xc3))
+      (then (drop (call $host_call (i32.const {at2}) (i32.const {len(plain)})))))
     (i64.const 0)"""
     wat = guest_wat(body, imports=HOST_CALL, data=edit + plain,
                     registration={"hooks": [{"hook": kind}], "abi_minor": 1})

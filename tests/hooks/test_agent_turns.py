@@ -1,0 +1,165 @@
+"""Agent turns as the agent-runtime seed describes them: the turn events carry the
+real step count and the session's agent name, a broken middleware layer is a
+MiddlewareError in the trace and the fault record, and events still queued when the
+host closes reach the plugins subscribed to them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import msgpack
+import wasmtime
+
+from wasmext import Host, Runtime
+from wasmext.agent import Agent, Tool
+from wasmext.config import HostConfig
+from wasmext.models import ReplayModel, Transcript
+from wasmext.observe.events import Event
+from wasmext.testing import DATA_AT, guest_wat
+
+HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+NEXT = msgpack.packb({"op": "next"})
+
+
+def new_host() -> Host:
+    return Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[])
+
+
+def layer(kind: str, *, times: int = 1, answer: Any = None) -> bytes:
+    """A `kind` middleware layer calling next `times` times, then answering `answer`
+    (None: the inner result unchanged)."""
+    calls = "".join(f"(drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(NEXT)})))"
+                    for _ in range(times))
+    resp = {"ok": True} if answer is None else {"ok": True, "value": answer}
+    from wasmext.testing import RESPONSE_AT, packed
+
+    body = calls + f"(i64.const {packed(RESPONSE_AT, len(msgpack.packb(resp)))})"
+    wat = guest_wat(body, response=resp, imports=HOST_CALL, data=NEXT,
+                    registration={"hooks": [{"hook": kind}]})
+    return bytes(wasmtime.wat2wasm(wat))
+
+
+def listener(patterns: list[str], spin: int = 0) -> bytes:
+    """An on_event plugin subscribed to `patterns`; each event costs `spin` loop rounds."""
+    body = f"""(local $i i32)
+    (block $done (loop $again
+      (br_if $done (i32.ge_u (local.get $i) (i32.const {spin})))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $again)))
+    (i64.const 0)"""
+    wat = guest_wat(body, registration={"hooks": [{"hook": "on_event"}],
+                                        "subscriptions": patterns})
+    return bytes(wasmtime.wat2wasm(wat))
+
+
+TWO_STEPS = Transcript({"model": "replay", "system": "s", "turns": [
+    {"user": "add", "steps": [
+        {"response": "", "tool_calls": [{"tool": "echo", "args": {"x": 1}}]},
+        {"response": "done"}]},
+    {"user": "again", "steps": [{"response": "short"}]}]})
+ECHO = {"echo": Tool("echo", "Echo the arguments.", lambda a: a)}
+
+
+def test_turn_events_carry_the_step_count_and_the_sessions_agent_name() -> None:
+    host = new_host()
+    host.add(layer("step"), plugin_id="stepper")
+    host.add(listener(["turn.*", "step.*", "tool.*"]), plugin_id="audit",
+             grants={"events", "subscribe:turn.*", "subscribe:step.*", "subscribe:tool.*"})
+    seen: list[Event] = []
+    lock = threading.Lock()
+
+    def keep(event: Event) -> None:
+        with lock:
+            seen.append(event)
+
+    for pattern in ("turn.*", "step.*", "tool.*"):
+        host.observe.bus.subscribe(pattern, keep)
+    with host, host.session() as s:
+        agent = Agent(host, ReplayModel(TWO_STEPS), tools=ECHO, name="support-bot")
+        reports = [agent.run_turn(s, i, t["user"]) for i, t in enumerate(TWO_STEPS.turns)]
+        assert host.observe.bus.flush(10)
+    assert [r.response for r in reports] == ["done", "short"]
+    completed = [e.payload for e in seen if e.topic == "turn.completed"]
+    assert [c["step_count"] for c in completed] == [2, 1]
+    named = {e.payload["agent_name"] for e in seen}
+    assert named == {"support-bot"}
+    assert {e.topic for e in seen} >= {"turn.started", "step.started", "tool.called",
+                                       "tool.completed", "turn.completed"}
+
+
+def test_an_agent_name_the_application_set_wins() -> None:
+    host = new_host()
+    names: list[str] = []
+    host.observe.bus.subscribe("turn.*", lambda e: names.append(e.payload["agent_name"]))
+    with host, host.session() as s:
+        s.context["agent_name"] = "billing"
+        Agent(host, ReplayModel(TWO_STEPS), tools=ECHO).run_turn(s, 1, "again")
+        assert host.observe.bus.flush(10)
+    assert names == ["billing", "billing"]
+
+
+def core(d: dict[str, Any]) -> dict[str, Any]:
+    return {"response": "inner", "finish_reason": "text_response"}
+
+
+def test_a_layer_calling_next_twice_is_a_middleware_error_in_trace_and_faults() -> None:
+    host = new_host()
+    host.add(layer("turn", times=2, answer={"response": "from the greedy layer",
+                                            "finish_reason": "text_response"}),
+             plugin_id="greedy")
+    host.add(layer("turn"), plugin_id="fine")
+    with host, host.session() as s:
+        result = s.middleware("turn", {"turn_id": "t", "metadata": {}}, core)
+        failed = [e for e in s.trace.events if e.outcome == "failed"]
+        faults = [(f.plugin_id, f.hook, f.reason) for f in host.faults]
+        # the plugin still answers the next turn
+        assert s.middleware("turn", {"turn_id": "t2", "metadata": {}}, core)["response"] \
+            == "inner"
+    assert result == {"response": "inner", "finish_reason": "text_response"}
+    assert [(e.plugin_id, e.hook) for e in failed] == [("greedy", "turn")]
+    assert "next more than once" in (failed[0].detail or "")
+    assert faults[0] == ("greedy", "turn", "middleware")
+
+
+def test_a_layer_answer_is_checked_against_the_result_shape() -> None:
+    host = new_host()
+    host.add(layer("turn", answer={"response": 42}), plugin_id="wrong-type")
+    host.add(layer("turn", answer={"finish_reason": "text_response"}, ), plugin_id="no-text")
+    host.add(layer("tool_call", answer={"output": 1}), plugin_id="no-status")
+    with host, host.session() as s:
+        turn = s.middleware("turn", {"turn_id": "t", "metadata": {}}, core)
+        tool = s.middleware("tool_call", {"tool": "x", "args": {}, "metadata": {}},
+                            lambda d: {"status": "ok", "output": 2})
+        details = {e.plugin_id: e.detail for e in s.trace.events if e.outcome == "failed"}
+    assert turn == {"response": "inner", "finish_reason": "text_response"}
+    assert tool == {"status": "ok", "output": 2}
+    assert "wrong type" in details["wrong-type"]
+    assert "lacks 'response'" in details["no-text"]
+    assert "lacks 'status'" in details["no-status"]
+    assert {f.reason for f in host.faults} == {"middleware"}
+
+
+def test_a_well_shaped_answer_becomes_the_result() -> None:
+    host = new_host()
+    host.add(layer("turn", answer={"response": "rewritten", "finish_reason": "text_response",
+                                   "audited": True}), plugin_id="rewriter")
+    with host, host.session() as s:
+        result = s.middleware("turn", {"turn_id": "t", "metadata": {}}, core)
+    assert result == {"response": "rewritten", "finish_reason": "text_response",
+                      "audited": True}
+    assert host.faults == []
+
+
+def test_events_queued_at_close_reach_the_plugins_subscribed_to_them() -> None:
+    host = new_host()
+    lp = host.add(listener(["turn.*"], spin=3_000_000), plugin_id="slow-audit",
+                  grants={"events", "subscribe:turn.*"})
+    for n in range(12):
+        host.observe.bus.emit_runtime("turn.started", turn_id=f"t{n}", agent_name="a",
+                                      instance_key="k")
+    started = time.monotonic()
+    host.close()
+    assert time.monotonic() - started < 30
+    assert lp.calls == 12
