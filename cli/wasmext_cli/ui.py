@@ -34,9 +34,10 @@ def print_list_table(plugins: list[dict[str, Any]], order: dict[str, list[dict[s
     console = stdout_console()
     if not console.is_terminal:
         return False
-    table = Table("plugin", "source", "failure", title="plugins")
+    table = Table("plugin", "source", "failure", "state", title="plugins")
     for p in plugins:
-        table.add_row(Text(clean(p["id"], 128)), Text(p["source"]), Text(p["failure"]))
+        table.add_row(Text(clean(p["id"], 128)), Text(p["source"]), Text(p["failure"]),
+                      Text("enabled" if p.get("enabled", True) else "disabled"))
     console.print(table)
     hooks = Table("hook", "order (priority)", title="hook order")
     for hook, entries in order.items():

@@ -45,6 +45,7 @@ from wasmext.lifecycle.approvals import granted as approved_grants
 from wasmext.lifecycle.approvals import subject_of
 from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.client.plugin_ops import install as install_mcp_ops
+from wasmext.operator_settings import SettingsFile, settings_view
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
@@ -87,7 +88,10 @@ class Host:
         self.runtime = runtime or Runtime(defaults=self.config.limits,
                                           policy=self.config.cap)
         self.enable_state = EnableState(self.config)
+        self.settings_file = SettingsFile(self.config.data_dir)  # `wasmext config set`
         self.plugins: dict[str, LoadedPlugin] = {}
+        # Plugins found but not loaded because the operator disabled them (`wasmext list`).
+        self.disabled: dict[str, Manifest] = {}
         self.load_errors: list[WasmextError] = []
         self.faults: list[FaultRecord] = []
         self._order_cache: dict[str, list[Entry]] = {}
@@ -286,7 +290,9 @@ class Host:
         """Load a discovered plugin folder unless disabled; a failure joins `load_errors`."""
         if not self.enable_state.is_enabled(manifest.id):
             log.info("plugin %s is disabled", manifest.id)
+            self.disabled[manifest.id] = manifest
             return
+        self.disabled.pop(manifest.id, None)
         try:
             signed = None
             if self.config.require_signature:  # before any of its code is compiled
@@ -338,7 +344,9 @@ class Host:
             if manifest is not None:  # its MCP servers' ${VAR}s: the allowed ones only
                 manifest = manifest.resolve_mcp(allowed_environ(manifest, allowed,
                                                                 denied=denied))
-            merged_settings = {**(over.settings if over else {}), **(settings or {})}
+            operator = self.settings_file.of(pid) if pid and manifest is not None else {}
+            merged_settings = {**(over.settings if over else {}), **operator,
+                               **(settings or {})}
             merged_limits = {**(over.limits if over else {}), **(limits or {})}
             if priority is None and over is not None:
                 priority = over.priority
@@ -386,6 +394,15 @@ class Host:
             self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
         return plugin
 
+    def settings_of(self, plugin_id: str) -> list[dict[str, Any]]:
+        """A loaded plugin's settings as an operator may see them: each value (sensitive
+        ones masked) and its source (`operator_settings.settings_view`)."""
+        lp = self.plugins[plugin_id]
+        over = self.config.overrides.get(plugin_id)
+        return settings_view(lp.manifest, lp.plugin.settings, lp.plugin.sensitive,
+                             over.settings if over else {},
+                             self.settings_file.of(plugin_id) if lp.manifest else {})
+
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""
         cached = self._order_cache.get(hook)  # every hook call asks: no lock for a hit
@@ -418,14 +435,28 @@ class Host:
         """Enable a plugin (persisted); it loads at the next start or rescan."""
         self.enable_state.set(plugin_id, True)
 
-    def disable(self, plugin_id: str) -> None:
-        """Disable a plugin (persisted) and unload it now (its MCP servers stop)."""
+    def disable(self, plugin_id: str, *, purge_state: bool = False) -> None:
+        """Disable a plugin (persisted) and unload it now (its MCP servers stop);
+        `purge_state` also deletes its state in every scope (see `unload`)."""
         self.enable_state.set(plugin_id, False)
-        self.unload(plugin_id)
+        lp = self.plugins.get(plugin_id)
+        if lp is not None and lp.manifest is not None:
+            self.disabled[plugin_id] = lp.manifest
+        self.unload(plugin_id, purge_state=purge_state)
 
-    def unload(self, plugin_id: str) -> bool:
+    def unload(self, plugin_id: str, *, purge_state: bool = False) -> bool:
         """Unload a plugin now: hooks, tools, subscriptions and its own MCP servers go;
-        True if it was loaded."""
+        True if it was loaded. Its state stays (a reload finds it again) unless
+        `purge_state`: then every scope of it is deleted, loaded or not, and logged."""
+        unloaded = self._unload(plugin_id)
+        if purge_state:  # after the unload: no new call of it writes again
+            purged = self.state_store().drop_plugin(plugin_id)
+            log.info("plugin %s: %d state entries purged", plugin_id, purged,
+                     extra={"plugin_id": plugin_id, "event": "state.purge",
+                            "entries": purged})
+        return unloaded
+
+    def _unload(self, plugin_id: str) -> bool:
         with self._lock:
             lp = self.plugins.get(plugin_id)
             servers = self._owned_servers(lp) if lp is not None else []
