@@ -113,6 +113,9 @@ class Agent:
                 self._register(tool)
         # Every tool of the registry: the host's and the plugins' own.
         self.tools = dict(host.tools.tools)
+        # The catalog is complete now: guidance naming a tool nobody has is reported.
+        said = {e.message for e in host.load_errors}
+        host.load_errors.extend(e for e in host.unknown_guided_tools() if e.message not in said)
         self.system = system
         self.policy = policy
         self.routing = routing

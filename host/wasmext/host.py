@@ -40,6 +40,7 @@ from wasmext.errors import (
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
+from wasmext.hooks.registration import registration_problems
 from wasmext.lifecycle import reload
 from wasmext.lifecycle.approvals import granted as approved_grants
 from wasmext.lifecycle.approvals import subject_of
@@ -365,6 +366,12 @@ class Host:
             executed = subject.files
             plugin.set_grants(plugin.grants | approved_grants(  # [grants.ID], approvals
                 plugin.id, subject, self.config.data_dir, self.config.grants.get(plugin.id)))
+        problems = registration_problems(plugin.registration.extra)
+        if problems:  # said now, naming the field, not dropped at every prompt
+            if self.runtime.plugins.get(plugin.id) is plugin and plugin.id not in self.plugins:
+                del self.runtime.plugins[plugin.id]
+            raise LoadError(f"plugin {plugin.id}: registration " + "; ".join(
+                f"field '{f}': {why}" for f, why in problems), plugin_id=plugin.id)
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
@@ -402,6 +409,24 @@ class Host:
         return settings_view(lp.manifest, lp.plugin.settings, lp.plugin.sensitive,
                              over.settings if over else {},
                              self.settings_file.of(plugin_id) if lp.manifest else {})
+
+    def unknown_guided_tools(self) -> list[ConfigError]:
+        """One error per tool a loaded plugin's tool_guidance names that the registry
+        does not hold, naming the plugin and the field. Tools join the registry after
+        load (MCP servers, the application's), so a driver asks once its catalog is
+        complete (`wasmext.agent.Agent` does, into `load_errors`)."""
+        known = set(self.tools.tools)
+        out = []
+        for pid in sorted(self.plugins):
+            raw = self.plugins[pid].plugin.registration.extra.get("tool_guidance")
+            for key, names in sorted(raw.items()) if isinstance(raw, dict) else ():
+                for i, name in enumerate(names if isinstance(names, list) else []):
+                    if isinstance(name, str) and name not in known:
+                        out.append(ConfigError(
+                            f"plugin {pid}: field 'tool_guidance.{key}[{i}]': no tool "
+                            f"{clean(name, 64)!r} in the registry", plugin_id=pid,
+                            problems=((f"tool_guidance.{key}[{i}]", "unknown tool"),)))
+        return out
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""

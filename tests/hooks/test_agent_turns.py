@@ -10,11 +10,13 @@ import time
 from typing import Any
 
 import msgpack
+import pytest
 import wasmtime
 
 from wasmext import Host, Runtime
 from wasmext.agent import Agent, Tool
 from wasmext.config import HostConfig
+from wasmext.errors import LoadError
 from wasmext.models import ReplayModel, Transcript
 from wasmext.observe.events import Event
 from wasmext.testing import DATA_AT, guest_wat
@@ -163,3 +165,51 @@ def test_events_queued_at_close_reach_the_plugins_subscribed_to_them() -> None:
     host.close()
     assert time.monotonic() - started < 30
     assert lp.calls == 12
+
+
+def guide(extra: dict[str, Any]) -> bytes:
+    return bytes(wasmtime.wat2wasm(guest_wat(registration={"hooks": [], **extra})))
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ({"prompt": [{"position": "nowhere", "content": "x"}]}, "prompt[0].position"),
+    ({"prompt": [{"position": "system_prefix"}]}, "prompt[0].content"),
+    ({"prompt": [{"position": "user_suffix", "content": "x", "when": {"tag": "t"}}]},
+     "prompt[0].when"),
+    ({"prompt": [{"position": "user_suffix", "content": "x",
+                  "when": {"context_match": {"key": "k", "pattern": "(["}}}]},
+     "prompt[0].when"),
+    ({"prompt": "Be brief."}, "prompt"),
+    ({"tool_guidance": {"preferred": ["calc", "no spaces allowed"]}},
+     "tool_guidance.preferred[1]"),
+    ({"tool_guidance": {"prefered": ["calc"]}}, "tool_guidance.prefered"),
+])
+def test_a_bad_prompt_addition_or_guidance_is_a_load_error_naming_the_field(
+        extra: dict[str, Any], field: str) -> None:
+    host = new_host()
+    with pytest.raises(LoadError) as info:
+        host.add(guide(extra), plugin_id="sloppy")
+    assert info.value.plugin_id == "sloppy"
+    assert f"plugin sloppy: registration field '{field}'" in info.value.message
+    assert "sloppy" not in host.plugins and "sloppy" not in host.runtime.plugins
+    host.add(guide({"prompt": [{"position": "system_suffix", "content": "fine"}]}),
+             plugin_id="sloppy")  # the id is free again; a healthy plugin loads
+    with host, host.session() as s:
+        assert s.prompt("base", "q").system == "base\nfine"
+
+
+def test_guidance_naming_an_unknown_tool_is_reported_once_the_catalog_is_known() -> None:
+    host = new_host()
+    host.add(guide({"tool_guidance": {"preferred": ["echo"], "avoided": ["ghost"]}}),
+             plugin_id="guide")
+    with host:
+        agent = Agent(host, ReplayModel(TWO_STEPS), tools=ECHO)
+        said = [e.message for e in host.load_errors]
+        assert said == ["plugin guide: field 'tool_guidance.avoided[0]': no tool 'ghost' "
+                        "in the registry"]
+        with host.session() as s:
+            agent.run_turn(s, 1, "again")
+            assert ("guide", "unknown tool", "ghost") in [
+                (e.plugin_id, e.outcome, e.detail) for e in s.trace.events]
+        Agent(host, ReplayModel(TWO_STEPS), tools=ECHO)
+        assert len(host.load_errors) == 1, "said once"
