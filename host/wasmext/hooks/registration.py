@@ -11,6 +11,7 @@ and the application add theirs after plugins load.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from wasmext.services.tools import NAME_RE
@@ -26,7 +27,7 @@ MAX_ADDITION_CHARS = 16_384
 MAX_GUIDED_TOOLS = 256
 
 
-def registration_problems(extra: dict[str, Any]) -> list[tuple[str, str]]:
+def registration_problems(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every problem of `extra`'s "prompt" and "tool_guidance" as (field, why)."""
     problems: list[tuple[str, str]] = []
     if "prompt" in extra:
