@@ -54,7 +54,7 @@ from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
-from wasmext.services.hostview import FaultRecord, LoadedPlugin
+from wasmext.services.hostview import CallFailure, FaultRecord, LoadedPlugin
 from wasmext.services.llm.config import completer_from
 from wasmext.services.llm.ledger import DayLedger
 from wasmext.services.llm.service import Completer, LlmService
@@ -584,7 +584,7 @@ class Host:
                 raise HookAborted(f"plugin {lp.id} failed in {entry.hook} and is fail-closed: "
                                   f"{reason}", cause=err, plugin_id=lp.id,
                                   hook=entry.hook) from err
-            return None, f"{reason}: {err.message}"
+            return None, CallFailure.of(f"{reason}: {err.message}", err)
         self.observe.metrics.record_callback(entry.plugin_id, entry.hook, "ok",
                                              time.perf_counter() - started, result.fuel)
         lp.backoff_s = 0.5

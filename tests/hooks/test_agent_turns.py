@@ -213,3 +213,54 @@ def test_guidance_naming_an_unknown_tool_is_reported_once_the_catalog_is_known()
                 (e.plugin_id, e.outcome, e.detail) for e in s.trace.events]
         Agent(host, ReplayModel(TWO_STEPS), tools=ECHO)
         assert len(host.load_errors) == 1, "said once"
+
+
+def kb_plugin(help_url: str) -> bytes:
+    error = {"code": "not_found", "message": "no such article",
+             "suggestion": "Try a shorter query.", "help_url": help_url}
+    wat = guest_wat(response={"ok": False, "error": error},
+                    registration={"hooks": [{"hook": "on_tool"}],
+                                  "tools": [{"name": "lookup", "description": "Find."}]})
+    return bytes(wasmtime.wat2wasm(wat))
+
+
+KB_TURN = Transcript({"model": "replay", "system": "s", "turns": [
+    {"user": "look it up", "steps": [
+        {"response": "", "tool_calls": [{"tool": "kb__lookup", "args": {}},
+                                        {"tool": "echo", "args": {"x": 1}}]},
+        {"response": "not found"}]}]})
+
+
+def test_messages_carry_ids_and_sources_and_steps_their_results() -> None:
+    host = new_host()
+    host.add(kb_plugin("https://docs.example.org/kb#lookup"), plugin_id="kb")
+    with host, host.session() as s:
+        [report] = [Agent(host, ReplayModel(KB_TURN), tools=ECHO).run_turn(s, 0, "look it up")]
+        messages = list(s.messages)
+    assert [m["source"]["type"] for m in messages] == [
+        "user", "assistant", "tool", "tool", "assistant"]
+    assert len({m["id"] for m in messages}) == 5
+    assert all(m["created_at"].endswith("+00:00") for m in messages)
+    assert messages[2]["source"] == {"type": "tool", "tool_call_id": "call-0-0-0",
+                                     "tool_name": "kb__lookup"}
+    first, last = report.steps
+    assert (first["status"], first["has_tool_calls"], first["metadata"]) == \
+        ("completed", True, {})
+    kb, echo = first["tool_results"]
+    assert (kb["tool_call_id"], kb["tool_name"], kb["status"]) == \
+        ("call-0-0-0", "kb__lookup", "error")
+    assert kb["error"] == {"code": "not_found", "message": "no such article",
+                           "suggestion": "Try a shorter query.",
+                           "help_url": "https://docs.example.org/kb#lookup"}
+    assert (echo["status"], echo["output"]) == ("ok", {"x": 1})
+    assert (last["has_tool_calls"], last["tool_results"]) == (False, [])
+    assert report.tool_calls[0]["result"]["error"]["suggestion"] == "Try a shorter query."
+
+
+def test_a_help_url_that_is_no_web_address_is_dropped() -> None:
+    host = new_host()
+    host.add(kb_plugin("javascript:alert(1)"), plugin_id="kb")
+    with host:
+        result = host.tools.execute("kb__lookup", {})
+    assert result["error"]["suggestion"] == "Try a shorter query."
+    assert "help_url" not in result["error"]

@@ -80,7 +80,8 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
             raise OpError("invalid", "only turn middleware may edit the conversation")
         messages = frame.data.get("messages")
         changes["messages"], frame.notes = apply_message_events(
-            messages if isinstance(messages, list) else [], req["message_events"])
+            messages if isinstance(messages, list) else [], req["message_events"],
+            frame.entry.plugin_id)
     frame.called = True  # a refused request leaves the layer free to call next again
     started = time.perf_counter()
     try:
