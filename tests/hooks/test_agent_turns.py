@@ -264,3 +264,19 @@ def test_a_help_url_that_is_no_web_address_is_dropped() -> None:
         result = host.tools.execute("kb__lookup", {})
     assert result["error"]["suggestion"] == "Try a shorter query."
     assert "help_url" not in result["error"]
+
+
+def test_every_turn_event_of_a_session_reaches_a_slow_plugin_before_close() -> None:
+    host = new_host()
+    lp = host.add(listener(["turn.*", "step.*"], spin=1_000_000), plugin_id="slow-audit",
+                  grants={"events", "subscribe:turn.*", "subscribe:step.*"})
+    topics: list[str] = []
+    host.observe.bus.subscribe("turn.*", lambda e: topics.append(e.topic))
+    host.observe.bus.subscribe("step.*", lambda e: topics.append(e.topic))
+    with host.session() as s:
+        agent = Agent(host, ReplayModel(TWO_STEPS), tools=ECHO)
+        for i, t in enumerate(TWO_STEPS.turns):
+            agent.run_turn(s, i, t["user"])
+    host.close()  # no flush of our own: close delivers what is queued
+    assert len(topics) == 10  # 2 turns x (started, completed) + 3 steps x 2
+    assert lp.calls == 10
