@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "Build each plugin folder (default: the current folder) into its .wasm."),
     "call": (_PLUGIN, "call", "Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print"
              " its value as JSON."),
+    "config": ("wasmext_cli.config_cmd", "config", "Set a plugin's settings (checked against"
+               " its plugin.toml, saved atomically)."),
     "disable": (_PLUGIN, "disable", "Disable PLUGIN_ID (remembered across restarts)."),
     "enable": (_PLUGIN, "enable", "Enable PLUGIN_ID (remembered across restarts)."),
     "grant": (_LIFECYCLE, "grant", "Grant CAPABILITIES to PLUGIN_ID's current module (recorded"

@@ -141,11 +141,13 @@ def inspect(plugin: Path, as_json: bool) -> None:
             info = rt.load(plugin).describe()
             if plugin.is_dir():  # what `[grants.ID] manifest = ...` pins
                 from wasmext.manifest import load_folder
+                from wasmext.operator_settings import declared_settings
 
                 manifest = load_folder(plugin)
                 info["manifest_digest"] = manifest.source_digest
                 # What it asks for, for the operator to weigh before `wasmext grant`.
                 info["capabilities"] = list(manifest.capabilities)
+                info["settings"] = declared_settings(manifest)
         except WasmextError as err:
             _fail(err)
     if as_json:
@@ -171,6 +173,14 @@ def inspect(plugin: Path, as_json: bool) -> None:
         click.echo(f"  {_line(h['hook'], 128):<24} priority {h['priority']}{pattern}")
     for key, value in info["extra"].items():
         click.echo(_line(f"{_line(key, 64):<9} {_dumps(value)}"))
+    if info.get("settings"):
+        click.echo("settings  (name, type, default; sensitive defaults masked)")
+        for s in info["settings"]:
+            flags = "".join([" sensitive" if s["sensitive"] else "",
+                             " required" if s["required"] else "",
+                             f" env={_line(s['env'], 64)}" if s["env"] else ""])
+            click.echo(f"  {_line(s['name'], 64):<24} {s['type'] or '-':<8} "
+                       f"{_dumps(s['default'])}{flags}")
     requested = info["limits"]["requested"]
     click.echo("limits    requested -> effective (the manifest may only lower the host's)")
     for name, value in info["limits"]["effective"].items():
@@ -190,10 +200,15 @@ def limits() -> None:
 @CONFIG_OPT
 @PLUGINS_OPT
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
-def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool) -> None:
+@click.option("--settings", "show_settings", is_flag=True,
+              help="Show each plugin's settings and where each value came from "
+                   "(sensitive values masked).")
+def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool,
+                 show_settings: bool) -> None:
     """List loaded plugins and the effective order of every hook.
 
-    Plugins that did not load are named on stderr. Exit code: 0 when it listed
+    Disabled plugins are listed too, marked disabled. Plugins that did not load
+    are named on stderr. Exit code: 0 when it listed
     plugins (even if others had problems) or found none; 1 when every plugin it
     found failed to load; 2 when the config cannot be read.
     """
@@ -212,23 +227,33 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                          "pattern": e.pattern} for e in entries]
                  for hook, entries in host.order_table().items()}
         plugins = [{"id": lp.id, "source": lp.source, "failure": lp.failure,
-                    "digest": f"sha256:{lp.plugin.module.info.digest}",
-                    "capabilities": list(lp.manifest.capabilities) if lp.manifest else []}
+                    "digest": f"sha256:{lp.plugin.module.info.digest}", "enabled": True,
+                    "capabilities": list(lp.manifest.capabilities) if lp.manifest else [],
+                    **({"settings": host.settings_of(lp.id)} if show_settings else {})}
                    for lp in host.plugins.values()]
+        disabled = [{"id": pid, "source": "-", "failure": "-", "digest": None,
+                     "enabled": False} for pid in sorted(host.disabled)]
         errors = [err.describe() for err in host.load_errors]
     if as_json:
-        _echo_json({"plugins": plugins, "order": order, "errors": errors})
+        _echo_json({"plugins": plugins + disabled, "order": order, "errors": errors})
         return
     from wasmext_cli.ui import print_list_table
 
-    if not print_list_table(plugins, order):  # a table on a terminal; plain lines otherwise
+    if not print_list_table(plugins + disabled, order):  # a table on a terminal, else lines
         for p in plugins:
             asks = ",".join(p["capabilities"]) or "-"
             click.echo(_line(f"{p['id']:<20} {p['source']:<10} failure={p['failure']} "
                              f"asks={asks}"))
+        for p in disabled:
+            click.echo(_line(f"{p['id']:<20} disabled   (wasmext enable {p['id']})"))
         for hook, entries in order.items():
             chain = " -> ".join(f"{e['plugin']}({e['priority']})" for e in entries)
             click.echo(f"  {_line(hook, 128):<22} {_line(chain)}")
+    if show_settings:
+        for p in plugins:
+            for s in p["settings"]:
+                click.echo(_line(f"  {p['id']}.{s['name']} = {_dumps(s['value'])} "
+                                 f"({s['source']}{', sensitive' if s['sensitive'] else ''})"))
     for line in errors:
         click.echo(f"not loaded: {_line(line.removeprefix('wasmext: '))}", err=True)
     if config is None and not plugin_dirs:
@@ -236,14 +261,15 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
             if Path("plugins").is_dir() else ""
         click.echo(f"looked at no plugin folder: no ./wasmext.toml and no --plugins{hint}",
                    err=True)
-    elif not plugins:
+    elif not plugins and not disabled:
         looked = ", ".join(str(d) for d in plugin_dirs) or f"the folders {config} names"
         click.echo(f"no plugin loaded from {looked}", err=True)
     if errors and not plugins:
         sys.exit(EXIT_FAULT)
 
 
-def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
+def _set_enabled(config: Path | None, plugin_id: str, enabled: bool,
+                 purge_state: bool = False) -> None:
     from wasmext import HostConfig, load_config
     from wasmext.config import EnableState
     from wasmext.manifest import ID_RE
@@ -265,8 +291,17 @@ def _set_enabled(config: Path | None, plugin_id: str, enabled: bool) -> None:
                    err=True)
         sys.exit(EXIT_FAULT)
     EnableState(cfg).set(plugin_id, enabled)
+    purged = ""
+    if purge_state:
+        from wasmext.config import open_store
+
+        try:
+            with open_store(cfg) as store:
+                purged = f"; {store.drop_plugin(plugin_id)} state entries purged"
+        except WasmextError as err:
+            _fail(err)
     click.echo(f"{plugin_id} {'enabled' if enabled else 'disabled'} "
-               f"(saved in {EnableState(cfg).path})")
+               f"(saved in {EnableState(cfg).path}){purged}")
 
 
 @click.command()
@@ -280,9 +315,11 @@ def enable(plugin_id: str, config: Path | None) -> None:
 @click.command()
 @click.argument("plugin_id")
 @CONFIG_OPT
-def disable(plugin_id: str, config: Path | None) -> None:
+@click.option("--purge-state", is_flag=True,
+              help="Also delete its state, in every scope (kept by default).")
+def disable(plugin_id: str, config: Path | None, purge_state: bool) -> None:
     """Disable PLUGIN_ID (remembered across restarts)."""
-    _set_enabled(_default_config(config), plugin_id, False)
+    _set_enabled(_default_config(config), plugin_id, False, purge_state)
 
 
 @click.command()

@@ -34,10 +34,11 @@ def print_list_table(plugins: list[dict[str, Any]], order: dict[str, list[dict[s
     console = stdout_console()
     if not console.is_terminal:
         return False
-    table = Table("plugin", "source", "failure", "asks for", title="plugins")
+    table = Table("plugin", "source", "failure", "state", "asks for", title="plugins")
     for p in plugins:
         asks = ", ".join(p.get("capabilities", ())) or "-"
         table.add_row(Text(clean(p["id"], 128)), Text(p["source"]), Text(p["failure"]),
+                      Text("enabled" if p.get("enabled", True) else "disabled"),
                       Text(clean(asks, 256)))
     console.print(table)
     hooks = Table("hook", "order (priority)", title="hook order")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ConfigError, HookAborted, PipelineError
 from wasmext.hooks.extensions import parse_requests
+from wasmext.hooks.messages import new_message, wire
 from wasmext.hooks.pipeline import Policy
 from wasmext.host import Host
 from wasmext.models import Model
@@ -89,6 +90,8 @@ class TurnReport:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     extensions: list[dict[str, Any]] = field(default_factory=list)
     system: str = ""
+    # Each step's result as the step layers left it (status, tool_results, metadata).
+    steps: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -100,17 +103,22 @@ class Agent:
     def __init__(self, host: Host, model: Model, *, tools: Mapping[str, Tool] | None = None,
                  system: str = "You are a helpful assistant.", policy: Policy | None = None,
                  max_steps: int = 4, routing: Callable[[], Router] | None = None,
-                 tenant_id: str = "default") -> None:
+                 tenant_id: str = "default", name: str = "assistant") -> None:
         """`routing`: the current Router (stages in-process or remote over NATS), asked
         at each turn, so a policy or registry edited on disk applies from the next one;
-        it takes the place of `policy`."""
+        it takes the place of `policy`. `name`: the session's agent_name unless the
+        application set one."""
         self.host = host
+        self.name = name  # the session's agent_name unless the application set one
         self.model = model
         for tool in (DEMO_TOOLS if tools is None else tools).values():
             if tool.name not in host.tools.tools:
                 self._register(tool)
         # Every tool of the registry: the host's and the plugins' own.
         self.tools = dict(host.tools.tools)
+        # The catalog is complete now: guidance naming a tool nobody has is reported.
+        said = {e.message for e in host.load_errors}
+        host.load_errors.extend(e for e in host.unknown_guided_tools() if e.message not in said)
         self.system = system
         self.policy = policy
         self.routing = routing
@@ -140,6 +148,8 @@ class Agent:
 
     def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
         report = TurnReport(user)
+        if not session.context.get("agent_name"):
+            session.context["agent_name"] = self.name
         session.trace.note("turn", f"begin turn {index}", user[:80])
         try:
             self._turn(session, index, user, report)
@@ -171,7 +181,7 @@ class Agent:
                                      *gate.system_messages, guidance.text()]).strip(),
                           text, tags=tags, context={"turn": index})
         report.system = prompt.system
-        s.messages.append({"role": "user", "content": prompt.user})
+        s.messages.append(new_message("user", prompt.user, {"type": "user"}))
         s.context["turn_id"] = f"turn-{index}"
         turn_data = {"turn_id": f"turn-{index}", "input": {"role": "user", "content": text},
                      "messages": list(s.messages), "metadata": {}}
@@ -193,7 +203,8 @@ class Agent:
             response = s.pipeline(Policy(self.policy.policy_id, post=self.policy.post),
                                   response, provider=lambda d: d["message"]).message["payload"]
         report.response = response
-        s.messages.append({"role": "assistant", "content": response})
+        s.messages.append(new_message("assistant", response,
+                                      {"type": "assistant", "step_id": f"turn-{index}"}))
         s.lifecycle("after_agent", response=response, tool_calls=report.tool_calls)
 
     def _steps(self, s: Session, index: int, system: str, tools: list[str],
@@ -206,6 +217,7 @@ class Agent:
                 return self._step(s, index, step, system, d, report)
 
             out = s.middleware("step", data, core)
+            report.steps.append(out)
             if not out.get("tool_calls"):
                 return {"finish_reason": "text_response", "response": out.get("response", "")}
         return {"finish_reason": "max_steps", "response": ""}
@@ -222,24 +234,31 @@ class Agent:
                               plugin_id=gate.stopped_by, hook="before_model")
         if gate.system_messages:
             msgs[0] = {"role": "system", "content": system + "\n" + gate.system_message}
-        answer = self.model.complete(msgs, catalog, index, step)
+        answer = self.model.complete([wire(m) for m in msgs], catalog, index, step)
         s.lifecycle("after_model", response=answer["response"], tokens=answer.get("tokens"))
         if answer["tool_calls"]:
             # The chat-completions shape: the assistant's calls, then one answer each.
-            s.messages.append({"role": "assistant", "content": answer["response"] or "",
-                               "tool_calls": [{"id": c["call_id"], "type": "function",
-                                               "function": {"name": c["tool"],
-                                                            "arguments": json.dumps(c["args"])}}
-                                              for c in answer["tool_calls"]]})
+            s.messages.append(new_message(
+                "assistant", answer["response"] or "",
+                {"type": "assistant", "step_id": f"turn-{index}/{step}"},
+                tool_calls=[{"id": c["call_id"], "type": "function",
+                             "function": {"name": c["tool"], "arguments": json.dumps(c["args"])}}
+                            for c in answer["tool_calls"]]))
+        results = []
         for call in answer["tool_calls"]:
             result = self._tool(s, index, step, call, {t["name"] for t in catalog})
             report.tool_calls.append({"tool": call["tool"], "args": call["args"],
                                       "result": result})
-            s.messages.append({"role": "tool", "tool_call_id": call["call_id"],
-                               "content": json.dumps(result.get("output",
-                                                                result.get("error")),
-                                                     default=str)})
-        return {"response": answer["response"], "tool_calls": answer["tool_calls"]}
+            results.append({"tool_call_id": call["call_id"], "tool_name": call["tool"],
+                            **result})
+            s.messages.append(new_message(
+                "tool", json.dumps(result.get("output", result.get("error")), default=str),
+                {"type": "tool", "tool_call_id": call["call_id"], "tool_name": call["tool"]},
+                tool_call_id=call["call_id"]))
+        # The seed's StepResult: status, the calls and their results, the step's metadata.
+        return {"response": answer["response"], "tool_calls": answer["tool_calls"],
+                "status": "completed", "has_tool_calls": bool(answer["tool_calls"]),
+                "tool_results": results, "metadata": data.get("metadata", {})}
 
     def _tool(self, s: Session, index: int, step: int, call: dict[str, Any],
               allowed: set[str]) -> dict[str, Any]:

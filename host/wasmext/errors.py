@@ -332,9 +332,14 @@ class PluginError(WasmextError):
     reason = "plugin error"
 
     def __init__(self, message: str, *, code: str, plugin_id: str | None = None,
-                 hook: str | None = None) -> None:
+                 hook: str | None = None, suggestion: str | None = None,
+                 help_url: str | None = None) -> None:
         super().__init__(message, plugin_id=plugin_id, hook=hook)
         self.code = code
+        # What the guest said the user could do, and where to read more (SPEC 3):
+        # scrubbed guest text, carried to tool results and turn reports.
+        self.suggestion = suggestion
+        self.help_url = help_url
 
     def describe(self) -> str:
         return clean(f"plugin {self.plugin_id} hook {self.hook}: {self.code}: {self.message}",

@@ -12,6 +12,7 @@ entries of a hook, and `call`, which runs one plugin under its failure policy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -39,11 +40,13 @@ from wasmext.errors import (
 from wasmext.hooks.context import HookSession
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
+from wasmext.hooks.registration import registration_problems
 from wasmext.lifecycle import reload
 from wasmext.lifecycle.approvals import granted as approved_grants
 from wasmext.lifecycle.approvals import subject_of
 from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.client.plugin_ops import install as install_mcp_ops
+from wasmext.operator_settings import SettingsFile, settings_view
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
@@ -51,7 +54,7 @@ from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
-from wasmext.services.hostview import FaultRecord, LoadedPlugin
+from wasmext.services.hostview import CallFailure, FaultRecord, LoadedPlugin
 from wasmext.services.llm.config import completer_from
 from wasmext.services.llm.ledger import DayLedger
 from wasmext.services.llm.service import Completer, LlmService
@@ -70,6 +73,8 @@ __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
 log = logging.getLogger("wasmext.host")
 
+CLOSE_FLUSH_S = 5.0  # how long close() waits for queued events to reach their subscribers
+
 
 class Host:
     """Loads plugins, orders their hooks and calls them under their failure policy.
@@ -84,7 +89,10 @@ class Host:
         self.runtime = runtime or Runtime(defaults=self.config.limits,
                                           policy=self.config.cap)
         self.enable_state = EnableState(self.config)
+        self.settings_file = SettingsFile(self.config.data_dir)  # `wasmext config set`
         self.plugins: dict[str, LoadedPlugin] = {}
+        # Plugins found but not loaded because the operator disabled them (`wasmext list`).
+        self.disabled: dict[str, Manifest] = {}
         self.load_errors: list[WasmextError] = []
         self.faults: list[FaultRecord] = []
         self._order_cache: dict[str, list[Entry]] = {}
@@ -257,9 +265,16 @@ class Host:
             return self._state
 
     def close(self) -> None:
+        """Stop MCP clients, deliver the events still queued (bounded), unsubscribe and
+        unload every plugin, close the state store and the runtime."""
         if self.mcp is not None:
             self.mcp.stop()
             self.mcp = None
+        # A turn's last events (turn.completed, ...) may still be queued: they reach
+        # their subscribers while those are subscribed, then the plugins go.
+        # (Closed from inside a subscriber, it cannot wait for itself.)
+        with contextlib.suppress(RuntimeError):
+            self.observe.bus.flush(CLOSE_FLUSH_S)
         for pid in list(self.plugins):
             self.observe.unloaded(pid)
         self.observe.close()
@@ -276,7 +291,9 @@ class Host:
         """Load a discovered plugin folder unless disabled; a failure joins `load_errors`."""
         if not self.enable_state.is_enabled(manifest.id):
             log.info("plugin %s is disabled", manifest.id)
+            self.disabled[manifest.id] = manifest
             return
+        self.disabled.pop(manifest.id, None)
         try:
             signed = None
             if self.config.require_signature:  # before any of its code is compiled
@@ -328,7 +345,9 @@ class Host:
             if manifest is not None:  # its MCP servers' ${VAR}s: the allowed ones only
                 manifest = manifest.resolve_mcp(allowed_environ(manifest, allowed,
                                                                 denied=denied))
-            merged_settings = {**(over.settings if over else {}), **(settings or {})}
+            operator = self.settings_file.of(pid) if pid and manifest is not None else {}
+            merged_settings = {**(over.settings if over else {}), **operator,
+                               **(settings or {})}
             merged_limits = {**(over.limits if over else {}), **(limits or {})}
             if priority is None and over is not None:
                 priority = over.priority
@@ -347,6 +366,12 @@ class Host:
             executed = subject.files
             plugin.set_grants(plugin.grants | approved_grants(  # [grants.ID], approvals
                 plugin.id, subject, self.config.data_dir, self.config.grants.get(plugin.id)))
+        problems = registration_problems(plugin.registration.extra)
+        if problems:  # said now, naming the field, not dropped at every prompt
+            if self.runtime.plugins.get(plugin.id) is plugin and plugin.id not in self.plugins:
+                del self.runtime.plugins[plugin.id]
+            raise LoadError(f"plugin {plugin.id}: registration " + "; ".join(
+                f"field '{f}': {why}" for f, why in problems), plugin_id=plugin.id)
         over = self.config.overrides.get(plugin.id)
         policy = failure or (over.failure if over and over.failure else None) or \
             (manifest.failure if manifest else "open")
@@ -375,6 +400,33 @@ class Host:
             log.error("%s", problem)
             self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
         return plugin
+
+    def settings_of(self, plugin_id: str) -> list[dict[str, Any]]:
+        """A loaded plugin's settings as an operator may see them: each value (sensitive
+        ones masked) and its source (`operator_settings.settings_view`)."""
+        lp = self.plugins[plugin_id]
+        over = self.config.overrides.get(plugin_id)
+        return settings_view(lp.manifest, lp.plugin.settings, lp.plugin.sensitive,
+                             over.settings if over else {},
+                             self.settings_file.of(plugin_id) if lp.manifest else {})
+
+    def unknown_guided_tools(self) -> list[ConfigError]:
+        """One error per tool a loaded plugin's tool_guidance names that the registry
+        does not hold, naming the plugin and the field. Tools join the registry after
+        load (MCP servers, the application's), so a driver asks once its catalog is
+        complete (`wasmext.agent.Agent` does, into `load_errors`)."""
+        known = set(self.tools.tools)
+        out = []
+        for pid in sorted(self.plugins):
+            raw = self.plugins[pid].plugin.registration.extra.get("tool_guidance")
+            for key, names in sorted(raw.items()) if isinstance(raw, dict) else ():
+                for i, name in enumerate(names if isinstance(names, list) else []):
+                    if isinstance(name, str) and name not in known:
+                        out.append(ConfigError(
+                            f"plugin {pid}: field 'tool_guidance.{key}[{i}]': no tool "
+                            f"{clean(name, 64)!r} in the registry", plugin_id=pid,
+                            problems=((f"tool_guidance.{key}[{i}]", "unknown tool"),)))
+        return out
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""
@@ -408,14 +460,28 @@ class Host:
         """Enable a plugin (persisted); it loads at the next start or rescan."""
         self.enable_state.set(plugin_id, True)
 
-    def disable(self, plugin_id: str) -> None:
-        """Disable a plugin (persisted) and unload it now (its MCP servers stop)."""
+    def disable(self, plugin_id: str, *, purge_state: bool = False) -> None:
+        """Disable a plugin (persisted) and unload it now (its MCP servers stop);
+        `purge_state` also deletes its state in every scope (see `unload`)."""
         self.enable_state.set(plugin_id, False)
-        self.unload(plugin_id)
+        lp = self.plugins.get(plugin_id)
+        if lp is not None and lp.manifest is not None:
+            self.disabled[plugin_id] = lp.manifest
+        self.unload(plugin_id, purge_state=purge_state)
 
-    def unload(self, plugin_id: str) -> bool:
+    def unload(self, plugin_id: str, *, purge_state: bool = False) -> bool:
         """Unload a plugin now: hooks, tools, subscriptions and its own MCP servers go;
-        True if it was loaded."""
+        True if it was loaded. Its state stays (a reload finds it again) unless
+        `purge_state`: then every scope of it is deleted, loaded or not, and logged."""
+        unloaded = self._unload(plugin_id)
+        if purge_state:  # after the unload: no new call of it writes again
+            purged = self.state_store().drop_plugin(plugin_id)
+            log.info("plugin %s: %d state entries purged", plugin_id, purged,
+                     extra={"plugin_id": plugin_id, "event": "state.purge",
+                            "entries": purged})
+        return unloaded
+
+    def _unload(self, plugin_id: str) -> bool:
         with self._lock:
             lp = self.plugins.get(plugin_id)
             servers = self._owned_servers(lp) if lp is not None else []
@@ -518,7 +584,7 @@ class Host:
                 raise HookAborted(f"plugin {lp.id} failed in {entry.hook} and is fail-closed: "
                                   f"{reason}", cause=err, plugin_id=lp.id,
                                   hook=entry.hook) from err
-            return None, f"{reason}: {err.message}"
+            return None, CallFailure.of(f"{reason}: {err.message}", err)
         self.observe.metrics.record_callback(entry.plugin_id, entry.hook, "ok",
                                              time.perf_counter() - started, result.fuel)
         lp.backoff_s = 0.5

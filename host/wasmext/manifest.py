@@ -55,14 +55,48 @@ def version_key(version: str) -> tuple[Any, ...]:
                              for p in pre.split(".")))
 
 
+# A setting's declared `type` (JSON Schema's words): the Python values it admits. A
+# bool is never an integer or a number, though Python says it is an int.
+SETTING_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list,), "object": (dict,)}
+_TYPE_PHRASES = {"string": "a string", "integer": "an integer", "number": "a number",
+                 "boolean": "true or false", "array": "an array", "object": "a table"}
+
+
+def setting_type_of(value: Any) -> str | None:
+    """The setting type a default value declares (None for None)."""
+    if value is None:
+        return None
+    for name in ("boolean", "integer", "number", "string", "array", "object"):
+        if _is(value, name):
+            return name
+    return None
+
+
+def _is(value: Any, kind: str) -> bool:
+    if isinstance(value, bool):
+        return kind == "boolean"
+    return isinstance(value, SETTING_TYPES[kind])
+
+
 @dataclass(frozen=True)
 class Setting:
+    """One declared setting; `type` is declared or taken from the default."""
+
     name: str
     default: Any = None
     env: str | None = None
     sensitive: bool = False
     required: bool = False
     description: str = ""
+    type: str | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` cannot be this setting's value ("must be an integer"), or None."""
+        if self.type is None or _is(value, self.type):
+            return None
+        return f"must be {_TYPE_PHRASES[self.type]}"
 
 
 @dataclass(frozen=True)
@@ -185,16 +219,23 @@ def _settings(raw: Any, path: Path) -> tuple[Setting, ...]:
         fld = f"settings.{name}"
         _need(bool(SETTING_RE.match(name)), path, fld, "name must be an identifier")
         _need(isinstance(spec, dict), path, fld, "must be a table")
-        unknown = set(spec) - {"default", "env", "sensitive", "required", "description"}
+        unknown = set(spec) - {"default", "env", "sensitive", "required", "description",
+                               "type"}
         _need(not unknown, path, fld, f"unknown keys {sorted(unknown)}")
+        kind = spec.get("type", setting_type_of(spec.get("default")))
+        _need(kind is None or kind in SETTING_TYPES, path, f"{fld}.type",
+              f"must be one of {', '.join(SETTING_TYPES)}")
+        default = spec.get("default")
+        _need(default is None or kind is None or _is(default, kind), path, f"{fld}.default",
+              f"must be {_TYPE_PHRASES.get(kind or '', kind)} (its type)")
         env = spec.get("env")
         _need(env is None or isinstance(env, str), path, f"{fld}.env", "must be a string")
         for flag in ("sensitive", "required"):
             _need(isinstance(spec.get(flag, False), bool), path, f"{fld}.{flag}", "must be a bool")
         desc = spec.get("description", "")
         _need(isinstance(desc, str), path, f"{fld}.description", "must be a string")
-        out.append(Setting(name, spec.get("default"), env, spec.get("sensitive", False),
-                           spec.get("required", False), desc))
+        out.append(Setting(name, default, env, spec.get("sensitive", False),
+                           spec.get("required", False), desc, kind))
     return tuple(out)
 
 

@@ -8,6 +8,7 @@ does. The ordering and chaining host of many plugins builds on it.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import re
@@ -78,12 +79,25 @@ def resolve_settings(manifest: Manifest, overrides: Mapping[str, Any],
     if unknown:
         raise ConfigError(f"plugin {manifest.id}: unknown setting {unknown[0]!r}; declared: "
                           f"{', '.join(sorted(declared)) or 'none'}", plugin_id=manifest.id)
+    wrong = [(f"settings.{s.name}", problem) for s in manifest.settings if s.name in overrides
+             for problem in [s.problem(overrides[s.name])] if problem is not None]
+    if wrong:  # every one at once, each naming its field and the value refused
+        secret = {s.name for s in manifest.settings if s.sensitive}
+
+        def shown(name: str) -> str:  # a sensitive value is never repeated
+            return "a value of another type" if name in secret else \
+                clean(repr(overrides[name]), 64)
+
+        said = "; ".join(f"setting {name!r} {why}, not {shown(name)}"
+                         for f, why in wrong for name in [f.removeprefix("settings.")])
+        raise ConfigError(f"plugin {manifest.id}: {said}", plugin_id=manifest.id,
+                          problems=tuple(wrong))
     values: dict[str, Any] = {}
     for s in manifest.settings:
         if s.name in overrides:
             values[s.name] = overrides[s.name]
         elif s.env and s.env in env:
-            values[s.name] = _from_env(manifest.id, s.name, env[s.env], s.default)
+            values[s.name] = _from_env(manifest.id, s.name, env[s.env], s.type, s.sensitive)
         elif s.default is not None:  # a copy: one manifest serves many loads
             values[s.name] = copy.deepcopy(s.default) if isinstance(s.default, (list, dict)) \
                 else s.default
@@ -99,21 +113,28 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-def _from_env(plugin_id: str, name: str, raw: str, default: Any) -> Any:
-    """An environment string converted to the type of the setting's default."""
+def _from_env(plugin_id: str, name: str, raw: str, kind: str | None,
+              sensitive: bool = False) -> Any:
+    """An environment string converted to the setting's type (declared or its default's)."""
     try:
-        if isinstance(default, bool):
+        if kind == "boolean":
             word = raw.strip().lower()
             if word not in _TRUE | _FALSE:
                 raise ValueError(f"{raw!r} is not a bool")
             return word in _TRUE
-        if isinstance(default, int):
+        if kind == "integer":
             return int(raw)
-        if isinstance(default, float):
+        if kind == "number":
             return float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"plugin {plugin_id}: setting {name!r} from the environment: {exc}",
-                          plugin_id=plugin_id) from exc
+        if kind in ("array", "object"):
+            value = json.loads(raw)
+            if not isinstance(value, list if kind == "array" else dict):
+                raise ValueError(f"is not a JSON {'array' if kind == 'array' else 'object'}")
+            return value
+    except ValueError as exc:  # the value of a sensitive setting is never repeated
+        why = f"is not {kind}" if sensitive else clean(str(exc), 128)
+        raise ConfigError(f"plugin {plugin_id}: setting {name!r} from the environment: {why}",
+                          plugin_id=plugin_id) from None
     return raw
 
 

@@ -259,8 +259,7 @@ def test_prompt_additions_are_ordered_by_plugin_id_and_conditional() -> None:
     wat_plugin(host, "a", [], extra_reg={"prompt": [
         {"position": "system_suffix", "content": "from-a"},
         {"position": "system_prefix", "content": "first",
-         "when": {"state_equals": {"key": "mode", "value": "strict"}}},
-        {"position": "nowhere", "content": "bad"}]})
+         "when": {"state_equals": {"key": "mode", "value": "strict"}}}]})
     with host.session(state={"mode": "strict"}) as s:
         p = s.prompt("base", "question", tags=["t"])
     assert p.system == "first\nbase\nfrom-a\nfrom-b"

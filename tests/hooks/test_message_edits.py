@@ -10,7 +10,7 @@ import wasmtime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wasmext.hooks.messages import apply_message_events
+from wasmext.hooks.messages import apply_message_events, new_message, wire
 from wasmext.sandbox.hostcalls import OpError
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
@@ -24,10 +24,13 @@ def editor(events: Any, kind: str = "turn") -> bytes:
     edit = msgpack.packb({"op": "next", "message_events": events})
     plain = msgpack.packb({"op": "next"})
     at2 = DATA_AT + len(edit)
-    # The answer of the first next is not inspected; a second plain next runs only
-    # through the host's own check (next already called -> invalid, ignored).
-    body = f"""(drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(edit)})))
-    (drop (call $host_call (i32.const {at2}) (i32.const {len(plain)})))
+    # The answer of next is {"ok": bool, ...}: its byte 4 is msgpack true (0xc3) when
+    # the edits were taken; only a refused next is tried again (twice is a broken layer).
+    body = f"""(local $r i64)
+    (local.set $r (call $host_call (i32.const {DATA_AT}) (i32.const {len(edit)})))
+    (if (i32.ne (i32.load8_u offset=4 (i32.wrap_i64 (i64.shr_u (local.get $r) (i64.const 32))))
+                (i32.const 0xc3))
+      (then (drop (call $host_call (i32.const {at2}) (i32.const {len(plain)})))))
     (i64.const 0)"""
     wat = guest_wat(body, imports=HOST_CALL, data=edit + plain,
                     registration={"hooks": [{"hook": kind}], "abi_minor": 1})
@@ -55,8 +58,12 @@ def test_events_apply_in_order_and_are_traced() -> None:
         {"type": "replace", "index": 0, "message": {"role": "user", "content": "edited"}},
         {"type": "append", "message": {"role": "system", "content": "be brief"}},
     ])
-    assert seen == [[{"role": "user", "content": "edited"}, {"role": "user", "content": "m3"},
-                     {"role": "system", "content": "be brief"}]]
+    assert [[wire(m) for m in ms] for ms in seen] == [
+        [{"role": "user", "content": "edited"}, {"role": "user", "content": "m3"},
+         {"role": "system", "content": "be brief"}]]
+    added = seen[0][2]
+    assert added["source"] == {"type": "extension", "extension_name": "editor"}
+    assert added["id"].startswith("msg-") and added["created_at"].endswith("+00:00")
     assert [d for o, d in notes if o == "messages"] == [
         "truncate: 1 message(s) dropped, 3 kept", "remove message #0", "replace message #0",
         "append system message #2"]
@@ -107,3 +114,17 @@ def test_any_event_list_applies_or_is_invalid(events: list[Any]) -> None:
         assert len(notes) == len(events)
         assert all(m["role"] in ("user", "system") for m in out)
     assert code in ("ok", "invalid")
+
+
+def test_edits_address_messages_by_id_and_a_replaced_message_keeps_its_id() -> None:
+    conversation = [new_message("user", f"m{i}", {"type": "user"}) for i in range(3)]
+    first, second, third = (m["id"] for m in conversation)
+    out, notes = apply_message_events(conversation, [
+        {"type": "replace", "target_id": second,
+         "message": {"role": "user", "content": "edited"}},
+        {"type": "remove", "target_id": first}], editor="trimmer")
+    assert [(m["id"], m["content"]) for m in out] == [(second, "edited"), (third, "m2")]
+    assert notes == ["replace message #1", "remove message #0"]
+    assert out[0]["source"] == {"type": "extension", "extension_name": "trimmer"}
+    with pytest.raises(OpError, match="no message with id"):
+        apply_message_events(conversation, [{"type": "remove", "target_id": "msg-nope"}])

@@ -218,6 +218,8 @@ def tool_guidance(session: HookSession, tools: Sequence[str]) -> ToolGuidance:
             for name in names if isinstance(names, list) else []:
                 if isinstance(name, str) and name in available and name not in target:
                     target.append(name)
+                elif isinstance(name, str) and name not in available:  # said, not dropped
+                    session.trace.note("tool_guidance", "unknown tool", name, pid)
     rank = {name: (0 if name in g.preferred else 2 if name in g.avoided else 1)
             for name in available}
     g.tools = sorted(available, key=lambda n: rank[n])

@@ -19,12 +19,13 @@ from wasmext.errors import HookAborted, MiddlewareError, WasmextError
 from wasmext.hooks.messages import apply_message_events
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.text import clean
 
 if TYPE_CHECKING:
     from wasmext.hooks.context import HookSession
     from wasmext.hooks.ordering import Entry
 
-__all__ = ["KINDS", "MUTABLE", "install_next", "run_middleware"]
+__all__ = ["KINDS", "MUTABLE", "RESULT_SHAPE", "install_next", "run_middleware", "shape_problem"]
 
 KINDS = ("turn", "step", "tool_call")
 MUTABLE = {"turn": {"metadata"}, "step": {"metadata", "tools"},
@@ -40,6 +41,7 @@ class _Frame:
     data: dict[str, Any]
     inner: Core
     called: bool = False
+    called_again: bool = False  # the layer asked for next a second time (refused)
     result: dict[str, Any] | None = None
     error: WasmextError | None = None
     notes: list[str] = field(default_factory=list)  # message edits, for the trace
@@ -53,11 +55,21 @@ class _Frames(threading.local):
 _frames = _Frames()
 
 
+class _Turns(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[_Events] = []
+
+
+_turns = _Turns()  # the turns running on this thread, innermost last
+DEFAULT_AGENT_NAME = "wasmext"  # when the application named no agent
+
+
 def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
     frame = _frames.stack[-1] if _frames.stack else None
     if frame is None or frame.entry.plugin_id != ctx.plugin_id:
         raise OpError("invalid", "next is only available inside a middleware hook")
     if frame.called:
+        frame.called_again = True
         raise OpError("invalid", "next was already called in this layer")
     changes = {k: v for k, v in req.items() if k not in ("op", "message_events")}
     bad = sorted(set(changes) - MUTABLE[frame.kind])
@@ -68,7 +80,8 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
             raise OpError("invalid", "only turn middleware may edit the conversation")
         messages = frame.data.get("messages")
         changes["messages"], frame.notes = apply_message_events(
-            messages if isinstance(messages, list) else [], req["message_events"])
+            messages if isinstance(messages, list) else [], req["message_events"],
+            frame.entry.plugin_id)
     frame.called = True  # a refused request leaves the layer free to call next again
     started = time.perf_counter()
     try:
@@ -112,19 +125,30 @@ def run_middleware(session: HookSession, kind: str, data: dict[str, Any], core: 
             _broken(session, frame, "returned without calling next")
             return layer(i + 1, layer_data)
         assert frame.result is not None
+        if frame.called_again:  # its answer is not trusted: the inner result stands
+            _broken(session, frame, "called next more than once; inner result kept")
+            return frame.result
         if answer.changed:
-            if isinstance(answer.value, dict):
-                return answer.value
-            session.trace.note(kind, "failed", "result is not a map; inner result kept",
-                               frame.entry.plugin_id)
+            problem = shape_problem(kind, answer.value, frame.result)
+            if problem is None:
+                return answer.value  # type: ignore[no-any-return]
+            _broken(session, frame, f"answered a result that {problem}; inner result kept")
         return frame.result
 
     events.started()
+    turns = _turns.stack
+    if kind == "step" and turns:
+        turns[-1].steps += 1
+    if kind == "turn":
+        turns.append(events)
     try:
         result = layer(0, data)
     except WasmextError as err:
         events.failed(err.reason)
         raise
+    finally:
+        if kind == "turn":
+            turns.pop()
     events.completed(result)
     return result
 
@@ -135,8 +159,11 @@ class _Events:
     def __init__(self, session: HookSession, kind: str, data: dict[str, Any]) -> None:
         self.emit = session.host.observe.bus.emit_runtime
         self.kind = kind
+        self.steps = 0  # a turn's step layers run inside it (counted by `_turns`)
         turn, step = str(data.get("turn_id", "")), data.get("step", 0)
-        agent = {"turn_id": turn, "agent_name": "wasmext"}
+        context = getattr(session, "context", None)  # the app names its agent there
+        name = context.get("agent_name") if isinstance(context, dict) else None
+        agent = {"turn_id": turn, "agent_name": str(name) if name else DEFAULT_AGENT_NAME}
         if kind == "turn":
             self.ids: dict[str, Any] = {**agent, "instance_key": session.id}
         elif kind == "step":
@@ -157,13 +184,47 @@ class _Events:
     def completed(self, result: dict[str, Any]) -> None:
         ms = (time.monotonic() - self.t0) * 1000
         if self.kind == "turn":
-            self.emit("turn.completed", **self.ids, step_count=result.get("steps", 0),
-                      duration_ms=ms)
+            self.emit("turn.completed", **self.ids, step_count=self.steps, duration_ms=ms)
         elif self.kind == "step":
             self.emit("step.completed", **self.ids, duration_ms=ms,
                       tool_call_count=len(result.get("tool_calls") or []))
         else:
             self.emit("tool.completed", **self.ids, status=result.get("status"), duration_ms=ms)
+
+
+# What each kind's result must hold, whatever the layers do to it.
+RESULT_SHAPE: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "turn": {"response": str, "finish_reason": str},
+    "step": {"tool_calls": list},
+    "tool_call": {"status": str},
+}
+_JSON_KINDS: tuple[type | tuple[type, ...], ...] = (
+    bool, (int, float), str, list, dict, type(None))
+
+
+def _json_kind(value: Any) -> type | tuple[type, ...] | None:
+    for kind in _JSON_KINDS:
+        if isinstance(value, kind):
+            return kind
+    return None
+
+
+def shape_problem(kind: str, answer: Any, inner: dict[str, Any]) -> str | None:
+    """Why a layer's `answer` cannot replace the `inner` result of a `kind`, or None: it
+    must be a map holding the kind's fields (RESULT_SHAPE), and each field the inner
+    result has keeps its JSON type (a `response` stays a string, `tool_calls` a list)."""
+    if not isinstance(answer, dict):
+        return "is not a map"
+    for key, typ in RESULT_SHAPE.get(kind, {}).items():
+        if key in inner and key not in answer:
+            return f"lacks {key!r}"
+        if key in answer and not isinstance(answer[key], typ):
+            return f"has a {key!r} of the wrong type"
+    for key, value in inner.items():
+        if key in answer and value is not None and answer[key] is not None and \
+                _json_kind(answer[key]) != _json_kind(value):
+            return f"changes the type of {clean(str(key), 64)!r}"
+    return None
 
 
 def _broken(session: HookSession, frame: _Frame, why: str) -> None:

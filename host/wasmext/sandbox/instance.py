@@ -7,6 +7,7 @@ every method here may assume the guest is in a state it produced itself.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -40,6 +41,8 @@ __all__ = ["CallResult", "PluginInstance"]
 
 _MIN_INPUT = 4096
 NO_META: Mapping[str, Any] = MappingProxyType({})
+# An error's help_url: an http(s) address without spaces or controls, else dropped.
+HELP_URL = re.compile(r"^https?://[^\s\x00-\x1f\x7f]{1,500}$")
 
 
 class CallResult(NamedTuple):
@@ -304,8 +307,13 @@ class PluginInstance:
                                     plugin_id=pid, hook=hook)
             message = err.get("message")  # guest text enters the host here: scrub it
             scrub = self.ctx.log.scrub
+            suggestion, url = err.get("suggestion"), err.get("help_url")
             raise PluginError(scrub(message) if isinstance(message, str) else "",
-                              code=scrub(err["code"], 64), plugin_id=pid, hook=hook)
+                              code=scrub(err["code"], 64), plugin_id=pid, hook=hook,
+                              suggestion=scrub(suggestion, 512)
+                              if isinstance(suggestion, str) and suggestion else None,
+                              help_url=scrub(url, 512) if isinstance(url, str) and
+                              HELP_URL.match(url) else None)
         stop = resp.get("stop", False)
         meta = resp.get("meta", NO_META)
         if type(stop) is not bool or not isinstance(meta, (dict, MappingProxyType)):

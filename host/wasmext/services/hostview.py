@@ -17,7 +17,7 @@ from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
 
-__all__ = ["CallTrace", "FaultRecord", "LoadedPlugin", "PluginHost"]
+__all__ = ["CallFailure", "CallTrace", "FaultRecord", "LoadedPlugin", "PluginHost"]
 
 
 @dataclass
@@ -58,6 +58,20 @@ class CallTrace(Protocol):
 
     @property
     def trace(self) -> Any: ...
+
+
+class CallFailure(str):
+    """`try_call`'s reason for a failed call ("code: message"), holding the error behind
+    it, so what a guest error carries beyond its code (suggestion, help_url) goes on."""
+
+    error: WasmextError | None = None
+
+    @classmethod
+    def of(cls, reason: str, error: WasmextError | None) -> CallFailure:
+        """The reason `reason`, caused by `error`."""
+        failure = cls(reason)
+        failure.error = error
+        return failure
 
 
 class PluginHost(Protocol):

@@ -95,6 +95,7 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
         def done(success: bool) -> None:
             ctx.__dict__.pop("state_txn", None)
             if not success:
+                ctx.__dict__.pop("state_cleared", None)  # rolled back: nothing was cleared
                 opened.rollback()
                 return
             wrote = opened.pending
@@ -128,6 +129,13 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                     metrics.set_state_size(ctx.plugin_id, size)
                 except StateUnavailable:
                     pass
+            for cleared_scope, entries in ctx.__dict__.pop("state_cleared", ()):
+                # The seed's "state clear event": one record per committed clear.
+                log.info("plugin %s cleared its %s state (%d entries)", ctx.plugin_id,
+                         cleared_scope, entries,
+                         extra={"plugin_id": ctx.plugin_id, "session": ctx.session,
+                                "event": "state.clear", "scope": cleared_scope,
+                                "entries": entries})
             for warning in report.warnings:
                 log.warning("plugin %s: %s", ctx.plugin_id, warning,
                             extra={"plugin_id": ctx.plugin_id, "session": ctx.session})
@@ -183,6 +191,9 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                 raise OpError(getattr(err, "code", "internal"), err.message) from None
             finally:
                 waited(ctx, started)
+            if name == "state.clear":  # logged when (if) the call's transaction commits
+                ctx.__dict__.setdefault("state_cleared", []).append(
+                    (req.get("scope", "session"), result))
             if metrics is not None:
                 metrics.record_state_op(ctx.plugin_id, name.split(".", 1)[1])
             return result

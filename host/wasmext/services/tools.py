@@ -257,8 +257,11 @@ class ToolRegistry:
                                                {"name": short, "args": args}, session)
             if result is None:
                 code, _, message = (error or "failed").partition(": ")
+                cause = getattr(error, "error", None)  # a CallFailure: the guest's error
                 raise PluginError(message or code, code=code if message else "failed",
-                                  plugin_id=plugin_id, hook="on_tool")
+                                  plugin_id=plugin_id, hook="on_tool",
+                                  suggestion=getattr(cause, "suggestion", None),
+                                  help_url=getattr(cause, "help_url", None))
             return result.value
         return run
 
@@ -284,8 +287,12 @@ class ToolRegistry:
         except calltree.OutOfTime as exc:
             return {"status": "error", "error": {"message": str(exc), "code": "timeout"}}
         except PluginError as err:  # code and message were scrubbed where they entered
-            return {"status": "error", "error": {"message": clean(err.message),
-                                                 "code": clean(err.code, 64)}}
+            error = {"message": clean(err.message), "code": clean(err.code, 64)}
+            if err.suggestion:  # what the user can do about it, and where to read more
+                error["suggestion"] = err.suggestion
+            if err.help_url:
+                error["help_url"] = err.help_url
+            return {"status": "error", "error": error}
         except WasmextError as err:
             return {"status": "error", "error": {"message": err.describe(), "code": "failed"}}
         except Exception as exc:  # a host tool's own failure is the caller's result

@@ -1,0 +1,99 @@
+"""`wasmext config set` / `unset`: a plugin's settings, checked, saved for the next start."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wasmext.errors import WasmextError
+from wasmext_cli.common import (
+    CONFIG_OPT,
+    EXIT_FAULT,
+    EXIT_USAGE,
+    PLUGINS_OPT,
+    _default_config,
+    _dumps,
+    _fail,
+    _line,
+)
+from wasmext_cli.group import WasmextGroup
+
+
+@click.group(cls=WasmextGroup)
+def config() -> None:
+    """Set a plugin's settings (checked against its plugin.toml, saved atomically).
+
+    Values go to <data_dir>/settings.json and are layered over the config's
+    [plugin.ID] settings; they take effect when the plugin next loads (a start,
+    a rescan, a reload).
+    """
+
+
+def _target(config_path: Path | None, plugin_dirs: tuple[Path, ...], plugin_id: str
+            ) -> tuple[Any, Any]:
+    """(the settings file, the manifest of `plugin_id` in the plugin folders)."""
+    from wasmext import HostConfig, load_config
+    from wasmext.discovery import discover
+    from wasmext.operator_settings import SettingsFile
+
+    config_path = _default_config(config_path)
+    try:
+        cfg = load_config(config_path) if config_path else HostConfig()
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+    dirs = [("workspace", d) for d in plugin_dirs] if plugin_dirs else cfg.plugin_dirs()
+    found = {d.manifest.id: d.manifest for d in discover(dirs) if d.manifest is not None}
+    if plugin_id not in found:  # a typo is never remembered as if it were a plugin
+        where = ", ".join(str(d) for _, d in dirs) or "none configured"
+        click.echo(f"wasmext: no plugin {_line(plugin_id, 64)!r} in the plugin folders "
+                   f"({_line(where)})", err=True)
+        sys.exit(EXIT_FAULT)
+    return SettingsFile(cfg.data_dir), found[plugin_id]
+
+
+@config.command("set")
+@click.argument("plugin_id")
+@click.argument("key")
+@click.argument("value")
+@CONFIG_OPT
+@PLUGINS_OPT
+def set_value(plugin_id: str, key: str, value: str, config: Path | None,
+              plugin_dirs: tuple[Path, ...]) -> None:
+    """Set PLUGIN_ID's setting KEY to VALUE (JSON, or a bare word as a string).
+
+    Refused, naming the field, when KEY is not a declared setting or VALUE is not
+    of its type (`"many"` for an integer setting).
+    """
+    try:
+        parsed: Any = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value  # a bare word is a string
+    settings, manifest = _target(config, plugin_dirs, plugin_id)
+    try:
+        settings.set(manifest, key, parsed)
+    except WasmextError as err:
+        _fail(err)
+    sensitive = any(s.name == key and s.sensitive for s in manifest.settings)
+    shown = "********" if sensitive else _dumps(parsed)
+    click.echo(_line(f"{plugin_id}.{key} = {shown} (saved in {settings.path}; "
+                     "used when the plugin next loads)"))
+
+
+@config.command("unset")
+@click.argument("plugin_id")
+@click.argument("key")
+@CONFIG_OPT
+@PLUGINS_OPT
+def unset_value(plugin_id: str, key: str, config: Path | None,
+                plugin_dirs: tuple[Path, ...]) -> None:
+    """Forget the value `config set` gave PLUGIN_ID's setting KEY."""
+    settings, _ = _target(config, plugin_dirs, plugin_id)
+    try:
+        had = settings.unset(plugin_id, key)
+    except WasmextError as err:
+        _fail(err)
+    click.echo(_line(f"{plugin_id}.{key}: " + ("unset" if had else "was not set")))
