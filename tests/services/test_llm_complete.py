@@ -101,6 +101,22 @@ def test_complete_through_an_endpoint(server: Loopback) -> None:
         assert host.llm.usage("asker") == {"tokens": {"input": 12, "output": 5}, "cost": 4.4e-05}
 
 
+@pytest.mark.parametrize(("asked", "sent_format"), [
+    ({"json_mode": True}, {"type": "json_object"}),
+    ({"response_format": {"type": "json_object"}}, {"type": "json_object"}),
+    ({"response_format": {"type": "text"}}, {"type": "text"}),
+    ({"json_mode": False}, None),
+])
+def test_json_mode_reaches_the_model_as_its_response_format(
+        server: Loopback, asked: dict[str, Any], sent_format: dict[str, Any] | None) -> None:
+    with endpoint_host(server) as host:
+        plugin = host.add(llm_wasm({**ASK, **asked}), plugin_id="asker", grants={"llm"},
+                          limits={"timeout_ms": 5000})
+        assert plugin.call("test").value["text"] == "hello from the model"
+        sent = json.loads(completions(server)[-1]["body"])
+        assert sent.get("response_format") == sent_format
+
+
 def test_models_come_from_the_plugins_allowlist(server: Loopback) -> None:
     with endpoint_host(server) as host:
         other = host.add(llm_wasm({**ASK, "model": "big"}), plugin_id="big", grants={"llm"},
@@ -221,6 +237,9 @@ def test_a_broken_endpoint_is_unavailable(server: Loopback) -> None:
 @pytest.mark.parametrize("request_", [
     {"messages": []}, {"messages": "hi"}, {"messages": [{"role": "god", "content": "x"}]},
     {**ASK, "max_tokens": 0}, {**ASK, "temperature": 9}, {**ASK, "temperature": True},
+    {**ASK, "json_mode": "yes"}, {**ASK, "response_format": {"type": "json_schema"}},
+    {**ASK, "response_format": {"type": "json_object", "json_schema": {"x": 1}}},
+    {**ASK, "json_mode": True, "response_format": {"type": "text"}},
 ])
 def test_invalid_requests(server: Loopback, request_: dict[str, Any]) -> None:
     with endpoint_host(server) as host:

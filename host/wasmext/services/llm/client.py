@@ -37,6 +37,8 @@ class ChatRequest:
     temperature: float | None = None
     tools: Sequence[dict[str, Any]] = ()
     timeout_s: float = 60.0
+    # The OpenAI `response_format` ({"type": "json_object"} for JSON mode), or None.
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ class OpenAIClient:
             body["max_tokens"] = req.max_tokens
         if req.temperature is not None:
             body["temperature"] = req.temperature
+        if req.response_format is not None:
+            body["response_format"] = dict(req.response_format)
         if req.tools:
             body["tools"] = [{"type": "function", "function": {
                 "name": t["name"], "description": t.get("description", ""),

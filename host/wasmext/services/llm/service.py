@@ -101,6 +101,24 @@ def charged(answer: ChatAnswer, messages: list[dict[str, str]], max_tokens: int,
     return answer.input_tokens + answer.output_tokens
 
 
+def _response_format(req: dict[str, Any]) -> dict[str, Any] | None:
+    """The model's `response_format` from the op's `json_mode` flag or `response_format`."""
+    json_mode, wanted = req.get("json_mode", False), req.get("response_format")
+    if type(json_mode) is not bool:
+        raise OpError("invalid", "'json_mode' must be true or false")
+    if wanted is None:
+        return {"type": "json_object"} if json_mode else None
+    # Only the two kinds with no guest-sized schema: a schema would be host work on
+    # plugin data that no budget here bounds.
+    if not isinstance(wanted, dict) or set(wanted) != {"type"} \
+            or wanted["type"] not in ("json_object", "text"):
+        raise OpError("invalid", "'response_format' must be {\"type\": \"json_object\"} "
+                      "or {\"type\": \"text\"}")
+    if json_mode and wanted["type"] != "json_object":
+        raise OpError("invalid", "'json_mode' contradicts 'response_format'")
+    return {"type": wanted["type"]}
+
+
 def _messages(raw: Any) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not raw or len(raw) > 256:
         raise OpError("invalid", "'messages' must be a non-empty array of at most 256 maps")
@@ -184,6 +202,7 @@ class LlmService:
                                         isinstance(temperature, bool) or
                                         not 0 <= temperature <= 2):
             raise OpError("invalid", "'temperature' must be a number from 0 to 2")
+        response_format = _response_format(req)
         if self.completer is None:
             raise OpError("unavailable", "the host has no model configured")
         reserved = estimate + max_tokens
@@ -194,7 +213,8 @@ class LlmService:
             timeout_s = self._time_left(ctx, policy)
             answer = self.completer(ChatRequest(messages, model, max_tokens,
                                                 None if temperature is None else
-                                                float(temperature), timeout_s=timeout_s))
+                                                float(temperature), timeout_s=timeout_s,
+                                                response_format=response_format))
             # An absurd count spends the day and no more (the ledger keeps a bounded int).
             spent = min(charged(answer, messages, max_tokens, reserved),
                         max(reserved, policy.max_tokens_per_day))
