@@ -68,9 +68,9 @@ def test_upper_without_content_is_invalid(text_tags: Plugin) -> None:
 
 
 def ext(name: str, param: str | None, answer: str,
-        previous: dict[str, Any] | None = None) -> dict[str, Any]:
+        previous: list[Any] | None = None) -> dict[str, Any]:
     return {"name": name, "param": param, "answer": answer, "query": "count this",
-            "previous": previous or {}}
+            "previous": previous or []}
 
 
 def test_wordcount_brief_is_the_number_of_words(text_tags: Plugin) -> None:
@@ -82,15 +82,18 @@ def test_wordcount_brief_is_the_number_of_words(text_tags: Plugin) -> None:
 
 def test_wordcount_full_counts_code_points_and_names_previous(text_tags: Plugin) -> None:
     answer = "héllo wörld 😀"  # 13 code points, 18 bytes
-    previous = {"shout": {"text": "X", "saw": []}, "other": 3}
+    # every earlier result, a repeated name too; an entry that is not a result map
+    # still counts (an empty name)
+    previous = [{"name": "shout", "content": {"text": "X"}}, {"name": "other", "content": 3},
+                {"name": "shout", "content": {"text": "Y"}}, 7]
     value = text_tags.call("output_extension", ext("wordcount", None, answer, previous)).value
-    assert value == {"words": 3, "chars": 13, "previous": ["shout", "other"]}
+    assert value == {"words": 3, "chars": 13, "previous": ["shout", "other", "shout", ""]}
     value = text_tags.call("output_extension", ext("wordcount", "full", "a b")).value
     assert value == {"words": 2, "chars": 3, "previous": []}
 
 
 def test_shout_uppercases_and_shows_the_chain(text_tags: Plugin) -> None:
-    previous = {"wordcount": {"words": 2, "chars": 11, "previous": []}}
+    previous = [{"name": "wordcount", "content": {"words": 2, "chars": 11, "previous": []}}]
     value = text_tags.call("output_extension", ext("shout", None, "héllo wörld", previous)).value
     assert value == {"text": "HéLLO WöRLD", "saw": ["wordcount"]}
     assert text_tags.call("output_extension", ext("shout", None, "hi")).value == {

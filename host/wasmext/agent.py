@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ConfigError, HookAborted, PipelineError
-from wasmext.hooks.extensions import parse_requests
+from wasmext.hooks.extensions import parse_requests, requestable
 from wasmext.hooks.messages import new_message, wire
 from wasmext.hooks.pipeline import Policy
 from wasmext.host import Host
@@ -124,6 +124,7 @@ class Agent:
         self.routing = routing
         self.tenant_id = tenant_id
         self.max_steps = max_steps
+        self.turn_tokens: dict[str, int] = {}  # the model's tokens in the current turn
 
     def _register(self, tool: Tool) -> None:
         """Add a built-in tool; a name another owner claimed (an MCP server called like
@@ -150,6 +151,7 @@ class Agent:
         report = TurnReport(user)
         if not session.context.get("agent_name"):
             session.context["agent_name"] = self.name
+        self.turn_tokens = {"input": 0, "output": 0}
         session.trace.note("turn", f"begin turn {index}", user[:80])
         try:
             self._turn(session, index, user, report)
@@ -160,8 +162,7 @@ class Agent:
 
     def _turn(self, s: Session, index: int, user: str, report: TurnReport) -> None:
         # The model never sees `#extension` requests; they run on its answer.
-        known = {e.pattern for e in self.host.ordered("output_extension") if e.pattern}
-        asked, _ = parse_requests(user, known)
+        asked, _ = parse_requests(user, set(requestable(s)))
         messages = s.on_input_messages([{"role": "user", "content": asked}]).value
         text = s.on_plain_text(messages[-1].get("content", user)).value
         router = self.routing() if self.routing is not None else None
@@ -194,7 +195,10 @@ class Agent:
         response = str(result.get("response", ""))
         report.finish_reason = str(result.get("finish_reason", "text_response"))
         response = s.process_tags(s.on_llm_output(response).value)
-        _, extensions = s.output_extensions(user, response)
+        _, extensions = s.output_extensions(user, response, {
+            "provider": getattr(self.model, "provider", type(self.model).__name__),
+            "model": self.model.name, "tokens": dict(self.turn_tokens),
+            "tools_used": list(dict.fromkeys(c["tool"] for c in report.tool_calls))})
         report.extensions = [e.as_dict() for e in extensions]
         if router is not None:
             response = router.run(s, response, provider=lambda d: d["message"], part="output",
@@ -236,6 +240,10 @@ class Agent:
             msgs[0] = {"role": "system", "content": system + "\n" + gate.system_message}
         answer = self.model.complete([wire(m) for m in msgs], catalog, index, step)
         s.lifecycle("after_model", response=answer["response"], tokens=answer.get("tokens"))
+        used = answer.get("tokens")
+        for kind in ("input", "output"):
+            count = used.get(kind) if isinstance(used, dict) else None
+            self.turn_tokens[kind] += count if isinstance(count, int) else 0
         if answer["tool_calls"]:
             # The chat-completions shape: the assistant's calls, then one answer each.
             s.messages.append(new_message(

@@ -123,9 +123,10 @@ class AsyncSession:
         return await self._run(  # type: ignore[no-any-return]
             lambda: self.sync.pipeline(*args, **kwargs))
 
-    async def output_extensions(self, query: str, answer: str
+    async def output_extensions(self, query: str, answer: str,
+                                context: Mapping[str, Any] | None = None
                                 ) -> tuple[str, list[ExtensionResult]]:
-        return await self._run(self.sync.output_extensions, query, answer)  # type: ignore[no-any-return]
+        return await self._run(self.sync.output_extensions, query, answer, context)  # type: ignore[no-any-return]
 
     async def prompt(self, *args: Any, **kwargs: Any) -> Prompt:
         return await self._run(lambda: self.sync.prompt(*args, **kwargs))  # type: ignore[no-any-return]

@@ -84,6 +84,9 @@
     │                               contract: unknown key, wrong type, too big
     ├── NatsUnavailable             the NATS server cannot be reached
     ├── MiddlewareError             a middleware layer broke the next() rule
+    ├── ActivationError             (hooks.activations) an output-extension activation
+    │                               refused: bad name, unknown extension or param,
+    │                               or user extensions switched off
     ├── HookAborted                 a fail-closed plugin failed: the operation stops
     └── PipelineError               a required pipeline stage failed or a validator blocked
 
@@ -113,6 +116,7 @@ DESCRIBE_CAP = CAP + 256  # a cleaned message plus who, where and why
 
 __all__ = [
     "AbiMismatch",
+    "ActivationError",
     "BlockingWaitDenied",
     "BundleAbsolutePath",
     "BundleDeviceEntry",
@@ -601,6 +605,12 @@ class McpToolError(WasmextError, RuntimeError):
 
 class ContractError(WasmextError):
     """A message that is not the contract: unknown key, wrong type, too big, too deep."""
+
+
+class ActivationError(WasmextError):
+    """An output-extension activation (or user copy) the host refuses."""
+
+    reason = "activation"
 
 
 class NatsUnavailable(WasmextError):

@@ -37,7 +37,9 @@ from wasmext.errors import (
     Quarantined,
     WasmextError,
 )
+from wasmext.hooks.activations import Activations
 from wasmext.hooks.context import HookSession
+from wasmext.hooks.extensions import declared
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.hooks.registration import registration_problems
@@ -110,6 +112,8 @@ class Host:
                               DayLedger(self.state_store))
         self.llm.install(self.runtime.services)
         self.agents = AgentRegistry()  # agents.request/send: `host.agents.register(...)`
+        # Users' output-extension activations and the turns' saved results (hooks.activations)
+        self.extensions = Activations(self.state_store, lambda name: declared(self, name))
         self.agents.install(self.runtime.services)
         install_mcp_ops(self.runtime.services, lambda: self.mcp)
         for server in self.config.mcp_servers:  # configured servers own their names first

@@ -180,11 +180,16 @@ class Session:
 
     # -- output extensions, prompt, tool guidance -------------------------------------
 
-    def output_extensions(self, query: str, answer: str) -> tuple[str, list[ExtensionResult]]:
-        """Strip `#name[:param]` requests from `query`; run them on `answer`."""
+    def output_extensions(self, query: str, answer: str,
+                          context: Mapping[str, Any] | None = None
+                          ) -> tuple[str, list[ExtensionResult]]:
+        """Strip `#name[:param]` requests from `query`; run them on `answer`.
+
+        `context` adds what the application knows of the turn (provider, model,
+        tokens, tools_used, child_results, ...) to the extensions' context."""
         from wasmext.hooks.extensions import run_output_extensions
 
-        return run_output_extensions(self, query, answer)
+        return run_output_extensions(self, query, answer, context)
 
     def prompt(self, system: str, user: str, tags: Sequence[str] = (),
                context: Mapping[str, Any] | None = None) -> Prompt:

@@ -1,15 +1,27 @@
 """Output extensions (`#name[:param]`), prompt additions and tool guidance.
 
 Output extensions run after the answer, in the order the query asked for
-them; each sees every earlier result, and a failure marks only its own result
-failed: the answer is never touched. A plugin may declare its extensions in
-its registration map (`"output_extensions": [{"name", "allowed_params",
-"content_type"}]`): a param outside `allowed_params` is an error result and the
-plugin is not called. A `#name` (starting with a letter) that no plugin
-serves is an error result too, and is stripped from the query like the others.
+them; each sees every earlier result (`previous`, a list), and a failure marks
+only its own result failed: the answer is never touched. A plugin may declare
+its extensions in its registration map (`"output_extensions": [{"name",
+"allowed_params", "content_type", "output_target"}]`): a param outside
+`allowed_params` is an error result and the plugin is not called. A `#name`
+(starting with a letter) that cannot run is an error result too, and is
+stripped from the query like the others.
+
+Which names a query may use: a session without a user (no `tenant_id` in its
+context) may ask for every extension a plugin serves, under its own name; a
+session with one may ask only for that user's activations
+(`wasmext.hooks.activations`), each naming an extension and a default param
+that `#name:param` overrides.
+
 Each result carries its duration, the model tokens and cost the plugin used
-through llm.complete during the call, and a content type, and is emitted as
-the runtime event `extension.result`. Prompt additions and tool guidance come
+through llm.complete during the call, a content type, an `output_target`
+(`silent`, `chat_append`, `status_panel`) and host-written `metadata`. The
+runner emits `extension.start` before each, `extension.result` after each,
+then `extension.results` (all of the turn's) and `extension.usage` (the turn's
+tokens and cost); with a turn id in the session's context the turn's results
+and events are saved with the turn. Prompt additions and tool guidance come
 from the registration map ("prompt", "tool_guidance") and are assembled in
 plugin-id order, so the prompt is the same whatever order plugins loaded in.
 """
@@ -18,24 +30,36 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wasmext.errors import WasmextError
+from wasmext.hooks.activations import Activation
 from wasmext.hooks.tags import matches
+from wasmext.text import clean
 
 if TYPE_CHECKING:
     from wasmext.hooks.context import HookSession
 
-__all__ = ["ExtensionResult", "Prompt", "ToolGuidance", "assemble_prompt",
-           "parse_requests", "run_output_extensions", "tool_guidance"]
+__all__ = ["OUTPUT_TARGETS", "ExtensionResult", "Prompt", "ToolGuidance", "assemble_prompt",
+           "declared", "parse_requests", "requestable", "run_output_extensions",
+           "tool_guidance"]
 
 _REQUEST = re.compile(r"(?<![\w#&])#([a-z0-9][a-z0-9_-]{0,63})(?::([\w.\-]{1,64}))?(?![\w-])")
 POSITIONS = ("system_prefix", "system_suffix", "user_prefix", "user_suffix")
+OUTPUT_TARGETS = ("silent", "chat_append", "status_panel")
+TRACE_EVENTS = 256  # the most recent trace lines an extension is shown
+# What the application may put in an extension's context (003's level 2), beyond
+# the ids the host fills in itself; anything else it passes is dropped.
+CONTEXT_KEYS = ("provider", "model", "tokens", "tools_used", "child_results", "profile",
+                "collected_data")
 
 
 @dataclass
 class ExtensionResult:
+    """One requested extension's outcome; `name` is the name the query used."""
+
     name: str
     param: str | None
     content: Any = None
@@ -46,12 +70,17 @@ class ExtensionResult:
     duration_ms: float = 0.0
     usage: dict[str, int] = field(default_factory=dict)  # model tokens: input, output
     cost: float = 0.0
+    extension: str | None = None  # what the activation names (= name without activations)
+    output_target: str = "silent"
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "param": self.param, "content": self.content,
                 "success": self.success, "error": self.error, "plugin": self.plugin_id,
                 "content_type": self.content_type, "duration_ms": self.duration_ms,
-                "usage": dict(self.usage), "cost": self.cost}
+                "usage": dict(self.usage), "cost": self.cost,
+                "extension": self.extension or self.name,
+                "output_target": self.output_target, "metadata": dict(self.metadata)}
 
 
 def parse_requests(query: str, known: set[str]) -> tuple[str, list[tuple[str, str | None]]]:
@@ -64,17 +93,44 @@ def parse_requests(query: str, known: set[str]) -> tuple[str, list[tuple[str, st
         found.append((m.group(1), m.group(2)))
         return ""
 
-    clean = _REQUEST.sub(strip, query)
-    return re.sub(r"[ \t]{2,}", " ", clean).strip(), found
+    clean_query = _REQUEST.sub(strip, query)
+    return re.sub(r"[ \t]{2,}", " ", clean_query).strip(), found
 
 
-def _declared(session: HookSession, plugin_id: str, name: str) -> dict[str, Any]:
-    lp = session.host.plugins.get(plugin_id)
-    decls = lp.plugin.registration.extra.get("output_extensions") if lp else None
-    for decl in decls if isinstance(decls, list) else []:
-        if isinstance(decl, dict) and decl.get("name") == name:
-            return decl
-    return {}
+def declared(host: Any, name: str) -> dict[str, Any] | None:
+    """The declaration of the output extension `name` by the plugin serving it (`{}` when
+    it declares nothing), or None when no loaded plugin serves `name`."""
+    for entry in host.ordered("output_extension"):
+        if entry.pattern and matches(entry.pattern, name):
+            lp = host.plugins.get(entry.plugin_id)
+            decls = lp.plugin.registration.extra.get("output_extensions") if lp else None
+            for decl in decls if isinstance(decls, list) else []:
+                if isinstance(decl, dict) and decl.get("name") == name:
+                    return decl
+            return {}
+    return None
+
+
+def _user(session: HookSession) -> str | None:
+    user = getattr(session, "context", {}).get("tenant_id")
+    return user if isinstance(user, str) and user else None
+
+
+def requestable(session: HookSession) -> dict[str, Activation]:
+    """The names this session's queries may use: the user's active activations, or
+    (no user) every exact name a plugin serves, as itself."""
+    user = _user(session)
+    registry = getattr(session.host, "extensions", None)
+    if user is not None and registry is not None:
+        try:
+            return {a.name: a for a in registry.list(user)}
+        except WasmextError as err:  # the store is down: no extension runs, the turn does
+            session.trace.note("output_extension", "failed",
+                               f"the user's activations cannot be read: {err.describe()}")
+            return {}
+    return {e.pattern: Activation(e.pattern, e.pattern)
+            for e in session.host.ordered("output_extension")
+            if e.pattern and not e.pattern.endswith("*")}
 
 
 def _llm_used(session: HookSession, plugin_id: str) -> tuple[dict[str, int], float]:
@@ -86,8 +142,7 @@ def _llm_used(session: HookSession, plugin_id: str) -> tuple[dict[str, int], flo
 
 
 def _run_one(session: HookSession, entry: Any, outcome: ExtensionResult,
-             data: dict[str, Any]) -> None:
-    decl = _declared(session, entry.plugin_id, outcome.name)
+             data: dict[str, Any], decl: dict[str, Any]) -> None:
     allowed = decl.get("allowed_params")
     if isinstance(allowed, list) and outcome.param is not None and outcome.param not in allowed:
         outcome.success = False
@@ -106,37 +161,106 @@ def _run_one(session: HookSession, entry: Any, outcome: ExtensionResult,
     elif result is not None:
         outcome.content = result.value if result.changed else None
     declared_type = decl.get("content_type")
-    outcome.content_type = declared_type if isinstance(declared_type, str) else \
+    outcome.content_type = clean(declared_type, 128) if isinstance(declared_type, str) else \
         "text/plain" if isinstance(outcome.content, str) else "application/json"
 
 
-def run_output_extensions(session: HookSession, query: str, answer: str
+def _context(session: HookSession, query: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """003's level-2 context: ids from the session, the rest from the application."""
+    ctx = getattr(session, "context", {})
+    events = getattr(session.trace, "events", [])
+    context: dict[str, Any] = {
+        "session_id": session.id, "turn_id": ctx.get("turn_id"), "user_id": _user(session),
+        "original_query": query,
+        # Other plugins' details may quote their own data: only who did what is shown.
+        "execution_trace": [{"hook": e.hook, "plugin": e.plugin_id, "outcome": e.outcome}
+                            for e in events[-TRACE_EVENTS:]]}
+    context.update({k: given[k] for k in CONTEXT_KEYS if k in given})
+    return context
+
+
+def _emit(session: HookSession, events: list[dict[str, Any]], topic: str,
+          **fields: Any) -> None:
+    events.append({"type": topic, **fields})
+    session.host.observe.bus.emit_runtime(topic, **fields)
+
+
+def run_output_extensions(session: HookSession, query: str, answer: str,
+                          context: Mapping[str, Any] | None = None
                           ) -> tuple[str, list[ExtensionResult]]:
     entries = session.host.ordered("output_extension")
+    available = requestable(session)
     requested = {m.group(1) for m in _REQUEST.finditer(query)}
-    served = {name for name in requested if any(matches(e.pattern, name) for e in entries
-                                                if e.pattern)}
-    unknown = {name for name in requested - served if name[0].isalpha()}
-    clean, requests = parse_requests(query, served | unknown)
+    unknown = {name for name in requested - set(available) if name[0].isalpha()}
+    clean_query, requests = parse_requests(query, (requested & set(available)) | unknown)
+    turn_id = getattr(session, "context", {}).get("turn_id")
+    ids = {"session_id": session.id, "turn_id": turn_id}
+    level2 = _context(session, query, context or {}) if requests else {}
     results: list[ExtensionResult] = []
+    events: list[dict[str, Any]] = []
     for name, param in requests:
-        entry = next((e for e in entries if e.pattern and matches(e.pattern, name)), None)
+        act = available.get(name)
+        outcome = ExtensionResult(name, param, extension=act.extension if act else name)
+        asked = param
+        if act is not None and param is None:
+            outcome.param = param = act.default_param
+        _emit(session, events, "extension.start", **ids, name=name,
+              extension=outcome.extension, param=param)
+        entry = None if act is None else next(
+            (e for e in entries if e.pattern and matches(e.pattern, act.extension)), None)
+        decl = {} if act is None else declared(session.host, act.extension) or {}
+        target = decl.get("output_target", "silent")
         if entry is None:
-            results.append(ExtensionResult(name, param, success=False,
-                                           error=f"no output extension #{name}"))
+            outcome.success = False
+            outcome.error = f"no output extension #{name}" if act is None else \
+                f"#{name}: no loaded plugin serves {act.extension!r}"
+        elif target not in OUTPUT_TARGETS:
+            outcome.success, outcome.plugin_id = False, entry.plugin_id
+            outcome.error = (f"#{name}: declared output_target {clean(str(target), 64)!r} is "
+                             f"not one of {', '.join(OUTPUT_TARGETS)}")
         else:
-            outcome = ExtensionResult(name, param, plugin_id=entry.plugin_id)
-            data = {"name": name, "param": param, "answer": answer, "query": clean,
-                    "previous": {r.name: r.as_dict() for r in results}}
-            _run_one(session, entry, outcome, data)
-            results.append(outcome)
-        done = results[-1]
-        session.host.observe.bus.emit_runtime(
-            "extension.result", session_id=session.id, name=done.name, param=done.param,
-            plugin_id=done.plugin_id, success=done.success, error=done.error,
-            content_type=done.content_type, duration_ms=done.duration_ms,
-            usage=dict(done.usage), cost=done.cost)
-    return clean, results
+            outcome.plugin_id, outcome.output_target = entry.plugin_id, target
+            data = {"name": act.extension if act else name, "activation": name,
+                    "param": param, "answer": answer, "query": clean_query,
+                    "previous": [r.as_dict() for r in results], "context": level2,
+                    "config": dict(act.config) if act else {}}
+            _run_one(session, entry, outcome, data, decl)
+        outcome.metadata = {"activation": name, "extension": outcome.extension,
+                            "execution_time_ms": outcome.duration_ms,
+                            "param_from": "query" if asked is not None else
+                            "activation" if param is not None else None}
+        results.append(outcome)
+        _emit(session, events, "extension.result", session_id=session.id, name=name,
+              param=outcome.param, plugin_id=outcome.plugin_id, success=outcome.success,
+              error=outcome.error, content_type=outcome.content_type,
+              duration_ms=outcome.duration_ms, usage=dict(outcome.usage), cost=outcome.cost,
+              turn_id=turn_id, extension=outcome.extension,
+              output_target=outcome.output_target)
+    if requests:
+        _finish(session, query, results, events, ids)
+    return clean_query, results
+
+
+def _finish(session: HookSession, query: str, results: list[ExtensionResult],
+            events: list[dict[str, Any]], ids: dict[str, Any]) -> None:
+    """The combined event, the turn's usage, and the turn's record in the store."""
+    _emit(session, events, "extension.results", **ids,
+          results=[r.as_dict() for r in results])
+    usage = {"input_tokens": sum(r.usage.get("input", 0) for r in results),
+             "output_tokens": sum(r.usage.get("output", 0) for r in results),
+             "cost": round(sum(r.cost for r in results), 9), "count": len(results)}
+    _emit(session, events, "extension.usage", **ids, **usage)
+    registry = getattr(session.host, "extensions", None)
+    if ids["turn_id"] is None or registry is None:
+        return
+    record = {"turn_id": str(ids["turn_id"]), "query": query, "user_id": _user(session),
+              "results": [r.as_dict() for r in results], "events": events, "usage": usage,
+              "saved_at": time.time()}
+    try:
+        registry.save_turn(session.id, str(ids["turn_id"]), record)
+    except WasmextError as err:  # the answer and the results stand; only the copy is lost
+        session.trace.note("output_extension", "failed",
+                           f"the turn's extension results were not saved: {err.describe()}")
 
 
 @dataclass

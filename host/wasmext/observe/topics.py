@@ -48,8 +48,13 @@ RUNTIME_EVENTS: dict[str, tuple[str, ...]] = {
     "plugin.loaded": ("plugin_id", "version", *_T),
     "plugin.unloaded": ("plugin_id", *_T),
     "plugin.faulted": ("plugin_id", "hook", "reason", *_T),
+    "extension.start": ("session_id", "turn_id", "name", "extension", "param", *_T),
     "extension.result": ("session_id", "name", "param", "plugin_id", "success", "error",
-                         "content_type", "duration_ms", "usage", "cost", *_T),
+                         "content_type", "duration_ms", "usage", "cost", "turn_id",
+                         "extension", "output_target", *_T),
+    "extension.results": ("session_id", "turn_id", "results", *_T),
+    "extension.usage": ("session_id", "turn_id", "input_tokens", "output_tokens", "cost",
+                        "count", *_T),
 }
 # Only the host emits here: a plugin cannot forge runtime events, whatever its grants.
 RESERVED_NAMESPACES = frozenset({"turn", "step", "tool", "session", "extension"})

@@ -67,19 +67,22 @@ static void count_text(const char *s, uint32_t n, uint32_t *words, uint32_t *cha
     }
 }
 
-/* The names of the earlier results (the keys of data.previous, in order) as
- * an array; an empty array when there is no previous map. */
+/* The names of the earlier results (the "name" of each map of data.previous,
+ * in order) as an array; an empty array when there is no previous list. */
 static void write_previous(wasmext_call *call) {
     wasmext_reader it;
-    uint32_t pairs = 0;
+    uint32_t count = 0;
     if (wasmext_map_find(&call->data, "previous", &it) != WASMEXT_OK ||
-        wasmext_read_map(&it, &pairs) != WASMEXT_OK)
-        pairs = 0;
-    wasmext_write_array(call->out, pairs);
-    for (uint32_t i = 0; i < pairs; i++) {
+        wasmext_read_array(&it, &count) != WASMEXT_OK)
+        count = 0;
+    wasmext_write_array(call->out, count);
+    for (uint32_t i = 0; i < count; i++) {
+        wasmext_reader name_at;
         const char *name = "";
         uint32_t len = 0;
-        (void)wasmext_read_str(&it, &name, &len); /* the SDK validated: keys are strings */
+        if (wasmext_map_find(&it, "name", &name_at) != WASMEXT_OK ||
+            wasmext_read_str(&name_at, &name, &len) != WASMEXT_OK)
+            len = 0; /* not a result map: an empty name keeps the array's length */
         wasmext_write_str(call->out, name, len);
         (void)wasmext_skip(&it);
     }
