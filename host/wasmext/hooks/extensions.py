@@ -150,7 +150,11 @@ def _run_one(session: HookSession, entry: Any, outcome: ExtensionResult,
         return
     tokens_before, cost_before = _llm_used(session, entry.plugin_id)
     started = time.perf_counter()
-    result, error = session.host.try_call(entry.plugin_id, "output_extension", data, session)
+    try:
+        result, error = session.host.try_call(entry.plugin_id, "output_extension", data,
+                                              session)
+    except WasmextError as err:  # e.g. an answer over the input cap: this result fails
+        result, error = None, err.describe()
     outcome.duration_ms = round((time.perf_counter() - started) * 1000, 3)
     tokens_after, cost_after = _llm_used(session, entry.plugin_id)
     used = {k: tokens_after.get(k, 0) - tokens_before.get(k, 0) for k in ("input", "output")}
