@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                " its plugin.toml, saved atomically)."),
     "disable": (_PLUGIN, "disable", "Disable PLUGIN_ID (remembered across restarts)."),
     "enable": (_PLUGIN, "enable", "Enable PLUGIN_ID (remembered across restarts)."),
+    "extensions": ("wasmext_cli.extensions_cmd", "extensions", "Output extensions (#name):"
+                   " users' activations, saved turns, user copies."),
     "grant": (_LIFECYCLE, "grant", "Grant CAPABILITIES to PLUGIN_ID's current module (recorded"
               " with who and when)."),
     "grants": (_LIFECYCLE, "grants", "List recorded approvals, and whether each still covers"

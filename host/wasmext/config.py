@@ -9,6 +9,7 @@
     [plugins]
     user_dir = "~/.config/wasmext/plugins"   # runs before the workspace
     workspace_dir = "plugins"
+    user_extensions = true       # false: the user_dir is not loaded, user copies refused
     enabled = ["pii-mask"]       # initial choices; `wasmext enable/disable` persist
     disabled = []
 
@@ -152,6 +153,7 @@ class HostConfig:
     default_timeout_ms: int | None = None
     user_dir: Path | None = None
     workspace_dir: Path | None = None
+    user_extensions: bool = True  # the operator's switch for user-supplied plugins
     enabled: frozenset[str] = frozenset()
     disabled: frozenset[str] = frozenset()
     limits: Limits = field(default_factory=Limits)
@@ -176,11 +178,13 @@ class HostConfig:
     credential_env: frozenset[str] = frozenset()
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
-        """(source, folder) in precedence order: user, workspace, then `extension_dirs`;
-        none at all when `extensions_enabled` is false."""
+        """(source, folder) in precedence order: user (only while `user_extensions` is
+        on), workspace, then `extension_dirs`; none at all when `extensions_enabled` is
+        false."""
         if not self.extensions_enabled:
             return []
-        return [(src, d) for src, d in (("user", self.user_dir),
+        user = self.user_dir if self.user_extensions else None
+        return [(src, d) for src, d in (("user", user),
                                          ("workspace", self.workspace_dir)) if d is not None] \
             + [("workspace", d) for d in self.extension_dirs]
 
@@ -242,6 +246,7 @@ class PluginsTable(BaseModel):
 
     user_dir: PathText | None = None
     workspace_dir: PathText | None = None
+    user_extensions: bool = True
     enabled: list[PluginId] = []
     disabled: list[PluginId] = []
 
@@ -408,6 +413,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         user_dir=where(plugins.user_dir) if plugins.user_dir is not None else None,
         workspace_dir=where(plugins.workspace_dir) if plugins.workspace_dir is not None
         else None,
+        user_extensions=plugins.user_extensions,
         enabled=frozenset(plugins.enabled), disabled=frozenset(plugins.disabled),
         limits=limits, cap=cap,
         grants={pid: Grant(g.digest, frozenset(g.capabilities), g.manifest)

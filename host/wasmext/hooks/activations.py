@@ -7,7 +7,7 @@ overrides. Here an activation belongs to a user id (the session's
 lives in the host's state store under a scope no plugin can name
 (`@ext-activations/<user>`: '@' is not allowed in a plugin id), so hosts that
 share a Redis store share the users' activations. A turn's results are kept
-under `@ext-turns/<session id>` (keyed by the turn id), so a reloaded session
+under `@ext-turns/<session id>` (keyed by the time and the turn id), so a reloaded session
 can show them again. Both live as long as the store's longest TTL after their
 last read (`StateLimits.max_ttl_seconds`, 30 days by default).
 """
@@ -181,7 +181,9 @@ class Activations:
 
     def save_turn(self, session_id: str, turn_id: str, record: dict[str, Any]) -> None:
         """Keep one turn's extension results (raises StateError if the store refuses)."""
-        self._store().set(self._scope(HISTORY_SCOPE, session_id), turn_id,
+        # Keyed by time too: a resumed session may number its turns from 0 again.
+        key = f"{time.time_ns():020d}/{turn_id}"[:256]
+        self._store().set(self._scope(HISTORY_SCOPE, session_id), key,
                           msgpack.packb(record), ttl=self._ttl())
 
     def history(self, session_id: str) -> list[dict[str, Any]]:
