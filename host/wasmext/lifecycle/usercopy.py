@@ -5,7 +5,7 @@
 `[plugins] user_dir` as `<id>-copy` (then `-copy-2`, ...) with the id in its
 plugin.toml rewritten, ready to edit and rebuild. The names it serves are
 compiled into its module, so until it is changed the copy serves the same
-`#names`; loaded from the user folder it is ordered before the original, as a
+`#names` (its module, copied and renamed, loads as it is); loaded from the user folder it is ordered before the original, as a
 user extension overrides a built-in in 003. The copy starts with no grants:
 approvals name a plugin id and its module's digest, and neither carries over.
 
@@ -115,8 +115,12 @@ def copy_to_user(host: Host, ident: str, new_id: str | None = None) -> tuple[str
             raise ActivationError(f"{source.name}/plugin.toml has no id line to rewrite")
         atomic_write(staging / "plugin.toml", rewritten)
         try:
-            if load_folder(staging).id != copy_id:
+            manifest = load_folder(staging)
+            if manifest.id != copy_id:
                 raise ActivationError("the copy's plugin.toml does not name the new id")
+            built = staging / f"{plugin_id}.wasm"
+            if manifest.wasm is None and built.is_file():  # the module is named by the id
+                os.rename(built, manifest.wasm_path)
         except WasmextError as err:
             if isinstance(err, ActivationError):
                 raise
