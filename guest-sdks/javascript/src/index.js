@@ -5,4 +5,6 @@ export { HostError, config, emit, hostOp, log, request, secret, stateDelete, sta
   stateSet } from "./host.js";
 export { ABI_MINOR, agentsRequest, agentsSend, hostMinor, httpFetch, llmComplete, progress,
   promptGet, promptList, resourceList, resourceRead } from "./world.js";
-export { Fail, Plugin, Stop, UNCHANGED, definePlugin, hook } from "./plugin.js";
+export { Fail, Plugin, Stop, UNCHANGED, definePlugin, errorResult, hook } from "./plugin.js";
+export { RESULT_KEY, countWords, extractCodeBlocks, extractJsonFromText, extractSentences,
+  jsonResult, textResult, truncate } from "./helpers.js";

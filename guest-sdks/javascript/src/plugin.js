@@ -19,6 +19,9 @@ export class Fail extends Error {
   constructor(code, message = "") { super(message || code); this.code = code; this.detail = message; }
 }
 
+// An output extension's failed result (reference 003's error_result): `throw errorResult(m)`.
+export function errorResult(message) { return new Fail("invalid", String(message)); }
+
 export class Stop {
   constructor(value = UNCHANGED) { this.value = value; }
 }

@@ -31,13 +31,16 @@ export function httpFetch(url, { method = "GET", headers, body } = {}) {
 }
 
 // `llm.complete` (grant `llm`): a prompt (optional system message) or whole `messages`.
-export function llmComplete(prompt, { messages, system, model, maxTokens, temperature } = {}) {
+// `jsonMode: true` asks the model for a JSON answer (its response_format).
+export function llmComplete(prompt, { messages, system, model, maxTokens, temperature,
+  jsonMode } = {}) {
   let sent = messages;
   if (sent === undefined) {
     sent = system !== undefined ? [{ role: "system", content: system }] : [];
     sent.push({ role: "user", content: String(prompt ?? "") });
   }
-  return op("llm.complete", 1, { messages: sent, model, max_tokens: maxTokens, temperature });
+  return op("llm.complete", 1, { messages: sent, model, max_tokens: maxTokens, temperature,
+    json_mode: jsonMode ? true : undefined });
 }
 
 // `agents.request` (grants `agents`, `agents:<pattern>`; turn and step middleware only).

@@ -17,6 +17,17 @@ from wasmext_guest.host import (
     state_keys,
     state_set,
 )
+from wasmext_guest.helpers import (
+    count_words,
+    error_result,
+    extract_code_blocks,
+    extract_json_from_text,
+    extract_sentences,
+    json_result,
+    safe_json_dumps,
+    text_result,
+    truncate,
+)
 from wasmext_guest.plugin import UNCHANGED, Call, Fail, Plugin, Stop, export, hook
 from wasmext_guest.world import (
     ABI_MINOR,
@@ -33,7 +44,9 @@ from wasmext_guest.world import (
 )
 
 __all__ = ["ABI_MINOR", "UNCHANGED", "Call", "Fail", "HostError", "Plugin", "Stop",
-           "agents_request", "agents_send", "config", "emit", "export", "hook", "host_minor",
-           "http_fetch", "llm_complete", "log", "progress", "prompt_get", "prompt_list",
-           "request", "resource_list", "resource_read", "secret", "state_delete", "state_get",
-           "state_keys", "state_set"]
+           "agents_request", "agents_send", "config", "count_words", "emit", "error_result",
+           "export", "extract_code_blocks", "extract_json_from_text", "extract_sentences",
+           "hook", "host_minor", "http_fetch", "json_result", "llm_complete", "log",
+           "progress", "prompt_get", "prompt_list", "request", "resource_list",
+           "resource_read", "safe_json_dumps", "secret", "state_delete", "state_get",
+           "state_keys", "state_set", "text_result", "truncate"]

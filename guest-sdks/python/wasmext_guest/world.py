@@ -49,14 +49,16 @@ def http_fetch(url: str, method: str = "GET", headers: dict[str, str] | None = N
 def llm_complete(prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
                  system: str | None = None, model: str | None = None,
                  max_tokens: int | None = None,
-                 temperature: float | None = None) -> dict[str, Any]:
+                 temperature: float | None = None, json_mode: bool = False) -> dict[str, Any]:
     """`llm.complete` (grant `llm`): a prompt (with an optional system message) or whole
-    `messages`; {text, finish_reason, model, usage: {input, output}, cost}."""
+    `messages`; {text, finish_reason, model, usage: {input, output}, cost}. `json_mode`
+    asks the model for a JSON answer (its response_format)."""
     if messages is None:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         messages.append({"role": "user", "content": prompt or ""})
     return dict(_op("llm.complete", 1, messages=messages, model=model,
-                    max_tokens=max_tokens, temperature=temperature))
+                    max_tokens=max_tokens, temperature=temperature,
+                    json_mode=True if json_mode else None))
 
 
 def agents_request(agent: str, input: Any, timeout_ms: int | None = None) -> Any:

@@ -49,6 +49,7 @@ __all__ = ["OUTPUT_TARGETS", "ExtensionResult", "Prompt", "ToolGuidance", "assem
 _REQUEST = re.compile(r"(?<![\w#&])#([a-z0-9][a-z0-9_-]{0,63})(?::([\w.\-]{1,64}))?(?![\w-])")
 POSITIONS = ("system_prefix", "system_suffix", "user_prefix", "user_suffix")
 OUTPUT_TARGETS = ("silent", "chat_append", "status_panel")
+RESULT_KEY = "extension_result"  # the envelope of the SDKs' result builders
 TRACE_EVENTS = 256  # the most recent trace lines an extension is shown
 # What the application may put in an extension's context (003's level 2), beyond
 # the ids the host fills in itself; anything else it passes is dropped.
@@ -160,13 +161,31 @@ def _run_one(session: HookSession, entry: Any, outcome: ExtensionResult,
     used = {k: tokens_after.get(k, 0) - tokens_before.get(k, 0) for k in ("input", "output")}
     if any(used.values()):
         outcome.usage, outcome.cost = used, round(cost_after - cost_before, 9)
+    built_type: str | None = None
     if error is not None:
         outcome.success, outcome.error = False, error
     elif result is not None:
         outcome.content = result.value if result.changed else None
-    declared_type = decl.get("content_type")
+        built_type = _unwrap(outcome)
+    declared_type = built_type or decl.get("content_type")
     outcome.content_type = clean(declared_type, 128) if isinstance(declared_type, str) else \
         "text/plain" if isinstance(outcome.content, str) else "application/json"
+
+
+def _unwrap(outcome: ExtensionResult) -> str | None:
+    """A value built by an SDK's json_result/text_result, `{"extension_result":
+    {"content", "content_type"?, "metadata"?}}`: its content, its metadata under
+    the result's `metadata.plugin`, and its content type (returned)."""
+    value = outcome.content
+    if not (isinstance(value, dict) and len(value) == 1 and
+            isinstance(value.get(RESULT_KEY), dict)):
+        return None
+    built = value[RESULT_KEY]
+    outcome.content = built.get("content")
+    if isinstance(built.get("metadata"), dict) and built["metadata"]:
+        outcome.metadata["plugin"] = built["metadata"]
+    kind = built.get("content_type")
+    return kind if isinstance(kind, str) else None
 
 
 def _context(session: HookSession, query: str, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -229,10 +248,10 @@ def run_output_extensions(session: HookSession, query: str, answer: str,
                     "previous": [r.as_dict() for r in results], "context": level2,
                     "config": dict(act.config) if act else {}}
             _run_one(session, entry, outcome, data, decl)
-        outcome.metadata = {"activation": name, "extension": outcome.extension,
-                            "execution_time_ms": outcome.duration_ms,
-                            "param_from": "query" if asked is not None else
-                            "activation" if param is not None else None}
+        outcome.metadata.update({"activation": name, "extension": outcome.extension,
+                                 "execution_time_ms": outcome.duration_ms,
+                                 "param_from": "query" if asked is not None else
+                                 "activation" if param is not None else None})
         results.append(outcome)
         _emit(session, events, "extension.result", session_id=session.id, name=name,
               param=outcome.param, plugin_id=outcome.plugin_id, success=outcome.success,
