@@ -79,7 +79,8 @@ def test_extract_finds_numbers_percentages_and_entities(built: Built) -> None:
         only = run(host, "#extract:entities", answer)["extract"]
         bad = run(host, "#extract:words", answer)["extract"]
     assert out["content"] == {"numbers": [94.5, 1234.0, 3.0], "percentages": [94.5, 3.0],
-                              "entities": ["DW_PROD", "CPU", "DW_DEV"], "source_length": len(answer)}
+                              "entities": ["DW_PROD", "CPU", "DW_DEV"],
+                              "source_length": len(answer)}
     assert out["output_target"] == "silent" and out["usage"] == {}
     assert only["content"] == {"entities": ["DW_PROD", "CPU", "DW_DEV"]}
     assert not bad["success"] and "not allowed" in (bad["error"] or "")

@@ -12,7 +12,7 @@ import pytest
 
 from support import Built
 from wasmext import ActivationError, Host, Runtime
-from wasmext.config import HostConfig, Grant
+from wasmext.config import Grant, HostConfig
 from wasmext.lifecycle import usercopy
 
 
@@ -48,9 +48,9 @@ def test_a_symlink_anywhere_refuses_the_copy(built: Built, tmp_path: Path) -> No
 def test_an_oversized_folder_is_refused(built: Built, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(usercopy, "MAX_FILES", 2)
-    with host_with(built, tmp_path) as host:
-        with pytest.raises(ActivationError, match="over 2 files"):
-            usercopy.copy_to_user(host, "text-tags")
+    with host_with(built, tmp_path) as host, \
+            pytest.raises(ActivationError, match="over 2 files"):
+        usercopy.copy_to_user(host, "text-tags")
     assert leftovers(tmp_path) == []
 
 

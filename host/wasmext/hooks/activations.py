@@ -14,6 +14,7 @@ last read (`StateLimits.max_ttl_seconds`, 30 days by default).
 
 from __future__ import annotations
 
+import builtins
 import re
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ HISTORY_SCOPE = "@ext-turns/"  # + session id
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MAX_PARAM = 64
 MAX_CONFIG_BYTES = 16 * 1024
+_PARAM = re.compile(rf"[\w.\-]{{1,{MAX_PARAM}}}")
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def check_name(what: str, value: object) -> str:
 def _check_param(value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not re.fullmatch(r"[\w.\-]{1,%d}" % MAX_PARAM, value):
+    if not isinstance(value, str) or not _PARAM.fullmatch(value):
         raise ActivationError(f"default_param must be what `#name:param` can spell "
                               f"(letters, digits, '_', '.', '-', at most {MAX_PARAM}), got "
                               f"{str(value)[:80]!r}")
@@ -186,7 +188,7 @@ class Activations:
         self._store().set(self._scope(HISTORY_SCOPE, session_id), key,
                           msgpack.packb(record), ttl=self._ttl())
 
-    def history(self, session_id: str) -> list[dict[str, Any]]:
+    def history(self, session_id: str) -> builtins.list[dict[str, Any]]:
         """Every saved turn of the session, oldest first: `{turn_id, query, results,
         events, usage, saved_at}`."""
         scope = self._scope(HISTORY_SCOPE, session_id)

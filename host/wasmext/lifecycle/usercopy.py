@@ -5,8 +5,9 @@
 `[plugins] user_dir` as `<id>-copy` (then `-copy-2`, ...) with the id in its
 plugin.toml rewritten, ready to edit and rebuild. The names it serves are
 compiled into its module, so until it is changed the copy serves the same
-`#names` (its module, copied and renamed, loads as it is); loaded from the user folder it is ordered before the original, as a
-user extension overrides a built-in in 003. The copy starts with no grants:
+`#names` (its module, copied and renamed, loads as it is); loaded from the
+user folder it is ordered before the original, as a user extension overrides
+a built-in in 003. The copy starts with no grants:
 approvals name a plugin id and its module's digest, and neither carries over.
 
 The operator's switch `[plugins] user_extensions = false` refuses copies (and
