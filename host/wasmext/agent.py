@@ -162,7 +162,8 @@ class Agent:
 
     def _turn(self, s: Session, index: int, user: str, report: TurnReport) -> None:
         # The model never sees `#extension` requests; they run on its answer.
-        asked, _ = parse_requests(user, set(requestable(s)))
+        asked, _ = parse_requests(user, set(requestable(s, re.findall(r"#([a-z0-9_-]+)",
+                                                                       user))))
         messages = s.on_input_messages([{"role": "user", "content": asked}]).value
         text = s.on_plain_text(messages[-1].get("content", user)).value
         router = self.routing() if self.routing is not None else None

@@ -176,3 +176,18 @@ def test_activation_records_are_checked(built: Built) -> None:
         store.set(Scope("@ext-activations/alice"), "half", msgpack.packb({"name": "half"}))
         host.extensions.activate("alice", "shout")
         assert [a.name for a in host.extensions.list("alice")] == ["shout"]
+
+
+def test_prefix_patterns_serve_any_matching_name(built: Built) -> None:
+    reg = {"hooks": [{"hook": "output_extension", "pattern": "tool_*"}]}
+    wasm = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "seen"},
+                                             registration=reg)))
+    with new_host(built) as host:
+        host.add(wasm, plugin_id="prefixed")
+        anyone = run(host, None, "#tool_a #tool_b:x #tooling")
+        host.extensions.activate("alice", "tool_a", name="ta", default_param="p")
+        alice = run(host, "alice", "#ta #tool_b")
+    assert [(r["name"], r["success"], r["content"]) for r in anyone] == [
+        ("tool_a", True, "seen"), ("tool_b", True, "seen"), ("tooling", False, None)]
+    assert [(r["name"], r["extension"], r["param"], r["success"]) for r in alice] == [
+        ("ta", "tool_a", "p", True), ("tool_b", "tool_b", None, False)]

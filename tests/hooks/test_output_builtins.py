@@ -157,3 +157,19 @@ def test_wasmext_run_agent_fills_in_the_turns_context(built: Built, tmp_path: Pa
     assert second["name"] == "json2" and second["param"] == "minimal"
     assert second["content"] == {"query": "Add them", "answer": "It is 3."}
     assert saved["results"] == report.extensions
+
+
+def test_an_async_session_passes_the_context_on(built: Built) -> None:
+    import asyncio
+
+    async def main(host: Host) -> dict[str, Any]:
+        async with host.asession("async-1") as s:
+            s.sync.context["turn_id"] = "turn-9"
+            _, (result,) = await s.output_extensions("#json", "A.", {"model": "m2"})
+        return result.as_dict()
+
+    with new_host(built) as host:
+        out = asyncio.run(main(host))
+        (saved,) = host.extensions.history("async-1")
+    assert (out["content"]["model"], out["content"]["turn_id"]) == ("m2", "turn-9")
+    assert saved["results"] == [out]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,9 +117,11 @@ def _user(session: HookSession) -> str | None:
     return user if isinstance(user, str) and user else None
 
 
-def requestable(session: HookSession) -> dict[str, Activation]:
+def requestable(session: HookSession, requested: Iterable[str] = ()
+                ) -> dict[str, Activation]:
     """The names this session's queries may use: the user's active activations, or
-    (no user) every exact name a plugin serves, as itself."""
+    (no user) every exact name a plugin serves and each of `requested` that a
+    prefix pattern (`tool_*`) serves, as itself."""
     user = _user(session)
     registry = getattr(session.host, "extensions", None)
     if user is not None and registry is not None:
@@ -129,9 +131,10 @@ def requestable(session: HookSession) -> dict[str, Activation]:
             session.trace.note("output_extension", "failed",
                                f"the user's activations cannot be read: {err.describe()}")
             return {}
-    return {e.pattern: Activation(e.pattern, e.pattern)
-            for e in session.host.ordered("output_extension")
-            if e.pattern and not e.pattern.endswith("*")}
+    patterns = [e.pattern for e in session.host.ordered("output_extension") if e.pattern]
+    names = {p for p in patterns if not p.endswith("*")}
+    names.update(n for n in requested if any(matches(p, n) for p in patterns))
+    return {n: Activation(n, n) for n in names}
 
 
 def _llm_used(session: HookSession, plugin_id: str) -> tuple[dict[str, int], float]:
@@ -212,8 +215,8 @@ def run_output_extensions(session: HookSession, query: str, answer: str,
                           context: Mapping[str, Any] | None = None
                           ) -> tuple[str, list[ExtensionResult]]:
     entries = session.host.ordered("output_extension")
-    available = requestable(session)
     requested = {m.group(1) for m in _REQUEST.finditer(query)}
+    available = requestable(session, requested)
     unknown = {name for name in requested - set(available) if name[0].isalpha()}
     clean_query, requests = parse_requests(query, (requested & set(available)) | unknown)
     turn_id = getattr(session, "context", {}).get("turn_id")
