@@ -16,6 +16,7 @@ import click
 
 from wasmext import Host, Session
 from wasmext.agent import TurnReport
+from wasmext.errors import WasmextError
 from wasmext.text import clean_lines, clean_tree, json_safe
 from wasmext_cli.common import _line
 
@@ -27,11 +28,23 @@ def _jsonable(value: Any) -> Any:
                                  else str(v)))
 
 
+def _earlier(host: Host, session: Session) -> list[dict[str, Any]]:
+    """The extension results saved by earlier runs of this session (a resumed one)."""
+    began = session.trace.events[0].time if session.trace.events else None
+    try:
+        saved = host.extensions.history(session.id)
+    except WasmextError:
+        return []
+    return [t for t in saved if began is not None and t.get("saved_at", 0.0) < began]
+
+
 def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: bool) -> None:
     events = [e.as_dict() for e in session.trace.events]
+    earlier = _earlier(host, session)
     if as_json:
         doc = {"session": session.id, "plugins": sorted(host.plugins),
                "load_errors": [e.describe() for e in host.load_errors],
+               "earlier_extensions": earlier,
                "turns": [r.as_dict() for r in reports], "trace": events,
                "hooks_fired": sorted({e["hook"] for e in events if e["plugin"]})}
         doc = clean_tree(_jsonable(doc), TEXT_CAP)
@@ -41,6 +54,12 @@ def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: 
     click.echo(_line(f"session {session.id}  plugins: {names}"))
     for err in host.load_errors:
         click.echo(f"  not loaded: {err.describe()}")
+    for turn in earlier:  # a resumed session shows its earlier turns' extension results
+        click.echo(_line(f"  earlier {turn.get('turn_id')}: {turn.get('query')}", TEXT_CAP))
+        for ext in turn.get("results", []):
+            status = "ok" if ext.get("success") else f"failed: {ext.get('error')}"
+            click.echo(_line(f"    #{ext.get('name')} [{status}] {_json(ext.get('content'))}",
+                             TEXT_CAP))
     for event in events:
         who = event["plugin"] or "host"
         detail = f"  ({event['detail']})" if event["detail"] else ""

@@ -81,6 +81,16 @@ def test_activations_runs_and_history_from_the_command_line(built: Built,
     assert history[1]["results"][0]["content"]["words"] == 2
     text = cli("extensions", "history", "--session", "chat-1", "--config", config).stdout
     assert "turn-0: count #wordcount #wordcount2 #shout" in text and "#shout [failed" in text
+    # resuming the session with `run --session` shows the earlier turns' results first
+    assert alice["earlier_extensions"] == []
+    resumed = as_json("run", transcript, "--config", config, "--user", "alice",
+                      "--session", "chat-1")
+    assert resumed["earlier_extensions"] == history
+    text = cli("run", transcript, "--config", config, "--user", "alice", "--session",
+               "chat-1").stdout
+    assert "earlier turn-0: count #wordcount #wordcount2 #shout" in text
+    assert len(as_json("extensions", "history", "--session", "chat-1", "--config",
+                       config)) == 6  # three runs of two turns, none overwritten
 
     cli("extensions", "param", "wordcount2", "full", "--user", "alice", "--config", config)
     cli("extensions", "deactivate", "wordcount", "--user", "alice", "--config", config)
