@@ -173,3 +173,39 @@ def test_an_async_session_passes_the_context_on(built: Built) -> None:
         (saved,) = host.extensions.history("async-1")
     assert (out["content"]["model"], out["content"]["turn_id"]) == ("m2", "turn-9")
     assert saved["results"] == [out]
+
+
+def test_child_agent_results_reach_the_turns_extensions(built: Built) -> None:
+    import msgpack
+    import wasmtime
+
+    from wasmext.testing import DATA_AT, guest_wat
+
+    def asking(agent: str) -> bytes:
+        raw = msgpack.packb({"op": "agents.request", "agent": agent, "input": "the draft"})
+        wat = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
+                        imports='(import "wasmext" "host_call" (func $host_call '
+                                '(param i32 i32) (result i64)))', data=raw,
+                        registration={"hooks": [{"hook": "turn"}], "abi_minor": 1})
+        return bytes(wasmtime.wat2wasm(wat))
+
+    def broken(data: Any) -> Any:
+        raise RuntimeError("the secret database password is hunter2")
+
+    with new_host(built) as host:
+        host.agents.register("reviewer", lambda text: {"verdict": "fine", "saw": text})
+        host.agents.register("broken", broken)
+        for pid, agent in (("review-layer", "reviewer"), ("broken-layer", "broken")):
+            host.add(asking(agent), plugin_id=pid, grants={"agents", f"agents:{agent}"})
+        with host.session("agents-1") as s:
+            s.middleware("turn", {"turn_id": "t", "input": {}, "messages": [], "metadata": {}},
+                         lambda d: {"finish_reason": "text_response", "response": "ok"})
+            _, (first,) = s.output_extensions("#json:full", "ok")
+            _, (second,) = s.output_extensions("#json:full", "ok")
+    children = first.content["child_results"]
+    assert [(c["agent"], c["requested_by"], c["success"]) for c in children] == [
+        ("reviewer", "review-layer", True), ("broken", "broken-layer", False)]
+    assert children[0]["output"] == {"verdict": "fine", "saw": "the draft"}
+    assert children[1]["error"] == "failed: RuntimeError" and children[1]["output"] is None
+    assert "hunter2" not in json.dumps(first.content)
+    assert second.content["child_results"] == []  # each turn sees its own runs

@@ -191,8 +191,10 @@ def _unwrap(outcome: ExtensionResult) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _context(session: HookSession, query: str, given: Mapping[str, Any]) -> dict[str, Any]:
-    """003's level-2 context: ids from the session, the rest from the application."""
+def _context(session: HookSession, query: str, given: Mapping[str, Any],
+             children: list[dict[str, Any]]) -> dict[str, Any]:
+    """003's level-2 context: ids from the session, the rest from the application;
+    `children`: the agents.request runs of the session since its last extensions."""
     ctx = getattr(session, "context", {})
     events = getattr(session.trace, "events", [])
     context: dict[str, Any] = {
@@ -202,6 +204,8 @@ def _context(session: HookSession, query: str, given: Mapping[str, Any]) -> dict
         "execution_trace": [{"hook": e.hook, "plugin": e.plugin_id, "outcome": e.outcome}
                             for e in events[-TRACE_EVENTS:]]}
     context.update({k: given[k] for k in CONTEXT_KEYS if k in given})
+    if "child_results" not in context:
+        context["child_results"] = children
     return context
 
 
@@ -221,7 +225,9 @@ def run_output_extensions(session: HookSession, query: str, answer: str,
     clean_query, requests = parse_requests(query, (requested & set(available)) | unknown)
     turn_id = getattr(session, "context", {}).get("turn_id")
     ids = {"session_id": session.id, "turn_id": turn_id}
-    level2 = _context(session, query, context or {}) if requests else {}
+    agents = getattr(session.host, "agents", None)
+    children = agents.take_results(session.id) if agents is not None else []
+    level2 = _context(session, query, context or {}, children) if requests else {}
     results: list[ExtensionResult] = []
     events: list[dict[str, Any]] = []
     for name, param in requests:

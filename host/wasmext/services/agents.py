@@ -35,6 +35,7 @@ import fnmatch
 import logging
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -52,6 +53,8 @@ log = logging.getLogger("wasmext.services.agents")
 
 ALLOWED_HOOKS = frozenset({"turn", "step"})
 _TREE_KEY = "agents"
+KEPT_RESULTS = 32  # per session: the latest agents.request answers, for output extensions
+KEPT_SESSIONS = 256
 
 
 class _Tree:
@@ -107,6 +110,9 @@ class AgentRegistry:
         self._per_plugin: dict[str, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight,
                                         thread_name_prefix="wasmext-agent")
+        # What agents.request answered in each session since the last `take_results`:
+        # reference 003's child results, shown to the turn's output extensions.
+        self._results: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
 
     def register(self, name: str, target: Callable[..., Any], *, factory: bool = False) -> None:
         """`target(input) -> answer`; with factory=True, `target()` makes a session whose
@@ -127,6 +133,24 @@ class AgentRegistry:
         """Register agents.request and agents.send."""
         services.register("agents.request", self.request)
         services.register("agents.send", self.send)
+
+    def take_results(self, session_id: str) -> list[dict[str, Any]]:
+        """The child-agent runs of a session since the last take (at most KEPT_RESULTS):
+        `{agent, requested_by, success, output, error, duration_ms}` each, oldest first."""
+        with self._lock:
+            kept = self._results.pop(session_id, None)
+        return list(kept or ())
+
+    def _keep(self, session_id: str | None, record: dict[str, Any]) -> None:
+        if session_id is None:
+            return
+        with self._lock:
+            kept = self._results.get(session_id)
+            if kept is None:
+                kept = self._results[session_id] = deque(maxlen=KEPT_RESULTS)
+                while len(self._results) > KEPT_SESSIONS:
+                    self._results.popitem(last=False)
+            kept.append(record)
 
     def close(self) -> None:
         """Stop taking runs; queued ones never start."""
@@ -255,19 +279,28 @@ class AgentRegistry:
         started = time.perf_counter()
         future, scope, ends = self._submit(ctx, name, target, factory, req["input"],
                                            timeout_ms / 1000)
+        record: dict[str, Any] = {"agent": name, "requested_by": ctx.plugin_id,
+                                  "success": False, "output": None, "error": None}
         try:
-            return future.result(timeout=max(0.0, ends - time.monotonic()))
+            record["output"] = future.result(timeout=max(0.0, ends - time.monotonic()))
+            record["success"] = True
+            return record["output"]
         except FutureTimeout:
             if not future.cancel():  # queued: it never starts; started: its plugins end now
                 scope.cancel()
+            record["error"] = "timeout"
             raise OpError("timeout", f"agent {name!r} did not answer in time") from None
-        except OpError:
+        except OpError as err:
+            record["error"] = err.code
             raise
         except Exception as exc:
             log.warning("agent %s failed for plugin %s: %s", name, ctx.plugin_id, exc)
+            record["error"] = f"failed: {type(exc).__name__}"
             raise OpError("failed", f"agent {name!r} failed: {type(exc).__name__}") from None
         finally:
             ctx.nested_seconds += time.perf_counter() - started  # the agent's time, not ours
+            record["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            self._keep(ctx.session, record)
 
     def send(self, ctx: CallContext, req: dict[str, Any]) -> None:
         """agents.send: start the agent and answer at once (its answer is dropped)."""
