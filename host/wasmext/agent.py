@@ -125,6 +125,7 @@ class Agent:
         self.tenant_id = tenant_id
         self.max_steps = max_steps
         self.turn_tokens: dict[str, int] = {}  # the model's tokens in the current turn
+        self.total_tokens = {"input": 0, "output": 0}  # and in every turn so far
 
     def _register(self, tool: Tool) -> None:
         """Add a built-in tool; a name another owner claimed (an MCP server called like
@@ -198,7 +199,8 @@ class Agent:
         response = s.process_tags(s.on_llm_output(response).value)
         _, extensions = s.output_extensions(user, response, {
             "provider": getattr(self.model, "provider", type(self.model).__name__),
-            "model": self.model.name, "tokens": dict(self.turn_tokens),
+            "model": self.model.name, "tokens": {
+                **self.turn_tokens, **{f"total_{k}": v for k, v in self.total_tokens.items()}},
             "tools_used": list(dict.fromkeys(c["tool"] for c in report.tool_calls))})
         report.extensions = [e.as_dict() for e in extensions]
         if router is not None:
@@ -245,6 +247,7 @@ class Agent:
         for kind in ("input", "output"):
             count = used.get(kind) if isinstance(used, dict) else None
             self.turn_tokens[kind] += count if isinstance(count, int) else 0
+            self.total_tokens[kind] += count if isinstance(count, int) else 0
         if answer["tool_calls"]:
             # The chat-completions shape: the assistant's calls, then one answer each.
             s.messages.append(new_message(

@@ -98,7 +98,8 @@ def test_events_targets_and_the_turns_usage(built: Built) -> None:
     assert events[6][1]["results"] == results
     assert events[7][1] | {"timestamp": 0} == {
         "session_id": "s1", "turn_id": "turn-7", "input_tokens": 0, "output_tokens": 0,
-        "cost": 0.0, "count": 3, "timestamp": 0}
+        "cost": 0.0, "count": 3, "turn_input_tokens": 0, "turn_output_tokens": 0,
+        "timestamp": 0}
     assert {r["output_target"] for r in results} == {"silent"}  # text-tags declares none
     assert results[0]["metadata"]["execution_time_ms"] == results[0]["duration_ms"] > 0
 

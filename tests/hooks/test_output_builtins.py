@@ -123,8 +123,17 @@ def test_classify_and_summary_against_a_python_model(built: Built) -> None:
                           '"action_items": [], "nested": [[[-1.5e0, null, false]]]}',
                           "stop", 50, 20)
 
+    usage: list[dict[str, Any]] = []
     with new_host(built, llm=model) as host:
-        out = run(host, "#classify #summary", "CPU at 45%, memory 62%.")
+        host.observe.bus.subscribe("extension.usage", lambda e: usage.append(e.payload))
+        out = run(host, "#classify #summary", "CPU at 45%, memory 62%.",
+                  {"tokens": {"input": 1000, "output": 100}})
+        assert host.observe.bus.flush(5)
+    # the turn's aggregate: both extensions' model use, and with the turn's own tokens
+    (turn,) = usage
+    assert (turn["input_tokens"], turn["output_tokens"], turn["count"]) == (100, 50, 2)
+    assert (turn["turn_input_tokens"], turn["turn_output_tokens"]) == (1100, 150)
+    assert turn["cost"] == pytest.approx((100 * 1.0 + 50 * 2.0) / 1e6)
     assert out["classify"]["content"]["primary_category"] == "performance"
     assert out["classify"]["content"]["all_categories"] == {"performance": 8, "alert": 3}
     assert out["summary"]["content"] == {"summary": "All nominal.", "key_points": ["CPU 45%"],
@@ -153,7 +162,9 @@ def test_wasmext_run_agent_fills_in_the_turns_context(built: Built, tmp_path: Pa
     assert first["content"]["model"] == "replay-model"
     assert first["content"]["tools_used"] == ["calc"]
     assert first["content"]["user_id"] == "ada" and first["content"]["turn_id"] == "turn-0"
-    assert first["content"]["tokens"]["output"] > 0
+    tokens = first["content"]["tokens"]
+    assert tokens["output"] > 0 and tokens["total_output"] == tokens["output"]
+    assert set(tokens) == {"input", "output", "total_input", "total_output"}
     assert second["name"] == "json2" and second["param"] == "minimal"
     assert second["content"] == {"query": "Add them", "answer": "It is 3."}
     assert saved["results"] == report.extensions

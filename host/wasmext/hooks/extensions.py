@@ -269,18 +269,25 @@ def run_output_extensions(session: HookSession, query: str, answer: str,
               turn_id=turn_id, extension=outcome.extension,
               output_target=outcome.output_target)
     if requests:
-        _finish(session, query, results, events, ids)
+        _finish(session, query, results, events, ids, (context or {}).get("tokens"))
     return clean_query, results
 
 
 def _finish(session: HookSession, query: str, results: list[ExtensionResult],
-            events: list[dict[str, Any]], ids: dict[str, Any]) -> None:
+            events: list[dict[str, Any]], ids: dict[str, Any], turn_tokens: Any) -> None:
     """The combined event, the turn's usage, and the turn's record in the store."""
     _emit(session, events, "extension.results", **ids,
           results=[r.as_dict() for r in results])
     usage = {"input_tokens": sum(r.usage.get("input", 0) for r in results),
              "output_tokens": sum(r.usage.get("output", 0) for r in results),
              "cost": round(sum(r.cost for r in results), 9), "count": len(results)}
+    # As 003's token_update: the turn's own model tokens (when the application gave
+    # them) plus the extensions'.
+    main = turn_tokens if isinstance(turn_tokens, Mapping) else {}
+    for kind in ("input", "output"):
+        spent = main.get(kind)
+        usage[f"turn_{kind}_tokens"] = usage[f"{kind}_tokens"] + (
+            spent if type(spent) is int and spent >= 0 else 0)
     _emit(session, events, "extension.usage", **ids, **usage)
     registry = getattr(session.host, "extensions", None)
     if ids["turn_id"] is None or registry is None:

@@ -54,7 +54,7 @@ RUNTIME_EVENTS: dict[str, tuple[str, ...]] = {
                          "extension", "output_target", *_T),
     "extension.results": ("session_id", "turn_id", "results", *_T),
     "extension.usage": ("session_id", "turn_id", "input_tokens", "output_tokens", "cost",
-                        "count", *_T),
+                        "count", "turn_input_tokens", "turn_output_tokens", *_T),
 }
 # Only the host emits here: a plugin cannot forge runtime events, whatever its grants.
 RESERVED_NAMESPACES = frozenset({"turn", "step", "tool", "session", "extension"})
