@@ -19,8 +19,8 @@ from wasmext import Host, Runtime
 from wasmext.agent import Agent, Tool
 from wasmext.config import HostConfig
 from wasmext.models import ReplayModel, Transcript
-from wasmext.services.llm import LlmPolicy, LlmSettings, Price
-from wasmext.services.llm_client import ChatAnswer, ChatRequest
+from wasmext.services.llm.client import ChatAnswer, ChatRequest
+from wasmext.services.llm.service import LlmPolicy, LlmSettings, Price
 
 
 @pytest.fixture
