@@ -41,7 +41,7 @@ def session_options(fn: F) -> F:
         click.option("--model", "model_name", default="gpt-4o-mini", show_default=True,
                      help="Model name for --model-url."),
         click.option("--prompt", "prompts", multiple=True, help="A user turn (--model-url)."),
-        click.option("--user", help="The user (tenant) id: its activations name the #extensions."),
+        click.option("--user", help="The user whose activations name the #extensions."),
         click.option("--session", "session_id", help="Resume this session id (its saved "
                      "extension results: `wasmext extensions history`)."),
         click.option("--max-steps", type=click.IntRange(1, 50), default=4, show_default=True),
@@ -152,8 +152,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         host.close()
         _fail(err, EXIT_USAGE)
     try:
-        with host.session(opts.get("session_id")) as session:
-            session.context["tenant_id"] = opts.get("user")
+        with host.session(opts.get("session_id"), user_id=opts.get("user")) as session:
             reports = [agent.run_turn(session, i, text) for i, text in enumerate(turns)]
     finally:
         if server is not None:

@@ -626,9 +626,12 @@ class Host:
 
     @contextmanager
     def session(self, session_id: str | None = None,
-                state: Mapping[str, Any] | None = None) -> Iterator[Session]:
-        """A session: `session_start` on entry, `session_end` on exit."""
+                state: Mapping[str, Any] | None = None, *,
+                user_id: str | None = None) -> Iterator[Session]:
+        """A session: `session_start` on entry, `session_end` on exit; `user_id` picks
+        the user whose output-extension activations its `#name`s use."""
         s = Session(self, session_id or uuid.uuid4().hex, dict(state or {}))
+        s.user_id = user_id
         s.start()
         try:
             yield s

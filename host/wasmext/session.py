@@ -116,6 +116,9 @@ class Session:
         # the application may set tenant_id and agent_name, the agent driver turn_id.
         self.context: dict[str, Any] = {"session_id": session_id, "trace_id": uuid.uuid4().hex,
                                         "turn_id": None, "tenant_id": None, "agent_name": None}
+        # Whose output-extension activations `#name` resolves to (hooks.activations);
+        # kept out of `context`, so plugins are not told who the user is.
+        self.user_id: str | None = None
 
     def hook_context(self, hook: str) -> dict[str, Any]:
         """`context` for one hook call: the session's, plus the tool names where relevant."""

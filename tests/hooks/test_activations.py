@@ -30,7 +30,7 @@ def new_host(built: Built, data_dir: Path | None = None, **limits: Any) -> Host:
 def run(host: Host, user: str | None, query: str, answer: str = "one two three",
         session_id: str = "s1", turn_id: str | None = None) -> list[dict[str, Any]]:
     with host.session(session_id) as s:
-        s.context["tenant_id"] = user
+        s.user_id = user
         s.context["turn_id"] = turn_id
         _, results = s.output_extensions(query, answer)
     return [r.as_dict() for r in results]
@@ -49,6 +49,12 @@ def test_each_user_runs_only_their_own_activations(built: Built, tmp_path: Path)
     assert [(r["name"], r["success"]) for r in bob] == [("wordcount", False), ("shout", True)]
     # a session without a user may ask for every served extension, as itself
     assert [(r["name"], r["success"]) for r in nobody] == [("wordcount", True), ("shout", True)]
+    with new_host(built) as plain, plain.session("s9", user_id="alice") as s:
+        s.context["tenant_id"] = "acme"  # a routing tenant is not a user: no effect here
+        assert "alice" not in repr(s.hook_context("turn"))  # plugins are not told
+        s.user_id = None
+        _, results = s.output_extensions("#wordcount", "x")
+        assert results[0].success
     # the activations live in the store: another host on the same data_dir sees them
     with new_host(built, tmp_path) as again:
         assert [a.name for a in again.extensions.list("alice")] == ["wordcount"]
@@ -149,7 +155,8 @@ def test_a_store_that_refuses_the_record_leaves_the_results_intact(built: Built)
         answer = "word " * 20_000  # the turn's record is over the store's per-scope quota
         host.extensions.activate("alice", "shout")
         with host.session("s1") as s:
-            s.context.update(tenant_id="alice", turn_id="turn-0")
+            s.user_id = "alice"
+            s.context["turn_id"] = "turn-0"
             _, results = s.output_extensions("#shout", answer)
             notes = [e.detail or "" for e in s.trace.events if e.outcome == "failed"]
         assert results[0].success and len(results[0].content["text"]) == len(answer)

@@ -42,7 +42,8 @@ def new_host(built: Built, llm: Any = None, url: str | None = None) -> Host:
 def run(host: Host, query: str, answer: str, context: dict[str, Any] | None = None,
         user: str | None = None) -> dict[str, dict[str, Any]]:
     with host.session("sess-1") as s:
-        s.context.update(turn_id="turn-3", tenant_id=user)
+        s.context["turn_id"] = "turn-3"
+        s.user_id = user
         _, results = s.output_extensions(query, answer, context)
     return {r.name: r.as_dict() for r in results}
 
@@ -154,7 +155,7 @@ def test_wasmext_run_agent_fills_in_the_turns_context(built: Built, tmp_path: Pa
         agent = Agent(host, ReplayModel(script), tools={
             "calc": Tool("calc", "add", lambda a: 3)})
         with host.session("run-1") as s:
-            s.context["tenant_id"] = "ada"
+            s.user_id = "ada"
             report = agent.run_turn(s, 0, "Add them #json #json2")
         (saved,) = host.extensions.history("run-1")
     first, second = report.extensions

@@ -2,14 +2,14 @@
 
 Reference 003 lets each user activate the extensions they want under names of
 their own (`json`, `json2`), each with a default param that `#name:param`
-overrides. Here an activation belongs to a user id (the session's
-`context["tenant_id"]`, set by the application or `wasmext run --user`) and
-lives in the host's state store under a scope no plugin can name
-(`@ext-activations/<user>`: '@' is not allowed in a plugin id), so hosts that
-share a Redis store share the users' activations. A turn's results are kept
-under `@ext-turns/<session id>` (keyed by the time and the turn id), so a reloaded session
-can show them again. Both live as long as the store's longest TTL after their
-last read (`StateLimits.max_ttl_seconds`, 30 days by default).
+overrides. Here an activation belongs to a user id (the session's `user_id`,
+set by the application or `wasmext run --user`) and lives in the host's state
+store under a scope no plugin can name (`@ext-activations/<user>`: '@' is not
+allowed in a plugin id), so hosts that share a Redis store share the users'
+activations. A turn's results are kept under `@ext-turns/<session id>` (keyed
+by the time and the turn id), so a reloaded session can show them again. Both
+live as long as the store's longest TTL after their last read
+(`StateLimits.max_ttl_seconds`, 30 days by default).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ its extensions in its registration map (`"output_extensions": [{"name",
 (starting with a letter) that cannot run is an error result too, and is
 stripped from the query like the others.
 
-Which names a query may use: a session without a user (no `tenant_id` in its
-context) may ask for every extension a plugin serves, under its own name; a
+Which names a query may use: a session without a user (`Session.user_id`
+unset) may ask for every extension a plugin serves, under its own name; a
 session with one may ask only for that user's activations
 (`wasmext.hooks.activations`), each naming an extension and a default param
 that `#name:param` overrides.
@@ -113,7 +113,7 @@ def declared(host: Any, name: str) -> dict[str, Any] | None:
 
 
 def _user(session: HookSession) -> str | None:
-    user = getattr(session, "context", {}).get("tenant_id")
+    user = getattr(session, "user_id", None)
     return user if isinstance(user, str) and user else None
 
 
