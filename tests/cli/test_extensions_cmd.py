@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
 from support import Built
+from wasmext_cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,8 +38,14 @@ user_extensions = {str(user_extensions).lower()}
 
 
 def cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", *args], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+    """The command in this process (click's runner); `run` in its own, as users run it."""
+    if args[0] == "run":
+        proc = subprocess.run([sys.executable, "-m", "wasmext_cli", *args],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+    else:
+        result = CliRunner().invoke(main, list(args))
+        proc = subprocess.CompletedProcess(args, result.exit_code, result.stdout,
+                                           result.stderr)
     assert (proc.returncode == 0) == ok, proc.stderr
     return proc
 
