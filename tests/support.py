@@ -40,7 +40,7 @@ def plugin_dirs() -> dict[str, Path]:
             "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance",
             "zig-tags": ROOT / "tests" / "plugins" / "zig-tags"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
-                    "json-summary", "json-check", "output-builtins"):
+                    "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example
     for lang in SDK_LANGS:
         dirs[f"conformance-{lang}"] = SDK_ROOT / lang / "conformance"
