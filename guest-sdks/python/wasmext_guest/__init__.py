@@ -5,6 +5,17 @@ Three layers, as in every wasmext SDK: `raw` (the world's imports), `host`
 ABI minor 1) and `plugin` (the `Plugin` class, `@hook`, `export`). `msgpack` is the codec of ABI v1.
 """
 
+from wasmext_guest.helpers import (
+    count_words,
+    error_result,
+    extract_code_blocks,
+    extract_json_from_text,
+    extract_sentences,
+    json_result,
+    safe_json_dumps,
+    text_result,
+    truncate,
+)
 from wasmext_guest.host import (
     HostError,
     config,
@@ -16,17 +27,6 @@ from wasmext_guest.host import (
     state_get,
     state_keys,
     state_set,
-)
-from wasmext_guest.helpers import (
-    count_words,
-    error_result,
-    extract_code_blocks,
-    extract_json_from_text,
-    extract_sentences,
-    json_result,
-    safe_json_dumps,
-    text_result,
-    truncate,
 )
 from wasmext_guest.plugin import UNCHANGED, Call, Fail, Plugin, Stop, export, hook
 from wasmext_guest.world import (
