@@ -97,7 +97,7 @@ def test_a_session_factory_gets_a_fresh_session_per_call(host: Host) -> None:
     ({"op": "agents.request", "agent": "echo"}, {"agents:*"}, "turn", "invalid"),
     ({"op": "agents.request", "agent": "echo", "input": 1, "timeout_ms": 0}, {"agents:*"},
      "turn", "invalid"),
-    ({"op": "agents.send", "agent": "echo", "input": 1}, {"agents:echo"}, "step_x", "denied"),
+    ({"op": "agents.send", "agent": "echo", "input": 1}, {"agents:echo"}, "report", "denied"),
 ])
 def test_refusals(host: Host, request_: dict[str, Any], grants: set[str], hook: str,
                   code: str) -> None:
