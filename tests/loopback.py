@@ -37,7 +37,13 @@ class _Server(ThreadingHTTPServer):
                                            "usage": (12, 5), "drip_s": 0.0}
         self.drip_s = 0.05  # the pause between two dripped bytes
         self.sent_bytes = 0
+        self.connections = 0  # TCP connections accepted (a kept-alive one counts once)
         super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        accepted = super().get_request()
+        self.connections += 1
+        return accepted
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -183,9 +189,9 @@ class Loopback:
 
 
 @contextmanager
-def loopback(host: str = "127.0.0.1") -> Iterator[Loopback]:
+def loopback(host: str = "127.0.0.1", port: int = 0) -> Iterator[Loopback]:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    server = _Server((host, 0), family)
+    server = _Server((host, port), family)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()

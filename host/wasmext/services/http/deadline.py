@@ -19,6 +19,11 @@ handshake runs on a new socket object (the TCP one is detached into it), which
 httpcore reports only once the handshake is over; so requests use
 `tls_context()`, whose sockets join the watched set as the handshake starts,
 and a server dripping its handshake is cut off too.
+
+A pooled connection (`bounded_transport`) serves several requests and opens no
+socket for the later ones, so its streams join the running request's watched
+set on every read and write: a keep-alive connection is cut off at the deadline
+of whichever request is using it, like a new one.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpcore2
 import httpx2
 
 from wasmext.services.alarms import alarms
 
-__all__ = ["bounded", "passed", "tls_context"]
+__all__ = ["bounded", "bounded_transport", "passed", "tls_context"]
 
 # Events after which httpcore holds a new network stream (the TLS one replaces the TCP one).
 _STREAM_EVENTS = frozenset({"connection.connect_tcp.complete", "connection.start_tls.complete",
@@ -52,14 +58,14 @@ class _Sockets:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.open: list[socket.socket] = []
+        self.open: set[socket.socket] = set()
         self.expired = False
 
     def add(self, sock: Any) -> None:
-        if not isinstance(sock, socket.socket):
+        if not isinstance(sock, socket.socket) or sock in self.open:
             return
         with self.lock:
-            self.open.append(sock)
+            self.open.add(sock)
             expired = self.expired
         if expired:
             _shut(sock)
@@ -136,3 +142,75 @@ def bounded(deadline: float) -> Iterator[dict[str, Any]]:
     finally:
         _watching.sockets = outer
         cancel()
+
+
+def _join_watched(stream: Any) -> None:
+    watched = _watching.sockets
+    if watched is not None:
+        watched.add(stream.get_extra_info("socket"))
+
+
+class _WatchedStream(httpcore2.NetworkStream):
+    """A network stream that joins the running `bounded` block's watched set before
+    each read and write, whichever request (a pooled connection serves many) it is."""
+
+    def __init__(self, inner: httpcore2.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        """Read, cut off at the running request's deadline."""
+        _join_watched(self._inner)
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """Write, cut off at the running request's deadline."""
+        _join_watched(self._inner)
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        """Close the underlying stream."""
+        self._inner.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore2.NetworkStream:
+        """Upgrade to TLS; the TLS stream is watched the same way."""
+        return _WatchedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        """The underlying stream's answer (the pool asks whether an idle one is readable)."""
+        return self._inner.get_extra_info(info)
+
+
+class _WatchedBackend(httpcore2.NetworkBackend):
+    """The sync backend, its streams watched (`_WatchedStream`)."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore2.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore2.NetworkStream:
+        """Connect, watched from the first byte."""
+        return _WatchedStream(self._inner.connect_tcp(host, port, timeout, local_address,
+                                                      socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        """As the sync backend sleeps."""
+        self._inner.sleep(seconds)
+
+
+def bounded_transport(max_connections: int = 16, keepalive_s: float = 30.0
+                      ) -> httpx2.HTTPTransport:
+    """An HTTP/1.1 transport keeping connections alive, verifying with `tls_context()`,
+    whose every read and write is bounded by the running `bounded` block's deadline."""
+    limits = httpx2.Limits(max_connections=max_connections,
+                           max_keepalive_connections=max_connections,
+                           keepalive_expiry=keepalive_s)
+    transport = httpx2.HTTPTransport(verify=tls_context(), trust_env=False, limits=limits)
+    # httpx builds its pool without a backend parameter; the same pool with the
+    # watched backend replaces it before the transport's first use.
+    transport._pool = httpcore2.ConnectionPool(
+        ssl_context=tls_context(), max_connections=max_connections,
+        max_keepalive_connections=max_connections, keepalive_expiry=keepalive_s,
+        network_backend=_WatchedBackend())
+    return transport

@@ -3,8 +3,9 @@
 Grants: `http` enables the op; `http:<host pattern>` names the hosts
 (`services.http.guard` checks names and addresses). Each hop (the request and
 every redirect) is checked again, resolved once and sent to the checked
-address, with a fresh client so that no pooled connection made for one host
-carries a request for another. Bodies are read in pieces and abandoned at the
+address, through a keep-alive client kept for exactly that checked address
+(`services.http.pool`), so that no pooled connection made for one host or
+address carries a request for another. Bodies are read in pieces and abandoned at the
 cap; every byte, headers included, is read by the call's deadline
 (`services.http.deadline` shuts the connection down when it passes, so a
 server dripping bytes cannot hold the call). Headers the host injects
@@ -22,6 +23,7 @@ import base64
 import fnmatch
 import re
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus, urljoin
@@ -29,8 +31,9 @@ from urllib.parse import quote, quote_plus, urljoin
 import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
-from wasmext.services.http.deadline import bounded, passed, tls_context
+from wasmext.services.http.deadline import bounded, passed
 from wasmext.services.http.guard import Refused, Target, ascii_pattern, resolve_target
+from wasmext.services.http.pool import ClientPool
 
 __all__ = ["HttpFetch", "HttpLimits"]
 
@@ -142,6 +145,12 @@ class HttpFetch:
     def __init__(self, limits: HttpLimits | None = None) -> None:
         self.limits = limits or HttpLimits()
         self._injections: list[_Injection] = []
+        self._clients = ClientPool()
+        weakref.finalize(self, self._clients.close)
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        self._clients.close()
 
     def inject_header(self, plugin_id: str, host_pattern: str, header: str,
                       setting: str, *, scheme: str = "https", port: int | None = None) -> None:
@@ -224,9 +233,9 @@ class HttpFetch:
             raise Refused("timeout", "the call's deadline passed")
         headers = {**headers, "host": target.host_header, "accept-encoding": "identity"}
         try:
-            with bounded(deadline) as extensions, \
-                    httpx2.Client(trust_env=False, follow_redirects=False,
-                                  verify=tls_context()) as client:
+            client = self._clients.client((target.scheme, target.host, target.port,
+                                           target.address))
+            with bounded(deadline) as extensions:
                 if target.scheme == "https":
                     extensions["sni_hostname"] = target.host
                 request = client.build_request(method, target.connect_url, headers=headers,

@@ -10,6 +10,7 @@ whether it was the deadline (`timed_out`) or the endpoint.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ import httpx2
 
 from wasmext.errors import ModelError
 from wasmext.sandbox.codec import DecodeError, check_depth
-from wasmext.services.http.deadline import bounded, passed, tls_context
+from wasmext.services.http.deadline import bounded, passed
+from wasmext.services.http.pool import keepalive_client
 from wasmext.text import clean, redact_url, without_credentials
 
 __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient", "loads_answer"]
@@ -111,6 +113,23 @@ class OpenAIClient:
         self.shown = redact_url(self.url)
         self.api_key = api_key
         self.max_answer_bytes = max_answer_bytes
+        self._client: httpx2.Client | None = None
+        self._client_lock = threading.Lock()
+
+    def _http(self) -> httpx2.Client:
+        # One keep-alive client for the endpoint, made on first use: its URL is the
+        # operator's, never a plugin's, so there is no address to re-check per request.
+        with self._client_lock:
+            if self._client is None:
+                self._client = keepalive_client()
+            return self._client
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def chat(self, req: ChatRequest) -> ChatAnswer:
         body: dict[str, Any] = {"model": req.model, "messages": list(req.messages)}
@@ -131,8 +150,8 @@ class OpenAIClient:
             headers["Authorization"] = self.basic
         deadline = time.monotonic() + req.timeout_s
         try:
+            client = self._http()
             with bounded(deadline) as extensions, \
-                    httpx2.Client(trust_env=False, verify=tls_context()) as client, \
                     client.stream("POST", self.url, json=body, headers=headers,
                                   extensions=extensions) as resp:
                 raw = bytearray()
