@@ -79,6 +79,21 @@ COST_TARGETS = [
                "layer.to_thread_noop", "layer.call_pool_noop", 0.8),
     CostTarget("asession_inline", "awaited hook, inline below budget, vs sync",
                "layer.session_1", "layer.asession_inline_1", 1.5),
+    # Issue 25 (bench_scale, `--scale-only`): what grows with a user's workload.
+    CostTarget("http_fetch", "hook with http.fetch vs keep-alive httpx GET",
+               "world.httpx_get", "world.http_fetch", 1.5),
+    CostTarget("llm_complete", "hook with llm.complete vs keep-alive POST",
+               "world.httpx_post", "world.llm_complete", 1.5),
+    CostTarget("sqlite_set_100k", "SQLite state.set hook, 100k keys vs 100",
+               "scale.sqlite_set_100", "scale.sqlite_set_100k", 1.3),
+    CostTarget("sqlite_set_1m", "SQLite state.set hook, 1M keys vs 100",
+               "scale.sqlite_set_100", "scale.sqlite_set_1000k", 1.3),
+    CostTarget("generic_host_call", "hook with one host_call vs without",
+               "scale.hook_none", "scale.hook_config_get", 1.5),
+    CostTarget("host_call_vs_log", "hook with one host_call vs with one log",
+               "scale.hook_log", "scale.hook_config_get", None),
+    CostTarget("new_instance", "plugin.new_instance() vs wasmtime Store+Instance",
+               "scale.bare_instance", "scale.new_instance", 3.0),
 ]
 
 _LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'

@@ -42,6 +42,7 @@ from bench_cases import (  # noqa: E402
 )
 from bench_costs import cost_cases, cost_report  # noqa: E402
 from bench_guests import DATA  # noqa: E402
+from bench_scale import scale_cases  # noqa: E402
 from bench_state import state_cases  # noqa: E402
 from bench_timing import Case, Skipped, Stats, run_interleaved, stats_of  # noqa: E402
 
@@ -50,7 +51,7 @@ from wasmext.sandbox.fastcall import FAST_PATH  # noqa: E402
 
 RESULTS = HERE / "results" / "latest.json"
 GROUPS = ["hook call", "guest SDK", "in-process", "subprocess", "fresh instance", "state",
-          "where users pay"]
+          "where users pay", "at scale"]
 CLEANUP: list[Any] = []  # servers and hosts the state figures started
 HEADLINE = "wasmext.plugin_call"
 FRESH = "fresh.wasmext_instance.wasi"
@@ -161,6 +162,8 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
     items: list[Item] = []
     if args.costs_only:  # only the issue-14 figures and their floors
         return cost_cases(rt, b, CLEANUP)
+    if args.scale_only:  # only the issue-25 figures and their floors
+        return scale_cases(b, CLEANUP, million=args.scale_1m)
     items += wasmext_cases(rt, b)
     items += naive_cases(b)
     items += extism_cases(b, extra)
@@ -170,6 +173,7 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
     items += fresh_cases(rt, b)
     items += state_cases(b, CLEANUP)
     items += cost_cases(rt, b, CLEANUP)
+    items += scale_cases(b, CLEANUP, million=args.scale_1m)
     fresh_order = ["fresh.wasmext_instance.plain", "fresh.wasmext_registered.plain",
                    "fresh.wasmext_instance.wasi", "fresh.wasmext_registered.wasi",
                    "fresh.naive_instance.plain", "fresh.naive_instance.wasi",
@@ -323,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the per-language table to docs/sdk-figures.md")
     ap.add_argument("--costs-only", action="store_true",
                     help="time only the 'where users pay' figures and their floors")
+    ap.add_argument("--scale-only", action="store_true",
+                    help="time only the issue-25 figures (world ops, state at size, host"
+                         " calls, new instances) and their floors")
+    ap.add_argument("--scale-1m", action="store_true",
+                    help="also time a SQLite set with 1M keys in its plugin (slow to fill)")
     ap.add_argument("--build-sdk", action="store_true",
                     help="build conformance plugins that are not built yet (into a temp dir)")
     ap.add_argument("--cluster", action="store_true",
