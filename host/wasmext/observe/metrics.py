@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
@@ -173,6 +173,9 @@ class Metrics:
         self._plugins: dict[str, _Plugin] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
         self._bound: dict[tuple[str, str, str], tuple[_Plugin, CallCell]] = {}
+        # (plugin, op) -> its summary and its labelled counter child: a host call
+        # bumps both without prometheus_client's labels() lookup.
+        self._host_bound: dict[tuple[str, str], tuple[_Plugin, Any]] = {}
         self.registrations = self._counter("extension.registration.total")
         # Hook calls: counted in plain integers, exposed on scrape (observe.callstats).
         self._calls = CallStats(DURATION_BUCKETS_MS, {k: v[2] for k, v in METRICS.items()},
@@ -283,10 +286,17 @@ class Metrics:
                                  time.perf_counter() - start, timer.fuel)
 
     def record_host_call(self, plugin_id: str, op: str) -> None:
+        """One host call of `op` by the plugin (its summary and the labelled counter)."""
         with self._lock:
-            self._plugin(plugin_id).host_calls += 1
-            op = self._label("op", plugin_id, op)
-        self.host_calls.labels(extension_id=plugin_id, op=op).inc()
+            bound = self._host_bound.get((plugin_id, op))
+            if bound is None:
+                label = self._label("op", plugin_id, op)
+                bound = (self._plugin(plugin_id),
+                         self.host_calls.labels(extension_id=plugin_id, op=label))
+                if label == op:  # bounded like the labels: made-up ops share "other"
+                    self._host_bound[(plugin_id, op)] = bound
+            bound[0].host_calls += 1
+        bound[1].inc()
 
     def record_state_op(self, plugin_id: str, operation: str) -> None:
         with self._lock:
@@ -334,6 +344,8 @@ class Metrics:
                 del self._labels[key]
             for bound in [k for k in self._bound if k[0] == plugin_id]:
                 del self._bound[bound]
+            for pair in [k for k in self._host_bound if k[0] == plugin_id]:
+                del self._host_bound[pair]
 
     # -- reading -----------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
-from wasmext.errors import CapabilityDenied, OpError, WasmextError
-from wasmext.sandbox.codec import DecodeError, decode
+from wasmext.errors import CapabilityDenied, EncodeError, OpError, WasmextError
+from wasmext.sandbox.codec import DecodeError, decode, encode
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
@@ -94,6 +94,9 @@ class HostServices:
         # (oldest forgotten first), so a plugin probing in many sessions grows nothing.
         self._denials_logged: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._denials_lock = threading.Lock()
+        # op -> (minor it needs, capability, handler or None): one lookup per host
+        # call, rebuilt whenever the table changes.
+        self._table: dict[str, tuple[int, str, OpHandler | None]] = {}
         self.register("log", _op_log)
         self.register("config.get", _op_config_get)
         self.register("secret.get", _op_secret_get)
@@ -106,45 +109,67 @@ class HostServices:
         if capability is not None:
             self._capability[op] = capability
         self._handlers[op] = handler
+        self._table = {name: (self._since.get(name, 0), cap, self._handlers.get(name))
+                       for name, cap in self._capability.items()}
 
     def dispatch(self, ctx: CallContext, request: bytes, max_depth: int) -> dict[str, Any]:
+        """Run one request: the answer map, `{"ok": true, "value": ...}` or an error."""
+        ok, out = self._run(ctx, request, max_depth)
+        return {"ok": True, "value": out} if ok else out
+
+    def dispatch_packed(self, ctx: CallContext, request: bytes, max_depth: int,
+                        pack: Callable[[Any], bytes]) -> bytes:
+        """`encode(dispatch(...))` without building the answer map: the fixed head of
+        `{"ok": true, "value": ` and `pack(value)` (a reusable `msgpack.Packer(
+        use_bin_type=True).pack`; not shared between threads). Raises EncodeError
+        for a value MessagePack cannot carry, as `encode` does."""
+        ok, out = self._run(ctx, request, max_depth)
+        if not ok:
+            return encode(out)
+        try:
+            return _OK_VALUE + pack(out)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise EncodeError(f"cannot encode as MessagePack: {exc}") from exc
+
+    def _run(self, ctx: CallContext, request: bytes, max_depth: int) -> tuple[bool, Any]:
         try:
             req = decode(request, max_depth)
         except DecodeError as exc:
-            return _error("invalid", f"request is not a MessagePack map: {exc}")
-        if not isinstance(req, dict) or not isinstance(req.get("op"), str):
-            return _error("invalid", "request must be a map with a string 'op'")
-        op = req["op"]
-        if op not in self._capability:
-            return _error("unsupported", f"unknown op {op!r}")
-        if self._since.get(op, 0) > ctx.abi_minor:
+            return False, _error("invalid", f"request is not a MessagePack map: {exc}")
+        op = req.get("op") if type(req) is dict else None
+        if not isinstance(op, str):
+            return False, _error("invalid", "request must be a map with a string 'op'")
+        entry = self._table.get(op)
+        if entry is None:
+            return False, _error("unsupported", f"unknown op {op!r}")
+        since, capability, handler = entry
+        if since > ctx.abi_minor:
             # SPEC 3.1: an op newer than the negotiated minor is unknown to this guest,
             # so a minor-0 guest sees exactly what a minor-0 host answered.
-            return _error("unsupported", f"op {op!r} needs ABI minor {self._since[op]}; "
-                          f"the plugin negotiated {ctx.abi_minor}")
+            return False, _error("unsupported", f"op {op!r} needs ABI minor {since}; "
+                                 f"the plugin negotiated {ctx.abi_minor}")
         if self.observer is not None:
             self.observer(ctx.plugin_id, op)
-        try:
-            ctx.require(self._capability[op])
-        except CapabilityDenied as exc:
-            self._log_denial(ctx, op, exc)
-            return _error("denied", exc.message)
-        handler = self._handlers.get(op)
+        if capability and capability not in ctx.grants:
+            try:
+                ctx.require(capability)
+            except CapabilityDenied as exc:
+                self._log_denial(ctx, op, exc)
+                return False, _error("denied", exc.message)
         if handler is None:
-            return _error("unsupported", f"op {op!r} is not implemented by this host")
+            return False, _error("unsupported", f"op {op!r} is not implemented by this host")
         try:
-            return {"ok": True, "value": handler(ctx, req)}
+            return True, handler(ctx, req)
         except OpError as exc:
             if exc.code == "denied":  # a pattern grant missing (http host, tool, agent, ...)
                 self._log_denial(ctx, op, exc)
-            return _error(exc.code, exc.message)
+            return False, _error(exc.code, exc.message)
         except CapabilityDenied as exc:
             self._log_denial(ctx, op, exc)
-            return _error("denied", exc.message)
+            return False, _error("denied", exc.message)
         except Exception:
             log.exception("op %s failed inside the host (plugin %s)", op, ctx.plugin_id)
-            return _error("internal", f"op {op!r} failed inside the host")
-
+            return False, _error("internal", f"op {op!r} failed inside the host")
 
     def _log_denial(self, ctx: CallContext, op: str, exc: WasmextError) -> None:
         """A warning the first time a plugin is denied `op` in a session: an operator
@@ -163,6 +188,7 @@ class HostServices:
 
 
 DENIALS_REMEMBERED = 4096
+_OK_VALUE = b"\x82\xa2ok\xc3\xa5value"  # {"ok": true, "value": ... as MessagePack
 
 
 def _str_arg(req: dict[str, Any], name: str) -> str:

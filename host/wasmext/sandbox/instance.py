@@ -68,6 +68,10 @@ class PluginInstance:
         self.limits = limits
         self.ctx = ctx
         self.services = services
+        # Requests and host-call answers: one Packer per instance (an instance runs on
+        # one thread at a time), made before instantiation (a start function may call
+        # the host) and reused instead of a new one per document.
+        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
         store = wasmtime.Store(module.engine.engine)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
@@ -93,7 +97,6 @@ class PluginInstance:
         self.meter = False
         self._in_ptr = 0
         self._in_cap = 0
-        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
     def _bind(self, name: str, nparams: int, has_result: bool) -> Caller:
         """Bind an export on first use: most are called once per instance."""
@@ -343,8 +346,10 @@ class PluginInstance:
             self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
                                      "memory", plugin_id=pid, hook=hook))
         assert request is not None
-        services, ctx, depth = self.services, self.ctx, self.limits.max_msgpack_depth
-        answer = budget.host_call(started, lambda: encode(services.dispatch(ctx, request, depth)))
+        services, ctx, depth, pack = self.services, self.ctx, self.limits.max_msgpack_depth, \
+            self._pack
+        answer = budget.host_call(started,
+                                  lambda: services.dispatch_packed(ctx, request, depth, pack))
         started = time.perf_counter()
         try:
             out = self._alloc(len(answer))

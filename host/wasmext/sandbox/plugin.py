@@ -184,6 +184,7 @@ class Plugin:
         self._instances: weakref.WeakSet[PluginInstance] = weakref.WeakSet()
         self._lock = threading.Lock()
         self.registration: Registration
+        self._parsed_raw: dict[str, Any] | None = None  # the map `registration` came from
         for minimum in module.info.table_minimums:
             if minimum > self.limits.table_elements:
                 raise MemoryLimitExceeded(
@@ -222,12 +223,16 @@ class Plugin:
             inst.ctx.grants = self.grants  # a set_grants while it was being made
         try:
             raw = inst.start(self.register_request())
-            reg = Registration.parse(raw, self.id, self.default_priority)
             if self._promised is not None and raw != self._promised:
                 raise InvalidOutput("registration map differs from the one its module declared "
                                     "shareable", plugin_id=self.id, hook="register")
-            if reg.shareable:
-                _share_registration(self.module, self._sharing_key(), raw)
+            if raw == self._parsed_raw:  # the pool's next instance answers as the last did
+                reg = self.registration
+            else:
+                reg = Registration.parse(raw, self.id, self.default_priority)
+                if reg.shareable:
+                    _share_registration(self.module, self._sharing_key(), raw)
+                self._parsed_raw = raw
         except PluginFault as fault:
             self._record_fault(fault)
             raise

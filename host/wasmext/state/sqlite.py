@@ -288,6 +288,7 @@ class SQLiteStore(Engine):
         # Every commit purges its plugin first: the probe and the sum walk the expiry
         # index, so a commit costs the same at 100 keys as at a million. (Left to itself
         # the planner groups through the primary key and reads every row of the plugin.)
+        args: tuple[str | float, ...]
         if plugin is not None:
             where, args = "plugin = ? AND expires_at <= ?", (plugin, now)
             if conn.execute("SELECT 1 FROM entries WHERE plugin = ? AND expires_at <= ?"
