@@ -40,7 +40,10 @@ class Alarms:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            # The thread sleeps until the earliest alarm: only a new earliest one needs
+            # to wake it (a wake-up per request costs the requester a GIL hand-off).
+            if self._heap[0][2] is slot:
+                self._cond.notify()
 
         def cancel() -> None:
             slot[0] = None
