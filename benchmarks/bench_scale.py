@@ -30,7 +30,7 @@ from bench_cases import Budget, Item
 from bench_timing import Case
 
 from wasmext import HostConfig
-from wasmext.services.llm import LlmSettings
+from wasmext.services.llm.service import LlmSettings
 from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
 
 __all__ = ["GROUP", "scale_cases"]
