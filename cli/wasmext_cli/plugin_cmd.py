@@ -119,6 +119,9 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
             if show_log:
                 for line in loaded.log.lines:
                     click.echo(f"[{line.level}] {_line(line.text, 4096)}", err=True)
+                if loaded.log.capped:
+                    click.echo(f"[warn] {loaded.log.capped} log lines dropped over the "
+                               "per-call cap (max_log_lines)", err=True)
     # The hook's answer is data: not cut, but nothing in it can drive the terminal.
     click.echo(_dumps(result.value, cap=False))
 

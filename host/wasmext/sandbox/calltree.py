@@ -43,7 +43,7 @@ T = TypeVar("T")
 class Frame:
     """One plugin call in progress: its deadline, its host calls left, its guest."""
 
-    __slots__ = ("calls_left", "clamped", "deadline", "guest", "parent", "state")
+    __slots__ = ("calls_left", "clamped", "deadline", "guest", "logged", "parent", "state")
 
     def __init__(self, deadline: float, calls_left: int, parent: Frame | None,
                  guest: Any = None) -> None:
@@ -53,6 +53,7 @@ class Frame:
         self.guest = guest  # the instance running this call (for its import functions)
         self.clamped = False  # the deadline is the caller's, not this call's own
         self.state: dict[str, Any] | None = None  # a root frame's `tree_state`, made on use
+        self.logged = 0  # log lines this call wrote (`pluginlog` caps them per call)
 
 
 def enter(now: float, timeout_s: float, max_calls: int, guest: Any = None) -> Frame:

@@ -6,6 +6,12 @@ replaced by `***`, then `wasmext.text.clean` escapes control and format
 characters and cuts the line to a byte cap, and at most `max_lines` are kept,
 before anything is stored or forwarded to Python logging.
 
+One call may write at most `max_lines` lines (the innermost call-tree frame counts
+them): a guest flooding its log (40 MB through WASI stdout in one call) would
+otherwise pay the host for redacting, cleaning and logging every line. Past the
+cap a line is counted in `capped` and dropped unread, a stream write only has its
+newlines counted, and one warning line per call says the cap was reached.
+
 `PluginLog.scrub` does the same (redact, then clean) for any other text the
 guest wrote: its error code and message become a `PluginError` only through it,
 so every later exit (the CLI, the exception, traces, fault records, MCP results,
@@ -21,10 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wasmext._abi import LOG_LEVELS
+from wasmext.sandbox import calltree
 from wasmext.text import CAP, clean
 
 __all__ = ["LogLine", "PluginLog", "sanitize"]
 
+_tree = calltree._tree  # the per-thread frame stack, read directly per line
 _LEVEL_NAMES = {v: k for k, v in LOG_LEVELS.items()}
 _PY_LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
               "warn": logging.WARNING, "error": logging.ERROR}
@@ -74,7 +82,9 @@ class PluginLog:
         self.plugin_id = plugin_id
         self.max_line_bytes = max_line_bytes
         self.lines: deque[LogLine] = deque(maxlen=max_lines)
-        self.dropped = 0
+        self.dropped = 0  # lines pushed out of `lines` by newer ones
+        self.capped = 0  # lines refused: their call had written `max_lines` already
+        self.max_lines = max_lines
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._logger = logging.getLogger(f"wasmext.sandbox.plugin.{plugin_id}")
 
@@ -88,10 +98,40 @@ class PluginLog:
         (one inert line of at most `limit` characters)."""
         return clean(self.redact(text), limit)
 
+    def over_cap(self, lines: int = 1) -> bool:
+        """Whether the running call has used its line cap; if so `lines` more are
+        counted as capped (O(1): nothing of them is read)."""
+        stack = _tree.stack
+        frame = stack[-1] if stack else None
+        if frame is None or frame.logged < self.max_lines:
+            return False
+        if lines:
+            self._refuse(frame, lines)
+        return True
+
+    def _refuse(self, frame: calltree.Frame, lines: int) -> None:
+        self.capped += lines
+        if frame.logged == self.max_lines:  # the call's first refused line: say so once
+            frame.logged += 1
+            self._store("warn", f"log cap reached: a call may write {self.max_lines} lines, "
+                                "the rest of this call's are dropped (counted as capped)",
+                        "log")
+
     def append(self, level: int | str, raw: bytes, source: str = "log") -> None:
+        """Store and log one guest line, unless its call is over the line cap."""
+        stack = _tree.stack
+        frame = stack[-1] if stack else None
+        if frame is not None:
+            if frame.logged >= self.max_lines:
+                self._refuse(frame, 1)
+                return
+            frame.logged += 1
         name = level_name(level)
         text = clean_bytes_capped(self.redact(decode(raw, self.max_line_bytes)),
                                   self.max_line_bytes)
+        self._store(name, text, source)
+
+    def _store(self, name: str, text: str, source: str) -> None:
         if len(self.lines) == self.lines.maxlen:
             self.dropped += 1
         self.lines.append(LogLine(time.time(), name, source, text))
@@ -99,6 +139,7 @@ class PluginLog:
                          extra={"plugin_id": self.plugin_id, "source": source})
 
     def stream_writer(self, source: str) -> StreamCapture:
+        """A writer for one WASI stream of an instance."""
         return StreamCapture(self, source)
 
 
@@ -111,6 +152,9 @@ class StreamCapture:
         self._pending = b""
 
     def __call__(self, data: bytes) -> int:
+        if self._log.over_cap(data.count(b"\n")):
+            self._pending = b""
+            return len(data)
         buf = self._pending + bytes(data)
         *complete, self._pending = buf.split(b"\n")
         for line in complete:
