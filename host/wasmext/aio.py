@@ -20,6 +20,11 @@ takes depends on the machine, and host calls use none. A chain with a
 plugin granted `tools`, `llm` or `agents` never runs inline: those ops run
 application code, which may wait on this very loop.
 
+Inline calls also share the loop: one iteration of the loop runs inline hooks for
+at most `callpool.SLICE_S` (4 ms) in all, counted with the answers handed back
+from worker threads; past that, a hook that could run inline takes the pool, so
+1,000 sessions awaiting at once never hold the loop for the sum of their hooks.
+
 Otherwise the hook runs in a worker thread, which costs a thread hop (several
 times a cheap hook call, docs/performance.md): pass a larger `inline_below_ms`
 to trade the loop's worst-case latency for that hop, or 0 to keep every
@@ -30,13 +35,14 @@ never share an instance either way.
 from __future__ import annotations
 
 import asyncio
-import uuid
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from wasmext.callpool import call_pool
+from wasmext.callpool import call_pool, share_of
 from wasmext.hooks.lifecycle import EVENTS
+from wasmext.ids import random_hex
 from wasmext.sandbox.engine import TICK_MS
 from wasmext.session import Session, SessionHost
 
@@ -85,25 +91,36 @@ class AsyncSession:
         return call_pool().submit(asyncio.get_running_loop(), fn, *args)
 
     def _inline(self, hook: str) -> bool:
-        """May `hook` run on the loop: is its worst case below the threshold?"""
+        """May `hook` run on the loop: is its worst case below the threshold, and is
+        this loop iteration's slice for wasmext's work not used up?"""
         if self.inline_below_ms <= 0:
             return False
         worst = worst_case_ms(self.sync.host, hook)
-        return worst is not None and worst < self.inline_below_ms
+        return (worst is not None and worst < self.inline_below_ms
+                and share_of(asyncio.get_running_loop()).may_inline())
+
+    @staticmethod
+    def _on_loop(fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` on the loop, its time charged to this iteration's slice."""
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            share_of(asyncio.get_running_loop()).charge(time.perf_counter() - started)
 
     async def on_input_messages(self, messages: Any) -> TransformResult:
         if self._inline("on_input_messages"):
-            return self.sync.on_input_messages(messages)
+            return self._on_loop(self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
 
     async def on_plain_text(self, text: str) -> TransformResult:
         if self._inline("on_plain_text"):
-            return self.sync.on_plain_text(text)
+            return self._on_loop(self.sync.on_plain_text, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_plain_text, text)  # type: ignore[no-any-return]
 
     async def on_llm_output(self, text: str) -> TransformResult:
         if self._inline("on_llm_output"):
-            return self.sync.on_llm_output(text)
+            return self._on_loop(self.sync.on_llm_output, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_llm_output, text)  # type: ignore[no-any-return]
 
     async def process_tags(self, text: str) -> str:
@@ -115,7 +132,7 @@ class AsyncSession:
 
     async def lifecycle(self, event: str, **fields: Any) -> LifecycleResult:
         if event in EVENTS and self._inline(event):
-            return self.sync.lifecycle(event, **fields)
+            return self._on_loop(lambda: self.sync.lifecycle(event, **fields))  # type: ignore[no-any-return]
         return await self._run(  # type: ignore[no-any-return]
             lambda: self.sync.lifecycle(event, **fields))
 
@@ -146,11 +163,16 @@ async def asession(host: SessionHost, session_id: str | None = None,
     whose `worst_case_ms` is below it runs on the loop, anything else in a
     worker thread (one hop per hook); 0 keeps every plugin call off the loop.
     """
-    s = Session(host, session_id or uuid.uuid4().hex, dict(state or {}))
+    share = share_of(asyncio.get_running_loop())
+    await share.turn()  # 1,000 sessions entered at once: a slice of them per iteration
+    started = time.perf_counter()
+    s = Session(host, session_id or random_hex(), dict(state or {}))
     a = AsyncSession(s, inline_below_ms)
-    if a._inline("session_start"):  # plugins, and an event queued for the bus
+    inline = a._inline("session_start")
+    if inline:  # plugins, and an event queued for the bus
         s.start()
-    else:
+    share.charge(time.perf_counter() - started)
+    if not inline:
         await a._run(s.start)
     try:
         yield a

@@ -23,6 +23,15 @@ agent run) reaches the plugin calls it makes (`callscope.joining`). As with
 was cancelled while it waited in the queue never starts, and a cancelled
 await does not stop a call already running (each call is bounded by its
 plugin's timeout); its answer is dropped.
+
+Answers go back through the loop's `LoopShare`: workers append to one queue and
+wake the loop only when nobody is draining it yet, and the drain settles answers
+for at most `SLICE_S` per loop iteration, leaving the rest to the next one. With
+1,000 sessions awaiting at once, handing every answer back in the iteration it
+arrived (each waking its task, which then submits its next call) kept the loop
+from its timers and sockets for over 100 ms; sliced, other coroutines run
+between slices. `aio` charges inline hooks to the same share, so inline calls in
+one iteration stop at the slice too (the rest take the pool).
 """
 
 from __future__ import annotations
@@ -34,15 +43,116 @@ import itertools
 import os
 import queue
 import threading
+import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from wasmext.sandbox import callscope
 
-__all__ = ["CallPool", "call_pool"]
+__all__ = ["SLICE_S", "CallPool", "LoopShare", "call_pool", "share_of"]
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any],
-             tuple[Any, ...]]
+# What wasmext's own work may take of one loop iteration before it leaves the rest
+# to the next: answers handed back, inline hooks started (a fifth of the 20 ms an
+# application may expect between two turns of its loop).
+SLICE_S = 0.004
+# Answers settled per drain: each wakes a task whose next step (its next submit, the
+# application's code) runs in the next iteration, which the drain cannot time.
+BATCH = 48
+
+
+class LoopShare:
+    """wasmext's share of one event loop: answers to hand back, inline time spent."""
+
+    __slots__ = ("__weakref__", "_armed", "_draining", "_loop", "_results", "_waiting",
+                 "spent")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._results: deque[tuple[asyncio.Future[Any], Any, BaseException | None]] = deque()
+        self._draining = False
+        self._armed = False
+        self._waiting: deque[asyncio.Future[None]] = deque()  # tasks queued by `turn`
+        self.spent = 0.0  # seconds of wasmext work on the loop in this iteration
+
+    def may_inline(self) -> bool:
+        """Is this iteration's slice left for one more inline call?"""
+        return self.spent < SLICE_S
+
+    def charge(self, seconds: float) -> None:
+        """Count `seconds` of work on the loop against this iteration's slice."""
+        self.spent += seconds
+        self._arm()  # the slice refills when the loop comes round again
+
+    async def turn(self) -> None:
+        """Wait, in order, until this iteration's slice has room for more work."""
+        if self.spent < SLICE_S and not self._waiting:
+            return
+        waiter = self._loop.create_future()
+        self._waiting.append(waiter)
+        self._arm()
+        await waiter
+
+    def _arm(self) -> None:
+        if not self._armed:
+            self._armed = True
+            self._loop.call_soon(self._refill)
+
+    def _refill(self) -> None:
+        self._armed = False
+        self.spent = 0.0
+        waiting, woken = self._waiting, 0
+        # Each woken task charges its own step when it runs, in the next iteration.
+        while waiting and woken < BATCH:
+            waiter = waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                woken += 1
+        if waiting:
+            self._arm()
+
+    def hand_back(self, future: asyncio.Future[Any], value: Any,
+                  error: BaseException | None) -> None:
+        """From a worker: queue an answer and wake the loop unless a drain is due."""
+        self._results.append((future, value, error))
+        if not self._draining:
+            self._draining = True
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        clock = time.perf_counter
+        started = clock()
+        results = self._results
+        settled = 0
+        while True:
+            while results:
+                _settle(*results.popleft())
+                settled += 1
+                if results and (settled >= BATCH or clock() - started >= SLICE_S):
+                    self.charge(clock() - started)
+                    self._loop.call_soon(self._drain)  # the rest after other callbacks
+                    return
+            self._draining = False
+            if not results:  # an answer that came after the last pop still wakes a drain
+                break
+            self._draining = True
+        self.charge(clock() - started)
+
+
+_shares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopShare] = (
+    weakref.WeakKeyDictionary())
+
+
+def share_of(loop: asyncio.AbstractEventLoop) -> LoopShare:
+    """The share of `loop` (made on first use; called on the loop's thread)."""
+    share = _shares.get(loop)
+    if share is None:
+        share = _shares[loop] = LoopShare(loop)
+    return share
+
+
+_Job = tuple[LoopShare, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
 
 def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
@@ -92,7 +202,8 @@ class CallPool:
                 spawn = self._threads < self.max_workers
                 if spawn:
                     self._threads += 1
-        self._jobs.put((loop, future, contextvars.copy_context().run, (_joined, fn, *args)))
+        self._jobs.put((share_of(loop), future, contextvars.copy_context().run,
+                        (_joined, fn, *args)))
         if spawn:
             threading.Thread(target=self._work, daemon=True,
                              name=f"{self.name}-{next(self._numbers)}").start()
@@ -101,7 +212,7 @@ class CallPool:
     def _work(self) -> None:
         get, lock = self._jobs.get, self._lock
         while True:
-            loop, future, fn, args = get()
+            share, future, fn, args = get()
             if future.cancelled():  # given up while queued: never started, as an executor's
                 with lock:
                     self._idle += 1
@@ -113,8 +224,8 @@ class CallPool:
             with lock:
                 self._idle += 1
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it
-                loop.call_soon_threadsafe(_settle, future, value, error)
-            del loop, future, fn, args, value, error  # hold nothing while idle
+                share.hand_back(future, value, error)
+            del share, future, fn, args, value, error  # hold nothing while idle
 
 
 _pool: CallPool | None = None

@@ -20,7 +20,6 @@ import os
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +42,7 @@ from wasmext.hooks.extensions import declared
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.hooks.registration import registration_problems
+from wasmext.ids import random_hex
 from wasmext.lifecycle import reload
 from wasmext.lifecycle.approvals import granted as approved_grants
 from wasmext.lifecycle.approvals import subject_of
@@ -630,7 +630,7 @@ class Host:
                 user_id: str | None = None) -> Iterator[Session]:
         """A session: `session_start` on entry, `session_end` on exit; `user_id` picks
         the user whose output-extension activations its `#name`s use."""
-        s = Session(self, session_id or uuid.uuid4().hex, dict(state or {}))
+        s = Session(self, session_id or random_hex(), dict(state or {}))
         s.user_id = user_id
         s.start()
         try:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wasmext.hooks.context import HookHost
 from wasmext.hooks.transform import run_transform  # the hot path: imported once, not per call
+from wasmext.ids import random_hex
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class Session:
         self.system_messages: list[str] = []
         # What a minor-1 plugin gets as `meta.context` in every hook call (SPEC 4.1):
         # the application may set tenant_id and agent_name, the agent driver turn_id.
-        self.context: dict[str, Any] = {"session_id": session_id, "trace_id": uuid.uuid4().hex,
+        self.context: dict[str, Any] = {"session_id": session_id, "trace_id": random_hex(),
                                         "turn_id": None, "tenant_id": None, "agent_name": None}
         # Whose output-extension activations `#name` resolves to (hooks.activations);
         # kept out of `context`, so plugins are not told who the user is.

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,6 +48,7 @@ from wasmext.cluster.mapping import (
 from wasmext.cluster.registry import RemoteExtension
 from wasmext.cluster.signed import check_reply
 from wasmext.errors import SignatureInvalid
+from wasmext.ids import random_hex
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class RemoteCaller:
         encoding = MSGPACK if ext.encoding == "msgpack" else JSON
         payload = encode(body, encoding)
         headers = {TRACE_HEADER: ids.trace_id, TENANT_HEADER: ids.tenant_id,
-                   CONTENT_TYPE: encoding, CALL_ID_HEADER: uuid.uuid4().hex}
+                   CONTENT_TYPE: encoding, CALL_ID_HEADER: random_hex()}
         if ids.calls_left is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, ids.calls_left))
         with self._lock:

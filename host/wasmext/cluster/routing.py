@@ -15,7 +15,6 @@ registered extension over NATS (`RemoteCaller`) and for anything else in-process
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +28,7 @@ from wasmext.errors import ConfigError
 from wasmext.hooks.context import HookHost, HookSession, TraceNotes
 from wasmext.hooks.ordering import Entry
 from wasmext.hooks.pipeline import PipelineResult, Policy, PolicyDoc, StageRef, run_pipeline
+from wasmext.ids import random_hex
 from wasmext.sandbox import calltree
 from wasmext.sandbox.instance import CallResult
 from wasmext.services.events import Observer
@@ -167,7 +167,7 @@ class Router:
         frame = calltree.current()
         if frame is not None:
             deadline = frame.deadline if deadline is None else min(deadline, frame.deadline)
-        ids = CallIds(trace_id or uuid.uuid4().hex, tenant_id, deadline,
+        ids = CallIds(trace_id or random_hex(), tenant_id, deadline,
                       frame.calls_left if frame is not None else None)
         routed = _RoutedSession(session.id, session.state, session.trace,
                                 _RoutedHost(session.host, self.caller, ids))
