@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import os
 import platform
@@ -336,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="build conformance plugins that are not built yet (into a temp dir)")
     ap.add_argument("--cluster", action="store_true",
                     help="also time remote stages over NATS and 1/2/4 workers (bench_cluster)")
+    ap.add_argument("--async-scale", action="store_true",
+                    help="also time the worst event-loop gap of 1,000 async sessions (bench_async)")
+    ap.add_argument("--flood", action="store_true",
+                    help="also time a 40 MB log flood against writing the cap (bench_flood)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     env_before = [round(x, 2) for x in os.getloadavg()]
@@ -384,18 +389,18 @@ def main(argv: list[str] | None = None) -> int:
             if item.note:
                 entry["note"] = item.note
             doc["results"][item.key] = entry
-    cluster_report = None
-    if args.cluster:
-        from bench_cluster import measure
-        from bench_cluster import report as cluster_text
-
-        doc["cluster"] = measure(args.quick)
-        cluster_report = cluster_text(doc["cluster"])
+    sections: list[str] = []
+    for wanted, name in ((args.cluster, "cluster"), (args.async_scale, "async"),
+                         (args.flood, "flood")):
+        if wanted:
+            module = importlib.import_module(f"bench_{name}")
+            doc[name] = module.measure(args.quick)
+            sections.append(module.report(doc[name]))
     text = json.dumps(doc, indent=2)
     print(report(items, stats, rat, tg, notes))
     print("\n".join(cost_lines))
-    if cluster_report is not None:
-        print(f"\n{cluster_report}")
+    for section in sections:
+        print(f"\n{section}")
     print()
     print(text)
     written = [RESULTS]
