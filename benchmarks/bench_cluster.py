@@ -6,7 +6,11 @@ with 1, 2 and 4 `wasmext worker` processes, all on loopback in one run.
 One pipeline run = one `pre` stage (a WAT plugin answering a fixed message), through
 `Router.run`: in-process, then remote (JSON and MessagePack) on one worker. Then
 `threads` caller threads run it for `seconds` against 1, 2 and 4 workers (queue
-group). `benchmarks/run.py --cluster` adds this section to its report.
+group). The floors, on the same server with the same request body: a bare nats-py
+echo (a separate process answering each request with its payload from a plain
+queue subscription), its request/reply p50 from an asyncio caller, and its
+throughput with the same number of requests in flight. `benchmarks/run.py
+--cluster` adds this section to its report.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ from wasmext.runtime import Runtime  # noqa: E402
 from wasmext.testing import guest_wat  # noqa: E402
 
 POLICY = parse_policy({"pre": [{"id": "stamp", "mode": "required"}]})
+ECHO_SUBJECT = "bench.echo"
+# The floor's responder: what nats-py does with no wasmext in between.
+ECHO = """
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    async def echo(msg):
+        await msg.respond(msg.data)
+    await nc.subscribe(sys.argv[2], queue="echo", cb=echo)
+    await nc.flush()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
 
 
 def _port() -> int:
@@ -91,6 +109,51 @@ def _throughput(host: Host, router: Router, threads: int, seconds: float) -> flo
     return round(sum(done) / seconds, 1)
 
 
+def _body() -> bytes:
+    """The request body Router.run sends for one run (JSON), for the echo floor."""
+    from wasmext.cluster.contract import JSON, encode
+    from wasmext.cluster.mapping import stage_request
+
+    data = {"message": {"payload": "m0", "metadata": {}}, "context": {}, "config": {}}
+    return encode(stage_request("stamp", data, "0" * 32, "default"), JSON)
+
+
+def _echo_floor(url: str, n: int, in_flight: int, seconds: float) -> dict[str, Any]:
+    """Bare nats-py request/reply on its own loop: p50 one at a time, then throughput
+    with `in_flight` requests outstanding."""
+    import asyncio
+
+    import nats
+
+    body = _body()
+
+    async def run() -> dict[str, Any]:
+        nc = await nats.connect(url)
+        try:
+            for _ in range(n // 4):
+                await nc.request(ECHO_SUBJECT, body, timeout=5)
+            samples = []
+            for _ in range(n):
+                started = time.perf_counter()
+                await nc.request(ECHO_SUBJECT, body, timeout=5)
+                samples.append((time.perf_counter() - started) * 1e6)
+            done = 0
+            stop = time.monotonic() + seconds
+
+            async def loop() -> None:
+                nonlocal done
+                while time.monotonic() < stop:
+                    await nc.request(ECHO_SUBJECT, body, timeout=5)
+                    done += 1
+            await asyncio.gather(*(loop() for _ in range(in_flight)))
+            return {"p50_us": round(_pct(samples, 0.5), 1),
+                    "p99_us": round(_pct(samples, 0.99), 1), "n": n,
+                    "runs_per_s": round(done / seconds, 1), "bytes": len(body)}
+        finally:
+            await nc.close()
+    return asyncio.run(run())
+
+
 class Cluster:
     def __init__(self, tmp: Path) -> None:
         binary = Path(sys.executable).parent / "nats-server"
@@ -108,6 +171,15 @@ class Cluster:
                     return
             time.sleep(0.05)
         raise RuntimeError("nats-server did not start")
+
+    def add_echo(self) -> None:
+        """Start the bare nats-py echo responder (the floor)."""
+        proc = subprocess.Popen([sys.executable, "-c", ECHO, self.url, ECHO_SUBJECT],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the echo responder did not start")
 
     def add_worker(self) -> None:
         n = len(self.procs)
@@ -149,18 +221,25 @@ def measure(quick: bool = False) -> dict[str, Any]:
                 in_process = Router(POLICY)
                 _latency(local, in_process, n // 4)  # warm up
                 result: dict[str, Any] = {"in_process": _latency(local, in_process, n)}
+                cluster.add_echo()
+                result["echo"] = _echo_floor(cluster.url, n, threads, seconds)
                 cluster.add_worker()
                 _latency(local, remote, n // 4)
                 result["remote_json"] = _latency(local, remote, n)
                 result["remote_msgpack"] = _latency(local, packed, n)
                 result["remote_vs_in_process_p50"] = round(
                     result["remote_json"]["p50_us"] / result["in_process"]["p50_us"], 1)
+                result["remote_vs_echo_p50"] = round(
+                    result["remote_json"]["p50_us"] / result["echo"]["p50_us"], 2)
                 result["throughput_runs_per_s"] = {}
                 for workers in (1, 2, 4):
                     while len(cluster.procs) - 1 < workers:
                         cluster.add_worker()
                     result["throughput_runs_per_s"][str(workers)] = _throughput(
                         local, remote, threads, seconds)
+                result["throughput_vs_echo"] = {
+                    w: round(v / result["echo"]["runs_per_s"], 2)
+                    for w, v in result["throughput_runs_per_s"].items()}
                 result["in_process_runs_per_s"] = _throughput(local, in_process, threads,
                                                               seconds)
                 result.update(threads=threads, seconds=seconds, cores=os.cpu_count())
@@ -171,13 +250,18 @@ def measure(quick: bool = False) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     lines = ["pipeline run with one pre stage      p50 us    p99 us"]
-    for key in ("in_process", "remote_json", "remote_msgpack"):
+    for key in ("echo", "in_process", "remote_json", "remote_msgpack"):
         lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")
-    lines.append(f"  remote/in-process p50: {result['remote_vs_in_process_p50']}x")
+    lines.append(f"  remote/in-process p50: {result['remote_vs_in_process_p50']}x; "
+                 f"remote/bare echo p50: {result['remote_vs_echo_p50']}x (target <= 1.3x)")
     tp = result["throughput_runs_per_s"]
     lines.append(f"throughput ({result['threads']} caller threads, {result['cores']} cores): "
                  + ", ".join(f"{w} worker(s) {v}/s" for w, v in tp.items())
-                 + f"; in-process {result['in_process_runs_per_s']}/s")
+                 + f"; in-process {result['in_process_runs_per_s']}/s; bare echo "
+                 + f"{result['echo']['runs_per_s']}/s with as many in flight")
+    lines.append("  vs bare echo: " + ", ".join(
+        f"{w} worker(s) {v}x" for w, v in result["throughput_vs_echo"].items())
+                 + " (target >= 0.7x)")
     return "\n".join(lines)
 
 

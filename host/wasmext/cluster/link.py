@@ -3,6 +3,11 @@
 The pipeline is synchronous (plugin calls block a thread); nats-py is asyncio.
 `NatsLink` runs the client on a private loop and hands out blocking `request`
 and `run`; any number of threads may call them at once.
+
+An async caller opens its link on its own loop instead (`await NatsLink.open(url)`):
+no thread, and `arequest` (which `Router.arun` uses) awaits the client directly,
+without the two thread hops of `run_coroutine_threadsafe` and `future.result`.
+Threads may still call the blocking `request` of such a link; its own loop may not.
 """
 
 from __future__ import annotations
@@ -89,8 +94,8 @@ class NatsLink:
                  auth: NatsAuth | None = None) -> None:
         self.url, self.name = url, name
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats:{name}",
-                                        daemon=True)
+        self._thread: threading.Thread | None = threading.Thread(
+            target=self._loop.run_forever, name=f"nats:{name}", daemon=True)
         self._thread.start()
         try:
             self.client: Client = self.run(connect(url, name, connect_timeout_s, auth=auth),
@@ -102,8 +107,23 @@ class NatsLink:
             raise NatsUnavailable(f"cannot connect to {redact_url(url)}: "
                                   f"{clean(redact(str(exc), url, auth))}") from None
 
+    @classmethod
+    async def open(cls, url: str, *, name: str = "wasmext", connect_timeout_s: float = 5.0,
+                   auth: NatsAuth | None = None) -> NatsLink:
+        """A link on the running loop, with no thread of its own (close it with `aclose`)."""
+        link = cls.__new__(cls)
+        link.url, link.name = url, name
+        link._loop = asyncio.get_running_loop()
+        link._thread = None
+        link.client = await connect(url, name, connect_timeout_s, auth=auth)
+        return link
+
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run `coro` on the link's loop and wait for it (at most `timeout_s`)."""
+        if self._on_own_loop():
+            coro.close()
+            raise RuntimeError("a blocking call on the NATS link's own event loop would never "
+                               "return: await arequest (Router.arun) there")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout_s)
@@ -117,18 +137,40 @@ class NatsLink:
         return self.run(self.client.request(subject, data, timeout=timeout_s, headers=headers),
                         timeout_s + 1.0)
 
+    async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
+                       timeout_s: float) -> Msg:
+        """`request` awaited: directly on the link's own loop, else through it (a
+        thread-less hop each way)."""
+        coro = self.client.request(subject, data, timeout=timeout_s, headers=headers)
+        if self._on_own_loop():
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def _on_own_loop(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
+    async def aclose(self) -> None:
+        """Drain the connection of a link made by `open` (on its loop)."""
+        with contextlib.suppress(Exception):
+            await self.client.drain()
+
     def __repr__(self) -> str:
         return f"NatsLink({redact_url(self.url)!r}, name={self.name!r})"
 
     def close(self) -> None:
-        """Drain the connection and stop its loop."""
-        if self._loop.is_closed():
+        """Drain the connection and stop its loop (a link made by `open`: `aclose`)."""
+        if self._loop.is_closed() or self._thread is None:
             return
         with contextlib.suppress(Exception):  # closing: the server may already be gone
             self.run(self.client.drain(), 5.0)
         self._stop_loop()
 
     def _stop_loop(self) -> None:
+        if self._thread is None:  # the caller's loop: not ours to stop
+            return
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5.0)
         self._loop.close()

@@ -15,9 +15,10 @@ is up.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ from wasmext.ids import random_hex
 from wasmext.text import clean
 
 if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
     from wasmext.cluster.link import NatsLink
 
 __all__ = ["TENANT_HEADER", "TRACE_HEADER", "RemoteCaller", "RemoteStats"]
@@ -108,6 +111,38 @@ class RemoteCaller:
     def call(self, ext: RemoteExtension, data: Any, ids: CallIds
              ) -> tuple[Any, str | None]:
         """(the in-process shaped answer, None) or (None, why it failed)."""
+        attempts = self._attempts(ext, data, ids)
+        try:
+            subject, payload, headers, timeout_s = next(attempts)
+            while True:
+                try:
+                    reply: Any = self.link.request(subject, payload, headers, timeout_s)
+                except Exception as exc:  # judged by _attempts: retry or not
+                    reply = exc
+                subject, payload, headers, timeout_s = attempts.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def acall(self, ext: RemoteExtension, data: Any, ids: CallIds
+                    ) -> tuple[Any, str | None]:
+        """`call` for an async caller: each attempt awaited, no thread blocked."""
+        attempts = self._attempts(ext, data, ids)
+        try:
+            subject, payload, headers, timeout_s = next(attempts)
+            while True:
+                try:
+                    reply: Any = await self.link.arequest(subject, payload, headers, timeout_s)
+                except Exception as exc:
+                    reply = exc
+                subject, payload, headers, timeout_s = attempts.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _attempts(self, ext: RemoteExtension, data: Any, ids: CallIds
+                  ) -> Generator[tuple[str, bytes, dict[str, str], float], Any,
+                                 tuple[Any, str | None]]:
+        """The retry rules: yields each attempt (subject, body, headers, timeout), is sent
+        the reply (or the exception the request raised), returns the outcome."""
         stats, breaker = self.stats[ext.id], self.breakers[ext.id]
         if ext.type == "provider":
             body: Any = provider_request(ext.id, data, ids.trace_id, ids.tenant_id)
@@ -141,8 +176,9 @@ class RemoteCaller:
                     stats.retries += 1
             # Wall-clock: the worker is another process, perhaps another machine.
             headers[DEADLINE_HEADER] = str(int((time.time() + timeout_s) * 1000))
+            reply = yield ext.subject, payload, headers, timeout_s
             try:
-                answer = self._attempt(ext, data, payload, headers, timeout_s)
+                answer = self._answer(ext, data, headers, timeout_s, reply)
             except _Failure as failure:
                 breaker.failed(started)
                 reason = failure.reason
@@ -158,21 +194,21 @@ class RemoteCaller:
             stats.failed += 1
         return None, f"extension {ext.id}: {reason}"
 
-    def _attempt(self, ext: RemoteExtension, data: Any, payload: bytes,
-                 headers: dict[str, str], timeout_s: float) -> Any:
+    def _answer(self, ext: RemoteExtension, data: Any, headers: dict[str, str],
+                timeout_s: float, reply: Any) -> Any:
+        """The in-process shaped answer of one attempt's reply, or a _Failure."""
         from nats.errors import NoRespondersError
         from nats.errors import TimeoutError as NatsTimeout
 
-        try:
-            msg = self.link.request(ext.subject, payload, headers, timeout_s)
-        except (NatsTimeout, TimeoutError):
+        if isinstance(reply, (NatsTimeout, TimeoutError, asyncio.TimeoutError)):
             with self._lock:
                 self.stats[ext.id].timeouts += 1
-            raise _Failure(f"timeout after {round(timeout_s * 1000)} ms", True) from None
-        except NoRespondersError:
-            raise _Failure(f"no responders on {ext.subject}", True) from None
-        except Exception as exc:  # the connection: closed, reconnecting, refused
-            raise _Failure(f"network error: {clean(type(exc).__name__)}", True) from None
+            raise _Failure(f"timeout after {round(timeout_s * 1000)} ms", True)
+        if isinstance(reply, NoRespondersError):
+            raise _Failure(f"no responders on {ext.subject}", True)
+        if isinstance(reply, BaseException):  # the connection: closed, reconnecting, refused
+            raise _Failure(f"network error: {clean(type(reply).__name__)}", True)
+        msg: Msg = reply
         hdrs = msg.headers or {}
         if self.trusted_workers:
             try:

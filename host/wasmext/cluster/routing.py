@@ -10,10 +10,14 @@ The stages and their rules are `wasmext.hooks.pipeline`'s (a document is `Routin
 `PolicyDoc` and its tenants, one ConfigError naming every problem), unchanged:
 `Router.run` hands the pipeline a session whose host answers `try_call` for a
 registered extension over NATS (`RemoteCaller`) and for anything else in-process.
+`Router.arun` is the same for an async caller: remote stages are awaited on its loop
+(over a link opened there with `NatsLink.open`, no thread hop at all), in-process
+stages run on wasmext's call pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -21,13 +25,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from wasmext.callpool import call_pool
 from wasmext.cluster.contract import CallIds
 from wasmext.cluster.registry import RemoteExtension
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.errors import ConfigError
 from wasmext.hooks.context import HookHost, HookSession, TraceNotes
 from wasmext.hooks.ordering import Entry
-from wasmext.hooks.pipeline import PipelineResult, Policy, PolicyDoc, StageRef, run_pipeline
+from wasmext.hooks.pipeline import (
+    PipelineResult,
+    Policy,
+    PolicyDoc,
+    StageRef,
+    arun_pipeline,
+    run_pipeline,
+)
 from wasmext.ids import random_hex
 from wasmext.sandbox import calltree
 from wasmext.sandbox.instance import CallResult
@@ -112,18 +124,41 @@ class _RoutedHost:
     def try_call(self, plugin_id: str, hook: str, data: Any,
                  session: HookSession | None = None
                  ) -> tuple[CallResult | None, str | None]:
-        ext = self._caller.registry.get(plugin_id) if self._caller else None
+        ext = self.remote(plugin_id)
         if ext is None or self._caller is None:
             return self._host.try_call(plugin_id, hook, data, session)
-        error: str | None = f"extension {plugin_id} is a {ext.type}, not a {hook}"
-        if ext.type == hook:
-            answer, error = self._caller.call(ext, data, self._ids)
-            if error is None:
-                if session is not None:
-                    session.trace.note(hook, "changed", "remote", plugin_id)
-                return CallResult(answer, True), None
+        answer, error = (self._caller.call(ext, data, self._ids) if ext.type == hook
+                         else (None, None))
+        return self.outcome(ext, hook, answer, error, session)
+
+    async def atry_call(self, plugin_id: str, hook: str, data: Any,
+                        session: HookSession | None = None
+                        ) -> tuple[CallResult | None, str | None]:
+        """`try_call` awaited: a remote stage over the link, in-process on the call pool."""
+        ext = self.remote(plugin_id)
+        if ext is None or self._caller is None:
+            return await call_pool().submit(  # type: ignore[no-any-return]
+                asyncio.get_running_loop(), self._host.try_call, plugin_id, hook, data, session)
+        answer, error = (await self._caller.acall(ext, data, self._ids) if ext.type == hook
+                         else (None, None))
+        return self.outcome(ext, hook, answer, error, session)
+
+    def remote(self, plugin_id: str) -> RemoteExtension | None:
+        """The registered extension `plugin_id` is, if it is one."""
+        return self._caller.registry.get(plugin_id) if self._caller else None
+
+    @staticmethod
+    def outcome(ext: RemoteExtension, hook: str, answer: Any, error: str | None,
+                session: HookSession | None) -> tuple[CallResult | None, str | None]:
+        """A remote call's answer as `try_call` gives it, noted in the trace."""
+        if ext.type != hook:
+            error = f"extension {ext.id} is a {ext.type}, not a {hook}"
+        elif error is None:
+            if session is not None:
+                session.trace.note(hook, "changed", "remote", ext.id)
+            return CallResult(answer, True), None
         if session is not None:
-            session.trace.note(hook, "failed", error, plugin_id)
+            session.trace.note(hook, "failed", error, ext.id)
         return None, error or "failed"
 
 
@@ -132,7 +167,7 @@ class _RoutedSession:
     id: str
     state: dict[str, Any]
     trace: TraceNotes
-    host: HookHost
+    host: _RoutedHost
 
 
 class Router:
@@ -161,6 +196,38 @@ class Router:
         (its host calls left go along too): no attempt starts, and no worker runs one,
         after that. `part`: all of the policy, only what runs on a user's input (pre,
         validators, providers), or only what runs on an answer (post)."""
+        routed = self._routed(session, tenant_id, trace_id, budget_ms)
+        return run_pipeline(routed, self._policy(tenant_id, part), payload,
+                            dict(context or {}), provider)
+
+    async def arun(self, session: HookSession, payload: str,
+                   context: Mapping[str, Any] | None = None, *, tenant_id: str = "default",
+                   trace_id: str | None = None,
+                   provider: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                   budget_ms: int | None = None,
+                   part: Literal["all", "input", "output"] = "all") -> PipelineResult:
+        """`run` for an async caller: remote stages awaited (no thread blocked, and none
+        at all over a link made by `NatsLink.open` on this loop), in-process stages on
+        wasmext's call pool. `provider` runs on the loop."""
+        routed = self._routed(session, tenant_id, trace_id, budget_ms)
+        host = routed.host
+
+        async def stage(plugin_id: str, hook: str, data: dict[str, Any]
+                        ) -> tuple[Any, str | None]:
+            return await host.atry_call(plugin_id, hook, data, routed)
+        return await arun_pipeline(routed, self._policy(tenant_id, part), payload,
+                                   dict(context or {}), stage, provider)
+
+    def _policy(self, tenant_id: str, part: Literal["all", "input", "output"]) -> Policy:
+        policy = self.routing.for_tenant(tenant_id)
+        if part == "input":
+            policy = replace(policy, post=())
+        elif part == "output":
+            policy = Policy(policy.policy_id, post=policy.post)
+        return policy
+
+    def _routed(self, session: HookSession, tenant_id: str, trace_id: str | None,
+                budget_ms: int | None) -> _RoutedSession:
         deadline: float | None = None
         if budget_ms is not None:
             deadline = time.monotonic() + budget_ms / 1000
@@ -169,11 +236,5 @@ class Router:
             deadline = frame.deadline if deadline is None else min(deadline, frame.deadline)
         ids = CallIds(trace_id or random_hex(), tenant_id, deadline,
                       frame.calls_left if frame is not None else None)
-        routed = _RoutedSession(session.id, session.state, session.trace,
-                                _RoutedHost(session.host, self.caller, ids))
-        policy = self.routing.for_tenant(tenant_id)
-        if part == "input":
-            policy = replace(policy, post=())
-        elif part == "output":
-            policy = Policy(policy.policy_id, post=policy.post)
-        return run_pipeline(routed, policy, payload, dict(context or {}), provider)
+        return _RoutedSession(session.id, session.state, session.trace,
+                              _RoutedHost(session.host, self.caller, ids))

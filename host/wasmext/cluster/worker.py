@@ -6,7 +6,11 @@ per stage on `<prefix>.ext.<pre|validate|post>.<id>.v<major>` or
 `<prefix>.provider.<id>.v<major>`, in the queue group `wasmext`: N workers share the
 load and answer `$SRV.PING|INFO|STATS`. Each request runs through `Host.try_call`,
 so under the plugin's sandbox, limits, grants and state transaction, exactly as
-in-process; calls run on a thread pool of `concurrency` threads.
+in-process. A call whose worst case (the plugin's `timeout_ms` plus the deadline
+slack) is below `inline_below_ms` (default 50 ms, as for awaited hooks) and whose
+plugin runs no application code runs on the worker's event loop, in the
+subscription's handler, with no thread hop; any other runs on wasmext's call pool
+(`concurrency` threads), whose answers come back in batches (`callpool`).
 
 A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up:
 the worker was frozen, or its queue was long) is dropped unrun and unanswered, when
@@ -30,10 +34,11 @@ import logging
 import re
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wasmext.aio import APP_GRANTS, DEADLINE_SLACK_MS, INLINE_BELOW_MS
+from wasmext.callpool import CallPool
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLS_LEFT_HEADER,
@@ -150,7 +155,8 @@ def stages_of(host: Host, prefix: str) -> dict[str, list[Stage]]:
 class Worker:
     def __init__(self, host: Host, url: str, *, prefix: str = "wasmext",
                  concurrency: int = 8, name: str = "wasmext-worker",
-                 auth: NatsAuth | None = None) -> None:
+                 auth: NatsAuth | None = None,
+                 inline_below_ms: float = INLINE_BELOW_MS) -> None:
         self.host, self.url, self.prefix = host, url, check_prefix(prefix)
         self.auth = auth
         # With [nats] reply_key, every answer is signed (cluster.signed).
@@ -159,7 +165,8 @@ class Worker:
         self.concurrency = concurrency
         self.stages = stages_of(host, prefix)
         self.served = 0  # requests answered (ok or error), for tests and logs
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="wasmext-worker")
+        self.inline_below_ms = inline_below_ms
+        self._pool = CallPool(concurrency, name="wasmext-worker")
         self._inflight: set[asyncio.Task[None]] = set()
         self._services: dict[str, Service] = {}  # by plugin id
         self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
@@ -228,8 +235,20 @@ class Worker:
         lp = self.host.plugins.get(pid)
         return (_version(lp) if lp is not None else "", tuple(s.subject for s in stages))
 
+    def _inline(self, stage: Stage) -> bool:
+        """Is `stage`'s call short enough to run on the loop (no application code)?"""
+        lp = self.host.plugins.get(stage.plugin_id)
+        if lp is None or self.inline_below_ms <= 0:
+            return False
+        plugin = lp.plugin
+        return (APP_GRANTS.isdisjoint(plugin.grants)
+                and plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms)
+
     def _handler(self, stage: Stage) -> Any:
         async def handle(req: Request) -> None:
+            if self._inline(stage):  # short: answered here, in arrival order, no hop
+                await self._serve(stage, req, inline=True)
+                return
             # Answer from a task: a subscription's callbacks run one at a time.
             task = asyncio.get_running_loop().create_task(self._serve(stage, req))
             self._inflight.add(task)
@@ -258,7 +277,7 @@ class Worker:
                  "ago", self.name, stage.kind, stage.plugin_id,
                  (time.monotonic() - (budget.deadline or 0.0)) * 1000)
 
-    async def _serve(self, stage: Stage, req: Request) -> None:
+    async def _serve(self, stage: Stage, req: Request, inline: bool = False) -> None:
         started = time.perf_counter_ns()
         budget = _Budget(req.headers)
         if budget.expired():  # the caller gave this attempt up: nobody waits for it
@@ -270,8 +289,11 @@ class Worker:
         error: tuple[str, str] | None = None
         body: bytes | None = b""
         try:
-            body = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self._call, stage, req.data, encoding, budget)
+            if inline:
+                body = self._call(stage, req.data, encoding, budget)
+            else:
+                body = await self._pool.submit(asyncio.get_running_loop(), self._call, stage,
+                                               req.data, encoding, budget)
         except ContractError as err:
             error = ("400", err.message)
         except Exception as err:  # the plugin failed: its reason, one line, named
@@ -356,7 +378,7 @@ class Worker:
                 await svc.stop()
         with contextlib.suppress(Exception):
             await self._nc.drain()
-        self._pool.shutdown(wait=True)
+        # Every call taken was answered above; the pool's idle threads are daemons.
 
     @staticmethod
     async def _drain_endpoints(svc: Service) -> None:

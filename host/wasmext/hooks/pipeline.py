@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -42,8 +42,8 @@ from wasmext.validation import SECTION, check, problem
 if TYPE_CHECKING:
     from wasmext.hooks.context import HookSession
 
-__all__ = ["PipelineResult", "Policy", "PolicyDoc", "ProviderRef", "StageRef", "load_policy",
-           "parse_policy", "provider_order", "run_pipeline"]
+__all__ = ["PipelineResult", "Policy", "PolicyDoc", "ProviderRef", "StageRef", "arun_pipeline",
+           "load_policy", "parse_policy", "pipeline_steps", "provider_order", "run_pipeline"]
 
 log = logging.getLogger("wasmext.pipeline")
 Provider = Callable[[dict[str, Any]], dict[str, Any]]
@@ -190,18 +190,53 @@ def _message_ok(value: Any) -> bool:
         and isinstance(value["message"].get("payload"), str)
 
 
+# One stage call the pipeline asks for: (plugin id, hook, data), answered with what
+# `HookHost.try_call` returns. The pipeline's rules are written once, as a generator of
+# these; `run_pipeline` answers them by calling, `arun_pipeline` by awaiting.
+StageCall = tuple[str, str, dict[str, Any]]
+Answer = tuple[Any, str | None]
+Steps = Generator[StageCall, Answer, PipelineResult]
+
+
 def run_pipeline(session: HookSession, policy: Policy, payload: str, context: dict[str, Any],
                  provider: Provider | None = None) -> PipelineResult:
-    host = session.host
+    """Run `policy` on `payload`, each stage through `session.host.try_call`."""
+    steps = pipeline_steps(session, policy, payload, context, provider)
+    try_call = session.host.try_call
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(try_call(call[0], call[1], call[2], session))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def arun_pipeline(session: HookSession, policy: Policy, payload: str,
+                        context: dict[str, Any],
+                        stage: Callable[[str, str, dict[str, Any]], Awaitable[Answer]],
+                        provider: Provider | None = None) -> PipelineResult:
+    """`run_pipeline` with each stage answered by awaiting `stage(plugin_id, hook, data)`."""
+    steps = pipeline_steps(session, policy, payload, context, provider)
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(await stage(*call))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def pipeline_steps(session: HookSession, policy: Policy, payload: str,
+                   context: dict[str, Any], provider: Provider | None = None) -> Steps:
+    """The pipeline's rules: yields each stage call, is sent its answer, returns the result."""
     result = PipelineResult({"payload": payload, "metadata": {}}, context)
 
     def stage_data(ref: StageRef | None) -> dict[str, Any]:
         return {"message": result.message, "context": result.context,
                 "config": dict(ref.config) if ref else {}}
 
-    def transform(kind: str, refs: tuple[StageRef, ...]) -> None:
+    def transform(kind: str, refs: tuple[StageRef, ...]) -> Generator[StageCall, Answer, None]:
         for ref in refs:
-            answer, error = host.try_call(ref.id, kind, stage_data(ref), session)
+            answer, error = yield ref.id, kind, stage_data(ref)
             if error is None and answer is not None and answer.changed \
                     and not _message_ok(answer.value):
                 error = f"{kind} stage answered no message.payload"
@@ -217,9 +252,9 @@ def run_pipeline(session: HookSession, policy: Policy, payload: str, context: di
                 if isinstance(answer.value.get("context"), dict):
                     result.context = dict(answer.value["context"])
 
-    transform("pre", policy.pre)
+    yield from transform("pre", policy.pre)
     for ref in policy.validators:
-        answer, error = host.try_call(ref.id, "validator", stage_data(ref), session)
+        answer, error = yield ref.id, "validator", stage_data(ref)
         verdict = answer.value if answer is not None and answer.changed else None
         if error is None and isinstance(verdict, dict) and verdict.get("status") == "ok":
             continue
@@ -237,8 +272,8 @@ def run_pipeline(session: HookSession, policy: Policy, payload: str, context: di
         if ref.on_fail == "warn":
             log.warning("policy %s: validator %s", policy.policy_id, reason)
             result.warnings.append(reason)
-    _provide(session, policy, result, stage_data(None), provider)
-    transform("post", policy.post)
+    yield from _provide(policy, result, stage_data(None), provider)
+    yield from transform("post", policy.post)
     return result
 
 
@@ -259,13 +294,12 @@ def provider_order(providers: tuple[ProviderRef, ...],
     return out
 
 
-def _provide(session: HookSession, policy: Policy, result: PipelineResult, data: dict[str, Any],
-             provider: Provider | None) -> None:
+def _provide(policy: Policy, result: PipelineResult, data: dict[str, Any],
+             provider: Provider | None) -> Generator[StageCall, Answer, None]:
     errors = []
     for ref in provider_order(policy.providers):
         pid = ref.id
-        answer, error = session.host.try_call(pid, "provider",
-                                              {**data, "config": dict(ref.parameters)}, session)
+        answer, error = yield pid, "provider", {**data, "config": dict(ref.parameters)}
         if error is None and answer is not None and answer.changed \
                 and _message_ok(answer.value):
             result.message, result.provider = dict(answer.value["message"]), pid
