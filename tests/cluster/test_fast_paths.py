@@ -1,0 +1,153 @@
+"""The fast paths keep the delivery rules: a worker running short calls on its loop
+answers in arrival order, still drops an expired request unrun, and signs nothing
+differently; `Router.arun` over a link opened on the caller's loop gives what
+`Router.run` gives, fails the same way, and a blocking request on that loop refuses
+instead of hanging."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_support import wat_plugin
+from nats.errors import TimeoutError as NatsTimeout
+
+from wasmext import Host, HostConfig, PipelineError, parse_policy
+from wasmext.cluster.contract import DEADLINE_HEADER, ExtMessage, ExtRef, ExtRequest
+from wasmext.cluster.contract import encode as contract_encode
+from wasmext.cluster.link import NatsLink
+from wasmext.cluster.registry import parse_registry
+from wasmext.cluster.remote import RemoteCaller
+from wasmext.cluster.routing import Router
+from wasmext.cluster.worker import Worker
+from wasmext.runtime import Runtime
+
+SUBJECT = "fast.ext.pre.stamp.v1"
+POLICY = parse_policy({"pre": [{"id": "stamp", "mode": "required"}]})
+
+
+class InThread:
+    """A Worker on its own event loop thread."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name="worker-loop")
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(worker.start(), self.loop).result(15)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.worker.drain(), self.loop).result(15)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def request(message_id: str) -> bytes:
+    return contract_encode(ExtRequest(
+        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id="stamp"),
+        message=ExtMessage(message_id=message_id, message_type="chat", payload="x")))
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Any:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
+    with Host(HostConfig(), runtime=Runtime(cache=False),
+              plugin_dirs=[("workspace", plugins)]) as host:
+        yield host
+
+
+def test_an_inline_worker_answers_in_arrival_order_on_its_loop_and_drops_expired(
+        nats_url: str, serving: Host) -> None:
+    ran_on: list[str] = []
+    try_call = serving.try_call
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        ran_on.append(threading.current_thread().name)
+        return try_call(*args, **kwargs)
+    serving.try_call = recording  # type: ignore[method-assign]
+    worker = InThread(Worker(serving, nats_url, prefix="fast", name="f1",
+                             inline_below_ms=60_000))
+    try:
+        async def burst() -> tuple[list[str], list[str]]:
+            import nats
+
+            nc = await nats.connect(nats_url)
+            arrived: list[str] = []
+            ids = [f"m{i}" for i in range(40)]
+
+            async def one(message_id: str) -> None:
+                msg = await nc.request(SUBJECT, request(message_id), timeout=10)
+                arrived.append(msg.data.decode())
+            await asyncio.gather(*(one(i) for i in ids))
+            # Already past its deadline: dropped unrun, unanswered.
+            late = {DEADLINE_HEADER: str(int((time.time() - 1) * 1000))}
+            with pytest.raises(NatsTimeout):
+                await nc.request(SUBJECT, request("late"), timeout=1, headers=late)
+            await nc.close()
+            return ids, [next(i for i in ids if f'"{i}"' in data) for data in arrived]
+
+        sent, answered = asyncio.run(burst())
+        assert answered == sent  # one call at a time on the loop: replies in order
+        assert set(ran_on) == {"worker-loop"} and len(ran_on) == 40  # no thread hop
+        counts = worker.worker.counts[SUBJECT]
+        assert (counts.answered, counts.expired) == (40, 1)
+    finally:
+        worker.stop()
+
+
+def test_arun_over_a_link_on_the_callers_loop_matches_run(nats_url: str,
+                                                          serving: Host) -> None:
+    worker = InThread(Worker(serving, nats_url, prefix="fast", name="f2"))
+    registry = parse_registry({"stamp": {"type": "pre", "subject": SUBJECT,
+                                         "timeout_ms": 5000}})
+    try:
+        with NatsLink(nats_url, name="sync-caller") as link, serving.session() as s:
+            expected = Router(POLICY, RemoteCaller(registry, link)).run(s, "hi", trace_id="t-same")
+
+        async def main() -> Any:
+            link = await NatsLink.open(nats_url, name="async-caller")
+            try:
+                router = Router(POLICY, RemoteCaller(registry, link))
+                with serving.session() as s:
+                    got = await router.arun(s, "hi", trace_id="t-same")
+                    # A blocking request on the link's own loop would wait for ever.
+                    with pytest.raises(RuntimeError, match="arequest"):
+                        link.request(SUBJECT, request("x"), {}, 1)
+                return got, router.caller.stats["stamp"] if router.caller else None
+            finally:
+                await link.aclose()
+
+        got, stats = asyncio.run(main())
+        assert got.message == expected.message and got.message["payload"] == "stamped"
+        assert stats is not None and (stats.calls, stats.ok) == (1, 1)
+    finally:
+        worker.stop()
+
+
+def test_arun_fails_a_required_stage_nobody_serves_as_run_does(nats_url: str,
+                                                               serving: Host) -> None:
+    registry = parse_registry({"stamp": {"type": "pre", "subject": "nobody.ext.pre.x.v1",
+                                         "timeout_ms": 500, "retry": 1}})
+
+    async def main() -> str:
+        link = await NatsLink.open(nats_url, name="async-caller")
+        try:
+            router = Router(POLICY, RemoteCaller(registry, link))
+            with serving.session() as s, pytest.raises(PipelineError) as info:
+                await router.arun(s, "hi")
+            assert router.caller is not None
+            assert router.caller.stats["stamp"].retries == 1
+            return str(info.value)
+        finally:
+            await link.aclose()
+
+    message = asyncio.run(main())
+    assert "required pre stage stamp failed" in message
+    assert "no responders" in message or "timeout" in message
