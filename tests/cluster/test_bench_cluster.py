@@ -30,3 +30,9 @@ def test_the_cluster_benchmark_reports_latency_and_throughput(tmp_path: Path,
     assert set(doc["throughput_runs_per_s"]) == {"1", "2", "4"}
     assert all(v > 0 for v in doc["throughput_runs_per_s"].values())
     assert "remote/in-process p50" in proc.stdout
+    # The floors and the fast paths, from the same run.
+    assert doc["echo"]["p50_us"] > 0 and doc["echo"]["runs_per_s"] > 0
+    assert doc["remote_vs_echo_p50"] > 0 and set(doc["throughput_vs_echo"]) == {"1", "2", "4"}
+    assert doc["remote_async"]["runs_per_s"] > 0 and doc["async_throughput_vs_echo"] > 0
+    assert doc["inline_worker"]["runs_per_s"] > 0 and doc["inline_worker"]["async"]["p50_us"] > 0
+    assert "bare echo" in proc.stdout

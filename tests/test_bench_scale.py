@@ -1,0 +1,44 @@
+"""The at-scale benchmarks run end to end: the event-loop gap of many async sessions
+beside its floors, and the log flood beside the cap it is held to."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # benchmark-sized runs
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
+
+
+def _run(tmp_path: Path, script: str, *args: str) -> tuple[dict[str, object], str]:
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick",
+                           "--json", str(out), *args], capture_output=True, text=True,
+                          timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_the_async_benchmark_reports_the_worst_gap_of_each_mode_and_its_floors(
+        tmp_path: Path) -> None:
+    doc, text = _run(tmp_path, "bench_async.py", "--sessions", "200")
+    for key in ("floor", "busy_threads_floor", "pool", "inline"):
+        assert doc[key]["worst_gap_ms"] >= 0, key  # type: ignore[index]
+    for mode in ("pool", "inline"):
+        assert doc[mode]["calls_per_s"] > 0  # type: ignore[index]
+    assert "worst event-loop gap" in text and "busy-threads floor" in text
+
+
+def test_the_flood_benchmark_shows_the_cap_holding(tmp_path: Path) -> None:
+    doc, text = _run(tmp_path, "bench_flood.py")
+    assert doc["lines_kept"] == 1000
+    # Every line over the cap in every flood call was counted, none kept.
+    assert doc["lines_capped"] == doc["rounds"] * (doc["lines_per_call"] - 1000)  # type: ignore[operator]
+    assert "dropped over the cap" in text
