@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from wasmext.callpool import call_pool, share_of
+from wasmext.callpool import SLICE_S, LoopShare, call_pool, share_of
 from wasmext.hooks.lifecycle import EVENTS
 from wasmext.ids import random_hex
 from wasmext.sandbox.engine import TICK_MS
@@ -85,42 +85,50 @@ class AsyncSession:
         self.id = session.id
         self.trace = session.trace
         self.inline_below_ms = INLINE_BELOW_MS if inline_below_ms is None else inline_below_ms
+        self._share: LoopShare | None = None  # the share of `_loop`, looked up once
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """`fn(*args)` in a worker thread: one hop, whatever `fn` calls."""
         return call_pool().submit(asyncio.get_running_loop(), fn, *args)
 
-    def _inline(self, hook: str) -> bool:
-        """May `hook` run on the loop: is its worst case below the threshold, and is
-        this loop iteration's slice for wasmext's work not used up?"""
+    def _inline(self, hook: str) -> LoopShare | None:
+        """The loop's share if `hook` may run on the loop now (its worst case is below
+        the threshold and this iteration's slice is not used up), else None."""
         if self.inline_below_ms <= 0:
-            return False
+            return None
         worst = worst_case_ms(self.sync.host, hook)
-        return (worst is not None and worst < self.inline_below_ms
-                and share_of(asyncio.get_running_loop()).may_inline())
+        if worst is None or worst >= self.inline_below_ms:
+            return None
+        loop = asyncio.get_running_loop()
+        share = self._share
+        if share is None or self._loop is not loop:  # one lookup per session and loop
+            share = self._share = share_of(loop)
+            self._loop = loop
+        return share if share.spent < SLICE_S else None
 
     @staticmethod
-    def _on_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    def _on_loop(share: LoopShare, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` on the loop, its time charged to this iteration's slice."""
         started = time.perf_counter()
         try:
             return fn(*args)
         finally:
-            share_of(asyncio.get_running_loop()).charge(time.perf_counter() - started)
+            share.charge(time.perf_counter() - started)
 
     async def on_input_messages(self, messages: Any) -> TransformResult:
-        if self._inline("on_input_messages"):
-            return self._on_loop(self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
+        if share := self._inline("on_input_messages"):
+            return self._on_loop(share, self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
 
     async def on_plain_text(self, text: str) -> TransformResult:
-        if self._inline("on_plain_text"):
-            return self._on_loop(self.sync.on_plain_text, text)  # type: ignore[no-any-return]
+        if share := self._inline("on_plain_text"):
+            return self._on_loop(share, self.sync.on_plain_text, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_plain_text, text)  # type: ignore[no-any-return]
 
     async def on_llm_output(self, text: str) -> TransformResult:
-        if self._inline("on_llm_output"):
-            return self._on_loop(self.sync.on_llm_output, text)  # type: ignore[no-any-return]
+        if share := self._inline("on_llm_output"):
+            return self._on_loop(share, self.sync.on_llm_output, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_llm_output, text)  # type: ignore[no-any-return]
 
     async def process_tags(self, text: str) -> str:
@@ -131,8 +139,9 @@ class AsyncSession:
         return await self._run(self.sync.middleware, kind, data, core)  # type: ignore[no-any-return]
 
     async def lifecycle(self, event: str, **fields: Any) -> LifecycleResult:
-        if event in EVENTS and self._inline(event):
-            return self._on_loop(lambda: self.sync.lifecycle(event, **fields))  # type: ignore[no-any-return]
+        if event in EVENTS and (share := self._inline(event)):
+            return self._on_loop(  # type: ignore[no-any-return]
+                share, lambda: self.sync.lifecycle(event, **fields))
         return await self._run(  # type: ignore[no-any-return]
             lambda: self.sync.lifecycle(event, **fields))
 
@@ -168,7 +177,7 @@ async def asession(host: SessionHost, session_id: str | None = None,
     started = time.perf_counter()
     s = Session(host, session_id or random_hex(), dict(state or {}))
     a = AsyncSession(s, inline_below_ms)
-    inline = a._inline("session_start")
+    inline = a._inline("session_start") is not None
     if inline:  # plugins, and an event queued for the bus
         s.start()
     share.charge(time.perf_counter() - started)
