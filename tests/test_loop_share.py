@@ -123,3 +123,22 @@ def test_random_ids_are_distinct_and_uuid_shaped_across_threads() -> None:
         t.join()
     assert len(set(seen)) == len(seen) == 8000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in seen)
+
+
+def test_a_finished_loop_and_its_share_are_not_kept_alive() -> None:
+    import gc
+    import weakref
+
+    from wasmext.callpool import call_pool
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        loops.append(weakref.ref(loop))
+        share_of(loop).charge(0.0)
+        return await call_pool().submit(loop, int, "3")  # type: ignore[no-any-return]
+
+    assert [asyncio.run(main()) for _ in range(3)] == [3, 3, 3]
+    gc.collect()
+    assert all(ref() is None for ref in loops)

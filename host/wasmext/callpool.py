@@ -65,16 +65,25 @@ BATCH = 48
 class LoopShare:
     """wasmext's share of one event loop: answers to hand back, inline time spent."""
 
-    __slots__ = ("__weakref__", "_armed", "_draining", "_loop", "_results", "_waiting",
+    __slots__ = ("__weakref__", "_armed", "_draining", "_loop_ref", "_results", "_waiting",
                  "spent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weak: `_shares` is keyed by the loop, and a value holding its key would keep
+        # every loop (one per `asyncio.run`) and its share alive for ever.
+        self._loop_ref = weakref.ref(loop)
         self._results: deque[tuple[asyncio.Future[Any], Any, BaseException | None]] = deque()
         self._draining = False
         self._armed = False
         self._waiting: deque[asyncio.Future[None]] = deque()  # tasks queued by `turn`
         self.spent = 0.0  # seconds of wasmext work on the loop in this iteration
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop_ref()
+        if loop is None:  # only a worker may still hold a share whose loop is gone
+            raise RuntimeError("the event loop is gone")
+        return loop
 
     def may_inline(self) -> bool:
         """Is this iteration's slice left for one more inline call?"""
