@@ -208,7 +208,9 @@ impl Plugin for Extras {
     }
 
     fn register_extra(&self, w: &mut Writer) -> usize {
-        w.write_str("prompt").write_str("Be brief.");
+        w.write_str("prompt").write_array(1).write_map(2);
+        w.write_str("position").write_str("system_suffix");
+        w.write_str("content").write_str("Be brief.");
         1
     }
 }
@@ -352,7 +354,8 @@ def test_registration_priority_pattern_and_extras(rt: Runtime, extras: Path) -> 
                          ("on_tag", 50, "whisper"), ("on_event", 50, None)]
     assert plugin.registration.name == "extras"
     assert plugin.registration.version is None
-    assert plugin.registration.extra == {"prompt": "Be brief."}
+    assert plugin.registration.extra == {"prompt": [{"position": "system_suffix",
+                                                  "content": "Be brief."}]}
 
 
 def test_instance_state_settings_and_log(rt: Runtime, extras: Path) -> None:

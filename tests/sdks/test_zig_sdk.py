@@ -104,16 +104,24 @@ def test_normalize_text(rt: Any, settings: dict[str, Any], text: str, want: str 
 @pytest.mark.parametrize(("settings", "name"), [
     ({"lowercase": "sometimes"}, "lowercase"),
     ({"whitespace": 1}, "whitespace"),
-    ({"emoji": "name"}, "emoji"),
     ({"emoji_replacement": 7}, "emoji_replacement"),
 ])
-def test_normalize_text_invalid_setting(rt: Any, settings: dict[str, Any], name: str) -> None:
+def test_a_setting_of_the_wrong_type_is_refused_at_load(rt: Any, settings: dict[str, Any],
+                                                          name: str) -> None:
+    from wasmext.errors import ConfigError
+
+    # The host checks values against the manifest's declared types before the guest runs.
+    with pytest.raises(ConfigError, match=f"setting '{name}'"):
+        rt.load(NORMALIZE, settings=settings)
+
+
+def test_a_setting_of_the_right_type_but_no_valid_value_is_the_plugins_error(rt: Any) -> None:
     from wasmext.errors import PluginError
 
     with pytest.raises(PluginError) as err:
-        rt.load(NORMALIZE, settings=settings).call("on_plain_text", "x")
+        rt.load(NORMALIZE, settings={"emoji": "name"}).call("on_plain_text", "x")
     assert err.value.code == "invalid"
-    assert f"'{name}'" in str(err.value)
+    assert "'emoji'" in str(err.value)
 
 
 def test_normalize_text_large_input_fits_default_limits(rt: Any) -> None:
