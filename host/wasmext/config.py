@@ -5,6 +5,8 @@
     hooks = true                 # global switch: false runs no plugin hook
     auto_enable = true           # plugins seen for the first time start enabled
     default_timeout_ms = 1000
+    tick_min_interval_ms = 1000  # no plugin's on_tick runs more often (services.ticks)
+    max_ticking_plugins = 64
 
     [plugins]
     user_dir = "~/.config/wasmext/plugins"   # runs before the workspace
@@ -114,6 +116,7 @@ from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.services.http.config import HttpSection, HttpSettings
 from wasmext.services.llm.config import LlmSection
 from wasmext.services.llm.service import LlmSettings
+from wasmext.services.ticks import TickPolicy
 from wasmext.state import StateLimits, StateStore
 from wasmext.validation import SECTION, Count, Nonnegative, check, problem
 
@@ -153,6 +156,7 @@ class HostConfig:
     hooks: bool = True
     auto_enable: bool = True
     default_timeout_ms: int | None = None
+    ticks: TickPolicy = field(default_factory=TickPolicy)  # [host] tick_* bounds
     user_dir: Path | None = None
     workspace_dir: Path | None = None
     user_extensions: bool = True  # the operator's switch for user-supplied plugins
@@ -241,6 +245,8 @@ class HostTable(BaseModel):
     hooks: bool = True
     auto_enable: bool = True
     default_timeout_ms: Count | None = None
+    tick_min_interval_ms: Count = TickPolicy.min_interval_ms
+    max_ticking_plugins: Count = TickPolicy.max_ticking_plugins
 
 
 class PluginsTable(BaseModel):
@@ -415,6 +421,8 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
     return HostConfig(
         path=path, data_dir=where(host.data_dir), hooks=host.hooks,
         auto_enable=host.auto_enable, default_timeout_ms=host.default_timeout_ms,
+        ticks=TickPolicy(min_interval_ms=host.tick_min_interval_ms,
+                         max_ticking_plugins=host.max_ticking_plugins),
         user_dir=where(plugins.user_dir) if plugins.user_dir is not None else None,
         workspace_dir=where(plugins.workspace_dir) if plugins.workspace_dir is not None
         else None,
