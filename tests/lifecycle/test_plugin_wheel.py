@@ -1,7 +1,8 @@
 """Acceptance: a plugin shipped as a Python wheel (issue 28, item 2).
 
-`wasmext new --package` scaffolds a C plugin with a pyproject.toml; it is built here,
-packed into a wheel by pip with hatchling, and installed (from that wheel only, no
+The commands of docs/writing-plugins.md ("Ship it as a Python package") run as written:
+`wasmext new --package` scaffolds a C plugin with a pyproject.toml, it is built,
+packed into a wheel by pip with hatchling and installed (from that wheel only, no
 index) into a fresh venv beside the wheel of this checkout. In that venv `wasmext
 list` shows the plugin only when wasmext.toml enables entry-point discovery, with no
 grants until the operator runs `wasmext grant`.
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -21,6 +24,18 @@ import pytest
 pytestmark = pytest.mark.slow  # two wheels and a fresh venv
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+DOC = ROOT / "docs" / "writing-plugins.md"
+
+
+def _doc_commands() -> list[str]:
+    """The `$ ` lines of the console block of the "Ship it as a Python package" section."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## Ship it as a Python package"):]
+    block = re.search(r"```console\n(.*?)```", section, flags=re.S)
+    assert block is not None
+    return [ln[2:] for ln in block.group(1).splitlines() if ln.startswith("$ ")]
 
 
 def _run(*args: str | Path, cwd: Path, env: dict[str, str], timeout: int = 900
@@ -36,14 +51,6 @@ def test_a_plugin_wheel_is_found_only_when_enabled_and_granted_only_by_the_opera
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "WASMEXT_SDK_DIR", "VIRTUAL_ENV")}
     here = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
-    # The author's side: scaffold and build with this checkout.
-    _run(sys.executable, "-m", "wasmext_cli", "new", "greeter", "--lang", "c", "--package",
-         "--dir", tmp_path, cwd=tmp_path, env=here)
-    project = tmp_path / "greeter"
-    manifest = project / "plugin.toml"
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace(
-        "abi = 1", 'abi = 1\ncapabilities = ["state"]', 1), encoding="utf-8")
-    _run(sys.executable, "-m", "wasmext_cli", "build", cwd=project, env=here)
     # A fresh venv with this checkout's wheel (its dependencies from the index) and
     # hatchling, the scaffold's build backend.
     dist = tmp_path / "dist"
@@ -55,8 +62,26 @@ def test_a_plugin_wheel_is_found_only_when_enabled_and_granted_only_by_the_opera
     py = venv / "bin" / "python"
     _run(py, "-m", "pip", "install", "-q", host_wheel, "hatchling", cwd=tmp_path, env=env,
          timeout=1800)
-    _run(py, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", dist, project, cwd=tmp_path, env=env)
+    # The author's side: docs/writing-plugins.md's commands, as written. `wasmext` is
+    # this checkout (with its compilers); pip is the fresh venv's, with no index.
+    cwd = tmp_path
+    for line in _doc_commands():
+        args = shlex.split(line)
+        if args[0] == "cd":
+            cwd = cwd / args[1]
+        elif args[0] == "wasmext":
+            if args[1] == "build":  # the plugin asks for a capability the operator withholds
+                manifest = cwd / "plugin.toml"
+                manifest.write_text(manifest.read_text(encoding="utf-8").replace(
+                    "abi = 1", 'abi = 1\ncapabilities = ["state"]', 1), encoding="utf-8")
+            _run(sys.executable, "-m", "wasmext_cli", *args[1:], cwd=cwd, env=here)
+        elif args[:2] == ["pip", "wheel"]:
+            _run(py, "-m", *args, "--no-build-isolation", "--no-index", "-q", cwd=cwd, env=env)
+        else:
+            assert args[:2] == ["pip", "install"], line
+            _run(py, "-m", *args, "--no-index", "--find-links", dist, "-q", cwd=cwd, env=env)
+    project = tmp_path / "greeter"
+    dist = project / "dist"
     plugin_wheel = next(dist.glob("wasmext_plugin_greeter-*.whl"))
     with zipfile.ZipFile(plugin_wheel) as zf:
         names = set(zf.namelist())
@@ -65,8 +90,6 @@ def test_a_plugin_wheel_is_found_only_when_enabled_and_granted_only_by_the_opera
     assert {"wasmext_plugin_greeter/plugin.toml", "wasmext_plugin_greeter/greeter.wasm"} <= names
     assert not any(n.endswith((".c", ".py")) for n in names)  # the module, not its sources
     assert "[wasmext.plugins]" in declared and "greeter = wasmext_plugin_greeter" in declared
-    _run(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", dist,
-         "wasmext-plugin-greeter", cwd=tmp_path, env=env)
 
     # The operator's side, in a folder with no plugins of its own.
     work = tmp_path / "work"
