@@ -112,6 +112,30 @@ HOST_CALLS = [
 ]
 
 
+# Host calls of minor 2 from a guest whose registration map declares METRICS_2 (and
+# negotiated minor 2); every host answers them the same way.
+METRICS_2 = [{"name": "hits", "kind": "counter", "labels": ["tier"]},
+             {"name": "depth", "kind": "gauge"},
+             {"name": "latency_ms", "kind": "histogram", "buckets": [1, 10, 100]}]
+HOST_CALLS_2 = [
+    {"request": {"op": "metric.add", "name": "hits", "labels": {"tier": "l1"}}, "value": None},
+    {"request": {"op": "metric.add", "name": "hits", "value": 2.5, "labels": {"tier": "l1"}},
+     "value": None},
+    {"request": {"op": "metric.add", "name": "hits", "value": -1, "labels": {"tier": "l1"}},
+     "code": "invalid"},
+    {"request": {"op": "metric.add", "name": "hits"}, "code": "invalid"},
+    {"request": {"op": "metric.add", "name": "hits", "labels": {"tier": 1}}, "code": "invalid"},
+    {"request": {"op": "metric.add", "name": "depth", "value": -3}, "value": None},
+    {"request": {"op": "metric.set", "name": "depth", "value": 7}, "value": None},
+    {"request": {"op": "metric.set", "name": "depth"}, "code": "invalid"},
+    {"request": {"op": "metric.set", "name": "hits", "value": 1, "labels": {"tier": "l1"}},
+     "code": "invalid"},
+    {"request": {"op": "metric.observe", "name": "latency_ms", "value": 12}, "value": None},
+    {"request": {"op": "metric.observe", "name": "depth", "value": 12}, "code": "invalid"},
+    {"request": {"op": "metric.add", "name": "undeclared"}, "code": "not_found"},
+]
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes):
         return {"$bin": v.hex()}
@@ -150,7 +174,9 @@ def main() -> None:
     ]
     (OUT / "hostile.json").write_text(json.dumps({"hostile": hostile}, indent=1) + "\n")
     (OUT / "envelopes.json").write_text(json.dumps(ENVELOPES, indent=1) + "\n")
-    (OUT / "host_calls.json").write_text(json.dumps({"minor_1": HOST_CALLS}, indent=1) + "\n")
+    (OUT / "host_calls.json").write_text(json.dumps(
+        {"minor_1": HOST_CALLS, "minor_2": {"metrics": METRICS_2, "calls": HOST_CALLS_2}},
+        indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -232,6 +232,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         plugins = [{"id": lp.id, "source": lp.source, "failure": lp.failure,
                     "digest": f"sha256:{lp.plugin.module.info.digest}", "enabled": True,
                     "capabilities": list(lp.manifest.capabilities) if lp.manifest else [],
+                    "grants": sorted(lp.plugin.grants),
                     **({"settings": host.settings_of(lp.id)} if show_settings else {})}
                    for lp in host.plugins.values()]
         disabled = [{"id": pid, "source": "-", "failure": "-", "digest": None,
@@ -331,12 +332,15 @@ def disable(plugin_id: str, config: Path | None, purge_state: bool) -> None:
 @click.option("--dir", "parent", default=".", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Where to create the project folder.")
-def new(name: str, lang: str, parent: Path) -> None:
+@click.option("--package", is_flag=True,
+              help="Add a pyproject.toml that ships the plugin as a Python wheel "
+                   "(a wasmext.plugins entry point).")
+def new(name: str, lang: str, parent: Path, package: bool) -> None:
     """Create a plugin project NAME in LANG that builds and passes its test."""
     from wasmext_cli.scaffold import ScaffoldError, new_plugin
 
     try:
-        folder = new_plugin(name, lang, parent)
+        folder = new_plugin(name, lang, parent, package=package)
     except ScaffoldError as exc:
         click.echo(f"wasmext: {exc}", err=True)
         sys.exit(EXIT_USAGE)

@@ -82,6 +82,46 @@ NATIVE = {
                   "(`wasmext build` runs it when node_modules is missing; node and npm come "
                   "from `apt-get install nodejs npm`).",
 }
+# `wasmext new --package`: a wheel carrying the built module and plugin.toml as package
+# data, declared under the entry point the host looks at ([plugins] entry_points = true).
+PYPROJECT = '''[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "wasmext-plugin-{id}"
+version = "0.1.0"
+description = "{id}: a wasmext plugin in {lang}, shipped as a Python package."
+requires-python = ">=3.10"
+
+# The host finds the plugin folder through this entry point when its config says
+# [plugins] entry_points = true. It never imports the package: the value names the
+# folder (inside the wheel) that holds plugin.toml and the module.
+[project.entry-points."wasmext.plugins"]
+{id} = "{package}"
+
+# Only the plugin goes into the wheel: run `wasmext build` first.
+[tool.hatch.build.targets.wheel]
+bypass-selection = true
+
+[tool.hatch.build.targets.wheel.force-include]
+"plugin.toml" = "{package}/plugin.toml"
+"{id}.wasm" = "{package}/{id}.wasm"
+'''
+
+PACKAGE_README = '''
+
+## Shipping it as a Python package
+
+`pyproject.toml` packs the built module and plugin.toml into a wheel:
+
+    wasmext build && pip wheel --no-deps -w dist .
+    pip install dist/wasmext_plugin_{under}-0.1.0-py3-none-any.whl
+
+A host finds it when its wasmext.toml says `[plugins] entry_points = true`; it
+still runs with no grants until the operator approves it (`wasmext grant`).
+'''
+
 # The SDK parts a project does not need in its vendored copy.
 VENDOR_SKIP = {"examples", "conformance", "tests", "setup-toolchain.sh", "package-lock.json"}
 
@@ -90,7 +130,14 @@ class ScaffoldError(Exception):
     """The project cannot be created; the message says why."""
 
 
-def new_plugin(name: str, lang: str, parent: Path) -> Path:
+def package_name(plugin_id: str) -> str:
+    """The Python package a `--package` project's wheel installs the plugin folder as."""
+    return "wasmext_plugin_" + plugin_id.replace("-", "_")
+
+
+def new_plugin(name: str, lang: str, parent: Path, *, package: bool = False) -> Path:
+    """Create the project NAME in LANG under `parent`; `package`: with a pyproject.toml
+    that ships it as a wheel declaring the `wasmext.plugins` entry point."""
     if not ID_RE.match(name):
         raise ScaffoldError(f"{name!r} is not a plugin id: lowercase letters, digits and "
                             "hyphens, 1-64 characters")
@@ -128,6 +175,13 @@ def new_plugin(name: str, lang: str, parent: Path) -> Path:
                  "README.md": README.format(id=name, lang=lang, native=NATIVE.get(lang, ""))}
         if entry.project is not None:
             files.update(resolve(entry.project)(name, project))
+        if package:
+            if "pyproject.toml" in files or (project / "pyproject.toml").exists():
+                raise ScaffoldError(f"--package: the {lang} template has its own "
+                                    "pyproject.toml")
+            files["pyproject.toml"] = PYPROJECT.format(id=name, lang=lang,
+                                                       package=package_name(name))
+            files["README.md"] += PACKAGE_README.format(under=name.replace("-", "_"))
         for rel, content in files.items():
             atomic_write(project / rel, content)
         _sync_tree(project)

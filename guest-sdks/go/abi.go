@@ -7,7 +7,7 @@ package wasmext
 // The ABI version this SDK implements.
 const (
 	ABIMajor = 1
-	ABIMinor = 1
+	ABIMinor = 2
 )
 
 // LogLevel is the level of a log line (the log import and the "log" op).
@@ -67,6 +67,9 @@ const (
 	OpResourceRead  = "resource.read"
 	OpPromptList    = "prompt.list"
 	OpPromptGet     = "prompt.get"
+	OpMetricAdd     = "metric.add"
+	OpMetricSet     = "metric.set"
+	OpMetricObserve = "metric.observe"
 )
 
 // OpInfo describes one host_call op as abi.toml does.
@@ -101,6 +104,9 @@ var Ops = []OpInfo{
 	{OpResourceRead, "resources", 1, false},
 	{OpPromptList, "prompts", 1, false},
 	{OpPromptGet, "prompts", 1, false},
+	{OpMetricAdd, "", 2, false},
+	{OpMetricSet, "", 2, false},
+	{OpMetricObserve, "", 2, false},
 }
 
 // Default limits (SPEC 5); a plugin's manifest or the host may change them.

@@ -32,10 +32,17 @@ func readABITable(t *testing.T) []tomlTable {
 	}
 	defer f.Close()
 	var tables []tomlTable
+	pending := "" // the key of a multi-line array being read ([hooks] names)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		switch {
+		case pending != "":
+			fields := tables[len(tables)-1].fields
+			fields[pending] += " " + line
+			if strings.HasSuffix(line, "]") {
+				pending = ""
+			}
 		case line == "" || strings.HasPrefix(line, "#"):
 		case strings.HasPrefix(line, "["):
 			tables = append(tables, tomlTable{strings.Trim(line, "[]"), map[string]string{}})
@@ -44,7 +51,11 @@ func readABITable(t *testing.T) []tomlTable {
 			if !ok || len(tables) == 0 {
 				t.Fatalf("abi.toml: cannot read %q", line)
 			}
-			tables[len(tables)-1].fields[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			key, value := strings.TrimSpace(k), strings.TrimSpace(v)
+			tables[len(tables)-1].fields[key] = value
+			if strings.HasPrefix(value, "[") && !strings.HasSuffix(value, "]") {
+				pending = key
+			}
 		}
 	}
 	return tables

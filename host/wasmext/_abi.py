@@ -3,7 +3,7 @@
 from typing import Final
 
 ABI_MAJOR: Final = 1
-ABI_MINOR: Final = 1
+ABI_MINOR: Final = 2
 
 LOG_LEVELS: Final[dict[str, int]] = {
     "trace": 0,
@@ -51,6 +51,9 @@ OPS: Final[dict[str, tuple[str, int, bool]]] = {
     "resource.read": ("resources", 1, True),
     "prompt.list": ("prompts", 1, True),
     "prompt.get": ("prompts", 1, True),
+    "metric.add": ("", 2, True),
+    "metric.set": ("", 2, True),
+    "metric.observe": ("", 2, True),
 }
 
 # export name -> (params, results, required); memory has no signature
@@ -95,6 +98,7 @@ HOOKS: Final[frozenset[str]] = frozenset({
     "on_event",
     "on_resource",
     "on_prompt",
+    "on_tick",
 })
 
 DEFAULT_LIMITS: Final[dict[str, int]] = {

@@ -5,11 +5,14 @@
     hooks = true                 # global switch: false runs no plugin hook
     auto_enable = true           # plugins seen for the first time start enabled
     default_timeout_ms = 1000
+    tick_min_interval_ms = 1000  # no plugin's on_tick runs more often (services.ticks)
+    max_ticking_plugins = 64
 
     [plugins]
     user_dir = "~/.config/wasmext/plugins"   # runs before the workspace
     workspace_dir = "plugins"
     user_extensions = true       # false: the user_dir is not loaded, user copies refused
+    entry_points = false         # true: also installed packages' wasmext.plugins entry points
     enabled = ["pii-mask"]       # initial choices; `wasmext enable/disable` persist
     disabled = []
 
@@ -102,6 +105,7 @@ from pydantic import (
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.cluster.natsauth import NatsAuth, NatsTable
 from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
+from wasmext.discovery import PACKAGES
 from wasmext.errors import ConfigError, UnsafeFile
 from wasmext.files import atomic_write, locked, read_regular
 from wasmext.lifecycle.approvals import Grant
@@ -112,6 +116,7 @@ from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.services.http.config import HttpSection, HttpSettings
 from wasmext.services.llm.config import LlmSection
 from wasmext.services.llm.service import LlmSettings
+from wasmext.services.ticks import TickPolicy
 from wasmext.state import StateLimits, StateStore
 from wasmext.validation import SECTION, Count, Nonnegative, check, problem
 
@@ -151,9 +156,11 @@ class HostConfig:
     hooks: bool = True
     auto_enable: bool = True
     default_timeout_ms: int | None = None
+    ticks: TickPolicy = field(default_factory=TickPolicy)  # [host] tick_* bounds
     user_dir: Path | None = None
     workspace_dir: Path | None = None
     user_extensions: bool = True  # the operator's switch for user-supplied plugins
+    entry_points: bool = False  # also plugins installed Python packages declare
     enabled: frozenset[str] = frozenset()
     disabled: frozenset[str] = frozenset()
     limits: Limits = field(default_factory=Limits)
@@ -179,14 +186,15 @@ class HostConfig:
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user (only while `user_extensions` is
-        on), workspace, then `extension_dirs`; none at all when `extensions_enabled` is
-        false."""
+        on), workspace, then `extension_dirs`, then (with `entry_points`) installed
+        packages; none at all when `extensions_enabled` is false."""
         if not self.extensions_enabled:
             return []
         user = self.user_dir if self.user_extensions else None
-        return [(src, d) for src, d in (("user", user),
-                                         ("workspace", self.workspace_dir)) if d is not None] \
+        dirs = [(src, d) for src, d in (("user", user),
+                                        ("workspace", self.workspace_dir)) if d is not None] \
             + [("workspace", d) for d in self.extension_dirs]
+        return [*dirs, PACKAGES] if self.entry_points else dirs
 
 
 # -- the rules: one pydantic model per section -------------------------------------------
@@ -237,6 +245,8 @@ class HostTable(BaseModel):
     hooks: bool = True
     auto_enable: bool = True
     default_timeout_ms: Count | None = None
+    tick_min_interval_ms: Count = TickPolicy.min_interval_ms
+    max_ticking_plugins: Count = TickPolicy.max_ticking_plugins
 
 
 class PluginsTable(BaseModel):
@@ -247,6 +257,7 @@ class PluginsTable(BaseModel):
     user_dir: PathText | None = None
     workspace_dir: PathText | None = None
     user_extensions: bool = True
+    entry_points: bool = False
     enabled: list[PluginId] = []
     disabled: list[PluginId] = []
 
@@ -410,10 +421,12 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
     return HostConfig(
         path=path, data_dir=where(host.data_dir), hooks=host.hooks,
         auto_enable=host.auto_enable, default_timeout_ms=host.default_timeout_ms,
+        ticks=TickPolicy(min_interval_ms=host.tick_min_interval_ms,
+                         max_ticking_plugins=host.max_ticking_plugins),
         user_dir=where(plugins.user_dir) if plugins.user_dir is not None else None,
         workspace_dir=where(plugins.workspace_dir) if plugins.workspace_dir is not None
         else None,
-        user_extensions=plugins.user_extensions,
+        user_extensions=plugins.user_extensions, entry_points=plugins.entry_points,
         enabled=frozenset(plugins.enabled), disabled=frozenset(plugins.disabled),
         limits=limits, cap=cap,
         grants={pid: Grant(g.digest, frozenset(g.capabilities), g.manifest)

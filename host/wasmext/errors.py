@@ -47,6 +47,11 @@
     ├── DecodeError                 bytes that are not an acceptable ABI document
     │                               (also a ValueError)
     ├── Quarantined                 calls refused until the quarantine ends
+    ├── MetricRefused               (observe.pluginmetrics) a metric declaration the
+    │   │                           host refuses: bad name, kind, labels or buckets
+    │   └── MetricLimit             over a cap: metrics per plugin, labels, series
+    ├── TickRefused                 (services.ticks) an `on_tick` request refused: not a
+    │                               positive interval, or too many plugins tick
     ├── OpError                     a host op's clean failure: `code` and message are
     │                               answered to the guest as {"ok": false, ...}
     ├── Refused                     (services.http.guard) a URL the plugin may not reach,
@@ -155,6 +160,8 @@ __all__ = [
     "McpAuthError",
     "McpToolError",
     "MemoryLimitExceeded",
+    "MetricLimit",
+    "MetricRefused",
     "MiddlewareError",
     "ModelError",
     "ModuleTooLarge",
@@ -175,6 +182,7 @@ __all__ = [
     "StackOverflow",
     "StateError",
     "StateUnavailable",
+    "TickRefused",
     "Timeout",
     "TooManyKeys",
     "TransactionClosed",
@@ -451,6 +459,24 @@ class DecodeError(WasmextError, ValueError):
     """The bytes are not an acceptable ABI document; the message says why."""
 
     reason = "decode"
+
+
+class MetricRefused(WasmextError):
+    """A metric declaration (registration map "metrics") the host refuses."""
+
+    reason = "metric refused"
+
+
+class MetricLimit(MetricRefused):
+    """More metrics, labels or series than the host's policy allows a plugin."""
+
+    reason = "metric limit"
+
+
+class TickRefused(WasmextError):
+    """A plugin's request for periodic `on_tick` calls that the host refuses."""
+
+    reason = "tick refused"
 
 
 class OpError(WasmextError):

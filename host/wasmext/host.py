@@ -101,6 +101,7 @@ class Host:
         self._lock = threading.RLock()
         install_next(self.runtime.services)
         self.observe = Observer(self)
+        self.observe.ticks.policy = self.config.ticks
         self.observe.install(self.runtime.services)
         self.tools = ToolRegistry(self)
         self.tools.install(self.runtime.services)

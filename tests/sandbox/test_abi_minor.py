@@ -1,4 +1,4 @@
-"""ABI minor 1: the ops it adds answer only guests that negotiated it (SPEC 3.1)."""
+"""ABI minors 1 and 2: the ops each adds answer only guests that negotiated it (SPEC 3.1)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from wasmext.testing import DATA_AT, guest_wat, load_wat
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
 MINOR_1_OPS = sorted(op for op, (_cap, since, _impl) in OPS.items() if since == 1)
+NEWER_OPS = sorted(op for op, (_cap, since, _impl) in OPS.items() if since >= 1)
 
 
 def forwarder(runtime: Runtime, request: dict[str, Any], minor: int | None,
@@ -27,15 +28,19 @@ def forwarder(runtime: Runtime, request: dict[str, Any], minor: int | None,
                                        registration=registration), **kwargs)
 
 
-def test_the_host_speaks_minor_1() -> None:
-    assert ABI_MINOR == 1
+def test_the_host_speaks_minor_2() -> None:
+    assert ABI_MINOR == 2
     assert {"http.fetch", "llm.complete", "agents.request", "agents.send"} <= set(MINOR_1_OPS)
+    assert {op for op in NEWER_OPS if OPS[op][1] == 2} == {"metric.add", "metric.set",
+                                                           "metric.observe"}
 
 
-@pytest.mark.parametrize("op", MINOR_1_OPS)
-@pytest.mark.parametrize("minor", [None, 0])
-def test_a_minor_0_guest_sees_the_new_ops_as_unknown(runtime: Runtime, op: str,
-                                                     minor: int | None) -> None:
+@pytest.mark.parametrize("op", NEWER_OPS)
+@pytest.mark.parametrize("below", [None, 1])
+def test_an_older_guest_sees_the_new_ops_as_unknown(runtime: Runtime, op: str,
+                                                    below: int | None) -> None:
+    since = OPS[op][1]
+    minor = None if below is None else since - below  # None: no abi_minor at all (0)
     def served(ctx: CallContext, req: dict[str, Any]) -> str:
         return "served"
 
@@ -45,20 +50,21 @@ def test_a_minor_0_guest_sees_the_new_ops_as_unknown(runtime: Runtime, op: str,
     with pytest.raises(PluginError) as info:
         plugin.call("test")
     assert info.value.code == "unsupported"
-    assert "needs ABI minor 1" in info.value.message
+    assert f"needs ABI minor {since}" in info.value.message
 
 
-@pytest.mark.parametrize("op", MINOR_1_OPS)
-def test_a_minor_1_guest_reaches_them(runtime: Runtime, op: str) -> None:
+@pytest.mark.parametrize("op", NEWER_OPS)
+def test_a_guest_of_its_minor_reaches_them(runtime: Runtime, op: str) -> None:
     def served(ctx: CallContext, req: dict[str, Any]) -> str:
         return f"served {ctx.abi_minor}"
 
     runtime.services.register(op, served)
-    cap = OPS[op][0]
-    assert forwarder(runtime, {"op": op}, 1, grants={cap}).call("test").value == "served 1"
-    ungranted = forwarder(runtime, {"op": op}, 1, plugin_id="no-grant")
-    if not cap:  # an op without a capability (progress) needs no grant
-        assert ungranted.call("test").value == "served 1"
+    cap, since = OPS[op][0], OPS[op][1]
+    assert forwarder(runtime, {"op": op}, since, grants={cap}).call("test").value == \
+        f"served {since}"
+    ungranted = forwarder(runtime, {"op": op}, since, plugin_id="no-grant")
+    if not cap:  # an op without a capability (progress, metric.*) needs no grant
+        assert ungranted.call("test").value == f"served {since}"
         return
     with pytest.raises(PluginError) as info:
         ungranted.call("test")

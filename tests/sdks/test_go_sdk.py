@@ -23,6 +23,7 @@ import pytest
 import wasmtime
 
 from wasmext import CompileCache, PluginError, Runtime
+from wasmext._abi import ABI_MINOR
 from wasmext.manifest import BuildSpec
 from wasmext_cli.build import ToolchainMissing, build_plugin
 from wasmext_cli.build import go as build_go
@@ -127,7 +128,7 @@ def test_module_is_a_reactor_with_only_allowed_imports() -> None:
 @pytest.mark.toolchain
 def test_registration_leaves_priority_to_the_host(rt: Runtime) -> None:
     reg = rt.load(HELLO).registration
-    assert (reg.name, reg.version, reg.abi_minor) == ("hello", "0.1.0", 1)
+    assert (reg.name, reg.version, reg.abi_minor) == ("hello", "0.1.0", ABI_MINOR)
     assert [(h.hook, h.priority) for h in reg.hooks] == [("greet", 50)]
     assert [h.priority for h in rt.load(HELLO, priority=7).registration.hooks] == [7]
 

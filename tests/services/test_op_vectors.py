@@ -1,4 +1,4 @@
-"""abi/vectors/host_calls.json: the minor-1 ops' verdicts, from a minor-1 WAT guest.
+"""abi/vectors/host_calls.json: the minor-1 and minor-2 ops' verdicts, from WAT guests.
 
 tests/sdks/test_minor1_sdks.py sends the same vectors through every SDK's
 conformance plugin.
@@ -52,6 +52,26 @@ def test_vector_from_a_wat_guest(vector: dict[str, Any]) -> None:
     with vector_host() as host:
         plugin = host.add(bytes(wasmtime.wat2wasm(wat)), plugin_id="vec",
                           grants=set(vector["grants"]))
+        try:
+            got = {"value": plugin.call("test").value}
+        except PluginError as err:
+            got = {"code": err.code}
+        assert got == expected(vector), vector
+
+
+MINOR_2 = json.loads((Path(__file__).resolve().parents[2] / "abi" / "vectors" /
+                      "host_calls.json").read_text())["minor_2"]
+
+
+@pytest.mark.parametrize("vector", MINOR_2["calls"], ids=lambda v: f"{v['request']['op']}")
+def test_minor_2_vector_from_a_wat_guest(vector: dict[str, Any]) -> None:
+    raw = msgpack.packb(vector["request"])
+    wat = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
+                    imports=HOST_CALL, data=raw,
+                    registration={"hooks": [{"hook": "test"}], "abi_minor": 2,
+                                  "metrics": MINOR_2["metrics"]})
+    with vector_host() as host:
+        plugin = host.add(bytes(wasmtime.wat2wasm(wat)), plugin_id="vec")
         try:
             got = {"value": plugin.call("test").value}
         except PluginError as err:

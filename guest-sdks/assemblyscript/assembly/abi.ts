@@ -3,7 +3,7 @@
 
 /** The ABI this SDK speaks (SPEC 1.1 and 3.1). */
 export const ABI_MAJOR: i32 = 1;
-export const ABI_MINOR: i32 = 1;
+export const ABI_MINOR: i32 = 2;
 
 /** Levels of the `log` import and the `log` op. */
 export enum LogLevel {
@@ -53,6 +53,9 @@ export namespace Op {
   export const RESOURCE_READ = "resource.read";
   export const PROMPT_LIST = "prompt.list";
   export const PROMPT_GET = "prompt.get";
+  export const METRIC_ADD = "metric.add";
+  export const METRIC_SET = "metric.set";
+  export const METRIC_OBSERVE = "metric.observe";
 }
 
 /** Export names (SPEC 1.1); exports.ts defines the functions. */

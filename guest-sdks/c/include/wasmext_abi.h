@@ -3,7 +3,7 @@
 #define WASMEXT_ABI_H
 
 #define WASMEXT_ABI_MAJOR 1
-#define WASMEXT_ABI_MINOR 1
+#define WASMEXT_ABI_MINOR 2
 
 /* log levels */
 #define WASMEXT_LOG_TRACE 0
@@ -48,6 +48,9 @@
 #define WASMEXT_OP_RESOURCE_READ "resource.read"
 #define WASMEXT_OP_PROMPT_LIST "prompt.list"
 #define WASMEXT_OP_PROMPT_GET "prompt.get"
+#define WASMEXT_OP_METRIC_ADD "metric.add"
+#define WASMEXT_OP_METRIC_SET "metric.set"
+#define WASMEXT_OP_METRIC_OBSERVE "metric.observe"
 
 /* default limits the host applies */
 #define WASMEXT_LIMIT_FUEL_PER_CALL 50000000u

@@ -5,7 +5,7 @@
 // `unsupported` itself, without asking it (SPEC 3.1).
 import { HostError, hostOp } from "./host.js";
 
-export const ABI_MINOR = 1; // the minor this SDK is built against (its registration says so)
+export const ABI_MINOR = 2; // the minor this SDK is built against (its registration says so)
 let hostMinorSeen = 0;
 
 // Remember the host's minor from the registration request (the SDK calls it).

@@ -17,7 +17,7 @@ __all__ = ["ABI_MINOR", "agents_request", "agents_send", "host_minor", "http_fet
            "llm_complete", "progress", "prompt_get", "prompt_list", "resource_list",
            "resource_read"]
 
-ABI_MINOR = 1  # the minor this SDK is built against (its registration says so)
+ABI_MINOR = 2  # the minor this SDK is built against (its registration says so)
 _host = {"minor": 0}
 
 

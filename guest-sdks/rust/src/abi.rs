@@ -4,7 +4,7 @@
 /// The major ABI version this SDK speaks; `wasmext_abi_version` returns it.
 pub const ABI_MAJOR: u32 = 1;
 /// The minor ABI version this SDK was built against (`abi_minor` at registration).
-pub const ABI_MINOR: u32 = 1;
+pub const ABI_MINOR: u32 = 2;
 
 /// Names of the exports a plugin defines (SPEC 1.1).
 pub mod export {
@@ -78,6 +78,9 @@ pub mod op {
     pub const RESOURCE_READ: &str = "resource.read";
     pub const PROMPT_LIST: &str = "prompt.list";
     pub const PROMPT_GET: &str = "prompt.get";
+    pub const METRIC_ADD: &str = "metric.add";
+    pub const METRIC_SET: &str = "metric.set";
+    pub const METRIC_OBSERVE: &str = "metric.observe";
 }
 
 /// One row of the op table.
@@ -125,6 +128,9 @@ pub const OPS: &[OpInfo] = &[
     row(op::RESOURCE_READ, "resources", 1, true),
     row(op::PROMPT_LIST, "prompts", 1, true),
     row(op::PROMPT_GET, "prompts", 1, true),
+    row(op::METRIC_ADD, "", 2, true),
+    row(op::METRIC_SET, "", 2, true),
+    row(op::METRIC_OBSERVE, "", 2, true),
 ];
 
 /// The row of `name`, if the table has one.

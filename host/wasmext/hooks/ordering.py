@@ -16,7 +16,7 @@ from wasmext.errors import ConfigError
 
 __all__ = ["Entry", "order_entries"]
 
-SOURCE_RANK = {"user": 0, "explicit": 1, "workspace": 2}
+SOURCE_RANK = {"user": 0, "explicit": 1, "workspace": 2, "package": 3}
 
 
 @dataclass(frozen=True)

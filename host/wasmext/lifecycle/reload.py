@@ -42,7 +42,7 @@ from wasmext.services.hostview import LoadedPlugin
 __all__ = ["RescanReport", "Rescannable", "rescan"]
 
 log = logging.getLogger("wasmext.reload")
-DISCOVERED = ("user", "workspace")
+DISCOVERED = ("user", "workspace", "package")
 # Only to tell whether a module changed; the loader holds it to the runtime's own caps.
 MAX_MODULE_FILE = 2**30
 _rescan_lock = threading.Lock()

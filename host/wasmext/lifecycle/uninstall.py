@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wasmext.discovery import discover
+from wasmext.discovery import PACKAGES, Discovered, discover
 from wasmext.errors import ConfigError
 from wasmext.files import fsync_dir
 from wasmext.lifecycle.approvals import ApprovalStore
@@ -46,13 +46,19 @@ def find_folder(dirs: list[tuple[str, Path]], plugin_id: str) -> Path | None:
     A folder whose plugin.toml no longer parses is still the plugin's when it is named
     after it (as `install` names it) or its manifest still says `id = "<plugin_id>"`:
     an operator must be able to remove a plugin that is broken."""
+    found = _find(dirs, plugin_id)
+    return found.folder if found is not None else None
+
+
+def _find(dirs: list[tuple[str, Path]], plugin_id: str) -> Discovered | None:
     found = discover(dirs)
     for entry in found:
         if entry.manifest is not None and entry.manifest.id == plugin_id:
-            return entry.folder
-    broken = [entry.folder for entry in found if entry.manifest is None]
-    return next((f for f in broken if f.name == plugin_id), None) or next(
-        (f for f in broken if _declares_id(f / "plugin.toml", plugin_id)), None)
+            return entry
+    # A broken package's folder is pip's, never a folder to remove by its name.
+    broken = [e for e in found if e.manifest is None and e.source != PACKAGES[0]]
+    return next((e for e in broken if e.folder.name == plugin_id), None) or next(
+        (e for e in broken if _declares_id(e.folder / "plugin.toml", plugin_id)), None)
 
 
 _ID_LINE = re.compile(r"""^[ \t]*id[ \t]*=[ \t]*["']([^"'\n]{1,64})["'][ \t]*(?:#.*)?$""",
@@ -74,7 +80,12 @@ def _declares_id(manifest: Path, plugin_id: str) -> bool:
 
 
 def uninstall(host: Host, plugin_id: str, *, purge_state: bool = False) -> UninstallReport:
-    folder = find_folder(host.plugin_dirs, plugin_id)
+    found = _find(host.plugin_dirs, plugin_id)
+    if found is not None and found.source == PACKAGES[0]:
+        # Its files belong to pip: removing them here would break the package.
+        raise ConfigError(f"plugin {plugin_id} comes from an installed Python package: "
+                          "pip uninstall that package", plugin_id=plugin_id)
+    folder = found.folder if found is not None else None
     was_loaded = host.unload(plugin_id)  # counts the unregister when it was loaded
     if folder is None and not was_loaded:
         raise ConfigError(f"plugin {plugin_id} is not installed in "

@@ -8,6 +8,10 @@ delivered as its `on_event` hook with `{"topic", "payload"}`, on a bus worker
 thread, never inside the emitting call. Each plugin has its own bounded queue
 and at most one worker at a time: a slow plugin (or a slow Python subscriber)
 drops only its own events, counted in `extension.events.dropped{subscriber}`.
+
+A plugin that negotiated ABI minor 2 may declare its own metrics under "metrics"
+(observe.pluginmetrics) and update them with `metric.add`, `metric.set` and
+`metric.observe`; they are exported beside the host's own.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from wasmext._abi import ABI_MINOR
 from wasmext.errors import WasmextError
 from wasmext.observe.events import EventBus, EventError, Subscription, pattern_covers, topic_matches
 from wasmext.observe.metrics import Metrics
+from wasmext.observe.pluginmetrics import PluginMetrics
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.services.ticks import Ticker, tick_interval
 
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
@@ -40,6 +47,8 @@ class Observer:
                             observer=self.metrics.record_event,
                             drop_observer=self.metrics.record_event_dropped)
         self._subs: dict[str, Subscription] = {}
+        self.plugin_metrics = PluginMetrics(self.metrics.registry)
+        self.ticks = Ticker(self._deliver_tick)  # the host sets ticks.policy from its config
 
     def _may(self, action: str) -> Callable[[str, str], bool]:
         covers = pattern_covers if action == "subscribe" else topic_matches
@@ -60,7 +69,14 @@ class Observer:
             except EventError as exc:
                 raise OpError(exc.code, exc.message) from None
         services.register("event.emit", emit)
+        for op in ("metric.add", "metric.set", "metric.observe"):
+            services.register(op, self._metric_op(op))
         services.observer = self.metrics.record_host_call
+
+    def _metric_op(self, op: str) -> Callable[[CallContext, dict[str, Any]], None]:
+        def update(ctx: CallContext, req: dict[str, Any]) -> None:
+            self.plugin_metrics.update(ctx.plugin_id, op, req)  # OpError is the answer
+        return update
 
     # -- plugin lifecycle ------------------------------------------------------------
 
@@ -68,6 +84,8 @@ class Observer:
         self.metrics.record_registration("register", lp.id)
         self.bus.emit_runtime("plugin.loaded", plugin_id=lp.id,
                               version=lp.manifest.version if lp.manifest else None)
+        self._declare_metrics(lp)
+        self._start_ticks(lp)
         patterns = lp.plugin.registration.extra.get("subscriptions")
         if not patterns:
             return
@@ -80,7 +98,36 @@ class Observer:
             log.error("plugin %s: subscriptions refused: %s", lp.id, err.message)
             self.host.load_errors.append(err)
 
+    def _declare_metrics(self, lp: LoadedPlugin) -> None:
+        reg = lp.plugin.registration
+        declared = reg.extra.get("metrics")
+        # A key of minor 2: an older guest's "metrics" means something else, if anything.
+        if declared is None or min(ABI_MINOR, reg.abi_minor) < 2:
+            self.plugin_metrics.forget(lp.id)
+            return
+        for err in self.plugin_metrics.declare(lp.id, declared):
+            log.error("plugin %s: %s", lp.id, err.message)
+            self.host.load_errors.append(err)
+
+    def _start_ticks(self, lp: LoadedPlugin) -> None:
+        reg = lp.plugin.registration
+        tick = reg.extra.get("tick")
+        if tick is None or min(ABI_MINOR, reg.abi_minor) < 2 or "on_tick" not in reg.hook_names:
+            self.ticks.stop(lp.id)
+            return
+        try:
+            self.ticks.start(lp.id, tick_interval(lp.id, tick, self.ticks.policy))
+        except WasmextError as err:
+            log.error("plugin %s: %s", lp.id, err.message)
+            self.host.load_errors.append(err)
+
+    def _deliver_tick(self, plugin_id: str, hook: str, data: Any) -> None:
+        if plugin_id in self.host.plugins:
+            self.host.deliver(plugin_id, hook, data)  # its budgets and failure policy
+
     def unloaded(self, plugin_id: str) -> None:
+        self.ticks.stop(plugin_id)
+        self.plugin_metrics.forget(plugin_id)
         sub = self._subs.pop(plugin_id, None)
         if sub is not None:
             sub.close()
@@ -106,4 +153,5 @@ class Observer:
         self.bus.emit_runtime("plugin.faulted", plugin_id=plugin_id, hook=hook, reason=reason)
 
     def close(self) -> None:
+        self.ticks.close()
         self.bus.close()
