@@ -1,7 +1,7 @@
 """The example session shipped in the wheel: `wasmext run` with no arguments.
 
 wasmext_cli/example/ holds the example plugins' manifests and prebuilt
-modules (C and Zig, about 90 KB together), the demo transcript and policy,
+modules (C and Zig), the demo transcript and policy,
 copied from plugins/ and docs/examples/. They are prebuilt and committed
 rather than built when the wheel is built, so building a wheel needs no
 compiler and a user without one still sees every hook kind fire right after

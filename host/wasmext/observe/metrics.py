@@ -267,7 +267,7 @@ class Metrics:
         if len(stats.reservoir) < self.reservoir_size:
             stats.reservoir.append(ms)
             return
-        slot = int(self._rng.random() * stats.calls)  # uniform; randrange costs 3x more
+        slot = int(self._rng.random() * stats.calls)  # uniform; randrange costs more
         if slot < self.reservoir_size:
             stats.reservoir[slot] = ms
 

@@ -37,7 +37,7 @@ def encode(value: Any) -> bytes:
 
 _NESTS = (dict, list, tuple)  # what MessagePack encodes as a map or an array
 
-# Above this size the byte scan (about 1 ns a byte) costs more than walking the
+# Above this size the byte scan costs more than walking the
 # decoded value, whose cost follows the number of containers and items, not bytes.
 SCAN_LIMIT = 4096
 

@@ -1,7 +1,7 @@
 """The cached-signature call path: the one place that touches wasmtime's C API.
 
 wasmtime-py's `Func.__call__` asks the C API for the function's type, builds
-`Val` objects and converts results on every call (~24 µs here). A plugin's
+`Val` objects and converts results on every call. A plugin's
 entry points have fixed signatures that the loader has already checked, so
 `StoreBinding` binds each one once: a preallocated argument array, the
 function and store addresses captured in a closure, and a direct call to

@@ -25,9 +25,8 @@ _TYPE, _IMPORT, _FUNCTION, _TABLE, _CODE = 1, 2, 3, 4, 10
 class ModuleCaps:
     """Host policy on what a module may cost to compile (engine-wide, not per plugin).
 
-    The defaults admit every SDK example with a wide margin (the Go one, the
-    largest, has about 3,000 functions and 1.3 MB of code) and keep a
-    compile under about a second on one core.
+    The defaults admit every SDK example with a wide margin (the Go one is the
+    largest) and keep a compile short on one core.
     """
 
     max_module_bytes: int = 32 * 2**20
