@@ -36,6 +36,7 @@ Ref = tuple[Sid, str]  # (session, key) inside one plugin
 
 
 def check_key(key: object, limits: StateLimits) -> str:
+    """Return the key if it is a non-empty UTF-8 string without NUL within the key limit."""
     if not isinstance(key, str) or not key or "\x00" in key:
         raise InvalidKey(f"state key must be a non-empty string without NUL, got {key!r}")
     try:
@@ -49,6 +50,7 @@ def check_key(key: object, limits: StateLimits) -> str:
 
 
 def check_value(value: object) -> bytes:
+    """Return the value as bytes (from bytes, bytearray or memoryview)."""
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if not isinstance(value, bytes):
@@ -57,6 +59,7 @@ def check_value(value: object) -> bytes:
 
 
 def check_ttl(ttl: object, limits: StateLimits) -> float:
+    """Return the TTL in seconds: the default for None, else a number in (0, max]."""
     if ttl is None:
         return limits.ttl_seconds
     if (not isinstance(ttl, (int, float)) or isinstance(ttl, bool)
@@ -68,6 +71,8 @@ def check_ttl(ttl: object, limits: StateLimits) -> float:
 
 @dataclass
 class Write:
+    """One staged write of a key: a value, or None to delete, with its TTL."""
+
     value: bytes | None  # None: delete
     ttl: float
     expires_at: float | None = None  # explicit (import); otherwise commit time + ttl
@@ -89,16 +94,30 @@ class Changes:
 class View(Protocol):
     """One plugin's stored, unexpired entries, as a backend shows them to `plan`."""
 
-    def plugin_bytes(self) -> int: ...
-    def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]: ...  # bytes, keys
-    def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]: ...  # only refs that exist
-    def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]: ...  # only refs that exist
-    def scope_sizes(self, sid: Sid) -> dict[str, int]: ...  # key -> size
-    def lru(self) -> Iterator[tuple[Ref, int]]: ...  # oldest first
+    def plugin_bytes(self) -> int:
+        """Bytes the plugin holds in every scope."""
+        ...
+    def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]:
+        """Bytes and key count of each scope."""
+        ...  # bytes, keys
+    def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
+        """Stored size of each ref that exists."""
+        ...  # only refs that exist
+    def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
+        """Stored value of each ref that exists."""
+        ...  # only refs that exist
+    def scope_sizes(self, sid: Sid) -> dict[str, int]:
+        """Size of each key of the scope."""
+        ...  # key -> size
+    def lru(self) -> Iterator[tuple[Ref, int]]:
+        """The plugin's entries with their sizes, least recently used first."""
+        ...  # oldest first
 
 
 @dataclass(frozen=True)
 class Put:
+    """A write the plan applies: the value, its size and when it expires."""
+
     sid: Sid
     key: str
     value: bytes
@@ -109,6 +128,8 @@ class Put:
 
 @dataclass
 class Plan:
+    """What a commit does: deletes, then puts, the usage deltas and the evictions."""
+
     deletes: dict[Ref, int] = field(default_factory=dict)  # apply before puts
     puts: list[Put] = field(default_factory=list)
     deltas: dict[Sid, tuple[int, int]] = field(default_factory=dict)  # bytes, keys

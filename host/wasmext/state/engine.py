@@ -87,6 +87,7 @@ class Transaction:
 
     @property
     def closed(self) -> bool:
+        """True once committed or rolled back."""
         return not self._open
 
     @property
@@ -135,17 +136,20 @@ class Transaction:
             raise
 
     def get(self, key: str, *, scope: ScopeName = "session") -> bytes | None:
+        """The value as this transaction sees it (its own writes included)."""
         sid = self._sid(scope)
         return self._lookup(sid, check_key(key, self.store.limits))[0]
 
     def set(self, key: str, value: bytes, *, scope: ScopeName = "session",
             ttl: float | None = None) -> None:
+        """Stage a write, checked against the quotas now and again at commit."""
         sid = self._sid(scope)
         limits = self.store.limits
         key = check_key(key, limits)
         self._stage((sid, key), Write(check_value(value), check_ttl(ttl, limits)))
 
     def delete(self, key: str, *, scope: ScopeName = "session") -> bool:
+        """Stage a delete; True if the key exists as this transaction sees it."""
         sid = self._sid(scope)
         key = check_key(key, self.store.limits)
         existed = self._lookup(sid, key)[0] is not None
@@ -154,6 +158,7 @@ class Transaction:
         return existed
 
     def keys(self, *, scope: ScopeName = "session", prefix: str = "") -> list[str]:
+        """Live keys of the scope as this transaction sees them, sorted."""
         sid = self._sid(scope)
         found: set[str] = set()
         if sid not in self._changes.cleared:
@@ -164,6 +169,7 @@ class Transaction:
         return sorted(k for k in found if k.startswith(prefix))
 
     def clear(self, *, scope: ScopeName = "session") -> int:
+        """Stage deleting every key of the scope; how many there were."""
         sid = self._sid(scope)
         count = len(self.keys(scope=scope))
         self._changes.cleared.add(sid)
@@ -208,6 +214,7 @@ class Transaction:
         self._once = ref
 
     def commit(self) -> CommitReport:
+        """Apply every staged change atomically; raises TransactionClosed if already closed."""
         if not self._open:
             raise TransactionClosed("the state transaction is already closed",
                                     plugin_id=self.plugin_id)

@@ -29,6 +29,7 @@ class BoundedConnection(redis.Connection):
         return remaining(float(self.socket_timeout or 5.0))
 
     def connect(self) -> None:
+        """Connect, with the handshake bounded by the call's deadline."""
         if self._sock:
             return
         # The handshake after connecting (HELLO, CLIENT SETINFO) reads through the
@@ -43,12 +44,14 @@ class BoundedConnection(redis.Connection):
             self._sock.settimeout(bound)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        """Send a command with the socket timeout set to the time left."""
         left = self._left()
         if self._sock is not None:
             self._sock.settimeout(left)
         super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
     def read_response(self, disable_decoding: bool = False, **kwargs: Any) -> Any:
+        """Read a reply within the time left; drops the connection when none is left."""
         try:
             left = self._left()
         except StateUnavailable:
