@@ -21,18 +21,21 @@ Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
 def modules() -> Iterator[tuple[Path, ast.Module]]:
+    """Every source file of the host and the CLI, parsed."""
     for source in SOURCES:
         for path in sorted(source.rglob("*.py")):
             yield path, ast.parse(path.read_text(), str(path))
 
 
 def is_overload(node: Def) -> bool:
+    """Whether the definition is decorated with @overload (typing or typing_extensions)."""
     return any((isinstance(d, ast.Name) and d.id == "overload")
                or (isinstance(d, ast.Attribute) and d.attr == "overload")
                for d in node.decorator_list)
 
 
 def base_names(node: ast.ClassDef) -> list[str]:
+    """The names of a class's bases, without module or type parameters."""
     names = []
     for base in node.bases:
         if isinstance(base, ast.Subscript):  # Generic[T], Protocol[T]
@@ -45,6 +48,7 @@ def base_names(node: ast.ClassDef) -> list[str]:
 
 
 def public_members(node: ast.ClassDef | ast.Module) -> Iterator[Def]:
+    """The public classes and functions defined directly in a module or class body."""
     for child in node.body:
         if (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                 and not child.name.startswith("_") and not is_overload(child)):
@@ -75,6 +79,7 @@ def documented_methods(tree: dict[str, list[ast.ClassDef]]) -> dict[str, set[str
 
 
 def undocumented() -> list[str]:
+    """Each public definition without a docstring, as "path:line qualified.name"."""
     parsed = list(modules())
     classes: dict[str, list[ast.ClassDef]] = {}
     for _, module in parsed:

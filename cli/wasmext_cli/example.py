@@ -25,10 +25,12 @@ DOCS_FILES = ("transcript.json", "policy.toml")
 
 
 def example_root() -> Path:
+    """The example folder inside the installed wasmext_cli package."""
     return Path(str(resources.files("wasmext_cli") / "example"))
 
 
 def checkout() -> Path:
+    """The source checkout the package lives in."""
     return Path(__file__).resolve().parents[2]
 
 
@@ -55,6 +57,7 @@ def refresh(root: Path | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: rebuild the example plugins and print the refreshed files."""
     parser = argparse.ArgumentParser(prog="python -m wasmext_cli.example", description=__doc__)
     parser.add_argument("--refresh", action="store_true", required=True,
                         help="rebuild the example plugins and copy the session files")

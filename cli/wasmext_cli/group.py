@@ -44,7 +44,10 @@ def error_line(exc: BaseException) -> str:
 
 
 class WasmextGroup(click.Group):
+    """The command group: an unexpected error prints one line and exits with EXIT_FAULT."""
+
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an unexpected error is one line (WASMEXT_DEBUG=1 raises it)."""
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort,

@@ -17,6 +17,8 @@ __all__ = ["LANGUAGES", "SCAFFOLD_LANGUAGES", "Language"]
 
 @dataclass(frozen=True)
 class Language:
+    """A plugin language: its builder, SDK, template and native project files."""
+
     name: str
     builder: str  # "module:function" building the plugin's steps
     sdk: str | None = None  # guest-sdks/<sdk>; None: no wasmext SDK (nothing to scaffold)

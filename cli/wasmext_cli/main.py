@@ -73,9 +73,11 @@ class LazyGroup(WasmextGroup):
     """A group whose commands are imported on first use, named by COMMANDS."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, loaded or not, sorted."""
         return sorted(set(COMMANDS) | set(self.commands))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, imported on first use."""
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             module, attribute, _summary = COMMANDS[cmd_name]
             command = getattr(importlib.import_module(module), attribute)
@@ -84,6 +86,7 @@ class LazyGroup(WasmextGroup):
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the commands with their summaries, without importing them."""
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(name) for name in names)
         rows = []

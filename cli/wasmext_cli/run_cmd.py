@@ -25,6 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def session_options(fn: F) -> F:
+    """Add the session options (transcript, config, plugins, policy, model) to a command."""
     for option in reversed([
         click.argument("transcript", required=False,
                        type=click.Path(exists=True, dir_okay=False, path_type=Path)),

@@ -32,6 +32,7 @@ def _snake(name: str) -> str:
 
 
 def c_project(name: str, project: Path) -> Files:
+    """A C project's native files: compile_flags.txt for editors, .gitignore."""
     # clangd and other editors read this; `wasmext build` is the build.
     return {"compile_flags.txt": f"--target=wasm32-wasi\n-std=c11\n-I{VENDORED_SDK}/include\n",
             ".gitignore": _gitignore()}
@@ -46,6 +47,7 @@ def zig_fingerprint(package: str) -> int:
 
 
 def zig_project(name: str, project: Path) -> Files:
+    """A Zig project's native files: build.zig, build.zig.zon, .gitignore."""
     root = next(p.name for p in sorted(project.glob("*.zig")))
     package = _snake(name)
     build_zig = f"""//! `zig build` writes zig-out/bin/{name}.wasm (`wasmext build`: ./{name}.wasm).
@@ -86,6 +88,7 @@ pub fn build(b: *std.Build) void {{
 
 
 def rust_project(name: str, project: Path) -> Files:
+    """A Rust project's native files: Cargo.toml, .gitignore."""
     root = next(p.name for p in sorted(project.glob("*.rs")))
     cargo = f"""[package]
 name = "{name}"
@@ -117,6 +120,7 @@ strip = "symbols"
 
 
 def go_project(name: str, project: Path) -> Files:
+    """A Go project's native files: go.mod, .gitignore."""
     from wasmext_cli.build.go import GO_MIN, SDK_MODULE
 
     gomod = f"""module example.com/{name}
@@ -131,6 +135,7 @@ replace {SDK_MODULE} => ./{VENDORED_SDK}
 
 
 def assemblyscript_project(name: str, project: Path) -> Files:
+    """An AssemblyScript project's native files: package.json, .gitignore."""
     sdk = json.loads((project / VENDORED_SDK / "package.json").read_text(encoding="utf-8"))
     package = {
         "name": name,
@@ -148,6 +153,7 @@ def assemblyscript_project(name: str, project: Path) -> Files:
 
 
 def javascript_project(name: str, project: Path) -> Files:
+    """A JavaScript project's native files: package.json, .gitignore."""
     # componentize-js is resolved from the project's node_modules (node walks up from
     # ./wasmext-sdk/componentize.mjs); `wasmext build` runs `npm install` when it is missing.
     sdk = json.loads((project / VENDORED_SDK / "package.json").read_text(encoding="utf-8"))
@@ -165,4 +171,5 @@ def javascript_project(name: str, project: Path) -> Files:
 
 
 def python_project(name: str, project: Path) -> Files:
+    """A Python project's native files: .gitignore."""
     return {".gitignore": _gitignore()}

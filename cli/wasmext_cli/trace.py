@@ -39,6 +39,7 @@ def _earlier(host: Host, session: Session) -> list[dict[str, Any]]:
 
 
 def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: bool) -> None:
+    """Print a run's plugins, turns and trace, as text or JSON."""
     events = [e.as_dict() for e in session.trace.events]
     earlier = _earlier(host, session)
     if as_json:

@@ -19,10 +19,12 @@ __all__ = ["print_list_table", "stderr_console", "stdout_console"]
 
 
 def stderr_console() -> Console:
+    """A rich console on stderr."""
     return Console(file=sys.stderr, highlight=False, soft_wrap=True)
 
 
 def stdout_console() -> Console:
+    """A rich console on stdout."""
     return Console(file=sys.stdout, highlight=False, soft_wrap=True)
 
 

@@ -83,6 +83,8 @@ DEMO_TOOLS = {t.name: t for t in (
 
 @dataclass
 class TurnReport:
+    """What one turn did: the reply, why it ended, its tool calls and extensions."""
+
     user: str
     response: str = ""
     finish_reason: str = "text_response"
@@ -94,6 +96,7 @@ class TurnReport:
     steps: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as a plain dict."""
         return dict(self.__dict__)
 
 
@@ -149,6 +152,7 @@ class Agent:
                 "(--no-builtin-tools)") from err
 
     def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
+        """Run one user turn through the session's hooks; an abort is reported, not raised."""
         report = TurnReport(user)
         if not session.context.get("agent_name"):
             session.context["agent_name"] = self.name

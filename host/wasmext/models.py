@@ -24,10 +24,14 @@ MAX_TRANSCRIPT_BYTES = 16 * 2**20
 
 
 class Model(Protocol):
+    """A model an agent turn asks for the next response and tool calls."""
+
     name: str
 
     def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
-                 turn: int, step: int) -> dict[str, Any]: ...
+                 turn: int, step: int) -> dict[str, Any]:
+        """The model's response, tool calls and token counts for this step of the turn."""
+        ...
 
 
 class Transcript:
@@ -58,6 +62,7 @@ class Transcript:
 
 
 def load_transcript(path: Path) -> Transcript:
+    """Read a JSON transcript file; ConfigError if it is unreadable or not an object."""
     try:
         raw = json.loads(read_regular(path, MAX_TRANSCRIPT_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
@@ -89,6 +94,7 @@ class ReplayModel:
 
     def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
                  turn: int, step: int) -> dict[str, Any]:
+        """Replay the transcript's scripted step (the last one once past the end)."""
         steps = self.transcript.turns[turn]["steps"]
         scripted = steps[min(step, len(steps) - 1)]
         calls = [{"call_id": c.get("call_id", f"call-{turn}-{step}-{k}"), "tool": c["tool"],
@@ -120,6 +126,7 @@ class OpenAIModel:
 
     def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
                  turn: int, step: int) -> dict[str, Any]:
+        """Ask the OpenAI-compatible endpoint through the LLM client."""
         answer = self.client.chat(ChatRequest(messages, self.name, tools=tools,
                                               timeout_s=self.timeout_s))
         return {"response": answer.text, "tool_calls": answer.tool_calls,

@@ -220,6 +220,7 @@ class Runtime:
         return module, signature
 
     def compile(self, wasm: bytes, name: str = "<module>") -> PluginModule:
+        """Compile a module with the runtime's engine, cache and module caps."""
         return PluginModule(wasm, name=name, engine=self.engine, cache=self.cache,
                             caps=self.module_caps)
 
@@ -305,6 +306,7 @@ class Runtime:
         return plugin
 
     def close(self) -> None:
+        """Close every plugin of the runtime."""
         for plugin in self.plugins.values():
             plugin.close()
         self.plugins.clear()

@@ -47,6 +47,7 @@ class TraceEvent:
     time: float = field(default_factory=time.time)
 
     def as_dict(self) -> dict[str, Any]:
+        """The event as a plain dict."""
         return {"hook": self.hook, "plugin": self.plugin_id, "outcome": self.outcome,
                 "detail": self.detail}
 
@@ -90,6 +91,7 @@ class Trace:
         return events
 
     def add(self, entry: Entry, outcome: str, detail: str | None) -> None:
+        """Note the outcome of calling one entry (up to the trace's limit)."""
         notes = self._notes
         if len(notes) < self.limit:  # a detail may quote a plugin: one inert line
             notes.append((_hook_name(entry.hook), entry.plugin_id, outcome,
@@ -97,6 +99,7 @@ class Trace:
 
     def note(self, hook: str, outcome: str, detail: str | None = None,
              plugin_id: str | None = None) -> None:
+        """Note an event of a hook, optionally naming a plugin (up to the trace's limit)."""
         if len(self._notes) < self.limit:
             self._notes.append((_hook_name(hook), plugin_id, outcome,
                                 None if detail is None else clean(detail), _now()))
@@ -129,6 +132,7 @@ class Session:
         return context
 
     def start(self) -> LifecycleResult:
+        """Emit session.started and run the session_start plugins; keeps their system messages."""
         self._started = time.monotonic()
         self.host.observe.bus.emit_runtime("session.started", session_id=self.id)
         result = self.lifecycle("session_start")
@@ -136,6 +140,7 @@ class Session:
         return result
 
     def end(self) -> LifecycleResult:
+        """Run the session_end plugins, delete the session's state and emit session.ended."""
         result = self.lifecycle("session_end", messages=self.messages)
         self.host.session_ended(self.id)  # the session's state goes with it
         self.host.observe.bus.emit_runtime(
@@ -146,15 +151,19 @@ class Session:
     # -- transforms and tags ---------------------------------------------------------
 
     def on_input_messages(self, messages: Sequence[Mapping[str, Any]]) -> TransformResult:
+        """Pass the input messages through the on_input_messages plugins."""
         return run_transform(self, "on_input_messages", [dict(m) for m in messages])
 
     def on_plain_text(self, text: str) -> TransformResult:
+        """Pass plain text through the on_plain_text plugins."""
         return run_transform(self, "on_plain_text", text)
 
     def on_llm_output(self, text: str) -> TransformResult:
+        """Pass the model's output through the on_llm_output plugins."""
         return run_transform(self, "on_llm_output", text)
 
     def process_tags(self, text: str) -> str:
+        """Replace the text's tags by their on_tag plugins' answers."""
         from wasmext.hooks.tags import run_tags
 
         return run_tags(self, text)
@@ -169,6 +178,7 @@ class Session:
         return run_middleware(self, kind, data, core)
 
     def lifecycle(self, event: str, **fields: Any) -> LifecycleResult:
+        """Run a lifecycle event's plugins."""
         from wasmext.hooks.lifecycle import run_lifecycle
 
         return run_lifecycle(self, event, fields)
@@ -177,6 +187,7 @@ class Session:
                  context: Mapping[str, Any] | None = None,
                  provider: Callable[[dict[str, Any]], dict[str, Any]] | None = None
                  ) -> PipelineResult:
+        """Run a pipeline policy's stages on the payload."""
         from wasmext.hooks.pipeline import run_pipeline
 
         return run_pipeline(self, policy, payload, dict(context or {}), provider)
@@ -196,11 +207,13 @@ class Session:
 
     def prompt(self, system: str, user: str, tags: Sequence[str] = (),
                context: Mapping[str, Any] | None = None) -> Prompt:
+        """Assemble the system and user prompt with the plugins' additions."""
         from wasmext.hooks.extensions import assemble_prompt
 
         return assemble_prompt(self, system, user, tags, dict(context or {}))
 
     def tool_guidance(self, tools: Sequence[str]) -> ToolGuidance:
+        """The plugins' advice on the available tools."""
         from wasmext.hooks.extensions import tool_guidance
 
         return tool_guidance(self, tools)

@@ -40,6 +40,8 @@ class ToolchainMissing(BuildError):
 
 @dataclass(frozen=True)
 class BuildResult:
+    """A built plugin: its folder, module, command and whether it was up to date."""
+
     plugin_dir: Path
     wasm: Path
     command: tuple[str, ...]
@@ -79,6 +81,7 @@ def _zig() -> list[str]:
 
 
 def c_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
+    """The zig cc command building a C plugin with the C SDK."""
     sdk = sdk_for("c", plugin_dir)
     sdk_sources = sorted(str(p) for p in (sdk / "src").glob("*.c"))
     return [
@@ -96,6 +99,7 @@ def c_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
 
 
 def zig_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
+    """The zig build-exe command building a Zig plugin with the Zig SDK."""
     sdk = sdk_for("zig", plugin_dir) / "src" / "wasmext.zig"
     root = plugin_dir / spec.sources[0]
     return [
@@ -111,10 +115,12 @@ StepsFn = Callable[[BuildSpec, Path, Path], list[list[str]]]
 
 
 def c_steps(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    """The steps building a C plugin."""
     return [c_command(spec, plugin_dir, out)]
 
 
 def zig_steps(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    """The steps building a Zig plugin."""
     return [zig_command(spec, plugin_dir, out)]
 
 
@@ -129,6 +135,7 @@ def resolve(ref: str) -> Any:
 
 
 def commands_for(lang: str) -> StepsFn | None:
+    """The function building a language's steps, or None for an unknown language."""
     entry = REGISTRY.get(lang)
     if entry is None:
         return None

@@ -39,10 +39,12 @@ FLAGS = (
 
 
 def sdk_dir() -> Path:
+    """The AssemblyScript SDK folder."""
     return sdk_root() / "assemblyscript"
 
 
 def install_hint(sdk: Path) -> str:
+    """How to install the AssemblyScript toolchain."""
     return (f"npm ci --prefix {sdk}   (or, as root on Debian, which also installs node: "
             f"bash {sdk / 'setup-toolchain.sh'})")
 

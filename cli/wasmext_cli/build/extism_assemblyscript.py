@@ -16,6 +16,7 @@ from wasmext_cli.build.assemblyscript import install_hint, sdk_dir, toolchain
 
 
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    """The asc command building an Extism AssemblyScript plugin."""
     sdk = sdk_dir()
     node, asc = toolchain(sdk)
     if not (sdk / "node_modules" / "@extism" / "as-pdk").is_dir():

@@ -53,14 +53,17 @@ FLAGS = ("-buildmode=c-shared", "-trimpath", "-buildvcs=false", "-ldflags=-s -w 
 
 
 def sdk_dir() -> Path:
+    """The Go SDK folder."""
     return sdk_root() / "go"
 
 
 def install_hint() -> str:
+    """How to install Go."""
     return f"bash {sdk_dir() / 'setup-toolchain.sh'}   (as root on Debian; installs Go >= 1.24)"
 
 
 def find_go() -> str | None:
+    """The go executable on PATH or in /usr/local/go, or None."""
     found = shutil.which("go")
     if found:
         return found
@@ -97,6 +100,7 @@ def toolchain() -> str:
 
 
 def cache_home() -> Path:
+    """The cache folder: XDG_CACHE_HOME, ~/.cache, or the temp folder."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg:
         return Path(xdg)
@@ -124,6 +128,7 @@ def go_env() -> list[str]:
 
 
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    """The steps building a Go plugin: prepare the work folder, then go build."""
     go = toolchain()
     work = work_dir(plugin_dir)
     prepare = [sys.executable, "-m", "wasmext_cli.build.go", "prepare", str(work),
@@ -152,6 +157,7 @@ def prepare(work: Path, plugin_dir: Path, sdk: Path, sources: list[str]) -> None
 
 
 def main(argv: list[str]) -> int:
+    """Command line of the prepare step; the exit status."""
     if len(argv) < 4 or argv[0] != "prepare":
         print("usage: python -m wasmext_cli.build.go prepare WORK PLUGIN_DIR SDK_DIR SOURCE...",
               file=sys.stderr)

@@ -27,10 +27,12 @@ NODE_HINT = "apt-get install nodejs npm"
 
 
 def sdk_dir() -> Path:
+    """The JavaScript SDK folder."""
     return sdk_root() / "javascript"
 
 
 def install_hint(sdk: Path) -> str:
+    """How to install the JavaScript toolchain."""
     return (f"npm ci --prefix {sdk}   (or, as root on Debian, which also installs node: "
             f"bash {sdk / 'setup-toolchain.sh'})")
 
@@ -44,6 +46,7 @@ def _which(tool: str) -> str:
 
 
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    """The steps building a JavaScript component (npm install first when needed)."""
     entry = spec.sources[0]
     if not entry.endswith((".js", ".mjs")) or "/" in entry:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: build.sources[0] must be a .js file "

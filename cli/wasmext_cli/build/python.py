@@ -31,6 +31,7 @@ def componentize_py() -> str:
 
 
 def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
+    """The componentize-py command building a Python component."""
     sdk = sdk_for("python", plugin_dir)  # a project's vendored ./wasmext-sdk comes first
     entry = spec.sources[0]
     if not entry.endswith(".py") or "/" in entry:

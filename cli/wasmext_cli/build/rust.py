@@ -179,6 +179,7 @@ def failure_note() -> str:
 
 
 def sdk_dir() -> Path:
+    """The Rust SDK folder."""
     return sdk_root() / "rust"
 
 
@@ -219,6 +220,7 @@ def crate_name(source: str) -> str:
 
 def plugin_command(exe: str, spec: BuildSpec, plugin_dir: Path, rlib: Path,
                    out: Path) -> list[str]:
+    """The rustc command building a plugin against the SDK rlib."""
     root = spec.sources[0]
     return [
         exe, *CODEGEN, *LINK, "--crate-type", "cdylib", "--crate-name", crate_name(root),
@@ -258,6 +260,7 @@ def build_sdk_rlib(dest: Path, exe: str, sdk: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line building the Rust SDK rlib; the exit status."""
     parser = argparse.ArgumentParser(prog="python -m wasmext_cli.build.rust",
                                      description="Build the Rust guest SDK rlib into the cache.")
     parser.add_argument("--sdk-rlib", type=Path, required=True, help="the rlib to produce")

@@ -32,6 +32,7 @@ MAX_FILES = 20_000  # a folder this big is not a plugin's sources: build without
 
 
 def stamp_path(out: Path) -> Path:
+    """The stamp file beside a built module."""
     return out.with_name(f".{out.name}.stamp")
 
 
@@ -106,6 +107,7 @@ def is_fresh(out: Path, print_: str | None) -> bool:
 
 
 def write_stamp(out: Path, print_: str | None) -> None:
+    """Record the inputs' fingerprint and the output's digest (nothing when print_ is None)."""
     if print_ is None:
         return
     atomic_write(stamp_path(out), json.dumps({"inputs": print_, "output": _sha256(out)}))

@@ -19,6 +19,8 @@ __all__ = ["Breaker"]
 
 
 class Breaker:
+    """One remote extension's circuit: closed, open or half-open."""
+
     def __init__(self, failures: int, reset_s: float) -> None:
         self.threshold, self.reset_s = failures, reset_s
         self.failures = 0
@@ -29,6 +31,7 @@ class Breaker:
 
     @property
     def state(self) -> str:
+        """The circuit's state now: "closed", "open" or "half_open"."""
         with self._lock:
             return self._state(time.monotonic())
 
@@ -49,6 +52,7 @@ class Breaker:
             return False
 
     def succeeded(self) -> None:
+        """A call succeeded: close the circuit and reset the count."""
         with self._lock:
             self.failures, self.opened_at, self._trial = 0, None, False
 

@@ -36,6 +36,8 @@ _REMEMBERED = 4096
 
 
 class EventBridge:
+    """Bridges a local event bus to NATS, out and (optionally) in."""
+
     def __init__(self, bus: EventBus, url: str, *, prefix: str = "wasmext",
                  patterns: Iterable[str] = ("*",), inbound: bool = True,
                  auth: NatsAuth | None = None) -> None:
@@ -94,6 +96,7 @@ class EventBridge:
             log.warning("bridged event %s not emitted: %s", topic, err.message)
 
     def close(self) -> None:
+        """Unsubscribe from the bus and close the NATS link."""
         for sub in self._subs:
             sub.close()
         self.link.close()

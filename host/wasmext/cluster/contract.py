@@ -71,6 +71,8 @@ class _Strict(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ExtMessage(_Strict):
+    """The message a stage gets and returns: id, type, payload, metadata."""
+
     message_id: str
     message_type: str
     payload: str
@@ -78,11 +80,15 @@ class ExtMessage(_Strict):
 
 
 class ExtRef(_Strict):
+    """Which extension a request is for, with its config."""
+
     id: str
     config: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class ExtRequest(_Strict):
+    """A CP-Ext request to a pre, validator or post stage."""
+
     trace_id: str
     tenant_id: str
     extensions: ExtRef
@@ -91,17 +97,23 @@ class ExtRequest(_Strict):
 
 
 class ExtResponse(_Strict):
+    """A pre or post stage's answer: the message and context."""
+
     message: ExtMessage
     context: dict[str, Any]
 
 
 class Verdict(_Strict, omit_defaults=True):
+    """A validator's answer: ok or reject, with a reason and details."""
+
     status: Literal["ok", "reject"]
     reason: str | None = None
     details: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class ProviderRequest(_Strict):
+    """A CP2 request to a provider: the prompt and its parameters."""
+
     trace_id: str
     tenant_id: str
     provider_id: str
@@ -111,6 +123,8 @@ class ProviderRequest(_Strict):
 
 
 class ProviderResponse(_Strict):
+    """A provider's answer: output, token usage and metadata."""
+
     provider_id: str
     output: str
     usage: dict[str, int] = msgspec.field(default_factory=dict)
@@ -129,6 +143,7 @@ def encoding_of(headers: dict[str, str] | None) -> str:
 
 
 def encode(message: msgspec.Struct, encoding: str = JSON) -> bytes:
+    """Encode a message as JSON, or MessagePack when asked."""
     return _MSGPACK_ENC.encode(message) if encoding == MSGPACK else _JSON_ENC.encode(message)
 
 

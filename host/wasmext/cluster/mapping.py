@@ -48,6 +48,7 @@ def _context(data: Any) -> dict[str, Any]:
 # -- the calling side ----------------------------------------------------------------
 
 def stage_request(ext_id: str, data: Any, trace_id: str, tenant_id: str) -> ExtRequest:
+    """The wire request for in-process stage data."""
     config = data.get("config") if isinstance(data, dict) else None
     return ExtRequest(trace_id, tenant_id, ExtRef(ext_id, dict(config or {})),
                       _message(data.get("message") if isinstance(data, dict) else None,
@@ -55,10 +56,12 @@ def stage_request(ext_id: str, data: Any, trace_id: str, tenant_id: str) -> ExtR
 
 
 def answer_from_response(response: ExtResponse) -> dict[str, Any]:
+    """In-process stage data from a wire response."""
     return {"message": _as_dict(response.message), "context": response.context}
 
 
 def provider_request(ext_id: str, data: Any, trace_id: str, tenant_id: str) -> ProviderRequest:
+    """The CP2 provider request for in-process stage data."""
     msg = _message(data.get("message") if isinstance(data, dict) else None, trace_id)
     config = data.get("config") if isinstance(data, dict) else None
     return ProviderRequest(trace_id, tenant_id, ext_id, msg.payload, dict(config or {}),
@@ -66,6 +69,7 @@ def provider_request(ext_id: str, data: Any, trace_id: str, tenant_id: str) -> P
 
 
 def answer_from_provider(data: Any, response: ProviderResponse) -> dict[str, Any]:
+    """In-process stage data from a provider's answer: its output as the payload."""
     msg = _message(data.get("message") if isinstance(data, dict) else None, "")
     # Merged over what the earlier stages set: a provider adds to the metadata.
     metadata = {**msg.metadata, **response.metadata, "provider_id": response.provider_id}
@@ -95,6 +99,7 @@ def stage_response(request: ExtRequest, value: Any, changed: bool) -> ExtRespons
 
 
 def verdict_from_answer(value: Any) -> Verdict | None:
+    """The verdict a validator's answer holds, or None if it holds none."""
     if not isinstance(value, dict) or value.get("status") not in ("ok", "reject"):
         return None
     reason, details = value.get("reason"), value.get("details")
@@ -103,12 +108,14 @@ def verdict_from_answer(value: Any) -> Verdict | None:
 
 
 def data_from_provider_request(request: ProviderRequest) -> dict[str, Any]:
+    """In-process stage data for a provider request received from the wire."""
     message = {"message_id": request.trace_id, "message_type": "chat",
                "payload": request.prompt, "metadata": {}}
     return {"message": message, "context": request.context, "config": request.parameters}
 
 
 def provider_response(plugin_id: str, value: Any) -> ProviderResponse | None:
+    """The provider response for a plugin's answer, or None if it has no string payload."""
     if not isinstance(value, dict) or not isinstance(value.get("message"), dict) \
             or not isinstance(value["message"].get("payload"), str):
         return None

@@ -24,6 +24,8 @@ __all__ = ["ServiceSummary", "list_services"]
 
 @dataclass
 class ServiceSummary:
+    """One NATS micro service as discovery reports it: instances, subjects, counts."""
+
     name: str
     version: str
     instances: list[str] = field(default_factory=list)
@@ -32,6 +34,7 @@ class ServiceSummary:
     errors: int = 0
 
     def as_dict(self) -> dict[str, Any]:
+        """The summary as a plain dict (instances counted)."""
         return {"name": self.name, "version": self.version, "instances": len(self.instances),
                 "subjects": self.subjects, "requests": self.requests, "errors": self.errors}
 
@@ -66,6 +69,7 @@ def _int(value: Any) -> int:
 
 
 async def list_services(nc: Client, wait_s: float = 0.5) -> list[ServiceSummary]:
+    """Every NATS micro service that answers within wait_s, with its request counts."""
     infos, stats = await asyncio.gather(_gather(nc, "$SRV.INFO", wait_s),
                                         _gather(nc, "$SRV.STATS", wait_s))
     counts: dict[str, tuple[int, int]] = {}

@@ -80,10 +80,12 @@ class RemoteStats:
     by_worker: dict[str, int] = field(default_factory=dict)  # answers per worker name
 
     def observe(self, ms: float) -> None:
+        """Record one answer's latency (the newest samples are kept)."""
         self.latencies_ms.append(ms)
         del self.latencies_ms[:-_SAMPLES]
 
     def quantile(self, q: float) -> float | None:
+        """The q quantile of the recent latencies, or None before any."""
         data = sorted(self.latencies_ms)
         return data[min(len(data) - 1, int(q * len(data)))] if data else None
 

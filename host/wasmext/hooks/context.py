@@ -19,18 +19,30 @@ __all__ = ["HookHost", "HookSession", "TraceNotes"]
 
 
 class TraceNotes(Protocol):
-    def add(self, entry: Entry, outcome: str, detail: str | None) -> None: ...
+    """Where hook calls leave their trace notes."""
+
+    def add(self, entry: Entry, outcome: str, detail: str | None) -> None:
+        """Note the outcome of calling one entry."""
+        ...
 
     def note(self, hook: str, outcome: str, detail: str | None = None,
-             plugin_id: str | None = None) -> None: ...
+             plugin_id: str | None = None) -> None:
+        """Note an event of a hook, optionally naming a plugin."""
+        ...
 
 
 class HookHost(Protocol):
-    @property
-    def plugins(self) -> Mapping[str, LoadedPlugin]: ...
+    """What the hook runners need of a host."""
 
     @property
-    def observe(self) -> Observer: ...
+    def plugins(self) -> Mapping[str, LoadedPlugin]:
+        """The loaded plugins by id."""
+        ...
+
+    @property
+    def observe(self) -> Observer:
+        """The host's metrics, logs and events."""
+        ...
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order."""
@@ -44,18 +56,30 @@ class HookHost(Protocol):
                  ) -> tuple[CallResult | None, str | None]:
         """Call a named plugin without its failure policy."""
 
-    def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None: ...
+    def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None:
+        """Log the fault and keep it in the host's fault list."""
+        ...
 
 
 class HookSession(Protocol):
-    @property
-    def id(self) -> str: ...
+    """What the hook runners need of a session."""
 
     @property
-    def state(self) -> dict[str, Any]: ...
+    def id(self) -> str:
+        """The session id."""
+        ...
 
     @property
-    def trace(self) -> TraceNotes: ...
+    def state(self) -> dict[str, Any]:
+        """The application's state of the session (prompt conditions read it)."""
+        ...
 
     @property
-    def host(self) -> HookHost: ...
+    def trace(self) -> TraceNotes:
+        """The session's trace."""
+        ...
+
+    @property
+    def host(self) -> HookHost:
+        """The host the session runs on."""
+        ...

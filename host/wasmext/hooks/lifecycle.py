@@ -36,6 +36,8 @@ _RESERVED = {"continue", "system_message", "stop_reason"}
 
 @dataclass
 class LifecycleResult:
+    """What a lifecycle event's plugins decided: proceed or stop, and their messages."""
+
     event: str
     proceed: bool = True
     stop_reason: str | None = None
@@ -45,10 +47,12 @@ class LifecycleResult:
 
     @property
     def system_message(self) -> str:
+        """The plugins' system messages, one per line."""
         return "\n".join(self.system_messages)
 
 
 def run_lifecycle(session: HookSession, event: str, fields: dict[str, Any]) -> LifecycleResult:
+    """Run a lifecycle event's plugins in order until one stops it."""
     if event not in EVENTS:
         raise ValueError(f"unknown lifecycle event {event!r}; known: {', '.join(EVENTS)}")
     unknown = set(fields) - set(EVENTS[event])

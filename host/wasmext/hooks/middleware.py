@@ -96,11 +96,13 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
 
 
 def install_next(services: HostServices) -> None:
+    """Register the `next` host call that middleware layers use."""
     services.register("next", _op_next)
 
 
 def run_middleware(session: HookSession, kind: str, data: dict[str, Any], core: Core
                    ) -> dict[str, Any]:
+    """Run the middleware chain of a kind around the core function."""
     if kind not in KINDS:
         raise ValueError(f"middleware kind must be one of {KINDS}")
     entries = session.host.ordered(kind)

@@ -32,6 +32,7 @@ class Entry:
     pattern: str | None = None
 
     def base_key(self) -> tuple[int, int, int, int]:
+        """Sort key before before/after constraints: priority, source, load and hook order."""
         return (-self.priority, SOURCE_RANK.get(self.source, 1), self.load_index,
                 self.hook_index)
 

@@ -29,6 +29,8 @@ _ATTR = re.compile(rf"({_NAME})(?:\s*=\s*(?:\"([^\"]*)\"|'([^']*)'))?")
 
 @dataclass
 class Element:
+    """A parsed tag: its name, opening text, attributes and children."""
+
     name: str
     open_text: str
     attrs: dict[str, str]
@@ -74,6 +76,7 @@ def _unwrap(stack: list[Element], root: list[str | Element]) -> None:
 
 
 def matches(pattern: str | None, name: str) -> bool:
+    """Whether a tag name matches a pattern (exact, or a prefix ending in '*')."""
     if not pattern:
         return False
     if pattern.endswith("*"):
@@ -110,6 +113,7 @@ def _render(parts: list[str | Element], session: HookSession, entries: list[Entr
 
 
 def run_tags(session: HookSession, text: str) -> str:
+    """Render the text with each tag replaced by its on_tag plugins' answers."""
     entries = session.host.ordered("on_tag")
     if not entries or "<" not in text:
         return text

@@ -19,6 +19,8 @@ __all__ = ["TransformResult", "run_transform"]
 
 @dataclass
 class TransformResult:
+    """A transform chain's value, the original and which plugins changed or stopped it."""
+
     value: Any
     original: Any
     changed_by: list[str] = field(default_factory=list)
@@ -28,6 +30,7 @@ class TransformResult:
 
     @property
     def changed(self) -> bool:
+        """True if any plugin changed the value."""
         return bool(self.changed_by)
 
 
@@ -38,6 +41,7 @@ def _valid(hook: str, value: Any) -> bool:
 
 
 def run_transform(session: HookSession, hook: str, value: Any) -> TransformResult:
+    """Pass the value through the hook's plugins in order."""
     host = session.host
     result = TransformResult(value, value)
     for entry in host.ordered(hook):

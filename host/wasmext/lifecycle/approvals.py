@@ -194,6 +194,8 @@ def subject_of(module_digest: str, manifest: Manifest | None) -> Subject:
 
 @dataclass(frozen=True)
 class Approval:
+    """One approved capability of a plugin version: who approved it and when."""
+
     plugin_id: str
     digest: str
     capability: str
@@ -215,6 +217,7 @@ class ApprovalStore:
 
     @classmethod
     def in_data_dir(cls, data_dir: Path) -> ApprovalStore:
+        """The store of approvals.json in the data dir."""
         return cls(Path(data_dir) / "approvals.json")
 
     def _read(self) -> dict[str, Any]:
@@ -237,6 +240,7 @@ class ApprovalStore:
                      mode=0o600)
 
     def all(self) -> list[Approval]:
+        """Every recorded approval, by plugin and capability."""
         out = []
         for pid, entry in sorted(self._read().items()):
             if not isinstance(entry, dict) or not isinstance(entry.get("capabilities"), dict):

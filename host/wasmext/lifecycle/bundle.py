@@ -76,6 +76,8 @@ PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 @dataclass(frozen=True)
 class Bundle:
+    """A checked .wxb bundle: the plugin's files, manifest and signature."""
+
     path: Path
     plugin_id: str
     version: str
@@ -85,6 +87,7 @@ class Bundle:
 
     @property
     def signed_by(self) -> str | None:
+        """The signing key, or None when unsigned."""
         return self.signature["key"] if self.signature else None
 
 

@@ -56,12 +56,22 @@ class Rescannable(Protocol):
     load_errors: list[WasmextError]
     enable_state: EnableState
 
-    def read_enable_state(self) -> None: ...
-    def unload(self, plugin_id: str) -> bool: ...
+    def read_enable_state(self) -> None:
+        """Read the enable state again (another process may have written it)."""
+        ...
+    def unload(self, plugin_id: str) -> bool:
+        """Unload a plugin now; True if it was loaded."""
+        ...
     def load_folder(self, folder: Path, manifest: Manifest, source: str,
-                    replace: bool = False) -> None: ...
-    def start_plugin_servers(self, lp: LoadedPlugin) -> None: ...
-    def stop_plugin_servers(self, lp: LoadedPlugin) -> None: ...
+                    replace: bool = False) -> None:
+        """Load a discovered plugin folder unless disabled."""
+        ...
+    def start_plugin_servers(self, lp: LoadedPlugin) -> None:
+        """Start a plugin's own MCP servers when the host's MCP clients are running."""
+        ...
+    def stop_plugin_servers(self, lp: LoadedPlugin) -> None:
+        """Stop a plugin's own MCP servers; their tools leave the registry."""
+        ...
 
 
 @dataclass
@@ -75,6 +85,7 @@ class RescanReport:
 
     @property
     def changed(self) -> bool:
+        """True if any plugin was added, reloaded or removed."""
         return bool(self.added or self.reloaded or self.removed)
 
 

@@ -32,6 +32,7 @@ def _raw_public(text: str) -> bytes | None:
 
 
 def is_public_key(text: str) -> bool:
+    """Whether the text is an Ed25519 public key in the project's format."""
     return _raw_public(text) is not None
 
 
@@ -48,6 +49,7 @@ def generate_key(path: Path) -> str:
 
 
 def load_private_key(path: Path) -> object:
+    """Load an unencrypted Ed25519 private key from a PEM file."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -66,6 +68,7 @@ def load_private_key(path: Path) -> object:
 
 
 def public_key_of(path: Path) -> str:
+    """The public key of the private key file, in the project's format."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 

@@ -50,6 +50,7 @@ class PluginWatcher:
         self._thread.start()
 
     def paths(self) -> list[Path]:
+        """The folders watched: the data dir and each existing plugin folder."""
         self._data.mkdir(parents=True, exist_ok=True)  # watched before any enable/disable
         return [self._data] + [d for _, d in self.host.plugin_dirs if d.is_dir()]
 
@@ -111,6 +112,7 @@ class PluginWatcher:
         return frozenset(out)
 
     def close(self) -> None:
+        """Stop the watcher thread."""
         self._stop.set()
         self._thread.join(5.0)
 

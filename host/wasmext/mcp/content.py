@@ -106,6 +106,7 @@ def _optional(block: Mapping[str, Any], key: str, limit: int, where: str) -> str
 
 def to_mcp_resource(block: Mapping[str, Any], where: str
                     ) -> types.TextResourceContents | types.BlobResourceContents:
+    """An MCP resource's contents from a content block (exactly one of text or blob)."""
     uri = _short(block, "uri", 2048, where)
     mime = _optional(block, "mime_type", 128, where)
     if ("text" in block) == ("blob" in block):

@@ -92,9 +92,11 @@ class CallStats:
             cell.fuel.value += fuel
 
     def describe(self) -> Iterator[Metric]:
+        """The metric families, without values."""
         return iter(self._families())
 
     def collect(self) -> Iterator[Metric]:
+        """The call duration histograms, call counts and fuel, per hook and plugin."""
         with self.lock:
             histograms = [(k, list(h.buckets), h.sum) for k, h in self._histograms.items()]
             calls = [(k, c.value) for k, c in self._calls.items()]

@@ -94,6 +94,7 @@ class Subscription:
         return self._lane.name
 
     def close(self) -> None:
+        """Unsubscribe from the bus."""
         self._bus._unsubscribe(self)
 
     __call__ = close

@@ -49,11 +49,13 @@ class SecretRegistry:
         self._values = {v for v in values if v}
 
     def add(self, value: str) -> None:
+        """Add a secret to redact (empty values are ignored)."""
         if value:
             with self._lock:
                 self._values.add(value)
 
     def discard(self, value: str) -> None:
+        """Stop redacting a secret."""
         with self._lock:
             self._values.discard(value)
 
@@ -78,6 +80,7 @@ class JsonFormatter(logging.Formatter):
         self.extras = extras
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON line, with the context fields always present."""
         stamp = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
         doc: dict[str, Any] = {
             "ts": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
@@ -116,10 +119,12 @@ class RedactingFilter(logging.Filter):
         return self._cache[1]
 
     def redact(self, text: str) -> str:
+        """The text with every registered secret replaced."""
         pattern = self._pattern()
         return pattern.sub(REDACTED, text) if pattern is not None else text
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Redact the record's message, extras and traceback in place; always keep it."""
         pattern = self._pattern()
         if pattern is None:
             return True

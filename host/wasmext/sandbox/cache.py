@@ -37,6 +37,7 @@ T = TypeVar("T", wasmtime.Module, wasmtime.component.Component)  # what the cach
 
 
 def default_cache_dir() -> Path:
+    """The compile cache folder: XDG_CACHE_HOME (or ~/.cache)/wasmext/modules."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "wasmext" / "modules"
 
@@ -80,6 +81,7 @@ class CompileCache:
         return self._key
 
     def entry_path(self, digest: str, engine: SharedEngine) -> Path:
+        """Where the compiled module of a digest for this engine is cached."""
         name = hashlib.sha256(f"{digest}:{engine.fingerprint}".encode()).hexdigest()
         return self.directory / f"{name}.cwasm"
 

@@ -47,6 +47,8 @@ Progress = Callable[[float, "float | None", "str | None"], None]
 
 
 class CallScope:
+    """One outside request that may be cancelled or want progress."""
+
     def __init__(self, progress: Progress | None = None) -> None:
         self.cancelled = threading.Event()
         self._progress = progress
@@ -101,6 +103,7 @@ class CallScope:
         return lambda: None
 
     def cancel(self) -> None:
+        """Interrupt the scope's plugin calls and run its cancel callbacks, once."""
         with self._lock:
             if self.cancelled.is_set():
                 return

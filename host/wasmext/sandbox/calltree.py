@@ -92,10 +92,12 @@ def current() -> Frame | None:
 
 
 def push(frame: Frame | None) -> None:
+    """Push a frame (None: no plugin is calling) on this thread's call stack."""
     _tree.stack.append(frame)
 
 
 def pop() -> None:
+    """Pop this thread's innermost frame."""
     _tree.stack.pop()
 
 

@@ -40,6 +40,7 @@ class EngineConfig:
 
 
 def wasmtime_version() -> str:
+    """The installed wasmtime version."""
     from importlib.metadata import version
 
     return version("wasmtime")
@@ -90,6 +91,7 @@ class SharedEngine:
         return -(-timeout_ms // TICK_MS) + 1
 
     def close(self) -> None:
+        """Stop the epoch ticker."""
         self._ticker.stop()
 
 

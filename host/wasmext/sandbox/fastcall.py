@@ -160,9 +160,11 @@ class StoreBinding:
         return item.of.memory if item.kind == raw.kind_memory else item.of.func
 
     def has(self, name: str) -> bool:
+        """Whether the instance exports the name."""
         return self._export(name) is not None
 
     def memory(self, name: str = "memory") -> MemoryView:
+        """A view of the exported memory, read and written in place."""
         mem = self._export(name)
         raw = self._raw
         if raw is None:

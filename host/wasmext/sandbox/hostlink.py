@@ -27,9 +27,13 @@ __all__ = ["GuestSide", "linker_for"]
 class GuestSide(wasi.WasiGuest, Protocol):
     """What an instance offers the import functions."""
 
-    def on_host_call(self, ptr: int, length: int) -> int: ...
+    def on_host_call(self, ptr: int, length: int) -> int:
+        """Serve the guest's host call of the request at ptr; the answer's ptr and length."""
+        ...
 
-    def on_log(self, level: int, ptr: int, length: int) -> None: ...
+    def on_log(self, level: int, ptr: int, length: int) -> None:
+        """Keep the guest's log line at ptr."""
+        ...
 
 
 _tree = calltree._tree  # the per-thread frame stack, read directly on the hot path

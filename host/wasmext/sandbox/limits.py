@@ -59,6 +59,7 @@ class Limits:
         return self if capped == self.as_dict() else Limits(**capped)
 
     def as_dict(self) -> dict[str, int]:
+        """The limits as a dict of field name to value."""
         # Every field is an int: a flat copy is what dataclasses.asdict would build.
         return {name: getattr(self, name) for name in _NAMES}
 

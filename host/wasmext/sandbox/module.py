@@ -42,6 +42,8 @@ def _sig(ty: wasmtime.FuncType) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class ModuleInfo:
+    """What the loader learnt of a module: digest, size, imports, exports."""
+
     digest: str
     size: int
     exports: tuple[str, ...]
@@ -133,6 +135,7 @@ class PluginModule:
     def from_file(cls, path: Path, *, engine: SharedEngine | None = None,
                   cache: CompileCache | None = None,
                   caps: ModuleCaps | None = None) -> PluginModule:
+        """Read and compile a module file; InvalidModule if it cannot be read."""
         try:
             wasm = read_regular(path, (caps or ModuleCaps()).max_module_bytes)
         except UnsafeFile as exc:

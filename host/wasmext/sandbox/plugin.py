@@ -60,6 +60,8 @@ def _share_registration(module: object, key: str, raw: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class HookSpec:
+    """One hook a plugin registers, with its priority and tag pattern."""
+
     hook: str
     priority: int = 50
     pattern: str | None = None
@@ -89,11 +91,13 @@ class Registration:
 
     @property
     def hook_names(self) -> tuple[str, ...]:
+        """The names of the registered hooks, in order."""
         return tuple(h.hook for h in self.hooks)
 
     @classmethod
     def parse(cls, reg: dict[str, Any], plugin_id: str,
               default_priority: int = 50) -> Registration:
+        """Check a guest's registration map; InvalidOutput names what is wrong."""
         def bad(why: str) -> InvalidOutput:
             return InvalidOutput(f"registration map: {why}", plugin_id=plugin_id, hook="register")
 
@@ -204,6 +208,7 @@ class Plugin:
                            ABI_MINOR, self._limits_dict)
 
     def register_request(self) -> dict[str, Any]:
+        """The request sent to wasmext_register: ABI, host, plugin id and public settings."""
         public = {k: v for k, v in self.settings.items() if k not in self.sensitive}
         return {"abi": {"major": ABI_MAJOR, "minor": ABI_MINOR},
                 "host": {"name": "wasmext", "version": __version__},
@@ -255,6 +260,7 @@ class Plugin:
 
     @property
     def quarantined(self) -> bool:
+        """True while calls to the plugin are refused."""
         return time.monotonic() < self._quarantined_until
 
     def _record_fault(self, fault: PluginFault) -> None:
@@ -337,10 +343,12 @@ class Plugin:
                           max_idle=self.max_idle, default_priority=self.default_priority)
 
     def close(self) -> None:
+        """Drop the idle instances; the next call starts a fresh one."""
         with self._lock:
             self._idle.clear()
 
     def describe(self) -> dict[str, Any]:
+        """The plugin's id, registration, module, limits and grants, for operators."""
         reg = self.registration
         return {
             "id": self.id,

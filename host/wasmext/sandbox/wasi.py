@@ -68,15 +68,25 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 class WasiGuest(Protocol):
     """What an instance offers the WASI functions (the top of hostlink's stack)."""
 
-    def wasi_memory(self) -> Any: ...  # a fastcall.MemoryView, or None before it exists
+    def wasi_memory(self) -> Any:
+        """The guest's memory view, or None before it exists."""
+        ...  # a fastcall.MemoryView, or None before it exists
 
-    def wasi_output(self, fd: int, data: bytes) -> None: ...
+    def wasi_output(self, fd: int, data: bytes) -> None:
+        """Pass the guest's stdout or stderr bytes on."""
+        ...
 
-    def wasi_seconds_left(self) -> float: ...
+    def wasi_seconds_left(self) -> float:
+        """Seconds left before the call's deadline."""
+        ...
 
-    def wasi_timeout(self, why: str) -> None: ...  # raises Timeout
+    def wasi_timeout(self, why: str) -> None:
+        """Fail the call with Timeout."""
+        ...  # raises Timeout
 
-    def wasi_exit(self, code: int) -> None: ...  # raises GuestTrap
+    def wasi_exit(self, code: int) -> None:
+        """Fail the call with GuestTrap."""
+        ...  # raises GuestTrap
 
 
 class _Fault(Exception):

@@ -50,6 +50,8 @@ class ModuleCaps:
 
 @dataclass(frozen=True)
 class ModuleShape:
+    """What compiling and instantiating a module would cost, read from its sections."""
+
     size: int
     types: int
     imported_functions: int

@@ -37,11 +37,14 @@ class LoadedPlugin:
 
     @property
     def id(self) -> str:
+        """The plugin id."""
         return self.plugin.id
 
 
 @dataclass(frozen=True)
 class FaultRecord:
+    """A plugin fault the host recorded: where, why and its failure policy."""
+
     plugin_id: str
     hook: str
     reason: str
@@ -54,10 +57,14 @@ class CallTrace(Protocol):
     """The part of a session a call is traced into."""
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The session id."""
+        ...
 
     @property
-    def trace(self) -> Any: ...
+    def trace(self) -> Any:
+        """The session's trace."""
+        ...
 
 
 class CallFailure(str):
@@ -78,10 +85,14 @@ class PluginHost(Protocol):
     """The host as a service sees it: its plugins, and calls into them."""
 
     @property
-    def plugins(self) -> Mapping[str, LoadedPlugin]: ...
+    def plugins(self) -> Mapping[str, LoadedPlugin]:
+        """The loaded plugins by id."""
+        ...
 
     @property
-    def load_errors(self) -> list[WasmextError]: ...
+    def load_errors(self) -> list[WasmextError]:
+        """The errors of plugins that failed to load."""
+        ...
 
     def try_call(self, plugin_id: str, hook: str, data: Any, session: Any = None
                  ) -> tuple[CallResult | None, str | None]:

@@ -32,6 +32,7 @@ def _number(req: dict[str, Any], key: str, required: bool) -> float | None:
 
 
 def progress(ctx: CallContext, req: dict[str, Any]) -> dict[str, bool]:
+    """Host call progress: pass a step to the call scope's client if it increases."""
     value = _number(req, "progress", True)
     assert value is not None
     total = _number(req, "total", False)
@@ -46,4 +47,5 @@ def progress(ctx: CallContext, req: dict[str, Any]) -> dict[str, bool]:
 
 
 def install(services: HostServices) -> None:
+    """Register the progress host call."""
     services.register("progress", progress)

@@ -53,13 +53,19 @@ class ToolSession(Protocol):
     """A session, as far as tools need it: traced calls and tool_call middleware."""
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The session id."""
+        ...
 
     @property
-    def trace(self) -> Any: ...
+    def trace(self) -> Any:
+        """The session's trace."""
+        ...
 
     def middleware(self, kind: str, data: dict[str, Any],
-                   core: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]: ...
+                   core: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Run the middleware chain of a kind around the core function."""
+        ...
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_DESCRIPTION = 1024
@@ -70,6 +76,8 @@ Runner = Callable[[dict[str, Any], "ToolSession | None"], Any]
 
 @dataclass(frozen=True)
 class Tool:
+    """A callable tool: name, schemas, owner and how to run it."""
+
     name: str
     description: str
     input_schema: Mapping[str, Any]
@@ -87,6 +95,7 @@ class Tool:
                                compile_schema(self.input_schema, f"tool {self.name}"))
 
     def catalog_entry(self) -> dict[str, Any]:
+        """The tool's name, description and input schema, for a model's tool list."""
         return {"name": self.name, "description": self.description,
                 "input_schema": dict(self.input_schema)}
 
@@ -178,11 +187,13 @@ class ToolRegistry:
             self.prefixes[prefix] = owner
 
     def release(self, owner: str) -> None:
+        """Give up the tool-name prefixes the owner holds."""
         with self._lock:
             for prefix in [p for p, o in self.prefixes.items() if o == owner]:
                 del self.prefixes[prefix]
 
     def add(self, tool: Tool) -> None:
+        """Add or replace a tool; ConfigError if another owner holds its name or prefix."""
         with self._lock:
             old = self.tools.get(tool.name)
             if old is not None and old.owner != tool.owner:
@@ -246,6 +257,7 @@ class ToolRegistry:
         return problems
 
     def drop_owner(self, owner: str) -> None:
+        """Remove every tool of the owner."""
         with self._lock:
             for name in [n for n, t in self.tools.items() if t.owner == owner]:
                 del self.tools[name]
@@ -268,6 +280,7 @@ class ToolRegistry:
     # -- calling ------------------------------------------------------------------------
 
     def catalog(self) -> list[dict[str, Any]]:
+        """Every tool's catalog entry, by name."""
         return [t.catalog_entry() for t in sorted(self.tools.values(), key=lambda t: t.name)]
 
     def execute(self, name: str, args: Any, session: ToolSession | None = None) -> dict[str, Any]:
@@ -310,6 +323,7 @@ class ToolRegistry:
                                   lambda d: self.execute(d["tool"], d.get("args", {}), session))
 
     def install(self, services: HostServices) -> None:
+        """Register the tool.call host call (tool: grants, bounded nesting)."""
         def tool_call(ctx: CallContext, req: dict[str, Any]) -> Any:
             name = req.get("name")
             if not isinstance(name, str):

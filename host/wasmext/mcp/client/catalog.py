@@ -60,7 +60,9 @@ class Requester(Protocol):
     """Runs a request on a server's connection (`connections.McpClients` does)."""
 
     def request(self, server: str, make: Callable[[ClientSession], Coroutine[Any, Any, T]]
-                ) -> T: ...
+                ) -> T:
+        """Run a request built by `make` on the server's session and return its answer."""
+        ...
 
 
 class Connections(Requester, Protocol):
@@ -84,6 +86,7 @@ async def _paged(fetch: Callable[..., Awaitable[Any]], attr: str,
 
 
 async def list_tools(session: ClientSession) -> list[Any]:
+    """Every tool of a session, across pages."""
     return await _paged(session.list_tools, "tools")
 
 
@@ -219,10 +222,12 @@ class UpstreamCatalog:
             return lists.changes[kind] if lists is not None else -1
 
     def forget(self, server: str) -> None:
+        """Drop what is cached of a server."""
         with self._lock:
             self._lists.pop(server, None)
 
     def cached(self, server: str, kind: str) -> list[dict[str, Any]] | None:
+        """A copy of the server's cached list of a kind, or None."""
         with self._lock:
             lists = self._lists.get(server)
             found = lists.cached.get(kind) if lists is not None else None
@@ -327,16 +332,19 @@ def list_resource_templates(clients: Connections, server: str) -> list[dict[str,
 
 
 def read_resource(clients: Connections, server: str, uri: str) -> list[dict[str, Any]]:
+    """Read a resource of a server as content blocks."""
     read = clients.request(server, lambda s: s.read_resource(uri))
     return [resource_contents(c) for c in read.contents[:MAX_BLOCKS]]
 
 
 def list_prompts(clients: Connections, server: str) -> list[dict[str, Any]]:
+    """The server's prompts."""
     return clients.catalog.listed(server, "prompts")
 
 
 def get_prompt(clients: Connections, server: str, name: str,
                args: dict[str, str] | None = None) -> dict[str, Any]:
+    """Get a prompt of a server, rendered with the arguments."""
     got = clients.request(server, lambda s: s.get_prompt(name, dict(args or {})))
     out: dict[str, Any] = {"messages": [{"role": m.role, "content": from_mcp([m.content])[0]}
                                         for m in got.messages[:MAX_BLOCKS]

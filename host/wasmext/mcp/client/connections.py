@@ -147,6 +147,7 @@ class McpClients:
         self.stop()
 
     def status(self, name: str) -> str:
+        """The server's status: connected, connecting, disabled or unavailable: why."""
         st = self._servers.get(name)
         if st is None:
             raise KeyError(f"no mcp server {name!r}")

@@ -68,6 +68,7 @@ def _compiled(schema: Any) -> Any:
 
 
 def reason(exc: BaseException) -> str:
+    """A short, cleaned reason for an exception (an exception group's first leaf)."""
     while getattr(exc, "exceptions", None):  # an exception group: its first leaf
         exc = exc.exceptions[0]  # type: ignore[attr-defined]
     return clean(str(exc) or type(exc).__name__, 300)  # often the remote server's words

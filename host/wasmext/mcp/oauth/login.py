@@ -27,6 +27,7 @@ __all__ = ["login", "logout", "oauth_folder", "oauth_spec"]
 
 
 def oauth_folder(config: HostConfig) -> Path:
+    """The data dir's folder of MCP OAuth tokens."""
     return Path(config.data_dir) / "mcp-oauth"
 
 

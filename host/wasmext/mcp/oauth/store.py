@@ -110,13 +110,17 @@ class FileTokenStorage:
         atomic_write(self.path, encode(self.url, tokens, client, time.time()), mode=0o600)
 
     async def get_tokens(self) -> OAuthToken | None:
+        """The stored tokens, or None."""
         return self._read()[0]
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
+        """Store the tokens, keeping the client information."""
         self._write(tokens, self._read()[1])
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        """The stored client registration, or None."""
         return self._read()[1]
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        """Store the client registration, keeping the tokens."""
         self._write(self._read()[0], client_info)

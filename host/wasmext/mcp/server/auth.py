@@ -63,6 +63,7 @@ def load_token(token_file: str | Path | None = None, token_env: str | None = Non
 
 
 def is_loopback(address: str) -> bool:
+    """Whether the address is localhost or a loopback IP."""
     if address == "localhost":
         return True
     try:

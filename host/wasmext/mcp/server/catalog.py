@@ -37,6 +37,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 @dataclass(frozen=True)
 class Catalog:
+    """What the plugins serve over MCP: resources, templates and prompts, by owner."""
+
     resources: dict[str, tuple[str, types.Resource]]  # uri -> (plugin, resource)
     templates: list[tuple[str, types.ResourceTemplate]]
     prompts: dict[str, tuple[str, str, types.Prompt]]  # served name -> (plugin, short, prompt)
@@ -110,6 +112,7 @@ def match_template(template: str, uri: str) -> bool:
 
 
 def owner_of(cat: Catalog, uri: str) -> str | None:
+    """The plugin that serves the URI, directly or by a template; None if none does."""
     if uri in cat.resources:
         return cat.resources[uri][0]
     for pid, template in cat.templates:

@@ -74,6 +74,7 @@ class ListChanges:
         await self.broadcast(kinds)
 
     async def broadcast(self, kinds: set[str]) -> None:
+        """Send list_changed for each kind to every client; drop clients that are gone."""
         async with self._lock:
             for kind in KINDS:
                 if kind not in kinds:

@@ -43,6 +43,8 @@ Before = Callable[["ServerRequestContext[Any]"], Awaitable[None]]
 
 
 class ServedCatalog:
+    """The resources and prompts the plugins (and, as a gateway, upstream servers) serve."""
+
     def __init__(self, host: Host, include_mcp_catalog: bool = False) -> None:
         self.host = host
         # The configured MCP servers' resources and prompts too (a gateway).
@@ -64,6 +66,7 @@ class ServedCatalog:
             return self._catalog
 
     def fingerprints(self) -> dict[str, str]:
+        """A fingerprint of the resource list and of the prompt list."""
         cat = self.current()
         known = self.upstream.versions() if self.upstream is not None else {}
         return {"resources": fingerprint(
@@ -101,6 +104,7 @@ class ServedCatalog:
 
     async def list_resources(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourcesResult:
+        """Answer resources/list: the plugins' resources, then the upstream ones."""
         cat = self.current()
         upstream = await anyio.to_thread.run_sync(self._upstream_resources)
         return types.ListResourcesResult(resources=[r for _p, r in cat.resources.values()]
@@ -120,6 +124,7 @@ class ServedCatalog:
 
     async def list_templates(self, ctx: ServerRequestContext[Any],
                              params: Any) -> types.ListResourceTemplatesResult:
+        """Answer resources/templates/list: the plugins' templates, then the upstream ones."""
         cat = self.current()
         upstream = await anyio.to_thread.run_sync(self._upstream_templates)
         return types.ListResourceTemplatesResult(
@@ -135,6 +140,7 @@ class ServedCatalog:
 
     async def list_prompts(self, ctx: ServerRequestContext[Any],
                            params: Any) -> types.ListPromptsResult:
+        """Answer prompts/list: the plugins' prompts, then upstream ones not shadowed."""
         cat = self.current()
         upstream = await anyio.to_thread.run_sync(self.upstream.prompts) \
             if self.upstream is not None else []
@@ -153,6 +159,7 @@ class ServedCatalog:
     async def read_resource(self, ctx: ServerRequestContext[Any],
                             params: types.ReadResourceRequestParams
                             ) -> types.ReadResourceResult:
+        """Answer resources/read through the owning plugin's on_resource (or upstream)."""
         uri = str(params.uri)
         pid = owner_of(self.current(), uri)
         if pid is None and self.upstream is not None:
@@ -169,6 +176,7 @@ class ServedCatalog:
 
     async def get_prompt(self, ctx: ServerRequestContext[Any],
                          params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        """Answer prompts/get through the owning plugin (or the upstream server)."""
         found = self.current().prompts.get(params.name)
         if found is None and self.upstream is not None:
             for server, short, _p in await anyio.to_thread.run_sync(self.upstream.prompts):

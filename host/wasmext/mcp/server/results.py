@@ -24,6 +24,7 @@ __all__ = ["error_code", "error_result", "tool_result"]
 
 
 def jsonable(value: Any) -> Any:
+    """The value with bytes as {"$bin": hex}, so JSON can carry it."""
     if isinstance(value, bytes):
         return {"$bin": value.hex()}
     if isinstance(value, (list, tuple)):
@@ -34,6 +35,7 @@ def jsonable(value: Any) -> Any:
 
 
 def error_result(message: str, code: str) -> types.CallToolResult:
+    """A tool error result: one cleaned "code: message" line of text."""
     # A plugin may have written both: one inert, bounded line each. Text only: clients
     # (the TypeScript SDK, the Inspector) check any structuredContent against the tool's
     # outputSchema, error results included.
@@ -43,6 +45,7 @@ def error_result(message: str, code: str) -> types.CallToolResult:
 
 
 def error_code(result: types.CallToolResult) -> str:
+    """The code of an error result made by error_result ("" if none)."""
     first = result.content[0] if result.content else None
     text = first.text if isinstance(first, types.TextContent) else ""
     return text.partition(": ")[0] if ": " in text else ""
@@ -64,6 +67,7 @@ def _output_validator(tool: Tool) -> Any:
 
 
 def tool_result(tool: Tool, output: Any) -> types.CallToolResult:
+    """The MCP result of a tool's output: content blocks, or text with structured content."""
     owner = tool.owner.replace(":", " ", 1)
     structured: Any
     if content_shape(output):

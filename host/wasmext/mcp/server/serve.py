@@ -64,6 +64,7 @@ class RateLimiter:
         self._lock = threading.Lock()
 
     def allow(self, client: str, now: float | None = None) -> bool:
+        """Take a token from the client's bucket; False when it is empty."""
         now = time.monotonic() if now is None else now
         with self._lock:
             tokens, stamp = self._buckets.get(client, (self.burst, now))
@@ -126,6 +127,7 @@ class McpToolServer:
     # -- the tool set -------------------------------------------------------------------
 
     def visible_tools(self) -> list[Tool]:
+        """The registry's tools this server serves, by name."""
         tools = sorted(dict(self.host.tools.tools).values(), key=lambda t: t.name)
         return [t for t in tools if self._serves(t)]
 
@@ -150,6 +152,7 @@ class McpToolServer:
         return dict(tool.input_schema) if tool is not None else None
 
     def initialization_options(self) -> InitializationOptions:
+        """The MCP server's initialization options."""
         return self.server.create_initialization_options()
 
     # -- change notifications -----------------------------------------------------------
@@ -271,6 +274,7 @@ class McpToolServer:
     # -- transports -----------------------------------------------------------------------
 
     async def run_stdio(self) -> None:
+        """Serve MCP over stdin and stdout until the client leaves."""
         from mcp.server.stdio import stdio_server
 
         async with stdio_server() as (read_stream, write_stream):

@@ -65,18 +65,21 @@ class UpstreamExport:
                 for kind in ("resources", "prompts")}
 
     def resources(self) -> list[tuple[str, types.Resource]]:
+        """The upstream servers' resources, each with its server."""
         return [(server, types.Resource(uri=r["uri"], name=r["name"], title=r.get("title"),
                                         mime_type=r.get("mime_type"),
                                         description=r.get("description")))
                 for server, r in self._listed("resources")]
 
     def templates(self) -> list[tuple[str, types.ResourceTemplate]]:
+        """The upstream servers' resource templates, each with its server."""
         return [(server, types.ResourceTemplate(
             uri_template=t["uri_template"], name=t["name"], title=t.get("title"),
             mime_type=t.get("mime_type"), description=t.get("description")))
             for server, t in self._listed(TEMPLATES)]
 
     def prompts(self) -> list[tuple[str, str, types.Prompt]]:
+        """The upstream servers' prompts as (server, name, prompt served as server__name)."""
         return [(server, p["name"], types.Prompt(
             name=f"{server}__{p['name']}", title=p.get("title"),
             description=p.get("description"),
@@ -91,6 +94,7 @@ class UpstreamExport:
         return self.host.mcp
 
     def read(self, server: str, uri: str) -> types.ReadResourceResult:
+        """Read a resource of an upstream server; a failure is a cleaned MCPError."""
         try:
             blocks = read_resource(self._clients(server), server, uri)
             return types.ReadResourceResult(contents=[
@@ -103,6 +107,7 @@ class UpstreamExport:
                 f"mcp server {server}: reading {uri[:200]} failed: {exc}")) from None
 
     def get(self, server: str, name: str, args: dict[str, str]) -> types.GetPromptResult:
+        """Get a prompt of an upstream server; a failure is a cleaned MCPError."""
         try:
             return prompt_result(f"mcp:{server}", get_prompt(self._clients(server), server,
                                                              name, args))

@@ -68,6 +68,7 @@ _INTERNAL = {"memory", "_start", "_initialize", "hs_init", "__data_end", "__heap
 
 
 def uses_extism(module: wasmtime.Module) -> bool:
+    """Whether the module imports the Extism kernel."""
     return any(imp.module == EXTISM_KERNEL for imp in module.imports)
 
 
@@ -274,6 +275,7 @@ class ExtismPlugin:
 
     def call(self, hook: str, data: Any = None, meta: dict[str, Any] | None = None
              ) -> CallResult:
+        """Call an Extism plugin's export with the data; calls take turns."""
         import extism
 
         payload = data.encode() if isinstance(data, str) else bytes(data) \
@@ -331,12 +333,15 @@ class ExtismPlugin:
         return CallResult(value, value != data, False, NO_META)
 
     def set_grants(self, grants: frozenset[str]) -> None:
+        """Replace the plugin's grants."""
         self.grants = self.ctx.grants = grants
 
     def close(self) -> None:
+        """Nothing to release."""
         pass
 
     def describe(self) -> dict[str, Any]:
+        """The plugin's id, hooks, module, limits and backend, for operators."""
         return {"id": self.id, "name": None, "version": None, "backend": "extism",
                 "abi": {"major": 0, "minor": 0, "guest_minor": 0},
                 "hooks": [{"hook": h.hook, "priority": h.priority, "pattern": None}

@@ -51,6 +51,8 @@ REDACTED = b"[redacted]"
 
 @dataclass(frozen=True)
 class HttpLimits:
+    """Bounds of http.fetch: request and response bytes, headers, redirects."""
+
     max_request_bytes: int = 65_536
     max_response_bytes: int = 262_144
     max_headers: int = 64
@@ -164,6 +166,7 @@ class HttpFetch:
                                            port or (443 if scheme == "https" else 80)))
 
     def install(self, services: HostServices) -> None:
+        """Register the http.fetch host call."""
         services.register("http.fetch", self.fetch)
 
     def _injected(self, ctx: CallContext, target: Target) -> dict[str, str]:
@@ -184,6 +187,7 @@ class HttpFetch:
                 and inj.setting in ctx.settings]
 
     def fetch(self, ctx: CallContext, req: dict[str, Any]) -> dict[str, Any]:
+        """Host call http.fetch: fetch a URL the plugin's net: grants allow, bounded."""
         url = req.get("url")
         method = req.get("method", "GET")
         if not isinstance(url, str) or len(url) > 8192:

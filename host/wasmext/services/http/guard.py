@@ -49,12 +49,14 @@ class Target:
 
     @property
     def host_header(self) -> str:
+        """The Host header: the host, with the port unless it is the scheme's default."""
         shown = f"[{self.host}]" if ":" in self.host else self.host
         default = 443 if self.scheme == "https" else 80
         return shown if self.port == default else f"{shown}:{self.port}"
 
     @property
     def connect_url(self) -> str:
+        """The URL to connect to: the checked address instead of the host name."""
         addr = f"[{self.address}]" if ":" in self.address else self.address
         return f"{self.scheme}://{addr}:{self.port}{self.path}"
 
@@ -87,6 +89,7 @@ def ascii_pattern(pattern: str) -> str:
 
 
 def host_allowed(grants: Iterable[str], host: str) -> bool:
+    """Whether a net: grant's pattern matches the host."""
     host = host.lower()
     return any(fnmatch.fnmatchcase(host, p) for p in _patterns(grants))
 
@@ -164,6 +167,7 @@ def ascii_host(host: str) -> str:
 
 
 def split_url(url: str) -> tuple[str, str, int, str]:
+    """Split an http(s) URL into scheme, host, port and path; Refused if it is bad."""
     try:
         parts = urlsplit(url)
         port = parts.port

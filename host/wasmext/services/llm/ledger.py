@@ -52,6 +52,7 @@ class DayLedger:
             self._update(plugin_id, day, lambda used: max(0, used + delta))
 
     def used(self, plugin_id: str, day: str) -> int:
+        """Tokens the plugin has used on the day."""
         if self._store is None:
             with self._lock:
                 return self._memory.get((plugin_id, day), 0)

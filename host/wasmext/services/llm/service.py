@@ -45,6 +45,8 @@ MAX_BYTES_PER_TOKEN = 8
 
 @dataclass(frozen=True)
 class LlmPolicy:
+    """A plugin's LLM budget: allowed models, token caps, concurrency and timeout."""
+
     models: tuple[str, ...] = ()          # allowed models; empty: the host's model only
     max_tokens_per_call: int = 2048
     max_tokens_per_session: int = 20_000
@@ -73,6 +75,7 @@ class LlmSettings:
     plugins: Mapping[str, LlmPolicy] = field(default_factory=dict)
 
     def policy(self, plugin_id: str) -> LlmPolicy:
+        """The plugin's policy, or the default."""
         return self.plugins.get(plugin_id, self.default)
 
 
@@ -158,6 +161,7 @@ class LlmService:
 
     @property
     def model(self) -> str | None:
+        """The host's model, or None."""
         return self.settings.model
 
     def use(self, completer: Completer | None, model: str | None = None) -> None:
@@ -167,6 +171,7 @@ class LlmService:
             self.settings = dataclasses.replace(self.settings, model=model)
 
     def install(self, services: HostServices) -> None:
+        """Register the llm.complete host call."""
         services.register("llm.complete", self.complete)
 
     def usage(self, plugin_id: str) -> dict[str, Any]:
@@ -176,6 +181,7 @@ class LlmService:
             return {"tokens": tokens, "cost": self._usage.cost.get(plugin_id, 0.0)}
 
     def cost_of(self, model: str, input_tokens: int, output_tokens: int) -> float:
+        """The price in the configured currency of the tokens on the model (0 if unpriced)."""
         price = self.settings.prices.get(model)
         if price is None:
             return 0.0
@@ -184,6 +190,7 @@ class LlmService:
     # -- the op ----------------------------------------------------------------------
 
     def complete(self, ctx: CallContext, req: dict[str, Any]) -> dict[str, Any]:
+        """Host call llm.complete: a chat completion within the plugin's policy and budgets."""
         policy = self.settings.policy(ctx.plugin_id)
         messages = _messages(req.get("messages"))
         model = req.get("model", self.settings.model)
