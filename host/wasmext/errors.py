@@ -225,6 +225,8 @@ class ConfigError(WasmextError):
 
 
 class ManifestError(ConfigError):
+    """A bad plugin.toml; names the file and the field where known."""
+
     reason = "manifest"
 
     def __init__(self, message: str, *, path: Path | None = None, field: str | None = None,
@@ -254,10 +256,14 @@ class UnsafeFile(WasmextError, OSError):
 
 
 class LoadError(WasmextError):
+    """A module cannot become a plugin."""
+
     reason = "load"
 
 
 class InvalidModule(LoadError):
+    """Not WebAssembly, or it does not compile."""
+
     reason = "invalid module"
 
 
@@ -268,10 +274,14 @@ class ModuleTooLarge(InvalidModule):
 
 
 class AbiMismatch(LoadError):
+    """A wrong ABI version, or exports missing or of the wrong type."""
+
     reason = "abi"
 
 
 class UnknownImport(LoadError):
+    """The module imports something the host does not offer."""
+
     reason = "unknown import"
 
 
@@ -282,22 +292,32 @@ class UnknownHook(LoadError):
 
 
 class UnsafeFolder(LoadError):
+    """A plugin folder that is, or holds, a symlink out of it."""
+
     reason = "unsafe folder"
 
 
 class PluginFault(WasmextError):
+    """The plugin misbehaved during a call; counts towards quarantine."""
+
     reason = "fault"
 
 
 class OutOfFuel(PluginFault):
+    """The call used up its fuel."""
+
     reason = "out of fuel"
 
 
 class MemoryLimitExceeded(PluginFault):
+    """The guest grew its memory past the limit."""
+
     reason = "memory limit"
 
 
 class Timeout(PluginFault):
+    """The call ran past its deadline."""
+
     reason = "timeout"
     # True when the deadline was the calling plugin's (a nested call ran out of
     # its caller's time): the call failed, but it is not this plugin's fault.
@@ -313,14 +333,20 @@ class Cancelled(PluginFault):
 
 
 class StackOverflow(PluginFault):
+    """The guest overflowed its stack."""
+
     reason = "stack overflow"
 
 
 class InvalidOutput(PluginFault):
+    """The guest's output is unusable: bad ptr/len, oversize or hostile MessagePack."""
+
     reason = "invalid output"
 
 
 class HostCallLimitExceeded(PluginFault):
+    """Too many host calls in one call, or too long spent in the host."""
+
     reason = "host call limit"
 
 
@@ -335,6 +361,8 @@ class BlockingWaitDenied(PluginFault):
 
 
 class GuestTrap(PluginFault):
+    """Any other trap of the guest (unreachable, bad memory access, ...)."""
+
     reason = "trap"
 
 
@@ -359,26 +387,38 @@ class PluginError(WasmextError):
 
 
 class CapabilityDenied(WasmextError):
+    """The plugin was not granted what it asked for."""
+
     reason = "capability denied"
 
 
 class InputTooLarge(WasmextError):
+    """The host's own request exceeds the plugin's input cap."""
+
     reason = "input too large"
 
 
 class EncodeError(WasmextError):
+    """Host data that MessagePack cannot carry."""
+
     reason = "encode"
 
 
 class Quarantined(WasmextError):
+    """Calls to the plugin are refused until its quarantine ends."""
+
     reason = "quarantined"
 
 
 class McpAuthError(WasmextError):
+    """An MCP server's OAuth authorization failed."""
+
     reason = "mcp auth"
 
 
 class MiddlewareError(WasmextError):
+    """A middleware layer broke the next() rule."""
+
     reason = "middleware"
 
 
@@ -394,6 +434,8 @@ class HookAborted(WasmextError):
 
 
 class PipelineError(WasmextError):
+    """A required pipeline stage failed or a validator blocked."""
+
     reason = "pipeline"
 
 
@@ -404,34 +446,50 @@ class BundleError(LoadError):
 
 
 class BundlePathTraversal(BundleError):
+    """A bundle entry name with '..' (zip-slip)."""
+
     reason = "bundle path traversal"
 
 
 class BundleAbsolutePath(BundleError):
+    """A bundle entry name that is absolute (or names a drive)."""
+
     reason = "bundle absolute path"
 
 
 class BundleLinkEntry(BundleError):
+    """A symlink or hard link, in the bundle or the installed folder."""
+
     reason = "bundle link"
 
 
 class BundleDeviceEntry(BundleError):
+    """A device, fifo, socket or directory entry in a bundle."""
+
     reason = "bundle special file"
 
 
 class BundleDuplicateEntry(BundleError):
+    """Two bundle entries with the same name."""
+
     reason = "bundle duplicate entry"
 
 
 class BundleTooLarge(BundleError):
+    """A bundle's declared or real size, or compression ratio, over the cap."""
+
     reason = "bundle too large"
 
 
 class BundleTooManyEntries(BundleError):
+    """More entries than a plugin bundle has."""
+
     reason = "bundle too many entries"
 
 
 class BundleDigestMismatch(BundleError):
+    """The bundle's digest manifest lies or does not cover a file."""
+
     reason = "bundle digest mismatch"
 
 
@@ -440,10 +498,14 @@ class BundleDowngrade(BundleError):
 
 
 class SignatureRequired(BundleError):
+    """An unsigned bundle where the host requires a signature."""
+
     reason = "signature required"
 
 
 class SignatureInvalid(BundleError):
+    """A bad signature, or one by a key the host does not trust."""
+
     reason = "signature invalid"
 
 

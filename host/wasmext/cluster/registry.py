@@ -41,6 +41,8 @@ EXT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
 
 @dataclass(frozen=True)
 class RemoteExtension:
+    """A remote extension: its NATS subject, timeout, retries, encoding and breaker."""
+
     id: str
     type: str
     subject: str
@@ -52,6 +54,7 @@ class RemoteExtension:
 
 
 def check_prefix(prefix: str) -> str:
+    """Return the subject prefix if it is dot-separated tokens; else ConfigError."""
     if not SUBJECT_RE.fullmatch(prefix):
         raise ConfigError(f"subject prefix {prefix!r}: dot-separated tokens of letters, "
                           "digits, '_' and '-'")
