@@ -494,6 +494,8 @@ class BundleDigestMismatch(BundleError):
 
 
 class BundleDowngrade(BundleError):
+    """A bundle older than the installed version (allowed with --allow-downgrade)."""
+
     reason = "bundle downgrade"
 
 
