@@ -71,6 +71,7 @@ Predicate = Callable[[str, str], bool]
 
 
 def check_topic(topic: object) -> str:
+    """Return the topic if it is valid; else InvalidTopic."""
     if not (isinstance(topic, str) and len(topic) <= MAX_TOPIC_CHARS
             and _TOPIC_RE.fullmatch(topic)):
         raise InvalidTopic(f"bad topic {topic!r}: dot-separated segments of [A-Za-z0-9_-]")
@@ -78,12 +79,14 @@ def check_topic(topic: object) -> str:
 
 
 def check_pattern(pattern: object) -> str:
+    """Return the pattern if valid: a topic, a topic with ".*", or "*"."""
     if isinstance(pattern, str) and pattern.endswith(".*"):
         return check_topic(pattern[:-2]) + ".*"
     return "*" if pattern == "*" else check_topic(pattern)
 
 
 def topic_matches(pattern: str, topic: str) -> bool:
+    """Whether the pattern matches the topic."""
     return pattern in ("*", topic) or (pattern.endswith(".*") and topic.startswith(pattern[:-1]))
 
 
@@ -100,6 +103,7 @@ def grants_predicate(table: Mapping[str, Iterable[str]]) -> Predicate:
 
 
 def is_reserved(topic: str) -> bool:
+    """Whether the topic is the runtime's own (a reserved namespace or runtime event)."""
     return topic.split(".", 1)[0] in RESERVED_NAMESPACES or topic in RUNTIME_EVENTS
 
 

@@ -115,9 +115,11 @@ class StateLimits:
             raise ValueError("state limits max_key_bytes and max_keys must be at least 1")
 
     def replace(self, **changes: Any) -> StateLimits:
+        """A copy with the given fields changed."""
         return dataclasses.replace(self, **changes)
 
     def entry_size(self, key: str, value: bytes) -> int:
+        """Bytes an entry counts against the quotas: key, value and fixed overhead."""
         return len(key.encode("utf-8")) + len(value) + self.entry_overhead_bytes
 
 
@@ -135,6 +137,8 @@ class Record:
 
 @dataclass(frozen=True)
 class Eviction:
+    """One entry evicted to make room: whose, which key, how large."""
+
     plugin: str
     session: str | None
     key: str
@@ -231,7 +235,9 @@ class StateStore(ABC):
 
     @abstractmethod
     def set(self, scope: Scope, key: str, value: bytes, *,
-            ttl: float | None = None) -> CommitReport: ...
+            ttl: float | None = None) -> CommitReport:
+        """Write the value with its TTL (default: the limits' ttl_seconds) in one transaction."""
+        ...
 
     @abstractmethod
     def delete(self, scope: Scope, key: str) -> bool:
@@ -263,10 +269,14 @@ class StateStore(ABC):
         """Delete every expired entry now (reads never return them anyway)."""
 
     @abstractmethod
-    def usage(self, scope: Scope) -> Usage: ...
+    def usage(self, scope: Scope) -> Usage:
+        """Bytes the plugin holds in all, and bytes and keys in this scope."""
+        ...
 
     @abstractmethod
-    def stats(self) -> StateStats: ...
+    def stats(self) -> StateStats:
+        """A snapshot of the store's counters (commits, evictions, ...)."""
+        ...
 
     @abstractmethod
     def records(self) -> list[Record]:
@@ -281,13 +291,17 @@ class StateStore(ABC):
         The number written."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store's connection or file."""
+        ...
 
     def export_state(self, fmt: ExportFormat = "msgpack") -> bytes:
+        """Every live entry, serialised in the given format."""
         return dump_records(self.records(), fmt)
 
     def import_state(self, data: bytes, fmt: ExportFormat = "msgpack", *,
                      replace: bool = False) -> int:
+        """Load entries exported by export_state; the number written."""
         return self.load(load_records(data, fmt), replace=replace)
 
     def __enter__(self) -> StateStore:

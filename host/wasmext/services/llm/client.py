@@ -33,6 +33,8 @@ MAX_ANSWER_DEPTH = 64
 
 @dataclass(frozen=True)
 class ChatRequest:
+    """A chat completion request: messages, model, limits and tools."""
+
     messages: Sequence[dict[str, Any]]
     model: str
     max_tokens: int | None = None
@@ -45,6 +47,8 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class ChatAnswer:
+    """A chat completion's text, finish reason, token counts and tool calls."""
+
     text: str
     finish_reason: str = "stop"
     input_tokens: int = 0
@@ -132,6 +136,7 @@ class OpenAIClient:
             client.close()
 
     def chat(self, req: ChatRequest) -> ChatAnswer:
+        """Send a chat completion request and parse the answer."""
         body: dict[str, Any] = {"model": req.model, "messages": list(req.messages)}
         if req.max_tokens is not None:
             body["max_tokens"] = req.max_tokens
