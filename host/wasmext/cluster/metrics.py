@@ -41,10 +41,12 @@ class RemoteMetrics(Collector):
         self.caller = caller
 
     def register(self, registry: CollectorRegistry) -> RemoteMetrics:
+        """Register with the registry; returns self."""
         registry.register(self)
         return self
 
     def collect(self) -> Iterator[Metric]:
+        """The metric families, read from the caller's stats at scrape time."""
         calls = CounterMetricFamily("extension_remote_calls", "Remote extension calls",
                                     labels=["extension", "outcome"])
         timeouts = CounterMetricFamily("extension_remote_timeouts",

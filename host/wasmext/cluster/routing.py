@@ -55,10 +55,13 @@ __all__ = ["CallIds", "Router", "Routing", "RoutingDoc", "TenantTable", "parse_r
 
 @dataclass(frozen=True)
 class Routing:
+    """The pipeline policy for each tenant, and the default."""
+
     default: Policy
     tenants: Mapping[str, Policy]
 
     def for_tenant(self, tenant_id: str) -> Policy:
+        """The tenant's policy, or the default."""
         return self.tenants.get(tenant_id, self.default)
 
 

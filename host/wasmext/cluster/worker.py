@@ -153,6 +153,8 @@ def stages_of(host: Host, prefix: str) -> dict[str, list[Stage]]:
 
 
 class Worker:
+    """Serves a host's plugins as NATS micro services, one per plugin."""
+
     def __init__(self, host: Host, url: str, *, prefix: str = "wasmext",
                  concurrency: int = 8, name: str = "wasmext-worker",
                  auth: NatsAuth | None = None,
@@ -175,6 +177,7 @@ class Worker:
         self.counts: dict[str, Counts] = {}  # by subject
 
     async def start(self) -> None:
+        """Connect to NATS and start serving every plugin's stages."""
         self._nc = await connect(self.url, self.name, auth=self.auth)
         WorkerMetrics.add(self.host.observe.metrics.registry, self.name, self._figures)
         for pid, stages in self.stages.items():

@@ -110,18 +110,23 @@ class PluginInstance:
     # -- WASI (sandbox.wasi calls these on the instance on top of the stack) ------
 
     def wasi_memory(self) -> Any:
+        """The guest's memory view, or None before it exists."""
         return getattr(self, "memory", None)
 
     def wasi_output(self, fd: int, data: bytes) -> None:
+        """Pass the guest's stdout (fd 1) or stderr (fd 2) bytes to its capture."""
         self._streams[fd - 1](data)
 
     def wasi_seconds_left(self) -> float:
+        """Seconds left before the call's deadline."""
         return self.budget.seconds_left()
 
     def wasi_timeout(self, why: str) -> None:
+        """Fail the call with Timeout."""
         self.budget.timed_out(why)
 
     def wasi_exit(self, code: int) -> None:
+        """Fail the call with GuestTrap: the guest called proc_exit."""
         self.budget.fail(GuestTrap(f"proc_exit({code})", **self._where()))
 
     def _where(self) -> dict[str, Any]:
@@ -333,6 +338,7 @@ class PluginInstance:
         self.budget.fail(err)
 
     def on_host_call(self, ptr: int, length: int) -> int:
+        """Serve the guest's host call, charged to its budget; (ptr << 32) | len of the answer."""
         budget = self.budget
         budget.charge_host_call()
         started = time.perf_counter()
@@ -364,6 +370,7 @@ class PluginInstance:
         return (out << 32) | len(answer) if out else 0
 
     def on_log(self, level: int, ptr: int, length: int) -> None:
+        """Keep the guest's log line (truncated), charged as a host call."""
         self.budget.charge_host_call()
         text = self.memory.read(ptr, min(length, self.limits.max_log_line_bytes))
         if text is None:
@@ -373,4 +380,5 @@ class PluginInstance:
         self.ctx.log.append(level, text)
 
     def fuel_left(self) -> int:
+        """The fuel left in the store."""
         return self.store.get_fuel()

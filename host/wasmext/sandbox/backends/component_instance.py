@@ -179,6 +179,7 @@ class ComponentInstance(PluginInstance):
     # -- the imports ---------------------------------------------------------------
 
     def on_component_host_call(self, request: bytes | None) -> bytes:
+        """Serve a guest's host call, charged to its budget; the encoded answer."""
         budget = self.budget
         budget.charge_host_call()
         pid, hook = self.ctx.plugin_id, self.ctx.hook
@@ -192,6 +193,7 @@ class ComponentInstance(PluginInstance):
                                 lambda: encode(services.dispatch(ctx, request, depth)))
 
     def on_component_log(self, level: int, message: str) -> None:
+        """Keep a guest's log line (truncated), charged as a host call."""
         self.budget.charge_host_call()
         self.ctx.log.append(level, message.encode()[:self.limits.max_log_line_bytes])
 
