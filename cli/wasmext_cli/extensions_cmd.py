@@ -29,6 +29,7 @@ JSON_OPT = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 def host_options(fn: F) -> F:
+    """Add the --config and --plugins options to a command."""
     return CONFIG_OPT(PLUGINS_OPT(fn))
 
 

@@ -599,6 +599,7 @@ class Host:
         return result, None
 
     def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None:
+        """Log the fault, keep it in `faults` and apply the plugin's failure policy."""
         reason = err.code if isinstance(err, PluginError) else err.reason
         # Guest-written text was redacted and cleaned where it entered the host
         # (PluginLog.scrub); clean() again bounds any host-side message too.
@@ -614,6 +615,7 @@ class Host:
             lp.backoff_s = min(lp.backoff_s * 2, 60.0)
 
     def session_ended(self, session_id: str) -> None:
+        """Delete the session's state in the store."""
         if self._state is not None:
             self._state.end_session(session_id)
 

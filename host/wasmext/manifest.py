@@ -101,6 +101,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class BuildSpec:
+    """How to build a plugin: language, sources and extra files."""
+
     lang: str
     sources: tuple[str, ...]
     include: tuple[str, ...] = ()
@@ -108,6 +110,8 @@ class BuildSpec:
 
 @dataclass(frozen=True)
 class Manifest:
+    """A parsed plugin.toml."""
+
     path: Path
     id: str
     version: str
@@ -144,10 +148,12 @@ class Manifest:
 
     @property
     def wasm_name(self) -> str:
+        """The module's file name (default: the plugin id with .wasm)."""
         return self.wasm or f"{self.id}.wasm"
 
     @cached_property  # frozen: computed once, also for a manifest many loads share
     def wasm_path(self) -> Path:
+        """The module's path beside the manifest."""
         return self.path.parent / self.wasm_name
 
 

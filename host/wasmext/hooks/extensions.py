@@ -76,6 +76,7 @@ class ExtensionResult:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        """The result as a plain dict."""
         return {"name": self.name, "param": self.param, "content": self.content,
                 "success": self.success, "error": self.error, "plugin": self.plugin_id,
                 "content_type": self.content_type, "duration_ms": self.duration_ms,
@@ -218,6 +219,7 @@ def _emit(session: HookSession, events: list[dict[str, Any]], topic: str,
 def run_output_extensions(session: HookSession, query: str, answer: str,
                           context: Mapping[str, Any] | None = None
                           ) -> tuple[str, list[ExtensionResult]]:
+    """Run the extensions a query asks for; the query without its requests and the results."""
     entries = session.host.ordered("output_extension")
     requested = {m.group(1) for m in _REQUEST.finditer(query)}
     available = requestable(session, requested)
@@ -304,6 +306,8 @@ def _finish(session: HookSession, query: str, results: list[ExtensionResult],
 
 @dataclass
 class Prompt:
+    """A system and user prompt after the plugins' additions, and which applied."""
+
     system: str
     user: str
     applied: list[tuple[str, str]] = field(default_factory=list)  # (plugin id, position)
@@ -331,6 +335,7 @@ def _condition(session: HookSession, when: Any, tags: Sequence[str],
 
 def assemble_prompt(session: HookSession, system: str, user: str, tags: Sequence[str],
                     context: dict[str, Any]) -> Prompt:
+    """Add each plugin's prompt additions whose condition holds, at their positions."""
     parts: dict[str, list[str]] = {p: [] for p in POSITIONS}
     prompt = Prompt(system, user)
     for pid in sorted(session.host.plugins):
@@ -351,6 +356,8 @@ def assemble_prompt(session: HookSession, system: str, user: str, tags: Sequence
 
 @dataclass
 class ToolGuidance:
+    """Plugins' advice on which tools to prefer, avoid and order."""
+
     tools: list[str]
     preferred: list[str] = field(default_factory=list)
     avoided: list[str] = field(default_factory=list)
@@ -369,6 +376,7 @@ class ToolGuidance:
 
 
 def tool_guidance(session: HookSession, tools: Sequence[str]) -> ToolGuidance:
+    """Gather the plugins' tool guidance, limited to the available tools."""
     available = list(tools)
     g = ToolGuidance(available)
     for pid in sorted(session.host.plugins):
