@@ -106,6 +106,8 @@ def percentile(samples: list[float], p: float) -> float | None:
 
 
 class PluginStats(TypedDict):
+    """One plugin's figures in Metrics.snapshot()."""
+
     calls: int
     p50_ms: float | None
     p99_ms: float | None
@@ -146,10 +148,12 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
+        """The URL of the /metrics endpoint."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
+        """Shut the server down and wait for its thread."""
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5.0)
@@ -299,6 +303,7 @@ class Metrics:
         bound[1].inc()
 
     def record_state_op(self, plugin_id: str, operation: str) -> None:
+        """Count a state operation of the plugin."""
         with self._lock:
             self._plugin(plugin_id)
             operation = self._label("operation", plugin_id, operation)
@@ -312,6 +317,7 @@ class Metrics:
         self.state_size.labels(extension_id=plugin_id).observe(size_bytes)
 
     def record_eviction(self, plugin_id: str, count: int = 1, key: str | None = None) -> None:
+        """Count state keys evicted from the plugin, and log it."""
         self.state_evictions.labels(extension_id=plugin_id).inc(count)
         log.info("plugin %s: %d state key(s) evicted, last %r", plugin_id, count, key,
                  extra={"plugin_id": plugin_id, "outcome": "evicted"})

@@ -64,11 +64,13 @@ class CallContext:
         self.waited_total = 0.0
 
     def finish(self, success: bool) -> None:
+        """Finish the work ops left open, with the call's success."""
         pending, self.pending = self.pending, []
         for done in pending:
             done(success)
 
     def require(self, capability: str) -> None:
+        """Raise CapabilityDenied unless the plugin holds the capability."""
         if capability and capability not in self.grants:
             raise CapabilityDenied(f"plugin {self.plugin_id} was not granted {capability!r}",
                                    plugin_id=self.plugin_id, hook=self.hook)
