@@ -117,28 +117,34 @@ class AsyncSession:
             share.charge(time.perf_counter() - started)
 
     async def on_input_messages(self, messages: Any) -> TransformResult:
+        """Session.on_input_messages, awaited (inline when its worst case is short)."""
         if share := self._inline("on_input_messages"):
             return self._on_loop(share, self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
 
     async def on_plain_text(self, text: str) -> TransformResult:
+        """Session.on_plain_text, awaited (inline when its worst case is short)."""
         if share := self._inline("on_plain_text"):
             return self._on_loop(share, self.sync.on_plain_text, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_plain_text, text)  # type: ignore[no-any-return]
 
     async def on_llm_output(self, text: str) -> TransformResult:
+        """Session.on_llm_output, awaited (inline when its worst case is short)."""
         if share := self._inline("on_llm_output"):
             return self._on_loop(share, self.sync.on_llm_output, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_llm_output, text)  # type: ignore[no-any-return]
 
     async def process_tags(self, text: str) -> str:
+        """Session.process_tags in a worker thread."""
         return await self._run(self.sync.process_tags, text)  # type: ignore[no-any-return]
 
     async def middleware(self, kind: str, data: dict[str, Any],
                          core: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Session.middleware in a worker thread."""
         return await self._run(self.sync.middleware, kind, data, core)  # type: ignore[no-any-return]
 
     async def lifecycle(self, event: str, **fields: Any) -> LifecycleResult:
+        """Session.lifecycle, awaited (inline when its worst case is short)."""
         if event in EVENTS and (share := self._inline(event)):
             return self._on_loop(  # type: ignore[no-any-return]
                 share, lambda: self.sync.lifecycle(event, **fields))
@@ -146,18 +152,22 @@ class AsyncSession:
             lambda: self.sync.lifecycle(event, **fields))
 
     async def pipeline(self, *args: Any, **kwargs: Any) -> PipelineResult:
+        """Session.pipeline in a worker thread."""
         return await self._run(  # type: ignore[no-any-return]
             lambda: self.sync.pipeline(*args, **kwargs))
 
     async def output_extensions(self, query: str, answer: str,
                                 context: Mapping[str, Any] | None = None
                                 ) -> tuple[str, list[ExtensionResult]]:
+        """Session.output_extensions in a worker thread."""
         return await self._run(self.sync.output_extensions, query, answer, context)  # type: ignore[no-any-return]
 
     async def prompt(self, *args: Any, **kwargs: Any) -> Prompt:
+        """Session.prompt in a worker thread."""
         return await self._run(lambda: self.sync.prompt(*args, **kwargs))  # type: ignore[no-any-return]
 
     async def tool_guidance(self, tools: list[str]) -> ToolGuidance:
+        """Session.tool_guidance in a worker thread."""
         return await self._run(self.sync.tool_guidance, tools)  # type: ignore[no-any-return]
 
 

@@ -51,6 +51,8 @@ Provider = Callable[[dict[str, Any]], dict[str, Any]]
 
 @dataclass(frozen=True)
 class StageRef:
+    """A stage of a pipeline policy: plugin id, required or optional, and its config."""
+
     id: str
     mode: str = "required"
     on_fail: str = "block"
@@ -69,6 +71,8 @@ class ProviderRef:
 
 @dataclass(frozen=True)
 class Policy:
+    """A pipeline policy: pre stages, validators, providers and post stages."""
+
     policy_id: str
     pre: tuple[StageRef, ...] = ()
     validators: tuple[StageRef, ...] = ()
@@ -78,6 +82,8 @@ class Policy:
 
 @dataclass
 class PipelineResult:
+    """A pipeline's outcome: the message and context, or why it was blocked."""
+
     message: dict[str, Any]
     context: dict[str, Any]
     blocked: bool = False

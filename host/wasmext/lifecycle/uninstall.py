@@ -33,6 +33,8 @@ log = logging.getLogger("wasmext.lifecycle")
 
 @dataclass(frozen=True)
 class UninstallReport:
+    """What uninstall removed: the folder, state entries and approvals."""
+
     plugin_id: str
     folder: Path | None
     was_loaded: bool
@@ -80,6 +82,7 @@ def _declares_id(manifest: Path, plugin_id: str) -> bool:
 
 
 def uninstall(host: Host, plugin_id: str, *, purge_state: bool = False) -> UninstallReport:
+    """Unload a plugin, remove its folder and revoke its approvals (pip-installed ones refused)."""
     found = _find(host.plugin_dirs, plugin_id)
     if found is not None and found.source == PACKAGES[0]:
         # Its files belong to pip: removing them here would break the package.

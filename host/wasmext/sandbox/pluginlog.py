@@ -68,6 +68,8 @@ def sanitize(raw: bytes, max_bytes: int) -> str:
 
 @dataclass(frozen=True)
 class LogLine:
+    """One line a plugin wrote, cleaned: when, level, where from, text."""
+
     time: float
     level: str
     source: str  # "log", "stdout" or "stderr"
@@ -89,6 +91,7 @@ class PluginLog:
         self._logger = logging.getLogger(f"wasmext.sandbox.plugin.{plugin_id}")
 
     def redact(self, text: str) -> str:
+        """The text with the plugin's secret settings replaced."""
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         return text

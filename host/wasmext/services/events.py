@@ -63,6 +63,7 @@ class Observer:
         return allowed
 
     def install(self, services: HostServices) -> None:
+        """Register the event.emit and metric.* host calls; count host calls in the metrics."""
         def emit(ctx: CallContext, req: dict[str, Any]) -> int:
             try:
                 return self.bus.emit_from(ctx.plugin_id, req.get("topic"), req.get("payload"))
@@ -81,6 +82,7 @@ class Observer:
     # -- plugin lifecycle ------------------------------------------------------------
 
     def loaded(self, lp: LoadedPlugin) -> None:
+        """Count the load, emit plugin.loaded, declare metrics, start ticks, subscribe to topics."""
         self.metrics.record_registration("register", lp.id)
         self.bus.emit_runtime("plugin.loaded", plugin_id=lp.id,
                               version=lp.manifest.version if lp.manifest else None)
@@ -126,6 +128,7 @@ class Observer:
             self.host.deliver(plugin_id, hook, data)  # its budgets and failure policy
 
     def unloaded(self, plugin_id: str) -> None:
+        """Stop a plugin's ticks and subscriptions, forget its metrics, emit plugin.unloaded."""
         self.ticks.stop(plugin_id)
         self.plugin_metrics.forget(plugin_id)
         sub = self._subs.pop(plugin_id, None)
@@ -146,12 +149,15 @@ class Observer:
     # -- calls -----------------------------------------------------------------------
 
     def called(self, plugin_id: str, hook: str, outcome: str, started: float) -> None:
+        """Record a hook call's outcome and duration."""
         self.metrics.record_callback(plugin_id, hook, outcome, time.perf_counter() - started)
 
     def faulted(self, plugin_id: str, hook: str, reason: str) -> None:
+        """Emit plugin.faulted with the reason (never the guest's message)."""
         # The reason only: a fault's message is guest text and may be anything.
         self.bus.emit_runtime("plugin.faulted", plugin_id=plugin_id, hook=hook, reason=reason)
 
     def close(self) -> None:
+        """Close the event bus."""
         self.ticks.close()
         self.bus.close()
