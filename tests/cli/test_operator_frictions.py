@@ -162,6 +162,14 @@ def test_worker_and_nats_ls_without_the_extra_name_it(tmp_path: Path, module: st
         "installed); install it with: pip install 'wasmext[nats]'")
 
 
+@pytest.mark.parametrize("module", ["msgspec", "nats"])
+def test_run_needs_no_nats_extra_for_an_in_process_policy(tmp_path: Path, module: str) -> None:
+    # The example session routes its policy in-process: no NATS, so no `nats` extra.
+    proc = cli("run", cwd=tmp_path, python=_without(module))
+    assert proc.returncode == 0, proc.stderr
+    assert "hooks fired:" in proc.stdout
+
+
 # --- uninstall a broken plugin ----------------------------------------------------------------
 
 @pytest.mark.parametrize("folder_name", ["kb", "kb-old"])

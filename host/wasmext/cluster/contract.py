@@ -19,11 +19,11 @@ and nesting past the decoder's recursion limit: a peer is as untrusted as a plug
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from wasmext.cluster.callids import CallIds
 from wasmext.errors import ContractError
 from wasmext.text import clean
 
@@ -43,18 +43,6 @@ TENANT_HEADER = "Tenant-Id"
 CALL_ID_HEADER = "Wasmext-Call-Id"
 DEADLINE_HEADER = "Wasmext-Deadline"
 CALLS_LEFT_HEADER = "Wasmext-Calls-Left"
-
-
-@dataclass(frozen=True)
-class CallIds:
-    """What every remote call of one pipeline run carries (body and headers): its ids and
-    the budget of the call tree it belongs to (`deadline` in time.monotonic seconds and
-    `calls_left` host calls; None: unbounded)."""
-
-    trace_id: str
-    tenant_id: str
-    deadline: float | None = None
-    calls_left: int | None = None
 
 
 def deadline_of(headers: dict[str, str] | None) -> float | None:

@@ -72,8 +72,6 @@ class LiveRouting:
         self._router = self._build(None)
 
     def _build(self, old: Router | None) -> Router:
-        from wasmext.cluster.remote import RemoteCaller
-
         routing = load_routing(self.policy_path)
         registry: Mapping[str, RemoteExtension] = {}
         if self.registry_path is not None and self._read_registry is not None:
@@ -88,6 +86,9 @@ class LiveRouting:
                               "(wasmext run --nats URL, or [nats] url)")
         if self.link is None:
             return Router(routing)
+        # Only with a NATS link: msgspec and nats-py are the `nats` extra's.
+        from wasmext.cluster.remote import RemoteCaller
+
         caller = RemoteCaller(registry, self.link, trusted_workers=self.trusted_workers)
         previous = old.caller if old is not None else None
         if previous is not None:  # an unchanged entry keeps what it has seen

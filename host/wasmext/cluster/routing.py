@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from wasmext.callpool import call_pool
-from wasmext.cluster.contract import CallIds
+from wasmext.cluster.callids import CallIds
 from wasmext.cluster.registry import RemoteExtension
-from wasmext.cluster.remote import RemoteCaller
 from wasmext.errors import ConfigError
 from wasmext.hooks.context import HookHost, HookSession, TraceNotes
 from wasmext.hooks.ordering import Entry
@@ -48,6 +47,7 @@ from wasmext.services.hostview import LoadedPlugin
 from wasmext.validation import SECTION, check
 
 if TYPE_CHECKING:
+    from wasmext.cluster.remote import RemoteCaller
     from wasmext.errors import WasmextError
 
 __all__ = ["CallIds", "Router", "Routing", "RoutingDoc", "TenantTable", "parse_routing"]
