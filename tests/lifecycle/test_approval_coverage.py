@@ -74,7 +74,7 @@ def _setup(tmp_path: Path) -> tuple[Path, Path]:
 def _grants(config: Path) -> list[dict[str, Any]]:
     listed = CliRunner().invoke(main, ["grants", "--json", "--config", str(config)])
     assert listed.exit_code == 0, listed.output
-    rows: list[dict[str, Any]] = json.loads(listed.output)
+    rows: list[dict[str, Any]] = json.loads(listed.stdout)
     assert SECRET not in listed.output
     return rows
 
@@ -156,7 +156,7 @@ def test_a_config_grant_can_pin_the_manifest_too(tmp_path: Path,
     folder, config = _setup(tmp_path)
     shown = CliRunner().invoke(main, ["inspect", str(folder), "--json"])
     assert shown.exit_code == 0, shown.output
-    info = json.loads(shown.output)
+    info = json.loads(shown.stdout)  # the refused-variable warning goes to stderr
     digest, manifest = info["digest"], info["manifest_digest"]
     assert manifest == load_folder(folder).source_digest
     config.write_text(config.read_text() + f'[grants.kb]\ndigest = "{digest}"\n'
