@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from loopback import Loopback, loopback
 from support import Built
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
@@ -32,6 +33,13 @@ def healthy(runtime: Runtime) -> Plugin:
     """A well-behaved plugin in the same runtime, to prove the host keeps serving."""
     return load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
                     plugin_id="healthy")
+
+
+@pytest.fixture
+def server() -> Iterator[Loopback]:
+    """A real HTTP server on loopback (tests/loopback.py) for the test's fetches."""
+    with loopback() as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,12 @@ tokens and tools used."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loopback import Loopback, loopback
+from loopback import Loopback
 from support import Built
 from wasmext import Host, Runtime
 from wasmext.agent import Agent, Tool
@@ -21,12 +20,6 @@ from wasmext.config import HostConfig
 from wasmext.models import ReplayModel, Transcript
 from wasmext.services.llm.client import ChatAnswer, ChatRequest
 from wasmext.services.llm.service import LlmPolicy, LlmSettings, Price
-
-
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    with loopback() as srv:
-        yield srv
 
 
 def new_host(built: Built, llm: Any = None, url: str | None = None) -> Host:

@@ -15,7 +15,7 @@ import msgpack
 import pytest
 from test_extism_backend import COPY_INPUT, FORWARD, HOST_CALL, LENGTH, module
 
-from loopback import Loopback, loopback
+from loopback import Loopback
 from support import cancel_call
 from wasmext import Cancelled, Host, HostCallLimitExceeded, PluginError, Runtime, Timeout
 from wasmext.sandbox import calltree
@@ -26,12 +26,6 @@ from wasmext.testing import DATA_AT, guest_wat, load_wat, make_host
 
 needs_extism = pytest.mark.skipif(importlib.util.find_spec("extism") is None,
                                   reason="the extism package is not installed")
-
-
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    with loopback() as srv:
-        yield srv
 
 
 @pytest.fixture

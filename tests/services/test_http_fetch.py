@@ -51,12 +51,6 @@ def fetch_wasm(request: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture
-def server() -> Iterator[Loopback]:
-    with loopback() as srv:
-        yield srv
-
-
-@pytest.fixture
 def host() -> Iterator[Host]:
     with make_host() as h:
         yield h

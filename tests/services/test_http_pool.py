@@ -23,12 +23,6 @@ from wasmext.testing import make_host
 
 
 @pytest.fixture
-def server() -> Iterator[Loopback]:
-    with loopback() as srv:
-        yield srv
-
-
-@pytest.fixture
 def host() -> Iterator[Host]:
     with make_host() as h:
         yield h

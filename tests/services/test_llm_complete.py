@@ -12,7 +12,6 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_http_fetch import cut_at_deadline
 
-from loopback import Loopback, loopback
+from loopback import Loopback
 from wasmext import ConfigError, Host, PluginError, Runtime
 from wasmext.config import HostConfig, load_config
 from wasmext.services.llm.client import ChatAnswer, ChatRequest, parse_answer
@@ -49,12 +48,6 @@ def llm_wasm(request: dict[str, Any], times: int = 1) -> bytes:
     wat = guest_wat(body, imports=HOST_CALL, data=raw,
                     registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
     return bytes(wasmtime.wat2wasm(wat))
-
-
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    with loopback() as srv:
-        yield srv
 
 
 def completions(server: Loopback) -> list[dict[str, Any]]:
