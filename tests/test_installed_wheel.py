@@ -1,7 +1,7 @@
 """Acceptance: a plugin author with nothing but the wheel.
 
-The wheel is built from this checkout and installed (with the `build`, `test`
-and `python-plugins` extras) into a fresh venv in a temporary folder outside
+The wheel is built from this checkout and installed (with the `build` and `test`
+extras) into a fresh venv in a temporary folder outside
 the repository. There, for each guest language, `wasmext new`, `wasmext build`
 (no argument), `wasmext call . greet --data '"Ada"'`, `wasmext inspect .` and
 the project's own tests run from that venv, with no PYTHONPATH and no
@@ -98,7 +98,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                          f"{wheel}[build,test,python-plugins]"], env=env, capture_output=True,
+                          f"{wheel}[build,test]"], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert pip.returncode == 0, pip.stderr
     work = base / "work"

@@ -14,11 +14,16 @@ from its source or a module from a fresh build of it; then refresh with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["PLUGINS", "example_root", "refresh"]
+if TYPE_CHECKING:
+    from wasmext import HostConfig
+
+__all__ = ["PLUGINS", "example_config", "example_root", "refresh"]
 
 PLUGINS = ("agent-guard", "normalize-text", "pii-mask", "text-tags", "turn-audit")
 DOCS_FILES = ("transcript.json", "policy.toml")
@@ -27,6 +32,17 @@ DOCS_FILES = ("transcript.json", "policy.toml")
 def example_root() -> Path:
     """The example folder inside the installed wasmext_cli package."""
     return Path(str(resources.files("wasmext_cli") / "example"))
+
+
+def example_config(data_dir: str | Path = ".wasmext") -> HostConfig:
+    """The example session's host config, its plugins read from the installed package and
+    its state kept in `data_dir` (relative to the working folder), never inside the
+    package: what the README's ten lines of Python and `wasmext run` with no
+    arguments load."""
+    from wasmext import load_config
+
+    return dataclasses.replace(load_config(example_root() / "wasmext.toml"),
+                               data_dir=Path(data_dir).absolute())
 
 
 def checkout() -> Path:

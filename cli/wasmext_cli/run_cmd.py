@@ -61,16 +61,15 @@ def session_options(fn: F) -> F:
 def _use_example(opts: dict[str, Any]) -> None:
     """No transcript, config or plugins: the example session the wheel ships, with its
     state in a temporary folder removed when the command ends."""
-    import dataclasses
     import tempfile
 
-    from wasmext import Host, load_config
-    from wasmext_cli.example import example_root
+    from wasmext import Host
+    from wasmext_cli.example import example_config, example_root
 
     root = example_root()
     data = tempfile.TemporaryDirectory(prefix="wasmext-example-")
     click.get_current_context().call_on_close(data.cleanup)
-    cfg = dataclasses.replace(load_config(root / "wasmext.toml"), data_dir=Path(data.name))
+    cfg = example_config(data.name)
     opts["transcript"] = root / "transcript.json"
     opts["policy"] = opts["policy"] or root / "policy.toml"
     opts["example_host"] = Host(cfg)

@@ -77,7 +77,7 @@ NATIVE = {
                       "fetches them (`wasmext build` runs it when node_modules is missing).",
     "zig": "\n\n`build.zig` builds the same module with `zig build` (zig-out/bin/).",
     "c": "\n\n`compile_flags.txt` points clangd at the SDK header.",
-    "python": "\n\nBuilding needs componentize-py: `pip install 'wasmext[python-plugins]'`.",
+    "python": "\n\nBuilding needs componentize-py: `pip install 'wasmext[build]'`.",
     "javascript": "\n\n`package.json` pins componentize-js: `npm install` fetches it "
                   "(`wasmext build` runs it when node_modules is missing; node and npm come "
                   "from `apt-get install nodejs npm`).",

@@ -183,7 +183,7 @@ def test_a_javascript_error_at_start_up_names_the_plugins_line_not_the_bundles(
 def test_a_python_syntax_error_is_one_line_even_with_a_rust_backtrace(tmp_path: Path) -> None:
     if shutil.which("componentize-py", path=str(Path(sys.executable).parent)) is None \
             and shutil.which("componentize-py") is None:
-        pytest.skip("componentize-py is not installed (pip install 'wasmext[python-plugins]')")
+        pytest.skip("componentize-py is not installed (pip install 'wasmext[build]')")
     folder = example("python", tmp_path)
     edit(folder / "app.py", "        return f", "        x = = 1\n        return f")
     line_no = next(i for i, ln in enumerate((folder / "app.py").read_text().splitlines(), 1)
@@ -199,7 +199,7 @@ def test_a_python_syntax_error_is_one_line_even_with_a_rust_backtrace(tmp_path: 
 def test_a_python_error_at_import_names_the_plugins_line(tmp_path: Path) -> None:
     if shutil.which("componentize-py", path=str(Path(sys.executable).parent)) is None \
             and shutil.which("componentize-py") is None:
-        pytest.skip("componentize-py is not installed (pip install 'wasmext[python-plugins]')")
+        pytest.skip("componentize-py is not installed (pip install 'wasmext[build]')")
     folder = example("python", tmp_path)
     edit(folder / "app.py", "\n\nclass Hello", "\nnope = undefined_name + 1\n\nclass Hello")
     line_no = next(i for i, ln in enumerate((folder / "app.py").read_text().splitlines(), 1)

@@ -16,7 +16,7 @@ from pathlib import Path
 from wasmext.manifest import BuildSpec
 from wasmext_cli.build import BuildError, ToolchainMissing, sdk_for
 
-INSTALL_HINT = "pip install 'wasmext[python-plugins]'   (installs componentize-py)"
+INSTALL_HINT = "pip install 'wasmext[build]'   (installs componentize-py)"
 
 
 def componentize_py() -> str:
