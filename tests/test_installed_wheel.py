@@ -147,6 +147,19 @@ def test_run_without_arguments_after_install(installed: Installed) -> None:
     assert str(ROOT) not in proc.stderr  # the example came from the installed package
 
 
+def test_the_readme_ten_lines_run_from_the_wheel(installed: Installed) -> None:
+    """The README's embedding example, in an empty folder, with nothing but the wheel."""
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("## Ten lines of Python")[1].split("```python")[1].split("```")[0]
+    folder = installed.work / "readme"
+    folder.mkdir()
+    proc = installed.run(str(installed.bin / "python"), "-c", code, cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ["Mail [EMAIL]", "say HI"]
+    assert any("pii-mask" in line and "changed" in line for line in lines[2:])
+
+
 def test_the_wheel_carries_every_sdk_and_py_typed(installed: Installed) -> None:
     site = next((installed.bin.parent / "lib").glob("python3*/site-packages"))
     shipped = {p.name for p in (site / "wasmext_cli" / "_data" / "guest-sdks").iterdir()}
