@@ -47,11 +47,13 @@ export function config(key, fallback = MISSING) {
   return orDefault(() => hostOp("config.get", { key }), fallback);
 }
 export function secret(key) { return hostOp("secret.get", { key }); }
-export function stateGet(key, fallback = MISSING, scope = "plugin") {
+// State scope: "session" (the default in every SDK and the host) or "plugin" (shared by
+// the plugin's sessions; the only scope a call outside a session may use).
+export function stateGet(key, fallback = MISSING, scope = "session") {
   return orDefault(() => hostOp("state.get", { key, scope }), fallback);
 }
-export function stateSet(key, value, scope = "plugin") { hostOp("state.set", { key, value, scope }); }
-export function stateDelete(key, scope = "plugin") { return Boolean(hostOp("state.delete", { key, scope })); }
-export function stateKeys(prefix = "", scope = "plugin") { return hostOp("state.keys", { prefix, scope }); }
+export function stateSet(key, value, scope = "session") { hostOp("state.set", { key, value, scope }); }
+export function stateDelete(key, scope = "session") { return Boolean(hostOp("state.delete", { key, scope })); }
+export function stateKeys(prefix = "", scope = "session") { return hostOp("state.keys", { prefix, scope }); }
 export function emit(topic, payload = null) { return hostOp("event.emit", { topic, payload }); }
 export function log(text, level = "info") { rawLog(LOG_LEVELS[level] ?? 2, String(text)); }

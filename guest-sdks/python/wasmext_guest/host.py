@@ -66,7 +66,10 @@ def secret(key: str) -> Any:
     return call("secret.get", key=key)
 
 
-def state_get(key: str, default: Any = _MISSING, scope: str = "plugin") -> Any:
+def state_get(key: str, default: Any = _MISSING, scope: str = "session") -> Any:
+    """A value this plugin stored (needs `state`). `scope` is "session" (the default in
+    every SDK and the host: this session's value) or "plugin" (shared by the plugin's
+    sessions; the only scope a call outside a session may use)."""
     try:
         return call("state.get", key=key, scope=scope)
     except HostError as err:
@@ -75,18 +78,18 @@ def state_get(key: str, default: Any = _MISSING, scope: str = "plugin") -> Any:
         raise
 
 
-def state_set(key: str, value: Any, scope: str = "plugin", ttl: int | None = None) -> None:
+def state_set(key: str, value: Any, scope: str = "session", ttl: int | None = None) -> None:
     args: dict[str, Any] = {"key": key, "value": value, "scope": scope}
     if ttl is not None:
         args["ttl"] = ttl
     call("state.set", **args)
 
 
-def state_delete(key: str, scope: str = "plugin") -> bool:
+def state_delete(key: str, scope: str = "session") -> bool:
     return bool(call("state.delete", key=key, scope=scope))
 
 
-def state_keys(prefix: str = "", scope: str = "plugin") -> list[str]:
+def state_keys(prefix: str = "", scope: str = "session") -> list[str]:
     return list(call("state.keys", prefix=prefix, scope=scope))
 
 
