@@ -1,5 +1,7 @@
 /* Conformance plugin: each hook exercises one part of the SDK so that the
  * cross-SDK test suite can compare every SDK's behaviour byte for byte. */
+#include <string.h>
+
 #include <wasmext.h>
 
 /* Re-encoding through the reader and writer (not a byte copy) proves every
@@ -115,6 +117,40 @@ static wasmext_verdict llm(wasmext_call *call) {
     return whole_answer(call, &a);
 }
 
+/* data = key → state.set of the string "v:<key>" then state.get of it, both in
+ * the default (session) scope; the value is state.get's whole answer. */
+static wasmext_verdict remember(wasmext_call *call) {
+    wasmext_writer s = WASMEXT_WRITER_INIT, v = WASMEXT_WRITER_INIT;
+    const char *key = data_cstr(call, &s);
+    if (!key) return wasmext_fail(call, WASMEXT_E_INVALID, "remember expects a key");
+    wasmext_write_raw(&v, "v:", 2);
+    wasmext_write_raw(&v, key, strlen(key) + 1);
+    wasmext_answer a;
+    if (wasmext_writer_error(&v) != WASMEXT_OK ||
+        wasmext_state_set_str(key, (const char *)v.buf, NULL, &a) != WASMEXT_OK) {
+        wasmext_writer_free(&s);
+        wasmext_writer_free(&v);
+        return whole_answer(call, &a);
+    }
+    wasmext_answer_free(&a);
+    (void)wasmext_state_get(key, NULL, &a);
+    wasmext_writer_free(&s);
+    wasmext_writer_free(&v);
+    return whole_answer(call, &a);
+}
+
+/* data = topic → event.emit with the payload "hi"; the whole answer. */
+static wasmext_verdict announce(wasmext_call *call) {
+    static const uint8_t hi[3] = {0xa2, 'h', 'i'};
+    wasmext_writer s = WASMEXT_WRITER_INIT;
+    const char *topic = data_cstr(call, &s);
+    if (!topic) return wasmext_fail(call, WASMEXT_E_INVALID, "announce expects a topic");
+    wasmext_answer a;
+    (void)wasmext_emit(topic, hi, sizeof hi, &a);
+    wasmext_writer_free(&s);
+    return whole_answer(call, &a);
+}
+
 /* turn: data = agent name → agents.request with input "ping";
  * step: the same through agents.send. */
 static wasmext_verdict agent_call(wasmext_call *call, bool wait) {
@@ -169,6 +205,8 @@ static const wasmext_hook hooks[] = {
     WASMEXT_HOOK("llm", llm),
     WASMEXT_HOOK("turn", turn),
     WASMEXT_HOOK("step", step),
+    WASMEXT_HOOK("remember", remember),
+    WASMEXT_HOOK("announce", announce),
 };
 
 WASMEXT_PLUGIN("c-conformance", "0.1.0", hooks);

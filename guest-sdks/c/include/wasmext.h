@@ -202,6 +202,25 @@ int wasmext_agents_request(const char *agent, const void *input, size_t input_le
 int wasmext_agents_send(const char *agent, const void *input, size_t input_len,
                         wasmext_answer *out);
 
+/* state.* (needs "state"). scope NULL = "session", the default in every SDK
+ * and the host; "plugin" shares a value across the plugin's sessions (a call
+ * outside a session may use only that). A missing key answers
+ * WASMEXT_E_NOT_FOUND. state.set: value is one encoded MessagePack value;
+ * ttl_seconds <= 0 = the host's TTL. state.keys: prefix NULL = all keys; the
+ * answer's value is an array of strings. */
+int wasmext_state_get(const char *key, const char *scope, wasmext_answer *out);
+int wasmext_state_set(const char *key, const void *value, size_t value_len, const char *scope,
+                      int ttl_seconds, wasmext_answer *out);
+/* state.set of one string value (session scope unless scope names another). */
+int wasmext_state_set_str(const char *key, const char *value, const char *scope,
+                          wasmext_answer *out);
+int wasmext_state_delete(const char *key, const char *scope, wasmext_answer *out);
+int wasmext_state_keys(const char *prefix, const char *scope, wasmext_answer *out);
+/* event.emit (needs "events" and "emit:<pattern>"): payload is one encoded
+ * MessagePack value, NULL for nil. The answer's value is how many subscribers
+ * it reached. */
+int wasmext_emit(const char *topic, const void *payload, size_t payload_len,
+                 wasmext_answer *out);
 /* Direct log through the `log` import (no formatting: pass finished text). */
 void wasmext_log(int level, const char *text);
 void wasmext_log_n(int level, const char *text, size_t len);

@@ -1,6 +1,7 @@
-/* Wrappers for the ops of ABI minor 1 (SPEC 4.5): http.fetch, llm.complete,
- * agents.request, agents.send. Each answers `unsupported` locally when the
- * host negotiated a minor below 1 (SPEC 3.1), without calling the host. */
+/* Typed wrappers for the ops beyond config/secret: state.*, event.emit
+ * (minor 0), http.fetch, llm.complete, agents.request, agents.send (minor 1).
+ * An op newer than the host's negotiated minor answers
+ * `unsupported` locally (SPEC 3.1), without calling the host. */
 #include <string.h>
 
 #include "wasmext.h"
@@ -19,10 +20,12 @@ static int world_error(wasmext_answer *a, const char *code, const char *message)
     return WASMEXT_ERR_HOST;
 }
 
-/* Start {"op": op, ...} with `pairs` more pairs; NULL when the host is too old. */
-static wasmext_writer *begin(const char *op, uint32_t pairs, wasmext_answer *out) {
-    if (wasmext_host_abi_minor() < 1) {
-        world_error(out, WASMEXT_E_UNSUPPORTED, "the host's ABI minor is below 1");
+/* Start {"op": op, ...} with `pairs` more pairs; NULL when the host's minor is
+ * below `since`. */
+static wasmext_writer *begin_since(int since, const char *op, uint32_t pairs,
+                                   wasmext_answer *out) {
+    if (wasmext_host_abi_minor() < since) {
+        world_error(out, WASMEXT_E_UNSUPPORTED, "the host's ABI minor is below the op's");
         return NULL;
     }
     wasmext_writer *w = &g_world;
@@ -31,6 +34,10 @@ static wasmext_writer *begin(const char *op, uint32_t pairs, wasmext_answer *out
     wasmext_write_cstr(w, "op");
     wasmext_write_cstr(w, op);
     return w;
+}
+
+static wasmext_writer *begin(const char *op, uint32_t pairs, wasmext_answer *out) {
+    return begin_since(1, op, pairs, out);
 }
 
 static int send(wasmext_writer *w, wasmext_answer *out) {
@@ -121,4 +128,90 @@ int wasmext_agents_request(const char *agent, const void *input, size_t input_le
 int wasmext_agents_send(const char *agent, const void *input, size_t input_len,
                         wasmext_answer *out) {
     return agents_op(WASMEXT_OP_AGENTS_SEND, agent, input, input_len, 0, out);
+}
+
+/* ---- state.*, event.emit (minor 0) ------------------------------------ */
+
+/* "scope" is written only when the caller names one: the host's default is
+ * the session scope, as in every SDK. */
+static wasmext_writer *begin_state(const char *op, const char *scope, uint32_t pairs,
+                                   wasmext_answer *out) {
+    wasmext_writer *w = begin_since(0, op, pairs + (scope ? 1 : 0), out);
+    if (w && scope) {
+        wasmext_write_cstr(w, "scope");
+        wasmext_write_cstr(w, scope);
+    }
+    return w;
+}
+
+int wasmext_state_get(const char *key, const char *scope, wasmext_answer *out) {
+    if (!key) return world_error(out, WASMEXT_E_INVALID, "state.get needs a key");
+    wasmext_writer *w = begin_state(WASMEXT_OP_STATE_GET, scope, 1, out);
+    if (!w) return WASMEXT_ERR_HOST;
+    wasmext_write_cstr(w, "key");
+    wasmext_write_cstr(w, key);
+    return send(w, out);
+}
+
+int wasmext_state_set(const char *key, const void *value, size_t value_len, const char *scope,
+                      int ttl_seconds, wasmext_answer *out) {
+    if (!key || !value || value_len == 0)
+        return world_error(out, WASMEXT_E_INVALID, "state.set needs a key and a value");
+    wasmext_writer *w = begin_state(WASMEXT_OP_STATE_SET, scope, 2 + (ttl_seconds > 0 ? 1 : 0),
+                                    out);
+    if (!w) return WASMEXT_ERR_HOST;
+    wasmext_write_cstr(w, "key");
+    wasmext_write_cstr(w, key);
+    wasmext_write_cstr(w, "value");
+    wasmext_write_raw(w, value, value_len);
+    if (ttl_seconds > 0) {
+        wasmext_write_cstr(w, "ttl");
+        wasmext_write_int(w, ttl_seconds);
+    }
+    return send(w, out);
+}
+
+int wasmext_state_set_str(const char *key, const char *value, const char *scope,
+                          wasmext_answer *out) {
+    if (!value) return world_error(out, WASMEXT_E_INVALID, "state.set needs a value");
+    wasmext_writer encoded = WASMEXT_WRITER_INIT;
+    wasmext_write_cstr(&encoded, value);
+    int rc = wasmext_writer_error(&encoded) != WASMEXT_OK
+        ? world_error(out, WASMEXT_E_LIMIT, "out of memory encoding a state value")
+        : wasmext_state_set(key, encoded.buf, encoded.len, scope, 0, out);
+    wasmext_writer_free(&encoded);
+    return rc;
+}
+
+int wasmext_state_delete(const char *key, const char *scope, wasmext_answer *out) {
+    if (!key) return world_error(out, WASMEXT_E_INVALID, "state.delete needs a key");
+    wasmext_writer *w = begin_state(WASMEXT_OP_STATE_DELETE, scope, 1, out);
+    if (!w) return WASMEXT_ERR_HOST;
+    wasmext_write_cstr(w, "key");
+    wasmext_write_cstr(w, key);
+    return send(w, out);
+}
+
+int wasmext_state_keys(const char *prefix, const char *scope, wasmext_answer *out) {
+    wasmext_writer *w = begin_state(WASMEXT_OP_STATE_KEYS, scope, prefix ? 1 : 0, out);
+    if (!w) return WASMEXT_ERR_HOST;
+    if (prefix) {
+        wasmext_write_cstr(w, "prefix");
+        wasmext_write_cstr(w, prefix);
+    }
+    return send(w, out);
+}
+
+int wasmext_emit(const char *topic, const void *payload, size_t payload_len,
+                 wasmext_answer *out) {
+    if (!topic) return world_error(out, WASMEXT_E_INVALID, "event.emit needs a topic");
+    wasmext_writer *w = begin_since(0, WASMEXT_OP_EVENT_EMIT, payload ? 2 : 1, out);
+    if (!w) return WASMEXT_ERR_HOST;
+    wasmext_write_cstr(w, "topic");
+    wasmext_write_cstr(w, topic);
+    if (payload) {
+        wasmext_write_cstr(w, "payload");
+        wasmext_write_raw(w, payload, payload_len);
+    }
+    return send(w, out);
 }

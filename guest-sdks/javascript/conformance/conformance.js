@@ -1,8 +1,8 @@
 // Conformance plugin: each hook exercises one part of the SDK so that the
 // cross-SDK test suite can compare every SDK's behaviour (see tests/sdks).
 import { Fail, HostError, Plugin, Stop, UNCHANGED, agentsRequest, agentsSend, config,
-  definePlugin, hook, httpFetch, llmComplete, log, pack, progress, promptGet, promptList, request,
-  resourceList, resourceRead, unpack } from "wasmext";
+  definePlugin, emit, hook, httpFetch, llmComplete, log, pack, progress, promptGet, promptList, request,
+  resourceList, resourceRead, stateGet, stateSet, unpack } from "wasmext";
 
 const str = (v, what) => {
   if (typeof v !== "string") throw new Fail("invalid", what);
@@ -36,6 +36,11 @@ class Conformance extends Plugin {
       }),
       hook("fetch", (url) => whole(() => httpFetch(String(url)))),
       hook("llm", (prompt) => whole(() => llmComplete(String(prompt), { maxTokens: 50 }))),
+      hook("remember", (key) => whole(() => {
+        stateSet(String(key), `v:${key}`);
+        return stateGet(String(key));
+      })),
+      hook("announce", (topic) => whole(() => emit(String(topic), "hi"))),
       hook("turn", (agent) => whole(() => agentsRequest(String(agent), "ping"))),
       hook("step", (agent) => whole(() => agentsSend(String(agent), "ping"))),
       hook("mcp", (req) => {

@@ -12,6 +12,7 @@ from wasmext_guest import (
     agents_request,
     agents_send,
     config,
+    emit,
     export,
     hook,
     http_fetch,
@@ -23,6 +24,8 @@ from wasmext_guest import (
     request,
     resource_list,
     resource_read,
+    state_get,
+    state_set,
 )
 from wasmext_guest.msgpack import pack, unpack
 
@@ -62,6 +65,17 @@ class Conformance(Plugin):
     @hook("llm")
     def llm(self, prompt: Any) -> Any:
         return _whole(lambda: llm_complete(str(prompt), max_tokens=50))
+
+    @hook("remember")
+    def remember(self, key: Any) -> Any:
+        def store_and_read() -> Any:
+            state_set(str(key), f"v:{key}")
+            return state_get(str(key))
+        return _whole(store_and_read)
+
+    @hook("announce")
+    def announce(self, topic: Any) -> Any:
+        return _whole(lambda: emit(str(topic), "hi"))
 
     @hook("turn")
     def turn(self, agent: Any) -> Any:

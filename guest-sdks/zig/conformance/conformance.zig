@@ -1,16 +1,18 @@
 //! Conformance hooks: every SDK implements the same seven, so one Python
 //! suite can check each SDK's MessagePack, memory handling and envelopes.
 
+const std = @import("std");
 const wasmext = @import("wasmext");
 
 const Conformance = struct {
     pub const name = "zig-conformance";
     pub const version = "0.1.0";
     pub const hooks = [_]wasmext.Hook{
-        .{ .hook = "echo" }, .{ .hook = "config" }, .{ .hook = "log" },
-        .{ .hook = "host" }, .{ .hook = "fail" },   .{ .hook = "unchanged" },
-        .{ .hook = "stop" }, .{ .hook = "fetch" },  .{ .hook = "llm" },
-        .{ .hook = "turn" }, .{ .hook = "step" },
+        .{ .hook = "echo" },     .{ .hook = "config" }, .{ .hook = "log" },
+        .{ .hook = "host" },     .{ .hook = "fail" },   .{ .hook = "unchanged" },
+        .{ .hook = "stop" },     .{ .hook = "fetch" },  .{ .hook = "llm" },
+        .{ .hook = "turn" },     .{ .hook = "step" },   .{ .hook = "remember" },
+        .{ .hook = "announce" },
     };
 
     /// Decodes the data token by token and encodes it again with the SDK
@@ -57,6 +59,20 @@ const Conformance = struct {
     /// data: prompt -> llm.complete with max_tokens 50.
     pub fn llm(call: *wasmext.Call) !wasmext.Reply {
         return whole(call, try wasmext.llmComplete(.{ .prompt = try call.dataString(), .max_tokens = 50 }));
+    }
+
+    /// data: key -> state.set of "v:<key>", then state.get of it (session scope).
+    pub fn remember(call: *wasmext.Call) !wasmext.Reply {
+        const key = try call.dataString();
+        const value = try std.fmt.allocPrint(call.arena, "v:{s}", .{key});
+        const stored = try wasmext.stateSet(key, value, .{});
+        if (!stored.ok) return whole(call, stored);
+        return whole(call, try wasmext.stateGet(key, null));
+    }
+
+    /// data: topic -> event.emit with the payload "hi".
+    pub fn announce(call: *wasmext.Call) !wasmext.Reply {
+        return whole(call, try wasmext.emit(try call.dataString(), "hi"));
     }
 
     /// data: agent -> agents.request with input "ping".

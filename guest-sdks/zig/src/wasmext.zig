@@ -48,6 +48,14 @@ pub const configAll = host.configAll;
 pub const hostAbiMinor = host.hostAbiMinor;
 
 const world = @import("world.zig");
+/// State and events (minor 0): `scope` null is the session's, as in every SDK.
+pub const Scope = world.Scope;
+pub const StateOptions = world.StateOptions;
+pub const stateGet = world.stateGet;
+pub const stateSet = world.stateSet;
+pub const stateDelete = world.stateDelete;
+pub const stateKeys = world.stateKeys;
+pub const emit = world.emit;
 /// The ops of ABI minor 1 (SPEC 4.5).
 pub const httpFetch = world.httpFetch;
 pub const Completion = world.Completion;

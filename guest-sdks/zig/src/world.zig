@@ -1,6 +1,7 @@
-//! Wrappers for the ops of ABI minor 1 (SPEC 4.5): http.fetch,
-//! llm.complete, agents.request and agents.send. Each answers `unsupported`
-//! locally when the host announced a minor below 1 (SPEC 3.1).
+//! Typed wrappers for the ops beyond config/secret: state.* and event.emit
+//! (minor 0); http.fetch, llm.complete, agents.request and agents.send
+//! (minor 1), which answer `unsupported` locally when the host announced a
+//! minor below 1 (SPEC 3.1).
 
 const std = @import("std");
 const abi = @import("abi.zig");
@@ -105,4 +106,58 @@ pub fn agentsRequest(agent: []const u8, input: []const u8, timeout_ms: ?u32) msg
 /// `agents.send`: `agentsRequest` without waiting for the answer.
 pub fn agentsSend(agent: []const u8, input: []const u8) msgpack.WriteError!Answer {
     return agentsOp(abi.op.agents_send, agent, input, null);
+}
+
+/// Where a state op reads and writes: `session` (the default in every SDK and
+/// the host: this session's value) or `plugin` (shared by the plugin's
+/// sessions; the only scope a call outside a session may use).
+pub const Scope = enum { session, plugin };
+
+/// Options of `stateSet`: null leaves the scope (session) and TTL to the host.
+pub const StateOptions = struct {
+    scope: ?Scope = null,
+    ttl: ?u32 = null,
+};
+
+/// `state.get` (grant `state`): the answer's value is the stored value; a
+/// missing key answers `not_found`.
+pub fn stateGet(key: []const u8, scope: ?Scope) msgpack.WriteError!Answer {
+    var w: msgpack.Writer = .init(host.arena());
+    try w.write(.{ .op = abi.op.state_get, .key = key, .scope = scope });
+    return host.hostCall(w.bytes());
+}
+
+/// `state.set` (grant `state`): `value` is any value `Writer.write` takes.
+pub fn stateSet(key: []const u8, value: anytype, options: StateOptions) msgpack.WriteError!Answer {
+    var w: msgpack.Writer = .init(host.arena());
+    try w.write(.{ .op = abi.op.state_set, .key = key, .value = value, .scope = options.scope, .ttl = options.ttl });
+    return host.hostCall(w.bytes());
+}
+
+/// `state.delete` (grant `state`): the answer's value is whether the key existed.
+pub fn stateDelete(key: []const u8, scope: ?Scope) msgpack.WriteError!Answer {
+    var w: msgpack.Writer = .init(host.arena());
+    try w.write(.{ .op = abi.op.state_delete, .key = key, .scope = scope });
+    return host.hostCall(w.bytes());
+}
+
+/// `state.keys` (grant `state`): the answer's value is an array of key strings.
+pub fn stateKeys(prefix: ?[]const u8, scope: ?Scope) msgpack.WriteError!Answer {
+    var w: msgpack.Writer = .init(host.arena());
+    try w.write(.{ .op = abi.op.state_keys, .prefix = prefix, .scope = scope });
+    return host.hostCall(w.bytes());
+}
+
+/// `event.emit` (grants `events`, `emit:<pattern>`): `payload` is any value
+/// `Writer.write` takes; the answer's value is how many subscribers it reached.
+pub fn emit(topic: []const u8, payload: anytype) msgpack.WriteError!Answer {
+    var w: msgpack.Writer = .init(host.arena());
+    try w.writeMap(3);
+    try w.writeStr("op");
+    try w.writeStr(abi.op.event_emit);
+    try w.writeStr("topic");
+    try w.writeStr(topic);
+    try w.writeStr("payload");
+    try w.write(payload);
+    return host.hostCall(w.bytes());
 }
