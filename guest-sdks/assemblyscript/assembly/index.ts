@@ -11,7 +11,10 @@ export {
   Answer, abiInfo, configAll, configGet, hostAbiMinor, hostCall, hostCallRaw, hostCallWriter,
   log, logBytes, pluginId, request, secretGet,
 } from "./host";
-export { Completion, agentsRequest, agentsSend, httpFetch, llmComplete } from "./world";
+export {
+  Completion, Scope, agentsRequest, agentsSend, emit, emitString, httpFetch, llmComplete,
+  stateDelete, stateGet, stateKeys, stateSet, stateSetString,
+} from "./world";
 export {
   Call, ExtraEntries, Handler, Hook, NO_PRIORITY, PluginDefinition, Reply, definePlugin, plugin,
 } from "./plugin";

@@ -1,6 +1,7 @@
-// Wrappers for the ops of ABI minor 1 (SPEC 4.5): http.fetch, llm.complete,
-// agents.request and agents.send. Each answers `unsupported` locally when the
-// host announced a minor below 1 (SPEC 3.1).
+// Typed wrappers for the ops beyond config/secret: state.* and event.emit
+// (minor 0); http.fetch, llm.complete, agents.request and agents.send (minor
+// 1), which answer `unsupported` locally when the host announced a minor below
+// 1 (SPEC 3.1).
 import { ErrorCode, Op } from "./abi";
 import { Answer, hostAbiMinor, hostCallWriter, localAnswer, request } from "./host";
 import { Bytes, Writer } from "./msgpack";
@@ -98,4 +99,93 @@ export function agentsRequest(agent: string, input: Bytes, timeoutMs: i32 = 0): 
 /** `agents.send`: agentsRequest without waiting for the answer. */
 export function agentsSend(agent: string, input: Bytes): Answer {
   return agentsOp(Op.AGENTS_SEND, agent, input, 0);
+}
+
+// ---- state.* and event.emit (minor 0) ------------------------------------
+
+/** State scopes: SESSION (the default in every SDK and the host: this
+ * session's value) or PLUGIN (shared by the plugin's sessions; the only scope
+ * a call outside a session may use). */
+export namespace Scope {
+  export const SESSION = "session";
+  export const PLUGIN = "plugin";
+}
+
+// "scope" is written only when the caller names one: the host's default is the session's.
+function stateRequest(op: string, scope: string, args: u32): Writer {
+  const w = request(op, args + (scope.length > 0 ? 1 : 0));
+  if (scope.length > 0) {
+    w.writeString("scope");
+    w.writeString(scope);
+  }
+  return w;
+}
+
+/** `state.get` (grant `state`): the answer's value is the stored value; a
+ * missing key answers `not_found`. `scope` "" is the session's. */
+export function stateGet(key: string, scope: string = ""): Answer {
+  const w = stateRequest(Op.STATE_GET, scope, 1);
+  w.writeString("key");
+  w.writeString(key);
+  return hostCallWriter(w);
+}
+
+/** `state.set` (grant `state`): `value` is one encoded MessagePack value;
+ * `ttl` 0 leaves the expiry to the host. */
+export function stateSet(key: string, value: Bytes, scope: string = "", ttl: i32 = 0): Answer {
+  const w = stateRequest(Op.STATE_SET, scope, 2 + (ttl > 0 ? 1 : 0));
+  w.writeString("key");
+  w.writeString(key);
+  w.writeString("value");
+  w.writeRaw(value);
+  if (ttl > 0) {
+    w.writeString("ttl");
+    w.writeInt(ttl);
+  }
+  return hostCallWriter(w);
+}
+
+/** `state.set` of one string value. */
+export function stateSetString(key: string, value: string, scope: string = ""): Answer {
+  const encoded = new Writer(value.length + 8);
+  encoded.writeString(value);
+  return stateSet(key, encoded.bytes(), scope);
+}
+
+/** `state.delete` (grant `state`): the answer's value is whether the key existed. */
+export function stateDelete(key: string, scope: string = ""): Answer {
+  const w = stateRequest(Op.STATE_DELETE, scope, 1);
+  w.writeString("key");
+  w.writeString(key);
+  return hostCallWriter(w);
+}
+
+/** `state.keys` (grant `state`): the answer's value is an array of key strings. */
+export function stateKeys(prefix: string = "", scope: string = ""): Answer {
+  const w = stateRequest(Op.STATE_KEYS, scope, prefix.length > 0 ? 1 : 0);
+  if (prefix.length > 0) {
+    w.writeString("prefix");
+    w.writeString(prefix);
+  }
+  return hostCallWriter(w);
+}
+
+/** `event.emit` (grants `events`, `emit:<pattern>`): `payload` is one encoded
+ * MessagePack value, null for nil; the answer's value is how many subscribers
+ * it reached. */
+export function emit(topic: string, payload: Bytes | null = null): Answer {
+  const w = request(Op.EVENT_EMIT, 2);
+  w.writeString("topic");
+  w.writeString(topic);
+  w.writeString("payload");
+  if (payload !== null) w.writeRaw(payload);
+  else w.writeNil();
+  return hostCallWriter(w);
+}
+
+/** `event.emit` with a string payload. */
+export function emitString(topic: string, payload: string): Answer {
+  const encoded = new Writer(payload.length + 8);
+  encoded.writeString(payload);
+  return emit(topic, encoded.bytes());
 }

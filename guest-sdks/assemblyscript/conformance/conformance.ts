@@ -2,7 +2,8 @@
 // cross-SDK test suite can compare every SDK's behaviour byte for byte.
 import {
   Answer, Bytes, Call, Completion, ErrorCode, LogLevel, Reply, Type, agentsRequest, agentsSend,
-  configGet, definePlugin, hostCall, httpFetch, llmComplete, logBytes,
+  configGet, definePlugin, emitString, hostCall, httpFetch, llmComplete, logBytes, stateGet,
+  stateSetString,
 } from "@wasmext/as-sdk";
 export * from "@wasmext/as-sdk/exports";
 
@@ -77,6 +78,22 @@ function llm(call: Call): Reply {
   return whole(call, llmComplete(c));
 }
 
+// data = key -> state.set of "v:<key>", then state.get of it (session scope).
+function remember(call: Call): Reply {
+  const key = call.dataString();
+  if (key === null) return call.fail(ErrorCode.INVALID, "remember expects a key");
+  const stored = stateSetString(key, "v:" + key);
+  if (!stored.ok) return whole(call, stored);
+  return whole(call, stateGet(key));
+}
+
+// data = topic -> event.emit with the payload "hi".
+function announce(call: Call): Reply {
+  const topic = call.dataString();
+  if (topic === null) return call.fail(ErrorCode.INVALID, "announce expects a topic");
+  return whole(call, emitString(topic, "hi"));
+}
+
 function ping(): Bytes {
   const b = new Uint8Array(5);
   b[0] = 0xa4; b[1] = 0x70; b[2] = 0x69; b[3] = 0x6e; b[4] = 0x67; // "ping"
@@ -108,4 +125,6 @@ definePlugin("assemblyscript-conformance", "0.1.0")
   .hook("fetch", fetch)
   .hook("llm", llm)
   .hook("turn", turn)
-  .hook("step", step);
+  .hook("step", step)
+  .hook("remember", remember)
+  .hook("announce", announce);
