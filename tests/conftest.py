@@ -90,3 +90,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("missing toolchains and servers (CI fails on these)")
     for reason, count in sorted(_missing.items()):
         terminalreporter.write_line(f"{count:4d} skipped: {reason}")
+
+
+@pytest.fixture(scope="session")
+def component_cache_dir() -> Path:
+    """Compiled components kept between runs (a compile takes 15-30 s), in
+    $WASMEXT_TEST_COMPONENT_CACHE or the user's cache folder; the cache authenticates
+    what it reads, so a stale or foreign entry is recompiled, never trusted."""
+    kept = os.environ.get("WASMEXT_TEST_COMPONENT_CACHE")
+    return Path(kept) if kept else Path.home() / ".cache" / "wasmext-tests" / "components"
+
+
+@pytest.fixture
+def crt(component_cache_dir: Path) -> Iterator[Runtime]:
+    """A runtime whose compile cache is the run's shared component cache."""
+    with Runtime(cache=CompileCache(component_cache_dir / "modules",
+                                    component_cache_dir / "key")) as rt:
+        yield rt

@@ -2,9 +2,66 @@ package wasmext
 
 import "wasmext.dev/wasmext/msgpack"
 
-// Wrappers for the ops of ABI minor 1 (SPEC 4.5). Like every wrapper they go
-// through HostOp, which answers unsupported locally when the host announced a
-// minor below 1 (SPEC 3.1).
+// Typed wrappers for the ops beyond config/secret: state.* and event.emit
+// (minor 0), http.fetch, llm.complete, agents.request and agents.send (minor
+// 1). Like every wrapper they go through HostOp, which answers unsupported
+// locally when the host announced a minor below the op's (SPEC 3.1).
+
+// Scope says where a state op reads and writes: ScopeSession ("", the default
+// in every SDK and the host: this session's value) or ScopePlugin (shared by
+// the plugin's sessions; the only scope a call outside a session may use).
+type Scope string
+
+const (
+	ScopeSession Scope = ""
+	ScopePlugin  Scope = "plugin"
+)
+
+func stateArgs(scope Scope, args map[string]any) map[string]any {
+	if scope != ScopeSession {
+		args["scope"] = string(scope)
+	}
+	return args
+}
+
+// StateGet sends state.get (grant "state"): the answer's value is the stored
+// value; a missing key answers not_found.
+func StateGet(key string, scope Scope) Answer {
+	return HostOp(OpStateGet, stateArgs(scope, map[string]any{"key": key}))
+}
+
+// StateSet sends state.set (grant "state") of any value the msgpack package
+// encodes; ttlSeconds 0 leaves the expiry to the host.
+func StateSet(key string, value any, scope Scope, ttlSeconds int) Answer {
+	args := map[string]any{"key": key, "value": value}
+	if ttlSeconds > 0 {
+		args["ttl"] = ttlSeconds
+	}
+	return HostOp(OpStateSet, stateArgs(scope, args))
+}
+
+// StateDelete sends state.delete (grant "state"): the answer's value is
+// whether the key existed.
+func StateDelete(key string, scope Scope) Answer {
+	return HostOp(OpStateDelete, stateArgs(scope, map[string]any{"key": key}))
+}
+
+// StateKeys sends state.keys (grant "state"; prefix "" = every key): the
+// answer's value is an array of key strings.
+func StateKeys(prefix string, scope Scope) Answer {
+	args := map[string]any{}
+	if prefix != "" {
+		args["prefix"] = prefix
+	}
+	return HostOp(OpStateKeys, stateArgs(scope, args))
+}
+
+// Emit sends event.emit (grants "events" and "emit:<pattern>") with any
+// payload the msgpack package encodes; the answer's value is how many
+// subscribers it reached.
+func Emit(topic string, payload any) Answer {
+	return HostOp(OpEventEmit, map[string]any{"topic": topic, "payload": payload})
+}
 
 // HTTPFetch sends http.fetch (grants "http" and "http:<host pattern>"):
 // method ("" = GET), url, extra headers (nil = none) and body (nil = none).

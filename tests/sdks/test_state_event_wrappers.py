@@ -22,9 +22,8 @@ GRANTS = {"state", "events", "emit:conf.*"}
 
 
 @pytest.mark.parametrize("lang", SDK_LANGS)
-def test_state_wrappers_default_to_the_session_scope(lang: str) -> None:
-    host = Host(HostConfig(state_backend="memory"), runtime=Runtime(cache=False),
-                plugin_dirs=[])
+def test_state_wrappers_default_to_the_session_scope(lang: str, crt: Runtime) -> None:
+    host = Host(HostConfig(state_backend="memory"), runtime=crt, plugin_dirs=[])
     try:
         plugin = host.add(conformance_wasm(lang), plugin_id=f"ops-{lang}", grants=GRANTS)
 
@@ -45,9 +44,8 @@ def test_state_wrappers_default_to_the_session_scope(lang: str) -> None:
 
 
 @pytest.mark.parametrize("lang", SDK_LANGS)
-def test_emit_wrapper_reaches_a_subscriber_under_its_grant(lang: str) -> None:
-    host = Host(HostConfig(state_backend="memory"), runtime=Runtime(cache=False),
-                plugin_dirs=[])
+def test_emit_wrapper_reaches_a_subscriber_under_its_grant(lang: str, crt: Runtime) -> None:
+    host = Host(HostConfig(state_backend="memory"), runtime=crt, plugin_dirs=[])
     got: list[tuple[str, Any, str | None]] = []
     arrived = threading.Event()
     host.observe.bus.subscribe("conf.*", lambda e: (got.append((e.topic, e.payload, e.source)),

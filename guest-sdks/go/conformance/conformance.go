@@ -26,6 +26,8 @@ func (Conformance) Hooks() []wasmext.Hook {
 		wasmext.On("llm", llm),
 		wasmext.On("turn", turn),
 		wasmext.On("step", step),
+		wasmext.On("remember", remember),
+		wasmext.On("announce", announce),
 	}
 }
 
@@ -141,3 +143,25 @@ func step(c *wasmext.Call) wasmext.Reply {
 func init() { wasmext.Register(Conformance{}) }
 
 func main() {}
+
+// remember: data is a key; state.set of "v:<key>", then state.get of it
+// (session scope).
+func remember(c *wasmext.Call) wasmext.Reply {
+	key, err := c.DataString()
+	if err != nil {
+		return wasmext.Fail(wasmext.CodeInvalid, "remember expects a key")
+	}
+	if stored := wasmext.StateSet(key, "v:"+key, wasmext.ScopeSession, 0); !stored.OK {
+		return whole(c, stored)
+	}
+	return whole(c, wasmext.StateGet(key, wasmext.ScopeSession))
+}
+
+// announce: data is a topic; event.emit with the payload "hi".
+func announce(c *wasmext.Call) wasmext.Reply {
+	topic, err := c.DataString()
+	if err != nil {
+		return wasmext.Fail(wasmext.CodeInvalid, "announce expects a topic")
+	}
+	return whole(c, wasmext.Emit(topic, "hi"))
+}

@@ -22,6 +22,8 @@ impl Plugin for Conformance {
         Hook::new("llm", Handler(Self::llm)),
         Hook::new("turn", Handler(Self::turn)),
         Hook::new("step", Handler(Self::step)),
+        Hook::new("remember", Handler(Self::remember)),
+        Hook::new("announce", Handler(Self::announce)),
     ];
 }
 
@@ -91,6 +93,23 @@ impl Conformance {
     /// data: agent -> agents.send with input "ping".
     fn step(&mut self, call: &mut Call) -> Result<Reply> {
         let answer = wasmext::agents_send(call.data_str()?, b"\xa4ping");
+        Self::whole(call, answer)
+    }
+
+    /// data: key -> state.set of "v:<key>", then state.get of it (session scope).
+    fn remember(&mut self, call: &mut Call) -> Result<Reply> {
+        let key = call.data_str()?.to_owned();
+        let stored = wasmext::state_set(&key, format!("v:{}", key).as_str(), None, None);
+        if !stored.is_ok() {
+            return Self::whole(call, stored);
+        }
+        let answer = wasmext::state_get(&key, None);
+        Self::whole(call, answer)
+    }
+
+    /// data: topic -> event.emit with the payload "hi".
+    fn announce(&mut self, call: &mut Call) -> Result<Reply> {
+        let answer = wasmext::emit(call.data_str()?, "hi");
         Self::whole(call, answer)
     }
 

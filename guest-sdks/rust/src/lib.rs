@@ -53,7 +53,10 @@ pub use host::{Answer, Level, Request};
 pub use msgpack::{Reader, Token};
 pub use plugin::{Call, Handler, Hook, Plugin, Registration, Reply};
 pub use value::Value;
-pub use world::{agents_request, agents_send, http_fetch, llm_complete, Completion};
+pub use world::{
+    agents_request, agents_send, emit, http_fetch, llm_complete, state_delete, state_get,
+    state_keys, state_set, Completion, Scope,
+};
 pub use writer::{to_vec, Bin, Encode, Raw, Writer};
 
 #[doc(hidden)]

@@ -1,11 +1,12 @@
-//! Wrappers for the ops of ABI minor 1 (SPEC 4.5): `http.fetch`,
-//! `llm.complete`, `agents.request` and `agents.send`. Each goes through
-//! [`Request`], which answers `unsupported` locally when the host announced a
-//! minor below 1 (SPEC 3.1).
+//! Typed wrappers for the ops beyond config/secret: `state.*` and
+//! `event.emit` (minor 0); `http.fetch`, `llm.complete`, `agents.request` and
+//! `agents.send` (minor 1). Each goes through [`Request`], which answers
+//! `unsupported` locally when the host announced a minor below the op's
+//! (SPEC 3.1).
 
 use crate::abi::op;
 use crate::host::{Answer, Request};
-use crate::writer::{Bin, Raw, Writer};
+use crate::writer::{Bin, Encode, Raw, Writer};
 
 /// `http.fetch`: `method` ("GET", "POST", ...) `url`, extra headers and an
 /// optional body. Needs the `http` and `http:<host pattern>` grants. The
@@ -86,5 +87,71 @@ pub fn agents_send(agent: &str, input: &[u8]) -> Answer {
     Request::new(op::AGENTS_SEND)
         .arg("agent", agent)
         .arg("input", &Raw(input))
+        .send()
+}
+
+/// Where a state op reads and writes. `None` in the wrappers below is the
+/// session's scope, the default in every SDK and the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// This session's value.
+    Session,
+    /// Shared by the plugin's sessions; the only scope a call outside a
+    /// session may use.
+    Plugin,
+}
+
+fn state_request(op: &'static str, scope: Option<Scope>) -> Request<'static> {
+    let req = Request::new(op);
+    match scope {
+        Some(Scope::Session) => req.arg("scope", "session"),
+        Some(Scope::Plugin) => req.arg("scope", "plugin"),
+        None => req,
+    }
+}
+
+/// `state.get` (grant `state`): the answer's value is the stored value; a
+/// missing key answers `not_found`.
+pub fn state_get(key: &str, scope: Option<Scope>) -> Answer {
+    state_request(op::STATE_GET, scope).arg("key", key).send()
+}
+
+/// `state.set` (grant `state`) of any encodable value; `ttl` in seconds,
+/// `None` for the host's.
+pub fn state_set<T: Encode + ?Sized>(
+    key: &str,
+    value: &T,
+    scope: Option<Scope>,
+    ttl: Option<u32>,
+) -> Answer {
+    let req = state_request(op::STATE_SET, scope)
+        .arg("key", key)
+        .arg("value", value);
+    match ttl {
+        Some(seconds) => req.arg("ttl", &seconds).send(),
+        None => req.send(),
+    }
+}
+
+/// `state.delete` (grant `state`): the answer's value is whether the key existed.
+pub fn state_delete(key: &str, scope: Option<Scope>) -> Answer {
+    state_request(op::STATE_DELETE, scope).arg("key", key).send()
+}
+
+/// `state.keys` (grant `state`): the answer's value is an array of key strings.
+pub fn state_keys(prefix: Option<&str>, scope: Option<Scope>) -> Answer {
+    let req = state_request(op::STATE_KEYS, scope);
+    match prefix {
+        Some(prefix) => req.arg("prefix", prefix).send(),
+        None => req.send(),
+    }
+}
+
+/// `event.emit` (grants `events`, `emit:<pattern>`) of any encodable payload;
+/// the answer's value is how many subscribers it reached.
+pub fn emit<T: Encode + ?Sized>(topic: &str, payload: &T) -> Answer {
+    Request::new(op::EVENT_EMIT)
+        .arg("topic", topic)
+        .arg("payload", payload)
         .send()
 }
