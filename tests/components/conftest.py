@@ -9,8 +9,6 @@ that loads a component.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from support import ROOT, Built

@@ -13,9 +13,9 @@ import threading
 from typing import Any
 
 import pytest
+from test_minor1_sdks import conformance_wasm
 
 from support import SDK_LANGS
-from test_minor1_sdks import conformance_wasm
 from wasmext import Host, HostConfig, Runtime
 
 GRANTS = {"state", "events", "emit:conf.*"}
