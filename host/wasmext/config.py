@@ -62,6 +62,11 @@
     url = "http://127.0.0.1:8000/v1"
     model = "small-model"
 
+    [tracing]                    # OpenTelemetry spans (observe.tracing; wasmext[otel])
+    enabled = true               # off by default
+    exporter = "otlp-http"       # otlp-http, otlp-grpc or console
+    endpoint = "http://127.0.0.1:4318/v1/traces"
+
     [plugin.normalize-text]      # per-plugin settings, limits, failure policy, priority
     settings = { lowercase = true }
     priority = 40
@@ -74,7 +79,8 @@ Relative paths are relative to the file's folder.
 
 Every section is a pydantic model (`ConfigFile` and the section models it holds, some
 kept beside what they configure: `McpSection`, `LlmSection`, `HttpSection`,
-`ExtensionSpec`; `ExtensionsSection` holds the switch, the folders and the entries).
+`TracingSection`, `ExtensionSpec`; `ExtensionsSection` holds the switch, the folders and
+the entries).
 Types, value rules and the rules between fields all live there, so a bad file is one
 ConfigError naming every problem with its field path
 (`field 'limits.fuel_per_call': must be > 0; field 'mcp.servers.x.url': ...`), cleaned
@@ -112,6 +118,7 @@ from wasmext.lifecycle.approvals import Grant
 from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig, env_refs
+from wasmext.observe.tracing import TracingSection, TracingSettings
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.services.http.config import HttpSection, HttpSettings
 from wasmext.services.llm.config import LlmSection
@@ -180,6 +187,7 @@ class HostConfig:
     extension_dirs: tuple[Path, ...] = ()  # [extensions] directories, after the two above
     llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
     http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
+    tracing: TracingSettings = field(default_factory=TracingSettings)  # [tracing]: off
     # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
     # host's own config): no plugin reads them, whatever its manifest or [plugin.ID] env.
     credential_env: frozenset[str] = frozenset()
@@ -401,6 +409,7 @@ class ConfigFile(BaseModel):
     llm: LlmSection = LlmSection()
     http: HttpSection = HttpSection()
     nats: NatsTable = NatsTable()
+    tracing: TracingSection = TracingSection()
 
 
 # -- from the validated file to the HostConfig the host takes ----------------------------
@@ -442,7 +451,8 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         if doc.extensions.enabled else {},
         extensions_enabled=doc.extensions.enabled,
         extension_dirs=tuple(where(d) for d in doc.extensions.directories),
-        llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base))
+        llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base),
+        tracing=doc.tracing.settings())
 
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:
@@ -450,7 +460,8 @@ def parse_config(data: Any, path: Path | None = None) -> HostConfig:
     config = _host_config(check(ConfigFile, data, path), path)
     raw = data if isinstance(data, Mapping) else {}
     credentials = frozenset({config.llm.api_key_env} | env_refs(raw.get("mcp", {}))
-                            | env_refs(raw.get("llm", {})) | env_refs(raw.get("state", {})))
+                            | env_refs(raw.get("llm", {})) | env_refs(raw.get("state", {}))
+                            | env_refs(raw.get("tracing", {})))
     for pid, over in sorted(config.overrides.items()):
         for var in sorted(over.env & credentials):
             raise ConfigError(f"{path or 'config'}: field 'plugin.{pid}.env': environment "

@@ -48,6 +48,7 @@ from wasmext.lifecycle.approvals import granted as approved_grants
 from wasmext.lifecycle.approvals import subject_of
 from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.client.plugin_ops import install as install_mcp_ops
+from wasmext.observe import tracing
 from wasmext.operator_settings import SettingsFile, settings_view
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
@@ -78,6 +79,14 @@ log = logging.getLogger("wasmext.host")
 CLOSE_FLUSH_S = 5.0  # how long close() waits for queued events to reach their subscribers
 
 
+_tracing_install = tracing.install  # `tracing` is also Host.__init__'s parameter
+
+
+def _span_hook(hook: str) -> str:
+    """A hook name fit for a span name: the plugin may have chosen it (tools, tags)."""
+    return tracing.text(hook, 64)
+
+
 class Host:
     """Loads plugins, orders their hooks and calls them under their failure policy.
 
@@ -86,8 +95,12 @@ class Host:
 
     def __init__(self, config: HostConfig | None = None, *, runtime: Runtime | None = None,
                  plugin_dirs: Iterable[tuple[str, Path]] | None = None,
-                 llm: Completer | None = None) -> None:
+                 llm: Completer | None = None,
+                 tracing: tracing.TracingSettings | tracing.Tracing | None = None) -> None:
         self.config = config or HostConfig()
+        # Spans (observe.tracing): an embedder's choice, else [tracing]; off by default.
+        self.tracing = _tracing_install(tracing if tracing is not None
+                                        else self.config.tracing)
         self.runtime = runtime or Runtime(defaults=self.config.limits,
                                           policy=self.config.cap)
         self.enable_state = EnableState(self.config)
@@ -288,6 +301,8 @@ class Host:
             self._state.close()
         self.runtime.close()
         self.plugins.clear()
+        if self.tracing is not None:  # the spans still batched are sent first
+            tracing.deactivate(self.tracing)
 
     # -- loading -------------------------------------------------------------------
 
@@ -547,6 +562,33 @@ class Host:
 
     def _invoke(self, entry: Entry, data: Any, session: HookSession | None,
                 policy: str | None) -> tuple[CallResult | None, str | None]:
+        traced = tracing.ACTIVE
+        if traced is None:  # off: one global read per hook call
+            return self._run_entry(entry, data, session, policy)
+        # A hook span's parent: the span current here (middleware next, a worker's
+        # request), else its session's span (an awaited call on a pool thread).
+        parent = traced.parent_for(getattr(session, "otel_context", None))
+        started = time.perf_counter()
+        with traced.span(f"wasmext.hook {_span_hook(entry.hook)}", {
+                "wasmext.plugin_id": tracing.text(entry.plugin_id),
+                "wasmext.hook": tracing.text(entry.hook)}, parent=parent) as span:
+            result, reason = self._run_entry(entry, data, session, policy)
+            span.set_attribute("wasmext.duration_ms",
+                               round((time.perf_counter() - started) * 1000, 3))
+            if result is not None:
+                span.set_attribute("wasmext.outcome", "stop" if result.stop else "ok")
+                span.set_attribute("wasmext.fuel_used", int(result.fuel or 0))
+            else:
+                failure = isinstance(reason, CallFailure)
+                span.set_attribute("wasmext.outcome", "failed" if failure else "skipped")
+                if failure:
+                    traced.failed(span, str(reason))
+                else:
+                    span.set_attribute("wasmext.skip_reason", tracing.text(reason or ""))
+            return result, reason
+
+    def _run_entry(self, entry: Entry, data: Any, session: HookSession | None,
+                   policy: str | None) -> tuple[CallResult | None, str | None]:
         lp = self.plugins.get(entry.plugin_id)
         if lp is None:
             return None, "not loaded"
@@ -635,8 +677,10 @@ class Host:
         the user whose output-extension activations its `#name`s use."""
         s = Session(self, session_id or random_hex(), dict(state or {}))
         s.user_id = user_id
-        s.start()
-        try:
-            yield s
-        finally:
-            s.end()
+        traced = tracing.ACTIVE
+        with contextlib.nullcontext() if traced is None else traced.current(s.open_span()):
+            s.start()
+            try:
+                yield s
+            finally:
+                s.end()

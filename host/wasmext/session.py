@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from wasmext.hooks.context import HookHost
 from wasmext.hooks.transform import run_transform  # the hot path: imported once, not per call
 from wasmext.ids import random_hex
+from wasmext.observe import tracing
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -122,6 +123,22 @@ class Session:
         # Whose output-extension activations `#name` resolves to (hooks.activations);
         # kept out of `context`, so plugins are not told who the user is.
         self.user_id: str | None = None
+        # The session's span (observe.tracing) and a Context holding it: the parent of
+        # its hook calls' spans wherever they run. None while tracing is off.
+        self.otel_context: Any = None
+        self._span: Any = None
+
+    def open_span(self) -> Any:
+        """Start the session's span (tracing on) and return its Context; `end` ends it."""
+        traced = tracing.ACTIVE
+        if traced is None or self._span is not None:
+            return self.otel_context
+        self._span = traced.start("wasmext.session", {"wasmext.session_id": tracing.text(self.id)})
+        self.otel_context = traced.context_of(self._span)
+        trace_id = self._span.get_span_context().trace_id
+        if trace_id:  # plugins' meta.context names the trace an operator will look up
+            self.context["trace_id"] = format(trace_id, "032x")
+        return self.otel_context
 
     def hook_context(self, hook: str) -> dict[str, Any]:
         """`context` for one hook call: the session's, plus the tool names where relevant."""
@@ -134,6 +151,7 @@ class Session:
     def start(self) -> LifecycleResult:
         """Emit session.started and run the session_start plugins; keeps their system messages."""
         self._started = time.monotonic()
+        self.open_span()
         self.host.observe.bus.emit_runtime("session.started", session_id=self.id)
         result = self.lifecycle("session_start")
         self.system_messages.extend(result.system_messages)
@@ -141,8 +159,12 @@ class Session:
 
     def end(self) -> LifecycleResult:
         """Run the session_end plugins, delete the session's state and emit session.ended."""
-        result = self.lifecycle("session_end", messages=self.messages)
-        self.host.session_ended(self.id)  # the session's state goes with it
+        try:
+            result = self.lifecycle("session_end", messages=self.messages)
+            self.host.session_ended(self.id)  # the session's state goes with it
+        finally:
+            if self._span is not None:
+                self._span.end()
         self.host.observe.bus.emit_runtime(
             "session.ended", session_id=self.id,
             duration_ms=(time.monotonic() - getattr(self, "_started", time.monotonic())) * 1000)

@@ -50,6 +50,7 @@ from wasmext.cluster.registry import RemoteExtension
 from wasmext.cluster.signed import check_reply
 from wasmext.errors import SignatureInvalid
 from wasmext.ids import random_hex
+from wasmext.observe import tracing
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -90,6 +91,22 @@ class RemoteStats:
         return data[min(len(data) - 1, int(q * len(data)))] if data else None
 
 
+def _span_attributes(ext: RemoteExtension) -> dict[str, Any]:
+    return {"wasmext.extension": tracing.text(ext.id), "wasmext.stage": ext.type,
+            "messaging.system": "nats", "messaging.destination.name": tracing.text(ext.subject)}
+
+
+def _outcome(traced: tracing.Tracing, span: Any, outcome: tuple[Any, str | None]
+             ) -> tuple[Any, str | None]:
+    """Note a remote call's outcome on its span; returns it."""
+    if outcome[1] is None:
+        span.set_attribute("wasmext.outcome", "ok")
+    else:
+        span.set_attribute("wasmext.outcome", "failed")
+        traced.failed(span, outcome[1])
+    return outcome
+
+
 class _Failure(Exception):
     def __init__(self, reason: str, retryable: bool) -> None:
         super().__init__(reason)
@@ -113,6 +130,15 @@ class RemoteCaller:
     def call(self, ext: RemoteExtension, data: Any, ids: CallIds
              ) -> tuple[Any, str | None]:
         """(the in-process shaped answer, None) or (None, why it failed)."""
+        traced = tracing.ACTIVE
+        if traced is None:
+            return self._call(ext, data, ids)
+        with traced.span(f"wasmext.remote {ext.type}", _span_attributes(ext),
+                         kind="client") as span:
+            return _outcome(traced, span, self._call(ext, data, ids))
+
+    def _call(self, ext: RemoteExtension, data: Any, ids: CallIds
+              ) -> tuple[Any, str | None]:
         attempts = self._attempts(ext, data, ids)
         try:
             subject, payload, headers, timeout_s = next(attempts)
@@ -128,6 +154,15 @@ class RemoteCaller:
     async def acall(self, ext: RemoteExtension, data: Any, ids: CallIds
                     ) -> tuple[Any, str | None]:
         """`call` for an async caller: each attempt awaited, no thread blocked."""
+        traced = tracing.ACTIVE
+        if traced is None:
+            return await self._acall(ext, data, ids)
+        with traced.span(f"wasmext.remote {ext.type}", _span_attributes(ext),
+                         kind="client") as span:
+            return _outcome(traced, span, await self._acall(ext, data, ids))
+
+    async def _acall(self, ext: RemoteExtension, data: Any, ids: CallIds
+                     ) -> tuple[Any, str | None]:
         attempts = self._attempts(ext, data, ids)
         try:
             subject, payload, headers, timeout_s = next(attempts)
@@ -156,6 +191,8 @@ class RemoteCaller:
                    CONTENT_TYPE: encoding, CALL_ID_HEADER: random_hex()}
         if ids.calls_left is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, ids.calls_left))
+        if tracing.ACTIVE is not None:  # the worker's spans join this call's trace (W3C)
+            tracing.ACTIVE.inject(headers)
         with self._lock:
             stats.calls += 1
         reason = "no attempt"

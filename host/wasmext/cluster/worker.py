@@ -63,6 +63,7 @@ from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
 from wasmext.cluster.registry import EXT_TYPES, check_prefix, subject_for
 from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
+from wasmext.observe import tracing
 from wasmext.sandbox import calltree
 from wasmext.services.state import applying
 from wasmext.session import Session
@@ -120,6 +121,7 @@ class _Budget:
         self.calls_left = int(raw) if raw.isdigit() and len(raw) <= 9 else None
         key = hdrs.get(CALL_ID_HEADER)
         self.key = None if key is None else session_id(key)
+        self.headers = hdrs  # the caller's trace context (traceparent), read when traced
 
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -326,6 +328,18 @@ class Worker:
         """The encoded answer, or None when the request expired before it could run."""
         if budget.expired():  # it waited in the pool's queue past the caller's deadline
             return None
+        traced = tracing.ACTIVE
+        if traced is None:
+            return self._run(stage, raw, encoding, budget)
+        # A child of the caller's span (W3C traceparent in the request's headers).
+        with traced.span(f"wasmext.worker {stage.kind}", {
+                "wasmext.plugin_id": tracing.text(stage.plugin_id), "wasmext.stage": stage.kind,
+                "wasmext.worker": tracing.text(self.name), "messaging.system": "nats",
+                "messaging.destination.name": tracing.text(stage.subject)},
+                kind="server", parent=traced.extract(budget.headers)):
+            return self._run(stage, raw, encoding, budget)
+
+    def _run(self, stage: Stage, raw: bytes, encoding: str, budget: _Budget) -> bytes:
         peer = f"request for {stage.plugin_id}"
         request: ExtRequest | ProviderRequest
         if stage.kind == "provider":

@@ -18,6 +18,7 @@ from typing import Any
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
 from wasmext.errors import CapabilityDenied, EncodeError, OpError, WasmextError
+from wasmext.observe import tracing
 from wasmext.sandbox.codec import DecodeError, decode, encode
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
@@ -160,6 +161,32 @@ class HostServices:
                 return False, _error("denied", exc.message)
         if handler is None:
             return False, _error("unsupported", f"op {op!r} is not implemented by this host")
+        if tracing.ACTIVE is not None and op in LEAVING_OPS:
+            return self._traced(tracing.ACTIVE, handler, ctx, op, req)
+        return self._handle(handler, ctx, op, req)
+
+    def _traced(self, traced: tracing.Tracing, handler: OpHandler, ctx: CallContext, op: str,
+                req: dict[str, Any]) -> tuple[bool, Any]:
+        """`_handle` in a span: an op whose work leaves the sandbox (a request out, another
+        plugin's tool, the model). What the guest named is cleaned and bounded."""
+        attributes = {"wasmext.plugin_id": tracing.text(ctx.plugin_id), "wasmext.op": op}
+        for field_name, attribute in _NAMED_BY_GUEST.get(op, ()):
+            value = req.get(field_name)
+            if isinstance(value, str):
+                attributes[attribute] = tracing.text(_host_of(value) if field_name == "url"
+                                                     else value)
+        with traced.span(f"wasmext.op {op}", attributes, kind="client") as span:
+            ok, out = self._handle(handler, ctx, op, req)
+            if ok:
+                span.set_attribute("wasmext.outcome", "ok")
+            else:
+                error = out["error"]
+                span.set_attribute("wasmext.outcome", tracing.text(error["code"], 64))
+                traced.failed(span, error["message"])
+            return ok, out
+
+    def _handle(self, handler: OpHandler, ctx: CallContext, op: str,
+                req: dict[str, Any]) -> tuple[bool, Any]:
         try:
             return True, handler(ctx, req)
         except OpError as exc:
@@ -190,6 +217,33 @@ class HostServices:
 
 
 DENIALS_REMEMBERED = 4096
+# Ops whose work leaves the sandbox: each gets a span while tracing is on (the others,
+# state and log and config, are the hook call's own and stay in its span).
+LEAVING_OPS = frozenset({"http.fetch", "llm.complete", "tool.call", "agents.request",
+                         "agents.send", "resource.list", "resource.read", "prompt.list",
+                         "prompt.get"})
+# (request field, span attribute) a span names: plugin-chosen text, cleaned.
+_NAMED_BY_GUEST: dict[str, tuple[tuple[str, str], ...]] = {
+    "tool.call": (("name", "wasmext.tool"),),
+    "http.fetch": (("method", "http.request.method"), ("url", "server.address")),
+    "llm.complete": (("model", "gen_ai.request.model"),),
+    "agents.request": (("agent", "wasmext.agent"),),
+    "agents.send": (("agent", "wasmext.agent"),),
+    "resource.list": (("server", "wasmext.mcp_server"),),
+    "resource.read": (("server", "wasmext.mcp_server"),),
+    "prompt.list": (("server", "wasmext.mcp_server"),),
+    "prompt.get": (("server", "wasmext.mcp_server"), ("name", "wasmext.prompt")),
+}
+
+
+def _host_of(url: str) -> str:
+    """A URL's host only: its path and query may carry a token."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url[:2048]).hostname or ""
+    except ValueError:
+        return ""
 _OK_VALUE = b"\x82\xa2ok\xc3\xa5value"  # {"ok": true, "value": ... as MessagePack
 
 

@@ -23,6 +23,7 @@ Quota errors answer `limit`, a failed compare-and-set `conflict`.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import time
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import PluginError
+from wasmext.observe import tracing
 from wasmext.sandbox import calltree
 from wasmext.sandbox.codec import DecodeError, decode, encode
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
@@ -103,7 +105,12 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                 # The commit, after the guest returned, gets what is left of the call's
                 # time, but at least COMMIT_FLOOR: work a call did is not dropped for a
                 # few milliseconds.
-                with within(max(ctx.deadline, time.monotonic() + COMMIT_FLOOR)):
+                traced = tracing.ACTIVE if wrote else None  # a commit writing nothing: no span
+                with within(max(ctx.deadline, time.monotonic() + COMMIT_FLOOR)), \
+                        contextlib.nullcontext() if traced is None else traced.span(
+                            "wasmext.state.commit",
+                            {"wasmext.plugin_id": tracing.text(ctx.plugin_id),
+                             "wasmext.state.changes": wrote}, kind="client"):
                     if once is not None and wrote:
                         opened.once(once.key, APPLIED_TTL_S)
                     report = opened.commit()

@@ -33,6 +33,7 @@ from wasmext.mcp.client.catalog import UpstreamCatalog, list_kind, list_tools
 from wasmext.mcp.client.spec import ServerSpec
 from wasmext.mcp.client.tools import McpToolError, build_tool, reason, result_output
 from wasmext.mcp.client.transport import http_transport
+from wasmext.observe import tracing
 from wasmext.sandbox import callscope, calltree
 from wasmext.services.tools import Runner, ToolRegistry
 
@@ -351,9 +352,6 @@ class McpClients:
         spec = st.spec
 
         def run(args: dict[str, Any], session: Any) -> Any:
-            loop, client = self._loop, st.session
-            if loop is None or client is None:
-                raise RuntimeError(f"mcp server {spec.name} is {st.status}")
             # Called by a plugin: no longer than what is left of its call tree's time.
             left = calltree.remaining()
             wait = spec.call_timeout_s if left is None else min(spec.call_timeout_s, left)
@@ -362,30 +360,48 @@ class McpClients:
             scope = callscope.current()
             if scope is not None and scope.cancelled.is_set():
                 raise McpToolError(f"mcp server {spec.name}: tool {short!r}: cancelled")
-
-            async def progressed(progress: float, total: float | None,
-                                 message: str | None) -> None:
-                if scope is not None:  # upstream progress, passed on to whoever asked
-                    await asyncio.to_thread(scope.report, progress, total, message)
-
-            future = asyncio.run_coroutine_threadsafe(client.call_tool(
-                short, dict(args), progress_callback=progressed if scope else None), loop)
-            # Cancelling the task makes the SDK send notifications/cancelled upstream.
-            forget = scope.on_cancel(future.cancel) if scope is not None else (lambda: None)
-            try:
-                result = future.result(timeout=wait)
-            except concurrent.futures.CancelledError:
-                raise McpToolError(f"mcp server {spec.name}: tool {short!r}: cancelled"
-                                   ) from None
-            except concurrent.futures.TimeoutError:
-                future.cancel()
-                if wait < spec.call_timeout_s:
-                    raise calltree.OutOfTime(f"mcp server {spec.name}: tool {short!r} did not "
-                                             f"answer within the {wait * 1000:.0f} ms the "
-                                             "caller had left") from None
-                raise TimeoutError(f"mcp server {spec.name}: tool {short!r} did not answer "
-                                   f"within {spec.call_timeout_s:g} s") from None
-            finally:
-                forget()
-            return result_output(spec.name, result)
+            traced = tracing.ACTIVE
+            if traced is None:
+                return self._call_tool(st, short, args, wait, scope, None)
+            with traced.span("wasmext.mcp tools/call", {
+                    "wasmext.mcp_server": tracing.text(spec.name),
+                    "wasmext.tool": tracing.text(short)}, kind="client"):
+                meta: dict[str, str] = {}
+                traced.inject(meta)  # the server's spans may join this trace (`_meta`)
+                return self._call_tool(st, short, args, wait, scope, meta)
         return run
+
+    def _call_tool(self, st: _Server, short: str, args: dict[str, Any], wait: float,
+                   scope: callscope.CallScope | None, meta: dict[str, str] | None) -> Any:
+        """One tools/call on `st`'s connection, at most `wait` seconds, cancelled with
+        `scope`; `meta` goes out as the request's `_meta` (trace context)."""
+        spec, loop, client = st.spec, self._loop, st.session
+        if loop is None or client is None:
+            raise RuntimeError(f"mcp server {spec.name} is {st.status}")
+
+        async def progressed(progress: float, total: float | None,
+                             message: str | None) -> None:
+            if scope is not None:  # upstream progress, passed on to whoever asked
+                await asyncio.to_thread(scope.report, progress, total, message)
+
+        future = asyncio.run_coroutine_threadsafe(client.call_tool(
+            short, dict(args), progress_callback=progressed if scope else None,
+            meta=meta or None), loop)  # type: ignore[arg-type]
+        # Cancelling the task makes the SDK send notifications/cancelled upstream.
+        forget = scope.on_cancel(future.cancel) if scope is not None else (lambda: None)
+        try:
+            result = future.result(timeout=wait)
+        except concurrent.futures.CancelledError:
+            raise McpToolError(f"mcp server {spec.name}: tool {short!r}: cancelled"
+                               ) from None
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            if wait < spec.call_timeout_s:
+                raise calltree.OutOfTime(f"mcp server {spec.name}: tool {short!r} did not "
+                                         f"answer within the {wait * 1000:.0f} ms the "
+                                         "caller had left") from None
+            raise TimeoutError(f"mcp server {spec.name}: tool {short!r} did not answer "
+                               f"within {spec.call_timeout_s:g} s") from None
+        finally:
+            forget()
+        return result_output(spec.name, result)

@@ -18,6 +18,7 @@ status, duration, never the arguments.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from wasmext.mcp.server.auth import BearerAuth, rebinding_guard, require_token_f
 from wasmext.mcp.server.changes import ListChanges, fingerprint
 from wasmext.mcp.server.handlers import ServedCatalog
 from wasmext.mcp.server.results import error_code, error_result, tool_result
+from wasmext.observe import tracing
 from wasmext.sandbox.callscope import CallScope
 from wasmext.text import DESCRIPTION_CAP, clean_lines
 
@@ -242,9 +244,16 @@ class McpToolServer:
             anyio.from_thread.run(_progress, ctx, progress, total, message, token=token)
 
         scope = CallScope(progress=report)
+        traced = tracing.ACTIVE
+        # A client that passes W3C trace context in the request's `_meta` gets this
+        # call's spans in its trace.
+        served = contextlib.nullcontext() if traced is None else traced.span(
+            "wasmext.mcp.serve tools/call", {"wasmext.tool": tracing.text(name),
+                                             "wasmext.mcp_client": tracing.text(client)},
+            kind="server", parent=traced.extract(_meta_of(ctx)))
 
         def call() -> dict[str, Any]:
-            with scope.bound(), \
+            with served, scope.bound(), \
                     self.host.session(f"mcp-{client}-{uuid.uuid4().hex[:12]}") as session:
                 try:
                     return self.host.tools.call(name, args, session)
@@ -315,6 +324,12 @@ def _client_id(ctx: ServerRequestContext[Any]) -> str:
     if peer is not None:
         return f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
     return "stdio" if request is None else "http"
+
+
+def _meta_of(ctx: ServerRequestContext[Any]) -> Mapping[str, Any] | None:
+    """The request's `_meta` map, if the client sent one."""
+    meta = getattr(ctx, "meta", None)
+    return meta if isinstance(meta, Mapping) else None
 
 
 async def _progress(ctx: ServerRequestContext[Any], progress: float, total: float | None,
