@@ -93,7 +93,7 @@ def otlp_receiver() -> Iterator[Receiver]:
     """An OTLP/HTTP receiver on 127.0.0.1 (a free port) until the block ends."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.headers.get("Content-Encoding") == "gzip":
                 body = gzip.decompress(body)

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +104,9 @@ def test_caller_and_worker_processes_share_one_trace(nats_url: str, spawn: Any,
 
 
 @pytest.fixture
-def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
+def traced() -> tuple[Tracing, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    yield Tracing.with_exporter(exporter), exporter
+    return Tracing.with_exporter(exporter), exporter
 
 
 def test_remote_call_in_process_carries_traceparent(nats_url: str, tmp_path: Path,
@@ -144,7 +143,7 @@ def test_remote_call_in_process_carries_traceparent(nats_url: str, tmp_path: Pat
                 caller = RemoteCaller(registry, link)
                 ids = CallIds("t-1", "default", time.monotonic() + 5, None)
                 with tracing.span("app.request") as app:
-                    answer, error = caller.call(registry["remote-stamp"],
+                    _, error = caller.call(registry["remote-stamp"],
                                                 {"message": {"payload": "x", "metadata": {}},
                                                  "context": {}}, ids)
                 assert error is None, error

@@ -177,8 +177,15 @@ class HostServices:
                                                      else value)
         with traced.span(f"wasmext.op {op}", attributes, kind="client") as span:
             ok, out = self._handle(handler, ctx, op, req)
-            if ok:
+            # A tool's own failure is an answer the op carries ({"status": "error"}).
+            failed_tool = ok and type(out) is dict and out.get("status") == "error"
+            if ok and not failed_tool:
                 span.set_attribute("wasmext.outcome", "ok")
+            elif failed_tool:
+                span.set_attribute("wasmext.outcome", "tool_error")
+                error = out.get("error")
+                traced.failed(span, str(error.get("message", "failed"))
+                              if isinstance(error, dict) else "failed")
             else:
                 error = out["error"]
                 span.set_attribute("wasmext.outcome", tracing.text(error["code"], 64))
