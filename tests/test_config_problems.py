@@ -115,6 +115,8 @@ subject = "a.*"
 max_tokens_per_call = -1
 [[http.inject]]
 plugin = "calc"
+[tracing]
+exporter = "zipkin"
 """
 EXPECTED = [
     ("surprise", "unknown field"),
@@ -129,6 +131,7 @@ EXPECTED = [
     ("extensions.guard.subject", "without wildcards"),
     ("llm.default.max_tokens_per_call", "must be > 0"),
     ("http.inject[0].host", "is required"),
+    ("tracing.exporter", "must be 'otlp-http', 'otlp-grpc' or 'console'"),
 ]
 
 

@@ -89,7 +89,8 @@ def test_the_pytest_fixture_is_documented(tmp_path: Path) -> None:
 EMBEDDING = {
     "AsyncSession", "CallResult", "CompileCache", "ExtensionResult", "Host", "HostConfig",
     "LifecycleResult", "Limits", "PipelineResult", "Plugin", "Policy", "Prompt", "RescanReport",
-    "Runtime", "Session", "ToolGuidance", "Trace", "TraceEvent", "TransformResult",
+    "Runtime", "Session", "ToolGuidance", "Trace", "TraceEvent", "Tracing", "TracingSettings",
+    "TransformResult",
     "__version__", "load_config", "load_policy", "parse_policy",
 }
 

@@ -46,6 +46,8 @@ _LAZY: dict[str, str] = {
     "ToolGuidance": "wasmext.hooks.extensions",
     "Trace": "wasmext.session",
     "TraceEvent": "wasmext.session",
+    "Tracing": "wasmext.observe.tracing",
+    "TracingSettings": "wasmext.observe.tracing",
     "TransformResult": "wasmext.hooks.transform",
     "load_config": "wasmext.config",
     "load_policy": "wasmext.hooks.pipeline",
@@ -67,6 +69,8 @@ if TYPE_CHECKING:  # the same names as mypy and editors see them (a test keeps t
     from wasmext.hooks.transform import TransformResult as TransformResult
     from wasmext.host import Host as Host
     from wasmext.lifecycle.reload import RescanReport as RescanReport
+    from wasmext.observe.tracing import Tracing as Tracing
+    from wasmext.observe.tracing import TracingSettings as TracingSettings
     from wasmext.runtime import Runtime as Runtime
     from wasmext.sandbox.cache import CompileCache as CompileCache
     from wasmext.sandbox.instance import CallResult as CallResult
