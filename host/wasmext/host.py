@@ -560,11 +560,10 @@ class Host:
             return None
         return self.call(Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0), data)
 
-    def _invoke(self, entry: Entry, data: Any, session: HookSession | None,
-                policy: str | None) -> tuple[CallResult | None, str | None]:
-        traced = tracing.ACTIVE
-        if traced is None:  # off: one global read per hook call
-            return self._run_entry(entry, data, session, policy)
+    def _traced_invoke(self, traced: tracing.Tracing, entry: Entry, data: Any,
+                       session: HookSession | None, policy: str | None
+                       ) -> tuple[CallResult | None, str | None]:
+        """`_invoke` in the hook call's span: plugin, hook, outcome, fuel, duration."""
         # A hook span's parent: the span current here (middleware next, a worker's
         # request), else its session's span (an awaited call on a pool thread).
         parent = traced.parent_for(getattr(session, "otel_context", None))
@@ -572,7 +571,7 @@ class Host:
         with traced.span(f"wasmext.hook {_span_hook(entry.hook)}", {
                 "wasmext.plugin_id": tracing.text(entry.plugin_id),
                 "wasmext.hook": tracing.text(entry.hook)}, parent=parent) as span:
-            result, reason = self._run_entry(entry, data, session, policy)
+            result, reason = self._invoke(entry, data, session, policy, traced=True)
             span.set_attribute("wasmext.duration_ms",
                                round((time.perf_counter() - started) * 1000, 3))
             if result is not None:
@@ -587,8 +586,11 @@ class Host:
                     span.set_attribute("wasmext.skip_reason", tracing.text(reason or ""))
             return result, reason
 
-    def _run_entry(self, entry: Entry, data: Any, session: HookSession | None,
-                   policy: str | None) -> tuple[CallResult | None, str | None]:
+    def _invoke(self, entry: Entry, data: Any, session: HookSession | None,
+                policy: str | None, traced: bool = False
+                ) -> tuple[CallResult | None, str | None]:
+        if not traced and tracing.ACTIVE is not None:  # off: one global read per call
+            return self._traced_invoke(tracing.ACTIVE, entry, data, session, policy)
         lp = self.plugins.get(entry.plugin_id)
         if lp is None:
             return None, "not loaded"

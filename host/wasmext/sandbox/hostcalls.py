@@ -163,11 +163,14 @@ class HostServices:
             return False, _error("unsupported", f"op {op!r} is not implemented by this host")
         if tracing.ACTIVE is not None and op in LEAVING_OPS:
             return self._traced(tracing.ACTIVE, handler, ctx, op, req)
-        return self._handle(handler, ctx, op, req)
+        try:
+            return True, handler(ctx, req)
+        except Exception as exc:
+            return self._failure(ctx, op, exc)
 
     def _traced(self, traced: tracing.Tracing, handler: OpHandler, ctx: CallContext, op: str,
                 req: dict[str, Any]) -> tuple[bool, Any]:
-        """`_handle` in a span: an op whose work leaves the sandbox (a request out, another
+        """The handler in a span: an op whose work leaves the sandbox (a request out, another
         plugin's tool, the model). What the guest named is cleaned and bounded."""
         attributes = {"wasmext.plugin_id": tracing.text(ctx.plugin_id), "wasmext.op": op}
         for field_name, attribute in _NAMED_BY_GUEST.get(op, ()):
@@ -176,7 +179,10 @@ class HostServices:
                 attributes[attribute] = tracing.text(_host_of(value) if field_name == "url"
                                                      else value)
         with traced.span(f"wasmext.op {op}", attributes, kind="client") as span:
-            ok, out = self._handle(handler, ctx, op, req)
+            try:
+                ok, out = True, handler(ctx, req)
+            except Exception as exc:
+                ok, out = self._failure(ctx, op, exc)
             # A tool's own failure is an answer the op carries ({"status": "error"}).
             failed_tool = ok and type(out) is dict and out.get("status") == "error"
             if ok and not failed_tool:
@@ -192,20 +198,17 @@ class HostServices:
                 traced.failed(span, error["message"])
             return ok, out
 
-    def _handle(self, handler: OpHandler, ctx: CallContext, op: str,
-                req: dict[str, Any]) -> tuple[bool, Any]:
-        try:
-            return True, handler(ctx, req)
-        except OpError as exc:
+    def _failure(self, ctx: CallContext, op: str, exc: Exception) -> tuple[bool, Any]:
+        """The error answer for a handler's exception (called while it is handled)."""
+        if isinstance(exc, OpError):
             if exc.code == "denied":  # a pattern grant missing (http host, tool, agent, ...)
                 self._log_denial(ctx, op, exc)
             return False, _error(exc.code, exc.message)
-        except CapabilityDenied as exc:
+        if isinstance(exc, CapabilityDenied):
             self._log_denial(ctx, op, exc)
             return False, _error("denied", exc.message)
-        except Exception:
-            log.exception("op %s failed inside the host (plugin %s)", op, ctx.plugin_id)
-            return False, _error("internal", f"op {op!r} failed inside the host")
+        log.exception("op %s failed inside the host (plugin %s)", op, ctx.plugin_id)
+        return False, _error("internal", f"op {op!r} failed inside the host")
 
     def _log_denial(self, ctx: CallContext, op: str, exc: WasmextError) -> None:
         """A warning the first time a plugin is denied `op` in a session: an operator
