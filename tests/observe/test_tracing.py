@@ -315,3 +315,22 @@ def test_tracing_is_process_wide_and_restored(exporter: InMemorySpanExporter,
                   runtime=Runtime(cache=False), plugin_dirs=[]):
             assert tracing.ACTIVE is mine
     assert tracing.ACTIVE is None
+
+
+def test_sample_ratio_zero_keeps_no_new_trace_but_follows_a_sampled_caller(
+        exporter: InMemorySpanExporter, tmp_path: Path) -> None:
+    never = Tracing.with_exporter(exporter, TracingSettings(enabled=True, sample_ratio=0.0))
+    with Host(HostConfig(data_dir=tmp_path, state_backend="memory"),
+              runtime=Runtime(cache=False), plugin_dirs=[], tracing=never) as host:
+        host.add(answering({"ok": True, "value": "v"}), plugin_id="p")
+        with host.session() as s:
+            assert s.on_plain_text("x").value == "v"
+        assert exporter.get_finished_spans() == ()
+        # A caller that sampled its trace (flags 01) is followed: the spans are kept.
+        caller = never.extract({"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01"})
+        with never.span("wasmext.worker pre", parent=caller):
+            host.call(host.ordered("on_plain_text")[0], "x")
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names == ["wasmext.hook on_plain_text", "wasmext.worker pre"]
+    assert all(format(s.context.trace_id, "032x") == "ab" * 16
+               for s in exporter.get_finished_spans())

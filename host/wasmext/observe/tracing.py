@@ -119,7 +119,7 @@ def _exporter(settings: TracingSettings) -> Any:
             )
         except ImportError:
             raise ConfigError("[tracing] exporter 'otlp-grpc' needs the gRPC exporter: "
-                              "pip install 'wasmext[otel-grpc]'") from None
+                              "pip install 'wasmext[otel]'") from None
         endpoint = settings.endpoint
         insecure = endpoint is not None and endpoint.startswith("http://")
         return GrpcExporter(endpoint=endpoint, headers=headers or None,
