@@ -684,5 +684,8 @@ class Host:
             s.start()
             try:
                 yield s
+            except BaseException as exc:
+                s.close_span(f"{type(exc).__name__}: {exc}", end=False)
+                raise
             finally:
                 s.end()

@@ -140,6 +140,18 @@ class Session:
             self.context["trace_id"] = format(trace_id, "032x")
         return self.otel_context
 
+    def close_span(self, error: str | None = None, *, end: bool = True) -> None:
+        """Mark the session's span failed with `error` (cleaned), and end it unless not
+        `end` (the session's own `end` will)."""
+        traced, span = tracing.ACTIVE, self._span
+        if span is None:
+            return
+        if error is not None and traced is not None:
+            traced.failed(span, error)
+        if end:
+            self._span = None
+            span.end()
+
     def hook_context(self, hook: str) -> dict[str, Any]:
         """`context` for one hook call: the session's, plus the tool names where relevant."""
         context = dict(self.context)
@@ -153,7 +165,11 @@ class Session:
         self._started = time.monotonic()
         self.open_span()
         self.host.observe.bus.emit_runtime("session.started", session_id=self.id)
-        result = self.lifecycle("session_start")
+        try:
+            result = self.lifecycle("session_start")
+        except BaseException as exc:  # aborted: no session_end will end the span
+            self.close_span(f"{type(exc).__name__}: {exc}")
+            raise
         self.system_messages.extend(result.system_messages)
         return result
 
@@ -162,9 +178,11 @@ class Session:
         try:
             result = self.lifecycle("session_end", messages=self.messages)
             self.host.session_ended(self.id)  # the session's state goes with it
+        except BaseException as exc:
+            self.close_span(f"{type(exc).__name__}: {exc}")
+            raise
         finally:
-            if self._span is not None:
-                self._span.end()
+            self.close_span()
         self.host.observe.bus.emit_runtime(
             "session.ended", session_id=self.id,
             duration_ms=(time.monotonic() - getattr(self, "_started", time.monotonic())) * 1000)

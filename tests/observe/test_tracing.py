@@ -334,3 +334,18 @@ def test_sample_ratio_zero_keeps_no_new_trace_but_follows_a_sampled_caller(
     assert names == ["wasmext.hook on_plain_text", "wasmext.worker pre"]
     assert all(format(s.context.trace_id, "032x") == "ab" * 16
                for s in exporter.get_finished_spans())
+
+
+def test_an_aborted_session_ends_its_span_failed(host: Host,
+                                                 exporter: InMemorySpanExporter) -> None:
+    from wasmext import HookAborted
+
+    host.add(answering({"ok": False, "error": {"code": "no", "message": "\x1b[31mgo away"}},
+                       hook="session_start"), plugin_id="gate", failure="closed")
+    with pytest.raises(HookAborted), host.session():
+        pass
+    [session] = [s for s in exporter.get_finished_spans() if s.name == "wasmext.session"]
+    assert session.status.status_code is StatusCode.ERROR
+    assert session.status.description is not None
+    assert "HookAborted" in session.status.description
+    assert "\x1b" not in session.status.description
