@@ -15,6 +15,7 @@ from mcp.client.client import Client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from wasmext import Host, HostConfig
+from wasmext.mcp.client.catalog import get_prompt, read_resource
 from wasmext.mcp.client.connections import McpClients
 from wasmext.mcp.client.spec import ServerSpec
 from wasmext.mcp.server.serve import McpToolServer
@@ -98,6 +99,12 @@ def test_client_sends_trace_context_in_meta(host: Host,
             result = host.tools.call("meta__show_meta", {})
         assert result["status"] == "ok", result
         sent: dict[str, Any] = json.loads(result["output"])
+        with host.tracing.span("app.read") as reading:
+            [block] = read_resource(clients, "meta", "meta://show/x")
+            prompt = get_prompt(clients, "meta", "show_meta_prompt")
+        read_parent = format(reading.get_span_context().span_id, "016x")
+        for answer in (block["text"], prompt["messages"][0]["content"]["text"]):
+            assert json.loads(answer)["traceparent"].split("-")[2] == read_parent
     finally:
         clients.stop()
     [call] = [s for s in exporter.get_finished_spans() if s.name == "wasmext.mcp tools/call"]

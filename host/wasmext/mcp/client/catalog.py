@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 
 from wasmext.mcp.content import MAX_BLOCKS, from_mcp, resource_contents
+from wasmext.observe import tracing
 from wasmext.text import DESCRIPTION_CAP, clean, clean_lines, is_unsafe
 
 if TYPE_CHECKING:
@@ -331,9 +332,22 @@ def list_resource_templates(clients: Connections, server: str) -> list[dict[str,
     return clients.catalog.listed(server, TEMPLATES)
 
 
+def trace_meta() -> dict[str, str] | None:
+    """The current span's W3C trace context as a request's `_meta` (tracing on), made in
+    the calling thread: the request itself runs on the connections' loop."""
+    traced = tracing.ACTIVE
+    if traced is None:
+        return None
+    meta: dict[str, str] = {}
+    traced.inject(meta)
+    return meta or None
+
+
 def read_resource(clients: Connections, server: str, uri: str) -> list[dict[str, Any]]:
     """Read a resource of a server as content blocks."""
-    read = clients.request(server, lambda s: s.read_resource(uri))
+    meta = trace_meta()
+    read = clients.request(server, lambda s: s.read_resource(
+        uri, meta=meta))  # type: ignore[arg-type]
     return [resource_contents(c) for c in read.contents[:MAX_BLOCKS]]
 
 
@@ -345,7 +359,9 @@ def list_prompts(clients: Connections, server: str) -> list[dict[str, Any]]:
 def get_prompt(clients: Connections, server: str, name: str,
                args: dict[str, str] | None = None) -> dict[str, Any]:
     """Get a prompt of a server, rendered with the arguments."""
-    got = clients.request(server, lambda s: s.get_prompt(name, dict(args or {})))
+    meta = trace_meta()
+    got = clients.request(server, lambda s: s.get_prompt(
+        name, dict(args or {}), meta=meta))  # type: ignore[arg-type]
     out: dict[str, Any] = {"messages": [{"role": m.role, "content": from_mcp([m.content])[0]}
                                         for m in got.messages[:MAX_BLOCKS]
                                         if from_mcp([m.content])]}

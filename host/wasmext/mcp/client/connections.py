@@ -29,7 +29,7 @@ import anyio
 
 from wasmext.errors import ConfigError
 from wasmext.mcp.client.callbacks import client_callbacks
-from wasmext.mcp.client.catalog import UpstreamCatalog, list_kind, list_tools
+from wasmext.mcp.client.catalog import UpstreamCatalog, list_kind, list_tools, trace_meta
 from wasmext.mcp.client.spec import ServerSpec
 from wasmext.mcp.client.tools import McpToolError, build_tool, reason, result_output
 from wasmext.mcp.client.transport import http_transport
@@ -366,9 +366,8 @@ class McpClients:
             with traced.span("wasmext.mcp tools/call", {
                     "wasmext.mcp_server": tracing.text(spec.name),
                     "wasmext.tool": tracing.text(short)}, kind="client"):
-                meta: dict[str, str] = {}
-                traced.inject(meta)  # the server's spans may join this trace (`_meta`)
-                return self._call_tool(st, short, args, wait, scope, meta)
+                # The server's spans may join this trace (`_meta`).
+                return self._call_tool(st, short, args, wait, scope, trace_meta())
         return run
 
     def _call_tool(self, st: _Server, short: str, args: dict[str, Any], wait: float,
@@ -386,7 +385,7 @@ class McpClients:
 
         future = asyncio.run_coroutine_threadsafe(client.call_tool(
             short, dict(args), progress_callback=progressed if scope else None,
-            meta=meta or None), loop)  # type: ignore[arg-type]
+            meta=meta), loop)  # type: ignore[arg-type]
         # Cancelling the task makes the SDK send notifications/cancelled upstream.
         forget = scope.on_cancel(future.cancel) if scope is not None else (lambda: None)
         try:
