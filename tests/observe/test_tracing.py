@@ -349,3 +349,25 @@ def test_an_aborted_session_ends_its_span_failed(host: Host,
     assert session.status.description is not None
     assert "HookAborted" in session.status.description
     assert "\x1b" not in session.status.description
+
+
+def test_extract_reads_only_bounded_w3c_strings(exporter: InMemorySpanExporter) -> None:
+    from opentelemetry import trace
+
+    traced = Tracing.with_exporter(exporter)
+    good = f"00-{'ab' * 16}-{'cd' * 8}-01"
+
+    def remote_of(carrier: Any) -> int:
+        return trace.get_current_span(traced.extract(carrier)).get_span_context().trace_id
+
+    assert remote_of({"traceparent": good}) == int("ab" * 16, 16)
+    assert remote_of({"Traceparent-Evil": good}) == 0
+    assert remote_of({"traceparent": good + " " * 600}) == 0  # over the bound: not read
+    assert remote_of({"traceparent": b"00-" + b"ab" * 16}) == 0
+    assert remote_of({"traceparent": "00-\x1b[2J-" + "f" * 40}) == 0
+    assert remote_of(None) == 0
+    carrier: dict[str, str] = {}
+    with traced.span("outgoing") as span:
+        traced.inject(carrier)
+    assert carrier["traceparent"].split("-")[2] == format(span.get_span_context().span_id,
+                                                          "016x")
