@@ -567,6 +567,8 @@ class Host:
         # A hook span's parent: the span current here (middleware next, a worker's
         # request), else its session's span (an awaited call on a pool thread).
         parent = traced.parent_for(getattr(session, "otel_context", None))
+        if traced.unsampled(parent):  # a trace not kept: no span costs anything
+            return self._invoke(entry, data, session, policy, traced=True)
         started = time.perf_counter()
         with traced.span(f"wasmext.hook {_span_hook(entry.hook)}", {
                 "wasmext.plugin_id": tracing.text(entry.plugin_id),

@@ -228,6 +228,13 @@ class Tracing:
             return None
         return session_context
 
+    def unsampled(self, parent: Any = None) -> bool:
+        """Would a child of `parent` (a Context; None: the current span) be dropped? Its
+        trace was not sampled: a hot path then makes no span at all, not even a
+        non-recording one."""
+        span_context = self._trace.get_current_span(parent).get_span_context()
+        return bool(span_context.is_valid and not span_context.trace_flags.sampled)
+
     @contextlib.contextmanager
     def current(self, context: Any) -> Iterator[None]:
         """`context` current for the block (a session's span while its `with` runs)."""

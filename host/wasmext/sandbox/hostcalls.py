@@ -161,7 +161,8 @@ class HostServices:
                 return False, _error("denied", exc.message)
         if handler is None:
             return False, _error("unsupported", f"op {op!r} is not implemented by this host")
-        if tracing.ACTIVE is not None and op in LEAVING_OPS:
+        if tracing.ACTIVE is not None and op in LEAVING_OPS and \
+                not tracing.ACTIVE.unsampled():
             return self._traced(tracing.ACTIVE, handler, ctx, op, req)
         try:
             return True, handler(ctx, req)
