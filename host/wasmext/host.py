@@ -573,7 +573,11 @@ class Host:
         with traced.span(f"wasmext.hook {_span_hook(entry.hook)}", {
                 "wasmext.plugin_id": tracing.text(entry.plugin_id),
                 "wasmext.hook": tracing.text(entry.hook)}, parent=parent) as span:
-            result, reason = self._invoke(entry, data, session, policy, traced=True)
+            try:
+                result, reason = self._invoke(entry, data, session, policy, traced=True)
+            except BaseException:  # fail-closed (HookAborted), storage down: status says why
+                span.set_attribute("wasmext.outcome", "aborted")
+                raise
             span.set_attribute("wasmext.duration_ms",
                                round((time.perf_counter() - started) * 1000, 3))
             if result is not None:

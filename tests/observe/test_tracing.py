@@ -344,6 +344,9 @@ def test_an_aborted_session_ends_its_span_failed(host: Host,
                        hook="session_start"), plugin_id="gate", failure="closed")
     with pytest.raises(HookAborted), host.session():
         pass
+    hook = by_name(exporter)["wasmext.hook session_start"]
+    assert (hook.attributes or {})["wasmext.outcome"] == "aborted"
+    assert hook.status.status_code is StatusCode.ERROR
     [session] = [s for s in exporter.get_finished_spans() if s.name == "wasmext.session"]
     assert session.status.status_code is StatusCode.ERROR
     assert session.status.description is not None
