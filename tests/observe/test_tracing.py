@@ -35,7 +35,8 @@ def asking(request: dict[str, Any], hook: str = "on_plain_text") -> bytes:
     raw = msgpack.packb(request)
     return bytes(wasmtime.wat2wasm(guest_wat(
         f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
-        imports=HOST_CALL, data=raw, hooks=(hook,), memory_pages=8)))
+        imports=HOST_CALL, data=raw, memory_pages=8,
+        registration={"hooks": [{"hook": hook}], "abi_minor": 1})))
 
 
 def answering(response: Any, hook: str = "on_plain_text") -> bytes:
@@ -374,3 +375,19 @@ def test_extract_reads_only_bounded_w3c_strings(exporter: InMemorySpanExporter) 
         traced.inject(carrier)
     assert carrier["traceparent"].split("-")[2] == format(span.get_span_context().span_id,
                                                           "016x")
+
+
+def test_http_fetch_span_names_the_host_only_and_the_status(
+        host: Host, exporter: InMemorySpanExporter, server: Any) -> None:
+    url = server.url("/hello?token=s3cret")
+    host.add(asking({"op": "http.fetch", "url": url, "method": "GET"}), plugin_id="fetcher",
+             grants={"http", "http:127.0.0.1"},
+             limits={"timeout_ms": 5000, "host_call_timeout_ms": 5000})
+    with host.session() as s:
+        s.on_plain_text("x")
+    op = by_name(exporter)["wasmext.op http.fetch"]
+    attrs = dict(op.attributes or {})
+    assert attrs["server.address"] == "127.0.0.1"
+    assert attrs["http.request.method"] == "GET"
+    assert attrs["http.response.status_code"] == 200
+    assert "s3cret" not in repr(attrs)  # the query is not in the span

@@ -188,6 +188,8 @@ class HostServices:
             failed_tool = ok and type(out) is dict and out.get("status") == "error"
             if ok and not failed_tool:
                 span.set_attribute("wasmext.outcome", "ok")
+                if type(out) is dict:
+                    _note_answer(span, op, out)
             elif failed_tool:
                 span.set_attribute("wasmext.outcome", "tool_error")
                 error = out.get("error")
@@ -245,6 +247,18 @@ _NAMED_BY_GUEST: dict[str, tuple[tuple[str, str], ...]] = {
     "prompt.list": (("server", "wasmext.mcp_server"),),
     "prompt.get": (("server", "wasmext.mcp_server"), ("name", "wasmext.prompt")),
 }
+
+
+def _note_answer(span: Any, op: str, out: dict[str, Any]) -> None:
+    """What an answer says that an operator looks for: an HTTP status, a model's tokens
+    (numbers only: the host made them, or checked them, never plugin text)."""
+    if op == "http.fetch" and type(out.get("status")) is int:
+        span.set_attribute("http.response.status_code", out["status"])
+    elif op == "llm.complete" and isinstance(out.get("usage"), dict):
+        for key, attribute in (("input", "gen_ai.usage.input_tokens"),
+                               ("output", "gen_ai.usage.output_tokens")):
+            if type(out["usage"].get(key)) is int:
+                span.set_attribute(attribute, out["usage"][key])
 
 
 def _host_of(url: str) -> str:
