@@ -391,3 +391,21 @@ def test_http_fetch_span_names_the_host_only_and_the_status(
     assert attrs["http.request.method"] == "GET"
     assert attrs["http.response.status_code"] == 200
     assert "s3cret" not in repr(attrs)  # the query is not in the span
+
+
+def test_llm_complete_span_counts_tokens(host: Host, exporter: InMemorySpanExporter) -> None:
+    from wasmext.services.llm.client import ChatAnswer, ChatRequest
+
+    def model(request: ChatRequest) -> ChatAnswer:
+        return ChatAnswer("a short answer", input_tokens=12, output_tokens=3,
+                          model=request.model)
+
+    host.llm.use(model, "tiny")
+    host.add(asking({"op": "llm.complete", "max_tokens": 16,
+                     "messages": [{"role": "user", "content": "hello there"}]}),
+             plugin_id="asker", grants={"llm"}, limits={"timeout_ms": 5000})
+    with host.session() as s:
+        s.on_plain_text("x")
+    attrs = dict(by_name(exporter)["wasmext.op llm.complete"].attributes or {})
+    assert attrs["wasmext.outcome"] == "ok", attrs
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (12, 3)
