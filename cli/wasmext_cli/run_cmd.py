@@ -173,6 +173,8 @@ def run(**opts: Any) -> None:
     host, session, reports = _drive(opts)
     with host:
         print_run(host, session, reports, opts["as_json"])
+        if host.tracing is not None:  # where to look the session up ([tracing])
+            click.echo(f"trace: {session.context['trace_id']}", err=True)
 
 
 @click.command()

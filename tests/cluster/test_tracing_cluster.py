@@ -95,6 +95,7 @@ def test_caller_and_worker_processes_share_one_trace(nats_url: str, spawn: Any,
         session = next(s for s in spans if s.name == "wasmext.session"
                        and s.service == "the-caller")
         assert session.trace_id == remote.trace_id and session.parent_span_id == ""
+        assert f"trace: {session.trace_id}" in proc.stderr  # `wasmext run` names it
         hook = receiver.wait_for(lambda got: any(
             s.name == "wasmext.hook pre" and s.parent_span_id == served.span_id for s in got))
         assert next(s for s in hook if s.name == "wasmext.hook pre"
