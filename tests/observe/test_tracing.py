@@ -409,3 +409,35 @@ def test_llm_complete_span_counts_tokens(host: Host, exporter: InMemorySpanExpor
     attrs = dict(by_name(exporter)["wasmext.op llm.complete"].attributes or {})
     assert attrs["wasmext.outcome"] == "ok", attrs
     assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (12, 3)
+
+
+def test_a_collector_that_hangs_never_holds_the_host(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A collector that accepts and never answers: hook calls go on answering, closing
+    the host is bounded (not the exporter's retries), and its token is never logged."""
+    import logging
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections queue in the backlog; nothing ever answers
+    settings = TracingSettings(enabled=True, endpoint=f"http://127.0.0.1:"
+                               f"{silent.getsockname()[1]}/v1/traces",
+                               headers={"authorization": "Bearer s3cret-token"})
+    caplog.set_level(logging.DEBUG)
+    try:
+        host = Host(HostConfig(data_dir=tmp_path, state_backend="memory"),
+                    runtime=Runtime(cache=False), plugin_dirs=[], tracing=settings)
+        host.add(answering({"ok": True, "value": "alive"}), plugin_id="healthy")
+        started = time.monotonic()
+        with host.session() as s:
+            for _ in range(50):
+                assert s.on_plain_text("x").value == "alive"
+        closing = time.monotonic()
+        host.close()
+        assert time.monotonic() - closing < 8  # two bounded waits of CLOSE_FLUSH_S each
+        assert time.monotonic() - started < 20
+        assert tracing.ACTIVE is None
+    finally:
+        silent.close()
+    assert "s3cret-token" not in caplog.text

@@ -47,6 +47,7 @@ __all__ = ["ACTIVE", "ATTR_CAP", "EXPORTERS", "Tracing", "TracingSection", "Trac
 
 ATTR_CAP = 256      # characters of one attribute value a plugin or a peer controls
 STATUS_CAP = 512    # characters of a span's error description
+CLOSE_FLUSH_S = 2.0  # how long closing waits for the last batch to reach the collector
 EXPORTERS = ("otlp-http", "otlp-grpc", "console")
 HTTP_TRACES_PATH = "/v1/traces"
 
@@ -154,6 +155,7 @@ class Tracing:
         self.provider = provider
         self.tracer = provider.get_tracer("wasmext", __version__)
         self.owned = owned  # made here from settings: shut down with the host that made it
+        self.exporter: Any = None  # the one exporter of a provider made here
         self._context, self._propagate, self._trace = context, propagate, trace
 
     @classmethod
@@ -184,10 +186,13 @@ class Tracing:
         provider = TracerProvider(
             resource=Resource.create({SERVICE_NAME: settings.service_name,
                                       SERVICE_VERSION: __version__}),
-            sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
+            sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)),
+            shutdown_on_exit=False)  # the host's close does it, bounded (`shutdown`)
         provider.add_span_processor(BatchSpanProcessor(exporter) if batch
                                     else SimpleSpanProcessor(exporter))
-        return cls(provider)
+        tracing = cls(provider)
+        tracing.exporter = exporter
+        return tracing
 
     # -- spans --------------------------------------------------------------------------
 
@@ -273,10 +278,26 @@ class Tracing:
             flush(int(timeout_s * 1000))
 
     def shutdown(self) -> None:
-        """Flush and stop the provider's exporters (only a provider made here)."""
+        """Send what is batched and stop the exporters of a provider made here; only
+        flush one an embedder gave (it outlives the host)."""
+        if not self.owned:
+            self.flush()
+            return
+        # A reachable collector takes the last batch in milliseconds; one that is down
+        # or hangs holds the process's exit for about 2 x CLOSE_FLUSH_S, not for the
+        # exporter's retries and timeouts (the SDK's flush and shutdown ignore theirs:
+        # they run on a daemon thread here, and the provider has no exit hook).
+        closing = threading.Thread(target=self._close, name="wasmext-trace-close",
+                                   daemon=True)
+        closing.start()
+        closing.join(CLOSE_FLUSH_S)
+        if closing.is_alive() and self.exporter is not None:
+            self.exporter.shutdown()  # ends the retries of the export still running
+            closing.join(CLOSE_FLUSH_S)
+
+    def _close(self) -> None:
         self.flush()
-        if self.owned:
-            self.provider.shutdown()
+        self.provider.shutdown()
 
 
 def activate(tracing: Tracing | None) -> Tracing | None:
