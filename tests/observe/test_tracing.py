@@ -441,3 +441,11 @@ def test_a_collector_that_hangs_never_holds_the_host(tmp_path: Path,
     finally:
         silent.close()
     assert "s3cret-token" not in caplog.text
+
+
+def test_a_missing_header_variable_is_said(monkeypatch: pytest.MonkeyPatch,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("NO_SUCH_OTLP_TOKEN", raising=False)
+    config = parse_config({"tracing": {"headers": {"x-token": "${NO_SUCH_OTLP_TOKEN}"}}})
+    assert config.tracing.headers == {"x-token": ""}
+    assert "NO_SUCH_OTLP_TOKEN is not set" in caplog.text

@@ -26,6 +26,7 @@ cleaned status description.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -45,6 +46,7 @@ from wasmext.validation import SECTION, check
 __all__ = ["ACTIVE", "ATTR_CAP", "EXPORTERS", "Tracing", "TracingSection", "TracingSettings",
            "activate", "deactivate", "install", "parse_tracing", "text"]
 
+log = logging.getLogger("wasmext.observe.tracing")
 ATTR_CAP = 256      # characters of one attribute value a plugin or a peer controls
 STATUS_CAP = 512    # characters of a span's error description
 CLOSE_FLUSH_S = 2.0  # how long closing waits for the last batch to reach the collector
@@ -93,7 +95,12 @@ class TracingSection(BaseModel):
 
     def settings(self) -> TracingSettings:
         """The validated section, its header values' `${VAR}`s read from the environment."""
-        headers = {k: substitute(v, os.environ)[0] for k, v in self.headers.items()}
+        headers = {}
+        for name, raw in self.headers.items():
+            headers[name], missing = substitute(raw, os.environ)
+            if missing:  # said once, at load: the collector will refuse what is sent
+                log.warning("[tracing] header %s: environment variable %s is not set",
+                            clean(name, 64), ", ".join(missing))
         return TracingSettings(self.enabled, self.exporter, self.endpoint, self.service_name,
                                headers, float(self.sample_ratio))
 
