@@ -28,7 +28,7 @@ plugins: setup
 	$(BIN)/wasmext build $(PLUGINS)
 
 toolchains:
-	for script in $(wildcard guest-sdks/*/setup-toolchain.sh tests/state/setup-redis.sh tests/mcp/npm/setup-npm.sh); do \
+	for script in $(wildcard guest-sdks/*/setup-toolchain.sh tests/state/setup-redis.sh tests/oci/setup-registry.sh tests/mcp/npm/setup-npm.sh); do \
 	  bash "$$script" || exit 1; done
 
 # As root (CI), install every SDK's compiler; otherwise say what gets skipped.

@@ -1,4 +1,4 @@
-"""`wasmext pack | install | uninstall | keygen | sign | grant | grants | revoke`:
+"""`wasmext pack | install | push | uninstall | keygen | sign | grant | grants | revoke`:
 a plugin's life as one verified file, and the operator's recorded approvals."""
 
 from __future__ import annotations
@@ -73,27 +73,70 @@ def pack(folder: Path, out: Path) -> None:
     click.echo(f"packed {doc['id']} {doc['version']} into {out} ({len(doc['files'])} files)")
 
 
+INSECURE_OPT = click.option(
+    "--insecure", is_flag=True,
+    help="Allow plain http to a registry that is not on loopback (loopback always may).")
+DEADLINE_OPT = click.option(
+    "--deadline", "deadline_s", type=click.FloatRange(min=0.1, max=3600), default=60.0,
+    show_default=True, help="Seconds the whole registry exchange may take.")
+
+
 @click.command()
-@click.argument("bundle", type=BUNDLE)
+@click.argument("source")
 @click.option("--to", "to", type=click.Choice(["user", "workspace"]), default="workspace",
               show_default=True, help="Which plugin directory of the config to install into.")
 @click.option("--replace", is_flag=True, help="Replace an installed plugin of the same id.")
 @click.option("--allow-downgrade", is_flag=True,
               help="With --replace: allow a version older than the installed one.")
+@INSECURE_OPT
+@DEADLINE_OPT
 @CONFIG_OPT
-def install(bundle: Path, to: str, replace: bool, allow_downgrade: bool,
-            config: Path | None) -> None:
-    """Check BUNDLE (and its signature, if the config requires one) and install it."""
+def install(source: str, to: str, replace: bool, allow_downgrade: bool, insecure: bool,
+            deadline_s: float, config: Path | None) -> None:
+    """Check SOURCE (a BUNDLE.wxb, or oci://REGISTRY/NAME:TAG or @sha256:...) and its
+    signature, if the config requires one, and install it."""
     from wasmext.lifecycle.bundle import install as install_bundle
 
     cfg = _config(_default_config(config))
+    dest = _dest(cfg, to)
     try:
-        folder = install_bundle(bundle, _dest(cfg, to), trusted=cfg.trusted_keys,
-                                require_signature=cfg.require_signature, replace=replace,
-                                allow_downgrade=allow_downgrade)
+        if source.startswith("oci://"):
+            from wasmext.lifecycle import oci
+
+            folder, pulled = oci.install(source, dest, insecure=insecure, deadline_s=deadline_s,
+                                         trusted=cfg.trusted_keys,
+                                         require_signature=cfg.require_signature,
+                                         replace=replace, allow_downgrade=allow_downgrade)
+            click.echo(_line(f"pulled {source} (manifest {pulled.manifest_digest})"))
+        else:
+            path = Path(source)
+            if not path.is_file():
+                _fail(ConfigError(f"{source}: no such bundle file (or an oci:// reference)"),
+                      EXIT_USAGE)
+            folder = install_bundle(path, dest, trusted=cfg.trusted_keys,
+                                    require_signature=cfg.require_signature,
+                                    replace=replace, allow_downgrade=allow_downgrade)
     except WasmextError as err:
         _fail(err)
     click.echo(f"installed {folder.name} into {folder}")
+
+
+@click.command()
+@click.argument("source", type=click.Path(exists=True, path_type=Path))
+@click.argument("reference")
+@INSECURE_OPT
+@DEADLINE_OPT
+def push(source: Path, reference: str, insecure: bool, deadline_s: float) -> None:
+    """Publish SOURCE (a built plugin FOLDER or a BUNDLE.wxb) at REFERENCE,
+    oci://REGISTRY/NAME:TAG, as a wasmext plugin artifact."""
+    from wasmext.lifecycle import oci
+
+    try:
+        digest = oci.push(source, reference, insecure=insecure, deadline_s=deadline_s)
+    except WasmextError as err:
+        _fail(err)
+    click.echo(_line(f"pushed {source} to {reference} ({digest}); "
+                     f"pin it as {reference.rsplit(':', 1)[0]}@{digest}"))
 
 
 @click.command()

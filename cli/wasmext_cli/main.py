@@ -40,8 +40,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                " run); if not, what changed."),
     "inspect": (_PLUGIN, "inspect", "Show what PLUGIN (a folder, a .wasm, or a .wxb bundle)"
                 " registered, its ABI version, size, digest and limits."),
-    "install": (_LIFECYCLE, "install", "Check BUNDLE (and its signature, if the config requires"
-                " one) and install it."),
+    "install": (_LIFECYCLE, "install", "Check SOURCE (a BUNDLE.wxb, or oci://REGISTRY/NAME:TAG"
+                " or @sha256:...) and its signature, if the config requires one, and install"
+                " it."),
     "keygen": (_LIFECYCLE, "keygen", "Make an Ed25519 signing key; prints the public key for"
                " [trust] keys."),
     "limits": (_PLUGIN, "limits", "Print the default sandbox limits."),
@@ -53,6 +54,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
             " test."),
     "pack": (_LIFECYCLE, "pack", "Pack a built plugin FOLDER into one bundle: plugin.toml,"
              " module, README, digests."),
+    "push": (_LIFECYCLE, "push", "Publish SOURCE (a built plugin FOLDER or a BUNDLE.wxb) at"
+             " REFERENCE, oci://REGISTRY/NAME:TAG, as a wasmext plugin artifact."),
     "revoke": (_LIFECYCLE, "revoke", "Revoke recorded CAPABILITIES of PLUGIN_ID (all of them"
                " when none is named)."),
     "run": ("wasmext_cli.run_cmd", "run", "Drive an agent session through the plugins and show"

@@ -28,6 +28,14 @@
     │       ├── BundleDowngrade         older than the installed version (--allow-downgrade)
     │       ├── SignatureRequired       unsigned, and the host requires a signature
     │       └── SignatureInvalid        a bad signature, or a key the host does not trust
+    ├── RegistryError               (lifecycle.oci) an OCI registry pull or push refused
+    │   │                           or failed: a bad reference, an answer that is not
+    │   │                           a wasmext plugin artifact, a refused request
+    │   ├── RegistryInsecure        plain http to a registry that is not on loopback,
+    │   │                           without --insecure
+    │   ├── RegistryTimeout         the registry did not finish within the deadline
+    │   ├── RegistryTooLarge        a manifest or layer over its cap, declared or streamed
+    │   └── RegistryDigestMismatch  a manifest or layer that does not match its digest
     ├── PluginFault                 the plugin misbehaved during a call (counts
     │   │                           towards quarantine; the host keeps serving)
     │   ├── OutOfFuel
@@ -176,6 +184,11 @@ __all__ = [
     "QuotaExceeded",
     "RateLimited",
     "Refused",
+    "RegistryDigestMismatch",
+    "RegistryError",
+    "RegistryInsecure",
+    "RegistryTimeout",
+    "RegistryTooLarge",
     "SessionQuotaExceeded",
     "SignatureInvalid",
     "SignatureRequired",
@@ -509,6 +522,36 @@ class SignatureInvalid(BundleError):
     """A bad signature, or one by a key the host does not trust."""
 
     reason = "signature invalid"
+
+
+class RegistryError(WasmextError):
+    """An OCI registry pull or push that is refused or fails."""
+
+    reason = "registry"
+
+
+class RegistryInsecure(RegistryError):
+    """Plain http to a registry off loopback, without --insecure."""
+
+    reason = "registry insecure"
+
+
+class RegistryTimeout(RegistryError):
+    """The registry did not finish within the deadline."""
+
+    reason = "registry timeout"
+
+
+class RegistryTooLarge(RegistryError):
+    """A manifest or layer over its cap, as declared or as streamed."""
+
+    reason = "registry too large"
+
+
+class RegistryDigestMismatch(RegistryError):
+    """A manifest or layer whose bytes do not match their digest."""
+
+    reason = "registry digest mismatch"
 
 
 # -- configuration text, codec, host ops ----------------------------------------------------
