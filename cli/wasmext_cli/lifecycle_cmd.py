@@ -81,6 +81,16 @@ DEADLINE_OPT = click.option(
     show_default=True, help="Seconds the whole registry exchange may take.")
 
 
+def _oci() -> Any:
+    """wasmext.lifecycle.oci, or a usage error naming the extra it needs."""
+    try:
+        from wasmext.lifecycle import oci
+    except ModuleNotFoundError as exc:
+        _fail(ConfigError(f"oci:// references need the oras client ({exc.name} is missing): "
+                          f"pip install 'wasmext[oci]'"), EXIT_USAGE)
+    return oci
+
+
 @click.command()
 @click.argument("source")
 @click.option("--to", "to", type=click.Choice(["user", "workspace"]), default="workspace",
@@ -101,8 +111,7 @@ def install(source: str, to: str, replace: bool, allow_downgrade: bool, insecure
     dest = _dest(cfg, to)
     try:
         if source.startswith("oci://"):
-            from wasmext.lifecycle import oci
-
+            oci = _oci()
             folder, pulled = oci.install(source, dest, insecure=insecure, deadline_s=deadline_s,
                                          trusted=cfg.trusted_keys,
                                          require_signature=cfg.require_signature,
@@ -129,8 +138,7 @@ def install(source: str, to: str, replace: bool, allow_downgrade: bool, insecure
 def push(source: Path, reference: str, insecure: bool, deadline_s: float) -> None:
     """Publish SOURCE (a built plugin FOLDER or a BUNDLE.wxb) at REFERENCE,
     oci://REGISTRY/NAME:TAG, as a wasmext plugin artifact."""
-    from wasmext.lifecycle import oci
-
+    oci = _oci()
     try:
         digest = oci.push(source, reference, insecure=insecure, deadline_s=deadline_s)
     except WasmextError as err:

@@ -1,9 +1,11 @@
 """Hostile registries on loopback, for what a real one will not do on request: a server
 that accepts and never answers, and one that answers a chosen manifest and then streams
-its layer without end, drips it, stalls midway, or redirects it to plain http off loopback."""
+its layer without end, drips it, stalls midway, or redirects it to plain http off
+loopback (or serves it, behind a Basic login, for the credential tests)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import socket
 import threading
@@ -52,6 +54,9 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.manifest = b"{}"
         self.blob_mode = "endless"
+        self.blob = b""  # what the "serve" mode answers
+        self.login: str | None = None  # "user:password": Basic auth required
+        self.authorizations: list[str] = []  # the Authorization headers seen
         self.sent = 0
         self.stop = threading.Event()
 
@@ -64,7 +69,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         """/v2/, the chosen manifest, and a layer that misbehaves as asked."""
-        if self.path == "/v2/":
+        given = self.headers.get("Authorization", "")
+        self.server.authorizations.append(given)
+        if self.server.login is not None and \
+                given != "Basic " + base64.b64encode(self.server.login.encode()).decode():
+            self._answer(b'{"errors": [{"code": "UNAUTHORIZED", "message": "leaky text"}]}',
+                         "application/json", {"Www-Authenticate": 'Basic realm="fake"'},
+                         status=401)
+        elif self.path == "/v2/":
             self._answer(b"{}", "application/json")
         elif "/manifests/" in self.path:
             digest = "sha256:" + hashlib.sha256(self.server.manifest).hexdigest()
@@ -84,6 +96,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
+
+    def _blob_serve(self) -> None:
+        self._answer(self.server.blob, "application/octet-stream")
 
     def _blob_endless(self) -> None:
         """Chunked, no Content-Length, never ending: only the client's cap stops it."""

@@ -7,18 +7,20 @@ installed, and a healthy plugin answers afterwards."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
-import wasmtime
 from click.testing import CliRunner
 from conftest import Registry
 from fake_registry import crafted_registry, stalling_server
+from oci_support import fresh_name, write_plugin
 
 from wasmext import Host, HostConfig, Plugin
 from wasmext.errors import (
@@ -30,34 +32,16 @@ from wasmext.errors import (
     SignatureInvalid,
     SignatureRequired,
 )
-from wasmext.files import atomic_write
 from wasmext.lifecycle import oci
 from wasmext.lifecycle.bundle import pack, sign_bundle
 from wasmext.lifecycle.signing import generate_key
-from wasmext.testing import guest_wat
 from wasmext_cli.main import main
-
-_names = iter(range(10_000))
-
-
-def write_plugin(parent: Path, pid: str, answer: str) -> Path:
-    """A built plugin folder whose `test` hook answers `answer`; its README is unique, so
-    its blobs are too (a registry stores blobs by digest, shared between repositories,
-    and the tests tamper with them)."""
-    folder = parent / pid
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "0.1.0"\n')
-    registration = {"hooks": [{"hook": "test"}], "name": pid, "version": "0.1.0"}
-    atomic_write(folder / f"{pid}.wasm", bytes(wasmtime.wat2wasm(guest_wat(
-        response={"ok": True, "value": answer}, registration=registration))))
-    (folder / "README.md").write_text(f"# {pid} {next(_names)}\n")
-    return folder
 
 
 @pytest.fixture
 def published(registry: Registry, tmp_path: Path) -> tuple[str, str]:
     """A plugin `kb` pushed to a repository of its own: (tag reference, manifest digest)."""
-    ref = f"oci://{registry.address}/plugins/kb{next(_names)}:1.0"
+    ref = f"oci://{registry.address}/plugins/kb{fresh_name()}:1.0"
     digest = oci.push(write_plugin(tmp_path / "src", "kb", "from the registry"), ref)
     return ref, digest
 
@@ -113,6 +97,16 @@ def test_the_artifact_carries_the_documented_media_types(
     [layer] = doc["layers"]  # type: ignore[misc]
     assert layer["mediaType"] == oci.BUNDLE_MEDIA_TYPE
     assert layer["annotations"][oci.TITLE] == "kb.wxb"
+
+
+def test_a_dotted_first_component_stays_a_repository_name(registry: Registry,
+                                                         tmp_path: Path) -> None:
+    """oras alone would read `my.team` as a registry host and connect there."""
+    ref = f"oci://{registry.address}/my.team/kb{fresh_name()}:1.0"
+    oci.push(write_plugin(tmp_path / "src", "kb", "dotted"), ref)
+    folder, _ = oci.install(ref, tmp_path / "plugins")
+    assert folder.name == "kb"
+    assert _answer(tmp_path / "plugins", tmp_path) == "dotted"
 
 
 def test_install_by_digest(published: tuple[str, str], tmp_path: Path) -> None:
@@ -202,7 +196,7 @@ def test_layer_over_the_cap_is_refused(published: tuple[str, str], tmp_path: Pat
         oci.install(published[0], tmp_path / "plugins", max_layer_bytes=100)
 
 
-def _crafted_manifest(size: int) -> bytes:
+def _crafted_manifest(size: int, digest: str = "sha256:" + "a" * 64) -> bytes:
     config = b"{}"
     return json.dumps({
         "schemaVersion": 2, "mediaType": oci.MANIFEST_MEDIA_TYPE,
@@ -210,7 +204,7 @@ def _crafted_manifest(size: int) -> bytes:
         "config": {"mediaType": oci.CONFIG_MEDIA_TYPE, "size": len(config),
                    "digest": "sha256:" + hashlib.sha256(config).hexdigest()},
         "layers": [{"mediaType": oci.BUNDLE_MEDIA_TYPE, "size": size,
-                    "digest": "sha256:" + "a" * 64}]}).encode()
+                    "digest": digest}]}).encode()
 
 
 def test_endless_layer_stream_is_cut_at_its_declared_size(tmp_path: Path,
@@ -296,7 +290,7 @@ def test_not_a_plugin_artifact_is_refused(registry: Registry, published: tuple[s
 
 def test_signatures_required_unsigned_refused_signed_installs(
         registry: Registry, tmp_path: Path, healthy: Plugin) -> None:
-    repository = f"plugins/signed{next(_names)}"
+    repository = f"plugins/signed{fresh_name()}"
     source = write_plugin(tmp_path / "src", "kb", "signed")
     bundle = tmp_path / "kb.wxb"
     pack(source, bundle)
@@ -349,10 +343,8 @@ def test_cli_push_and_install_never_print_credentials(
         registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORAS_USER", "robot")
     monkeypatch.setenv("ORAS_PASS", "hunter2-secret")
-    (tmp_path / "wasmext.toml").write_text(
-        f'[host]\ndata_dir = "{tmp_path / "data"}"\n'
-        f'[plugins]\nworkspace_dir = "{tmp_path / "plugins"}"\n')
-    ref = f"oci://{registry.address}/plugins/cli{next(_names)}:1.0"
+    _config(tmp_path)
+    ref = f"oci://{registry.address}/plugins/cli{fresh_name()}:1.0"
     source = write_plugin(tmp_path / "src", "kb", "via the cli")
     runner = CliRunner()
     pushed = runner.invoke(main, ["push", str(source), ref])
@@ -366,3 +358,68 @@ def test_cli_push_and_install_never_print_credentials(
     assert missing.exit_code != 0 and "not found" in missing.output
     for result in (pushed, installed, missing):
         assert "hunter2" not in result.output and "robot" not in result.output
+
+
+@pytest.fixture
+def behind_login(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A registry that wants a Basic login (robot:hunter2-secret) and serves kb's bundle."""
+    bundle = tmp_path / "kb.wxb"
+    pack(write_plugin(tmp_path / "src", "kb", "behind a login"), bundle)
+    data = bundle.read_bytes()
+    with crafted_registry() as fake:
+        fake.login = "robot:hunter2-secret"
+        fake.blob, fake.blob_mode = data, "serve"
+        fake.manifest = _crafted_manifest(len(data), "sha256:" + hashlib.sha256(data).hexdigest())
+        yield f"oci://127.0.0.1:{fake.server_address[1]}/plugins/kb:1", tmp_path / "plugins"
+
+
+def test_credentials_from_the_environment(behind_login: tuple[str, Path],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    ref, dest = behind_login
+    monkeypatch.setenv("ORAS_USER", "robot")
+    monkeypatch.setenv("ORAS_PASS", "hunter2-secret")
+    folder, _ = oci.install(ref, dest)
+    assert folder.name == "kb"
+
+
+def test_credentials_from_the_docker_config(behind_login: tuple[str, Path], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    ref, dest = behind_login
+    monkeypatch.delenv("ORAS_USER", raising=False)
+    monkeypatch.delenv("ORAS_PASS", raising=False)
+    config = tmp_path / "docker"
+    config.mkdir()
+    auth = base64.b64encode(b"robot:hunter2-secret").decode()
+    (config / "config.json").write_text(json.dumps(
+        {"auths": {oci.parse_reference(ref).registry: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    folder, _ = oci.install(ref, dest)
+    assert folder.name == "kb"
+
+
+def test_missing_or_wrong_credentials_are_named_never_printed(
+        behind_login: tuple[str, Path], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    ref, dest = behind_login
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    monkeypatch.delenv("ORAS_USER", raising=False)
+    monkeypatch.delenv("ORAS_PASS", raising=False)
+    with pytest.raises(RegistryError, match="asks for a login"):
+        oci.install(ref, dest)
+    monkeypatch.setenv("ORAS_USER", "robot")
+    monkeypatch.setenv("ORAS_PASS", "wrong-hunter3")
+    with pytest.raises(RegistryError, match="unauthorized") as caught:
+        oci.install(ref, dest)
+    text = caught.value.describe() + repr(caught.value.args)
+    assert "hunter3" not in text and "leaky text" not in text
+    result = CliRunner().invoke(main, ["install", ref, "--config", str(_config(tmp_path))])
+    assert result.exit_code != 0 and "unauthorized" in result.output
+    assert "hunter3" not in result.output and "leaky text" not in result.output
+    assert not (dest / "kb").exists()
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "wasmext.toml"
+    path.write_text(f'[host]\ndata_dir = "{tmp_path / "data"}"\n'
+                    f'[plugins]\nworkspace_dir = "{tmp_path / "plugins"}"\n')
+    return path

@@ -36,6 +36,7 @@ import contextlib
 import hashlib
 import ipaddress
 import json
+import logging
 import os
 import re
 import tempfile
@@ -212,6 +213,10 @@ class _DeadlineSession(requests.Session):
 
 
 _plain_request = oras.provider.Registry.do_request.__wrapped__
+# oras logs registry answers and credential helpers' stderr at warning and error level;
+# with no handler of its own, Python's last resort would print them raw to the terminal.
+# An application that configures logging still receives them.
+logging.getLogger("oras").addHandler(logging.NullHandler())
 
 
 class _Registry(oras.provider.Registry):  # type: ignore[misc]
@@ -242,8 +247,12 @@ def _connect(ref: Reference, insecure: bool, clock: _Clock) -> tuple[_Registry, 
     plain_http = ref.loopback or insecure
     container = oras.container.Container(f"{ref.repository}:{ref.tag or 'latest'}",
                                          registry=ref.registry)
-    if ref.digest:
-        container.digest = ref.digest
+    # oras reads a first component with a dot or a port as a registry host; the
+    # reference was parsed already, so its parts are set as they are.
+    namespace, _, name = ref.repository.rpartition("/")
+    container.registry, container.namespace, container.repository = \
+        ref.registry, namespace or None, name
+    container.tag, container.digest = ref.tag or "latest", ref.digest
     # A Basic-auth registry (htpasswd) answers 401 with a Basic challenge; the token
     # backend would try to fetch a token from that challenge's realm.
     probe = _Registry(ref, plain_http, clock, "token", insecure)
