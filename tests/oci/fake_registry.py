@@ -54,6 +54,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.manifest = b"{}"
         self.blob_mode = "endless"
+        self.manifest_headers: dict[str, str] = {}
         self.blob = b""  # what the "serve" mode answers
         self.login: str | None = None  # "user:password": Basic auth required
         self.authorizations: list[str] = []  # the Authorization headers seen
@@ -81,7 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif "/manifests/" in self.path:
             digest = "sha256:" + hashlib.sha256(self.server.manifest).hexdigest()
             self._answer(self.server.manifest, MANIFEST_MEDIA_TYPE,
-                         {"Docker-Content-Digest": digest})
+                         {"Docker-Content-Digest": digest, **self.server.manifest_headers})
         elif "/blobs/" in self.path:
             getattr(self, f"_blob_{self.server.blob_mode}")()
         else:

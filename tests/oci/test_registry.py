@@ -24,6 +24,7 @@ from oci_support import fresh_name, write_plugin
 
 from wasmext import Host, HostConfig, Plugin
 from wasmext.errors import (
+    BundleError,
     RegistryDigestMismatch,
     RegistryError,
     RegistryInsecure,
@@ -264,6 +265,39 @@ def test_layer_stalling_midway_times_out_within_the_deadline(tmp_path: Path,
         assert time.monotonic() - started < 3
         assert fake.sent == 10
     assert healthy.call("test").value == "alive"
+
+
+def test_manifest_over_its_cap_or_encoded_is_refused(tmp_path: Path,
+                                                      healthy: Plugin) -> None:
+    with crafted_registry() as fake:
+        port = fake.server_address[1]
+        ref = f"oci://127.0.0.1:{port}/plugins/kb:1"
+        fake.manifest = json.dumps({"pad": "x" * oci.MAX_MANIFEST_BYTES}).encode()
+        with pytest.raises(RegistryTooLarge, match=f"over {oci.MAX_MANIFEST_BYTES}"):
+            oci.install(ref, tmp_path / "plugins")
+        fake.manifest = _crafted_manifest(1000)
+        fake.manifest_headers = {"Content-Encoding": "gzip"}  # would be inflated unbounded
+        with pytest.raises(RegistryError, match="encoded"):
+            oci.install(ref, tmp_path / "plugins")
+    assert healthy.call("test").value == "alive"
+
+
+def test_push_to_a_stalling_registry_times_out(tmp_path: Path) -> None:
+    source = write_plugin(tmp_path / "src", "kb", "never published")
+    with stalling_server() as port:
+        started = time.monotonic()
+        with pytest.raises(RegistryTimeout):
+            oci.push(source, f"oci://127.0.0.1:{port}/plugins/kb:1", deadline_s=0.5)
+        assert time.monotonic() - started < 3
+
+
+def test_push_refuses_what_an_install_would(registry: Registry, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.wxb"
+    broken.write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(BundleError):
+        oci.push(broken, f"oci://{registry.address}/plugins/broken:1")
+    with pytest.raises(RegistryError, match="push to a tag"):
+        oci.push(broken, f"oci://{registry.address}/plugins/broken@sha256:{'0' * 64}")
 
 
 def test_redirect_to_plain_http_off_loopback_is_refused(tmp_path: Path) -> None:

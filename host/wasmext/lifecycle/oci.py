@@ -151,7 +151,8 @@ def parse_reference(text: str) -> Reference:
 
 @dataclass(frozen=True)
 class Pulled:
-    """A bundle fetched from a registry: where it was saved and the digests checked."""
+    """A bundle fetched from a registry: where it was saved and the digests checked (after
+    `install`, `path` names the temporary copy, already removed)."""
 
     path: Path
     manifest_digest: str
