@@ -57,6 +57,7 @@ class _Server(ThreadingHTTPServer):
         self.manifest_headers: dict[str, str] = {}
         self.blob = b""  # what the "serve" mode answers
         self.login: str | None = None  # "user:password": Basic auth required
+        self.token_login: str | None = None  # "user:password" for a Bearer token at /token
         self.authorizations: list[str] = []  # the Authorization headers seen
         self.sent = 0
         self.stop = threading.Event()
@@ -72,6 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
         """/v2/, the chosen manifest, and a layer that misbehaves as asked."""
         given = self.headers.get("Authorization", "")
         self.server.authorizations.append(given)
+        if self.server.token_login is not None and not self._token_granted(given):
+            return
         if self.server.login is not None and \
                 given != "Basic " + base64.b64encode(self.server.login.encode()).decode():
             self._answer(b'{"errors": [{"code": "UNAUTHORIZED", "message": "leaky text"}]}',
@@ -87,6 +90,23 @@ class _Handler(BaseHTTPRequestHandler):
             getattr(self, f"_blob_{self.server.blob_mode}")()
         else:
             self._answer(b"{}", "application/json", status=404)
+
+    def _token_granted(self, given: str) -> bool:
+        """The Docker token protocol: /token trades a Basic login for a Bearer token,
+        which every other path requires."""
+        basic = "Basic " + base64.b64encode(str(self.server.token_login).encode()).decode()
+        if self.path.startswith("/token"):
+            if given == basic:
+                self._answer(b'{"token": "t0k-granted"}', "application/json")
+            else:
+                self._answer(b"{}", "application/json", status=401)
+            return False
+        if given == "Bearer t0k-granted":
+            return True
+        realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        self._answer(b'{"errors": []}', "application/json",
+                     {"Www-Authenticate": f'Bearer realm="{realm}",service="fake"'}, status=401)
+        return False
 
     def _answer(self, body: bytes, kind: str, headers: dict[str, str] | None = None,
                 status: int = 200) -> None:

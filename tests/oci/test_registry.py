@@ -407,6 +407,25 @@ def behind_login(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield f"oci://127.0.0.1:{fake.server_address[1]}/plugins/kb:1", tmp_path / "plugins"
 
 
+def test_bearer_token_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Docker token protocol: the login buys a token at the realm, then every request
+    carries the token, never the password."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    monkeypatch.setenv("ORAS_USER", "robot")
+    monkeypatch.setenv("ORAS_PASS", "hunter2-secret")
+    bundle = tmp_path / "kb.wxb"
+    pack(write_plugin(tmp_path / "src", "kb", "behind a token"), bundle)
+    data = bundle.read_bytes()
+    with crafted_registry() as fake:
+        fake.token_login = "robot:hunter2-secret"
+        fake.blob, fake.blob_mode = data, "serve"
+        fake.manifest = _crafted_manifest(len(data), "sha256:" + hashlib.sha256(data).hexdigest())
+        folder, _ = oci.install(f"oci://127.0.0.1:{fake.server_address[1]}/plugins/kb:1",
+                                tmp_path / "plugins")
+    assert folder.name == "kb"
+    assert "Bearer t0k-granted" in fake.authorizations
+
+
 def test_credentials_from_the_environment(behind_login: tuple[str, Path],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     ref, dest = behind_login
