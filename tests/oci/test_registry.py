@@ -121,6 +121,25 @@ def test_install_by_digest(published: tuple[str, str], tmp_path: Path) -> None:
         oci.install(wrong, tmp_path / "other")
 
 
+def test_recorded_approvals_cover_only_the_module_they_were_given_to(
+        registry: Registry, tmp_path: Path) -> None:
+    """An install from a registry grants nothing; a grant recorded for one version is
+    withheld from the next one installed over it, as for any folder."""
+    repository = f"oci://{registry.address}/plugins/approved{fresh_name()}"
+    oci.push(write_plugin(tmp_path / "v1", "kb", "version one"), f"{repository}:1")
+    oci.push(write_plugin(tmp_path / "v2", "kb", "version two"), f"{repository}:2")
+    config = ["--config", str(_config(tmp_path))]
+    runner = CliRunner()
+    for args in (["install", f"{repository}:1"], ["grant", "kb", "state", "--by", "ops"],
+                 ["install", f"{repository}:2", "--replace"]):
+        result = runner.invoke(main, [*args, *config])
+        assert result.exit_code == 0, result.output
+    grants = runner.invoke(main, ["grants", "--json", *config])
+    [row] = json.loads(grants.output)
+    assert row["capability"] == "state" and row["status"] == "withheld (module changed)"
+    assert _answer(tmp_path / "plugins", tmp_path) == "version two"
+
+
 def test_tampered_manifest_is_refused(registry: Registry, published: tuple[str, str],
                                       tmp_path: Path, healthy: Plugin) -> None:
     ref, digest = published
@@ -371,6 +390,8 @@ def test_references_parse() -> None:
     assert pinned.tag is None and pinned.target == f"sha256:{'ab' * 32}"
     assert not pinned.loopback
     assert oci.parse_reference("oci://[::1]:5000/kb").loopback
+    both = oci.parse_reference(f"oci://localhost:5000/kb:1.0@sha256:{'cd' * 32}")
+    assert both.tag == "1.0" and both.target == f"sha256:{'cd' * 32}"
 
 
 def test_cli_push_and_install_never_print_credentials(

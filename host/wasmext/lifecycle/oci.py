@@ -111,8 +111,9 @@ class Reference:
         return _is_loopback(host)
 
     def __str__(self) -> str:
-        pin = f"@{self.digest}" if self.digest else f":{self.tag}"
-        return f"oci://{self.registry}/{self.repository}{pin}"
+        tag = f":{self.tag}" if self.tag else ""
+        pin = f"@{self.digest}" if self.digest else ""
+        return f"oci://{self.registry}/{self.repository}{tag}{pin}"
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -139,7 +140,7 @@ def parse_reference(text: str) -> Reference:
         path, _, digest = path.partition("@")
         if not _DIGEST.match(digest):
             raise RegistryError(f"{shown}: a digest is sha256: and 64 lowercase hex digits")
-    elif ":" in path.rsplit("/", 1)[-1]:
+    if ":" in path.rsplit("/", 1)[-1]:  # NAME:TAG@sha256:... is pinned by the digest
         path, _, tag = path.rpartition(":")
         if not _TAG.match(tag):
             raise RegistryError(f"{shown}: not a valid tag")
