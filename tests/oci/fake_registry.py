@@ -86,6 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
             digest = "sha256:" + hashlib.sha256(self.server.manifest).hexdigest()
             self._answer(self.server.manifest, MANIFEST_MEDIA_TYPE,
                          {"Docker-Content-Digest": digest, **self.server.manifest_headers})
+        elif self.path == "/endless":
+            self._blob_endless()
         elif "/blobs/" in self.path:
             getattr(self, f"_blob_{self.server.blob_mode}")()
         else:
@@ -159,6 +161,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.server.sent += 10
         self.server.stop.wait()
+
+    def _blob_redirect_endless(self) -> None:
+        """A redirect whose own body never ends (a client reads it before following)."""
+        self.send_response(302)
+        self.send_header("Location", "/endless")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = b"\0" * 65536
+        try:
+            while not self.server.stop.is_set():
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.server.sent += len(chunk)
+        except OSError:
+            return
 
     def _blob_redirect(self) -> None:
         """To plain http on a documentation address (never routed)."""

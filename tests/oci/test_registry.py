@@ -242,6 +242,27 @@ def test_endless_layer_stream_is_cut_at_its_declared_size(tmp_path: Path,
     assert healthy.call("test").value == "alive"
 
 
+def test_endless_redirect_body_is_cut(tmp_path: Path, healthy: Plugin) -> None:
+    """The body of a redirect (which requests reads whole before following) is capped,
+    as is every body but the layer's."""
+    with crafted_registry() as fake:
+        fake.manifest = _crafted_manifest(4096)
+        fake.blob_mode = "redirect_endless"
+        port = fake.server_address[1]
+        tracemalloc.start()
+        try:
+            started = time.monotonic()
+            with pytest.raises(RegistryTooLarge, match="an answer"):
+                oci.install(f"oci://127.0.0.1:{port}/plugins/kb:1", tmp_path / "plugins",
+                            deadline_s=5)
+            elapsed = time.monotonic() - started
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert elapsed < 3 and peak < 8 * oci.MAX_ANSWER_BYTES
+    assert healthy.call("test").value == "alive"
+
+
 def test_stalling_registry_times_out_within_the_deadline(tmp_path: Path,
                                                           healthy: Plugin) -> None:
     with stalling_server() as port:

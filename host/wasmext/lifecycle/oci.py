@@ -19,7 +19,8 @@ Everything the registry sends is hostile. The manifest is capped in size (declar
 and streamed) and must hash to the digest asked for (`@sha256:`) or, for a tag, to
 the digest the registry names for it; its layer's descriptor size is checked
 against the cap before a byte of the layer is fetched, the streamed layer is cut
-at its declared size, and its sha256 must match. One deadline covers the whole
+at its declared size, and its sha256 must match; every other body (a token, an
+upload's reply, a redirect's own body) is read capped at 1 MiB, never whole. One deadline covers the whole
 exchange: every connect and every read waits at most what remains of it, so a
 registry that stalls or drips fails with `RegistryTimeout` within the bound. The
 oras library speaks the protocol (references, authentication, uploads); its
@@ -78,6 +79,7 @@ TITLE = "org.opencontainers.image.title"
 
 MAX_MANIFEST_BYTES = 64 * 1024  # ours are under 1 KiB; the OCI spec's floor is 4 MiB
 MAX_LAYER_BYTES = bundles.MAX_ARCHIVE_BYTES  # what a .wxb install accepts anyway
+MAX_ANSWER_BYTES = 1024 * 1024  # any other body: a token, an upload's reply, an error
 DEADLINE_S = 60.0
 CHUNK = 64 * 1024
 MAX_REDIRECTS = 5
@@ -192,6 +194,7 @@ class _DeadlineSession(requests.Session):
         self.max_redirects = MAX_REDIRECTS
         # Registries may set cookies to detect browsers; a client keeps none.
         self.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        self.hooks["response"].append(self._cap_redirect)
 
     def request(self, method: str | bytes, url: str | bytes,
                 *args: Any, **kwargs: Any) -> requests.Response:
@@ -211,7 +214,26 @@ class _DeadlineSession(requests.Session):
                                    f"needs --insecure")
         left = self.clock.remaining()
         kwargs["timeout"] = (left, left)
-        return super().send(request, **kwargs)
+        wanted_stream = kwargs.get("stream", False)
+        kwargs["stream"] = True
+        response = super().send(request, **kwargs)
+        if not wanted_stream:  # a token answer, an upload's reply: never read whole
+            self._read_body(response)
+        return response
+
+    def _cap_redirect(self, response: requests.Response, *args: Any,
+                      **kwargs: Any) -> requests.Response:
+        """A response hook: requests reads a redirect's body whole before following it;
+        this reads it first, capped and on the deadline."""
+        if response.is_redirect:
+            self._read_body(response)
+        return response
+
+    def _read_body(self, response: requests.Response) -> None:
+        body, _, _ = _read_capped(self.clock.ref, self.clock, response, MAX_ANSWER_BYTES,
+                                  "an answer")
+        response._content = body
+        response._content_consumed = True
 
 
 _plain_request = oras.provider.Registry.do_request.__wrapped__
@@ -314,10 +336,10 @@ def _read_capped(ref: Reference, clock: _Clock, response: requests.Response, cap
                  what: str, sink: IO[bytes] | None = None) -> tuple[bytes, int, str]:
     """Read a response body of at most `cap` bytes, every read bounded by the deadline.
     Returns the body (when no sink), its length and its sha256 digest."""
-    declared = response.headers.get("Content-Length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and (len(declared) > 18 or int(declared) > cap):
         response.close()
-        raise RegistryTooLarge(f"{ref}: {what} is {declared} bytes, over {cap}")
+        raise RegistryTooLarge(f"{ref}: {what} is {declared[:20]} bytes, over {cap}")
     if response.headers.get("Content-Encoding", "identity").lower() != "identity":
         response.close()
         raise RegistryError(f"{ref}: {what} arrived encoded; only identity is accepted")
