@@ -20,11 +20,12 @@ and streamed) and must hash to the digest asked for (`@sha256:`) or, for a tag, 
 the digest the registry names for it; its layer's descriptor size is checked
 against the cap before a byte of the layer is fetched, the streamed layer is cut
 at its declared size, and its sha256 must match; every other body (a token, an
-upload's reply, a redirect's own body) is read capped at 1 MiB, never whole. One deadline covers the whole
-exchange: every connect and every read waits at most what remains of it, so a
-registry that stalls or drips fails with `RegistryTimeout` within the bound. The
-oras library speaks the protocol (references, authentication, uploads); its
-retry-with-sleeps is bypassed, the deadline being ours. Plain http is used for a
+upload's reply, a redirect's own body) is read capped at 1 MiB, never whole.
+One deadline covers the whole exchange: every connect and every read waits at
+most what remains of it, so a registry that stalls or drips fails with
+`RegistryTimeout` within the bound. The oras library speaks the protocol
+(references, authentication, uploads); its retry-with-sleeps is bypassed, the
+deadline being ours. Plain http is used for a
 loopback registry or with `insecure=True` (`--insecure`), https otherwise.
 Credentials come from the Docker config (`$DOCKER_CONFIG/config.json` or
 `~/.docker/config.json`, its credential helpers included) or `ORAS_USER` /
