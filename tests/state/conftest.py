@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 from state_support import (
     BACKENDS,
+    NATS_SERVER,
+    NO_NATS,
     NO_REDIS,
     REDIS_SERVER,
     FakeClock,
     StoreFactory,
+    nats_server,
     redis_server,
     store_factory,
 )
@@ -27,17 +30,29 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def jetstream_url() -> Iterator[str]:
+    """A private nats-server with JetStream for the whole run."""
+    if NATS_SERVER is None:
+        pytest.skip(NO_NATS)
+    with nats_server() as (url, _proc):
+        yield url
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "redis" and REDIS_SERVER is None:
         pytest.skip(NO_REDIS)
+    if request.param == "jetstream" and NATS_SERVER is None:
+        pytest.skip(NO_NATS)
     return str(request.param)
 
 
 @pytest.fixture
 def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
                ) -> Iterator[StoreFactory]:
-    url = request.getfixturevalue("redis_url") if backend == "redis" else None
+    url = request.getfixturevalue(f"{backend}_url") if backend in ("redis", "jetstream") \
+        else None
     make, opened = store_factory(backend, tmp_path, url)
     yield make
     for store in opened:

@@ -8,7 +8,8 @@
     store.get(Scope("my-plugin", "session-1"), "greeting")
 
 Backends: `MemoryStore` (tests), `SQLiteStore` (the embedded default),
-`RedisStore` (several hosts; imported lazily, it needs the `redis` package).
+`RedisStore` (several hosts; imported lazily, it needs the `redis` package),
+`JetStreamStore` (several hosts of a NATS cluster; lazily, it needs nats-py).
 See docs/state.md.
 """
 
@@ -46,6 +47,7 @@ from wasmext.state.memory import MemoryStore
 from wasmext.state.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
+    from wasmext.state.jetstream.store import JetStreamStore
     from wasmext.state.redis.store import RedisStore
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "ExportFormat",
     "InvalidArgument",
     "InvalidKey",
+    "JetStreamStore",
     "KeyTooLong",
     "MemoryStore",
     "QuotaExceeded",
@@ -85,4 +88,8 @@ def __getattr__(name: str) -> Any:
         from wasmext.state.redis.store import RedisStore
 
         return RedisStore
+    if name == "JetStreamStore":
+        from wasmext.state.jetstream.store import JetStreamStore
+
+        return JetStreamStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

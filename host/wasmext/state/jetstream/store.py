@@ -1,0 +1,439 @@
+"""The JetStream backend: state shared by every host of a NATS cluster, no Redis needed.
+
+Layout, in one key-value bucket (`wasmext_state` unless configured; history 1):
+
+    s.<plugin>.<scope>   a scope's entries: a MessagePack map
+                         key -> [value, size, ttl, expires_at, lru tick]
+    u.<plugin>           the plugin's accounting: {"t": total bytes,
+                         "s": {<scope>: [bytes, keys, earliest expiry]}}
+
+`<plugin>` is the id's UTF-8 in unpadded base64url; `<scope>` is `g` for the
+plugin-global scope and `s` + the session id's base64url for a session.
+
+A commit is optimistic, like Redis's: read the plugin's accounting and the scopes
+the changes touch (concurrently), drop their expired entries, `plan`, and write
+every changed document and the accounting in ONE atomic batch (JetStream's
+ADR-50 batch publish) whose every message expects the revision that was read.
+A batch whose expectation failed (another host committed to this plugin in
+between) changes nothing, and the commit is planned again; a compare-and-set
+whose value changed meanwhile then fails with CasConflict. An import is one
+batch over every plugin it names, so it too is all or nothing. Eviction and the
+export read all of a plugin's scopes; a commit reads only the scopes it touches
+and those whose earliest expiry has passed.
+
+Why scope documents, measured (benchmarks/bench_state.py, loopback nats-server
+2.15, this project's 2-core machines; docs/state.md has the table):
+- A commit must change at least two keys (an entry and the accounting), so it
+  needs the atomic batch anyway; its cost is dominated by the server syncing the
+  batch to disk (~3 ms a commit on file storage; a plain KV put is ~0.1 ms but
+  is neither atomic across keys nor synced). One key per entry would make that
+  batch no cheaper but would need an index key per plugin for `keys`, expiry and
+  LRU, rewritten on every commit: the per-scope map carries its own index.
+- A document grows with its scope: a set into a scope of 1000 keys rewrites the
+  scope (a 1000-key scope of small values costs ~2x a 10-key one), bounded by
+  `max_keys` and `max_session_bytes`. A scope document must fit the server's
+  `max_payload` (1 MiB by default): a commit that would exceed it is refused with
+  QuotaExceeded naming that limit (raise `max_payload` for a large global scope).
+- Reads refresh TTL and LRU recency with a plain (revision-checked) put of the
+  scope document: a refresh lost to a crash is harmless, so it skips the sync.
+
+Every wait is bounded by the calling hook's deadline (`connection`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import msgpack
+
+from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
+from wasmext.state.base import QuotaExceeded, Record, StateLimits, StateUnavailable
+from wasmext.state.engine import Engine
+from wasmext.state.jetstream.connection import Bucket, Doc, Stale, Write
+
+__all__ = ["DEFAULT_BUCKET", "JetStreamStore"]
+
+DEFAULT_BUCKET = "wasmext_state"
+_ENVELOPE = 1024  # headers and subject of a message, beside its document
+_TOUCH_RETRIES = 3
+
+Entry = list[Any]  # [value, size, ttl, expires_at, tick]
+
+
+def _token(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def _untoken(token: str) -> str:
+    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("utf-8")
+
+
+def _scope_token(sid: Sid) -> str:
+    return "g" if sid is None else "s" + _token(sid)
+
+
+def _scope_sid(token: str) -> Sid:
+    return None if token == "g" else _untoken(token[1:])
+
+
+def _unpack(raw: bytes | None, what: str) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        doc = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise StateUnavailable(f"jetstream: the {what} document is damaged: {exc}") from None
+    if not isinstance(doc, dict):
+        raise StateUnavailable(f"jetstream: the {what} document is not a map")
+    return doc
+
+
+def _pack(doc: Mapping[str, Any]) -> bytes:
+    return msgpack.packb(doc, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+class _Plugin:
+    """One plugin's documents as read for one commit, and the changes made to them."""
+
+    def __init__(self, bucket: Bucket, plugin: str, now: float, sids: Iterable[Sid] = ()
+                 ) -> None:
+        self.bucket, self.plugin, self.now = bucket, plugin, now
+        self.ptok = _token(plugin)
+        want = list(dict.fromkeys(sids))  # read along with the accounting: one round trip
+        usage, *docs = bucket.get_many([self.usage_key, *(self.scope_key(s) for s in want)])
+        self.usage_rev = usage.revision
+        doc = _unpack(usage.value, f"plugin {plugin} accounting")
+        scopes = doc.get("s", {})
+        # sid -> [bytes, keys, earliest expiry]
+        self.scopes: dict[Sid, list[Any]] = {_scope_sid(t): list(v) for t, v in scopes.items()}
+        self.docs: dict[Sid, dict[str, Entry]] = {}
+        self.revs: dict[Sid, int] = {}
+        self.dirty: set[Sid] = set()
+        self.purged = 0
+        self.emptied = False  # every scope deleted (a replacing import, a drop)
+        self._store(want, docs)
+
+    @property
+    def usage_key(self) -> str:
+        return f"u.{self.ptok}"
+
+    def scope_key(self, sid: Sid) -> str:
+        return f"s.{self.ptok}.{_scope_token(sid)}"
+
+    def load(self, sids: Iterable[Sid]) -> None:
+        """Read the documents of `sids` not read yet (concurrently) and purge them."""
+        want = [sid for sid in dict.fromkeys(sids) if sid not in self.docs]
+        if want:
+            self._store(want, self.bucket.get_many([self.scope_key(s) for s in want]))
+
+    def _store(self, sids: list[Sid], docs: list[Doc]) -> None:
+        for sid, doc in zip(sids, docs, strict=True):
+            self.revs[sid] = doc.revision
+            self.docs[sid] = {} if self.emptied else _unpack(
+                doc.value, f"plugin {self.plugin} scope")
+            self._purge(sid)
+
+    def load_expired(self) -> None:
+        """Read (and so purge) every scope whose earliest expiry has passed."""
+        self.load(sid for sid, (_, _, first) in self.scopes.items() if first <= self.now)
+
+    def load_all(self) -> None:
+        """Read every scope of the plugin."""
+        self.load(list(self.scopes))
+
+    def _purge(self, sid: Sid) -> None:
+        entries = self.docs[sid]
+        dead = [k for k, e in entries.items() if e[3] <= self.now]
+        for k in dead:
+            del entries[k]
+        self.purged += len(dead)
+        self._account(sid, changed=bool(dead))
+
+    def _account(self, sid: Sid, *, changed: bool) -> None:
+        entries = self.docs[sid]
+        if changed:
+            self.dirty.add(sid)
+        if entries:
+            self.scopes[sid] = [sum(e[1] for e in entries.values()), len(entries),
+                                min(e[3] for e in entries.values())]
+        else:
+            self.scopes.pop(sid, None)
+
+    def empty(self) -> int:
+        """Delete every scope (all read first, so their revisions are checked); the count."""
+        self.load_all()
+        count = sum(len(d) for d in self.docs.values())
+        for sid in self.docs:
+            self.docs[sid] = {}
+            self._account(sid, changed=True)
+        self.emptied = True
+        return count
+
+    def apply(self, done: Plan, ticks: int) -> None:
+        """Write a plan into the documents (every touched scope is loaded)."""
+        for sid, key in done.deletes:
+            self.load([sid])
+            self.docs[sid].pop(key, None)
+        touched = {sid for sid, _ in done.deletes}
+        for i, put in enumerate(done.puts):
+            self.load([put.sid])
+            self.docs[put.sid][put.key] = [put.value, put.size, put.ttl, put.expires_at,
+                                           ticks + i]
+            touched.add(put.sid)
+        for sid in touched:
+            self._account(sid, changed=True)
+
+    def writes(self, limits: StateLimits) -> list[Write]:
+        """The batch that stores what changed: the scopes, then the accounting."""
+        out = []
+        room = self.bucket.max_payload - _ENVELOPE
+        for sid in sorted(self.dirty, key=lambda s: (s is not None, s or "")):
+            entries = self.docs[sid]
+            raw = _pack(entries) if entries else None
+            if raw is not None and len(raw) > room:
+                where = "global scope" if sid is None else f"session {sid}"
+                raise QuotaExceeded(
+                    f"plugin {self.plugin} {where}: its state document would be {len(raw)}"
+                    f" bytes, over the NATS server's max_payload of {self.bucket.max_payload}"
+                    " (raise max_payload in nats-server's configuration)",
+                    plugin_id=self.plugin)
+            out.append(Write(self.scope_key(sid), raw, self.revs[sid]))
+        if self.scopes:
+            usage = {"t": sum(v[0] for v in self.scopes.values()),
+                     "s": {_scope_token(sid): v for sid, v in self.scopes.items()}}
+            out.append(Write(self.usage_key, _pack(usage), self.usage_rev))
+        elif self.usage_rev:
+            out.append(Write(self.usage_key, None, self.usage_rev))
+        return out
+
+    def entries(self) -> Iterator[tuple[Ref, Entry]]:
+        """Every loaded entry."""
+        for sid, doc in self.docs.items():
+            for key, e in doc.items():
+                yield (sid, key), e
+
+
+def _sids(changes: Changes) -> set[Sid]:
+    return set(changes.cleared) | {sid for sid, _ in changes.writes} \
+        | {sid for sid, _ in changes.expect}
+
+
+class _View:
+    """`accounting.View` over a `_Plugin`: loads the documents a plan asks about."""
+
+    def __init__(self, state: _Plugin) -> None:
+        self._s = state
+
+    def plugin_bytes(self) -> int:
+        return sum(int(v[0]) for v in self._s.scopes.values())
+
+    def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]:
+        sids = list(sids)
+        self._s.load(sids)  # exact (expired entries purged) for the scopes a plan checks
+        return {sid: (int(v[0]), int(v[1])) if (v := self._s.scopes.get(sid)) else (0, 0)
+                for sid in sids}
+
+    def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
+        refs = list(refs)
+        self._s.load(sid for sid, _ in refs)
+        return {r: int(e[1]) for r in refs if (e := self._s.docs[r[0]].get(r[1])) is not None}
+
+    def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
+        refs = list(refs)
+        self._s.load(sid for sid, _ in refs)
+        return {r: bytes(e[0]) for r in refs
+                if (e := self._s.docs[r[0]].get(r[1])) is not None}
+
+    def scope_sizes(self, sid: Sid) -> dict[str, int]:
+        self._s.load([sid])
+        return {k: int(e[1]) for k, e in self._s.docs[sid].items()}
+
+    def lru(self) -> Iterator[tuple[Ref, int]]:
+        self._s.load_all()
+        for ref, e in sorted(self._s.entries(), key=lambda item: item[1][4]):
+            yield ref, int(e[1])
+
+
+class _LazyView:
+    """The view of a dry run: reads the accounting with the scopes of the changes
+    (`prefetch`, which the engine calls first) in one round trip."""
+
+    def __init__(self, bucket: Bucket, plugin: str, now: float) -> None:
+        self._args = (bucket, plugin, now)
+        self._view: _View | None = None
+
+    def prefetch(self, changes: Changes) -> None:
+        """Read the accounting and the scopes `changes` touch, concurrently."""
+        if self._view is None:
+            self._view = _View(_Plugin(*self._args, _sids(changes)))
+
+    def _v(self) -> _View:
+        if self._view is None:
+            self._view = _View(_Plugin(*self._args))
+        return self._view
+
+    def plugin_bytes(self) -> int:
+        return self._v().plugin_bytes()
+
+    def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]:
+        return self._v().scope_usage(sids)
+
+    def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
+        return self._v().sizes(refs)
+
+    def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
+        return self._v().values(refs)
+
+    def scope_sizes(self, sid: Sid) -> dict[str, int]:
+        return self._v().scope_sizes(sid)
+
+    def lru(self) -> Iterator[tuple[Ref, int]]:
+        return self._v().lru()
+
+
+class JetStreamStore(Engine):
+    """State in a JetStream key-value bucket, shared by every host using the same bucket."""
+
+    def __init__(self, url: str = "nats://127.0.0.1:4222", limits: StateLimits | None = None,
+                 *, bucket: str = DEFAULT_BUCKET, options: Mapping[str, Any] | None = None,
+                 secrets: Sequence[str] = (), timeout: float = 5.0, replicas: int = 1,
+                 storage: str = "file", clock: Callable[[], float] = time.time,
+                 max_retries: int = 100) -> None:
+        super().__init__(limits, clock=clock)
+        if storage not in ("file", "memory"):
+            raise ValueError(f"jetstream storage must be 'file' or 'memory', got {storage!r}")
+        self._b = Bucket(url, bucket, options=options, secrets=secrets, timeout=timeout,
+                         replicas=replicas, storage=storage)
+        self._retries = max_retries
+
+    @property
+    def bucket(self) -> str:
+        """The key-value bucket's name."""
+        return self._b.bucket
+
+    def _doc(self, plugin: str, sid: Sid) -> tuple[dict[str, Entry], int]:
+        doc = self._b.get_many([f"s.{_token(plugin)}.{_scope_token(sid)}"])[0]
+        return _unpack(doc.value, f"plugin {plugin} scope"), doc.revision
+
+    def _read(self, plugin: str, sid: Sid, key: str, now: float) -> bytes | None:
+        e = self._doc(plugin, sid)[0].get(key)
+        return None if e is None or e[3] <= now else bytes(e[0])
+
+    def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]:
+        return sorted(k for k, e in self._doc(plugin, sid)[0].items() if e[3] > now)
+
+    def _touch(self, plugin: str, refs: list[Ref], now: float) -> None:
+        by_scope: dict[Sid, list[str]] = {}
+        for sid, key in refs:
+            by_scope.setdefault(sid, []).append(key)
+        for sid, keys in by_scope.items():
+            for _ in range(_TOUCH_RETRIES):  # lost to a concurrent commit: read again
+                doc, rev = self._doc(plugin, sid)
+                live = [k for k in keys if k in doc and doc[k][3] > now]
+                if not live:
+                    break
+                tick = self._ticker.take(len(live), now)
+                for i, k in enumerate(live):
+                    doc[k][3] = now + doc[k][2]
+                    doc[k][4] = tick + i
+                if self._b.put(f"s.{_token(plugin)}.{_scope_token(sid)}", _pack(doc), rev):
+                    break
+
+    @contextmanager
+    def _view(self, plugin: str) -> Iterator[_LazyView]:
+        yield _LazyView(self._b, plugin, self._now())
+
+    def _transact(self, plugin: str, now: float, change: Callable[[_Plugin], Plan | int],
+                  sids: Iterable[Sid] = ()) -> tuple[Plan | int, _Plugin]:
+        """Read, change and write one plugin's documents, again while others commit first."""
+        sids = list(sids)
+        for _ in range(self._retries):
+            state = _Plugin(self._b, plugin, now, sids)
+            state.load_expired()
+            result = change(state)
+            try:
+                self._b.commit(state.writes(self.limits))
+            except Stale:
+                continue
+            return result, state
+        raise StateUnavailable(f"plugin {plugin}: state commit gave up after {self._retries}"
+                               " conflicting commits of other hosts", plugin_id=plugin)
+
+    def _plan(self, state: _Plugin, changes: Changes, now: float) -> Plan:
+        state.load(_sids(changes))
+        done = plan(_View(state), changes, now, self.limits)
+        state.apply(done, self._ticker.take(len(done.puts), now))
+        return done
+
+    def _commit(self, changes: Changes, now: float) -> Plan:
+        done, _ = self._transact(changes.plugin, now,
+                                 lambda state: self._plan(state, changes, now), _sids(changes))
+        assert isinstance(done, Plan)
+        return done
+
+    def _purge(self, now: float, plugin: str | None) -> int:
+        count = 0
+        for p in [plugin] if plugin is not None else self._plugins():
+            probe = _Plugin(self._b, p, now)
+            if all(first > now for _, _, first in probe.scopes.values()):
+                continue
+            _, state = self._transact(p, now, lambda state: 0)
+            count += state.purged
+        return count
+
+    def _plugins(self) -> list[str]:
+        out = []
+        for key in self._b.list_keys("u.*"):
+            try:
+                out.append(_untoken(key[2:]))
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                continue  # not a key this store wrote
+        return sorted(out)
+
+    def _drop_plugin(self, plugin: str) -> int:
+        count, _ = self._transact(plugin, self._now(), lambda state: state.empty())
+        assert isinstance(count, int)
+        return count
+
+    def _records(self, now: float) -> list[Record]:
+        out = []
+        for p in self._plugins():
+            state = _Plugin(self._b, p, now)
+            state.load_all()
+            out += [Record(p, sid, key, bytes(e[0]), float(e[3]), float(e[2]))
+                    for (sid, key), e in state.entries()]
+        return out
+
+    def _import(self, batches: dict[str, Changes], replace: bool, now: float) -> None:
+        # Every plugin's documents in one atomic batch: a kill at any moment leaves
+        # every plugin as it was or as imported.
+        for _ in range(self._retries):
+            writes: list[Write] = []
+            for p, ch in batches.items():
+                state = _Plugin(self._b, p, now)
+                if replace:
+                    state.empty()
+                else:
+                    state.load_expired()
+                self._plan(state, ch, now)
+                writes += state.writes(self.limits)
+            try:
+                self._b.commit(writes)
+            except Stale:
+                continue
+            return
+        raise StateUnavailable(f"state import gave up after {self._retries} conflicting"
+                               " commits of other hosts")
+
+    def connect(self) -> None:
+        """Reach the server now (creating the bucket if needed) rather than on first use."""
+        self._b.connect()
+
+    def close(self) -> None:
+        self._b.close()
+
