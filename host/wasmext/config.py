@@ -26,9 +26,12 @@
     manifest = "sha256:..."      # optional: and to plugin.toml's (`wasmext inspect`)
     capabilities = ["state"]
 
-    [state]                      # plugin state: sqlite (default), memory or redis
+    [state]                      # plugin state: sqlite (default), memory, redis or jetstream
     backend = "sqlite"           # data_dir/state.db; redis needs url = "redis://..."
     ttl_seconds = 3600           # and any other StateLimits field
+    # backend = "jetstream"      # a NATS KV bucket; url defaults to [nats] url, and the
+    # bucket = "wasmext_state"   # connection authenticates as [nats] says
+    # replicas = 1               # the bucket's replicas when this host creates it
 
     [mcp]                        # MCP servers whose tools join the registry
     enabled = true               # the global switch
@@ -174,8 +177,10 @@ class HostConfig:
     cap: Limits | None = None
     grants: Mapping[str, Grant] = field(default_factory=dict)
     overrides: Mapping[str, PluginOverrides] = field(default_factory=dict)
-    state_backend: str = "sqlite"  # sqlite (data_dir/state.db), memory, redis
-    state_url: str | None = None   # redis://... for the redis backend
+    state_backend: str = "sqlite"  # sqlite (data_dir/state.db), memory, redis, jetstream
+    state_url: str | None = None   # redis://... or nats://... (jetstream: else [nats] url)
+    state_bucket: str = "wasmext_state"  # the jetstream backend's key-value bucket
+    state_replicas: int = 1  # the bucket's replicas, if this host creates it
     state_limits: Mapping[str, Any] = field(default_factory=dict)
     mcp_enabled: bool = True  # the global MCP switch
     mcp_servers: tuple[McpServerConfig, ...] = ()
@@ -335,8 +340,10 @@ class StateTable(BaseModel):
 
     model_config = SECTION
 
-    backend: Literal["sqlite", "memory", "redis"] = "sqlite"
+    backend: Literal["sqlite", "memory", "redis", "jetstream"] = "sqlite"
     url: str | None = Field(default=None, validate_default=True)
+    bucket: Annotated[str, Field(strict=True, pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
+    replicas: Annotated[int, Field(strict=True, ge=1, le=5)] | None = None
     ttl_seconds: _Finite | None = None
     max_ttl_seconds: _Finite | None = None
     max_plugin_bytes: Nonnegative | None = None
@@ -355,7 +362,7 @@ class StateTable(BaseModel):
 
     def limits(self) -> dict[str, Any]:
         """The StateLimits fields the table sets."""
-        return {k: v for k in self.model_fields_set - {"backend", "url"}
+        return {k: v for k in self.model_fields_set - {"backend", "url", "bucket", "replicas"}
                 if (v := getattr(self, k)) is not None}
 
     @model_validator(mode="after")
@@ -444,6 +451,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
                                         frozenset(o.env))
                    for pid, o in doc.plugin.items()},
         state_backend=state.backend, state_url=state.url, state_limits=state.limits(),
+        state_bucket=state.bucket or "wasmext_state", state_replicas=state.replicas or 1,
         mcp_enabled=doc.mcp.enabled, mcp_servers=doc.mcp.configs(),
         require_signature=doc.trust.require_signature, trusted_keys=tuple(doc.trust.keys),
         extensions={ext_id: spec.remote(ext_id)
@@ -547,4 +555,19 @@ def open_store(config: HostConfig) -> StateStore:
         from wasmext.state.redis.store import RedisStore
 
         return RedisStore(limits=limits, url=config.state_url)
+    if config.state_backend == "jetstream":
+        from wasmext.state.jetstream.store import JetStreamStore
+
+        auth = config.nats.with_env()  # the [nats] credentials, as the cluster's links use
+        try:
+            options = auth.options()
+        except (OSError, ValueError) as exc:  # a TLS file that cannot be read or used
+            raise ConfigError(f"[nats] TLS for the jetstream state backend: {exc}") from None
+        url = config.state_url or auth.url
+        if url is None:
+            raise ConfigError("the jetstream state backend needs [state] url, [nats] url or"
+                              " WASMEXT_NATS_URL")
+        return JetStreamStore(url, limits, bucket=config.state_bucket,
+                              replicas=config.state_replicas, options=options,
+                              secrets=auth.secrets() + NatsAuth(url=url).secrets())
     return SQLiteStore.in_data_dir(config.data_dir, limits)

@@ -2,6 +2,7 @@
 
     python crash_child.py            (a zygote: reads commands on stdin)
     run <db> <ack file> <first>  ->  forks a writer, answers its pid
+                                    (<db>: a SQLite file, or a nats:// url: JetStream)
     reap <pid>                   ->  waits for it, answers its wait status
 
 The zygote imports wasmext once, so that each writer starts in a millisecond.
@@ -16,26 +17,41 @@ import hashlib
 import os
 import sys
 
-from wasmext.state import Scope, SQLiteStore, StateLimits
+import wasmext.state.jetstream.store  # noqa: F401  (imported once, for the forks)
+from wasmext.state import Scope, SQLiteStore, StateLimits, StateStore
 
 LIMITS = StateLimits(max_keys=1_000_000, max_session_bytes=1 << 30, max_plugin_bytes=1 << 30)
 SCOPE = Scope("crash", "s")
+BUCKET = "crash"
 
 
-def payload(i: int) -> bytes:
-    """A value whose every byte depends on i, 32 to ~4 KiB long: a torn write shows."""
+def payload(i: int, where: str = "") -> bytes:
+    """A value whose every byte depends on i, 32 to ~4 KiB long: a torn write shows.
+    (At most 256 bytes in JetStream, whose one session document must fit max_payload.)"""
     seed = hashlib.sha256(b"%d" % i).digest()
-    return (seed * (1 + i % 128))[: 32 + (i * 37) % 4000]
+    value = (seed * (1 + i % 128))[: 32 + (i * 37) % 4000]
+    return value[:256] if where.startswith("nats://") else value
+
+
+def open_store(where: str) -> StateStore:
+    """The store at `where`: a SQLite file, or the JetStream bucket of a nats:// server."""
+    if where.startswith("nats://"):
+        from wasmext.state.jetstream.store import JetStreamStore
+
+        store = JetStreamStore(where, LIMITS, bucket=BUCKET)
+        store.connect()  # connected before "ready": the kills land in commits
+        return store
+    return SQLiteStore(where, LIMITS)
 
 
 def writer(db: str, ack_path: str, first: int) -> None:
-    store = SQLiteStore(db, LIMITS)
+    store = open_store(db)
     ack = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.write(ack, b"ready\n")
     i = first
     while True:
         with store.begin(SCOPE.plugin, SCOPE.session) as txn:
-            txn.set(f"k{i}", payload(i))
+            txn.set(f"k{i}", payload(i, db))
             txn.set("last", b"%d" % i, scope="plugin")
         os.write(ack, b"%d\n" % i)
         i += 1

@@ -11,11 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from wasmext.state import Scope, SQLiteStore
+import pytest
+
+from wasmext.state import Scope
 
 CHILD = Path(__file__).with_name("crash_child.py")
 sys.path.insert(0, str(CHILD.parent))
-from crash_child import LIMITS, SCOPE, payload  # noqa: E402
+from crash_child import LIMITS, SCOPE, open_store, payload  # noqa: E402
 
 CYCLES = 20
 BUDGET_SECONDS = 30
@@ -30,14 +32,15 @@ def read_acks(path: Path) -> tuple[bool, list[int]]:
     return b"ready" in lines, [int(x) for x in lines if x != b"ready"]
 
 
-def check(db: Path, acked: list[int]) -> int:
-    """Open the file as a restarted host would and verify it; the last committed index."""
-    conn = sqlite3.connect(db)
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    finally:
-        conn.close()
-    store = SQLiteStore(db, LIMITS)
+def check(db: str, acked: list[int]) -> int:
+    """Open the store as a restarted host would and verify it; the last committed index."""
+    if not db.startswith("nats://"):
+        conn = sqlite3.connect(db)
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+    store = open_store(db)
     try:
         raw_last = store.get(Scope(SCOPE.plugin), "last")
         last = -1 if raw_last is None else int(raw_last)
@@ -46,20 +49,25 @@ def check(db: Path, acked: list[int]) -> int:
         # atomic commits: k0..k<last> exist, nothing beyond (each commit wrote both)
         assert present == list(range(last + 1)), (present[-3:], last)
         for i in present:  # no torn or corrupt value
-            assert store.get(SCOPE, f"k{i}") == payload(i), i
+            assert store.get(SCOPE, f"k{i}") == payload(i, db), i
         for i in acked:  # durable commits: every acknowledged one is there
             assert i <= last, (i, last)
         usage = store.usage(SCOPE)
         assert usage.scope_keys == last + 1
-        assert usage.scope_bytes == sum(LIMITS.entry_size(f"k{i}", payload(i))
+        assert usage.scope_bytes == sum(LIMITS.entry_size(f"k{i}", payload(i, db))
                                         for i in range(last + 1))
         return last
     finally:
         store.close()
 
 
-def test_kill_9_loses_no_committed_write(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
+@pytest.mark.parametrize("backend", ["sqlite", "jetstream"])
+def test_kill_9_loses_no_committed_write(tmp_path: Path, backend: str,
+                                         request: pytest.FixtureRequest) -> None:
+    """SQLite: a file; JetStream: a bucket of a real nats-server (each commit one atomic
+    batch): the writer is killed mid-commit, and what is left is before or after it."""
+    db = request.getfixturevalue("jetstream_url") if backend == "jetstream" \
+        else str(tmp_path / "state.db")
     rng = random.Random(1234)
     zygote = subprocess.Popen([sys.executable, str(CHILD)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -96,3 +104,4 @@ def test_kill_9_loses_no_committed_write(tmp_path: Path) -> None:
         zygote.wait(10)
     assert cycles >= 5, "too few kill cycles ran within the time budget"
     assert total_acked > 0
+    print(f"{backend}: {cycles} kills, {total_acked} acknowledged commits, last {last}")
