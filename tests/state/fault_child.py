@@ -1,6 +1,6 @@
 """One host process doing CAS increments through a real guest (run by test_state_faults).
 
-    python fault_child.py <backend> <redis url or -> <data dir> <session> <count>
+    python fault_child.py <backend> <server url or -> <data dir> <session> <count>
 
 prints one JSON line: the final count it saw and how its calls ended.
 """
@@ -26,9 +26,9 @@ FORWARD = guest_wat("(call $host_call (i32.add (local.get $p) (i32.const 18))"
 
 
 def host(backend: str, where: str, data_dir: str, **limits: int) -> Any:
-    """A host with the forwarding plugin; `where` is the Redis url (redis backend)."""
+    """A host with the forwarding plugin; `where` is the server's url (redis, jetstream)."""
     config = HostConfig(data_dir=Path(data_dir), state_backend=backend,
-                        state_url=where if backend == "redis" else None)
+                        state_url=where if backend in ("redis", "jetstream") else None)
     return make_host((FORWARD, {"plugin_id": "counter", "grants": {"state"},
                                 "limits": limits or None}), config=config)
 

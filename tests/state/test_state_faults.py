@@ -1,6 +1,6 @@
-"""Storage trouble is the host's: a frozen Redis answers `unavailable` within the call's
-deadline and nothing acknowledged is lost; two host processes sharing one store never
-make a plugin fault or conflict on different sessions."""
+"""Storage trouble is the host's: a frozen Redis or nats-server answers `unavailable` within
+the call's deadline and nothing acknowledged is lost; two host processes sharing one store
+never make a plugin fault or conflict on different sessions."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.state.conftest import NO_REDIS, REDIS_SERVER, redis_server
+from tests.state.conftest import NATS_SERVER, NO_NATS, NO_REDIS, REDIS_SERVER, redis_server
+from tests.state.state_support import nats_server
 from wasmext import PluginError, StateUnavailable
+from wasmext.state import Scope, StateStore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fault_child import host, op
@@ -39,10 +41,42 @@ def own_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             os.kill(proc.pid, signal.SIGCONT)  # a frozen server cannot stop
 
 
+@pytest.fixture
+def own_nats() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A nats-server with JetStream this test alone uses (it gets frozen)."""
+    if NATS_SERVER is None:
+        pytest.skip(NO_NATS)
+    with nats_server() as (url, proc):
+        try:
+            yield url, proc
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+
+
+def _open(backend: str, url: str) -> StateStore:
+    if backend == "jetstream":
+        from wasmext.state.jetstream.store import JetStreamStore
+
+        return JetStreamStore(url)
+    from wasmext.state.redis.store import RedisStore
+
+    return RedisStore(url=url)
+
+
 def test_a_frozen_redis_answers_unavailable_within_the_deadline(
         own_redis: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
-    url, proc = own_redis
-    h = host("redis", url, str(tmp_path), timeout_ms=TIMEOUT_MS, host_call_timeout_ms=TIMEOUT_MS)
+    _frozen_server("redis", *own_redis, tmp_path)
+
+
+def test_a_frozen_nats_server_answers_unavailable_within_the_deadline(
+        own_nats: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    _frozen_server("jetstream", *own_nats, tmp_path)
+
+
+def _frozen_server(backend: str, url: str, proc: subprocess.Popen[bytes],
+                   tmp_path: Path) -> None:
+    h = host(backend, url, str(tmp_path), timeout_ms=TIMEOUT_MS,
+             host_call_timeout_ms=TIMEOUT_MS)
     stop = threading.Event()
     calls: list[tuple[float, float, str, str, str]] = []  # start, seconds, outcome, session, key
 
@@ -81,14 +115,11 @@ def test_a_frozen_redis_answers_unavailable_within_the_deadline(
     worst = max(calls, key=lambda c: c[1])
     assert slowest < TIMEOUT_MS / 1000 + 1.0, (worst, frozen_at)  # the deadline, and a margin
     assert any(c[2] == "unavailable" for c in calls)
-    print(f"frozen redis: {len(calls)} calls, {sum(c[2] == 'unavailable' for c in calls)}"
-          f" unavailable, slowest {slowest:.3f} s")
+    print(f"frozen {backend}: {len(calls)} calls,"
+          f" {sum(c[2] == 'unavailable' for c in calls)} unavailable, slowest {slowest:.3f} s")
     late = [c for c in calls if c[0] > resumed + 0.5]
     assert late and all(c[2] == "ok" for c in late), "calls did not recover after SIGCONT"
-    from wasmext.state import Scope
-    from wasmext.state.redis.store import RedisStore
-
-    with RedisStore(url=url) as store:
+    with _open(backend, url) as store:
         for _, _, outcome, session, key in calls:
             if outcome == "ok":  # acknowledged: must be there
                 assert store.get(Scope("counter", session), key) is not None, (session, key)
@@ -110,10 +141,10 @@ def _run_two(backend: str, where: str, data_dir: Path, count: int) -> list[dict[
     return out
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "jetstream"])
 def test_two_processes_increment_different_sessions_without_faults(
         backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    where = request.getfixturevalue("redis_url") if backend == "redis" else "-"
+    where = request.getfixturevalue(f"{backend}_url") if backend != "sqlite" else "-"
     count = 150
     results = _run_two(backend, where, tmp_path, count)
     for r in results:

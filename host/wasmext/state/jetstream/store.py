@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -52,7 +53,7 @@ from typing import Any
 import msgpack
 
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
-from wasmext.state.base import QuotaExceeded, Record, StateLimits, StateUnavailable
+from wasmext.state.base import CasConflict, QuotaExceeded, Record, StateLimits, StateUnavailable
 from wasmext.state.engine import Engine
 from wasmext.state.jetstream.connection import Bucket, Doc, Stale, Write
 
@@ -61,6 +62,7 @@ __all__ = ["DEFAULT_BUCKET", "JetStreamStore"]
 DEFAULT_BUCKET = "wasmext_state"
 _ENVELOPE = 1024  # headers and subject of a message, beside its document
 _TOUCH_RETRIES = 3
+_SEEN_DOCS = 8  # scope documents a thread remembers for the TTL refresh of its reads
 
 Entry = list[Any]  # [value, size, ttl, expires_at, tick]
 
@@ -136,6 +138,12 @@ class _Plugin:
             self.revs[sid] = doc.revision
             self.docs[sid] = {} if self.emptied else _unpack(
                 doc.value, f"plugin {self.plugin} scope")
+            self._purge(sid)
+
+    def refresh(self, now: float) -> None:
+        """Move this state (read for a dry run) to a later commit time: purge again."""
+        self.now = now
+        for sid in list(self.docs):
             self._purge(sid)
 
     def load_expired(self) -> None:
@@ -261,20 +269,29 @@ class _View:
 
 class _LazyView:
     """The view of a dry run: reads the accounting with the scopes of the changes
-    (`prefetch`, which the engine calls first) in one round trip."""
+    (`prefetch`, which the engine calls first) in one round trip, and leaves what it
+    read in `kept` for the commit that usually follows."""
 
-    def __init__(self, bucket: Bucket, plugin: str, now: float) -> None:
+    def __init__(self, bucket: Bucket, plugin: str, now: float,
+                 kept: dict[str, _Plugin]) -> None:
         self._args = (bucket, plugin, now)
+        self._kept = kept
         self._view: _View | None = None
+
+    def _make(self, sids: Iterable[Sid]) -> _View:
+        state = _Plugin(*self._args, sids)
+        self._kept.clear()
+        self._kept[state.plugin] = state
+        return _View(state)
 
     def prefetch(self, changes: Changes) -> None:
         """Read the accounting and the scopes `changes` touch, concurrently."""
         if self._view is None:
-            self._view = _View(_Plugin(*self._args, _sids(changes)))
+            self._view = self._make(_sids(changes))
 
     def _v(self) -> _View:
         if self._view is None:
-            self._view = _View(_Plugin(*self._args))
+            self._view = self._make(())
         return self._view
 
     def plugin_bytes(self) -> int:
@@ -310,6 +327,23 @@ class JetStreamStore(Engine):
         self._b = Bucket(url, bucket, options=options, secrets=secrets, timeout=timeout,
                          replicas=replicas, storage=storage)
         self._retries = max_retries
+        # Per thread, what the last dry run and the last reads saw: the commit and the
+        # TTL refresh that follow start from it instead of reading again (a revision
+        # that moved meanwhile fails the write, which then reads afresh).
+        self._local = threading.local()
+
+    def _kept(self) -> dict[str, _Plugin]:
+        kept: dict[str, _Plugin] | None = getattr(self._local, "plan", None)
+        if kept is None:
+            kept = self._local.plan = {}
+        return kept
+
+    def _seen(self) -> dict[tuple[str, Sid], tuple[dict[str, Entry], int]]:
+        seen: dict[tuple[str, Sid], tuple[dict[str, Entry], int]] | None = getattr(
+            self._local, "docs", None)
+        if seen is None:
+            seen = self._local.docs = {}
+        return seen
 
     @property
     def bucket(self) -> str:
@@ -318,7 +352,12 @@ class JetStreamStore(Engine):
 
     def _doc(self, plugin: str, sid: Sid) -> tuple[dict[str, Entry], int]:
         doc = self._b.get_many([f"s.{_token(plugin)}.{_scope_token(sid)}"])[0]
-        return _unpack(doc.value, f"plugin {plugin} scope"), doc.revision
+        got = _unpack(doc.value, f"plugin {plugin} scope"), doc.revision
+        seen = self._seen()
+        if len(seen) >= _SEEN_DOCS:
+            seen.pop(next(iter(seen)))
+        seen[(plugin, sid)] = got
+        return got
 
     def _read(self, plugin: str, sid: Sid, key: str, now: float) -> bytes | None:
         e = self._doc(plugin, sid)[0].get(key)
@@ -331,9 +370,11 @@ class JetStreamStore(Engine):
         by_scope: dict[Sid, list[str]] = {}
         for sid, key in refs:
             by_scope.setdefault(sid, []).append(key)
+        seen = self._seen()
         for sid, keys in by_scope.items():
-            for _ in range(_TOUCH_RETRIES):  # lost to a concurrent commit: read again
-                doc, rev = self._doc(plugin, sid)
+            for attempt in range(_TOUCH_RETRIES):  # lost to a concurrent commit: read again
+                last = seen.pop((plugin, sid), None) if attempt == 0 else None
+                doc, rev = last if last is not None else self._doc(plugin, sid)
                 live = [k for k in keys if k in doc and doc[k][3] > now]
                 if not live:
                     break
@@ -346,16 +387,27 @@ class JetStreamStore(Engine):
 
     @contextmanager
     def _view(self, plugin: str) -> Iterator[_LazyView]:
-        yield _LazyView(self._b, plugin, self._now())
+        yield _LazyView(self._b, plugin, self._now(), self._kept())
 
     def _transact(self, plugin: str, now: float, change: Callable[[_Plugin], Plan | int],
                   sids: Iterable[Sid] = ()) -> tuple[Plan | int, _Plugin]:
         """Read, change and write one plugin's documents, again while others commit first."""
         sids = list(sids)
+        kept = self._kept().pop(plugin, None)
         for _ in range(self._retries):
-            state = _Plugin(self._b, plugin, now, sids)
+            reused = kept is not None
+            if kept is not None:
+                state, kept = kept, None
+                state.refresh(now)
+            else:
+                state = _Plugin(self._b, plugin, now, sids)
             state.load_expired()
-            result = change(state)
+            try:
+                result = change(state)
+            except CasConflict:
+                if reused:  # decided on what the dry run read: decide on a fresh read
+                    continue
+                raise
             try:
                 self._b.commit(state.writes(self.limits))
             except Stale:
