@@ -246,7 +246,8 @@ def test_any_toml_ish_document_loads_or_is_one_config_error(data: dict[str, Any]
 def test_each_table_model_has_exactly_its_dataclass_fields() -> None:
     """A field added to Limits (or StateLimits, HttpLimits, LlmPolicy) must get its rule."""
     tables: list[tuple[Any, Any, set[str]]] = [
-        (LimitsTable, Limits, set()), (StateTable, StateLimits, {"backend", "url"}),
+        (LimitsTable, Limits, set()),
+        (StateTable, StateLimits, {"backend", "url", "bucket", "replicas"}),
         (HttpSection, HttpLimits, {"inject"}), (PolicyTable, LlmPolicy, set())]
     for model, kind, own in tables:
         assert set(model.model_fields) - own == {f.name for f in dataclasses.fields(kind)}

@@ -19,6 +19,7 @@ import redis  # noqa: F401  (imported once, for the forks)
 
 # The stores and what the CLI imports inside its commands, once, for the forks.
 import wasmext.config
+import wasmext.state.jetstream.store
 import wasmext.state.redis.store
 import wasmext.state.sqlite  # noqa: F401
 from wasmext_cli.main import main

@@ -212,3 +212,13 @@ def test_import_replace_redis(tmp_path: Path, zygote: Zygote, redis_url: str) ->
         store.load(document("A", time.time()), replace=True)
         assert client.smembers(b"wasmext:state:staging") == set()
         assert list(client.scan_iter(match=b"*:stage:*")) == []
+
+
+def test_import_replace_jetstream(tmp_path: Path, zygote: Zygote, jetstream_url: str) -> None:
+    """One atomic batch holds every plugin's documents: a killed import left no trace."""
+    from wasmext.state.jetstream.store import JetStreamStore
+
+    (tmp_path / "wasmext.toml").write_text(
+        f'[state]\nbackend = "jetstream"\nurl = "{jetstream_url}"\nbucket = "cli_crash"\n')
+    with JetStreamStore(jetstream_url, bucket="cli_crash") as store:
+        _import_loop(zygote, tmp_path, store)

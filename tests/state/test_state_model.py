@@ -341,12 +341,13 @@ class StateMachine(RuleBasedStateMachine):
 
 # The accounting is shared code: the memory run explores it, the others check each
 # backend's primitives (more cheaply: every step's invariant costs round trips).
-EXAMPLES = {"memory": 100, "sqlite": 20, "redis": 12}
+EXAMPLES = {"memory": 100, "sqlite": 20, "redis": 12, "jetstream": 12}
 
 
 def test_store_matches_the_model(backend: str, tmp_path: Path,
                                  request: pytest.FixtureRequest) -> None:
-    url = request.getfixturevalue("redis_url") if backend == "redis" else None
+    url = request.getfixturevalue(f"{backend}_url") if backend in ("redis", "jetstream") \
+        else None
     make, opened = store_factory(backend, tmp_path, url)
     machine = type("Machine", (StateMachine,), {"factory": staticmethod(make)})
     try:

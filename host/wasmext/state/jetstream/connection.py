@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js import JetStreamContext
 
-__all__ = ["Bucket", "Doc", "Stale", "Write"]
+__all__ = ["Bucket", "Doc", "Write"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.state.jetstream")
@@ -42,10 +42,6 @@ log = logging.getLogger("wasmext.state.jetstream")
 KV_OPERATION = "KV-Operation"
 _WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErrF: an expectation failed
 _BATCH_LIMIT = 1000  # messages per atomic batch (nats-server's own limit)
-
-
-class Stale(Exception):
-    """A key of an atomic batch no longer had the revision the plan read: plan again."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ class Bucket:
             future.cancel()
             raise StateUnavailable(f"jetstream {redact_url(self.url)}: no answer to {what}"
                                    f" within {left:.3g} s") from None
-        except (Stale, StateUnavailable):
+        except StateUnavailable:
             raise
         except Exception as exc:  # nats errors, OSError, a refused login: the host's trouble
             raise StateUnavailable(f"jetstream {redact_url(self.url)}: {what}:"
@@ -128,12 +124,22 @@ class Bucket:
     async def _connect(self) -> None:
         import nats
 
+        seen: list[str] = []  # what went wrong while connecting (the server's reason first)
+
         async def quiet(exc: Exception) -> None:  # nats-py logs a traceback per attempt
+            if len(seen) < 8:
+                seen.append(self.said(exc))
             log.debug("jetstream state %s: %s", redact_url(self.url), self.said(exc))
 
-        nc = await nats.connect(self.url, name=self._name, connect_timeout=self.timeout,
-                                allow_reconnect=True, max_reconnect_attempts=1,
-                                reconnect_time_wait=0.2, error_cb=quiet, **self._options)
+        try:
+            nc = await nats.connect(self.url, name=self._name, connect_timeout=self.timeout,
+                                    allow_reconnect=True, max_reconnect_attempts=1,
+                                    reconnect_time_wait=0.2, error_cb=quiet, **self._options)
+        except Exception as exc:
+            # A refused login is followed by "no servers": the refusal is the news.
+            reason = next((e for e in seen if "authoriz" in e.lower()), "")
+            raise StateUnavailable(f"jetstream {redact_url(self.url)}: cannot connect: "
+                                   f"{reason or self.said(exc)}") from None
         # Once in, never give up on the server: ops fail with `unavailable` meanwhile.
         nc.options["max_reconnect_attempts"] = -1
         js = nc.jetstream(timeout=self.timeout)
@@ -206,16 +212,17 @@ class Bucket:
 
     # -- writes -----------------------------------------------------------------------
 
-    def commit(self, writes: Sequence[Write]) -> None:
-        """Apply every write or none (one atomic batch); Stale if an expectation failed."""
+    def commit(self, writes: Sequence[Write]) -> bool:
+        """Apply every write or none (one atomic batch); False if a key no longer had the
+        revision it expects (another host committed first: plan again)."""
         if not writes:
-            return
+            return True
         if len(writes) > _BATCH_LIMIT:
             raise StateUnavailable(f"jetstream: one commit would write {len(writes)} keys, over"
                                    f" the server's atomic batch limit of {_BATCH_LIMIT}")
-        self.run(self._batch(writes), "commit")
+        return self.run(self._batch(writes), "commit")
 
-    async def _batch(self, writes: Sequence[Write]) -> None:
+    async def _batch(self, writes: Sequence[Write]) -> bool:
         nc, _ = await self._client()
         batch = uuid.uuid4().hex
         last = len(writes)
@@ -230,7 +237,8 @@ class Bucket:
             headers["Nats-Batch-Commit"] = "1"
             reply = await nc.request(self._prefix + w.key, w.value or b"", headers=headers,
                                      timeout=self.timeout)
-            _check_ack(reply.data)
+            return _acked(reply.data)
+        return True  # not reached: the last write commits
 
     def put(self, key: str, value: bytes, expect: int) -> bool:
         """One write outside a batch (not synced to disk at once); False if `key` moved on."""
@@ -239,11 +247,7 @@ class Bucket:
             reply = await nc.request(self._prefix + key, value, timeout=self.timeout,
                                      headers={"Nats-Expected-Last-Subject-Sequence":
                                               str(expect)})
-            try:
-                _check_ack(reply.data)
-            except Stale:
-                return False
-            return True
+            return _acked(reply.data)
         return self.run(publish(), "refresh")
 
     @property
@@ -275,7 +279,9 @@ class Bucket:
         self._loop.close()
 
 
-def _check_ack(data: bytes) -> None:
+def _acked(data: bytes) -> bool:
+    """True for a publish acknowledgement, False for a failed revision expectation;
+    StateUnavailable for anything else the server said."""
     try:
         ack = json.loads(data)
     except ValueError:
@@ -283,8 +289,8 @@ def _check_ack(data: bytes) -> None:
                                ) from None
     error = ack.get("error") if isinstance(ack, dict) else None
     if error is None:
-        return
+        return True
     if isinstance(error, dict) and error.get("err_code") == _WRONG_LAST_SEQUENCE:
-        raise Stale(str(error.get("description", "")))
+        return False
     text = error.get("description", error) if isinstance(error, dict) else error
     raise StateUnavailable(f"jetstream refused the commit: {clean(str(text))}")

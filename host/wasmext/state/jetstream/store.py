@@ -55,7 +55,7 @@ import msgpack
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import CasConflict, QuotaExceeded, Record, StateLimits, StateUnavailable
 from wasmext.state.engine import Engine
-from wasmext.state.jetstream.connection import Bucket, Doc, Stale, Write
+from wasmext.state.jetstream.connection import Bucket, Doc, Write
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamStore"]
 
@@ -408,11 +408,8 @@ class JetStreamStore(Engine):
                 if reused:  # decided on what the dry run read: decide on a fresh read
                     continue
                 raise
-            try:
-                self._b.commit(state.writes(self.limits))
-            except Stale:
-                continue
-            return result, state
+            if self._b.commit(state.writes(self.limits)):
+                return result, state
         raise StateUnavailable(f"plugin {plugin}: state commit gave up after {self._retries}"
                                " conflicting commits of other hosts", plugin_id=plugin)
 
@@ -474,11 +471,8 @@ class JetStreamStore(Engine):
                     state.load_expired()
                 self._plan(state, ch, now)
                 writes += state.writes(self.limits)
-            try:
-                self._b.commit(writes)
-            except Stale:
-                continue
-            return
+            if self._b.commit(writes):
+                return
         raise StateUnavailable(f"state import gave up after {self._retries} conflicting"
                                " commits of other hosts")
 

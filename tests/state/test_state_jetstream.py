@@ -1,0 +1,241 @@
+"""What only the JetStream backend does: its bucket and documents, the server's limits,
+an unreachable or silent server, NATS authentication, and `wasmext state` against it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+from state_support import NATS_SERVER, NO_NATS, FakeClock, nats_server
+
+from support import free_port
+from wasmext.state import QuotaExceeded, Scope, StateLimits, StateUnavailable
+from wasmext.state.deadline import within
+
+pytest.importorskip("nats")
+from wasmext.state.jetstream.store import JetStreamStore
+
+S1 = Scope("p", "s1")
+G = Scope("p")
+
+
+@pytest.fixture
+def store(jetstream_url: str) -> Iterator[JetStreamStore]:
+    s = JetStreamStore(jetstream_url, bucket=f"js{uuid.uuid4().hex[:10]}", clock=FakeClock())
+    yield s
+    s.close()
+
+
+def _raw(url: str, bucket: str) -> dict[str, object]:
+    """The bucket's keys and stream settings, read with nats-py directly."""
+    import asyncio
+
+    import nats
+
+    async def read() -> dict[str, object]:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        info = await js.stream_info(f"KV_{bucket}", subjects_filter=">")
+        kv = await js.key_value(bucket)
+        try:
+            keys = sorted(await kv.keys())
+        except nats.js.errors.NoKeysError:
+            keys = []
+        values = {k: (await kv.get(k)).value for k in keys}
+        await nc.close()
+        return {"config": info.config, "values": values}
+
+    return asyncio.run(read())
+
+
+def test_documents_per_scope_and_per_plugin(store: JetStreamStore, jetstream_url: str) -> None:
+    store.set(S1, "a", b"1")
+    store.set(S1, "b", b"2")
+    store.set(G, "c", b"3")
+    raw = _raw(jetstream_url, store.bucket)
+    config = raw["config"]
+    assert config.allow_atomic and config.allow_direct  # type: ignore[attr-defined]
+    values = raw["values"]
+    assert isinstance(values, dict)
+    # "p" is "cA" in base64url; the session "s1" is "czE"
+    assert sorted(values) == ["s.cA.g", "s.cA.sczE", "u.cA"]
+    session = msgpack.unpackb(values["s.cA.sczE"])
+    assert sorted(session) == ["a", "b"] and session["a"][0] == b"1"
+    usage = msgpack.unpackb(values["u.cA"])
+    size = store.limits.entry_size("a", b"1")
+    assert usage["t"] == 3 * size and usage["s"]["sczE"][:2] == [2 * size, 2]
+    # a scope emptied is deleted from the bucket, and so is the plugin's accounting
+    store.drop_plugin("p")
+    assert _raw(jetstream_url, store.bucket)["values"] == {}
+    assert store.records() == []
+
+
+def test_a_scope_over_the_servers_max_payload_is_a_named_quota_error(
+        jetstream_url: str) -> None:
+    limits = StateLimits(max_plugin_bytes=8 << 20, max_session_bytes=8 << 20)
+    store = JetStreamStore(jetstream_url, limits, bucket=f"big{uuid.uuid4().hex[:10]}")
+    try:
+        store.set(G, "small", b"x")
+        with pytest.raises(QuotaExceeded) as info:
+            store.set(G, "huge", b"y" * (1100 * 1024))
+        assert "max_payload" in info.value.message
+        assert store.keys(G) == ["small"]  # nothing of the refused commit landed
+        store.set(G, "fine", b"z" * 1000)
+        assert store.keys(G) == ["fine", "small"]
+    finally:
+        store.close()
+
+
+def test_a_damaged_document_is_unavailable_not_a_crash(store: JetStreamStore) -> None:
+    store.set(S1, "k", b"v")
+    store._b.commit([])  # nothing to write is no batch at all
+    from wasmext.state.jetstream.connection import Write
+
+    doc = store._b.get_many(["s.cA.sczE"])[0]
+    store._b.commit([Write("s.cA.sczE", b"\xc1not msgpack", doc.revision)])
+    with pytest.raises(StateUnavailable, match="damaged"):
+        store.get(S1, "k")
+
+
+def test_an_unreachable_server_is_unavailable_within_the_deadline() -> None:
+    store = JetStreamStore(f"nats://127.0.0.1:{free_port()}", bucket="nowhere")
+    try:
+        started = time.monotonic()
+        with within(time.monotonic() + 0.5), pytest.raises(StateUnavailable) as info:
+            store.set(S1, "k", b"v")
+        assert time.monotonic() - started < 3
+        assert info.value.code == "unavailable"
+    finally:
+        store.close()
+
+
+def test_a_server_that_never_answers_is_unavailable_within_the_deadline() -> None:
+    """A listener that accepts and then says nothing (a hung server, a black hole)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    store = JetStreamStore(f"nats://127.0.0.1:{silent.getsockname()[1]}", bucket="silent",
+                           timeout=30)
+    try:
+        for _ in range(2):  # the first connects, the second finds the attempt still hanging
+            started = time.monotonic()
+            with within(time.monotonic() + 0.5), pytest.raises(StateUnavailable):
+                store.get(S1, "k")
+            assert time.monotonic() - started < 3
+    finally:
+        stop.set()
+        t.join(2)
+        store.close()
+        for conn in held:
+            conn.close()
+        silent.close()
+
+
+@pytest.fixture(scope="module")
+def secured_nats() -> Iterator[str]:
+    if NATS_SERVER is None:
+        pytest.skip(NO_NATS)
+    with nats_server("--user", "state", "--pass", "s3cret-pass-word") as (url, _proc):
+        yield url
+
+
+def test_a_server_requiring_a_login(secured_nats: str) -> None:
+    good = JetStreamStore(secured_nats, bucket="authed",
+                          options={"user": "state", "password": "s3cret-pass-word"},
+                          secrets=["s3cret-pass-word"])
+    try:
+        good.set(S1, "k", b"v")
+        assert good.get(S1, "k") == b"v"
+    finally:
+        good.close()
+    wrong = "wr0ng-pass-word"
+    bad = JetStreamStore(secured_nats, bucket="authed",
+                         options={"user": "state", "password": wrong}, secrets=[wrong])
+    try:
+        with pytest.raises(StateUnavailable) as info:
+            bad.get(S1, "k")
+        assert "authoriz" in info.value.message.lower()
+        assert wrong not in info.value.message
+    finally:
+        bad.close()
+    host, port = secured_nats.removeprefix("nats://").split(":")
+    in_url = JetStreamStore(f"nats://state:{wrong}@{host}:{port}", bucket="authed")
+    try:
+        with pytest.raises(StateUnavailable) as info:
+            in_url.get(S1, "k")
+        assert wrong not in info.value.message and wrong not in str(info.value)
+    finally:
+        in_url.close()
+
+
+def test_the_config_uses_the_nats_credentials(secured_nats: str, tmp_path: Path) -> None:
+    from wasmext.config import load_config, open_store
+
+    (tmp_path / "nats-pass").write_text("s3cret-pass-word\n")
+    (tmp_path / "wasmext.toml").write_text(
+        f'[state]\nbackend = "jetstream"\nurl = "{secured_nats}"\nbucket = "from_config"\n'
+        '[nats]\nuser = "state"\npassword_file = "nats-pass"\n')
+    config = load_config(tmp_path / "wasmext.toml")
+    assert (config.state_backend, config.state_bucket) == ("jetstream", "from_config")
+    with open_store(config) as s:
+        assert isinstance(s, JetStreamStore) and s.bucket == "from_config"
+        s.set(S1, "k", b"v")
+        assert s.get(S1, "k") == b"v"
+
+
+def test_the_config_refuses_a_bad_bucket_name(tmp_path: Path) -> None:
+    from wasmext.config import load_config
+    from wasmext.errors import ConfigError
+
+    (tmp_path / "wasmext.toml").write_text(
+        '[state]\nbackend = "jetstream"\nurl = "nats://127.0.0.1:4222"\nbucket = "a.b>"\n')
+    with pytest.raises(ConfigError, match=r"state\.bucket"):
+        load_config(tmp_path / "wasmext.toml")
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wasmext_cli", "state", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_state_export_and_import_through_the_cli(jetstream_url: str, tmp_path: Path) -> None:
+    bucket = f"cli{uuid.uuid4().hex[:10]}"
+    (tmp_path / "wasmext.toml").write_text(
+        f'[state]\nbackend = "jetstream"\nurl = "{jetstream_url}"\nbucket = "{bucket}"\n')
+    with JetStreamStore(jetstream_url, bucket=bucket) as s:
+        s.set(Scope("pii-mask", "s1"), "count", msgpack.packb({"n": 3}))
+        s.set(Scope("pii-mask"), "total", msgpack.packb(7))
+    listed = json.loads(_cli("ls", "--json", cwd=tmp_path).stdout)
+    assert {(r["plugin"], r["session"], r["key"]) for r in listed} == {
+        ("pii-mask", "s1", "count"), ("pii-mask", None, "total")}
+    backup = tmp_path / "backup.json"
+    done = _cli("export", "--format", "json", "-o", str(backup), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _cli("rm", "pii-mask", "total", cwd=tmp_path).stdout.strip() == "deleted"
+    done = _cli("import", "--replace", "--format", "json", str(backup), cwd=tmp_path)
+    assert done.stdout.strip() == "imported 2 entries", done.stderr
+    assert json.loads(_cli("get", "pii-mask", "total", cwd=tmp_path).stdout) == 7
+    with JetStreamStore(jetstream_url, bucket=bucket) as s:
+        assert s.usage(Scope("pii-mask", "s1")).scope_keys == 1
