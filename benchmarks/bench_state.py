@@ -7,7 +7,10 @@ no-op hook call of the same plugin is the baseline in the same run. Backends:
 SQLite, Redis and JetStream (a nats-server with `-js`, file storage), the
 servers started here on loopback. `set_full` writes into a session that holds
 999 other keys: JetStream keeps a scope in one document, so its cost there
-shows what the document layout costs (docs/state.md).
+shows what the document layout costs (docs/state.md). Two JetStream floors, on
+the store's own connection: a plain KV put of 100 bytes (neither atomic across
+keys nor synced to disk), and an atomic batch of two such messages (what every
+commit needs at least: a scope and the plugin's accounting).
 """
 
 from __future__ import annotations
@@ -96,6 +99,25 @@ def _fill(config: HostConfig) -> None:
                            3600.0) for i in range(999)])
 
 
+def _jetstream_floors(config: HostConfig, b: Budget, cleanup: list[Any]) -> list[Item]:
+    from wasmext.state.jetstream.connection import Write
+    from wasmext.state.jetstream.store import JetStreamStore
+
+    store = open_store(config)
+    assert isinstance(store, JetStreamStore)
+    cleanup.append(store.close)
+    bucket = store._b
+    value = b"x" * 100
+    two = [Write("floor.a", value, None), Write("floor.b", value, None)]
+    bucket.commit(two)
+    return [
+        Case("state.jetstream.kv_put", "JetStream KV put, 100 B (floor: not atomic, not synced)",
+             "state", lambda: bucket.put("floor.p", value, None), b.fresh, b.warm_fresh),
+        Case("state.jetstream.batch2", "JetStream atomic batch of two 100 B messages (floor)",
+             "state", lambda: bucket.commit(two), b.fresh, b.warm_fresh),
+    ]
+
+
 def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
     """Cases for SQLite and (when available) Redis and JetStream; `cleanup` collects what
     to stop."""
@@ -151,4 +173,6 @@ def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
             Case(f"state.{name}.set_full", f"state.set into a 1000-key session ({name})",
                  "state", lambda p=setter: p.call("test", None, _FULL), b.fresh, b.warm_fresh),
         ]
+        if name == "jetstream":
+            items += _jetstream_floors(config, b, cleanup)
     return items

@@ -100,10 +100,18 @@ def test_a_damaged_document_is_unavailable_not_a_crash(store: JetStreamStore) ->
     store._b.commit([])  # nothing to write is no batch at all
     from wasmext.state.jetstream.connection import Write
 
-    doc = store._b.get_many(["s.cA.sczE"])[0]
-    store._b.commit([Write("s.cA.sczE", b"\xc1not msgpack", doc.revision)])
+    for junk in (b"\xc1not msgpack", msgpack.packb({"k": "not an entry"}),
+                 msgpack.packb({"k": [b"v", 1, 2.0]})):
+        doc = store._b.get_many(["s.cA.sczE"])[0]
+        store._b.commit([Write("s.cA.sczE", junk, doc.revision)])
+        with pytest.raises(StateUnavailable, match="damaged"):
+            store.get(S1, "k")
+        with pytest.raises(StateUnavailable, match="damaged"):
+            store.set(S1, "other", b"v")
+    doc = store._b.get_many(["u.cA"])[0]
+    store._b.commit([Write("u.cA", msgpack.packb({"s": {"sczE": "bad"}}), doc.revision)])
     with pytest.raises(StateUnavailable, match="damaged"):
-        store.get(S1, "k")
+        store.usage(S1)
 
 
 def test_an_unreachable_server_is_unavailable_within_the_deadline() -> None:

@@ -54,11 +54,12 @@ class Doc:
 
 @dataclass(frozen=True)
 class Write:
-    """One message of a batch: the new value (None: delete) if the key is at `expect`."""
+    """One message of a batch: the new value (None: delete) if the key is at `expect`
+    (None: whatever its revision)."""
 
     key: str
     value: bytes | None
-    expect: int
+    expect: int | None
 
 
 class Bucket:
@@ -227,8 +228,9 @@ class Bucket:
         batch = uuid.uuid4().hex
         last = len(writes)
         for i, w in enumerate(writes, 1):
-            headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i),
-                       "Nats-Expected-Last-Subject-Sequence": str(w.expect)}
+            headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i)}
+            if w.expect is not None:
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(w.expect)
             if w.value is None:
                 headers[KV_OPERATION] = "DEL"
             if i < last:
@@ -240,13 +242,15 @@ class Bucket:
             return _acked(reply.data)
         return True  # not reached: the last write commits
 
-    def put(self, key: str, value: bytes, expect: int) -> bool:
-        """One write outside a batch (not synced to disk at once); False if `key` moved on."""
+    def put(self, key: str, value: bytes, expect: int | None) -> bool:
+        """One write outside a batch (not synced to disk at once); False if `key` is no
+        longer at revision `expect` (None: write whatever its revision)."""
+        headers = {} if expect is None else {"Nats-Expected-Last-Subject-Sequence": str(expect)}
+
         async def publish() -> bool:
             nc, _ = await self._client()
             reply = await nc.request(self._prefix + key, value, timeout=self.timeout,
-                                     headers={"Nats-Expected-Last-Subject-Sequence":
-                                              str(expect)})
+                                     headers=headers or None)
             return _acked(reply.data)
         return self.run(publish(), "refresh")
 

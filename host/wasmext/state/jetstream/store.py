@@ -91,8 +91,35 @@ def _unpack(raw: bytes | None, what: str) -> dict[str, Any]:
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise StateUnavailable(f"jetstream: the {what} document is damaged: {exc}") from None
     if not isinstance(doc, dict):
-        raise StateUnavailable(f"jetstream: the {what} document is not a map")
+        raise StateUnavailable(f"jetstream: the {what} document is damaged: not a map")
     return doc
+
+
+def _num(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _scope_doc(raw: bytes | None, what: str) -> dict[str, Entry]:
+    """A scope document, every entry checked: [bytes, int, number, number, int]."""
+    doc = _unpack(raw, what)
+    for e in doc.values():
+        if not (isinstance(e, list) and len(e) == 5 and isinstance(e[0], bytes)
+                and type(e[1]) is int and _num(e[2]) and _num(e[3]) and type(e[4]) is int):
+            raise StateUnavailable(f"jetstream: the {what} document is damaged: a bad entry")
+    return doc
+
+
+def _usage_doc(raw: bytes | None, what: str) -> dict[Sid, list[Any]]:
+    """An accounting document's scopes: sid -> [bytes, keys, earliest expiry], checked."""
+    scopes = _unpack(raw, what).get("s", {})
+    try:
+        out = {_scope_sid(t): list(v) for t, v in scopes.items()}
+    except (AttributeError, TypeError, ValueError, binascii.Error):
+        raise StateUnavailable(f"jetstream: the {what} document is damaged") from None
+    if not all(len(v) == 3 and type(v[0]) is int and type(v[1]) is int and _num(v[2])
+               for v in out.values()):
+        raise StateUnavailable(f"jetstream: the {what} document is damaged: a bad scope")
+    return out
 
 
 def _pack(doc: Mapping[str, Any]) -> bytes:
@@ -109,10 +136,8 @@ class _Plugin:
         want = list(dict.fromkeys(sids))  # read along with the accounting: one round trip
         usage, *docs = bucket.get_many([self.usage_key, *(self.scope_key(s) for s in want)])
         self.usage_rev = usage.revision
-        doc = _unpack(usage.value, f"plugin {plugin} accounting")
-        scopes = doc.get("s", {})
         # sid -> [bytes, keys, earliest expiry]
-        self.scopes: dict[Sid, list[Any]] = {_scope_sid(t): list(v) for t, v in scopes.items()}
+        self.scopes = _usage_doc(usage.value, f"plugin {plugin} accounting")
         self.docs: dict[Sid, dict[str, Entry]] = {}
         self.revs: dict[Sid, int] = {}
         self.dirty: set[Sid] = set()
@@ -136,7 +161,7 @@ class _Plugin:
     def _store(self, sids: list[Sid], docs: list[Doc]) -> None:
         for sid, doc in zip(sids, docs, strict=True):
             self.revs[sid] = doc.revision
-            self.docs[sid] = {} if self.emptied else _unpack(
+            self.docs[sid] = {} if self.emptied else _scope_doc(
                 doc.value, f"plugin {self.plugin} scope")
             self._purge(sid)
 
@@ -352,7 +377,7 @@ class JetStreamStore(Engine):
 
     def _doc(self, plugin: str, sid: Sid) -> tuple[dict[str, Entry], int]:
         doc = self._b.get_many([f"s.{_token(plugin)}.{_scope_token(sid)}"])[0]
-        got = _unpack(doc.value, f"plugin {plugin} scope"), doc.revision
+        got = _scope_doc(doc.value, f"plugin {plugin} scope"), doc.revision
         seen = self._seen()
         if len(seen) >= _SEEN_DOCS:
             seen.pop(next(iter(seen)))
