@@ -341,7 +341,7 @@ class StateMachine(RuleBasedStateMachine):
 
 # The accounting is shared code: the memory run explores it, the others check each
 # backend's primitives (more cheaply: every step's invariant costs round trips).
-EXAMPLES = {"memory": 100, "sqlite": 20, "redis": 12, "jetstream": 12}
+EXAMPLES = {"memory": 100, "sqlite": 20, "redis": 12, "jetstream": 6}
 
 
 def test_store_matches_the_model(backend: str, tmp_path: Path,
