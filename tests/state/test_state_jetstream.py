@@ -250,3 +250,25 @@ def test_state_export_and_import_through_the_cli(jetstream_url: str, tmp_path: P
         assert msgpack.unpackb(s.get(Scope("pii-mask"), "total")) == 7
         assert s.keys(Scope("pii-mask", "s2")) == []
         assert s.usage(Scope("pii-mask", "s1")).scope_keys == 1
+
+
+def test_wasmext_run_keeps_its_state_in_jetstream(jetstream_url: str, tmp_path: Path) -> None:
+    """The example session, with `[state] backend = "jetstream"` in its config."""
+    import shutil
+
+    import wasmext_cli
+
+    example = Path(wasmext_cli.__file__).parent / "example"
+    shutil.copytree(example, tmp_path / "ex", ignore=shutil.ignore_patterns("__pycache__"))
+    config = tmp_path / "ex" / "wasmext.toml"
+    bucket = f"run{uuid.uuid4().hex[:10]}"
+    config.write_text(config.read_text().replace("[host]\n", '[host]\ndata_dir = "data"\n')
+                      + f'\n[state]\nbackend = "jetstream"\nurl = "{jetstream_url}"\n'
+                        f'bucket = "{bucket}"\n')
+    done = subprocess.run([sys.executable, "-m", "wasmext_cli", "run", "transcript.json",
+                           "--config", "wasmext.toml", "--policy", "policy.toml", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path / "ex", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with JetStreamStore(jetstream_url, bucket=bucket) as s:
+        assert s.records(), "the session's state is not in the bucket"
+    assert not (tmp_path / "ex" / "data" / "state.db").exists()  # no SQLite beside it
