@@ -145,13 +145,13 @@ class Bucket:
         nc.options["max_reconnect_attempts"] = -1
         js = nc.jetstream(timeout=self.timeout)
         try:
-            await self._ensure_bucket(js)
+            await self._ensure_bucket(js, str(nc.connected_server_version))
         except BaseException:
             await nc.close()
             raise
         self._nc, self._js = nc, js
 
-    async def _ensure_bucket(self, js: JetStreamContext) -> None:
+    async def _ensure_bucket(self, js: JetStreamContext, version: str) -> None:
         from nats.js.api import StorageType
         from nats.js.errors import NotFoundError
 
@@ -165,6 +165,12 @@ class Bucket:
             config = info.config  # reads from any replica, and the atomic batch commits
             config.allow_atomic = config.allow_direct = True
             await js.update_stream(config)
+            info = await js.stream_info(self._stream)
+        if not info.config.allow_atomic:
+            # A server before 2.12 drops the setting and would store a batch's messages
+            # one by one: refuse rather than commit without atomicity.
+            raise StateUnavailable(f"jetstream {redact_url(self.url)}: nats-server {version}"
+                                   " has no atomic batch publish (2.12 or later needed)")
         await self._direct_ready(js)
 
     async def _direct_ready(self, js: JetStreamContext) -> None:
@@ -239,7 +245,13 @@ class Bucket:
             headers["Nats-Batch-Commit"] = "1"
             reply = await nc.request(self._prefix + w.key, w.value or b"", headers=headers,
                                      timeout=self.timeout)
-            return _acked(reply.data)
+            if not _acked(reply.data):
+                return False
+            ack = json.loads(reply.data)
+            if ack.get("batch") != batch or ack.get("count") != last:
+                raise StateUnavailable(f"jetstream: the server acknowledged {clean(repr(ack))}"
+                                       f" for a batch of {last}: not an atomic commit")
+            return True
         return True  # not reached: the last write commits
 
     def put(self, key: str, value: bytes, expect: int | None) -> bool:
