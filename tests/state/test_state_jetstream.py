@@ -272,3 +272,39 @@ def test_wasmext_run_keeps_its_state_in_jetstream(jetstream_url: str, tmp_path: 
     with JetStreamStore(jetstream_url, bucket=bucket) as s:
         assert s.records(), "the session's state is not in the bucket"
     assert not (tmp_path / "ex" / "data" / "state.db").exists()  # no SQLite beside it
+
+
+PERMISSIONS = """
+authorization {
+  ADMIN = { publish = ">", subscribe = ">" }
+  STATE = {
+    publish = { allow = ["$KV.wasmext_state.>", "$JS.API.DIRECT.GET.KV_wasmext_state.>",
+                         "$JS.API.STREAM.INFO.KV_wasmext_state"] }
+    subscribe = { allow = ["_INBOX_state.>"] }
+  }
+  users = [
+    { user = admin, password = "admin-pass-word", permissions = $ADMIN }
+    { user = state, password = "state-pass-word", permissions = $STATE }
+  ]
+}
+"""
+
+
+def test_the_documented_permissions_suffice(tmp_path: Path) -> None:
+    """docs/cluster.md's STATE permissions: a bucket created beforehand is used with
+    nothing more (the first store, as admin, creates it)."""
+    if NATS_SERVER is None:
+        pytest.skip(NO_NATS)
+    conf = tmp_path / "nats.conf"
+    conf.write_text(PERMISSIONS)
+    with nats_server("-c", str(conf)) as (url, _proc):
+        with JetStreamStore(url, options={"user": "admin", "password": "admin-pass-word"}
+                            ) as admin:
+            admin.connect()
+        with JetStreamStore(url, options={"user": "state", "password": "state-pass-word",
+                                          "inbox_prefix": "_INBOX_state"}) as s:
+            s.set(S1, "k", b"v")
+            s.set(G, "g", b"w")
+            assert s.get(S1, "k") == b"v"
+            assert s.records() and s.usage(S1).scope_keys == 1
+            assert s.drop_plugin("p") == 2
