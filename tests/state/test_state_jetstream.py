@@ -308,3 +308,54 @@ def test_the_documented_permissions_suffice(tmp_path: Path) -> None:
             assert s.get(S1, "k") == b"v"
             assert s.records() and s.usage(S1).scope_keys == 1
             assert s.drop_plugin("p") == 2
+
+
+def test_group_commit_keeps_every_outcome_apart(jetstream_url: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads of one store share batches: a compare-and-set that lost fails alone, every
+    write lands, and the count is exact."""
+    from wasmext.state import CasConflict
+
+    bucket = f"grp{uuid.uuid4().hex[:10]}"
+    store = JetStreamStore(jetstream_url, bucket=bucket)
+    sizes: list[int] = []
+    real = JetStreamStore._group_commit
+
+    def counted(self: JetStreamStore, plugin: str, batch: list[object]) -> object:
+        sizes.append(len(batch))
+        return real(self, plugin, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(JetStreamStore, "_group_commit", counted)
+    threads, rounds, conflicts = 6, 12, [0]
+
+    def worker(n: int) -> None:
+        for i in range(rounds):
+            store.set(Scope("g", f"s{n}"), "last", str(i).encode())
+            while True:
+                txn = store.begin("g", f"s{n}")
+                raw = txn.get("n", scope="plugin")
+                try:
+                    txn.cas("n", raw, str(int(raw or b"0") + 1).encode(), scope="plugin")
+                    txn.commit()
+                    break
+                except CasConflict:
+                    conflicts[0] += 1
+
+    ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    try:
+        assert store.get(Scope("g"), "n") == str(threads * rounds).encode()
+        for n in range(threads):
+            assert store.get(Scope("g", f"s{n}"), "last") == str(rounds - 1).encode()
+        assert max(sizes) > 1  # commits did share batches
+        assert store.stats().conflicts > 0  # commits lost, each alone
+        usage = store.usage(Scope("g", "s0"))
+        assert usage.scope_keys == 1 and usage.plugin_bytes == sum(
+            store.limits.entry_size(k, v) for k, v in
+            [("n", str(threads * rounds).encode())]
+            + [("last", str(rounds - 1).encode())] * threads)
+    finally:
+        store.close()

@@ -57,7 +57,15 @@ from typing import Any
 import msgpack
 
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
-from wasmext.state.base import CasConflict, QuotaExceeded, Record, StateLimits, StateUnavailable
+from wasmext.state.base import (
+    CasConflict,
+    QuotaExceeded,
+    Record,
+    StateError,
+    StateLimits,
+    StateUnavailable,
+)
+from wasmext.state.deadline import remaining
 from wasmext.state.engine import Engine
 from wasmext.state.jetstream.connection import Bucket, Doc, Write
 
@@ -296,6 +304,26 @@ class _View:
             yield ref, int(e[1])
 
 
+class _Pending:
+    """One queued commit, what its dry run read, and (once its batch ended) its outcome."""
+
+    __slots__ = ("changes", "done", "kept", "now", "result")
+
+    def __init__(self, changes: Changes, now: float, kept: _Plugin | None) -> None:
+        self.changes, self.now, self.kept = changes, now, kept
+        self.done = threading.Event()
+        self.result: Plan | BaseException | None = None
+
+
+class _Group:
+    """The commits of one plugin waiting for their turn, and the turn."""
+
+    def __init__(self) -> None:
+        self.turn = threading.Lock()
+        self.queue_lock = threading.Lock()
+        self.queue: list[_Pending] = []
+
+
 class _LazyView:
     """The view of a dry run: reads the accounting with the scopes of the changes
     (`prefetch`, which the engine calls first) in one round trip, and leaves what it
@@ -360,6 +388,8 @@ class JetStreamStore(Engine):
         # TTL refresh that follow start from it instead of reading again (a revision
         # that moved meanwhile fails the write, which then reads afresh).
         self._local = threading.local()
+        self._groups: dict[str, _Group] = {}
+        self._groups_lock = threading.Lock()
 
     def _kept(self) -> dict[str, _Plugin]:
         kept: dict[str, _Plugin] | None = getattr(self._local, "plan", None)
@@ -449,10 +479,83 @@ class JetStreamStore(Engine):
         return done
 
     def _commit(self, changes: Changes, now: float) -> Plan:
-        done, _ = self._transact(changes.plugin, now,
-                                 lambda state: self._plan(state, changes, now), _sids(changes))
-        assert isinstance(done, Plan)
-        return done
+        """Group commit per plugin: the caller queues its changes; whoever holds the
+        plugin's turn next plans everything queued on one read and writes it as one
+        batch, each change planned after the ones before it (a conflict or a refused
+        quota fails only its own change). Commits of one plugin in this process thus
+        share a batch instead of failing each other's revision checks."""
+        item = _Pending(changes, now, self._kept().pop(changes.plugin, None))
+        with self._groups_lock:
+            group = self._groups.setdefault(changes.plugin, _Group())
+        with group.queue_lock:
+            group.queue.append(item)
+        while not item.done.is_set():
+            if group.turn.acquire(timeout=remaining(self._b.timeout)):
+                try:
+                    with group.queue_lock:
+                        batch, group.queue = group.queue, []
+                    if batch:
+                        self._lead(changes.plugin, batch)
+                finally:
+                    group.turn.release()
+                continue
+            with group.queue_lock:  # the deadline passed while another batch ran
+                if item in group.queue:
+                    group.queue.remove(item)
+                    raise StateUnavailable(f"plugin {changes.plugin}: no turn to commit"
+                                           " before the call's deadline",
+                                           plugin_id=changes.plugin)
+            # taken by the batch running now: its outcome is unknown until it ends
+            if not item.done.wait(remaining(self._b.timeout)):
+                raise StateUnavailable(f"plugin {changes.plugin}: the commit did not finish"
+                                       " before the call's deadline (it may still apply)",
+                                       plugin_id=changes.plugin)
+        if isinstance(item.result, BaseException):
+            raise item.result
+        assert item.result is not None
+        return item.result
+
+    def _lead(self, plugin: str, batch: list[_Pending]) -> None:
+        try:
+            outcome = self._group_commit(plugin, batch)
+        except BaseException as exc:  # unavailable, or a bug: none of them happened
+            for it in batch:
+                if isinstance(exc, StateUnavailable):  # each caller raises its own
+                    it.result = StateUnavailable(exc.message, plugin_id=plugin)
+                    it.result.__cause__ = exc
+                else:
+                    it.result = exc
+                it.done.set()
+            raise
+        for it, result in zip(batch, outcome, strict=True):
+            it.result = result
+            it.done.set()
+
+    def _group_commit(self, plugin: str, batch: list[_Pending]
+                      ) -> list[Plan | StateError]:
+        sids = set().union(*(_sids(it.changes) for it in batch))
+        kept = next((it.kept for it in batch if it.kept is not None), None)
+        for _ in range(self._retries):
+            now = self._now()
+            reused = kept is not None
+            if kept is not None:
+                state, kept = kept, None
+                state.refresh(now)
+            else:
+                state = _Plugin(self._b, plugin, now, sids)
+            state.load_expired()
+            outcome: list[Plan | StateError] = []
+            for it in batch:
+                try:
+                    outcome.append(self._plan(state, it.changes, it.now))
+                except StateError as exc:  # this change alone: a conflict or a quota
+                    outcome.append(exc)
+            if reused and any(isinstance(r, CasConflict) for r in outcome):
+                continue  # decided on what a dry run read: decide on a fresh read
+            if self._b.commit(state.writes(self.limits)):
+                return outcome
+        raise StateUnavailable(f"plugin {plugin}: state commit gave up after {self._retries}"
+                               " conflicting commits of other hosts", plugin_id=plugin)
 
     def _purge(self, now: float, plugin: str | None) -> int:
         count = 0
