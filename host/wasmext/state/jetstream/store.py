@@ -40,6 +40,11 @@ the table), p50 of one hook call:
 - A `state.get` (0.89 ms; Redis 0.19 ms) is one direct get, and at commit one
   revision-checked put of the scope that refreshes TTL and LRU recency (not
   synced: a refresh lost to a crash is harmless).
+- Every commit of a plugin rewrites its accounting document, so concurrent
+  commits of one plugin fail each other's revision checks: eight threads of one
+  process managed 11.7 writes/s (p99 3.3 s). Grouping them (`_commit`: one
+  read, one batch for everything queued) made it 61 writes/s (p99 0.45 s;
+  `benchmarks/bench_durable.py`); across processes they still take turns.
 
 Every wait is bounded by the calling hook's deadline (`connection`).
 """
