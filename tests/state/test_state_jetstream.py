@@ -95,6 +95,15 @@ def test_a_scope_over_the_servers_max_payload_is_a_named_quota_error(
         store.close()
 
 
+def test_a_closed_store_is_unavailable(jetstream_url: str) -> None:
+    s = JetStreamStore(jetstream_url, bucket=f"closed{uuid.uuid4().hex[:10]}")
+    s.set(S1, "k", b"v")
+    s.close()
+    s.close()  # twice is harmless
+    with pytest.raises(StateUnavailable, match="closed"):
+        s.get(S1, "k")
+
+
 def test_a_damaged_document_is_unavailable_not_a_crash(store: JetStreamStore) -> None:
     store.set(S1, "k", b"v")
     store._b.commit([])  # nothing to write is no batch at all

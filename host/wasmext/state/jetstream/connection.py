@@ -98,7 +98,12 @@ class Bucket:
         except StateUnavailable:
             coro.close()
             raise
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
+            raise StateUnavailable(f"jetstream {redact_url(self.url)}: the store is closed"
+                                   ) from None
         try:
             return future.result(left)
         except concurrent.futures.TimeoutError:
