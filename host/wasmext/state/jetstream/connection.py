@@ -77,6 +77,7 @@ class Bucket:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._connecting: asyncio.Lock | None = None
+        self._seen: list[str] = []  # errors of the last connection attempt, redacted
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name=f"jetstream:{bucket}", daemon=True)
@@ -108,8 +109,10 @@ class Bucket:
             return future.result(left)
         except concurrent.futures.TimeoutError:
             future.cancel()
+            seen = self._seen[-1] if self._nc is None and self._seen else ""
+            why = f" (connecting: {seen})" if seen else ""
             raise StateUnavailable(f"jetstream {redact_url(self.url)}: no answer to {what}"
-                                   f" within {left:.3g} s") from None
+                                   f" within {left:.3g} s{why}") from None
         except StateUnavailable:
             raise
         except Exception as exc:  # nats errors, OSError, a refused login: the host's trouble
@@ -130,7 +133,7 @@ class Bucket:
     async def _connect(self) -> None:
         import nats
 
-        seen: list[str] = []  # what went wrong while connecting (the server's reason first)
+        seen = self._seen = []  # what went wrong while connecting (the server's reason first)
 
         async def quiet(exc: Exception) -> None:  # nats-py logs a traceback per attempt
             if len(seen) < 8:
