@@ -61,7 +61,10 @@ def check(db: str, acked: list[int]) -> int:
         store.close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "jetstream"])
+# The JetStream loop (a commit takes a server round trip and its sync) is a kill loop
+# of the slow tier; SQLite's runs in a few seconds.
+@pytest.mark.parametrize("backend", ["sqlite",
+                                     pytest.param("jetstream", marks=pytest.mark.slow)])
 def test_kill_9_loses_no_committed_write(tmp_path: Path, backend: str,
                                          request: pytest.FixtureRequest) -> None:
     """SQLite: a file; JetStream: a bucket of a real nats-server (each commit one atomic

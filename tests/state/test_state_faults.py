@@ -68,6 +68,7 @@ def test_a_frozen_redis_answers_unavailable_within_the_deadline(
     _frozen_server("redis", *own_redis, tmp_path)
 
 
+@pytest.mark.slow  # five seconds of freezing by design
 def test_a_frozen_nats_server_answers_unavailable_within_the_deadline(
         own_nats: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
     _frozen_server("jetstream", *own_nats, tmp_path)
@@ -141,7 +142,8 @@ def _run_two(backend: str, where: str, data_dir: Path, count: int) -> list[dict[
     return out
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis", "jetstream"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis",
+                                     pytest.param("jetstream", marks=pytest.mark.slow)])
 def test_two_processes_increment_different_sessions_without_faults(
         backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     where = request.getfixturevalue(f"{backend}_url") if backend != "sqlite" else "-"

@@ -237,6 +237,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
+@pytest.mark.slow  # three `wasmext` processes
 def test_state_export_and_import_through_the_cli(jetstream_url: str, tmp_path: Path) -> None:
     bucket = f"cli{uuid.uuid4().hex[:10]}"
     (tmp_path / "wasmext.toml").write_text(
