@@ -73,10 +73,50 @@ def test_documents_per_scope_and_per_plugin(store: JetStreamStore, jetstream_url
     usage = msgpack.unpackb(values["u.cA"])
     size = store.limits.entry_size("a", b"1")
     assert usage["t"] == 3 * size and usage["s"]["sczE"][:2] == [2 * size, 2]
-    # a scope emptied is deleted from the bucket, and so is the plugin's accounting
+    # a scope emptied is deleted from the bucket, and so is the plugin's accounting;
+    # the deletion markers expire by themselves (no trace of every session ever ended)
     store.drop_plugin("p")
     assert _raw(jetstream_url, store.bucket)["values"] == {}
     assert store.records() == []
+    for key in ("s.cA.sczE", "u.cA"):
+        headers = _headers(jetstream_url, store.bucket, key)
+        assert headers.get("KV-Operation") == "DEL" and headers.get("Nats-TTL"), headers
+
+
+def _headers(url: str, bucket: str, key: str) -> dict[str, str]:
+    import asyncio
+
+    import nats
+
+    async def read() -> dict[str, str]:
+        nc = await nats.connect(url)
+        msg = await nc.jetstream().get_msg(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}",
+                                           direct=True)
+        await nc.close()
+        return dict(msg.headers or {})
+
+    return asyncio.run(read())
+
+
+def test_a_document_over_max_payload_fails_only_its_own_commit(
+        jetstream_url: str) -> None:
+    """Two commits in one group: the one whose document would not fit is refused alone."""
+    from wasmext.state.accounting import Changes, Plan, Write
+    from wasmext.state.jetstream.store import _Pending
+
+    limits = StateLimits(max_plugin_bytes=8 << 20, max_session_bytes=8 << 20)
+    store = JetStreamStore(jetstream_url, limits, bucket=f"grp{uuid.uuid4().hex[:10]}")
+    try:
+        now = time.time()
+        huge = _Pending(Changes("p", writes={(None, "huge"): Write(b"y" * (1100 << 10), 60)}),
+                        now, None)
+        small = _Pending(Changes("p", writes={("s1", "k"): Write(b"v", 60)}), now, None)
+        store._lead("p", [huge, small])
+        assert isinstance(huge.result, QuotaExceeded) and "max_payload" in huge.result.message
+        assert isinstance(small.result, Plan)
+        assert store.get(S1, "k") == b"v" and store.keys(G) == []
+    finally:
+        store.close()
 
 
 def test_a_scope_over_the_servers_max_payload_is_a_named_quota_error(

@@ -40,6 +40,7 @@ T = TypeVar("T")
 log = logging.getLogger("wasmext.state.jetstream")
 
 KV_OPERATION = "KV-Operation"
+MARKER_TTL = "60s"  # how long a deleted key's marker stays in the stream
 _WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErrF: an expectation failed
 _BATCH_LIMIT = 1000  # messages per atomic batch (nats-server's own limit)
 
@@ -169,12 +170,14 @@ class Bucket:
             await js.create_key_value(bucket=self.bucket, history=1, replicas=self._replicas,
                                       storage=StorageType(self._storage), direct=True)
             info = await js.stream_info(self._stream)
-        if not info.config.allow_atomic or not info.config.allow_direct:
-            config = info.config  # reads from any replica, and the atomic batch commits
-            config.allow_atomic = config.allow_direct = True
-            await js.update_stream(config)
+        c = info.config
+        if not (c.allow_atomic and c.allow_direct and c.allow_msg_ttl):
+            # reads from any replica, the atomic batch commits, and deletion markers
+            # that expire (else every session ever ended would leave one for good)
+            c.allow_atomic = c.allow_direct = c.allow_msg_ttl = True
+            await js.update_stream(c)
             info = await js.stream_info(self._stream)
-        if not info.config.allow_atomic:
+        if not (info.config.allow_atomic and info.config.allow_msg_ttl):
             # A server before 2.12 drops the setting and would store a batch's messages
             # one by one: refuse rather than commit without atomicity.
             raise StateUnavailable(f"jetstream {redact_url(self.url)}: nats-server {version}"
@@ -247,6 +250,7 @@ class Bucket:
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(w.expect)
             if w.value is None:
                 headers[KV_OPERATION] = "DEL"
+                headers["Nats-TTL"] = MARKER_TTL
             if i < last:
                 await nc.publish(self._prefix + w.key, w.value or b"", headers=headers)
                 continue

@@ -252,7 +252,8 @@ class _Plugin:
                     f" bytes, over the NATS server's max_payload of {self.bucket.max_payload}"
                     " (raise max_payload in nats-server's configuration)",
                     plugin_id=self.plugin)
-            out.append(Write(self.scope_key(sid), raw, self.revs[sid]))
+            if raw is not None or self.revs[sid]:  # else it never existed: nothing to do
+                out.append(Write(self.scope_key(sid), raw, self.revs[sid]))
         if self.scopes:
             usage = {"t": sum(v[0] for v in self.scopes.values()),
                      "s": {_scope_token(sid): v for sid, v in self.scopes.items()}}
@@ -522,7 +523,12 @@ class JetStreamStore(Engine):
 
     def _lead(self, plugin: str, batch: list[_Pending]) -> None:
         try:
-            outcome = self._group_commit(plugin, batch)
+            try:
+                outcome = self._group_commit(plugin, batch)
+            except QuotaExceeded:  # a document over max_payload: find whose, one by one
+                if len(batch) == 1:
+                    raise
+                outcome = [self._alone(plugin, it) for it in batch]
         except BaseException as exc:  # unavailable, or a bug: none of them happened
             for it in batch:
                 if isinstance(exc, StateUnavailable):  # each caller raises its own
@@ -535,6 +541,12 @@ class JetStreamStore(Engine):
         for it, result in zip(batch, outcome, strict=True):
             it.result = result
             it.done.set()
+
+    def _alone(self, plugin: str, item: _Pending) -> Plan | StateError:
+        try:
+            return self._group_commit(plugin, [item])[0]
+        except QuotaExceeded as exc:
+            return exc
 
     def _group_commit(self, plugin: str, batch: list[_Pending]
                       ) -> list[Plan | StateError]:
