@@ -154,22 +154,28 @@ class Bucket:
         nc.options["max_reconnect_attempts"] = -1
         js = nc.jetstream(timeout=self.timeout)
         try:
-            await self._ensure_bucket(js, str(nc.connected_server_version))
+            await self._ensure_bucket(nc, js)
         except BaseException:
             await nc.close()
             raise
         self._nc, self._js = nc, js
 
-    async def _ensure_bucket(self, js: JetStreamContext, version: str) -> None:
-        from nats.js.api import StorageType
+    async def _ensure_bucket(self, nc: Client, js: JetStreamContext) -> None:
+        from nats.js.api import DiscardPolicy, StorageType, StreamConfig
         from nats.js.errors import NotFoundError
 
         try:
             info = await js.stream_info(self._stream)
         except NotFoundError:
-            await js.create_key_value(bucket=self.bucket, history=1, replicas=self._replicas,
-                                      storage=StorageType(self._storage), direct=True)
-            info = await js.stream_info(self._stream)
+            # A key-value bucket's stream (as nats-py's create_key_value makes it), with
+            # everything this store needs set at once: updating a fresh stream restarts
+            # its direct-get responders, and a read sent meanwhile is lost.
+            info = await js.add_stream(StreamConfig(
+                name=self._stream, subjects=[f"{self._prefix}>"], allow_direct=True,
+                allow_rollup_hdrs=True, allow_msg_ttl=True, allow_atomic=True,
+                deny_delete=True, discard=DiscardPolicy.NEW, duplicate_window=120.0,
+                max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1,
+                num_replicas=self._replicas, storage=StorageType(self._storage)))
         c = info.config
         if not (c.allow_atomic and c.allow_direct and c.allow_msg_ttl):
             # reads from any replica, the atomic batch commits, and deletion markers
@@ -180,21 +186,28 @@ class Bucket:
         if not (info.config.allow_atomic and info.config.allow_msg_ttl):
             # A server before 2.12 drops the setting and would store a batch's messages
             # one by one: refuse rather than commit without atomicity.
-            raise StateUnavailable(f"jetstream {redact_url(self.url)}: nats-server {version}"
+            raise StateUnavailable(f"jetstream {redact_url(self.url)}: nats-server"
+                                   f" {nc.connected_server_version}"
                                    " has no atomic batch publish (2.12 or later needed)")
-        await self._direct_ready(js)
+        await self._direct_ready(nc)
 
-    async def _direct_ready(self, js: JetStreamContext) -> None:
-        """Wait (briefly) until the stream answers direct gets: a new stream's responders
-        come up just after it does."""
+    async def _direct_ready(self, nc: Client) -> None:
+        """Wait (briefly) until the stream answers direct gets: a new or updated stream's
+        responders come up just after it does, and a read sent before is lost."""
         from nats.errors import NoRespondersError
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.errors import NotFoundError
 
         for _ in range(100):
             try:
-                await self._get(js, "u")
-                return
-            except NoRespondersError:
+                msg = await nc.request(f"$JS.API.DIRECT.GET.{self._stream}.{self._prefix}u",
+                                          b"", timeout=0.25)
+            except (NoRespondersError, NatsTimeout, NotFoundError):
                 await asyncio.sleep(0.02)
+                continue
+            if msg.headers is None or msg.headers.get("Status") in (None, "404"):
+                return
+            await asyncio.sleep(0.02)
 
     # -- reads ------------------------------------------------------------------------
 
