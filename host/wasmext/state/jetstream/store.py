@@ -21,25 +21,26 @@ batch over every plugin it names, so it too is all or nothing. Eviction and the
 export read all of a plugin's scopes; a commit reads only the scopes it touches
 and those whose earliest expiry has passed.
 
-Why scope documents, measured (`benchmarks/run.py --state-only`, loopback
-nats-server 2.15 with file storage, a loaded 2-core machine; docs/state.md has
-the table), p50 of one hook call:
+Why scope documents, measured (`benchmarks/run.py --state-only`, two runs,
+loopback nats-server 2.15 with file storage, a loaded 2-core machine;
+docs/state.md has the table), p50 of one hook call:
 - Every commit writes at least two keys (an entry's scope and the accounting),
   so it needs an atomic batch whatever the layout, and the batch dominates: the
   server syncs it to disk (two fsyncs) before acking. An atomic batch of two
-  100 B messages took 8.0 ms against 0.22 ms for a plain KV put (which is
-  neither atomic across keys nor synced); a committed `state.set` 12.8 ms (1.6x
-  its batch floor; Redis 0.60 ms, SQLite 3.9 ms). One key per entry would not
-  make the batch cheaper and would need an index per plugin (for `keys`, expiry
-  and LRU order) rewritten by every commit: a scope map carries its own index.
+  100 B messages took 8.0-11.0 ms against 0.22-0.26 ms for a plain KV put
+  (which is neither atomic across keys nor synced); a committed `state.set`
+  12.8-18.0 ms, 1.6x its batch floor in both runs (Redis 0.60-0.83 ms, SQLite
+  3.9-4.0 ms). One key per entry would not make the batch cheaper and would
+  need an index per plugin (for `keys`, expiry and LRU order) rewritten by
+  every commit: a scope map carries its own index.
 - The price of the layout: a set into a session of 1000 keys rewrites its
-  ~130 KB document, 22.4 ms (1.75x the 1-key session; Redis 1.0x). A document
-  is bounded by `max_keys` and `max_session_bytes`, and must fit the server's
-  `max_payload` (1 MiB by default): a commit that would exceed it is refused
-  with QuotaExceeded naming that limit.
-- A `state.get` (0.89 ms; Redis 0.19 ms) is one direct get, and at commit one
-  revision-checked put of the scope that refreshes TTL and LRU recency (not
-  synced: a refresh lost to a crash is harmless).
+  ~130 KB document: 1.1-1.75x the 1-key session (Redis 1.0-1.3x, the noise). A
+  document is bounded by `max_keys` and `max_session_bytes`, and must fit the
+  server's `max_payload` (1 MiB by default): a commit that would exceed it is
+  refused with QuotaExceeded naming that limit.
+- A `state.get` (0.89-1.02 ms; Redis 0.19-0.26 ms) is one direct get, and at
+  commit one revision-checked put of the scope that refreshes TTL and LRU
+  recency (not synced: a refresh lost to a crash is harmless).
 - Every commit of a plugin rewrites its accounting document, so concurrent
   commits of one plugin fail each other's revision checks: eight threads of one
   process managed 11.7 writes/s (p99 3.3 s). Grouping them (`_commit`: one
