@@ -58,6 +58,9 @@
     ├── MetricRefused               (observe.pluginmetrics) a metric declaration the
     │   │                           host refuses: bad name, kind, labels or buckets
     │   └── MetricLimit             over a cap: metrics per plugin, labels, series
+    ├── ManageRefused               (mcp.server.manage) an MCP management request refused:
+    │                               a path outside the allowed folders, an unknown
+    │                               plugin, no folder to install into
     ├── WitTypeRefused              (sandbox.backends.wit_tools) an exported WIT function
     │                               not offered as a tool: a type with no JSON form,
     │                               too many parts, too deep, a bad name
@@ -169,6 +172,7 @@ __all__ = [
     "InvalidTopic",
     "KeyTooLong",
     "LoadError",
+    "ManageRefused",
     "ManifestError",
     "McpAuthError",
     "McpToolError",
@@ -585,6 +589,12 @@ class MetricLimit(MetricRefused):
     """More metrics, labels or series than the host's policy allows a plugin."""
 
     reason = "metric limit"
+
+
+class ManageRefused(WasmextError):
+    """A request of the MCP management tools refused; the message says why."""
+
+    reason = "manage refused"
 
 
 class WitTypeRefused(WasmextError):

@@ -18,13 +18,13 @@ from wasmtime import component as wc
 
 from support import Built
 from wasmext import AbiMismatch, GuestTrap, Host, InvalidOutput, OutOfFuel, PluginError
+from wasmext.errors import WitValueRefused as ValueRefused
 from wasmext.sandbox.backends.wit_tools import (
     MAX_TYPE_NODES,
     from_wit,
     schema_of,
     to_wit,
 )
-from wasmext.errors import WitValueRefused as ValueRefused
 from wasmext.testing import make_host
 
 BOUND_S = 10.0

@@ -34,10 +34,10 @@ from wasmext.errors import (
     StackOverflow,
     WasmextError,
 )
+from wasmext.errors import WitValueRefused as ValueRefused
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.backends.canon import BytesExport
 from wasmext.sandbox.backends.component import ComponentModule
-from wasmext.errors import WitValueRefused as ValueRefused
 from wasmext.sandbox.backends.wit_tools import WitFunction
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
