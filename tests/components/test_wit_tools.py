@@ -7,18 +7,28 @@ tests/plugins/wit-calc with componentize-py and calls it through the host.
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import jsonschema_rs
+import mcp_types as types
 import pytest
 import wasmtime
+from mcp.client.client import Client
 from wasmtime import component as wc
 
 from support import Built
 from wasmext import AbiMismatch, GuestTrap, Host, InvalidOutput, OutOfFuel, PluginError
 from wasmext.errors import WitValueRefused as ValueRefused
+from wasmext.mcp.server.serve import McpToolServer
 from wasmext.sandbox.backends.wit_tools import (
     MAX_TYPE_NODES,
     from_wit,
@@ -28,6 +38,7 @@ from wasmext.sandbox.backends.wit_tools import (
 from wasmext.testing import make_host
 
 BOUND_S = 10.0
+ROOT = Path(__file__).resolve().parents[2]
 
 # add, a record argument, a variant answer, a trap, a loop, and an answer over the cap.
 CALC = r'''
@@ -338,3 +349,63 @@ def test_a_python_component_exports_typed_tools(components: Built) -> None:
         trapped = call(host, "wit-calc__boom", {})
         assert trapped["status"] == "error" and trapped["error"]["code"] == "trap"
         assert call(host, "wit-calc__add", {"a": 1, "b": 1})["output"] == {"result": 2}
+
+
+def test_an_mcp_client_lists_and_calls_the_typed_tools(calc: Host) -> None:
+    """Through `wasmext mcp serve`'s server and the official SDK client (in memory)."""
+    server = McpToolServer(calc, poll_interval=0)
+
+    async def main() -> None:
+        async with Client(server.server, read_timeout_seconds=30) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            add = listed["calc__add"]
+            assert add.input_schema["required"] == ["a", "b"]
+            assert add.output_schema is not None
+            assert add.output_schema["properties"]["result"]["maximum"] == 2**31 - 1
+            answered = await client.call_tool("calc__add", {"a": 2, "b": 40})
+            assert not answered.is_error and answered.structured_content == {"result": 42}
+            shape = await client.call_tool("calc__classify", {"n": 0})
+            assert shape.structured_content == {"result": "zero"}
+            bad = await client.call_tool("calc__manhattan", {"p": {"x": 1}})
+            assert bad.is_error
+            assert isinstance(bad.content[0], types.TextContent)
+            assert bad.content[0].text.startswith("invalid: invalid arguments")
+            trapped = await client.call_tool("calc__boom", {})
+            assert trapped.is_error
+            assert isinstance(trapped.content[0], types.TextContent)
+            assert trapped.content[0].text.startswith("trap: ")
+
+    async def bounded() -> None:
+        with anyio.fail_after(60):
+            await main()
+    anyio.run(bounded)
+
+
+def _console(doc: Path, heading: str) -> list[tuple[str, list[str]]]:
+    """(command, expected output lines) of the console block under `heading`."""
+    text = doc.read_text(encoding="utf-8")
+    section = text[text.index(heading):]
+    block = re.search(r"```console\n(.*?)```", section, flags=re.S)
+    assert block is not None
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.group(1).splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    return steps
+
+
+@pytest.mark.slow
+def test_the_backends_doc_example_runs_as_written(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"),
+                                                        str(ROOT / "cli")])}
+    for command, expected in _console(ROOT / "docs" / "backends.md",
+                                      "## Tools from a component's WIT exports"):
+        argv = shlex.split(command)
+        assert argv[0] == "wasmext"
+        done = subprocess.run([sys.executable, "-m", "wasmext_cli", *argv[1:]], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        if expected:
+            assert done.stdout.splitlines() == expected

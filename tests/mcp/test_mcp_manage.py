@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ import wasmtime
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from support import free_port
+from support import Built, free_port
 from wasmext import HostConfig
 from wasmext.config import ManageSettings, load_config
 from wasmext.errors import ManageRefused
@@ -317,3 +318,15 @@ def test_no_sources_or_no_install_folder_refuses_loads(tmp_path: Path) -> None:
     with Host(HostConfig(data_dir=tmp_path / ".wasmext"), plugin_dirs=[]) as host, \
             pytest.raises(ManageRefused, match="no workspace plugin folder"):
         Manager(host, ManageSettings(True, (tmp_path,))).load({"path": "x"})
+
+
+@pytest.mark.slow
+def test_the_docs_example_prints_what_the_doc_shows(built: Built) -> None:
+    built["relay-tools"]
+    text = (ROOT / "docs" / "mcp-manage.md").read_text(encoding="utf-8")
+    block = re.search(r"\$ python docs/manage_example.py\n(.*?)```", text, flags=re.S)
+    assert block is not None
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "manage_example.py")],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == block.group(1).splitlines()
