@@ -26,7 +26,15 @@ from mcp.client.client import Client
 from wasmtime import component as wc
 
 from support import Built
-from wasmext import AbiMismatch, GuestTrap, Host, InvalidOutput, OutOfFuel, PluginError
+from wasmext import (
+    AbiMismatch,
+    GuestTrap,
+    Host,
+    InvalidOutput,
+    OutOfFuel,
+    PluginError,
+    Timeout,
+)
 from wasmext.errors import WitValueRefused as ValueRefused
 from wasmext.mcp.server.serve import McpToolServer
 from wasmext.sandbox.backends.wit_tools import (
@@ -409,3 +417,51 @@ def test_the_backends_doc_example_runs_as_written(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         if expected:
             assert done.stdout.splitlines() == expected
+
+
+def _overreaching() -> str:
+    """Functions the host must not offer: a name over 64 characters, a type nested 40
+    deep, a record whose schema is over the size cap; and one it offers."""
+    nested = "u8"
+    for _ in range(40):
+        nested = f"(list {nested})"
+    fields = " ".join(f'(field "f{i}" u8)' for i in range(1500))
+    lift = '(memory (core memory $i "memory")) (realloc (core func $i "realloc"))'
+    return f'''
+(component
+  (core module $m
+    (memory (export "memory") 1)
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) i32.const 1024)
+    (func (export "one") (result i32) i32.const 1)
+    (func (export "p") (param i32) (result i32) i32.const 1)
+    (func (export "p2") (param i32 i32) (result i32) i32.const 1))
+  (core instance $i (instantiate $m))
+  (type $wide (record {fields}))
+  (export $w "wide-t" (type $wide))
+  (func (export "{"a" * 70}") (result u8) (canon lift (core func $i "one")))
+  (func (export "deep") (param "x" {nested}) (result u8) (canon lift (core func $i "p2") {lift}))
+  (func (export "wide") (param "x" $w) (result u8) (canon lift (core func $i "p") {lift}))
+  (func (export "ok") (result u8) (canon lift (core func $i "one")))
+)'''
+
+
+def test_names_depth_and_schema_size_are_capped() -> None:
+    with make_host((bytes(wasmtime.wat2wasm(_overreaching())), {"plugin_id": "over"})) as host:
+        assert sorted(n for n in host.tools.tools if n.startswith("over__")) == ["over__ok"]
+        lines = [ln.text for ln in host.plugins["over"].plugin.log.lines]
+        assert any("is not a WIT identifier of at most 64" in t for t in lines)
+        assert any("'deep' is not offered" in t and "deeper than 32" in t for t in lines)
+        assert any("'wide' is not offered" in t and "over 65536 bytes" in t for t in lines)
+        assert call(host, "over__ok", {})["output"] == {"result": 1}
+
+
+def test_a_typed_call_runs_under_the_deadline() -> None:
+    limits = {"fuel_per_call": 10**12, "timeout_ms": 200}
+    with make_host((bytes(wasmtime.wat2wasm(CALC)), {"plugin_id": "slow",
+                                                     "limits": limits})) as host:
+        plugin = host.plugins["slow"].plugin
+        started = time.monotonic()
+        with pytest.raises(Timeout, match="200 ms"):
+            plugin.call("on_tool", {"name": "spin", "args": {}})
+        assert time.monotonic() - started < BOUND_S
+        assert call(host, "slow__add", {"a": 1, "b": 2})["output"] == {"result": 3}

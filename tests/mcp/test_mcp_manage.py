@@ -220,6 +220,11 @@ def test_over_streamable_http_a_load_is_denied_until_granted(site: Path) -> None
                 result = json.loads(_text(await client.call_tool("counter__bump", {})))
                 assert result["ok"] is True
 
+                ApprovalStore.in_data_dir(config.data_dir).revoke("counter")  # and back
+                await anyio.to_thread.run_sync(host.rescan)
+                result = json.loads(_text(await client.call_tool("counter__bump", {})))
+                assert result["error"]["code"] == "denied"
+
         try:
             async def bounded() -> None:
                 with anyio.fail_after(TIMEOUT):
