@@ -25,10 +25,11 @@ from mcp.client.stdio import StdioServerParameters
 from support import Built, free_port
 from wasmext import HostConfig
 from wasmext.config import ManageSettings, load_config
-from wasmext.errors import ManageRefused
+from wasmext.errors import BundleError, ManageRefused, SignatureRequired
 from wasmext.host import Host
 from wasmext.lifecycle.approvals import ApprovalStore, subject_of
-from wasmext.lifecycle.bundle import pack
+from wasmext.lifecycle.bundle import pack, sign_bundle
+from wasmext.lifecycle.signing import generate_key
 from wasmext.mcp.server.manage import MANAGE_TOOLS, Manager, read_confined
 from wasmext.mcp.server.serve import McpToolServer, build_http_server
 from wasmext.testing import DATA_AT, guest_wat, make_host
@@ -335,3 +336,21 @@ def test_the_docs_example_prints_what_the_doc_shows(built: Built) -> None:
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == block.group(1).splitlines()
+
+
+def test_a_required_signature_holds_for_loads_and_replace_is_asked_for(site: Path) -> None:
+    public = generate_key(site / "release.pem")
+    with (site / "wasmext.toml").open("a") as fh:
+        fh.write(f'[trust]\nrequire_signature = true\nkeys = ["{public}"]\n')
+    config = load_config(site / "wasmext.toml")
+    with Host(config) as host:
+        mgr = Manager(host, config.manage)
+        with pytest.raises(SignatureRequired):
+            mgr.load({"path": "counter"})  # a folder is never signed
+        assert not (site / "plugins" / "counter").exists()
+        sign_bundle(site / "incoming" / "counter.wxb", site / "release.pem")
+        assert mgr.load({"path": "counter.wxb"})["loaded"]
+        with pytest.raises(BundleError, match="already installed"):
+            mgr.load({"path": "counter.wxb"})
+        again = mgr.load({"path": "counter.wxb", "replace": True})
+        assert again["loaded"] and again["granted"] == []
