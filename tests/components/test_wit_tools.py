@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import jsonschema_rs
 import mcp_types as types
+import msgpack
 import pytest
 import wasmtime
 from mcp.client.client import Client
@@ -43,7 +44,7 @@ from wasmext.sandbox.backends.wit_tools import (
     schema_of,
     to_wit,
 )
-from wasmext.testing import make_host
+from wasmext.testing import make_host, wat_bytes
 
 BOUND_S = 10.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -465,3 +466,53 @@ def test_a_typed_call_runs_under_the_deadline() -> None:
             plugin.call("on_tool", {"name": "spin", "args": {}})
         assert time.monotonic() - started < BOUND_S
         assert call(host, "slow__add", {"a": 1, "b": 2})["output"] == {"result": 3}
+
+
+def _hybrid() -> str:
+    """The world's register/call (one tool `hello`, every call answered "from the world")
+    and, beside them, the interface test:calc/ops@1.0.0 with `add` and `hello`."""
+    reg = msgpack.packb({"hooks": [{"hook": "on_tool"}],
+                         "tools": [{"name": "hello", "description": "From the world"}]})
+    resp = msgpack.packb({"ok": True, "value": "from the world"})
+    lift = '(memory (core memory $i "memory")) (realloc (core func $i "realloc"))'
+    return f'''
+(component
+  (core module $m
+    (memory (export "memory") 1)
+    (global $bump (mut i32) (i32.const 8192))
+    (data (i32.const 2048) "{wat_bytes(reg)}")
+    (data (i32.const 4096) "{wat_bytes(resp)}")
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      global.get $bump local.set $p
+      global.get $bump local.get 3 i32.add global.set $bump
+      local.get $p)
+    (func (export "register") (param i32 i32) (result i32)
+      (i32.store (i32.const 64) (i32.const 2048))
+      (i32.store (i32.const 68) (i32.const {len(reg)}))
+      i32.const 64)
+    (func (export "call") (param i32 i32) (result i32)
+      (i32.store (i32.const 64) (i32.const 4096))
+      (i32.store (i32.const 68) (i32.const {len(resp)}))
+      i32.const 64)
+    (func (export "add") (param i32 i32) (result i32) local.get 0 local.get 1 i32.add))
+  (core instance $i (instantiate $m))
+  (func (export "register") (param "request" (list u8)) (result (list u8))
+    (canon lift (core func $i "register") {lift}))
+  (func (export "call") (param "request" (list u8)) (result (list u8))
+    (canon lift (core func $i "call") {lift}))
+  (func $add (param "a" s32) (param "b" s32) (result s32) (canon lift (core func $i "add")))
+  (instance $ops (export "add" (func $add)) (export "hello" (func $add)))
+  (export "test:calc/ops@1.0.0" (instance $ops))
+)'''
+
+
+def test_a_world_component_adds_its_typed_exports_to_its_own_tools() -> None:
+    with make_host((bytes(wasmtime.wat2wasm(_hybrid())), {"plugin_id": "both"})) as host:
+        tools = sorted(n for n in host.tools.tools if n.startswith("both__"))
+        assert tools == ["both__add", "both__hello"]
+        assert host.tools.tools["both__hello"].description == "From the world"
+        assert call(host, "both__add", {"a": 2, "b": 3})["output"] == {"result": 5}
+        assert call(host, "both__hello", {})["output"] == "from the world"
+        lines = [ln.text for ln in host.plugins["both"].plugin.log.lines]
+        assert any("registers a tool 'hello' itself" in t for t in lines)

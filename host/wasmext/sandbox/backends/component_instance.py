@@ -89,10 +89,9 @@ class ComponentInstance(PluginInstance):
             raise self._classify(exc, "instantiate") from exc
         finally:
             self._leave()
-        self._typed: dict[str, tuple[WitFunction, Any]] = {}
-        if module.wit_tools is not None:
-            for fn in module.wit_tools:
-                self._typed[fn.tool] = (fn, _typed_export(instance, store, fn))
+        self._typed: dict[str, tuple[WitFunction, Any]] = {
+            fn.tool: (fn, _typed_export(instance, store, fn)) for fn in module.wit_tools}
+        if not module.world:
             return
         self._register = BytesExport(instance, store, "register")
         self._call_export = BytesExport(instance, store, "call")
@@ -167,7 +166,9 @@ class ComponentInstance(PluginInstance):
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
         """register; returns the registration map (the world's version is the ABI major)."""
         self.ctx.hook = "register"
-        if self.module.wit_tools is not None:
+        for note in self.module.wit_notes:  # the typed functions left out, and why
+            self.ctx.log.append(3, note.encode()[:self.limits.max_log_line_bytes])
+        if not self.module.world:
             return self._typed_registration()
         raw = self._run(self._register, encode(request), "register")
         if not raw:
@@ -180,12 +181,13 @@ class ComponentInstance(PluginInstance):
         if ABI_MAJOR != 1:  # the linked world is @1.0.0
             raise AbiMismatch("the component world is wasmext:plugin@1.0.0",
                               plugin_id=self.ctx.plugin_id, hook="register")
-        return reg
+        return self._with_typed_tools(reg) if self._typed else reg
 
     def call(self, hook: str, data: Any, meta: dict[str, Any] | None = None) -> CallResult:
         ctx = self.ctx
         ctx.hook = hook
-        if self.module.wit_tools is not None:
+        if not self.module.world or (hook == "on_tool" and isinstance(data, dict)
+                                     and data.get("name") in self._typed):
             return self._typed_call(hook, data)
         req = {"hook": hook, "data": data} if meta is None else \
             {"hook": hook, "data": data, "meta": meta}
@@ -206,10 +208,30 @@ class ComponentInstance(PluginInstance):
 
     def _typed_registration(self) -> dict[str, Any]:
         """The registration map of a component whose typed functions are its tools."""
-        for note in self.module.wit_notes:
-            self.ctx.log.append(3, note.encode()[:self.limits.max_log_line_bytes])
         reg = {"hooks": [{"hook": "on_tool"}],
-               "tools": [fn.registration() for fn in self.module.wit_tools or ()]}
+               "tools": [fn.registration() for fn in self.module.wit_tools]}
+        return self._capped(reg)
+
+    def _with_typed_tools(self, reg: dict[str, Any]) -> dict[str, Any]:
+        """The guest's registration map with its typed functions added as tools (a tool
+        the guest registered itself keeps its name; the typed one is left out)."""
+        tools, hooks = reg.get("tools", []), reg.get("hooks")
+        if not isinstance(tools, list) or not isinstance(hooks, list):
+            return reg  # malformed: the registry and the registration check say so
+        taken = {t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)}
+        for fn in self.module.wit_tools:
+            if fn.tool in taken:
+                self._typed.pop(fn.tool, None)
+                self.ctx.log.append(3, f"the typed function {fn.function} is not a tool: the "
+                                    f"plugin registers a tool {fn.tool!r} itself".encode())
+        extra = [fn.registration() for fn in self.module.wit_tools if fn.tool in self._typed]
+        if not extra:
+            return reg
+        on_tool = any(isinstance(h, dict) and h.get("hook") == "on_tool" for h in hooks)
+        return self._capped({**reg, "tools": tools + extra,
+                             "hooks": hooks if on_tool else [*hooks, {"hook": "on_tool"}]})
+
+    def _capped(self, reg: dict[str, Any]) -> dict[str, Any]:
         if len(encode(reg)) > self.limits.max_output_bytes:
             raise InvalidOutput(f"the tools derived from its WIT exports are over "
                                 f"max_output_bytes {self.limits.max_output_bytes}",
