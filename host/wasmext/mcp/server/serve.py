@@ -309,6 +309,9 @@ class McpToolServer:
             code = "refused" if isinstance(err, ManageRefused) else \
                 err.reason.replace(" ", "_")
             result = error_result(without_paths(err.message), code)
+        except OSError as exc:  # the disk refusing an install: the host's trouble, said
+            log.warning("management tool %s failed: %s", tool.name, exc)
+            result = error_result(f"the host could not do it ({exc.strerror})", "failed")
         else:
             result = tool_result(tool, output)
         await self.check_changed()

@@ -4,8 +4,9 @@ arguments to WIT values and back.
 A component's exported functions of typed parameters, directly or in a WIT
 interface (`ns:pkg/iface@version`), are its tools (Wassette's model): all of
 them for a component without the world `wasmext:plugin@1.0.0` (no `register`
-and `call`), added to its registered tools for one with it. Each function becomes the tool `<plugin>__<function>` (the
-interface's name joins when two interfaces export the same function name):
+and `call`), added to its registered tools for one with it. Each function
+becomes the tool `<plugin>__<function>` (the interface's name joins when two
+interfaces export the same function name):
 
     WIT                     JSON (the derived schema says exactly this)
     bool, string            boolean, string
