@@ -354,3 +354,33 @@ def test_a_required_signature_holds_for_loads_and_replace_is_asked_for(site: Pat
             mgr.load({"path": "counter.wxb"})
         again = mgr.load({"path": "counter.wxb", "replace": True})
         assert again["loaded"] and again["granted"] == []
+
+
+@pytest.mark.slow
+def test_the_command_line_flags_turn_the_tools_on(site: Path) -> None:
+    """`--manage --manage-source DIR` on a config without [manage]: the tools are served
+    and a load from DIR works; a client of a server without the flag sees none."""
+    (site / "wasmext.toml").write_text('[host]\ndata_dir = ".wasmext"\n'
+                                       '[plugins]\nworkspace_dir = "plugins"\n')
+    base = [sys.executable, "-m", "wasmext_cli", "mcp", "serve", "--config", "wasmext.toml",
+            "--no-watch", "--poll", "0"]
+
+    async def main() -> None:
+        flags = ["--manage", "--manage-source", str(site / "incoming")]
+        async with Client(StdioServerParameters(command=base[0], args=base[1:] + flags,
+                                                cwd=str(site), env=ENV),
+                          read_timeout_seconds=TIMEOUT) as client:
+            assert set(MANAGE_TOOLS) <= {t.name for t in (await client.list_tools()).tools}
+            loaded = _json(await client.call_tool("wasmext_plugin_load",
+                                                  {"path": "counter.wxb"}))
+            assert loaded["tools"] == ["counter__bump"] and loaded["granted"] == []
+        async with Client(StdioServerParameters(command=base[0], args=base[1:], cwd=str(site),
+                                                env=ENV),
+                          read_timeout_seconds=TIMEOUT) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert names == {"counter__bump", "kb__lookup"}
+
+    async def bounded() -> None:
+        with anyio.fail_after(TIMEOUT):
+            await main()
+    anyio.run(bounded)
