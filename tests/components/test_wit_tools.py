@@ -31,9 +31,11 @@ from wasmext import (
     AbiMismatch,
     GuestTrap,
     Host,
+    HostConfig,
     InvalidOutput,
     OutOfFuel,
     PluginError,
+    Runtime,
     Timeout,
 )
 from wasmext.errors import WitValueRefused as ValueRefused
@@ -333,9 +335,10 @@ def test_a_component_with_neither_world_nor_typed_functions_is_refused() -> None
 
 
 @pytest.mark.slow
-def test_a_python_component_exports_typed_tools(components: Built) -> None:
+def test_a_python_component_exports_typed_tools(components: Built, crt: Runtime) -> None:
     """componentize-py's wit-calc: options, lists, results and a guest exception."""
-    with make_host(components["wit-calc"]) as host:
+    with Host(HostConfig(), runtime=crt, plugin_dirs=[]) as host:
+        host.add(components["wit-calc"])
         tools = {n for n in host.tools.tools if n.startswith("wit-calc__")}
         assert {"wit-calc__add", "wit-calc__greet", "wit-calc__convert",
                 "wit-calc__classify", "wit-calc__mirror"} <= tools
