@@ -82,6 +82,15 @@ CALC = r'''
       (i32.store (i32.const 32) (i32.const 0))
       (i32.store (i32.const 36) (i32.const 60000))
       i32.const 32)
+    (data (i32.const 256) "division by zero")
+    (func (export "divide") (param i32 i32) (result i32)
+      (if (i32.eqz (local.get 1))
+        (then (i32.store8 (i32.const 48) (i32.const 1))
+              (i32.store (i32.const 52) (i32.const 256))
+              (i32.store (i32.const 56) (i32.const 16)))
+        (else (i32.store8 (i32.const 48) (i32.const 0))
+              (i32.store (i32.const 52) (i32.div_s (local.get 0) (local.get 1)))))
+      i32.const 48)
     (func (export "boom") (result i32) unreachable)
     (func (export "spin") (result i32) (loop $l (br $l)) i32.const 0)
   )
@@ -98,6 +107,9 @@ CALC = r'''
     (canon lift (core func $i "classify") (memory (core memory $i "memory"))))
   (func (export "big") (result (list u8))
     (canon lift (core func $i "big") (memory (core memory $i "memory"))
+      (realloc (core func $i "realloc"))))
+  (func (export "divide") (param "a" s32) (param "b" s32) (result (result s32 (error string)))
+    (canon lift (core func $i "divide") (memory (core memory $i "memory"))
       (realloc (core func $i "realloc"))))
   (func (export "boom") (result s32) (canon lift (core func $i "boom")))
   (func (export "spin") (result s32) (canon lift (core func $i "spin")))
@@ -227,7 +239,7 @@ def call(host: Host, tool: str, args: Any) -> dict[str, Any]:
 def test_typed_exports_are_listed_as_tools_with_derived_schemas(calc: Host) -> None:
     tools = {n: t for n, t in calc.tools.tools.items() if t.owner == "plugin:calc"}
     assert sorted(tools) == ["calc__add", "calc__big", "calc__boom", "calc__classify",
-                             "calc__manhattan", "calc__spin"]
+                             "calc__divide", "calc__manhattan", "calc__spin"]
     s32 = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}
     assert dict(tools["calc__add"].input_schema) == {
         "type": "object", "properties": {"a": s32, "b": s32}, "required": ["a", "b"],
@@ -248,6 +260,12 @@ def test_calls_convert_arguments_and_answers(calc: Host) -> None:
     assert call(calc, "calc__classify", {"n": -5})["output"] == {"result": {"negative": -5}}
     assert call(calc, "calc__classify", {"n": 0})["output"] == {"result": "zero"}
     assert call(calc, "calc__classify", {"n": 9})["output"] == {"result": {"positive": 9}}
+    # A function's own result<T, E>: T is the answer, E the tool's error.
+    assert dict(calc.tools.tools["calc__divide"].output_schema or {})["properties"] == {
+        "result": {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}}
+    assert call(calc, "calc__divide", {"a": 7, "b": 2})["output"] == {"result": 3}
+    assert call(calc, "calc__divide", {"a": 7, "b": 0})["error"] == {
+        "code": "failed", "message": "division by zero"}
 
 
 @pytest.mark.parametrize("args", [

@@ -270,7 +270,9 @@ class ComponentInstance(PluginInstance):
             raise InvalidOutput(f"{fn.function} answered {size} bytes, over max_output_bytes "
                                 f"{self.limits.max_output_bytes}", plugin_id=pid, hook=hook)
         if not ok:  # the function's own result<_, E> said err: the tool's error
-            text = out if isinstance(out, str) else json.dumps(out)[:2000]
+            text = out if isinstance(out, str) else \
+                f"{fn.function} answered its error case" if out is None else \
+                json.dumps(out)[:2000]
             raise PluginError(self.ctx.log.scrub(text), code="failed", plugin_id=pid,
                               hook=hook)
         return CallResult(out, True, fuel=used)
