@@ -384,3 +384,17 @@ def test_the_command_line_flags_turn_the_tools_on(site: Path) -> None:
         with anyio.fail_after(TIMEOUT * 3):  # two server processes on a shared machine
             await main()
     anyio.run(bounded)
+
+
+def test_a_plugin_that_does_not_load_is_reported_without_host_paths(
+        manager: tuple[Manager, Host], site: Path) -> None:
+    mgr, host = manager
+    broken = site / "incoming" / "broken"
+    broken.mkdir()
+    (broken / "plugin.toml").write_text('id = "broken"\nversion = "0.1.0"\nabi = 1\n')
+    (broken / "broken.wasm").write_bytes(b"\0asm\x01\0\0\0garbage")
+    out = mgr.load({"path": "broken"})
+    assert out["loaded"] is False and "broken" not in host.plugins
+    assert "does not compile" in out["error"] or "invalid" in out["error"].lower()
+    assert str(site) not in out["error"]
+    assert host.plugins["kb"].plugin.call("on_tool", {"name": "lookup"}).value == {"found": 1}
