@@ -34,6 +34,7 @@ from wasmext import (
     HostConfig,
     InvalidOutput,
     OutOfFuel,
+    Plugin,
     PluginError,
     Runtime,
     Timeout,
@@ -291,7 +292,8 @@ def test_a_direct_hook_call_is_checked_by_the_type_too(calc: Host) -> None:
         "result": 3}
 
 
-def test_a_trap_is_the_named_error_and_the_plugin_answers_after(calc: Host) -> None:
+def test_a_trap_is_the_named_error_and_the_plugin_answers_after(calc: Host,
+                                                                healthy: Plugin) -> None:
     plugin = calc.plugins["calc"].plugin
     with pytest.raises(GuestTrap, match="unreachable"):
         plugin.call("on_tool", {"name": "boom", "args": {}})
@@ -302,6 +304,7 @@ def test_a_trap_is_the_named_error_and_the_plugin_answers_after(calc: Host) -> N
         plugin.call("on_tool", {"name": "spin", "args": {}})
     assert time.monotonic() - started < BOUND_S
     assert call(calc, "calc__add", {"a": 20, "b": 22})["output"] == {"result": 42}
+    assert healthy.call("test").value == "alive"
 
 
 def test_an_answer_over_the_output_cap_is_refused(calc: Host) -> None:
