@@ -75,11 +75,14 @@ def _nothing_to_serve(host: Any, include_host_tools: bool, include_mcp_tools: bo
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A folder clients may load plugins from (beside [manage] sources). "
                    "Repeatable.")
+@click.option("--manage-registry", "manage_registries", multiple=True, metavar="PATTERN",
+              help="An oci:// REGISTRY/NAME pattern clients may load plugins from (beside "
+                   "[manage] registries), e.g. 127.0.0.1:5000/team/*. Repeatable.")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
           include_host_tools: bool, include_mcp_tools: bool, include_mcp_catalog: bool,
           token_file: Path | None,
           token_env: str | None, poll_interval: float, watch: bool, manage: bool,
-          manage_sources: tuple[Path, ...]) -> None:
+          manage_sources: tuple[Path, ...], manage_registries: tuple[str, ...]) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
     import dataclasses
     import logging  # here, so that `--help` starts fast
@@ -104,7 +107,8 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
     for problem in host.load_errors:
         click.echo(error_line(problem), err=True)  # "wasmext: " once
     settings = host.config.manage
-    settings = dataclasses.replace(settings, sources=settings.sources + manage_sources) \
+    settings = dataclasses.replace(settings, sources=settings.sources + manage_sources,
+                                   registries=settings.registries + manage_registries) \
         if manage or settings.enabled else None
     with host, (PluginWatcher(host) if watch else nullcontext()):
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins

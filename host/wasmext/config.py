@@ -48,6 +48,7 @@
     [manage]                     # `wasmext mcp serve` management tools (docs/mcp-manage.md)
     enabled = false              # true serves them (as `wasmext mcp serve --manage` does)
     sources = ["incoming"]       # the only folders a client may load plugins from
+    registries = ["127.0.0.1:5000/team/*"]   # the only oci:// REGISTRY/NAME it may pull
     install_to = "workspace"     # where a load installs: [plugins] workspace_dir or user_dir
 
     [extensions]                 # the plugins ("extensions" in the seeds) as a whole
@@ -168,6 +169,7 @@ class ManageSettings:
     enabled: bool = False
     sources: tuple[Path, ...] = ()
     install_to: str = "workspace"
+    registries: tuple[str, ...] = ()  # fnmatch patterns of REGISTRY/NAME for oci:// loads
 
 
 @dataclass(frozen=True)
@@ -417,6 +419,7 @@ class ManageTable(BaseModel):
     enabled: bool = False
     sources: list[PathText] = []
     install_to: Literal["workspace", "user"] = "workspace"
+    registries: list[Annotated[str, Field(min_length=1, max_length=300)]] = []
 
 
 class ConfigFile(BaseModel):
@@ -482,7 +485,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base),
         tracing=doc.tracing.settings(),
         manage=ManageSettings(doc.manage.enabled, tuple(where(d) for d in doc.manage.sources),
-                              doc.manage.install_to))
+                              doc.manage.install_to, tuple(doc.manage.registries)))
 
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:

@@ -6,7 +6,8 @@
     wasmext_plugin_grants     one plugin's requested capabilities against its grants
     wasmext_plugin_enable     enable (persisted) and load it
     wasmext_plugin_disable    disable (persisted) and unload it
-    wasmext_plugin_load       install a plugin folder or .wxb bundle and load it
+    wasmext_plugin_load       install a plugin folder, .wxb bundle or oci:// reference
+                              and load it
 
 The MCP client is trusted with none of the operator's powers beyond these:
 
@@ -23,6 +24,10 @@ The MCP client is trusted with none of the operator's powers beyond these:
   A folder is copied through `pack`, then installed from the bundle, so every
   bundle check applies (links, names, sizes, digests, the signature the config
   may require). Answers name plugin ids, never host paths.
+- The host's network is not the client's either: an `oci://` load is pulled
+  only when `REGISTRY/NAME` matches a pattern of `[manage] registries` (none by
+  default), through `lifecycle.oci` with every check of it (digests, sizes, the
+  deadline), plain http only to a loopback registry.
 - Plugins cannot reach these tools: they are not in the tool registry
   (`tool.call` never sees them), and their names have no `__`, so no plugin
   tool (`<id>__<name>`) can take one.
@@ -33,6 +38,7 @@ Each change is followed by the served lists' check, so clients hear
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import re
@@ -127,7 +133,9 @@ class Manager:
         load_schema = {"type": "object", "properties": {
             "path": {"type": "string", "minLength": 1, "maxLength": MAX_PATH,
                      "description": "A plugin folder or .wxb bundle inside a folder the "
-                                    "operator allows (relative: to the first of them)."},
+                                    "operator allows (relative: to the first of them), or "
+                                    "oci://REGISTRY/NAME:TAG (or @sha256:...) of a "
+                                    "registry the operator allows."},
             "replace": {"type": "boolean", "description": "Replace an installed plugin "
                         "of the same id (never with an older version)."}},
             "required": ["path"], "additionalProperties": False}
@@ -146,8 +154,9 @@ class Manager:
                  "and unload it; its state is kept.", _ID_SCHEMA, self.disable,
                  {"readOnlyHint": False, "idempotentHint": True, "destructiveHint": True}),
             tool("wasmext_plugin_load", "Install a plugin folder or .wxb bundle from a "
-                 "folder the operator allows, and load it with no grants: the operator "
-                 "grants capabilities (wasmext grant).", load_schema, self.load,
+                 "folder the operator allows (or an oci:// reference of an allowed "
+                 "registry), and load it with no grants: the operator grants capabilities "
+                 "(wasmext grant).", load_schema, self.load,
                  {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}),
         ]
 
@@ -198,11 +207,8 @@ class Manager:
         return {"id": pid, "enabled": False, "loaded": pid in self.host.plugins}
 
     def load(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Install a folder or bundle from an allowed folder, then load it (no grants)."""
-        roots = [Path(os.path.realpath(s)) for s in self.settings.sources]
-        if not roots:
-            raise ManageRefused("no folder to load plugins from: the operator names them in "
-                                "[manage] sources or with --manage-source")
+        """Install a folder or bundle from an allowed folder, or an `oci://` reference from
+        an allowed registry, then load it (no grants)."""
         dest = next((d for src, d in self.host.plugin_dirs
                      if src == self.settings.install_to), None)
         if dest is None:
@@ -211,6 +217,41 @@ class Manager:
         raw = args.get("path")
         if not isinstance(raw, str) or not raw or "\x00" in raw or len(raw) > MAX_PATH:
             raise ManageRefused("'path' must be a path")
+        if raw.startswith("oci://"):
+            target = self._pull(raw, dest, args.get("replace") is True)
+        else:
+            target = self._install_path(raw, dest, args.get("replace") is True)
+        pid = target.name
+        log.warning("MCP management: installed plugin %s (no grants but the operator's)",
+                    pid, extra={"plugin_id": pid, "event": "manage.load"})
+        before = len(self.host.load_errors)
+        self.host.rescan()
+        return self._outcome(pid, before, enabled=self.host.enable_state.is_enabled(pid))
+
+    def _pull(self, raw: str, dest: Path, replace: bool) -> Path:
+        """An `oci://` install, only from a registry and name the operator allows (the
+        host would otherwise fetch any URL a client names, its own network included)."""
+        try:
+            from wasmext.lifecycle import oci  # the `oci` extra: only when asked for
+        except ImportError:
+            raise ManageRefused("oci:// loads need the oci extra: pip install "
+                                "'wasmext[oci]'") from None
+        ref = oci.parse_reference(raw)
+        name = f"{ref.registry}/{ref.repository}"
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.settings.registries):
+            raise ManageRefused(f"{clean(name, 200)}: not a registry and name the operator "
+                                "allows ([manage] registries)")
+        target, _pulled = oci.install(ref, dest, trusted=self.host.config.trusted_keys,
+                                      require_signature=self.host.config.require_signature,
+                                      replace=replace)
+        return target
+
+    def _install_path(self, raw: str, dest: Path, replace: bool) -> Path:
+        """A folder or `.wxb` install from inside the allowed folders."""
+        roots = [Path(os.path.realpath(s)) for s in self.settings.sources]
+        if not roots:
+            raise ManageRefused("no folder to load plugins from: the operator names them in "
+                                "[manage] sources or with --manage-source")
         given = Path(raw)
         path = given if given.is_absolute() else Path(self.settings.sources[0]) / given
         real = Path(os.path.realpath(path))
@@ -225,15 +266,9 @@ class Manager:
             else:
                 raise ManageRefused(f"{clean(raw, 200)}: neither a plugin folder nor a "
                                     ".wxb bundle")
-            target = install(bundle, dest, trusted=self.host.config.trusted_keys,
-                             require_signature=self.host.config.require_signature,
-                             replace=args.get("replace") is True)
-        pid = target.name
-        log.warning("MCP management: installed plugin %s (no grants but the operator's)",
-                    pid, extra={"plugin_id": pid, "event": "manage.load"})
-        before = len(self.host.load_errors)
-        self.host.rescan()
-        return self._outcome(pid, before, enabled=self.host.enable_state.is_enabled(pid))
+            return install(bundle, dest, trusted=self.host.config.trusted_keys,
+                           require_signature=self.host.config.require_signature,
+                           replace=replace)
 
     # -- helpers ---------------------------------------------------------------------------
 
