@@ -68,11 +68,23 @@ def _nothing_to_serve(host: Any, include_host_tools: bool, include_mcp_tools: bo
               show_default=True, help="Seconds between tool-set change checks (0: off).")
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan plugins when their folders or enable state change.")
+@click.option("--manage", is_flag=True,
+              help="Also serve the management tools: list, grants, enable, disable, load "
+                   "(granting stays the operator's; docs/mcp-manage.md).")
+@click.option("--manage-source", "manage_sources", multiple=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A folder clients may load plugins from (beside [manage] sources). "
+                   "Repeatable.")
+@click.option("--manage-registry", "manage_registries", multiple=True, metavar="PATTERN",
+              help="An oci:// REGISTRY/NAME pattern clients may load plugins from (beside "
+                   "[manage] registries), e.g. 127.0.0.1:5000/team/*. Repeatable.")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
           include_host_tools: bool, include_mcp_tools: bool, include_mcp_catalog: bool,
           token_file: Path | None,
-          token_env: str | None, poll_interval: float, watch: bool) -> None:
+          token_env: str | None, poll_interval: float, watch: bool, manage: bool,
+          manage_sources: tuple[Path, ...], manage_registries: tuple[str, ...]) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
+    import dataclasses
     import logging  # here, so that `--help` starts fast
     from contextlib import nullcontext
 
@@ -94,11 +106,15 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         _fail(err)
     for problem in host.load_errors:
         click.echo(error_line(problem), err=True)  # "wasmext: " once
+    settings = host.config.manage
+    settings = dataclasses.replace(settings, sources=settings.sources + manage_sources,
+                                   registries=settings.registries + manage_registries) \
+        if manage or settings.enabled else None
     with host, (PluginWatcher(host) if watch else nullcontext()):
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
         empty = _nothing_to_serve(host, include_host_tools, include_mcp_tools,
                                   include_mcp_catalog, watch)
-        if empty is not None:
+        if empty is not None and settings is None:
             message, final = empty
             click.echo(f"wasmext: {message}", err=True)
             if final:
@@ -106,12 +122,13 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         if port is None:
             serve_stdio(host, include_host_tools=include_host_tools,
                         include_mcp_tools=include_mcp_tools, poll_interval=poll_interval,
-                        include_mcp_catalog=include_mcp_catalog)
+                        include_mcp_catalog=include_mcp_catalog, manage=settings)
         else:
             click.echo(f"wasmext: MCP on http://{address}:{port}/mcp", err=True)
             serve_http(host, address, port, include_host_tools=include_host_tools,
                        include_mcp_tools=include_mcp_tools, poll_interval=poll_interval,
-                       include_mcp_catalog=include_mcp_catalog, token=token)
+                       include_mcp_catalog=include_mcp_catalog, token=token,
+                       manage=settings)
 
 
 @mcp.command("ls")

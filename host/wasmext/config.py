@@ -48,6 +48,12 @@
     require_signature = false    # true: only folders installed from a bundle signed
     keys = ["ed25519:..."]       # by one of these keys load (and install)
 
+    [manage]                     # `wasmext mcp serve` management tools (docs/mcp-manage.md)
+    enabled = false              # true serves them (as `wasmext mcp serve --manage` does)
+    sources = ["incoming"]       # the only folders a client may load plugins from
+    registries = ["127.0.0.1:5000/team/*"]   # the only oci:// REGISTRY/NAME it may pull
+    install_to = "workspace"     # where a load installs: [plugins] workspace_dir or user_dir
+
     [extensions]                 # the plugins ("extensions" in the seeds) as a whole
     enabled = true               # false: no plugin folder is read, no remote stage known
     directories = ["more-plugins"]   # plugin folders after user_dir and workspace_dir
@@ -135,6 +141,7 @@ __all__ = [
     "EnableState",
     "Grant",
     "HostConfig",
+    "ManageSettings",
     "McpServerConfig",
     "PluginOverrides",
     "load_config",
@@ -155,6 +162,17 @@ class PluginOverrides:
     failure: str | None = None
     priority: int | None = None
     env: frozenset[str] = frozenset()  # environment variables the operator lets it read
+
+
+@dataclass(frozen=True)
+class ManageSettings:
+    """[manage]: whether `wasmext mcp serve` offers its management tools, the folders a
+    client may load plugins from, and where a load installs."""
+
+    enabled: bool = False
+    sources: tuple[Path, ...] = ()
+    install_to: str = "workspace"
+    registries: tuple[str, ...] = ()  # fnmatch patterns of REGISTRY/NAME for oci:// loads
 
 
 @dataclass(frozen=True)
@@ -193,6 +211,7 @@ class HostConfig:
     llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
     http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
     tracing: TracingSettings = field(default_factory=TracingSettings)  # [tracing]: off
+    manage: ManageSettings = field(default_factory=ManageSettings)  # the [manage] section
     # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
     # host's own config): no plugin reads them, whatever its manifest or [plugin.ID] env.
     credential_env: frozenset[str] = frozenset()
@@ -399,6 +418,17 @@ class ExtensionsSection(BaseModel):
         return dict(self.__pydantic_extra__ or {})
 
 
+class ManageTable(BaseModel):
+    """[manage]: the opt-in MCP management tools and the folders loads may come from."""
+
+    model_config = SECTION
+
+    enabled: bool = False
+    sources: list[PathText] = []
+    install_to: Literal["workspace", "user"] = "workspace"
+    registries: list[Annotated[str, Field(min_length=1, max_length=300)]] = []
+
+
 class ConfigFile(BaseModel):
     """A whole wasmext.toml: every section and its rules."""
 
@@ -417,6 +447,7 @@ class ConfigFile(BaseModel):
     http: HttpSection = HttpSection()
     nats: NatsTable = NatsTable()
     tracing: TracingSection = TracingSection()
+    manage: ManageTable = ManageTable()
 
 
 # -- from the validated file to the HostConfig the host takes ----------------------------
@@ -460,7 +491,9 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         extensions_enabled=doc.extensions.enabled,
         extension_dirs=tuple(where(d) for d in doc.extensions.directories),
         llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base),
-        tracing=doc.tracing.settings())
+        tracing=doc.tracing.settings(),
+        manage=ManageSettings(doc.manage.enabled, tuple(where(d) for d in doc.manage.sources),
+                              doc.manage.install_to, tuple(doc.manage.registries)))
 
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:

@@ -58,6 +58,14 @@
     ├── MetricRefused               (observe.pluginmetrics) a metric declaration the
     │   │                           host refuses: bad name, kind, labels or buckets
     │   └── MetricLimit             over a cap: metrics per plugin, labels, series
+    ├── ManageRefused               (mcp.server.manage) an MCP management request refused:
+    │                               a path outside the allowed folders, an unknown
+    │                               plugin, no folder to install into
+    ├── WitTypeRefused              (sandbox.backends.wit_tools) an exported WIT function
+    │                               not offered as a tool: a type with no JSON form,
+    │                               too many parts, too deep, a bad name
+    ├── WitValueRefused             (sandbox.backends.wit_tools) a JSON value its WIT type
+    │                               does not allow (also a ValueError)
     ├── TickRefused                 (services.ticks) an `on_tick` request refused: not a
     │                               positive interval, or too many plugins tick
     ├── OpError                     a host op's clean failure: `code` and message are
@@ -164,6 +172,7 @@ __all__ = [
     "InvalidTopic",
     "KeyTooLong",
     "LoadError",
+    "ManageRefused",
     "ManifestError",
     "McpAuthError",
     "McpToolError",
@@ -204,6 +213,8 @@ __all__ = [
     "UnsafeFile",
     "UnsafeFolder",
     "WasmextError",
+    "WitTypeRefused",
+    "WitValueRefused",
 ]
 
 
@@ -578,6 +589,24 @@ class MetricLimit(MetricRefused):
     """More metrics, labels or series than the host's policy allows a plugin."""
 
     reason = "metric limit"
+
+
+class ManageRefused(WasmextError):
+    """A request of the MCP management tools refused; the message says why."""
+
+    reason = "manage refused"
+
+
+class WitTypeRefused(WasmextError):
+    """An exported WIT function the host cannot offer as a tool; the message says why."""
+
+    reason = "wit type refused"
+
+
+class WitValueRefused(WasmextError, ValueError):
+    """A JSON value its WIT type does not allow (or a guest answer with no JSON form)."""
+
+    reason = "wit value refused"
 
 
 class TickRefused(WasmextError):

@@ -44,8 +44,8 @@ from wasmext.hooks.ordering import Entry, order_entries
 from wasmext.hooks.registration import registration_problems
 from wasmext.ids import random_hex
 from wasmext.lifecycle import reload
+from wasmext.lifecycle.approvals import Subject, subject_of
 from wasmext.lifecycle.approvals import granted as approved_grants
-from wasmext.lifecycle.approvals import subject_of
 from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.client.plugin_ops import install as install_mcp_ops
 from wasmext.observe import tracing
@@ -420,6 +420,15 @@ class Host:
             log.error("%s", problem)
             self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
         return plugin
+
+    def approved_now(self, lp: LoadedPlugin) -> frozenset[str]:
+        """What the config's [grants.ID] and the recorded approvals grant the loaded
+        plugin now, for the module and manifest it was loaded from."""
+        module = f"sha256:{lp.plugin.module.info.digest}"
+        subject = Subject(module, lp.manifest.source_digest, dict(lp.executed)) \
+            if lp.manifest is not None else Subject(module)
+        return approved_grants(lp.id, subject, self.config.data_dir,
+                               self.config.grants.get(lp.id))
 
     def settings_of(self, plugin_id: str) -> list[dict[str, Any]]:
         """A loaded plugin's settings as an operator may see them: each value (sensitive

@@ -106,6 +106,10 @@ class BuildSpec:
     lang: str
     sources: tuple[str, ...]
     include: tuple[str, ...] = ()
+    # A component of the plugin's own WIT world (components only; the typed functions
+    # it exports are its tools): the WIT folder inside the plugin folder, and the world.
+    wit: str | None = None
+    world: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,8 @@ MANIFEST_TYPES: dict[str, Any] = {
     "wasm": str, "limits": dict[str, int], "capabilities": list[str],
     "settings": dict[str, dict[str, Any]], "failure": str, "before": list[str],
     "after": list[str], "mcp": dict[str, Any],
-    "build": {"lang!": str, "sources!": list[str], "include": list[str]},
+    "build": {"lang!": str, "sources!": list[str], "include": list[str], "wit": str,
+              "world": str},
 }
 
 
@@ -255,7 +260,14 @@ def _build(raw: Any, path: Path) -> BuildSpec:
         _need(not Path(src).is_absolute() and ".." not in Path(src).parts, path,
               "build.sources", f"{src!r} must stay inside the plugin folder")
     include = _str_list(raw.get("include", []), path, "build.include")
-    return BuildSpec(lang, sources, include)
+    wit, world = raw.get("wit"), raw.get("world")
+    _need(wit is None or (isinstance(wit, str) and not Path(wit).is_absolute()
+                          and ".." not in Path(wit).parts), path, "build.wit",
+          "must be a folder inside the plugin folder")
+    _need(world is None or isinstance(world, str), path, "build.world", "must be a string")
+    _need((wit is None) == (world is None), path, "build.world",
+          "build.wit and build.world go together")
+    return BuildSpec(lang, sources, include, wit, world)
 
 
 class _Verbatim(Mapping[str, str]):

@@ -18,6 +18,7 @@ COMPONENT_PLUGINS = {
     "conformance-python": ROOT / "guest-sdks" / "python" / "conformance",
     "hostile-python": ROOT / "tests" / "plugins" / "python-hostile",
     "json-check": ROOT / "plugins" / "json-check",
+    "wit-calc": ROOT / "tests" / "plugins" / "wit-calc",
 }
 
 

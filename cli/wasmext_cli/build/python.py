@@ -37,6 +37,11 @@ def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
     if not entry.endswith(".py") or "/" in entry:
         raise BuildError(f"{plugin_dir / 'plugin.toml'}: build.sources[0] must be a .py file "
                          "in the plugin folder (the module that defines WitWorld)")
+    if spec.wit is not None and spec.world is not None:
+        # The plugin's own world: its typed exports are its tools, no SDK involved.
+        return [[componentize_py(), "-d", str(plugin_dir / spec.wit), "-w", spec.world,
+                 "componentize", "-p", str(plugin_dir), entry.removesuffix(".py"),
+                 "-o", str(out)]]
     return [[componentize_py(), "-d", str(sdk / "wit"), "-w", "plugin", "componentize",
              "-p", str(plugin_dir), "-p", str(sdk), entry.removesuffix(".py"),
              "-o", str(out)]]

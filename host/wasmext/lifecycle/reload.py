@@ -8,6 +8,10 @@
   event subscriptions and its own MCP servers go with it);
 - keeps a plugin serving while its folder is there but unreadable (a
   plugin.toml being edited, say), reporting the error;
+- reloads a plugin whose grants changed (an operator ran `wasmext grant` or
+  `revoke`, or the config's [grants.ID] changed): a discovered plugin holds
+  exactly what the config and the recorded approvals grant it, so the new
+  grants take effect without a restart (the watcher sees approvals.json);
 - reloads a plugin whose module or plugin.toml changed. The new plugin gets a
   new instance pool and is swapped in with one assignment: a call that started
   on the old one finishes on it, a call that starts after the swap runs the new
@@ -65,6 +69,9 @@ class Rescannable(Protocol):
     def load_folder(self, folder: Path, manifest: Manifest, source: str,
                     replace: bool = False) -> None:
         """Load a discovered plugin folder unless disabled."""
+        ...
+    def approved_now(self, lp: LoadedPlugin) -> frozenset[str]:
+        """What the config's grants and the recorded approvals grant the plugin now."""
         ...
     def start_plugin_servers(self, lp: LoadedPlugin) -> None:
         """Start a plugin's own MCP servers when the host's MCP clients are running."""
@@ -130,7 +137,9 @@ def rescan(host: Rescannable) -> RescanReport:
                 report.removed.append(pid)
         for pid, (folder, manifest, source) in wanted.items():
             old = host.plugins.get(pid)
-            if old is not None and (old.source not in DISCOVERED or not _changed(old, manifest)):
+            if old is not None and (old.source not in DISCOVERED or (
+                    not _changed(old, manifest)
+                    and host.approved_now(old) == old.plugin.grants)):
                 continue
             before = len(host.load_errors)
             if old is not None:

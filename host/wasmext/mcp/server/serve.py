@@ -12,6 +12,8 @@ resources or prompts served change, `notifications/{tools,resources,prompts}/
 list_changed` goes out for that list (`served_changes`): at once from
 `notify_changed()`, or when its fingerprint differs from the last one seen
 (checked before each request and by a background poll).
+With `manage` (the operator's [manage] settings, `--manage`), the management
+tools of `mcp.server.manage` are served too (list, grants, enable, disable, load).
 Each call writes one line on the `wasmext.mcp.audit` logger: client, tool,
 status, duration, never the arguments.
 """
@@ -36,9 +38,11 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 
+from wasmext.errors import ManageRefused, WasmextError
 from wasmext.mcp.server.auth import BearerAuth, rebinding_guard, require_token_for
 from wasmext.mcp.server.changes import ListChanges, fingerprint
 from wasmext.mcp.server.handlers import ServedCatalog
+from wasmext.mcp.server.manage import Manager, without_paths
 from wasmext.mcp.server.results import error_code, error_result, tool_result
 from wasmext.observe import tracing
 from wasmext.sandbox.callscope import CallScope
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     import uvicorn
     from mcp.server.context import ServerRequestContext
 
+    from wasmext.config import ManageSettings
     from wasmext.host import Host
     from wasmext.services.tools import Tool
 
@@ -105,8 +110,13 @@ class McpToolServer:
     def __init__(self, host: Host, *, include_host_tools: bool = False,
                  include_mcp_tools: bool = False, include_mcp_catalog: bool = False,
                  name: str = "wasmext",
-                 rate: float = 20.0, burst: int = 40, poll_interval: float = 1.0) -> None:
+                 rate: float = 20.0, burst: int = 40, poll_interval: float = 1.0,
+                 manage: ManageSettings | None = None) -> None:
         self.host = host
+        # The opt-in management tools (mcp.server.manage), served beside the registry's.
+        self.manager = Manager(host, manage) if manage is not None else None
+        self.manage_tools = {t.name: t for t in self.manager.tools()} \
+            if self.manager is not None else {}
         self.include_host_tools = include_host_tools
         self.include_mcp_tools = include_mcp_tools
         self.poll_interval = poll_interval
@@ -130,8 +140,9 @@ class McpToolServer:
 
     def visible_tools(self) -> list[Tool]:
         """The registry's tools this server serves, by name."""
-        tools = sorted(dict(self.host.tools.tools).values(), key=lambda t: t.name)
-        return [t for t in tools if self._serves(t)]
+        tools = [t for t in dict(self.host.tools.tools).values()
+                 if self._serves(t) and t.name not in self.manage_tools]
+        return sorted(tools + list(self.manage_tools.values()), key=lambda t: t.name)
 
     def _serves(self, tool: Tool) -> bool:
         return _servable(tool) and (
@@ -140,6 +151,8 @@ class McpToolServer:
             or (self.include_mcp_tools and tool.owner.startswith("mcp:")))
 
     def _visible(self, name: str) -> Tool | None:
+        if name in self.manage_tools:
+            return self.manage_tools[name]
         tool = self.host.tools.tools.get(name)
         return tool if tool is not None and self._serves(tool) else None
 
@@ -238,6 +251,8 @@ class McpToolServer:
         if tool is None:
             return error_result(f"no tool {name!r}", "not_found")
         args = dict(arguments) if arguments is not None else {}
+        if name in self.manage_tools:
+            return await self._manage(tool, args)
         token = anyio.lowlevel.current_token()
 
         def report(progress: float, total: float | None, message: str | None) -> None:
@@ -279,6 +294,28 @@ class McpToolServer:
             return error_result(str(error.get("message", "failed")),
                                  str(error.get("code") or "failed"))
         return tool_result(tool, outcome.get("output"))
+
+    async def _manage(self, tool: Tool, args: dict[str, Any]) -> types.CallToolResult:
+        """A management tool: checked arguments, run on a worker thread, then the served
+        lists checked, so clients hear list_changed as the plugin set changes."""
+        try:
+            tool.validator.validate(args)
+        except Exception as exc:  # jsonschema_rs.ValidationError
+            message = (getattr(exc, "message", None) or str(exc)).splitlines()[0]
+            return error_result(f"invalid arguments: {message}", "invalid")
+        try:
+            output = await anyio.to_thread.run_sync(tool.run, args, None)
+        except WasmextError as err:
+            code = "refused" if isinstance(err, ManageRefused) else \
+                err.reason.replace(" ", "_")
+            result = error_result(without_paths(err.message), code)
+        except OSError as exc:  # the disk refusing an install: the host's trouble, said
+            log.warning("management tool %s failed: %s", tool.name, exc)
+            result = error_result(f"the host could not do it ({exc.strerror})", "failed")
+        else:
+            result = tool_result(tool, output)
+        await self.check_changed()
+        return result
 
     # -- transports -----------------------------------------------------------------------
 

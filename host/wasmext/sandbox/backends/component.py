@@ -7,6 +7,9 @@ This is how plugins written in Python (componentize-py) and JavaScript
 `ComponentPlugin` is a `Plugin`: the same registration, instance pool,
 quarantine, host-call dispatch and grants; only the instance differs.
 
+A component's exported typed functions are tools (`wit_tools`; Wassette's
+model): beside the world's `register`/`call`, or instead of them.
+
 A component is recognised by its header (layer 1 of the binary format). Its
 imports are checked before anything is instantiated: the world's `host`
 interface and WASI preview 2, nothing else (`UnknownImport`). Compiling a
@@ -35,6 +38,7 @@ from wasmext.errors import (
 )
 from wasmext.sandbox import calltree
 from wasmext.sandbox.backends.canon import add_bytes_import
+from wasmext.sandbox.backends.wit_tools import WitFunction, typed_functions
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.module import ModuleInfo, PluginModule
@@ -198,10 +202,23 @@ class ComponentModule(PluginModule):
                 raise UnknownImport(f"{name}: imports {interface[:200]}, which the world "
                                     f"wasmext:plugin@1.0.0 (and WASI preview 2) does not offer")
         exports = tuple(self.component.type.exports(self.engine.engine))
-        for required in ("register", "call"):
-            if required not in exports:
-                raise AbiMismatch(f"{name}: missing export {required!r} of the world "
-                                  "wasmext:plugin@1.0.0")
+        # Typed functions it exports (beside the world's entry points, or instead of
+        # them) are tools; a component with neither cannot be a plugin.
+        self.world = {"register", "call"} <= set(exports)
+        notes: list[str] = []
+        try:
+            functions = typed_functions(self.component.type, self.engine.engine, notes.append)
+        except (TypeError, wasmtime.WasmtimeError) as exc:
+            raise InvalidModule(f"{name}: its exports cannot be read: "
+                                f"{str(exc)[:200]}") from exc
+        if not self.world and not functions:
+            missing = "register" if "register" not in exports else "call"
+            raise AbiMismatch(f"{name}: missing export {missing!r} of the world "
+                              "wasmext:plugin@1.0.0, and no exported function with "
+                              "JSON-able types to offer as a tool"
+                              + (f" ({notes[0]})" if notes else ""))
+        self.wit_tools: tuple[WitFunction, ...] = tuple(functions)
+        self.wit_notes: tuple[str, ...] = tuple(notes)
         self.info = ModuleInfo(digest, len(wasm), exports,
                                tuple((i, "*") for i in imports),
                                any(i.startswith("wasi:") for i in imports), False, False)

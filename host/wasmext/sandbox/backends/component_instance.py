@@ -15,6 +15,7 @@ the host (stdout and stderr go to the plugin log).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -29,12 +30,15 @@ from wasmext.errors import (
     InvalidOutput,
     MemoryLimitExceeded,
     OutOfFuel,
+    PluginError,
     StackOverflow,
     WasmextError,
 )
+from wasmext.errors import WitValueRefused as ValueRefused
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.backends.canon import BytesExport
 from wasmext.sandbox.backends.component import ComponentModule
+from wasmext.sandbox.backends.wit_tools import WitFunction
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.faults import classify, timeout
@@ -54,6 +58,8 @@ MAX_TABLES = 64
 
 class ComponentInstance(PluginInstance):
     """A live component instance. `start` once, then `call`."""
+
+    module: ComponentModule
 
     def __init__(self, module: ComponentModule, limits: Limits, ctx: CallContext,
                  services: HostServices) -> None:
@@ -83,6 +89,10 @@ class ComponentInstance(PluginInstance):
             raise self._classify(exc, "instantiate") from exc
         finally:
             self._leave()
+        self._typed: dict[str, tuple[WitFunction, Any]] = {
+            fn.tool: (fn, _typed_export(instance, store, fn)) for fn in module.wit_tools}
+        if not module.world:
+            return
         self._register = BytesExport(instance, store, "register")
         self._call_export = BytesExport(instance, store, "call")
 
@@ -121,6 +131,17 @@ class ComponentInstance(PluginInstance):
                                        hook=self.ctx.hook)
         return err
 
+    def _run_typed(self, func: Any, params: list[Any], what: str) -> Any:
+        """One typed export call under a fresh budget; every failure a named error."""
+        self._set_budget(self.limits.fuel_per_call, self._enter())
+        self.ctx.begin(self.budget.frame.deadline)
+        try:
+            return func(self.store, *params)
+        except Exception as exc:
+            raise self._classify(exc, what) from exc
+        finally:
+            self._leave()
+
     def _run(self, export: BytesExport, payload: bytes, what: str) -> bytes:
         """One export call under a fresh budget; every failure a named error."""
         pid, hook = self.ctx.plugin_id, self.ctx.hook
@@ -145,6 +166,10 @@ class ComponentInstance(PluginInstance):
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
         """register; returns the registration map (the world's version is the ABI major)."""
         self.ctx.hook = "register"
+        for note in self.module.wit_notes:  # the typed functions left out, and why
+            self.ctx.log.append(3, note.encode()[:self.limits.max_log_line_bytes])
+        if not self.module.world:
+            return self._typed_registration()
         raw = self._run(self._register, encode(request), "register")
         if not raw:
             raise InvalidOutput("register returned nothing", plugin_id=self.ctx.plugin_id,
@@ -156,11 +181,14 @@ class ComponentInstance(PluginInstance):
         if ABI_MAJOR != 1:  # the linked world is @1.0.0
             raise AbiMismatch("the component world is wasmext:plugin@1.0.0",
                               plugin_id=self.ctx.plugin_id, hook="register")
-        return reg
+        return self._with_typed_tools(reg) if self._typed else reg
 
     def call(self, hook: str, data: Any, meta: dict[str, Any] | None = None) -> CallResult:
         ctx = self.ctx
         ctx.hook = hook
+        if not self.module.world or (hook == "on_tool" and isinstance(data, dict)
+                                     and data.get("name") in self._typed):
+            return self._typed_call(hook, data)
         req = {"hook": hook, "data": data} if meta is None else \
             {"hook": hook, "data": data, "meta": meta}
         payload = encode(req)
@@ -175,6 +203,79 @@ class ComponentInstance(PluginInstance):
         if not raw:
             return CallResult(data, False, fuel=used)
         return self._response(self._decode(raw, "call response"), data)._replace(fuel=used)
+
+    # -- typed WIT exports as tools (sandbox.backends.wit_tools) --------------------
+
+    def _typed_registration(self) -> dict[str, Any]:
+        """The registration map of a component whose typed functions are its tools."""
+        reg = {"hooks": [{"hook": "on_tool"}],
+               "tools": [fn.registration() for fn in self.module.wit_tools]}
+        return self._capped(reg)
+
+    def _with_typed_tools(self, reg: dict[str, Any]) -> dict[str, Any]:
+        """The guest's registration map with its typed functions added as tools (a tool
+        the guest registered itself keeps its name; the typed one is left out)."""
+        tools, hooks = reg.get("tools", []), reg.get("hooks")
+        if not isinstance(tools, list) or not isinstance(hooks, list):
+            return reg  # malformed: the registry and the registration check say so
+        taken = {t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)}
+        for fn in self.module.wit_tools:
+            if fn.tool in taken:
+                self._typed.pop(fn.tool, None)
+                self.ctx.log.append(3, f"the typed function {fn.function} is not a tool: the "
+                                    f"plugin registers a tool {fn.tool!r} itself".encode())
+        extra = [fn.registration() for fn in self.module.wit_tools if fn.tool in self._typed]
+        if not extra:
+            return reg
+        on_tool = any(isinstance(h, dict) and h.get("hook") == "on_tool" for h in hooks)
+        return self._capped({**reg, "tools": tools + extra,
+                             "hooks": hooks if on_tool else [*hooks, {"hook": "on_tool"}]})
+
+    def _capped(self, reg: dict[str, Any]) -> dict[str, Any]:
+        if len(encode(reg)) > self.limits.max_output_bytes:
+            raise InvalidOutput(f"the tools derived from its WIT exports are over "
+                                f"max_output_bytes {self.limits.max_output_bytes}",
+                                plugin_id=self.ctx.plugin_id, hook="register")
+        return reg
+
+    def _typed_call(self, hook: str, data: Any) -> CallResult:
+        """`on_tool` {"name", "args"}: the typed function, its arguments checked and
+        converted from JSON, its answer converted back; any other hook is not served."""
+        pid = self.ctx.plugin_id
+        if hook != "on_tool":
+            return CallResult(data, False)  # it registered no other hook
+        size = len(encode(data))
+        if size > self.limits.max_input_bytes:
+            raise InputTooLarge(f"request of {size} bytes exceeds max_input_bytes "
+                                f"{self.limits.max_input_bytes}", plugin_id=pid, hook=hook)
+        name = data.get("name") if isinstance(data, dict) else None
+        found = self._typed.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise PluginError(f"no tool {str(name)[:64]!r}", code="not_found",
+                              plugin_id=pid, hook=hook)
+        fn, func = found
+        try:
+            params = fn.arguments(data.get("args", {}))
+        except ValueRefused as exc:
+            raise PluginError(f"invalid arguments: {exc}", code="invalid", plugin_id=pid,
+                              hook=hook) from None
+        value = self._run_typed(func, params, f"{fn.function}")
+        used = self.limits.fuel_per_call - self.store.get_fuel() if self.meter else 0
+        try:
+            ok, out = fn.answer(value)
+        except ValueRefused as exc:
+            raise InvalidOutput(f"{fn.function}: {exc}", plugin_id=pid, hook=hook) from None
+        size = len(encode(out))
+        if size > self.limits.max_output_bytes:
+            raise InvalidOutput(f"{fn.function} answered {size} bytes, over max_output_bytes "
+                                f"{self.limits.max_output_bytes}", plugin_id=pid, hook=hook)
+        if not ok:  # the function's own result<_, E> said err: the tool's error
+            text = out if isinstance(out, str) else \
+                f"{fn.function} answered its error case" if out is None else \
+                json.dumps(out)[:2000]
+            raise PluginError(self.ctx.log.scrub(text), code="failed", plugin_id=pid,
+                              hook=hook)
+        return CallResult(out, True, fuel=used)
 
     # -- the imports ---------------------------------------------------------------
 
@@ -199,6 +300,20 @@ class ComponentInstance(PluginInstance):
 
     def fuel_left(self) -> int:
         return self.store.get_fuel()
+
+
+def _typed_export(instance: Any, store: wasmtime.Store, fn: WitFunction) -> Any:
+    """The exported function behind a WIT tool (inside its interface, if any)."""
+    index = None
+    if fn.interface is not None:
+        index = instance.get_export_index(store, fn.interface)
+    found = instance.get_export_index(store, fn.function, index) \
+        if fn.interface is not None and index is not None else \
+        instance.get_export_index(store, fn.function) if fn.interface is None else None
+    func = instance.get_func(store, found) if found is not None else None
+    if func is None:
+        raise AbiMismatch(f"export {fn.function!r} is missing from the instance")
+    return func
 
 
 class ComponentPlugin(Plugin):
