@@ -4,6 +4,7 @@ a plugin's life as one verified file, and the operator's recorded approvals."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -222,6 +223,17 @@ def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | 
     return subject_of(_sha256(wasm), manifest), folder
 
 
+def _absolute_fs(capability: str) -> str:
+    """`fs:PATH[:ro|rw]` with a relative PATH made absolute (from the working folder)."""
+    if not capability.startswith("fs:") or capability.startswith("fs:/") or \
+            capability in ("fs:", "fs::ro", "fs::rw"):
+        return capability
+    path, mode = capability[3:], ""
+    if path.endswith((":ro", ":rw")):
+        path, mode = path[:-3], path[-3:]
+    return f"fs:{os.path.abspath(path)}{mode}"
+
+
 @click.command()
 @click.argument("plugin_id")
 @click.argument("capabilities", nargs=-1, required=True)
@@ -229,9 +241,14 @@ def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | 
 @CONFIG_OPT
 def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
           config: Path | None) -> None:
-    """Grant CAPABILITIES to PLUGIN_ID's current module (recorded with who and when)."""
+    """Grant CAPABILITIES to PLUGIN_ID's current module (recorded with who and when).
+
+    A folder grant fs:PATH[:ro|rw] (read-only by default) shows PATH to the plugin
+    at /NAME, NAME being the folder's own name; a relative PATH is made absolute."""
     from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 
+    # A folder grant names an absolute folder: `fs:notes:rw` means ./notes from here.
+    capabilities = tuple(_absolute_fs(c) for c in capabilities)
     for capability in capabilities:
         problem = capability_problem(capability)
         if problem is not None:

@@ -39,6 +39,7 @@ from wasmext._abi import OPS
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write, read_regular
 from wasmext.manifest import Manifest
+from wasmext.sandbox.wasifs import fs_grant_problem
 from wasmext.text import clean
 
 __all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "capability_problem",
@@ -61,7 +62,8 @@ PATTERNED = {"http": "http:<host pattern>", "tool": "tool:<tool pattern>",
              "subscribe": "subscribe:<topic pattern>",
              "resources": "resources:<server>__<uri pattern>",
              "prompts": "prompts:<server>__<prompt pattern>",
-             "mcp-server": "mcp-server:<server of the manifest>"}
+             "mcp-server": "mcp-server:<server of the manifest>",
+             "fs": "fs:<absolute folder>[:ro|rw]"}
 
 
 def capability_problem(capability: str) -> str | None:
@@ -73,6 +75,9 @@ def capability_problem(capability: str) -> str | None:
     if capability in CAPABILITIES:
         return None
     kind, colon, pattern = capability.partition(":")
+    if kind == "fs" and colon and pattern:
+        problem = fs_grant_problem(capability)
+        return None if problem is None else clean(f"{problem}; write {PATTERNED['fs']}", 600)
     if colon and kind in PATTERNED and pattern:
         return None
     known = sorted(CAPABILITIES)

@@ -1,0 +1,327 @@
+"""Folder grants (`fs:PATH[:ro|rw]`) through the host's own WASI preview 1.
+
+Every attack runs a tiny WAT guest (tests/sandbox/fsguest.py) against a granted
+folder beside a canary file and folder outside it, and asserts: the WASI errno (or
+the named error) the guest got, a time bound, that nothing outside the folder was
+read or written, and that a healthy plugin answers afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fsguest import (
+    CREAT,
+    DIRECTORY,
+    EXCL,
+    RIGHTS_RW,
+    TRUNC,
+    Script,
+    counter,
+    errno,
+    filestat,
+    read_back,
+)
+
+from wasmext import HostCallLimitExceeded, Plugin, Runtime
+from wasmext.lifecycle.approvals import capability_problem
+from wasmext.sandbox.wasifs import FsQuota, fs_grants, parse_fs_grant
+from wasmext.testing import load_wat
+
+BOUND_S = 10.0  # generous: these calls take milliseconds; this only catches a hang
+SECRET = b"S-outside-secret"
+OK, ACCES, BADF, DQUOT, EXIST, NOENT, NOTDIR, PERM, ROFS, NOTCAPABLE = \
+    0, 2, 8, 19, 20, 44, 54, 63, 69, 76
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Path:
+    """A granted folder `box` with a file and a subfolder, beside outside canaries."""
+    folder = tmp_path / "box"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_bytes(b"I-inside-a")
+    (folder / "sub" / "b.txt").write_bytes(b"I-inside-b")
+    (tmp_path / "canary.txt").write_bytes(SECRET)
+    (tmp_path / "outdir").mkdir()
+    (tmp_path / "outdir" / "x").write_bytes(SECRET)
+    return folder
+
+
+def outside_intact(tmp_path: Path) -> None:
+    """The canaries outside the folder are as they were, and nothing was added there."""
+    assert (tmp_path / "canary.txt").read_bytes() == SECRET
+    assert sorted(p.name for p in (tmp_path / "outdir").iterdir()) == ["x"]
+    assert (tmp_path / "outdir" / "x").read_bytes() == SECRET
+    assert sorted(p.name for p in tmp_path.iterdir()
+                  if p.name not in ("cache",)) == ["box", "canary.txt", "outdir"]
+
+
+def run(runtime: Runtime, script: Script, grants: list[str],
+        plugin_id: str = "fs-guest", **kwargs: object) -> tuple[bytes, float]:
+    plugin = load_wat(runtime, script.wat(), plugin_id=plugin_id, grants=frozenset(grants),
+                      **kwargs)
+    started = time.monotonic()
+    value = plugin.call("test", None).value
+    return bytes(value), time.monotonic() - started
+
+
+def test_a_granted_folder_reads_writes_and_lists(runtime: Runtime, box: Path, tmp_path: Path,
+                                                 healthy: Plugin) -> None:
+    s = Script()
+    s.prestat_name(3, 400)
+    f = s.open("a.txt")
+    s.read(f, 64)
+    s.close(f)
+    w = s.open("new.txt", CREAT | EXCL, RIGHTS_RW)
+    s.write(w, b"hello")
+    s.close(w)
+    s.open("new.txt", CREAT | EXCL, RIGHTS_RW)
+    s.path("path_create_directory", "made")
+    s.rename("new.txt", "made/moved.txt")
+    s.stat("made/moved.txt", 100)
+    up = s.open("sub/../sub/b.txt")
+    s.read(up, 16, offset=200)
+    d = s.open("sub", DIRECTORY)
+    s.readdir(d, 300, 90)
+    s.path("path_unlink_file", "sub/b.txt")
+    s.path("path_remove_directory", "sub")
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert [errno(value, i) for i in range(len(s.steps))] == \
+        [OK] * 7 + [EXIST] + [OK] * 9
+    assert read_back(value, 400, 8) == b"/box"
+    assert read_back(value, 0, 64) == b"I-inside-a"
+    assert read_back(value, 200, 16) == b"I-inside-b"
+    assert filestat(value, 100) == {"type": 4, "nlink": 1, "size": 5}
+    assert b"b.txt" in read_back(value, 300, 90)
+    assert (box / "made" / "moved.txt").read_bytes() == b"hello"
+    assert not (box / "sub").exists()
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_read_only_grant_refuses_every_change(runtime: Runtime, box: Path, tmp_path: Path,
+                                              healthy: Plugin) -> None:
+    s = Script()
+    s.open("a.txt", 0, RIGHTS_RW)
+    s.open("fresh.txt", CREAT, RIGHTS_RW)
+    s.open("a.txt", TRUNC)
+    s.path("path_create_directory", "d")
+    s.path("path_unlink_file", "a.txt")
+    s.rename("a.txt", "b.txt")
+    f = s.open("a.txt")
+    s.read(f, 64)
+    value, took = run(runtime, s, [f"fs:{box}"])  # read-only is the default
+    assert [errno(value, i) for i in range(6)] == [ROFS] * 6
+    assert errno(value, 6) == errno(value, 7) == OK
+    assert read_back(value, 0, 64) == b"I-inside-a"
+    assert (box / "a.txt").read_bytes() == b"I-inside-a"
+    assert sorted(p.name for p in box.iterdir()) == ["a.txt", "sub"]
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_dotdot_and_absolute_paths_never_leave_the_folder(
+        runtime: Runtime, box: Path, tmp_path: Path, healthy: Plugin) -> None:
+    s = Script()
+    for path in ("../canary.txt", "sub/../../canary.txt", "sub/../../box/../canary.txt",
+                 str(tmp_path / "canary.txt"), "/etc/passwd", "..", "../outdir/x"):
+        s.read(s.open(path), 64)
+    s.open("../escape.txt", CREAT, RIGHTS_RW)
+    s.path("path_create_directory", "../outdir/new")
+    s.path("path_unlink_file", "../canary.txt")
+    s.rename("a.txt", "../stolen.txt")
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert [errno(value, 2 * i) for i in range(7)] == [NOTCAPABLE] * 7
+    assert [errno(value, 14 + i) for i in range(4)] == [NOTCAPABLE] * 4
+    assert SECRET not in value
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_symlinks_inside_are_never_followed(runtime: Runtime, box: Path, tmp_path: Path,
+                                            healthy: Plugin) -> None:
+    (box / "link").symlink_to(tmp_path / "canary.txt")
+    (box / "linkdir").symlink_to(tmp_path / "outdir")
+    (box / "rel").symlink_to("../canary.txt")
+    (box / "dangling").symlink_to(tmp_path / "outdir" / "made-by-guest")
+    s = Script()
+    s.read(s.open("link"), 64)                                   # 0, 1
+    s.read(s.open("linkdir/x"), 64)                              # 2, 3
+    s.read(s.open("rel"), 64)                                    # 4, 5
+    s.open("dangling", CREAT, RIGHTS_RW)                         # 6
+    s.open("link", TRUNC, RIGHTS_RW)                             # 7
+    s.open("linkdir/new", CREAT, RIGHTS_RW)                      # 8
+    s.path("path_create_directory", "linkdir/made")              # 9
+    s.stat("link", 0)                                            # 10: describes the link
+    s.path("path_unlink_file", "link")                           # 11: removes the link only
+    s.link("a.txt", "hard")                                      # 12
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert errno(value, 0) == errno(value, 4) == errno(value, 6) == errno(value, 7) \
+        == NOTCAPABLE
+    assert errno(value, 2) in (NOTCAPABLE, NOTDIR) and errno(value, 8) in (NOTCAPABLE, NOTDIR)
+    assert errno(value, 9) in (NOTCAPABLE, NOTDIR)
+    assert errno(value, 10) == OK and filestat(value, 0)["type"] == 7  # a symlink
+    assert errno(value, 11) == OK and not (box / "link").is_symlink()
+    assert errno(value, 12) == PERM  # the guest makes no links
+    assert SECRET not in value
+    assert not (tmp_path / "outdir" / "made-by-guest").exists()
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_hard_links_to_outside_files_are_refused(runtime: Runtime, box: Path, tmp_path: Path,
+                                                 healthy: Plugin) -> None:
+    os.link(tmp_path / "canary.txt", box / "hard")
+    s = Script()
+    s.read(s.open("hard"), 64)
+    s.open("hard", 0, RIGHTS_RW)
+    s.open("hard", TRUNC, RIGHTS_RW)
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert [errno(value, i) for i in (0, 2, 3)] == [ACCES] * 3
+    assert SECRET not in value
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_fifos_and_devices_are_refused_without_waiting(
+        runtime: Runtime, box: Path, tmp_path: Path, healthy: Plugin) -> None:
+    os.mkfifo(box / "fifo")
+    device = os.geteuid() == 0  # only root makes device nodes; CI runs as root
+    if device:
+        os.mknod(box / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    s = Script()
+    s.read(s.open("fifo"), 64)
+    s.open("fifo", 0, RIGHTS_RW)
+    s.open("null" if device else "fifo", 0, RIGHTS_RW)
+    s.open("null" if device else "fifo")
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert [errno(value, i) for i in (0, 2, 3, 4)] == [ACCES] * 4
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_a_folder_swapped_for_a_symlink_mid_call_never_leads_out(
+        runtime: Runtime, box: Path, tmp_path: Path, healthy: Plugin) -> None:
+    (box / "sub" / "x").write_bytes(b"I-inside-x")
+    stop = threading.Event()
+
+    def swap() -> None:  # sub <-> a symlink to the outside folder, as fast as it goes
+        real, link = box / "sub.real", box / "sub.link"
+        link.symlink_to(tmp_path / "outdir")
+        while not stop.is_set():
+            os.rename(box / "sub", real)
+            os.rename(link, box / "sub")
+            os.rename(box / "sub", link)
+            os.rename(real, box / "sub")
+
+    s = Script()
+    reads = s.race_reads("sub/x", 500, ord("S"))
+    s.race_writes("sub/x", 250)
+    s.race_writes("sub/new", 250)
+    plugin = load_wat(runtime, s.wat(), plugin_id="fs-guest", grants=frozenset([f"fs:{box}:rw"]))
+    racer = threading.Thread(target=swap, daemon=True)
+    racer.start()
+    opened = leaked = 0
+    try:
+        for _ in range(4):  # short calls: their host time stays far below the budget
+            started = time.monotonic()
+            value = bytes(plugin.call("test", None).value)
+            assert time.monotonic() - started < BOUND_S
+            opened += counter(value, reads)
+            leaked += counter(value, reads, 4)
+    finally:
+        stop.set()
+        racer.join()
+    assert opened > 0   # the race ran: some opens found the real folder
+    assert leaked == 0  # and none read the file outside
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_huge_writes_stop_at_the_byte_quota(runtime: Runtime, box: Path, tmp_path: Path,
+                                            healthy: Plugin) -> None:
+    runtime.services.fs_quota = FsQuota(max_bytes=1 << 20, max_files=100)
+    s = Script()
+    f = s.open("big.bin", CREAT, RIGHTS_RW)
+    flood = s.flood_bytes(f, 1000)
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert errno(value, flood) == DQUOT
+    assert counter(value, flood) <= 16
+    assert (box / "big.bin").stat().st_size <= 1 << 20
+    plugin = runtime.plugins["fs-guest"]
+    assert any("fs quota of /box" in line.text for line in plugin.log.lines)
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_file_count_floods_stop_at_the_entry_quota(runtime: Runtime, box: Path, tmp_path: Path,
+                                                   healthy: Plugin) -> None:
+    runtime.services.fs_quota = FsQuota(max_files=50)
+    s = Script()
+    flood = s.flood_files("f", 5000)
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert errno(value, flood) == DQUOT
+    entries = sum(1 for _ in box.rglob("*"))
+    assert entries <= 50 and counter(value, flood) == 50 - 3  # a.txt, sub, sub/b.txt
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_bytes_moved_in_one_call_are_bounded(runtime: Runtime, box: Path, tmp_path: Path,
+                                             healthy: Plugin) -> None:
+    runtime.services.fs_quota = FsQuota(max_io_bytes=256 * 1024)
+    s = Script()
+    f = s.open("big.bin", CREAT, RIGHTS_RW)
+    s.flood_bytes(f, 100)
+    plugin = load_wat(runtime, s.wat(), plugin_id="fs-guest", grants=frozenset([f"fs:{box}:rw"]))
+    started = time.monotonic()
+    with pytest.raises(HostCallLimitExceeded, match="bytes of file reads and writes"):
+        plugin.call("test", None)
+    assert time.monotonic() - started < BOUND_S
+    assert (box / "big.bin").stat().st_size <= 256 * 1024
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_no_grant_maps_nothing_and_a_revoked_grant_stops_at_once(
+        runtime: Runtime, box: Path, tmp_path: Path, healthy: Plugin) -> None:
+    s = Script()
+    s.prestat_name(3, 300)
+    s.read(s.open("a.txt"), 64)
+    value, _ = run(runtime, s, [], plugin_id="no-grant")
+    assert [errno(value, i) for i in range(2)] == [BADF] * 2
+    granted, _ = run(runtime, s, [f"fs:{box}"], plugin_id="granted")
+    assert read_back(granted, 300, 8) == b"/box"
+    assert read_back(granted, 0, 64) == b"I-inside-a"
+    plugin = runtime.plugins["granted"]
+    plugin.set_grants(frozenset())
+    value = bytes(plugin.call("test", None).value)
+    assert errno(value, 1) == NOTCAPABLE and b"I-inside" not in value
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_grant_strings() -> None:
+    ro, rw = parse_fs_grant("fs:/srv/notes"), parse_fs_grant("fs:/srv/notes:rw")
+    assert ro is not None and not ro.writable and ro.guest_path == "/notes"
+    assert rw is not None and rw.writable
+    assert parse_fs_grant("fs:/srv/a:b:ro") is not None  # a colon inside the path
+    for bad in ("fs:notes", "fs:/", "fs::rw", "fs:/a\x1b[31m"):
+        assert parse_fs_grant(bad) is None
+        assert capability_problem(bad) is not None
+    assert capability_problem("fs:/srv/notes:rw") is None
+    # two folders of one name: the first by host path keeps the guest path
+    assert [g.path for g in fs_grants(["fs:/b/notes", "fs:/a/notes", "fs:/c/kb"])] == \
+        ["/c/kb", "/a/notes"]
