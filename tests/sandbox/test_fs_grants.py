@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import wasmtime
 from fsguest import (
     CREAT,
     DIRECTORY,
@@ -28,11 +31,12 @@ from fsguest import (
     read_back,
 )
 
-from wasmext import HostCallLimitExceeded, Plugin, Runtime
-from wasmext.lifecycle.approvals import capability_problem
+from wasmext import Host, HostCallLimitExceeded, Plugin, Runtime, load_config
+from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 from wasmext.sandbox.wasifs import FsQuota, fs_grants, parse_fs_grant
 from wasmext.testing import load_wat
 
+ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 10.0  # generous: these calls take milliseconds; this only catches a hang
 SECRET = b"S-outside-secret"
 OK, ACCES, BADF, DQUOT, EXIST, NOENT, NOTDIR, PERM, ROFS, NOTCAPABLE = \
@@ -58,7 +62,8 @@ def outside_intact(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "outdir").iterdir()) == ["x"]
     assert (tmp_path / "outdir" / "x").read_bytes() == SECRET
     assert sorted(p.name for p in tmp_path.iterdir()
-                  if p.name not in ("cache",)) == ["box", "canary.txt", "outdir"]
+                  if p.name not in ("cache", "data", "plugins", "wasmext.toml")) == \
+        ["box", "canary.txt", "outdir"]
 
 
 def run(runtime: Runtime, script: Script, grants: list[str],
@@ -325,3 +330,36 @@ def test_grant_strings() -> None:
     # two folders of one name: the first by host path keeps the guest path
     assert [g.path for g in fs_grants(["fs:/b/notes", "fs:/a/notes", "fs:/c/kb"])] == \
         ["/c/kb", "/a/notes"]
+
+
+def test_the_operator_grants_a_folder_and_the_grant_is_pinned(tmp_path: Path,
+                                                              box: Path) -> None:
+    s = Script()
+    s.read(s.open("a.txt"), 64)
+    folder = tmp_path / "plugins" / "notes"
+    folder.mkdir(parents=True)
+    (folder / "plugin.toml").write_text('id = "notes"\nversion = "0.1.0"\n'
+                                        'capabilities = ["fs"]\n')  # asks; grants nothing
+    (folder / "notes.wasm").write_bytes(bytes(wasmtime.wat2wasm(s.wat())))
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+
+    def first_read() -> tuple[int, bytes]:
+        with Host(load_config(config)) as host:
+            value = bytes(host.plugins["notes"].plugin.call("test", None).value)
+        return errno(value, 0), read_back(value, 0, 64)
+
+    assert first_read() == (BADF, b"")  # requested in the manifest, not granted
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "grant", "notes", "fs:box",
+                           "--by", "ann", "--config", str(config)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"granted fs:{box} to notes" in proc.stdout  # a relative folder made absolute
+    assert [a.capability for a in ApprovalStore.in_data_dir(tmp_path / "data").all()] == \
+        [f"fs:{box}"]
+    assert first_read() == (OK, b"I-inside-a")
+    (folder / "plugin.toml").write_text('id = "notes"\nversion = "0.1.1"\n'
+                                        'capabilities = ["fs"]\n')
+    assert first_read() == (BADF, b"")  # a changed manifest does not inherit the folder
+    outside_intact(tmp_path)

@@ -62,8 +62,9 @@ PATTERNED = {"http": "http:<host pattern>", "tool": "tool:<tool pattern>",
              "subscribe": "subscribe:<topic pattern>",
              "resources": "resources:<server>__<uri pattern>",
              "prompts": "prompts:<server>__<prompt pattern>",
-             "mcp-server": "mcp-server:<server of the manifest>",
-             "fs": "fs:<absolute folder>[:ro|rw]"}
+             "mcp-server": "mcp-server:<server of the manifest>"}
+# A host folder shown to the plugin (sandbox.wasifs): a path, not a pattern.
+FOLDER = "fs:<absolute folder>[:ro|rw]"
 
 
 def capability_problem(capability: str) -> str | None:
@@ -75,17 +76,18 @@ def capability_problem(capability: str) -> str | None:
     if capability in CAPABILITIES:
         return None
     kind, colon, pattern = capability.partition(":")
-    if kind == "fs" and colon and pattern:
+    known = sorted(CAPABILITIES)
+    forms = [*known, *PATTERNED.values(), FOLDER]
+    if kind == "fs" and colon:
         problem = fs_grant_problem(capability)
-        return None if problem is None else clean(f"{problem}; write {PATTERNED['fs']}", 600)
+        return None if problem is None else \
+            clean(f"{problem}; a grant is one of: {', '.join(forms)}", 600)
     if colon and kind in PATTERNED and pattern:
         return None
-    known = sorted(CAPABILITIES)
-    forms = [*known, *PATTERNED.values()]
     if colon and kind in PATTERNED:
         return clean(f"{capability!r} has an empty pattern; write {PATTERNED[kind]}", 600)
     near = difflib.get_close_matches(kind if colon else capability,
-                                     [*known, *PATTERNED], n=1, cutoff=0.6)
+                                     [*known, *PATTERNED, "fs"], n=1, cutoff=0.6)
     hint = f"did you mean {near[0] + (':' + pattern if colon else '')!r}? " if near else ""
     what = "is not a capability"
     return clean(f"{capability!r} {what}; {hint}a grant is one of: {', '.join(forms)}", 600)

@@ -119,7 +119,8 @@ def fs_grant_problem(capability: str) -> str | None:
     if path.endswith((":ro", ":rw")):
         path = path[:-3]
     problem = fs_path_problem(path)
-    return None if problem is None else f"{capability!r} {problem}"
+    shown = capability if len(capability) <= 80 else capability[:77] + "..."
+    return None if problem is None else f"{shown!r} {problem}"
 
 
 def fs_grants(grants: Iterable[str]) -> list[FsGrant]:
