@@ -31,7 +31,8 @@ from fsguest import (
     read_back,
 )
 
-from wasmext import Host, HostCallLimitExceeded, Plugin, Runtime, load_config
+from support import Built
+from wasmext import Host, HostCallLimitExceeded, Plugin, PluginError, Runtime, load_config
 from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 from wasmext.sandbox.wasifs import FsQuota, fs_grants, parse_fs_grant
 from wasmext.testing import load_wat
@@ -363,3 +364,37 @@ def test_the_operator_grants_a_folder_and_the_grant_is_pinned(tmp_path: Path,
                                         'capabilities = ["fs"]\n')
     assert first_read() == (BADF, b"")  # a changed manifest does not inherit the folder
     outside_intact(tmp_path)
+
+
+def test_a_c_plugin_uses_the_folder_through_wasi_libc(runtime: Runtime, built: Built,
+                                                      box: Path, tmp_path: Path,
+                                                      healthy: Plugin) -> None:
+    plugin = runtime.load(built["c-files"], grants=frozenset([f"fs:{box}:rw"]))
+    started = time.monotonic()
+
+    def call(hook: str, data: str) -> object:
+        return plugin.call(hook, data).value
+
+    assert call("read", "/box/a.txt") == "I-inside-a"
+    assert call("write", "/box/new.txt\nhello") == "ok"
+    assert call("append", "/box/new.txt\n, world") == "ok"
+    assert call("read", "/box/new.txt") == "hello, world"
+    assert call("size", "/box/new.txt") == "12"
+    assert call("mkdir", "/box/made") == "ok"
+    assert call("rename", "/box/new.txt\n/box/made/moved.txt") == "ok"
+    assert sorted(str(call("list", "/box")).split("\n")) == ["a.txt", "made", "sub"]
+    assert call("list", "/box/made") == "moved.txt"
+    assert call("remove", "/box/sub/b.txt") == "ok" and call("remove", "/box/sub") == "ok"
+    assert (box / "made" / "moved.txt").read_bytes() == b"hello, world"
+    (box / "link").symlink_to(tmp_path / "canary.txt")
+    for hook, data in (("read", "/box/../canary.txt"), ("read", str(tmp_path / "canary.txt")),
+                       ("read", "/box/link"), ("write", "/box/link\npwned"),
+                       ("write", "/box/../escape.txt\npwned"), ("list", "/box/.."),
+                       ("read", "/etc/passwd")):
+        with pytest.raises(PluginError) as info:
+            call(hook, data)
+        assert info.value.code == "failed"
+        assert SECRET.decode() not in info.value.message
+    assert time.monotonic() - started < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"

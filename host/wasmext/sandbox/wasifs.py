@@ -431,6 +431,8 @@ class FsTable:
                 self._over(base, "entries")
             flags = _BASE_FLAGS | (os.O_DIRECTORY if want_dir else 0)
             flags |= (os.O_RDWR if read else os.O_WRONLY) if write else os.O_RDONLY
+            if write and fdflags & _FD_APPEND:
+                flags |= os.O_APPEND
             if create and before is None:
                 flags |= os.O_CREAT | os.O_EXCL
             try:
