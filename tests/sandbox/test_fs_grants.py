@@ -9,6 +9,7 @@ read or written, and that a healthy plugin answers afterwards.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -32,7 +33,15 @@ from fsguest import (
 )
 
 from support import Built
-from wasmext import Host, HostCallLimitExceeded, Plugin, PluginError, Runtime, load_config
+from wasmext import (
+    ConfigError,
+    Host,
+    HostCallLimitExceeded,
+    Plugin,
+    PluginError,
+    Runtime,
+    load_config,
+)
 from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 from wasmext.sandbox.wasifs import FsQuota, fs_grants, parse_fs_grant
 from wasmext.testing import load_wat
@@ -398,3 +407,34 @@ def test_a_c_plugin_uses_the_folder_through_wasi_libc(runtime: Runtime, built: B
     assert time.monotonic() - started < BOUND_S
     outside_intact(tmp_path)
     assert healthy.call("test", None).value == "alive"
+
+
+def test_the_fs_section_sets_every_folder_grants_bounds(tmp_path: Path) -> None:
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[fs]\nmax_bytes = 4096\nmax_files = 7\n')
+    with Host(load_config(config)) as host:
+        assert host.runtime.services.fs_quota == FsQuota(max_bytes=4096, max_files=7)
+    config.write_text('[fs]\nmax_bytes = 0\nmax_files = "many"\nmax_inodes = 3\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    fields = {where for where, _ in info.value.problems}
+    assert {"fs.max_bytes", "fs.max_files", "fs.max_inodes"} <= fields
+
+
+def test_the_sandbox_page_example_runs(tmp_path: Path, built: Built) -> None:
+    built["c-files"]  # the toolchain the example builds with (a skip says how to install it)
+    text = (ROOT / "docs" / "sandbox.md").read_text(encoding="utf-8")
+    section = text[text.index("## Folder grants"):text.index("## Compile cache")]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    script = tmp_path / "example.py"
+    script.write_text(block, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")]),
+           "XDG_CACHE_HOME": str(tmp_path / "xdg"), "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "water the plants"
+    assert lines[1].endswith("-> Capabilities insufficient")
+    assert lines[2].endswith("-> No such file or directory")
+    assert "not for plugins" not in done.stdout
