@@ -251,3 +251,21 @@ def filestat(value: bytes, into: int) -> dict[str, Any]:
     """A filestat a stat step wrote at READ_AT+into."""
     _dev, _ino, ftype, nlink, size = struct.unpack_from("<QQBxxxxxxxQQ", value, READ_AT + into)
     return {"type": ftype, "nlink": nlink, "size": size}
+
+
+def many_iovecs(script: Script, fd: int | str) -> int:
+    """fd_write of 1024 iovecs, each naming all of memory; the count written lands at
+    4*i+128 of the result (the errno at 4*i)."""
+    i = len(script.steps)
+    script.steps.append(f"""
+        (local.set $i (i32.const 0))
+        (loop $next
+          (i32.store (i32.add (i32.const {BIG}) (i32.mul (local.get $i) (i32.const 8)))
+                     (i32.const 0))
+          (i32.store (i32.add (i32.const {BIG + 4}) (i32.mul (local.get $i) (i32.const 8)))
+                     (i32.mul (memory.size) (i32.const 65536)))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $next (i32.lt_u (local.get $i) (i32.const 1024))))
+        (i32.store (i32.const {RESULT_AT + 4 * i}) (call $fd_write {script._fd(fd)}
+          (i32.const {BIG}) (i32.const 1024) (i32.const {RESULT_AT + 4 * i + 128})))""")
+    return i

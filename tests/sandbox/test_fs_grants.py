@@ -29,6 +29,7 @@ from fsguest import (
     counter,
     errno,
     filestat,
+    many_iovecs,
     read_back,
 )
 
@@ -43,6 +44,7 @@ from wasmext import (
     load_config,
 )
 from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
+from wasmext.sandbox.wasi import MAX_WRITE
 from wasmext.sandbox.wasifs import FsQuota, fs_grants, parse_fs_grant
 from wasmext.testing import load_wat
 
@@ -438,3 +440,18 @@ def test_the_sandbox_page_example_runs(tmp_path: Path, built: Built) -> None:
     assert lines[1].endswith("-> Capabilities insufficient")
     assert lines[2].endswith("-> No such file or directory")
     assert "not for plugins" not in done.stdout
+
+
+def test_a_write_naming_all_memory_a_thousand_times_is_cut_short(
+        runtime: Runtime, box: Path, tmp_path: Path, healthy: Plugin) -> None:
+    s = Script()
+    f = s.open("big.bin", CREAT, RIGHTS_RW)
+    to_file = many_iovecs(s, f)
+    to_stdout = many_iovecs(s, 1)
+    value, took = run(runtime, s, [f"fs:{box}:rw"])
+    assert errno(value, to_file) == errno(value, to_stdout) == OK
+    assert counter(value, to_file) == counter(value, to_stdout) == MAX_WRITE
+    assert (box / "big.bin").stat().st_size == MAX_WRITE
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
