@@ -124,8 +124,8 @@ from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig, env_refs
 from wasmext.observe.tracing import TracingSection, TracingSettings
+from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.limits import WASM_PAGE, Limits
-from wasmext.sandbox.wasifs import FsQuota
 from wasmext.services.http.config import HttpSection, HttpSettings
 from wasmext.services.llm.config import LlmSection
 from wasmext.services.llm.service import LlmSettings

@@ -44,8 +44,8 @@ from wasmext import (
     load_config,
 )
 from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
+from wasmext.sandbox.fsgrants import FsQuota, fs_grants, parse_fs_grant
 from wasmext.sandbox.wasi import MAX_WRITE
-from wasmext.sandbox.wasifs import FsQuota, fs_grants, parse_fs_grant
 from wasmext.testing import load_wat
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,7 +39,7 @@ from wasmext._abi import OPS
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write, read_regular
 from wasmext.manifest import Manifest
-from wasmext.sandbox.wasifs import fs_grant_problem
+from wasmext.sandbox.fsgrants import fs_grant_problem
 from wasmext.text import clean
 
 __all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "capability_problem",

@@ -20,8 +20,8 @@ from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
 from wasmext.errors import CapabilityDenied, EncodeError, OpError, WasmextError
 from wasmext.observe import tracing
 from wasmext.sandbox.codec import DecodeError, decode, encode
+from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.pluginlog import PluginLog
-from wasmext.sandbox.wasifs import FsQuota
 from wasmext.text import clean
 
 __all__ = ["CallContext", "HostServices", "OpError", "OpHandler"]

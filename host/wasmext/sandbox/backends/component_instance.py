@@ -38,11 +38,11 @@ from wasmext.sandbox.backends.component import ComponentModule
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.faults import classify, timeout
+from wasmext.sandbox.fsgrants import preopen_args
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import Plugin
-from wasmext.sandbox.wasifs import preopen_args
 
 __all__ = ["ComponentInstance", "ComponentPlugin"]
 
