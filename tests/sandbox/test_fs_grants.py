@@ -154,9 +154,14 @@ def test_dotdot_and_absolute_paths_never_leave_the_folder(
     s.path("path_create_directory", "../outdir/new")
     s.path("path_unlink_file", "../canary.txt")
     s.rename("a.txt", "../stolen.txt")
+    sub = s.open("sub", DIRECTORY)                       # 18: an fd inside the folder
+    for path in ("..", "../../canary.txt", "../a.txt", "b.txt/../.."):
+        s.read(s.open(path, fd=sub), 64)                 # 19..26: no climbing above it
     value, took = run(runtime, s, [f"fs:{box}:rw"])
     assert [errno(value, 2 * i) for i in range(7)] == [NOTCAPABLE] * 7
     assert [errno(value, 14 + i) for i in range(4)] == [NOTCAPABLE] * 4
+    assert errno(value, 18) == OK
+    assert [errno(value, 19 + 2 * i) for i in range(4)] == [NOTCAPABLE] * 4
     assert SECRET not in value
     assert took < BOUND_S
     outside_intact(tmp_path)
