@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -43,7 +44,7 @@ from wasmext import (
     Runtime,
     load_config,
 )
-from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
+from wasmext.lifecycle.approvals import ApprovalStore, capability_problem, subject_of
 from wasmext.sandbox.fsgrants import FsQuota, fs_grants, parse_fs_grant
 from wasmext.sandbox.wasi import MAX_WRITE
 from wasmext.testing import load_wat
@@ -460,3 +461,27 @@ def test_a_write_naming_all_memory_a_thousand_times_is_cut_short(
     assert took < BOUND_S
     outside_intact(tmp_path)
     assert healthy.call("test", None).value == "alive"
+
+
+def test_an_approved_folder_reaches_a_libc_plugin_loaded_by_a_host(
+        tmp_path: Path, built: Built, box: Path) -> None:
+    # wasi-libc learns its preopens when the instance starts; the Host's first instance
+    # starts before the approvals apply, so a folder grant change restarts the pool.
+    plugins = tmp_path / "plugins"
+    shutil.copytree(built["c-files"], plugins / "c-files")
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+    with Host(load_config(config)) as host:
+        subject = subject_of(f"sha256:{host.plugins['c-files'].plugin.module.info.digest}",
+                             host.plugins["c-files"].manifest)
+    ApprovalStore.in_data_dir(tmp_path / "data").grant("c-files", subject, [f"fs:{box}"], "ann")
+    with Host(load_config(config)) as host:
+        plugin = host.plugins["c-files"].plugin
+        assert plugin.call("read", "/box/a.txt").value == "I-inside-a"
+        plugin.set_grants(plugin.grants - {f"fs:{box}"})  # revoked: gone at the next call
+        with pytest.raises(PluginError, match="No such file"):
+            plugin.call("read", "/box/a.txt")
+        plugin.set_grants(plugin.grants | {f"fs:{box}:rw"})
+        assert plugin.call("write", "/box/w.txt\nrw now").value == "ok"
+    assert (box / "w.txt").read_text() == "rw now"
+    outside_intact(tmp_path)

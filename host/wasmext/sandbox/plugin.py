@@ -280,10 +280,16 @@ class Plugin:
                 self._cooldown = self.quarantine.cooldown_s
 
     def set_grants(self, grants: frozenset[str]) -> None:
-        """Change the capabilities; every instance, mid-call too, sees it at its next host call."""
+        """Change the capabilities; every instance, mid-call too, sees it at its next host call.
+
+        A change of folder grants (`fs:`) also drops the idle instances: a guest's libc
+        learns its preopened folders once, when the instance starts."""
         with self._lock:
+            folders = {g for g in self.grants if g.startswith("fs:")}
             self.grants = grants
             live = list(self._instances)
+            if folders != {g for g in grants if g.startswith("fs:")}:
+                self._idle.clear()
         for inst in live:
             inst.ctx.grants = grants
 
