@@ -4,7 +4,6 @@ a plugin's life as one verified file, and the operator's recorded approvals."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from wasmext_cli.common import (
     _fail,
     _host,
     _line,
+    absolute_fs_grant,
 )
 
 if TYPE_CHECKING:
@@ -223,17 +223,6 @@ def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | 
     return subject_of(_sha256(wasm), manifest), folder
 
 
-def _absolute_fs(capability: str) -> str:
-    """`fs:PATH[:ro|rw]` with a relative PATH made absolute (from the working folder)."""
-    if not capability.startswith("fs:") or capability.startswith("fs:/") or \
-            capability in ("fs:", "fs::ro", "fs::rw"):
-        return capability
-    path, mode = capability[3:], ""
-    if path.endswith((":ro", ":rw")):
-        path, mode = path[:-3], path[-3:]
-    return f"fs:{os.path.abspath(path)}{mode}"
-
-
 @click.command()
 @click.argument("plugin_id")
 @click.argument("capabilities", nargs=-1, required=True)
@@ -248,7 +237,7 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 
     # A folder grant names an absolute folder: `fs:notes:rw` means ./notes from here.
-    capabilities = tuple(_absolute_fs(c) for c in capabilities)
+    capabilities = tuple(absolute_fs_grant(c) for c in capabilities)
     for capability in capabilities:
         problem = capability_problem(capability)
         if problem is not None:

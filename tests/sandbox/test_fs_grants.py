@@ -8,6 +8,7 @@ read or written, and that a healthy plugin answers afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -485,3 +486,18 @@ def test_an_approved_folder_reaches_a_libc_plugin_loaded_by_a_host(
         assert plugin.call("write", "/box/w.txt\nrw now").value == "ok"
     assert (box / "w.txt").read_text() == "rw now"
     outside_intact(tmp_path)
+
+
+def test_wasmext_call_grants_a_folder_for_one_call(tmp_path: Path, built: Built,
+                                                   box: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
+
+    def call(path: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wasmext_cli", "call", str(built["c-files"]),
+                               "read", "--data", json.dumps(path), "--grant", "fs:box"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+
+    assert json.loads(call("/box/a.txt").stdout) == "I-inside-a"
+    escape = call("/box/../canary.txt")
+    assert escape.returncode == 1 and "Capabilities insufficient" in escape.stderr
+    assert SECRET.decode() not in escape.stdout + escape.stderr

@@ -23,8 +23,9 @@ holds, so nothing a guest names can reach outside the folder:
   bounded too (`max_io_bytes`), past it the call fails with `HostCallLimitExceeded`.
 
 A revoked grant stops working at the next operation; a grant added later reaches
-new instances (`Plugin.set_grants` drops the idle ones when folder grants change). Components get the same grants as wasmtime's WASI p2 preopens
-(`preopen_args`); wasmtime confines those paths, and the quota is not enforced there.
+new instances (`Plugin.set_grants` drops the idle ones when folder grants change).
+Components get the same grants as wasmtime's WASI p2 preopens (`preopen_args`);
+wasmtime confines those paths, and the quota is not enforced there.
 """
 
 from __future__ import annotations
