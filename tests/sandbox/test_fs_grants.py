@@ -403,6 +403,11 @@ def test_a_c_plugin_uses_the_folder_through_wasi_libc(runtime: Runtime, built: B
     assert sorted(str(call("list", "/box")).split("\n")) == ["a.txt", "made", "sub"]
     assert call("list", "/box/made") == "moved.txt"
     assert call("remove", "/box/sub/b.txt") == "ok" and call("remove", "/box/sub") == "ok"
+    (box / "many").mkdir()
+    for i in range(300):  # more than one fd_readdir buffer of wasi-libc's
+        (box / "many" / f"a-file-with-a-longer-name-{i}.txt").touch()
+    listed = str(call("list", "/box/many")).split("\n")
+    assert len(listed) == len(set(listed)) == 300
     assert (box / "made" / "moved.txt").read_bytes() == b"hello, world"
     (box / "link").symlink_to(tmp_path / "canary.txt")
     for hook, data in (("read", "/box/../canary.txt"), ("read", str(tmp_path / "canary.txt")),
