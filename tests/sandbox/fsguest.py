@@ -269,3 +269,23 @@ def many_iovecs(script: Script, fd: int | str) -> int:
         (i32.store (i32.const {RESULT_AT + 4 * i}) (call $fd_write {script._fd(fd)}
           (i32.const {BIG}) (i32.const 1024) (i32.const {RESULT_AT + 4 * i + 128})))""")
     return i
+
+
+def hold_open(script: Script, path: str, count: int) -> int:
+    """Open `path` `count` times without closing; the first errno and the opens that
+    worked (at 4*i and 4*i+128)."""
+    at, n = script._str(path)
+    i = len(script.steps)
+    res, opened = RESULT_AT + 4 * i, RESULT_AT + 4 * i + 128
+    script.steps.append(f"""
+        (local.set $i (i32.const 0))
+        (block $done (loop $next
+          (local.set $e (call $path_open (i32.const 3) (i32.const 0) (i32.const {at})
+            (i32.const {n}) (i32.const 0) (i64.const {RIGHTS_READ}) (i64.const {RIGHTS_READ})
+            (i32.const 0) (i32.const {SCRATCH + 996})))
+          (i32.store (i32.const {res}) (local.get $e))
+          (br_if $done (local.get $e))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (i32.store (i32.const {opened}) (local.get $i))
+          (br_if $next (i32.lt_u (local.get $i) (i32.const {count})))))""")
+    return i

@@ -31,6 +31,7 @@ from fsguest import (
     counter,
     errno,
     filestat,
+    hold_open,
     many_iovecs,
     read_back,
 )
@@ -48,13 +49,14 @@ from wasmext import (
 from wasmext.lifecycle.approvals import ApprovalStore, capability_problem, subject_of
 from wasmext.sandbox.fsgrants import FsQuota, fs_grants, parse_fs_grant
 from wasmext.sandbox.wasi import MAX_WRITE
+from wasmext.sandbox.wasifs import MAX_OPEN
 from wasmext.testing import load_wat
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 10.0  # generous: these calls take milliseconds; this only catches a hang
 SECRET = b"S-outside-secret"
-OK, ACCES, BADF, DQUOT, EXIST, NOENT, NOTDIR, PERM, ROFS, NOTCAPABLE = \
-    0, 2, 8, 19, 20, 44, 54, 63, 69, 76
+OK, ACCES, BADF, DQUOT, EXIST, MFILE, NOENT, NOTDIR, PERM, ROFS, NOTCAPABLE = \
+    0, 2, 8, 19, 20, 33, 44, 54, 63, 69, 76
 
 
 @pytest.fixture
@@ -506,3 +508,15 @@ def test_wasmext_call_grants_a_folder_for_one_call(tmp_path: Path, built: Built,
     escape = call("/box/../canary.txt")
     assert escape.returncode == 1 and "Capabilities insufficient" in escape.stderr
     assert SECRET.decode() not in escape.stdout + escape.stderr
+
+
+def test_open_files_per_instance_are_bounded(runtime: Runtime, box: Path, tmp_path: Path,
+                                             healthy: Plugin) -> None:
+    s = Script()
+    held = hold_open(s, "a.txt", 10_000)
+    value, took = run(runtime, s, [f"fs:{box}"])
+    assert errno(value, held) == MFILE
+    assert counter(value, held) == MAX_OPEN - 1  # the preopen is one of them
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
