@@ -8,6 +8,7 @@ read or written, and that a healthy plugin answers afterwards.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -39,6 +40,7 @@ from fsguest import (
 from support import Built
 from wasmext import (
     ConfigError,
+    GuestTrap,
     Host,
     HostCallLimitExceeded,
     Plugin,
@@ -519,4 +521,22 @@ def test_open_files_per_instance_are_bounded(runtime: Runtime, box: Path, tmp_pa
     assert counter(value, held) == MAX_OPEN - 1  # the preopen is one of them
     assert took < BOUND_S
     outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
+
+
+def test_a_faulted_instance_closes_its_files_at_once(runtime: Runtime, box: Path,
+                                                     tmp_path: Path, healthy: Plugin) -> None:
+    s = Script()
+    hold_open(s, "a.txt", 100)
+    s.steps.append("unreachable")
+    plugin = load_wat(runtime, s.wat(), plugin_id="fs-guest", grants=frozenset([f"fs:{box}"]))
+    before = len(os.listdir("/proc/self/fd"))
+    gc.disable()  # not left to a collection: closed when the instance is thrown away
+    try:
+        for _ in range(3):
+            with pytest.raises(GuestTrap):
+                plugin.call("test", None)
+        assert len(os.listdir("/proc/self/fd")) <= before + 2
+    finally:
+        gc.enable()
     assert healthy.call("test", None).value == "alive"

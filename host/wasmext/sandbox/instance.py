@@ -146,6 +146,12 @@ class PluginInstance:
                                     self._fs_charge_io, self._fs_note)
         return fs
 
+    def release_files(self) -> None:
+        """Close the files the guest holds in granted folders (the instance is discarded)."""
+        fs, self._fs = self._fs, None
+        if fs is not None:
+            fs.close_all()
+
     def wasi_fs_done(self, started: float) -> None:
         """A file operation's time is host-call time of the running call."""
         self.budget.check_time(started)

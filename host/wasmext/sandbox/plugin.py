@@ -316,6 +316,8 @@ class Plugin:
         try:
             result = inst.call(hook, data, meta)
         except PluginFault as fault:
+            # Thrown away, and this thread's alone: its files close now, not at a GC.
+            inst.release_files()
             if ctx.pending:
                 ctx.finish(False)  # a faulted call's state writes never happened
             excuse = ctx.host_fault or (ctx.slow if isinstance(fault, Timeout) else None)

@@ -270,6 +270,11 @@ class FsTable:
 
     # -- fds -------------------------------------------------------------------------
 
+    def close_all(self) -> None:
+        """Close every host fd (the instance is being thrown away)."""
+        _close_all(self.files)
+        self.names.clear()
+
     def has(self, fd: int) -> bool:
         """Whether `fd` is one of this table's."""
         return fd in self.files
