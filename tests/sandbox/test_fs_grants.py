@@ -335,9 +335,13 @@ def test_no_grant_maps_nothing_and_a_revoked_grant_stops_at_once(
     assert read_back(granted, 300, 8) == b"/box"
     assert read_back(granted, 0, 64) == b"I-inside-a"
     plugin = runtime.plugins["granted"]
+    live = plugin.new_instance()  # an instance that has the folder open, as mid-call
+    assert read_back(bytes(live.call("test", None).value), 0, 64) == b"I-inside-a"
     plugin.set_grants(frozenset())
-    value = bytes(plugin.call("test", None).value)
+    value = bytes(live.call("test", None).value)
     assert errno(value, 1) == NOTCAPABLE and b"I-inside" not in value
+    value = bytes(plugin.call("test", None).value)  # a fresh instance: no folder at all
+    assert [errno(value, i) for i in range(2)] == [BADF] * 2
     assert healthy.call("test", None).value == "alive"
 
 
