@@ -544,3 +544,24 @@ def test_a_faulted_instance_closes_its_files_at_once(runtime: Runtime, box: Path
     finally:
         gc.enable()
     assert healthy.call("test", None).value == "alive"
+
+
+@pytest.mark.slow  # a Go build and a 2.6 MB module's compile
+def test_a_go_plugin_uses_the_folder_through_its_os_package(
+        runtime: Runtime, built: Built, box: Path, tmp_path: Path, healthy: Plugin) -> None:
+    (box / "link").symlink_to(tmp_path / "canary.txt")
+    plugin = runtime.load(built["go-files"], grants=frozenset([f"fs:{box}:rw"]))
+    assert plugin.call("read", "/box/a.txt").value == "I-inside-a"
+    assert plugin.call("write", "/box/go.txt\nfrom go").value == "ok"
+    assert (box / "go.txt").read_text() == "from go"
+    assert sorted(plugin.call("list", "/box").value.split(",")) == \
+        ["a.txt", "go.txt", "link", "sub"]
+    started = time.monotonic()
+    for hook, data in (("read", "/box/../canary.txt"), ("read", "/box/link"),
+                       ("write", "/box/link\npwned"), ("read", str(tmp_path / "canary.txt"))):
+        with pytest.raises(PluginError) as info:
+            plugin.call(hook, data)
+        assert SECRET.decode() not in info.value.message
+    assert time.monotonic() - started < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"
