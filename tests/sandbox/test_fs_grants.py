@@ -51,7 +51,8 @@ from wasmext import (
 from wasmext.lifecycle.approvals import ApprovalStore, capability_problem, subject_of
 from wasmext.sandbox.fsgrants import FsQuota, fs_grants, parse_fs_grant
 from wasmext.sandbox.wasi import MAX_WRITE
-from wasmext.sandbox.wasifs import MAX_OPEN
+from wasmext.sandbox.wasifs import MAX_OPEN, FsTable
+from wasmext.sandbox.wasifs import run as run_op
 from wasmext.testing import load_wat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -565,3 +566,25 @@ def test_a_go_plugin_uses_the_folder_through_its_os_package(
     assert time.monotonic() - started < BOUND_S
     outside_intact(tmp_path)
     assert healthy.call("test", None).value == "alive"
+
+
+def test_a_positioned_write_to_an_append_fd_counts_what_it_appends(box: Path,
+                                                                   tmp_path: Path) -> None:
+    # Linux appends a pwrite on an O_APPEND fd at the end whatever offset it names, so
+    # the quota must count it as growth (else pwrite at 0 grew the file for free).
+    notes: list[str] = []
+    quota = FsQuota(max_bytes=64 * 1024, max_files=1000)
+    table = FsTable(lambda: frozenset([f"fs:{box}:rw"]), quota, lambda n: None, notes.append)
+    code, fd = run_op(lambda: table.open(3, b"log.txt", CREAT, RIGHTS_RW, 1))  # 1: append
+    assert code == OK
+    wrote = 0
+    for _ in range(100):
+        code, n = run_op(lambda: table.write(fd, b"x" * 4096, at=0))
+        if code != OK:
+            break
+        wrote += n
+    assert code == DQUOT
+    assert (box / "log.txt").stat().st_size == wrote <= 64 * 1024
+    assert notes and "over its 65536 bytes" in notes[0]
+    table.close_all()
+    outside_intact(tmp_path)

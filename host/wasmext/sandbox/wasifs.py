@@ -433,8 +433,10 @@ class FsTable:
         entry = self._file(fd, True)
         self._io(len(data))
         info = os.fstat(entry.fd)
-        if at is None:
-            at = info.st_size if entry.append else os.lseek(entry.fd, 0, os.SEEK_CUR)
+        if entry.append:  # Linux appends a pwrite on an O_APPEND fd too, whatever its offset
+            at = info.st_size
+        elif at is None:
+            at = os.lseek(entry.fd, 0, os.SEEK_CUR)
         growth = max(0, at + len(data) - info.st_size)
         if growth and not entry.usage.grow(growth, 0, self.quota):
             self._over(entry, "bytes")
