@@ -150,8 +150,9 @@ class Script:
           (br_if $next (i32.lt_u (local.get $i) (i32.const {count})))))""")
         return i
 
-    def flood_bytes(self, fd: int | str, chunks: int) -> int:
-        """fd_write 64 KiB chunks until an errno or `chunks` writes; errno and chunks."""
+    def flood_bytes(self, fd: int | str, chunks: int, op: str = "fd_write") -> int:
+        """fd_write (or fd_read) 64 KiB chunks until an errno or `chunks` calls; errno
+        and calls."""
         i = len(self.steps)
         res, counter = RESULT_AT + 4 * i, RESULT_AT + 4 * i + 128
         self.steps.append(f"""
@@ -159,7 +160,7 @@ class Script:
         (i32.store (i32.const {SCRATCH + 944}) (i32.const 65536))
         (local.set $i (i32.const 0))
         (block $done (loop $next
-          (local.set $e (call $fd_write {self._fd(fd)} (i32.const {SCRATCH + 940})
+          (local.set $e (call ${op} {self._fd(fd)} (i32.const {SCRATCH + 940})
             (i32.const 1) (i32.const {SCRATCH + 948})))
           (i32.store (i32.const {res}) (local.get $e))
           (br_if $done (local.get $e))

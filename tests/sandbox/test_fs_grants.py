@@ -323,6 +323,14 @@ def test_bytes_moved_in_one_call_are_bounded(runtime: Runtime, box: Path, tmp_pa
     assert (box / "big.bin").stat().st_size <= 256 * 1024
     outside_intact(tmp_path)
     assert healthy.call("test", None).value == "alive"
+    (box / "big.bin").write_bytes(b"r" * (1 << 20))
+    reader = Script()
+    reader.flood_bytes(reader.open("big.bin"), 100, op="fd_read")
+    plugin = load_wat(runtime, reader.wat(), plugin_id="fs-reader",
+                      grants=frozenset([f"fs:{box}"]))
+    with pytest.raises(HostCallLimitExceeded, match="bytes of file reads and writes"):
+        plugin.call("test", None)
+    assert healthy.call("test", None).value == "alive"
 
 
 def test_no_grant_maps_nothing_and_a_revoked_grant_stops_at_once(

@@ -414,18 +414,20 @@ class FsTable:
         entry = self._file(fd, False)
         out: list[bytes] = []
         for want in lengths:
-            got = b""
-            while len(got) < want:
-                n = min(want - len(got), _CHUNK)
-                self._io(n)
+            parts: list[bytes] = []
+            left = want
+            while left > 0:
+                n = min(left, _CHUNK)
                 chunk = os.read(entry.fd, n) if at is None else os.pread(entry.fd, n, at)
+                self._io(len(chunk))  # what was read: a big buffer on a small file is cheap
                 if at is not None:
                     at += len(chunk)
-                got += chunk
+                parts.append(chunk)
+                left -= len(chunk)
                 if len(chunk) < n:
-                    out.append(got)
+                    out.append(b"".join(parts))
                     return out
-            out.append(got)
+            out.append(b"".join(parts))
         return out
 
     def write(self, fd: int, data: bytes, at: int | None = None) -> int:
