@@ -316,6 +316,16 @@ def _path_rename(g: WasiGuest, fd: int, path: int, length: int, new_fd: int, new
     return int(_fs(g, fd, lambda fs: fs.rename(fd, raw, new_fd, new_raw))[0])
 
 
+def _on_files(answer: int, stdio: int = BADF) -> Callable[..., int]:
+    """A call that takes an fd first: `answer` for granted files' fds, `stdio` for fds
+    0-2, EBADF for every other (a hint, such as fd_advise, succeeds doing nothing)."""
+    def fn(g: WasiGuest, fd: int, *_: int) -> int:
+        if fd in (0, 1, 2):
+            return stdio
+        return answer if _known(g, fd) else BADF
+    return fn
+
+
 def _no_links(g: WasiGuest, *_: int) -> int:
     """path_link and path_symlink: a link could point anywhere; never made."""
     return PERM if g.wasi_fs() is not None else BADF
@@ -420,13 +430,6 @@ def _proc_exit(g: WasiGuest, code: int) -> None:
     g.wasi_exit(code & 0xFFFFFFFF)
 
 
-def _fd_std(answer: int) -> Callable[..., int]:
-    """fds 0-2 answer `answer`; every other fd does not exist."""
-    def fn(g: WasiGuest, fd: int, *_: int) -> int:
-        return answer if fd in (0, 1, 2) else BADF
-    return fn
-
-
 _IMPLEMENTED: dict[str, Callable[..., Any]] = {
     "fd_write": _fd_write, "fd_read": _fd_read, "clock_time_get": _clock_time_get,
     "clock_res_get": _clock_res_get, "random_get": _random_get,
@@ -435,7 +438,10 @@ _IMPLEMENTED: dict[str, Callable[..., Any]] = {
     "fd_fdstat_get": _fdstat, "fd_filestat_get": _filestat, "poll_oneoff": _poll_oneoff,
     "proc_exit": _proc_exit, "sched_yield": lambda g: SUCCESS,
     "fd_close": _fd_close, "fd_sync": _fd_sync, "fd_datasync": _fd_sync,
-    "fd_seek": _fd_seek, "fd_tell": _fd_tell, "fd_fdstat_set_flags": _fd_std(NOTSUP),
+    "fd_seek": _fd_seek, "fd_tell": _fd_tell, "fd_fdstat_set_flags": _on_files(NOTSUP, NOTSUP),
+    "fd_advise": _on_files(SUCCESS), "fd_allocate": _on_files(NOTSUP),
+    "fd_filestat_set_times": _on_files(NOTSUP), "path_filestat_set_times": _on_files(NOTSUP),
+    "path_readlink": _on_files(NOTSUP),
     "fd_prestat_get": _fd_prestat_get, "fd_prestat_dir_name": _fd_prestat_dir_name,
     "fd_pread": _fd_pread, "fd_pwrite": _fd_pwrite, "fd_readdir": _fd_readdir,
     "fd_filestat_set_size": _fd_filestat_set_size, "path_open": _path_open,
