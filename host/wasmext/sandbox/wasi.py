@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import wasmtime
 
-from wasmext.sandbox import wasifs
+from wasmext.sandbox import hosttramp, wasifs
 from wasmext.sandbox.wasifs import FsTable
 
 __all__ = ["SIGNATURES", "WasiGuest", "define"]
@@ -470,9 +470,14 @@ def _wrap(name: str, fn: Callable[..., Any] | None,
     return call
 
 
-def define(linker: wasmtime.Linker, top: Callable[[], WasiGuest]) -> None:
-    """Define every preview1 function on `linker`; `top()` is the running instance."""
+def define(linker: wasmtime.Linker, top: Callable[[], WasiGuest], fast: bool = True) -> None:
+    """Define every preview1 function on `linker`; `top()` is the running instance.
+
+    `fast`: through the cached trampoline (`hosttramp`) when this wasmtime allows it
+    (a file read is five WASI calls: the public API's `Val` boxing was most of it)."""
     types = {"i32": wasmtime.ValType.i32(), "i64": wasmtime.ValType.i64()}
     for name, (params, results) in SIGNATURES.items():
         ty = wasmtime.FuncType([types[p] for p in params], [types[r] for r in results])
-        linker.define_func(MODULE, name, ty, _wrap(name, _IMPLEMENTED.get(name), top))
+        fn = _wrap(name, _IMPLEMENTED.get(name), top)
+        if not (fast and hosttramp.define(linker, MODULE, name, ty, fn)):
+            linker.define_func(MODULE, name, ty, fn)
