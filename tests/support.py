@@ -38,7 +38,9 @@ def plugin_dirs() -> dict[str, Path]:
             "normalize-text": ROOT / "plugins" / "normalize-text",
             "test-kit": ROOT / "tests" / "plugins" / "test-kit",
             "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance",
-            "zig-tags": ROOT / "tests" / "plugins" / "zig-tags"}
+            "zig-tags": ROOT / "tests" / "plugins" / "zig-tags",
+            "c-files": ROOT / "tests" / "plugins" / "c-files",
+            "go-files": ROOT / "tests" / "plugins" / "go-files"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example

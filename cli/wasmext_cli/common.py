@@ -9,6 +9,7 @@ capped, then any character a terminal would act on escaped as `\\uXXXX`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -20,6 +21,17 @@ from wasmext.text import CAP, clean, clean_tree, json_safe
 
 EXIT_FAULT = 1
 EXIT_USAGE = 2
+
+
+def absolute_fs_grant(capability: str) -> str:
+    """`fs:PATH[:ro|rw]` with a relative PATH made absolute (from the working folder)."""
+    if not capability.startswith("fs:") or capability.startswith("fs:/") or \
+            capability in ("fs:", "fs::ro", "fs::rw"):
+        return capability
+    path, mode = capability[3:], ""
+    if path.endswith((":ro", ":rw")):
+        path, mode = path[:-3], path[-3:]
+    return f"fs:{os.path.abspath(path)}{mode}"
 
 
 def _jsonable(value: Any) -> Any:

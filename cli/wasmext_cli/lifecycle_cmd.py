@@ -20,6 +20,7 @@ from wasmext_cli.common import (
     _fail,
     _host,
     _line,
+    absolute_fs_grant,
 )
 
 if TYPE_CHECKING:
@@ -229,9 +230,14 @@ def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | 
 @CONFIG_OPT
 def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
           config: Path | None) -> None:
-    """Grant CAPABILITIES to PLUGIN_ID's current module (recorded with who and when)."""
+    """Grant CAPABILITIES to PLUGIN_ID's current module (recorded with who and when).
+
+    A folder grant fs:PATH[:ro|rw] (read-only by default) shows PATH to the plugin
+    at /NAME, NAME being the folder's own name; a relative PATH is made absolute."""
     from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 
+    # A folder grant names an absolute folder: `fs:notes:rw` means ./notes from here.
+    capabilities = tuple(absolute_fs_grant(c) for c in capabilities)
     for capability in capabilities:
         problem = capability_problem(capability)
         if problem is not None:

@@ -25,6 +25,7 @@ from wasmext_cli.common import (
     _fail,
     _host,
     _line,
+    absolute_fs_grant,
 )
 from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
@@ -74,7 +75,8 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="A plugin setting (JSON value or bare string). Repeatable.")
 @click.option("--grant", "grants", multiple=True, metavar="CAPABILITY",
-              help="Grant a capability for this call. Repeatable.")
+              help="Grant a capability for this call (fs:FOLDER[:rw] shows a folder at "
+                   "/NAME). Repeatable.")
 @click.option("--fuel", type=click.IntRange(min=1), help="Fuel per call.")
 @click.option("--memory-mb", type=click.IntRange(min=1, max=4095), help="Linear memory cap.")
 @click.option("--timeout-ms", type=click.IntRange(min=1), help="Wall-clock deadline.")
@@ -105,7 +107,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     with throwaway_host() as host:
         try:
             loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings),
-                              grants=grants)
+                              grants=[absolute_fs_grant(g) for g in grants])
         except WasmextError as err:
             _fail(err)
         started = time.time()

@@ -44,6 +44,11 @@
     inherit_env = true           # the host's environment too (false: a minimal one)
     call_timeout_s = 30
 
+    [fs]                         # every folder grant's bounds (fs:PATH[:ro|rw] grants)
+    max_bytes = 268_435_456      # bytes in each granted folder
+    max_files = 10_000           # files and folders in each granted folder
+    max_io_bytes = 67_108_864    # bytes read and written by one call
+
     [trust]                      # signed bundles (docs/lifecycle.md)
     require_signature = false    # true: only folders installed from a bundle signed
     keys = ["ed25519:..."]       # by one of these keys load (and install)
@@ -128,6 +133,7 @@ from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig, env_refs
 from wasmext.observe.tracing import TracingSection, TracingSettings
+from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.services.http.config import HttpSection, HttpSettings
 from wasmext.services.llm.config import LlmSection
@@ -212,6 +218,7 @@ class HostConfig:
     http: HttpSettings = field(default_factory=HttpSettings)  # the [http] section
     tracing: TracingSettings = field(default_factory=TracingSettings)  # [tracing]: off
     manage: ManageSettings = field(default_factory=ManageSettings)  # the [manage] section
+    fs: FsQuota = field(default_factory=FsQuota)  # the [fs] section: folder grants' bounds
     # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
     # host's own config): no plugin reads them, whatever its manifest or [plugin.ID] env.
     credential_env: frozenset[str] = frozenset()
@@ -393,6 +400,20 @@ class StateTable(BaseModel):
         return self
 
 
+class FsSection(BaseModel):
+    """The [fs] table: the bounds of every folder grant (`sandbox.wasifs.FsQuota`)."""
+
+    model_config = SECTION
+
+    max_bytes: Count = FsQuota.max_bytes
+    max_files: Count = FsQuota.max_files
+    max_io_bytes: Count = FsQuota.max_io_bytes
+
+    def quota(self) -> FsQuota:
+        """The FsQuota these bounds make."""
+        return FsQuota(self.max_bytes, self.max_files, self.max_io_bytes)
+
+
 class TrustTable(BaseModel):
     """The [trust] table: whether bundles must be signed, and by which keys."""
 
@@ -448,6 +469,7 @@ class ConfigFile(BaseModel):
     nats: NatsTable = NatsTable()
     tracing: TracingSection = TracingSection()
     manage: ManageTable = ManageTable()
+    fs: FsSection = FsSection()
 
 
 # -- from the validated file to the HostConfig the host takes ----------------------------
@@ -491,7 +513,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         extensions_enabled=doc.extensions.enabled,
         extension_dirs=tuple(where(d) for d in doc.extensions.directories),
         llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base),
-        tracing=doc.tracing.settings(),
+        tracing=doc.tracing.settings(), fs=doc.fs.quota(),
         manage=ManageSettings(doc.manage.enabled, tuple(where(d) for d in doc.manage.sources),
                               doc.manage.install_to, tuple(doc.manage.registries)))
 

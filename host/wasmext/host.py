@@ -113,6 +113,8 @@ class Host:
         self._order_cache: dict[str, list[Entry]] = {}
         self._lock = threading.RLock()
         install_next(self.runtime.services)
+        if runtime is None:  # [fs]: folder grants' bounds (an embedder's runtime keeps its own)
+            self.runtime.services.fs_quota = self.config.fs
         self.observe = Observer(self)
         self.observe.ticks.policy = self.config.ticks
         self.observe.install(self.runtime.services)

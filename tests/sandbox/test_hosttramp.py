@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgpack
 import pytest
+from fsguest import Script, errno, read_back
 
-from wasmext import InvalidOutput, PluginError, PluginFault, Runtime
+from wasmext import GuestTrap, InvalidOutput, PluginError, PluginFault, Runtime
 from wasmext.sandbox import hostlink, hosttramp
 from wasmext.sandbox.engine import EngineConfig
 from wasmext.testing import DATA_AT, guest_wat, load_wat
@@ -97,3 +99,22 @@ def test_threads_each_find_their_own_guest(rt: Runtime) -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_wasi_calls_answer_the_same(rt: Runtime, tmp_path: Path) -> None:
+    box = tmp_path / "box"
+    box.mkdir()
+    (box / "a.txt").write_bytes(b"same")
+    s = Script()
+    s.prestat_name(3, 300)
+    s.read(s.open("a.txt"), 16)
+    s.open("../a.txt")
+    plugin = load_wat(rt, s.wat(), grants=frozenset([f"fs:{box}"]))
+    value = bytes(plugin.call("test").value)
+    assert [errno(value, i) for i in range(4)] == [0, 0, 0, 76]
+    assert read_back(value, 0, 16) == b"same" and read_back(value, 300, 8) == b"/box"
+    exits = load_wat(rt, guest_wat("(call $proc_exit (i32.const 7)) (i64.const 0)",
+                                   imports='(import "wasi_snapshot_preview1" "proc_exit" '
+                                           '(func $proc_exit (param i32)))'), plugin_id="exits")
+    with pytest.raises(GuestTrap, match=r"proc_exit\(7\)"):
+        exits.call("test")

@@ -39,6 +39,7 @@ from wasmext._abi import OPS
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write, read_regular
 from wasmext.manifest import Manifest
+from wasmext.sandbox.fsgrants import fs_grant_problem
 from wasmext.text import clean
 
 __all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "capability_problem",
@@ -62,6 +63,8 @@ PATTERNED = {"http": "http:<host pattern>", "tool": "tool:<tool pattern>",
              "resources": "resources:<server>__<uri pattern>",
              "prompts": "prompts:<server>__<prompt pattern>",
              "mcp-server": "mcp-server:<server of the manifest>"}
+# A host folder shown to the plugin (sandbox.wasifs): a path, not a pattern.
+FOLDER = "fs:<absolute folder>[:ro|rw]"
 
 
 def capability_problem(capability: str) -> str | None:
@@ -73,14 +76,18 @@ def capability_problem(capability: str) -> str | None:
     if capability in CAPABILITIES:
         return None
     kind, colon, pattern = capability.partition(":")
+    known = sorted(CAPABILITIES)
+    forms = [*known, *PATTERNED.values(), FOLDER]
+    if kind == "fs" and colon:
+        problem = fs_grant_problem(capability)
+        return None if problem is None else \
+            clean(f"{problem}; a grant is one of: {', '.join(forms)}", 600)
     if colon and kind in PATTERNED and pattern:
         return None
-    known = sorted(CAPABILITIES)
-    forms = [*known, *PATTERNED.values()]
     if colon and kind in PATTERNED:
         return clean(f"{capability!r} has an empty pattern; write {PATTERNED[kind]}", 600)
     near = difflib.get_close_matches(kind if colon else capability,
-                                     [*known, *PATTERNED], n=1, cutoff=0.6)
+                                     [*known, *PATTERNED, "fs"], n=1, cutoff=0.6)
     hint = f"did you mean {near[0] + (':' + pattern if colon else '')!r}? " if near else ""
     what = "is not a capability"
     return clean(f"{capability!r} {what}; {hint}a grant is one of: {', '.join(forms)}", 600)

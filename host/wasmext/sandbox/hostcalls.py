@@ -20,6 +20,7 @@ from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
 from wasmext.errors import CapabilityDenied, EncodeError, OpError, WasmextError
 from wasmext.observe import tracing
 from wasmext.sandbox.codec import DecodeError, decode, encode
+from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
@@ -89,6 +90,8 @@ class HostServices:
 
     def __init__(self) -> None:
         self._handlers: dict[str, OpHandler] = {}
+        # The bounds of every folder grant of the plugins served here (sandbox.wasifs).
+        self.fs_quota = FsQuota()
         # Called with (plugin id, op) for every request naming a known op (metrics).
         self.observer: Callable[[str, str], None] | None = None
         self._capability = {op: cap for op, (cap, _since, _impl) in OPS.items()}

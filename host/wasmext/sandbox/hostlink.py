@@ -73,7 +73,7 @@ def linker_for(engine: SharedEngine) -> wasmtime.Linker:
         if linker is None:
             i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
             linker = wasmtime.Linker(engine.engine)
-            wasi.define(linker, _top)
+            wasi.define(linker, _top, _FAST)
             for name, ty, fn in (("host_call", wasmtime.FuncType([i32, i32], [i64]),
                                   _host_call_signed),
                                  ("log", wasmtime.FuncType([i32, i32, i32], []), _log)):

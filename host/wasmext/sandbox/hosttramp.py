@@ -34,6 +34,7 @@ __all__ = ["FAST_HOST_CALLS", "define"]
 
 _VAL_RAW_SIZE = 16  # sizeof(wasmtime_val_raw_t): a union of up to a v128
 _I64 = struct.Struct("<q")
+_I32 = struct.Struct("<i")
 
 # size_t callback(void *env, wasmtime_caller_t *caller, wasmtime_val_raw_t *args, size_t n)
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
@@ -75,19 +76,32 @@ def _trap(exc: BaseException) -> int:
     return ctypes.cast(trap, ctypes.c_void_p).value or 0
 
 
-def _i32_args(count: int) -> Callable[[int], tuple[int, ...]]:
-    """Read `count` i32 arguments (as unsigned) from a raw value array."""
-    fmt = struct.Struct("<" + (f"{_VAL_RAW_SIZE - 4}x".join(["I"] * count)))
+_CODES = {"i32": ("I", 4), "i64": ("q", 8)}  # i32 as unsigned, i64 as signed
+
+
+def _args(params: list[str]) -> Callable[[int], tuple[int, ...]]:
+    """Read arguments of these types from a raw value array (one 16-byte slot each)."""
+    fmt = struct.Struct("<" + "".join(f"{_CODES[p][0]}{_VAL_RAW_SIZE - _CODES[p][1]}x"
+                                      for p in params))
     size = fmt.size
     unpack, string_at = fmt.unpack, ctypes.string_at
     return lambda ptr: unpack(string_at(ptr, size))
 
 
-def _callback(fn: Callable[..., int | None], params: int, returns_i64: bool) -> Any:
-    read = _i32_args(params)
+def _callback(fn: Callable[..., int | None], params: list[str], result: str | None) -> Any:
+    read = _args(params)
     memmove, pack = ctypes.memmove, _I64.pack
 
-    if returns_i64:
+    if result == "i32":  # WASI's errno answers
+        pack32 = _I32.pack
+
+        def raw(env: int, caller: int, values: int, count: int) -> int:
+            try:
+                memmove(values, pack32(fn(*read(values))), 4)
+                return 0
+            except BaseException as exc:
+                return _trap(exc)
+    elif result == "i64":
         def raw(env: int, caller: int, values: int, count: int) -> int:
             try:
                 result = fn(*read(values))
@@ -109,17 +123,18 @@ def define(linker: wasmtime.Linker, module: str, name: str, ty: wasmtime.FuncTyp
            fn: Callable[..., int | None]) -> bool:
     """Define `module.name` with the fast trampoline; False: use `define_func` instead.
 
-    `ty` takes i32 parameters only and returns nothing or one i64; `fn` gets the
-    parameters as unsigned ints and returns a signed i64 (or None).
+    `ty` takes i32 and i64 parameters and returns nothing, one i32 or one i64; `fn`
+    gets i32 parameters as unsigned ints, i64 ones as signed, and returns a signed
+    int (or None).
     """
     if _RAW is None:
         return False
     params = [str(p) for p in ty.params]
     results = [str(r) for r in ty.results]
-    if any(p != "i32" for p in params) or results not in ([], ["i64"]):
+    if any(p not in _CODES for p in params) or results not in ([], ["i32"], ["i64"]):
         return False
     define_raw = _RAW[0]
-    callback = _callback(fn, len(params), results == ["i64"])
+    callback = _callback(fn, params, results[0] if results else None)
     m, n = module.encode(), name.encode()
     linker_ptr = ctypes.cast(linker.ptr(), ctypes.c_void_p).value
     ty_ptr = ctypes.cast(ty.ptr(), ctypes.c_void_p).value

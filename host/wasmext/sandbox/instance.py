@@ -21,6 +21,7 @@ from wasmext.errors import (
     AbiMismatch,
     EncodeError,
     GuestTrap,
+    HostCallLimitExceeded,
     InputTooLarge,
     InvalidOutput,
     MemoryLimitExceeded,
@@ -36,6 +37,7 @@ from wasmext.sandbox.faults import classify, first_line
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.sandbox.module import PluginModule
+from wasmext.sandbox.wasifs import FsTable
 
 __all__ = ["CallResult", "PluginInstance"]
 
@@ -98,6 +100,10 @@ class PluginInstance:
         self._in_ptr = 0
         self._in_cap = 0
 
+    _fs: FsTable | None = None  # the folder grants' fds, made at the first file call
+    _fs_frame: Any = None       # the call `_fs_io` counts bytes for
+    _fs_io = 0
+
     def _bind(self, name: str, nparams: int, has_result: bool) -> Caller:
         """Bind an export on first use: most are called once per instance."""
         return self._binding.func(name, nparams, has_result)
@@ -128,6 +134,42 @@ class PluginInstance:
     def wasi_exit(self, code: int) -> None:
         """Fail the call with GuestTrap: the guest called proc_exit."""
         self.budget.fail(GuestTrap(f"proc_exit({code})", **self._where()))
+
+    def wasi_fs(self) -> FsTable | None:
+        """The granted folders and open files (made at first use); None without an
+        `fs:` grant."""
+        fs = self._fs
+        if fs is None:
+            if not any(g.startswith("fs:") for g in self.ctx.grants):
+                return None
+            fs = self._fs = FsTable(lambda: self.ctx.grants, self.services.fs_quota,
+                                    self._fs_charge_io, self._fs_note)
+        return fs
+
+    def release_files(self) -> None:
+        """Close the files the guest holds in granted folders (the instance is discarded)."""
+        fs, self._fs = self._fs, None
+        if fs is not None:
+            fs.close_all()
+
+    def wasi_fs_done(self, started: float) -> None:
+        """A file operation's time is host-call time of the running call."""
+        self.budget.check_time(started)
+
+    def _fs_charge_io(self, nbytes: int) -> None:
+        """Count file bytes moved in this call; past the quota's max_io_bytes, fail it."""
+        budget = self.budget
+        if budget.frame is not self._fs_frame:
+            self._fs_frame, self._fs_io = budget.frame, 0
+        self._fs_io += nbytes
+        cap = self.services.fs_quota.max_io_bytes
+        if self._fs_io > cap:
+            budget.fail(HostCallLimitExceeded(
+                f"more than {cap} bytes of file reads and writes in one call",
+                plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
+
+    def _fs_note(self, text: str) -> None:
+        self.ctx.log.append("warn", text.encode(), source="host")
 
     def _where(self) -> dict[str, Any]:
         return {"plugin_id": self.ctx.plugin_id, "hook": self.ctx.hook}

@@ -280,10 +280,16 @@ class Plugin:
                 self._cooldown = self.quarantine.cooldown_s
 
     def set_grants(self, grants: frozenset[str]) -> None:
-        """Change the capabilities; every instance, mid-call too, sees it at its next host call."""
+        """Change the capabilities; every instance, mid-call too, sees it at its next host call.
+
+        A change of folder grants (`fs:`) also drops the idle instances: a guest's libc
+        learns its preopened folders once, when the instance starts."""
         with self._lock:
+            folders = {g for g in self.grants if g.startswith("fs:")}
             self.grants = grants
             live = list(self._instances)
+            if folders != {g for g in grants if g.startswith("fs:")}:
+                self._idle.clear()
         for inst in live:
             inst.ctx.grants = grants
 
@@ -310,6 +316,8 @@ class Plugin:
         try:
             result = inst.call(hook, data, meta)
         except PluginFault as fault:
+            # Thrown away, and this thread's alone: its files close now, not at a GC.
+            inst.release_files()
             if ctx.pending:
                 ctx.finish(False)  # a faulted call's state writes never happened
             excuse = ctx.host_fault or (ctx.slow if isinstance(fault, Timeout) else None)

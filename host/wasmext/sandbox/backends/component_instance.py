@@ -42,6 +42,7 @@ from wasmext.sandbox.backends.wit_tools import WitFunction
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.faults import classify, timeout
+from wasmext.sandbox.fsgrants import preopen_args
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
@@ -75,9 +76,13 @@ class ComponentInstance(PluginInstance):
         store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
                          instances=MAX_CORE_INSTANCES, memories=MAX_MEMORIES, tables=MAX_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
-        wasi = wasmtime.WasiConfig()  # no args, env, preopens or stdin: nothing inherited
+        wasi = wasmtime.WasiConfig()  # no args, env or stdin: nothing inherited
         wasi.stdout_custom = self._streams[0]
         wasi.stderr_custom = self._streams[1]
+        # Folder grants only (`fs:PATH[:ro|rw]`), at the same guest paths as for core
+        # modules; wasmtime's WASI confines every path to the folder.
+        for host_path, guest_path, writable in preopen_args(ctx.grants):
+            wasi.preopen_dir(host_path, guest_path, writable)
         store.set_wasi(wasi)
         self.store = store
         self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
@@ -101,6 +106,10 @@ class ComponentInstance(PluginInstance):
         self.store.set_epoch_deadline(ticks)
 
     def wasi_memory(self) -> Any:
+        return None
+
+    def wasi_fs(self) -> None:
+        """wasmtime's WASI serves a component's folder grants (its preopens)."""
         return None
 
     def _at_memory_cap(self) -> bool:

@@ -1,0 +1,38 @@
+"""A folder grant on a component: wasmtime's WASI p2 preopen at the same guest path
+as for core modules (`/<folder name>`), read-only unless granted `rw`, confined to
+the folder (`..`, absolute paths and symlinks out of it fail in the guest)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from support import Built
+from wasmext import PluginError, Runtime
+
+BOUND_S = 10.0
+SECRET = b"S-outside-secret"
+
+
+def test_a_component_reads_its_granted_folder_and_nothing_else(
+        components: Built, crt: Runtime, tmp_path: Path) -> None:
+    box = tmp_path / "box"
+    box.mkdir()
+    (box / "a.txt").write_bytes(b"I-inside-a")
+    (tmp_path / "canary.txt").write_bytes(SECRET)
+    (box / "link").symlink_to(tmp_path / "canary.txt")
+    plugin = crt.load(components["hostile-python"], plugin_id="fs-reader",
+                      grants=frozenset([f"fs:{box}"]))
+    started = time.monotonic()
+    assert plugin.call("read_file", "/box/a.txt").value == b"I-inside-a"
+    assert sorted(plugin.call("list_dir", "/box").value) == ["a.txt", "link"]
+    for path in ("/box/../canary.txt", str(tmp_path / "canary.txt"), "/box/link",
+                 "/etc/passwd"):
+        with pytest.raises(PluginError) as info:
+            plugin.call("read_file", path)
+        assert SECRET.decode() not in info.value.message
+    assert time.monotonic() - started < BOUND_S
+    assert (tmp_path / "canary.txt").read_bytes() == SECRET
+    assert plugin.call("echo", "alive").value == "alive"
