@@ -1,6 +1,7 @@
 """A folder grant on a component: wasmtime's WASI p2 preopen at the same guest path
 as for core modules (`/<folder name>`), read-only unless granted `rw`, confined to
-the folder (`..`, absolute paths and symlinks out of it fail in the guest)."""
+the folder (`..`, absolute paths and symlinks out of it fail in the guest), and
+read-only even when granted `rw` (the [fs] quota cannot bound a component's writes)."""
 
 from __future__ import annotations
 
@@ -35,4 +36,17 @@ def test_a_component_reads_its_granted_folder_and_nothing_else(
         assert SECRET.decode() not in info.value.message
     assert time.monotonic() - started < BOUND_S
     assert (tmp_path / "canary.txt").read_bytes() == SECRET
+    assert plugin.call("echo", "alive").value == "alive"
+
+
+def test_an_rw_grant_is_read_only_for_a_component(components: Built, crt: Runtime,
+                                                  tmp_path: Path) -> None:
+    box = tmp_path / "box"
+    box.mkdir()
+    plugin = crt.load(components["hostile-python"], plugin_id="fs-writer",
+                      grants=frozenset([f"fs:{box}:rw"]))
+    with pytest.raises(PluginError):
+        plugin.call("write_file", {"path": "/box/new.txt", "text": "x" * 100})
+    assert list(box.iterdir()) == []
+    assert any("read-only for a component" in ln.text for ln in plugin.log.lines)
     assert plugin.call("echo", "alive").value == "alive"

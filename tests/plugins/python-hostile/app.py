@@ -37,6 +37,11 @@ class Hostile(Plugin):
         with open(path, "rb") as f:
             return f.read(100)
 
+    @hook("write_file")
+    def write_file(self, data: dict[str, Any]) -> Any:
+        with open(data["path"], "w") as f:
+            return f.write(data["text"])
+
     @hook("list_dir")
     def list_dir(self, path: str) -> Any:
         return os.listdir(path)

@@ -80,9 +80,15 @@ class ComponentInstance(PluginInstance):
         wasi.stdout_custom = self._streams[0]
         wasi.stderr_custom = self._streams[1]
         # Folder grants only (`fs:PATH[:ro|rw]`), at the same guest paths as for core
-        # modules; wasmtime's WASI confines every path to the folder.
+        # modules; wasmtime's WASI confines every path to the folder. Read-only even when
+        # granted rw: wasmtime-py offers no hook to hold a component's writes to the [fs]
+        # quota, and an unbounded write would let a plugin fill the host's disk.
         for host_path, guest_path, writable in preopen_args(ctx.grants):
-            wasi.preopen_dir(host_path, guest_path, writable)
+            if writable:
+                ctx.log.append("warn", f"fs grant {guest_path}: read-only for a component "
+                               "(the [fs] quota cannot bound a component's writes)".encode(),
+                               source="host")
+            wasi.preopen_dir(host_path, guest_path, False)
         store.set_wasi(wasi)
         self.store = store
         self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
