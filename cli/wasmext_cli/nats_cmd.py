@@ -110,8 +110,7 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
             served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name,
                             auth=auth, **inline)
             if not served.stages:
-                click.echo("wasmext: no loaded plugin has a pre, validator, post or provider "
-                           "hook", err=True)
+                click.echo("wasmext: no plugin is loaded: nothing to serve", err=True)
             bridge = None
             if bridge_events:
                 with needs_nats_extra("worker --events"):
@@ -147,7 +146,12 @@ async def _serve(served: object, follow_s: float | None) -> None:
         return
     for stages in served.stages.values():
         for stage in stages:
-            click.echo(f"serving {stage.kind} {stage.plugin_id} on {stage.subject}", err=True)
+            if stage.kind == "call":  # the whole plugin: `describe` beside it says no more
+                base = stage.subject.rpartition(".")[0]
+                click.echo(f"serving plugin {stage.plugin_id} on {base}", err=True)
+            elif stage.kind != "describe":
+                click.echo(f"serving {stage.kind} {stage.plugin_id} on {stage.subject}",
+                           err=True)
     click.echo("ready", err=True)
     await task
 

@@ -1,0 +1,387 @@
+"""Whole plugins served by a worker and called from a host as if local
+(`wasmext.cluster.plugins`, `[remote.ID]`), on a real nats-server.
+
+One worker runs in this process (its own event-loop thread) serving the example
+plugins pii-mask and normalize-text (prebuilt, beside the CLI's example session) and
+WAT plugins: `toolbox` (a tool), `spin` (spins until stopped: its own limits allow
+30 s), `trap` (traps every call) and `steady` (answers "alive"). Each test's host has
+no plugin of its own: only proxies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import wasmtime
+
+from support import ROOT
+from wasmext import Host
+from wasmext.cluster.contract import PluginAdvert, encode
+from wasmext.cluster.link import NatsLink
+from wasmext.cluster.plugins import MAX_ADVERT_BYTES, RemotePlugin, attach_remote
+from wasmext.cluster.registry import RemotePluginEntry
+from wasmext.cluster.worker import Worker
+from wasmext.config import HostConfig, parse_config
+from wasmext.errors import (
+    Cancelled,
+    HookAborted,
+    RemoteRegistrationRefused,
+    RemoteUnavailable,
+    Timeout,
+)
+from wasmext.sandbox import calltree
+from wasmext.sandbox.callscope import CallScope
+from wasmext.testing import guest_wat
+
+EXAMPLE = ROOT / "cli" / "wasmext_cli" / "example" / "plugins"
+TOOL = {"name": "shout", "description": "Shouts\x1b[31m the text", "title": "Shout",
+        "input_schema": {"type": "object", "properties": {"text": {"type": "string"}},
+                         "required": ["text"]}}
+SPIN = "(loop $l (br $l)) (i64.const 0)"
+
+
+def _wat_folder(parent: Path, pid: str, wat: str) -> None:
+    folder = parent / pid
+    folder.mkdir()
+    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.0.0"\nabi = 1\n')
+    (folder / f"{pid}.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
+
+
+@pytest.fixture(scope="module")
+def served_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    parent = tmp_path_factory.mktemp("remote-plugins")
+    for pid in ("pii-mask", "normalize-text"):
+        shutil.copytree(EXAMPLE / pid, parent / pid)
+    _wat_folder(parent, "toolbox", guest_wat(
+        response={"ok": True, "value": {"shouted": "HI"}},
+        registration={"hooks": [{"hook": "on_tool"}], "tools": [TOOL]}))
+    _wat_folder(parent, "spin", guest_wat(SPIN, registration={
+        "hooks": [{"hook": "on_plain_text"}]}))
+    _wat_folder(parent, "trap", guest_wat("unreachable", registration={
+        "hooks": [{"hook": "on_plain_text"}]}))
+    _wat_folder(parent, "steady", guest_wat(response={"ok": True, "value": "alive"},
+                                            registration={"hooks": [{"hook": "on_plain_text"}]}))
+    return parent
+
+
+def _worker_config(data: Path) -> HostConfig:
+    cfg = parse_config({"plugin": {
+        "spin": {"limits": {"timeout_ms": 30_000, "fuel_per_call": 10**15}},
+        "normalize-text": {"settings": {"emoji": "strip"}}}})
+    return dataclasses.replace(cfg, data_dir=data)
+
+
+class InProcessWorker:
+    """A `Worker` serving `folder` on its own event-loop thread."""
+
+    def __init__(self, url: str, folder: Path, data: Path, name: str) -> None:
+        self.host = Host(_worker_config(data), plugin_dirs=[("workspace", folder)])
+        assert not self.host.load_errors, self.host.load_errors
+        self.worker = Worker(self.host, url, name=name, concurrency=4)
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.worker.start())
+            started.set()
+            self.loop.run_forever()
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        assert started.wait(30)
+
+    def answered(self, pid: str) -> int:
+        """Calls of `pid` this worker answered."""
+        return sum(c.answered for subject, c in self.worker.counts.items()
+                   if subject.startswith(f"wasmext.plugin.{pid}.") and subject.endswith(".call"))
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.worker.drain(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.host.close()
+
+
+@pytest.fixture(scope="module")
+def worker(nats_url: str, served_dir: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(nats_url, served_dir, tmp_path_factory.mktemp("worker-data"), "w1")
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def link(nats_url: str) -> Iterator[NatsLink]:
+    with NatsLink(nats_url, name="remote-plugins-test") as lk:
+        yield lk
+
+
+def entry(pid: str, **over: Any) -> RemotePluginEntry:
+    major = "0" if pid in ("pii-mask", "normalize-text") else "1"
+    return RemotePluginEntry(**{"id": pid, "subject": f"wasmext.plugin.{pid}.v{major}",
+                                "timeout_ms": 5000, "attempt_ms": 5000, **over})
+
+
+@pytest.fixture
+def caller(tmp_path: Path) -> Iterator[Host]:
+    """A host with no plugin of its own."""
+    host = Host(HostConfig(data_dir=tmp_path / "caller"), plugin_dirs=[])
+    yield host
+    host.close()
+
+
+def attach(host: Host, link: NatsLink, *entries: RemotePluginEntry) -> list[RemotePlugin]:
+    return attach_remote(host, link, {e.id: e for e in entries})
+
+
+def test_remote_hook_call_equals_local(worker: InProcessWorker, link: NatsLink,
+                                       caller: Host, served_dir: Path, tmp_path: Path) -> None:
+    added = attach(caller, link, entry("pii-mask"), entry("normalize-text"))
+    assert [p.id for p in added] == ["pii-mask", "normalize-text"] and not caller.load_errors
+    local = Host(_worker_config(tmp_path / "local"), plugin_dirs=[])
+    for pid in ("pii-mask", "normalize-text"):
+        local.add(served_dir / pid)
+    texts = ["  Mail ann@example.com   or +1 (415) 555-0100 now 😀 ", "plain", ""]
+    try:
+        for text in texts:
+            with caller.session() as remote_s, local.session() as local_s:
+                remote, here = remote_s.on_plain_text(text), local_s.on_plain_text(text)
+                assert remote.value == here.value
+                assert [(e.plugin_id, e.outcome) for e in remote_s.trace.events] == \
+                    [(e.plugin_id, e.outcome) for e in local_s.trace.events]
+        # The same order: the advertised priorities are the plugins' own.
+        assert [e.plugin_id for e in caller.ordered("on_plain_text")] == \
+            [e.plugin_id for e in local.ordered("on_plain_text")] == ["pii-mask",
+                                                                        "normalize-text"]
+        assert added[0].by_worker == {"w1": len(texts)}
+    finally:
+        local.close()
+
+
+def test_remote_tool_equals_local_via_session_and_mcp(worker: InProcessWorker, link: NatsLink,
+                                                      caller: Host, served_dir: Path,
+                                                      tmp_path: Path) -> None:
+    import anyio
+    from mcp.client.client import Client
+
+    from wasmext.mcp.server.serve import McpToolServer
+
+    attach(caller, link, entry("toolbox"))
+    local = Host(_worker_config(tmp_path / "local"), plugin_dirs=[])
+    local.add(served_dir / "toolbox")
+    try:
+        # The catalog entry is the local one: the same name, schema, cleaned description.
+        assert caller.tools.catalog() == local.tools.catalog()
+        assert "\x1b" not in caller.tools.catalog()[0]["description"]
+        with caller.session() as rs, local.session() as ls:
+            remote = caller.tools.call("toolbox__shout", {"text": "hi"}, rs)
+            here = local.tools.call("toolbox__shout", {"text": "hi"}, ls)
+        assert remote == here == {"status": "ok", "output": {"shouted": "HI"}}
+        # Arguments are checked against the advertised schema before any request goes out.
+        before = worker.answered("toolbox")
+        bad = caller.tools.call("toolbox__shout", {"text": 3})
+        assert bad["status"] == "error" and bad["error"]["code"] == "invalid"
+        assert worker.answered("toolbox") == before
+
+        async def through_mcp(host: Host) -> Any:
+            async with Client(McpToolServer(host, poll_interval=0).server,
+                              read_timeout_seconds=30) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                result = await client.call_tool("toolbox__shout", {"text": "hi"})
+                return names, result.is_error, result.structured_content, \
+                    [c.model_dump() for c in result.content]
+        assert anyio.run(through_mcp, caller) == anyio.run(through_mcp, local)
+        assert anyio.run(through_mcp, caller)[1] is False
+    finally:
+        local.close()
+
+
+def test_deadline_carried_a_slow_plugin_stops_at_the_callers_deadline(
+        worker: InProcessWorker, link: NatsLink, caller: Host) -> None:
+    (spin,) = attach(caller, link, entry("spin", timeout_ms=500, attempt_ms=500),
+                     entry("steady"))[:1]
+    before = worker.answered("spin")
+    started = time.monotonic()
+    result, error = caller.try_call("spin", "on_plain_text", "x")
+    took = time.monotonic() - started
+    assert result is None and error is not None and error.startswith("timeout:")
+    assert "on worker w1" in error  # the worker stopped the guest and said so
+    assert took < 3.0  # its own limits allow 30 s
+    assert worker.answered("spin") == before + 1
+    assert spin.faults == 1  # the proxy's own deadline: the plugin's fault, as in-process
+    # Inside a plugin call with 300 ms left, the tree's deadline goes along: the worker
+    # stops there, and the time-out is the caller's, not counted against the plugin.
+    calltree.push(calltree.Frame(time.monotonic() + 0.3, 1000, None))
+    try:
+        started = time.monotonic()
+        with pytest.raises(Timeout) as info:
+            spin.call("on_plain_text", "x")
+        took = time.monotonic() - started
+    finally:
+        calltree.pop()
+    assert info.value.inherited and took < 2.5
+    assert spin.faults == 1
+    # The worker is free again: a healthy plugin answers at once.
+    assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]
+
+
+def test_a_caller_that_gives_up_stops_the_workers_guest(worker: InProcessWorker,
+                                                         link: NatsLink, caller: Host) -> None:
+    (spin, _) = attach(caller, link, entry("spin", timeout_ms=30_000, attempt_ms=30_000),
+                       entry("steady"))
+    scope = CallScope()
+    box: dict[str, Any] = {}
+    before, cancels = worker.answered("spin"), worker.worker.cancelled
+
+    def call() -> None:
+        with scope.bound():
+            try:
+                spin.call("on_plain_text", "x")
+            except Exception as exc:
+                box["error"] = exc
+    thread = threading.Thread(target=call)
+    started = time.monotonic()
+    thread.start()
+    time.sleep(0.3)
+    scope.cancel()
+    thread.join(5)
+    assert isinstance(box.get("error"), Cancelled)
+    assert time.monotonic() - started < 3.0
+    # The worker heard the cancel and its guest stopped (it answered the abandoned call),
+    # long before the 30 s the plugin's limits allow.
+    deadline = time.monotonic() + 3.0
+    while worker.answered("spin") == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert worker.answered("spin") == before + 1
+    assert worker.worker.cancelled == cancels + 1
+    assert spin.faults == 0  # a cancel is nobody's fault
+    assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]
+
+
+def test_quarantine_after_repeated_failures_then_healthy_answers(
+        worker: InProcessWorker, link: NatsLink, caller: Host) -> None:
+    trap, steady = attach(caller, link, entry("trap", quarantine_faults=3,
+                                              quarantine_cooldown_ms=60_000), entry("steady"))
+    outcomes = [caller.try_call("trap", "on_plain_text", "x")[1] for _ in range(3)]
+    assert all(o is not None and o.startswith("trap:") for o in outcomes), outcomes
+    answered = worker.answered("trap")
+    started = time.monotonic()
+    assert caller.try_call("trap", "on_plain_text", "x") == (None, "quarantined")
+    assert time.monotonic() - started < 0.5
+    assert worker.answered("trap") == answered  # refused here, no request sent
+    assert trap.quarantined and caller.faults[-1].plugin_id == "trap"
+    with caller.session() as s:
+        assert s.on_plain_text("x").value == "alive"  # the chain goes on, the healthy one answers
+        assert [(e.plugin_id, e.outcome) for e in s.trace.events] == [
+            ("trap", "skipped"), ("steady", "changed")] or \
+            [(e.plugin_id, e.outcome) for e in s.trace.events] == [
+            ("steady", "changed"), ("trap", "skipped")]
+    assert steady.faults == 0
+
+
+def test_fail_closed_remote_plugin_aborts_the_hook(worker: InProcessWorker, link: NatsLink,
+                                                   caller: Host) -> None:
+    attach(caller, link, entry("trap", failure="closed"))
+    with caller.session() as s, pytest.raises(HookAborted, match="fail-closed"):
+        s.on_plain_text("x")
+
+
+def test_no_worker_is_the_named_error_within_the_deadline(link: NatsLink, caller: Host,
+                                                          worker: InProcessWorker) -> None:
+    ghost = RemotePlugin(entry("ghost", timeout_ms=800, attempt_ms=200, retry=2), link,
+                         PluginAdvert("ghost", "1.0.0", {"hooks": [{"hook": "on_plain_text"}]}))
+    caller.add(ghost, source_kind="remote")
+    started = time.monotonic()
+    with pytest.raises(RemoteUnavailable, match="no worker serves wasmext.plugin.ghost.v1"):
+        ghost.call("on_plain_text", "x")
+    assert time.monotonic() - started < 3.0
+    assert ghost.faults == 1  # counts towards its quarantine like a local fault
+    # Not served at all: refused at attach, named, nothing registered.
+    assert attach(caller, link, entry("nobody", attempt_ms=200, retry=0)) == []
+    assert isinstance(caller.load_errors[-1], RemoteUnavailable)
+    assert "nobody" not in caller.plugins
+
+
+HOSTILE: list[tuple[str, Any, str]] = [
+    ("typo-hook", {"hooks": [{"hook": "on_plain_txt"}]}, "did you mean 'on_plain_text'"),
+    ("bad-priority", {"hooks": [{"hook": "on_plain_text", "priority": 1000}]},
+     "priority must be an int 0-100"),
+    ("no-hooks", {"hooks": "all of them"}, "'hooks' must be an array"),
+    ("bad-prompt", {"hooks": [], "prompt": [{"position": "everywhere", "content": "x"}]},
+     "field 'prompt[0].position'"),
+    ("many-hooks", {"hooks": [{"hook": "on_plain_text"}] * 300}, "300 hooks, over 256"),
+    ("huge", {"hooks": [], "blob": "x" * (MAX_ADVERT_BYTES + 10)}, f"over {MAX_ADVERT_BYTES}"),
+]
+
+
+def test_hostile_advertised_registration_is_refused(worker: InProcessWorker, link: NatsLink,
+                                                     caller: Host) -> None:
+    """A rogue service on a remote plugin's subject advertises what it likes: each is
+    refused with the named error (nothing registered), as a guest's map would be."""
+    async def rogue(msg: Any) -> None:
+        pid = msg.subject.split(".")[2]
+        if pid == "impostor":
+            body = encode(PluginAdvert("pii-mask", "1.0.0", {"hooks": []}), "application/msgpack")
+        elif pid == "garbage":
+            body = b"\xc1\xc1 not msgpack"
+        elif pid == "bad-tool":
+            body = encode(PluginAdvert(pid, "1.0.0", {"hooks": [{"hook": "on_tool"}], "tools": [
+                {"name": "ok", "input_schema": {"type": "object"}},
+                {"name": "evil", "input_schema": {"type": "object", "properties": {
+                    "x": {"type": "string", "pattern": "(?<=a)b"}}}},
+                {"name": "bad\nname"}]}), "application/msgpack")
+        else:
+            raw = dict((k, v) for k, v in ((h[0], h[1]) for h in HOSTILE))[pid]
+            body = msgpack.packb({"plugin_id": pid, "version": "1.0.0", "registration": raw})
+        await msg.respond(body)
+    sub = link.run(link.client.subscribe("rogue.plugin.*.v1.describe", cb=rogue))
+    try:
+        ids = [h[0] for h in HOSTILE] + ["impostor", "garbage"]
+        added = attach(caller, link, *[entry(pid, subject=f"rogue.plugin.{pid}.v1")
+                                       for pid in ids])
+        assert added == []
+        refused = {e.plugin_id: e for e in caller.load_errors}
+        for pid, _, why in HOSTILE:
+            assert isinstance(refused[pid], RemoteRegistrationRefused), refused[pid]
+            assert why in refused[pid].message, refused[pid].message
+        assert "registration of 'pii-mask'" in refused["impostor"].message
+        assert "not MessagePack" in refused["garbage"].message
+        assert not caller.plugins and not caller.tools.tools
+        # Tools are checked as a local plugin's: the good one registers, each bad one is
+        # a load error naming it; the plugin itself loads.
+        caller.load_errors.clear()
+        (bad_tool,) = attach(caller, link, entry("bad-tool", subject="rogue.plugin.bad-tool.v1"))
+        assert list(caller.tools.tools) == ["bad-tool__ok"]
+        assert len(caller.load_errors) == 2
+        assert all("bad-tool tools[" in e.message for e in caller.load_errors)
+        # Nothing of it leaks into what an operator reads unescaped.
+        assert all("\n" not in e.describe() for e in caller.load_errors)
+    finally:
+        link.run(sub.unsubscribe())
+    # A healthy remote plugin still answers.
+    attach(caller, link, entry("steady"))
+    assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]
+
+
+def test_remote_config_section(tmp_path: Path) -> None:
+    cfg = parse_config({"remote": {"agent-guard": {
+        "subject": "wasmext.plugin.agent-guard.v0", "timeout_ms": 3000, "attempt_ms": 9000,
+        "failure": "closed", "quarantine": {"faults": 2}}}})
+    e = cfg.remote["agent-guard"]
+    assert (e.timeout_ms, e.attempt_ms, e.failure, e.quarantine_faults) == (3000, 3000,
+                                                                            "closed", 2)
+    from wasmext.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        parse_config({"remote": {"Bad": {"subject": "a.>", "retry": 99, "extra": 1}}})
+    for field in ("remote.Bad", "remote.Bad.subject", "remote.Bad.retry", "remote.Bad.extra"):
+        assert f"field '{field}'" in info.value.message
