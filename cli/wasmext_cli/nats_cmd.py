@@ -85,10 +85,13 @@ def _import_nats_extra() -> None:
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan the plugin folders and enable state on change, and serve what "
                    "they hold then.")
+@click.option("--example", is_flag=True,
+              help="Also serve the example session's plugins (those `wasmext run` plays).")
 def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
            concurrency: int, inline_below_ms: float | None, name: str,
-           bridge_events: tuple[str, ...], watch: bool) -> None:
-    """Serve the plugins' pipeline stages as NATS services until SIGTERM (then drain)."""
+           bridge_events: tuple[str, ...], watch: bool, example: bool) -> None:
+    """Serve the plugins (each whole, and its pipeline stages) as NATS services until
+    SIGTERM (then drain)."""
     import asyncio  # here, not at the top: `wasmext --help` should not pay for it
     from contextlib import nullcontext
 
@@ -99,6 +102,10 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if example:
+        from wasmext_cli.example import example_root
+
+        plugin_dirs = (*plugin_dirs, example_root() / "plugins")
     try:
         host = _host(_default_config(config), plugin_dirs)
         for problem in host.load_errors:

@@ -51,6 +51,9 @@ def session_options(fn: F) -> F:
                      help="Offer the agent no demo tools (calc, clock, ...): only the "
                           "plugins' and the MCP servers' tools."),
         click.option("--json", "as_json", is_flag=True, help="Print a JSON document."),
+        click.option("--example", is_flag=True,
+                     help="Play the example session's transcript and policy (with this "
+                          "config and plugins: remote ones, say)."),
         click.option("--metrics-port", type=click.IntRange(0, 65535),
                      help="Serve Prometheus /metrics on 127.0.0.1:PORT while running."),
         click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr."),
@@ -130,6 +133,11 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     from wasmext.agent import Agent
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
 
+    if opts.get("example"):
+        from wasmext_cli.example import example_root
+
+        opts["transcript"] = opts["transcript"] or example_root() / "transcript.json"
+        opts["policy"] = opts["policy"] or example_root() / "policy.toml"
     try:
         if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
                 and _default_config(opts["config"]) is None:

@@ -208,6 +208,8 @@ class RemotePlugin(Plugin):
             raise RemoteRegistrationRefused(f"remote plugin {entry.id}: registration refused: "
                                             f"{err.message}", plugin_id=entry.id) from None
         self.by_worker: dict[str, int] = {}  # answers per worker name (bounded)
+        self.answered = 0  # calls that succeeded
+        self.retries = 0  # attempts after a first one went unanswered
         self.version = clean(advert.version, 64)
 
     def new_instance(self) -> PluginInstance:
@@ -248,6 +250,7 @@ class RemotePlugin(Plugin):
                 self._record_fault(fault)
             raise
         self._record_success()
+        self.answered += 1
         return result
 
     def _remote(self, hook: str, data: Any, meta: Mapping[str, Any]) -> CallResult:
@@ -268,10 +271,12 @@ class RemotePlugin(Plugin):
         if frame is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, frame.calls_left))
         reason = "no attempt"
-        for _ in range(self.entry.retry + 1):
+        for attempt in range(self.entry.retry + 1):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
+            if attempt:
+                self.retries += 1
             attempt_s = min(left, self.entry.attempt_ms / 1000)
             # Wall-clock: the worker is another process, perhaps another machine.
             headers[DEADLINE_HEADER] = str(int((time.time() + attempt_s) * 1000))

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.aio import APP_GRANTS, DEADLINE_SLACK_MS, INLINE_BELOW_MS
 from wasmext.callpool import CallPool
+from wasmext.cluster import served
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLS_LEFT_HEADER,
@@ -68,7 +69,6 @@ from wasmext.cluster.mapping import (
 )
 from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
-from wasmext.cluster import served
 from wasmext.cluster.registry import EXT_TYPES, check_prefix, plugin_subject, subject_for
 from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
 from wasmext.observe import tracing
