@@ -16,7 +16,10 @@ A whole plugin served by a worker (`cluster.plugins`) speaks MessagePack only, o
 `<base>.describe` (an empty request; the answer is a `PluginAdvert`: the plugin's
 registration map, which the caller checks as a guest's), `<base>.call` (a `PluginCall`
 with the same headers; the answer a `PluginAnswer`) and `<base>.cancel` (a publish,
-no reply: the body is the `Wasmext-Call-Id` of a call its caller gave up).
+no reply: the body is the `Wasmext-Call-Id` of a call its caller gave up). A middleware
+hook's guest runs the caller's inner layers with `next`: the caller names an inbox in
+`Wasmext-Callback`, the worker sends each `next` there as a `NextRequest` and the
+caller answers it with a `PluginAnswer` (its value the inner layers' result).
 
 Decoding refuses unknown keys (naming the path), wrong types, more than `MAX_BYTES`
 and nesting past the decoder's recursion limit: a peer is as untrusted as a plugin.
@@ -34,10 +37,11 @@ from wasmext.errors import ContractError
 from wasmext.text import clean
 
 __all__ = [
-    "CALLS_LEFT_HEADER", "CALL_ID_HEADER", "CONTENT_TYPE", "DEADLINE_HEADER", "JSON",
-    "MAX_BYTES", "MSGPACK", "TENANT_HEADER", "TRACE_HEADER", "CallIds", "ContractError",
-    "ExtMessage", "ExtRef", "ExtRequest", "ExtResponse", "PluginAdvert", "PluginAnswer",
-    "PluginCall", "ProviderRequest", "ProviderResponse",
+    "CALLBACK_HEADER", "CALLS_LEFT_HEADER", "CALL_ID_HEADER", "CONTENT_TYPE",
+    "DEADLINE_HEADER", "JSON", "MAX_BYTES", "MSGPACK", "TENANT_HEADER", "TRACE_HEADER",
+    "CallIds", "ContractError",
+    "ExtMessage", "ExtRef", "ExtRequest", "ExtResponse", "NextRequest", "PluginAdvert",
+    "PluginAnswer", "PluginCall", "ProviderRequest", "ProviderResponse",
     "Verdict", "deadline_of", "decode", "encode", "encoding_of",
 ]
 
@@ -50,6 +54,8 @@ TENANT_HEADER = "Tenant-Id"
 CALL_ID_HEADER = "Wasmext-Call-Id"
 DEADLINE_HEADER = "Wasmext-Deadline"
 CALLS_LEFT_HEADER = "Wasmext-Calls-Left"
+# Where a worker sends a middleware guest's `next` for the caller to run (cluster.plugins)
+CALLBACK_HEADER = "Wasmext-Callback"
 
 
 def deadline_of(headers: dict[str, str] | None) -> float | None:
@@ -152,6 +158,12 @@ class PluginAnswer(_Strict, omit_defaults=True):
     message: str = ""
     suggestion: str | None = None
     help_url: str | None = None
+
+
+class NextRequest(_Strict):
+    """A middleware guest's `next` host call, sent back to the caller to run."""
+
+    request: dict[str, Any]
 
 
 class PluginAdvert(_Strict):

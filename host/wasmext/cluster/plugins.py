@@ -23,6 +23,15 @@ worker while `retry` and time allow, with the same `Wasmext-Call-Id`, so its sta
 commit applies once. A caller that gives up (its `CallScope` cancelled: an MCP client's
 `notifications/cancelled`, say) publishes the call id on `<subject>.cancel`, and the
 worker running it cancels the guest, which ends with `Cancelled`.
+
+A middleware hook (`turn`, `step`, `tool_call`) wraps the caller's inner layers, which
+the guest runs with the `next` host call: the caller names a callback inbox
+(`Wasmext-Callback`), the worker sends the guest's `next` there, and the calling thread
+(the one whose middleware frames they are) runs the inner layers and answers, while it
+waits for the hook's own answer. The time inside `next` is the inner layers', not the
+call's (its wait for the answer moves on by as much, as the guest's deadline does). An
+attempt that ran `next` is not retried when its answer is lost: the inner layers (a
+tool, a model call) would run twice; it fails with `RemoteUnavailable` instead.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import logging
+import queue
 import threading
 import time
 import weakref
@@ -39,11 +49,14 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
+    CALLBACK_HEADER,
     CALLS_LEFT_HEADER,
     CONTENT_TYPE,
     DEADLINE_HEADER,
+    MAX_BYTES,
     MSGPACK,
     ContractError,
+    NextRequest,
     PluginAdvert,
     PluginAnswer,
     PluginCall,
@@ -75,9 +88,10 @@ from wasmext.errors import (
     Timeout,
     WasmextError,
 )
+from wasmext.hooks.middleware import KINDS as MIDDLEWARE_KINDS
 from wasmext.ids import random_hex
 from wasmext.sandbox import callscope, calltree
-from wasmext.sandbox.hostcalls import HostServices
+from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.module import ModuleInfo
@@ -109,7 +123,12 @@ _FAULTS: dict[str, type[PluginFault]] = {c.reason: c for c in (
 
 
 class _NoAnswer(Exception):
-    """One attempt got no usable answer; another worker may give one."""
+    """One attempt got no usable answer; another worker may give one (unless `final`:
+    the attempt already ran the caller's inner layers)."""
+
+    def __init__(self, reason: str, final: bool = False) -> None:
+        super().__init__(reason)
+        self.final = final
 
 
 def describe(link: NatsLink, entry: RemotePluginEntry,
@@ -175,7 +194,10 @@ class RemotePlugin(Plugin):
     (checked as a guest's), its `call` a NATS request, its quarantine a local plugin's."""
 
     def __init__(self, entry: RemotePluginEntry, link: NatsLink, advert: PluginAdvert, *,
-                 trusted_workers: tuple[str, ...] = ()) -> None:
+                 trusted_workers: tuple[str, ...] = (),
+                 services: HostServices | None = None) -> None:
+        """`services`: the host's ops, for the `next` of middleware guests (`attach_remote`
+        passes the host's)."""
         # No module and no instance here: only what the host and the quarantine read.
         self.id = entry.id
         self.entry, self.link = entry, link
@@ -187,7 +209,7 @@ class RemotePlugin(Plugin):
         self.limits = Limits().replace(timeout_ms=entry.timeout_ms)
         self.requested_limits = {}
         self.settings, self.sensitive, self.grants = {}, frozenset(), frozenset()
-        self.services = HostServices()
+        self.services = services if services is not None else HostServices()
         self.quarantine = QuarantinePolicy(entry.quarantine_faults,
                                            entry.quarantine_cooldown_ms / 1000)
         self.max_idle, self.default_priority, self.meter = 0, 50, False
@@ -284,9 +306,11 @@ class RemotePlugin(Plugin):
                 msg = self._request(hook, payload, headers, attempt_s, key)
             except _NoAnswer as why:
                 reason = str(why)
+                if why.final:
+                    break
                 continue
             return self._result(hook, msg, key, theirs and attempt_s >= left)
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline and not reason.startswith("no answer after next"):
             fault: PluginFault = Timeout(
                 f"plugin {self.id} hook {hook}: no answer from a worker within "
                 f"{round((deadline - now) * 1000)} ms ({reason})", plugin_id=self.id, hook=hook)
@@ -301,35 +325,90 @@ class RemotePlugin(Plugin):
         from nats.errors import TimeoutError as NatsTimeout
 
         wait_s = attempt_s + ANSWER_GRACE_S
+        events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        inbox = None
+        headers = dict(headers)
         try:
+            if hook in MIDDLEWARE_KINDS:  # its guest runs our inner layers with `next`
+                inbox = self.link.submit(self._callback_inbox(events)).result(5.0)
+                headers[CALLBACK_HEADER] = inbox[0]
             future = self.link.submit(self.link.client.request(
-                f"{self.entry.subject}.call", payload, timeout=wait_s, headers=dict(headers)))
-        except RuntimeError as exc:
+                f"{self.entry.subject}.call", payload, timeout=wait_s, headers=headers))
+        except (RuntimeError, concurrent.futures.TimeoutError) as exc:
             raise NatsUnavailable(clean(exc, 200)) from None
+        future.add_done_callback(lambda f: events.put(("answer", f)))
         scope = callscope.current()
 
         def give_up() -> None:
             future.cancel()
             self._send_cancel(key)
         remove = scope.on_cancel(give_up) if scope is not None else None
+        ran_next = False
+        end = time.monotonic() + wait_s + 1.0
         try:
-            return future.result(wait_s + 1.0)
+            while True:
+                try:
+                    kind, item = events.get(timeout=max(0.0, end - time.monotonic()))
+                except queue.Empty:
+                    future.cancel()
+                    raise NatsTimeout from None
+                if kind == "answer":
+                    return item.result()  # type: ignore[no-any-return]
+                started = time.monotonic()
+                self._run_next(item)
+                ran_next = True
+                end += time.monotonic() - started  # the inner layers' time, not the call's
         except concurrent.futures.CancelledError:
             raise Cancelled(f"plugin {self.id} hook {hook}: the caller cancelled the call",
                             plugin_id=self.id, hook=hook) from None
         except (NatsTimeout, TimeoutError, concurrent.futures.TimeoutError):
             self._send_cancel(key)  # past its deadline the worker stops it anyway
+            if ran_next:
+                raise _NoAnswer("no answer after next ran the inner layers", True) from None
             raise _NoAnswer(f"no answer within {round(attempt_s * 1000)} ms") from None
         except NoRespondersError:
             time.sleep(min(0.05, attempt_s))  # a worker starting or reconnecting
             raise _NoAnswer(f"no worker serves {self.entry.subject}") from None
-        except OSError as exc:
-            raise _NoAnswer(f"network error: {clean(type(exc).__name__)}") from None
-        except Exception as exc:  # the connection closed or is reconnecting
-            raise _NoAnswer(f"network error: {clean(type(exc).__name__)}") from None
+        except Exception as exc:  # the connection closed, is reconnecting, refused
+            raise _NoAnswer(f"network error: {clean(type(exc).__name__)}", ran_next) from None
         finally:
             if remove is not None:
                 remove()
+            if inbox is not None:
+                self.link.submit(inbox[1].unsubscribe())
+
+    async def _callback_inbox(self, events: queue.Queue[tuple[str, Any]]) -> tuple[str, Any]:
+        """A fresh inbox whose requests (a guest's `next`) go to `events`."""
+        async def took(msg: Msg) -> None:
+            events.put(("next", msg))
+        inbox = self.link.client.new_inbox()
+        return inbox, await self.link.client.subscribe(inbox, cb=took)
+
+    def _run_next(self, msg: Msg) -> None:
+        """Run the inner layers for a guest's `next`, here, and answer the worker."""
+        handler = self.services.handler("next")
+        try:
+            if len(msg.data) > MAX_BYTES or handler is None or not msg.reply:
+                raise OpError("invalid", "not a next request")
+            request = decode(msg.data, NextRequest, MSGPACK, peer="worker").request
+            ctx = CallContext(self.id, frozenset(), {}, frozenset(), self.log)
+            answer = PluginAnswer(True, handler(ctx, {"op": "next", **request}))
+        except ContractError as err:
+            answer = PluginAnswer(False, kind="error", code="invalid", message=err.message)
+        except OpError as err:
+            answer = PluginAnswer(False, kind="error", code=err.code, message=err.message)
+        except Exception:  # a host bug: the guest's next fails, named, and we go on
+            log.exception("next of %s failed inside the host", self.id)
+            answer = PluginAnswer(False, kind="error", code="internal",
+                                  message="next failed inside the host")
+        if msg.reply:
+            try:
+                body = encode(answer, MSGPACK)
+            except (TypeError, ValueError, OverflowError):
+                body = encode(PluginAnswer(False, kind="error", code="failed",
+                                           message="the inner layers' result cannot be sent"),
+                              MSGPACK)
+            self.link.submit(self.link.client.publish(msg.reply, body))
 
     def _send_cancel(self, key: str) -> None:
         try:
@@ -395,7 +474,8 @@ def attach_remote(host: Host, link: NatsLink,
     for entry in (host.config.remote if entries is None else entries).values():
         try:
             proxy = RemotePlugin(entry, link, describe(link, entry, trusted_workers),
-                                 trusted_workers=trusted_workers)
+                                 trusted_workers=trusted_workers,
+                                 services=host.runtime.services)
             try:
                 host.add(proxy, source_kind="remote", failure=entry.failure)
             except LoadError as err:  # the prompt and tool-guidance checks of Host.add

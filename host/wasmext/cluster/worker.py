@@ -48,6 +48,7 @@ from wasmext.callpool import CallPool
 from wasmext.cluster import served
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
+    CALLBACK_HEADER,
     CALLS_LEFT_HEADER,
     CONTENT_TYPE,
     MSGPACK,
@@ -74,6 +75,7 @@ from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
 from wasmext.observe import tracing
 from wasmext.sandbox import calltree
 from wasmext.sandbox.callscope import CallScope
+from wasmext.sandbox.hostcalls import OpError
 from wasmext.services.state import applying
 from wasmext.session import Session
 from wasmext.text import clean
@@ -96,6 +98,9 @@ WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and d
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PLUGIN_KINDS = ("describe", "call")  # the endpoints of a plugin served whole
+# How long a guest's `next` may wait for the caller's inner layers (a turn's model call
+# and tools among them); a cancel ends the wait at once.
+NEXT_TIMEOUT_S = 300.0
 
 
 def session_id(trace_id: str) -> str:
@@ -193,10 +198,13 @@ class Worker:
         self.cancelled = 0  # plugin calls a caller's cancel reached
         self._scopes: dict[str, CallScope] = {}  # plugin calls running, by call id
         self._cancels: Subscription | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         """Connect to NATS and start serving every plugin's stages."""
         self._nc = await connect(self.url, self.name, auth=self.auth)
+        self._loop = asyncio.get_running_loop()
+        served.install_next(self.host.runtime.services)
         WorkerMetrics.add(self.host.observe.metrics.registry, self.name, self._figures)
         for pid, stages in self.stages.items():
             await self._add(pid, stages)
@@ -344,7 +352,8 @@ class Worker:
         body: bytes | None = b""
         try:
             body = await self._pool.submit(asyncio.get_running_loop(), self._call_plugin,
-                                           stage, req.data, budget, scope)
+                                           stage, req.data, budget, scope,
+                                           (req.headers or {}).get(CALLBACK_HEADER))
         except ContractError as err:
             error = ("400", err.message)
         except Exception as err:  # a host bug: one line, named
@@ -370,11 +379,36 @@ class Worker:
         counts.failed += error is not None
         counts.total_ns += time.perf_counter_ns() - started
 
-    def _call_plugin(self, stage: Stage, raw: bytes, budget: _Budget, scope: CallScope
-                     ) -> bytes | None:
+    def _call_plugin(self, stage: Stage, raw: bytes, budget: _Budget, scope: CallScope,
+                     inbox: str | None = None) -> bytes | None:
         if budget.expired():  # it waited in the pool's queue past the caller's deadline
             return None
-        return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key, scope)
+        return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key, scope,
+                           self._callback(inbox, budget, scope))
+
+    def _callback(self, inbox: str | None, budget: _Budget, scope: CallScope
+                  ) -> served.Callback | None:
+        """Sends a guest's `next` to the caller's `inbox` and waits for its answer (on a
+        pool thread: the request goes out on the worker's loop)."""
+        if not inbox or not served.CALLBACK_RE.fullmatch(inbox) or self._nc is None \
+                or self._loop is None:
+            return None
+        nc, loop = self._nc, self._loop
+
+        def send(body: bytes) -> bytes:
+            if scope.cancelled.is_set():
+                raise OpError("cancelled", "the caller gave the call up")
+            future = asyncio.run_coroutine_threadsafe(
+                nc.request(inbox, body, timeout=NEXT_TIMEOUT_S), loop)
+            remove = scope.on_cancel(future.cancel)
+            try:
+                return future.result(NEXT_TIMEOUT_S + 1).data
+            except Exception as exc:  # the caller went away, or gave up
+                raise OpError("failed", f"the caller did not run next: "
+                                        f"{clean(type(exc).__name__, 64)}") from None
+            finally:
+                remove()
+        return send
 
     async def _serve(self, stage: Stage, req: Request, inline: bool = False) -> None:
         started = time.perf_counter_ns()
