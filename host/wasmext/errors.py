@@ -204,6 +204,8 @@ __all__ = [
     "RegistryInsecure",
     "RegistryTimeout",
     "RegistryTooLarge",
+    "RemoteRegistrationRefused",
+    "RemoteUnavailable",
     "SessionQuotaExceeded",
     "SignatureInvalid",
     "SignatureRequired",

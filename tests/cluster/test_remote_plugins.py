@@ -59,7 +59,7 @@ def _wat_folder(parent: Path, pid: str, wat: str) -> None:
 @pytest.fixture(scope="module")
 def served_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parent = tmp_path_factory.mktemp("remote-plugins")
-    for pid in ("pii-mask", "normalize-text"):
+    for pid in ("pii-mask", "normalize-text", "turn-audit"):
         shutil.copytree(EXAMPLE / pid, parent / pid)
     _wat_folder(parent, "toolbox", guest_wat(
         response={"ok": True, "value": {"shouted": "HI"}},
@@ -126,7 +126,7 @@ def link(nats_url: str) -> Iterator[NatsLink]:
 
 
 def entry(pid: str, **over: Any) -> RemotePluginEntry:
-    major = "0" if pid in ("pii-mask", "normalize-text") else "1"
+    major = "0" if pid in ("pii-mask", "normalize-text", "turn-audit") else "1"
     return RemotePluginEntry(**{"id": pid, "subject": f"wasmext.plugin.{pid}.v{major}",
                                 "timeout_ms": 5000, "attempt_ms": 5000, **over})
 
@@ -201,6 +201,35 @@ def test_remote_tool_equals_local_via_session_and_mcp(worker: InProcessWorker, l
                     [c.model_dump() for c in result.content]
         assert anyio.run(through_mcp, caller) == anyio.run(through_mcp, local)
         assert anyio.run(through_mcp, caller)[1] is False
+    finally:
+        local.close()
+
+
+def test_remote_middleware_runs_the_callers_inner_layers_once(
+        worker: InProcessWorker, link: NatsLink, caller: Host, served_dir: Path,
+        tmp_path: Path) -> None:
+    """turn-audit's tool_call layer trims calc's expression, calls `next` (here: the
+    caller's inner layers, from the worker) and marks the result audited."""
+    attach(caller, link, entry("turn-audit"))
+    local = Host(_worker_config(tmp_path / "local"), plugin_dirs=[])
+    local.add(served_dir / "turn-audit")
+    try:
+        results = []
+        for host in (caller, local):
+            seen: list[Any] = []
+
+            def core(data: dict[str, Any], seen: list[Any] = seen) -> dict[str, Any]:
+                seen.append(data["args"])
+                return {"status": "ok", "output": 42}
+            with host.session() as s:
+                out = s.middleware("tool_call", {
+                    "turn_id": "t", "step": 0, "call_id": "c", "tool": "calc",
+                    "args": {"expression": "  6*7  "}, "metadata": {}}, core)
+                results.append((out, seen, [(e.plugin_id, e.outcome)
+                                            for e in s.trace.events if e.plugin_id]))
+        assert results[0] == results[1]
+        assert results[0][0] == {"status": "ok", "output": 42, "audited": True}
+        assert results[0][1] == [{"expression": "6*7"}]  # the inner layers ran once
     finally:
         local.close()
 
