@@ -39,7 +39,7 @@ ROOT = HERE.parent
 from wasmext import Host, HostConfig, parse_policy  # noqa: E402
 from wasmext.cluster.link import NatsLink  # noqa: E402
 from wasmext.cluster.plugins import attach_remote  # noqa: E402
-from wasmext.cluster.registry import (
+from wasmext.cluster.registry import (  # noqa: E402
     RemotePluginEntry,
     parse_registry,
 )
