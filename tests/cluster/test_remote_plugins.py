@@ -27,7 +27,7 @@ from support import ROOT
 from wasmext import Host
 from wasmext.cluster.contract import PluginAdvert, encode
 from wasmext.cluster.link import NatsLink
-from wasmext.cluster.plugins import MAX_ADVERT_BYTES, RemotePlugin, attach_remote
+from wasmext.cluster.plugins import MAX_ADVERT_BYTES, RemotePlugin, attach_remote, describe
 from wasmext.cluster.registry import RemotePluginEntry
 from wasmext.cluster.worker import Worker
 from wasmext.config import HostConfig, parse_config
@@ -83,10 +83,10 @@ def _worker_config(data: Path) -> HostConfig:
 class InProcessWorker:
     """A `Worker` serving `folder` on its own event-loop thread."""
 
-    def __init__(self, url: str, folder: Path, data: Path, name: str) -> None:
+    def __init__(self, url: str, folder: Path, data: Path, name: str, **options: Any) -> None:
         self.host = Host(_worker_config(data), plugin_dirs=[("workspace", folder)])
         assert not self.host.load_errors, self.host.load_errors
-        self.worker = Worker(self.host, url, name=name, concurrency=4)
+        self.worker = Worker(self.host, url, name=name, concurrency=4, **options)
         self.loop = asyncio.new_event_loop()
         started = threading.Event()
 
@@ -232,6 +232,43 @@ def test_remote_middleware_runs_the_callers_inner_layers_once(
         assert results[0][1] == [{"expression": "6*7"}]  # the inner layers ran once
     finally:
         local.close()
+
+
+def test_a_remote_middlewares_next_runs_only_for_a_trusted_worker(
+        nats_url: str, served_dir: Path, link: NatsLink, tmp_path: Path) -> None:
+    """With signed replies, a `next` that a worker sends back is run only when signed by
+    a trusted worker's key: another cannot make the caller run its inner layers."""
+    from wasmext.cluster.natsauth import NatsAuth
+    from wasmext.lifecycle.signing import generate_key
+
+    public = generate_key(tmp_path / "worker.key")
+    other = generate_key(tmp_path / "other.key")
+    signed = InProcessWorker(nats_url, served_dir, tmp_path / "signed", "signed",
+                             prefix="signed", auth=NatsAuth(reply_key=str(tmp_path / "worker.key")))
+    try:
+        where = entry("turn-audit", subject="signed.plugin.turn-audit.v0")
+        advert = describe(link, where, (public,))
+        for trusted, runs in (((public,), True), ((other,), False)):
+            host = Host(HostConfig(data_dir=tmp_path / "h"), plugin_dirs=[])
+            proxy = RemotePlugin(where, link, advert, trusted_workers=trusted,
+                                 services=host.runtime.services)
+            host.add(proxy, source_kind="remote")
+            ran: list[Any] = []
+            with host.session() as s:
+                out = s.middleware("tool_call", {
+                    "turn_id": "t", "step": 0, "call_id": "c", "tool": "calc",
+                    "args": {"expression": " 1 "}, "metadata": {}},
+                    lambda d, ran=ran: ran.append(d["args"]) or {"status": "ok", "output": 1})
+            host.close()
+            if runs:
+                assert ran == [{"expression": "1"}] and out.get("audited") is True
+            else:  # its next refused, its answer too: the layer is skipped (open policy)
+                # and the inner layers ran once, from here, as they were
+                assert ran == [{"expression": " 1 "}] and "audited" not in out
+                assert proxy.faults == 1 and "not in trusted_workers" in str(
+                    proxy.last_fault)
+    finally:
+        signed.close()
 
 
 def test_deadline_carried_a_slow_plugin_stops_at_the_callers_deadline(

@@ -355,7 +355,7 @@ class RemotePlugin(Plugin):
                 if kind == "answer":
                     return item.result()  # type: ignore[no-any-return]
                 started = time.monotonic()
-                self._run_next(item)
+                self._run_next(item, key)
                 ran_next = True
                 end += time.monotonic() - started  # the inner layers' time, not the call's
         except concurrent.futures.CancelledError:
@@ -384,12 +384,19 @@ class RemotePlugin(Plugin):
         inbox = self.link.client.new_inbox()
         return inbox, await self.link.client.subscribe(inbox, cb=took)
 
-    def _run_next(self, msg: Msg) -> None:
-        """Run the inner layers for a guest's `next`, here, and answer the worker."""
+    def _run_next(self, msg: Msg, key: str) -> None:
+        """Run the inner layers for a guest's `next`, here, and answer the worker (only
+        one signed by a trusted worker, when the caller trusts only those)."""
         handler = self.services.handler("next")
         try:
             if len(msg.data) > MAX_BYTES or handler is None or not msg.reply:
                 raise OpError("invalid", "not a next request")
+            if self.trusted_workers:
+                try:
+                    check_reply(msg.subject, key, msg.headers or {}, msg.data,
+                                self.trusted_workers)
+                except SignatureInvalid as err:
+                    raise OpError("denied", err.message) from None
             request = decode(msg.data, NextRequest, MSGPACK, peer="worker").request
             ctx = CallContext(self.id, frozenset(), {}, frozenset(), self.log)
             answer = PluginAnswer(True, handler(ctx, {"op": "next", **request}))

@@ -353,7 +353,7 @@ class Worker:
         try:
             body = await self._pool.submit(asyncio.get_running_loop(), self._call_plugin,
                                            stage, req.data, budget, scope,
-                                           (req.headers or {}).get(CALLBACK_HEADER))
+                                           (req.headers or {}).get(CALLBACK_HEADER), call_id)
         except ContractError as err:
             error = ("400", err.message)
         except Exception as err:  # a host bug: one line, named
@@ -380,16 +380,17 @@ class Worker:
         counts.total_ns += time.perf_counter_ns() - started
 
     def _call_plugin(self, stage: Stage, raw: bytes, budget: _Budget, scope: CallScope,
-                     inbox: str | None = None) -> bytes | None:
+                     inbox: str | None = None, call_id: str = "") -> bytes | None:
         if budget.expired():  # it waited in the pool's queue past the caller's deadline
             return None
         return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key, scope,
-                           self._callback(inbox, budget, scope))
+                           self._callback(inbox, call_id, scope))
 
-    def _callback(self, inbox: str | None, budget: _Budget, scope: CallScope
+    def _callback(self, inbox: str | None, call_id: str, scope: CallScope
                   ) -> served.Callback | None:
         """Sends a guest's `next` to the caller's `inbox` and waits for its answer (on a
-        pool thread: the request goes out on the worker's loop)."""
+        pool thread: the request goes out on the worker's loop). Signed like an answer
+        when the worker signs: a caller that trusts only its workers runs no other's."""
         if not inbox or not served.CALLBACK_RE.fullmatch(inbox) or self._nc is None \
                 or self._loop is None:
             return None
@@ -398,8 +399,11 @@ class Worker:
         def send(body: bytes) -> bytes:
             if scope.cancelled.is_set():
                 raise OpError("cancelled", "the caller gave the call up")
+            headers = {CONTENT_TYPE: MSGPACK, WORKER_HEADER: self.name}
+            if self.signer is not None:
+                headers = self.signer.sign(inbox, call_id, headers, body)
             future = asyncio.run_coroutine_threadsafe(
-                nc.request(inbox, body, timeout=NEXT_TIMEOUT_S), loop)
+                nc.request(inbox, body, timeout=NEXT_TIMEOUT_S, headers=headers), loop)
             remove = scope.on_cancel(future.cancel)
             try:
                 return future.result(NEXT_TIMEOUT_S + 1).data
