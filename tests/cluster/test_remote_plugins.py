@@ -451,3 +451,19 @@ def test_remote_config_section(tmp_path: Path) -> None:
         parse_config({"remote": {"Bad": {"subject": "a.>", "retry": 99, "extra": 1}}})
     for field in ("remote.Bad", "remote.Bad.subject", "remote.Bad.retry", "remote.Bad.extra"):
         assert f"field '{field}'" in info.value.message
+
+
+def test_run_names_the_missing_nats_server_of_remote_plugins(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from click.testing import CliRunner
+
+    from wasmext_cli.main import main
+
+    monkeypatch.delenv("WASMEXT_NATS_URL", raising=False)
+    cfg = tmp_path / "host.toml"
+    cfg.write_text('[host]\ndata_dir = "d"\n[remote.pii-mask]\n'
+                   'subject = "wasmext.plugin.pii-mask.v0"\n')
+    out = CliRunner().invoke(main, ["run", "--example", "--config", str(cfg)])
+    assert out.exit_code == 2, out.output
+    assert "[remote.*] plugins need a NATS server" in out.output
