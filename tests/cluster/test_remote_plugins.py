@@ -467,3 +467,68 @@ def test_run_names_the_missing_nats_server_of_remote_plugins(tmp_path: Path,
     out = CliRunner().invoke(main, ["run", "--example", "--config", str(cfg)])
     assert out.exit_code == 2, out.output
     assert "[remote.*] plugins need a NATS server" in out.output
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_call_fails_over_to_another(
+        nats_url: str, link: NatsLink, tmp_path: Path, spawn: Any,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Worker A (a process) takes the call and spins; it is killed with SIGKILL mid-call.
+    The attempt goes unanswered, and the retry, with the same call id, is answered by
+    worker B, which came up meanwhile. Without a retry, the call fails named."""
+    import signal
+
+    hung, quick = tmp_path / "hung", tmp_path / "quick"
+    hung.mkdir()
+    quick.mkdir()
+    wat = {"hung": guest_wat(SPIN, registration={"hooks": [{"hook": "on_plain_text"}]}),
+           "quick": guest_wat(response={"ok": True, "value": "done"},
+                              registration={"hooks": [{"hook": "on_plain_text"}]})}
+    for folder in (hung, quick):
+        _wat_folder(folder, "crawl", wat[folder.name])
+    (tmp_path / "a.toml").write_text('[host]\ndata_dir = "data"\n[plugin.crawl]\n'
+                                     'limits = { timeout_ms = 30000, fuel_per_call = '
+                                     '1000000000000000 }\n')
+    a = spawn("a", "worker", "--nats", nats_url, "--plugins", str(hung), "--config",
+              str(tmp_path / "a.toml"), "--name", "A", "--prefix", "killed").wait_ready()
+    host = Host(HostConfig(data_dir=tmp_path / "caller"), plugin_dirs=[])
+    (crawl,) = attach_remote(host, link, {"crawl": entry(
+        "crawl", subject="killed.plugin.crawl.v1", timeout_ms=10_000, attempt_ms=1500,
+        retry=1)})
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        box["result"] = host.try_call("crawl", "on_plain_text", "x")
+    thread = threading.Thread(target=call)
+    started = time.monotonic()
+    thread.start()
+    time.sleep(0.3)  # A holds the call now: it is the only worker
+    b = InProcessWorker(nats_url, quick, tmp_path_factory.mktemp("b"), "B", prefix="killed")
+    try:
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(10)
+        thread.join(10)
+        result, error = box["result"]
+        assert error is None and result.value == "done"
+        assert crawl.retries == 1 and crawl.by_worker == {"B": 1}
+        assert time.monotonic() - started < 6.0
+        # No retry allowed: the lost attempt is the named error, and fail-closed aborts.
+        a2 = spawn("a2", "worker", "--nats", nats_url, "--plugins", str(hung), "--config",
+                   str(tmp_path / "a.toml"), "--name", "A2", "--prefix", "lone").wait_ready()
+        once = RemotePlugin(entry("crawl", subject="lone.plugin.crawl.v1", timeout_ms=10_000,
+                                  attempt_ms=800, retry=0, failure="closed"), link,
+                            crawl.advert)
+        other = Host(HostConfig(data_dir=tmp_path / "other"), plugin_dirs=[])
+        other.add(once, source_kind="remote", failure="closed")
+        killer = threading.Timer(0.3, lambda: a2.proc.send_signal(signal.SIGKILL))
+        killer.start()
+        started = time.monotonic()
+        with other.session() as s, pytest.raises(HookAborted) as info:
+            s.on_plain_text("x")
+        assert isinstance(info.value.cause, RemoteUnavailable), info.value.cause
+        assert "no answer within 800 ms" in info.value.cause.message
+        assert time.monotonic() - started < 3.0
+        other.close()
+    finally:
+        b.close()
+        host.close()
