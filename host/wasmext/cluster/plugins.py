@@ -75,7 +75,6 @@ from wasmext.errors import (
     InvalidOutput,
     LoadError,
     MemoryLimitExceeded,
-    NatsUnavailable,
     OutOfFuel,
     PluginError,
     PluginFault,
@@ -334,8 +333,8 @@ class RemotePlugin(Plugin):
                 headers[CALLBACK_HEADER] = inbox[0]
             future = self.link.submit(self.link.client.request(
                 f"{self.entry.subject}.call", payload, timeout=wait_s, headers=headers))
-        except (RuntimeError, concurrent.futures.TimeoutError) as exc:
-            raise NatsUnavailable(clean(exc, 200)) from None
+        except (RuntimeError, concurrent.futures.TimeoutError) as exc:  # a closed link
+            raise _NoAnswer(f"network error: {clean(exc, 200)}") from None
         future.add_done_callback(lambda f: events.put(("answer", f)))
         scope = callscope.current()
 
