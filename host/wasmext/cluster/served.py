@@ -121,6 +121,9 @@ def call(host: Host, plugin_id: str, raw: bytes, root: calltree.Frame | None,
         return encode(PluginAnswer(False, kind="fault", reason="remote unavailable",
                                    message=f"plugin {plugin_id} is not loaded here"), MSGPACK)
     hook = clean(request.hook, MAX_HOOK_CHARS)
+    if lp.reload_after and time.monotonic() < lp.reload_after:  # its `reload` policy here
+        return encode(PluginAnswer(False, kind="quarantined",
+                                   message="skipped: reload backoff"), MSGPACK)
     meta: dict[str, Any] = {"session": None if request.session is None
                             else clean(request.session, 256)}
     if request.context is not None:
