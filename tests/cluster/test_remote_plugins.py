@@ -66,6 +66,9 @@ def served_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         registration={"hooks": [{"hook": "on_tool"}], "tools": [TOOL]}))
     _wat_folder(parent, "spin", guest_wat(SPIN, registration={
         "hooks": [{"hook": "on_plain_text"}]}))
+    _wat_folder(parent, "slowtool", guest_wat(SPIN, registration={
+        "hooks": [{"hook": "on_tool"}],
+        "tools": [{"name": "wait", "input_schema": {"type": "object"}}]}))
     _wat_folder(parent, "trap", guest_wat("unreachable", registration={
         "hooks": [{"hook": "on_plain_text"}]}))
     _wat_folder(parent, "steady", guest_wat(response={"ok": True, "value": "alive"},
@@ -76,6 +79,7 @@ def served_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _worker_config(data: Path) -> HostConfig:
     cfg = parse_config({"plugin": {
         "spin": {"limits": {"timeout_ms": 30_000, "fuel_per_call": 10**15}},
+        "slowtool": {"limits": {"timeout_ms": 30_000, "fuel_per_call": 10**15}},
         "normalize-text": {"settings": {"emoji": "strip"}}}})
     return dataclasses.replace(cfg, data_dir=data)
 
@@ -298,6 +302,33 @@ def test_deadline_carried_a_slow_plugin_stops_at_the_callers_deadline(
     assert spin.faults == 1
     # The worker is free again: a healthy plugin answers at once.
     assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]
+
+
+def test_a_local_plugins_tool_call_carries_its_deadline_to_the_worker(
+        worker: InProcessWorker, link: NatsLink, built: Any, tmp_path: Path) -> None:
+    """relay-tools (local, 400 ms of its own) calls the remote tool slowtool__wait (30 s
+    allowed on its worker) with tool.call: the worker stops the guest at the relay's
+    deadline, the relay answers at once, and the time-out is not slowtool's fault."""
+    from wasmext.testing import make_host
+
+    with make_host((built["relay-tools"], {
+            "grants": {"tools", "tool:slowtool__*"}, "limits": {"timeout_ms": 400},
+            "settings": {"upstream": "slowtool__wait"}}),
+            config=HostConfig(data_dir=tmp_path / "relay")) as host:
+        (slow,) = attach(host, link, entry("slowtool", timeout_ms=20_000, attempt_ms=20_000))
+        before = worker.answered("slowtool")
+        started = time.monotonic()
+        with host.session() as s:
+            result = host.tools.call("relay-tools__ask", {"question": "hi"}, s)
+        took = time.monotonic() - started
+        assert result["status"] == "error" and result["error"]["code"] == "timeout", result
+        assert "400 ms" in result["error"]["message"]
+        assert took < 3.0
+        deadline = time.monotonic() + 3.0  # the worker answered the abandoned call
+        while worker.answered("slowtool") == before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert worker.answered("slowtool") == before + 1
+        assert slow.faults == 0 and not slow.quarantined  # the relay's time, not its own
 
 
 def test_a_caller_that_gives_up_stops_the_workers_guest(worker: InProcessWorker,
