@@ -364,6 +364,39 @@ def test_a_caller_that_gives_up_stops_the_workers_guest(worker: InProcessWorker,
     assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]
 
 
+def test_an_mcp_client_cancel_reaches_the_workers_guest(worker: InProcessWorker,
+                                                         link: NatsLink, caller: Host) -> None:
+    """An MCP client cancels its tools/call of a remote tool spinning on a worker (30 s
+    allowed): `wasmext mcp serve`'s cancel reaches the proxy, the proxy's reaches the
+    worker, and the guest stops long before its time-out, nobody's fault."""
+    import anyio
+    from mcp.client.client import Client
+
+    from wasmext.mcp.server.serve import McpToolServer
+
+    (slow,) = attach(caller, link, entry("slowtool", timeout_ms=30_000, attempt_ms=30_000))
+    before, cancels = worker.answered("slowtool"), worker.worker.cancelled
+    server = McpToolServer(caller, poll_interval=0)
+    waited: list[float] = []
+
+    async def main() -> None:
+        async with Client(server.server, read_timeout_seconds=30) as client:
+            async with anyio.create_task_group() as tg:
+                async def call() -> None:
+                    await client.call_tool("slowtool__wait", {})
+                tg.start_soon(call)
+                await anyio.sleep(0.5)  # the worker's guest spins by now
+                cancelled_at = time.monotonic()
+                tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+            while worker.answered("slowtool") == before:
+                assert time.monotonic() - cancelled_at < 5.0
+                await anyio.sleep(0.02)
+            waited.append(time.monotonic() - cancelled_at)
+    anyio.run(main)
+    assert waited[0] < 3.0
+    assert worker.worker.cancelled == cancels + 1 and slow.faults == 0
+
+
 def test_quarantine_after_repeated_failures_then_healthy_answers(
         worker: InProcessWorker, link: NatsLink, caller: Host) -> None:
     trap, steady = attach(caller, link, entry("trap", quarantine_faults=3,
