@@ -123,10 +123,8 @@ def _attach_remote(opts: dict[str, Any], host: Any) -> None:
                                "--nats URL or [nats] url")
     from wasmext.cluster.plugins import attach_remote
 
+    # Each one not added is a load error, shown with the others (trace.print_run).
     attach_remote(host, link, trusted_workers=host.config.nats.with_env().trusted_workers)
-    for problem in host.load_errors:
-        if getattr(problem, "reason", "") in ("remote registration", "remote unavailable"):
-            click.echo(f"wasmext: {problem.describe()}", err=True)
 
 
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:

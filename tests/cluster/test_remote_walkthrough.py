@@ -50,7 +50,8 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     # Every hook kind fired as in-process, and turn-counter's before_agent besides.
     assert remote_report["hooks_fired"] == sorted({*local_report["hooks_fired"],
                                                    "before_agent"})
-    assert not remote_report.get("load_errors")
+    assert remote_report["load_errors"] == []
+    assert remote_report["plugins"] == sorted([*local_report["plugins"], "turn-counter"])
     # Thirty rounds in one session, w2 killed after the first: nothing lost.
     result = json.loads(session)
     assert result["same_as_first"] == result["rounds"] == 30
