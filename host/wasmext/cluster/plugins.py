@@ -447,8 +447,9 @@ class RemotePlugin(Plugin):
             raise InvalidOutput(f"plugin {self.id} hook {hook}: {err.message}",
                                 plugin_id=self.id, hook=hook) from None
         if answer.ok:
+            # The worker's word for it: bounded, so metrics cannot be thrown off.
             return CallResult(answer.value, answer.changed, answer.stop,
-                              fuel=max(0, answer.fuel))
+                              fuel=min(max(0, answer.fuel), 1 << 53))
         message = clean(answer.message, 300)
         if answer.kind == "error":
             raise PluginError(message, code=clean(answer.code, 64) or "failed",
