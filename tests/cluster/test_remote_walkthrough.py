@@ -54,9 +54,18 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     assert remote_report["plugins"] == sorted([*local_report["plugins"], "turn-counter"])
     # Thirty rounds in one session, w2 killed after the first: nothing lost.
     result = json.loads(session)
-    assert result["same_as_first"] == result["rounds"] == 30
-    assert result["failed"] == []
-    assert result["turns_counted"] == result["counting_calls_answered"] == 30
+    # Each round answered as the first, or met a named fault per its plugin's policy:
+    # a middleware call w2 held after it had run the caller's inner layers is not
+    # retried (they would run twice) but fails as RemoteUnavailable.
+    assert result["different_without_a_named_fault"] == 0, result
+    assert all(f["error"] in ("remote unavailable", "timeout")
+               for f in result["named_faults"]), result
+    assert result["same_as_first"] >= 30 - len({f["round"] for f in result["named_faults"]})
+    assert result["named_faults"] or result["same_as_first"] == 30
+    # The state is either before or after each counting call, never half or twice.
+    assert result["turns_counted"] == result["counting_calls_answered"]
+    assert result["turns_counted"] + len([f for f in result["named_faults"]
+                                          if f["plugin"] == "turn-counter"]) == 30
     by_worker = result["answers_by_worker"]
     assert set(by_worker) <= {"w1", "w2", "w3"} and by_worker["w1"] and by_worker["w3"]
     # w2 answered only what it took before it died (its first round's share, at most).

@@ -6,7 +6,8 @@ The host has no plugin of its own: `[remote.ID]` in host.toml names each plugin 
 workers serve (`wasmext.cluster.plugins.attach_remote`). After the first round it
 prints `ready` on stderr (docs/cluster_remote_demo.py kills a worker then), and at the
 end one JSON document on stdout: how many rounds answered exactly as the first one,
-the turns that failed (with the named error their plugin's failure policy gave), the
+how many did not with no named fault to say why (none should), the named faults
+(plugin, hook, reason) the plugins' failure policies met, the turns that failed, the
 turn count turn-counter kept in the shared state against the turns it saw, and the
 answers each worker gave.
 """
@@ -74,7 +75,8 @@ def main() -> int:
     host.llm.use(ReplayModel(script).chat, "replay")
     before = count(host)
     first: list[dict[str, Any]] | None = None
-    same, failed = 0, []
+    same, unexplained, failed, named = 0, 0, [], []
+    seen_faults = len(host.faults)
     with host.session() as session:
         for rnd in range(args.rounds):
             agent = Agent(host, Rounds(script), system=script.system,
@@ -87,16 +89,25 @@ def main() -> int:
                 except WasmextError as err:  # a fail-closed plugin failed: named
                     failed.append({"turn": index, "error": err.describe()})
                     answers.append({"failed": err.reason})
+            # A call no worker answered (its worker died holding it, after it had run
+            # the caller's inner layers, say) is a named fault its failure policy met.
+            faults = [{"round": rnd, "plugin": f.plugin_id, "hook": f.hook, "error": f.reason}
+                      for f in host.faults[seen_faults:]]
+            seen_faults = len(host.faults)
+            named += faults
             if first is None:
                 first = answers
                 print("ready", file=sys.stderr, flush=True)
             same += answers == first
+            unexplained += answers != first and not faults
     by_worker: dict[str, int] = {}
     for proxy in proxies:
         assert isinstance(proxy, RemotePlugin)
         for name, n in proxy.by_worker.items():
             by_worker[name] = by_worker.get(name, 0) + n
-    print(json.dumps({"rounds": args.rounds, "same_as_first": same, "failed": failed,
+    print(json.dumps({"rounds": args.rounds, "same_as_first": same,
+                      "different_without_a_named_fault": unexplained, "named_faults": named,
+                      "failed": failed,
                       "turns_counted": count(host) - before,
                       "counting_calls_answered": sum(p.answered for p in proxies
                                                      if p.id == "turn-counter"),
