@@ -54,11 +54,14 @@ def _program(name: str) -> list[str]:
     return [found]
 
 
-def _wait(proc: subprocess.Popen[bytes], ready: object, timeout: float = 90) -> None:
+def _wait(proc: subprocess.Popen[bytes], ready: object, log: Path, timeout: float = 120
+          ) -> None:
     deadline = time.monotonic() + timeout
     while not ready():  # type: ignore[operator]
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{proc.args!r} did not start")
+            why = f"exited {proc.returncode}" if proc.poll() is not None else "not ready"
+            raise RuntimeError(f"{proc.args!r} did not start ({why}): "
+                               f"{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.05)
 
 
@@ -104,9 +107,9 @@ def run(work: Path) -> list[str]:
             port = {"nats-server": nats_port, "redis-server": redis_port}.get(line.split()[0])
             if port is not None:
                 _wait(proc, lambda port=port: socket.socket().connect_ex(("127.0.0.1", port))
-                      == 0)
+                      == 0, log)
             else:
-                _wait(proc, lambda log=log: b"ready" in log.read_bytes().splitlines())
+                _wait(proc, lambda log=log: b"ready" in log.read_bytes().splitlines(), log)
     finally:
         for proc, _, _ in reversed(jobs):  # workers drain on SIGTERM, then the servers
             if proc.poll() is None:
