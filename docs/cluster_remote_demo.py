@@ -14,6 +14,7 @@ tests/cluster/test_remote_walkthrough.py runs the same function.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -70,10 +71,14 @@ def run(work: Path) -> list[str]:
     foreground lines and of each `wait`, in order."""
     demo = work / "demo"
     shutil.copytree(DEMO, demo, ignore=shutil.ignore_patterns("*.wasm", ".wasmext*"))
-    nats_port, redis_port = _free_port(), _free_port()
+    nats_port = _free_port()
+    redis_port = _free_port()
+    while redis_port == nats_port:
+        redis_port = _free_port()
+    chosen = {"4222": str(nats_port), "6379": str(redis_port)}
 
-    def ports(text: str) -> str:
-        return text.replace("4222", str(nats_port)).replace("6379", str(redis_port))
+    def ports(text: str) -> str:  # one pass: a chosen port never gets replaced again
+        return re.sub(r"\b(4222|6379)\b", lambda m: chosen[m.group(1)], text)
     for name in ("host.toml", "worker.toml"):
         (demo / name).write_text(ports((demo / name).read_text()))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
