@@ -205,7 +205,10 @@ class RemotePlugin(Plugin):
         raw = encode(advert, MSGPACK)
         self.module = SimpleNamespace(info=ModuleInfo(  # type: ignore[assignment]
             hashlib.sha256(raw).hexdigest(), len(raw), (), (), False, False, False))
-        self.limits = Limits().replace(timeout_ms=entry.timeout_ms)
+        # The longest a call can hold its caller: the deadline, plus per attempt the
+        # grace for a late answer (an AsyncSession judges running inline by it).
+        self.limits = Limits().replace(timeout_ms=entry.timeout_ms + (entry.retry + 1) * int(
+            (ANSWER_GRACE_S + 1.0) * 1000))
         self.requested_limits = {}
         self.settings, self.sensitive, self.grants = {}, frozenset(), frozenset()
         self.services = services if services is not None else HostServices()
