@@ -171,6 +171,32 @@ def test_remote_hook_call_equals_local(worker: InProcessWorker, link: NatsLink,
         local.close()
 
 
+def test_an_async_session_calls_remote_plugins_off_its_loop(worker: InProcessWorker,
+                                                            link: NatsLink,
+                                                            caller: Host) -> None:
+    attach(caller, link, entry("pii-mask"), entry("normalize-text"))
+    text = "  Mail ann@example.com   now 😀 "
+    with caller.session() as s:
+        expected = s.on_plain_text(text).value
+
+    async def main() -> Any:
+        async with caller.asession() as s:
+            ticks = 0
+
+            async def tick() -> None:  # the loop keeps turning while the calls wait
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0)
+            ticker = asyncio.ensure_future(tick())
+            results = await asyncio.gather(*[s.on_plain_text(text) for _ in range(8)])
+            ticker.cancel()
+            return [r.value for r in results], ticks
+    values, ticks = asyncio.run(main())
+    assert values == [expected] * 8 and expected == "Mail [EMAIL] now"
+    assert ticks > 8
+
+
 def test_remote_tool_equals_local_via_session_and_mcp(worker: InProcessWorker, link: NatsLink,
                                                       caller: Host, served_dir: Path,
                                                       tmp_path: Path) -> None:
