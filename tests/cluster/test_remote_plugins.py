@@ -40,7 +40,7 @@ from wasmext.errors import (
 )
 from wasmext.sandbox import calltree
 from wasmext.sandbox.callscope import CallScope
-from wasmext.testing import guest_wat
+from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, packed
 
 EXAMPLE = ROOT / "cli" / "wasmext_cli" / "example" / "plugins"
 TOOL = {"name": "shout", "description": "Shouts\x1b[31m the text", "title": "Shout",
@@ -69,6 +69,14 @@ def served_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _wat_folder(parent, "slowtool", guest_wat(SPIN, registration={
         "hooks": [{"hook": "on_tool"}],
         "tools": [{"name": "wait", "input_schema": {"type": "object"}}]}))
+    ask = msgpack.packb({"op": "abi.info"})
+    answer = msgpack.packb({"ok": True, "value": "asked"})
+    _wat_folder(parent, "asker", guest_wat(
+        f"(drop (call $hc (i32.const {DATA_AT}) (i32.const {len(ask)}))) "
+        f"(i64.const {packed(RESPONSE_AT, len(answer))})",
+        response={"ok": True, "value": "asked"}, data=ask,
+        imports='(import "wasmext" "host_call" (func $hc (param i32 i32) (result i64)))',
+        registration={"hooks": [{"hook": "on_plain_text"}]}))
     _wat_folder(parent, "trap", guest_wat("unreachable", registration={
         "hooks": [{"hook": "on_plain_text"}]}))
     _wat_folder(parent, "steady", guest_wat(response={"ok": True, "value": "alive"},
@@ -355,6 +363,26 @@ def test_a_local_plugins_tool_call_carries_its_deadline_to_the_worker(
             time.sleep(0.02)
         assert worker.answered("slowtool") == before + 1
         assert slow.faults == 0 and not slow.quarantined  # the relay's time, not its own
+
+
+def test_the_callers_host_calls_left_go_along(worker: InProcessWorker, link: NatsLink,
+                                              caller: Host) -> None:
+    """`asker` makes one host call: inside a tree with none left, the worker refuses it
+    (`host call limit`); with some left it answers."""
+    from wasmext.errors import HostCallLimitExceeded
+
+    (asker,) = attach(caller, link, entry("asker"))
+    assert asker.call("on_plain_text", "x").value == "asked"  # no tree: its own budget
+    for left, ok in ((0, False), (5, True)):
+        calltree.push(calltree.Frame(time.monotonic() + 5.0, left, None))
+        try:
+            if ok:
+                assert asker.call("on_plain_text", "x").value == "asked"
+            else:
+                with pytest.raises(HostCallLimitExceeded, match="on worker w1"):
+                    asker.call("on_plain_text", "x")
+        finally:
+            calltree.pop()
 
 
 def test_a_caller_that_gives_up_stops_the_workers_guest(worker: InProcessWorker,
