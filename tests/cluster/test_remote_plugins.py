@@ -650,3 +650,34 @@ def test_a_worker_killed_mid_call_fails_over_to_another(
     finally:
         b.close()
         host.close()
+
+
+def test_a_remote_plugin_call_joins_the_callers_trace(worker: InProcessWorker,
+                                                      link: NatsLink, caller: Host) -> None:
+    """With tracing on, the proxy's client span carries `traceparent` to the worker,
+    whose server span is its child (in-memory exporter: the shapes)."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from wasmext.observe import tracing
+
+    attach(caller, link, entry("steady"))
+    exporter = InMemorySpanExporter()
+    traced = tracing.Tracing.with_exporter(exporter)
+    before = tracing.activate(traced)
+    try:
+        with traced.span("app.request") as app:
+            assert caller.try_call("steady", "on_plain_text", "x")[0] is not None
+    finally:
+        tracing.activate(before)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    remote, served = spans["wasmext.remote plugin"], spans["wasmext.worker plugin"]
+    # app.request > the host's hook span > the proxy's client span > the worker's span
+    hook = next(x for x in spans.values()
+                if remote.parent is not None and x.context.span_id == remote.parent.span_id)
+    assert hook.name.startswith("wasmext.hook")
+    assert hook.parent is not None and hook.parent.span_id == app.get_span_context().span_id
+    assert served.parent is not None and served.parent.span_id == remote.context.span_id
+    assert served.parent.is_remote and served.context.trace_id == remote.context.trace_id
+    assert remote.attributes["wasmext.outcome"] == "ok"
+    assert served.attributes["wasmext.plugin_id"] == "steady"
+    assert served.attributes["wasmext.worker"] == "w1"

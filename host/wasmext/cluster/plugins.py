@@ -89,6 +89,7 @@ from wasmext.errors import (
 )
 from wasmext.hooks.middleware import KINDS as MIDDLEWARE_KINDS
 from wasmext.ids import random_hex
+from wasmext.observe import tracing
 from wasmext.sandbox import callscope, calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.sandbox.instance import CallResult, PluginInstance
@@ -268,7 +269,7 @@ class RemotePlugin(Plugin):
                               plugin_id=self.id, hook=hook)
         self.calls += 1
         try:
-            result = self._remote(hook, data, meta or {})
+            result = self._traced(hook, data, meta or {})
         except PluginFault as fault:
             if not getattr(fault, "inherited", False):  # the caller's time or cancel
                 self._record_fault(fault)
@@ -276,6 +277,21 @@ class RemotePlugin(Plugin):
         self._record_success()
         self.answered += 1
         return result
+
+    def _traced(self, hook: str, data: Any, meta: Mapping[str, Any]) -> CallResult:
+        """`_remote` in a client span when tracing is on: the worker's span joins it
+        (W3C `traceparent` in the request's headers)."""
+        traced = tracing.ACTIVE
+        if traced is None:
+            return self._remote(hook, data, meta)
+        with traced.span("wasmext.remote plugin", {
+                "wasmext.plugin_id": tracing.text(self.id), "wasmext.hook": tracing.text(hook),
+                "messaging.system": "nats",
+                "messaging.destination.name": tracing.text(self.entry.subject)},
+                kind="client") as span:
+            result = self._remote(hook, data, meta)
+            span.set_attribute("wasmext.outcome", "ok")
+            return result
 
     def _remote(self, hook: str, data: Any, meta: Mapping[str, Any]) -> CallResult:
         now = time.monotonic()
@@ -292,6 +308,8 @@ class RemotePlugin(Plugin):
                               plugin_id=self.id, hook=hook) from None
         key = random_hex()
         headers = {CALL_ID_HEADER: key, CONTENT_TYPE: MSGPACK}
+        if tracing.ACTIVE is not None:  # the current span: this call's (`_traced`)
+            tracing.ACTIVE.inject(headers)
         if frame is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, frame.calls_left))
         reason = "no attempt"

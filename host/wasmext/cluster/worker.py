@@ -383,8 +383,19 @@ class Worker:
                      inbox: str | None = None, call_id: str = "") -> bytes | None:
         if budget.expired():  # it waited in the pool's queue past the caller's deadline
             return None
-        return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key, scope,
-                           self._callback(inbox, call_id, scope))
+        callback = self._callback(inbox, call_id, scope)
+        traced = tracing.ACTIVE
+        if traced is None:
+            return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key,
+                               scope, callback)
+        # A child of the caller's span (W3C traceparent in the request's headers).
+        with traced.span("wasmext.worker plugin", {
+                "wasmext.plugin_id": tracing.text(stage.plugin_id),
+                "wasmext.worker": tracing.text(self.name), "messaging.system": "nats",
+                "messaging.destination.name": tracing.text(stage.subject)},
+                kind="server", parent=traced.extract(budget.headers)):
+            return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key,
+                               scope, callback)
 
     def _callback(self, inbox: str | None, call_id: str, scope: CallScope
                   ) -> served.Callback | None:
