@@ -3,6 +3,8 @@ with 1, 2 and 4 `wasmext worker` processes, all on loopback in one run.
 
     python benchmarks/bench_cluster.py [--quick] [--json PATH]
 
+One hook call = `Host.try_call` of the same plugin: in-process, then through a
+`RemotePlugin` proxy (`[remote.stamp]`, `cluster.plugins`) on one worker.
 One pipeline run = one `pre` stage (a WAT plugin answering a fixed message), through
 `Router.run`: in-process, then remote (JSON and MessagePack) on one worker. Then
 `threads` caller threads run it for `seconds` against 1, 2 and 4 workers (queue
@@ -36,7 +38,11 @@ ROOT = HERE.parent
 
 from wasmext import Host, HostConfig, parse_policy  # noqa: E402
 from wasmext.cluster.link import NatsLink  # noqa: E402
-from wasmext.cluster.registry import parse_registry  # noqa: E402
+from wasmext.cluster.plugins import attach_remote  # noqa: E402
+from wasmext.cluster.registry import (  # noqa: E402
+    RemotePluginEntry,
+    parse_registry,
+)
 from wasmext.cluster.remote import RemoteCaller  # noqa: E402
 from wasmext.cluster.routing import Router  # noqa: E402
 from wasmext.runtime import Runtime  # noqa: E402
@@ -90,6 +96,18 @@ def _latency(host: Host, router: Router, n: int) -> dict[str, float]:
             samples.append((time.perf_counter() - started) * 1e6)
     return {"p50_us": round(_pct(samples, 0.5), 1), "p99_us": round(_pct(samples, 0.99), 1),
             "n": n}
+
+
+def _hook_latency(host: Host, n: int) -> dict[str, float]:
+    """p50 and p99 of one hook call of `stamp` (the `pre` hook, called by name)."""
+    data = {"message": {"payload": "hello", "metadata": {}}, "context": {}}
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        result, error = host.try_call("stamp", "pre", data)
+        samples.append((time.perf_counter() - t) * 1e6)
+        assert result is not None, error
+    return {"p50_us": round(_pct(samples, 0.5), 1), "p99_us": round(_pct(samples, 0.99), 1)}
 
 
 def _throughput(host: Host, router: Router, threads: int, seconds: float) -> float:
@@ -277,6 +295,18 @@ def measure(quick: bool = False) -> dict[str, Any]:
                 cluster.add_echo()
                 result["echo"] = _echo_floor(cluster.url, n, threads, seconds)
                 cluster.add_worker()
+                _hook_latency(local, n // 4)
+                result["hook_local"] = _hook_latency(local, n)
+                with Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as proxy:
+                    attach_remote(proxy, link, {"stamp": RemotePluginEntry(
+                        "stamp", "wasmext.plugin.stamp.v1", timeout_ms=10_000,
+                        attempt_ms=10_000)})
+                    _hook_latency(proxy, n // 4)
+                    result["hook_remote"] = _hook_latency(proxy, n)
+                result["hook_remote_vs_local_p50"] = round(
+                    result["hook_remote"]["p50_us"] / result["hook_local"]["p50_us"], 1)
+                result["hook_remote_vs_echo_p50"] = round(
+                    result["hook_remote"]["p50_us"] / result["echo"]["p50_us"], 2)
                 _latency(local, remote, n // 4)
                 result["remote_json"] = _latency(local, remote, n)
                 result["remote_msgpack"] = _latency(local, packed, n)
@@ -324,7 +354,14 @@ def measure(quick: bool = False) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> str:
-    lines = ["pipeline run with one pre stage      p50 us    p99 us"]
+    lines = ["one hook call (Host.try_call)        p50 us    p99 us"]
+    for key in ("hook_local", "hook_remote"):
+        if key in result:
+            lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")
+    if "hook_remote" in result:
+        lines.append(f"  remote hook call/local p50: {result['hook_remote_vs_local_p50']}x; "
+                     f"remote hook call/bare echo p50: {result['hook_remote_vs_echo_p50']}x")
+    lines.append("pipeline run with one pre stage      p50 us    p99 us")
     for key in ("echo", "in_process", "remote_json", "remote_msgpack", "remote_async"):
         if key in result:
             lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")

@@ -83,6 +83,24 @@ def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
     return Host(cfg, plugin_dirs=dirs)
 
 
+def _attach_remote(host: Any, url: str | None = None) -> None:
+    """Proxies for the config's [remote.ID] plugins, served by workers over NATS (url,
+    else [nats] url or WASMEXT_NATS_URL); each not added is a named load error."""
+    if not host.config.remote:
+        return
+    auth = host.config.nats.with_env()
+    url = url or auth.url
+    if not url:
+        raise click.UsageError("the config's [remote.*] plugins need a NATS server: "
+                               "[nats] url or WASMEXT_NATS_URL")
+    from wasmext.cluster.link import NatsLink
+    from wasmext.cluster.plugins import attach_remote
+
+    link = NatsLink(url, name="wasmext-remote", auth=auth)
+    click.get_current_context().call_on_close(link.close)
+    attach_remote(host, link, trusted_workers=auth.trusted_workers)
+
+
 CONFIG_OPT = click.option("--config", "config", type=click.Path(exists=True, dir_okay=False,
                                                                    path_type=Path),
                           help="A wasmext.toml (default: ./wasmext.toml if present).")

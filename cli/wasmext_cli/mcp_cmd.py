@@ -13,6 +13,7 @@ from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_USAGE,
     PLUGINS_OPT,
+    _attach_remote,
     _default_config,
     _fail,
     _host,
@@ -102,6 +103,7 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
             require_token_for(address, token)
         host = _host(_default_config(config), plugin_dirs,
                      (token_env,) if token_env else ())
+        _attach_remote(host)  # [remote.ID]: plugins workers serve, their tools too
     except WasmextError as err:
         _fail(err)
     for problem in host.load_errors:

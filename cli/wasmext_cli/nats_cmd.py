@@ -85,10 +85,13 @@ def _import_nats_extra() -> None:
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan the plugin folders and enable state on change, and serve what "
                    "they hold then.")
+@click.option("--example", is_flag=True,
+              help="Also serve the example session's plugins (those `wasmext run` plays).")
 def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
            concurrency: int, inline_below_ms: float | None, name: str,
-           bridge_events: tuple[str, ...], watch: bool) -> None:
-    """Serve the plugins' pipeline stages as NATS services until SIGTERM (then drain)."""
+           bridge_events: tuple[str, ...], watch: bool, example: bool) -> None:
+    """Serve the plugins (each whole, and its pipeline stages) as NATS services until
+    SIGTERM (then drain)."""
     import asyncio  # here, not at the top: `wasmext --help` should not pay for it
     from contextlib import nullcontext
 
@@ -99,6 +102,10 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if example:
+        from wasmext_cli.example import example_root
+
+        plugin_dirs = (*plugin_dirs, example_root() / "plugins")
     try:
         host = _host(_default_config(config), plugin_dirs)
         for problem in host.load_errors:
@@ -110,8 +117,7 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
             served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name,
                             auth=auth, **inline)
             if not served.stages:
-                click.echo("wasmext: no loaded plugin has a pre, validator, post or provider "
-                           "hook", err=True)
+                click.echo("wasmext: no plugin is loaded: nothing to serve", err=True)
             bridge = None
             if bridge_events:
                 with needs_nats_extra("worker --events"):
@@ -147,7 +153,12 @@ async def _serve(served: object, follow_s: float | None) -> None:
         return
     for stages in served.stages.values():
         for stage in stages:
-            click.echo(f"serving {stage.kind} {stage.plugin_id} on {stage.subject}", err=True)
+            if stage.kind == "call":  # the whole plugin: `describe` beside it says no more
+                base = stage.subject.rpartition(".")[0]
+                click.echo(f"serving plugin {stage.plugin_id} on {base}", err=True)
+            elif stage.kind != "describe":
+                click.echo(f"serving {stage.kind} {stage.plugin_id} on {stage.subject}",
+                           err=True)
     click.echo("ready", err=True)
     await task
 

@@ -34,7 +34,8 @@ def session_options(fn: F) -> F:
                      help="A routing policy (JSON or TOML) for pre/validator/post stages; "
                           "read again when it (or the config's [extensions]) changes."),
         click.option("--nats", "nats_url", metavar="URL",
-                     help="The NATS server of the remote stages ([extensions.ID] tables); "
+                     help="The NATS server of the remote stages ([extensions.ID]) and plugins "
+                          "([remote.ID]); "
                           "default: [nats] url."),
         click.option("--tenant", "tenant_id", default="default", show_default=True,
                      help="The tenant the policy runs for (its overrides apply)."),
@@ -50,6 +51,9 @@ def session_options(fn: F) -> F:
                      help="Offer the agent no demo tools (calc, clock, ...): only the "
                           "plugins' and the MCP servers' tools."),
         click.option("--json", "as_json", is_flag=True, help="Print a JSON document."),
+        click.option("--example", is_flag=True,
+                     help="Play the example session's transcript and policy (with this "
+                          "config and plugins: remote ones, say)."),
         click.option("--metrics-port", type=click.IntRange(0, 65535),
                      help="Serve Prometheus /metrics on 127.0.0.1:PORT while running."),
         click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr."),
@@ -84,23 +88,54 @@ def _routing(opts: dict[str, Any], host: Any) -> Any:
     from wasmext import load_config
     from wasmext.cluster.live import LiveRouting
 
-    link = None
+    auth = host.config.nats.with_env()
+    link = _nats_link(opts, host)
+    config = _default_config(opts["config"])
+    return LiveRouting(opts["policy"], config, lambda p: load_config(p).extensions, link,
+                       trusted_workers=auth.trusted_workers)
+
+
+def _nats_link(opts: dict[str, Any], host: Any) -> Any:
+    """The run's one NATS link (--nats, else [nats] url or WASMEXT_NATS_URL, with [nats]'s
+    credentials), opened on first use and closed with the command; None without a URL."""
+    if "nats_link" in opts:
+        return opts["nats_link"]
     auth = host.config.nats.with_env()
     url = opts["nats_url"] or auth.url
+    link = None
     if url:
         from wasmext.cluster.link import NatsLink
 
         link = NatsLink(url, name="wasmext-run", auth=auth)
         click.get_current_context().call_on_close(link.close)
-    config = _default_config(opts["config"])
-    return LiveRouting(opts["policy"], config, lambda p: load_config(p).extensions, link,
-                       trusted_workers=auth.trusted_workers)
+    opts["nats_link"] = link
+    return link
+
+
+def _attach_remote(opts: dict[str, Any], host: Any) -> None:
+    """Proxies for the config's [remote.ID] plugins (served by workers): each one a
+    worker does not advertise acceptably is a load error, named like a local one."""
+    if not host.config.remote:
+        return
+    link = _nats_link(opts, host)
+    if link is None:
+        raise click.UsageError("the config's [remote.*] plugins need a NATS server: "
+                               "--nats URL or [nats] url")
+    from wasmext.cluster.plugins import attach_remote
+
+    # Each one not added is a load error, shown with the others (trace.print_run).
+    attach_remote(host, link, trusted_workers=host.config.nats.with_env().trusted_workers)
 
 
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     from wasmext.agent import Agent
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
 
+    if opts.get("example"):
+        from wasmext_cli.example import example_root
+
+        opts["transcript"] = opts["transcript"] or example_root() / "transcript.json"
+        opts["policy"] = opts["policy"] or example_root() / "policy.toml"
     try:
         if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
                 and _default_config(opts["config"]) is None:
@@ -120,6 +155,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
                                                  opts["plugin_dirs"])
         if host.llm.completer is None:  # llm.complete asks the session's model
             host.llm.use(model.chat, model.name)
+        _attach_remote(opts, host)
         routing = _routing(opts, host) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)

@@ -68,6 +68,10 @@
     subject = "wasmext.ext.validate.pii_guard.v1"
     timeout_ms = 100
 
+    [remote.agent-guard]         # a whole plugin served by workers (docs/cluster.md)
+    subject = "wasmext.plugin.agent-guard.v0"
+    timeout_ms = 5000
+
     [nats]                       # credentials and TLS for worker and callers (docs/cluster.md)
     user = "worker"
     password_file = "secrets/nats-worker"
@@ -124,7 +128,13 @@ from pydantic import (
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.cluster.natsauth import NatsAuth, NatsTable
-from wasmext.cluster.registry import ExtensionId, ExtensionSpec, RemoteExtension
+from wasmext.cluster.registry import (
+    ExtensionId,
+    ExtensionSpec,
+    RemoteExtension,
+    RemotePluginEntry,
+    RemotePluginSpec,
+)
 from wasmext.discovery import PACKAGES
 from wasmext.errors import ConfigError, UnsafeFile
 from wasmext.files import atomic_write, locked, read_regular
@@ -212,6 +222,8 @@ class HostConfig:
     trusted_keys: tuple[str, ...] = ()  # "ed25519:<base64 of the 32-byte public key>"
     extensions: Mapping[str, RemoteExtension] = field(default_factory=dict)  # remote (NATS)
     nats: NatsAuth = field(default_factory=NatsAuth)  # [nats]: url, credentials, TLS
+    # [remote.ID]: whole plugins served by workers (cluster.plugins.attach_remote)
+    remote: Mapping[str, RemotePluginEntry] = field(default_factory=dict)
     extensions_enabled: bool = True  # [extensions] enabled: false loads no plugin at all
     extension_dirs: tuple[Path, ...] = ()  # [extensions] directories, after the two above
     llm: LlmSettings = field(default_factory=LlmSettings)  # the [llm] section
@@ -470,6 +482,7 @@ class ConfigFile(BaseModel):
     tracing: TracingSection = TracingSection()
     manage: ManageTable = ManageTable()
     fs: FsSection = FsSection()
+    remote: dict[PluginId, RemotePluginSpec] = {}
 
 
 # -- from the validated file to the HostConfig the host takes ----------------------------
@@ -515,7 +528,9 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         llm=doc.llm.settings(), http=doc.http.settings(), nats=doc.nats.auth(base),
         tracing=doc.tracing.settings(), fs=doc.fs.quota(),
         manage=ManageSettings(doc.manage.enabled, tuple(where(d) for d in doc.manage.sources),
-                              doc.manage.install_to, tuple(doc.manage.registries)))
+                              doc.manage.install_to, tuple(doc.manage.registries)),
+        remote={pid: spec.entry(pid) for pid, spec in doc.remote.items()}
+        if doc.extensions.enabled else {})
 
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:

@@ -16,6 +16,9 @@
     │   ├── UnknownImport           imports something the host does not offer
     │   ├── UnknownHook             registers a name one typo from a hook the host calls
     │   ├── UnsafeFolder            a plugin folder that is, or holds, a symlink out of it
+    │   ├── RemoteRegistrationRefused   (wasmext.cluster) a worker's advertised
+    │   │                           registration refused as a guest's would be, or
+    │   │                           not the plugin configured
     │   └── BundleError             a .wxb bundle refused (wasmext.lifecycle.bundle):
     │       ├── BundlePathTraversal     an entry name with '..' (zip-slip)
     │       ├── BundleAbsolutePath      an entry name that is absolute (or a drive)
@@ -46,7 +49,10 @@
     │   ├── InvalidOutput           bad ptr/len, oversize, hostile MessagePack
     │   ├── HostCallLimitExceeded   too many host calls, or too long in the host
     │   ├── BlockingWaitDenied      a component asked WASI to wait on a clock
-    │   └── GuestTrap               any other trap (unreachable, bad access, ...)
+    │   ├── GuestTrap               any other trap (unreachable, bad access, ...)
+    │   └── RemoteUnavailable       (wasmext.cluster) no worker answered a remote
+    │                               plugin's call: none serves it, or each attempt
+    │                               went unanswered (a worker killed mid-call)
     ├── PluginError                 the plugin answered {"ok": false}: a clean,
     │                               reported failure, not a fault
     ├── CapabilityDenied            the plugin was not granted what it asked for
@@ -198,6 +204,8 @@ __all__ = [
     "RegistryInsecure",
     "RegistryTimeout",
     "RegistryTooLarge",
+    "RemoteRegistrationRefused",
+    "RemoteUnavailable",
     "SessionQuotaExceeded",
     "SignatureInvalid",
     "SignatureRequired",
@@ -321,6 +329,13 @@ class UnsafeFolder(LoadError):
     reason = "unsafe folder"
 
 
+class RemoteRegistrationRefused(LoadError):
+    """A worker's advertised registration for a remote plugin, refused: it fails the
+    checks a guest's registration map gets, or names another plugin."""
+
+    reason = "remote registration"
+
+
 class PluginFault(WasmextError):
     """The plugin misbehaved during a call; counts towards quarantine."""
 
@@ -388,6 +403,13 @@ class GuestTrap(PluginFault):
     """Any other trap of the guest (unreachable, bad memory access, ...)."""
 
     reason = "trap"
+
+
+class RemoteUnavailable(PluginFault):
+    """No worker answered a remote plugin's call (none serves it, or every attempt went
+    unanswered): counts towards the proxy's quarantine as a fault would."""
+
+    reason = "remote unavailable"
 
 
 class PluginError(WasmextError):

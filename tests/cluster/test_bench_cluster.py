@@ -25,11 +25,13 @@ def test_the_cluster_benchmark_reports_latency_and_throughput(tmp_path: Path,
                           timeout=300, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
-    for key in ("in_process", "remote_json", "remote_msgpack"):
+    for key in ("in_process", "remote_json", "remote_msgpack", "hook_local", "hook_remote"):
         assert doc[key]["p50_us"] > 0 and doc[key]["p99_us"] >= doc[key]["p50_us"]
     assert set(doc["throughput_runs_per_s"]) == {"1", "2", "4"}
     assert all(v > 0 for v in doc["throughput_runs_per_s"].values())
     assert "remote/in-process p50" in proc.stdout
+    # A whole plugin's hook over NATS beside the same call in-process, in the same run.
+    assert doc["hook_remote_vs_local_p50"] > 0 and "remote hook call/local p50" in proc.stdout
     # The floors and the fast paths, from the same run.
     assert doc["echo"]["p50_us"] > 0 and doc["echo"]["runs_per_s"] > 0
     assert doc["remote_vs_echo_p50"] > 0 and set(doc["throughput_vs_echo"]) == {"1", "2", "4"}

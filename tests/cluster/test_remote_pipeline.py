@@ -224,10 +224,14 @@ def test_nats_ls_lists_services_instances_and_stats(two_workers: list[Any], link
     services = {s["name"]: s for s in json.loads(out.output)}
     assert services["wasmext-stamp"]["instances"] == 2
     assert services["wasmext-stamp"]["version"] == "1.2.0"
-    assert services["wasmext-stamp"]["subjects"] == ["wasmext.ext.pre.stamp.v1"]
+    # Its stage, and the whole plugin (cluster.plugins) beside it.
+    assert services["wasmext-stamp"]["subjects"] == [
+        "wasmext.ext.pre.stamp.v1", "wasmext.plugin.stamp.v1.describe",
+        "wasmext.plugin.stamp.v1.call"]
     assert services["wasmext-stamp"]["requests"] >= 1
     assert services["wasmext-burn"]["errors"] >= 1  # the out-of-fuel call above
-    assert services["wasmext-agent-guard"]["subjects"] == ["wasmext.ext.validate.agent-guard.v0"]
+    assert services["wasmext-agent-guard"]["subjects"][0] == \
+        "wasmext.ext.validate.agent-guard.v0"
     table = CliRunner().invoke(main, ["nats", "ls", "--nats", nats_url])
     assert "wasmext-answer" in table.output and "wasmext.provider.answer.v1" in table.output
 

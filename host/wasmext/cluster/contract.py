@@ -12,6 +12,15 @@ application/msgpack`. Beside the body, a wasmext caller sends headers: `Trace-Id
 call), `Wasmext-Deadline` (when the caller gives this attempt up, Unix time in
 milliseconds) and `Wasmext-Calls-Left` (host calls the caller's call tree has left).
 
+A whole plugin served by a worker (`cluster.plugins`) speaks MessagePack only, on
+`<base>.describe` (an empty request; the answer is a `PluginAdvert`: the plugin's
+registration map, which the caller checks as a guest's), `<base>.call` (a `PluginCall`
+with the same headers; the answer a `PluginAnswer`) and `<base>.cancel` (a publish,
+no reply: the body is the `Wasmext-Call-Id` of a call its caller gave up). A middleware
+hook's guest runs the caller's inner layers with `next`: the caller names an inbox in
+`Wasmext-Callback`, the worker sends each `next` there as a `NextRequest` and the
+caller answers it with a `PluginAnswer` (its value the inner layers' result).
+
 Decoding refuses unknown keys (naming the path), wrong types, more than `MAX_BYTES`
 and nesting past the decoder's recursion limit: a peer is as untrusted as a plugin.
 """
@@ -28,9 +37,11 @@ from wasmext.errors import ContractError
 from wasmext.text import clean
 
 __all__ = [
-    "CALLS_LEFT_HEADER", "CALL_ID_HEADER", "CONTENT_TYPE", "DEADLINE_HEADER", "JSON",
-    "MAX_BYTES", "MSGPACK", "TENANT_HEADER", "TRACE_HEADER", "CallIds", "ContractError",
-    "ExtMessage", "ExtRef", "ExtRequest", "ExtResponse", "ProviderRequest", "ProviderResponse",
+    "CALLBACK_HEADER", "CALLS_LEFT_HEADER", "CALL_ID_HEADER", "CONTENT_TYPE",
+    "DEADLINE_HEADER", "JSON", "MAX_BYTES", "MSGPACK", "TENANT_HEADER", "TRACE_HEADER",
+    "CallIds", "ContractError",
+    "ExtMessage", "ExtRef", "ExtRequest", "ExtResponse", "NextRequest", "PluginAdvert",
+    "PluginAnswer", "PluginCall", "ProviderRequest", "ProviderResponse",
     "Verdict", "deadline_of", "decode", "encode", "encoding_of",
 ]
 
@@ -43,6 +54,8 @@ TENANT_HEADER = "Tenant-Id"
 CALL_ID_HEADER = "Wasmext-Call-Id"
 DEADLINE_HEADER = "Wasmext-Deadline"
 CALLS_LEFT_HEADER = "Wasmext-Calls-Left"
+# Where a worker sends a middleware guest's `next` for the caller to run (cluster.plugins)
+CALLBACK_HEADER = "Wasmext-Callback"
 
 
 def deadline_of(headers: dict[str, str] | None) -> float | None:
@@ -117,6 +130,50 @@ class ProviderResponse(_Strict):
     output: str
     usage: dict[str, int] = msgspec.field(default_factory=dict)
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class PluginCall(_Strict):
+    """One hook call of a plugin served by a worker: the hook, its data, and the call's
+    meta (the session id, the hook context of ABI minor 1)."""
+
+    hook: str
+    data: Any = None
+    session: str | None = None
+    context: Any = None
+
+
+class PluginAnswer(_Strict, omit_defaults=True):
+    """A worker's answer to a `PluginCall`: the result (`ok`), or how it failed: a
+    `fault` (its `reason`, the fault's), a guest `error` (`code`), `quarantined`, or
+    `state` (the worker's storage failed: nobody's fault)."""
+
+    ok: bool
+    value: Any = None
+    changed: bool = False
+    stop: bool = False
+    fuel: int = 0
+    kind: Literal["fault", "error", "quarantined", "state"] | None = None
+    reason: str = ""
+    code: str = ""
+    message: str = ""
+    suggestion: str | None = None
+    help_url: str | None = None
+
+
+class NextRequest(_Strict):
+    """A middleware guest's `next` host call, sent back to the caller to run."""
+
+    request: dict[str, Any]
+
+
+class PluginAdvert(_Strict):
+    """What a worker says a plugin it serves registers (checked by the caller as a
+    guest's registration map is)."""
+
+    plugin_id: str
+    version: str
+    registration: dict[str, Any]
+    description: str = ""
 
 
 T = TypeVar("T")

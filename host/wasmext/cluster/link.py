@@ -131,6 +131,14 @@ class NatsLink:
             future.cancel()
             raise TimeoutError(f"no answer within {timeout_s} s") from None
 
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coro` on the link's loop; the caller waits on (or cancels) the future."""
+        if self._on_own_loop():
+            coro.close()
+            raise RuntimeError("a blocking call on the NATS link's own event loop would never "
+                               "return")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
     def request(self, subject: str, data: bytes, headers: dict[str, str],
                 timeout_s: float) -> Msg:
         """One request/reply; raises nats' TimeoutError or NoRespondersError, or OSError."""

@@ -12,6 +12,17 @@ Unknown keys are refused, as in the routing policy; the rules are the pydantic m
 `ExtensionSpec`, so a bad registry is one ConfigError naming every problem
 (`wasmext.validation`). `subject_for` names the subject a worker serves a plugin's
 stage on.
+
+A whole plugin served by workers (every hook and tool of it, `cluster.plugins`) is a
+`[remote.ID]` table instead, `RemotePluginSpec`:
+
+    [remote.agent-guard]
+    subject = "wasmext.plugin.agent-guard.v0"  # `plugin_subject` of the worker
+    timeout_ms = 5000                # one call's deadline (the call tree's may be less)
+    attempt_ms = 2000                # one worker's share: unanswered, the next one tries
+    retry = 1                        # attempts after the first, while time is left
+    failure = "open"                 # the local failure policy: open, closed or reload
+    quarantine = { faults = 5, cooldown_ms = 1000 }
 """
 
 from __future__ import annotations
@@ -28,7 +39,8 @@ from wasmext.errors import ConfigError
 from wasmext.validation import SECTION, check, problem
 
 __all__ = ["EXT_TYPES", "STAGE_SEGMENT", "ExtensionId", "ExtensionSpec", "RemoteExtension",
-           "check_prefix", "load_registry", "parse_registry", "subject_for"]
+           "RemotePluginEntry", "RemotePluginSpec", "check_prefix", "load_registry",
+           "parse_registry", "plugin_subject", "subject_for"]
 
 EXT_TYPES = ("pre", "validator", "post", "provider")
 # The subject segment of each type (the reference names validators `ext.validate.*`).
@@ -64,6 +76,12 @@ def check_prefix(prefix: str) -> str:
 def subject_for(prefix: str, ext_type: str, plugin_id: str, major: int) -> str:
     """`<prefix>.ext.<pre|validate|post>.<id>.v<major>` or `<prefix>.provider.<id>.v<major>`."""
     return f"{check_prefix(prefix)}.{STAGE_SEGMENT[ext_type]}.{plugin_id}.v{major}"
+
+
+def plugin_subject(prefix: str, plugin_id: str, major: int) -> str:
+    """`<prefix>.plugin.<id>.v<major>`: the base of a whole plugin's endpoints (`.call`,
+    `.describe`, `.cancel`)."""
+    return f"{check_prefix(prefix)}.plugin.{plugin_id}.v{major}"
 
 
 def _ext_id(ext_id: str) -> str:
@@ -106,6 +124,50 @@ class ExtensionSpec(BaseModel):
         """The validated entry as the cluster takes it."""
         return RemoteExtension(ext_id, self.type, self.subject, self.timeout_ms, self.retry,
                                self.encoding, self.breaker.failures, self.breaker.reset_ms)
+
+
+@dataclass(frozen=True)
+class RemotePluginEntry:
+    """A plugin served by workers: where, its deadlines, retries, failure policy and
+    quarantine."""
+
+    id: str
+    subject: str
+    timeout_ms: int = 5000
+    attempt_ms: int = 2000
+    retry: int = 1
+    failure: str = "open"
+    quarantine_faults: int = 5
+    quarantine_cooldown_ms: int = 1000
+
+
+class QuarantineTable(BaseModel):
+    """A remote plugin's quarantine: faults in a row, then the first cooldown."""
+
+    model_config = SECTION
+
+    faults: Annotated[int, Field(strict=True, ge=1, le=1000)] = 5
+    cooldown_ms: Annotated[int, Field(strict=True, ge=1, le=3_600_000)] = 1000
+
+
+class RemotePluginSpec(BaseModel):
+    """The rules of one `[remote.ID]` table."""
+
+    model_config = SECTION
+
+    subject: Annotated[str, AfterValidator(_subject)]
+    timeout_ms: Annotated[int, Field(strict=True, ge=1, le=600_000)] = 5000
+    attempt_ms: Annotated[int, Field(strict=True, ge=1, le=600_000)] | None = None
+    retry: Annotated[int, Field(strict=True, ge=0, le=10)] = 1
+    failure: Literal["open", "closed", "reload"] = "open"
+    quarantine: QuarantineTable = QuarantineTable()
+
+    def entry(self, plugin_id: str) -> RemotePluginEntry:
+        """The validated table as the cluster takes it."""
+        attempt = min(self.attempt_ms or self.timeout_ms, self.timeout_ms)
+        return RemotePluginEntry(plugin_id, self.subject, self.timeout_ms, attempt,
+                                 self.retry, self.failure, self.quarantine.faults,
+                                 self.quarantine.cooldown_ms)
 
 
 class Registry(RootModel[dict[ExtensionId, ExtensionSpec]]):

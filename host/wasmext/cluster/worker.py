@@ -21,6 +21,12 @@ one call carries (`wasmext.services.state.applying`). Per endpoint, `$SRV.STATS`
 data and `extension_worker_requests_total` count answered, failed, expired and
 duplicate requests.
 
+Every loaded plugin, whatever its hooks, is also served whole on
+`<prefix>.plugin.<id>.v<major>`: `.describe` answers its registration, `.call` runs any
+hook of it (`cluster.served`; a host calls these through a proxy plugin,
+`cluster.plugins`), and a publish on `.cancel` naming a call id stops that call's guest
+(every worker hears it; the one running the call cancels its `CallScope`).
+
 `drain()` (on SIGTERM) stops taking requests, finishes those already taken, then
 closes the connection.
 """
@@ -39,10 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.aio import APP_GRANTS, DEADLINE_SLACK_MS, INLINE_BELOW_MS
 from wasmext.callpool import CallPool
+from wasmext.cluster import served
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
+    CALLBACK_HEADER,
     CALLS_LEFT_HEADER,
     CONTENT_TYPE,
+    MSGPACK,
     ContractError,
     ExtRequest,
     ProviderRequest,
@@ -61,16 +70,20 @@ from wasmext.cluster.mapping import (
 )
 from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
-from wasmext.cluster.registry import EXT_TYPES, check_prefix, subject_for
+from wasmext.cluster.registry import EXT_TYPES, check_prefix, plugin_subject, subject_for
 from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
 from wasmext.observe import tracing
 from wasmext.sandbox import calltree
+from wasmext.sandbox.callscope import CallScope
+from wasmext.sandbox.hostcalls import OpError
 from wasmext.services.state import applying
 from wasmext.session import Session
 from wasmext.text import clean
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
+    from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription
     from nats.micro.request import Request
     from nats.micro.service import EndpointStats, Service
 
@@ -84,6 +97,10 @@ QUEUE_GROUP = "wasmext"
 WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and debugging
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+PLUGIN_KINDS = ("describe", "call")  # the endpoints of a plugin served whole
+# How long a guest's `next` may wait for the caller's inner layers (a turn's model call
+# and tools among them); a cancel ends the wait at once.
+NEXT_TIMEOUT_S = 300.0
 
 
 def session_id(trace_id: str) -> str:
@@ -149,8 +166,9 @@ def stages_of(host: Host, prefix: str) -> dict[str, list[Stage]]:
         kinds = {h.hook for h in lp.plugin.registration.hooks if h.hook in EXT_TYPES}
         stages = [Stage(lp.id, k, subject_for(prefix, k, lp.id, major))
                   for k in EXT_TYPES if k in kinds]
-        if stages:
-            out[lp.id] = stages
+        base = plugin_subject(prefix, lp.id, major)
+        stages += [Stage(lp.id, k, f"{base}.{k}") for k in PLUGIN_KINDS]
+        out[lp.id] = stages
     return out
 
 
@@ -177,13 +195,22 @@ class Worker:
         self._nc: Client | None = None
         self._draining = False
         self.counts: dict[str, Counts] = {}  # by subject
+        self.cancelled = 0  # plugin calls a caller's cancel reached
+        self._scopes: dict[str, CallScope] = {}  # plugin calls running, by call id
+        self._cancels: Subscription | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         """Connect to NATS and start serving every plugin's stages."""
         self._nc = await connect(self.url, self.name, auth=self.auth)
+        self._loop = asyncio.get_running_loop()
+        served.install_next(self.host.runtime.services)
         WorkerMetrics.add(self.host.observe.metrics.registry, self.name, self._figures)
         for pid, stages in self.stages.items():
             await self._add(pid, stages)
+        # No queue group: every worker hears a cancel; the one running the call acts.
+        self._cancels = await self._nc.subscribe(f"{self.prefix}.plugin.*.*.cancel",
+                                                 cb=self._on_cancel)
         await self._nc.flush()
         log.info("worker %s serving %s", self.name,
                  ", ".join(s.subject for st in self.stages.values() for s in st))
@@ -249,8 +276,22 @@ class Worker:
         return (APP_GRANTS.isdisjoint(plugin.grants)
                 and plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms)
 
+    async def _on_cancel(self, msg: Msg) -> None:
+        scope = self._scopes.get(msg.data[:128].decode("ascii", "replace"))
+        if scope is not None and not scope.cancelled.is_set():
+            self.cancelled += 1
+            scope.cancel()
+
     def _handler(self, stage: Stage) -> Any:
         async def handle(req: Request) -> None:
+            if stage.kind == "describe":  # no plugin code runs: answered here
+                await self._describe(stage, req)
+                return
+            if stage.kind == "call":  # off the loop, so that a cancel is heard meanwhile
+                task = asyncio.get_running_loop().create_task(self._serve_plugin(stage, req))
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+                return
             if self._inline(stage):  # short: answered here, in arrival order, no hop
                 await self._serve(stage, req, inline=True)
                 return
@@ -281,6 +322,108 @@ class Worker:
         log.info("worker %s: dropped a %s request for %s unrun: its deadline passed %.0f ms "
                  "ago", self.name, stage.kind, stage.plugin_id,
                  (time.monotonic() - (budget.deadline or 0.0)) * 1000)
+
+    async def _describe(self, stage: Stage, req: Request) -> None:
+        lp = self.host.plugins.get(stage.plugin_id)
+        headers = {CONTENT_TYPE: MSGPACK, WORKER_HEADER: self.name}
+        if lp is None:
+            await req.respond_error("503", f"plugin {stage.plugin_id} is not loaded here",
+                                    headers=headers)
+            return
+        body = served.advert(lp, _version(lp))
+        if self.signer is not None:
+            headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
+                                       headers, body)
+        await req.respond(body, headers=headers)
+
+    async def _serve_plugin(self, stage: Stage, req: Request) -> None:
+        """One hook call of a plugin served whole, on the call pool, cancellable."""
+        started = time.perf_counter_ns()
+        budget = _Budget(req.headers)
+        if budget.expired():
+            self._expired(stage, budget)
+            return
+        call_id = (req.headers or {}).get(CALL_ID_HEADER, "")[:128]
+        scope = CallScope()
+        if call_id:
+            self._scopes[call_id] = scope
+        headers = {CONTENT_TYPE: MSGPACK, WORKER_HEADER: self.name}
+        error: tuple[str, str] | None = None
+        body: bytes | None = b""
+        try:
+            body = await self._pool.submit(asyncio.get_running_loop(), self._call_plugin,
+                                           stage, req.data, budget, scope,
+                                           (req.headers or {}).get(CALLBACK_HEADER), call_id)
+        except ContractError as err:
+            error = ("400", err.message)
+        except Exception as err:  # a host bug: one line, named
+            error = ("500", clean(f"plugin {stage.plugin_id}: {err}", 300))
+        finally:
+            if call_id and self._scopes.get(call_id) is scope:
+                del self._scopes[call_id]
+        if body is None:
+            self._expired(stage, budget)
+            return
+        if error is not None:
+            body = b""
+            headers.update({ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]})
+        if self.signer is not None:
+            headers = self.signer.sign(req.subject, call_id, headers, body)
+        if error is not None:
+            await req.respond_error(error[0], error[1], headers=headers)
+        else:
+            await req.respond(body, headers=headers)
+        self.served += 1
+        counts = self._count(stage)
+        counts.answered += 1
+        counts.failed += error is not None
+        counts.total_ns += time.perf_counter_ns() - started
+
+    def _call_plugin(self, stage: Stage, raw: bytes, budget: _Budget, scope: CallScope,
+                     inbox: str | None = None, call_id: str = "") -> bytes | None:
+        if budget.expired():  # it waited in the pool's queue past the caller's deadline
+            return None
+        callback = self._callback(inbox, call_id, scope)
+        traced = tracing.ACTIVE
+        if traced is None:
+            return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key,
+                               scope, callback)
+        # A child of the caller's span (W3C traceparent in the request's headers).
+        with traced.span("wasmext.worker plugin", {
+                "wasmext.plugin_id": tracing.text(stage.plugin_id),
+                "wasmext.worker": tracing.text(self.name), "messaging.system": "nats",
+                "messaging.destination.name": tracing.text(stage.subject)},
+                kind="server", parent=traced.extract(budget.headers)):
+            return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key,
+                               scope, callback)
+
+    def _callback(self, inbox: str | None, call_id: str, scope: CallScope
+                  ) -> served.Callback | None:
+        """Sends a guest's `next` to the caller's `inbox` and waits for its answer (on a
+        pool thread: the request goes out on the worker's loop). Signed like an answer
+        when the worker signs: a caller that trusts only its workers runs no other's."""
+        if not inbox or not served.CALLBACK_RE.fullmatch(inbox) or self._nc is None \
+                or self._loop is None:
+            return None
+        nc, loop = self._nc, self._loop
+
+        def send(body: bytes) -> bytes:
+            if scope.cancelled.is_set():
+                raise OpError("cancelled", "the caller gave the call up")
+            headers = {CONTENT_TYPE: MSGPACK, WORKER_HEADER: self.name}
+            if self.signer is not None:
+                headers = self.signer.sign(inbox, call_id, headers, body)
+            future = asyncio.run_coroutine_threadsafe(
+                nc.request(inbox, body, timeout=NEXT_TIMEOUT_S, headers=headers), loop)
+            remove = scope.on_cancel(future.cancel)
+            try:
+                return future.result(NEXT_TIMEOUT_S + 1).data
+            except Exception as exc:  # the caller went away, or gave up
+                raise OpError("failed", f"the caller did not run next: "
+                                        f"{clean(type(exc).__name__, 64)}") from None
+            finally:
+                remove()
+        return send
 
     async def _serve(self, stage: Stage, req: Request, inline: bool = False) -> None:
         started = time.perf_counter_ns()
@@ -390,6 +533,9 @@ class Worker:
             await self._drain_endpoints(svc)
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        if self._cancels is not None:  # heard until the last call it could stop ended
+            with contextlib.suppress(Exception):
+                await self._cancels.unsubscribe()
         for svc in self._services.values():
             with contextlib.suppress(Exception):
                 await svc.stop()

@@ -118,6 +118,10 @@ class HostServices:
         self._table = {name: (self._since.get(name, 0), cap, self._handlers.get(name))
                        for name, cap in self._capability.items()}
 
+    def handler(self, op: str) -> OpHandler | None:
+        """The handler installed for `op` (None: none)."""
+        return self._handlers.get(op)
+
     def dispatch(self, ctx: CallContext, request: bytes, max_depth: int) -> dict[str, Any]:
         """Run one request: the answer map, `{"ok": true, "value": ...}` or an error."""
         ok, out = self._run(ctx, request, max_depth)
