@@ -4,7 +4,8 @@
 
 The commands are read from the doc itself (the block between `<!-- remote walkthrough`
 and `<!-- end remote walkthrough -->`), in a temporary copy of
-docs/examples/cluster/remote, with free ports in place of 4222 (NATS) and 6379 (Redis, when a line uses it).
+docs/examples/cluster/remote, with free ports in place of 4222 (NATS) and 6379 (Redis,
+when a line uses it).
 A line ending in `&` starts a process and waits until it is ready (its port, or `ready`
 on its stderr); `kill -9 %N` kills the Nth of them, `wait %N` waits for it and prints
 its output; any other line runs and prints its output.
