@@ -40,7 +40,8 @@ def plugin_dirs() -> dict[str, Path]:
             "extism-conformance": ROOT / "tests" / "plugins" / "extism-conformance",
             "zig-tags": ROOT / "tests" / "plugins" / "zig-tags",
             "c-files": ROOT / "tests" / "plugins" / "c-files",
-            "go-files": ROOT / "tests" / "plugins" / "go-files"}
+            "go-files": ROOT / "tests" / "plugins" / "go-files",
+            "event-tally": ROOT / "tests" / "plugins" / "event-tally"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example
