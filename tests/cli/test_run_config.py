@@ -134,14 +134,15 @@ def test_extensions_directories_are_read_and_enabled_false_loads_nothing(
         built: Built, tmp_path: Path) -> None:
     more = tmp_path / "more"
     shutil.copytree(built["agent-guard"], more / "agent-guard")
+    shutil.copytree(built["text-tags"], tmp_path / "also" / "text-tags")
     config = tmp_path / "wasmext.toml"
     base = f'[host]\ndata_dir = "{tmp_path / "state"}"\n'
-    config.write_text(base + '[extensions]\ndirectories = ["more"]\n')
+    config.write_text(base + '[extensions]\ndirectories = ["more", "also"]\n')
     script = str(transcript(tmp_path, [{"tool": "shell", "args": {}}]))
     proc = run(tmp_path, script, "--config", str(config), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["plugins"] == ["agent-guard"]
+    assert sorted(doc["plugins"]) == ["agent-guard", "text-tags"]  # every listed folder
     assert doc["turns"][0]["tool_calls"][0]["result"]["status"] == "error"  # it refused
     config.write_text(base + '[extensions]\nenabled = false\ndirectories = ["more"]\n'
                       '[extensions.remote_guard]\ntype = "validator"\nsubject = "a.b"\n')
