@@ -41,7 +41,8 @@ def plugin_dirs() -> dict[str, Path]:
             "zig-tags": ROOT / "tests" / "plugins" / "zig-tags",
             "c-files": ROOT / "tests" / "plugins" / "c-files",
             "go-files": ROOT / "tests" / "plugins" / "go-files",
-            "event-tally": ROOT / "tests" / "plugins" / "event-tally"}
+            "event-tally": ROOT / "tests" / "plugins" / "event-tally",
+            "sentiment-js": ROOT / "tests" / "plugins" / "sentiment-js"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example
