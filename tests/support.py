@@ -42,7 +42,8 @@ def plugin_dirs() -> dict[str, Path]:
             "c-files": ROOT / "tests" / "plugins" / "c-files",
             "go-files": ROOT / "tests" / "plugins" / "go-files",
             "event-tally": ROOT / "tests" / "plugins" / "event-tally",
-            "sentiment-js": ROOT / "tests" / "plugins" / "sentiment-js"}
+            "sentiment-js": ROOT / "tests" / "plugins" / "sentiment-js",
+            "mood-c": ROOT / "tests" / "plugins" / "mood-c"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example

@@ -195,6 +195,10 @@ int wasmext_http_fetch(const char *method, const char *url, const void *headers_
  * host's; max_tokens <= 0 and temperature < 0 leave them to the host. */
 int wasmext_llm_complete(const char *system, const char *prompt, const char *model,
                          int max_tokens, double temperature, wasmext_answer *out);
+/* The same in JSON mode (reference 003's call_llm(json_mode=True)): the model is
+ * asked for a JSON object ("response_format": {"type": "json_object"}). */
+int wasmext_llm_complete_json(const char *system, const char *prompt, const char *model,
+                              int max_tokens, double temperature, wasmext_answer *out);
 /* agents.request / agents.send: input is one encoded MessagePack value;
  * timeout_ms <= 0 = the host's default (15 s). Turn and step middleware only. */
 int wasmext_agents_request(const char *agent, const void *input, size_t input_len,

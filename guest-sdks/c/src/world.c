@@ -68,10 +68,11 @@ int wasmext_http_fetch(const char *method, const char *url, const void *headers_
     return send(w, out);
 }
 
-int wasmext_llm_complete(const char *system, const char *prompt, const char *model,
-                         int max_tokens, double temperature, wasmext_answer *out) {
+static int llm_complete(const char *system, const char *prompt, const char *model,
+                        int max_tokens, double temperature, bool json_mode, wasmext_answer *out) {
     if (!prompt) return world_error(out, WASMEXT_E_INVALID, "llm.complete needs a prompt");
-    uint32_t pairs = 1 + (model ? 1 : 0) + (max_tokens > 0 ? 1 : 0) + (temperature >= 0 ? 1 : 0);
+    uint32_t pairs = 1 + (model ? 1 : 0) + (max_tokens > 0 ? 1 : 0) + (temperature >= 0 ? 1 : 0) +
+                     (json_mode ? 1 : 0);
     wasmext_writer *w = begin(WASMEXT_OP_LLM_COMPLETE, pairs, out);
     if (!w) return WASMEXT_ERR_HOST;
     wasmext_write_cstr(w, "messages");
@@ -100,7 +101,21 @@ int wasmext_llm_complete(const char *system, const char *prompt, const char *mod
         wasmext_write_cstr(w, "temperature");
         wasmext_write_double(w, temperature);
     }
+    if (json_mode) {
+        wasmext_write_cstr(w, "json_mode");
+        wasmext_write_bool(w, true);
+    }
     return send(w, out);
+}
+
+int wasmext_llm_complete(const char *system, const char *prompt, const char *model,
+                         int max_tokens, double temperature, wasmext_answer *out) {
+    return llm_complete(system, prompt, model, max_tokens, temperature, false, out);
+}
+
+int wasmext_llm_complete_json(const char *system, const char *prompt, const char *model,
+                              int max_tokens, double temperature, wasmext_answer *out) {
+    return llm_complete(system, prompt, model, max_tokens, temperature, true, out);
 }
 
 static int agents_op(const char *op, const char *agent, const void *input, size_t input_len,
