@@ -52,7 +52,7 @@ lint: setup
 	$(BIN)/python abi/generate.py --check
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m ziglang fmt --check guest-sdks/zig plugins/normalize-text tests/plugins/zig-tags
+	$(BIN)/python -m ziglang fmt --check guest-sdks/zig plugins/normalize-text tests/plugins/zig-tags tests/plugins/zig-mood
 
 # Two tiers (docs/testing.md): `test` is the default tier, under 5 minutes on two
 # cores once the guest plugins are built; `test-slow` runs what it leaves out (the

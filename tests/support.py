@@ -43,7 +43,8 @@ def plugin_dirs() -> dict[str, Path]:
             "go-files": ROOT / "tests" / "plugins" / "go-files",
             "event-tally": ROOT / "tests" / "plugins" / "event-tally",
             "sentiment-js": ROOT / "tests" / "plugins" / "sentiment-js",
-            "mood-c": ROOT / "tests" / "plugins" / "mood-c"}
+            "mood-c": ROOT / "tests" / "plugins" / "mood-c",
+            "zig-mood": ROOT / "tests" / "plugins" / "zig-mood"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example

@@ -52,6 +52,8 @@ pub const Completion = struct {
     model: ?[]const u8 = null,
     max_tokens: ?u32 = null,
     temperature: ?f64 = null,
+    /// Ask the model for a JSON object (reference 003's `call_llm(json_mode=True)`).
+    json_mode: bool = false,
 };
 
 /// `llm.complete` (grant `llm`): the answer's value is `{text,
@@ -60,7 +62,7 @@ pub fn llmComplete(c: Completion) msgpack.WriteError!Answer {
     if (host.hostAbiMinor() < 1) return too_old;
     var w: msgpack.Writer = .init(host.arena());
     const extra = @as(u32, @intFromBool(c.model != null)) + @intFromBool(c.max_tokens != null) +
-        @intFromBool(c.temperature != null);
+        @intFromBool(c.temperature != null) + @intFromBool(c.json_mode);
     try begin(&w, abi.op.llm_complete, 1 + extra);
     try w.writeStr("messages");
     try w.writeArray(if (c.system != null) 2 else 1);
@@ -77,6 +79,10 @@ pub fn llmComplete(c: Completion) msgpack.WriteError!Answer {
     if (c.temperature) |t| {
         try w.writeStr("temperature");
         try w.writeFloat(t);
+    }
+    if (c.json_mode) {
+        try w.writeStr("json_mode");
+        try w.writeBool(true);
     }
     return host.hostCall(w.bytes());
 }

@@ -1,8 +1,11 @@
-"""The C SDK's `wasmext_llm_complete_json` (reference 003's `call_llm(json_mode=True)`)
-in a real plugin (tests/plugins/mood-c): the model is asked for a JSON object; the
-plain `wasmext_llm_complete` asks for nothing of the kind."""
+"""JSON mode (reference 003's `call_llm(json_mode=True)`) from the C SDK's
+`wasmext_llm_complete_json` and the Zig SDK's `llmComplete(.{ .json_mode = true })`,
+each in a real plugin (tests/plugins/mood-c, zig-mood): the model is asked for a JSON
+object; the plain wrapper asks for nothing of the kind."""
 
 from __future__ import annotations
+
+import pytest
 
 from support import Built
 from wasmext import Host, Runtime
@@ -11,7 +14,8 @@ from wasmext.services.llm.client import ChatAnswer, ChatRequest
 from wasmext.services.llm.service import LlmPolicy, LlmSettings
 
 
-def test_the_c_sdk_asks_for_json_mode(built: Built) -> None:
+@pytest.mark.parametrize("plugin", ["mood-c", "zig-mood"])
+def test_the_sdk_asks_for_json_mode(built: Built, plugin: str) -> None:
     asked: list[ChatRequest] = []
 
     def model(req: ChatRequest) -> ChatAnswer:
@@ -22,7 +26,7 @@ def test_the_c_sdk_asks_for_json_mode(built: Built) -> None:
                         llm=LlmSettings(model="house-model",
                                         default=LlmPolicy(timeout_ms=5_000)))
     with Host(config, runtime=Runtime(cache=False), plugin_dirs=[], llm=model) as host:
-        host.add(built["mood-c"], plugin_id="mood-c", grants={"llm"},
+        host.add(built[plugin], plugin_id=plugin, grants={"llm"},
                  limits={"timeout_ms": 5_000})
         with host.session() as s:
             _, (mood, plain) = s.output_extensions("#mood #plain", "All is quiet.")
