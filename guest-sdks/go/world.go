@@ -90,6 +90,9 @@ type Completion struct {
 	MaxTokens      int
 	Temperature    float64
 	SetTemperature bool
+	// JSONMode asks the model for a JSON object (reference 003's
+	// call_llm(json_mode=True)).
+	JSONMode bool
 }
 
 // LLMComplete sends llm.complete (grant "llm"). The answer's value is
@@ -109,6 +112,9 @@ func LLMComplete(c Completion) Answer {
 	}
 	if c.SetTemperature {
 		args["temperature"] = c.Temperature
+	}
+	if c.JSONMode {
+		args["json_mode"] = true
 	}
 	return HostOp(OpLLMComplete, args)
 }
