@@ -45,7 +45,8 @@ def plugin_dirs() -> dict[str, Path]:
             "sentiment-js": ROOT / "tests" / "plugins" / "sentiment-js",
             "mood-c": ROOT / "tests" / "plugins" / "mood-c",
             "zig-mood": ROOT / "tests" / "plugins" / "zig-mood",
-            "go-mood": ROOT / "tests" / "plugins" / "go-mood"}
+            "go-mood": ROOT / "tests" / "plugins" / "go-mood",
+            "as-mood": ROOT / "tests" / "plugins" / "as-mood"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example

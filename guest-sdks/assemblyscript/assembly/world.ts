@@ -40,6 +40,8 @@ export class Completion {
   model: string = "";
   maxTokens: i32 = 0;
   temperature: f64 = -1;
+  /** Ask the model for a JSON object (reference 003's `call_llm(json_mode=True)`). */
+  jsonMode: bool = false;
 }
 
 function message(w: Writer, role: string, content: string): void {
@@ -54,7 +56,8 @@ function message(w: Writer, role: string, content: string): void {
  * model, usage: {input, output}, cost}`. */
 export function llmComplete(c: Completion): Answer {
   if (hostAbiMinor() < 1) return tooOld();
-  const extra = (c.model.length > 0 ? 1 : 0) + (c.maxTokens > 0 ? 1 : 0) + (c.temperature >= 0 ? 1 : 0);
+  const extra = (c.model.length > 0 ? 1 : 0) + (c.maxTokens > 0 ? 1 : 0) + (c.temperature >= 0 ? 1 : 0) +
+    (c.jsonMode ? 1 : 0);
   const w = request(Op.LLM_COMPLETE, 1 + extra);
   w.writeString("messages");
   w.writeArray(c.system.length > 0 ? 2 : 1);
@@ -71,6 +74,10 @@ export function llmComplete(c: Completion): Answer {
   if (c.temperature >= 0) {
     w.writeString("temperature");
     w.writeFloat(c.temperature);
+  }
+  if (c.jsonMode) {
+    w.writeString("json_mode");
+    w.writeBool(true);
   }
   return hostCallWriter(w);
 }
