@@ -46,7 +46,8 @@ def plugin_dirs() -> dict[str, Path]:
             "mood-c": ROOT / "tests" / "plugins" / "mood-c",
             "zig-mood": ROOT / "tests" / "plugins" / "zig-mood",
             "go-mood": ROOT / "tests" / "plugins" / "go-mood",
-            "as-mood": ROOT / "tests" / "plugins" / "as-mood"}
+            "as-mood": ROOT / "tests" / "plugins" / "as-mood",
+            "rust-mood": ROOT / "tests" / "plugins" / "rust-mood"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example

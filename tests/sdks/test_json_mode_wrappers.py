@@ -1,8 +1,9 @@
 """JSON mode (reference 003's `call_llm(json_mode=True)`) from the C SDK's
 `wasmext_llm_complete_json`, the Zig SDK's `llmComplete(.{ .json_mode = true })` and
-the Go SDK's `Completion{JSONMode: true}` and AssemblyScript's `Completion.jsonMode`,
-each in a real plugin (tests/plugins/mood-c, zig-mood, go-mood, as-mood): the model
-is asked for a JSON object; the plain wrapper asks for nothing of the kind."""
+the Go SDK's `Completion{JSONMode: true}`, AssemblyScript's `Completion.jsonMode` and
+Rust's `Completion { json_mode: true, .. }`, each in a real plugin (tests/plugins/mood-c,
+zig-mood, go-mood, as-mood, rust-mood): the model is asked for a JSON object; the plain
+wrapper asks for nothing of the kind."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from wasmext.services.llm.client import ChatAnswer, ChatRequest
 from wasmext.services.llm.service import LlmPolicy, LlmSettings
 
 
-@pytest.mark.parametrize("plugin", ["mood-c", "zig-mood", "go-mood", "as-mood"])
+@pytest.mark.parametrize("plugin", ["mood-c", "zig-mood", "go-mood", "as-mood", "rust-mood"])
 def test_the_sdk_asks_for_json_mode(built: Built, plugin: str) -> None:
     asked: list[ChatRequest] = []
 

@@ -35,7 +35,9 @@ pub fn http_fetch(
 }
 
 /// One `llm.complete` request: a prompt, optionally a system message, a model
-/// (default: the host's), `max_tokens` and `temperature` (default: the host's).
+/// (default: the host's), `max_tokens` and `temperature` (default: the host's),
+/// and `json_mode` to ask the model for a JSON object (reference 003's
+/// `call_llm(json_mode=True)`). Build it with `..Default::default()`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Completion<'a> {
     pub system: Option<&'a str>,
@@ -43,6 +45,7 @@ pub struct Completion<'a> {
     pub model: Option<&'a str>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
+    pub json_mode: bool,
 }
 
 /// `llm.complete` (grant `llm`): the answer's value is `{text, finish_reason,
@@ -65,6 +68,9 @@ pub fn llm_complete(c: &Completion<'_>) -> Answer {
     }
     if let Some(temperature) = c.temperature {
         req = req.arg("temperature", &temperature);
+    }
+    if c.json_mode {
+        req = req.arg("json_mode", &true);
     }
     req.send()
 }
