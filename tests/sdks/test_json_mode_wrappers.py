@@ -16,7 +16,10 @@ from wasmext.services.llm.client import ChatAnswer, ChatRequest
 from wasmext.services.llm.service import LlmPolicy, LlmSettings
 
 
-@pytest.mark.parametrize("plugin", ["mood-c", "zig-mood", "go-mood", "as-mood", "rust-mood"])
+# The AssemblyScript and Rust builds take about 20 s each on a fresh machine: slow tier.
+@pytest.mark.parametrize("plugin", ["mood-c", "zig-mood", "go-mood",
+                                    pytest.param("as-mood", marks=pytest.mark.slow),
+                                    pytest.param("rust-mood", marks=pytest.mark.slow)])
 def test_the_sdk_asks_for_json_mode(built: Built, plugin: str) -> None:
     asked: list[ChatRequest] = []
 
