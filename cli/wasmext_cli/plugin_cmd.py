@@ -103,7 +103,9 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     if timeout_ms is not None:
         limits["timeout_ms"] = timeout_ms
     from wasmext_cli.call_host import throwaway_host
+    from wasmext_cli.ui import show_compiles
 
+    show_compiles()
     with throwaway_host() as host:
         try:
             loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings),
@@ -140,7 +142,9 @@ def inspect(plugin: Path, as_json: bool) -> None:
         inspect_bundle(plugin, as_json)
         return
     from wasmext.runtime import Runtime
+    from wasmext_cli.ui import show_compiles
 
+    show_compiles()
     with Runtime() as rt:
         try:
             info = rt.load(plugin).describe()
@@ -221,7 +225,10 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
     # own log lines about them would only repeat that on stderr.
     import logging  # here, so that `--help` starts fast
 
+    from wasmext_cli.ui import show_compiles
+
     logging.getLogger("wasmext").addHandler(logging.NullHandler())
+    show_compiles()
     config = _default_config(config)
     try:
         host = _host(config, plugin_dirs)

@@ -130,12 +130,14 @@ def _attach_remote(opts: dict[str, Any], host: Any) -> None:
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     from wasmext.agent import Agent
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
+    from wasmext_cli.ui import show_compiles
 
     if opts.get("example"):
         from wasmext_cli.example import example_root
 
         opts["transcript"] = opts["transcript"] or example_root() / "transcript.json"
         opts["policy"] = opts["policy"] or example_root() / "policy.toml"
+    show_compiles()
     try:
         if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
                 and _default_config(opts["config"]) is None:

@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def test_greet() -> None:
-    build_plugin(HERE)
-    with Runtime(cache=False) as rt:
+    build_plugin(HERE)  # also compiles it into the cache this Runtime reads
+    with Runtime() as rt:
         plugin = rt.load(HERE)
         answer = plugin.call("greet", "Ada")
         assert answer.value == "Hello, Ada!"

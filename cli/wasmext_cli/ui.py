@@ -7,6 +7,9 @@ terminal; these consoles add nothing else, so piped output stays plain text.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import PurePath
 from typing import Any
 
 from rich.console import Console
@@ -15,7 +18,8 @@ from rich.text import Text
 
 from wasmext.text import clean
 
-__all__ = ["print_list_table", "stderr_console", "stdout_console"]
+__all__ = ["compile_spinner", "print_list_table", "show_compiles", "stderr_console",
+           "stdout_console"]
 
 
 def stderr_console() -> Console:
@@ -26,6 +30,30 @@ def stderr_console() -> Console:
 def stdout_console() -> Console:
     """A rich console on stdout."""
     return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+def compile_spinner(console: Console | None = None
+                    ) -> Callable[[str], AbstractContextManager[object]] | None:
+    """What wraps a cold compile on a terminal: a spinner naming the module (its file
+    name, cleaned) until the compile ends; None when the console (stderr) is not a
+    terminal, so piped and logged output stays as it was."""
+    console = console or stderr_console()
+    if not console.is_terminal:
+        return None
+
+    def spinner(name: str) -> AbstractContextManager[object]:
+        shown = clean(PurePath(name).name or name, 120)
+        return console.status(Text(f"compiling {shown} (first load; cached afterwards)"))
+
+    return spinner
+
+
+def show_compiles() -> None:
+    """Show a spinner on stderr, when it is a terminal, while this process compiles a
+    module the compile cache did not have (a component can take a minute)."""
+    from wasmext.sandbox.cache import observe_compiles
+
+    observe_compiles(compile_spinner())
 
 
 def print_list_table(plugins: list[dict[str, Any]], order: dict[str, list[dict[str, Any]]]

@@ -8,12 +8,13 @@ does. The ordering and chaining host of many plugins builds on it.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import os
 import re
 import weakref
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,27 @@ class Runtime:
         """Compile a module with the runtime's engine, cache and module caps."""
         return PluginModule(wasm, name=name, engine=self.engine, cache=self.cache,
                             caps=self.module_caps)
+
+    def precompile(self, wasm: bytes, name: str = "<module>",
+                   announce: Callable[[], None] | None = None) -> bool:
+        """Put the compiled code of a module or component into the compile cache without
+        running any of it, so a later load of the same bytes reads it; True when it had
+        to compile (False: already cached, or the runtime has no cache), after calling
+        `announce`. The checks a load makes before and after compiling raise here as they
+        would there."""
+        if self.cache is None:
+            return False
+        component = is_component(wasm)
+        if self.cache.contains(hashlib.sha256(wasm).hexdigest(), self.engine, component):
+            return False
+        if announce is not None:
+            announce()
+        if component:
+            ComponentModule(wasm, name=name, engine=self.engine, cache=self.cache,
+                            caps=self.module_caps)
+        else:
+            self.compile(wasm, name)
+        return True
 
     def load(self, source: Path | str | bytes | bytearray, *, plugin_id: str | None = None,
              limits: Mapping[str, int] | Limits | None = None,

@@ -13,16 +13,20 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wasmext.files import durable_replace
+from wasmext.errors import WasmextError
+from wasmext.files import atomic_write, durable_replace
 from wasmext.manifest import BuildSpec, load_folder
 from wasmext_cli.build.errors import first_error
-from wasmext_cli.build.stamp import fingerprint, is_fresh, write_stamp
+from wasmext_cli.build.stamp import fingerprint, is_fresh, keep_output, kept_output, write_stamp
 from wasmext_cli.languages import LANGUAGES as REGISTRY
+
+if TYPE_CHECKING:
+    from wasmext import Runtime
 
 SDK_ENV = "WASMEXT_SDK_DIR"
 ZIG_INSTALL_HINT = "pip install 'wasmext[build]'   (installs the ziglang toolchain)"
@@ -46,6 +50,9 @@ class BuildResult:
     wasm: Path
     command: tuple[str, ...]
     up_to_date: bool = False  # nothing it reads changed since it was built: not run again
+    kept: bool = False  # written from the module built from these inputs before (stamp.py)
+    compiled: bool = False  # its code went into the host's compile cache just now
+    warning: str = ""  # built, but the host would refuse to load it: why
 
 
 def sdk_root() -> Path:
@@ -173,16 +180,46 @@ def _failure_note(lang: str) -> str:
     return f"; {text}" if text else ""
 
 
+# Languages whose modules the host runs through another loader, with no compile cache.
+UNCACHED_LANGUAGES = frozenset({"extism-assemblyscript"})
+
+
 def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
                  progress: Progress | None = None, verbose: Progress | None = None,
-                 force: bool = False) -> BuildResult:
+                 force: bool = False, runtime: Runtime | None = None) -> BuildResult:
     """Build the plugin in `plugin_dir`; the .wasm lands beside plugin.toml.
 
     `progress` hears one short line before each step; `verbose` each command and the
     compiler's full output. A failed step raises BuildError whose message is one line
     (plugin, step, the compiler's first error) and whose `detail` is the whole output.
     An output built from the same inputs is kept (`up_to_date`) unless `force`.
+    With a `runtime`, the output's compiled code goes into its compile cache (when not
+    there already), so the first load after the build does not compile.
     """
+    result = _build(plugin_dir, out_dir, progress, verbose, force)
+    if runtime is None or result.lang in UNCACHED_LANGUAGES:
+        return result.built
+    wasm = result.built.wasm
+    say = progress or (lambda _line: None)
+    try:
+        compiled = runtime.precompile(
+            wasm.read_bytes(), name=str(wasm),
+            announce=lambda: say(f"{result.plugin_id}: compiling {wasm.name} for the host"))
+    except WasmextError as exc:
+        return replace(result.built, warning=f"plugin {result.plugin_id}: built {wasm}, but "
+                                             f"the host refuses it: {exc.describe()}")
+    return replace(result.built, compiled=compiled)
+
+
+@dataclass(frozen=True)
+class _Built:
+    built: BuildResult
+    plugin_id: str
+    lang: str
+
+
+def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
+           verbose: Progress | None, force: bool) -> _Built:
     manifest = load_folder(plugin_dir)  # the folder rules, before resolving any symlink
     plugin_dir = plugin_dir.resolve()
     spec = manifest.build
@@ -207,7 +244,14 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
     roots = _inputs(spec.lang, plugin_dir)
     before = fingerprint(roots, steps, out, tmp)
     if not force and is_fresh(out, before):
-        return BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True)
+        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
+                      manifest.id, spec.lang)
+    kept = None if force else kept_output(before)
+    if kept is not None:  # built from these very inputs before: the same bytes again
+        atomic_write(out, kept)
+        write_stamp(out, before)
+        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
+                      manifest.id, spec.lang)
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
@@ -231,4 +275,5 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
     # A build that wrote into its own inputs (a new lock file) stamps on the next run.
     if fingerprint(roots, steps, out, tmp) == before:
         write_stamp(out, before)
-    return BuildResult(plugin_dir, out, tuple(steps[-1]))
+        keep_output(out, before)
+    return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), manifest.id, spec.lang)

@@ -8,6 +8,16 @@ The fingerprint and the output's SHA-256 are kept in a hidden stamp beside the
 output; an output replaced or removed since, or any input changed, means a
 build. Like make, but by content rather than by modification time, so a fresh
 checkout or a copied folder never looks newer or older than it is.
+
+Built modules are also kept by that fingerprint (`kept_output`, `keep_output`:
+the newest few under the user's cache folder), and a build whose inputs have a
+kept module takes it instead of running the toolchain: the same inputs give the
+same bytes, so the host's compile cache (keyed by those bytes) finds code it
+compiled before. That is what makes Python components reproducible at all:
+componentize-py runs CPython at build time to pre-initialise it, with a hash
+seed, clocks and randomness from the host that no option or variable of it fixes
+(its init guest's environment is three fixed variables), so two runs on the
+same sources snapshot different heaps.
 """
 
 from __future__ import annotations
@@ -22,13 +32,16 @@ from pathlib import Path
 
 from wasmext.files import atomic_write
 
-__all__ = ["fingerprint", "is_fresh", "stamp_path", "write_stamp"]
+__all__ = ["fingerprint", "is_fresh", "keep_output", "kept_output", "outputs_dir",
+           "stamp_path", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
                           ".zig-cache", "zig-out", "build", "dist", ".venv", ".wasmext"})
 TOOL_PACKAGES = ("ziglang", "componentize-py", "wasmext")
 MAX_FILES = 20_000  # a folder this big is not a plugin's sources: build without a stamp
+KEPT_OUTPUTS = 24  # a Python component is ~18 MiB: the newest few edits' worth
+OUTPUTS_ENV = "WASMEXT_BUILD_OUTPUTS"
 
 
 def stamp_path(out: Path) -> Path:
@@ -111,3 +124,46 @@ def write_stamp(out: Path, print_: str | None) -> None:
     if print_ is None:
         return
     atomic_write(stamp_path(out), json.dumps({"inputs": print_, "output": _sha256(out)}))
+
+
+def outputs_dir() -> Path:
+    """Where built modules are kept by fingerprint: $WASMEXT_BUILD_OUTPUTS, else
+    XDG_CACHE_HOME (or ~/.cache)/wasmext/builds."""
+    chosen = os.environ.get(OUTPUTS_ENV)
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "wasmext" / "builds"
+
+
+def _kept_path(print_: str) -> Path:
+    return outputs_dir() / f"{print_}.wasm"
+
+
+def kept_output(print_: str | None) -> bytes | None:
+    """The module built before from inputs with this fingerprint, if it is still kept."""
+    if print_ is None:
+        return None
+    path = _kept_path(print_)
+    try:
+        data = path.read_bytes()
+        os.utime(path)  # used: the newest are the ones kept
+    except OSError:
+        return None
+    return data if data.startswith(b"\0asm") else None
+
+
+def keep_output(out: Path, print_: str | None) -> None:
+    """Keep the module `out` under its inputs' fingerprint, and only the newest
+    KEPT_OUTPUTS modules; a full or read-only disk only loses the shortcut."""
+    if print_ is None:
+        return
+    folder = outputs_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(_kept_path(print_), out.read_bytes())
+        kept = sorted(folder.glob("*.wasm"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in kept[KEPT_OUTPUTS:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        return

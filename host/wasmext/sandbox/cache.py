@@ -5,6 +5,11 @@ authenticated with an HMAC under a host key kept outside the cache folder.
 An entry that fails the check, or that wasmtime refuses, is deleted and the
 module is compiled again. Entries are keyed by the module's content digest,
 the wasmtime version and the engine configuration.
+
+`wasmext build` fills the cache with what it built (`contains` tells whether an
+entry is there), so the first load after a build reads compiled code. A cold
+compile can take a minute for a componentized interpreter: `on_compile`, when
+set, wraps each one (the CLI shows a spinner naming the module).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import secrets
 import shutil
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,13 +33,15 @@ from wasmext.errors import UnsafeFile
 from wasmext.files import atomic_write, read_regular
 from wasmext.sandbox.engine import SharedEngine
 
-__all__ = ["CompileCache", "default_cache_dir"]
+__all__ = ["CompileCache", "CompileObserver", "default_cache_dir", "observe_compiles"]
 
 log = logging.getLogger("wasmext.sandbox.cache")
 MAGIC = b"WXC1"
 MAC_LEN = 32
 MAX_ENTRY_BYTES = 2**31  # far above any compiled module the compile caps admit
 T = TypeVar("T", wasmtime.Module, wasmtime.component.Component)  # what the cache holds
+# Wraps a cold compile; hears the module's name (a path or "<module>").
+CompileObserver = Callable[[str], AbstractContextManager[object]]
 
 
 def default_cache_dir() -> Path:
@@ -46,6 +54,19 @@ def _atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     atomic_write(path, data, mode)
 
 
+def _silent(_name: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+_observer: list[CompileObserver] = []  # the process's, for caches that set none
+
+
+def observe_compiles(observer: CompileObserver | None) -> None:
+    """Wrap every cold compile of every cache in this process that has no `on_compile`
+    of its own with `observer` (None: stop). The CLI's spinner on a terminal."""
+    _observer[:] = [observer] if observer is not None else []
+
+
 class CompileCache:
     """Compiled modules on disk, authenticated with a per-host key."""
 
@@ -55,6 +76,7 @@ class CompileCache:
         self.hits = 0
         self.misses = 0
         self.rejected = 0
+        self.on_compile: CompileObserver | None = None
         self._key: bytes | None = None
         # Modules loaded through this cache and still in use, shared in memory
         # (sandbox.module): each cache keeps its own, so its disk entries are
@@ -85,7 +107,21 @@ class CompileCache:
         name = hashlib.sha256(f"{digest}:{engine.fingerprint}".encode()).hexdigest()
         return self.directory / f"{name}.cwasm"
 
-    def load_or_compile(self, wasm: bytes, digest: str, engine: SharedEngine) -> wasmtime.Module:
+    def component_entry_path(self, digest: str, engine: SharedEngine) -> Path:
+        """Where the compiled component of a digest for this engine is cached."""
+        return self.entry_path(digest, engine).with_suffix(".component.cwasm")
+
+    def contains(self, digest: str, engine: SharedEngine, component: bool = False) -> bool:
+        """Is there an entry for this digest and engine? (Not yet authenticated: a load
+        still checks it and recompiles what fails.)"""
+        path = (self.component_entry_path if component else self.entry_path)(digest, engine)
+        try:
+            return path.is_file()
+        except OSError:
+            return False
+
+    def load_or_compile(self, wasm: bytes, digest: str, engine: SharedEngine,
+                        name: str = "<module>") -> wasmtime.Module:
         """The compiled module for `wasm`, from the cache when it is authentic.
 
         Any unexpected state of the cache (a key or entry that is a directory,
@@ -94,18 +130,19 @@ class CompileCache:
         """
         return self._load_or_compile(self.entry_path(digest, engine), engine,
                                      wasmtime.Module.deserialize,
-                                     lambda: wasmtime.Module(engine.engine, wasm))
+                                     lambda: wasmtime.Module(engine.engine, wasm), name)
 
-    def load_or_compile_component(self, wasm: bytes, digest: str,
-                                  engine: SharedEngine) -> wasmtime.component.Component:
+    def load_or_compile_component(self, wasm: bytes, digest: str, engine: SharedEngine,
+                                  name: str = "<component>") -> wasmtime.component.Component:
         """`load_or_compile` for a component (the same key, MAC and fallbacks)."""
-        path = self.entry_path(digest, engine).with_suffix(".component.cwasm")
-        return self._load_or_compile(path, engine, wasmtime.component.Component.deserialize,
-                                     lambda: wasmtime.component.Component(engine.engine, wasm))
+        return self._load_or_compile(self.component_entry_path(digest, engine), engine,
+                                     wasmtime.component.Component.deserialize,
+                                     lambda: wasmtime.component.Component(engine.engine, wasm),
+                                     name)
 
     def _load_or_compile(self, path: Path, engine: SharedEngine,
                          deserialize: Callable[[wasmtime.Engine, bytes], T],
-                         compile_it: Callable[[], T]) -> T:
+                         compile_it: Callable[[], T], name: str) -> T:
         try:
             compiled = self._load(path, engine, deserialize)
         except Exception as exc:
@@ -115,7 +152,9 @@ class CompileCache:
             self.hits += 1
             return compiled
         self.misses += 1
-        compiled = compile_it()
+        observer = self.on_compile or (_observer[0] if _observer else _silent)
+        with observer(name):
+            compiled = compile_it()
         try:
             self._store(path, compiled)
         except Exception as exc:

@@ -122,7 +122,7 @@ class PluginModule:
         caps.check(shape, name)  # before compiling: compiling is what the caps bound
         try:
             if cache is not None:
-                module = cache.load_or_compile(wasm, digest, self.engine)
+                module = cache.load_or_compile(wasm, digest, self.engine, name)
             else:
                 module = wasmtime.Module(self.engine.engine, wasm)
         except wasmtime.WasmtimeError as exc:

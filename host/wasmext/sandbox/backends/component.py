@@ -72,7 +72,7 @@ _memo_lock = threading.Lock()
 
 
 def _compile(engine: SharedEngine, wasm: bytes, digest: str,
-             cache: CompileCache | None) -> wc.Component:
+             cache: CompileCache | None, name: str) -> wc.Component:
     key = (digest, engine.fingerprint)
     with _memo_lock:
         found = _memo.get(key)
@@ -80,7 +80,7 @@ def _compile(engine: SharedEngine, wasm: bytes, digest: str,
             _memo.move_to_end(key)
             return found
     if cache is not None:
-        component = cache.load_or_compile_component(wasm, digest, engine)
+        component = cache.load_or_compile_component(wasm, digest, engine, name)
     else:
         component = wc.Component(engine.engine, wasm)
     with _memo_lock:
@@ -193,7 +193,7 @@ class ComponentModule(PluginModule):
             raise InvalidModule(f"{name}: not a WebAssembly component")
         digest = hashlib.sha256(wasm).hexdigest()
         try:
-            self.component = _compile(self.engine, wasm, digest, cache)
+            self.component = _compile(self.engine, wasm, digest, cache, name)
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {str(exc)[:500]}") from exc
         imports = tuple(self.component.type.imports(self.engine.engine))
