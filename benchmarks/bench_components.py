@@ -14,6 +14,10 @@ call into its parts, to show where the time goes:
   plus the canonical ABI's copies): what no host change can remove;
 * the host's share is `echo - export`: encoding, decoding, budgets, pooling.
 
+Each language's resident memory per extra instance is measured in a fresh
+interpreter (compiled code comes from the cache the first load filled, and is
+shared by every instance: the growth is the instance's own memory).
+
 `--write-docs` replaces the components section of docs/sdk-figures.md.
 """
 
@@ -21,6 +25,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +74,40 @@ def _load_time(folder: Path, cache_dir: Path) -> tuple[float, Any]:
     return time.perf_counter() - started, (rt, plugin)
 
 
+_RSS_SCRIPT = """
+import gc, json, os, sys
+from pathlib import Path
+from wasmext import CompileCache, Runtime
+
+def rss():
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+folder, cache, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+with Runtime(cache=CompileCache(cache / "modules", cache / "key")) as rt:
+    plugin = rt.load(folder)
+    plugin.call("echo", "warm up")
+    before = rss()
+    instances = [plugin.new_instance() for _ in range(n)]
+    print(json.dumps({"instance": (rss() - before) / n, "process": rss()}))
+"""
+RSS_INSTANCES = 8
+
+
+def rss_per_instance(folder: Path, cache_dir: Path) -> dict[str, float] | None:
+    """Resident bytes per extra instance (and the process's total after them), in a
+    fresh interpreter; None where /proc/self/statm does not exist."""
+    if not Path("/proc/self/statm").is_file():
+        return None
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'host'}:{ROOT / 'cli'}"}
+    proc = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(folder), str(cache_dir),
+                           str(RSS_INSTANCES)], env=env, capture_output=True, text=True,
+                          check=True)
+    figure: dict[str, float] = json.loads(proc.stdout)
+    return figure
+
+
 def measure(rounds: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     cases: list[Case] = []
@@ -84,6 +125,9 @@ def measure(rounds: int) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"language": lang, "plugin": plugin.id, "size": wasm.stat().st_size,
                                "first_compile_s": first, "cached_load_s": cached}
         rows.append(row)
+        rss = rss_per_instance(folder, cache_dir)
+        if rss is not None:
+            row["instance_rss"] = rss["instance"]
         assert plugin.call("echo", DATA).value == DATA
         cases.append(Case(f"{lang}.echo", f"{lang} echo", "echo",
                           lambda p=plugin: p.call("echo", DATA), 200, 20))
@@ -129,8 +173,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     base = next((r["echo_us"] for r in rows if r["language"] == "c"), None)
     lines = [
         "| language | size (bytes) | first compile (s) | cached load (s) | new instance (µs) "
-        "| echo call (µs) | vs C | bare export (µs) | wasmtime-py generic call (µs) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| RSS per instance (MiB) | echo call (µs) | vs C | bare export (µs) "
+        "| wasmtime-py generic call (µs) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ratio = f"{r['echo_us'] / base:.0f}x" if base else "-"
@@ -138,6 +183,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         generic = f"{r['generic_us']:.0f}" if "generic_us" in r else "-"
         lines.append(f"| {r['language']} | {r['size']:,} | {r['first_compile_s']:.1f} | "
                      f"{r['cached_load_s']:.2f} | {r['instance_us']:,.0f} | "
+                     f"{r['instance_rss'] / 2**20 if 'instance_rss' in r else 0:.2f} | "
                      f"{r['echo_us']:.1f} | {ratio} | {export} | {generic} |")
     return "\n".join(lines)
 

@@ -8,20 +8,29 @@ the project's own tests run from that venv, with no PYTHONPATH and no
 WASMEXT_SDK_DIR; so does `wasmext run` with no arguments. A language whose
 compiler is not on this machine is skipped with its install command. The
 selected languages' projects build at once (they are independent).
+
+Then the author's loop: an edit of the source, `wasmext build`, the tests, and
+the tests again with nothing changed. Each step's wall time is written to
+benchmarks/results/author-loop.json (docs/sdk-figures.md reports them), and
+the test asserts what makes the loop short, not how long it took: the re-run
+builds nothing and loads compiled code from the cache `wasmext build` filled.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from wasmext_cli.build import ToolchainMissing
 
@@ -29,6 +38,9 @@ pytestmark = pytest.mark.slow  # a fresh venv and a wheel install, seven languag
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGS = ("c", "zig", "rust", "go", "assemblyscript", "python", "javascript")
+FIGURES = ROOT / "benchmarks" / "results" / "author-loop.json"
+# A source edit that changes the inputs, not the behaviour: a comment line.
+COMMENT = {"python": "#"}
 
 
 def _rust() -> None:
@@ -59,24 +71,46 @@ class Installed:
     env: dict[str, str]
     results: dict[str, list[subprocess.CompletedProcess[str]]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, list[float]] = field(default_factory=dict)  # per language, per step
 
     def run(self, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(args), cwd=cwd, env=self.env, capture_output=True, text=True,
                               timeout=timeout)
 
 
+def _edit(project: Path, lang: str) -> None:
+    """Append a comment to the plugin's source: new inputs, the same plugin."""
+    manifest = tomllib.loads((project / "plugin.toml").read_text())
+    path = project / manifest["build"]["sources"][0]
+    path.write_text(path.read_text() + f"\n{COMMENT.get(lang, '//')} an edit\n")
+
+
 def _author(inst: Installed, lang: str) -> list[subprocess.CompletedProcess[str]]:
     """The author's commands for one language; stops at the first that fails."""
     wasmext = str(inst.bin / "wasmext")
     project = inst.work / f"hello-{lang}"
-    steps = [([wasmext, "new", project.name, "--lang", lang], inst.work),
-             ([wasmext, "build"], project),
-             ([wasmext, "call", ".", "greet", "--data", '"Ada"'], project),
-             ([wasmext, "inspect", "."], project),
-             ([str(inst.bin / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], project)]
+    pytest_ = [str(inst.bin / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    steps: list[tuple[list[str], Path] | Callable[[], None]] = [
+        ([wasmext, "new", project.name, "--lang", lang], inst.work),
+        ([wasmext, "build"], project),
+        ([wasmext, "call", ".", "greet", "--data", '"Ada"'], project),
+        ([wasmext, "inspect", "."], project),
+        (pytest_, project),
+        lambda: _edit(project, lang),
+        ([wasmext, "build"], project),  # the rebuild after an edit
+        (pytest_, project),
+        (pytest_, project),  # the re-run with nothing changed
+    ]
     done = []
-    for args, cwd in steps:
+    seconds = inst.seconds.setdefault(lang, [])
+    for step in steps:
+        if callable(step):
+            step()
+            continue
+        args, cwd = step
+        started = time.perf_counter()
         done.append(inst.run(*args, cwd=cwd))
+        seconds.append(time.perf_counter() - started)
         if done[-1].returncode != 0:
             break
     return done
@@ -128,7 +162,7 @@ def test_an_author_starts_builds_inspects_and_tests(installed: Installed, lang: 
     steps = installed.results[lang]
     for proc in steps:
         assert proc.returncode == 0, f"{proc.args}\n{proc.stdout}\n{proc.stderr}"
-    _, build, call, inspect, tests = steps
+    _, build, call, inspect, tests, rebuild, _, rerun = steps
     assert "Traceback" not in build.stderr
     assert "Hello, Ada!" in call.stdout
     assert f"hello-{lang}.wasm" in build.stdout
@@ -136,6 +170,19 @@ def test_an_author_starts_builds_inspects_and_tests(installed: Installed, lang: 
     assert "1 passed" in tests.stdout
     # The project builds against its own vendored SDK, not a checkout.
     assert (installed.work / f"hello-{lang}" / "wasmext-sdk").is_dir()
+    assert rebuild.stdout.startswith("built ") and "1 passed" in rerun.stdout
+    _record(lang, installed.seconds[lang])
+
+
+def _record(lang: str, seconds: list[float]) -> None:
+    """Add one language's loop figures to benchmarks/results/author-loop.json."""
+    figures = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    names = ("new", "first build", "call", "inspect", "first test", "rebuild after an edit",
+             "test after the rebuild", "test re-run, no change")
+    figures[lang] = {"seconds": dict(zip(names, (round(s, 2) for s in seconds), strict=True)),
+                     "measured": time.strftime("%Y-%m-%d", time.gmtime())}
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    FIGURES.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
 
 
 def test_run_without_arguments_after_install(installed: Installed) -> None:

@@ -2,6 +2,11 @@
 // the contract): smallest encodings, floats as float64, Uint8Array as bin, BigInt
 // for 64-bit integers beyond Number's safe range. `unpack` refuses truncation,
 // trailing bytes, ext types, invalid UTF-8 and nesting deeper than maxDepth.
+//
+// Inside a component the engine interprets this code (no JIT), where every call
+// costs: short strings are encoded straight into the output, and the reader reads
+// a byte and a short str (nearly every map key) in place rather than through its
+// helper methods.
 
 export const MAX_DEPTH = 64;
 
@@ -81,6 +86,14 @@ function packValue(w, v, depth) {
   }
   if (typeof v === "bigint") return packBig(w, v);
   if (typeof v === "string") {
+    if (v.length <= 10) { // at most 30 UTF-8 bytes: a fixstr, its length known after
+      w.room(31);
+      const at = w.len;
+      const { written } = utf8.encodeInto(v, w.buf.subarray(at + 1, at + 31));
+      w.buf[at] = 0xa0 | written;
+      w.len = at + 1 + written;
+      return;
+    }
     const raw = utf8.encode(v);
     packLen(w, raw.length, 0xa0, 31, 0xd9, 0xda, 0xdb);
     return w.bytes(raw);
@@ -130,6 +143,7 @@ class Reader {
     return v;
   }
   text(n) {
+    if (n === 0) { return ""; }
     try { return utf8Strict.decode(this.take(n)); }
     catch (e) { if (e instanceof MsgpackError) throw e; throw new MsgpackError("a str that is not UTF-8"); }
   }
@@ -149,15 +163,20 @@ class Reader {
   map(n, depth) {
     this.nest(depth);
     const out = {};
+    const data = this.data;
     for (let i = 0; i < n; i++) {
-      const key = this.value(depth + 1);
+      const b = this.pos < data.length ? data[this.pos] : -1;
+      let key;
+      if (b >= 0xa0 && b <= 0xbf) { this.pos++; key = this.text(b & 0x1f); }
+      else key = this.value(depth + 1);
       if (typeof key !== "string") throw new MsgpackError("a map key that is not a str");
       out[key] = this.value(depth + 1);
     }
     return out;
   }
   value(depth) {
-    const b = this.uint(1);
+    if (this.pos >= this.data.length) throw new MsgpackError("truncated document");
+    const b = this.data[this.pos++];
     if (b <= 0x7f) return b;
     if (b >= 0xe0) return b - 0x100;
     if (b >= 0xa0 && b <= 0xbf) return this.text(b & 0x1f);

@@ -4,6 +4,12 @@
 the contract: floats are float64, bytes are bin, tuples are arrays); `unpack`
 reads any well-formed document up to `max_depth` levels and refuses anything
 else with `MsgpackError`: truncation, trailing bytes, ext types, invalid UTF-8.
+
+Inside a component this codec is most of a small call's guest time (CPython
+runs interpreted by wasmtime, with fuel metering), so both directions are
+written for the interpreter: the common types are tested first by exact type,
+small lengths are one byte appended, and the reader indexes the buffer directly
+and passes positions instead of slicing through helper methods.
 """
 
 from __future__ import annotations
@@ -18,6 +24,12 @@ MAX_DEPTH = 64
 
 class MsgpackError(ValueError):
     """A document that is not ABI v1 MessagePack, or a value that has no encoding."""
+
+
+_STR8, _STR16, _STR32 = 0xD9, 0xDA, 0xDB
+_SIMPLE = {0xC0: None, 0xC2: False, 0xC3: True}
+_float64 = struct.Struct(">d")
+_float32 = struct.Struct(">f")
 
 
 def _pack_int(n: int, out: bytearray) -> None:
@@ -65,21 +77,67 @@ def _pack_len(n: int, fix: int, fix_max: int, b8: int | None, b16: int, b32: int
 
 
 def _pack(v: Any, out: bytearray, depth: int) -> None:
+    t = type(v)
+    if t is str:
+        raw = v.encode("utf-8")
+        n = len(raw)
+        if n <= 31:
+            out.append(0xA0 | n)
+        else:
+            _pack_len(n, 0xA0, 31, _STR8, _STR16, _STR32, out)
+        out += raw
+    elif t is dict:
+        if depth > MAX_DEPTH:
+            raise MsgpackError(f"containers nested deeper than {MAX_DEPTH}")
+        n = len(v)
+        if n <= 15:
+            out.append(0x80 | n)
+        else:
+            _pack_len(n, 0x80, 15, None, 0xDE, 0xDF, out)
+        depth += 1
+        for key, item in v.items():
+            _pack(key, out, depth)
+            _pack(item, out, depth)
+    elif t is bool:
+        out.append(0xC3 if v else 0xC2)
+    elif t is int:
+        if 0 <= v <= 0x7F:
+            out.append(v)
+        else:
+            _pack_int(v, out)
+    elif v is None:
+        out.append(0xC0)
+    elif t is list or t is tuple:
+        if depth > MAX_DEPTH:
+            raise MsgpackError(f"containers nested deeper than {MAX_DEPTH}")
+        n = len(v)
+        if n <= 15:
+            out.append(0x90 | n)
+        else:
+            _pack_len(n, 0x90, 15, None, 0xDC, 0xDD, out)
+        depth += 1
+        for item in v:
+            _pack(item, out, depth)
+    else:
+        _pack_other(v, out, depth)
+
+
+def _pack_other(v: Any, out: bytearray, depth: int) -> None:
+    """Floats, bytes, and subclasses of the common types (an IntEnum, a str subclass)."""
     if depth > MAX_DEPTH and isinstance(v, (list, tuple, dict)):
         raise MsgpackError(f"containers nested deeper than {MAX_DEPTH}")
-    if v is None:
-        out.append(0xC0)
-    elif v is True:
+    if v is True:
         out.append(0xC3)
     elif v is False:
         out.append(0xC2)
     elif isinstance(v, int):
         _pack_int(v, out)
     elif isinstance(v, float):
-        out += b"\xcb" + struct.pack(">d", v)
+        out.append(0xCB)
+        out += _float64.pack(v)
     elif isinstance(v, str):
         raw = v.encode("utf-8")
-        _pack_len(len(raw), 0xA0, 31, 0xD9, 0xDA, 0xDB, out)
+        _pack_len(len(raw), 0xA0, 31, _STR8, _STR16, _STR32, out)
         out += raw
     elif isinstance(v, (bytes, bytearray, memoryview)):
         raw = bytes(v)
@@ -109,87 +167,124 @@ def pack(value: Any) -> bytes:
     return bytes(out)
 
 
-class _Reader:
-    def __init__(self, data: bytes, max_depth: int) -> None:
-        self.data = data
-        self.pos = 0
-        self.max_depth = max_depth
+def _truncated() -> MsgpackError:
+    return MsgpackError("truncated document")
 
-    def take(self, n: int) -> bytes:
-        end = self.pos + n
-        if end > len(self.data):
-            raise MsgpackError("truncated document")
-        chunk = self.data[self.pos:end]
-        self.pos = end
-        return chunk
 
-    def uint(self, n: int) -> int:
-        return int.from_bytes(self.take(n), "big")
+def _text(buf: bytes, pos: int, n: int) -> tuple[str, int]:
+    end = pos + n
+    if end > len(buf):
+        raise _truncated()
+    try:
+        return buf[pos:end].decode("utf-8"), end
+    except UnicodeDecodeError as exc:
+        raise MsgpackError("a str that is not UTF-8") from exc
 
-    def text(self, n: int) -> str:
-        try:
-            return self.take(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MsgpackError("a str that is not UTF-8") from exc
 
-    def array(self, n: int, depth: int) -> list[Any]:
-        self.nest(depth)
-        return [self.value(depth + 1) for _ in range(n)]
+def _uint(buf: bytes, pos: int, n: int) -> tuple[int, int]:
+    end = pos + n
+    if end > len(buf):
+        raise _truncated()
+    return int.from_bytes(buf[pos:end], "big"), end
 
-    def map(self, n: int, depth: int) -> dict[Any, Any]:
-        self.nest(depth)
-        out: dict[Any, Any] = {}
-        for _ in range(n):
-            key = self.value(depth + 1)
+
+def _array(buf: bytes, pos: int, n: int, depth: int, max_depth: int) -> tuple[list[Any], int]:
+    if depth + 1 > max_depth:
+        raise MsgpackError(f"containers nested deeper than {max_depth}")
+    out = []
+    depth += 1
+    for _ in range(n):
+        item, pos = _value(buf, pos, depth, max_depth)
+        out.append(item)
+    return out, pos
+
+
+def _map(buf: bytes, pos: int, n: int, depth: int, max_depth: int
+         ) -> tuple[dict[Any, Any], int]:
+    if depth + 1 > max_depth:
+        raise MsgpackError(f"containers nested deeper than {max_depth}")
+    out: dict[Any, Any] = {}
+    depth += 1
+    size = len(buf)
+    for _ in range(n):
+        b = buf[pos] if pos < size else -1
+        if 0xA0 <= b <= 0xBF:  # a short str, as nearly every key is: read here
+            end = pos + 1 + (b & 0x1F)
+            if end > size:
+                raise _truncated()
             try:
-                out[key] = self.value(depth + 1)
-            except TypeError as exc:  # an array or map as a key: not hashable here
-                raise MsgpackError("a map key that is an array or a map") from exc
-        return out
+                key = buf[pos + 1:end].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MsgpackError("a str that is not UTF-8") from exc
+            pos = end
+        else:
+            key, pos = _value(buf, pos, depth, max_depth)
+        item, pos = _value(buf, pos, depth, max_depth)
+        try:
+            out[key] = item
+        except TypeError as exc:  # an array or map as a key: not hashable here
+            raise MsgpackError("a map key that is an array or a map") from exc
+    return out, pos
 
-    def nest(self, depth: int) -> None:
-        if depth + 1 > self.max_depth:
-            raise MsgpackError(f"containers nested deeper than {self.max_depth}")
 
-    def value(self, depth: int) -> Any:
-        """The next value; `depth` is the number of containers around it."""
-        b = self.uint(1)
-        if b <= 0x7F:
-            return b
-        if b >= 0xE0:
-            return b - 0x100
-        if 0xA0 <= b <= 0xBF:
-            return self.text(b & 0x1F)
-        if 0x90 <= b <= 0x9F:
-            return self.array(b & 0x0F, depth)
-        if 0x80 <= b <= 0x8F:
-            return self.map(b & 0x0F, depth)
-        simple = {0xC0: None, 0xC2: False, 0xC3: True}
-        if b in simple:
-            return simple[b]
-        if b in (0xCC, 0xCD, 0xCE, 0xCF):
-            return self.uint(1 << (b - 0xCC))
-        if b in (0xD0, 0xD1, 0xD2, 0xD3):
-            return int.from_bytes(self.take(1 << (b - 0xD0)), "big", signed=True)
-        if b == 0xCA:
-            return float(struct.unpack(">f", self.take(4))[0])
-        if b == 0xCB:
-            return float(struct.unpack(">d", self.take(8))[0])
-        if b in (0xD9, 0xDA, 0xDB):
-            return self.text(self.uint(1 << (b - 0xD9)))
-        if b in (0xC4, 0xC5, 0xC6):
-            return self.take(self.uint(1 << (b - 0xC4)))
-        if b in (0xDC, 0xDD):
-            return self.array(self.uint(2 if b == 0xDC else 4), depth)
-        if b in (0xDE, 0xDF):
-            return self.map(self.uint(2 if b == 0xDE else 4), depth)
-        raise MsgpackError(f"type byte {b:#04x} is not part of ABI v1")
+def _value(buf: bytes, pos: int, depth: int, max_depth: int) -> tuple[Any, int]:
+    """The value at `pos` and the position after it; `depth`: containers around it."""
+    try:
+        b = buf[pos]
+    except IndexError:
+        raise _truncated() from None
+    pos += 1
+    if b <= 0x7F:
+        return b, pos
+    if b >= 0xE0:
+        return b - 0x100, pos
+    if b >= 0xA0:
+        if b <= 0xBF:
+            return _text(buf, pos, b & 0x1F)
+    elif b >= 0x90:
+        return _array(buf, pos, b & 0x0F, depth, max_depth)
+    else:
+        return _map(buf, pos, b & 0x0F, depth, max_depth)
+    if b in _SIMPLE:
+        return _SIMPLE[b], pos
+    if 0xCC <= b <= 0xCF:
+        return _uint(buf, pos, 1 << (b - 0xCC))
+    if 0xD0 <= b <= 0xD3:
+        end = pos + (1 << (b - 0xD0))
+        if end > len(buf):
+            raise _truncated()
+        return int.from_bytes(buf[pos:end], "big", signed=True), end
+    if b == 0xCA or b == 0xCB:
+        codec = _float32 if b == 0xCA else _float64
+        end = pos + codec.size
+        if end > len(buf):
+            raise _truncated()
+        return float(codec.unpack_from(buf, pos)[0]), end
+    if _STR8 <= b <= _STR32:
+        n, pos = _uint(buf, pos, 1 << (b - _STR8))
+        return _text(buf, pos, n)
+    if 0xC4 <= b <= 0xC6:
+        n, pos = _uint(buf, pos, 1 << (b - 0xC4))
+        end = pos + n
+        if end > len(buf):
+            raise _truncated()
+        return buf[pos:end], end
+    if b == 0xDC or b == 0xDD:
+        n, pos = _uint(buf, pos, 2 if b == 0xDC else 4)
+        return _array(buf, pos, n, depth, max_depth)
+    if b == 0xDE or b == 0xDF:
+        n, pos = _uint(buf, pos, 2 if b == 0xDE else 4)
+        return _map(buf, pos, n, depth, max_depth)
+    raise MsgpackError(f"type byte {b:#04x} is not part of ABI v1")
 
 
 def unpack(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """The one value `data` holds; MsgpackError for anything else."""
-    reader = _Reader(bytes(data), max_depth)
-    value = reader.value(0)
-    if reader.pos != len(reader.data):
-        raise MsgpackError(f"{len(reader.data) - reader.pos} bytes after the value")
+    buf = bytes(data)
+    try:
+        value, pos = _value(buf, 0, 0, max_depth)
+    except RecursionError as exc:  # a max_depth above what this interpreter's stack holds
+        raise MsgpackError("containers nested too deep for this interpreter") from exc
+    if pos != len(buf):
+        raise MsgpackError(f"{len(buf) - pos} bytes after the value")
     return value

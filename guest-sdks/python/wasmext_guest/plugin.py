@@ -95,6 +95,10 @@ class Plugin:
                 for name, priority, pattern in getattr(fn, _HOOK_ATTR, ()):
                     hooks.append(_Hook(name, priority, pattern, attr))
         self._hooks = tuple(hooks)
+        # Each call looks its hook up by name (registration order kept within a name).
+        self._by_name: dict[str, list[_Hook]] = {}
+        for h in self._hooks:
+            self._by_name.setdefault(h.name, []).append(h)
 
     # -- what a plugin may override (each default does nothing) -------------------
 
@@ -128,14 +132,16 @@ class Plugin:
         return reg
 
     def _handler(self, call: Call) -> Callable[[Any], Any] | None:
+        candidates = self._by_name.get(call.hook, ())
+        if len(candidates) == 1 and candidates[0].pattern is None:
+            handler: Callable[[Any], Any] = getattr(self, candidates[0].method)
+            return handler
         subject = call.data.get("tag", call.data.get("name")) if isinstance(call.data, dict) \
             else None
-        for h in self._hooks:
-            if h.name != call.hook:
-                continue
+        for h in candidates:
             if h.pattern is None or (isinstance(subject, str) and _matches(h.pattern, subject)):
-                handler: Callable[[Any], Any] = getattr(self, h.method)
-                return handler
+                found: Callable[[Any], Any] = getattr(self, h.method)
+                return found
         return None
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any] | None:
