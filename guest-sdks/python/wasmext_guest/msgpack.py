@@ -76,16 +76,23 @@ def _pack_len(n: int, fix: int, fix_max: int, b8: int | None, b16: int, b32: int
         raise MsgpackError(f"length {n} does not fit 32 bits")
 
 
+def _pack_str(v: str, out: bytearray) -> None:
+    raw = v.encode("utf-8")
+    n = len(raw)
+    if n <= 31:
+        out.append(0xA0 | n)
+    elif n <= 0xFF:
+        out.append(_STR8)
+        out.append(n)
+    else:
+        _pack_len(n, 0xA0, 31, _STR8, _STR16, _STR32, out)
+    out += raw
+
+
 def _pack(v: Any, out: bytearray, depth: int) -> None:
     t = type(v)
     if t is str:
-        raw = v.encode("utf-8")
-        n = len(raw)
-        if n <= 31:
-            out.append(0xA0 | n)
-        else:
-            _pack_len(n, 0xA0, 31, _STR8, _STR16, _STR32, out)
-        out += raw
+        _pack_str(v, out)
     elif t is dict:
         if depth > MAX_DEPTH:
             raise MsgpackError(f"containers nested deeper than {MAX_DEPTH}")
@@ -95,9 +102,15 @@ def _pack(v: Any, out: bytearray, depth: int) -> None:
         else:
             _pack_len(n, 0x80, 15, None, 0xDE, 0xDF, out)
         depth += 1
-        for key, item in v.items():
-            _pack(key, out, depth)
-            _pack(item, out, depth)
+        for key, item in v.items():  # str keys and values without a call of _pack
+            if type(key) is str:
+                _pack_str(key, out)
+            else:
+                _pack(key, out, depth)
+            if type(item) is str:
+                _pack_str(item, out)
+            else:
+                _pack(item, out, depth)
     elif t is bool:
         out.append(0xC3 if v else 0xC2)
     elif t is int:
@@ -219,7 +232,23 @@ def _map(buf: bytes, pos: int, n: int, depth: int, max_depth: int
             pos = end
         else:
             key, pos = _value(buf, pos, depth, max_depth)
-        item, pos = _value(buf, pos, depth, max_depth)
+        b = buf[pos] if pos < size else -1
+        if 0xA0 <= b <= 0xBF or b == _STR8:  # a str value up to 255 bytes: read here too
+            if b == _STR8:
+                if pos + 1 >= size:
+                    raise _truncated()
+                start, end = pos + 2, pos + 2 + buf[pos + 1]
+            else:
+                start, end = pos + 1, pos + 1 + (b & 0x1F)
+            if end > size:
+                raise _truncated()
+            try:
+                item = buf[start:end].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MsgpackError("a str that is not UTF-8") from exc
+            pos = end
+        else:
+            item, pos = _value(buf, pos, depth, max_depth)
         try:
             out[key] = item
         except TypeError as exc:  # an array or map as a key: not hashable here
