@@ -197,3 +197,34 @@ def test_python_component_builds_are_the_same_bytes_and_load_compiled(tmp_path: 
     with Runtime(cache=cache) as rt:
         assert rt.load(folder).call("greet", "Ada").value == "Hello, Ada!"
     assert (cache.hits, cache.misses) == (1, 0)
+
+
+def test_a_build_whose_first_step_writes_a_lock_file_is_stamped(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """Like `npm install` before componentize-js: the install writes the lock file (an
+    input) and is left out of the next build's steps; the build is stamped anyway, so
+    the next one (the scaffold's test, say) does not run the toolchain again."""
+    import wasmext_cli.build as build
+
+    monkeypatch.setenv("WASMEXT_BUILD_OUTPUTS", str(tmp_path / "kept"))
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    (folder / "plugin.toml").write_text('id = "locked"\nversion = "0.1.0"\nabi = 1\n'
+                                        '[build]\nlang = "c"\nsources = ["x.c"]\n')
+    (folder / "x.c").write_text("int x;\n")
+
+    def steps(spec: object, plugin_dir: Path, out: Path) -> list[list[str]]:
+        final = [sys.executable, "-c", "import sys; open(sys.argv[1], 'wb')"
+                 ".write(b'\\0asm\\1\\0\\0\\0')", str(out)]
+        if (plugin_dir / "x.lock").is_file():
+            return [final]
+        install = [sys.executable, "-c", "open('x.lock', 'w').write('pinned')"]
+        return [install, final]
+
+    monkeypatch.setattr(build, "commands_for", lambda _lang: steps)
+    first = build.build_plugin(folder)
+    assert not first.up_to_date and (folder / "x.lock").read_text() == "pinned"
+    assert build.build_plugin(folder).up_to_date  # stamped by the first build
+    (folder / "x.c").write_text("int y;\n")
+    assert not build.build_plugin(folder).up_to_date

@@ -255,7 +255,14 @@ def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
     env = dict(os.environ)
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
+    next_steps, settled = steps, before
     for n, cmd in enumerate(steps, 1):
+        if n == len(steps) > 1:
+            # The earlier steps may have written inputs (npm install: the lock file), and
+            # the next build's steps may differ (no install): what the next build will
+            # fingerprint, if the last step changes nothing more, is taken here.
+            next_steps = make_steps(spec, plugin_dir, tmp)
+            settled = fingerprint(roots, next_steps, out, tmp)
         if progress is not None:
             progress(f"{manifest.id}: {spec.lang} step {n}/{len(steps)} ({_step_name(cmd)})")
         if verbose is not None:
@@ -272,8 +279,8 @@ def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
             err.detail = output[-20000:]
             raise err
     durable_replace(tmp, out)
-    # A build that wrote into its own inputs (a new lock file) stamps on the next run.
-    if fingerprint(roots, steps, out, tmp) == before:
-        write_stamp(out, before)
-        keep_output(out, before)
+    # A last step that wrote into its own inputs leaves the stamp to the next build.
+    if fingerprint(roots, next_steps, out, tmp) == settled:
+        write_stamp(out, settled)
+        keep_output(out, settled)
     return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), manifest.id, spec.lang)
