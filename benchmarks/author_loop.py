@@ -41,9 +41,10 @@ def write_docs(text: str, dates: set[str]) -> None:
     """Replace (or add) the author-loop section of docs/sdk-figures.md."""
     doc = DOCS.read_text()
     section = (f"{BEGIN}\n## The author's loop\n\nMeasured by `tests/test_installed_wheel.py` "
-               f"({', '.join(sorted(dates))}) from a wheel installed in a fresh venv, every "
-               "language's project building at once on this project's 2-core machine; "
-               "rendered by `python benchmarks/author_loop.py --write-docs`; do not edit. "
+               f"({', '.join(sorted(dates))}) from a wheel installed in a fresh venv, the "
+               "selected languages' projects building at once on this project's 2-core "
+               "machine, which other jobs shared (load average 6-9): read them as upper "
+               "bounds; rendered by `python benchmarks/author_loop.py --write-docs`; do not edit. "
                "`wasmext build` also compiles the module into the host's compile cache, so "
                "a build's time includes the compile a first load used to pay, and each test "
                "run loads compiled code. The re-run with no change builds nothing.\n\n"
