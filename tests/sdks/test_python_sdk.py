@@ -96,3 +96,45 @@ def test_the_builder_names_the_module_and_refuses_other_sources(tmp_path: Path) 
     assert cmd[cmd.index("componentize") + 1:][-3:] == ["app", "-o", str(tmp_path / "out.wasm")]
     with pytest.raises(BuildError, match=r"must be a \.py file"):
         commands(BuildSpec("python", ("app.js",)), tmp_path, tmp_path / "out.wasm")
+
+
+def test_a_call_finds_its_handler_by_hook_and_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's dispatch, run here with the component's bindings stubbed: one handler
+    per hook name, a tag pattern choosing among several, an unmatched tag unhandled."""
+    import types
+
+    host = types.ModuleType("wit_world.imports.host")
+    host.host_call = lambda request: b""  # type: ignore[attr-defined]
+    host.log = lambda level, message: None  # type: ignore[attr-defined]
+    for name, module in (("wit_world", types.ModuleType("wit_world")),
+                         ("wit_world.imports", types.ModuleType("wit_world.imports")),
+                         ("wit_world.imports.host", host)):
+        monkeypatch.setitem(sys.modules, name, module)
+    for name in [m for m in sys.modules if m == "wasmext_guest" or m.startswith("wasmext_guest.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(SDK))
+    guest = importlib.import_module("wasmext_guest")
+
+    class Tags(guest.Plugin):  # type: ignore[misc, name-defined]
+        @guest.hook("echo")
+        def echo(self, data: Any) -> Any:
+            return data
+
+        @guest.hook("output_extension", pattern="json")
+        def as_json(self, data: Any) -> Any:
+            return "json"
+
+        @guest.hook("output_extension", pattern="stat*")
+        def as_stats(self, data: Any) -> Any:
+            return "stats"
+
+    world = guest.export(Tags())()
+
+    def call(hook: str, data: Any) -> Any:
+        return msgpack.unpackb(world.call(msgpack.packb({"hook": hook, "data": data})))
+
+    assert call("echo", {"text": "hi"}) == {"ok": True, "value": {"text": "hi"}}
+    assert call("output_extension", {"tag": "json"})["value"] == "json"
+    assert call("output_extension", {"tag": "stats"})["value"] == "stats"
+    assert call("output_extension", {"tag": "other"})["error"]["code"] == "unhandled"
+    assert call("missing", None)["error"]["code"] == "unhandled"
