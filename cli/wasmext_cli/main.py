@@ -67,8 +67,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               " calls, latency, fuel, faults, state."),
     "uninstall": (_LIFECYCLE, "uninstall", "Unload PLUGIN_ID and remove its folder (and, with"
                   " --purge-state, its state)."),
-    "worker": ("wasmext_cli.nats_cmd", "worker", "Serve the plugins' pipeline stages as NATS"
-               " services until SIGTERM (then drain)."),
+    "worker": ("wasmext_cli.nats_cmd", "worker", "Serve the plugins (each whole, and its"
+               " pipeline stages) as NATS services until SIGTERM (then drain)."),
 }
 
 
