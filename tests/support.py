@@ -47,7 +47,8 @@ def plugin_dirs() -> dict[str, Path]:
             "zig-mood": ROOT / "tests" / "plugins" / "zig-mood",
             "go-mood": ROOT / "tests" / "plugins" / "go-mood",
             "as-mood": ROOT / "tests" / "plugins" / "as-mood",
-            "rust-mood": ROOT / "tests" / "plugins" / "rust-mood"}
+            "rust-mood": ROOT / "tests" / "plugins" / "rust-mood",
+            "runtime-tools": ROOT / "tests" / "plugins" / "runtime-tools"}
     for example in ("text-tags", "agent-guard", "turn-audit", "extism-counter", "relay-tools",
                     "json-summary", "json-check", "output-builtins", "sentiment-py"):
         dirs[example] = ROOT / "plugins" / example

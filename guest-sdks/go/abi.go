@@ -70,6 +70,7 @@ const (
 	OpMetricAdd     = "metric.add"
 	OpMetricSet     = "metric.set"
 	OpMetricObserve = "metric.observe"
+	OpToolRegister  = "tool.register"
 )
 
 // OpInfo describes one host_call op as abi.toml does.
@@ -107,6 +108,7 @@ var Ops = []OpInfo{
 	{OpMetricAdd, "", 2, false},
 	{OpMetricSet, "", 2, false},
 	{OpMetricObserve, "", 2, false},
+	{OpToolRegister, "", 2, false},
 }
 
 // Default limits (SPEC 5); a plugin's manifest or the host may change them.

@@ -54,6 +54,7 @@ OPS: Final[dict[str, tuple[str, int, bool]]] = {
     "metric.add": ("", 2, True),
     "metric.set": ("", 2, True),
     "metric.observe": ("", 2, True),
+    "tool.register": ("", 2, True),
 }
 
 # export name -> (params, results, required); memory has no signature

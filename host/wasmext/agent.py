@@ -183,6 +183,9 @@ class Agent:
             report.aborted, report.finish_reason = gate.stop_reason, "error"
             return
         tags = [*_TAG_NAMES.findall(user), *re.findall(r"#([a-z0-9-]+)", user)]
+        # Read again each turn: a plugin may have registered tools since (tool.register),
+        # an MCP server changed its list, or a reload dropped some.
+        self.tools = dict(self.host.tools.tools)
         guidance = s.tool_guidance(list(self.tools))
         prompt = s.prompt("\n".join([self.system, *s.system_messages,
                                      *gate.system_messages, guidance.text()]).strip(),

@@ -3,6 +3,9 @@
     WasmextError
     ├── ConfigError                 bad host configuration
     │   ├── ManifestError           bad plugin.toml (names the file and field)
+    │   ├── ToolLimitError          (services.tools) a plugin's tool over a cap: tools
+    │   │                           per plugin, schema size or depth (at load or at
+    │   │                           runtime, `tool.register`)
     │   └── ConfigTextError         a config file too large, too deep or not parseable
     │                               (also a ValueError; callers map it to one of the above)
     ├── UnsafeFile                  (also an OSError) a file the host reads is a FIFO,
@@ -215,6 +218,7 @@ __all__ = [
     "TickRefused",
     "Timeout",
     "TooManyKeys",
+    "ToolLimitError",
     "TransactionClosed",
     "UnknownHook",
     "UnknownImport",
@@ -266,6 +270,12 @@ class ManifestError(ConfigError):
         super().__init__(message, plugin_id=plugin_id)
         self.path = path
         self.field = field
+
+
+class ToolLimitError(ConfigError):
+    """A plugin's tool over a cap: tools per plugin, schema size or nesting depth."""
+
+    reason = "tool limit"
 
 
 class UnsafeFile(WasmextError, OSError):

@@ -32,7 +32,7 @@ def test_the_host_speaks_minor_2() -> None:
     assert ABI_MINOR == 2
     assert {"http.fetch", "llm.complete", "agents.request", "agents.send"} <= set(MINOR_1_OPS)
     assert {op for op in NEWER_OPS if OPS[op][1] == 2} == {"metric.add", "metric.set",
-                                                           "metric.observe"}
+                                                           "metric.observe", "tool.register"}
 
 
 @pytest.mark.parametrize("op", NEWER_OPS)

@@ -56,6 +56,7 @@ export namespace Op {
   export const METRIC_ADD = "metric.add";
   export const METRIC_SET = "metric.set";
   export const METRIC_OBSERVE = "metric.observe";
+  export const TOOL_REGISTER = "tool.register";
 }
 
 /** Export names (SPEC 1.1); exports.ts defines the functions. */

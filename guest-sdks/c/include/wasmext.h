@@ -225,6 +225,15 @@ int wasmext_state_keys(const char *prefix, const char *scope, wasmext_answer *ou
  * it reached. */
 int wasmext_emit(const char *topic, const void *payload, size_t payload_len,
                  wasmext_answer *out);
+
+/* tool.register (ABI minor 2; `unsupported` locally below it): add or replace one
+ * of this plugin's own tools after load, served by its on_tool hook under the name
+ * `name`. description NULL = none; input_schema NULL = {"type": "object"}, else
+ * one encoded MessagePack map. On ok the value is {name: "<plugin>__<name>",
+ * replaced: bool}; a broken name or schema is `invalid`, a cap `limit`. */
+int wasmext_tool_register(const char *name, const char *description,
+                          const void *input_schema, size_t schema_len, wasmext_answer *out);
+
 /* Direct log through the `log` import (no formatting: pass finished text). */
 void wasmext_log(int level, const char *text);
 void wasmext_log_n(int level, const char *text, size_t len);

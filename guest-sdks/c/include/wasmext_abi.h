@@ -51,6 +51,7 @@
 #define WASMEXT_OP_METRIC_ADD "metric.add"
 #define WASMEXT_OP_METRIC_SET "metric.set"
 #define WASMEXT_OP_METRIC_OBSERVE "metric.observe"
+#define WASMEXT_OP_TOOL_REGISTER "tool.register"
 
 /* default limits the host applies */
 #define WASMEXT_LIMIT_FUEL_PER_CALL 50000000u

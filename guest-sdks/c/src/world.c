@@ -1,6 +1,6 @@
 /* Typed wrappers for the ops beyond config/secret: state.*, event.emit
- * (minor 0), http.fetch, llm.complete, agents.request, agents.send (minor 1).
- * An op newer than the host's negotiated minor answers
+ * (minor 0), http.fetch, llm.complete, agents.request, agents.send (minor 1),
+ * tool.register (minor 2). An op newer than the host's negotiated minor answers
  * `unsupported` locally (SPEC 3.1), without calling the host. */
 #include <string.h>
 
@@ -227,6 +227,21 @@ int wasmext_emit(const char *topic, const void *payload, size_t payload_len,
     if (payload) {
         wasmext_write_cstr(w, "payload");
         wasmext_write_raw(w, payload, payload_len);
+int wasmext_tool_register(const char *name, const char *description,
+                          const void *input_schema, size_t schema_len, wasmext_answer *out) {
+    if (!name) return world_error(out, WASMEXT_E_INVALID, "tool.register needs a name");
+    uint32_t pairs = 1 + (description ? 1 : 0) + (input_schema ? 1 : 0);
+    wasmext_writer *w = begin_since(2, WASMEXT_OP_TOOL_REGISTER, pairs, out);
+    if (!w) return WASMEXT_ERR_HOST;
+    wasmext_write_cstr(w, "name");
+    wasmext_write_cstr(w, name);
+    if (description) {
+        wasmext_write_cstr(w, "description");
+        wasmext_write_cstr(w, description);
+    }
+    if (input_schema) {
+        wasmext_write_cstr(w, "input_schema");
+        wasmext_write_raw(w, input_schema, schema_len);
     }
     return send(w, out);
 }

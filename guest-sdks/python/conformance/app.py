@@ -26,6 +26,7 @@ from wasmext_guest import (
     resource_read,
     state_get,
     state_set,
+    tool_register,
 )
 from wasmext_guest.msgpack import pack, unpack
 
@@ -101,6 +102,19 @@ class Conformance(Plugin):
         if req.get("op") not in wrappers:
             raise Fail("invalid", "mcp: an op of resource.*, prompt.* or progress")
         return _whole(wrappers[req["op"]])
+
+    # Minor 2: a tool registered after load ({name, description?, input_schema?}),
+    # served by on_tool as {tool, args}.
+    @hook("register_tool")
+    def register_tool(self, spec: Any) -> Any:
+        if not isinstance(spec, dict):
+            raise Fail("invalid", "register_tool expects {name, ...}")
+        return _whole(lambda: tool_register(str(spec.get("name")), spec.get("description"),
+                                            spec.get("input_schema")))
+
+    @hook("on_tool")
+    def on_tool(self, call: Any) -> Any:
+        return {"tool": call.get("name"), "args": call.get("args")}
 
     @hook("fail")
     def fail(self, message: Any) -> None:

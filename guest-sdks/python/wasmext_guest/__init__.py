@@ -41,6 +41,7 @@ from wasmext_guest.world import (
     prompt_list,
     resource_list,
     resource_read,
+    tool_register,
 )
 
 __all__ = ["ABI_MINOR", "UNCHANGED", "Call", "Fail", "HostError", "Plugin", "Stop",
@@ -49,4 +50,4 @@ __all__ = ["ABI_MINOR", "UNCHANGED", "Call", "Fail", "HostError", "Plugin", "Sto
            "hook", "host_minor", "http_fetch", "json_result", "llm_complete", "log",
            "progress", "prompt_get", "prompt_list", "request", "resource_list",
            "resource_read", "safe_json_dumps", "secret", "state_delete", "state_get",
-           "state_keys", "state_set", "text_result", "truncate"]
+           "state_keys", "state_set", "text_result", "tool_register", "truncate"]

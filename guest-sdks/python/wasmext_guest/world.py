@@ -1,9 +1,10 @@
-"""Layer 2, ABI minor 1 (abi/SPEC.md 4.3.1 and 4.5): HTTP, the host's model, agents,
-progress, and configured MCP servers' resources and prompts.
+"""Layer 2, ABI minors 1 and 2 (abi/SPEC.md 4.3.1, 4.5 and 4.6): HTTP, the host's model,
+agents, progress, configured MCP servers' resources and prompts, and tools registered
+at runtime.
 
 Each function sends one op and returns its value, raising `HostError` with the
-ABI code when the host says no. A host that announced a minor below 1 at
-registration does not have these ops: the SDK answers `unsupported` itself,
+ABI code when the host says no. A host that announced a minor below an op's at
+registration does not have it: the SDK answers `unsupported` itself,
 without asking it (SPEC 3.1).
 """
 
@@ -15,7 +16,7 @@ from wasmext_guest.host import HostError, call
 
 __all__ = ["ABI_MINOR", "agents_request", "agents_send", "host_minor", "http_fetch",
            "llm_complete", "progress", "prompt_get", "prompt_list", "resource_list",
-           "resource_read"]
+           "resource_read", "tool_register"]
 
 ABI_MINOR = 2  # the minor this SDK is built against (its registration says so)
 _host = {"minor": 0}
@@ -96,3 +97,14 @@ def prompt_list(server: str) -> list[dict[str, Any]]:
 def prompt_get(server: str, name: str, args: dict[str, str] | None = None) -> dict[str, Any]:
     """`prompt.get`: {description?, messages}."""
     return dict(_op("prompt.get", 1, server=server, name=name, args=args))
+
+
+def tool_register(name: str, description: str | None = None,
+                  input_schema: dict[str, Any] | None = None,
+                  output_schema: dict[str, Any] | None = None,
+                  title: str | None = None) -> dict[str, Any]:
+    """`tool.register` (ABI minor 2): add or replace one of this plugin's tools after load,
+    served by its `on_tool` hook; {name: "<plugin>__<name>", replaced}. A broken name or
+    schema raises HostError `invalid`, a cap (tools per plugin, schema size) `limit`."""
+    return dict(_op("tool.register", 2, name=name, description=description,
+                    input_schema=input_schema, output_schema=output_schema, title=title))

@@ -81,6 +81,7 @@ pub mod op {
     pub const METRIC_ADD: &str = "metric.add";
     pub const METRIC_SET: &str = "metric.set";
     pub const METRIC_OBSERVE: &str = "metric.observe";
+    pub const TOOL_REGISTER: &str = "tool.register";
 }
 
 /// One row of the op table.
@@ -131,6 +132,7 @@ pub const OPS: &[OpInfo] = &[
     row(op::METRIC_ADD, "", 2, true),
     row(op::METRIC_SET, "", 2, true),
     row(op::METRIC_OBSERVE, "", 2, true),
+    row(op::TOOL_REGISTER, "", 2, true),
 ];
 
 /// The row of `name`, if the table has one.

@@ -51,6 +51,7 @@ pub const op = struct {
     pub const metric_add = "metric.add";
     pub const metric_set = "metric.set";
     pub const metric_observe = "metric.observe";
+    pub const tool_register = "tool.register";
 };
 
 pub const limits = struct {

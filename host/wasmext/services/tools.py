@@ -29,6 +29,7 @@ left to finish on its own when the caller's time is up).
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import jsonschema_rs
 
-from wasmext.errors import ConfigError, PluginError, WasmextError
+from wasmext.errors import ConfigError, PluginError, ToolLimitError, WasmextError
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.schema_cache import shared_validator
@@ -46,7 +47,8 @@ from wasmext.text import clean, clean_lines
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
 
-__all__ = ["MAX_DEPTH", "Tool", "ToolRegistry", "ToolSession", "compile_schema"]
+__all__ = ["MAX_DEPTH", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_TOOLS_PER_PLUGIN", "Tool",
+           "ToolRegistry", "ToolSession", "compile_schema"]
 
 
 class ToolSession(Protocol):
@@ -70,6 +72,11 @@ class ToolSession(Protocol):
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_DESCRIPTION = 1024
 MAX_DEPTH = 4
+# Caps on what a plugin registers, at load and at runtime alike: each tool costs the
+# host a compiled schema and a catalog entry that every tools/list sends.
+MAX_TOOLS_PER_PLUGIN = 256
+MAX_SCHEMA_BYTES = 65_536  # as JSON text
+MAX_SCHEMA_DEPTH = 32  # nested objects and arrays
 
 Runner = Callable[[dict[str, Any], "ToolSession | None"], Any]
 
@@ -122,6 +129,27 @@ def compile_schema(schema: Any, where: str) -> Any:
         first = (getattr(exc, "message", None) or str(exc)).splitlines()
         raise ConfigError(f"{where}: invalid JSON Schema: "
                           f"{first[0] if first else type(exc).__name__}") from exc
+
+
+def _bounded_schema(schema: Any, where: str, what: str) -> None:
+    """ToolLimitError when a plugin's schema is deeper or larger than the caps."""
+    depth, stack = 0, [(schema, 1)]
+    while stack:  # iterative: a hostile nesting cannot exhaust the host's stack
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            depth = max(depth, level)
+            if depth > MAX_SCHEMA_DEPTH:
+                raise ToolLimitError(f"{where}: {what} nests deeper than "
+                                     f"max_schema_depth {MAX_SCHEMA_DEPTH}")
+            stack.extend((v, level + 1) for v in (node.values() if isinstance(node, dict)
+                                                  else node))
+    try:
+        size = len(json.dumps(schema, separators=(",", ":"), default=str))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {what} is not JSON: {clean(str(exc), 80)}") from exc
+    if size > MAX_SCHEMA_BYTES:
+        raise ToolLimitError(f"{where}: {what} is {size} bytes as JSON "
+                             f"(max_schema_bytes {MAX_SCHEMA_BYTES})")
 
 
 def _check_schema(schema: Any, where: str) -> dict[str, Any]:
@@ -220,6 +248,24 @@ class ToolRegistry:
         self.add(tool)
         return tool
 
+    def _plugin_tool(self, plugin_id: str, spec: Any, where: str) -> Tool:
+        """A plugin's tool from one registration entry; ConfigError (or ToolLimitError
+        for a cap) naming `where` when the entry breaks a rule."""
+        if not isinstance(spec, dict) or not NAME_RE.match(str(spec.get("name", ""))):
+            raise ConfigError(f"{where}: 'name' must be letters, digits, '_' or '-' (1-64)")
+        short = spec["name"]
+        schema = spec.get("input_schema", {"type": "object"})
+        out = spec.get("output_schema")
+        _bounded_schema(schema, where, "input_schema")
+        if out is not None:
+            _bounded_schema(out, where, "output_schema")
+        return Tool(f"{plugin_id}__{short}", _clean(spec.get("description", ""), MAX_DESCRIPTION),
+                    _object_schema(schema, where, "input_schema"),
+                    f"plugin:{plugin_id}", self._plugin_runner(plugin_id, short),
+                    _object_schema(out, where, "output_schema") if out is not None else None,
+                    title=clean(spec.get("title", ""), 128),
+                    annotations=_annotations(spec.get("annotations"), where))
+
     def register_plugin(self, lp: LoadedPlugin) -> list[str]:
         """The tools in a plugin's registration map; returns the problems found."""
         raw = lp.plugin.registration.extra.get("tools")
@@ -227,25 +273,18 @@ class ToolRegistry:
         problems: list[str] = []
         if not isinstance(raw, list):
             problems, raw = [f"plugin {lp.id}: 'tools' must be an array"], []
+        if len(raw) > MAX_TOOLS_PER_PLUGIN:
+            problems.append(f"plugin {lp.id}: {len(raw)} tools; at most "
+                            f"{MAX_TOOLS_PER_PLUGIN} are kept")
+            raw = raw[:MAX_TOOLS_PER_PLUGIN]
         owner = f"plugin:{lp.id}"
         # Re-registering (a reload) replaces in place: a tool that stays is never missing.
+        # Tools the old instance registered at runtime go with it (its state is gone).
         stale = {n for n, t in dict(self.tools).items() if t.owner == owner}
         for i, spec in enumerate(raw):
             where = f"plugin {lp.id} tools[{i}]"
             try:
-                if not isinstance(spec, dict) or not NAME_RE.match(str(spec.get("name", ""))):
-                    raise ConfigError(f"{where}: 'name' must be letters, digits, '_' or '-'")
-                short = spec["name"]
-                out = spec.get("output_schema")
-                tool = Tool(f"{lp.id}__{short}", _clean(spec.get("description", ""),
-                                                        MAX_DESCRIPTION),
-                            _object_schema(spec.get("input_schema", {"type": "object"}), where,
-                                           "input_schema"),
-                            f"plugin:{lp.id}", self._plugin_runner(lp.id, short),
-                            _object_schema(out, where, "output_schema")
-                            if out is not None else None,
-                            title=clean(spec.get("title", ""), 128),
-                            annotations=_annotations(spec.get("annotations"), where))
+                tool = self._plugin_tool(lp.id, spec, where)
                 self.add(tool)
                 stale.discard(tool.name)
             except ConfigError as err:
@@ -255,6 +294,24 @@ class ToolRegistry:
                 if self.tools.get(name) is not None and self.tools[name].owner == owner:
                     del self.tools[name]
         return problems
+
+    def register_runtime(self, plugin_id: str, spec: Any) -> tuple[Tool, bool]:
+        """A tool a loaded plugin registers after load (the `tool.register` op), under the
+        rules and caps of registration-time tools: (the tool, whether it replaced one).
+        ConfigError for a broken rule, ToolLimitError for a cap."""
+        where = f"plugin {plugin_id} tool.register"
+        tool = self._plugin_tool(plugin_id, spec, where)
+        owner = f"plugin:{plugin_id}"
+        with self._lock:
+            old = self.tools.get(tool.name)
+            replaced = old is not None and old.owner == owner
+            held = sum(1 for t in self.tools.values() if t.owner == owner)
+            if not replaced and held >= MAX_TOOLS_PER_PLUGIN:
+                raise ToolLimitError(f"{where}: plugin {plugin_id} already has {held} tools "
+                                     f"(max_tools_per_plugin {MAX_TOOLS_PER_PLUGIN})",
+                                     plugin_id=plugin_id)
+        self.add(tool)  # ownership and prefix rules, under the lock again
+        return tool, replaced
 
     def drop_owner(self, owner: str) -> None:
         """Remove every tool of the owner."""
@@ -345,3 +402,16 @@ class ToolRegistry:
             finally:
                 self._depth.value -= 1
         services.register("tool.call", tool_call)
+
+        def tool_register(ctx: CallContext, req: dict[str, Any]) -> Any:
+            if ctx.plugin_id not in self.host.plugins:
+                raise OpError("not_found", f"plugin {ctx.plugin_id} is not loaded in this host")
+            spec = {k: v for k, v in req.items() if k != "op"}
+            try:
+                tool, replaced = self.register_runtime(ctx.plugin_id, spec)
+            except ToolLimitError as err:
+                raise OpError("limit", clean(err.message)) from err
+            except ConfigError as err:
+                raise OpError("invalid", clean(err.message)) from err
+            return {"name": tool.name, "replaced": replaced}
+        services.register("tool.register", tool_register)
