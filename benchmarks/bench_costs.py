@@ -94,6 +94,8 @@ COST_TARGETS = [
                "scale.hook_log", "scale.hook_config_get", None),
     CostTarget("new_instance", "plugin.new_instance() vs wasmtime Store+Instance",
                "scale.bare_instance", "scale.new_instance", 3.0),
+    CostTarget("redis_set", "Redis state.set vs a plain SET",
+               "scale.redis_plain_set", "scale.redis_store_set", 4.0),
 ]
 
 _LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'

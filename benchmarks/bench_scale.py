@@ -9,7 +9,9 @@
 * a hook that makes one generic `host_call` (`config.get`) against the same
   hook without it, and against the `log` import;
 * `plugin.new_instance()` (Store, limits, instance, `_initialize`, registration)
-  against a bare wasmtime-py `Store` + `Instance` of the same module.
+  against a bare wasmtime-py `Store` + `Instance` of the same module;
+* a committed Redis `RedisStore.set` against a plain `SET` of the same value from
+  the same client library to the same server (when redis-server is installed).
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ import httpx2
 import msgpack
 import wasmtime
 from bench_cases import Budget, Item
-from bench_timing import Case
+from bench_timing import Case, Skipped
 
 from wasmext import HostConfig
 from wasmext.services.llm.service import LlmSettings
 from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
 
-__all__ = ["GROUP", "scale_cases"]
+__all__ = ["GROUP", "redis_cases", "scale_cases"]
 
 GROUP = "at scale"
 _HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
@@ -217,7 +219,37 @@ def _calls(b: Budget, cleanup: list[Any]) -> list[Item]:
     ]
 
 
+def redis_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
+    """A committed `RedisStore.set` and its floor, a plain `SET` (same client, server)."""
+    import redis
+    from bench_state import _redis
+
+    from wasmext.state import Scope
+    from wasmext.state.redis.store import RedisStore
+
+    server = _redis()
+    if isinstance(server, str):
+        return [Skipped(key, label, GROUP, server) for key, label in (
+            ("scale.redis_plain_set", "plain SET (redis-py)"),
+            ("scale.redis_store_set", "RedisStore.set, committed"))]
+    url, proc = server
+    cleanup.append(proc.kill)
+    client = redis.Redis.from_url(url)
+    store = RedisStore(url=url)
+    cleanup += [client.close, store.close]
+    value, scope = b"x" * 80, Scope("kv", "bench")
+    store.set(scope, "k", value)
+    _check("RedisStore.set", store.get(scope, "k") == value)
+    return [
+        Case("scale.redis_plain_set", "plain SET (redis-py, floor)", GROUP,
+             lambda: client.set(b"plain:k", value), b.fresh, b.warm_fresh),
+        Case("scale.redis_store_set", "RedisStore.set, committed", GROUP,
+             lambda: store.set(scope, "k", value), b.fresh, b.warm_fresh),
+    ]
+
+
 def scale_cases(b: Budget, cleanup: list[Any], *, million: bool = False) -> list[Item]:
     """The issue-25 figures and their floors."""
     sizes = [100, 100_000] + ([1_000_000] if million else [])
-    return _world(b, cleanup) + _state_at(sizes, b, cleanup) + _calls(b, cleanup)
+    return (_world(b, cleanup) + _state_at(sizes, b, cleanup) + _calls(b, cleanup)
+            + redis_cases(b, cleanup))

@@ -43,7 +43,7 @@ from bench_cases import (  # noqa: E402
 )
 from bench_costs import cost_cases, cost_report  # noqa: E402
 from bench_guests import DATA  # noqa: E402
-from bench_scale import scale_cases  # noqa: E402
+from bench_scale import redis_cases, scale_cases  # noqa: E402
 from bench_state import state_cases  # noqa: E402
 from bench_timing import Case, Skipped, Stats, run_interleaved, stats_of  # noqa: E402
 
@@ -179,6 +179,8 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
     items: list[Item] = []
     if args.costs_only:  # only the issue-14 figures and their floors
         return cost_cases(rt, b, CLEANUP)
+    if args.redis_only:  # only the Redis state.set figure and its floor
+        return redis_cases(b, CLEANUP)
     if args.scale_only:  # only the issue-25 figures and their floors
         return scale_cases(b, CLEANUP, million=args.scale_1m)
     if args.state_only:  # only the state backends (SQLite, Redis, JetStream)
@@ -351,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-only", action="store_true",
                     help="time only the issue-25 figures (world ops, state at size, host"
                          " calls, new instances) and their floors")
+    ap.add_argument("--redis-only", action="store_true",
+                    help="time only a committed Redis state.set against a plain SET")
     ap.add_argument("--scale-1m", action="store_true",
                     help="also time a SQLite set with 1M keys in its plugin (slow to fill)")
     ap.add_argument("--state-only", action="store_true",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,8 @@ def test_quick_benchmark_reports_figures_and_ratios(tmp_path: Path) -> None:
                 "host_call_vs_log", "new_instance"):
         assert costs[key]["ratio"] is not None and costs[key]["ratio"] > 0, key
         assert costs[key]["floor"] in doc["results"] and costs[key]["subject"] in doc["results"]
+    if shutil.which("redis-server"):  # Redis state.set against a plain SET, same run
+        assert costs["redis_set"]["ratio"] is not None and costs["redis_set"]["ratio"] > 0
     if (ROOT / "plugins" / "pii-mask" / "pii-mask.wasm").is_file():  # built by make plugins
         rss = costs["rss_per_copy"]
         assert rss["copy_bytes"] > 0 and rss["instance_bytes"] > 0 and rss["ratio"] > 0

@@ -359,9 +359,14 @@ class Engine(StateStore):
 
     def set(self, scope: Scope, key: str, value: bytes, *,
             ttl: float | None = None) -> CommitReport:
+        # One write committed at once: the commit checks every quota atomically, so the
+        # transaction's dry run of it beforehand would only cost a second trip to storage.
         txn = self.begin(scope.plugin, scope.session)
-        txn.set(key, value, scope=_scope_name(scope), ttl=ttl)
-        return txn.commit()
+        sid = txn._sid(_scope_name(scope))
+        write = Write(check_value(value), check_ttl(ttl, self.limits))
+        changes = Changes(txn.plugin_id, writes={(sid, check_key(key, self.limits)): write})
+        txn.rollback()
+        return self._finish(changes, {})
 
     def delete(self, scope: Scope, key: str) -> bool:
         with self.begin(scope.plugin, scope.session) as txn:

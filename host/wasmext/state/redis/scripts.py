@@ -8,11 +8,18 @@ re-checks the quotas against the current usage counters, and only then applies
 the writes and the accounting. So commits of one plugin conflict only when they
 touched the same entries, or when a plan depended on the whole plugin (an
 eviction, a cleared scope: then the usage hash's `ver` must be unchanged).
+
+Most commits need no plan from outside: plain writes and deletes that stay
+within every quota. `FAST_COMMIT` decides and applies those itself, in the one
+round trip of the script: it reads each entry's old size and the scopes' usage
+counters where it stands (no snapshot, so nothing can go stale), and answers 0
+without changing anything when the commit needs more than that (an eviction, a
+quota error to report, a warning to log): the caller then plans it the long way.
 """
 
 from __future__ import annotations
 
-__all__ = ["COMMIT", "GET", "PURGE", "TOUCH", "USAGE"]
+__all__ = ["COMMIT", "FAST_COMMIT", "GET", "PURGE", "TOUCH", "USAGE"]
 
 GET = """
 local e = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -132,6 +139,83 @@ end
 for j = 0, nscope - 1 do
   local at = scopes_at + 4 * j
   for field, d in pairs({['b:' .. ARGV[at]] = ARGV[at + 1], ['n:' .. ARGV[at]] = ARGV[at + 2]}) do
+    if redis.call('HINCRBY', usage, field, d) <= 0 then redis.call('HDEL', usage, field) end
+  end
+end
+redis.call('HINCRBY', usage, 'total', dtotal)
+redis.call('HINCRBY', usage, 'ver', 1)
+redis.call('SADD', KEYS[7], ARGV[3])
+return 1
+"""
+# KEYS: exp lru meta idx usage vers plugins
+# ARGV: now vprefix plugin max_plugin max_session max_keys session_warn_bytes n
+#       then n writes {eid scope is_session is_put value size meta expires pxat tick}
+# Returns 1 when applied, 0 (nothing changed) when the commit needs the planned path.
+FAST_COMMIT = _PURGE_FN + """
+local now, vprefix = ARGV[1], ARGV[2]
+purge(now, vprefix)
+local usage, vers = KEYS[5], KEYS[6]
+local max_plugin, max_session, max_keys = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local warn_at = tonumber(ARGV[7])
+local n = tonumber(ARGV[8])
+local scopes, order, had = {}, {}, {}
+local pinned = 0
+for j = 0, n - 1 do
+  local at = 9 + 10 * j
+  local eid, scope = ARGV[at], ARGV[at + 1]
+  local s = scopes[scope]
+  if not s then
+    s = {0, 0, ARGV[at + 2] == '1'}
+    scopes[scope] = s
+    order[#order + 1] = scope
+  end
+  local meta = redis.call('HGET', KEYS[3], eid)
+  had[j] = meta ~= false
+  if meta then
+    s[1] = s[1] - tonumber(string.match(meta, '^(%d+)'))
+    s[2] = s[2] - 1
+  end
+  if ARGV[at + 3] == '1' then
+    local size = tonumber(ARGV[at + 5])
+    s[1] = s[1] + size
+    s[2] = s[2] + 1
+    pinned = pinned + size
+  end
+end
+if pinned > max_plugin then return 0 end
+local dtotal = 0
+for _, scope in ipairs(order) do
+  local s = scopes[scope]
+  local b0 = tonumber(redis.call('HGET', usage, 'b:' .. scope) or '0')
+  local n0 = tonumber(redis.call('HGET', usage, 'n:' .. scope) or '0')
+  if s[2] > 0 and n0 + s[2] > max_keys then return 0 end
+  if s[3] and s[1] > 0 and b0 + s[1] > max_session then return 0 end
+  if s[3] and b0 < warn_at and warn_at <= b0 + s[1] then return 0 end
+  dtotal = dtotal + s[1]
+end
+if dtotal > 0 and tonumber(redis.call('HGET', usage, 'total') or '0') + dtotal > max_plugin then
+  return 0
+end
+for j = 0, n - 1 do
+  local at = 9 + 10 * j
+  local eid = ARGV[at]
+  if ARGV[at + 3] == '1' then
+    redis.call('SET', vprefix .. eid, ARGV[at + 4], 'PXAT', ARGV[at + 8])
+    redis.call('HSET', KEYS[3], eid, ARGV[at + 6])
+    redis.call('ZADD', KEYS[1], ARGV[at + 7], eid)
+    redis.call('ZADD', KEYS[2], ARGV[at + 9], eid)
+    redis.call('ZADD', KEYS[4], 0, eid)
+    redis.call('HINCRBY', vers, eid, 1)
+  elseif had[j] then
+    redis.call('DEL', vprefix .. eid)
+    for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4]}) do redis.call('ZREM', k, eid) end
+    redis.call('HDEL', KEYS[3], eid)
+    redis.call('HINCRBY', vers, eid, 1)
+  end
+end
+for _, scope in ipairs(order) do
+  local s = scopes[scope]
+  for field, d in pairs({['b:' .. scope] = s[1], ['n:' .. scope] = s[2]}) do
     if redis.call('HINCRBY', usage, field, d) <= 0 then redis.call('HDEL', usage, field) end
   end
 end

@@ -14,11 +14,15 @@ Layout, per plugin `p` (the `{p}` hash tag keeps a plugin's keys in one slot):
 
 An eid is `g:<key>` (plugin-global) or `s<len>:<session>:<key>`. Redis expires
 the values itself; Lua scripts (`scripts`) read, refresh and purge expired
-entries atomically. A commit is optimistic: plan from a snapshot that records
-the versions of the entries it read, then one `COMMIT` script checks those
-versions and the quotas and applies everything, or reports the plan stale and
-the commit is planned again. Commits of different sessions of one plugin do not
-conflict.
+entries atomically. Plain writes and deletes within every quota are one
+`FAST_COMMIT` script: one round trip, decided where the data is. Any other
+commit (a clear, a CAS, an eviction, a quota error or warning to report) is
+optimistic: plan from a snapshot that records the versions of the entries it
+read, then one `COMMIT` script checks those versions and the quotas and applies
+everything, or reports the plan stale and the commit is planned again. Commits
+of different sessions of one plugin do not conflict. The usage counters (bytes
+and keys per scope, the plugin's total) are kept by the scripts as they change
+(HINCRBY): no commit counts by scanning.
 
 Every wait is bounded: the client's connections (`connection`) take their
 socket timeouts from the calling hook's deadline.
@@ -37,7 +41,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 from redis.exceptions import RedisError, WatchError
 
-from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
+from wasmext.state.accounting import Changes, Plan, Put, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits, StateUnavailable
 from wasmext.state.engine import Engine
 from wasmext.state.redis import scripts
@@ -222,6 +226,7 @@ class RedisStore(Engine):
         self._touch_script = client.register_script(scripts.TOUCH)
         self._purge_script = client.register_script(scripts.PURGE)
         self._commit_script = client.register_script(scripts.COMMIT)
+        self._fast_script = client.register_script(scripts.FAST_COMMIT)
         self._usage = client.register_script(scripts.USAGE)
         self._swap = client.register_script(SWAP)
         self._staging = self._prefix + b":staging"  # set of staged imports' key bases
@@ -259,8 +264,41 @@ class RedisStore(Engine):
         except RedisError as exc:
             raise StateUnavailable(f"redis: {exc}") from exc
 
+    def _fast(self, changes: Changes, now: float) -> Plan | None:
+        """Plain writes within every quota, decided and applied by one script (one round
+        trip); None when the commit needs a plan (a clear, a CAS, an eviction, a quota
+        error or a warning to report), having changed nothing."""
+        if changes.cleared or changes.expect:
+            return None
+        k, lim, p = self._k(changes.plugin), self.limits, changes.plugin
+        puts: list[Put] = []
+        args: list[bytes | str | int] = [
+            repr(now), k.value(b""), p, lim.max_plugin_bytes, lim.max_session_bytes,
+            lim.max_keys, repr(lim.session_warn_ratio * lim.max_session_bytes),
+            len(changes.writes)]
+        tick = self._ticker.take(sum(w.value is not None for w in changes.writes.values()), now)
+        for (sid, key), w in changes.writes.items():
+            if w.expires_at is not None:  # an import's explicit expiry: the planned path
+                return None
+            scope = _scope(sid)
+            eid = scope + key.encode("utf-8")
+            session = 0 if sid is None else 1
+            if w.value is None:
+                args += [eid, scope, session, 0, b"", 0, b"", 0, 0, 0]
+                continue
+            size, expires = lim.entry_size(key, w.value), now + w.ttl
+            args += [eid, scope, session, 1, w.value, size, f"{size} {w.ttl!r}",
+                     repr(expires), max(1, int(expires * 1000) + 1), tick + len(puts)]
+            puts.append(Put(sid, key, w.value, size, w.ttl, expires))
+        if not self._fast_script(keys=[*k.purge_keys(), self._prefix + b":plugins"], args=args):
+            return None
+        return Plan(puts=puts)
+
     @_guarded
     def _commit(self, changes: Changes, now: float) -> Plan:
+        fast = self._fast(changes, now)
+        if fast is not None:
+            return fast
         p, k = changes.plugin, self._k(changes.plugin)
         whole = bool(changes.cleared)  # the plan will depend on the whole plugin
         for _ in range(self._retries):
