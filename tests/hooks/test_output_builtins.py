@@ -66,18 +66,36 @@ def test_json_carries_the_level_2_context(built: Built) -> None:
     assert "only the host sees" not in json.dumps(full.content)
 
 
-def test_extract_finds_numbers_percentages_and_entities(built: Built) -> None:
-    answer = "DW_PROD runs at 94.5% CPU with 1,234 rows; DW_DEV idles at 3%. See ab12 and OK."
+def test_extract_finds_labeled_numbers_percentages_and_entities(built: Built) -> None:
+    answer = ("DW_PROD and DW_DEV report.\nCPU Usage: 94.5% on DW_PROD; Memory: 87.5 GB, "
+              "Total: 1,234 rows, Load: 3; at 12.5%. THE SQL API said OK about DW_DEV, ab12.")
     with new_host(built) as host:
         out = run(host, "#extract", answer)["extract"]
         only = run(host, "#extract:entities", answer)["extract"]
+        numbers = run(host, "#extract:numbers", answer)["extract"]
         bad = run(host, "#extract:words", answer)["extract"]
-    assert out["content"] == {"numbers": [94.5, 1234.0, 3.0], "percentages": [94.5, 3.0],
-                              "entities": ["DW_PROD", "CPU", "DW_DEV"],
-                              "source_length": len(answer)}
+    assert out["content"] == {
+        "numbers": [{"label": "CPU Usage", "value": 94.5, "unit": "%"},
+                    {"label": "Memory", "value": 87.5, "unit": "GB"},
+                    {"label": "Total", "value": 1234.0, "unit": "rows"},
+                    {"label": "Load", "value": 3.0, "unit": None}],
+        "percentages": [94.5, 12.5],
+        # UPPER_CASE identifiers of 3+ characters, once each, without 003's stop-words
+        "entities": ["DW_PROD", "DW_DEV"],
+        "source_length": len(answer)}
     assert out["output_target"] == "silent" and out["usage"] == {}
-    assert only["content"] == {"entities": ["DW_PROD", "CPU", "DW_DEV"]}
+    assert out["metadata"]["output_schema"] == "valid"  # its declared output_schema
+    assert only["content"] == {"entities": ["DW_PROD", "DW_DEV"]}
+    assert numbers["content"] == {"numbers": out["content"]["numbers"]}
     assert not bad["success"] and "not allowed" in (bad["error"] or "")
+
+
+def test_extract_stays_bounded_on_a_hostile_answer(built: Built) -> None:
+    answer = "A: 1 " * 5000 + "ABC_" * 10 + " " + " ".join(f"ID_{i:04d}" for i in range(2000))
+    with new_host(built) as host:
+        out = run(host, "#extract", answer)["extract"]
+    assert out["success"], out["error"]
+    assert len(out["content"]["numbers"]) == 256 and len(out["content"]["entities"]) == 256
 
 
 def test_the_model_extensions_use_json_mode_and_parse_the_answer(built: Built,

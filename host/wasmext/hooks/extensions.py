@@ -4,8 +4,10 @@ Output extensions run after the answer, in the order the query asked for
 them; each sees every earlier result (`previous`, a list), and a failure marks
 only its own result failed: the answer is never touched. A plugin may declare
 its extensions in its registration map (`"output_extensions": [{"name",
-"allowed_params", "content_type", "output_target"}]`): a param outside
-`allowed_params` is an error result and the plugin is not called. A `#name`
+"allowed_params", "content_type", "output_target", "output_schema"}]`): a param
+outside `allowed_params` is an error result and the plugin is not called, and a
+result whose content does not match `output_schema` (JSON Schema 2020-12) fails,
+its content dropped. A `#name`
 (starting with a letter) that cannot run is an error result too, and is
 stripped from the query like the others.
 
@@ -34,9 +36,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wasmext.errors import WasmextError
+import jsonschema_rs
+
+from wasmext.errors import ConfigError, WasmextError
 from wasmext.hooks.activations import Activation
 from wasmext.hooks.tags import matches
+from wasmext.services.tools import bounded_schema, compile_schema
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -174,6 +179,26 @@ def _run_one(session: HookSession, entry: Any, outcome: ExtensionResult,
     declared_type = built_type or decl.get("content_type")
     outcome.content_type = clean(declared_type, 128) if isinstance(declared_type, str) else \
         "text/plain" if isinstance(outcome.content, str) else "application/json"
+    if outcome.success and decl.get("output_schema") is not None:
+        _check_output(outcome, decl["output_schema"])
+
+
+def _check_output(outcome: ExtensionResult, schema: Any) -> None:
+    """003's output_schema: a result whose content does not match it fails, without its
+    content (whoever reads a successful #name relies on the declared shape)."""
+    where = f"#{outcome.name}: output_schema"
+    try:
+        bounded_schema(schema, where, "output_schema")
+        validator = compile_schema(schema, where)  # compiled once, kept (schema_cache)
+        validator.validate(outcome.content)
+    except ConfigError as err:  # refused at load; a plugin registered before that rule
+        outcome.success, outcome.content, outcome.error = False, None, clean(err.message, 300)
+    except (jsonschema_rs.ValidationError, ValueError) as exc:
+        first = (getattr(exc, "message", None) or str(exc)).splitlines()
+        outcome.success, outcome.content = False, None
+        outcome.error = clean(f"#{outcome.name}: the result does not match its output_schema: "
+                              f"{first[0] if first else type(exc).__name__}", 300)
+    outcome.metadata["output_schema"] = "valid" if outcome.success else "invalid"
 
 
 def _unwrap(outcome: ExtensionResult) -> str | None:

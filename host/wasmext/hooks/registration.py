@@ -1,9 +1,11 @@
-"""Checks of what a plugin's registration map says about prompts and tools, at load.
+"""Checks of what a plugin's registration map says about prompts, tools and output
+extensions' schemas, at load.
 
 A prompt addition with a bad position or no content, a `when` the assembler cannot
 evaluate, or tool guidance that is not lists of tool names would otherwise be
 dropped silently each time a prompt is assembled; here it is a load error naming
-the plugin and the field. Whether a named tool exists is judged where tools are
+the plugin and the field; so is an output extension's `output_schema` that does not
+compile or is over a schema cap. Whether a named tool exists is judged where tools are
 known (the session's catalog, see `hooks.extensions.tool_guidance`): MCP servers
 and the application add theirs after plugins load.
 """
@@ -14,7 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from wasmext.services.tools import NAME_RE
+from wasmext.errors import ConfigError
+from wasmext.services.tools import NAME_RE, bounded_schema, compile_schema
 from wasmext.text import clean
 
 __all__ = ["MAX_ADDITIONS", "MAX_ADDITION_CHARS", "POSITIONS", "registration_problems"]
@@ -34,7 +37,25 @@ def registration_problems(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
         problems += _prompt(extra["prompt"])
     if "tool_guidance" in extra:
         problems += _guidance(extra["tool_guidance"])
+    if isinstance(extra.get("output_extensions"), list):
+        problems += _output_schemas(extra["output_extensions"])
     return problems
+
+
+def _output_schemas(decls: list[Any]) -> list[tuple[str, str]]:
+    """An output extension's `output_schema` must be a JSON Schema that compiles, within
+    the caps of a tool's schema (it is compiled once and checks every result)."""
+    out = []
+    for i, decl in enumerate(decls):
+        if not isinstance(decl, dict) or decl.get("output_schema") is None:
+            continue
+        where = f"output_extensions[{i}].output_schema"
+        try:
+            bounded_schema(decl["output_schema"], where, "output_schema")
+            compile_schema(decl["output_schema"], where)
+        except ConfigError as err:
+            out.append((where, clean(err.message.removeprefix(f"{where}: "), 200)))
+    return out
 
 
 def _prompt(raw: Any) -> list[tuple[str, str]]:

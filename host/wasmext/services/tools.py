@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
 
 __all__ = ["MAX_DEPTH", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_TOOLS_PER_PLUGIN", "Tool",
-           "ToolRegistry", "ToolSession", "compile_schema"]
+           "ToolRegistry", "ToolSession", "bounded_schema", "compile_schema"]
 
 
 class ToolSession(Protocol):
@@ -121,7 +121,7 @@ def compile_schema(schema: Any, where: str) -> Any:
     backreferences) and `$ref` never leaves the schema (no retrieval).
     """
     if not isinstance(schema, Mapping):
-        raise ConfigError(f"{where}: input_schema must be a JSON Schema object")
+        raise ConfigError(f"{where}: a schema must be a JSON Schema object")
     try:
         return shared_validator(schema, lambda: jsonschema_rs.Draft202012Validator(
             dict(schema), pattern_options=_REGEX, offline=True))
@@ -131,8 +131,9 @@ def compile_schema(schema: Any, where: str) -> Any:
                           f"{first[0] if first else type(exc).__name__}") from exc
 
 
-def _bounded_schema(schema: Any, where: str, what: str) -> None:
-    """ToolLimitError when a plugin's schema is deeper or larger than the caps."""
+def bounded_schema(schema: Any, where: str, what: str) -> None:
+    """ToolLimitError when a plugin's schema is deeper or larger than the caps (a tool's,
+    an output extension's): checked before it is compiled."""
     depth, stack = 0, [(schema, 1)]
     while stack:  # iterative: a hostile nesting cannot exhaust the host's stack
         node, level = stack.pop()
@@ -256,9 +257,9 @@ class ToolRegistry:
         short = spec["name"]
         schema = spec.get("input_schema", {"type": "object"})
         out = spec.get("output_schema")
-        _bounded_schema(schema, where, "input_schema")
+        bounded_schema(schema, where, "input_schema")
         if out is not None:
-            _bounded_schema(out, where, "output_schema")
+            bounded_schema(out, where, "output_schema")
         return Tool(f"{plugin_id}__{short}", _clean(spec.get("description", ""), MAX_DESCRIPTION),
                     _object_schema(schema, where, "input_schema"),
                     f"plugin:{plugin_id}", self._plugin_runner(plugin_id, short),

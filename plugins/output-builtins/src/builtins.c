@@ -1,8 +1,9 @@
 /* Reference 003's five built-in output extensions, as one sandboxed plugin.
  *
  *   #json[:minimal|full]    chat_append  the answer with the turn's context
- *   #extract[:numbers|percentages|entities]  silent  numbers, percentages and
- *                                            UPPER_CASE identifiers in the answer
+ *   #extract[:numbers|percentages|entities]  silent  labeled numbers with their
+ *                                            units ("CPU: 94%"), percentages and
+ *                                            UPPER_CASE identifiers (not stop-words)
  *   #decision[:binary|<focus>]  silent   the model decides: a branch key for workflows
  *   #classify               silent       the model picks a category
  *   #summary[:brief|detailed]  chat_append  the model summarises
@@ -10,6 +11,8 @@
  * The last three call llm.complete with "json_mode": true (grant "llm") and
  * turn the model's JSON text into the result (the first JSON object in it, so a
  * fenced answer works too); text that is not JSON fails that result alone. */
+#include <string.h>
+
 #include <wasmext.h>
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -98,17 +101,109 @@ static double number_at(const char *s, uint32_t n, uint32_t i, uint32_t *end) {
 }
 
 enum { NUMBERS, PERCENTAGES, ENTITIES };
+enum { MAX_ITEMS = 256, MAX_LABEL = 64, MAX_UNIT = 16, LABEL_WORDS = 3 };
 
-/* How many items of `kind`; with w, also writes them. */
+/* 003's ENTITY_STOPWORDS: upper-case words that are not names of things. */
+static const char *const STOPWORDS[] = {
+    "THE", "AND", "FOR", "NOT", "BUT", "ARE", "WAS", "YOU", "ALL", "ANY", "YES", "NONE",
+    "NULL", "TRUE", "FALSE", "NOTE", "TODO", "FYI", "ASAP", "ETA", "UTC", "GMT",
+    "SQL", "API", "LLM", "AI", "JSON", "XML", "YAML", "HTML", "HTTP", "HTTPS", "URL",
+    "REST", "CSV", "PDF", "CPU", "GPU", "RAM", "SSD", "HDD", "USD", "EUR", "SELECT",
+    "FROM", "WHERE", "INSERT", "UPDATE", "DELETE", "JOIN", "GROUP", "ORDER", "LIMIT",
+    "INTO", "VALUES", "CREATE", "TABLE", "DROP", "ALTER", "INDEX", "HAVING", "UNION",
+    "DISTINCT", "COUNT", "SUM", "AVG", "MIN", "MAX", "INNER", "OUTER", "LEFT", "RIGHT"};
+
+static bool stopword(const char *s, uint32_t n) {
+    for (size_t k = 0; k < sizeof STOPWORDS / sizeof STOPWORDS[0]; k++)
+        if (wasmext_str_eq(s, n, STOPWORDS[k])) return true;
+    return false;
+}
+
+static bool is_letter(char c) { return is_upper(c) || (c >= 'a' && c <= 'z'); }
+
+/* NUMBER_WITH_UNIT: "Label: 94.5%", "Total rows: 1,234 rows". The label is the last
+ * words (at most LABEL_WORDS) before the colon, back to punctuation or a line start;
+ * the unit is '%' or the letters right after the number (one space allowed). */
+typedef struct labeled {
+    uint32_t label_at, label_len, unit_at, unit_len, next;
+    double value;
+} labeled;
+
+static bool labeled_at(const char *s, uint32_t n, uint32_t colon, labeled *out) {
+    uint32_t j = colon + 1;
+    while (j < n && (s[j] == ' ' || s[j] == '\t')) j++;
+    if (j >= n || !is_digit(s[j])) return false;
+    uint32_t end;
+    out->value = number_at(s, n, j, &end);
+    out->next = end;
+    out->unit_at = end;
+    out->unit_len = 0;
+    if (end < n && s[end] == '%') {
+        out->unit_len = 1;
+        out->next = end + 1;
+    } else {
+        uint32_t u = end < n && s[end] == ' ' ? end + 1 : end, k = u;
+        while (k < n && is_letter(s[k]) && k - u <= MAX_UNIT) k++;
+        if (k > u && k - u <= MAX_UNIT && (k >= n || !is_word(s[k]))) {
+            out->unit_at = u;
+            out->unit_len = k - u;
+            out->next = k;
+        }
+    }
+    uint32_t stop = colon, words = 0, begin;
+    while (stop > 0 && s[stop - 1] == ' ') stop--;
+    uint32_t i = stop;
+    while (i > 0 && colon - i < MAX_LABEL) {
+        char c = s[i - 1];
+        if (c == ' ') {
+            if (++words >= LABEL_WORDS) break;
+        } else if (!is_word(c) && c != '-' && c != '/') {
+            break;
+        }
+        i--;
+    }
+    while (i < stop && s[i] == ' ') i++;
+    begin = i;
+    bool letters = false;
+    for (uint32_t k = begin; k < stop; k++) letters = letters || is_letter(s[k]);
+    if (!letters) return false;
+    out->label_at = begin;
+    out->label_len = stop - begin;
+    return true;
+}
+
+static void write_labeled(wasmext_writer *w, const char *s, const labeled *l) {
+    wasmext_write_map(w, 3);
+    wasmext_write_cstr(w, "label");
+    wasmext_write_str(w, s + l->label_at, l->label_len);
+    wasmext_write_cstr(w, "value");
+    wasmext_write_double(w, l->value);
+    wasmext_write_cstr(w, "unit");
+    if (l->unit_len)
+        wasmext_write_str(w, s + l->unit_at, l->unit_len);
+    else
+        wasmext_write_nil(w);
+}
+
+/* How many items of `kind` (at most MAX_ITEMS); with w, also writes them. */
 static uint32_t scan(const char *s, uint32_t n, int kind, wasmext_writer *w) {
     uint32_t count = 0;
-    for (uint32_t i = 0; i < n;) {
+    uint32_t seen_at[MAX_ITEMS], seen_len[MAX_ITEMS]; /* entities already listed */
+    for (uint32_t i = 0; i < n && count < MAX_ITEMS;) {
         bool starts = i == 0 || !is_word(s[i - 1]);
-        if (kind != ENTITIES && is_digit(s[i]) && starts) {
+        if (kind == NUMBERS && s[i] == ':') {
+            labeled l;
+            if (labeled_at(s, n, i, &l)) {
+                count++;
+                if (w) write_labeled(w, s, &l);
+                i = l.next;
+            } else {
+                i++;
+            }
+        } else if (kind == PERCENTAGES && is_digit(s[i]) && starts) {
             uint32_t end;
             double v = number_at(s, n, i, &end);
-            bool percent = end < n && s[end] == '%';
-            if ((kind == NUMBERS) || percent) {
+            if (end < n && s[end] == '%') {
                 count++;
                 if (w) wasmext_write_double(w, v);
             }
@@ -120,9 +215,15 @@ static uint32_t scan(const char *s, uint32_t n, int kind, wasmext_writer *w) {
                 if (s[end] >= 'a' && s[end] <= 'z') upper_only = false;
                 end++;
             }
-            if (upper_only && end - i >= 3 && end - i <= 64) {
+            uint32_t len = end - i;
+            bool fresh = upper_only && len >= 3 && len <= 64 && !stopword(s + i, len);
+            for (uint32_t k = 0; fresh && k < count; k++)
+                fresh = !(seen_len[k] == len && memcmp(s + seen_at[k], s + i, len) == 0);
+            if (fresh) {
+                seen_at[count] = i;
+                seen_len[count] = len;
                 count++;
-                if (w) wasmext_write_str(w, s + i, end - i);
+                if (w) wasmext_write_str(w, s + i, len);
             }
             i = end;
         } else {
@@ -429,9 +530,14 @@ static wasmext_verdict summary(wasmext_call *call) {
 
 /* ---- registration -------------------------------------------------------------- */
 
+/* schema: the extension's output_schema as JSON text, NULL for none. */
 static void declare(wasmext_writer *w, const char *name, const char *target,
-                    const char *const *params, uint32_t count) {
-    wasmext_write_map(w, count ? 4 : 3);
+                    const char *const *params, uint32_t count, const char *schema) {
+    wasmext_write_map(w, (count ? 4 : 3) + (schema ? 1 : 0));
+    if (schema) {
+        wasmext_write_cstr(w, "output_schema");
+        (void)first_object(schema, (uint32_t)strlen(schema), w);
+    }
     wasmext_write_cstr(w, "name");
     wasmext_write_cstr(w, name);
     wasmext_write_cstr(w, "output_target");
@@ -445,17 +551,28 @@ static void declare(wasmext_writer *w, const char *name, const char *target,
     }
 }
 
+/* 003's #extract result, checked by the host against every result (output_schema). */
+static const char EXTRACT_SCHEMA[] =
+    "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {"
+    "\"numbers\": {\"type\": \"array\", \"items\": {\"type\": \"object\", "
+    "\"required\": [\"label\", \"value\", \"unit\"], \"properties\": {"
+    "\"label\": {\"type\": \"string\"}, \"value\": {\"type\": \"number\"}, "
+    "\"unit\": {\"type\": [\"string\", \"null\"]}}}}, "
+    "\"percentages\": {\"type\": \"array\", \"items\": {\"type\": \"number\"}}, "
+    "\"entities\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}, "
+    "\"source_length\": {\"type\": \"integer\", \"minimum\": 0}}}";
+
 static uint32_t extra(wasmext_writer *w) {
     static const char *const json_params[] = {"minimal", "full"};
     static const char *const extract_params[] = {"numbers", "percentages", "entities"};
     static const char *const summary_params[] = {"brief", "detailed"};
     wasmext_write_cstr(w, "output_extensions");
     wasmext_write_array(w, 5);
-    declare(w, "json", "chat_append", json_params, 2);
-    declare(w, "extract", "silent", extract_params, 3);
-    declare(w, "decision", "silent", NULL, 0);  /* binary, or any severity focus */
-    declare(w, "classify", "silent", NULL, 0);
-    declare(w, "summary", "chat_append", summary_params, 2);
+    declare(w, "json", "chat_append", json_params, 2, NULL);
+    declare(w, "extract", "silent", extract_params, 3, EXTRACT_SCHEMA);
+    declare(w, "decision", "silent", NULL, 0, NULL);  /* binary, or any severity focus */
+    declare(w, "classify", "silent", NULL, 0, NULL);
+    declare(w, "summary", "chat_append", summary_params, 2, NULL);
     return 1;
 }
 
