@@ -37,7 +37,8 @@ def editor(events: Any, kind: str = "turn") -> bytes:
     return bytes(wasmtime.wat2wasm(wat))
 
 
-def run_turn(events: Any) -> tuple[list[Any], list[tuple[str, str | None]]]:
+def run_turn(events: Any, conversation: list[Any] | None = None
+             ) -> tuple[list[Any], list[tuple[str, str | None]]]:
     seen: list[Any] = []
 
     def core(d: dict[str, Any]) -> dict[str, Any]:
@@ -45,8 +46,8 @@ def run_turn(events: Any) -> tuple[list[Any], list[tuple[str, str | None]]]:
         return {"response": "ok", "finish_reason": "text_response"}
 
     with make_host((editor(events), {"plugin_id": "editor"})) as host, host.session() as s:
-        s.middleware("turn", {"turn_id": "t0", "messages": list(CONVERSATION),
-                              "metadata": {}}, core)
+        s.middleware("turn", {"turn_id": "t0", "messages": list(
+            CONVERSATION if conversation is None else conversation), "metadata": {}}, core)
         notes = [(e.outcome, e.detail) for e in s.trace.events if e.plugin_id == "editor"]
     return seen, notes
 
@@ -67,6 +68,22 @@ def test_events_apply_in_order_and_are_traced() -> None:
     assert [d for o, d in notes if o == "messages"] == [
         "truncate: 1 message(s) dropped, 3 kept", "remove message #0", "replace message #0",
         "append system message #2"]
+
+
+def test_the_seeds_bare_truncate_clears_the_conversation() -> None:
+    seen, notes = run_turn([{"type": "truncate"},
+                            {"type": "append", "message": {"role": "user", "content": "new"}}])
+    assert [[wire(m) for m in ms] for ms in seen] == [[{"role": "user", "content": "new"}]]
+    assert [d for o, d in notes if o == "messages"][0] == "truncate: 4 message(s) dropped, 0 kept"
+
+
+def test_truncate_at_a_target_keeps_that_message_and_those_after_it() -> None:
+    conversation = [new_message("user", f"m{i}", {"type": "user"}) for i in range(4)]
+    seen, notes = run_turn([{"type": "truncate", "target_id": conversation[2]["id"]}],
+                           conversation)
+    assert seen == [conversation[2:]]
+    unknown, _ = run_turn([{"type": "truncate", "target_id": "msg-nope"}], conversation)
+    assert unknown == [conversation]  # refused as a whole: nothing dropped
 
 
 @pytest.mark.parametrize("events", [

@@ -12,6 +12,10 @@ message by `target_id` (the seed's name) or by `index`:
     {"type": "replace",  "target_id": id | "index": i, "message": {"role", "content"}}
     {"type": "remove",   "target_id": id | "index": i}
     {"type": "truncate", "keep": n}       # keep the last n (default 0: clear)
+    {"type": "truncate", "target_id": id} # keep that message and those after it
+
+The seed's bare `{"type": "truncate"}` clears the conversation; `keep` and
+`target_id` cut only its older part (a context window kept to its recent end).
 
 A message a layer appends gets a new id and the source {"type": "extension",
 "extension_name": <plugin id>}; a replaced message keeps its id.
@@ -98,7 +102,10 @@ def apply_message_events(messages: list[Any], events: Any, editor: str = ""
             del out[i]
             notes.append(f"remove message #{i}")
         elif kind == "truncate":
-            keep = event.get("keep", 0)
+            if "target_id" in event:  # the conversation from that message on
+                keep = len(out) - _index(event, out)
+            else:
+                keep = event.get("keep", 0)
             if type(keep) is not int or keep < 0:
                 raise OpError("invalid", "truncate's keep must be an int >= 0")
             dropped = max(0, len(out) - keep)
