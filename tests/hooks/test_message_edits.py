@@ -74,7 +74,8 @@ def test_the_seeds_bare_truncate_clears_the_conversation() -> None:
     seen, notes = run_turn([{"type": "truncate"},
                             {"type": "append", "message": {"role": "user", "content": "new"}}])
     assert [[wire(m) for m in ms] for ms in seen] == [[{"role": "user", "content": "new"}]]
-    assert [d for o, d in notes if o == "messages"][0] == "truncate: 4 message(s) dropped, 0 kept"
+    assert [d for o, d in notes if o == "messages"] == [
+        "truncate: 4 message(s) dropped, 0 kept", "append user message #0"]
 
 
 def test_truncate_at_a_target_keeps_that_message_and_those_after_it() -> None:
@@ -82,6 +83,7 @@ def test_truncate_at_a_target_keeps_that_message_and_those_after_it() -> None:
     seen, notes = run_turn([{"type": "truncate", "target_id": conversation[2]["id"]}],
                            conversation)
     assert seen == [conversation[2:]]
+    assert ("messages", "truncate: 2 message(s) dropped, 2 kept") in notes
     unknown, _ = run_turn([{"type": "truncate", "target_id": "msg-nope"}], conversation)
     assert unknown == [conversation]  # refused as a whole: nothing dropped
 

@@ -102,10 +102,9 @@ def apply_message_events(messages: list[Any], events: Any, editor: str = ""
             del out[i]
             notes.append(f"remove message #{i}")
         elif kind == "truncate":
-            if "target_id" in event:  # the conversation from that message on
-                keep = len(out) - _index(event, out)
-            else:
-                keep = event.get("keep", 0)
+            # target_id: the conversation from that message on
+            keep = len(out) - _index(event, out) if "target_id" in event else \
+                event.get("keep", 0)
             if type(keep) is not int or keep < 0:
                 raise OpError("invalid", "truncate's keep must be an int >= 0")
             dropped = max(0, len(out) - keep)
