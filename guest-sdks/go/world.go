@@ -4,7 +4,7 @@ import "wasmext.dev/wasmext/msgpack"
 
 // Typed wrappers for the ops beyond config/secret: state.* and event.emit
 // (minor 0), http.fetch, llm.complete, agents.request and agents.send (minor
-// 1). Like every wrapper they go through HostOp, which answers unsupported
+// 1), tool.register (minor 2). Like every wrapper they go through HostOp, which answers unsupported
 // locally when the host announced a minor below the op's (SPEC 3.1).
 
 // Scope says where a state op reads and writes: ScopeSession ("", the default
@@ -133,4 +133,20 @@ func AgentsRequest(agent string, input msgpack.Raw, timeoutMS int) Answer {
 // AgentsSend sends agents.send: AgentsRequest without waiting for the answer.
 func AgentsSend(agent string, input msgpack.Raw) Answer {
 	return HostOp(OpAgentsSend, map[string]any{"agent": agent, "input": input})
+}
+
+// ToolRegister sends tool.register (ABI minor 2): add or replace one of this
+// plugin's own tools after load, served by its on_tool hook. description ""
+// = none; inputSchema nil = {"type": "object"}, else one encoded MessagePack
+// map. The answer's value is {name: "<plugin>__<name>", replaced}; a broken
+// name or schema is invalid, a cap (tools per plugin, schema size) limit.
+func ToolRegister(name, description string, inputSchema msgpack.Raw) Answer {
+	args := map[string]any{"name": name}
+	if description != "" {
+		args["description"] = description
+	}
+	if inputSchema != nil {
+		args["input_schema"] = inputSchema
+	}
+	return HostOp(OpToolRegister, args)
 }

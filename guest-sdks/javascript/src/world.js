@@ -1,8 +1,8 @@
-// Layer 2, ABI minor 1 (abi/SPEC.md 4.3.1 and 4.5): HTTP, the host's model, agents,
-// progress, and configured MCP servers' resources and prompts. Each function sends
-// one op and returns its value or throws HostError with the ABI code. A host that
-// announced a minor below 1 at registration does not have these ops: the SDK answers
-// `unsupported` itself, without asking it (SPEC 3.1).
+// Layer 2, ABI minors 1 and 2 (abi/SPEC.md 4.3.1, 4.5 and 4.6): HTTP, the host's model,
+// agents, progress, configured MCP servers' resources and prompts, and tools registered
+// at runtime. Each function sends one op and returns its value or throws HostError with
+// the ABI code. A host that announced a minor below an op's at registration does not
+// have it: the SDK answers `unsupported` itself, without asking it (SPEC 3.1).
 import { HostError, hostOp } from "./host.js";
 
 export const ABI_MINOR = 2; // the minor this SDK is built against (its registration says so)
@@ -62,3 +62,11 @@ export function resourceList(server) { return op("resource.list", 1, { server })
 export function resourceRead(server, uri) { return op("resource.read", 1, { server, uri }); }
 export function promptList(server) { return op("prompt.list", 1, { server }); }
 export function promptGet(server, name, args) { return op("prompt.get", 1, { server, name, args }); }
+
+// `tool.register` (ABI minor 2): add or replace one of this plugin's tools after load,
+// served by its `on_tool` hook; {name: "<plugin>__<name>", replaced}. A broken name or
+// schema throws HostError `invalid`, a cap (tools per plugin, schema size) `limit`.
+export function toolRegister(name, { description, inputSchema, outputSchema, title } = {}) {
+  return op("tool.register", 2, { name, description, input_schema: inputSchema,
+    output_schema: outputSchema, title });
+}
