@@ -224,15 +224,18 @@ class ToolRegistry:
     def add(self, tool: Tool) -> None:
         """Add or replace a tool; ConfigError if another owner holds its name or prefix."""
         with self._lock:
-            old = self.tools.get(tool.name)
-            if old is not None and old.owner != tool.owner:
-                raise ConfigError(f"tool {tool.name!r} belongs to {old.owner}; "
-                                  f"{tool.owner} cannot shadow it")
-            for held, other in self.prefixes.items():
-                if other != tool.owner and (tool.name + "__").startswith(held + "__"):
-                    raise ConfigError(f"tool {tool.name!r}: the prefix {held!r} belongs to "
-                                      f"{other}; {tool.owner} cannot shadow its tools")
-            self.tools[tool.name] = tool
+            self._add_locked(tool)
+
+    def _add_locked(self, tool: Tool) -> None:
+        old = self.tools.get(tool.name)
+        if old is not None and old.owner != tool.owner:
+            raise ConfigError(f"tool {tool.name!r} belongs to {old.owner}; "
+                              f"{tool.owner} cannot shadow it")
+        for held, other in self.prefixes.items():
+            if other != tool.owner and (tool.name + "__").startswith(held + "__"):
+                raise ConfigError(f"tool {tool.name!r}: the prefix {held!r} belongs to "
+                                  f"{other}; {tool.owner} cannot shadow its tools")
+        self.tools[tool.name] = tool
 
     def register_python(self, name: str, fn: Callable[[dict[str, Any]], Any], *,
                         description: str = "", input_schema: Mapping[str, Any] | None = None
@@ -303,7 +306,7 @@ class ToolRegistry:
         where = f"plugin {plugin_id} tool.register"
         tool = self._plugin_tool(plugin_id, spec, where)
         owner = f"plugin:{plugin_id}"
-        with self._lock:
+        with self._lock:  # counted and added at once: concurrent calls cannot pass the cap
             old = self.tools.get(tool.name)
             replaced = old is not None and old.owner == owner
             held = sum(1 for t in self.tools.values() if t.owner == owner)
@@ -311,7 +314,7 @@ class ToolRegistry:
                 raise ToolLimitError(f"{where}: plugin {plugin_id} already has {held} tools "
                                      f"(max_tools_per_plugin {MAX_TOOLS_PER_PLUGIN})",
                                      plugin_id=plugin_id)
-        self.add(tool)  # ownership and prefix rules, under the lock again
+            self._add_locked(tool)  # the ownership and prefix rules of every tool
         return tool, replaced
 
     def drop_owner(self, owner: str) -> None:
