@@ -227,6 +227,12 @@ int wasmext_emit(const char *topic, const void *payload, size_t payload_len,
     if (payload) {
         wasmext_write_cstr(w, "payload");
         wasmext_write_raw(w, payload, payload_len);
+    }
+    return send(w, out);
+}
+
+/* ---- tool.register (minor 2) ------------------------------------------- */
+
 int wasmext_tool_register(const char *name, const char *description,
                           const void *input_schema, size_t schema_len, wasmext_answer *out) {
     if (!name) return world_error(out, WASMEXT_E_INVALID, "tool.register needs a name");
