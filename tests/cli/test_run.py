@@ -41,7 +41,9 @@ def run_doc(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict:  # 
     proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "run",
                            str(EXAMPLES / "transcript.json"), "--config", str(config),
                            "--policy", str(EXAMPLES / "policy.toml"), "--json"],
-                          capture_output=True, text=True, timeout=120, cwd=data)
+                          # The example folder holds a Python component (json-check): its
+                          # first compile on a loaded machine takes minutes.
+                          capture_output=True, text=True, timeout=600, cwd=data)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
