@@ -468,3 +468,40 @@ def test_tls_and_a_token_from_the_environment(tmp_path: Path,
                 s.get(S1, "k")
             assert "certificate" in info.value.message  # the reason, named
             assert token not in str(info.value)
+
+
+def test_state_in_ever_more_sessions_is_a_named_quota_error_not_a_wedged_plugin(
+        tmp_path: Path) -> None:
+    """The plugin's accounting document holds one line per session with state: a plugin
+    writing a tiny key into every session it sees must not grow it past max_payload (then
+    every commit of the plugin, in any session, would fail as the host's storage fault)."""
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 4096\n")
+    with nats_server("-c", str(conf)) as (url, _):
+        store = JetStreamStore(url, bucket=f"many{uuid.uuid4().hex[:10]}")
+        try:
+            started = time.monotonic()
+            refused = None
+            for i in range(200):  # ~60 bytes a session: 4 KiB holds well under 100
+                try:
+                    with within(time.monotonic() + 2):
+                        store.set(Scope("p", f"session-{i:04d}"), "k", b"v")
+                except QuotaExceeded as exc:
+                    refused = (i, exc)
+                    break
+            assert time.monotonic() - started < 30
+            assert refused is not None, "no session was refused"
+            count, exc = refused
+            assert 20 < count < 200 and "max_payload" in exc.message
+            assert exc.plugin_id == "p"
+            # the sessions that hold state keep working, and so does another plugin
+            store.set(Scope("p", "session-0000"), "k2", b"w")
+            assert store.get(Scope("p", "session-0000"), "k2") == b"w"
+            store.set(Scope("q", "s"), "k", b"fine")
+            assert store.get(Scope("q", "s"), "k") == b"fine"
+            # ending sessions makes room again
+            store.end_session("session-0001")
+            store.set(Scope("p", f"session-{count:04d}"), "k", b"v")
+            assert store.get(Scope("p", f"session-{count:04d}"), "k") == b"v"
+        finally:
+            store.close()

@@ -256,9 +256,19 @@ class _Plugin:
             if raw is not None or self.revs[sid]:  # else it never existed: nothing to do
                 out.append(Write(self.scope_key(sid), raw, self.revs[sid]))
         if self.scopes:
-            usage = {"t": sum(v[0] for v in self.scopes.values()),
-                     "s": {_scope_token(sid): v for sid, v in self.scopes.items()}}
-            out.append(Write(self.usage_key, _pack(usage), self.usage_rev))
+            usage = _pack({"t": sum(v[0] for v in self.scopes.values()),
+                           "s": {_scope_token(sid): v for sid, v in self.scopes.items()}})
+            if len(usage) > room:
+                # One line per scope holding state: a plugin writing into ever more live
+                # sessions would otherwise grow it past what the server takes, and then
+                # every commit of the plugin would fail as the host's fault.
+                raise QuotaExceeded(
+                    f"plugin {self.plugin}: state in {len(self.scopes)} sessions at once;"
+                    f" its accounting document would be {len(usage)} bytes, over the NATS"
+                    f" server's max_payload of {self.bucket.max_payload} (end sessions, or"
+                    " raise max_payload in nats-server's configuration)",
+                    plugin_id=self.plugin)
+            out.append(Write(self.usage_key, usage, self.usage_rev))
         elif self.usage_rev:
             out.append(Write(self.usage_key, None, self.usage_rev))
         return out
