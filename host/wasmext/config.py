@@ -153,10 +153,10 @@ from wasmext.state import StateLimits, StateStore
 from wasmext.validation import SECTION, Count, Nonnegative, check, problem
 
 __all__ = [
+    "HOST_CREDENTIAL_ENV",
     "ConfigFile",
     "EnableState",
     "Grant",
-    "HOST_CREDENTIAL_ENV",
     "HostConfig",
     "ManageSettings",
     "McpServerConfig",

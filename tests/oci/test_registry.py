@@ -402,6 +402,28 @@ def test_bad_references_are_refused(text: str) -> None:
     assert "secret" not in caught.value.describe()
 
 
+@pytest.mark.parametrize("text", [
+    "oci://robot:hunter2/secret@127.0.0.1:5000/plugins/kb:1",   # a '/' in the password
+    "oci://robot:hunter2 secret@127.0.0.1:5000/plugins/kb:1",   # a space
+    "oci://robot:hunter2@secret@127.0.0.1:5000/plugins/kb:1",   # an '@'
+    "oci://robot:hunter2/secret@127.0.0.1:5000/kb@sha256:abc",  # and a bad digest
+    "https://robot:hunter2/secret@127.0.0.1:5000/plugins/kb:1",  # not even oci://
+])
+def test_a_login_in_a_reference_is_never_shown_whatever_its_characters(
+        text: str, tmp_path: Path) -> None:
+    with pytest.raises(RegistryError) as caught:
+        oci.parse_reference(text)
+    message = caught.value.describe()
+    assert "hunter2" not in message and "secret" not in message
+    assert "***@" in message or message.startswith("https://")
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["install", text, "--config",
+                                       str(_config(tmp_path))])
+    assert time.monotonic() - started < 10
+    assert result.exit_code != 0 and ("***@" in result.output or "https://..." in result.output)
+    assert "hunter2" not in result.output and "secret" not in result.output
+
+
 def test_references_parse() -> None:
     ref = oci.parse_reference("oci://localhost:5000/team/plugins/kb:1.2.0")
     assert (ref.registry, ref.repository, ref.tag, ref.digest) == \
