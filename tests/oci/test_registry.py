@@ -540,3 +540,30 @@ def _config(tmp_path: Path) -> Path:
     path.write_text(f'[host]\ndata_dir = "{tmp_path / "data"}"\n'
                     f'[plugins]\nworkspace_dir = "{tmp_path / "plugins"}"\n')
     return path
+
+
+@pytest.mark.parametrize("login", ["login", "token_login"])
+def test_a_layer_redirected_to_another_server_never_carries_the_login(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, login: str, healthy: Plugin) -> None:
+    """A registry sends the layer request elsewhere (as a CDN redirect looks): that server
+    gets neither the Basic login nor the registry's Bearer token."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    monkeypatch.setenv("ORAS_USER", "robot")
+    monkeypatch.setenv("ORAS_PASS", "hunter2-secret")
+    bundle = tmp_path / "kb.wxb"
+    pack(write_plugin(tmp_path / "src", "kb", "from elsewhere"), bundle)
+    data = bundle.read_bytes()
+    manifest = _crafted_manifest(len(data), "sha256:" + hashlib.sha256(data).hexdigest())
+    with crafted_registry() as registry, crafted_registry() as elsewhere:
+        setattr(registry, login, "robot:hunter2-secret")
+        registry.manifest, registry.blob_mode = manifest, "elsewhere"
+        elsewhere.blob, elsewhere.blob_mode = data, "serve"
+        registry.redirect_to = f"http://localhost:{elsewhere.server_address[1]}/v2/cdn/blobs/kb"
+        started = time.monotonic()
+        folder, _ = oci.install(f"oci://127.0.0.1:{registry.server_address[1]}/plugins/kb:1",
+                                tmp_path / "plugins")
+        assert time.monotonic() - started < 10
+    assert folder.name == "kb"
+    assert any(a for a in registry.authorizations)  # the registry itself got the login
+    assert elsewhere.authorizations == [""]
+    assert healthy.call("test").value == "alive"
