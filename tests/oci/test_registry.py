@@ -567,3 +567,29 @@ def test_a_layer_redirected_to_another_server_never_carries_the_login(
     assert any(a for a in registry.authorizations)  # the registry itself got the login
     assert elsewhere.authorizations == [""]
     assert healthy.call("test").value == "alive"
+
+
+def test_a_bundle_whose_signature_does_not_verify_is_not_pushed(
+        tmp_path: Path, healthy: Plugin) -> None:
+    """Push checks what install checks: a signature broken after signing would pass
+    `read_bundle` and then fail every install that verifies signatures."""
+    import zipfile
+
+    bundle = tmp_path / "kb.wxb"
+    pack(write_plugin(tmp_path / "src", "kb", "signed"), bundle)
+    generate_key(tmp_path / "key.pem")
+    sign_bundle(bundle, tmp_path / "key.pem")
+    with zipfile.ZipFile(bundle) as zf:
+        entries = {i.filename: zf.read(i) for i in zf.infolist()}
+    sig = json.loads(entries["WXB-SIGNATURE.json"])
+    sig["signature"] = base64.b64encode(b"\0" * 64).decode()
+    entries["WXB-SIGNATURE.json"] = json.dumps(sig).encode()
+    with zipfile.ZipFile(bundle, "w") as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    with stalling_server() as port:  # a push that got past the checks would hang here
+        started = time.monotonic()
+        with pytest.raises(SignatureInvalid):
+            oci.push(bundle, f"oci://127.0.0.1:{port}/plugins/kb:1", deadline_s=30)
+        assert time.monotonic() - started < 5
+    assert healthy.call("test").value == "alive"

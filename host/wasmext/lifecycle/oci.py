@@ -491,6 +491,10 @@ def push(source: Path, reference: str | Reference, *, insecure: bool = False,
     with _bundle_file(Path(source)) as path, tempfile.TemporaryDirectory(
             prefix="wasmext-push-") as tmp:
         bundle = bundles.read_bundle(path)  # only a bundle an install would accept
+        if bundle.signature is not None:
+            # A signature that does not verify even under its own key would fail every
+            # install that checks signatures: refused before anything is published.
+            bundles.check_signature(bundle, (bundle.signature["key"],), True)
         data = path.read_bytes()
         config = json.dumps({"format": 1, "id": bundle.plugin_id, "version": bundle.version},
                             sort_keys=True).encode()
