@@ -332,6 +332,26 @@ def _w3c_tracestate(value: str) -> bool:
     return len(keys) <= _TRACESTATE_MEMBERS and len(set(keys)) == len(keys)
 
 
+class _InertPeerText(logging.Filter):
+    """OpenTelemetry's W3C parsers log a peer's malformed member raw (the MCP SDK runs them
+    on every request's `_meta`, before wasmext sees it): one inert, bounded line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record's message cleaned; never drop it."""
+        try:
+            text = record.getMessage()
+        except Exception:  # arguments that do not fit the format: the format alone
+            text = str(record.msg)
+        record.msg, record.args = clean(text, STATUS_CAP), ()
+        return True
+
+
+_PEER_TEXT_LOGGERS = ("opentelemetry.trace.span", "opentelemetry.trace.propagation.tracecontext",
+                      "opentelemetry.baggage.propagation", "opentelemetry.baggage")
+for _name in _PEER_TEXT_LOGGERS:
+    logging.getLogger(_name).addFilter(_InertPeerText())
+
+
 def activate(tracing: Tracing | None) -> Tracing | None:
     """Make `tracing` the process's (None: off); returns the one before."""
     global ACTIVE
