@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -505,3 +506,32 @@ def test_state_in_ever_more_sessions_is_a_named_quota_error_not_a_wedged_plugin(
             assert store.get(Scope("p", f"session-{count:04d}"), "k") == b"v"
         finally:
             store.close()
+
+
+def test_many_reads_of_one_large_scope_fetch_its_document_once(
+        store: JetStreamStore) -> None:
+    """A plugin reading many keys of a ~0.9 MiB scope in one call: the host fetches the
+    scope's document once per transaction, not once per key (a read amplification the
+    call's time budget alone would bound)."""
+    txn = store.begin("p", "s1")
+    for i in range(900):
+        txn.set(f"k{i:04d}", b"x" * 900)
+    txn.commit()
+    fetched: list[int] = []
+    get_many = store._b.get_many
+
+    def counting(keys: Any) -> Any:
+        fetched.append(len(keys))
+        return get_many(keys)
+
+    store._b.get_many = counting  # type: ignore[method-assign]
+    started = time.monotonic()
+    with store.begin("p", "s1") as txn:
+        values = [txn.get(f"k{i:04d}") for i in range(300)]
+        txn.set("k0000", b"own write")
+        assert txn.get("k0000") == b"own write" and txn.get("missing") is None
+    assert time.monotonic() - started < 10
+    assert values == [b"x" * 900] * 300
+    assert sum(fetched) <= 8  # the scope once, plus the dry run's and the commit's reads
+    assert store.get(S1, "k0000") == b"own write"
+    assert store.get(Scope("q", "s1"), "k0001") is None  # another plugin sees none of it

@@ -439,6 +439,16 @@ class JetStreamStore(Engine):
         e = self._doc(plugin, sid)[0].get(key)
         return None if e is None or e[3] <= now else bytes(e[0])
 
+    def _read_within(self, memo: dict[Any, Any], plugin: str, sid: Sid, key: str,
+                     now: float) -> bytes | None:
+        # A scope's document is up to max_payload: a plugin reading many keys of a large
+        # scope in one call would otherwise move the whole document per key.
+        doc = memo.get(("doc", sid))
+        if doc is None:
+            doc = memo[("doc", sid)] = self._doc(plugin, sid)[0]
+        e = doc.get(key)
+        return None if e is None or e[3] <= now else bytes(e[0])
+
     def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]:
         return sorted(k for k, e in self._doc(plugin, sid)[0].items() if e[3] > now)
 
