@@ -38,7 +38,8 @@ docs/state.md has the table), p50 of one hook call:
   document is bounded by `max_keys` and `max_session_bytes`, and must fit the
   server's `max_payload` (1 MiB by default): a commit that would exceed it is
   refused with QuotaExceeded naming that limit.
-- A `state.get` (0.89-1.02 ms; Redis 0.19-0.26 ms) is one direct get, and at
+- A `state.get` (0.89-1.02 ms; Redis 0.19-0.26 ms) is one direct get (the first of
+  its scope in a transaction; later ones reuse the document), and at
   commit one revision-checked put of the scope that refreshes TTL and LRU
   recency (not synced: a refresh lost to a crash is harmless).
 - Every commit of a plugin rewrites its accounting document, so concurrent
