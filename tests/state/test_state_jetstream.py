@@ -510,9 +510,9 @@ def test_state_in_ever_more_sessions_is_a_named_quota_error_not_a_wedged_plugin(
 
 def test_many_reads_of_one_large_scope_fetch_its_document_once(
         store: JetStreamStore) -> None:
-    """A plugin reading many keys of a ~0.9 MiB scope in one call: the host fetches the
-    scope's document once per transaction, not once per key (a read amplification the
-    call's time budget alone would bound)."""
+    """A plugin reading (and listing) many keys of a ~0.9 MiB scope in one call: the host
+    fetches the scope's document once per transaction, not once per read (a read
+    amplification the call's time budget alone would bound)."""
     txn = store.begin("p", "s1")
     for i in range(900):
         txn.set(f"k{i:04d}", b"x" * 900)
@@ -528,10 +528,12 @@ def test_many_reads_of_one_large_scope_fetch_its_document_once(
     started = time.monotonic()
     with store.begin("p", "s1") as txn:
         values = [txn.get(f"k{i:04d}") for i in range(300)]
+        listed = [txn.keys(prefix="k00") for _ in range(50)]
         txn.set("k0000", b"own write")
         assert txn.get("k0000") == b"own write" and txn.get("missing") is None
     assert time.monotonic() - started < 10
     assert values == [b"x" * 900] * 300
+    assert listed == [[f"k{i:04d}" for i in range(100)]] * 50
     assert sum(fetched) <= 8  # the scope once, plus the dry run's and the commit's reads
     assert store.get(S1, "k0000") == b"own write"
     assert store.get(Scope("q", "s1"), "k0001") is None  # another plugin sees none of it

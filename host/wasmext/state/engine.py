@@ -165,7 +165,8 @@ class Transaction:
         sid = self._sid(scope)
         found: set[str] = set()
         if sid not in self._changes.cleared:
-            found.update(self.store._keys(self.plugin_id, sid, self.store._now()))
+            found.update(self.store._keys_within(self._memo, self.plugin_id, sid,
+                                                 self.store._now()))
         for (s, key), w in self._changes.writes.items():
             if s == sid:
                 (found.discard if w.value is None else found.add)(key)
@@ -274,6 +275,11 @@ class Engine(StateStore):
 
     @abstractmethod
     def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]: ...
+
+    def _keys_within(self, memo: dict[Any, Any], plugin: str, sid: Sid,
+                     now: float) -> list[str]:
+        """`_keys` for one transaction (`memo` as for `_read_within`)."""
+        return self._keys(plugin, sid, now)
 
     @abstractmethod
     def _touch(self, plugin: str, refs: list[Ref], now: float) -> None:

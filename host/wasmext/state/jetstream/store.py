@@ -442,13 +442,20 @@ class JetStreamStore(Engine):
 
     def _read_within(self, memo: dict[Any, Any], plugin: str, sid: Sid, key: str,
                      now: float) -> bytes | None:
-        # A scope's document is up to max_payload: a plugin reading many keys of a large
-        # scope in one call would otherwise move the whole document per key.
-        doc = memo.get(("doc", sid))
+        e = self._doc_within(memo, plugin, sid).get(key)
+        return None if e is None or e[3] <= now else bytes(e[0])
+
+    def _keys_within(self, memo: dict[Any, Any], plugin: str, sid: Sid,
+                     now: float) -> list[str]:
+        return sorted(k for k, e in self._doc_within(memo, plugin, sid).items() if e[3] > now)
+
+    def _doc_within(self, memo: dict[Any, Any], plugin: str, sid: Sid) -> dict[str, Entry]:
+        # A scope's document is up to max_payload: a plugin reading many keys (or listing
+        # them again and again) in one call would otherwise move the whole document each time.
+        doc: dict[str, Entry] | None = memo.get(("doc", sid))
         if doc is None:
             doc = memo[("doc", sid)] = self._doc(plugin, sid)[0]
-        e = doc.get(key)
-        return None if e is None or e[3] <= now else bytes(e[0])
+        return doc
 
     def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]:
         return sorted(k for k, e in self._doc(plugin, sid)[0].items() if e[3] > now)
