@@ -537,3 +537,40 @@ def test_many_reads_of_one_large_scope_fetch_its_document_once(
     assert sum(fetched) <= 8  # the scope once, plus the dry run's and the commit's reads
     assert store.get(S1, "k0000") == b"own write"
     assert store.get(Scope("q", "s1"), "k0001") is None  # another plugin sees none of it
+
+
+def test_a_plugin_learns_only_that_storage_failed_not_where_it_is(tmp_path: Path) -> None:
+    """State storage down: the guest's answer names no server address or error text (the
+    host fault the application gets does, for the operator)."""
+    import msgpack as mp
+    import wasmtime
+
+    from wasmext import Host, HostConfig
+    from wasmext.sandbox.plugin import Plugin
+    from wasmext.testing import DATA_AT, guest_wat
+
+    port = free_port()  # nothing listens there
+    request = mp.packb({"op": "state.get", "key": "k", "scope": "plugin"})
+    wat = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(request)}))",
+                    imports='(import "wasmext" "host_call" '
+                            '(func $host_call (param i32 i32) (result i64)))',
+                    data=request, memory_pages=4,
+                    registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
+    config = HostConfig(data_dir=tmp_path, state_backend="jetstream",
+                        state_url=f"nats://127.0.0.1:{port}")
+    with Host(config, plugin_dirs=[]) as host:
+        plugin = Plugin(host.runtime.compile(bytes(wasmtime.wat2wasm(wat)), "asker"),
+                        plugin_id="asker", grants=frozenset({"state"}),
+                        services=host.runtime.services)
+        host.add(plugin)
+        started = time.monotonic()
+        with pytest.raises(StateUnavailable) as info:
+            plugin.call("test")
+        assert time.monotonic() - started < 5
+        assert str(port) in info.value.message  # the operator's view names the server
+        instance = plugin._idle[0]
+        memory = bytes(instance.memory.read(0, instance.memory.size()))
+        assert str(port).encode() not in memory and b"nats://" not in memory
+        assert b"state storage is unavailable" in memory
+        alive = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "alive"})))
+        assert host.add(alive, plugin_id="healthy-one").call("test").value == "alive"
