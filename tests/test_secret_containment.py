@@ -367,3 +367,53 @@ def test_the_mcp_serve_token_variable_is_a_host_credential_too(
         assert plugin.call("test").value == {}
         assert b"serve-token-0123456789" not in guest_memory(plugin)
         healthy(host)
+
+
+FIXED_CREDENTIALS = {"WASMEXT_NATS_TOKEN": "nats-token-424242", "WASMEXT_NATS_PASSWORD":
+                     "nats-pass-434343", "WASMEXT_NATS_URL": "nats://u:nats-url-pass-4444@x:1",
+                     "OTEL_EXPORTER_OTLP_HEADERS": "authorization=otlp-token-4545",
+                     "ORAS_PASS": "oras-pass-464646"}
+
+
+@pytest.mark.parametrize("var", sorted(FIXED_CREDENTIALS))
+def test_the_nats_otlp_and_registry_logins_cannot_be_handed_to_a_plugin(
+        tmp_path: Path, var: str) -> None:
+    # The JetStream state backend and the NATS links log in with WASMEXT_NATS_*, the OTLP
+    # exporter sends OTEL_EXPORTER_OTLP_HEADERS, install/push log in with ORAS_*: the host's
+    # own credentials under fixed names, no ${VAR} in its config naming them.
+    with pytest.raises(ConfigError, match=f"{var} is a credential of the host itself"):
+        load_config(_config(tmp_path, "greedy", f'"WX_FINE", "{var}"'))
+
+
+def test_an_embedder_config_never_gives_a_plugin_the_fixed_host_credentials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from wasmext.config import HostConfig, PluginOverrides
+
+    for name, value in FIXED_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WX_FINE", "fine")
+    pid = "fixed-thief"
+    folder = tmp_path / "plugins" / pid
+    folder.mkdir(parents=True)
+    (folder / f"{pid}.wasm").write_bytes(op_wasm({"op": "config.get"}))
+    settings = "".join(f'[settings.s{i}]\nenv = "{name}"\n'
+                       for i, name in enumerate(sorted(FIXED_CREDENTIALS)))
+    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.0.0"\n{settings}'
+                                        '[settings.fine]\nenv = "WX_FINE"\n')
+    parsed = load_config(_config(tmp_path, pid, '"WX_FINE"'))
+    # An embedder building its HostConfig by hand skips the file's check (its
+    # credential_env is the default): the host still refuses the variables at load.
+    config = dataclasses.replace(parsed, overrides={pid: PluginOverrides(
+        env=frozenset({"WX_FINE", *FIXED_CREDENTIALS}))},
+        credential_env=HostConfig().credential_env)
+    started = time.monotonic()
+    with Host(config) as host:
+        lp = host.plugins[pid]
+        answer = lp.plugin.call("test").value
+        assert time.monotonic() - started < 5
+        assert answer == {"fine": "fine"}
+        memory = guest_memory(lp.plugin)
+        assert all(v.encode() not in memory for v in FIXED_CREDENTIALS.values())
+        healthy(host)

@@ -120,6 +120,10 @@ def install(source: str, to: str, replace: bool, allow_downgrade: bool, insecure
             click.echo(_line(f"pulled {source} (manifest {pulled.manifest_digest})"))
         else:
             path = Path(source)
+            scheme, sep, _ = source.partition("://")
+            if sep and not path.is_file():  # a URL may carry a login: never echoed
+                _fail(ConfigError(f"{scheme[:16]}://...: not a bundle file or an oci://"
+                                  " reference"), EXIT_USAGE)
             if not path.is_file():
                 _fail(ConfigError(f"{source}: no such bundle file (or an oci:// reference)"),
                       EXIT_USAGE)

@@ -127,7 +127,7 @@ from pydantic import (
 )
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
-from wasmext.cluster.natsauth import NatsAuth, NatsTable
+from wasmext.cluster.natsauth import ENV_PREFIX, NatsAuth, NatsTable
 from wasmext.cluster.registry import (
     ExtensionId,
     ExtensionSpec,
@@ -153,6 +153,7 @@ from wasmext.state import StateLimits, StateStore
 from wasmext.validation import SECTION, Count, Nonnegative, check, problem
 
 __all__ = [
+    "HOST_CREDENTIAL_ENV",
     "ConfigFile",
     "EnableState",
     "Grant",
@@ -167,6 +168,13 @@ __all__ = [
 
 
 MAX_ENABLE_STATE_BYTES = 4 * 2**20
+# Credentials the host (or a library it drives) reads from fixed variable names, beside
+# the ${VAR}s of its config: the NATS links' and the JetStream state's login (a URL may
+# carry one too), the OTLP exporter's headers, the registry login of install/push.
+HOST_CREDENTIAL_ENV = frozenset({
+    ENV_PREFIX + "URL", ENV_PREFIX + "USER", ENV_PREFIX + "PASSWORD", ENV_PREFIX + "TOKEN",
+    "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "ORAS_USER", "ORAS_PASS"})
 
 
 @dataclass(frozen=True)
@@ -232,8 +240,9 @@ class HostConfig:
     manage: ManageSettings = field(default_factory=ManageSettings)  # the [manage] section
     fs: FsQuota = field(default_factory=FsQuota)  # the [fs] section: folder grants' bounds
     # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
-    # host's own config): no plugin reads them, whatever its manifest or [plugin.ID] env.
-    credential_env: frozenset[str] = frozenset()
+    # host's own config, the fixed names of HOST_CREDENTIAL_ENV): no plugin reads them,
+    # whatever its manifest or [plugin.ID] env.
+    credential_env: frozenset[str] = HOST_CREDENTIAL_ENV
 
     def plugin_dirs(self) -> list[tuple[str, Path]]:
         """(source, folder) in precedence order: user (only while `user_extensions` is
@@ -537,9 +546,9 @@ def parse_config(data: Any, path: Path | None = None) -> HostConfig:
     """A decoded wasmext.toml as a HostConfig, or one ConfigError naming every problem."""
     config = _host_config(check(ConfigFile, data, path), path)
     raw = data if isinstance(data, Mapping) else {}
-    credentials = frozenset({config.llm.api_key_env} | env_refs(raw.get("mcp", {}))
-                            | env_refs(raw.get("llm", {})) | env_refs(raw.get("state", {}))
-                            | env_refs(raw.get("tracing", {})))
+    credentials = HOST_CREDENTIAL_ENV | frozenset(
+        {config.llm.api_key_env} | env_refs(raw.get("mcp", {})) | env_refs(raw.get("llm", {}))
+        | env_refs(raw.get("state", {})) | env_refs(raw.get("tracing", {})))
     for pid, over in sorted(config.overrides.items()):
         for var in sorted(over.env & credentials):
             raise ConfigError(f"{path or 'config'}: field 'plugin.{pid}.env': environment "

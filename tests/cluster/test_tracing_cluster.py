@@ -162,3 +162,72 @@ def test_remote_call_in_process_carries_traceparent(nats_url: str, tmp_path: Pat
     assert hook.parent is not None and hook.parent.span_id == served.context.span_id
     assert served.attributes["wasmext.plugin_id"] == "stamp"
     assert served.attributes["messaging.destination.name"] == subject
+
+
+class _HostileHeaders:
+    """A NATS link whose requests carry a hostile peer's W3C headers."""
+
+    def __init__(self, link: NatsLink, headers: dict[str, str]) -> None:
+        self.link, self.extra = link, headers
+
+    def request(self, subject: str, data: bytes, headers: dict[str, str],
+                timeout_s: float) -> Any:
+        return self.link.request(subject, data, {**headers, **self.extra}, timeout_s)
+
+
+def test_a_hostile_tracestate_is_dropped_without_reaching_the_logs(
+        nats_url: str, tmp_path: Path, traced: tuple[Tracing, Any],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A NATS client's tracestate with an escape sequence and a forged log line: the
+    worker follows the valid traceparent, drops the tracestate, and logs nothing of it
+    (OpenTelemetry's own parser would log the member raw)."""
+    import asyncio
+    import logging
+    import threading
+
+    tracing, exporter = traced
+    plugins = stamp_folder(tmp_path)
+    trace_id = "ab" * 16
+    hostile = {"traceparent": f"00-{trace_id}-{'cd' * 8}-01",
+               "tracestate": "ok=1,x=\x1b[2J\nFORGED wasmext: all plugins approved,ok2=2"}
+    with caplog.at_level(logging.DEBUG), Host(
+            HostConfig(data_dir=tmp_path / "d"), runtime=Runtime(cache=False),
+            plugin_dirs=[("workspace", plugins)], tracing=tracing) as host:
+        worker = Worker(host, nats_url, prefix="hostile", name="w-hostile")
+        subject = worker.stages["stamp"][0].subject
+        loop = asyncio.new_event_loop()
+        started, stopping = threading.Event(), threading.Event()
+
+        async def serve() -> None:
+            await worker.start()
+            started.set()
+            while not stopping.is_set():
+                await asyncio.sleep(0.02)
+            await worker.drain()
+
+        thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+        thread.start()
+        try:
+            assert started.wait(15)
+            registry = parse_registry({"remote-stamp": {"type": "pre", "subject": subject,
+                                                        "timeout_ms": 5000}})
+            data = {"message": {"payload": "x", "metadata": {}}, "context": {}}
+            with NatsLink(nats_url, name="hostile-caller") as link:
+                for extra in (hostile, {}):  # the hostile request, then a plain one
+                    caller = RemoteCaller(registry, _HostileHeaders(link, extra))  # type: ignore[arg-type]
+                    began = time.monotonic()
+                    answer, error = caller.call(
+                        registry["remote-stamp"], data,
+                        CallIds("t-2", "default", time.monotonic() + 5, None))
+                    assert time.monotonic() - began < 5
+                    assert error is None, error
+                    assert answer["message"]["payload"] == "stamped"
+        finally:
+            stopping.set()
+            thread.join(15)
+            loop.close()
+    served = [s for s in exporter.get_finished_spans() if s.name == "wasmext.worker pre"]
+    assert len(served) == 2
+    assert served[0].context.trace_id == int(trace_id, 16)  # the traceparent was followed
+    assert len(served[0].context.trace_state) == 0
+    assert "\x1b" not in caplog.text and "FORGED" not in caplog.text

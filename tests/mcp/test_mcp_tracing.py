@@ -87,6 +87,37 @@ def test_a_malformed_traceparent_starts_a_new_trace(host: Host,
     assert served.parent is None
 
 
+def test_a_hostile_tracestate_in_meta_is_dropped_and_never_logged(
+        host: Host, exporter: InMemorySpanExporter, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    host.tools.register_python("echo", lambda args: args)
+    server = McpToolServer(host, include_host_tools=True, poll_interval=0)
+    # The MCP SDK's own middleware parses `_meta` with OpenTelemetry too, baggage included.
+    meta = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+            "tracestate": "ok=1,x=\x1b[2J\nFORGED wasmext: approved",
+            "baggage": "k=\x1b]0;title\x07\nFORGED baggage line"}
+
+    async def main() -> None:
+        with anyio.fail_after(30):
+            async with Client(server.server) as client:
+                result = await client.call_tool("echo", {"v": 1}, meta=meta)
+                assert result.structured_content == {"v": 1}
+                assert (await client.call_tool("echo", {"v": 2})).structured_content == \
+                    {"v": 2}
+
+    with caplog.at_level(logging.DEBUG):
+        anyio.run(main)
+    served = [s for s in exporter.get_finished_spans()
+              if s.name == "wasmext.mcp.serve tools/call"]
+    assert format(served[0].context.trace_id, "032x") == TRACE_ID
+    assert len(served[0].context.trace_state) == 0
+    # What OpenTelemetry logs of the peer's text is one inert line: no escape, no line
+    # of the peer's own.
+    assert "\x1b" not in caplog.text and "\x07" not in caplog.text
+    assert all(not line.startswith("FORGED") for line in caplog.text.splitlines())
+
+
 def test_client_sends_trace_context_in_meta(host: Host,
                                             exporter: InMemorySpanExporter) -> None:
     clients = McpClients(host.tools)

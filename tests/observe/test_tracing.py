@@ -377,6 +377,28 @@ def test_extract_reads_only_bounded_w3c_strings(exporter: InMemorySpanExporter) 
                                                           "016x")
 
 
+def test_a_peers_tracestate_is_kept_only_when_well_formed(
+        exporter: InMemorySpanExporter, caplog: pytest.LogCaptureFixture) -> None:
+    """The same `extract` reads NATS headers and an MCP request's `_meta`."""
+    import logging
+
+    from opentelemetry import trace
+
+    traced = Tracing.with_exporter(exporter)
+    parent = f"00-{'ab' * 16}-{'cd' * 8}-01"
+
+    def state_of(tracestate: str) -> dict[str, str]:
+        context = traced.extract({"traceparent": parent, "tracestate": tracestate})
+        return dict(trace.get_current_span(context).get_span_context().trace_state)
+
+    with caplog.at_level(logging.DEBUG):
+        assert state_of("vendor=abc, t@sys=v-1") == {"vendor": "abc", "t@sys": "v-1"}
+        for bad in ("a=1,b=\x1b[31mred", "a=1\nFORGED line=x", "a=1,a=2", "A=1",
+                    ",".join(f"k{i}=v" for i in range(33))):
+            assert state_of(bad) == {}
+    assert "\x1b" not in caplog.text and "FORGED" not in caplog.text and "red" not in caplog.text
+
+
 def test_http_fetch_span_names_the_host_only_and_the_status(
         host: Host, exporter: InMemorySpanExporter, server: Any) -> None:
     url = server.url("/hello?token=s3cret")

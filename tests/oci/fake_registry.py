@@ -59,6 +59,7 @@ class _Server(ThreadingHTTPServer):
         self.login: str | None = None  # "user:password": Basic auth required
         self.token_login: str | None = None  # "user:password" for a Bearer token at /token
         self.authorizations: list[str] = []  # the Authorization headers seen
+        self.redirect_to = ""  # where the "elsewhere" mode sends a layer request
         self.sent = 0
         self.stop = threading.Event()
 
@@ -175,6 +176,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.sent += len(chunk)
         except OSError:
             return
+
+    def _blob_elsewhere(self) -> None:
+        """To another server (a CDN, or a host the registry wants the login sent to)."""
+        self.send_response(307)
+        self.send_header("Location", self.server.redirect_to)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _blob_redirect(self) -> None:
         """To plain http on a documentation address (never routed)."""

@@ -402,6 +402,28 @@ def test_bad_references_are_refused(text: str) -> None:
     assert "secret" not in caught.value.describe()
 
 
+@pytest.mark.parametrize("text", [
+    "oci://robot:hunter2/secret@127.0.0.1:5000/plugins/kb:1",   # a '/' in the password
+    "oci://robot:hunter2 secret@127.0.0.1:5000/plugins/kb:1",   # a space
+    "oci://robot:hunter2@secret@127.0.0.1:5000/plugins/kb:1",   # an '@'
+    "oci://robot:hunter2/secret@127.0.0.1:5000/kb@sha256:abc",  # and a bad digest
+    "https://robot:hunter2/secret@127.0.0.1:5000/plugins/kb:1",  # not even oci://
+])
+def test_a_login_in_a_reference_is_never_shown_whatever_its_characters(
+        text: str, tmp_path: Path) -> None:
+    with pytest.raises(RegistryError) as caught:
+        oci.parse_reference(text)
+    message = caught.value.describe()
+    assert "hunter2" not in message and "secret" not in message
+    assert "***@" in message or message.startswith("https://")
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["install", text, "--config",
+                                       str(_config(tmp_path))])
+    assert time.monotonic() - started < 10
+    assert result.exit_code != 0 and ("***@" in result.output or "https://..." in result.output)
+    assert "hunter2" not in result.output and "secret" not in result.output
+
+
 def test_references_parse() -> None:
     ref = oci.parse_reference("oci://localhost:5000/team/plugins/kb:1.2.0")
     assert (ref.registry, ref.repository, ref.tag, ref.digest) == \
@@ -518,3 +540,56 @@ def _config(tmp_path: Path) -> Path:
     path.write_text(f'[host]\ndata_dir = "{tmp_path / "data"}"\n'
                     f'[plugins]\nworkspace_dir = "{tmp_path / "plugins"}"\n')
     return path
+
+
+@pytest.mark.parametrize("login", ["login", "token_login"])
+def test_a_layer_redirected_to_another_server_never_carries_the_login(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, login: str, healthy: Plugin) -> None:
+    """A registry sends the layer request elsewhere (as a CDN redirect looks): that server
+    gets neither the Basic login nor the registry's Bearer token."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    monkeypatch.setenv("ORAS_USER", "robot")
+    monkeypatch.setenv("ORAS_PASS", "hunter2-secret")
+    bundle = tmp_path / "kb.wxb"
+    pack(write_plugin(tmp_path / "src", "kb", "from elsewhere"), bundle)
+    data = bundle.read_bytes()
+    manifest = _crafted_manifest(len(data), "sha256:" + hashlib.sha256(data).hexdigest())
+    with crafted_registry() as registry, crafted_registry() as elsewhere:
+        setattr(registry, login, "robot:hunter2-secret")
+        registry.manifest, registry.blob_mode = manifest, "elsewhere"
+        elsewhere.blob, elsewhere.blob_mode = data, "serve"
+        registry.redirect_to = f"http://localhost:{elsewhere.server_address[1]}/v2/cdn/blobs/kb"
+        started = time.monotonic()
+        folder, _ = oci.install(f"oci://127.0.0.1:{registry.server_address[1]}/plugins/kb:1",
+                                tmp_path / "plugins")
+        assert time.monotonic() - started < 10
+    assert folder.name == "kb"
+    assert any(a for a in registry.authorizations)  # the registry itself got the login
+    assert elsewhere.authorizations == [""]
+    assert healthy.call("test").value == "alive"
+
+
+def test_a_bundle_whose_signature_does_not_verify_is_not_pushed(
+        tmp_path: Path, healthy: Plugin) -> None:
+    """Push checks what install checks: a signature broken after signing would pass
+    `read_bundle` and then fail every install that verifies signatures."""
+    import zipfile
+
+    bundle = tmp_path / "kb.wxb"
+    pack(write_plugin(tmp_path / "src", "kb", "signed"), bundle)
+    generate_key(tmp_path / "key.pem")
+    sign_bundle(bundle, tmp_path / "key.pem")
+    with zipfile.ZipFile(bundle) as zf:
+        entries = {i.filename: zf.read(i) for i in zf.infolist()}
+    sig = json.loads(entries["WXB-SIGNATURE.json"])
+    sig["signature"] = base64.b64encode(b"\0" * 64).decode()
+    entries["WXB-SIGNATURE.json"] = json.dumps(sig).encode()
+    with zipfile.ZipFile(bundle, "w") as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    with stalling_server() as port:  # a push that got past the checks would hang here
+        started = time.monotonic()
+        with pytest.raises(SignatureInvalid):
+            oci.push(bundle, f"oci://127.0.0.1:{port}/plugins/kb:1", deadline_s=30)
+        assert time.monotonic() - started < 5
+    assert healthy.call("test").value == "alive"

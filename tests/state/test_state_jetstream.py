@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -468,3 +469,108 @@ def test_tls_and_a_token_from_the_environment(tmp_path: Path,
                 s.get(S1, "k")
             assert "certificate" in info.value.message  # the reason, named
             assert token not in str(info.value)
+
+
+def test_state_in_ever_more_sessions_is_a_named_quota_error_not_a_wedged_plugin(
+        tmp_path: Path) -> None:
+    """The plugin's accounting document holds one line per session with state: a plugin
+    writing a tiny key into every session it sees must not grow it past max_payload (then
+    every commit of the plugin, in any session, would fail as the host's storage fault)."""
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 4096\n")
+    with nats_server("-c", str(conf)) as (url, _):
+        store = JetStreamStore(url, bucket=f"many{uuid.uuid4().hex[:10]}")
+        try:
+            started = time.monotonic()
+            refused = None
+            for i in range(200):  # ~60 bytes a session: 4 KiB holds well under 100
+                try:
+                    with within(time.monotonic() + 2):
+                        store.set(Scope("p", f"session-{i:04d}"), "k", b"v")
+                except QuotaExceeded as exc:
+                    refused = (i, exc)
+                    break
+            assert time.monotonic() - started < 30
+            assert refused is not None, "no session was refused"
+            count, exc = refused
+            assert 20 < count < 200 and "max_payload" in exc.message
+            assert exc.plugin_id == "p"
+            # the sessions that hold state keep working, and so does another plugin
+            store.set(Scope("p", "session-0000"), "k2", b"w")
+            assert store.get(Scope("p", "session-0000"), "k2") == b"w"
+            store.set(Scope("q", "s"), "k", b"fine")
+            assert store.get(Scope("q", "s"), "k") == b"fine"
+            # ending sessions makes room again
+            store.end_session("session-0001")
+            store.set(Scope("p", f"session-{count:04d}"), "k", b"v")
+            assert store.get(Scope("p", f"session-{count:04d}"), "k") == b"v"
+        finally:
+            store.close()
+
+
+def test_many_reads_of_one_large_scope_fetch_its_document_once(
+        store: JetStreamStore) -> None:
+    """A plugin reading (and listing) many keys of a ~0.9 MiB scope in one call: the host
+    fetches the scope's document once per transaction, not once per read (a read
+    amplification the call's time budget alone would bound)."""
+    txn = store.begin("p", "s1")
+    for i in range(900):
+        txn.set(f"k{i:04d}", b"x" * 900)
+    txn.commit()
+    fetched: list[int] = []
+    get_many = store._b.get_many
+
+    def counting(keys: Any) -> Any:
+        fetched.append(len(keys))
+        return get_many(keys)
+
+    store._b.get_many = counting  # type: ignore[method-assign]
+    started = time.monotonic()
+    with store.begin("p", "s1") as txn:
+        values = [txn.get(f"k{i:04d}") for i in range(300)]
+        listed = [txn.keys(prefix="k00") for _ in range(50)]
+        txn.set("k0000", b"own write")
+        assert txn.get("k0000") == b"own write" and txn.get("missing") is None
+    assert time.monotonic() - started < 10
+    assert values == [b"x" * 900] * 300
+    assert listed == [[f"k{i:04d}" for i in range(100)]] * 50
+    assert sum(fetched) <= 8  # the scope once, plus the dry run's and the commit's reads
+    assert store.get(S1, "k0000") == b"own write"
+    assert store.get(Scope("q", "s1"), "k0001") is None  # another plugin sees none of it
+
+
+def test_a_plugin_learns_only_that_storage_failed_not_where_it_is(tmp_path: Path) -> None:
+    """State storage down: the guest's answer names no server address or error text (the
+    host fault the application gets does, for the operator)."""
+    import msgpack as mp
+    import wasmtime
+
+    from wasmext import Host, HostConfig
+    from wasmext.sandbox.plugin import Plugin
+    from wasmext.testing import DATA_AT, guest_wat
+
+    port = free_port()  # nothing listens there
+    request = mp.packb({"op": "state.get", "key": "k", "scope": "plugin"})
+    wat = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(request)}))",
+                    imports='(import "wasmext" "host_call" '
+                            '(func $host_call (param i32 i32) (result i64)))',
+                    data=request, memory_pages=4,
+                    registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
+    config = HostConfig(data_dir=tmp_path, state_backend="jetstream",
+                        state_url=f"nats://127.0.0.1:{port}")
+    with Host(config, plugin_dirs=[]) as host:
+        plugin = Plugin(host.runtime.compile(bytes(wasmtime.wat2wasm(wat)), "asker"),
+                        plugin_id="asker", grants=frozenset({"state"}),
+                        services=host.runtime.services)
+        host.add(plugin)
+        started = time.monotonic()
+        with pytest.raises(StateUnavailable) as info:
+            plugin.call("test")
+        assert time.monotonic() - started < 5
+        assert str(port) in info.value.message  # the operator's view names the server
+        instance = plugin._idle[0]
+        memory = bytes(instance.memory.read(0, instance.memory.size()))
+        assert str(port).encode() not in memory and b"nats://" not in memory
+        assert b"state storage is unavailable" in memory
+        alive = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "alive"})))
+        assert host.add(alive, plugin_id="healthy-one").call("test").value == "alive"

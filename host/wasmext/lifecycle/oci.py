@@ -130,7 +130,7 @@ def _is_loopback(host: str | None) -> bool:
 
 def parse_reference(text: str) -> Reference:
     """Parse an `oci://` reference strictly; RegistryError names what is wrong."""
-    shown = clean(text, 160)
+    shown = _shown(text)
     if not text.startswith("oci://"):
         raise RegistryError(f"{shown}: not an oci:// reference")
     rest = text[len("oci://"):]
@@ -151,6 +151,20 @@ def parse_reference(text: str) -> Reference:
         raise RegistryError(f"{shown}: the name must be lowercase path components "
                             f"(letters, digits, '.', '_', '-')")
     return Reference(registry, path, tag or (None if digest else "latest"), digest)
+
+
+def _shown(text: str) -> str:
+    """A reference for a message, any login in it hidden: a password may hold '/', ' ' or
+    '@' (a URL's userinfo rule would stop at them), so everything before the last '@'
+    that does not pin a digest is."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    cut = max((at for at in range(len(rest)) if rest[at] == "@"
+               and not rest.startswith("sha256:", at + 1)), default=-1)
+    if cut >= 0:
+        rest = "***" + rest[cut:]
+    return clean(f"{scheme}{sep}{rest}", 160)
 
 
 @dataclass(frozen=True)
@@ -477,6 +491,10 @@ def push(source: Path, reference: str | Reference, *, insecure: bool = False,
     with _bundle_file(Path(source)) as path, tempfile.TemporaryDirectory(
             prefix="wasmext-push-") as tmp:
         bundle = bundles.read_bundle(path)  # only a bundle an install would accept
+        if bundle.signature is not None:
+            # A signature that does not verify even under its own key would fail every
+            # install that checks signatures: refused before anything is published.
+            bundles.check_signature(bundle, (bundle.signature["key"],), True)
         data = path.read_bytes()
         config = json.dumps({"format": 1, "id": bundle.plugin_id, "version": bundle.version},
                             sort_keys=True).encode()

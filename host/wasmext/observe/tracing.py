@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator, Mapping, MutableMapping
@@ -276,6 +277,10 @@ class Tracing:
             value = (carrier or {}).get(key)
             if isinstance(value, str) and len(value) <= 512:
                 picked[key] = value
+        if "tracestate" in picked and not _w3c_tracestate(picked["tracestate"]):
+            # OpenTelemetry would drop it too, after logging the peer's member raw (an
+            # escape sequence, a forged log line): dropped here, quietly.
+            del picked["tracestate"]
         return self._propagate.extract(picked)
 
     def flush(self, timeout_s: float = 5.0) -> None:
@@ -305,6 +310,46 @@ class Tracing:
     def _close(self) -> None:
         self.flush()
         self.provider.shutdown()
+
+
+# A W3C tracestate member (key=value), as OpenTelemetry's own parser checks it.
+_TRACESTATE_MEMBER = re.compile(
+    r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+_TRACESTATE_MEMBERS = 32
+
+
+def _w3c_tracestate(value: str) -> bool:
+    """Whether a peer's tracestate is well formed: at most 32 valid members, no key twice."""
+    keys = []
+    for member in value.split(","):
+        member = member.strip(" \t")
+        if not member:
+            continue
+        if not _TRACESTATE_MEMBER.fullmatch(member):
+            return False
+        keys.append(member.split("=", 1)[0])
+    return len(keys) <= _TRACESTATE_MEMBERS and len(set(keys)) == len(keys)
+
+
+class _InertPeerText(logging.Filter):
+    """OpenTelemetry's W3C parsers log a peer's malformed member raw (the MCP SDK runs them
+    on every request's `_meta`, before wasmext sees it): one inert, bounded line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record's message cleaned; never drop it."""
+        try:
+            text = record.getMessage()
+        except Exception:  # arguments that do not fit the format: the format alone
+            text = str(record.msg)
+        record.msg, record.args = clean(text, STATUS_CAP), ()
+        return True
+
+
+_PEER_TEXT_LOGGERS = ("opentelemetry.trace.span", "opentelemetry.trace.propagation.tracecontext",
+                      "opentelemetry.baggage.propagation", "opentelemetry.baggage")
+for _name in _PEER_TEXT_LOGGERS:
+    logging.getLogger(_name).addFilter(_InertPeerText())
 
 
 def activate(tracing: Tracing | None) -> Tracing | None:

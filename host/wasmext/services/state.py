@@ -193,7 +193,9 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                     result = body(txn(ctx), req)
             except StateUnavailable as err:
                 ctx.host_fault = ctx.host_fault or err
-                raise OpError(err.code, err.message) from None
+                # The details (the server's address, its error) are the operator's: the
+                # host fault carries them; the plugin learns only that storage failed.
+                raise OpError(err.code, "state storage is unavailable") from None
             except StateError as err:
                 raise OpError(getattr(err, "code", "internal"), err.message) from None
             finally:

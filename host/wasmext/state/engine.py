@@ -15,6 +15,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import Any
 
 from wasmext.state.accounting import (
     Changes,
@@ -82,6 +83,7 @@ class Transaction:
         self.session_id = None if session_id is None else check_id("session", session_id)
         self._changes = Changes(plugin_id)
         self._touched: dict[Ref, None] = {}
+        self._memo: dict[Any, Any] = {}  # what a backend keeps of this transaction's reads
         self._open = True
         self._once: Ref | None = None
 
@@ -116,7 +118,8 @@ class Transaction:
             return w.value, False
         if sid in self._changes.cleared:
             return None, False
-        value = self.store._read(self.plugin_id, sid, key, self.store._now())
+        value = self.store._read_within(self._memo, self.plugin_id, sid, key,
+                                        self.store._now())
         if value is not None:
             self._touched[(sid, key)] = None
         return value, True
@@ -162,7 +165,8 @@ class Transaction:
         sid = self._sid(scope)
         found: set[str] = set()
         if sid not in self._changes.cleared:
-            found.update(self.store._keys(self.plugin_id, sid, self.store._now()))
+            found.update(self.store._keys_within(self._memo, self.plugin_id, sid,
+                                                 self.store._now()))
         for (s, key), w in self._changes.writes.items():
             if s == sid:
                 (found.discard if w.value is None else found.add)(key)
@@ -263,8 +267,19 @@ class Engine(StateStore):
     def _read(self, plugin: str, sid: Sid, key: str, now: float) -> bytes | None:
         """The unexpired value, without touching it."""
 
+    def _read_within(self, memo: dict[Any, Any], plugin: str, sid: Sid, key: str,
+                     now: float) -> bytes | None:
+        """`_read` for one transaction; `memo` lets a backend that fetches a whole scope
+        per read (JetStream) fetch it once per transaction, not once per key read."""
+        return self._read(plugin, sid, key, now)
+
     @abstractmethod
     def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]: ...
+
+    def _keys_within(self, memo: dict[Any, Any], plugin: str, sid: Sid,
+                     now: float) -> list[str]:
+        """`_keys` for one transaction (`memo` as for `_read_within`)."""
+        return self._keys(plugin, sid, now)
 
     @abstractmethod
     def _touch(self, plugin: str, refs: list[Ref], now: float) -> None:

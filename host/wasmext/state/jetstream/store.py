@@ -38,7 +38,8 @@ docs/state.md has the table), p50 of one hook call:
   document is bounded by `max_keys` and `max_session_bytes`, and must fit the
   server's `max_payload` (1 MiB by default): a commit that would exceed it is
   refused with QuotaExceeded naming that limit.
-- A `state.get` (0.89-1.02 ms; Redis 0.19-0.26 ms) is one direct get, and at
+- A `state.get` (0.89-1.02 ms; Redis 0.19-0.26 ms) is one direct get (the first of
+  its scope in a transaction; later ones reuse the document), and at
   commit one revision-checked put of the scope that refreshes TTL and LRU
   recency (not synced: a refresh lost to a crash is harmless).
 - Every commit of a plugin rewrites its accounting document, so concurrent
@@ -256,9 +257,19 @@ class _Plugin:
             if raw is not None or self.revs[sid]:  # else it never existed: nothing to do
                 out.append(Write(self.scope_key(sid), raw, self.revs[sid]))
         if self.scopes:
-            usage = {"t": sum(v[0] for v in self.scopes.values()),
-                     "s": {_scope_token(sid): v for sid, v in self.scopes.items()}}
-            out.append(Write(self.usage_key, _pack(usage), self.usage_rev))
+            usage = _pack({"t": sum(v[0] for v in self.scopes.values()),
+                           "s": {_scope_token(sid): v for sid, v in self.scopes.items()}})
+            if len(usage) > room:
+                # One line per scope holding state: a plugin writing into ever more live
+                # sessions would otherwise grow it past what the server takes, and then
+                # every commit of the plugin would fail as the host's fault.
+                raise QuotaExceeded(
+                    f"plugin {self.plugin}: state in {len(self.scopes)} sessions at once;"
+                    f" its accounting document would be {len(usage)} bytes, over the NATS"
+                    f" server's max_payload of {self.bucket.max_payload} (end sessions, or"
+                    " raise max_payload in nats-server's configuration)",
+                    plugin_id=self.plugin)
+            out.append(Write(self.usage_key, usage, self.usage_rev))
         elif self.usage_rev:
             out.append(Write(self.usage_key, None, self.usage_rev))
         return out
@@ -428,6 +439,23 @@ class JetStreamStore(Engine):
     def _read(self, plugin: str, sid: Sid, key: str, now: float) -> bytes | None:
         e = self._doc(plugin, sid)[0].get(key)
         return None if e is None or e[3] <= now else bytes(e[0])
+
+    def _read_within(self, memo: dict[Any, Any], plugin: str, sid: Sid, key: str,
+                     now: float) -> bytes | None:
+        e = self._doc_within(memo, plugin, sid).get(key)
+        return None if e is None or e[3] <= now else bytes(e[0])
+
+    def _keys_within(self, memo: dict[Any, Any], plugin: str, sid: Sid,
+                     now: float) -> list[str]:
+        return sorted(k for k, e in self._doc_within(memo, plugin, sid).items() if e[3] > now)
+
+    def _doc_within(self, memo: dict[Any, Any], plugin: str, sid: Sid) -> dict[str, Entry]:
+        # A scope's document is up to max_payload: a plugin reading many keys (or listing
+        # them again and again) in one call would otherwise move the whole document each time.
+        doc: dict[str, Entry] | None = memo.get(("doc", sid))
+        if doc is None:
+            doc = memo[("doc", sid)] = self._doc(plugin, sid)[0]
+        return doc
 
     def _keys(self, plugin: str, sid: Sid, now: float) -> list[str]:
         return sorted(k for k, e in self._doc(plugin, sid)[0].items() if e[3] > now)
