@@ -30,6 +30,7 @@ from bench_timing import Case, Skipped
 
 from wasmext import HostConfig
 from wasmext.config import open_store
+from wasmext.sandbox.limits import Limits
 from wasmext.state import Record
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
@@ -118,6 +119,12 @@ def _jetstream_floors(config: HostConfig, b: Budget, cleanup: list[Any]) -> list
     ]
 
 
+# A call's deadline well past any commit's: on a loaded machine (load 16 on 2 cores) a
+# server's synced write can take over the default 1 s, and one such call would end the
+# whole run; the deadline's own cost is the same for every backend.
+_LIMITS = Limits(timeout_ms=10_000)
+
+
 def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
     """Cases for SQLite and (when available) Redis and JetStream; `cleanup` collects what
     to stop."""
@@ -125,13 +132,13 @@ def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
     data_dir = Path(tempfile.mkdtemp(prefix="wasmext-bench-state-"))
     cleanup.append(lambda: shutil.rmtree(data_dir, ignore_errors=True))
     backends: list[tuple[str, HostConfig | str]] = [
-        ("sqlite", HostConfig(data_dir=data_dir, state_backend="sqlite"))]
+        ("sqlite", HostConfig(data_dir=data_dir, state_backend="sqlite", limits=_LIMITS))]
     redis = _redis()
     if isinstance(redis, tuple):
         url, proc = redis
         cleanup.append(proc.kill)
         backends.append(("redis", HostConfig(data_dir=data_dir, state_backend="redis",
-                                             state_url=url)))
+                                             state_url=url, limits=_LIMITS)))
     else:
         backends.append(("redis", redis))
     nats = _nats()
@@ -140,7 +147,7 @@ def state_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
         cleanup.append(lambda d=store_dir: shutil.rmtree(d, ignore_errors=True))
         cleanup.append(nproc.kill)
         backends.append(("jetstream", HostConfig(data_dir=data_dir, state_backend="jetstream",
-                                                 state_url=url)))
+                                                 state_url=url, limits=_LIMITS)))
     else:
         backends.append(("jetstream", nats))
     for name, config in backends:

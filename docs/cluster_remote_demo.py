@@ -4,16 +4,21 @@
 
 The commands are read from the doc itself (the block between `<!-- remote walkthrough`
 and `<!-- end remote walkthrough -->`), in a temporary copy of
-docs/examples/cluster/remote, with free ports in place of 4222 (NATS) and 6379 (Redis,
-when a line uses it).
-A line ending in `&` starts a process and waits until it is ready (its port, or `ready`
-on its stderr); `kill -9 %N` kills the Nth of them, `wait %N` waits for it and prints
-its output; any other line runs and prints its output.
+docs/examples/cluster/remote, with free ports in place of 4222 (NATS), 4318 (the OTLP
+receiver) and 6379 (Redis, when a line uses it).
+A line ending in `&` starts a process and waits until it is ready: a server until its
+port takes connections, a `wasmext worker` until it answers `$SRV.PING` on NATS for
+every plugin host.toml names in `[remote.*]` (a fact on the wire, not a printed line),
+anything else until `ready` on its stderr. `kill -9 %N` kills the Nth of them, `wait %N`
+waits for it and prints its output; any other line runs and prints its output. A step
+that fails raises with the tail of every process's log.
 tests/cluster/test_remote_walkthrough.py runs the same function.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import shlex
@@ -25,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "docs" / "examples" / "cluster" / "remote"
@@ -56,15 +62,55 @@ def _program(name: str) -> list[str]:
     return [found]
 
 
-def _wait(proc: subprocess.Popen[bytes], ready: object, log: Path, timeout: float = 120
-          ) -> None:
+def _wait(proc: subprocess.Popen[bytes], ready: Any, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while not ready():  # type: ignore[operator]
+    while not ready():
         if proc.poll() is not None or time.monotonic() > deadline:
             why = f"exited {proc.returncode}" if proc.poll() is not None else "not ready"
-            raise RuntimeError(f"{proc.args!r} did not start ({why}): "
-                               f"{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.05)
+            raise RuntimeError(f"{proc.args!r} did not start ({why})")
+        time.sleep(0.1)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def serving(nats_url: str, worker: str, plugins: set[str]) -> bool:
+    """Does the worker named `worker` answer `$SRV.PING` for each of `plugins`? Each
+    plugin is a NATS service whose metadata names its worker (docs/cluster.md)."""
+    import nats  # the nats extra, as the workers need it
+
+    async def ping() -> bool:
+        nc = await nats.connect(nats_url, connect_timeout=2, allow_reconnect=False,
+                                max_reconnect_attempts=0)
+        try:
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            await nc.publish("$SRV.PING", b"", reply=inbox)
+            seen: set[str] = set()
+            end = time.monotonic() + 0.5
+            while not plugins <= seen and time.monotonic() < end:
+                try:
+                    msg = await sub.next_msg(timeout=max(0.01, end - time.monotonic()))
+                except nats.errors.TimeoutError:
+                    break
+                meta = json.loads(msg.data).get("metadata") or {}
+                if meta.get("worker") == worker:
+                    seen.add(str(meta.get("plugin_id")))
+            return plugins <= seen
+        finally:
+            await nc.close()
+    try:
+        return asyncio.run(ping())
+    except Exception:  # not up yet: asked again in a moment
+        return False
+
+
+def _logs(work: Path) -> str:
+    """The tail of every step's stderr, for a step that failed."""
+    return "".join(f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}"
+                   for log in sorted(work.glob("step*.log"), key=lambda p: int(p.stem[4:])))
 
 
 def run(work: Path) -> list[str]:
@@ -72,50 +118,61 @@ def run(work: Path) -> list[str]:
     foreground lines and of each `wait`, in order."""
     demo = work / "demo"
     shutil.copytree(DEMO, demo, ignore=shutil.ignore_patterns("*.wasm", ".wasmext*"))
-    nats_port = _free_port()
-    redis_port = _free_port()
-    while redis_port == nats_port:
-        redis_port = _free_port()
-    chosen = {"4222": str(nats_port), "6379": str(redis_port)}
+    chosen: dict[str, str] = {}
+    for fixed in ("4222", "4318", "6379"):
+        port = _free_port()
+        while str(port) in chosen.values():
+            port = _free_port()
+        chosen[fixed] = str(port)
 
     def ports(text: str) -> str:  # one pass: a chosen port never gets replaced again
-        return re.sub(r"\b(4222|6379)\b", lambda m: chosen[m.group(1)], text)
+        return re.sub(r"\b(4222|4318|6379)\b", lambda m: chosen[m.group(1)], text)
     for name in ("host.toml", "worker.toml"):
         (demo / name).write_text(ports((demo / name).read_text()))
+    remote = set(re.findall(r"(?m)^\[remote\.([A-Za-z0-9_-]+)\]",
+                            (demo / "host.toml").read_text()))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
     jobs: list[tuple[subprocess.Popen[bytes], Path, Path]] = []
     outputs = []
+    nats_url = f"nats://127.0.0.1:{chosen['4222']}"
+
+    def step(n: int, line: str) -> None:
+        argv = shlex.split(ports(line).rstrip("&"))
+        if argv[0] == "kill":
+            jobs[int(argv[2].lstrip("%")) - 1][0].send_signal(signal.SIGKILL)
+            return
+        if argv[0] == "wait":
+            proc, out, _ = jobs[int(argv[1].lstrip("%")) - 1]
+            if proc.wait(300) != 0:
+                raise RuntimeError(f"{proc.args!r} exited {proc.returncode}")
+            outputs.append(out.read_text())
+            return
+        if not line.endswith("&"):
+            done = subprocess.run(_program(argv[0]) + argv[1:], cwd=demo, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            if done.returncode != 0:
+                raise RuntimeError(f"exited {done.returncode}: {done.stderr[-2000:]}")
+            outputs.append(done.stdout)
+            return
+        log, out = work / f"step{n}.log", work / f"step{n}.out"
+        proc = subprocess.Popen(_program(argv[0]) + argv[1:], cwd=demo, env=env,
+                                stdout=out.open("wb"), stderr=log.open("wb"))
+        jobs.append((proc, out, log))
+        port = next((chosen[p] for p in chosen if f" {p}" in line), None)
+        if argv[:2] == ["wasmext", "worker"]:
+            name = argv[argv.index("--name") + 1]
+            _wait(proc, lambda: serving(nats_url, name, remote))
+        elif port is not None:
+            _wait(proc, lambda: _listening(int(port)))
+        else:
+            _wait(proc, lambda: b"ready" in log.read_bytes().splitlines())
+
     try:
         for n, line in enumerate(walkthrough()):
-            argv = shlex.split(ports(line).rstrip("&"))
-            if argv[0] == "kill":
-                jobs[int(argv[2].lstrip("%")) - 1][0].send_signal(signal.SIGKILL)
-                continue
-            if argv[0] == "wait":
-                proc, out, log = jobs[int(argv[1].lstrip("%")) - 1]
-                if proc.wait(300) != 0:
-                    raise RuntimeError(f"{proc.args!r} exited {proc.returncode}: "
-                                       f"{log.read_text()[-2000:]}")
-                outputs.append(out.read_text())
-                continue
-            argv = _program(argv[0]) + argv[1:]
-            if not line.endswith("&"):
-                done = subprocess.run(argv, cwd=demo, env=env, capture_output=True, text=True,
-                                      timeout=300)
-                if done.returncode != 0:
-                    raise RuntimeError(f"{line!r} exited {done.returncode}: {done.stderr[-2000:]}")
-                outputs.append(done.stdout)
-                continue
-            log, out = work / f"step{n}.log", work / f"step{n}.out"
-            proc = subprocess.Popen(argv, cwd=demo, env=env, stdout=out.open("wb"),
-                                    stderr=log.open("wb"))
-            jobs.append((proc, out, log))
-            port = {"nats-server": nats_port, "redis-server": redis_port}.get(line.split()[0])
-            if port is not None:
-                _wait(proc, lambda port=port: socket.socket().connect_ex(("127.0.0.1", port))
-                      == 0, log)
-            else:
-                _wait(proc, lambda log=log: b"ready" in log.read_bytes().splitlines(), log)
+            try:
+                step(n, line)
+            except (RuntimeError, subprocess.TimeoutExpired) as failed:
+                raise RuntimeError(f"step {n} ({line!r}): {failed}{_logs(work)}") from None
     finally:
         for proc, _, _ in reversed(jobs):  # workers drain on SIGTERM, then the servers
             if proc.poll() is None:

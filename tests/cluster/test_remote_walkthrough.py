@@ -1,7 +1,8 @@
 """docs/cluster.md's remote-plugins walkthrough, line by line (docs/cluster_remote_demo.py):
 three workers serve the example session's plugins with their state on JetStream, a host
-with none of its own plays it, and a worker killed with SIGKILL mid-session loses
-nothing."""
+with none of its own plays it, a worker killed with SIGKILL mid-session loses
+nothing, and the host's and the workers' spans, sent to the shipped OTLP/HTTP receiver on
+loopback, form one trace of the session."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from cluster_support import PYTHONPATH, nats_server_binary
 
 from support import ROOT
+from wasmext.observe.otlp_receiver import ReceivedSpan
 
 
 def _turns(report: dict[str, Any]) -> list[Any]:
@@ -36,7 +38,7 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     assert spec is not None and spec.loader is not None
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
-    built, granted, played, session = demo.run(tmp_path)
+    built, granted, played, session, traced = demo.run(tmp_path)
     assert "built" in built and "granted state to turn-counter" in granted
     # The example session, every plugin on a worker, answers as it does in one process.
     local = subprocess.run([sys.executable, "-m", "wasmext_cli", "run", "--json"],
@@ -70,3 +72,42 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     assert set(by_worker) <= {"w1", "w2", "w3"} and by_worker["w1"] and by_worker["w3"]
     # w2 answered only what it took before it died (its first round's share, at most).
     assert by_worker.get("w2", 0) < by_worker["w1"] / 4
+    # One trace: the session's. The caller's spans and those of at least two workers
+    # share its id; each worker's request span hangs under a caller's remote-call span.
+    trace_id = result["trace_id"]
+    spans = [ReceivedSpan.from_json(line) for line in
+             (tmp_path / "demo" / "spans.jsonl").read_text().splitlines()]
+    mine = [s for s in spans if s.trace_id == trace_id]
+    by_id = {s.span_id: s for s in mine}
+    caller = {s.span_id: s for s in mine if s.service == "wasmext-host"}
+    served = [s for s in mine if s.name == "wasmext.worker plugin"]
+    assert all(s.service == "wasmext-worker" for s in served)
+    workers = {s.attributes["wasmext.worker"] for s in served}
+    assert {"w1", "w3"} <= workers <= {"w1", "w2", "w3"}, workers
+    for span in served:
+        parent = caller.get(span.parent_span_id)
+        assert parent is not None and parent.name == "wasmext.remote plugin", span
+        assert parent.attributes["wasmext.plugin_id"] == span.attributes["wasmext.plugin_id"]
+    # The caller's tree is whole: one root, the session, and every other caller span's
+    # parent arrived, w2's death notwithstanding.
+    assert [s.name for s in caller.values() if not s.parent_span_id] == ["wasmext.session"]
+    assert all(s.parent_span_id in caller for s in caller.values() if s.parent_span_id)
+    # Only a span of the killed worker's can miss its parent (w2's request span, never
+    # ended); the live workers' spans all lead up to one of theirs.
+    lost = [s for s in mine if s.parent_span_id and s.parent_span_id not in by_id]
+    assert all(s.service == "wasmext-worker" and s.name != "wasmext.worker plugin"
+               for s in lost), lost
+    assert len(lost) <= 3, lost
+    # A call w2 held and another worker answered: its client span says it took two
+    # attempts, and the answering worker's span is beneath it.
+    retried = [s for s in caller.values() if s.attributes.get("wasmext.attempts")]
+    assert len(retried) <= result["retries"]
+    for call in retried:
+        children = [s for s in served if s.parent_span_id == call.span_id]
+        if call.attributes.get("wasmext.outcome") == "ok":
+            assert {s.attributes["wasmext.worker"] for s in children} & {"w1", "w3"}, call
+    # trace.py, the walkthrough's last line, says the same.
+    summary = json.loads(traced)
+    assert summary["trace_id"] == trace_id and summary["roots"] == ["wasmext.session"]
+    assert summary["worker_spans_under_a_caller_span"] == len(served)
+    assert summary["services"]["wasmext-host"] == len(caller)

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from cluster_support import PYTHONPATH, wat_plugin
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from otlp_receiver import ReceivedSpan, otlp_receiver
 
 from wasmext import Host, HostConfig
 from wasmext.cluster.contract import CallIds
@@ -23,6 +22,7 @@ from wasmext.cluster.link import NatsLink
 from wasmext.cluster.registry import parse_registry
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.worker import Worker
+from wasmext.observe.otlp_receiver import ReceivedSpan, otlp_receiver
 from wasmext.observe.tracing import Tracing
 from wasmext.runtime import Runtime
 

@@ -319,6 +319,8 @@ class RemotePlugin(Plugin):
                 break
             if attempt:
                 self.retries += 1
+                if tracing.ACTIVE is not None:  # the trace shows the call was tried again
+                    tracing.ACTIVE.annotate("wasmext.attempts", attempt + 1)
             attempt_s = min(left, self.entry.attempt_ms / 1000)
             # Wall-clock: the worker is another process, perhaps another machine.
             headers[DEADLINE_HEADER] = str(int((time.time() + attempt_s) * 1000))

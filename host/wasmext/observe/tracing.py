@@ -257,6 +257,10 @@ class Tracing:
         finally:
             self._context.detach(token)
 
+    def annotate(self, key: str, value: str | int | float | bool) -> None:
+        """Set `key` on the current span (one its owner made further up the stack)."""
+        self._trace.get_current_span().set_attribute(key, value)
+
     def failed(self, span: Any, message: str) -> None:
         """Mark `span` failed with `message`, cleaned and bounded."""
         from opentelemetry.trace import Status, StatusCode

@@ -8,8 +8,8 @@ prints `ready` on stderr (docs/cluster_remote_demo.py kills a worker then), and 
 end one JSON document on stdout: how many rounds answered exactly as the first one,
 how many did not with no named fault to say why (none should), the named faults
 (plugin, hook, reason) the plugins' failure policies met, the turns that failed, the
-turn count turn-counter kept in the shared state against the turns it saw, and the
-answers each worker gave.
+turn count turn-counter kept in the shared state against the turns it saw, the
+answers each worker gave, and the session's trace id (null with tracing off).
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def main() -> int:
     same, unexplained, failed, named = 0, 0, [], []
     seen_faults = len(host.faults)
     with host.session() as session:
+        trace_id = session.context.get("trace_id") if host.tracing is not None else None
         for rnd in range(args.rounds):
             agent = Agent(host, Rounds(script), system=script.system,
                           routing=lambda: router)
@@ -112,7 +113,8 @@ def main() -> int:
                       "counting_calls_answered": sum(p.answered for p in proxies
                                                      if p.id == "turn-counter"),
                       "retries": sum(p.retries for p in proxies),
-                      "answers_by_worker": dict(sorted(by_worker.items()))}))
+                      "answers_by_worker": dict(sorted(by_worker.items())),
+                      "trace_id": trace_id}))
     link.close()
     host.close()
     return 0
