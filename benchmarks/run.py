@@ -338,6 +338,37 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def cluster_acceptance(doc: dict[str, Any]) -> dict[str, Any]:
+    """Issue 29's figures from one run: a remote hook call against a local one, and the
+    JetStream state backend against Redis (p50 in microseconds, ratios subject/baseline)."""
+    results, cluster = doc["results"], doc["cluster"]
+    out: dict[str, Any] = {}
+    if "hook_remote" in cluster:
+        out["hook_local_p50_us"] = cluster["hook_local"]["p50_us"]
+        out["hook_remote_p50_us"] = cluster["hook_remote"]["p50_us"]
+        out["hook_remote_vs_local"] = cluster["hook_remote_vs_local_p50"]
+    for op in ("get", "set"):
+        redis, jetstream = results[f"state.redis.{op}"], results[f"state.jetstream.{op}"]
+        out[f"redis_{op}_p50_us"] = redis["p50_us"]
+        out[f"jetstream_{op}_p50_us"] = jetstream["p50_us"]
+        out[f"jetstream_vs_redis_{op}"] = round(jetstream["p50_us"] / redis["p50_us"], 2)
+    return out
+
+
+def acceptance_report(figures: dict[str, Any]) -> str:
+    """The issue-29 figures as lines."""
+    lines = ["cluster (issue 29), one run               p50 us          ratio"]
+    if "hook_remote_vs_local" in figures:
+        lines.append(f"  hook call local / remote       {figures['hook_local_p50_us']:>10.1f} / "
+                     f"{figures['hook_remote_p50_us']:<10.1f} remote "
+                     f"{figures['hook_remote_vs_local']}x")
+    for op in ("get", "set"):
+        lines.append(f"  state.{op} Redis / JetStream    {figures[f'redis_{op}_p50_us']:>10.1f} / "
+                     f"{figures[f'jetstream_{op}_p50_us']:<10.1f} JetStream "
+                     f"{figures[f'jetstream_vs_redis_{op}']}x")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a short run (well under a minute)")
@@ -423,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
             module = importlib.import_module(f"bench_{name}")
             doc[name] = module.measure(args.quick)
             sections.append(module.report(doc[name]))
+    if args.cluster and "state.jetstream.set" in stats and "state.redis.set" in stats:
+        doc["cluster_acceptance"] = cluster_acceptance(doc)
+        sections.append(acceptance_report(doc["cluster_acceptance"]))
     text = json.dumps(doc, indent=2)
     print(report(items, stats, rat, tg, notes))
     print("\n".join(cost_lines))

@@ -38,3 +38,26 @@ def test_the_cluster_benchmark_reports_latency_and_throughput(tmp_path: Path,
     assert doc["remote_async"]["runs_per_s"] > 0 and doc["async_throughput_vs_echo"] > 0
     assert doc["inline_worker"]["runs_per_s"] > 0 and doc["inline_worker"]["async"]["p50_us"] > 0
     assert "bare echo" in proc.stdout
+
+
+def test_one_run_reports_remote_vs_local_and_jetstream_vs_redis(tmp_path: Path,
+                                                                nats_url: str) -> None:
+    """Issue 29's benchmark acceptance: `run.py --state-only --cluster` times a remote hook
+    call against a local one and JetStream state against Redis in the same run."""
+    assert nats_server_binary() is not None
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+                           "--state-only", "--cluster", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    figures = doc["cluster_acceptance"]
+    for key in ("hook_local_p50_us", "hook_remote_p50_us", "hook_remote_vs_local",
+                "redis_get_p50_us", "jetstream_get_p50_us", "jetstream_vs_redis_get",
+                "redis_set_p50_us", "jetstream_set_p50_us", "jetstream_vs_redis_set"):
+        assert figures[key] > 0, key
+    # Every figure comes from this one document: the run's own rows and cluster section.
+    assert figures["jetstream_set_p50_us"] == doc["results"]["state.jetstream.set"]["p50_us"]
+    assert figures["hook_remote_p50_us"] == doc["cluster"]["hook_remote"]["p50_us"]
+    assert "cluster (issue 29), one run" in proc.stdout

@@ -62,12 +62,21 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     assert result["different_without_a_named_fault"] == 0, result
     assert all(f["error"] in ("remote unavailable", "timeout")
                for f in result["named_faults"]), result
-    assert result["same_as_first"] >= 30 - len({f["round"] for f in result["named_faults"]})
-    assert result["named_faults"] or result["same_as_first"] == 30
-    # The state is either before or after each counting call, never half or twice.
-    assert result["turns_counted"] == result["counting_calls_answered"]
-    assert result["turns_counted"] + len([f for f in result["named_faults"]
-                                          if f["plugin"] == "turn-counter"]) == 30
+    # A turn the fail-closed turn-counter stopped is named too: by its fault above, or,
+    # on a loaded machine, by a JetStream commit of its count that outlived the call's
+    # deadline (StateUnavailable, said by the worker: storage, nobody's fault).
+    assert all("turn-counter" in f["error"] for f in result["failed"]), result
+    late = [f for f in result["failed"] if "state unavailable" in f["error"]]
+    rounds_hit = {f["round"] for f in result["named_faults"] + result["failed"]}
+    assert result["same_as_first"] >= 30 - len(rounds_hit)
+    assert rounds_hit or result["same_as_first"] == 30
+    # The state is either before or after each counting call, never half or twice: a
+    # call answered counted once; one whose commit answer came too late counted once or
+    # not at all (the worker could not know which), never twice.
+    counted, answered = result["turns_counted"], result["counting_calls_answered"]
+    assert answered <= counted <= answered + len(late), result
+    assert answered + len(late) + len([f for f in result["named_faults"]
+                                       if f["plugin"] == "turn-counter"]) == 30, result
     by_worker = result["answers_by_worker"]
     assert set(by_worker) <= {"w1", "w2", "w3"} and by_worker["w1"] and by_worker["w3"]
     # w2 answered only what it took before it died (its first round's share, at most).

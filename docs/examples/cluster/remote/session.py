@@ -82,13 +82,13 @@ def main() -> int:
         for rnd in range(args.rounds):
             agent = Agent(host, Rounds(script), system=script.system,
                           routing=lambda: router)
-            answers = []
+            answers, failed_before = [], len(failed)
             for i, turn in enumerate(script.turns):
                 index = rnd * len(script.turns) + i
                 try:
                     answers.append(summary(agent.run_turn(session, index, turn["user"])))
                 except WasmextError as err:  # a fail-closed plugin failed: named
-                    failed.append({"turn": index, "error": err.describe()})
+                    failed.append({"round": rnd, "turn": index, "error": err.describe()})
                     answers.append({"failed": err.reason})
             # A call no worker answered (its worker died holding it, after it had run
             # the caller's inner layers, say) is a named fault its failure policy met.
@@ -100,7 +100,7 @@ def main() -> int:
                 first = answers
                 print("ready", file=sys.stderr, flush=True)
             same += answers == first
-            unexplained += answers != first and not faults
+            unexplained += answers != first and not faults and len(failed) == failed_before
     by_worker: dict[str, int] = {}
     for proxy in proxies:
         assert isinstance(proxy, RemotePlugin)
