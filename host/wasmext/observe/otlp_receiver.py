@@ -9,7 +9,8 @@ gzip-encoded or not, and writes one JSON object per span: `trace_id`, `span_id`,
 `parent_span_id` (hex, `""` for a root), `name`, `kind`, `service` (the resource's
 `service.name`), `start_ns`, `end_ns`, `attributes`, `status_code`, `status_message`.
 A request over `MAX_REQUEST_BYTES` (before or after gzip) is refused with 413, one
-that does not decode with 400; neither stops the receiver. It is not a collector:
+that does not decode with 400, one without a length with 411, a connection that stops
+sending is dropped after `READ_TIMEOUT_S`; none stops the receiver. It is not a collector:
 no auth, no TLS, loopback by default.
 """
 
@@ -39,6 +40,7 @@ __all__ = ["MAX_REQUEST_BYTES", "ReceivedSpan", "Receiver", "decode", "main", "o
 
 MAX_REQUEST_BYTES = 8 << 20  # one export batch; the SDK's default batch is far smaller
 TRACES_PATH = "/v1/traces"
+READ_TIMEOUT_S = 30.0  # one request's socket reads
 
 
 @dataclass
@@ -150,6 +152,8 @@ class Receiver:
 
 def _handler(receiver: Receiver, limit: int) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = READ_TIMEOUT_S  # a client that stops sending gives its thread back
+
         def do_POST(self) -> None:
             try:
                 length = int(self.headers.get("Content-Length", ""))

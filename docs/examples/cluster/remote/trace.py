@@ -1,6 +1,6 @@
 """Summarise one trace from the spans the OTLP receiver wrote, as one JSON document.
 
-    python trace.py --spans spans.jsonl [--trace ID] [--settle 6]
+    python trace.py --spans spans.jsonl [--trace ID] [--settle 8]
 
 It first waits until no span has arrived for `--settle` seconds (a worker's batch goes
 out every 5 s), then takes the trace `--trace` names, else the one with the most spans
@@ -71,7 +71,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--spans", type=Path, required=True)
     ap.add_argument("--trace", help="the trace id (default: the one with the most spans)")
-    ap.add_argument("--settle", type=float, default=6.0)
+    ap.add_argument("--settle", type=float, default=8.0,
+                    help="seconds with no new span before reading (a batch goes every 5 s)")
     args = ap.parse_args()
     settle(args.spans, args.settle)
     spans = [json.loads(line) for line in args.spans.read_text().splitlines() if line]
