@@ -69,9 +69,10 @@ def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
 
 
 def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
-          credential_env: tuple[str, ...] = ()) -> Any:
+          credential_env: tuple[str, ...] = (), instance_id: str | None = None) -> Any:
     """The host of a command; `credential_env`: variables the command itself reads as
-    credentials (`mcp serve --token-env`), which no plugin may read either."""
+    credentials (`mcp serve --token-env`), which no plugin may read either;
+    `instance_id`: this process's name in its spans (`service.instance.id`)."""
     import dataclasses
 
     from wasmext import Host, HostConfig, load_config
@@ -79,6 +80,9 @@ def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
     cfg = load_config(config) if config else HostConfig()
     if credential_env:
         cfg = dataclasses.replace(cfg, credential_env=cfg.credential_env | set(credential_env))
+    if instance_id is not None:
+        cfg = dataclasses.replace(cfg, tracing=dataclasses.replace(cfg.tracing,
+                                                                   instance_id=instance_id))
     dirs = [("workspace", d) for d in plugin_dirs] if plugin_dirs else None
     return Host(cfg, plugin_dirs=dirs)
 

@@ -107,7 +107,7 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
 
         plugin_dirs = (*plugin_dirs, example_root() / "plugins")
     try:
-        host = _host(_default_config(config), plugin_dirs)
+        host = _host(_default_config(config), plugin_dirs, instance_id=name)
         for problem in host.load_errors:
             click.echo(error_line(problem), err=True)  # "wasmext: " once
         auth = host.config.nats.with_env()

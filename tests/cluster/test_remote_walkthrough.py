@@ -94,6 +94,7 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     workers = {s.attributes["wasmext.worker"] for s in served}
     assert {"w1", "w3"} <= workers <= {"w1", "w2", "w3"}, workers
     for span in served:
+        assert span.instance == span.attributes["wasmext.worker"]  # --name, as the resource
         parent = caller.get(span.parent_span_id)
         assert parent is not None and parent.name == "wasmext.remote plugin", span
         assert parent.attributes["wasmext.plugin_id"] == span.attributes["wasmext.plugin_id"]
@@ -104,8 +105,7 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     # Only a span of the killed worker's can miss its parent (w2's request span, never
     # ended); the live workers' spans all lead up to one of theirs.
     lost = [s for s in mine if s.parent_span_id and s.parent_span_id not in by_id]
-    assert all(s.service == "wasmext-worker" and s.name != "wasmext.worker plugin"
-               for s in lost), lost
+    assert all(s.instance == "w2" and s.name != "wasmext.worker plugin" for s in lost), lost
     assert len(lost) <= 10, lost  # the ended inner spans of the one call w2 held, at most
     # A call w2 held and another worker answered: its client span says it took two
     # attempts, and the answering worker's span is beneath it.
@@ -119,7 +119,7 @@ def test_the_remote_walkthrough_runs(tmp_path: Path) -> None:
     summary = json.loads(traced)
     assert summary["trace_id"] == trace_id and summary["roots"] == ["wasmext.session"]
     assert summary["worker_spans_under_a_caller_span"] == sum(summary["worker_spans"].values())
-    assert all(m.startswith("wasmext-worker: ") for m in summary["missing_parent"])
+    assert all(m.startswith("wasmext-worker w") for m in summary["missing_parent"])
     # Late batches (the live workers flush when stopped) only add to what it saw.
     assert summary["spans"] <= len(mine)
     assert summary["services"]["wasmext-host"] == len(caller)

@@ -25,7 +25,8 @@ from wasmext.observe.tracing import Tracing, TracingSettings
 def _export_two_spans(endpoint: str, service: str) -> tuple[str, str]:
     """A parent and a child span exported over OTLP/HTTP; their hex ids."""
     tracing = Tracing.with_exporter(OTLPSpanExporter(endpoint=endpoint),
-                                    TracingSettings(enabled=True, service_name=service))
+                                    TracingSettings(enabled=True, service_name=service,
+                                                    instance_id=f"{service}-1"))
     with tracing.span("outer") as outer, tracing.span("inner", {"k": "v", "n": 3}):
         pass
     tracing.provider.shutdown()
@@ -45,7 +46,7 @@ def test_spans_arrive_as_json_lines_with_their_links() -> None:
     assert by_name["inner"].parent_span_id == outer_id
     assert {s.trace_id for s in lines} == {trace_id}
     assert by_name["inner"].attributes == {"k": "v", "n": 3}
-    assert by_name["inner"].service == "svc-a"
+    assert by_name["inner"].service == "svc-a" and by_name["inner"].instance == "svc-a-1"
     assert 0 < by_name["inner"].start_ns <= by_name["inner"].end_ns
 
 

@@ -7,7 +7,8 @@ It takes `POST /v1/traces` with an `ExportTraceServiceRequest` in protobuf (the
 `otlp-http` exporter's format; `opentelemetry-proto`, which `wasmext[otel]` brings),
 gzip-encoded or not, and writes one JSON object per span: `trace_id`, `span_id`,
 `parent_span_id` (hex, `""` for a root), `name`, `kind`, `service` (the resource's
-`service.name`), `start_ns`, `end_ns`, `attributes`, `status_code`, `status_message`.
+`service.name`), `instance` (its `service.instance.id`, `""` if none), `start_ns`,
+`end_ns`, `attributes`, `status_code`, `status_message`.
 A request over `MAX_REQUEST_BYTES` (before or after gzip) is refused with 413, one
 that does not decode with 400, one without a length with 411, a connection that stops
 sending is dropped after `READ_TIMEOUT_S`; none stops the receiver. It is not a collector:
@@ -58,6 +59,7 @@ class ReceivedSpan:
     status_message: str = ""
     start_ns: int = 0
     end_ns: int = 0
+    instance: str = ""  # the resource's service.instance.id (a worker's name), if any
 
     def to_json(self) -> str:
         """The span as one JSON line (no newline)."""
@@ -96,7 +98,8 @@ def decode(body: bytes) -> list[ReceivedSpan]:
                     span.parent_span_id.hex(), span.kind, str(resource.get("service.name")),
                     {a.key: _value(a.value) for a in span.attributes},
                     span.status.code, span.status.message,
-                    span.start_time_unix_nano, span.end_time_unix_nano))
+                    span.start_time_unix_nano, span.end_time_unix_nano,
+                    str(resource.get("service.instance.id") or "")))
     return out
 
 

@@ -76,6 +76,9 @@ class TracingSettings:
     service_name: str = "wasmext"
     headers: Mapping[str, str] = field(default_factory=dict)
     sample_ratio: float = 1.0
+    # The resource's service.instance.id: which process of a service made a span (a
+    # `wasmext worker` sets its --name); not a [tracing] field, each process has its own.
+    instance_id: str | None = None
 
 
 _Text = Annotated[str, Field(strict=True, min_length=1, max_length=2048)]
@@ -191,9 +194,11 @@ class Tracing:
         except ImportError:
             raise _needs_otel() from None
         settings = settings or TracingSettings(enabled=True)
+        resource = {SERVICE_NAME: settings.service_name, SERVICE_VERSION: __version__}
+        if settings.instance_id:
+            resource["service.instance.id"] = clean(settings.instance_id, ATTR_CAP)
         provider = TracerProvider(
-            resource=Resource.create({SERVICE_NAME: settings.service_name,
-                                      SERVICE_VERSION: __version__}),
+            resource=Resource.create(resource),
             sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)),
             shutdown_on_exit=False)  # the host's close does it, bounded (`shutdown`)
         provider.add_span_processor(BatchSpanProcessor(exporter) if batch

@@ -61,7 +61,8 @@ def summary(spans: list[dict[str, Any]], trace_id: str | None) -> dict[str, Any]
             "worker_spans": dict(sorted(Counter(s["attributes"].get("wasmext.worker", "?")
                                                 for s in served).items())),
             "worker_spans_under_a_caller_span": len(under_caller),
-            "missing_parent": sorted(f'{s["service"]}: {s["name"]}' for s in mine
+            "missing_parent": sorted(f'{s["service"]} {s.get("instance", "")}: {s["name"]}'
+                                     for s in mine
                                      if s["parent_span_id"]
                                      and s["parent_span_id"] not in by_id),
             "retried_calls": retried}
