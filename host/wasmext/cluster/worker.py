@@ -10,7 +10,10 @@ in-process. A call whose worst case (the plugin's `timeout_ms` plus the deadline
 slack) is below `inline_below_ms` (default 50 ms, as for awaited hooks) and whose
 plugin runs no application code runs on the worker's event loop, in the
 subscription's handler, with no thread hop; any other runs on wasmext's call pool
-(`concurrency` threads), whose answers come back in batches (`callpool`).
+(`concurrency` threads), whose answers come back in batches (`callpool`). Stage calls
+reach the pool through one lane: a pool thread runs the calls queued meanwhile back
+to back (a burst costs one thread wake-up), and another joins only when a queued
+call has waited `LANE_WAIT_S` behind a slow one.
 
 A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up:
 the worker was frozen, or its queue was long) is dropped unrun and unanswered, when
