@@ -151,3 +151,90 @@ def test_arun_fails_a_required_stage_nobody_serves_as_run_does(nats_url: str,
     message = asyncio.run(main())
     assert "required pre stage stamp failed" in message
     assert "no responders" in message or "timeout" in message
+
+
+def _slowed(host: Host, seconds: float) -> list[str]:
+    """Make `slow`'s calls take `seconds`; returns the threads stamp's calls ran on."""
+    ran_on: list[str] = []
+    try_call = host.try_call
+
+    def timed(plugin_id: str, *args: Any, **kwargs: Any) -> Any:
+        if plugin_id == "slow":
+            time.sleep(seconds)
+        else:
+            ran_on.append(threading.current_thread().name)
+        return try_call(plugin_id, *args, **kwargs)
+    host.try_call = timed  # type: ignore[method-assign]
+    return ran_on
+
+
+@pytest.fixture
+def with_slow(tmp_path: Path) -> Any:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
+    wat_plugin(plugins, "slow", "pre", {"message": {"payload": "slow", "metadata": {}}})
+    with Host(HostConfig(), runtime=Runtime(cache=False),
+              plugin_dirs=[("workspace", plugins)]) as host:
+        yield host
+
+
+def test_pooled_short_calls_do_not_wait_behind_a_slow_one(nats_url: str,
+                                                          with_slow: Host) -> None:
+    ran_on = _slowed(with_slow, 1.5)
+    worker = InThread(Worker(with_slow, nats_url, prefix="fast", name="f2",
+                             inline_below_ms=0, concurrency=4))
+    try:
+        async def run() -> tuple[float, float, list[bytes]]:
+            import nats
+
+            nc = await nats.connect(nats_url)
+            started = time.monotonic()
+            slow = asyncio.ensure_future(nc.request("fast.ext.pre.slow.v1", request("s"),
+                                                    timeout=10))
+            await asyncio.sleep(0.1)  # the slow call has taken the lane's thread
+            short = await asyncio.gather(*(nc.request(SUBJECT, request(f"m{i}"), timeout=10)
+                                           for i in range(20)))
+            shorts_done = time.monotonic() - started
+            await slow
+            slow_done = time.monotonic() - started
+            await nc.close()
+            return shorts_done, slow_done, [m.data for m in short]
+
+        shorts_done, slow_done, bodies = asyncio.run(run())
+        assert all(b'"stamped"' in body for body in bodies)
+        assert slow_done >= 1.5
+        assert shorts_done < 1.2  # another pool thread took them: not queued behind
+        assert len(ran_on) == 20 and "worker-loop" not in ran_on  # on the pool, not the loop
+        assert worker.worker.counts[SUBJECT].answered == 20
+    finally:
+        worker.stop()
+
+
+def test_a_pooled_call_that_expired_behind_a_busy_pool_is_dropped_unrun(
+        nats_url: str, with_slow: Host) -> None:
+    ran_on = _slowed(with_slow, 1.0)
+    worker = InThread(Worker(with_slow, nats_url, prefix="fast", name="f3",
+                             inline_below_ms=0, concurrency=1))
+    try:
+        async def run() -> None:
+            import nats
+
+            nc = await nats.connect(nats_url)
+            slow = asyncio.ensure_future(nc.request("fast.ext.pre.slow.v1", request("s"),
+                                                    timeout=10))
+            await asyncio.sleep(0.1)  # the only pool thread runs the slow call
+            soon = {DEADLINE_HEADER: str(int((time.time() + 0.3) * 1000))}
+            with pytest.raises(NatsTimeout):  # waited past its deadline: never answered
+                await nc.request(SUBJECT, request("late"), timeout=2, headers=soon)
+            await slow
+            ok = await nc.request(SUBJECT, request("after"), timeout=10)
+            assert b'"stamped"' in ok.data
+            await nc.close()
+
+        asyncio.run(run())
+        counts = worker.worker.counts[SUBJECT]
+        assert (counts.answered, counts.expired) == (1, 1)
+        assert len(ran_on) == 1  # the expired one never reached the plugin
+    finally:
+        worker.stop()

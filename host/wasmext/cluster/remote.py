@@ -126,6 +126,7 @@ class RemoteCaller:
                          for e in self.registry.values()}
         self.stats = {e.id: RemoteStats() for e in self.registry.values()}
         self._lock = threading.Lock()
+        self._worker_names: dict[str, str] = {}  # as answers name them -> cleaned
 
     def call(self, ext: RemoteExtension, data: Any, ids: CallIds
              ) -> tuple[Any, str | None]:
@@ -259,7 +260,12 @@ class RemoteCaller:
                 with self._lock:
                     self.stats[ext.id].unsigned += 1
                 raise _Failure(err.message, True) from None
-        worker = clean(hdrs.get(WORKER_HEADER, "?"), 64)
+        raw_worker = hdrs.get(WORKER_HEADER, "?")
+        worker = self._worker_names.get(raw_worker)
+        if worker is None:
+            worker = clean(raw_worker, 64)
+            if len(self._worker_names) < 256:  # names off the wire: a bounded memo
+                self._worker_names[raw_worker] = worker
         with self._lock:
             by_worker = self.stats[ext.id].by_worker
             if worker in by_worker or len(by_worker) < 256:

@@ -10,7 +10,10 @@ in-process. A call whose worst case (the plugin's `timeout_ms` plus the deadline
 slack) is below `inline_below_ms` (default 50 ms, as for awaited hooks) and whose
 plugin runs no application code runs on the worker's event loop, in the
 subscription's handler, with no thread hop; any other runs on wasmext's call pool
-(`concurrency` threads), whose answers come back in batches (`callpool`).
+(`concurrency` threads), whose answers come back in batches (`callpool`). Stage calls
+reach the pool through one lane: a pool thread runs the calls queued meanwhile back
+to back (a burst costs one thread wake-up), and another joins only when a queued
+call has waited `LANE_WAIT_S` behind a slow one.
 
 A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up:
 the worker was frozen, or its queue was long) is dropped unrun and unanswered, when
@@ -35,22 +38,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import logging
 import re
 import signal
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmext.aio import APP_GRANTS, DEADLINE_SLACK_MS, INLINE_BELOW_MS
-from wasmext.callpool import CallPool
+from wasmext.callpool import CallPool, share_of
 from wasmext.cluster import served
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLBACK_HEADER,
     CALLS_LEFT_HEADER,
     CONTENT_TYPE,
+    JSON,
     MSGPACK,
     ContractError,
     ExtRequest,
@@ -98,6 +106,10 @@ WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and d
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PLUGIN_KINDS = ("describe", "call")  # the endpoints of a plugin served whole
+# How long a queued stage call waits for a busy lane before another pool thread joins
+# it: calls that take less run back to back on one thread, a slow one holds up the
+# calls queued behind it by about this much.
+LANE_WAIT_S = 0.002
 # How long a guest's `next` may wait for the caller's inner layers (a turn's model call
 # and tools among them); a cancel ends the wait at once.
 NEXT_TIMEOUT_S = 300.0
@@ -126,6 +138,69 @@ class Counts:
 
     def __init__(self) -> None:
         self.answered = self.failed = self.expired = self.duplicate = self.total_ns = 0
+
+
+class _Lane:
+    """Stage calls for the call pool: a pool thread that takes the lane runs the queued
+    calls back to back, so a burst of short calls costs one thread wake-up, not one
+    each; another thread joins only when the oldest queued call has waited
+    `LANE_WAIT_S` (the one running is slow), up to the pool's size. Answers go back
+    through the loop's `LoopShare`, batched as the pool's are."""
+
+    def __init__(self, pool: CallPool) -> None:
+        self._pool = pool
+        self._jobs: deque[tuple[asyncio.Future[Any], contextvars.Context,
+                                Callable[..., Any], tuple[Any, ...], float]] = deque()
+        self._lock = threading.Lock()
+        self._runners = 0
+        self._armed = False
+
+    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any],
+               *args: Any) -> asyncio.Future[Any]:
+        """A future of `fn(*args)` run on a pool thread (called on the loop's thread)."""
+        future = loop.create_future()
+        with self._lock:
+            self._jobs.append((future, contextvars.copy_context(), fn, args, time.monotonic()))
+            start = self._runners == 0
+            if start:
+                self._runners += 1
+        if start:
+            self._pool.submit(loop, self._run, share_of(loop))
+        elif not self._armed:
+            self._armed = True
+            loop.call_later(LANE_WAIT_S, self._check, loop)
+        return future
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._armed = False
+        with self._lock:
+            if not self._jobs:
+                return
+            waited = time.monotonic() - self._jobs[0][4]
+            start = waited >= LANE_WAIT_S and self._runners < self._pool.max_workers
+            if start:
+                self._runners += 1
+        if start:
+            self._pool.submit(loop, self._run, share_of(loop))
+        self._armed = True
+        loop.call_later(LANE_WAIT_S, self._check, loop)
+
+    def _run(self, share: Any) -> None:
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    self._runners -= 1
+                    return
+                future, context, fn, args, _ = self._jobs.popleft()
+            if future.cancelled():  # its request's task gave up while it was queued
+                continue
+            try:
+                value, error = context.run(fn, *args), None
+            except BaseException as exc:  # the awaiting task gets it, whatever it is
+                value, error = None, exc
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it
+                share.hand_back(future, value, error)
+            del future, context, fn, args, value, error  # hold nothing while idle
 
 
 class _Budget:
@@ -189,6 +264,11 @@ class Worker:
         self.served = 0  # requests answered (ok or error), for tests and logs
         self.inline_below_ms = inline_below_ms
         self._pool = CallPool(concurrency, name="wasmext-worker")
+        self._lane = _Lane(self._pool)
+        # The answer's headers by encoding, built once (copied when an error or a
+        # signature is added).
+        self._answer_headers = {enc: {CONTENT_TYPE: enc, WORKER_HEADER: name}
+                                for enc in (JSON, MSGPACK)}
         self._inflight: set[asyncio.Task[None]] = set()
         self._services: dict[str, Service] = {}  # by plugin id
         self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
@@ -315,7 +395,10 @@ class Worker:
                 "average_ms": round(c.total_ns / c.answered / 1e6, 3) if c.answered else 0.0}
 
     def _count(self, stage: Stage) -> Counts:
-        return self.counts.setdefault(stage.subject, Counts())  # pool threads count too
+        counts = self.counts.get(stage.subject)
+        if counts is None:  # pool threads count too: setdefault keeps the first made
+            counts = self.counts.setdefault(stage.subject, Counts())
+        return counts
 
     def _expired(self, stage: Stage, budget: _Budget) -> None:
         self._count(stage).expired += 1
@@ -433,14 +516,14 @@ class Worker:
             return
         failed = True
         encoding = encoding_of(req.headers)
-        headers = {CONTENT_TYPE: encoding, WORKER_HEADER: self.name}
+        headers = self._answer_headers[encoding]
         error: tuple[str, str] | None = None
         body: bytes | None = b""
         try:
             if inline:
                 body = self._call(stage, req.data, encoding, budget)
             else:
-                body = await self._pool.submit(asyncio.get_running_loop(), self._call, stage,
+                body = await self._lane.submit(asyncio.get_running_loop(), self._call, stage,
                                                req.data, encoding, budget)
         except ContractError as err:
             error = ("400", err.message)
@@ -451,7 +534,7 @@ class Worker:
             return
         if error is not None:
             body = b""
-            headers.update({ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]})
+            headers = {**headers, ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]}
         if self.signer is not None:
             headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)
