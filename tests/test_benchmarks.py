@@ -36,11 +36,13 @@ def test_quick_benchmark_reports_figures_and_ratios(tmp_path: Path) -> None:
     assert "where users pay" in proc.stdout
     # Issue 25's figures, each beside its floor from the same run.
     for key in ("http_fetch", "llm_complete", "sqlite_set_100k", "generic_host_call",
-                "host_call_vs_log", "new_instance"):
+                "host_call_vs_log", "new_instance", "chain_100"):
         assert costs[key]["ratio"] is not None and costs[key]["ratio"] > 0, key
         assert costs[key]["floor"] in doc["results"] and costs[key]["subject"] in doc["results"]
     if shutil.which("redis-server"):  # Redis state.set against a plain SET, same run
         assert costs["redis_set"]["ratio"] is not None and costs["redis_set"]["ratio"] > 0
+    distinct = costs["rss_per_distinct_plugin"]  # beside a bare wasmtime instance
+    assert distinct["plugin_bytes"] > 0 and distinct["bare_bytes"] > 0
     if (ROOT / "plugins" / "pii-mask" / "pii-mask.wasm").is_file():  # built by make plugins
         rss = costs["rss_per_copy"]
         assert rss["copy_bytes"] > 0 and rss["instance_bytes"] > 0 and rss["ratio"] > 0
