@@ -28,7 +28,7 @@ import msgpack
 import wasmtime
 from bench_cases import Budget, Item
 from bench_guests import ECHO_HOOK
-from bench_rss import RSS_AT_MOST, measure
+from bench_rss import DISTINCT, RSS_AT_MOST, measure
 from bench_timing import Case, Skipped
 
 from wasmext import CompileCache, Runtime
@@ -94,6 +94,9 @@ COST_TARGETS = [
                "scale.hook_log", "scale.hook_config_get", None),
     CostTarget("new_instance", "plugin.new_instance() vs wasmtime Store+Instance",
                "scale.bare_instance", "scale.new_instance", 3.0),
+    # Both sides make 100 plugin calls: the ratio is the cost per plugin at 100 over at 10.
+    CostTarget("chain_100", "chain per plugin, 100 distinct plugins vs 10",
+               "scale.chain_10x10", "scale.chain_100", 1.15),
     CostTarget("redis_set", "Redis state.set vs a plain SET",
                "scale.redis_plain_set", "scale.redis_store_set", 4.0),
 ]
@@ -375,4 +378,14 @@ def cost_report(stats: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, A
         out["rss_per_copy"] = {"label": label, "copy_bytes": round(_RSS["copy"]),
                                "instance_bytes": round(_RSS["instance"]),
                                "ratio": round(ratio, 3), "at_most": RSS_AT_MOST, "pass": ok}
+    if DISTINCT:
+        ratio = DISTINCT["plugin"] / max(DISTINCT["bare"], 1.0)
+        label = (f"RSS per distinct plugin vs bare wasmtime instance "
+                 f"({DISTINCT['plugin'] / 1024:.0f} KiB)")
+        lines.append(f"  [info] {label:<50} {ratio:6.2f}x  (reported; "
+                     f"bare {DISTINCT['bare'] / 1024:.0f} KiB)")
+        out["rss_per_distinct_plugin"] = {
+            "label": label, "plugin_bytes": round(DISTINCT["plugin"]),
+            "bare_bytes": round(DISTINCT["bare"]), "ratio": round(ratio, 3),
+            "at_most": None, "pass": None}
     return lines, out

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["COPIES", "RSS_AT_MOST", "measure"]
+__all__ = ["COPIES", "DISTINCT", "RSS_AT_MOST", "measure", "measure_distinct"]
 
 RSS_AT_MOST = 1.5  # a copy about an instance: copy RSS / instance RSS
 
@@ -59,4 +59,63 @@ def measure(folder: Path, cache_dir: Path, root: Path) -> dict[str, float] | Non
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(folder), str(cache_dir),
                            str(COPIES)], env=env, capture_output=True, text=True, check=True)
     figure: dict[str, float] = json.loads(proc.stdout)
+    return figure
+
+
+_DISTINCT = """
+import gc, json, os, sys
+import wasmtime
+from wasmext.testing import guest_wat, make_host
+
+def rss():
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+n = int(sys.argv[1])
+mods = [bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True}, hooks=("on_plain_text",),
+                                          data=f"distinct plugin {i}".encode())))
+        for i in range(2 * n + 2)]
+engine = wasmtime.Engine()
+linker = wasmtime.Linker(engine)
+for imp in wasmtime.Module(engine, mods[0]).imports:  # the guest's imports, answering 0
+    linker.define_func(imp.module, imp.name, imp.type, lambda *args: 0)
+bare = []
+def one_bare(wasm):
+    store = wasmtime.Store(engine)
+    module = wasmtime.Module(engine, wasm)
+    instance = linker.instantiate(store, module)
+    instance.exports(store)["wasmext_call"](store, 1024, 0)
+    bare.append((store, module, instance))
+host = make_host((mods[0], {"plugin_id": "p0"}))
+session = host.session().__enter__()
+session.on_plain_text("warm up")
+one_bare(mods[1])
+before = rss()
+for i in range(1, n + 1):
+    host.add(mods[i + 1], plugin_id=f"p{i}")
+session.on_plain_text("every plugin serves once")
+after_plugins = rss()
+for i in range(n):
+    one_bare(mods[n + 2 + i])
+after_bare = rss()
+print(json.dumps({"plugin": (after_plugins - before) / n,
+                  "bare": (after_bare - after_plugins) / n}))
+"""
+
+
+DISTINCT: dict[str, float] = {}  # the run's figure, kept for run.py's report
+
+
+def measure_distinct(root: Path, n: int = 100) -> dict[str, float] | None:
+    """{"plugin": bytes per distinct plugin loaded and called once in a Host, "bare":
+    bytes per wasmtime Module + Store + Instance of such a module}, in a fresh
+    interpreter; None where /proc/self/statm does not exist."""
+    if not Path("/proc/self/statm").is_file():
+        return None
+    env = {**os.environ, "PYTHONPATH": f"{root / 'host'}:{root / 'cli'}"}
+    proc = subprocess.run([sys.executable, "-c", _DISTINCT, str(n)], env=env,
+                          capture_output=True, text=True, check=True)
+    figure: dict[str, float] = json.loads(proc.stdout)
+    DISTINCT.update(figure)
     return figure

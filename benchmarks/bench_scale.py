@@ -11,7 +11,11 @@
 * `plugin.new_instance()` (Store, limits, instance, `_initialize`, registration)
   against a bare wasmtime-py `Store` + `Instance` of the same module;
 * a committed Redis `RedisStore.set` against a plain `SET` of the same value from
-  the same client library to the same server (when redis-server is installed).
+  the same client library to the same server (when redis-server is installed);
+* many plugins: one `Session.on_plain_text` through 100 distinct no-op plugins
+  against ten of it through 10 (the same 100 plugin calls: the ratio is the cost
+  per plugin at 100 over at 10); the resident memory per distinct plugin is
+  `bench_rss.measure_distinct`, reported beside these rows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import httpx2
 import msgpack
 import wasmtime
 from bench_cases import Budget, Item
+from bench_rss import measure_distinct
 from bench_timing import Case, Skipped
 
 from wasmext import HostConfig
@@ -248,8 +253,39 @@ def redis_cases(b: Budget, cleanup: list[Any]) -> list[Item]:
     ]
 
 
-def scale_cases(b: Budget, cleanup: list[Any], *, million: bool = False) -> list[Item]:
-    """The issue-25 figures and their floors."""
+def distinct_noop(i: int) -> bytes:
+    """A no-op on_plain_text guest whose bytes (so its digest) differ for each i."""
+    return bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True}, hooks=("on_plain_text",),
+                                             data=f"distinct plugin {i}".encode())))
+
+
+def _many(b: Budget, cleanup: list[Any]) -> list[Item]:
+    """A chain of 100 distinct plugins against ten runs of a chain of 10."""
+    sessions = {}
+    for n in (10, 100):
+        host = make_host(*[(distinct_noop(i), {"plugin_id": f"p{i}"}) for i in range(n)])
+        cleanup.append(host.close)
+        session = host.session().__enter__()
+        _check(f"chain of {n}", session.on_plain_text("hi").value == "hi")
+        sessions[n] = session
+    ten, hundred = sessions[10], sessions[100]
+    measure_distinct(Path(__file__).resolve().parents[1])  # RSS per plugin, for the report
+
+    def ten_chains() -> None:
+        for _ in range(10):
+            ten.on_plain_text("hi")
+    return [
+        Case("scale.chain_10x10", "10 x Session.on_plain_text through 10 plugins", GROUP,
+             ten_chains, max(20, b.fresh // 10), max(5, b.warm_fresh // 10)),
+        Case("scale.chain_100", "Session.on_plain_text through 100 distinct plugins", GROUP,
+             lambda: hundred.on_plain_text("hi"), max(20, b.fresh // 10),
+             max(5, b.warm_fresh // 10)),
+    ]
+
+
+def scale_cases(b: Budget, cleanup: list[Any], *, million: bool = False,
+                many: bool = True) -> list[Item]:
+    """The issue-25 figures and their floors (`many`: the 100-plugin rows too)."""
     sizes = [100, 100_000] + ([1_000_000] if million else [])
     return (_world(b, cleanup) + _state_at(sizes, b, cleanup) + _calls(b, cleanup)
-            + redis_cases(b, cleanup))
+            + redis_cases(b, cleanup) + (_many(b, cleanup) if many else []))

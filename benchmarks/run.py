@@ -194,7 +194,10 @@ def collect(args: argparse.Namespace, rt: Runtime, notes: list[str]) -> list[Ite
     items += fresh_cases(rt, b)
     items += state_cases(b, CLEANUP)
     items += cost_cases(rt, b, CLEANUP)
-    items += scale_cases(b, CLEANUP, million=args.scale_1m)
+    # The many-plugins rows compile 100 modules here and 200 in a child process:
+    # tens of seconds on a loaded machine, left out of a quick full run
+    # (`--scale-only --quick` keeps them).
+    items += scale_cases(b, CLEANUP, million=args.scale_1m, many=not args.quick)
     fresh_order = ["fresh.wasmext_instance.plain", "fresh.wasmext_registered.plain",
                    "fresh.wasmext_instance.wasi", "fresh.wasmext_registered.wasi",
                    "fresh.naive_instance.plain", "fresh.naive_instance.wasi",

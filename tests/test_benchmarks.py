@@ -54,3 +54,20 @@ def test_profile_takes_the_session_apart() -> None:
     for stage in ("Session.on_plain_text (whole)", "Plugin.call (the sandbox)",
                   "metrics.record_callback"):
         assert stage in proc.stdout, stage
+
+
+def test_scale_run_reports_the_many_plugins_rows(tmp_path: Path) -> None:
+    # The 100-plugin rows are left out of a quick full run (100 modules compiled here,
+    # 200 in a child process); `--scale-only` keeps them.
+    out = tmp_path / "scale.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+                           "--scale-only", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    chain = doc["costs"]["chain_100"]  # both sides make the same 100 plugin calls
+    assert chain["ratio"] > 0 and chain["floor"] in doc["results"]
+    assert chain["subject"] in doc["results"]
+    distinct = doc["costs"]["rss_per_distinct_plugin"]  # beside a bare wasmtime instance
+    assert distinct["plugin_bytes"] > 0 and distinct["bare_bytes"] > 0
+    assert "redis_set" in doc["costs"]  # measured beside them when redis-server is installed

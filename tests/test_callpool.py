@@ -97,3 +97,29 @@ def test_a_call_cancelled_while_queued_never_starts() -> None:
         return await pool.submit(loop, str, "after")  # type: ignore[no-any-return]
 
     assert _run(main()) == "after" and started == [] and pool.threads == 1
+
+
+def test_loops_on_several_threads_submitting_at_once_start_at_most_the_cap() -> None:
+    # submit takes no lock: idle workers leave tokens and starts are numbered by a
+    # counter, so racing submitters may neither start too many threads nor lose a job.
+    pool = CallPool(3, name="race-pool")
+    answers: list[list[int]] = []
+    names: set[str] = set()
+
+    async def many(offset: int) -> list[int]:
+        loop = asyncio.get_running_loop()
+
+        def work(i: int) -> int:
+            names.add(threading.current_thread().name)
+            return i + offset
+        return list(await asyncio.gather(*(pool.submit(loop, work, i) for i in range(300))))
+
+    threads = [threading.Thread(target=lambda o=o: answers.append(_run(many(o))))
+               for o in (0, 1000, 2000, 3000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(map(sorted, answers)) == [[o + i for i in range(300)]
+                                           for o in (0, 1000, 2000, 3000)]
+    assert pool.threads <= 3 and names <= {f"race-pool-{i}" for i in range(3)}

@@ -189,49 +189,48 @@ class CallPool:
         self.max_workers = max_workers
         self.name = name
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._threads = 0
-        self._numbers = itertools.count()
+        # No lock the loop's thread could wait on: a worker holding one while it runs
+        # Python made `submit` give up the GIL, and getting it back from busy workers
+        # took the loop a switch interval (5 ms) or several. Idle workers leave a token
+        # (deque append and pop are atomic), and `next` of a counter numbers the starts.
+        self._idle: deque[None] = deque()
+        self._starts = itertools.count()
+        self._started: list[threading.Thread] = []  # appended once per start (atomic)
 
     @property
     def threads(self) -> int:
         """How many worker threads were started."""
-        return self._threads
+        return len(self._started)
 
     def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any],
                *args: Any) -> asyncio.Future[Any]:
         """A future of `fn(*args)`, run on a worker thread; `loop` must be running here."""
         future = loop.create_future()
-        with self._lock:
-            if self._idle:
-                self._idle -= 1  # an idle worker takes this job
-                spawn = False
-            else:
-                spawn = self._threads < self.max_workers
-                if spawn:
-                    self._threads += 1
         self._jobs.put((share_of(loop), future, contextvars.copy_context().run,
                         (_joined, fn, *args)))
-        if spawn:
-            threading.Thread(target=self._work, daemon=True,
-                             name=f"{self.name}-{next(self._numbers)}").start()
+        try:
+            self._idle.pop()  # an idle worker takes this job
+        except IndexError:
+            number = next(self._starts)
+            if number < self.max_workers:
+                worker = threading.Thread(target=self._work, daemon=True,
+                                          name=f"{self.name}-{number}")
+                self._started.append(worker)
+                worker.start()
         return future
 
     def _work(self) -> None:
-        get, lock = self._jobs.get, self._lock
+        get, idle = self._jobs.get, self._idle.append
         while True:
             share, future, fn, args = get()
             if future.cancelled():  # given up while queued: never started, as an executor's
-                with lock:
-                    self._idle += 1
+                idle(None)
                 continue
             try:
                 value, error = fn(*args), None
             except BaseException as exc:  # the awaiting task gets it, whatever it is
                 value, error = None, exc
-            with lock:
-                self._idle += 1
+            idle(None)
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it
                 share.hand_back(future, value, error)
             del share, future, fn, args, value, error  # hold nothing while idle

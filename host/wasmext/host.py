@@ -680,6 +680,10 @@ class Host:
         if self._state is not None:
             self._state.end_session(session_id)
 
+    def keeps_session_state(self) -> bool:
+        """Whether a state store is open (ending a session then deletes its rows)."""
+        return self._state is not None
+
     def asession(self, session_id: str | None = None, state: Mapping[str, Any] | None = None,
                  inline_below_ms: float | None = None) -> Any:
         """`async with host.asession() as s:` — a hook whose worst case (its plugins'

@@ -36,6 +36,9 @@ class SessionHost(HookHost, Protocol):
     def session_ended(self, session_id: str) -> None:
         """Drop what the host keeps for one session (its session-scoped state)."""
 
+    def keeps_session_state(self) -> bool:
+        """Whether ending a session talks to a state store (I/O) rather than nothing."""
+
 
 @dataclass(frozen=True)
 class TraceEvent:

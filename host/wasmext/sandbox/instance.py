@@ -57,6 +57,9 @@ class CallResult(NamedTuple):
     fuel: int = 0  # fuel the call consumed, when the plugin is metered
 
 
+_PACK_START = 1024  # bytes; a hook request is usually a few hundred
+
+
 def _unpack(packed: int) -> tuple[int, int]:
     return packed >> 32, packed & 0xFFFFFFFF
 
@@ -72,8 +75,11 @@ class PluginInstance:
         self.services = services
         # Requests and host-call answers: one Packer per instance (an instance runs on
         # one thread at a time), made before instantiation (a start function may call
-        # the host) and reused instead of a new one per document.
-        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+        # the host) and reused instead of a new one per document. It starts small and
+        # grows to the largest document it packed: msgpack's default is 256 KiB per
+        # Packer, most of what an idle instance held (docs/performance.md, "Many plugins").
+        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True,
+                                    buf_size=_PACK_START).pack
         store = wasmtime.Store(module.engine.engine)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
