@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from cluster_support import free_port, nats_server_binary, registry, wait_for_port
 
-from support import ROOT
+from support import ROOT, self_signed_certificate
 from wasmext import ConfigError, Host, HostConfig, PipelineError, load_config, parse_policy
 from wasmext.cluster.link import NatsLink, NatsUnavailable
 from wasmext.cluster.natsauth import NatsAuth, redact
@@ -209,41 +209,12 @@ def test_nats_settings_from_config_and_env_keep_secrets_out_of_text(tmp_path: Pa
         load_config(config)
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = folder / "server.pem", folder / "server-key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 def test_tls_with_a_token_from_the_environment(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     binary = nats_server_binary()
     if binary is None:
         pytest.skip("nats-server not installed")
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     token = f"tok-{secrets.token_hex(12)}"
     conf = tmp_path / "tls.conf"
     conf.write_text(f'tls {{\n  cert_file = "{cert}"\n  key_file = "{key}"\n}}\n'

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 from state_support import NATS_SERVER, NO_NATS, FakeClock, nats_server
 
-from support import free_port
+from support import free_port, self_signed_certificate
 from wasmext.state import QuotaExceeded, Scope, StateLimits, StateUnavailable
 from wasmext.state.deadline import within
 
@@ -412,35 +412,6 @@ def test_group_commit_keeps_every_outcome_apart(jetstream_url: str,
         store.close()
 
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = folder / "server.pem", folder / "server-key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 def test_tls_and_a_token_from_the_environment(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """[nats] tls_ca and $WASMEXT_NATS_TOKEN reach the store; without the CA the server
@@ -449,7 +420,7 @@ def test_tls_and_a_token_from_the_environment(tmp_path: Path,
         pytest.skip(NO_NATS)
     from wasmext.config import load_config, open_store
 
-    cert, key = _certificate(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     token = f"tok-{uuid.uuid4().hex}"
     conf = tmp_path / "tls.conf"
     conf.write_text(f'tls {{\n  cert_file = "{cert}"\n  key_file = "{key}"\n}}\n'
