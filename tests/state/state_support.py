@@ -138,3 +138,32 @@ def store_factory(backend: str, root: Path, url: str | None) -> tuple[StoreFacto
         return store
 
     return make, opened
+
+
+def cas_counter_from_threads(store: StateStore, threads: int, rounds: int,
+                             join_s: float) -> None:
+    """`threads` threads each write their own session's "last" `rounds` times and add one
+    to the shared plugin-scope counter "n" of plugin "g" by compare-and-set, retrying
+    on conflict: concurrent commits that group commit must keep apart."""
+    import threading
+
+    from wasmext.state import CasConflict, Scope
+
+    def worker(n: int) -> None:
+        for i in range(rounds):
+            store.set(Scope("g", f"s{n}"), "last", str(i).encode())
+            while True:
+                txn = store.begin("g", f"s{n}")
+                raw = txn.get("n", scope="plugin")
+                try:
+                    txn.cas("n", raw, str(int(raw or b"0") + 1).encode(), scope="plugin")
+                    txn.commit()
+                    break
+                except CasConflict:
+                    continue
+
+    ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(join_s)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.state.conftest import NATS_SERVER, NO_NATS, NO_REDIS, REDIS_SERVER, redis_server
-from tests.state.state_support import nats_server
+from tests.state.state_support import cas_counter_from_threads, nats_server
 from wasmext import PluginError, StateUnavailable
 from wasmext.state import Scope, StateStore
 
@@ -216,29 +216,11 @@ def test_redis_commits_conflict_only_on_the_entries_they_touched(
 
 def test_sqlite_group_commit_keeps_every_outcome_apart(tmp_path: Path) -> None:
     """Concurrent commits share transactions: a conflict rolls back only its own change."""
-    from wasmext.state import CasConflict, Scope, SQLiteStore
+    from wasmext.state import Scope, SQLiteStore
 
     store = SQLiteStore(tmp_path / "state.db")
-    threads, rounds, conflicts = 6, 25, [0]
-
-    def worker(n: int) -> None:
-        for i in range(rounds):
-            store.set(Scope("g", f"s{n}"), "last", str(i).encode())
-            while True:
-                txn = store.begin("g", f"s{n}")
-                raw = txn.get("n", scope="plugin")
-                try:
-                    txn.cas("n", raw, str(int(raw or b"0") + 1).encode(), scope="plugin")
-                    txn.commit()
-                    break
-                except CasConflict:
-                    conflicts[0] += 1
-
-    ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
+    threads, rounds = 6, 25
+    cas_counter_from_threads(store, threads, rounds, join_s=60)
     assert store.get(Scope("g"), "n") == str(threads * rounds).encode()
     assert store.stats().conflicts > 0  # commits did conflict, and each rolled back alone
     for n in range(threads):

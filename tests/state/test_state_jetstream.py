@@ -16,7 +16,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from state_support import NATS_SERVER, NO_NATS, FakeClock, nats_server
+from state_support import NATS_SERVER, NO_NATS, FakeClock, cas_counter_from_threads, nats_server
 
 from support import free_port, self_signed_certificate
 from wasmext.state import QuotaExceeded, Scope, StateLimits, StateUnavailable
@@ -365,7 +365,6 @@ def test_group_commit_keeps_every_outcome_apart(jetstream_url: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Threads of one store share batches: a compare-and-set that lost fails alone, every
     write lands, and the count is exact."""
-    from wasmext.state import CasConflict
 
     bucket = f"grp{uuid.uuid4().hex[:10]}"
     store = JetStreamStore(jetstream_url, bucket=bucket)
@@ -377,26 +376,8 @@ def test_group_commit_keeps_every_outcome_apart(jetstream_url: str,
         return real(self, plugin, batch)  # type: ignore[arg-type]
 
     monkeypatch.setattr(JetStreamStore, "_group_commit", counted)
-    threads, rounds, conflicts = 6, 8, [0]
-
-    def worker(n: int) -> None:
-        for i in range(rounds):
-            store.set(Scope("g", f"s{n}"), "last", str(i).encode())
-            while True:
-                txn = store.begin("g", f"s{n}")
-                raw = txn.get("n", scope="plugin")
-                try:
-                    txn.cas("n", raw, str(int(raw or b"0") + 1).encode(), scope="plugin")
-                    txn.commit()
-                    break
-                except CasConflict:
-                    conflicts[0] += 1
-
-    ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
+    threads, rounds = 6, 8
+    cas_counter_from_threads(store, threads, rounds, join_s=120)
     try:
         assert store.get(Scope("g"), "n") == str(threads * rounds).encode()
         for n in range(threads):
