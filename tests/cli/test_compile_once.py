@@ -27,7 +27,9 @@ PY_HELLO = ROOT / "guest-sdks" / "python" / "examples" / "hello"
 def _env(tmp_path: Path) -> dict[str, str]:
     """The CLI's environment: this checkout, and caches (compile and build outputs) of
     the test's own."""
-    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+    # An outer WASMEXT_BUILD_OUTPUTS (a CI's own cache) would move the kept outputs.
+    outer = {k: v for k, v in os.environ.items() if k != "WASMEXT_BUILD_OUTPUTS"}
+    return {**outer, "XDG_CACHE_HOME": str(tmp_path / "xdg"),
             "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
 
 
