@@ -83,3 +83,31 @@ def test_key_includes_engine_fingerprint(tmp_path: Path) -> None:
     a = cache.entry_path("d" * 64, shared_engine())
     b = cache.entry_path("d" * 64, shared_engine(EngineConfig(max_wasm_stack_bytes=256 * 1024)))
     assert a != b
+
+
+def test_a_load_waits_for_a_compile_in_progress_then_reads_it(tmp_path: Path) -> None:
+    """Processes sharing a cache compile an entry once: a miss waits on the entry's lock
+    (held here as another process would while compiling) and then reads what was stored."""
+    import fcntl
+    import hashlib
+    import os
+    import threading
+
+    engine = shared_engine()
+    digest = hashlib.sha256(WASM).hexdigest()
+    writer, reader = make_cache(tmp_path), make_cache(tmp_path)
+    entry = writer.entry_path(digest, engine)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(entry.with_name(entry.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    loaded: list[object] = []
+    waiting = threading.Thread(
+        target=lambda: loaded.append(reader.load_or_compile(WASM, digest, engine)))
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and not loaded  # it waits rather than compiling too
+    # The other compiler stores the entry, as it does under its lock, and lets go.
+    writer._store(entry, wasmtime.Module(engine.engine, WASM))
+    os.close(lock)
+    waiting.join(10)
+    assert loaded and (reader.misses, reader.hits) == (0, 1)

@@ -9,11 +9,15 @@ the wasmtime version and the engine configuration.
 `wasmext build` fills the cache with what it built (`contains` tells whether an
 entry is there), so the first load after a build reads compiled code. A cold
 compile can take a minute for a componentized interpreter: `on_compile`, when
-set, wraps each one (the CLI shows a spinner naming the module).
+set, wraps each one (the CLI shows a spinner naming the module). Processes sharing
+a cache compile each entry once: a miss takes the entry's lock file, and a process
+that waited on it reads what the first one stored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import logging
@@ -21,7 +25,7 @@ import os
 import secrets
 import shutil
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,6 +69,25 @@ def observe_compiles(observer: CompileObserver | None) -> None:
     """Wrap every cold compile of every cache in this process that has no `on_compile`
     of its own with `observer` (None: stop). The CLI's spinner on a terminal."""
     _observer[:] = [observer] if observer is not None else []
+
+
+@contextlib.contextmanager
+def _entry_lock(path: Path) -> Iterator[None]:
+    """Hold `path`'s lock file while compiling it, so processes sharing the cache do not
+    compile the same entry side by side; without a usable lock file, compile anyway."""
+    fd = -1
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name(path.name + ".lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:
+        log.debug("compile cache lock not taken (%s); compiling unlocked", exc)
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # closing releases the lock
 
 
 class CompileCache:
@@ -151,14 +174,21 @@ class CompileCache:
         if compiled is not None:
             self.hits += 1
             return compiled
-        self.misses += 1
-        observer = self.on_compile or (_observer[0] if _observer else _silent)
-        with observer(name):
-            compiled = compile_it()
-        try:
-            self._store(path, compiled)
-        except Exception as exc:
-            log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
+        with _entry_lock(path):
+            # Another process may have compiled it while this one waited for the lock.
+            with contextlib.suppress(Exception):
+                compiled = self._load(path, engine, deserialize)
+            if compiled is not None:
+                self.hits += 1
+                return compiled
+            self.misses += 1
+            observer = self.on_compile or (_observer[0] if _observer else _silent)
+            with observer(name):
+                compiled = compile_it()
+            try:
+                self._store(path, compiled)
+            except Exception as exc:
+                log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
         return compiled
 
     def _mac(self, payload: bytes) -> bytes:
