@@ -34,8 +34,11 @@ def example_config(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def run_doc(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
-    for name in ("pii-mask", "normalize-text", "text-tags", "agent-guard", "turn-audit"):
-        built[name]  # skips with the install command when a toolchain is missing
+    # The example config loads every folder of plugins/, so each must be built first
+    # (not only when another test happened to build it).
+    for folder in sorted((ROOT / "plugins").iterdir()):
+        if (folder / "plugin.toml").is_file():
+            built[folder.name]  # skips with the install command when a toolchain is missing
     data = tmp_path_factory.mktemp("run")
     config = example_config(data)
     proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "run",
