@@ -103,13 +103,18 @@ def zygote() -> Iterator[Zygote]:
 
 def kill_loop(zygote: Zygote, cwd: Path, argv: list[str], check: Callable[[int], str],
               reset: Callable[[], None], watch: Path | None = None) -> dict[str, int]:
-    """Calibrate on one full run, then kill CYCLES runs at random moments (every other one
+    """Calibrate on two full runs, then kill CYCLES runs at random moments (every other one
     within 5 ms of the first change in the folder `watch`, if given); `check(status)`
     names what it found ("old" or "new") after each; `reset()` restores the old state."""
     rng = random.Random(20261123)
-    reset()
-    status, took = zygote.run(cwd, *argv)
-    assert status == 0 and check(status) == "new", status
+    # Twice, keeping the shorter: a first run pays for warming up (a JetStream stream made,
+    # caches filled), and a kill time scaled to it would let most runs finish unkilled.
+    took = float("inf")
+    for _ in range(2):
+        reset()
+        status, one_run = zygote.run(cwd, *argv)
+        assert status == 0 and check(status) == "new", status
+        took = min(took, one_run)
     seen = {"killed": 0, "finished": 0, "old": 0, "new": 0}
     started, found = time.monotonic(), "new"
     while seen["killed"] + seen["finished"] < CYCLES:
