@@ -8,11 +8,13 @@ the wheel carries (importlib.resources), else the checkout.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -211,6 +213,19 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
     return replace(result.built, compiled=compiled)
 
 
+@contextlib.contextmanager
+def _output_lock(out: Path) -> Iterator[None]:
+    """Hold the lock of the output `out` (a hidden file beside it, named like the build's
+    own temporary files so that no fingerprint counts it)."""
+    fd = os.open(out.with_name(f".{out.name}.tmp-lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class _Built:
     built: BuildResult
@@ -236,51 +251,54 @@ def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
                              "which is not a file in the plugin folder")
     out = (out_dir or plugin_dir) / manifest.wasm_name
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".wasm.tmp")
-    try:
-        steps = make_steps(spec, plugin_dir, tmp)
-    except BuildError as exc:
-        raise type(exc)(f"plugin {manifest.id}: {exc}") from exc
-    roots = _inputs(spec.lang, plugin_dir)
-    before = fingerprint(roots, steps, out, tmp)
-    if not force and is_fresh(out, before):
-        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
-                      manifest.id, spec.lang)
-    kept = None if force else kept_output(before)
-    if kept is not None:  # built from these very inputs before: the same bytes again
-        atomic_write(out, kept)
-        write_stamp(out, before)
-        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
-                      manifest.id, spec.lang)
-    # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
-    env = dict(os.environ)
-    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
-    next_steps, settled = steps, before
-    for n, cmd in enumerate(steps, 1):
-        if n == len(steps) > 1:
-            # The earlier steps may have written inputs (npm install: the lock file), and
-            # the next build's steps may differ (no install): what the next build will
-            # fingerprint, if the last step changes nothing more, is taken here.
-            next_steps = make_steps(spec, plugin_dir, tmp)
-            settled = fingerprint(roots, next_steps, out, tmp)
-        if progress is not None:
-            progress(f"{manifest.id}: {spec.lang} step {n}/{len(steps)} ({_step_name(cmd)})")
-        if verbose is not None:
-            verbose("$ " + " ".join(cmd))
-        proc = subprocess.run(cmd, cwd=plugin_dir, env=env, capture_output=True, text=True)
-        output = "\n".join(part for part in (proc.stderr.strip(), proc.stdout.strip()) if part)
-        if verbose is not None and output:
-            verbose(output)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            err = BuildError(f"plugin {manifest.id}: building {', '.join(spec.sources)} "
-                             f"failed: {first_error(output, spec.lang)}"
-                             f"{_failure_note(spec.lang)}")
-            err.detail = output[-20000:]
-            raise err
-    durable_replace(tmp, out)
-    # A last step that wrote into its own inputs leaves the stamp to the next build.
-    if fingerprint(roots, next_steps, out, tmp) == settled:
-        write_stamp(out, settled)
-        keep_output(out, settled)
-    return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), manifest.id, spec.lang)
+    # One build of an output at a time (two `wasmext build`s, or a test run's workers,
+    # would share its temporary file); the one that waited finds it up to date.
+    with _output_lock(out):
+        tmp = out.with_suffix(".wasm.tmp")
+        try:
+            steps = make_steps(spec, plugin_dir, tmp)
+        except BuildError as exc:
+            raise type(exc)(f"plugin {manifest.id}: {exc}") from exc
+        roots = _inputs(spec.lang, plugin_dir)
+        before = fingerprint(roots, steps, out, tmp)
+        if not force and is_fresh(out, before):
+            return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
+                          manifest.id, spec.lang)
+        kept = None if force else kept_output(before)
+        if kept is not None:  # built from these very inputs before: the same bytes again
+            atomic_write(out, kept)
+            write_stamp(out, before)
+            return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
+                          manifest.id, spec.lang)
+        # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
+        env = dict(os.environ)
+        env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
+        next_steps, settled = steps, before
+        for n, cmd in enumerate(steps, 1):
+            if n == len(steps) > 1:
+                # The earlier steps may have written inputs (npm install: the lock file), and
+                # the next build's steps may differ (no install): what the next build will
+                # fingerprint, if the last step changes nothing more, is taken here.
+                next_steps = make_steps(spec, plugin_dir, tmp)
+                settled = fingerprint(roots, next_steps, out, tmp)
+            if progress is not None:
+                progress(f"{manifest.id}: {spec.lang} step {n}/{len(steps)} ({_step_name(cmd)})")
+            if verbose is not None:
+                verbose("$ " + " ".join(cmd))
+            proc = subprocess.run(cmd, cwd=plugin_dir, env=env, capture_output=True, text=True)
+            output = "\n".join(part for part in (proc.stderr.strip(), proc.stdout.strip()) if part)
+            if verbose is not None and output:
+                verbose(output)
+            if proc.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                err = BuildError(f"plugin {manifest.id}: building {', '.join(spec.sources)} "
+                                 f"failed: {first_error(output, spec.lang)}"
+                                 f"{_failure_note(spec.lang)}")
+                err.detail = output[-20000:]
+                raise err
+        durable_replace(tmp, out)
+        # A last step that wrote into its own inputs leaves the stamp to the next build.
+        if fingerprint(roots, next_steps, out, tmp) == settled:
+            write_stamp(out, settled)
+            keep_output(out, settled)
+        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), manifest.id, spec.lang)
