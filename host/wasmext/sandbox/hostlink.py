@@ -62,6 +62,9 @@ def _host_call_signed(ptr: int, length: int) -> int:
 
 
 _FAST = True  # tests switch the fast trampoline off to pin the public-API path
+# WASI through the fast trampoline (i64 arguments, errno results) is new and off until a
+# process crash seen once in a test run is ruled out: WASI takes the public API.
+_FAST_WASI = False
 _linkers: weakref.WeakKeyDictionary[Any, wasmtime.Linker] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -73,7 +76,7 @@ def linker_for(engine: SharedEngine) -> wasmtime.Linker:
         if linker is None:
             i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
             linker = wasmtime.Linker(engine.engine)
-            wasi.define(linker, _top, _FAST)
+            wasi.define(linker, _top, _FAST and _FAST_WASI)
             for name, ty, fn in (("host_call", wasmtime.FuncType([i32, i32], [i64]),
                                   _host_call_signed),
                                  ("log", wasmtime.FuncType([i32, i32, i32], []), _log)):
