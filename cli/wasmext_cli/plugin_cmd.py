@@ -19,6 +19,7 @@ from wasmext_cli.common import (
     EXIT_FAULT,
     EXIT_USAGE,
     PLUGINS_OPT,
+    _attach_remote,
     _default_config,
     _dumps,
     _echo_json,
@@ -235,6 +236,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     with host:
+        unreached = _list_remote(host)
         order = {hook: [{"plugin": e.plugin_id, "priority": e.priority, "source": e.source,
                          "pattern": e.pattern} for e in entries]
                  for hook, entries in host.order_table().items()}
@@ -246,7 +248,9 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                    for lp in host.plugins.values()]
         disabled = [{"id": pid, "source": "-", "failure": "-", "digest": None,
                      "enabled": False} for pid in sorted(host.disabled)]
-        errors = [err.describe() for err in host.load_errors]
+        errors = [err.describe() for err in host.load_errors] + [
+            f"{pid}: a [remote] plugin, and no NATS server to ask its worker "
+            "([nats] url or WASMEXT_NATS_URL)" for pid in unreached]
     if as_json:
         _echo_json({"plugins": plugins + disabled, "order": order, "errors": errors})
         return
@@ -279,6 +283,17 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         click.echo(f"no plugin loaded from {looked}", err=True)
     if errors and not plugins:
         sys.exit(EXIT_FAULT)
+
+
+def _list_remote(host: Any) -> list[str]:
+    """Proxies for the config's [remote.ID] plugins, so `list` shows what their workers
+    advertise; without a NATS server to ask, the ids it could not reach."""
+    if not host.config.remote:
+        return []
+    if not host.config.nats.with_env().url:
+        return sorted(host.config.remote)
+    _attach_remote(host)  # each worker that does not answer: a named load error
+    return []
 
 
 def _set_enabled(config: Path | None, plugin_id: str, enabled: bool,

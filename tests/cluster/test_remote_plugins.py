@@ -681,3 +681,37 @@ def test_a_remote_plugin_call_joins_the_callers_trace(worker: InProcessWorker,
     assert remote.attributes["wasmext.outcome"] == "ok"
     assert served.attributes["wasmext.plugin_id"] == "steady"
     assert served.attributes["wasmext.worker"] == "w1"
+
+
+def test_list_shows_remote_plugins_and_names_those_not_reached(
+        worker: InProcessWorker, nats_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wasmext list` asks the workers of the config's [remote.ID] plugins what they
+    serve: a served one is listed with its hooks in the order table, one no worker
+    serves is a named error, and without a NATS server each is named as not reached."""
+    import json
+
+    from click.testing import CliRunner
+
+    from wasmext_cli.main import main
+
+    monkeypatch.delenv("WASMEXT_NATS_URL", raising=False)
+    remote = ('[remote.steady]\nsubject = "wasmext.plugin.steady.v1"\n'
+              '[remote.ghost]\nsubject = "wasmext.plugin.ghost.v1"\ntimeout_ms = 500\n'
+              'attempt_ms = 500\n')
+    (tmp_path / "none").mkdir()  # no local plugin, only the proxies
+    local = '[host]\ndata_dir = "d"\n[plugins]\nuser_dir = "none"\nworkspace_dir = "none"\n'
+    cfg = tmp_path / "host.toml"
+    cfg.write_text(f'{local}[nats]\nurl = "{nats_url}"\n{remote}')
+    out = CliRunner().invoke(main, ["list", "--json", "--config", str(cfg)])
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.stdout)
+    assert [(p["id"], p["source"]) for p in listed["plugins"]] == [("steady", "remote")]
+    assert [e["plugin"] for e in listed["order"]["on_plain_text"]] == ["steady"]
+    assert len(listed["errors"]) == 1 and "ghost" in listed["errors"][0]
+
+    cfg.write_text(local + remote)
+    out = CliRunner().invoke(main, ["list", "--config", str(cfg)])
+    assert out.exit_code == 1, out.output  # nothing listed, every plugin named as a problem
+    assert "not loaded: ghost: a [remote] plugin, and no NATS server" in out.stderr
+    assert "not loaded: steady: a [remote] plugin" in out.stderr
