@@ -1,14 +1,7 @@
 """The JetStream backend: state shared by every host of a NATS cluster, no Redis needed.
 
-Layout, in one key-value bucket (`wasmext_state` unless configured; history 1):
-
-    s.<plugin>.<scope>   a scope's entries: a MessagePack map
-                         key -> [value, size, ttl, expires_at, lru tick]
-    u.<plugin>           the plugin's accounting: {"t": total bytes,
-                         "s": {<scope>: [bytes, keys, earliest expiry]}}
-
-`<plugin>` is the id's UTF-8 in unpadded base64url; `<scope>` is `g` for the
-plugin-global scope and `s` + the session id's base64url for a session.
+The layout (a MessagePack document per scope, one accounting document per
+plugin) is in `documents`.
 
 A commit is optimistic, like Redis's: read the plugin's accounting and the scopes
 the changes touch (concurrently), drop their expired entries, `plan`, and write
@@ -53,15 +46,12 @@ Every wait is bounded by the calling hook's deadline (`connection`).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
-
-import msgpack
 
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import (
@@ -74,252 +64,25 @@ from wasmext.state.base import (
 )
 from wasmext.state.deadline import remaining
 from wasmext.state.engine import Engine
-from wasmext.state.jetstream.connection import Bucket, Doc, Write
+from wasmext.state.jetstream.connection import Bucket, Write
+from wasmext.state.jetstream.documents import (
+    DocsView,
+    Entry,
+    LazyDocsView,
+    PluginDocs,
+    changed_sids,
+    pack,
+    scope_doc,
+    scope_token,
+    token,
+    untoken,
+)
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamStore"]
 
 DEFAULT_BUCKET = "wasmext_state"
-_ENVELOPE = 1024  # headers and subject of a message, beside its document
 _TOUCH_RETRIES = 3
 _SEEN_DOCS = 8  # scope documents a thread remembers for the TTL refresh of its reads
-
-Entry = list[Any]  # [value, size, ttl, expires_at, tick]
-
-
-def _token(text: str) -> str:
-    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii").rstrip("=")
-
-
-def _untoken(token: str) -> str:
-    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("utf-8")
-
-
-def _scope_token(sid: Sid) -> str:
-    return "g" if sid is None else "s" + _token(sid)
-
-
-def _scope_sid(token: str) -> Sid:
-    return None if token == "g" else _untoken(token[1:])
-
-
-def _unpack(raw: bytes | None, what: str) -> dict[str, Any]:
-    if not raw:
-        return {}
-    try:
-        doc = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise StateUnavailable(f"jetstream: the {what} document is damaged: {exc}") from None
-    if not isinstance(doc, dict):
-        raise StateUnavailable(f"jetstream: the {what} document is damaged: not a map")
-    return doc
-
-
-def _num(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _scope_doc(raw: bytes | None, what: str) -> dict[str, Entry]:
-    """A scope document, every entry checked: [bytes, int, number, number, int]."""
-    doc = _unpack(raw, what)
-    for e in doc.values():
-        if not (isinstance(e, list) and len(e) == 5 and isinstance(e[0], bytes)
-                and type(e[1]) is int and _num(e[2]) and _num(e[3]) and type(e[4]) is int):
-            raise StateUnavailable(f"jetstream: the {what} document is damaged: a bad entry")
-    return doc
-
-
-def _usage_doc(raw: bytes | None, what: str) -> dict[Sid, list[Any]]:
-    """An accounting document's scopes: sid -> [bytes, keys, earliest expiry], checked."""
-    scopes = _unpack(raw, what).get("s", {})
-    try:
-        out = {_scope_sid(t): list(v) for t, v in scopes.items()}
-    except (AttributeError, TypeError, ValueError, binascii.Error):
-        raise StateUnavailable(f"jetstream: the {what} document is damaged") from None
-    if not all(len(v) == 3 and type(v[0]) is int and type(v[1]) is int and _num(v[2])
-               for v in out.values()):
-        raise StateUnavailable(f"jetstream: the {what} document is damaged: a bad scope")
-    return out
-
-
-def _pack(doc: Mapping[str, Any]) -> bytes:
-    return msgpack.packb(doc, use_bin_type=True)  # type: ignore[no-any-return]
-
-
-class _Plugin:
-    """One plugin's documents as read for one commit, and the changes made to them."""
-
-    def __init__(self, bucket: Bucket, plugin: str, now: float, sids: Iterable[Sid] = ()
-                 ) -> None:
-        self.bucket, self.plugin, self.now = bucket, plugin, now
-        self.ptok = _token(plugin)
-        want = list(dict.fromkeys(sids))  # read along with the accounting: one round trip
-        usage, *docs = bucket.get_many([self.usage_key, *(self.scope_key(s) for s in want)])
-        self.usage_rev = usage.revision
-        # sid -> [bytes, keys, earliest expiry]
-        self.scopes = _usage_doc(usage.value, f"plugin {plugin} accounting")
-        self.docs: dict[Sid, dict[str, Entry]] = {}
-        self.revs: dict[Sid, int] = {}
-        self.dirty: set[Sid] = set()
-        self.purged = 0
-        self.emptied = False  # every scope deleted (a replacing import, a drop)
-        self._store(want, docs)
-
-    @property
-    def usage_key(self) -> str:
-        return f"u.{self.ptok}"
-
-    def scope_key(self, sid: Sid) -> str:
-        return f"s.{self.ptok}.{_scope_token(sid)}"
-
-    def load(self, sids: Iterable[Sid]) -> None:
-        """Read the documents of `sids` not read yet (concurrently) and purge them."""
-        want = [sid for sid in dict.fromkeys(sids) if sid not in self.docs]
-        if want:
-            self._store(want, self.bucket.get_many([self.scope_key(s) for s in want]))
-
-    def _store(self, sids: list[Sid], docs: list[Doc]) -> None:
-        for sid, doc in zip(sids, docs, strict=True):
-            self.revs[sid] = doc.revision
-            self.docs[sid] = {} if self.emptied else _scope_doc(
-                doc.value, f"plugin {self.plugin} scope")
-            self._purge(sid)
-
-    def refresh(self, now: float) -> None:
-        """Move this state (read for a dry run) to a later commit time: purge again."""
-        self.now = now
-        for sid in list(self.docs):
-            self._purge(sid)
-
-    def load_expired(self) -> None:
-        """Read (and so purge) every scope whose earliest expiry has passed."""
-        self.load(sid for sid, (_, _, first) in self.scopes.items() if first <= self.now)
-
-    def load_all(self) -> None:
-        """Read every scope of the plugin."""
-        self.load(list(self.scopes))
-
-    def _purge(self, sid: Sid) -> None:
-        entries = self.docs[sid]
-        dead = [k for k, e in entries.items() if e[3] <= self.now]
-        for k in dead:
-            del entries[k]
-        self.purged += len(dead)
-        self._account(sid, changed=bool(dead))
-
-    def _account(self, sid: Sid, *, changed: bool) -> None:
-        entries = self.docs[sid]
-        if changed:
-            self.dirty.add(sid)
-        if entries:
-            self.scopes[sid] = [sum(e[1] for e in entries.values()), len(entries),
-                                min(e[3] for e in entries.values())]
-        else:
-            self.scopes.pop(sid, None)
-
-    def empty(self) -> int:
-        """Delete every scope (all read first, so their revisions are checked); the count."""
-        self.load_all()
-        count = sum(len(d) for d in self.docs.values())
-        for sid in self.docs:
-            self.docs[sid] = {}
-            self._account(sid, changed=True)
-        self.emptied = True
-        return count
-
-    def apply(self, done: Plan, ticks: int) -> None:
-        """Write a plan into the documents (every touched scope is loaded)."""
-        for sid, key in done.deletes:
-            self.load([sid])
-            self.docs[sid].pop(key, None)
-        touched = {sid for sid, _ in done.deletes}
-        for i, put in enumerate(done.puts):
-            self.load([put.sid])
-            self.docs[put.sid][put.key] = [put.value, put.size, put.ttl, put.expires_at,
-                                           ticks + i]
-            touched.add(put.sid)
-        for sid in touched:
-            self._account(sid, changed=True)
-
-    def writes(self, limits: StateLimits) -> list[Write]:
-        """The batch that stores what changed: the scopes, then the accounting."""
-        out = []
-        room = self.bucket.max_payload - _ENVELOPE
-        for sid in sorted(self.dirty, key=lambda s: (s is not None, s or "")):
-            entries = self.docs[sid]
-            raw = _pack(entries) if entries else None
-            if raw is not None and len(raw) > room:
-                where = "global scope" if sid is None else f"session {sid}"
-                raise QuotaExceeded(
-                    f"plugin {self.plugin} {where}: its state document would be {len(raw)}"
-                    f" bytes, over the NATS server's max_payload of {self.bucket.max_payload}"
-                    " (raise max_payload in nats-server's configuration)",
-                    plugin_id=self.plugin)
-            if raw is not None or self.revs[sid]:  # else it never existed: nothing to do
-                out.append(Write(self.scope_key(sid), raw, self.revs[sid]))
-        if self.scopes:
-            usage = _pack({"t": sum(v[0] for v in self.scopes.values()),
-                           "s": {_scope_token(sid): v for sid, v in self.scopes.items()}})
-            if len(usage) > room:
-                # One line per scope holding state: a plugin writing into ever more live
-                # sessions would otherwise grow it past what the server takes, and then
-                # every commit of the plugin would fail as the host's fault.
-                raise QuotaExceeded(
-                    f"plugin {self.plugin}: state in {len(self.scopes)} sessions at once;"
-                    f" its accounting document would be {len(usage)} bytes, over the NATS"
-                    f" server's max_payload of {self.bucket.max_payload} (end sessions, or"
-                    " raise max_payload in nats-server's configuration)",
-                    plugin_id=self.plugin)
-            out.append(Write(self.usage_key, usage, self.usage_rev))
-        elif self.usage_rev:
-            out.append(Write(self.usage_key, None, self.usage_rev))
-        return out
-
-    def entries(self) -> Iterator[tuple[Ref, Entry]]:
-        """Every loaded entry."""
-        for sid, doc in self.docs.items():
-            for key, e in doc.items():
-                yield (sid, key), e
-
-
-def _sids(changes: Changes) -> set[Sid]:
-    return set(changes.cleared) | {sid for sid, _ in changes.writes} \
-        | {sid for sid, _ in changes.expect}
-
-
-class _View:
-    """`accounting.View` over a `_Plugin`: loads the documents a plan asks about."""
-
-    def __init__(self, state: _Plugin) -> None:
-        self._s = state
-
-    def plugin_bytes(self) -> int:
-        return sum(int(v[0]) for v in self._s.scopes.values())
-
-    def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]:
-        sids = list(sids)
-        self._s.load(sids)  # exact (expired entries purged) for the scopes a plan checks
-        return {sid: (int(v[0]), int(v[1])) if (v := self._s.scopes.get(sid)) else (0, 0)
-                for sid in sids}
-
-    def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
-        refs = list(refs)
-        self._s.load(sid for sid, _ in refs)
-        return {r: int(e[1]) for r in refs if (e := self._s.docs[r[0]].get(r[1])) is not None}
-
-    def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
-        refs = list(refs)
-        self._s.load(sid for sid, _ in refs)
-        return {r: bytes(e[0]) for r in refs
-                if (e := self._s.docs[r[0]].get(r[1])) is not None}
-
-    def scope_sizes(self, sid: Sid) -> dict[str, int]:
-        self._s.load([sid])
-        return {k: int(e[1]) for k, e in self._s.docs[sid].items()}
-
-    def lru(self) -> Iterator[tuple[Ref, int]]:
-        self._s.load_all()
-        for ref, e in sorted(self._s.entries(), key=lambda item: item[1][4]):
-            yield ref, int(e[1])
 
 
 class _Pending:
@@ -327,7 +90,7 @@ class _Pending:
 
     __slots__ = ("changes", "done", "kept", "now", "result")
 
-    def __init__(self, changes: Changes, now: float, kept: _Plugin | None) -> None:
+    def __init__(self, changes: Changes, now: float, kept: PluginDocs | None) -> None:
         self.changes, self.now, self.kept = changes, now, kept
         self.done = threading.Event()
         self.result: Plan | BaseException | None = None
@@ -340,52 +103,6 @@ class _Group:
         self.turn = threading.Lock()
         self.queue_lock = threading.Lock()
         self.queue: list[_Pending] = []
-
-
-class _LazyView:
-    """The view of a dry run: reads the accounting with the scopes of the changes
-    (`prefetch`, which the engine calls first) in one round trip, and leaves what it
-    read in `kept` for the commit that usually follows."""
-
-    def __init__(self, bucket: Bucket, plugin: str, now: float,
-                 kept: dict[str, _Plugin]) -> None:
-        self._args = (bucket, plugin, now)
-        self._kept = kept
-        self._view: _View | None = None
-
-    def _make(self, sids: Iterable[Sid]) -> _View:
-        state = _Plugin(*self._args, sids)
-        self._kept.clear()
-        self._kept[state.plugin] = state
-        return _View(state)
-
-    def prefetch(self, changes: Changes) -> None:
-        """Read the accounting and the scopes `changes` touch, concurrently."""
-        if self._view is None:
-            self._view = self._make(_sids(changes))
-
-    def _v(self) -> _View:
-        if self._view is None:
-            self._view = self._make(())
-        return self._view
-
-    def plugin_bytes(self) -> int:
-        return self._v().plugin_bytes()
-
-    def scope_usage(self, sids: Iterable[Sid]) -> dict[Sid, tuple[int, int]]:
-        return self._v().scope_usage(sids)
-
-    def sizes(self, refs: Iterable[Ref]) -> dict[Ref, int]:
-        return self._v().sizes(refs)
-
-    def values(self, refs: Iterable[Ref]) -> dict[Ref, bytes]:
-        return self._v().values(refs)
-
-    def scope_sizes(self, sid: Sid) -> dict[str, int]:
-        return self._v().scope_sizes(sid)
-
-    def lru(self) -> Iterator[tuple[Ref, int]]:
-        return self._v().lru()
 
 
 class JetStreamStore(Engine):
@@ -409,8 +126,8 @@ class JetStreamStore(Engine):
         self._groups: dict[str, _Group] = {}
         self._groups_lock = threading.Lock()
 
-    def _kept(self) -> dict[str, _Plugin]:
-        kept: dict[str, _Plugin] | None = getattr(self._local, "plan", None)
+    def _kept(self) -> dict[str, PluginDocs]:
+        kept: dict[str, PluginDocs] | None = getattr(self._local, "plan", None)
         if kept is None:
             kept = self._local.plan = {}
         return kept
@@ -428,8 +145,8 @@ class JetStreamStore(Engine):
         return self._b.bucket
 
     def _doc(self, plugin: str, sid: Sid) -> tuple[dict[str, Entry], int]:
-        doc = self._b.get_many([f"s.{_token(plugin)}.{_scope_token(sid)}"])[0]
-        got = _scope_doc(doc.value, f"plugin {plugin} scope"), doc.revision
+        doc = self._b.get_many([f"s.{token(plugin)}.{scope_token(sid)}"])[0]
+        got = scope_doc(doc.value, f"plugin {plugin} scope"), doc.revision
         seen = self._seen()
         if len(seen) >= _SEEN_DOCS:
             seen.pop(next(iter(seen)))
@@ -476,15 +193,15 @@ class JetStreamStore(Engine):
                 for i, k in enumerate(live):
                     doc[k][3] = now + doc[k][2]
                     doc[k][4] = tick + i
-                if self._b.put(f"s.{_token(plugin)}.{_scope_token(sid)}", _pack(doc), rev):
+                if self._b.put(f"s.{token(plugin)}.{scope_token(sid)}", pack(doc), rev):
                     break
 
     @contextmanager
-    def _view(self, plugin: str) -> Iterator[_LazyView]:
-        yield _LazyView(self._b, plugin, self._now(), self._kept())
+    def _view(self, plugin: str) -> Iterator[LazyDocsView]:
+        yield LazyDocsView(self._b, plugin, self._now(), self._kept())
 
-    def _transact(self, plugin: str, now: float, change: Callable[[_Plugin], Plan | int],
-                  sids: Iterable[Sid] = ()) -> tuple[Plan | int, _Plugin]:
+    def _transact(self, plugin: str, now: float, change: Callable[[PluginDocs], Plan | int],
+                  sids: Iterable[Sid] = ()) -> tuple[Plan | int, PluginDocs]:
         """Read, change and write one plugin's documents, again while others commit first."""
         sids = list(sids)
         kept = self._kept().pop(plugin, None)
@@ -494,7 +211,7 @@ class JetStreamStore(Engine):
                 state, kept = kept, None
                 state.refresh(now)
             else:
-                state = _Plugin(self._b, plugin, now, sids)
+                state = PluginDocs(self._b, plugin, now, sids)
             state.load_expired()
             try:
                 result = change(state)
@@ -507,9 +224,9 @@ class JetStreamStore(Engine):
         raise StateUnavailable(f"plugin {plugin}: state commit gave up after {self._retries}"
                                " conflicting commits of other hosts", plugin_id=plugin)
 
-    def _plan(self, state: _Plugin, changes: Changes, now: float) -> Plan:
-        state.load(_sids(changes))
-        done = plan(_View(state), changes, now, self.limits)
+    def _plan(self, state: PluginDocs, changes: Changes, now: float) -> Plan:
+        state.load(changed_sids(changes))
+        done = plan(DocsView(state), changes, now, self.limits)
         state.apply(done, self._ticker.take(len(done.puts), now))
         return done
 
@@ -579,7 +296,7 @@ class JetStreamStore(Engine):
 
     def _group_commit(self, plugin: str, batch: list[_Pending]
                       ) -> list[Plan | StateError]:
-        sids = set().union(*(_sids(it.changes) for it in batch))
+        sids = set().union(*(changed_sids(it.changes) for it in batch))
         kept = next((it.kept for it in batch if it.kept is not None), None)
         for _ in range(self._retries):
             now = self._now()
@@ -588,7 +305,7 @@ class JetStreamStore(Engine):
                 state, kept = kept, None
                 state.refresh(now)
             else:
-                state = _Plugin(self._b, plugin, now, sids)
+                state = PluginDocs(self._b, plugin, now, sids)
             state.load_expired()
             outcome: list[Plan | StateError] = []
             for it in batch:
@@ -606,7 +323,7 @@ class JetStreamStore(Engine):
     def _purge(self, now: float, plugin: str | None) -> int:
         count = 0
         for p in [plugin] if plugin is not None else self._plugins():
-            probe = _Plugin(self._b, p, now)
+            probe = PluginDocs(self._b, p, now)
             if all(first > now for _, _, first in probe.scopes.values()):
                 continue
             _, state = self._transact(p, now, lambda state: 0)
@@ -617,7 +334,7 @@ class JetStreamStore(Engine):
         out = []
         for key in self._b.list_keys("u.*"):
             try:
-                out.append(_untoken(key[2:]))
+                out.append(untoken(key[2:]))
             except (binascii.Error, UnicodeDecodeError, ValueError):
                 continue  # not a key this store wrote
         return sorted(out)
@@ -630,7 +347,7 @@ class JetStreamStore(Engine):
     def _records(self, now: float) -> list[Record]:
         out = []
         for p in self._plugins():
-            state = _Plugin(self._b, p, now)
+            state = PluginDocs(self._b, p, now)
             state.load_all()
             out += [Record(p, sid, key, bytes(e[0]), float(e[3]), float(e[2]))
                     for (sid, key), e in state.entries()]
@@ -642,7 +359,7 @@ class JetStreamStore(Engine):
         for _ in range(self._retries):
             writes: list[Write] = []
             for p, ch in batches.items():
-                state = _Plugin(self._b, p, now)
+                state = PluginDocs(self._b, p, now)
                 if replace:
                     state.empty()
                 else:
