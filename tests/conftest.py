@@ -14,11 +14,18 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from loopback import Loopback, loopback
 from support import Built
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
+
+# Properties assert behaviour, never speed: on a loaded 2-core runner an example that
+# takes longer than Hypothesis's 200 ms default deadline is not a failure.
+settings.register_profile("wasmext", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("wasmext")
 
 
 @pytest.fixture
