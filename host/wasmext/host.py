@@ -6,38 +6,26 @@
 
 The hook kinds live in `wasmext.hooks.*`; this module owns what they share:
 loading (discovery, enable state, grants keyed to digests), the order of the
-entries of a hook, and `call`, which runs one plugin under its failure policy.
+entries of a hook, and sessions. `Host.call`, which runs one plugin under its
+failure policy, is `wasmext.plugin_calls`; the plugins' own MCP servers are
+`wasmext.plugin_servers`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import logging
-import os
-import re
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmext.config import EnableState, HostConfig, load_config, open_store
 from wasmext.discovery import as_load_error, discover
-from wasmext.errors import (
-    ConfigError,
-    HookAborted,
-    LoadError,
-    PluginError,
-    PluginFault,
-    Quarantined,
-    WasmextError,
-)
+from wasmext.errors import ConfigError, LoadError, WasmextError
 from wasmext.hooks.activations import Activations
-from wasmext.hooks.context import HookSession
 from wasmext.hooks.extensions import declared
 from wasmext.hooks.middleware import install_next
 from wasmext.hooks.ordering import Entry, order_entries
@@ -50,14 +38,15 @@ from wasmext.manifest import Manifest, load_folder
 from wasmext.mcp.client.plugin_ops import install as install_mcp_ops
 from wasmext.observe import tracing
 from wasmext.operator_settings import SettingsFile, settings_view
+from wasmext.plugin_calls import PluginCalls
+from wasmext.plugin_servers import PluginServers
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
-from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
-from wasmext.services.hostview import CallFailure, FaultRecord, LoadedPlugin
+from wasmext.services.hostview import FaultRecord, LoadedPlugin
 from wasmext.services.llm.config import completer_from
 from wasmext.services.llm.ledger import DayLedger
 from wasmext.services.llm.service import Completer, LlmService
@@ -65,12 +54,11 @@ from wasmext.services.pytools import host_tool
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
-from wasmext.state import StateStore, StateUnavailable
+from wasmext.state import StateStore
 from wasmext.text import clean
 
 if TYPE_CHECKING:
     from wasmext.mcp.client.connections import McpClients
-    from wasmext.mcp.client.spec import ServerSpec
 
 __all__ = ["FaultRecord", "Host", "LoadedPlugin"]
 
@@ -82,12 +70,7 @@ CLOSE_FLUSH_S = 5.0  # how long close() waits for queued events to reach their s
 _tracing_install = tracing.install  # `tracing` is also Host.__init__'s parameter
 
 
-def _span_hook(hook: str) -> str:
-    """A hook name fit for a span name: the plugin may have chosen it (tools, tags)."""
-    return tracing.text(hook, 64)
-
-
-class Host:
+class Host(PluginServers, PluginCalls):
     """Loads plugins, orders their hooks and calls them under their failure policy.
 
     Thread-safe: concurrent sessions each borrow their own plugin instances.
@@ -149,114 +132,6 @@ class Host:
                 self.load_errors.append(found.error)
             elif found.manifest is not None:
                 self.load_folder(found.folder, found.manifest, found.source)
-
-    # -- MCP clients --------------------------------------------------------------
-
-    def start_mcp(self, sampler: Callable[[str, Any], Any] | None = None
-                  ) -> McpClients | None:
-        """Connect the configured MCP servers and those plugins bring under their
-        grants; their tools join `self.tools`. `sampler`: the app's model for
-        servers with `sampling = true` (wasmext.mcp.client.callbacks)."""
-        from wasmext.mcp.client.connections import McpClients  # the SDK loads when used
-        from wasmext.mcp.client.spec import ServerSpec
-
-        specs = [ServerSpec.from_config(c) for c in self.config.mcp_servers]
-        for lp in list(self.plugins.values()):
-            specs.extend(self._plugin_server_specs(lp))
-        if not self.config.mcp_enabled or not specs or self.mcp is not None:
-            return self.mcp
-        self.mcp = McpClients(self.tools)
-        self.mcp.sampler = sampler
-        self.mcp.oauth_dir = Path(self.config.data_dir) / "mcp-oauth"
-        self.mcp.start(specs)
-        return self.mcp
-
-    def mcp_server_owner(self, name: str) -> str | None:
-        """The loaded plugin whose own MCP server `name` is: a configured server's
-        name is never a plugin's; else the first plugin granted it that asks for it."""
-        if any(s.name == name for s in self.config.mcp_servers):
-            return None
-        for lp in list(self.plugins.values()):
-            declared = lp.manifest.mcp_servers if lp.manifest else ()
-            if any(s.name == name for s in declared) and \
-                    f"mcp-server:{name}" in lp.plugin.grants:
-                return lp.id
-        return None
-
-    def _owned_servers(self, lp: LoadedPlugin) -> list[str]:
-        return [s.name for s in (lp.manifest.mcp_servers if lp.manifest else ())
-                if self.mcp_server_owner(s.name) == lp.id]
-
-    def _plugin_server_specs(self, lp: LoadedPlugin) -> list[ServerSpec]:
-        """`lp`'s own MCP servers that it may run (granted, name free), their names
-        claimed in the tool registry; each refusal goes to `load_errors`."""
-        from wasmext.mcp.client.spec import ServerSpec
-
-        specs = []
-        for server in lp.manifest.mcp_servers if lp.manifest else ():
-            problem = None
-            if f"mcp-server:{server.name}" not in lp.plugin.grants:
-                problem = (f"plugin {lp.id} asks for MCP server {server.name!r} without the "
-                           f"grant 'mcp-server:{server.name}'")
-            elif self.mcp_server_owner(server.name) != lp.id:
-                problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
-            else:
-                try:
-                    self.tools.claim(server.name, f"mcp:{server.name}")
-                    # Never the host's whole environment (every host secret): only what
-                    # the operator allowed this plugin, its settings, and the table's env.
-                    spec = ServerSpec.from_config(server)
-                    specs.append(dataclasses.replace(
-                        spec, inherit_env=False,
-                        env={**self._plugin_server_env(lp), **spec.env}))
-                except ConfigError as err:
-                    problem = f"plugin {lp.id}: MCP server {server.name!r}: {err.message}"
-            if problem is not None:
-                self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
-        return specs
-
-    def _plugin_server_env(self, lp: LoadedPlugin) -> dict[str, str]:
-        """The environment a plugin's own MCP servers start with (beside the SDK's minimal
-        PATH, HOME, ...): the variables `[plugin.ID] env` names, never a host credential,
-        then each setting as `WASMEXT_SETTING_<NAME>` and under its declared `env` name."""
-        over = self.config.overrides.get(lp.id)
-        denied = self.config.credential_env | {self.config.llm.api_key_env}
-        env = {var: os.environ[var] for var in sorted(over.env if over else ())
-               if var not in denied and var in os.environ}
-        declared = {s.name: s.env for s in (lp.manifest.settings if lp.manifest else ())}
-        for name, value in lp.plugin.settings.items():
-            if value is None:
-                continue
-            text = value if isinstance(value, str) else json.dumps(value)
-            if "\x00" in text:  # no process environment can hold it
-                continue
-            env["WASMEXT_SETTING_" + re.sub(r"[^A-Z0-9_]", "_", name.upper())] = text
-            if declared.get(name) and declared[name] not in denied:
-                env[str(declared[name])] = text
-        return env
-
-    def start_plugin_servers(self, lp: LoadedPlugin) -> None:
-        """Start a plugin's own MCP servers when the host's MCP clients are running."""
-        if self.mcp is None or lp.manifest is None or not self.config.mcp_enabled:
-            return
-        specs = self._plugin_server_specs(lp)
-        try:
-            if specs:
-                self.mcp.start(specs)
-        except ConfigError as err:  # still running from before: keep it
-            self.load_errors.append(ConfigError(f"plugin {lp.id}: {err.message}",
-                                                plugin_id=lp.id))
-
-    def stop_plugin_servers(self, lp: LoadedPlugin) -> None:
-        """Stop a plugin's own MCP servers; their tools leave the registry."""
-        self._stop_servers(self._owned_servers(lp))
-
-    def _stop_servers(self, names: list[str]) -> None:
-        for name in names:
-            if self.mcp is not None:
-                self.mcp.stop_server(name)
-            self.tools.drop_owner(f"mcp:{name}")
-            self.tools.release(f"mcp:{name}")
 
     @classmethod
     def from_config(cls, path: str | Path) -> Host:
@@ -538,142 +413,6 @@ class Host:
     def rescan(self) -> reload.RescanReport:
         """Pick up new, changed, removed, enabled and disabled plugins (docs/lifecycle.md)."""
         return reload.rescan(self)
-
-    # -- calling -------------------------------------------------------------------
-
-    def call(self, entry: Entry, data: Any, session: HookSession | None = None
-             ) -> CallResult | None:
-        """Call one plugin's hook under its failure policy.
-
-        Returns None when the plugin failed or was skipped and its policy is
-        open or reload (the caller keeps the previous value); raises
-        HookAborted when it is closed. Every outcome goes into the session trace.
-        """
-        return self._invoke(entry, data, session, None)[0]
-
-    def try_call(self, plugin_id: str, hook: str, data: Any,
-                 session: HookSession | None = None
-                 ) -> tuple[CallResult | None, str | None]:
-        """Call a named plugin without its failure policy: (result, None) or
-        (None, reason). The caller decides what a failure means (pipelines)."""
-        lp = self.plugins.get(plugin_id)
-        if lp is None:
-            if session is not None:
-                session.trace.note(hook, "failed", "no such plugin loaded", plugin_id)
-            return None, f"plugin {plugin_id} is not loaded"
-        entry = Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0)
-        return self._invoke(entry, data, session, "open")
-
-    def deliver(self, plugin_id: str, hook: str, data: Any) -> CallResult | None:
-        """Call `hook` of one plugin under its failure policy, outside any session."""
-        lp = self.plugins.get(plugin_id)
-        if lp is None:
-            return None
-        return self.call(Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0), data)
-
-    def _traced_invoke(self, traced: tracing.Tracing, entry: Entry, data: Any,
-                       session: HookSession | None, policy: str | None
-                       ) -> tuple[CallResult | None, str | None]:
-        """`_invoke` in the hook call's span: plugin, hook, outcome, fuel, duration."""
-        # A hook span's parent: the span current here (middleware next, a worker's
-        # request), else its session's span (an awaited call on a pool thread).
-        parent = traced.parent_for(getattr(session, "otel_context", None))
-        if traced.unsampled(parent):  # a trace not kept: no span costs anything
-            return self._invoke(entry, data, session, policy, traced=True)
-        started = time.perf_counter()
-        with traced.span(f"wasmext.hook {_span_hook(entry.hook)}", {
-                "wasmext.plugin_id": tracing.text(entry.plugin_id),
-                "wasmext.hook": tracing.text(entry.hook)}, parent=parent) as span:
-            try:
-                result, reason = self._invoke(entry, data, session, policy, traced=True)
-            except BaseException:  # fail-closed (HookAborted), storage down: status says why
-                span.set_attribute("wasmext.outcome", "aborted")
-                raise
-            span.set_attribute("wasmext.duration_ms",
-                               round((time.perf_counter() - started) * 1000, 3))
-            if result is not None:
-                span.set_attribute("wasmext.outcome", "stop" if result.stop else "ok")
-                span.set_attribute("wasmext.fuel_used", int(result.fuel or 0))
-            else:
-                failure = isinstance(reason, CallFailure)
-                span.set_attribute("wasmext.outcome", "failed" if failure else "skipped")
-                if failure:
-                    traced.failed(span, str(reason))
-                else:
-                    span.set_attribute("wasmext.skip_reason", tracing.text(reason or ""))
-            return result, reason
-
-    def _invoke(self, entry: Entry, data: Any, session: HookSession | None,
-                policy: str | None, traced: bool = False
-                ) -> tuple[CallResult | None, str | None]:
-        if not traced and tracing.ACTIVE is not None:  # off: one global read per call
-            return self._traced_invoke(tracing.ACTIVE, entry, data, session, policy)
-        lp = self.plugins.get(entry.plugin_id)
-        if lp is None:
-            return None, "not loaded"
-        if not self.config.hooks:
-            return None, "hooks are switched off"
-        trace = session.trace if session is not None else None
-        if lp.reload_after and time.monotonic() < lp.reload_after:
-            if trace is not None:
-                trace.add(entry, "skipped", "reload backoff")
-            return None, "skipped: reload backoff"
-        started = time.perf_counter()
-        meta: dict[str, Any] = {"session": session.id if session else None}
-        hook_context = getattr(session, "hook_context", None)
-        if hook_context is not None and getattr(lp.plugin.registration, "abi_minor", 0) >= 1:
-            meta["context"] = hook_context(entry.hook)  # minor 1 (SPEC 3.1, 4.1)
-        try:
-            result = lp.plugin.call(entry.hook, data, meta)
-        except Quarantined:
-            self.observe.called(lp.id, entry.hook, "skipped", started)
-            if trace is not None:
-                trace.add(entry, "skipped", "quarantined")
-            return None, "quarantined"
-        except StateUnavailable as err:
-            # The host's storage failed the call: the app is told as such; the plugin
-            # is not blamed (no fault record, no reload, no quarantine).
-            self.observe.called(lp.id, entry.hook, "error", started)
-            if trace is not None:
-                trace.add(entry, "failed", f"state unavailable: {err.message}")
-            raise
-        except (PluginFault, PluginError) as err:
-            fault = isinstance(err, PluginFault)
-            self.observe.called(lp.id, entry.hook, "fault" if fault else "error", started)
-            self.record_fault(lp, entry.hook, err)
-            reason = err.code if isinstance(err, PluginError) else err.reason
-            if fault:
-                self.observe.faulted(lp.id, entry.hook, reason)
-            if trace is not None:
-                trace.add(entry, "failed", f"{reason}: {err.message}")
-            if (policy or lp.failure) == "closed":
-                raise HookAborted(f"plugin {lp.id} failed in {entry.hook} and is fail-closed: "
-                                  f"{reason}", cause=err, plugin_id=lp.id,
-                                  hook=entry.hook) from err
-            return None, CallFailure.of(f"{reason}: {err.message}", err)
-        self.observe.metrics.record_callback(entry.plugin_id, entry.hook, "ok",
-                                             time.perf_counter() - started, result.fuel)
-        lp.backoff_s = 0.5
-        if trace is not None:
-            outcome = "stop" if result.stop else ("changed" if result.changed else "unchanged")
-            trace.add(entry, outcome, None)
-        return result, None
-
-    def record_fault(self, lp: LoadedPlugin, hook: str, err: WasmextError) -> None:
-        """Log the fault, keep it in `faults` and apply the plugin's failure policy."""
-        reason = err.code if isinstance(err, PluginError) else err.reason
-        # Guest-written text was redacted and cleaned where it entered the host
-        # (PluginLog.scrub); clean() again bounds any host-side message too.
-        message = clean(err.message)
-        log.warning("plugin %s hook %s failed (%s, policy %s): %s", lp.id, hook, reason,
-                    lp.failure, message, extra={"plugin_id": lp.id, "hook": hook})
-        self.faults.append(FaultRecord(lp.id, hook, reason, message, lp.failure))
-        del self.faults[:-1000]
-        if lp.failure == "reload" and isinstance(err, PluginFault) and \
-                not getattr(err, "inherited", False):
-            lp.plugin.close()  # the next call gets a fresh instance ...
-            lp.reload_after = time.monotonic() + lp.backoff_s  # ... after a backoff
-            lp.backoff_s = min(lp.backoff_s * 2, 60.0)
 
     def session_ended(self, session_id: str) -> None:
         """Delete the session's state in the store."""

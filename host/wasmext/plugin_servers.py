@@ -1,0 +1,143 @@
+"""A plugin's own MCP servers: who owns a server name, what environment it starts
+with, and starting and stopping them beside the configured servers.
+
+`Host` inherits these methods; they read the host's config, plugins, tool registry
+and MCP clients, and add every refusal to its `load_errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wasmext.config import HostConfig
+from wasmext.errors import ConfigError, WasmextError
+from wasmext.services.hostview import LoadedPlugin
+from wasmext.services.tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from wasmext.mcp.client.connections import McpClients
+    from wasmext.mcp.client.spec import ServerSpec
+
+__all__ = ["PluginServers"]
+
+
+class PluginServers:
+    """The MCP clients of a host: the configured servers and those plugins bring."""
+
+    config: HostConfig
+    plugins: dict[str, LoadedPlugin]
+    tools: ToolRegistry
+    mcp: McpClients | None
+    load_errors: list[WasmextError]
+
+    def start_mcp(self, sampler: Callable[[str, Any], Any] | None = None
+                  ) -> McpClients | None:
+        """Connect the configured MCP servers and those plugins bring under their
+        grants; their tools join `self.tools`. `sampler`: the app's model for
+        servers with `sampling = true` (wasmext.mcp.client.callbacks)."""
+        from wasmext.mcp.client.connections import McpClients  # the SDK loads when used
+        from wasmext.mcp.client.spec import ServerSpec
+
+        specs = [ServerSpec.from_config(c) for c in self.config.mcp_servers]
+        for lp in list(self.plugins.values()):
+            specs.extend(self._plugin_server_specs(lp))
+        if not self.config.mcp_enabled or not specs or self.mcp is not None:
+            return self.mcp
+        self.mcp = McpClients(self.tools)
+        self.mcp.sampler = sampler
+        self.mcp.oauth_dir = Path(self.config.data_dir) / "mcp-oauth"
+        self.mcp.start(specs)
+        return self.mcp
+
+    def mcp_server_owner(self, name: str) -> str | None:
+        """The loaded plugin whose own MCP server `name` is: a configured server's
+        name is never a plugin's; else the first plugin granted it that asks for it."""
+        if any(s.name == name for s in self.config.mcp_servers):
+            return None
+        for lp in list(self.plugins.values()):
+            declared = lp.manifest.mcp_servers if lp.manifest else ()
+            if any(s.name == name for s in declared) and \
+                    f"mcp-server:{name}" in lp.plugin.grants:
+                return lp.id
+        return None
+
+    def _owned_servers(self, lp: LoadedPlugin) -> list[str]:
+        return [s.name for s in (lp.manifest.mcp_servers if lp.manifest else ())
+                if self.mcp_server_owner(s.name) == lp.id]
+
+    def _plugin_server_specs(self, lp: LoadedPlugin) -> list[ServerSpec]:
+        """`lp`'s own MCP servers that it may run (granted, name free), their names
+        claimed in the tool registry; each refusal goes to `load_errors`."""
+        from wasmext.mcp.client.spec import ServerSpec
+
+        specs = []
+        for server in lp.manifest.mcp_servers if lp.manifest else ():
+            problem = None
+            if f"mcp-server:{server.name}" not in lp.plugin.grants:
+                problem = (f"plugin {lp.id} asks for MCP server {server.name!r} without the "
+                           f"grant 'mcp-server:{server.name}'")
+            elif self.mcp_server_owner(server.name) != lp.id:
+                problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
+            else:
+                try:
+                    self.tools.claim(server.name, f"mcp:{server.name}")
+                    # Never the host's whole environment (every host secret): only what
+                    # the operator allowed this plugin, its settings, and the table's env.
+                    spec = ServerSpec.from_config(server)
+                    specs.append(dataclasses.replace(
+                        spec, inherit_env=False,
+                        env={**self._plugin_server_env(lp), **spec.env}))
+                except ConfigError as err:
+                    problem = f"plugin {lp.id}: MCP server {server.name!r}: {err.message}"
+            if problem is not None:
+                self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
+        return specs
+
+    def _plugin_server_env(self, lp: LoadedPlugin) -> dict[str, str]:
+        """The environment a plugin's own MCP servers start with (beside the SDK's minimal
+        PATH, HOME, ...): the variables `[plugin.ID] env` names, never a host credential,
+        then each setting as `WASMEXT_SETTING_<NAME>` and under its declared `env` name."""
+        over = self.config.overrides.get(lp.id)
+        denied = self.config.credential_env | {self.config.llm.api_key_env}
+        env = {var: os.environ[var] for var in sorted(over.env if over else ())
+               if var not in denied and var in os.environ}
+        declared = {s.name: s.env for s in (lp.manifest.settings if lp.manifest else ())}
+        for name, value in lp.plugin.settings.items():
+            if value is None:
+                continue
+            text = value if isinstance(value, str) else json.dumps(value)
+            if "\x00" in text:  # no process environment can hold it
+                continue
+            env["WASMEXT_SETTING_" + re.sub(r"[^A-Z0-9_]", "_", name.upper())] = text
+            if declared.get(name) and declared[name] not in denied:
+                env[str(declared[name])] = text
+        return env
+
+    def start_plugin_servers(self, lp: LoadedPlugin) -> None:
+        """Start a plugin's own MCP servers when the host's MCP clients are running."""
+        if self.mcp is None or lp.manifest is None or not self.config.mcp_enabled:
+            return
+        specs = self._plugin_server_specs(lp)
+        try:
+            if specs:
+                self.mcp.start(specs)
+        except ConfigError as err:  # still running from before: keep it
+            self.load_errors.append(ConfigError(f"plugin {lp.id}: {err.message}",
+                                                plugin_id=lp.id))
+
+    def stop_plugin_servers(self, lp: LoadedPlugin) -> None:
+        """Stop a plugin's own MCP servers; their tools leave the registry."""
+        self._stop_servers(self._owned_servers(lp))
+
+    def _stop_servers(self, names: list[str]) -> None:
+        for name in names:
+            if self.mcp is not None:
+                self.mcp.stop_server(name)
+            self.tools.drop_owner(f"mcp:{name}")
+            self.tools.release(f"mcp:{name}")
