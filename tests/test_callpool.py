@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from wasmext import callpool
 from wasmext.callpool import CallPool, call_pool
 
 
@@ -123,3 +124,70 @@ def test_loops_on_several_threads_submitting_at_once_start_at_most_the_cap() -> 
     assert sorted(map(sorted, answers)) == [[o + i for i in range(300)]
                                            for o in (0, 1000, 2000, 3000)]
     assert pool.threads <= 3 and names <= {f"race-pool-{i}" for i in range(3)}
+
+
+def test_a_loop_sends_at_most_its_bound_of_young_calls_and_the_rest_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(callpool, "YOUNG_S", 60.0)  # nothing grows old in this test
+    pool = CallPool(4)
+    pool.per_loop = 2
+    release = [threading.Event() for _ in range(5)]
+    started: list[int] = []
+
+    def job(i: int) -> int:
+        started.append(i)
+        release[i].wait(10)
+        return i
+
+    async def main() -> tuple[list[int], list[int]]:
+        loop = asyncio.get_running_loop()
+        futures = [pool.submit(loop, job, i) for i in range(5)]
+        await asyncio.sleep(0.2)
+        first = sorted(started)  # two sent, three held on the loop
+        for event in release:
+            event.set()
+        return first, list(await asyncio.gather(*futures))
+
+    first, answers = _run(main())
+    assert first == [0, 1]
+    assert answers == [0, 1, 2, 3, 4] and sorted(started) == [0, 1, 2, 3, 4]
+    assert set(started[2:]) == {2, 3, 4}
+
+
+def test_calls_that_wait_grow_old_and_no_longer_hold_others_back() -> None:
+    pool = CallPool(3)
+    pool.per_loop = 2
+    release = threading.Event()
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        waiting = [pool.submit(loop, release.wait, 10) for _ in range(2)]  # as on I/O
+        try:  # answers while both still wait: past YOUNG_S they stop counting
+            return await asyncio.wait_for(pool.submit(loop, str, "quick"), 5)  # type: ignore[no-any-return]
+        finally:
+            release.set()
+            await asyncio.gather(*waiting)
+
+    assert _run(main()) == "quick"
+
+
+def test_a_held_call_cancelled_before_it_is_sent_never_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(callpool, "YOUNG_S", 60.0)
+    pool = CallPool(2)
+    pool.per_loop = 1
+    release = threading.Event()
+    started: list[str] = []
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        busy = pool.submit(loop, release.wait, 10)
+        held = asyncio.ensure_future(pool.submit(loop, started.append, "held"))
+        await asyncio.sleep(0.01)
+        held.cancel()
+        await asyncio.sleep(0)
+        release.set()
+        await busy
+        return await pool.submit(loop, str, "after")  # type: ignore[no-any-return]
+
+    assert _run(main()) == "after" and started == []

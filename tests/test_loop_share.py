@@ -1,6 +1,6 @@
 """Many awaited calls at once share the event loop: answers go back in slices, inline
-hooks past the iteration's slice take the pool, sessions enter in order, and every
-task still gets its own answer."""
+hooks past the iteration's slice wait for the loop's next turn, sessions enter in
+order, and every task still gets its own answer."""
 
 from __future__ import annotations
 
@@ -45,28 +45,61 @@ def test_a_thousand_answers_reach_their_own_tasks_over_several_iterations() -> N
     assert iterations >= 1000 // BATCH
 
 
-def test_an_inline_hook_past_the_slice_takes_the_pool_and_answers_the_same() -> None:
+def test_an_inline_hook_past_the_slice_waits_for_the_next_turn_on_the_loop() -> None:
     host = make_host((ECHO, {"plugin_id": "echo"}))
     try:
         inline_ms = (worst_case_ms(host, "on_plain_text") or 0.0) + 1
 
         async def main() -> tuple[list[str], list[Any]]:
-            ran_on: list[str] = []
+            ran: list[str] = []
             async with host.asession(inline_below_ms=inline_ms) as s:
                 call = s.sync.on_plain_text
                 s.sync.on_plain_text = lambda text: (  # type: ignore[method-assign]
-                    ran_on.append(threading.current_thread().name), call(text))[1]
+                    ran.append(f"{text} on {threading.current_thread().name}"),
+                    call(text))[1]
                 first = await s.on_plain_text("a")  # the slice has room: on the loop
                 share_of(asyncio.get_running_loop()).spent = SLICE_S  # this turn's is used
-                second = await s.on_plain_text("b")  # so this one hops
-            return ran_on, [first.value, second.value]
+                other = asyncio.create_task(asyncio.sleep(0, ran.append("other task")))
+                second = await s.on_plain_text("b")  # waits a turn, then on the loop
+                await other
+            return ran, [first.value, second.value]
 
-        ran_on, values = asyncio.run(main())
+        ran, values = asyncio.run(main())
         assert values == ["a", "b"]
-        assert ran_on[0] == threading.main_thread().name
-        assert ran_on[1].startswith("wasmext-call")
+        # No worker thread took it (a pool thread running Python beside the loop takes
+        # the GIL from it), and the other task ran before it: the loop came round.
+        main_thread = threading.main_thread().name
+        assert ran == [f"a on {main_thread}", "other task", f"b on {main_thread}"]
     finally:
         host.close()
+
+
+def test_a_woken_batch_that_uses_the_slice_up_leaves_the_rest_first_in_line() -> None:
+    async def main() -> tuple[list[int], int]:
+        share = share_of(asyncio.get_running_loop())
+        share.spent = SLICE_S
+        order: list[int] = []
+        iterations = 0
+
+        async def count() -> None:
+            nonlocal iterations
+            while len(order) < 6:
+                iterations += 1
+                await asyncio.sleep(0)
+
+        async def one(i: int) -> None:
+            await share.turn()
+            order.append(i)
+            share.charge(SLICE_S / 2)  # two of these use a slice up
+
+        counter = asyncio.create_task(count())
+        await asyncio.gather(*(one(i) for i in range(6)))
+        await counter
+        return order, iterations
+
+    order, iterations = asyncio.run(main())
+    assert order == list(range(6))  # those that waited again kept their places
+    assert iterations >= 5, iterations  # two per turn of the loop, not six in one
 
 
 def test_tasks_waiting_for_a_turn_go_first_come_first_served_a_batch_per_iteration() -> None:
@@ -104,6 +137,43 @@ def test_sessions_entered_at_once_all_run_and_answer() -> None:
             return list(await asyncio.gather(*(one(i) for i in range(3 * BATCH))))
 
         assert asyncio.run(main()) == [str(i) for i in range(3 * BATCH)]
+    finally:
+        host.close()
+
+
+def test_a_heartbeat_keeps_beating_while_a_thousand_sessions_run_in_either_mode() -> None:
+    host = make_host((ECHO, {"plugin_id": "echo"}))
+    try:
+        inline_ms = (worst_case_ms(host, "on_plain_text") or 0.0) + 1
+
+        async def main(inline_below_ms: float) -> tuple[list[Any], int]:
+            beats = 0
+            done = asyncio.Event()
+
+            async def heartbeat() -> None:
+                nonlocal beats
+                while not done.is_set():
+                    beats += 1
+                    await asyncio.sleep(0.001)
+
+            async def one(i: int) -> Any:
+                async with host.asession(inline_below_ms=inline_below_ms) as s:
+                    await s.on_plain_text("x")
+                    return (await s.on_plain_text(str(i))).value
+
+            beating = asyncio.create_task(heartbeat())
+            await asyncio.sleep(0)
+            before = beats
+            answers = await asyncio.gather(*(one(i) for i in range(1000)))
+            during = beats - before
+            done.set()
+            await beating
+            return list(answers), during
+
+        for mode in (0, inline_ms):  # the call pool, then on the loop
+            answers, beats = asyncio.run(main(mode))
+            assert answers == [str(i) for i in range(1000)]
+            assert beats >= 2, f"the heartbeat did not run while sessions did ({mode})"
     finally:
         host.close()
 

@@ -22,8 +22,12 @@ application code, which may wait on this very loop.
 
 Inline calls also share the loop: one iteration of the loop runs inline hooks for
 at most `callpool.SLICE_S` (4 ms) in all, counted with the answers handed back
-from worker threads; past that, a hook that could run inline takes the pool, so
-1,000 sessions awaiting at once never hold the loop for the sum of their hooks.
+from worker threads; past that, a hook that could run inline waits for the loop's
+next turn (first come, first served) and runs on the loop then, so 1,000 sessions
+awaiting at once never hold the loop for the sum of their hooks. It does not hop
+to the pool instead: a worker thread running Python beside the loop takes the GIL
+from it whenever an inline guest call gives it up (each call into wasmtime does),
+and getting it back cost the loop a switch interval (5 ms) or several.
 
 Otherwise the hook runs in a worker thread, which costs a thread hop (several
 times a cheap hook call, docs/performance.md): pass a larger `inline_below_ms`
@@ -40,7 +44,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from wasmext.callpool import SLICE_S, LoopShare, call_pool, share_of
+from wasmext.callpool import LoopShare, call_pool, share_of
 from wasmext.hooks.lifecycle import EVENTS
 from wasmext.ids import random_hex
 from wasmext.sandbox.engine import TICK_MS
@@ -106,8 +110,8 @@ class AsyncSession:
         return call_pool().submit(asyncio.get_running_loop(), fn, *args)
 
     def _inline(self, hook: str) -> LoopShare | None:
-        """The loop's share if `hook` may run on the loop now (its worst case is below
-        the threshold and this iteration's slice is not used up), else None."""
+        """The loop's share if `hook` runs on the loop (its worst case is below the
+        threshold), else None."""
         if self.inline_below_ms <= 0:
             return None
         worst = worst_case_ms(self.sync.host, hook)
@@ -118,7 +122,7 @@ class AsyncSession:
         if share is None or self._loop is not loop:  # one lookup per session and loop
             share = self._share = share_of(loop)
             self._loop = loop
-        return share if share.spent < SLICE_S else None
+        return share
 
     @staticmethod
     def _on_loop(share: LoopShare, fn: Callable[..., Any], *args: Any) -> Any:
@@ -132,18 +136,24 @@ class AsyncSession:
     async def on_input_messages(self, messages: Any) -> TransformResult:
         """Session.on_input_messages, awaited (inline when its worst case is short)."""
         if share := self._inline("on_input_messages"):
+            if not share.may_inline():
+                await share.turn()
             return self._on_loop(share, self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_input_messages, messages)  # type: ignore[no-any-return]
 
     async def on_plain_text(self, text: str) -> TransformResult:
         """Session.on_plain_text, awaited (inline when its worst case is short)."""
         if share := self._inline("on_plain_text"):
+            if not share.may_inline():
+                await share.turn()
             return self._on_loop(share, self.sync.on_plain_text, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_plain_text, text)  # type: ignore[no-any-return]
 
     async def on_llm_output(self, text: str) -> TransformResult:
         """Session.on_llm_output, awaited (inline when its worst case is short)."""
         if share := self._inline("on_llm_output"):
+            if not share.may_inline():
+                await share.turn()
             return self._on_loop(share, self.sync.on_llm_output, text)  # type: ignore[no-any-return]
         return await self._run(self.sync.on_llm_output, text)  # type: ignore[no-any-return]
 
@@ -159,6 +169,8 @@ class AsyncSession:
     async def lifecycle(self, event: str, **fields: Any) -> LifecycleResult:
         """Session.lifecycle, awaited (inline when its worst case is short)."""
         if event in EVENTS and (share := self._inline(event)):
+            if not share.may_inline():
+                await share.turn()
             return self._on_loop(  # type: ignore[no-any-return]
                 share, lambda: self.sync.lifecycle(event, **fields))
         return await self._run(  # type: ignore[no-any-return]

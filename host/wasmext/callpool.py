@@ -31,7 +31,17 @@ for at most `SLICE_S` per loop iteration, leaving the rest to the next one. With
 arrived (each waking its task, which then submits its next call) kept the loop
 from its timers and sockets for over 100 ms; sliced, other coroutines run
 between slices. `aio` charges inline hooks to the same share, so inline calls in
-one iteration stop at the slice too (the rest take the pool).
+one iteration stop at the slice too (the rest wait for the next turn).
+
+A loop sends the workers at most `CallPool.per_loop` calls younger than
+`YOUNG_S` (4 ms) at a time, as many as there are workers; the rest wait on the
+loop, in order, and go when an answer comes back or a call in flight grows
+old. With every waiting call queued for the workers they never paused, and
+each time the loop's thread gave the GIL up (every `select`) it queued behind
+busy workers to get it back; bounded, the workers run out of work between two
+drains and the loop mostly finds the GIL free. A call that waits (on I/O, on a
+guest running outside the GIL) grows old and stops counting, so slow calls do
+not hold fast ones back.
 """
 
 from __future__ import annotations
@@ -60,13 +70,17 @@ SLICE_S = 0.004
 # Answers settled per drain: each wakes a task whose next step (its next submit, the
 # application's code) runs in the next iteration, which the drain cannot time.
 BATCH = 48
+# A call in flight for longer than this is presumed to wait (on I/O, on a guest
+# running outside the GIL) rather than run Python: it no longer counts against a
+# loop's bound on calls in flight (`CallPool.per_loop`).
+YOUNG_S = SLICE_S
 
 
 class LoopShare:
     """wasmext's share of one event loop: answers to hand back, inline time spent."""
 
-    __slots__ = ("__weakref__", "_armed", "_draining", "_loop_ref", "_results", "_waiting",
-                 "spent")
+    __slots__ = ("__weakref__", "_again", "_armed", "_draining", "_held", "_held_armed",
+                 "_in_flight", "_loop_ref", "_results", "_waiting", "spent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         # Weak: `_shares` is keyed by the loop, and a value holding its key would keep
@@ -76,6 +90,14 @@ class LoopShare:
         self._draining = False
         self._armed = False
         self._waiting: deque[asyncio.Future[None]] = deque()  # tasks queued by `turn`
+        # Woken tasks that found the slice used up by those woken before them: they
+        # go first next time, in the order they came.
+        self._again: deque[asyncio.Future[None]] = deque()
+        # Calls sent to workers, by future, with when they were sent (oldest first),
+        # and calls held back on the loop until one of those answers or grows old.
+        self._in_flight: dict[asyncio.Future[Any], float] = {}
+        self._held: deque[tuple[CallPool, _Job]] = deque()
+        self._held_armed = False
         self.spent = 0.0  # seconds of wasmext work on the loop in this iteration
 
     @property
@@ -86,8 +108,9 @@ class LoopShare:
         return loop
 
     def may_inline(self) -> bool:
-        """Is this iteration's slice left for one more inline call?"""
-        return self.spent < SLICE_S
+        """Is this iteration's slice left for one more inline call, with nobody queued
+        for a turn ahead of it?"""
+        return self.spent < SLICE_S and not self._waiting and not self._again
 
     def charge(self, seconds: float) -> None:
         """Count `seconds` of work on the loop against this iteration's slice."""
@@ -96,12 +119,19 @@ class LoopShare:
 
     async def turn(self) -> None:
         """Wait, in order, until this iteration's slice has room for more work."""
-        if self.spent < SLICE_S and not self._waiting:
+        if self.spent < SLICE_S and not self._waiting and not self._again:
             return
         waiter = self._loop.create_future()
         self._waiting.append(waiter)
         self._arm()
         await waiter
+        # A batch is woken at once and each charges its own step: when those ahead
+        # used the slice up, wait again, ahead of those who have not had a turn yet.
+        while self.spent >= SLICE_S:
+            waiter = self._loop.create_future()
+            self._again.append(waiter)
+            self._arm()
+            await waiter
 
     def _arm(self) -> None:
         if not self._armed:
@@ -111,14 +141,15 @@ class LoopShare:
     def _refill(self) -> None:
         self._armed = False
         self.spent = 0.0
-        waiting, woken = self._waiting, 0
+        woken = 0
         # Each woken task charges its own step when it runs, in the next iteration.
-        while waiting and woken < BATCH:
-            waiter = waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                woken += 1
-        if waiting:
+        for waiting in (self._again, self._waiting):
+            while waiting and woken < BATCH:
+                waiter = waiting.popleft()
+                if not waiter.done():  # a cancelled wait is skipped
+                    waiter.set_result(None)
+                    woken += 1
+        if self._again or self._waiting:
             self._arm()
 
     def hand_back(self, future: asyncio.Future[Any], value: Any,
@@ -133,10 +164,13 @@ class LoopShare:
         clock = time.perf_counter
         started = clock()
         results = self._results
+        in_flight = self._in_flight
         settled = 0
         while True:
             while results:
-                _settle(*results.popleft())
+                answer = results.popleft()
+                in_flight.pop(answer[0], None)
+                _settle(*answer)
                 settled += 1
                 if results and (settled >= BATCH or clock() - started >= SLICE_S):
                     self.charge(clock() - started)
@@ -146,7 +180,54 @@ class LoopShare:
             if not results:  # an answer that came after the last pop still wakes a drain
                 break
             self._draining = True
+        if self._held:
+            self._send_held()
         self.charge(clock() - started)
+
+    def _young(self, now: float, bound: int) -> int:
+        """How many calls in flight were sent less than YOUNG_S ago (counted up to `bound`)."""
+        young = 0
+        for sent in reversed(self._in_flight.values()):  # newest first
+            if now - sent >= YOUNG_S or young >= bound:
+                break
+            young += 1
+        return young
+
+    def send(self, pool: CallPool, job: _Job) -> None:
+        """On the loop: pass `job` to the pool's workers, or hold it while the loop has
+        `pool.per_loop` young calls in flight (held calls go first, in order)."""
+        now = time.perf_counter()
+        if not self._held and self._young(now, pool.per_loop) < pool.per_loop:
+            self._in_flight[job[1]] = now
+            pool.enqueue(job)
+            return
+        self._held.append((pool, job))
+        self._arm_held()
+
+    def _send_held(self) -> None:
+        held, in_flight = self._held, self._in_flight
+        now = time.perf_counter()
+        while held:
+            pool, job = held[0]
+            if job[1].cancelled():  # given up while held: never sent, never started
+                held.popleft()
+                continue
+            if self._young(now, pool.per_loop) >= pool.per_loop:
+                self._arm_held()  # when the youngest in flight grows old, if none answers
+                return
+            held.popleft()
+            in_flight[job[1]] = now
+            pool.enqueue(job)
+
+    def _arm_held(self) -> None:
+        if not self._held_armed:
+            self._held_armed = True
+            self._loop.call_later(YOUNG_S, self._held_timer)
+
+    def _held_timer(self) -> None:
+        self._held_armed = False
+        if self._held:
+            self._send_held()
 
 
 _shares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopShare] = (
@@ -188,6 +269,14 @@ class CallPool:
             raise ValueError("a call pool needs at least one worker")
         self.max_workers = max_workers
         self.name = name
+        # How many young calls (YOUNG_S) one loop may have sent to the workers: no
+        # more than the workers can run at once. With a thousand calls queued the
+        # workers never paused, so whenever the loop's thread gave the GIL up (each
+        # select) it queued for it behind busy workers, a switch interval (5 ms)
+        # each; bounded, they run out of work between two drains and the loop finds
+        # the GIL free. The rest wait on the loop, where a cancelled one costs
+        # nothing; calls that wait (I/O, a long guest) grow old and stop counting.
+        self.per_loop = max_workers
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         # No lock the loop's thread could wait on: a worker holding one while it runs
         # Python made `submit` give up the GIL, and getting it back from busy workers
@@ -206,8 +295,14 @@ class CallPool:
                *args: Any) -> asyncio.Future[Any]:
         """A future of `fn(*args)`, run on a worker thread; `loop` must be running here."""
         future = loop.create_future()
-        self._jobs.put((share_of(loop), future, contextvars.copy_context().run,
-                        (_joined, fn, *args)))
+        share = share_of(loop)
+        share.send(self, (share, future, contextvars.copy_context().run,
+                          (_joined, fn, *args)))
+        return future
+
+    def enqueue(self, job: _Job) -> None:
+        """Queue a job for the workers, starting one if none is idle (on the loop's thread)."""
+        self._jobs.put(job)
         try:
             self._idle.pop()  # an idle worker takes this job
         except IndexError:
@@ -217,7 +312,6 @@ class CallPool:
                                           name=f"{self.name}-{number}")
                 self._started.append(worker)
                 worker.start()
-        return future
 
     def _work(self) -> None:
         get, idle = self._jobs.get, self._idle.append
@@ -225,6 +319,9 @@ class CallPool:
             share, future, fn, args = get()
             if future.cancelled():  # given up while queued: never started, as an executor's
                 idle(None)
+                with contextlib.suppress(RuntimeError):  # the loop forgets it was sent
+                    share.hand_back(future, None, None)
+                del share, future, fn, args
                 continue
             try:
                 value, error = fn(*args), None
