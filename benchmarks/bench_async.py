@@ -14,6 +14,15 @@ thread running pure Python for as long as the pool run took (what the GIL and
 the machine's load alone cost a loop that shares its process with one busy
 thread: on 2 shared cores, 10-40 ms; with 6 such threads, hundreds).
 `benchmarks/run.py --async-scale` adds this section.
+
+`--where` also says where the loop was held in the pool and inline runs: every
+handle that ran for over 2 ms (which callback, which coroutine), and every
+`select` that returned over 2 ms later than its timeout asked (the loop thread
+woke but waited for the GIL or for a core), with the loop thread's CPU time
+beside the wall time of the stretch between two selects (their difference is
+time spent waiting, not working). `--rounds N` repeats the whole measurement
+and reports min / median / max of each figure: on a shared machine one run
+says little.
 """
 
 from __future__ import annotations
@@ -21,9 +30,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +77,80 @@ class Ticker:
         """Stop, counting the sleep in progress (a loop starved to the end shows too)."""
         self._late()
         self._stop = True
+
+
+SLOW_S = 0.002
+
+
+class Where:
+    """Where one loop spent its time: slow handles, late selects, work between selects."""
+
+    def __init__(self) -> None:
+        self.handles: list[tuple[float, str]] = []  # (ms, what ran)
+        self.late_selects: list[tuple[float, float]] = []  # (ms late, timeout ms)
+        self.stretches: list[tuple[float, float]] = []  # (wall ms, loop-thread CPU ms)
+
+    @contextmanager
+    def watching(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+        """Record while the block runs (Handle._run and the loop's select wrapped)."""
+        handle_run = asyncio.Handle._run
+        selector = loop._selector  # type: ignore[attr-defined]
+        select = selector.select
+        clock, cpu = time.perf_counter, time.thread_time
+        last: list[float] = []  # wall and CPU time when the last select returned
+        where = self
+
+        def timed_run(handle: asyncio.Handle) -> None:
+            started = clock()
+            handle_run(handle)
+            took = clock() - started
+            if took > SLOW_S:
+                where.handles.append((took * 1000, _describe(handle)))
+
+        def timed_select(timeout: float | None = None) -> Any:
+            started, started_cpu = clock(), cpu()
+            if last:
+                where.stretches.append(((started - last[0]) * 1000,
+                                        (started_cpu - last[1]) * 1000))
+            events = select(timeout)
+            ended = clock()
+            late = ended - started - (timeout or 0.0)
+            if timeout is not None and late > SLOW_S:
+                where.late_selects.append((late * 1000, timeout * 1000))
+            last[:] = [ended, cpu()]
+            return events
+
+        asyncio.Handle._run = timed_run  # type: ignore[method-assign]
+        selector.select = timed_select
+        try:
+            yield
+        finally:
+            asyncio.Handle._run = handle_run  # type: ignore[method-assign]
+            del selector.select
+
+    def summary(self) -> dict[str, Any]:
+        """The five worst of each, and totals."""
+        wall = sum(w for w, _ in self.stretches)
+        busy = sum(c for _, c in self.stretches)
+        return {
+            "slow_handles": [(round(ms, 2), what) for ms, what in sorted(self.handles)[::-1][:5]],
+            "slow_handle_count": len(self.handles),
+            "late_selects": [(round(ms, 2), round(t, 2))
+                             for ms, t in sorted(self.late_selects)[::-1][:5]],
+            "late_select_count": len(self.late_selects),
+            "worst_stretches": [(round(w, 2), round(c, 2))
+                                for w, c in sorted(self.stretches)[::-1][:5]],
+            "work_wall_ms": round(wall, 1), "work_cpu_ms": round(busy, 1),
+            "iterations": len(self.stretches)}
+
+
+def _describe(handle: asyncio.Handle) -> str:
+    callback = handle._callback  # type: ignore[attr-defined]
+    name = getattr(callback, "__qualname__", type(callback).__name__)
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        name += " " + getattr(task.get_coro(), "__qualname__", "?")
+    return name
 
 
 async def _scale(host: Any, sessions: int, calls: int, inline_below_ms: float | None
@@ -124,8 +210,10 @@ async def _busy_threads(threads: int, seconds: float) -> dict[str, Any]:
     return {"worst_gap_ms": round(ticker.worst_ms, 2), "threads": threads}
 
 
-def measure(quick: bool = False, sessions: int = 1000) -> dict[str, Any]:
-    """Worst loop gap for `sessions` concurrent sessions, pool and inline, and the floor."""
+def measure(quick: bool = False, sessions: int = 1000, where: bool = False
+            ) -> dict[str, Any]:
+    """Worst loop gap for `sessions` concurrent sessions, pool and inline, and the floor
+    (with `where`, also where the loop was held in the pool and inline runs)."""
     calls = 2 if quick else 5
     host = make_host((_noop(), {"plugin_id": "noop"}))
     try:
@@ -137,16 +225,41 @@ def measure(quick: bool = False, sessions: int = 1000) -> dict[str, Any]:
             result: dict[str, Any] = {"sessions": sessions, "calls_per_session": calls}
             result["floor"] = loop.run_until_complete(_floor(sessions, calls))
             started = time.perf_counter()
-            result["pool"] = loop.run_until_complete(_scale(host, sessions, calls, 0))
+            result["pool"] = _watched(loop, where, _scale(host, sessions, calls, 0))
             result["busy_threads_floor"] = loop.run_until_complete(_busy_threads(
                 1, time.perf_counter() - started))
-            result["inline"] = loop.run_until_complete(_scale(host, sessions, calls,
-                                                              inline_ms))
+            result["inline"] = _watched(loop, where, _scale(host, sessions, calls,
+                                                            inline_ms))
         finally:
             loop.close()
     finally:
         host.close()
     return result
+
+
+def _watched(loop: asyncio.AbstractEventLoop, where: bool, run: Any) -> dict[str, Any]:
+    if not where:
+        return loop.run_until_complete(run)  # type: ignore[no-any-return]
+    watch = Where()
+    with watch.watching(loop):
+        figures: dict[str, Any] = loop.run_until_complete(run)
+    figures["where"] = watch.summary()
+    return figures
+
+
+def spread(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """min / median / max of each figure over several `measure` results."""
+    def three(values: list[float]) -> list[float]:
+        return [min(values), round(statistics.median(values), 2), max(values)]
+    out: dict[str, Any] = {"rounds": len(results), "sessions": results[0]["sessions"],
+                           "calls_per_session": results[0]["calls_per_session"]}
+    out["floor"] = three([r["floor"]["worst_gap_ms"] for r in results])
+    out["busy_threads_floor"] = three([r["busy_threads_floor"]["worst_gap_ms"]
+                                       for r in results])
+    for mode in ("pool", "inline"):
+        out[mode] = {key: three([r[mode][key] for r in results])
+                     for key in ("worst_gap_ms", "p99_gap_ms", "calls_per_s")}
+    return out
 
 
 def report(result: dict[str, Any]) -> str:
@@ -168,16 +281,50 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _where_lines(where: dict[str, Any]) -> list[str]:
+    lines = [f"    loop work {where['work_wall_ms']} ms wall, {where['work_cpu_ms']} ms on "
+             f"the CPU, {where['iterations']} iterations"]
+    lines.append("    worst stretches between selects (wall ms, CPU ms): "
+                 + ", ".join(f"{w}/{c}" for w, c in where["worst_stretches"]))
+    lines.append(f"    {where['late_select_count']} selects late by over 2 ms; worst "
+                 "(late ms, timeout ms): "
+                 + ", ".join(f"{late}/{t}" for late, t in where["late_selects"]))
+    lines.append(f"    {where['slow_handle_count']} handles over 2 ms; worst:")
+    lines.extend(f"      {ms:>8} ms  {what}" for ms, what in where["slow_handles"])
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sessions", type=int, default=1000)
+    ap.add_argument("--where", action="store_true",
+                    help="also say where the loop was held (slow handles, late selects)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat and report min / median / max of each figure")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    result = measure(args.quick, args.sessions)
-    print(report(result))
+    results = []
+    for _ in range(max(1, args.rounds)):
+        result = measure(args.quick, args.sessions, args.where)
+        results.append(result)
+        print(report(result))
+        for mode in ("pool", "inline") if args.where else ():
+            print(f"  where the loop was held, {mode}:")
+            print("\n".join(_where_lines(result[mode]["where"])))
+    doc: Any = results[0]
+    if len(results) > 1:
+        doc = {"spread": spread(results), "runs": results}
+        s = doc["spread"]
+        print(f"over {s['rounds']} rounds (min / median / max):")
+        print(f"  floor (sleep(0) tasks)  {s['floor']} ms; one busy thread "
+              f"{s['busy_threads_floor']} ms")
+        for mode in ("pool", "inline"):
+            m = s[mode]
+            print(f"  {mode:6} worst gap {m['worst_gap_ms']} ms, p99 {m['p99_gap_ms']} ms, "
+                  f"hooks/s {m['calls_per_s']}")
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 
