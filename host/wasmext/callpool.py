@@ -197,8 +197,9 @@ class LoopShare:
         """On the loop: pass `job` to the pool's workers, or hold it while the loop has
         `pool.per_loop` young calls in flight (held calls go first, in order)."""
         now = time.perf_counter()
-        if not self._held and self._young(now, pool.per_loop) < pool.per_loop:
-            self._in_flight[job[1]] = now
+        in_flight, bound = self._in_flight, pool.per_loop
+        if not self._held and (len(in_flight) < bound or self._young(now, bound) < bound):
+            in_flight[job[1]] = now
             pool.enqueue(job)
             return
         self._held.append((pool, job))
