@@ -8,6 +8,7 @@ read or written, and that a healthy plugin answers afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -596,3 +597,53 @@ def test_a_positioned_write_to_an_append_fd_counts_what_it_appends(box: Path,
     assert notes and "over its 65536 bytes" in notes[0]
     table.close_all()
     outside_intact(tmp_path)
+
+
+def _held_bytes(box: Path) -> int:
+    """Bytes of the files under `box`, those unlinked but still open in this process too."""
+    on_disk = sum(p.stat().st_size for p in box.rglob("*") if p.is_file())
+    held = 0
+    for link in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(link)
+            if target.startswith(str(box)) and target.endswith(" (deleted)"):
+                held += link.stat().st_size
+    return on_disk + held
+
+
+@pytest.mark.parametrize("remove", ["unlink", "rename"])
+def test_a_removed_file_still_open_keeps_counting_against_the_quota(
+        runtime: Runtime, box: Path, tmp_path: Path, healthy: Plugin, remove: str) -> None:
+    # Removing a file's name while an fd holds it frees nothing on the disk: crediting
+    # its bytes back at unlink (or at a rename over it) let a guest fill a quota, drop
+    # the name, keep writing through the fd and fill it again, 128 fds times over.
+    runtime.services.fs_quota = FsQuota(max_bytes=1 << 20, max_files=100)
+    s = Script()
+    f = s.open("big.bin", CREAT, RIGHTS_RW)
+    first = s.flood_bytes(f, 1000)
+    if remove == "unlink":
+        gone = s.path("path_unlink_file", "big.bin")
+    else:
+        s.close(s.open("small.bin", CREAT, RIGHTS_RW))
+        gone = s.rename("small.bin", "big.bin")
+    again = s.flood_bytes(f, 1000)
+    g = s.open("other.bin", CREAT, RIGHTS_RW)
+    other = s.flood_bytes(g, 1000)
+    plugin = load_wat(runtime, s.wat(), plugin_id="fs-guest", grants=frozenset([f"fs:{box}:rw"]))
+    started = time.monotonic()
+    value = bytes(plugin.call("test", None).value)
+    took = time.monotonic() - started
+    assert errno(value, first) == DQUOT and errno(value, gone) == OK
+    assert errno(value, again) == DQUOT and counter(value, again) == 0
+    assert errno(value, other) == DQUOT and counter(value, other) == 0
+    assert _held_bytes(box) <= 1 << 20
+    assert took < BOUND_S
+    plugin.close()
+    gc.collect()
+    # Once the last fd closes, the disk is free and so is the quota.
+    writer = Script()
+    writer.flood_bytes(writer.open("after.bin", CREAT, RIGHTS_RW), 4)
+    value, _ = run(runtime, writer, [f"fs:{box}:rw"], plugin_id="fs-after")
+    assert errno(value, 0) == OK and counter(value, 1) == 4
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"

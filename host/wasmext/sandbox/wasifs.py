@@ -20,7 +20,9 @@ holds, so nothing a guest names can reach outside the folder:
 - `O_TRUNC` is applied after those checks, never by `open` itself;
 - a quota per folder (bytes and entries, `FsQuota`) refuses growth past it with
   EDQUOT and a line in the plugin's log; the bytes read and written in one call are
-  bounded too (`max_io_bytes`), past it the call fails with `HostCallLimitExceeded`.
+  bounded too (`max_io_bytes`), past it the call fails with `HostCallLimitExceeded`;
+- a file whose name goes (unlink, or a rename over it) while an fd still holds it
+  keeps its bytes on the disk, so they stay counted until its last fd closes.
 
 A revoked grant stops working at the next operation; a grant added later reaches
 new instances (`Plugin.set_grants` drops the idle ones when folder grants change).
@@ -77,11 +79,16 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _BASE_FLAGS
 
 class _Usage:
     """A folder's size and entry count, counted once per process and then kept up to
-    date by this host's own changes (another writer's changes are not seen)."""
+    date by this host's own changes (another writer's changes are not seen).
+
+    Files open through any instance are counted by inode: a name removed while one is
+    open frees no disk, so its bytes are given back only when its last fd closes."""
 
     def __init__(self, root: str, quota: FsQuota) -> None:
         self.lock = threading.Lock()
         self.bytes, self.files = 0, 0
+        self.open: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) -> open fds
+        self.orphans: set[tuple[int, int]] = set()  # open inodes whose name is gone
         stack = [root]
         while stack and self.files <= quota.max_files:
             try:
@@ -104,6 +111,38 @@ class _Usage:
             self.bytes = max(0, self.bytes + nbytes)
             self.files = max(0, self.files + files)
             return True
+
+    def opened(self, inode: tuple[int, int]) -> None:
+        """An fd now holds the regular file `inode`."""
+        with self.lock:
+            self.open[inode] = self.open.get(inode, 0) + 1
+
+    def closed(self, inode: tuple[int, int], size: int) -> None:
+        """An fd of `inode` (now `size` bytes) closed: an orphan's bytes come back with
+        its last one."""
+        with self.lock:
+            left = self.open.get(inode, 0) - 1
+            if left > 0:
+                self.open[inode] = left
+                return
+            self.open.pop(inode, None)
+            if inode in self.orphans:
+                self.orphans.discard(inode)
+                self.bytes = max(0, self.bytes - size)
+
+    def removed(self, info: os.stat_result) -> None:
+        """A name of the file `info` describes is gone: one entry less, and its bytes
+        too when that was its last name and no fd holds it."""
+        inode = (info.st_dev, info.st_ino)
+        freed = stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+        with self.lock:
+            self.files = max(0, self.files - 1)
+            if not freed:
+                return
+            if inode in self.open:
+                self.orphans.add(inode)
+            else:
+                self.bytes = max(0, self.bytes - info.st_size)
 
 
 _usages: dict[tuple[int, int, FsQuota], _Usage] = {}
@@ -141,12 +180,26 @@ class _Open:
     append: bool = False
     preopen: bool = False
     listing: list[tuple[str, int, int]] | None = None  # fd_readdir's (name, ino, type)
+    inode: tuple[int, int] | None = None  # a regular file's, counted in `usage.open`
+
+    def release(self) -> None:
+        """Close the host fd, and tell the folder's usage its file has one fd less."""
+        size = 0
+        if self.inode is not None:
+            with contextlib.suppress(OSError):
+                size = os.fstat(self.fd).st_size
+        try:
+            os.close(self.fd)
+        finally:
+            if self.inode is not None:
+                self.usage.closed(self.inode, size)
+                self.inode = None
 
 
 def _close_all(files: dict[int, _Open]) -> None:
     for entry in files.values():
         with contextlib.suppress(OSError):
-            os.close(entry.fd)
+            entry.release()
     files.clear()
 
 
@@ -290,7 +343,7 @@ class FsTable:
 
     def _add(self, entry: _Open) -> int:
         if len(self.files) >= MAX_OPEN:
-            os.close(entry.fd)
+            entry.release()
             raise _Fault(MFILE)
         fd = 3
         while fd in self.files:
@@ -304,7 +357,7 @@ class FsTable:
         if entry is None:
             return BADF
         self.names.pop(fd, None)
-        os.close(entry.fd)
+        entry.release()
         return SUCCESS
 
     def prestat(self, fd: int) -> bytes:
@@ -387,8 +440,12 @@ class FsTable:
         except BaseException:
             os.close(fd)
             raise
+        inode = (info.st_dev, info.st_ino) if regular else None
+        if inode is not None:
+            base.usage.opened(inode)
         return self._add(_Open(fd, not regular, base.grant, base.usage, readable=read,
-                               writable=write, append=bool(fdflags & _FD_APPEND)))
+                               writable=write, append=bool(fdflags & _FD_APPEND),
+                               inode=inode))
 
     def _over(self, entry: _Open, what: str) -> None:
         q = self.quota
@@ -550,8 +607,7 @@ class FsTable:
             if stat.S_ISDIR(info.st_mode):
                 raise _Fault(ISDIR)
             os.unlink(walk.name, dir_fd=walk.fd)
-        base.usage.grow(-info.st_size if stat.S_ISREG(info.st_mode) and info.st_nlink == 1
-                        else 0, -1, self.quota)
+        base.usage.removed(info)
 
     def rmdir(self, fd: int, raw: bytes) -> None:
         """path_remove_directory."""
@@ -575,8 +631,7 @@ class FsTable:
             replaced = dst.lstat()
             os.rename(src.name, dst.name, src_dir_fd=src.fd, dst_dir_fd=dst.fd)
         if replaced is not None:
-            base.usage.grow(-replaced.st_size if stat.S_ISREG(replaced.st_mode) else 0, -1,
-                            self.quota)
+            base.usage.removed(replaced)
 
 
 def run(op: Callable[[], Any]) -> tuple[int, Any]:
