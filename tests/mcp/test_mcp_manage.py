@@ -398,3 +398,30 @@ def test_a_plugin_that_does_not_load_is_reported_without_host_paths(
     assert "does not compile" in out["error"] or "invalid" in out["error"].lower()
     assert str(site) not in out["error"]
     assert host.plugins["kb"].plugin.call("on_tool", {"name": "lookup"}).value == {"found": 1}
+
+
+def test_a_manifests_capabilities_reach_the_client_inert_and_never_as_a_shell_line(
+        manager: tuple[Manager, Host], site: Path, tmp_path: Path) -> None:
+    # The manifest is the plugin's: what it asks for is shown to the client, and the
+    # `operator` line is one an agent or a person may paste into a shell.
+    mgr, host = manager
+    pwned = tmp_path / "pwned"
+    asks = ("state", f"http:x; touch {pwned} #", "http:*", "tool:a\x1b]0;T\x07\x1b[2J",
+            "http:" + "A" * 5000, "bogus$(id)", *(f"tool:t{i}" for i in range(300)))
+    write_plugin(site / "incoming", "asker", KB, asks)
+    started = time.monotonic()
+    out = mgr.load({"path": "asker"})
+    answer = mgr.grants({"id": "asker"})
+    listed = next(p for p in mgr.list_plugins({})["plugins"] if p["id"] == "asker")
+    assert time.monotonic() - started < TIMEOUT
+    for shown in (out["requested"], answer["requested"], answer["missing"],
+                  listed["requested"]):
+        assert 0 < len(shown) <= 64
+        assert all(len(c) <= 200 and "\x1b" not in c and "\x07" not in c for c in shown)
+    words = __import__("shlex").split(answer["operator"])
+    assert words[:3] == ["wasmext", "grant", "asker"]
+    assert "state" in words and "http:*" in words and f"http:x; touch {pwned} #" in words
+    assert not any("\x1b" in w or "$(" in w or len(w) > 200 for w in words)
+    subprocess.run(["sh", "-c", answer["operator"].replace("wasmext", "true", 1)], check=True)
+    assert not pwned.exists()
+    assert host.plugins["kb"].plugin.call("on_tool", {"name": "lookup"}).value == {"found": 1}

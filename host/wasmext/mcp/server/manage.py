@@ -28,6 +28,10 @@ The MCP client is trusted with none of the operator's powers beyond these:
   only when `REGISTRY/NAME` matches a pattern of `[manage] registries` (none by
   default), through `lifecycle.oci` with every check of it (digests, sizes, the
   deadline), plain http only to a loopback registry.
+- What a manifest asks for is the plugin's text: each capability is shown cleaned
+  and cut (at most `MAX_SHOWN_CAPABILITIES`), and the suggested `wasmext grant`
+  line holds only well-formed ones, each shell-quoted, so pasting it runs nothing
+  the plugin wrote.
 - Plugins cannot reach these tools: they are not in the tool registry
   (`tool.call` never sees them), and their names have no `__`, so no plugin
   tool (`<id>__<name>`) can take one.
@@ -42,6 +46,7 @@ import fnmatch
 import logging
 import os
 import re
+import shlex
 import stat
 import tempfile
 from collections.abc import Callable
@@ -50,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ManageRefused
 from wasmext.files import atomic_write
+from wasmext.lifecycle.approvals import capability_problem
 from wasmext.lifecycle.bundle import MAX_ARCHIVE_BYTES, MAX_ENTRY_BYTES, PLAIN_NAME, install, pack
 from wasmext.manifest import ID_RE, load_folder, load_manifest
 from wasmext.services.tools import Tool
@@ -67,12 +73,29 @@ log = logging.getLogger("wasmext.mcp.manage")
 MANAGE_TOOLS = ("wasmext_plugins_list", "wasmext_plugin_grants", "wasmext_plugin_enable",
                 "wasmext_plugin_disable", "wasmext_plugin_load")
 MAX_PATH = 4096
+MAX_SHOWN_CAPABILITIES = 64
+MAX_CAPABILITY_CHARS = 200
 _OPEN = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
          | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
 _PROC_FD = Path("/proc/self/fd")
 _ID_SCHEMA = {"type": "object", "properties": {"id": {
     "type": "string", "pattern": ID_RE.pattern, "description": "The plugin id."}},
     "required": ["id"], "additionalProperties": False}
+
+
+def _shown(capabilities: Any) -> list[str]:
+    """A manifest's capabilities as a client sees them: each one inert and cut, and
+    no more than MAX_SHOWN_CAPABILITIES of them."""
+    return [clean(str(c), MAX_CAPABILITY_CHARS) for c in
+            list(capabilities)[:MAX_SHOWN_CAPABILITIES]]
+
+
+def _grant_line(pid: str, missing: list[str]) -> str:
+    """The `wasmext grant` command for what is missing: only capabilities a grant can
+    say, printable and short, each quoted for a POSIX shell."""
+    fit = [c for c in missing if len(c) <= MAX_CAPABILITY_CHARS and clean(c) == c
+           and capability_problem(c) is None]
+    return " ".join(["wasmext", "grant", pid, *(shlex.quote(c) for c in fit)])
 
 
 def _within(path: Path, roots: list[Path]) -> bool:
@@ -167,7 +190,7 @@ class Manager:
             if pid not in self.host.plugins:
                 rows.append({"id": pid, "version": manifest.version, "enabled": False,
                              "loaded": False, "tools": [],
-                             "requested": list(manifest.capabilities), "granted": []})
+                             "requested": _shown(manifest.capabilities), "granted": []})
         return {"plugins": sorted(rows, key=lambda r: str(r["id"]))}
 
     def grants(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -182,10 +205,11 @@ class Manager:
         else:
             raise ManageRefused(f"no plugin {pid!r}")
         missing = [c for c in requested if c not in granted]
-        out: dict[str, Any] = {"id": pid, "loaded": lp is not None, "requested": requested,
-                               "granted": granted, "missing": missing}
+        out: dict[str, Any] = {"id": pid, "loaded": lp is not None,
+                               "requested": _shown(requested), "granted": granted,
+                               "missing": _shown(missing)}
         if missing:
-            out["operator"] = f"wasmext grant {pid} {' '.join(missing)}"
+            out["operator"] = _grant_line(pid, missing)
         return out
 
     def enable(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -306,7 +330,7 @@ class Manager:
                 "enabled": True, "loaded": True, "source": lp.source,
                 "tools": sorted(n for n, t in dict(self.host.tools.tools).items()
                                 if t.owner == owner),
-                "requested": list(lp.manifest.capabilities) if lp.manifest else [],
+                "requested": _shown(lp.manifest.capabilities) if lp.manifest else [],
                 "granted": sorted(lp.plugin.grants)}
 
     def _outcome(self, pid: str, before: int, *, enabled: bool) -> dict[str, Any]:
