@@ -17,6 +17,7 @@ from mcp.client.client import Client
 
 from support import Built
 from wasmext import Host, HostConfig, PluginError, Runtime
+from wasmext.errors import ToolLimitError
 from wasmext.mcp.server.serve import McpToolServer
 from wasmext.services.tools import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_TOOLS_PER_PLUGIN
 
@@ -54,6 +55,38 @@ def test_a_tool_registered_at_runtime_is_called_and_replaced(built: Built,
         assert [t["name"] for t in host.tools.catalog()].count("rt__lookup") == 1
 
 
+def ref_bomb(levels: int) -> dict[str, Any]:
+    """An object schema whose $defs each name the next one twice (2^levels paths)."""
+    defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2}
+                            for i in range(levels)}
+    defs[f"d{levels}"] = {"not": {}}
+    return {"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+
+
+def test_a_recursive_schema_that_follows_the_data_is_kept(built: Built,
+                                                           tmp_path: Path) -> None:
+    tree = {"type": "object", "$defs": {"node": {"type": "object", "properties": {
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+        "properties": {"root": {"$ref": "#/$defs/node"}}}
+    with new_host(built, tmp_path) as host:
+        assert add_tool(host, name="tree", input_schema=tree)["name"] == "rt__tree"
+        deep: dict[str, Any] = {}
+        for _ in range(20):  # within the ABI's msgpack depth
+            deep = {"kids": [deep]}
+        assert host.tools.call("rt__tree", {"root": deep})["status"] == "ok"
+        assert host.tools.call("rt__tree", {"root": {"kids": 1}})["status"] == "error"
+
+
+def test_an_output_schema_bomb_is_a_limit_too(built: Built, tmp_path: Path) -> None:
+    with new_host(built, tmp_path) as host:
+        start = time.monotonic()
+        with pytest.raises(ToolLimitError, match=r"output_schema expands through its \$refs"):
+            host.tools.register_runtime("rt", {"name": "out", "output_schema": ref_bomb(40)})
+        assert time.monotonic() - start < 3
+        assert "rt__out" not in host.tools.tools
+        assert add_tool(host, name="fine")["name"] == "rt__fine"
+
+
 @pytest.mark.parametrize(("spec", "code", "says"), [
     ({"name": "bad name\x1b[31m"}, "invalid", "'name' must be letters"),
     ({"name": "x" * 65}, "invalid", "'name' must be letters"),
@@ -64,6 +97,13 @@ def test_a_tool_registered_at_runtime_is_called_and_replaced(built: Built,
         "a": {"type": "string", "pattern": "(a)\\1"}}}}, "invalid", "invalid JSON Schema"),
     ({"name": "big", "input_schema": {"type": "object", "description": "d" * MAX_SCHEMA_BYTES}},
      "limit", "max_schema_bytes"),
+    # 2 KB whose check took 2^40 steps holding the interpreter lock: every thread of the
+    # host stood still on each call of the tool
+    ({"name": "refbomb", "input_schema": ref_bomb(40)}, "limit", "expands through its $refs"),
+    ({"name": "farref", "input_schema": {"type": "object", "properties": {
+        "a": {"$ref": "https://169.254.169.254/s.json"}}}}, "invalid", "local JSON pointers"),
+    ({"name": "dangling", "input_schema": {"type": "object", "properties": {
+        "a": {"$ref": "#/$defs/none"}}}}, "invalid", "names nothing"),
 ])
 def test_hostile_registrations_are_refused_by_name(built: Built, tmp_path: Path,
                                                    spec: dict[str, Any], code: str,

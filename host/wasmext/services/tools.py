@@ -12,7 +12,11 @@ shadow a host tool (or a tool another owner registered), names and
 descriptions are length-limited and stripped of control characters. Every
 schema is compiled once, when its tool is created, with jsonschema-rs and the
 linear-time Rust regex engine (no backtracking: a pattern such as `^(a|a)*$`
-cannot stall the host); a schema that does not compile is refused. Each owner
+cannot stall the host); a schema that does not compile is refused. A plugin's
+schema is bounded before it compiles: in bytes, in depth, and in its size with
+every `$ref` expanded (`MAX_EXPANDED_NODES`), since a few kilobytes of `anyOf`s
+that each name the next definition twice are checked in 2^N steps, holding the
+interpreter lock; its `$ref`s must be local JSON pointers (`#/$defs/...`). Each owner
 claims its name prefix (`calc` for `calc__*`): a plugin id, an MCP server name
 and a host tool prefix never share one, so no owner takes another's tool. A
 call validates its arguments against the compiled schema, runs through the
@@ -77,6 +81,12 @@ MAX_DEPTH = 4
 MAX_TOOLS_PER_PLUGIN = 256
 MAX_SCHEMA_BYTES = 65_536  # as JSON text
 MAX_SCHEMA_DEPTH = 32  # nested objects and arrays
+# Objects and arrays of a schema with each `$ref` replaced by what it names (a ref back
+# into its own expansion counts once: that recursion follows the data, which is
+# capped). As many as a plain schema of MAX_SCHEMA_BYTES can hold, so a `$ref` costs
+# a check no more than writing the schema out would.
+MAX_EXPANDED_NODES = 20_000
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
 
 Runner = Callable[[dict[str, Any], "ToolSession | None"], Any]
 
@@ -151,6 +161,86 @@ def bounded_schema(schema: Any, where: str, what: str) -> None:
     if size > MAX_SCHEMA_BYTES:
         raise ToolLimitError(f"{where}: {what} is {size} bytes as JSON "
                              f"(max_schema_bytes {MAX_SCHEMA_BYTES})")
+    if _expanded_nodes(schema, where, what) > MAX_EXPANDED_NODES:
+        raise ToolLimitError(f"{where}: {what} expands through its $refs to more than "
+                             f"{MAX_EXPANDED_NODES} objects and arrays")
+
+
+def _scan(node: Any, where: str, what: str) -> tuple[int, list[str]]:
+    """The objects and arrays under `node` without following a `$ref`, and the
+    `$ref`s met (ConfigError for a reference that is not a local JSON pointer)."""
+    count, refs, stack = 0, [], [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            count += 1
+            stack.extend(item)
+        elif isinstance(item, dict):
+            count += 1
+            for key in ("$dynamicRef", "$recursiveRef"):
+                if key in item:
+                    raise ConfigError(f"{where}: {what} uses {key}; plugin schemas use local "
+                                      "$refs (#/$defs/...)")
+            ref = item.get("$ref")
+            if isinstance(ref, str):
+                if ref != "#" and not ref.startswith("#/"):
+                    raise ConfigError(f"{where}: {what} has the $ref "
+                                      f"{clean(ref, 80)!r}; plugin schemas use local JSON "
+                                      "pointers (#/$defs/...)")
+                refs.append(ref)
+            stack.extend(v for k, v in item.items() if k not in _DATA_KEYWORDS)
+    return count, refs
+
+
+def _pointed(schema: Any, ref: str, where: str, what: str) -> Any:
+    node = schema
+    for raw in ref[2:].split("/") if ref != "#" else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise ConfigError(f"{where}: {what} has the $ref {clean(ref, 80)!r}, which names "
+                              "nothing in it")
+    return node
+
+
+def _expanded_nodes(schema: Any, where: str, what: str) -> int:
+    """The size of `schema` with its `$ref`s expanded, counted up to just past
+    MAX_EXPANDED_NODES (iterative: a long chain of refs cannot exhaust the stack)."""
+    cap = MAX_EXPANDED_NODES + 1
+    sizes: dict[str, int] = {}
+    scanned: dict[str, tuple[int, list[str]]] = {}
+
+    def scan(ref: str) -> tuple[int, list[str]]:
+        if ref not in scanned:
+            target = schema if ref == "" else _pointed(schema, ref, where, what)
+            scanned[ref] = _scan(target, where, what)
+        return scanned[ref]
+
+    own, edges = scan("")
+    stack: list[tuple[str, list[str], list[int]]] = [("", edges, [own])]
+    on_path = {""}
+    while stack:
+        ref, pending, total = stack[-1]
+        if total[0] >= cap or not pending:
+            stack.pop()
+            on_path.discard(ref)
+            sizes[ref] = min(total[0], cap)
+            if stack:
+                stack[-1][2][0] += sizes[ref]
+            continue
+        nxt = pending.pop()
+        if nxt in sizes:
+            total[0] += sizes[nxt]
+        elif nxt in on_path:
+            total[0] += 1
+        else:
+            own, edges = scan(nxt)
+            stack.append((nxt, list(edges), [own]))
+            on_path.add(nxt)
+    return sizes[""]
 
 
 def _check_schema(schema: Any, where: str) -> dict[str, Any]:
