@@ -21,7 +21,7 @@ from wasmext.errors import ConfigError
 from wasmext.mcp.client.connections import McpClients
 from wasmext.mcp.client.spec import ServerSpec
 from wasmext.mcp.client.tools import McpToolError, build_tool, tool_name
-from wasmext.services.tools import ToolRegistry, compile_schema
+from wasmext.services.tools import ToolRegistry, bounded_schema, compile_schema
 from wasmext.testing import make_host
 
 MCPError = pytest.importorskip("mcp.shared.exceptions").MCPError
@@ -250,7 +250,8 @@ def _valid(schema: Any) -> bool:
     if not isinstance(schema, dict):
         return False
     try:
-        compile_schema(schema, "t")  # the one path every tool's schema takes
+        bounded_schema(schema, "t", "t")  # the one path every tool's schema takes
+        compile_schema(schema, "t")
     except ConfigError:
         return False
     return True
@@ -271,6 +272,25 @@ def test_any_schema_is_kept_as_is_or_the_tool_skipped(schema: Any,
     else:
         assert tool is None
         assert any("skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_servers_schema_bomb_skips_its_tool_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    # A listed schema whose $defs each name the next twice: checking an argument against
+    # it took 2^40 steps holding the interpreter lock.
+    defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2}
+                            for i in range(40)}
+    defs["d40"] = {"not": {}}
+    bomb = {"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="wasmext.mcp"):
+        tool = build_tool("srv", "t\x1b[2J" + "n" * 5000, "", bomb,
+                          lambda args, session: None)
+        fine = build_tool("srv", "ok", "", {"type": "object"}, lambda args, session: None)
+    assert time.monotonic() - started < 3
+    assert tool is None and fine is not None
+    said = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert said and "expands through its $refs" in said[0]
+    assert "\x1b" not in said[0] and len(said[0]) < 400
 
 
 @given(name=st.none() | st.integers() | st.text(max_size=80),

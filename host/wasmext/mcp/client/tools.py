@@ -9,7 +9,7 @@ from typing import Any
 
 from wasmext.errors import ConfigError, McpToolError
 from wasmext.mcp.content import from_mcp
-from wasmext.services.tools import Runner, Tool, compile_schema
+from wasmext.services.tools import Runner, Tool, bounded_schema, compile_schema
 from wasmext.text import clean
 
 __all__ = ["McpToolError", "build_tool", "reason", "result_output", "tool_name"]
@@ -34,10 +34,11 @@ def build_tool(server: str, name: Any, description: Any, input_schema: Any,
     """A registry Tool for one listed MCP tool, or None (logged) when it is unusable.
 
     A schema is kept as is (and compiled once, like every tool's) when it is a
-    dict that compiles; anything else skips the tool (an unusable output
-    schema is only dropped).
+    dict within a plugin schema's bounds (bytes, depth, `$ref` expansion: the
+    server is another program, perhaps one a plugin names) that compiles;
+    anything else skips the tool (an unusable output schema is only dropped).
     """
-    where = f"mcp server {server}: tool {name!r}"
+    where = f"mcp server {server}: tool {clean(repr(name), 80)}"
     if not isinstance(name, str) or not name:
         log.warning("%s skipped: the name must be a non-empty string", where)
         return None
@@ -64,6 +65,7 @@ def build_tool(server: str, name: Any, description: Any, input_schema: Any,
 def _compiled(schema: Any) -> Any:
     if not isinstance(schema, dict):
         raise ConfigError(f"is not a JSON object ({type(schema).__name__})")
+    bounded_schema(schema, "schema", "the schema")
     return compile_schema(schema, "schema")
 
 
