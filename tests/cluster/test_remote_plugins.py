@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import shutil
 import threading
 import time
@@ -715,3 +716,45 @@ def test_list_shows_remote_plugins_and_names_those_not_reached(
     assert out.exit_code == 1, out.output  # nothing listed, every plugin named as a problem
     assert "not loaded: ghost: a [remote] plugin, and no NATS server" in out.stderr
     assert "not loaded: steady: a [remote] plugin" in out.stderr
+
+
+def test_a_rogue_workers_answers_are_held_to_a_guests_bounds(worker: InProcessWorker,
+                                                              link: NatsLink,
+                                                              caller: Host) -> None:
+    """What a worker answers is checked as a local guest's answer: a value nested past
+    max_msgpack_depth (900 deep broke the MCP reply's serialisation) is InvalidOutput;
+    its error text reaches the operator cleaned and cut; its fuel figure is bounded."""
+    deep = b"\x81\xa1a" + b"\x91" * 900 + b"\xc0"
+    answers = [
+        b"\x82\xa2ok\xc3\xa5value" + deep,
+        msgpack.packb({"ok": False, "kind": "error", "code": "x\x1b[2J",
+                       "message": "\x1b]0;owned\x07" + "m" * 500_000}),
+        msgpack.packb({"ok": True, "value": {"a": []}, "fuel": 1 << 63}),
+    ]
+
+    async def rogue(msg: Any) -> None:
+        if msg.subject.endswith(".describe"):
+            await msg.respond(encode(PluginAdvert("deep", "1.0.0", {
+                "hooks": [{"hook": "on_tool"}],
+                "tools": [{"name": "t", "input_schema": {"type": "object"}}]}),
+                "application/msgpack"))
+        elif msg.subject.endswith(".call"):
+            await msg.respond(answers.pop(0))
+    sub = link.run(link.client.subscribe("rogue.plugin.deep.v1.*", cb=rogue))
+    try:
+        assert len(attach(caller, link, entry("deep", subject="rogue.plugin.deep.v1"))) == 1
+        started = time.monotonic()
+        first = caller.tools.call("deep__t", {})
+        assert first["status"] == "error" and "nesting deeper than 64" in \
+            first["error"]["message"], first
+        second = caller.tools.call("deep__t", {})
+        text = json.dumps(second)
+        assert second["status"] == "error" and "\x1b" not in text and "\x07" not in text
+        assert len(second["error"]["message"]) <= 400
+        third = caller.plugins["deep"].plugin.call("on_tool", {"name": "t", "args": {}})
+        assert third.value == {"a": []} and third.fuel <= 1 << 53
+        assert time.monotonic() - started < 10
+    finally:
+        link.run(sub.unsubscribe())
+    attach(caller, link, entry("steady"))
+    assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]

@@ -69,6 +69,7 @@ from wasmext.errors import (
     BlockingWaitDenied,
     Cancelled,
     ConfigError,
+    DecodeError,
     EncodeError,
     GuestTrap,
     HostCallLimitExceeded,
@@ -91,6 +92,7 @@ from wasmext.hooks.middleware import KINDS as MIDDLEWARE_KINDS
 from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import callscope, calltree
+from wasmext.sandbox.codec import check_depth, may_nest_deeper
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
@@ -470,6 +472,15 @@ class RemotePlugin(Plugin):
             raise InvalidOutput(f"plugin {self.id} hook {hook}: {err.message}",
                                 plugin_id=self.id, hook=hook) from None
         if answer.ok:
+            # A local guest's answer nests at most max_msgpack_depth: a worker's is held to
+            # it too (a value 900 deep broke the MCP reply's serialisation, for one).
+            if may_nest_deeper(msg.data, self.limits.max_msgpack_depth):
+                try:
+                    check_depth(answer.value, self.limits.max_msgpack_depth)
+                except DecodeError as err:
+                    raise InvalidOutput(f"plugin {self.id} hook {hook}: worker {worker} "
+                                        f"answered a value refused: {clean(err.message, 120)}",
+                                        plugin_id=self.id, hook=hook) from None
             # The worker's word for it: bounded, so metrics cannot be thrown off.
             return CallResult(answer.value, answer.changed, answer.stop,
                               fuel=min(max(0, answer.fuel), 1 << 53))
