@@ -647,3 +647,20 @@ def test_a_removed_file_still_open_keeps_counting_against_the_quota(
     assert errno(value, 0) == OK and counter(value, 1) == 4
     outside_intact(tmp_path)
     assert healthy.call("test", None).value == "alive"
+
+
+def test_a_folder_granted_inside_another_shares_the_outer_quota(
+        runtime: Runtime, box: Path, tmp_path: Path, healthy: Plugin) -> None:
+    # Granted /box and /box/sub, a guest wrote a full quota through each: /box held
+    # twice its own bound.
+    runtime.services.fs_quota = FsQuota(max_bytes=1 << 20, max_files=100)
+    s = Script()
+    inner = s.flood_bytes(s.open("big.bin", CREAT, RIGHTS_RW, fd=4), 1000)
+    outer = s.flood_bytes(s.open("big.bin", CREAT, RIGHTS_RW, fd=3), 1000)
+    value, took = run(runtime, s, [f"fs:{box}:rw", f"fs:{box}/sub:rw"])
+    assert errno(value, inner) == DQUOT and errno(value, outer) == DQUOT
+    assert counter(value, inner) == 15 and counter(value, outer) == 0
+    assert _held_bytes(box) <= 1 << 20
+    assert took < BOUND_S
+    outside_intact(tmp_path)
+    assert healthy.call("test", None).value == "alive"

@@ -22,7 +22,9 @@ holds, so nothing a guest names can reach outside the folder:
   EDQUOT and a line in the plugin's log; the bytes read and written in one call are
   bounded too (`max_io_bytes`), past it the call fails with `HostCallLimitExceeded`;
 - a file whose name goes (unlink, or a rename over it) while an fd still holds it
-  keeps its bytes on the disk, so they stay counted until its last fd closes.
+  keeps its bytes on the disk, so they stay counted until its last fd closes;
+- a granted folder inside another granted one counts against the outer one's
+  quota (renames between the two are then one folder's too).
 
 A revoked grant stops working at the next operation; a grant added later reaches
 new instances (`Plugin.set_grants` drops the idle ones when folder grants change).
@@ -157,6 +159,22 @@ def _usage_of(fd: int, root: str, quota: FsQuota) -> _Usage:
         if usage is None:
             usage = _usages[key] = _Usage(root, quota)
         return usage
+
+
+def _outermost(grant: FsGrant, mapped: list[FsGrant]) -> str | None:
+    """The outermost other mapped folder holding `grant`'s, or None: a folder granted
+    inside another counts against the outer one's quota (else each of the two would
+    hold a full quota, and the outer folder twice its own)."""
+    holders = [g.path for g in mapped if grant.path.startswith(g.path.rstrip("/") + "/")]
+    return min(holders, key=len) if holders else None
+
+
+def _usage_of_path(root: str, quota: FsQuota) -> _Usage:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _usage_of(fd, root, quota)
+    finally:
+        os.close(fd)
 
 
 class _Fault(Exception):
@@ -304,7 +322,8 @@ class FsTable:
         self.names: dict[int, bytes] = {}  # preopen fd -> guest path
         weakref.finalize(self, _close_all, self.files)
         fd = 3
-        for grant in fs_grants(grants()):
+        mapped = fs_grants(grants())
+        for grant in mapped:
             try:
                 root = os.open(grant.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as exc:
@@ -312,7 +331,8 @@ class FsTable:
                      "not mapped")
                 continue
             try:
-                usage = _usage_of(root, grant.path, quota)
+                usage = _usage_of(root, grant.path, quota) if (outer := _outermost(
+                    grant, mapped)) is None else _usage_of_path(outer, quota)
             except OSError:
                 os.close(root)
                 continue
