@@ -28,8 +28,9 @@ holds, so nothing a guest names can reach outside the folder:
 
 A revoked grant stops working at the next operation; a grant added later reaches
 new instances (`Plugin.set_grants` drops the idle ones when folder grants change).
-Components get the same grants as wasmtime's WASI p2 preopens (`preopen_args`);
-wasmtime confines those paths, and the quota is not enforced there.
+Components get the same grants as wasmtime's WASI p2 preopens (`preopen_args`),
+read-only whatever the grant says: wasmtime confines those paths, and no quota
+could be enforced on their writes.
 """
 
 from __future__ import annotations
