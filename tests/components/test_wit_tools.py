@@ -540,3 +540,40 @@ def test_a_world_component_adds_its_typed_exports_to_its_own_tools() -> None:
         assert call(host, "both__hello", {})["output"] == "from the world"
         lines = [ln.text for ln in host.plugins["both"].plugin.log.lines]
         assert any("registers a tool 'hello' itself" in t for t in lines)
+
+
+def _flood(count: int) -> str:
+    """`flood`: a list<bool> of `count` values read from zeroed memory (one byte each):
+    cheap for the guest, millions of values for the host to lift."""
+    return f'''
+(component
+  (core module $m
+    (memory (export "memory") 64)
+    (func (export "flood") (result i32)
+      (i32.store (i32.const 0) (i32.const 64))
+      (i32.store (i32.const 4) (i32.const {count}))
+      (i32.const 0))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 0)))
+  (core instance $i (instantiate $m))
+  (func (export "flood") (result (list bool))
+    (canon lift (core func $i "flood") (memory (core memory $i "memory"))
+                (realloc (core func $i "realloc")))))'''
+
+
+def test_lifting_a_flood_of_values_is_the_calls_time_and_output(healthy: Plugin) -> None:
+    # A guest returning a million one-byte values made the host lift and convert them
+    # for ~8 s past a 300 ms deadline, holding the interpreter lock.
+    limits = {"timeout_ms": 300, "max_output_bytes": 100_000}
+    with make_host((bytes(wasmtime.wat2wasm(_flood(600_000))),
+                    {"plugin_id": "flood", "limits": limits}),
+                   (bytes(wasmtime.wat2wasm(_flood(200_000))),
+                    {"plugin_id": "wide", "limits": {**limits, "timeout_ms": 10_000}}),
+                   (bytes(wasmtime.wat2wasm(CALC)), {"plugin_id": "calc"})) as host:
+        started = time.monotonic()
+        with pytest.raises(Timeout, match="lifting of its answer ran past 300 ms"):
+            host.plugins["flood"].plugin.call("on_tool", {"name": "flood", "args": {}})
+        with pytest.raises(InvalidOutput, match="over max_output_bytes 100000"):
+            host.plugins["wide"].plugin.call("on_tool", {"name": "flood", "args": {}})
+        assert time.monotonic() - started < BOUND_S
+        assert call(host, "calc__add", {"a": 1, "b": 2})["output"] == {"result": 3}
+    assert healthy.call("test").value == "alive"

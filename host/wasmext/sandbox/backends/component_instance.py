@@ -38,7 +38,7 @@ from wasmext.errors import WitValueRefused as ValueRefused
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.backends.canon import BytesExport
 from wasmext.sandbox.backends.component import ComponentModule
-from wasmext.sandbox.backends.wit_tools import WitFunction
+from wasmext.sandbox.backends.wit_tools import WitFunction, answer_floor
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
 from wasmext.sandbox.faults import classify, timeout
@@ -276,6 +276,13 @@ class ComponentInstance(PluginInstance):
                               hook=hook) from None
         value = self._run_typed(func, params, f"{fn.function}")
         used = self.limits.fuel_per_call - self.store.get_fuel() if self.meter else 0
+        # wasmtime lifts the answer outside the epoch deadline (a few million one-byte
+        # values take seconds): that time is the call's, and past its deadline a fault.
+        if time.monotonic() > self.budget.frame.deadline:
+            raise self.budget.timeout_error(f"{fn.function} and the lifting of its answer")
+        if answer_floor(value, self.limits.max_output_bytes) > self.limits.max_output_bytes:
+            raise InvalidOutput(f"{fn.function} answered over max_output_bytes "
+                                f"{self.limits.max_output_bytes}", plugin_id=pid, hook=hook)
         try:
             ok, out = fn.answer(value)
         except ValueRefused as exc:

@@ -23,6 +23,11 @@ interfaces export the same function name):
     result<T, E>            {"ok": T} or {"err": E}; a function's own result
                             answers T, and its `err` is the tool's error
 
+A lifted answer is hostile too: a list of millions of one-byte values costs the
+host seconds to lift and convert, so `answer_floor` tells an oversized answer
+from its list lengths alone (no walk of a list of scalars, no conversion), and a
+list of scalars converts in one step.
+
 Resources, streams, futures and error contexts have no JSON form: a function
 using one is not offered (the load log says so). The component is hostile: a
 type walk is bounded in nodes and depth (a type graph can share nodes and
@@ -48,7 +53,7 @@ from wasmext.errors import WitTypeRefused as ToolRefused
 from wasmext.errors import WitValueRefused as ValueRefused
 
 __all__ = ["MAX_FUNCTIONS", "MAX_SCHEMA_BYTES", "MAX_TYPE_DEPTH", "MAX_TYPE_NODES",
-           "WitFunction", "from_wit", "schema_of",
+           "WitFunction", "answer_floor", "from_wit", "schema_of",
            "to_wit", "typed_functions"]
 
 MAX_FUNCTIONS = 128
@@ -309,14 +314,42 @@ def _lifted_case(ty: Any, value: Any) -> tuple[str, Any, Any]:
     raise ValueRefused("a variant answer that fits none of its cases")
 
 
+_SCALAR_VALUES = (bool, int, float, str, bytes, bytearray, type(None))
+
+
+def answer_floor(value: Any, cap: int) -> int:
+    """A lower bound of the bytes a lifted value takes encoded (each value at least
+    one), counted only until it passes `cap`: a list of scalars counts by its length."""
+    total, stack = 0, [value]
+    while stack and total <= cap:
+        item = stack.pop()
+        total += 1
+        if isinstance(item, (str, bytes, bytearray)):
+            total += len(item)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += len(item)
+            items = list(item) if isinstance(item, (set, frozenset)) else item
+            if items and not isinstance(items[0], _SCALAR_VALUES):  # a WIT list is of one type
+                stack.extend(items)
+        elif isinstance(item, wc.Variant):
+            stack.append(item.payload)
+        elif isinstance(item, wc.Record):
+            stack.extend(vars(item).values())
+    return total
+
+
+def _scalar(ty: Any) -> bool:
+    return isinstance(ty, (wc.Bool, wc.Char, wc.String, wc.EnumType)) or type(ty) in _INTS
+
+
 def from_wit(ty: Any, value: Any) -> Any:
     """The JSON form of a lifted WIT value (as `schema_of(ty, output=True)` says)."""
     if isinstance(ty, (wc.F32, wc.F64)):
         return value if isinstance(value, float) and math.isfinite(value) else None
-    if isinstance(ty, (wc.Bool, wc.Char, wc.String, wc.EnumType)) or type(ty) in _INTS:
+    if _scalar(ty):
         return value
     if isinstance(ty, wc.ListType):
-        if isinstance(value, (bytes, bytearray)):
+        if isinstance(value, (bytes, bytearray)) or _scalar(ty.element):
             return list(value)
         return [from_wit(ty.element, v) for v in value]
     if isinstance(ty, wc.TupleType):
