@@ -664,3 +664,28 @@ def test_a_folder_granted_inside_another_shares_the_outer_quota(
     assert took < BOUND_S
     outside_intact(tmp_path)
     assert healthy.call("test", None).value == "alive"
+
+
+def test_growth_by_a_far_offset_or_a_size_is_growth(box: Path, tmp_path: Path) -> None:
+    # A seek past the end then one byte, a pwrite at 1 TiB and set_size to 1 TiB each
+    # ask for a sparse file as large as the offset: each is growth the quota refuses.
+    notes: list[str] = []
+    table = FsTable(lambda: frozenset([f"fs:{box}:rw"]), FsQuota(max_bytes=1 << 20),
+                    lambda n: None, notes.append)
+    code, fd = run_op(lambda: table.open(3, b"sparse.bin", CREAT, RIGHTS_RW, 0))
+    assert code == OK
+    started = time.monotonic()
+    assert run_op(lambda: table.seek(fd, 1 << 40, 0)) == (OK, 1 << 40)
+    assert run_op(lambda: table.write(fd, b"x"))[0] == DQUOT
+    assert run_op(lambda: table.write(fd, b"x", at=1 << 40))[0] == DQUOT
+    assert run_op(lambda: table.set_size(fd, 1 << 40))[0] == DQUOT
+    assert time.monotonic() - started < BOUND_S
+    assert (box / "sparse.bin").stat().st_size == 0 and len(notes) == 3
+    read_only = FsTable(lambda: frozenset([f"fs:{box}"]), FsQuota(), lambda n: None,
+                        notes.append)
+    assert run_op(lambda: read_only.open(3, b"a.txt", TRUNC, RIGHTS_RW, 0))[0] == ROFS
+    assert run_op(lambda: read_only.open(3, b"a.txt", 0, RIGHTS_RW, 1))[0] == ROFS
+    assert (box / "a.txt").read_bytes() == b"I-inside-a"
+    table.close_all()
+    read_only.close_all()
+    outside_intact(tmp_path)
