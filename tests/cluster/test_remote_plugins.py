@@ -26,7 +26,7 @@ import wasmtime
 
 from support import ROOT
 from wasmext import Host
-from wasmext.cluster.contract import PluginAdvert, encode
+from wasmext.cluster.contract import PluginAdvert, PluginCall, encode
 from wasmext.cluster.link import NatsLink
 from wasmext.cluster.plugins import MAX_ADVERT_BYTES, RemotePlugin, attach_remote, describe
 from wasmext.cluster.registry import RemotePluginEntry
@@ -758,3 +758,17 @@ def test_a_rogue_workers_answers_are_held_to_a_guests_bounds(worker: InProcessWo
         link.run(sub.unsubscribe())
     attach(caller, link, entry("steady"))
     assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("header", [{"Wasmext-Deadline": "\u00b2"},
+                                    {"Wasmext-Calls-Left": "\u00b9\u00b2"}])
+def test_a_header_of_unicode_digits_is_no_header(worker: InProcessWorker, link: NatsLink,
+                                                 header: dict[str, str]) -> None:
+    """str.isdigit() says yes to '\u00b2' and int() then raises: a caller's header like that
+    made the worker drop the call unanswered (the caller waited its whole timeout)."""
+    body = encode(PluginCall("on_plain_text", "x", None, None), "application/msgpack")
+    started = time.monotonic()
+    msg = link.request("wasmext.plugin.steady.v1.call", body,
+                       {"Content-Type": "application/msgpack", **header}, 5)
+    assert time.monotonic() - started < 3
+    assert msgpack.unpackb(msg.data)["value"] == "alive"

@@ -104,6 +104,8 @@ def test_an_output_schema_bomb_is_a_limit_too(built: Built, tmp_path: Path) -> N
         "a": {"$ref": "https://169.254.169.254/s.json"}}}}, "invalid", "local JSON pointers"),
     ({"name": "dangling", "input_schema": {"type": "object", "properties": {
         "a": {"$ref": "#/$defs/none"}}}}, "invalid", "names nothing"),
+    ({"name": "unidigit", "input_schema": {"type": "object", "anyOf": [{}], "properties": {
+        "a": {"$ref": "#/anyOf/\u00b2"}}}}, "invalid", "names nothing"),  # '2' to isdigit
 ])
 def test_hostile_registrations_are_refused_by_name(built: Built, tmp_path: Path,
                                                    spec: dict[str, Any], code: str,

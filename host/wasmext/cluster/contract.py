@@ -62,7 +62,7 @@ def deadline_of(headers: dict[str, str] | None) -> float | None:
     """The `Wasmext-Deadline` of a request as a time.monotonic() instant (None: none
     sent, or not a number). The header is wall-clock time, so hosts' clocks must agree."""
     raw = (headers or {}).get(DEADLINE_HEADER)
-    if raw is None or not raw.isdigit() or len(raw) > 16:
+    if raw is None or not (raw.isascii() and raw.isdigit()) or len(raw) > 16:
         return None
     return time.monotonic() + (int(raw) / 1000 - time.time())
 

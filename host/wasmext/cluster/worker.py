@@ -210,7 +210,7 @@ class _Budget:
         hdrs = headers or {}
         self.deadline = deadline_of(hdrs)
         raw = hdrs.get(CALLS_LEFT_HEADER, "")
-        self.calls_left = int(raw) if raw.isdigit() and len(raw) <= 9 else None
+        self.calls_left = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
         key = hdrs.get(CALL_ID_HEADER)
         self.key = None if key is None else session_id(key)
         self.headers = hdrs  # the caller's trace context (traceparent), read when traced

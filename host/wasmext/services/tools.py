@@ -198,7 +198,8 @@ def _pointed(schema: Any, ref: str, where: str, what: str) -> Any:
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, list) and part.isascii() and part.isdigit() \
+                and int(part) < len(node):
             node = node[int(part)]
         else:
             raise ConfigError(f"{where}: {what} has the $ref {clean(ref, 80)!r}, which names "
