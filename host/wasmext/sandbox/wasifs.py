@@ -21,6 +21,9 @@ holds, so nothing a guest names can reach outside the folder:
 - a quota per folder (bytes and entries, `FsQuota`) refuses growth past it with
   EDQUOT and a line in the plugin's log; the bytes read and written in one call are
   bounded too (`max_io_bytes`), past it the call fails with `HostCallLimitExceeded`;
+- one instance keeps one `fd_readdir` listing at a time (another fd's is read
+  again from the folder when it goes on), so 127 fds of a full folder cannot
+  hold hundreds of megabytes of host memory;
 - a file whose name goes (unlink, or a rename over it) while an fd still holds it
   keeps its bytes on the disk, so they stay counted until its last fd closes;
 - a granted folder inside another granted one counts against the outer one's
@@ -321,6 +324,9 @@ class FsTable:
         self._note = note
         self.files: dict[int, _Open] = {}
         self.names: dict[int, bytes] = {}  # preopen fd -> guest path
+        # The one fd whose fd_readdir listing is kept: a listing of a full folder is
+        # megabytes of host memory, so 127 fds of one folder must not each keep one.
+        self._listed: _Open | None = None
         weakref.finalize(self, _close_all, self.files)
         fd = 3
         mapped = fs_grants(grants())
@@ -346,6 +352,7 @@ class FsTable:
 
     def close_all(self) -> None:
         """Close every host fd (the instance is being thrown away)."""
+        self._listed = None
         _close_all(self.files)
         self.names.clear()
 
@@ -378,6 +385,8 @@ class FsTable:
         if entry is None:
             return BADF
         self.names.pop(fd, None)
+        if entry is self._listed:
+            self._listed = None
         entry.release()
         return SUCCESS
 
@@ -566,6 +575,9 @@ class FsTable:
         if not entry.is_dir:
             raise _Fault(NOTDIR)
         if cookie == 0 or entry.listing is None:
+            if self._listed is not None and self._listed is not entry:
+                self._listed.listing = None  # read again from the folder if asked for
+            self._listed = entry
             listing: list[tuple[str, int, int]] = []
             with os.scandir(entry.fd) as it:
                 for item in it:
