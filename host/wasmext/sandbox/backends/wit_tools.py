@@ -329,7 +329,8 @@ def answer_floor(value: Any, cap: int) -> int:
         elif isinstance(item, (list, tuple, set, frozenset)):
             total += len(item)
             items = list(item) if isinstance(item, (set, frozenset)) else item
-            if items and not isinstance(items[0], _SCALAR_VALUES):  # a WIT list is of one type
+            # A WIT list holds one type (a first scalar: all are); a tuple is short, mixed.
+            if isinstance(item, tuple) or (items and not isinstance(items[0], _SCALAR_VALUES)):
                 stack.extend(items)
         elif isinstance(item, wc.Variant):
             stack.append(item.payload)
