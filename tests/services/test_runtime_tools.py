@@ -235,3 +235,23 @@ def test_the_python_sdk_registers_a_tool(built: Built, tmp_path: Path) -> None:
         assert bad["ok"] is False and bad["error"]["code"] == "invalid"
         assert host.tools.call("py__lookup", {"q": 1}) == {
             "status": "ok", "output": {"tool": "lookup", "args": {"q": 1}}}
+
+
+def test_a_plugins_many_large_tools_cost_each_mcp_request_nothing_new(
+        built: Built, tmp_path: Path) -> None:
+    # 256 tools of 60 KB schemas, allowed by the caps: the served list's fingerprint,
+    # taken on the event loop before every request and poll, re-serialised all 15 MB each
+    # time (0.56 s a request here, per such plugin).
+    fat = {"type": "object", "description": "d" * 60_000}
+    with new_host(built, tmp_path) as host:
+        for i in range(MAX_TOOLS_PER_PLUGIN):
+            host.tools.register_runtime("rt", {"name": f"fat{i}", "input_schema": fat})
+        server = McpToolServer(host, poll_interval=0)
+        first = server._compute_fingerprint()
+        started = time.monotonic()
+        for _ in range(100):
+            assert server._compute_fingerprint() == first
+        assert time.monotonic() - started < 10  # was 100 full serialisations, ~56 s
+        add_tool(host, name="fat7", description="changed")
+        assert server._compute_fingerprint() != first
+        assert host.tools.call("rt__fat7", {})["status"] == "ok"

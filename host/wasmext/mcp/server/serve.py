@@ -122,6 +122,9 @@ class McpToolServer:
         self.poll_interval = poll_interval
         self.limiter = RateLimiter(rate, burst)
         self.catalog = ServedCatalog(host, include_mcp_catalog)
+        # Each tool's digest, by the (immutable) Tool object: a plugin may register 256
+        # tools of 64 KiB schemas, and the fingerprint is taken before every request.
+        self._tool_digests: dict[int, tuple[Tool, str]] = {}
         self.changes = ListChanges(lambda: {"tools": self._compute_fingerprint(),
                                             **self.catalog.fingerprints()})
         self.bus = self.changes.bus
@@ -157,10 +160,16 @@ class McpToolServer:
         return tool if tool is not None and self._serves(tool) else None
 
     def _compute_fingerprint(self) -> str:
-        entries = [(t.name, t.description, t.title, t.annotations, dict(t.input_schema),
-                    dict(t.output_schema) if t.output_schema is not None else None)
-                   for t in self.visible_tools()]
-        return fingerprint(entries)
+        tools = self.visible_tools()
+        known, digests = self._tool_digests, {}
+        for t in tools:
+            kept = known.get(id(t))
+            digest = kept[1] if kept is not None and kept[0] is t else fingerprint(
+                (t.name, t.description, t.title, t.annotations, dict(t.input_schema),
+                 dict(t.output_schema) if t.output_schema is not None else None))
+            digests[id(t)] = (t, digest)
+        self._tool_digests = digests  # only the tools served now: nothing piles up
+        return fingerprint([d for _, d in digests.values()])
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         tool = self._visible(name)
