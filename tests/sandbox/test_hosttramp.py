@@ -6,7 +6,9 @@ fallback), each on an engine of its own, since the linker is built per engine.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import msgpack
 import pytest
 from fsguest import Script, errno, read_back
 
-from wasmext import GuestTrap, InvalidOutput, PluginError, PluginFault, Runtime
+from wasmext import GuestTrap, InvalidOutput, Plugin, PluginError, PluginFault, Runtime
 from wasmext.sandbox import hostlink, hosttramp
 from wasmext.sandbox.engine import EngineConfig
 from wasmext.testing import DATA_AT, guest_wat, load_wat
@@ -118,3 +120,41 @@ def test_wasi_calls_answer_the_same(rt: Runtime, tmp_path: Path) -> None:
                                            '(func $proc_exit (param i32)))'), plugin_id="exits")
     with pytest.raises(GuestTrap, match=r"proc_exit\(7\)"):
         exits.call("test")
+
+
+def test_a_host_error_never_reaches_another_threads_call(rt: Runtime) -> None:
+    # One plugin's host function raises (a log call outside memory), another traps in
+    # wasm with no Python exception, on two threads. wasmtime-py keeps a host function's
+    # exception in one process-wide global until the failed call re-raises it, so the
+    # trapping call could take the other plugin's error, message and plugin id included.
+    slow_ok = {"timeout_ms": 60_000}  # the switching slows a loaded machine a lot
+    leaky = load_wat(rt, guest_wat("(call $log (i32.const 2) (i32.const -8) (i32.const 64)) "
+                                   "(i64.const 0)", imports=LOG), plugin_id="leaky",
+                     limits=slow_ok)
+    trapping = load_wat(rt, guest_wat("unreachable"), plugin_id="trapping", limits=slow_ok)
+    seen: dict[str, set[tuple[str, str | None, str]]] = {"leaky": set(), "trapping": set()}
+    stop = time.monotonic() + 1.5
+
+    def work(plugin: Plugin) -> None:
+        while time.monotonic() < stop:
+            plugin.release_quarantine()
+            try:
+                plugin.call("test")
+            except PluginFault as fault:
+                seen[plugin.id].add((type(fault).__name__, fault.plugin_id,
+                                     fault.message.split(":")[0]))
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in (leaky, trapping)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # many thread switches: the window is a few bytecodes
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert seen["leaky"] == {("InvalidOutput", "leaky", "log text ptr 0xfffffff8 len 64 is "
+                                                        "outside memory")}
+    assert seen["trapping"] == {("GuestTrap", "trapping", "wasmext_call")}
+    assert _forwarder(rt, {"op": "abi.info"}, plugin_id="healthy").call("test").value["major"] == 1

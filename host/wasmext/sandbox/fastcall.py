@@ -9,6 +9,12 @@ function and store addresses captured in a closure, and a direct call to
 memoryview over the guest's address space (its base never moves: the engine
 sets `memory_may_move = False`).
 
+A host function's exception travels back to the call that failed through a
+per-thread slot (`keep_host_exception`), never through wasmtime-py's
+process-wide `LAST_EXCEPTION`: with guests on several threads, another
+thread's failed call took an error that was not its own (another plugin's
+message included) from that global.
+
 The raw symbols are private to wasmtime-py and checked against
 `SUPPORTED_WASMTIME`. Outside that range, or when a symbol is missing, every
 binding falls back to the public API (slower, same behaviour), and
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
@@ -27,7 +34,8 @@ import wasmtime
 
 log = logging.getLogger("wasmext.sandbox.fastcall")
 
-__all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding"]
+__all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding",
+           "host_failure_standin", "keep_host_exception", "take_host_exception"]
 
 SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
 WASM32_SPAN = 1 << 32
@@ -88,18 +96,54 @@ _RAW = _load_raw()
 FAST_PATH = _RAW is not None
 
 
-def _raise_failure(raw: _Raw, err: int | None, trap: int | None) -> None:
-    """Turn a failed raw call into the exceptions the public API would raise."""
-    from wasmtime import _func
+class _Caught(threading.local):
+    exc: BaseException | None = None
+    standin: BaseException | None = None
 
+
+_caught = _Caught()
+
+
+def keep_host_exception(exc: BaseException) -> None:
+    """Hold `exc`, raised by a host function on this thread, for its failed call."""
+    _caught.exc = exc
+
+
+def host_failure_standin() -> BaseException:
+    """A message-free exception for wasmtime-py's trampoline to put in its global in
+    place of the real one (`take_host_exception` removes it again)."""
+    standin = _caught.standin = RuntimeError("a host function failed")
+    return standin
+
+
+def take_host_exception() -> BaseException | None:
+    """The exception a host function raised on this thread since the last take (once)."""
+    exc, standin = _caught.exc, _caught.standin
+    if standin is not None:
+        from wasmtime import _func
+
+        _caught.standin = None
+        if _func.LAST_EXCEPTION is standin:  # else a public call already took it
+            _func.LAST_EXCEPTION = None
+    if exc is not None:
+        _caught.exc = None
+    return exc
+
+
+def _raise_failure(raw: _Raw, err: int | None, trap: int | None) -> None:
+    """Turn a failed raw call into the exception the host function raised on this
+    thread, else the wasmtime error or trap."""
+    failure: Exception
     if err:
-        error = wasmtime.WasmtimeError._from_ptr(
+        failure = wasmtime.WasmtimeError._from_ptr(
             ctypes.cast(err, ctypes.POINTER(raw.ffi.wasmtime_error_t)))
-        _func.maybe_raise_last_exn()
-        raise error
-    trap_obj = wasmtime.Trap._from_ptr(ctypes.cast(trap or 0, ctypes.POINTER(raw.ffi.wasm_trap_t)))
-    _func.maybe_raise_last_exn()
-    raise trap_obj
+    else:
+        failure = wasmtime.Trap._from_ptr(
+            ctypes.cast(trap or 0, ctypes.POINTER(raw.ffi.wasm_trap_t)))
+    caught = take_host_exception()
+    if caught is not None:
+        raise caught
+    raise failure
 
 
 class MemoryView:
@@ -256,7 +300,16 @@ class StoreBinding:
 def _bind_public(store: wasmtime.Store, func: wasmtime.Func, has_result: bool) -> Caller:
     def invoke(*params: int) -> int:
         signed = [p - (1 << 32) if p >= 1 << 31 else p for p in params]
-        result = func(store, *signed)
+        caught: BaseException | None = None
+        try:
+            result = func(store, *signed)
+        except BaseException:
+            # wasmtime-py raised what its global held, which may be another thread's.
+            caught = take_host_exception()
+            if caught is None:
+                raise
+        if caught is not None:
+            raise caught  # outside the handler: nothing of the other thread's rides along
         if not has_result:
             return 0
         return int(result) & ((1 << 64) - 1)

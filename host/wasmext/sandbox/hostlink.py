@@ -82,6 +82,6 @@ def linker_for(engine: SharedEngine) -> wasmtime.Linker:
                                  ("log", wasmtime.FuncType([i32, i32, i32], []), _log)):
                 # The cached trampoline when this wasmtime is trusted, else the public API.
                 if not (_FAST and hosttramp.define(linker, "wasmext", name, ty, fn)):
-                    linker.define_func("wasmext", name, ty, fn)
+                    hosttramp.define_public(linker, "wasmext", name, ty, fn)
             _linkers[engine] = linker
         return linker

@@ -8,12 +8,16 @@ at load), so each gets its own `wasmtime_linker_define_func_unchecked`
 callback: the arguments are read straight out of the raw value array with one
 precompiled `struct` format, and an i64 result is written back in place.
 
-A Python exception in the host function becomes a trap whose cause wasmtime-py
-re-raises after the call (`wasmtime._func.LAST_EXCEPTION`), exactly as with
-the public API, so the instance classifies faults the same way either way.
+A Python exception in the host function becomes a trap, and the exception waits
+in this thread's slot (`fastcall.keep_host_exception`) for the failed call to
+re-raise, so the instance classifies faults the same way either way. Functions
+on the public API go through `define_public`, which keeps their exception in the
+same slot and hands wasmtime-py's trampoline a message-free stand-in: its
+`LAST_EXCEPTION` is one global for all threads, and another thread's failing
+call took from it an error that was not its own (another plugin's included).
 The raw symbols are private to wasmtime-py: when `fastcall` does not trust
 this wasmtime, or a symbol is missing, `define` answers False and the caller
-uses the public API (`FAST_HOST_CALLS` says which is active; tests pin both).
+uses `define_public` (`FAST_HOST_CALLS` says which is active; tests pin both).
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from typing import Any
 import wasmtime
 
 from wasmext.sandbox import fastcall
+from wasmext.sandbox.fastcall import host_failure_standin, keep_host_exception
 
 log = logging.getLogger("wasmext.sandbox.hosttramp")
 
-__all__ = ["FAST_HOST_CALLS", "define"]
+__all__ = ["FAST_HOST_CALLS", "define", "define_public"]
 
 _VAL_RAW_SIZE = 16  # sizeof(wasmtime_val_raw_t): a union of up to a v128
 _I64 = struct.Struct("<q")
@@ -45,7 +50,7 @@ def _load() -> Any:
     if not fastcall.FAST_PATH:
         return None
     try:
-        from wasmtime import _bindings, _func
+        from wasmtime import _bindings
         from wasmtime import _ffi as ffi
 
         vp, size = ctypes.c_void_p, ctypes.c_size_t
@@ -54,12 +59,11 @@ def _load() -> Any:
                               _CALLBACK, vp, vp)(("wasmtime_linker_define_func_unchecked",
                                                   ffi.dll))
         trap_new = _bindings._wasmtime_trap_new
-        _func.LAST_EXCEPTION  # noqa: B018  (the cause channel the public API reads)
     except (AttributeError, ImportError) as exc:  # pragma: no cover - layout changed
         log.warning("wasmtime's raw linker bindings changed (%s); host calls use the "
                     "public API", exc)
         return None
-    return fn, trap_new, _func
+    return fn, trap_new
 
 
 _RAW = _load()
@@ -67,12 +71,13 @@ FAST_HOST_CALLS = _RAW is not None
 _kept: list[Any] = []  # callbacks live as long as the process: linkers never drop them
 
 
+_TRAP_MESSAGE = b"python exception"  # what wasmtime-py's own trampoline says
+
+
 def _trap(exc: BaseException) -> int:
-    """Hand `exc` to wasmtime-py's re-raise channel; a trap pointer for wasmtime."""
-    _define, trap_new, func_mod = _RAW
-    func_mod.LAST_EXCEPTION = exc
-    msg = b"python exception"
-    trap = trap_new(msg, len(msg))
+    """Keep `exc` for this thread's failed call; a trap pointer for wasmtime."""
+    keep_host_exception(exc)
+    trap = _RAW[1](_TRAP_MESSAGE, len(_TRAP_MESSAGE))
     return ctypes.cast(trap, ctypes.c_void_p).value or 0
 
 
@@ -146,3 +151,18 @@ def define(linker: wasmtime.Linker, module: str, name: str, ty: wasmtime.FuncTyp
             ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t)))
     _kept.append(callback)
     return True
+
+
+def define_public(linker: wasmtime.Linker, module: str, name: str, ty: wasmtime.FuncType,
+                  fn: Callable[..., int | None]) -> None:
+    """Define `module.name` with `Linker.define_func`, its exceptions kept per thread."""
+    def call(*args: int) -> int | None:
+        try:
+            return fn(*args)
+        except BaseException as exc:
+            keep_host_exception(exc)
+        # Outside the handler, so the stand-in carries no context: whichever thread
+        # wasmtime-py's global hands it to learns nothing from it.
+        raise host_failure_standin()
+
+    linker.define_func(module, name, ty, call)

@@ -32,7 +32,7 @@ from wasmext.errors import (
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
-from wasmext.sandbox.fastcall import Caller, StoreBinding
+from wasmext.sandbox.fastcall import Caller, StoreBinding, take_host_exception
 from wasmext.sandbox.faults import classify, first_line
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.limits import WASM_PAGE, Limits
@@ -92,8 +92,11 @@ class PluginInstance:
         store.set_epoch_deadline(self._enter())
         try:
             instance = module.pre.instantiate(store)
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            raise self._classify(exc, "instantiate") from exc
+        except Exception as exc:
+            # wasmtime-py re-raises what its global holds: a host function's stand-in,
+            # maybe another thread's; this thread's own exception is kept apart.
+            caught = take_host_exception()
+            raise self._classify(caught or exc, "instantiate") from caught or exc
         finally:
             self._leave()
         self._binding = binding = StoreBinding(store, instance)

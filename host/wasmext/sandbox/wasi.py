@@ -480,4 +480,4 @@ def define(linker: wasmtime.Linker, top: Callable[[], WasiGuest], fast: bool = T
         ty = wasmtime.FuncType([types[p] for p in params], [types[r] for r in results])
         fn = _wrap(name, _IMPLEMENTED.get(name), top)
         if not (fast and hosttramp.define(linker, MODULE, name, ty, fn)):
-            linker.define_func(MODULE, name, ty, fn)
+            hosttramp.define_public(linker, MODULE, name, ty, fn)
