@@ -19,7 +19,7 @@ from fsguest import Script, errno, read_back
 from wasmext import GuestTrap, InvalidOutput, Plugin, PluginError, PluginFault, Runtime
 from wasmext.sandbox import hostlink, hosttramp
 from wasmext.sandbox.engine import EngineConfig
-from wasmext.testing import DATA_AT, guest_wat, load_wat
+from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, load_wat, packed
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
 LOG = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
@@ -33,6 +33,8 @@ def test_fast_trampoline_is_active_on_the_pinned_wasmtime() -> None:
 @pytest.fixture(params=["fast", "public"])
 def rt(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
     monkeypatch.setattr(hostlink, "_FAST", request.param == "fast")
+    # WASI on the trampoline stays tested while the host serves it on the public API.
+    monkeypatch.setattr(hostlink, "_FAST_WASI", request.param == "fast")
     with Runtime(cache=False,
                  engine=EngineConfig(max_wasm_stack_bytes=_STACKS[request.param])) as runtime:
         yield runtime
@@ -158,3 +160,68 @@ def test_a_host_error_never_reaches_another_threads_call(rt: Runtime) -> None:
                                                         "outside memory")}
     assert seen["trapping"] == {("GuestTrap", "trapping", "wasmext_call")}
     assert _forwarder(rt, {"op": "abi.info"}, plugin_id="healthy").call("test").value["major"] == 1
+
+
+_WASI = "\n".join(
+    f'(import "wasi_snapshot_preview1" "{name}" (func ${name} {sig}))' for name, sig in (
+        ("random_get", "(param i32 i32) (result i32)"),
+        ("clock_time_get", "(param i32 i64 i32) (result i32)"),
+        ("fd_write", "(param i32 i32 i32 i32) (result i32)")))
+# Each round grows memory by a page, then: random_get fills the 32 bytes just below the
+# new end (a canary after them must survive) and answers EFAULT for a buffer crossing
+# the end; the monotonic clock lands below the buffer and never goes back; fd_write of
+# a "grown" line says 6 bytes. Any wrong answer traps.
+_GROWING_WASI = """
+  (local $i i32) (local $top i32) (local $last i64)
+  (loop $round
+    (drop (memory.grow (i32.const 1)))
+    (local.set $top (i32.sub (i32.mul (memory.size) (i32.const 65536)) (i32.const 64)))
+    (i64.store (i32.add (local.get $top) (i32.const 32)) (i64.const -6076574518398440533))
+    (i64.store (i32.add (local.get $top) (i32.const 40)) (i64.const -6076574518398440533))
+    (if (call $random_get (local.get $top) (i32.const 32)) (then unreachable))
+    (if (i64.ne (i64.load (i32.add (local.get $top) (i32.const 32)))
+                (i64.const -6076574518398440533)) (then unreachable))
+    (if (i64.ne (i64.load (i32.add (local.get $top) (i32.const 40)))
+                (i64.const -6076574518398440533)) (then unreachable))
+    (if (i32.ne (call $random_get (i32.add (local.get $top) (i32.const 32)) (i32.const 64))
+                (i32.const 21)) (then unreachable))
+    (if (call $clock_time_get (i32.const 1) (i64.const 0) (i32.sub (local.get $top) (i32.const 8)))
+      (then unreachable))
+    (if (i64.lt_u (i64.load (i32.sub (local.get $top) (i32.const 8))) (local.get $last))
+      (then unreachable))
+    (local.set $last (i64.load (i32.sub (local.get $top) (i32.const 8))))
+    (i32.store (i32.const 300) (i32.const 8192))
+    (i32.store (i32.const 304) (i32.const 6))
+    (if (call $fd_write (i32.const 1) (i32.const 300) (i32.const 1) (i32.const 320))
+      (then unreachable))
+    (if (i32.ne (i32.load (i32.const 320)) (i32.const 6)) (then unreachable))
+    (local.set $i (i32.add (local.get $i) (i32.const 1)))
+    (br_if $round (i32.lt_u (local.get $i) (i32.const 16))))
+  (i64.const RESPONSE)"""
+
+
+def test_wasi_answers_hold_while_memory_grows_on_several_threads(rt: Runtime) -> None:
+    response = {"ok": True, "value": "grown"}
+    body = _GROWING_WASI.replace("RESPONSE",
+                                 str(packed(RESPONSE_AT, len(msgpack.packb(response)))))
+    plugins = [load_wat(rt, guest_wat(body, imports=_WASI, data=b"grown\n", response=response,
+                                      max_pages=600), plugin_id=f"grow{i}",
+                        limits={"timeout_ms": 60_000})  # a loaded machine: never a time-out
+               for i in range(3)]
+    answers: list[object] = []
+
+    def work(plugin: Plugin) -> None:
+        for _ in range(30):  # 480 pages: past where the first instance's memory began
+            try:
+                answers.append(plugin.call("test").value)
+            except PluginFault as fault:
+                answers.append(fault.message)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in plugins]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == ["grown"] * 90
+    assert all((p.log.lines[-1].source, p.log.lines[-1].text) == ("stdout", "grown")
+               for p in plugins)
