@@ -189,7 +189,9 @@ class RemoteCaller:
         encoding = MSGPACK if ext.encoding == "msgpack" else JSON
         payload = encode(body, encoding)
         headers = {TRACE_HEADER: ids.trace_id, TENANT_HEADER: ids.tenant_id,
-                   CONTENT_TYPE: encoding, CALL_ID_HEADER: random_hex()}
+                   CALL_ID_HEADER: random_hex()}
+        if encoding != JSON:  # JSON is the contract's default: a header costs both sides
+            headers[CONTENT_TYPE] = encoding
         if ids.calls_left is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, ids.calls_left))
         if tracing.ACTIVE is not None:  # the worker's spans join this call's trace (W3C)
