@@ -118,3 +118,25 @@ def test_arequest_on_the_links_own_loop_keeps_the_same_rules(nats_url: str) -> N
         finally:
             await link.aclose()
     asyncio.run(run())
+
+
+def test_arequest_from_another_loop_goes_through_the_links_own(nats_url: str) -> None:
+    with NatsLink(nats_url, name="other-loop") as link:
+        Echo(link, "other.echo")
+        Echo(link, "other.slow", delay_s=0.6)
+
+        async def run() -> None:
+            bodies = [f"m{i}".encode() for i in range(30)]
+            answers = await asyncio.gather(*(link.arequest("other.echo", b, {}, 5)
+                                             for b in bodies))
+            assert [m.data for m in answers] == bodies
+            started = time.monotonic()
+            with pytest.raises(NatsTimeout):
+                await link.arequest("other.slow", b"x", {}, 0.2)
+            assert time.monotonic() - started < 3
+            with pytest.raises(NoRespondersError):
+                await link.arequest("other.nobody", b"x", {}, 5)
+        asyncio.run(run())
+        assert link._replies.waiting == {}
+        time.sleep(0.6)  # the late answer finds nobody
+        assert link.request("other.echo", b"after", {}, 5).data == b"after"

@@ -127,6 +127,15 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
     return client
 
 
+def _answered(msg: Msg) -> Msg:
+    """The answer, or NoRespondersError when it is the server's "nobody listens"."""
+    from nats.errors import NoRespondersError
+
+    if msg.headers and msg.headers.get("Status") == "503":
+        raise NoRespondersError
+    return msg
+
+
 def _expire(future: asyncio.Future[Msg]) -> None:
     from nats.errors import TimeoutError as NatsTimeout
 
@@ -165,8 +174,6 @@ class _Replies:
     async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
                        timeout_s: float) -> Msg:
         """One request/reply awaited on the link's own loop: one future and one timer."""
-        from nats.errors import NoRespondersError
-
         token = str(next(self._ids))
         future: asyncio.Future[Msg] = self.loop.create_future()
         self.waiting[token] = future
@@ -180,40 +187,58 @@ class _Replies:
             self.waiting.pop(token, None)
             if timer is not None:
                 timer.cancel()
-        if msg.headers and msg.headers.get("Status") == "503":  # the server: nobody listens
-            raise NoRespondersError
-        return msg
+        return _answered(msg)
 
     def request(self, subject: str, data: bytes, headers: dict[str, str],
                 timeout_s: float) -> Msg:
         """One request/reply from a thread other than the loop's."""
-        from nats.errors import NoRespondersError
         from nats.errors import TimeoutError as NatsTimeout
 
-        token = str(next(self._ids))
-        future: concurrent.futures.Future[Msg] = concurrent.futures.Future()
-        self.waiting[token] = future
+        token, future = self._queue(subject, data, headers)
         try:
-            with self._lock:
-                self._outbox.append((subject, data, headers, self.prefix + token, future))
-                wake, self._sending = not self._sending, True
-            if wake:
-                try:
-                    self.loop.call_soon_threadsafe(self._start_sending)
-                except RuntimeError:  # the loop is closed: so is the connection
-                    with self._lock:
-                        self._outbox.clear()
-                        self._sending = False
-                    raise
             try:
                 msg = future.result(timeout_s)
             except concurrent.futures.TimeoutError:
                 raise NatsTimeout from None
         finally:
             self.waiting.pop(token, None)
-        if msg.headers and msg.headers.get("Status") == "503":  # the server: nobody listens
-            raise NoRespondersError
-        return msg
+        return _answered(msg)
+
+    async def arequest_from(self, subject: str, data: bytes, headers: dict[str, str],
+                            timeout_s: float) -> Msg:
+        """One request/reply awaited on another loop than the link's: queued as a
+        thread's is, the answer's future awaited (no task on the link's loop)."""
+        from nats.errors import TimeoutError as NatsTimeout
+
+        token, future = self._queue(subject, data, headers)
+        try:
+            try:
+                msg = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+            except asyncio.TimeoutError:
+                raise NatsTimeout from None
+        finally:
+            self.waiting.pop(token, None)
+        return _answered(msg)
+
+    def _queue(self, subject: str, data: bytes, headers: dict[str, str]
+               ) -> tuple[str, concurrent.futures.Future[Msg]]:
+        """Queue a request for the loop to publish: its token and the answer's future."""
+        token = str(next(self._ids))
+        future: concurrent.futures.Future[Msg] = concurrent.futures.Future()
+        self.waiting[token] = future
+        with self._lock:
+            self._outbox.append((subject, data, headers, self.prefix + token, future))
+            wake, self._sending = not self._sending, True
+        if wake:
+            try:
+                self.loop.call_soon_threadsafe(self._start_sending)
+            except RuntimeError:  # the loop is closed: so is the connection
+                with self._lock:
+                    self._outbox.clear()
+                    self._sending = False
+                self.waiting.pop(token, None)
+                raise
+        return token, future
 
     def _start_sending(self) -> None:
         self.loop.create_task(self._send())
@@ -305,12 +330,11 @@ class NatsLink:
 
     async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
                        timeout_s: float) -> Msg:
-        """`request` awaited: directly on the link's own loop, else through it (a
-        thread-less hop each way)."""
+        """`request` awaited: directly on the link's own loop, else queued to it as a
+        thread's request is (no coroutine run there, no thread blocked)."""
         if self._on_own_loop():
             return await self._replies.arequest(subject, data, headers, timeout_s)
-        coro = self.client.request(subject, data, timeout=timeout_s, headers=headers)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+        return await self._replies.arequest_from(subject, data, headers, timeout_s)
 
     def _on_own_loop(self) -> bool:
         try:
