@@ -50,6 +50,7 @@ from wasmext.testing import guest_wat  # noqa: E402
 
 POLICY = parse_policy({"pre": [{"id": "stamp", "mode": "required"}]})
 ECHO_SUBJECT = "bench.echo"
+WORK_SUBJECT = "bench.work"
 # The floor's responder: what nats-py does with no wasmext in between.
 ECHO = """
 import asyncio, sys, nats
@@ -58,6 +59,28 @@ async def main():
     async def echo(msg):
         await msg.respond(msg.data)
     await nc.subscribe(sys.argv[2], queue="echo", cb=echo)
+    await nc.flush()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+# The Python floor: the echo's responder doing what any Python worker must, with no
+# wasmext in it: decode the request (msgspec, JSON), run a 10 us function (the plugin
+# call's share), encode an answer and send it with one header.
+WORK_ECHO = """
+import asyncio, sys, time, msgspec, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    decode, encode = msgspec.json.decode, msgspec.json.Encoder().encode
+    headers = {"Wasmext-Worker": "floor"}
+    def work(request):
+        until = time.perf_counter() + 10e-6
+        while time.perf_counter() < until:
+            pass
+        return {"message": request["message"], "context": request["context"]}
+    async def answer(msg):
+        await nc.publish(msg.reply, encode(work(decode(msg.data))), headers=headers)
+    await nc.subscribe(sys.argv[2], queue="work", cb=answer)
     await nc.flush()
     print("ready", flush=True)
     await asyncio.Event().wait()
@@ -136,7 +159,8 @@ def _body() -> bytes:
     return encode(stage_request("stamp", data, "0" * 32, "default"), JSON)
 
 
-def _echo_floor(url: str, n: int, in_flight: int, seconds: float) -> dict[str, Any]:
+def _echo_floor(url: str, n: int, in_flight: int, seconds: float,
+                subject: str = ECHO_SUBJECT) -> dict[str, Any]:
     """Bare nats-py request/reply on its own loop: p50 one at a time, then throughput
     with `in_flight` requests outstanding."""
     import asyncio
@@ -149,11 +173,11 @@ def _echo_floor(url: str, n: int, in_flight: int, seconds: float) -> dict[str, A
         nc = await nats.connect(url)
         try:
             for _ in range(n // 4):
-                await nc.request(ECHO_SUBJECT, body, timeout=5)
+                await nc.request(subject, body, timeout=5)
             samples = []
             for _ in range(n):
                 started = time.perf_counter()
-                await nc.request(ECHO_SUBJECT, body, timeout=5)
+                await nc.request(subject, body, timeout=5)
                 samples.append((time.perf_counter() - started) * 1e6)
             done = 0
             stop = time.monotonic() + seconds
@@ -161,7 +185,7 @@ def _echo_floor(url: str, n: int, in_flight: int, seconds: float) -> dict[str, A
             async def loop() -> None:
                 nonlocal done
                 while time.monotonic() < stop:
-                    await nc.request(ECHO_SUBJECT, body, timeout=5)
+                    await nc.request(subject, body, timeout=5)
                     done += 1
             await asyncio.gather(*(loop() for _ in range(in_flight)))
             return {"p50_us": round(_pct(samples, 0.5), 1),
@@ -170,6 +194,33 @@ def _echo_floor(url: str, n: int, in_flight: int, seconds: float) -> dict[str, A
         finally:
             await nc.close()
     return asyncio.run(run())
+
+
+def _threaded_floor(link: NatsLink, n: int, threads: int, seconds: float) -> dict[str, Any]:
+    """The echo asked from threads through a link's blocking `request` (the hop a
+    synchronous caller such as `Router.run` takes to the link's loop and back)."""
+    body = _body()
+    samples = []
+    for _ in range(n // 4):
+        link.request(ECHO_SUBJECT, body, {}, 5)
+    for _ in range(n):
+        started = time.perf_counter()
+        link.request(ECHO_SUBJECT, body, {}, 5)
+        samples.append((time.perf_counter() - started) * 1e6)
+    done = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def run(k: int) -> None:
+        while time.monotonic() < stop:
+            link.request(ECHO_SUBJECT, body, {}, 5)
+            done[k] += 1
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return {"p50_us": round(_pct(samples, 0.5), 1), "p99_us": round(_pct(samples, 0.99), 1),
+            "n": n, "runs_per_s": round(sum(done) / seconds, 1)}
 
 
 def _async_figures(host: Host, url: str, n: int, in_flight: int, seconds: float
@@ -231,9 +282,9 @@ class Cluster:
             time.sleep(0.05)
         raise RuntimeError("nats-server did not start")
 
-    def add_echo(self) -> None:
-        """Start the bare nats-py echo responder (the floor)."""
-        proc = subprocess.Popen([sys.executable, "-c", ECHO, self.url, ECHO_SUBJECT],
+    def add_echo(self, script: str = ECHO, subject: str = ECHO_SUBJECT) -> None:
+        """Start the bare nats-py echo responder (the floor), or another `script`."""
+        proc = subprocess.Popen([sys.executable, "-c", script, self.url, subject],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.procs.append(proc)
         assert proc.stdout is not None
@@ -294,6 +345,10 @@ def measure(quick: bool = False) -> dict[str, Any]:
                 result: dict[str, Any] = {"in_process": _latency(local, in_process, n)}
                 cluster.add_echo()
                 result["echo"] = _echo_floor(cluster.url, n, threads, seconds)
+                cluster.add_echo(WORK_ECHO, WORK_SUBJECT)
+                result["work_floor"] = _echo_floor(cluster.url, n, threads, seconds,
+                                                   WORK_SUBJECT)
+                result["echo_threads"] = _threaded_floor(link, n, threads, seconds)
                 cluster.add_worker()
                 _hook_latency(local, n // 4)
                 result["hook_local"] = _hook_latency(local, n)
@@ -362,7 +417,8 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"  remote hook call/local p50: {result['hook_remote_vs_local_p50']}x; "
                      f"remote hook call/bare echo p50: {result['hook_remote_vs_echo_p50']}x")
     lines.append("pipeline run with one pre stage      p50 us    p99 us")
-    for key in ("echo", "in_process", "remote_json", "remote_msgpack", "remote_async"):
+    for key in ("echo", "work_floor", "echo_threads", "in_process", "remote_json",
+                "remote_msgpack", "remote_async"):
         if key in result:
             lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")
     lines.append(f"  remote/in-process p50: {result['remote_vs_in_process_p50']}x; "
@@ -375,6 +431,15 @@ def report(result: dict[str, Any]) -> str:
     lines.append("  vs bare echo: " + ", ".join(
         f"{w} worker(s) {v}x" for w, v in result["throughput_vs_echo"].items())
                  + " (target >= 0.7x)")
+    if "work_floor" in result:
+        echo, work, threaded = result["echo"], result["work_floor"], result["echo_threads"]
+        lines.append(f"  floors: echo whose responder decodes, runs 10 us and encodes: p50 "
+                     f"{work['p50_us']} us = {round(work['p50_us'] / echo['p50_us'], 2)}x "
+                     f"echo, {work['runs_per_s']}/s = "
+                     f"{round(work['runs_per_s'] / echo['runs_per_s'], 2)}x; echo asked from "
+                     f"threads (link.request): p50 {round(threaded['p50_us'] / echo['p50_us'], 2)}"
+                     f"x, {threaded['runs_per_s']}/s = "
+                     f"{round(threaded['runs_per_s'] / echo['runs_per_s'], 2)}x")
     if "remote_async" in result:
         lines.append(f"  Router.arun, 1 worker: p50 {result['remote_async_vs_echo_p50']}x the "
                      f"bare echo's; {result['remote_async']['runs_per_s']}/s with "

@@ -105,7 +105,7 @@ def test_only_the_worker_serves_and_no_other_client_can_answer(
         # callers' replies and to answer a caller's inbox directly: all refused.
         rogue.run(rogue.client.subscribe(GUARD, queue="wasmext", cb=take), 5)
         rogue.run(rogue.client.subscribe("_INBOX_caller.>", cb=take), 5)
-        forged_inbox = f"{link.client._resp_sub_prefix.decode()}forged"
+        forged_inbox = f"{link.reply_prefix}forged"
         rogue.run(rogue.client.publish(forged_inbox, b'{"status": "ok"}'), 5)
         rogue.run(rogue.client.flush(), 5)
         deadline = time.monotonic() + 5

@@ -2,12 +2,16 @@
 
 The pipeline is synchronous (plugin calls block a thread); nats-py is asyncio.
 `NatsLink` runs the client on a private loop and hands out blocking `request`
-and `run`; any number of threads may call them at once.
+and `run`; any number of threads may call them at once. A blocking `request` takes no
+coroutine, task or timer of its own: the link has one reply subscription, a thread
+queues its request for the loop (one wake-up for all those queued meanwhile) and waits
+on a future that the answer completes; a timeout is the thread's own wait.
 
 An async caller opens its link on its own loop instead (`await NatsLink.open(url)`):
-no thread, and `arequest` (which `Router.arun` uses) awaits the client directly,
-without the two thread hops of `run_coroutine_threadsafe` and `future.result`.
-Threads may still call the blocking `request` of such a link; its own loop may not.
+no thread, and `arequest` (which `Router.arun` uses) publishes and awaits one future
+with one timer, without the two thread hops of `run_coroutine_threadsafe` and
+`future.result`. Threads may still call the blocking `request` of such a link; its
+own loop may not.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 import threading
+from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,10 +34,45 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
 
-__all__ = ["NatsAuth", "NatsLink", "NatsUnavailable", "connect"]
+__all__ = ["NatsAuth", "NatsLink", "NatsUnavailable", "connect", "parse_headers"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.cluster.link")
+
+
+def parse_headers(raw: bytes) -> dict[str, str]:
+    """A message's header lines as nats-py 2.16's `Client._parse_header_lines` reads
+    them (same keys kept, dropped and decoded), with one `str.split` per name where it
+    runs a Python generator over every character: the name check was half of a
+    worker's header cost."""
+    out: dict[str, str] = {}
+    for line in raw.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if key and key.split() != [key]:  # whitespace inside a name: not a header
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+_CLIENT_CLASS: list[type[Client]] = []  # made on first use: nats-py is imported lazily
+
+
+def _client() -> Client:
+    """A nats-py client that reads headers with `parse_headers`."""
+    if not _CLIENT_CLASS:
+        from nats.aio.client import Client
+
+        class FastClient(Client):
+            _parse_header_lines = staticmethod(parse_headers)
+
+        _CLIENT_CLASS.append(FastClient)
+    return _CLIENT_CLASS[0]()
 
 
 async def connect(url: str, name: str, timeout_s: float = 5.0, *,
@@ -42,8 +83,6 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
     nats-py logs a traceback per failed attempt by default; here each is one line,
     with the url's and `auth`'s secrets redacted, as in every error raised here.
     """
-    import nats
-
     auth = auth if auth is not None else NatsAuth().with_env()
     shown = redact_url(url)
 
@@ -70,12 +109,13 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
         options = auth.options()
     except (OSError, ValueError) as exc:  # a TLS file that cannot be read or used
         raise NatsUnavailable(f"cannot connect to {shown}: TLS: {said(exc)}") from None
+    client = _client()
     try:
-        client = await nats.connect(url, name=name, connect_timeout=timeout_s,
-                                    allow_reconnect=True, max_reconnect_attempts=1,
-                                    reconnect_time_wait=0.2, error_cb=error,
-                                    disconnected_cb=disconnected, reconnected_cb=reconnected,
-                                    **options)
+        # nats-py annotates both times as int; it uses them as floats.
+        times: dict[str, Any] = {"connect_timeout": timeout_s, "reconnect_time_wait": 0.2}
+        await client.connect(url, name=name, allow_reconnect=True, max_reconnect_attempts=1,
+                             error_cb=error, disconnected_cb=disconnected,
+                             reconnected_cb=reconnected, **times, **options)
     except Exception as exc:
         # A refused login is followed by a broken pipe on the retry: the refusal is news.
         reason = next((e for e in seen if "authoriz" in e.lower()), seen[-1] if seen else "")
@@ -85,6 +125,138 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
     # for ever (nats-py reads the option at each reconnect).
     client.options["max_reconnect_attempts"] = -1
     return client
+
+
+def _answered(msg: Msg) -> Msg:
+    """The answer, or NoRespondersError when it is the server's "nobody listens"."""
+    from nats.errors import NoRespondersError
+
+    if msg.headers and msg.headers.get("Status") == "503":
+        raise NoRespondersError
+    return msg
+
+
+def _expire(future: asyncio.Future[Msg]) -> None:
+    from nats.errors import TimeoutError as NatsTimeout
+
+    if not future.done():
+        future.set_exception(NatsTimeout())
+
+
+class _Replies:
+    """Blocking requests from threads, without a coroutine, task and timer per request:
+    one reply subscription per link (`<inbox>.<n>`), requests queued for the loop and
+    published by one task that takes every request queued meanwhile (a burst from many
+    threads costs one wake-up of the loop), each answer handed straight to the waiting
+    thread's future. A thread that gives up removes its entry: a late answer is dropped."""
+
+    def __init__(self, client: Client, loop: asyncio.AbstractEventLoop) -> None:
+        self.client, self.loop = client, loop
+        self.prefix = client.new_inbox() + "."
+        self.waiting: dict[str, concurrent.futures.Future[Msg] | asyncio.Future[Msg]] = {}
+        self._outbox: deque[tuple[str, bytes, dict[str, str], str,
+                                  concurrent.futures.Future[Msg]]] = deque()
+        self._lock = threading.Lock()
+        self._sending = False
+        self._ids = itertools.count()
+
+    async def start(self) -> None:
+        """Subscribe to this link's replies (on the link's loop)."""
+        await self.client.subscribe(self.prefix + "*", cb=self._on_reply)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self.waiting.pop(msg.subject[len(self.prefix):], None)
+        if future is not None:  # a thread's, or a task's on this loop; either may be over
+            with contextlib.suppress(concurrent.futures.InvalidStateError,
+                                     asyncio.InvalidStateError):
+                future.set_result(msg)
+
+    async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
+                       timeout_s: float) -> Msg:
+        """One request/reply awaited on the link's own loop: one future and one timer."""
+        token = str(next(self._ids))
+        future: asyncio.Future[Msg] = self.loop.create_future()
+        self.waiting[token] = future
+        timer = None
+        try:
+            await self.client.publish(subject, data, reply=self.prefix + token,
+                                      headers=headers)
+            timer = self.loop.call_later(timeout_s, _expire, future)
+            msg = await future
+        finally:
+            self.waiting.pop(token, None)
+            if timer is not None:
+                timer.cancel()
+        return _answered(msg)
+
+    def request(self, subject: str, data: bytes, headers: dict[str, str],
+                timeout_s: float) -> Msg:
+        """One request/reply from a thread other than the loop's."""
+        from nats.errors import TimeoutError as NatsTimeout
+
+        token, future = self._queue(subject, data, headers)
+        try:
+            try:
+                msg = future.result(timeout_s)
+            except concurrent.futures.TimeoutError:
+                raise NatsTimeout from None
+        finally:
+            self.waiting.pop(token, None)
+        return _answered(msg)
+
+    async def arequest_from(self, subject: str, data: bytes, headers: dict[str, str],
+                            timeout_s: float) -> Msg:
+        """One request/reply awaited on another loop than the link's: queued as a
+        thread's is, the answer's future awaited (no task on the link's loop)."""
+        from nats.errors import TimeoutError as NatsTimeout
+
+        token, future = self._queue(subject, data, headers)
+        try:
+            try:
+                msg = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+            except asyncio.TimeoutError:
+                raise NatsTimeout from None
+        finally:
+            self.waiting.pop(token, None)
+        return _answered(msg)
+
+    def _queue(self, subject: str, data: bytes, headers: dict[str, str]
+               ) -> tuple[str, concurrent.futures.Future[Msg]]:
+        """Queue a request for the loop to publish: its token and the answer's future."""
+        token = str(next(self._ids))
+        future: concurrent.futures.Future[Msg] = concurrent.futures.Future()
+        self.waiting[token] = future
+        with self._lock:
+            self._outbox.append((subject, data, headers, self.prefix + token, future))
+            wake, self._sending = not self._sending, True
+        if wake:
+            try:
+                self.loop.call_soon_threadsafe(self._start_sending)
+            except RuntimeError:  # the loop is closed: so is the connection
+                with self._lock:
+                    self._outbox.clear()
+                    self._sending = False
+                self.waiting.pop(token, None)
+                raise
+        return token, future
+
+    def _start_sending(self) -> None:
+        self.loop.create_task(self._send())
+
+    async def _send(self) -> None:
+        while True:
+            with self._lock:
+                if not self._outbox:
+                    self._sending = False
+                    return
+                subject, data, headers, inbox, future = self._outbox.popleft()
+            if inbox[len(self.prefix):] not in self.waiting:
+                continue  # its thread gave up while it was queued
+            try:
+                await self.client.publish(subject, data, reply=inbox, headers=headers)
+            except Exception as exc:  # closed, draining, too large: the thread raises it
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    future.set_exception(exc)
 
 
 class NatsLink:
@@ -100,6 +272,8 @@ class NatsLink:
         try:
             self.client: Client = self.run(connect(url, name, connect_timeout_s, auth=auth),
                                            2 * connect_timeout_s + 1)
+            self._replies = _Replies(self.client, self._loop)
+            self.run(self._replies.start(), connect_timeout_s)
         except Exception as exc:
             self._stop_loop()
             if isinstance(exc, NatsUnavailable):
@@ -116,7 +290,14 @@ class NatsLink:
         link._loop = asyncio.get_running_loop()
         link._thread = None
         link.client = await connect(url, name, connect_timeout_s, auth=auth)
+        link._replies = _Replies(link.client, link._loop)
+        await link._replies.start()
         return link
+
+    @property
+    def reply_prefix(self) -> str:
+        """The subject prefix this link's answers come back to (`<inbox prefix>.<nuid>.`)."""
+        return self._replies.prefix
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run `coro` on the link's loop and wait for it (at most `timeout_s`)."""
@@ -142,17 +323,18 @@ class NatsLink:
     def request(self, subject: str, data: bytes, headers: dict[str, str],
                 timeout_s: float) -> Msg:
         """One request/reply; raises nats' TimeoutError or NoRespondersError, or OSError."""
-        return self.run(self.client.request(subject, data, timeout=timeout_s, headers=headers),
-                        timeout_s + 1.0)
+        if self._on_own_loop():
+            raise RuntimeError("a blocking call on the NATS link's own event loop would never "
+                               "return: await arequest (Router.arun) there")
+        return self._replies.request(subject, data, headers, timeout_s)
 
     async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
                        timeout_s: float) -> Msg:
-        """`request` awaited: directly on the link's own loop, else through it (a
-        thread-less hop each way)."""
-        coro = self.client.request(subject, data, timeout=timeout_s, headers=headers)
+        """`request` awaited: directly on the link's own loop, else queued to it as a
+        thread's request is (no coroutine run there, no thread blocked)."""
         if self._on_own_loop():
-            return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+            return await self._replies.arequest(subject, data, headers, timeout_s)
+        return await self._replies.arequest_from(subject, data, headers, timeout_s)
 
     def _on_own_loop(self) -> bool:
         try:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from wasmext.cluster.breaker import Breaker
 from wasmext.cluster.contract import (
@@ -189,7 +189,9 @@ class RemoteCaller:
         encoding = MSGPACK if ext.encoding == "msgpack" else JSON
         payload = encode(body, encoding)
         headers = {TRACE_HEADER: ids.trace_id, TENANT_HEADER: ids.tenant_id,
-                   CONTENT_TYPE: encoding, CALL_ID_HEADER: random_hex()}
+                   CALL_ID_HEADER: random_hex()}
+        if encoding != JSON:  # JSON is the contract's default: a header costs both sides
+            headers[CONTENT_TYPE] = encoding
         if ids.calls_left is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, ids.calls_left))
         if tracing.ACTIVE is not None:  # the worker's spans join this call's trace (W3C)
@@ -234,20 +236,26 @@ class RemoteCaller:
             stats.failed += 1
         return None, f"extension {ext.id}: {reason}"
 
-    def _answer(self, ext: RemoteExtension, data: Any, headers: dict[str, str],
-                timeout_s: float, reply: Any) -> Any:
-        """The in-process shaped answer of one attempt's reply, or a _Failure."""
+    def _failure(self, ext: RemoteExtension, timeout_s: float, error: BaseException
+                 ) -> NoReturn:
+        """Raise the _Failure a request's exception is (all of them may be retried)."""
         from nats.errors import NoRespondersError
         from nats.errors import TimeoutError as NatsTimeout
 
-        if isinstance(reply, (NatsTimeout, TimeoutError, asyncio.TimeoutError)):
+        if isinstance(error, (NatsTimeout, TimeoutError, asyncio.TimeoutError)):
             with self._lock:
                 self.stats[ext.id].timeouts += 1
             raise _Failure(f"timeout after {round(timeout_s * 1000)} ms", True)
-        if isinstance(reply, NoRespondersError):
+        if isinstance(error, NoRespondersError):
             raise _Failure(f"no responders on {ext.subject}", True)
-        if isinstance(reply, BaseException):  # the connection: closed, reconnecting, refused
-            raise _Failure(f"network error: {clean(type(reply).__name__)}", True)
+        # the connection: closed, reconnecting, refused
+        raise _Failure(f"network error: {clean(type(error).__name__)}", True)
+
+    def _answer(self, ext: RemoteExtension, data: Any, headers: dict[str, str],
+                timeout_s: float, reply: Any) -> Any:
+        """The in-process shaped answer of one attempt's reply, or a _Failure."""
+        if isinstance(reply, BaseException):
+            self._failure(ext, timeout_s, reply)
         msg: Msg = reply
         hdrs = msg.headers or {}
         if self.trusted_workers:

@@ -1,34 +1,27 @@
-"""`wasmext worker`: a host's pipeline stages served as NATS services.
+"""`wasmext worker`: a host's plugins served as NATS services (the serving loop).
 
-Every loaded plugin with a `pre`, `validator`, `post` or `provider` hook becomes a
-NATS micro service (`<prefix>-<plugin id>`, the plugin's version) with one endpoint
-per stage on `<prefix>.ext.<pre|validate|post>.<id>.v<major>` or
-`<prefix>.provider.<id>.v<major>`, in the queue group `wasmext`: N workers share the
-load and answer `$SRV.PING|INFO|STATS`. Each request runs through `Host.try_call`,
-so under the plugin's sandbox, limits, grants and state transaction, exactly as
-in-process. A call whose worst case (the plugin's `timeout_ms` plus the deadline
-slack) is below `inline_below_ms` (default 50 ms, as for awaited hooks) and whose
-plugin runs no application code runs on the worker's event loop, in the
-subscription's handler, with no thread hop; any other runs on wasmext's call pool
-(`concurrency` threads), whose answers come back in batches (`callpool`). Stage calls
-reach the pool through one lane: a pool thread runs the calls queued meanwhile back
-to back (a burst costs one thread wake-up), and another joins only when a queued
-call has waited `LANE_WAIT_S` behind a slow one.
+Every loaded plugin becomes a NATS micro service (`<prefix>-<plugin id>`, the plugin's
+version) with an endpoint per stage and per whole-plugin kind (`cluster.endpoints`), in
+the queue group `wasmext`: N workers share the load and answer `$SRV.PING|INFO|STATS`.
+A stage request runs as `cluster.stagecall` says (its budget from the headers, one
+`Host.try_call` under the plugin's sandbox, limits, grants and state transaction,
+exactly as in-process). A call whose worst case (the plugin's `timeout_ms` plus the
+deadline slack) is below `inline_below_ms` (default 50 ms, as for awaited hooks) and
+whose plugin runs no application code runs on the worker's event loop, in the
+subscription's handler, with no thread hop; any other goes through the lane onto
+wasmext's call pool (`concurrency` threads; `cluster.lane`).
 
-A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up:
-the worker was frozen, or its queue was long) is dropped unrun and unanswered, when
-it arrives and again when a pool thread takes it; one that runs gets no more time
-than is left of it, and no more host calls than the caller's tree has left. Its
-state commit is made at most once per `Wasmext-Call-Id`, the key every attempt of
-one call carries (`wasmext.services.state.applying`). Per endpoint, `$SRV.STATS`
-data and `extension_worker_requests_total` count answered, failed, expired and
-duplicate requests.
+A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up: the
+worker was frozen, or its queue was long) is dropped unrun and unanswered, when it
+arrives and again when a pool thread takes it. Per endpoint, `$SRV.STATS` data and
+`extension_worker_requests_total` count answered, failed, expired and duplicate
+requests.
 
-Every loaded plugin, whatever its hooks, is also served whole on
-`<prefix>.plugin.<id>.v<major>`: `.describe` answers its registration, `.call` runs any
-hook of it (`cluster.served`; a host calls these through a proxy plugin,
-`cluster.plugins`), and a publish on `.cancel` naming a call id stops that call's guest
-(every worker hears it; the one running the call cancels its `CallScope`).
+A whole plugin is served on `<prefix>.plugin.<id>.v<major>`: `.describe` answers its
+registration, `.call` runs any hook of it (`cluster.served`; a host calls these through
+a proxy plugin, `cluster.plugins`), and a publish on `.cancel` naming a call id stops
+that call's guest (every worker hears it; the one running the call cancels its
+`CallScope`).
 
 `drain()` (on SIGTERM) stops taking requests, finishes those already taken, then
 closes the connection.
@@ -38,54 +31,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import hashlib
 import logging
-import re
 import signal
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasmext.aio import APP_GRANTS, DEADLINE_SLACK_MS, INLINE_BELOW_MS
-from wasmext.callpool import CallPool, share_of
+from wasmext.callpool import CallPool
 from wasmext.cluster import served
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLBACK_HEADER,
-    CALLS_LEFT_HEADER,
     CONTENT_TYPE,
     JSON,
     MSGPACK,
     ContractError,
-    ExtRequest,
-    ProviderRequest,
-    deadline_of,
-    decode,
-    encode,
     encoding_of,
 )
+from wasmext.cluster.endpoints import Counts, Stage, stages_of, version_of
+from wasmext.cluster.lane import Lane
 from wasmext.cluster.link import connect
-from wasmext.cluster.mapping import (
-    data_from_provider_request,
-    data_from_request,
-    provider_response,
-    stage_response,
-    verdict_from_answer,
-)
 from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
-from wasmext.cluster.registry import EXT_TYPES, check_prefix, plugin_subject, subject_for
+from wasmext.cluster.registry import check_prefix
 from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
+from wasmext.cluster.stagecall import Budget, call_stage, session_id
 from wasmext.observe import tracing
-from wasmext.sandbox import calltree
 from wasmext.sandbox.callscope import CallScope
 from wasmext.sandbox.hostcalls import OpError
-from wasmext.services.state import applying
-from wasmext.session import Session
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -96,155 +70,15 @@ if TYPE_CHECKING:
     from nats.micro.service import EndpointStats, Service
 
     from wasmext.host import Host
-    from wasmext.services.hostview import LoadedPlugin
 
-__all__ = ["QUEUE_GROUP", "WORKER_HEADER", "Stage", "Worker", "session_id", "stages_of"]
+__all__ = ["QUEUE_GROUP", "WORKER_HEADER", "Counts", "Stage", "Worker", "session_id", "stages_of"]
 
 log = logging.getLogger("wasmext.cluster.worker")
 QUEUE_GROUP = "wasmext"
 WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and debugging
-_SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
-_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-PLUGIN_KINDS = ("describe", "call")  # the endpoints of a plugin served whole
-# How long a queued stage call waits for a busy lane before another pool thread joins
-# it: calls that take less run back to back on one thread, a slow one holds up the
-# calls queued behind it by about this much.
-LANE_WAIT_S = 0.002
 # How long a guest's `next` may wait for the caller's inner layers (a turn's model call
 # and tools among them); a cancel ends the wait at once.
 NEXT_TIMEOUT_S = 300.0
-
-
-def session_id(trace_id: str) -> str:
-    """The trace id as the call's session id, or its digest when it is long or odd
-    (it comes off the network and becomes a state scope and a log field)."""
-    if _PLAIN_ID.fullmatch(trace_id):
-        return trace_id
-    return "trace-" + hashlib.sha256(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-class Stage:
-    """One served endpoint: a plugin's stage on its subject."""
-
-    def __init__(self, plugin_id: str, kind: str, subject: str) -> None:
-        self.plugin_id, self.kind, self.subject = plugin_id, kind, subject
-
-
-class Counts:
-    """What one endpoint did: answered, failed (answered with an error), expired
-    (dropped unrun), duplicate (ran, its state commit not applied again), time spent."""
-
-    __slots__ = ("answered", "duplicate", "expired", "failed", "total_ns")
-
-    def __init__(self) -> None:
-        self.answered = self.failed = self.expired = self.duplicate = self.total_ns = 0
-
-
-class _Lane:
-    """Stage calls for the call pool: a pool thread that takes the lane runs the queued
-    calls back to back, so a burst of short calls costs one thread wake-up, not one
-    each; another thread joins only when the oldest queued call has waited
-    `LANE_WAIT_S` (the one running is slow), up to the pool's size. Answers go back
-    through the loop's `LoopShare`, batched as the pool's are."""
-
-    def __init__(self, pool: CallPool) -> None:
-        self._pool = pool
-        self._jobs: deque[tuple[asyncio.Future[Any], contextvars.Context,
-                                Callable[..., Any], tuple[Any, ...], float]] = deque()
-        self._lock = threading.Lock()
-        self._runners = 0
-        self._armed = False
-
-    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any],
-               *args: Any) -> asyncio.Future[Any]:
-        """A future of `fn(*args)` run on a pool thread (called on the loop's thread)."""
-        future = loop.create_future()
-        with self._lock:
-            self._jobs.append((future, contextvars.copy_context(), fn, args, time.monotonic()))
-            start = self._runners == 0
-            if start:
-                self._runners += 1
-        if start:
-            self._pool.submit(loop, self._run, share_of(loop))
-        elif not self._armed:
-            self._armed = True
-            loop.call_later(LANE_WAIT_S, self._check, loop)
-        return future
-
-    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._armed = False
-        with self._lock:
-            if not self._jobs:
-                return
-            waited = time.monotonic() - self._jobs[0][4]
-            start = waited >= LANE_WAIT_S and self._runners < self._pool.max_workers
-            if start:
-                self._runners += 1
-        if start:
-            self._pool.submit(loop, self._run, share_of(loop))
-        self._armed = True
-        loop.call_later(LANE_WAIT_S, self._check, loop)
-
-    def _run(self, share: Any) -> None:
-        while True:
-            with self._lock:
-                if not self._jobs:
-                    self._runners -= 1
-                    return
-                future, context, fn, args, _ = self._jobs.popleft()
-            if future.cancelled():  # its request's task gave up while it was queued
-                continue
-            try:
-                value, error = context.run(fn, *args), None
-            except BaseException as exc:  # the awaiting task gets it, whatever it is
-                value, error = None, exc
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it
-                share.hand_back(future, value, error)
-            del future, context, fn, args, value, error  # hold nothing while idle
-
-
-class _Budget:
-    """What a request may spend: its deadline (time.monotonic), host calls, idempotency key."""
-
-    def __init__(self, headers: dict[str, str] | None) -> None:
-        hdrs = headers or {}
-        self.deadline = deadline_of(hdrs)
-        raw = hdrs.get(CALLS_LEFT_HEADER, "")
-        self.calls_left = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
-        key = hdrs.get(CALL_ID_HEADER)
-        self.key = None if key is None else session_id(key)
-        self.headers = hdrs  # the caller's trace context (traceparent), read when traced
-
-    def expired(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
-
-    def frame(self) -> calltree.Frame | None:
-        """The caller's budget as the root of the call tree the plugin call runs in."""
-        if self.deadline is None and self.calls_left is None:
-            return None
-        return calltree.Frame(self.deadline if self.deadline is not None else float("inf"),
-                              self.calls_left if self.calls_left is not None else 1 << 30,
-                              None)
-
-
-def _version(lp: LoadedPlugin) -> str:
-    raw = lp.manifest.version if lp.manifest else ""
-    match = _SEMVER.match(raw or "")
-    return match.group(0) if match else "1.0.0"
-
-
-def stages_of(host: Host, prefix: str) -> dict[str, list[Stage]]:
-    """The stages each plugin serves, by plugin id (plugins without any left out)."""
-    out: dict[str, list[Stage]] = {}
-    for lp in list(host.plugins.values()):  # a rescan may change them meanwhile
-        major = int(_version(lp).split(".")[0])
-        kinds = {h.hook for h in lp.plugin.registration.hooks if h.hook in EXT_TYPES}
-        stages = [Stage(lp.id, k, subject_for(prefix, k, lp.id, major))
-                  for k in EXT_TYPES if k in kinds]
-        base = plugin_subject(prefix, lp.id, major)
-        stages += [Stage(lp.id, k, f"{base}.{k}") for k in PLUGIN_KINDS]
-        out[lp.id] = stages
-    return out
 
 
 class Worker:
@@ -264,11 +98,12 @@ class Worker:
         self.served = 0  # requests answered (ok or error), for tests and logs
         self.inline_below_ms = inline_below_ms
         self._pool = CallPool(concurrency, name="wasmext-worker")
-        self._lane = _Lane(self._pool)
+        self._lane = Lane(self._pool)
         # The answer's headers by encoding, built once (copied when an error or a
-        # signature is added).
-        self._answer_headers = {enc: {CONTENT_TYPE: enc, WORKER_HEADER: name}
-                                for enc in (JSON, MSGPACK)}
+        # signature is added). JSON, the contract's default, goes unnamed: every header
+        # costs both sides an encode and a parse.
+        self._answer_headers = {JSON: {WORKER_HEADER: name},
+                                MSGPACK: {CONTENT_TYPE: MSGPACK, WORKER_HEADER: name}}
         self._inflight: set[asyncio.Task[None]] = set()
         self._services: dict[str, Service] = {}  # by plugin id
         self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
@@ -302,7 +137,7 @@ class Worker:
         assert self._nc is not None
         lp = self.host.plugins[pid]
         svc = await add_service(self._nc, ServiceConfig(
-            name=f"{self.prefix.replace('.', '_')}-{pid}", version=_version(lp),
+            name=f"{self.prefix.replace('.', '_')}-{pid}", version=version_of(lp),
             description=clean(lp.manifest.description if lp.manifest else pid, 200),
             metadata={"plugin_id": pid, "worker": self.name}, queue_group=QUEUE_GROUP,
             stats_handler=self._endpoint_stats))
@@ -345,7 +180,7 @@ class Worker:
 
     def _shape(self, pid: str, stages: list[Stage]) -> tuple[str, tuple[str, ...]]:
         lp = self.host.plugins.get(pid)
-        return (_version(lp) if lp is not None else "", tuple(s.subject for s in stages))
+        return (version_of(lp) if lp is not None else "", tuple(s.subject for s in stages))
 
     def _inline(self, stage: Stage) -> bool:
         """Is `stage`'s call short enough to run on the loop (no application code)?"""
@@ -400,7 +235,7 @@ class Worker:
             counts = self.counts.setdefault(stage.subject, Counts())
         return counts
 
-    def _expired(self, stage: Stage, budget: _Budget) -> None:
+    def _expired(self, stage: Stage, budget: Budget) -> None:
         self._count(stage).expired += 1
         log.info("worker %s: dropped a %s request for %s unrun: its deadline passed %.0f ms "
                  "ago", self.name, stage.kind, stage.plugin_id,
@@ -413,7 +248,7 @@ class Worker:
             await req.respond_error("503", f"plugin {stage.plugin_id} is not loaded here",
                                     headers=headers)
             return
-        body = served.advert(lp, _version(lp))
+        body = served.advert(lp, version_of(lp))
         if self.signer is not None:
             headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)
@@ -422,7 +257,7 @@ class Worker:
     async def _serve_plugin(self, stage: Stage, req: Request) -> None:
         """One hook call of a plugin served whole, on the call pool, cancellable."""
         started = time.perf_counter_ns()
-        budget = _Budget(req.headers)
+        budget = Budget(req.headers)
         if budget.expired():
             self._expired(stage, budget)
             return
@@ -462,7 +297,7 @@ class Worker:
         counts.failed += error is not None
         counts.total_ns += time.perf_counter_ns() - started
 
-    def _call_plugin(self, stage: Stage, raw: bytes, budget: _Budget, scope: CallScope,
+    def _call_plugin(self, stage: Stage, raw: bytes, budget: Budget, scope: CallScope,
                      inbox: str | None = None, call_id: str = "") -> bytes | None:
         if budget.expired():  # it waited in the pool's queue past the caller's deadline
             return None
@@ -510,25 +345,29 @@ class Worker:
 
     async def _serve(self, stage: Stage, req: Request, inline: bool = False) -> None:
         started = time.perf_counter_ns()
-        budget = _Budget(req.headers)
+        hdrs = req.headers
+        budget = Budget(hdrs)
         if budget.expired():  # the caller gave this attempt up: nobody waits for it
             self._expired(stage, budget)
             return
-        failed = True
-        encoding = encoding_of(req.headers)
+        encoding = encoding_of(hdrs)
         headers = self._answer_headers[encoding]
         error: tuple[str, str] | None = None
         body: bytes | None = b""
+        duplicate = False
         try:
             if inline:
-                body = self._call(stage, req.data, encoding, budget)
+                body, duplicate = call_stage(self.host, stage, req.data, encoding, budget,
+                                             self.name)
             else:
-                body = await self._lane.submit(asyncio.get_running_loop(), self._call, stage,
-                                               req.data, encoding, budget)
+                body, duplicate = await self._lane.submit(
+                    asyncio.get_running_loop(), call_stage, self.host, stage, req.data,
+                    encoding, budget, self.name)
         except ContractError as err:
             error = ("400", err.message)
         except Exception as err:  # the plugin failed: its reason, one line, named
             error = ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}", 300))
+        counts = self._count(stage)
         if body is None:  # it waited in the pool past the caller's deadline: not run
             self._expired(stage, budget)
             return
@@ -536,76 +375,17 @@ class Worker:
             body = b""
             headers = {**headers, ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]}
         if self.signer is not None:
-            headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
+            headers = self.signer.sign(req.subject, (hdrs or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)
         if error is not None:
             await req.respond_error(error[0], error[1], headers=headers)
         else:
             await req.respond(body, headers=headers)
-            failed = False
         self.served += 1
-        counts = self._count(stage)
         counts.answered += 1
-        counts.failed += failed
+        counts.failed += error is not None
+        counts.duplicate += duplicate
         counts.total_ns += time.perf_counter_ns() - started
-
-    def _call(self, stage: Stage, raw: bytes, encoding: str, budget: _Budget
-              ) -> bytes | None:
-        """The encoded answer, or None when the request expired before it could run."""
-        if budget.expired():  # it waited in the pool's queue past the caller's deadline
-            return None
-        traced = tracing.ACTIVE
-        if traced is None:
-            return self._run(stage, raw, encoding, budget)
-        # A child of the caller's span (W3C traceparent in the request's headers).
-        with traced.span(f"wasmext.worker {stage.kind}", {
-                "wasmext.plugin_id": tracing.text(stage.plugin_id), "wasmext.stage": stage.kind,
-                "wasmext.worker": tracing.text(self.name), "messaging.system": "nats",
-                "messaging.destination.name": tracing.text(stage.subject)},
-                kind="server", parent=traced.extract(budget.headers)):
-            return self._run(stage, raw, encoding, budget)
-
-    def _run(self, stage: Stage, raw: bytes, encoding: str, budget: _Budget) -> bytes:
-        peer = f"request for {stage.plugin_id}"
-        request: ExtRequest | ProviderRequest
-        if stage.kind == "provider":
-            request = decode(raw, ProviderRequest, encoding, peer=peer)
-            data = data_from_provider_request(request)
-        else:
-            request = decode(raw, ExtRequest, encoding, peer=peer)
-            data = data_from_request(request)
-        session = Session(self.host, session_id(request.trace_id), {})
-        root = budget.frame()
-        if root is not None:
-            calltree.push(root)
-        try:
-            if budget.key is None:
-                answer, error = self.host.try_call(stage.plugin_id, stage.kind, data, session)
-            else:
-                with applying(budget.key) as once:
-                    answer, error = self.host.try_call(stage.plugin_id, stage.kind, data,
-                                                       session)
-                if once.duplicate:
-                    self._count(stage).duplicate += 1
-        finally:
-            if root is not None:
-                calltree.pop()
-            # No session end ever comes over the wire: session-scoped state lives for
-            # one remote call (share state across calls in a plugin or tenant scope).
-            self.host.session_ended(session.id)
-        if error is not None or answer is None:
-            raise RuntimeError(error or "no answer")
-        out: Any
-        if stage.kind == "validator":
-            out = verdict_from_answer(answer.value) if answer.changed else None
-        elif stage.kind == "provider":
-            out = provider_response(stage.plugin_id, answer.value) if answer.changed else None
-        else:
-            assert isinstance(request, ExtRequest)
-            out = stage_response(request, answer.value, answer.changed)
-        if out is None:
-            raise RuntimeError(f"invalid {stage.kind} answer")
-        return encode(out, encoding)
 
     async def drain(self) -> None:
         """Stop taking requests, answer the ones taken, close."""

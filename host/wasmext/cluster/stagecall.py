@@ -1,0 +1,143 @@
+"""The worker's side of one pipeline stage call: the request's budget, the plugin call.
+
+A request's headers carry what it may spend (`Budget`): its deadline, the host calls
+its caller's call tree has left, and the idempotency key every attempt of one call
+shares. `call_stage` drops a request whose deadline passed unrun; one that runs gets
+the rest of that time and those host calls as the root of its call tree, and its
+state commit is made at most once per key (`wasmext.services.state.applying`). The
+request is decoded once, runs through `Host.try_call` (the plugin's sandbox, limits,
+grants and state transaction, as in-process) and its answer is encoded once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from wasmext.cluster.contract import (
+    CALL_ID_HEADER,
+    CALLS_LEFT_HEADER,
+    ExtRequest,
+    ProviderRequest,
+    deadline_of,
+    decode,
+    encode,
+)
+from wasmext.cluster.endpoints import Stage
+from wasmext.cluster.mapping import (
+    data_from_provider_request,
+    data_from_request,
+    provider_response,
+    stage_response,
+    verdict_from_answer,
+)
+from wasmext.observe import tracing
+from wasmext.sandbox import calltree
+from wasmext.services.state import applying
+from wasmext.session import Session
+
+if TYPE_CHECKING:
+    from wasmext.host import Host
+
+__all__ = ["Budget", "call_stage", "session_id"]
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def session_id(trace_id: str) -> str:
+    """The trace id as the call's session id, or its digest when it is long or odd
+    (it comes off the network and becomes a state scope and a log field)."""
+    if _PLAIN_ID.fullmatch(trace_id):
+        return trace_id
+    return "trace-" + hashlib.sha256(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+class Budget:
+    """What a request may spend: its deadline (time.monotonic), host calls, idempotency key."""
+
+    __slots__ = ("calls_left", "deadline", "headers", "key")
+
+    def __init__(self, headers: dict[str, str] | None) -> None:
+        hdrs = headers or {}
+        self.deadline = deadline_of(hdrs)
+        raw = hdrs.get(CALLS_LEFT_HEADER, "")
+        self.calls_left = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
+        key = hdrs.get(CALL_ID_HEADER)
+        self.key = None if key is None else session_id(key)
+        self.headers = hdrs  # the caller's trace context (traceparent), read when traced
+
+    def expired(self) -> bool:
+        """Whether the caller has given this attempt up."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def frame(self) -> calltree.Frame | None:
+        """The caller's budget as the root of the call tree the plugin call runs in."""
+        if self.deadline is None and self.calls_left is None:
+            return None
+        return calltree.Frame(self.deadline if self.deadline is not None else float("inf"),
+                              self.calls_left if self.calls_left is not None else 1 << 30,
+                              None)
+
+
+def call_stage(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget,
+               worker: str) -> tuple[bytes | None, bool]:
+    """(the encoded answer, whether its state commit had already been applied), or
+    (None, False) when the request expired before it could run. A plugin's failure or
+    a request that is not the contract raises (RuntimeError, ContractError)."""
+    if budget.expired():  # it waited in the pool's queue past the caller's deadline
+        return None, False
+    traced = tracing.ACTIVE
+    if traced is None:
+        return _run(host, stage, raw, encoding, budget)
+    # A child of the caller's span (W3C traceparent in the request's headers).
+    with traced.span(f"wasmext.worker {stage.kind}", {
+            "wasmext.plugin_id": tracing.text(stage.plugin_id), "wasmext.stage": stage.kind,
+            "wasmext.worker": tracing.text(worker), "messaging.system": "nats",
+            "messaging.destination.name": tracing.text(stage.subject)},
+            kind="server", parent=traced.extract(budget.headers)):
+        return _run(host, stage, raw, encoding, budget)
+
+
+def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
+         ) -> tuple[bytes, bool]:
+    peer = f"request for {stage.plugin_id}"
+    request: ExtRequest | ProviderRequest
+    if stage.kind == "provider":
+        request = decode(raw, ProviderRequest, encoding, peer=peer)
+        data = data_from_provider_request(request)
+    else:
+        request = decode(raw, ExtRequest, encoding, peer=peer)
+        data = data_from_request(request)
+    session = Session(host, session_id(request.trace_id), {})
+    root = budget.frame()
+    if root is not None:
+        calltree.push(root)
+    duplicate = False
+    try:
+        if budget.key is None:
+            answer, error = host.try_call(stage.plugin_id, stage.kind, data, session)
+        else:
+            with applying(budget.key) as once:
+                answer, error = host.try_call(stage.plugin_id, stage.kind, data, session)
+            duplicate = once.duplicate
+    finally:
+        if root is not None:
+            calltree.pop()
+        # No session end ever comes over the wire: session-scoped state lives for
+        # one remote call (share state across calls in a plugin or tenant scope).
+        host.session_ended(session.id)
+    if error is not None or answer is None:
+        raise RuntimeError(error or "no answer")
+    out: Any
+    if stage.kind == "validator":
+        out = verdict_from_answer(answer.value) if answer.changed else None
+    elif stage.kind == "provider":
+        out = provider_response(stage.plugin_id, answer.value) if answer.changed else None
+    else:
+        assert isinstance(request, ExtRequest)
+        out = stage_response(request, answer.value, answer.changed)
+    if out is None:
+        raise RuntimeError(f"invalid {stage.kind} answer")
+    return encode(out, encoding), duplicate

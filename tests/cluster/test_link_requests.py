@@ -1,0 +1,142 @@
+"""A link's own request paths (a blocking `request` from threads, `arequest` on the
+link's loop) keep nats-py's request/reply rules: each caller gets its own answer, a
+timeout or no responder raises nats' errors within the bound, a late answer is dropped
+and holds nothing, a closed link refuses at once; headers read as nats-py reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from wasmext.cluster.link import NatsLink, parse_headers
+
+ODD_HEADERS = [
+    b"Trace-Id: abc\r\nTenant-Id: default\r\nWasmext-Call-Id: 0f\r\n\r\n",
+    b"a b: inner space\r\n\x1cX: file separator\r\n: empty name\r\nK\xff: bad name\r\n"
+    b"V: \xff bad value\r\nno colon at all\r\n  Sp : padded \r\nT:\ttab\r\nC: a: b\r\n",
+    b"", b"\r\n", b"Only:\r\n",
+]
+
+
+@pytest.mark.parametrize("raw", ODD_HEADERS)
+def test_headers_read_exactly_as_nats_py_reads_them(raw: bytes) -> None:
+    assert parse_headers(raw) == Client._parse_header_lines(raw)
+
+
+class Echo:
+    """A responder on the link's loop: answers with the body, after `delay_s`."""
+
+    def __init__(self, link: NatsLink, subject: str, delay_s: float = 0.0) -> None:
+        async def answer(msg: object) -> None:
+            if delay_s:
+                await asyncio.sleep(delay_s)
+            await link.client.publish(msg.reply, msg.data,  # type: ignore[attr-defined]
+                                      headers={"Echo": "1"})
+
+        async def start() -> None:
+            await link.client.subscribe(subject, cb=answer)
+            await link.client.flush()
+        link.run(start(), 5)
+
+
+def test_threads_each_get_their_own_answer(nats_url: str) -> None:
+    with NatsLink(nats_url, name="threads") as link:
+        assert type(link.client)._parse_header_lines is parse_headers
+        Echo(link, "link.echo")
+        wrong: list[tuple[bytes, bytes]] = []
+
+        def ask(k: int) -> None:
+            for i in range(40):
+                body = f"{k}-{i}".encode()
+                msg = link.request("link.echo", body, {"Asked-By": str(k)}, 5)
+                if msg.data != body or msg.headers != {"Echo": "1"}:
+                    wrong.append((body, msg.data))
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert wrong == []
+        assert link._replies.waiting == {}  # every answer taken, nothing held
+
+
+def test_a_blocking_request_times_out_and_its_late_answer_is_dropped(nats_url: str) -> None:
+    with NatsLink(nats_url, name="late") as link:
+        Echo(link, "link.slow", delay_s=0.6)
+        Echo(link, "link.fast")
+        started = time.monotonic()
+        with pytest.raises(NatsTimeout):
+            link.request("link.slow", b"x", {}, 0.2)
+        assert time.monotonic() - started < 3
+        assert link._replies.waiting == {}
+        time.sleep(0.6)  # the late answer arrives and finds nobody
+        assert link.request("link.fast", b"after", {}, 5).data == b"after"
+        with pytest.raises(NoRespondersError):
+            link.request("link.nobody", b"x", {}, 5)
+        assert link._replies.waiting == {}
+
+
+def test_a_closed_link_refuses_a_request_at_once(nats_url: str) -> None:
+    link = NatsLink(nats_url, name="closed")
+    link.close()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError):
+        link.request("link.echo", b"x", {}, 5)
+    assert time.monotonic() - started < 3
+
+
+def test_arequest_on_the_links_own_loop_keeps_the_same_rules(nats_url: str) -> None:
+    async def run() -> None:
+        link = await NatsLink.open(nats_url, name="own")
+        try:
+            async def answer(msg: object) -> None:
+                body = msg.data  # type: ignore[attr-defined]
+                if body == b"slow":
+                    await asyncio.sleep(0.6)
+                await link.client.publish(msg.reply, body)  # type: ignore[attr-defined]
+            await link.client.subscribe("own.echo", cb=answer)
+            await link.client.flush()
+            bodies = [f"m{i}".encode() for i in range(50)]
+            answers = await asyncio.gather(*(link.arequest("own.echo", b, {}, 5)
+                                             for b in bodies))
+            assert [m.data for m in answers] == bodies
+            started = time.monotonic()
+            with pytest.raises(NatsTimeout):
+                await link.arequest("own.echo", b"slow", {}, 0.2)
+            assert time.monotonic() - started < 3
+            with pytest.raises(NoRespondersError):
+                await link.arequest("own.nobody", b"x", {}, 5)
+            assert link._replies.waiting == {}
+            await asyncio.sleep(0.6)  # the late answer is dropped
+            assert (await link.arequest("own.echo", b"after", {}, 5)).data == b"after"
+        finally:
+            await link.aclose()
+    asyncio.run(run())
+
+
+def test_arequest_from_another_loop_goes_through_the_links_own(nats_url: str) -> None:
+    with NatsLink(nats_url, name="other-loop") as link:
+        Echo(link, "other.echo")
+        Echo(link, "other.slow", delay_s=0.6)
+
+        async def run() -> None:
+            bodies = [f"m{i}".encode() for i in range(30)]
+            answers = await asyncio.gather(*(link.arequest("other.echo", b, {}, 5)
+                                             for b in bodies))
+            assert [m.data for m in answers] == bodies
+            started = time.monotonic()
+            with pytest.raises(NatsTimeout):
+                await link.arequest("other.slow", b"x", {}, 0.2)
+            assert time.monotonic() - started < 3
+            with pytest.raises(NoRespondersError):
+                await link.arequest("other.nobody", b"x", {}, 5)
+        asyncio.run(run())
+        assert link._replies.waiting == {}
+        time.sleep(0.6)  # the late answer finds nobody
+        assert link.request("other.echo", b"after", {}, 5).data == b"after"
