@@ -1,5 +1,12 @@
 """Shared fixtures: a fresh Runtime per test, guest plugins built when first needed.
 
+One cache folder serves the whole run (`pytest_configure`): the controller points
+XDG_CACHE_HOME at it before pytest-xdist starts the workers, so the workers, every
+CLI and script a test starts, and `wasmext build` share one compile cache and one
+set of kept build outputs, and each component (a 16-90 s compile) compiles once per
+run, never into the user's own ~/.cache/wasmext. A test about the cache itself
+gives its process or CLI a folder of its own.
+
 And the skip rule: a test skipped because a toolchain or server is missing is a
 failure in CI (`CI=true`), where `.ci/run` installs everything; locally it stays a
 skip, and the run ends with one line per missing part saying how to install it.
@@ -17,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from loopback import Loopback, loopback
-from support import Built
+from support import CACHE_ENV, Built, run_cache, run_cache_home
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
 
@@ -26,6 +33,16 @@ from wasmext.testing import guest_wat, load_wat
 settings.register_profile("wasmext", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("wasmext")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: it inherited what the controller set below
+    home = run_cache_home()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.environ[CACHE_ENV] = str(home)
+    os.environ["XDG_CACHE_HOME"] = str(home)  # the compile cache, kept builds, Go's cache
+    os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR", str(home / "wasmext-zig"))  # not ~/.cache
 
 
 @pytest.fixture
@@ -101,16 +118,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session")
 def component_cache_dir() -> Path:
-    """Compiled components kept between runs (a compile takes 15-30 s), in
-    $WASMEXT_TEST_COMPONENT_CACHE or the user's cache folder; the cache authenticates
+    """The run's compile cache folder (support.run_cache_home): kept between runs in
+    $WASMEXT_TEST_COMPONENT_CACHE or ~/.cache/wasmext-tests; the cache authenticates
     what it reads, so a stale or foreign entry is recompiled, never trusted."""
-    kept = os.environ.get("WASMEXT_TEST_COMPONENT_CACHE")
-    return Path(kept) if kept else Path.home() / ".cache" / "wasmext-tests" / "components"
+    return run_cache_home() / "wasmext"
 
 
 @pytest.fixture
-def crt(component_cache_dir: Path) -> Iterator[Runtime]:
-    """A runtime whose compile cache is the run's shared component cache."""
-    with Runtime(cache=CompileCache(component_cache_dir / "modules",
-                                    component_cache_dir / "key")) as rt:
+def crt() -> Iterator[Runtime]:
+    """A runtime whose compile cache is the run's (support.run_cache): what `built`
+    compiled, another worker or a CLI compiled, is read, not compiled again."""
+    with Runtime(cache=run_cache()) as rt:
         yield rt

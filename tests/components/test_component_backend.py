@@ -16,7 +16,7 @@ from wasmext.testing import guest_wat
 
 
 def component_cache(folder: Path) -> CompileCache:
-    return CompileCache(folder / "modules", folder / "key")
+    return CompileCache(folder / "modules", folder / "cache.key")  # support.run_cache's
 
 
 def test_a_component_is_told_from_a_core_module_by_its_header() -> None:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import wasmtime
 
-from wasmext import CompileCache, PluginError, Runtime
+from support import build_once, run_cache
+from wasmext import PluginError, Runtime
 from wasmext._abi import ABI_MINOR
 from wasmext.manifest import BuildSpec
 from wasmext_cli.build import ToolchainMissing, build_plugin
@@ -83,14 +83,13 @@ def test_go_vet_for_wasip1_and_gofmt() -> None:
 
 
 @pytest.fixture(scope="module")
-def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    """One runtime (and compile cache) for the module: Go modules take seconds to compile."""
+def rt() -> Iterator[Runtime]:
+    """One runtime on the run's compile cache: Go modules take seconds to compile."""
     if MISSING is not None:
         pytest.skip(MISSING)
     for folder in (HELLO, CONFORMANCE):
-        build_plugin(folder)
-    tmp = tmp_path_factory.mktemp("go-cache")
-    with Runtime(cache=CompileCache(tmp / "modules", tmp / "key")) as runtime:
+        build_once(folder)
+    with Runtime(cache=run_cache()) as runtime:
         yield runtime
 
 
@@ -111,11 +110,8 @@ def test_hello(rt: Runtime) -> None:
 
 
 @pytest.mark.toolchain
-def test_module_is_a_reactor_with_only_allowed_imports() -> None:
-    if MISSING is not None:
-        pytest.skip(MISSING)
-    build_plugin(HELLO)
-    module = wasmtime.Module.from_file(wasmtime.Engine(), str(HELLO / "hello.wasm"))
+def test_module_is_a_reactor_with_only_allowed_imports(rt: Runtime) -> None:
+    module = rt.compile((HELLO / "hello.wasm").read_bytes()).module
     exports = {e.name for e in module.exports}
     assert {"memory", "_initialize", "wasmext_abi_version", "wasmext_alloc", "wasmext_free",
             "wasmext_register", "wasmext_call"} <= exports

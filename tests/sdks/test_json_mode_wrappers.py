@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from support import Built
+from support import Built, run_cache
 from wasmext import Host, Runtime
 from wasmext.config import HostConfig
 from wasmext.services.llm.client import ChatAnswer, ChatRequest
@@ -30,7 +30,7 @@ def test_the_sdk_asks_for_json_mode(built: Built, plugin: str) -> None:
     config = HostConfig(state_backend="memory",
                         llm=LlmSettings(model="house-model",
                                         default=LlmPolicy(timeout_ms=5_000)))
-    with Host(config, runtime=Runtime(cache=False), plugin_dirs=[], llm=model) as host:
+    with Host(config, runtime=Runtime(cache=run_cache()), plugin_dirs=[], llm=model) as host:
         host.add(built[plugin], plugin_id=plugin, grants={"llm"},
                  limits={"timeout_ms": 5_000})
         with host.session() as s:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from loopback import Loopback, loopback
-from support import SDK_LANGS, SDK_ROOT
+from support import SDK_LANGS, SDK_ROOT, built_module, run_cache
 from wasmext import Host, HostConfig, Runtime
 from wasmext.services.llm.client import ChatAnswer, ChatRequest
 from wasmext.services.llm.service import LlmSettings
@@ -36,10 +36,11 @@ def server() -> Iterator[Loopback]:
 
 
 def conformance_wasm(lang: str) -> Path:
-    from wasmext_cli.build import ToolchainMissing, build_plugin
+    """The SDK's conformance module, built and compiled into the run's cache once."""
+    from wasmext_cli.build import ToolchainMissing
 
     try:
-        return build_plugin(SDK_ROOT / lang / "conformance").wasm
+        return built_module(SDK_ROOT / lang / "conformance")
     except ToolchainMissing as exc:
         pytest.skip(str(exc))
 
@@ -49,8 +50,7 @@ def world_host(lang: str, grants: set[str]) -> tuple[Host, Any, list[Any]]:
         return ChatAnswer("vector answer", "stop", 3, 2, req.model)
 
     host = Host(HostConfig(llm=LlmSettings(model="vector-model"), state_backend="memory"),
-                runtime=Runtime(cache=False),
-                plugin_dirs=[], llm=model)
+                runtime=Runtime(cache=run_cache()), plugin_dirs=[], llm=model)
     sent: list[Any] = []
     arrived = threading.Event()
     host.agents.register("echo", lambda data: {"echo": data})

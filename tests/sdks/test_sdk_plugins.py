@@ -27,9 +27,9 @@ def wasmext(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def conformance(built: Built, runtime: Runtime, request: pytest.FixtureRequest) -> Any:
+def conformance(built: Built, crt: Runtime, request: pytest.FixtureRequest) -> Any:
     lang = request.param
-    return runtime.load(built[f"conformance-{lang}"], settings={"greeting": "Servus"},
+    return crt.load(built[f"conformance-{lang}"], settings={"greeting": "Servus"},
                         plugin_id=f"conf-{lang}")
 
 
@@ -66,10 +66,10 @@ def test_conformance_hooks(conformance: Any) -> None:
 
 
 @pytest.mark.parametrize("lang", SDKS)
-def test_large_payload_near_the_cap(built: Built, runtime: Runtime, lang: str) -> None:
+def test_large_payload_near_the_cap(built: Built, crt: Runtime, lang: str) -> None:
     # This is about the size caps, not fuel: the interpreted guests (Python and
     # JavaScript components) spend 50-90 M fuel transcoding these 400 KB of text.
-    conformance = runtime.load(built[f"conformance-{lang}"], plugin_id=f"large-{lang}",
+    conformance = crt.load(built[f"conformance-{lang}"], plugin_id=f"large-{lang}",
                                limits={"fuel_per_call": 10**9})
     big = "é" * 200_000  # 400 KB of two-byte UTF-8
     assert conformance.call("echo", big).value == big
@@ -170,15 +170,15 @@ def test_hook_priority_defaults_to_the_manifest(built: Built, runtime: Runtime) 
 
 
 @pytest.mark.parametrize("lang", SDKS)
-def test_every_op_through_every_sdk(built: Built, tmp_path: Path, lang: str) -> None:
+def test_every_op_through_every_sdk(built: Built, crt: Runtime, tmp_path: Path,
+                                    lang: str) -> None:
     """The conformance `host` hook forwards raw requests: each op answers alike in every SDK."""
-    from wasmext import HostConfig
-    from wasmext.testing import make_host
+    from wasmext import Host, HostConfig
 
     grants = {"state", "events", "emit:conf.*", "secrets"}
-    host = make_host((built[f"conformance-{lang}"], {"plugin_id": "conf", "grants": grants}),
-                     config=HostConfig(data_dir=tmp_path, state_backend="memory"))
-    plugin = host.plugins["conf"].plugin
+    host = Host(HostConfig(data_dir=tmp_path, state_backend="memory"), runtime=crt,
+                plugin_dirs=[])
+    plugin = host.add(built[f"conformance-{lang}"], plugin_id="conf", grants=grants)
 
     def op(request: dict[str, Any]) -> Any:
         return plugin.call("host", request, {"session": "s1"}).value
@@ -203,8 +203,8 @@ def test_every_op_through_every_sdk(built: Built, tmp_path: Path, lang: str) -> 
 
 
 @pytest.mark.parametrize("lang", SDKS)
-def test_oversize_output_is_refused(built: Built, runtime: Runtime, lang: str) -> None:
-    plugin = runtime.load(built[f"conformance-{lang}"], plugin_id=f"big-{lang}",
+def test_oversize_output_is_refused(built: Built, crt: Runtime, lang: str) -> None:
+    plugin = crt.load(built[f"conformance-{lang}"], plugin_id=f"big-{lang}",
                           limits={"max_output_bytes": 4096})
     from wasmext import InvalidOutput
 
