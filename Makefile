@@ -31,10 +31,12 @@ toolchains:
 	for script in $(wildcard guest-sdks/*/setup-toolchain.sh tests/state/setup-redis.sh tests/oci/setup-registry.sh tests/mcp/npm/setup-npm.sh); do \
 	  bash "$$script" || exit 1; done
 
-# As root (CI), install every SDK's compiler; otherwise say what gets skipped.
-toolchains-if-root:
+# As root (CI), install every SDK's compiler; otherwise say what gets skipped. Then
+# fill the compilers' own caches (Zig's libc, Go's standard library) once.
+toolchains-if-root: setup
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory toolchains; \
 	else echo "not root: SDKs whose compiler is missing are skipped (make toolchains as root)"; fi
+	bash tests/warm-toolchains.sh $(BIN)/python
 
 demo: plugins
 	$(BIN)/python docs/demo.py

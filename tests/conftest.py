@@ -40,9 +40,14 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # a pytest-xdist worker: it inherited what the controller set below
     home = run_cache_home()
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # The compilers' own caches stay where they are kept outside tests (Go's, and the
+    # Zig folder `wasmext build` uses), warmed by `make toolchains`: content-addressed,
+    # safe to share, and a cold Zig libc or Go standard library costs a minute a run.
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    os.environ.setdefault("GOCACHE", str(user_cache / "go-build"))
+    os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR", str(user_cache / "wasmext-zig"))  # as the CLI
     os.environ[CACHE_ENV] = str(home)
-    os.environ["XDG_CACHE_HOME"] = str(home)  # the compile cache, kept builds, Go's cache
-    os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR", str(home / "wasmext-zig"))  # not ~/.cache
+    os.environ["XDG_CACHE_HOME"] = str(home)  # the compile cache and kept builds
 
 
 @pytest.fixture
