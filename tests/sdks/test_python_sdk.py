@@ -138,3 +138,107 @@ def test_a_call_finds_its_handler_by_hook_and_pattern(monkeypatch: pytest.Monkey
     assert call("output_extension", {"tag": "stats"})["value"] == "stats"
     assert call("output_extension", {"tag": "other"})["error"]["code"] == "unhandled"
     assert call("missing", None)["error"]["code"] == "unhandled"
+
+
+def _stubbed_guest(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The SDK package imported with the component's bindings stubbed."""
+    import types
+
+    host = types.ModuleType("wit_world.imports.host")
+    host.host_call = lambda request: b""  # type: ignore[attr-defined]
+    host.log = lambda level, message: None  # type: ignore[attr-defined]
+    for name, module in (("wit_world", types.ModuleType("wit_world")),
+                         ("wit_world.imports", types.ModuleType("wit_world.imports")),
+                         ("wit_world.imports.host", host)):
+        monkeypatch.setitem(sys.modules, name, module)
+    for name in [m for m in sys.modules if m == "wasmext_guest" or m.startswith("wasmext_guest.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(SDK))
+    return importlib.import_module("wasmext_guest")
+
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text()
+    | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12)
+
+
+def test_the_lean_call_path_answers_what_the_request_map_path_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`call` reads the request's fields in place and writes the value behind the
+    answer's fixed head: its bytes are those of pack(handle(unpack(request))), for any
+    data, extra or repeated keys, a meta, each kind of answer."""
+    guest = _stubbed_guest(monkeypatch)
+
+    class Both(guest.Plugin):  # type: ignore[misc, name-defined]
+        @guest.hook("echo")
+        def echo(self, value: Any) -> Any:
+            return value
+
+        @guest.hook("unchanged")
+        def unchanged(self, value: Any) -> Any:
+            return guest.UNCHANGED
+
+        @guest.hook("stop")
+        def stop(self, value: Any) -> Any:
+            return guest.Stop(value)
+
+        @guest.hook("fail")
+        def fail(self, value: Any) -> Any:
+            raise guest.Fail("invalid", "no")
+
+    plugin = Both()
+    world = guest.export(plugin)()
+
+    @given(hook=st.sampled_from(["echo", "unchanged", "stop", "fail", "missing"]),
+           data=_values,
+           extra=st.dictionaries(st.sampled_from(["meta", "trace", "hook"]), _values,
+                                 max_size=2))
+    def check(hook: str, data: Any, extra: dict[str, Any]) -> None:
+        pairs = [("hook", hook), ("data", data), *extra.items()]
+        request = bytes([0x80 | len(pairs)]) + b"".join(
+            msgpack.packb(k) + msgpack.packb(v, use_bin_type=True) for k, v in pairs)
+        expected = plugin.handle(dict(pairs))
+        answer = world.call(request)
+        assert answer == (b"" if expected is None else guest.msgpack.pack(expected))
+
+    check()
+
+
+def test_the_lean_call_path_refuses_what_unpack_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken request gets the same `invalid` answer on the lean path as before: a
+    truncated map, trailing bytes, a document that is not a map, too deep a value."""
+    guest = _stubbed_guest(monkeypatch)
+
+    class Echo(guest.Plugin):  # type: ignore[misc, name-defined]
+        @guest.hook("echo")
+        def echo(self, value: Any) -> Any:
+            return value
+
+    world = guest.export(Echo())()
+    good = msgpack.packb({"hook": "echo", "data": [1, 2]})
+    deep: Any = 0
+    for _ in range(70):
+        deep = [deep]
+    for broken in (good[:-1], good + b"\x00", msgpack.packb([1, 2]), b"",
+                   msgpack.packb({"hook": "echo", "data": deep}), b"\x81\x91\x01\x01"):
+        answer = msgpack.unpackb(world.call(broken))
+        assert answer["ok"] is False and answer["error"]["code"] == "invalid", broken
+    assert msgpack.unpackb(world.call(good)) == {"ok": True, "value": [1, 2]}
+
+
+def test_a_plugin_overriding_handle_gets_the_request_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subclass that overrides `handle` sees every call's whole request map."""
+    guest = _stubbed_guest(monkeypatch)
+    seen: list[Any] = []
+
+    class Own(guest.Plugin):  # type: ignore[misc, name-defined]
+        def handle(self, request: dict[str, Any]) -> dict[str, Any] | None:
+            seen.append(request)
+            return {"ok": True, "value": "mine"}
+
+    world = guest.export(Own())()
+    answer = world.call(msgpack.packb({"hook": "x", "data": 1, "trace": "t"}))
+    assert msgpack.unpackb(answer) == {"ok": True, "value": "mine"}
+    assert seen == [{"hook": "x", "data": 1, "trace": "t"}]

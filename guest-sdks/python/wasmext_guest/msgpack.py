@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MsgpackError", "pack", "unpack"]
+__all__ = ["MAX_DEPTH", "MsgpackError", "pack", "pack_answer", "unpack", "unpack_call"]
 
 MAX_DEPTH = 64
 
@@ -180,6 +180,17 @@ def pack(value: Any) -> bytes:
     return bytes(out)
 
 
+# {"ok": true, "value": ...}: the head of nearly every call answer, written once.
+_ANSWER_HEAD = b"\x82\xa2ok\xc3\xa5value"
+
+
+def pack_answer(value: Any) -> bytes:
+    """The bytes of `pack({"ok": True, "value": value})`, without building that map."""
+    out = bytearray(_ANSWER_HEAD)
+    _pack(value, out, 2)  # the value sits inside the answer map: depth 2, as in pack()
+    return bytes(out)
+
+
 def _truncated() -> MsgpackError:
     return MsgpackError("truncated document")
 
@@ -317,3 +328,59 @@ def unpack(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
     if pos != len(buf):
         raise MsgpackError(f"{len(buf) - pos} bytes after the value")
     return value
+
+
+_CALL_KEYS = {"hook": 0, "data": 1, "meta": 2}
+
+
+def unpack_call(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, Any, Any] | None:
+    """`(hook, data, meta)` of a call request map (None where a key is missing), read
+    without building the request map; None when the document is not a map.
+
+    It accepts and refuses exactly what `unpack` does: each value is read at the
+    depth it has inside the map, other keys are read and dropped, a repeated key's
+    last value wins.
+    """
+    buf = bytes(data)
+    size = len(buf)
+    if not size:
+        raise _truncated()
+    b = buf[0]
+    if 0x80 <= b <= 0x8F:
+        n, pos = b & 0x0F, 1
+    elif b == 0xDE or b == 0xDF:
+        n, pos = _uint(buf, 1, 2 if b == 0xDE else 4)
+    else:
+        unpack(buf, max_depth)  # the same refusal as unpack, or a value that is no map
+        return None
+    if max_depth < 1:
+        raise MsgpackError(f"containers nested deeper than {max_depth}")
+    found: list[Any] = [None, None, None]
+    keys = _CALL_KEYS
+    try:
+        for _ in range(n):
+            b = buf[pos] if pos < size else -1
+            if 0xA0 <= b <= 0xBF:  # a short str key, as every key of a request is
+                end = pos + 1 + (b & 0x1F)
+                if end > size:
+                    raise _truncated()
+                try:
+                    key: Any = buf[pos + 1:end].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise MsgpackError("a str that is not UTF-8") from exc
+                pos = end
+            else:
+                key, pos = _value(buf, pos, 1, max_depth)
+                try:
+                    hash(key)
+                except TypeError as exc:
+                    raise MsgpackError("a map key that is an array or a map") from exc
+            item, pos = _value(buf, pos, 1, max_depth)
+            slot = keys.get(key) if type(key) is str else None
+            if slot is not None:
+                found[slot] = item
+    except RecursionError as exc:
+        raise MsgpackError("containers nested too deep for this interpreter") from exc
+    if pos != size:
+        raise MsgpackError(f"{size - pos} bytes after the value")
+    return found[0], found[1], found[2]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wasmext_guest.host import HostError
-from wasmext_guest.msgpack import MsgpackError, pack, unpack
+from wasmext_guest.msgpack import MsgpackError, pack, pack_answer, unpack, unpack_call
 from wasmext_guest.world import ABI_MINOR, note_registration
 
 __all__ = ["UNCHANGED", "Call", "Fail", "Plugin", "Stop", "export", "hook"]
@@ -146,28 +146,35 @@ class Plugin:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """One call request in, its response map out (None: unchanged)."""
-        hook_name = request.get("hook")
-        meta = request.get("meta")
-        call = Call(hook_name if isinstance(hook_name, str) else "", request.get("data"),
+        plain, answer = self._outcome(request.get("hook"), request.get("data"),
+                                      request.get("meta"))
+        return {"ok": True, "value": answer} if plain else answer
+
+    def _outcome(self, hook_name: Any, data: Any, meta: Any) -> tuple[bool, Any]:
+        """(True, value) for a handler's new value, else (False, the response map or
+        None for unchanged): the common answer is written without a map around it."""
+        call = Call(hook_name if isinstance(hook_name, str) else "", data,
                     meta if isinstance(meta, dict) else {})
         self.call = call
         try:
             handler = self._handler(call)
-            value = handler(call.data) if handler is not None else self.unhandled(call)
+            value = handler(data) if handler is not None else self.unhandled(call)
         except (Fail, HostError) as err:
-            return {"ok": False, "error": {"code": err.code, "message": err.message}}
+            return False, {"ok": False, "error": {"code": err.code, "message": err.message}}
         except MemoryError:
             raise  # at the host's memory cap: trap, so the host discards this instance
         except Exception as exc:
-            return {"ok": False, "error": {"code": "failed",
-                                           "message": f"{type(exc).__name__}: {exc}"}}
+            return False, {"ok": False, "error": {"code": "failed",
+                                                  "message": f"{type(exc).__name__}: {exc}"}}
         finally:
             self.call = None
+        if value is UNCHANGED:
+            return False, None
         if isinstance(value, Stop):
             if value.value is UNCHANGED:
-                return {"ok": True, "stop": True}
-            return {"ok": True, "value": value.value, "stop": True}
-        return None if value is UNCHANGED else {"ok": True, "value": value}
+                return False, {"ok": True, "stop": True}
+            return False, {"ok": True, "value": value.value, "stop": True}
+        return True, value
 
 
 def _matches(pattern: str, subject: str) -> bool:
@@ -182,12 +189,30 @@ def _encode_answer(answer: dict[str, Any] | None) -> bytes:
     try:
         return pack(answer)
     except MsgpackError as exc:
-        return pack({"ok": False, "error": {"code": "failed",
-                                            "message": f"the answer has no encoding: {exc}"}})
+        return _no_encoding(exc)
+
+
+def _no_encoding(exc: MsgpackError) -> bytes:
+    return pack({"ok": False, "error": {"code": "failed",
+                                        "message": f"the answer has no encoding: {exc}"}})
+
+
+_NOT_A_MAP = pack({"ok": False, "error": {"code": "invalid",
+                                          "message": "the request is not a map"}})
 
 
 def export(plugin: Plugin) -> type:
     """The class componentize-py exports as the world (assign it to `WitWorld`)."""
+    own_handle = type(plugin).handle is not Plugin.handle
+
+    def by_map(request: bytes) -> bytes:
+        try:
+            req = unpack(request)
+        except MsgpackError as exc:
+            return pack({"ok": False, "error": {"code": "invalid", "message": str(exc)}})
+        if not isinstance(req, dict):
+            return _NOT_A_MAP
+        return _encode_answer(plugin.handle(req))
 
     class WitWorld:
         def register(self, request: bytes) -> bytes:
@@ -199,13 +224,22 @@ def export(plugin: Plugin) -> type:
             return pack(plugin.registration())
 
         def call(self, request: bytes) -> bytes:
+            if own_handle:  # a plugin that overrides handle() gets the request map
+                return by_map(request)
+            # The lean path: the request's three fields read in place, the handler's
+            # value written behind the answer's fixed head; the bytes are pack(handle(req)).
             try:
-                req = unpack(request)
+                fields = unpack_call(request)
             except MsgpackError as exc:
                 return pack({"ok": False, "error": {"code": "invalid", "message": str(exc)}})
-            if not isinstance(req, dict):
-                return pack({"ok": False, "error": {"code": "invalid",
-                                                    "message": "the request is not a map"}})
-            return _encode_answer(plugin.handle(req))
+            if fields is None:
+                return _NOT_A_MAP
+            plain, answer = plugin._outcome(*fields)
+            if not plain:
+                return _encode_answer(answer)
+            try:
+                return pack_answer(answer)
+            except MsgpackError as exc:
+                return _no_encoding(exc)
 
     return WitWorld
