@@ -91,3 +91,35 @@ def test_the_builder_refuses_other_sources(tmp_path: Path) -> None:
     assert cmd[0][-2:] == [str(tmp_path / "hello.js"), str(tmp_path / "o.wasm")]
     with pytest.raises(BuildError, match=r"must be a \.js file"):
         commands(BuildSpec("javascript", ("hello.py",)), tmp_path, tmp_path / "o.wasm")
+
+
+ANSWER_CHECK = """
+import { pack, packAnswer, unpack } from "%(sdk)s/src/msgpack.js";
+import { readFileSync } from "node:fs";
+const hex = (u) => Buffer.from(u).toString("hex");
+const bytes = (h) => new Uint8Array(Buffer.from(h, "hex"));
+const doc = JSON.parse(readFileSync("%(vectors)s/msgpack.json"));
+const out = [];
+for (const v of doc.canonical) {
+  const value = unpack(bytes(v.hex));
+  out.push([v.name, hex(packAnswer(value)) === hex(pack({ ok: true, value }))]);
+}
+let deep = 0;
+for (let i = 0; i < 62; i++) deep = [deep];
+out.push(["62 deep", hex(packAnswer(deep)) === hex(pack({ ok: true, value: deep }))]);
+let refused = 0;
+for (const f of [() => pack({ ok: true, value: [[deep]] }), () => packAnswer([[deep]])]) {
+  try { f(); } catch (e) { refused += 1; }
+}
+out.push(["64 deep refused by both", refused === 2]);
+console.log(JSON.stringify(out));
+"""
+
+
+@needs_node
+def test_the_answer_head_writer_matches_pack(tmp_path: Path) -> None:
+    """packAnswer(v) (the lean call path's writer) gives pack({ok: true, value: v})'s
+    bytes for every canonical vector, and refuses nesting where pack refuses it."""
+    out = json.loads(node(ANSWER_CHECK % {"sdk": SDK, "vectors": VECTORS}, tmp_path))
+    assert len(out) > 10
+    assert [name for name, same in out if not same] == []

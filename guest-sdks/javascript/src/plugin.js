@@ -11,7 +11,7 @@
 // map; any other exception answers "failed" with its text.
 import { HostError } from "./host.js";
 import { ABI_MINOR, noteRegistration } from "./world.js";
-import { pack, unpack } from "./msgpack.js";
+import { pack, packAnswer, unpack } from "./msgpack.js";
 
 export const UNCHANGED = Symbol("unchanged");
 
@@ -92,8 +92,11 @@ export function definePlugin(plugin) {
       try {
         const h = hooks.find((x) => x.name === call.hook &&
           (x.pattern === undefined || (typeof subject === "string" && matches(x.pattern, subject))));
-        const result = answer(h ? h.handler.call(plugin, data, call) : plugin.unhandled(call));
-        return result === null ? new Uint8Array(0) : pack(result);
+        const value = h ? h.handler.call(plugin, data, call) : plugin.unhandled(call);
+        if (value === UNCHANGED) return new Uint8Array(0);
+        // The common answer: the value behind the answer's fixed head, no map around it.
+        if (!(value instanceof Stop)) return packAnswer(value === undefined ? null : value);
+        return pack(answer(value));
       } catch (e) {
         return pack(failure(e));
       }
