@@ -161,7 +161,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        ratio = f"{r['echo_us'] / base:.0f}x" if base else "-"
+        ratio = f"{r['echo_us'] / base:.1f}x" if base else "-"
         export = f"{r['export_us']:.0f}" if "export_us" in r else "-"
         lines.append(f"| {r['language']} | {r['size']:,} | {r['first_compile_s']:.1f} | "
                      f"{r['cached_load_s']:.2f} | {r['instance_us']:,.0f} | "
