@@ -66,3 +66,23 @@ def test_unknown_name_is_an_attribute_error() -> None:
 def test_the_pytest_plugin_loads_nothing_heavy_until_its_fixture_is_used() -> None:
     # Every pytest run in a project that installed wasmext loads the pytest11 plugin.
     assert _loaded_after("import wasmext.pytest_plugin") == []
+
+
+def test_loading_and_calling_a_plugin_loads_no_config_models(tmp_path: Path) -> None:
+    """What a plugin's own test does (wasmext.testing, a Runtime, a load, a call) loads
+    neither the config models (pydantic) nor the MCP, NATS or OpenTelemetry stacks: those
+    come with a host config, an MCP server or tracing, which such a test has none of."""
+    import wasmtime
+
+    from wasmext.testing import guest_wat
+
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "plugin.toml").write_text('id = "plain"\nversion = "0.1.0"\nabi = 1\n')
+    (folder / "plain.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(hooks=("greet",)))))
+    code = ("import sys\nfrom wasmext import Runtime\nimport wasmext.testing\n"
+            "with Runtime(cache=False) as rt:\n"
+            "    assert rt.load(sys.argv[1]).call('greet', 'Ada').value == 'ok'")
+    stacks = ["pydantic", "wasmext.mcp.config", "wasmext.validation", "mcp", "nats",
+              "opentelemetry", "httpx", "anyio"]
+    assert _loaded_after(code, str(folder), heavy=["wasmtime", *stacks]) == ["wasmtime"]

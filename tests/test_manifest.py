@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wasmext import ConfigError, ManifestError
@@ -90,3 +90,52 @@ def test_environment_values_take_the_default_type() -> None:
         resolve_settings(m, {}, {"P_ON": "maybe"})
     with pytest.raises(ConfigError, match="setting 'n'"):
         resolve_settings(m, {}, {"P_N": "many"})
+
+
+_TOML_SCALARS = st.one_of(st.text(max_size=5), st.integers(-3, 3), st.booleans(),
+                          st.floats(allow_nan=False, width=32))
+_TOML_VALUES = st.recursive(_TOML_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=8)
+
+
+def _typed(kind: Any) -> st.SearchStrategy[Any]:
+    """Values of a MANIFEST_TYPES kind, now and then one of any other TOML type."""
+    from typing import get_args, get_origin
+
+    if isinstance(kind, dict):
+        return st.fixed_dictionaries(
+            {k.rstrip("!"): _typed(v) for k, v in kind.items() if k.endswith("!")},
+            optional={k: _typed(v) for k, v in kind.items() if not k.endswith("!")})
+    origin, args = get_origin(kind), get_args(kind)
+    if kind is str:
+        right: st.SearchStrategy[Any] = st.text(max_size=5)
+    elif kind is int:
+        right = st.integers(-3, 3)
+    elif origin is list:
+        right = st.lists(_typed(args[0]), max_size=3)
+    elif origin is dict:  # a TOML table's keys are strings, whatever its values are
+        right = st.dictionaries(st.text(max_size=5), _typed(args[1]), max_size=3)
+    else:
+        right = _TOML_VALUES
+    return st.integers(0, 15).flatmap(lambda n: right if n else _TOML_VALUES)
+
+
+def _manifest_like() -> st.SearchStrategy[dict[str, Any]]:
+    """Tables with the manifest's own keys (and nested [build] keys), mostly well typed."""
+    from wasmext.manifest import MANIFEST_TYPES
+
+    return _typed(dict(MANIFEST_TYPES))
+
+
+@settings(deadline=None)  # the full check builds its pydantic model on first use
+@given(_manifest_like())
+def test_the_quick_type_check_agrees_with_the_full_one(data: dict[str, Any]) -> None:
+    """A manifest the quick check passes (loading then needs no pydantic) has no problem the
+    full check would name, and one it refuses has at least one."""
+    from wasmext.manifest import MANIFEST_TYPES, _all_conform, _model_problems
+
+    quick = _all_conform(MANIFEST_TYPES, data)
+    full = _model_problems(MANIFEST_TYPES, data, "")
+    if quick is not None:
+        assert quick == (full == []), (quick, full)

@@ -142,7 +142,8 @@ from wasmext.lifecycle.approvals import Grant
 from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig, env_refs
-from wasmext.observe.tracing import TracingSection, TracingSettings
+from wasmext.observe.tracing import TracingSettings
+from wasmext.observe.tracing_config import TracingSection
 from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.services.http.config import HttpSection, HttpSettings

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from wasmext._abi import ABI_MAJOR
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError, ManifestError, UnsafeFolder
-from wasmext.mcp.config import McpServerConfig, parse_mcp
 from wasmext.sandbox.limits import Limits
+
+if TYPE_CHECKING:
+    from wasmext.mcp.config import McpServerConfig
 
 ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 SEMVER_RE = re.compile(
@@ -145,6 +147,8 @@ class Manifest:
         """This manifest with its MCP servers' `${VAR}`s read from `environ` only."""
         if not self.mcp_table:
             return self
+        from wasmext.mcp.config import parse_mcp
+
         _, servers = parse_mcp(copy.deepcopy(dict(self.mcp_table)), self.path,
                                self.path.parent, environ=environ,
                                quiet=True)  # a refused variable was named once already
@@ -172,10 +176,61 @@ _TYPE_WORDS = {"int_type": "must be an integer", "bool_type": "must be true or f
 _CHECKERS: dict[int, Any] = {}  # the specs are module constants, so their ids are stable
 
 
+def _conforms(kind: Any, value: Any) -> bool | None:
+    """Does `value` have the type `kind` as a strict check would have it (True/False), or
+    None for a kind this does not know (then the full check decides)?"""
+    if isinstance(kind, Mapping):
+        return isinstance(value, dict) and _all_conform(kind, value)
+    if kind is Any:
+        return True
+    if kind is str:
+        return isinstance(value, str)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is list and len(args) == 1:
+        return isinstance(value, list) and _every(args[0], value)
+    if origin is dict and len(args) == 2:
+        return isinstance(value, dict) and _every(args[0], value.keys()) \
+            and _every(args[1], value.values())
+    return None
+
+
+def _every(kind: Any, values: Any) -> bool | None:
+    verdicts = {_conforms(kind, v) for v in values}
+    return None if None in verdicts else False not in verdicts
+
+
+def _all_conform(fields: Mapping[str, Any], data: Any) -> bool | None:
+    """Every field of `data` of its type and every required one there (None: not known)."""
+    if not isinstance(data, Mapping):
+        return False
+    verdict: bool | None = True
+    for key, kind in fields.items():
+        name = key.rstrip("!")
+        if name not in data:
+            if key.endswith("!"):
+                return False
+            continue
+        found = _conforms(kind, data[name])
+        if found is False:
+            return False
+        if found is None:
+            verdict = None
+    return verdict
+
+
 def type_problems(fields: Mapping[str, Any], data: Any, prefix: str = "") -> list[tuple[str, str]]:
     """Every type problem of `data` against `fields` (name -> type, or a nested mapping for
     a table), all at once, as (dotted field, "must be ..."). Strict: "1" is no integer.
     Keys not in `fields` are left to the detailed checks that follow."""
+    # A manifest without a problem (nearly every one) is told so without building the
+    # checking model: loading a plugin then needs no pydantic.
+    return [] if _all_conform(fields, data) else _model_problems(fields, data, prefix)
+
+
+def _model_problems(fields: Mapping[str, Any], data: Any, prefix: str) -> list[tuple[str, str]]:
+    """`type_problems` by a pydantic model built from `fields`: what each problem says."""
     from pydantic import ConfigDict, ValidationError, create_model
 
     def model(spec: Mapping[str, Any], name: str) -> Any:
@@ -334,10 +389,16 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     _need(failure in FAILURE_POLICIES, path, "failure", f"must be one of {FAILURE_POLICIES}")
     mcp_raw = data.get("mcp", {})
     _need(isinstance(mcp_raw, dict), path, "mcp", "must be a table")
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    # Most plugins declare no MCP server: the MCP config models (pydantic) load only for
+    # one that does, so loading a plugin (and a plugin's own test) does not import them.
     try:  # relative paths: the plugin's folder; no host environment (`resolve_mcp`)
-        _, mcp_servers = parse_mcp(copy.deepcopy(mcp_raw), path,
-                                   path.parent if path is not None else None,
-                                   environ=_VERBATIM, quiet=True)
+        if mcp_raw:
+            from wasmext.mcp.config import parse_mcp
+
+            _, mcp_servers = parse_mcp(copy.deepcopy(mcp_raw), path,
+                                       path.parent if path is not None else None,
+                                       environ=_VERBATIM, quiet=True)
     except ConfigError as err:  # every problem of the table, said as the manifest's
         raise ManifestError(err.message, path=path, field=err.problems[0][0]
                             if err.problems else "mcp") from None

@@ -23,7 +23,7 @@ import wasmtime
 from wasmext.errors import ConfigError, InvalidModule, LoadError, ModuleTooLarge, UnsafeFile
 from wasmext.files import read_regular
 from wasmext.manifest import ID_RE, Manifest, load_folder
-from wasmext.mcp.config import env_refs
+from wasmext.mcp.envsubst import env_refs
 from wasmext.sandbox.backends.component import ComponentModule, is_component
 from wasmext.sandbox.backends.component_instance import ComponentPlugin
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
 
 from wasmext.errors import ConfigError
-from wasmext.mcp.envsubst import VAR_RE, substitute
+from wasmext.mcp.envsubst import env_refs, substitute
 from wasmext.text import clean
 from wasmext.validation import SECTION, Seconds, check, context_path, problem
 
@@ -215,18 +215,3 @@ def parse_mcp(raw: Any, path: Path | None, base_dir: Path | None = None,
     section = check(McpSection, raw, path, prefix="mcp",
                     context={"environ": environ, "quiet": quiet})
     return section.enabled, section.configs(base_dir)
-
-
-def env_refs(raw: Any) -> set[str]:
-    """Every `${VAR}` name anywhere in a decoded TOML value (its strings, at any depth)."""
-    out: set[str] = set()
-    stack = [raw]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            out.update(m.group(1) for m in VAR_RE.finditer(item) if m.group(1))
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return out

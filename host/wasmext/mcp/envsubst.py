@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["VAR_RE", "substitute"]
+__all__ = ["VAR_RE", "env_refs", "substitute"]
 
 VAR_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -29,3 +30,18 @@ def substitute(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
         return env[name]
 
     return VAR_RE.sub(replace, text), missing
+
+
+def env_refs(raw: Any) -> set[str]:
+    """Every `${VAR}` name anywhere in a decoded TOML value (its strings, at any depth)."""
+    out: set[str] = set()
+    stack = [raw]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.update(m.group(1) for m in VAR_RE.finditer(item) if m.group(1))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return out

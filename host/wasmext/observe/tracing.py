@@ -27,25 +27,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import sys
 import threading
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
-
-from pydantic import BaseModel, Field
 
 from wasmext._version import __version__
 from wasmext.errors import ConfigError
-from wasmext.mcp.envsubst import substitute
 from wasmext.text import clean
-from wasmext.validation import SECTION, check
 
-__all__ = ["ACTIVE", "ATTR_CAP", "EXPORTERS", "Tracing", "TracingSection", "TracingSettings",
-           "activate", "deactivate", "install", "parse_tracing", "text"]
+__all__ = ["ACTIVE", "ATTR_CAP", "EXPORTERS", "Tracing", "TracingSettings", "activate",
+           "deactivate", "install", "text"]
 
 log = logging.getLogger("wasmext.observe.tracing")
 ATTR_CAP = 256      # characters of one attribute value a plugin or a peer controls
@@ -79,39 +74,6 @@ class TracingSettings:
     # The resource's service.instance.id: which process of a service made a span (a
     # `wasmext worker` sets its --name); not a [tracing] field, each process has its own.
     instance_id: str | None = None
-
-
-_Text = Annotated[str, Field(strict=True, min_length=1, max_length=2048)]
-
-
-class TracingSection(BaseModel):
-    """The rules of [tracing]; `${VAR}` in a header value reads the environment (a
-    collector's token stays out of the file, and no plugin may read that variable)."""
-
-    model_config = SECTION
-
-    enabled: bool = False
-    exporter: Literal["otlp-http", "otlp-grpc", "console"] = "otlp-http"
-    endpoint: _Text | None = None
-    service_name: Annotated[str, Field(strict=True, min_length=1, max_length=256)] = "wasmext"
-    headers: dict[Annotated[str, Field(strict=True, min_length=1, max_length=256)], _Text] = {}
-    sample_ratio: Annotated[float, Field(strict=True, ge=0, le=1)] = 1.0
-
-    def settings(self) -> TracingSettings:
-        """The validated section, its header values' `${VAR}`s read from the environment."""
-        headers = {}
-        for name, raw in self.headers.items():
-            headers[name], missing = substitute(raw, os.environ)
-            if missing:  # said once, at load: the collector will refuse what is sent
-                log.warning("[tracing] header %s: environment variable %s is not set",
-                            clean(name, 64), ", ".join(missing))
-        return TracingSettings(self.enabled, self.exporter, self.endpoint, self.service_name,
-                               headers, float(self.sample_ratio))
-
-
-def parse_tracing(raw: Any) -> TracingSettings:
-    """A [tracing] table, or one ConfigError naming every problem."""
-    return check(TracingSection, raw, None, prefix="tracing").settings()
 
 
 def _needs_otel() -> ConfigError:
