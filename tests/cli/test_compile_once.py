@@ -230,3 +230,49 @@ def test_a_build_whose_first_step_writes_a_lock_file_is_stamped(tmp_path: Path,
     assert build.build_plugin(folder).up_to_date  # stamped by the first build
     (folder / "x.c").write_text("int y;\n")
     assert not build.build_plugin(folder).up_to_date
+
+
+def test_a_build_with_nothing_changed_starts_no_toolchain(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """The stamp's quick fingerprint says "up to date" before the build's commands are
+    worked out (for Rust or Go that starts the toolchain). A changed toolchain variable or
+    program makes the whole check run again; a changed source, a build."""
+    import wasmext_cli.build as build
+
+    monkeypatch.setenv("WASMEXT_BUILD_OUTPUTS", str(tmp_path / "kept"))
+    folder = tmp_path / "quick"
+    folder.mkdir()
+    (folder / "plugin.toml").write_text('id = "quick"\nversion = "0.1.0"\nabi = 1\n'
+                                        '[build]\nlang = "c"\nsources = ["x.c"]\n')
+    (folder / "x.c").write_text("int x;\n")
+    compiler = tmp_path / "bin" / "fakecc"
+    compiler.parent.mkdir()
+    compiler.write_text(f"#!{sys.executable}\nimport sys\n"
+                        "open(sys.argv[1], 'wb').write(b'\\0asm\\1\\0\\0\\0')\n")
+    compiler.chmod(0o755)
+    worked_out: list[Path] = []
+
+    def steps(spec: object, plugin_dir: Path, out: Path) -> list[list[str]]:
+        worked_out.append(out)
+        return [[str(compiler), str(out)]]
+
+    monkeypatch.setattr(build, "commands_for", lambda _lang: steps)
+    assert not build.build_plugin(folder).up_to_date
+    built = (folder / "quick.wasm").stat().st_mtime_ns
+    assert len(worked_out) == 1
+    assert build.build_plugin(folder).up_to_date
+    assert len(worked_out) == 1  # no commands worked out: no toolchain started
+
+    monkeypatch.setenv("WASMEXT_RUSTC", str(tmp_path / "another-rustc"))
+    assert build.build_plugin(folder).up_to_date  # the same commands: still up to date
+    assert len(worked_out) == 2
+    assert build.build_plugin(folder).up_to_date and len(worked_out) == 2  # stamped again
+
+    later = compiler.stat().st_mtime_ns + 10**9
+    os.utime(compiler, ns=(later, later))  # the compiler upgraded in place
+    assert build.build_plugin(folder).up_to_date and len(worked_out) == 3
+    assert (folder / "quick.wasm").stat().st_mtime_ns == built
+
+    (folder / "x.c").write_text("int y;\n")
+    assert not build.build_plugin(folder).up_to_date and len(worked_out) == 4

@@ -9,6 +9,15 @@ output; an output replaced or removed since, or any input changed, means a
 build. Like make, but by content rather than by modification time, so a fresh
 checkout or a copied folder never looks newer or older than it is.
 
+The fingerprint covers the build's commands, and working them out may start
+the toolchain (which rustc has the wasm32 target, which go): a no-change build
+first tries the stamp's `quick` fingerprint, the same files and versions plus
+the environment that picks a toolchain and the identity (size, mtime) of every
+program the recorded commands run; only when that differs are the commands
+worked out and the whole fingerprint compared. A toolchain that changes in a way
+neither sees (a target added to a rustup toolchain that was not the one used)
+is picked up at the next change of an input, or by `wasmext build --force`.
+
 Built modules are also kept by that fingerprint (`kept_output`, `keep_output`:
 the newest few under the user's cache folder), and a build whose inputs have a
 kept module takes it instead of running the toolchain: the same inputs give the
@@ -29,11 +38,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from wasmext.files import atomic_write
 
-__all__ = ["fingerprint", "is_fresh", "keep_output", "kept_output", "outputs_dir",
-           "stamp_path", "write_stamp"]
+__all__ = ["fingerprint", "is_fresh", "is_quick_fresh", "keep_output", "kept_output",
+           "outputs_dir", "quick_fingerprint", "stamp_path", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
@@ -42,6 +52,9 @@ TOOL_PACKAGES = ("ziglang", "componentize-py", "wasmext")
 MAX_FILES = 20_000  # a folder this big is not a plugin's sources: build without a stamp
 KEPT_OUTPUTS = 24  # a Python component is ~18 MiB: the newest few edits' worth
 OUTPUTS_ENV = "WASMEXT_BUILD_OUTPUTS"
+# The environment that picks a toolchain or where its caches are: the builders read these.
+TOOLCHAIN_ENV = ("PATH", "HOME", "XDG_CACHE_HOME")
+TOOLCHAIN_ENV_PREFIXES = ("WASMEXT_", "RUSTUP_", "CARGO_", "GO")
 
 
 def stamp_path(out: Path) -> Path:
@@ -82,10 +95,28 @@ def fingerprint(roots: Iterable[Path], steps: list[list[str]], out: Path,
 
     The first root is the plugin's own folder; other plugins found below a root (an
     SDK's examples) are left out, so building one never makes another stale."""
+    placeholder = [[arg.replace(str(tmp), "<out>") for arg in cmd] for cmd in steps]
+    return _digest(roots, out, [placeholder, _versions(), sys.version])
+
+
+def _toolchain_env() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items())
+            if k in TOOLCHAIN_ENV or k.startswith(TOOLCHAIN_ENV_PREFIXES)}
+
+
+def quick_fingerprint(roots: Iterable[Path], out: Path) -> str | None:
+    """The files and versions of `fingerprint`, with the interpreter, the roots and the
+    environment that picks a toolchain instead of the commands: computed without
+    starting any toolchain."""
+    roots = list(roots)
+    return _digest(roots, out, [[str(r) for r in roots], _versions(), sys.version,
+                                sys.executable, _toolchain_env()])
+
+
+def _digest(roots: Iterable[Path], out: Path, head: object) -> str | None:
     roots = list(roots)
     digest = hashlib.sha256()
-    placeholder = [[arg.replace(str(tmp), "<out>") for arg in cmd] for cmd in steps]
-    digest.update(json.dumps([placeholder, _versions(), sys.version]).encode())
+    digest.update(json.dumps(head).encode())
     count = 0
     for root in roots:
         for path in _files(root, {out, stamp_path(out)}, roots[0]):
@@ -107,23 +138,67 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
+def _stamp(out: Path) -> dict[str, Any]:
+    try:
+        stamp = json.loads(stamp_path(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stamp if isinstance(stamp, dict) else {}
+
+
 def is_fresh(out: Path, print_: str | None) -> bool:
     """Was `out` built from inputs with this fingerprint, and is it still that output?"""
     if print_ is None:
         return False
-    try:
-        stamp = json.loads(stamp_path(out).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    stamp = _stamp(out)
+    return stamp.get("inputs") == print_ and stamp.get("output") == _sha256(out)
+
+
+def _program(arg: str) -> str | None:
+    """`arg` when it names a program file by its absolute path (a compiler, an interpreter)."""
+    return arg if os.path.isabs(arg) and os.path.isfile(arg) and os.access(arg, os.X_OK) \
+        else None
+
+
+def _programs(steps: list[list[str]]) -> dict[str, list[int]]:
+    """Each program the commands name by path, with its size and modification time."""
+    found: dict[str, list[int]] = {}
+    for cmd in steps:
+        for arg in cmd:
+            path = _program(arg)
+            if path is not None and path not in found:
+                st = os.stat(path)
+                found[path] = [st.st_size, st.st_mtime_ns]
+    return found
+
+
+def is_quick_fresh(out: Path, quick: str | None) -> bool:
+    """Is `out` fresh by the stamp's quick fingerprint: the same files, versions and
+    toolchain environment, every program its commands ran unchanged, the same output?"""
+    stamp = _stamp(out)
+    programs = stamp.get("programs")
+    if quick is None or stamp.get("quick") != quick or not isinstance(programs, dict):
         return False
-    return (isinstance(stamp, dict) and stamp.get("inputs") == print_
-            and stamp.get("output") == _sha256(out))
+    for path, identity in programs.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if [st.st_size, st.st_mtime_ns] != identity:
+            return False
+    return stamp.get("output") == _sha256(out)
 
 
-def write_stamp(out: Path, print_: str | None) -> None:
-    """Record the inputs' fingerprint and the output's digest (nothing when print_ is None)."""
+def write_stamp(out: Path, print_: str | None, quick: str | None = None,
+                steps: list[list[str]] | None = None) -> None:
+    """Record the inputs' fingerprint and the output's digest (nothing when print_ is None);
+    with `quick` and the `steps` that built it, also what `is_quick_fresh` compares."""
     if print_ is None:
         return
-    atomic_write(stamp_path(out), json.dumps({"inputs": print_, "output": _sha256(out)}))
+    stamp: dict[str, Any] = {"inputs": print_, "output": _sha256(out)}
+    if quick is not None and steps is not None:
+        stamp.update(quick=quick, programs=_programs(steps))
+    atomic_write(stamp_path(out), json.dumps(stamp))
 
 
 def outputs_dir() -> Path:
