@@ -24,6 +24,7 @@ from bench_guests import DATA, ECHO_HOOK, echo_wasm, extism_wasm
 from bench_timing import Case, Skipped
 
 from wasmext import Plugin, Runtime, WasmextError
+from wasmext.files import atomic_write
 from wasmext.sandbox.instance import PluginInstance
 
 __all__ = [
@@ -36,12 +37,29 @@ __all__ = [
     "fresh_cases",
     "import_extism",
     "naive_cases",
+    "replace_doc_section",
     "sdk_cases",
     "subprocess_cases",
     "wasmext_cases",
 ]
 
 Item = Case | Skipped
+
+
+def replace_doc_section(doc: Path, name: str, body: str) -> None:
+    """Put `body` between the `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers of
+    `doc`, replacing what was there (or append the marked section): each benchmark owns
+    its section of a generated doc, and leaves the others as they are."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    text = doc.read_text(encoding="utf-8") if doc.is_file() else ""
+    section = f"{begin}\n{body.strip()}\n{end}"
+    if begin in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
+        text = head + section + tail
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text else "") + section + "\n"
+    atomic_write(doc, text)
 
 
 @dataclass(frozen=True)

@@ -18,23 +18,44 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["COPIES", "DISTINCT", "RSS_AT_MOST", "measure", "measure_distinct"]
+__all__ = ["COPIES", "DISTINCT", "PLUGIN_ARGS", "RSS_AT_MOST", "RSS_PRELUDE", "measure",
+           "measure_distinct", "run_rss_script"]
 
 RSS_AT_MOST = 1.5  # a copy about an instance: copy RSS / instance RSS
 
 COPIES = 40
 
-_SCRIPT = """
+# The start of every measuring script: rss() is the resident set now, after a collection.
+RSS_PRELUDE = """
 import gc, json, os, sys
 from pathlib import Path
-from wasmext import CompileCache, Runtime
 
 def rss():
     gc.collect()
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
+"""
+# A plugin folder, a compile cache folder and a count, as most scripts take them.
+PLUGIN_ARGS = """
+from wasmext import CompileCache, Runtime
 folder, cache, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+"""
+
+
+def run_rss_script(body: str, args: list[str], root: Path) -> dict[str, float] | None:
+    """Run RSS_PRELUDE + `body` in a fresh interpreter that imports wasmext from `root`,
+    and return the JSON object it prints; None where /proc/self/statm does not exist
+    (not Linux)."""
+    if not Path("/proc/self/statm").is_file():
+        return None
+    env = {**os.environ, "PYTHONPATH": f"{root / 'host'}:{root / 'cli'}"}
+    proc = subprocess.run([sys.executable, "-c", RSS_PRELUDE + body, *args], env=env,
+                          capture_output=True, text=True, check=True)
+    figure: dict[str, float] = json.loads(proc.stdout)
+    return figure
+
+
+_SCRIPT = PLUGIN_ARGS + """
 with Runtime(cache=CompileCache(cache / "modules", cache / "key")) as rt:
     first = rt.load(folder, plugin_id="copy-0")
     first.call("on_plain_text", "warm up")
@@ -53,24 +74,12 @@ with Runtime(cache=CompileCache(cache / "modules", cache / "key")) as rt:
 def measure(folder: Path, cache_dir: Path, root: Path) -> dict[str, float] | None:
     """{"copy": bytes per extra copy, "instance": bytes per extra instance}, or None
     where /proc/self/statm does not exist (not Linux)."""
-    if not Path("/proc/self/statm").is_file():
-        return None
-    env = {**os.environ, "PYTHONPATH": f"{root / 'host'}:{root / 'cli'}"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(folder), str(cache_dir),
-                           str(COPIES)], env=env, capture_output=True, text=True, check=True)
-    figure: dict[str, float] = json.loads(proc.stdout)
-    return figure
+    return run_rss_script(_SCRIPT, [str(folder), str(cache_dir), str(COPIES)], root)
 
 
 _DISTINCT = """
-import gc, json, os, sys
 import wasmtime
 from wasmext.testing import guest_wat, make_host
-
-def rss():
-    gc.collect()
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 n = int(sys.argv[1])
 mods = [bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True}, hooks=("on_plain_text",),
@@ -111,11 +120,7 @@ def measure_distinct(root: Path, n: int = 100) -> dict[str, float] | None:
     """{"plugin": bytes per distinct plugin loaded and called once in a Host, "bare":
     bytes per wasmtime Module + Store + Instance of such a module}, in a fresh
     interpreter; None where /proc/self/statm does not exist."""
-    if not Path("/proc/self/statm").is_file():
-        return None
-    env = {**os.environ, "PYTHONPATH": f"{root / 'host'}:{root / 'cli'}"}
-    proc = subprocess.run([sys.executable, "-c", _DISTINCT, str(n)], env=env,
-                          capture_output=True, text=True, check=True)
-    figure: dict[str, float] = json.loads(proc.stdout)
-    DISTINCT.update(figure)
+    figure = run_rss_script(_DISTINCT, [str(n)], root)
+    if figure is not None:
+        DISTINCT.update(figure)
     return figure
