@@ -48,6 +48,9 @@ def test_greet() -> None:
 
 PYTEST_INI = """[pytest]
 norecursedirs = wasmext-sdk node_modules target .zig-cache zig-out .git
+# anyio (installed with wasmext) loads its pytest plugin into every run, a tenth of a
+# second of each test run here; delete this line when your tests use @pytest.mark.anyio.
+addopts = -p no:anyio
 """
 
 README = '''# {id}
