@@ -19,6 +19,7 @@ from typing import Any
 import msgpack
 import wasmtime
 
+from wasmext.errors import WasmextError
 from wasmext.runtime import Runtime
 
 __all__ = ["DATA_AT", "build_plugin", "guest_wat", "load_wat", "make_host", "packed",
@@ -140,6 +141,19 @@ def build_plugin(folder: str | os.PathLike[str]) -> Path:
     and return its .wasm; AssertionError with the build's message when it fails."""
     import subprocess
     import sys
+
+    from wasmext.buildstamp import still_fresh
+    from wasmext.manifest import load_folder
+
+    # Nothing changed since the last build (what `wasmext build` checks first): no second
+    # interpreter, CLI and toolchain to start. The load that follows compiles the module
+    # into the cache if `wasmext build` could not.
+    try:
+        wasm = load_folder(Path(folder)).wasm_path
+    except WasmextError:
+        wasm = None  # the build says what is wrong with the folder
+    if wasm is not None and still_fresh(wasm):
+        return wasm
 
     proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "build", "--quiet"],
                           cwd=folder, capture_output=True, text=True)

@@ -128,7 +128,7 @@ def test_first_error_is_always_one_bounded_inert_line(output: str) -> None:
 
 
 def test_another_plugin_in_the_sdk_folder_is_not_an_input(tmp_path: Path) -> None:
-    from wasmext_cli.build.stamp import fingerprint
+    from wasmext.buildstamp import fingerprint
 
     sdk = tmp_path / "sdk"
     own, other = sdk / "examples" / "own", sdk / "conformance"

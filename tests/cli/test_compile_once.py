@@ -276,3 +276,37 @@ def test_a_build_with_nothing_changed_starts_no_toolchain(tmp_path: Path,
 
     (folder / "x.c").write_text("int y;\n")
     assert not build.build_plugin(folder).up_to_date and len(worked_out) == 4
+
+
+def test_a_plugins_test_starts_no_build_when_nothing_changed(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """wasmext.testing.build_plugin (the scaffold's test calls it first) reads the stamp
+    `wasmext build` left: nothing changed, no `wasmext build` process; a changed source,
+    the build as before."""
+    import wasmext_cli.build as build
+    from wasmext import testing
+
+    monkeypatch.setenv("WASMEXT_BUILD_OUTPUTS", str(tmp_path / "kept"))
+    folder = tmp_path / "tested"
+    folder.mkdir()
+    (folder / "plugin.toml").write_text('id = "tested"\nversion = "0.1.0"\nabi = 1\n'
+                                        '[build]\nlang = "c"\nsources = ["x.c"]\n')
+    (folder / "x.c").write_text("int x;\n")
+    monkeypatch.setattr(build, "commands_for", lambda _lang: lambda spec, d, out: [
+        [sys.executable, "-c", "import sys; open(sys.argv[1], 'wb').write(b'\\0asm\\1\\0\\0\\0')",
+         str(out)]])
+    assert not build.build_plugin(folder).up_to_date
+    started: list[object] = []
+
+    def no_process(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        started.append(args)
+        return subprocess.CompletedProcess(args, 1, "", "wasmext build: refused by the test")
+
+    monkeypatch.setattr(subprocess, "run", no_process)
+    assert testing.build_plugin(folder) == folder / "tested.wasm"
+    assert started == []
+    (folder / "x.c").write_text("int y;\n")
+    with pytest.raises(AssertionError, match="refused by the test"):
+        testing.build_plugin(folder)
+    assert len(started) == 1

@@ -20,11 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wasmext.errors import WasmextError
-from wasmext.files import atomic_write, durable_replace
-from wasmext.manifest import BuildSpec, load_folder
-from wasmext_cli.build.errors import first_error
-from wasmext_cli.build.stamp import (
+from wasmext.buildstamp import (
     fingerprint,
     is_fresh,
     is_quick_fresh,
@@ -33,6 +29,10 @@ from wasmext_cli.build.stamp import (
     quick_fingerprint,
     write_stamp,
 )
+from wasmext.errors import WasmextError
+from wasmext.files import atomic_write, durable_replace
+from wasmext.manifest import BuildSpec, load_folder
+from wasmext_cli.build.errors import first_error
 from wasmext_cli.languages import LANGUAGES as REGISTRY
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class BuildResult:
     wasm: Path
     command: tuple[str, ...]  # its last step; () when it was up to date by the quick stamp
     up_to_date: bool = False  # nothing it reads changed since it was built: not run again
-    kept: bool = False  # written from the module built from these inputs before (stamp.py)
+    kept: bool = False  # written from the module built from these inputs before (buildstamp)
     compiled: bool = False  # its code went into the host's compile cache just now
     warning: str = ""  # built, but the host would refuse to load it: why
 
@@ -264,7 +264,7 @@ def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
     with _output_lock(out):
         tmp = out.with_suffix(".wasm.tmp")
         roots = _inputs(spec.lang, plugin_dir)
-        # Nothing changed, by what can be told without starting a toolchain (stamp.py).
+        # Nothing changed, by what can be told without starting a toolchain (wasmext.buildstamp).
         quick = quick_fingerprint(roots, out)
         if not force and is_quick_fresh(out, quick):
             return _Built(BuildResult(plugin_dir, out, (), up_to_date=True), manifest.id,
@@ -275,13 +275,13 @@ def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
             raise type(exc)(f"plugin {manifest.id}: {exc}") from exc
         before = fingerprint(roots, steps, out, tmp)
         if not force and is_fresh(out, before):
-            write_stamp(out, before, quick, steps)  # the next no-change build is quick
+            write_stamp(out, before, quick, steps, roots)  # the next no-change build is quick
             return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
                           manifest.id, spec.lang)
         kept = None if force else kept_output(before)
         if kept is not None:  # built from these very inputs before: the same bytes again
             atomic_write(out, kept)
-            write_stamp(out, before, quick, steps)
+            write_stamp(out, before, quick, steps, roots)
             return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
                           manifest.id, spec.lang)
         # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
@@ -313,6 +313,6 @@ def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
         durable_replace(tmp, out)
         # A last step that wrote into its own inputs leaves the stamp to the next build.
         if fingerprint(roots, next_steps, out, tmp) == settled:
-            write_stamp(out, settled, quick_fingerprint(roots, out), next_steps)
+            write_stamp(out, settled, quick_fingerprint(roots, out), next_steps, roots)
             keep_output(out, settled)
         return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), manifest.id, spec.lang)

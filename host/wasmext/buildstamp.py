@@ -43,7 +43,7 @@ from typing import Any
 from wasmext.files import atomic_write
 
 __all__ = ["fingerprint", "is_fresh", "is_quick_fresh", "keep_output", "kept_output",
-           "outputs_dir", "quick_fingerprint", "stamp_path", "write_stamp"]
+           "outputs_dir", "quick_fingerprint", "stamp_path", "still_fresh", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
@@ -190,15 +190,26 @@ def is_quick_fresh(out: Path, quick: str | None) -> bool:
 
 
 def write_stamp(out: Path, print_: str | None, quick: str | None = None,
-                steps: list[list[str]] | None = None) -> None:
+                steps: list[list[str]] | None = None,
+                roots: Iterable[Path] | None = None) -> None:
     """Record the inputs' fingerprint and the output's digest (nothing when print_ is None);
-    with `quick` and the `steps` that built it, also what `is_quick_fresh` compares."""
+    with `quick`, the `steps` that built it and the `roots` it read, also what
+    `is_quick_fresh` and `still_fresh` compare."""
     if print_ is None:
         return
     stamp: dict[str, Any] = {"inputs": print_, "output": _sha256(out)}
-    if quick is not None and steps is not None:
-        stamp.update(quick=quick, programs=_programs(steps))
+    if quick is not None and steps is not None and roots is not None:
+        stamp.update(quick=quick, programs=_programs(steps), roots=[str(r) for r in roots])
     atomic_write(stamp_path(out), json.dumps(stamp))
+
+
+def still_fresh(out: Path) -> bool:
+    """Is `out` up to date by its stamp's quick fingerprint, over the folders the stamp
+    names? What `wasmext build` would find first, told without the build (or a process)."""
+    roots = _stamp(out).get("roots")
+    if not isinstance(roots, list) or not roots or not all(isinstance(r, str) for r in roots):
+        return False
+    return is_quick_fresh(out, quick_fingerprint([Path(r) for r in roots], out))
 
 
 def outputs_dir() -> Path:
