@@ -201,6 +201,18 @@ def test_python_component_builds_are_the_same_bytes_and_load_compiled(tmp_path: 
     assert (cache.hits, cache.misses) == (1, 0)
 
 
+def _one_source_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> Path:
+    """A C plugin folder of one source, x.c, whose kept outputs stay in tmp_path; the
+    tests give it their own build commands."""
+    monkeypatch.setenv("WASMEXT_BUILD_OUTPUTS", str(tmp_path / "kept"))
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "plugin.toml").write_text(f'id = "{name}"\nversion = "0.1.0"\nabi = 1\n'
+                                        '[build]\nlang = "c"\nsources = ["x.c"]\n')
+    (folder / "x.c").write_text("int x;\n")
+    return folder
+
+
 def test_a_build_whose_first_step_writes_a_lock_file_is_stamped(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch
                                                                 ) -> None:
@@ -209,12 +221,7 @@ def test_a_build_whose_first_step_writes_a_lock_file_is_stamped(tmp_path: Path,
     the next one (the scaffold's test, say) does not run the toolchain again."""
     import wasmext_cli.build as build
 
-    monkeypatch.setenv("WASMEXT_BUILD_OUTPUTS", str(tmp_path / "kept"))
-    folder = tmp_path / "locked"
-    folder.mkdir()
-    (folder / "plugin.toml").write_text('id = "locked"\nversion = "0.1.0"\nabi = 1\n'
-                                        '[build]\nlang = "c"\nsources = ["x.c"]\n')
-    (folder / "x.c").write_text("int x;\n")
+    folder = _one_source_plugin(tmp_path, monkeypatch, "locked")
 
     def steps(spec: object, plugin_dir: Path, out: Path) -> list[list[str]]:
         final = [sys.executable, "-c", "import sys; open(sys.argv[1], 'wb')"
@@ -240,12 +247,7 @@ def test_a_build_with_nothing_changed_starts_no_toolchain(tmp_path: Path,
     program makes the whole check run again; a changed source, a build."""
     import wasmext_cli.build as build
 
-    monkeypatch.setenv("WASMEXT_BUILD_OUTPUTS", str(tmp_path / "kept"))
-    folder = tmp_path / "quick"
-    folder.mkdir()
-    (folder / "plugin.toml").write_text('id = "quick"\nversion = "0.1.0"\nabi = 1\n'
-                                        '[build]\nlang = "c"\nsources = ["x.c"]\n')
-    (folder / "x.c").write_text("int x;\n")
+    folder = _one_source_plugin(tmp_path, monkeypatch, "quick")
     compiler = tmp_path / "bin" / "fakecc"
     compiler.parent.mkdir()
     compiler.write_text(f"#!{sys.executable}\nimport sys\n"
@@ -287,12 +289,7 @@ def test_a_plugins_test_starts_no_build_when_nothing_changed(tmp_path: Path,
     import wasmext_cli.build as build
     from wasmext import testing
 
-    monkeypatch.setenv("WASMEXT_BUILD_OUTPUTS", str(tmp_path / "kept"))
-    folder = tmp_path / "tested"
-    folder.mkdir()
-    (folder / "plugin.toml").write_text('id = "tested"\nversion = "0.1.0"\nabi = 1\n'
-                                        '[build]\nlang = "c"\nsources = ["x.c"]\n')
-    (folder / "x.c").write_text("int x;\n")
+    folder = _one_source_plugin(tmp_path, monkeypatch, "tested")
     monkeypatch.setattr(build, "commands_for", lambda _lang: lambda spec, d, out: [
         [sys.executable, "-c", "import sys; open(sys.argv[1], 'wb').write(b'\\0asm\\1\\0\\0\\0')",
          str(out)]])
