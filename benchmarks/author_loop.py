@@ -190,8 +190,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the projects (printed)")
     ap.add_argument("--table", action="store_true", help="only print the last figures")
     ap.add_argument("--write-docs", action="store_true")
+    ap.add_argument("--json", type=Path, default=FIGURES,
+                    help=f"the figures file to add to (default {FIGURES.relative_to(ROOT)})")
     args = ap.parse_args()
-    figures = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    figures = json.loads(args.json.read_text()) if args.json.is_file() else {}
     if not args.table:
         base = Path(tempfile.mkdtemp(prefix="wasmext-author-loop-"))
         assert ROOT not in base.parents
@@ -213,8 +215,8 @@ def main() -> None:
                 "measured": time.strftime("%Y-%m-%d", time.gmtime()), "load": round(load, 1)}
             print(f"{lang}: " + ", ".join(f"{n} {t.wall:.1f}/{t.cpu:.1f}"
                                           for n, t in steps.items()), flush=True)
-            FIGURES.parent.mkdir(parents=True, exist_ok=True)
-            FIGURES.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
         if args.keep:
             print(f"projects kept in {base}")
         else:
