@@ -228,7 +228,7 @@ def test_tls_with_a_token_from_the_environment(tmp_path: Path,
         url = f"tls://127.0.0.1:{port}"
         started = time.monotonic()
         with pytest.raises(NatsUnavailable) as unverified:  # the server's CA not given
-            NatsLink(url, name="no-ca", auth=NatsAuth(token=token))
+            NatsLink(url, name="no-ca", auth=NatsAuth(token=token), connect_timeout_s=1.0)
         assert token not in str(unverified.value)
         monkeypatch.setenv("WASMEXT_NATS_TOKEN", token)
         monkeypatch.setenv("WASMEXT_NATS_TLS_CA", str(cert))
@@ -237,7 +237,7 @@ def test_tls_with_a_token_from_the_environment(tmp_path: Path,
             link.run(link.client.flush(), 5)
         monkeypatch.setenv("WASMEXT_NATS_TOKEN", "wrong-token")
         with pytest.raises(NatsUnavailable, match=r"(?i)authorization") as refused:
-            NatsLink(url, name="wrong")
+            NatsLink(url, name="wrong", connect_timeout_s=1.0)
         assert "wrong-token" not in str(refused.value)
         assert time.monotonic() - started < 30
     finally:
