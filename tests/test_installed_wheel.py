@@ -75,9 +75,10 @@ class Installed:
     # the tests' re-run with nothing changed.
     rerun: dict[str, tuple[dict[str, tuple[int, int, str]], ...]] = field(default_factory=dict)
 
-    def run(self, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(args), cwd=cwd, env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+    def run(self, *args: str, cwd: Path, timeout: int = 600,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), cwd=cwd, env=env or self.env, capture_output=True,
+                              text=True, timeout=timeout)
 
 
 def _edit(project: Path, lang: str) -> None:
@@ -120,7 +121,10 @@ def _author(inst: Installed, lang: str) -> list[subprocess.CompletedProcess[str]
         (pytest_, project),  # the re-run with nothing changed
         lambda: snapshots.append(_files(project, cache)),
     ]
-    cache = Path(inst.env["XDG_CACHE_HOME"]) / "wasmext" / "modules"
+    # A cache of the language's own: the languages run at once, and the re-run's check
+    # must see only what this language's steps compiled.
+    env = {**inst.env, "XDG_CACHE_HOME": str(Path(inst.env["XDG_CACHE_HOME"]) / lang)}
+    cache = Path(env["XDG_CACHE_HOME"]) / "wasmext" / "modules"
     snapshots: list[dict[str, tuple[int, int, str]]] = []
     done = []
     for step in steps:
@@ -128,7 +132,7 @@ def _author(inst: Installed, lang: str) -> list[subprocess.CompletedProcess[str]
             step()
             continue
         args, cwd = step
-        done.append(inst.run(*args, cwd=cwd))
+        done.append(inst.run(*args, cwd=cwd, env=env))
         if done[-1].returncode != 0:
             break
     inst.rerun[lang] = tuple(snapshots)
