@@ -101,19 +101,7 @@ def test_the_builder_names_the_module_and_refuses_other_sources(tmp_path: Path) 
 def test_a_call_finds_its_handler_by_hook_and_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SDK's dispatch, run here with the component's bindings stubbed: one handler
     per hook name, a tag pattern choosing among several, an unmatched tag unhandled."""
-    import types
-
-    host = types.ModuleType("wit_world.imports.host")
-    host.host_call = lambda request: b""  # type: ignore[attr-defined]
-    host.log = lambda level, message: None  # type: ignore[attr-defined]
-    for name, module in (("wit_world", types.ModuleType("wit_world")),
-                         ("wit_world.imports", types.ModuleType("wit_world.imports")),
-                         ("wit_world.imports.host", host)):
-        monkeypatch.setitem(sys.modules, name, module)
-    for name in [m for m in sys.modules if m == "wasmext_guest" or m.startswith("wasmext_guest.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(SDK))
-    guest = importlib.import_module("wasmext_guest")
+    guest = _stubbed_guest(monkeypatch)
 
     class Tags(guest.Plugin):  # type: ignore[misc, name-defined]
         @guest.hook("echo")
