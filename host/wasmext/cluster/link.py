@@ -129,9 +129,9 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
 
 def _answered(msg: Msg) -> Msg:
     """The answer, or NoRespondersError when it is the server's "nobody listens"."""
-    from nats.errors import NoRespondersError
-
     if msg.headers and msg.headers.get("Status") == "503":
+        from nats.errors import NoRespondersError  # looked up only for the rare refusal
+
         raise NoRespondersError
     return msg
 
@@ -192,13 +192,13 @@ class _Replies:
     def request(self, subject: str, data: bytes, headers: dict[str, str],
                 timeout_s: float) -> Msg:
         """One request/reply from a thread other than the loop's."""
-        from nats.errors import TimeoutError as NatsTimeout
-
         token, future = self._queue(subject, data, headers)
         try:
             try:
                 msg = future.result(timeout_s)
             except concurrent.futures.TimeoutError:
+                from nats.errors import TimeoutError as NatsTimeout
+
                 raise NatsTimeout from None
         finally:
             self.waiting.pop(token, None)
@@ -208,13 +208,13 @@ class _Replies:
                             timeout_s: float) -> Msg:
         """One request/reply awaited on another loop than the link's: queued as a
         thread's is, the answer's future awaited (no task on the link's loop)."""
-        from nats.errors import TimeoutError as NatsTimeout
-
         token, future = self._queue(subject, data, headers)
         try:
             try:
                 msg = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
             except asyncio.TimeoutError:
+                from nats.errors import TimeoutError as NatsTimeout
+
                 raise NatsTimeout from None
         finally:
             self.waiting.pop(token, None)
