@@ -141,7 +141,8 @@ from wasmext.files import atomic_write, locked, read_regular
 from wasmext.lifecycle.approvals import Grant
 from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
-from wasmext.mcp.config import McpSection, McpServerConfig, env_refs
+from wasmext.mcp.config import McpSection, McpServerConfig
+from wasmext.mcp.envsubst import env_refs
 from wasmext.observe.tracing import TracingSettings
 from wasmext.observe.tracing_config import TracingSection
 from wasmext.sandbox.fsgrants import FsQuota

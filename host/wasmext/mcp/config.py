@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
 
 from wasmext.errors import ConfigError
-from wasmext.mcp.envsubst import env_refs, substitute
+from wasmext.mcp.envsubst import substitute
 from wasmext.text import clean
 from wasmext.validation import SECTION, Seconds, check, context_path, problem
 
 if TYPE_CHECKING:
     from wasmext.mcp.oauth.config import OAuthSettings
 
-__all__ = ["McpSection", "McpServer", "McpServerConfig", "env_refs", "parse_mcp"]
+__all__ = ["McpSection", "McpServer", "McpServerConfig", "parse_mcp"]
 
 log = logging.getLogger("wasmext.config")
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
