@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,14 +134,14 @@ def _hook_latency(host: Host, n: int) -> dict[str, float]:
     return {"p50_us": round(_pct(samples, 0.5), 1), "p99_us": round(_pct(samples, 0.99), 1)}
 
 
-def _throughput(host: Host, router: Router, threads: int, seconds: float) -> float:
+def _rate(once: Callable[[], object], threads: int, seconds: float) -> float:
+    """Calls of `once` per second, with `threads` threads calling it for `seconds`."""
     done = [0] * threads
     stop = time.monotonic() + seconds
 
     def run(k: int) -> None:
         while time.monotonic() < stop:
-            with host.session() as s:
-                router.run(s, "x")
+            once()
             done[k] += 1
     workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
     for t in workers:
@@ -148,6 +149,13 @@ def _throughput(host: Host, router: Router, threads: int, seconds: float) -> flo
     for t in workers:
         t.join()
     return round(sum(done) / seconds, 1)
+
+
+def _throughput(host: Host, router: Router, threads: int, seconds: float) -> float:
+    def once() -> None:
+        with host.session() as s:
+            router.run(s, "x")
+    return _rate(once, threads, seconds)
 
 
 def _body() -> bytes:
@@ -207,20 +215,9 @@ def _threaded_floor(link: NatsLink, n: int, threads: int, seconds: float) -> dic
         started = time.perf_counter()
         link.request(ECHO_SUBJECT, body, {}, 5)
         samples.append((time.perf_counter() - started) * 1e6)
-    done = [0] * threads
-    stop = time.monotonic() + seconds
-
-    def run(k: int) -> None:
-        while time.monotonic() < stop:
-            link.request(ECHO_SUBJECT, body, {}, 5)
-            done[k] += 1
-    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
+    rate = _rate(lambda: link.request(ECHO_SUBJECT, body, {}, 5), threads, seconds)
     return {"p50_us": round(_pct(samples, 0.5), 1), "p99_us": round(_pct(samples, 0.99), 1),
-            "n": n, "runs_per_s": round(sum(done) / seconds, 1)}
+            "n": n, "runs_per_s": rate}
 
 
 def _async_figures(host: Host, url: str, n: int, in_flight: int, seconds: float
