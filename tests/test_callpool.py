@@ -81,23 +81,29 @@ def test_the_process_pool_is_made_once_and_refuses_no_workers() -> None:
         CallPool(0)
 
 
-def test_a_call_cancelled_while_queued_never_starts() -> None:
-    pool = CallPool(1)
+def _cancel_a_waiting_call(pool: CallPool) -> tuple[str, list[str]]:
+    """One call holds a worker while a second waits behind it and is cancelled; then a
+    third call: its answer, and what the cancelled call's function saw run."""
     release = threading.Event()
     started: list[str] = []
 
     async def main() -> str:
         loop = asyncio.get_running_loop()
-        busy = pool.submit(loop, release.wait, 10)  # holds the only worker
-        queued = asyncio.ensure_future(pool.submit(loop, started.append, "queued"))
+        busy = pool.submit(loop, release.wait, 10)
+        waiting = asyncio.ensure_future(pool.submit(loop, started.append, "waiting"))
         await asyncio.sleep(0.01)
-        queued.cancel()
+        waiting.cancel()
         await asyncio.sleep(0)
         release.set()
         await busy
         return await pool.submit(loop, str, "after")  # type: ignore[no-any-return]
 
-    assert _run(main()) == "after" and started == [] and pool.threads == 1
+    return _run(main()), started
+
+
+def test_a_call_cancelled_while_queued_never_starts() -> None:
+    pool = CallPool(1)  # the busy call holds the only worker: the other waits in its queue
+    assert _cancel_a_waiting_call(pool) == ("after", []) and pool.threads == 1
 
 
 def test_loops_on_several_threads_submitting_at_once_start_at_most_the_cap() -> None:
@@ -175,19 +181,5 @@ def test_a_held_call_cancelled_before_it_is_sent_never_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(callpool, "YOUNG_S", 60.0)
     pool = CallPool(2)
-    pool.per_loop = 1
-    release = threading.Event()
-    started: list[str] = []
-
-    async def main() -> str:
-        loop = asyncio.get_running_loop()
-        busy = pool.submit(loop, release.wait, 10)
-        held = asyncio.ensure_future(pool.submit(loop, started.append, "held"))
-        await asyncio.sleep(0.01)
-        held.cancel()
-        await asyncio.sleep(0)
-        release.set()
-        await busy
-        return await pool.submit(loop, str, "after")  # type: ignore[no-any-return]
-
-    assert _run(main()) == "after" and started == []
+    pool.per_loop = 1  # a worker is idle, but the loop's bound holds the other call back
+    assert _cancel_a_waiting_call(pool) == ("after", [])

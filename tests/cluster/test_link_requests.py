@@ -91,6 +91,22 @@ def test_a_closed_link_refuses_a_request_at_once(nats_url: str) -> None:
     assert time.monotonic() - started < 3
 
 
+async def _keeps_the_rules(link: NatsLink, echo: str, slow: tuple[str, bytes], nobody: str,
+                           n: int) -> None:
+    """`arequest`'s rules: `n` concurrent requests each get their own answer, a slow
+    answer is nats' timeout within the time asked, and nobody listening is
+    NoRespondersError."""
+    bodies = [f"m{i}".encode() for i in range(n)]
+    answers = await asyncio.gather(*(link.arequest(echo, b, {}, 5) for b in bodies))
+    assert [m.data for m in answers] == bodies
+    started = time.monotonic()
+    with pytest.raises(NatsTimeout):
+        await link.arequest(*slow, {}, 0.2)
+    assert time.monotonic() - started < 3
+    with pytest.raises(NoRespondersError):
+        await link.arequest(nobody, b"x", {}, 5)
+
+
 def test_arequest_on_the_links_own_loop_keeps_the_same_rules(nats_url: str) -> None:
     async def run() -> None:
         link = await NatsLink.open(nats_url, name="own")
@@ -102,16 +118,7 @@ def test_arequest_on_the_links_own_loop_keeps_the_same_rules(nats_url: str) -> N
                 await link.client.publish(msg.reply, body)  # type: ignore[attr-defined]
             await link.client.subscribe("own.echo", cb=answer)
             await link.client.flush()
-            bodies = [f"m{i}".encode() for i in range(50)]
-            answers = await asyncio.gather(*(link.arequest("own.echo", b, {}, 5)
-                                             for b in bodies))
-            assert [m.data for m in answers] == bodies
-            started = time.monotonic()
-            with pytest.raises(NatsTimeout):
-                await link.arequest("own.echo", b"slow", {}, 0.2)
-            assert time.monotonic() - started < 3
-            with pytest.raises(NoRespondersError):
-                await link.arequest("own.nobody", b"x", {}, 5)
+            await _keeps_the_rules(link, "own.echo", ("own.echo", b"slow"), "own.nobody", 50)
             assert link._replies.waiting == {}
             await asyncio.sleep(0.6)  # the late answer is dropped
             assert (await link.arequest("own.echo", b"after", {}, 5)).data == b"after"
@@ -125,18 +132,8 @@ def test_arequest_from_another_loop_goes_through_the_links_own(nats_url: str) ->
         Echo(link, "other.echo")
         Echo(link, "other.slow", delay_s=0.6)
 
-        async def run() -> None:
-            bodies = [f"m{i}".encode() for i in range(30)]
-            answers = await asyncio.gather(*(link.arequest("other.echo", b, {}, 5)
-                                             for b in bodies))
-            assert [m.data for m in answers] == bodies
-            started = time.monotonic()
-            with pytest.raises(NatsTimeout):
-                await link.arequest("other.slow", b"x", {}, 0.2)
-            assert time.monotonic() - started < 3
-            with pytest.raises(NoRespondersError):
-                await link.arequest("other.nobody", b"x", {}, 5)
-        asyncio.run(run())
+        asyncio.run(_keeps_the_rules(link, "other.echo", ("other.slow", b"x"), "other.nobody",
+                                     30))
         assert link._replies.waiting == {}
         time.sleep(0.6)  # the late answer finds nobody
         assert link.request("other.echo", b"after", {}, 5).data == b"after"
