@@ -113,6 +113,8 @@
     ├── ContractError               (wasmext.cluster) a NATS message that is not the
     │                               contract: unknown key, wrong type, too big
     ├── NatsUnavailable             the NATS server cannot be reached
+    │   └── NatsAuthFailed          the server refused the login (token, user,
+    │                               password, nkey or credentials), at once
     ├── MiddlewareError             a middleware layer broke the next() rule
     ├── ActivationError             (hooks.activations) an output-extension activation
     │                               refused: bad name, unknown extension or param,
@@ -191,6 +193,7 @@ __all__ = [
     "MiddlewareError",
     "ModelError",
     "ModuleTooLarge",
+    "NatsAuthFailed",
     "NatsUnavailable",
     "OpError",
     "OutOfFuel",
@@ -811,3 +814,9 @@ class NatsUnavailable(WasmextError):
     """The NATS server cannot be reached."""
 
     reason = "nats unavailable"
+
+
+class NatsAuthFailed(NatsUnavailable):
+    """The NATS server refused the login: raised as soon as it says so, the secret unsaid."""
+
+    reason = "nats authorization failed"

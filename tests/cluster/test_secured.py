@@ -20,7 +20,7 @@ from cluster_support import free_port, nats_server_binary, registry, wait_for_po
 
 from support import ROOT, self_signed_certificate
 from wasmext import ConfigError, Host, HostConfig, PipelineError, load_config, parse_policy
-from wasmext.cluster.link import NatsLink, NatsUnavailable
+from wasmext.cluster.link import NatsAuthFailed, NatsLink, NatsUnavailable
 from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router
@@ -161,6 +161,43 @@ def test_without_or_with_wrong_credentials_no_connection_and_no_secret_shown(
     with NatsLink(good, name="good", auth=NatsAuth(inbox_prefix="_INBOX_caller")) as link:
         assert secured.passwords["caller"] not in repr(link)
         assert redact(f"at {good}", good) == f"at {secured.url.replace('nats://', 'nats://***@')}"
+
+
+def test_a_refused_login_fails_at_once_named_and_without_the_secret(
+        secured: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("USER", "PASSWORD", "TOKEN"):
+        monkeypatch.delenv(f"WASMEXT_NATS_{name}", raising=False)
+    wrong = f"wrong-{secrets.token_hex(8)}"
+    token_port = free_port()
+    binary = nats_server_binary()
+    assert binary is not None
+    good_token = f"tok-{secrets.token_hex(12)}"
+    token_server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(token_port),
+                                     "--auth", good_token],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(token_port, token_server)
+        token_url = f"nats://127.0.0.1:{token_port}"
+        attempts = [(secured.url, NatsAuth(user="caller", password=wrong)),
+                    (secured.url, NatsAuth(user="nobody", password=wrong)),
+                    (secured.url, NatsAuth()),
+                    (token_url, NatsAuth(token=wrong))]
+        for url, auth in attempts:
+            started = time.monotonic()
+            with pytest.raises(NatsAuthFailed, match="authorization failed") as refused:
+                NatsLink(url, name="refused", auth=auth, connect_timeout_s=5.0)
+            assert time.monotonic() - started < 3  # not the 5 s connect timeout
+            assert isinstance(refused.value, NatsUnavailable)
+            assert wrong not in str(refused.value) and good_token not in str(refused.value)
+        # The same servers still let the right logins in.
+        with NatsLink(token_url, name="token", auth=NatsAuth(token=good_token)) as link:
+            assert link.client.is_connected
+        with NatsLink(secured.url, name="caller",
+                      auth=secured.auth("caller", inbox_prefix="_INBOX_caller")) as link:
+            assert link.client.is_connected
+    finally:
+        token_server.terminate()
+        token_server.wait(10)
 
 
 def test_the_cli_never_prints_a_password(secured: Secured, plugin_dir: Path,

@@ -27,17 +27,30 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasmext.cluster.natsauth import NatsAuth, redact
-from wasmext.errors import NatsUnavailable
+from wasmext.errors import NatsAuthFailed, NatsUnavailable
 from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
 
-__all__ = ["NatsAuth", "NatsLink", "NatsUnavailable", "connect", "parse_headers"]
+__all__ = ["NatsAuth", "NatsAuthFailed", "NatsLink", "NatsUnavailable", "connect",
+           "parse_headers"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.cluster.link")
+
+
+# What nats-server says (-ERR) when it refuses a login: a wrong token, user, password,
+# nkey or credentials file, or an expired user JWT.
+_REFUSALS = ("authorization violation", "authentication expired", "authentication revoked",
+             "account authentication expired")
+
+
+def _refused_login(text: str) -> bool:
+    """Whether an error's text is the server refusing the client's login."""
+    lowered = text.lower()
+    return any(r in lowered for r in _REFUSALS)
 
 
 def parse_headers(raw: bytes) -> dict[str, str]:
@@ -117,6 +130,10 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
                              error_cb=error, disconnected_cb=disconnected,
                              reconnected_cb=reconnected, **times, **options)
     except Exception as exc:
+        if _refused_login(str(exc)) or any(_refused_login(e) for e in seen):
+            # Named, and without the server's retry noise; the secret was never in it.
+            raise NatsAuthFailed(f"cannot connect to {shown}: authorization failed"
+                                 " (the server refused the login)") from None
         # A refused login is followed by a broken pipe on the retry: the refusal is news.
         reason = next((e for e in seen if "authoriz" in e.lower()), seen[-1] if seen else "")
         why = said(exc) if not reason or reason in said(exc) else f"{reason} ({said(exc)})"
