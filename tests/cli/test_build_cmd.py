@@ -151,3 +151,25 @@ def test_another_plugin_in_the_sdk_folder_is_not_an_input(tmp_path: Path) -> Non
     (sdk / "wasmext.h").write_text("/* the SDK */\n")
     (own / "own.c").write_text("int y;\n")
     assert printed() != before
+
+
+def test_a_build_leaves_only_its_outputs_in_the_plugin_folder(hello: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wasmext_cli.build import BuildError, build_plugin
+
+    sources = sorted(p.name for p in hello.iterdir())
+    declared = sorted([*sources, "hello.wasm", ".hello.wasm.stamp"])
+    # Forced builds of one output at once: each waits for the one before (one
+    # temporary module at a time), and none leaves its lock or temporary file behind.
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: build_plugin(hello, force=True), range(3)))
+    assert all(r.wasm == hello / "hello.wasm" for r in results)
+    assert (hello / "hello.wasm").read_bytes().startswith(b"\0asm")
+    assert sorted(p.name for p in hello.iterdir()) == declared
+    assert build_plugin(hello).up_to_date  # the stamp holds
+    source = hello / "hello.c"
+    source.write_text(source.read_text() + "\nint broken( {\n")
+    with pytest.raises(BuildError, match=r"building hello\.c failed"):
+        build_plugin(hello)  # a failed build leaves nothing either
+    assert sorted(p.name for p in hello.iterdir()) == declared

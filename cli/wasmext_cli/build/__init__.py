@@ -223,14 +223,35 @@ def build_plugin(plugin_dir: Path, out_dir: Path | None = None,
 
 @contextlib.contextmanager
 def _output_lock(out: Path) -> Iterator[None]:
-    """Hold the lock of the output `out` (a hidden file beside it, named like the build's
-    own temporary files so that no fingerprint counts it)."""
-    fd = os.open(out.with_name(f".{out.name}.tmp-lock"),
-                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    """Hold the lock of the output `out`: a hidden file beside it (named like the build's
+    own temporary files, so that no fingerprint counts it) that lives only while a build
+    holds it.
+
+    The holder removes the file before letting go; a build that opened it meanwhile then
+    holds a lock on a file no longer there, sees that the path is not (or is another)
+    file, and starts over on the path's current file: one builder at a time, and no
+    lock file left beside the plugin's outputs."""
+    path = out.with_name(f".{out.name}.tmp-lock")
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # the holder before us removed it: take the one there now
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # still holding the lock: nobody can be inside with another file
         os.close(fd)
 
 
@@ -261,58 +282,68 @@ def _build(plugin_dir: Path, out_dir: Path | None, progress: Progress | None,
     out.parent.mkdir(parents=True, exist_ok=True)
     # One build of an output at a time (two `wasmext build`s, or a test run's workers,
     # would share its temporary file); the one that waited finds it up to date.
+    tmp = out.with_suffix(".wasm.tmp")
     with _output_lock(out):
-        tmp = out.with_suffix(".wasm.tmp")
-        roots = _inputs(spec.lang, plugin_dir)
-        # Nothing changed, by what can be told without starting a toolchain (wasmext.buildstamp).
-        quick = quick_fingerprint(roots, out)
-        if not force and is_quick_fresh(out, quick):
-            return _Built(BuildResult(plugin_dir, out, (), up_to_date=True), manifest.id,
-                          spec.lang)
         try:
-            steps = make_steps(spec, plugin_dir, tmp)
-        except BuildError as exc:
-            raise type(exc)(f"plugin {manifest.id}: {exc}") from exc
-        before = fingerprint(roots, steps, out, tmp)
-        if not force and is_fresh(out, before):
-            write_stamp(out, before, quick, steps, roots)  # the next no-change build is quick
-            return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
-                          manifest.id, spec.lang)
-        kept = None if force else kept_output(before)
-        if kept is not None:  # built from these very inputs before: the same bytes again
-            atomic_write(out, kept)
-            write_stamp(out, before, quick, steps, roots)
-            return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
-                          manifest.id, spec.lang)
-        # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
-        env = dict(os.environ)
-        env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
-        next_steps, settled = steps, before
-        for n, cmd in enumerate(steps, 1):
-            if n == len(steps) > 1:
-                # The earlier steps may have written inputs (npm install: the lock file), and
-                # the next build's steps may differ (no install): what the next build will
-                # fingerprint, if the last step changes nothing more, is taken here.
-                next_steps = make_steps(spec, plugin_dir, tmp)
-                settled = fingerprint(roots, next_steps, out, tmp)
-            if progress is not None:
-                progress(f"{manifest.id}: {spec.lang} step {n}/{len(steps)} ({_step_name(cmd)})")
-            if verbose is not None:
-                verbose("$ " + " ".join(cmd))
-            proc = subprocess.run(cmd, cwd=plugin_dir, env=env, capture_output=True, text=True)
-            output = "\n".join(part for part in (proc.stderr.strip(), proc.stdout.strip()) if part)
-            if verbose is not None and output:
-                verbose(output)
-            if proc.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                err = BuildError(f"plugin {manifest.id}: building {', '.join(spec.sources)} "
-                                 f"failed: {first_error(output, spec.lang)}"
-                                 f"{_failure_note(spec.lang)}")
-                err.detail = output[-20000:]
-                raise err
-        durable_replace(tmp, out)
-        # A last step that wrote into its own inputs leaves the stamp to the next build.
-        if fingerprint(roots, next_steps, out, tmp) == settled:
-            write_stamp(out, settled, quick_fingerprint(roots, out), next_steps, roots)
-            keep_output(out, settled)
-        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), manifest.id, spec.lang)
+            return _build_locked(manifest.id, spec, make_steps, plugin_dir, out, tmp,
+                                 progress, verbose, force)
+        finally:
+            tmp.unlink(missing_ok=True)  # a build stopped midway leaves no partial module
+
+
+def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_dir: Path,
+                  out: Path, tmp: Path, progress: Progress | None, verbose: Progress | None,
+                  force: bool) -> _Built:
+    """The build of `out` by one holder of its lock (the caller removes `tmp` after)."""
+    roots = _inputs(spec.lang, plugin_dir)
+    # Nothing changed, by what can be told without starting a toolchain (wasmext.buildstamp).
+    quick = quick_fingerprint(roots, out)
+    if not force and is_quick_fresh(out, quick):
+        return _Built(BuildResult(plugin_dir, out, (), up_to_date=True), plugin_id,
+                      spec.lang)
+    try:
+        steps = make_steps(spec, plugin_dir, tmp)
+    except BuildError as exc:
+        raise type(exc)(f"plugin {plugin_id}: {exc}") from exc
+    before = fingerprint(roots, steps, out, tmp)
+    if not force and is_fresh(out, before):
+        write_stamp(out, before, quick, steps, roots)  # the next no-change build is quick
+        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
+                      plugin_id, spec.lang)
+    kept = None if force else kept_output(before)
+    if kept is not None:  # built from these very inputs before: the same bytes again
+        atomic_write(out, kept)
+        write_stamp(out, before, quick, steps, roots)
+        return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
+                      plugin_id, spec.lang)
+    # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
+    env = dict(os.environ)
+    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path.home() / ".cache" / "wasmext-zig"))
+    next_steps, settled = steps, before
+    for n, cmd in enumerate(steps, 1):
+        if n == len(steps) > 1:
+            # The earlier steps may have written inputs (npm install: the lock file), and
+            # the next build's steps may differ (no install): what the next build will
+            # fingerprint, if the last step changes nothing more, is taken here.
+            next_steps = make_steps(spec, plugin_dir, tmp)
+            settled = fingerprint(roots, next_steps, out, tmp)
+        if progress is not None:
+            progress(f"{plugin_id}: {spec.lang} step {n}/{len(steps)} ({_step_name(cmd)})")
+        if verbose is not None:
+            verbose("$ " + " ".join(cmd))
+        proc = subprocess.run(cmd, cwd=plugin_dir, env=env, capture_output=True, text=True)
+        output = "\n".join(part for part in (proc.stderr.strip(), proc.stdout.strip()) if part)
+        if verbose is not None and output:
+            verbose(output)
+        if proc.returncode != 0:
+            err = BuildError(f"plugin {plugin_id}: building {', '.join(spec.sources)} "
+                             f"failed: {first_error(output, spec.lang)}"
+                             f"{_failure_note(spec.lang)}")
+            err.detail = output[-20000:]
+            raise err
+    durable_replace(tmp, out)
+    # A last step that wrote into its own inputs leaves the stamp to the next build.
+    if fingerprint(roots, next_steps, out, tmp) == settled:
+        write_stamp(out, settled, quick_fingerprint(roots, out), next_steps, roots)
+        keep_output(out, settled)
+    return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), plugin_id, spec.lang)
