@@ -14,7 +14,9 @@ the toolchain (which rustc has the wasm32 target, which go): a no-change build
 first tries the stamp's `quick` fingerprint, the same files and versions plus
 the environment that picks a toolchain and the identity (size, mtime) of every
 program the recorded commands run; only when that differs are the commands
-worked out and the whole fingerprint compared. A toolchain that changes in a way
+worked out and the whole fingerprint compared; both digest one reading of the
+files (`input_files`), so a build reads each input once before it runs the
+toolchain and once after (a step may write inputs). A toolchain that changes in a way
 neither sees (a target added to a rustup toolchain that was not the one used)
 is picked up at the next change of an input, or by `wasmext build --force`.
 
@@ -42,8 +44,9 @@ from typing import Any
 
 from wasmext.files import atomic_write
 
-__all__ = ["fingerprint", "is_fresh", "is_quick_fresh", "keep_output", "kept_output",
-           "outputs_dir", "quick_fingerprint", "stamp_path", "still_fresh", "write_stamp"]
+__all__ = ["InputFiles", "fingerprint", "input_files", "is_fresh", "is_quick_fresh",
+           "keep_output", "kept_output", "outputs_dir", "quick_fingerprint", "stamp_path",
+           "still_fresh", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
@@ -89,14 +92,45 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def fingerprint(roots: Iterable[Path], steps: list[list[str]], out: Path,
-                tmp: Path) -> str | None:
+class InputFiles:
+    """The build's input files, each read and hashed once: what `fingerprint` and
+    `quick_fingerprint` of one moment both digest (`entries` None: too many to tell)."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[bytes] | None) -> None:
+        self.entries = entries
+
+
+def _hash_file(path: Path) -> bytes:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return b"<unreadable>"
+
+
+def input_files(roots: Iterable[Path], out: Path) -> InputFiles:
+    """Read and hash every input file under `roots` once (the first root is the plugin's
+    own folder); no entries when there are more than MAX_FILES."""
+    roots = list(roots)
+    entries: list[bytes] = []
+    for root in roots:
+        for path in _files(root, {out, stamp_path(out)}, roots[0]):
+            if len(entries) >= MAX_FILES:
+                return InputFiles(None)
+            entries.append(f"\0{path.relative_to(root)}\0".encode() + _hash_file(path))
+    return InputFiles(entries)
+
+
+def fingerprint(roots: Iterable[Path], steps: list[list[str]], out: Path, tmp: Path,
+                files: InputFiles | None = None) -> str | None:
     """The SHA-256 of what the build reads, or None when it cannot be told (too many files).
 
     The first root is the plugin's own folder; other plugins found below a root (an
-    SDK's examples) are left out, so building one never makes another stale."""
+    SDK's examples) are left out, so building one never makes another stale. `files`
+    (from `input_files`, taken at the same moment) saves reading them again."""
     placeholder = [[arg.replace(str(tmp), "<out>") for arg in cmd] for cmd in steps]
-    return _digest(roots, out, [placeholder, _versions(), sys.version])
+    return _digest(roots, out, [placeholder, _versions(), sys.version], files)
 
 
 def _toolchain_env() -> dict[str, str]:
@@ -104,30 +138,25 @@ def _toolchain_env() -> dict[str, str]:
             if k in TOOLCHAIN_ENV or k.startswith(TOOLCHAIN_ENV_PREFIXES)}
 
 
-def quick_fingerprint(roots: Iterable[Path], out: Path) -> str | None:
+def quick_fingerprint(roots: Iterable[Path], out: Path,
+                      files: InputFiles | None = None) -> str | None:
     """The files and versions of `fingerprint`, with the interpreter, the roots and the
     environment that picks a toolchain instead of the commands: computed without
-    starting any toolchain."""
+    starting any toolchain (and, given `files`, without reading them again)."""
     roots = list(roots)
     return _digest(roots, out, [[str(r) for r in roots], _versions(), sys.version,
-                                sys.executable, _toolchain_env()])
+                                sys.executable, _toolchain_env()], files)
 
 
-def _digest(roots: Iterable[Path], out: Path, head: object) -> str | None:
-    roots = list(roots)
+def _digest(roots: Iterable[Path], out: Path, head: object,
+            files: InputFiles | None) -> str | None:
+    entries = (files if files is not None else input_files(roots, out)).entries
+    if entries is None:
+        return None
     digest = hashlib.sha256()
     digest.update(json.dumps(head).encode())
-    count = 0
-    for root in roots:
-        for path in _files(root, {out, stamp_path(out)}, roots[0]):
-            count += 1
-            if count > MAX_FILES:
-                return None
-            digest.update(f"\0{path.relative_to(root)}\0".encode())
-            try:
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
-            except OSError:
-                digest.update(b"<unreadable>")
+    for entry in entries:
+        digest.update(entry)
     return digest.hexdigest()
 
 

@@ -173,3 +173,43 @@ def test_a_build_leaves_only_its_outputs_in_the_plugin_folder(hello: Path) -> No
     with pytest.raises(BuildError, match=r"building hello\.c failed"):
         build_plugin(hello)  # a failed build leaves nothing either
     assert sorted(p.name for p in hello.iterdir()) == declared
+
+
+def test_each_input_is_read_once_per_fingerprinting(hello: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from collections import Counter
+
+    from wasmext import buildstamp
+    from wasmext_cli.build import build_plugin
+
+    reads: Counter[Path] = Counter()  # input files read (not the module or its stamp)
+    read_bytes = Path.read_bytes
+
+    def counted(path: Path) -> bytes:
+        if path.suffix in (".c", ".h", ".toml"):
+            reads[path] += 1
+        return read_bytes(path)
+
+    wasm, source = hello / "hello.wasm", hello / "hello.c"
+    assert not build_plugin(hello).up_to_date
+    assert buildstamp.still_fresh(wasm)
+    monkeypatch.setattr(Path, "read_bytes", counted)
+    # No change: the quick fingerprint says so.
+    assert build_plugin(hello).up_to_date and reads[source] == 1 and max(reads.values()) == 1
+    # The toolchain's environment changed, not the inputs: the quick fingerprint differs,
+    # the whole one (worked out from the same reading) does not.
+    reads.clear()
+    monkeypatch.setenv("WASMEXT_UNRELATED_SETTING", "1")
+    assert not buildstamp.still_fresh(wasm)
+    reads.clear()
+    result = build_plugin(hello)
+    assert result.up_to_date and result.command  # the commands were worked out
+    assert reads[source] == 1 and max(reads.values()) == 1
+    assert buildstamp.still_fresh(wasm)  # the stamp now has this environment's quick print
+    # A change: read once before the build and once after it (a step may write inputs).
+    source.write_text(source.read_text() + f"\n/* a change {os.getpid()} {id(reads)} */\n")
+    assert not buildstamp.still_fresh(wasm)
+    reads.clear()
+    result = build_plugin(hello)
+    assert not result.up_to_date and reads[source] == 2 and max(reads.values()) == 2
+    assert buildstamp.still_fresh(wasm)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.buildstamp import (
     fingerprint,
+    input_files,
     is_fresh,
     is_quick_fresh,
     keep_output,
@@ -296,8 +297,9 @@ def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_d
                   force: bool) -> _Built:
     """The build of `out` by one holder of its lock (the caller removes `tmp` after)."""
     roots = _inputs(spec.lang, plugin_dir)
+    files = input_files(roots, out)  # read once for both fingerprints below
     # Nothing changed, by what can be told without starting a toolchain (wasmext.buildstamp).
-    quick = quick_fingerprint(roots, out)
+    quick = quick_fingerprint(roots, out, files)
     if not force and is_quick_fresh(out, quick):
         return _Built(BuildResult(plugin_dir, out, (), up_to_date=True), plugin_id,
                       spec.lang)
@@ -305,7 +307,7 @@ def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_d
         steps = make_steps(spec, plugin_dir, tmp)
     except BuildError as exc:
         raise type(exc)(f"plugin {plugin_id}: {exc}") from exc
-    before = fingerprint(roots, steps, out, tmp)
+    before = fingerprint(roots, steps, out, tmp, files)
     if not force and is_fresh(out, before):
         write_stamp(out, before, quick, steps, roots)  # the next no-change build is quick
         return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
@@ -343,7 +345,8 @@ def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_d
             raise err
     durable_replace(tmp, out)
     # A last step that wrote into its own inputs leaves the stamp to the next build.
-    if fingerprint(roots, next_steps, out, tmp) == settled:
-        write_stamp(out, settled, quick_fingerprint(roots, out), next_steps, roots)
+    after = input_files(roots, out)
+    if fingerprint(roots, next_steps, out, tmp, after) == settled:
+        write_stamp(out, settled, quick_fingerprint(roots, out, after), next_steps, roots)
         keep_output(out, settled)
     return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), plugin_id, spec.lang)
