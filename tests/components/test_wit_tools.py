@@ -577,3 +577,30 @@ def test_lifting_a_flood_of_values_is_the_calls_time_and_output(healthy: Plugin)
         assert time.monotonic() - started < BOUND_S
         assert call(host, "calc__add", {"a": 1, "b": 2})["output"] == {"result": 3}
     assert healthy.call("test").value == "alive"
+
+
+def test_converting_the_arguments_is_the_calls_time(healthy: Plugin,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from wasmext.sandbox.backends.wit_tools import WitFunction
+
+    arguments = WitFunction.arguments
+
+    def slow(self: WitFunction, args: Any) -> list[Any]:
+        # What a huge argument costs the host to check and convert, whatever the machine.
+        time.sleep(0.4)
+        return arguments(self, args)
+
+    limits = {"fuel_per_call": 10**12, "timeout_ms": 200}
+    with make_host((bytes(wasmtime.wat2wasm(CALC)), {"plugin_id": "calc",
+                                                     "limits": limits})) as host:
+        plugin = host.plugins["calc"].plugin
+        monkeypatch.setattr(WitFunction, "arguments", slow)
+        started = time.monotonic()
+        with pytest.raises(Timeout, match=r"add: converting its arguments ran past 200 ms"
+                           ) as late:
+            plugin.call("on_tool", {"name": "add", "args": {"a": 1, "b": 2}})
+        assert late.value.plugin_id == "calc" and "calc" in late.value.describe()
+        assert time.monotonic() - started < BOUND_S
+        monkeypatch.setattr(WitFunction, "arguments", arguments)
+        assert call(host, "calc__add", {"a": 1, "b": 2})["output"] == {"result": 3}
+    assert healthy.call("test").value == "alive"

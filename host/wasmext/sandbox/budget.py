@@ -53,14 +53,18 @@ class CallBudget:
 
     # -- a guest call --------------------------------------------------------------
 
-    def enter(self) -> int:
-        """Open this call's frame in the call tree; the epoch ticks the store gets."""
+    def enter(self, started: float | None = None) -> int:
+        """Open this call's frame in the call tree; the epoch ticks the store gets.
+
+        `started` (a `time.monotonic()` reading) backdates the call's start: the host's
+        work for the call before the guest runs (converting its arguments) is its time."""
         self.abort = None
         self.host_seconds = 0.0
         now = time.monotonic()
-        self.frame = frame = calltree.enter(now, self.limits.timeout_ms / 1000,
+        self.frame = frame = calltree.enter(now if started is None else started,
+                                            self.limits.timeout_ms / 1000,
                                             self.limits.max_host_calls, self.guest)
-        if not frame.clamped:
+        if not frame.clamped and started is None:
             return self.ticks
         return min(self.ticks, SharedEngine.ticks_for(max(0, int((frame.deadline - now) * 1000))))
 

@@ -146,11 +146,14 @@ class ComponentInstance(PluginInstance):
                                        hook=self.ctx.hook)
         return err
 
-    def _run_typed(self, func: Any, params: list[Any], what: str) -> Any:
-        """One typed export call under a fresh budget; every failure a named error."""
-        self._set_budget(self.limits.fuel_per_call, self._enter())
+    def _run_typed(self, func: Any, params: list[Any], what: str, started: float) -> Any:
+        """One typed export call under a fresh budget whose time began at `started` (its
+        arguments' conversion is the call's time); every failure a named error."""
+        self._set_budget(self.limits.fuel_per_call, self.budget.enter(started))
         self.ctx.begin(self.budget.frame.deadline)
         try:
+            if time.monotonic() > self.budget.frame.deadline:
+                raise self.budget.timeout_error(f"{what}: converting its arguments")
             return func(self.store, *params)
         except Exception as exc:
             raise self._classify(exc, what) from exc
@@ -259,6 +262,9 @@ class ComponentInstance(PluginInstance):
         pid = self.ctx.plugin_id
         if hook != "on_tool":
             return CallResult(data, False)  # it registered no other hook
+        # The caller's arguments may be huge: checking and converting them is the call's
+        # time, counted against its deadline from here.
+        started = time.monotonic()
         size = len(encode(data))
         if size > self.limits.max_input_bytes:
             raise InputTooLarge(f"request of {size} bytes exceeds max_input_bytes "
@@ -274,7 +280,7 @@ class ComponentInstance(PluginInstance):
         except ValueRefused as exc:
             raise PluginError(f"invalid arguments: {exc}", code="invalid", plugin_id=pid,
                               hook=hook) from None
-        value = self._run_typed(func, params, f"{fn.function}")
+        value = self._run_typed(func, params, f"{fn.function}", started)
         used = self.limits.fuel_per_call - self.store.get_fuel() if self.meter else 0
         # wasmtime lifts the answer outside the epoch deadline (a few million one-byte
         # values take seconds): that time is the call's, and past its deadline a fault.
