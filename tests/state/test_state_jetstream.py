@@ -526,3 +526,100 @@ def test_a_plugin_learns_only_that_storage_failed_not_where_it_is(tmp_path: Path
         assert b"state storage is unavailable" in memory
         alive = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "alive"})))
         assert host.add(alive, plugin_id="healthy-one").call("test").value == "alive"
+
+
+def _remote_call(services: Any, key: str, *, caller_s: float, commit_after_s: float) -> None:
+    """A plugin call as a NATS worker runs one: under its caller's deadline (the root of
+    its call tree, `caller_s` from now) and idempotency key, the plugin writing `key`;
+    its guest returns and its commit starts `commit_after_s` after it began."""
+    from wasmext.sandbox import calltree
+    from wasmext.sandbox.codec import encode
+    from wasmext.sandbox.hostcalls import CallContext
+    from wasmext.sandbox.pluginlog import PluginLog
+    from wasmext.services.state import applying
+
+    started = time.monotonic()
+    ctx = CallContext("p", frozenset({"state"}), {}, frozenset(), PluginLog("p", 10, 200),
+                      session="s1")
+    calltree.push(calltree.Frame(started + caller_s, 100, None))
+    try:
+        with applying(key):
+            frame = calltree.enter(started, 5.0, 100)  # the plugin's own 5 s, clamped
+            try:
+                ctx.begin(frame.deadline)
+                answer = services.dispatch(ctx, encode({"op": "state.set", "key": key,
+                                                        "value": 1}), 32)
+                assert answer == {"ok": True, "value": None}
+                time.sleep(max(0.0, started + commit_after_s - time.monotonic()))
+                ctx.finish(True)
+            finally:
+                calltree.leave(frame)
+    finally:
+        calltree.pop()
+
+
+def test_a_remote_calls_commit_is_refused_once_its_callers_deadline_passed(
+        jetstream_url: str) -> None:
+    from wasmext.sandbox.hostcalls import HostServices
+    from wasmext.services.state import install_state
+
+    store = JetStreamStore(jetstream_url, bucket=f"late{uuid.uuid4().hex[:10]}")
+    services = HostServices()
+    install_state(services, lambda: store)
+    try:
+        # The guest returned in time, the commit would start 50 ms after the caller
+        # gave up (and answered Timeout): refused, nothing written, now or later.
+        started = time.monotonic()
+        with pytest.raises(StateUnavailable, match="caller's deadline passed") as refused:
+            _remote_call(services, "late", caller_s=0.3, commit_after_s=0.35)
+        assert time.monotonic() - started < 3
+        assert "nothing written" in refused.value.message
+        time.sleep(0.2)
+        assert store.get(S1, "late") is None
+        # A commit that starts in time lands, once.
+        _remote_call(services, "in-time", caller_s=5.0, commit_after_s=0.0)
+        assert msgpack.unpackb(store.get(S1, "in-time")) == 1
+        # An in-process call (no remote caller) still gets its commit floor past its end.
+        from wasmext.sandbox import calltree
+        from wasmext.sandbox.codec import encode
+        from wasmext.sandbox.hostcalls import CallContext
+        from wasmext.sandbox.pluginlog import PluginLog
+
+        ctx = CallContext("p", frozenset({"state"}), {}, frozenset(), PluginLog("p", 10, 200),
+                          session="s1")
+        frame = calltree.enter(time.monotonic(), 0.05, 100)
+        try:
+            ctx.begin(frame.deadline)
+            services.dispatch(ctx, encode({"op": "state.set", "key": "local", "value": 2}), 32)
+            time.sleep(0.06)
+            ctx.finish(True)
+        finally:
+            calltree.leave(frame)
+        assert msgpack.unpackb(store.get(S1, "local")) == 2
+    finally:
+        store.close()
+
+
+def test_a_group_commit_leaves_out_a_change_whose_caller_gave_up(jetstream_url: str) -> None:
+    """A change queued for a batch that another call leads: its caller's deadline passed
+    meanwhile (it raised StateUnavailable), so the batch writes everything else, not it."""
+    from wasmext.state.accounting import Changes, Plan, Write
+    from wasmext.state.jetstream.store import _Pending
+
+    store = JetStreamStore(jetstream_url, bucket=f"grp{uuid.uuid4().hex[:10]}")
+    try:
+        now = time.time()
+        with within(time.monotonic() + 0.05):  # queued by a remote call's thread
+            late = _Pending(Changes("p", writes={("s1", "late"): Write(b"1", 60)}), now, None)
+        with within(time.monotonic() + 30):
+            fine = _Pending(Changes("p", writes={("s1", "fine"): Write(b"2", 60)}), now, None)
+        local = _Pending(Changes("p", writes={("s1", "local"): Write(b"3", 60)}), now, None)
+        time.sleep(0.1)  # the first caller gave up while another commit held the turn
+        store._lead("p", [late, fine, local])
+        assert isinstance(late.result, StateUnavailable)
+        assert "nothing written" in late.result.message
+        assert isinstance(fine.result, Plan) and isinstance(local.result, Plan)
+        assert store.get(S1, "late") is None
+        assert (store.get(S1, "fine"), store.get(S1, "local")) == (b"2", b"3")
+    finally:
+        store.close()

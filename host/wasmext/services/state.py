@@ -101,12 +101,22 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                 opened.rollback()
                 return
             wrote = opened.pending
+            if once is not None and wrote and time.monotonic() >= ctx.deadline:
+                # A remote caller gave the call up at its deadline and answered Timeout
+                # (or tries again): what it was told must stay true, so nothing is written.
+                opened.rollback()
+                raise StateUnavailable(f"plugin {ctx.plugin_id}: state commit refused: the "
+                                       "caller's deadline passed before it (nothing written)",
+                                       plugin_id=ctx.plugin_id)
             try:
                 # The commit, after the guest returned, gets what is left of the call's
-                # time, but at least COMMIT_FLOOR: work a call did is not dropped for a
-                # few milliseconds.
+                # time; an in-process caller waits for it, so at least COMMIT_FLOOR (work a
+                # call did is not dropped for a few milliseconds), a remote one not a moment
+                # past its deadline.
                 traced = tracing.ACTIVE if wrote else None  # a commit writing nothing: no span
-                with within(max(ctx.deadline, time.monotonic() + COMMIT_FLOOR)), \
+                until = ctx.deadline if once is not None else \
+                    max(ctx.deadline, time.monotonic() + COMMIT_FLOOR)
+                with within(until), \
                         contextlib.nullcontext() if traced is None else traced.span(
                             "wasmext.state.commit",
                             {"wasmext.plugin_id": tracing.text(ctx.plugin_id),

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 from wasmext.state.base import StateUnavailable
 
-__all__ = ["remaining", "within"]
+__all__ = ["current", "remaining", "within"]
 
 _local = threading.local()
 
@@ -42,3 +42,9 @@ def remaining(default: float) -> float:
     if left <= 0:
         raise StateUnavailable("the call's deadline passed while waiting on state storage")
     return min(left, default)
+
+
+def current() -> float | None:
+    """This thread's state deadline (a `time.monotonic()` instant), None outside a call."""
+    deadline: float | None = getattr(_local, "deadline", None)
+    return deadline

@@ -62,7 +62,7 @@ from wasmext.state.base import (
     StateLimits,
     StateUnavailable,
 )
-from wasmext.state.deadline import remaining
+from wasmext.state.deadline import current, remaining
 from wasmext.state.engine import Engine
 from wasmext.state.jetstream.connection import Bucket, Write
 from wasmext.state.jetstream.documents import (
@@ -88,10 +88,11 @@ _SEEN_DOCS = 8  # scope documents a thread remembers for the TTL refresh of its 
 class _Pending:
     """One queued commit, what its dry run read, and (once its batch ended) its outcome."""
 
-    __slots__ = ("changes", "done", "kept", "now", "result")
+    __slots__ = ("changes", "deadline", "done", "kept", "now", "result")
 
     def __init__(self, changes: Changes, now: float, kept: PluginDocs | None) -> None:
         self.changes, self.now, self.kept = changes, now, kept
+        self.deadline = current()  # its caller's; past it, no batch may carry it
         self.done = threading.Event()
         self.result: Plan | BaseException | None = None
 
@@ -296,9 +297,14 @@ class JetStreamStore(Engine):
 
     def _group_commit(self, plugin: str, batch: list[_Pending]
                       ) -> list[Plan | StateError]:
-        sids = set().union(*(changed_sids(it.changes) for it in batch))
         kept = next((it.kept for it in batch if it.kept is not None), None)
         for _ in range(self._retries):
+            # A change whose caller's deadline passed while it was queued is left out:
+            # its caller has given up and was told so (it raised, or will).
+            late = {id(it) for it in batch
+                    if it.deadline is not None and time.monotonic() >= it.deadline}
+            sids = set().union(*(changed_sids(it.changes) for it in batch
+                                 if id(it) not in late))
             now = self._now()
             reused = kept is not None
             if kept is not None:
@@ -309,12 +315,21 @@ class JetStreamStore(Engine):
             state.load_expired()
             outcome: list[Plan | StateError] = []
             for it in batch:
+                if id(it) in late:
+                    outcome.append(StateUnavailable(
+                        f"plugin {plugin}: the commit was refused: the call's deadline"
+                        " passed while it waited for its turn (nothing written)",
+                        plugin_id=plugin))
+                    continue
                 try:
                     outcome.append(self._plan(state, it.changes, it.now))
                 except StateError as exc:  # this change alone: a conflict or a quota
                     outcome.append(exc)
             if reused and any(isinstance(r, CasConflict) for r in outcome):
                 continue  # decided on what a dry run read: decide on a fresh read
+            if any(id(it) not in late and it.deadline is not None
+                   and time.monotonic() >= it.deadline for it in batch):
+                continue  # one's caller gave up while the batch was read: plan without it
             if self._b.commit(state.writes(self.limits)):
                 return outcome
         raise StateUnavailable(f"plugin {plugin}: state commit gave up after {self._retries}"
