@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ def test_without_or_with_wrong_credentials_no_connection_and_no_secret_shown(
 
 
 def test_a_refused_login_fails_at_once_named_and_without_the_secret(
-        secured: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
+        secured: Secured, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in ("USER", "PASSWORD", "TOKEN"):
         monkeypatch.delenv(f"WASMEXT_NATS_{name}", raising=False)
     wrong = f"wrong-{secrets.token_hex(8)}"
@@ -189,6 +190,34 @@ def test_a_refused_login_fails_at_once_named_and_without_the_secret(
             assert time.monotonic() - started < 3  # not the 5 s connect timeout
             assert isinstance(refused.value, NatsUnavailable)
             assert wrong not in str(refused.value) and good_token not in str(refused.value)
+        # An nkey the server does not know: refused the same way.
+        nkeys = pytest.importorskip("nkeys")
+        known, unknown = (nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+                          for _ in range(2))
+        public = nkeys.from_seed(known).public_key.decode()
+        conf = tmp_path / "nkey.conf"
+        conf.write_text(f"authorization {{ users = [ {{ nkey: {public} }} ] }}\n")
+        (tmp_path / "known.nk").write_bytes(known + b"\n")
+        (tmp_path / "unknown.nk").write_bytes(unknown + b"\n")
+        nkey_port = free_port()
+        nkey_server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(nkey_port),
+                                        "-c", str(conf)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(nkey_port, nkey_server)
+            nkey_url = f"nats://127.0.0.1:{nkey_port}"
+            started = time.monotonic()
+            with pytest.raises(NatsAuthFailed, match="authorization failed") as refused:
+                NatsLink(nkey_url, name="refused", connect_timeout_s=5.0,
+                         auth=NatsAuth(nkey_seed=str(tmp_path / "unknown.nk")))
+            assert time.monotonic() - started < 3
+            assert unknown.decode() not in str(refused.value)
+            with NatsLink(nkey_url, name="nkey",
+                          auth=NatsAuth(nkey_seed=str(tmp_path / "known.nk"))) as link:
+                assert link.client.is_connected
+        finally:
+            nkey_server.terminate()
+            nkey_server.wait(10)
         # The same servers still let the right logins in.
         with NatsLink(token_url, name="token", auth=NatsAuth(token=good_token)) as link:
             assert link.client.is_connected
@@ -198,6 +227,16 @@ def test_a_refused_login_fails_at_once_named_and_without_the_secret(
     finally:
         token_server.terminate()
         token_server.wait(10)
+
+
+def test_an_nkey_login_without_the_nkeys_package_names_the_extra(
+        secured: Secured, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "nkeys", None)  # as where the package is missing
+    (tmp_path / "user.nk").write_text("SUANOTAREALSEED\n")
+    with pytest.raises(NatsUnavailable, match=r"needs the nkeys package: pip install "
+                                              r"'wasmext\[nats\]'") as missing:
+        NatsLink(secured.url, name="nkey", auth=NatsAuth(nkey_seed=str(tmp_path / "user.nk")))
+    assert "SUANOTAREALSEED" not in str(missing.value)
 
 
 def test_the_cli_never_prints_a_password(secured: Secured, plugin_dir: Path,

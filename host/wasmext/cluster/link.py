@@ -130,6 +130,10 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
                              error_cb=error, disconnected_cb=disconnected,
                              reconnected_cb=reconnected, **times, **options)
     except Exception as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "nkeys":
+            raise NatsUnavailable(f"cannot connect to {shown}: an nkey or credentials login"
+                                  " needs the nkeys package: pip install 'wasmext[nats]'"
+                                  ) from None
         if _refused_login(str(exc)) or any(_refused_login(e) for e in seen):
             # Named, and without the server's retry noise; the secret was never in it.
             raise NatsAuthFailed(f"cannot connect to {shown}: authorization failed"
