@@ -234,7 +234,7 @@ def test_a_server_requiring_a_login(secured_nats: str) -> None:
     try:
         with pytest.raises(StateUnavailable) as info:
             bad.get(S1, "k")
-        assert "authoriz" in info.value.message.lower()
+        assert "authorization failed" in info.value.message.lower()
         assert wrong not in info.value.message
     finally:
         bad.close()

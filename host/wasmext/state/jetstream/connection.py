@@ -147,7 +147,9 @@ class Bucket:
                                     reconnect_time_wait=0.2, error_cb=quiet, **self._options)
         except Exception as exc:
             # A refused login is followed by "no servers": the refusal is the news.
-            reason = next((e for e in seen if "authoriz" in e.lower()), "")
+            refused = any("authorization violation" in e.lower() for e in seen) or \
+                "authorization violation" in str(exc).lower()
+            reason = "authorization failed (the server refused the login)" if refused else ""
             raise StateUnavailable(f"jetstream {redact_url(self.url)}: cannot connect: "
                                    f"{reason or self.said(exc)}") from None
         # Once in, never give up on the server: ops fail with `unavailable` meanwhile.
