@@ -230,3 +230,30 @@ def test_sqlite_group_commit_keeps_every_outcome_apart(tmp_path: Path) -> None:
     assert reopened.get(Scope("g"), "n") == str(threads * rounds).encode()
     assert reopened.usage(Scope("g")).plugin_bytes > 0
     reopened.close()
+
+
+def test_sqlite_group_commit_leaves_out_a_change_whose_caller_gave_up(tmp_path: Path) -> None:
+    """A change queued while another transaction ran: its caller's deadline passed
+    meanwhile, so the transaction that takes the queue writes everything else, not it."""
+    import time
+
+    from wasmext.state import Scope, SQLiteStore, StateUnavailable
+    from wasmext.state.accounting import Changes, Plan, Write
+    from wasmext.state.deadline import within
+    from wasmext.state.sqlite import _Pending
+
+    store = SQLiteStore(tmp_path / "state.db")
+    try:
+        with within(time.monotonic() + 0.05):  # queued by a remote call's thread
+            late = _Pending(Changes("p", writes={("s1", "late"): Write(b"1", 60)}), time.time())
+        fine = _Pending(Changes("p", writes={("s1", "fine"): Write(b"2", 60)}), time.time())
+        store._queue += [late, fine]
+        time.sleep(0.1)
+        store._lead()
+        assert isinstance(late.result, StateUnavailable)
+        assert "nothing written" in late.result.message
+        assert isinstance(fine.result, Plan)
+        assert store.get(Scope("p", "s1"), "late") is None
+        assert store.get(Scope("p", "s1"), "fine") == b"2"
+    finally:
+        store.close()

@@ -21,7 +21,7 @@ from typing import Any
 
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateError, StateLimits, StateUnavailable
-from wasmext.state.deadline import remaining
+from wasmext.state.deadline import current, remaining
 from wasmext.state.engine import Engine
 
 __all__ = ["DEFAULT_FILENAME", "SQLiteStore"]
@@ -101,10 +101,11 @@ class _SQLiteView:
 class _Pending:
     """One queued commit and, once its transaction ended, its outcome."""
 
-    __slots__ = ("changes", "done", "now", "result")
+    __slots__ = ("changes", "deadline", "done", "now", "result")
 
     def __init__(self, changes: Changes, now: float) -> None:
         self.changes, self.now = changes, now
+        self.deadline = current()  # its caller's; past it, no transaction may apply it
         self.done = threading.Event()
         self.result: Plan | BaseException | None = None
 
@@ -244,6 +245,14 @@ class SQLiteStore(Engine):
             try:
                 with self._write() as conn:
                     for it in batch:
+                        if it.deadline is not None and time.monotonic() >= it.deadline:
+                            # Its caller gave up while another transaction ran: it was
+                            # told the call failed, so the change must not land now.
+                            it.result = StateUnavailable(
+                                f"plugin {it.changes.plugin}: the commit was refused: the"
+                                " call's deadline passed while it waited for its turn"
+                                " (nothing written)", plugin_id=it.changes.plugin)
+                            continue
                         conn.execute("SAVEPOINT one")
                         try:
                             it.result = self._apply(conn, it.changes, it.now)
