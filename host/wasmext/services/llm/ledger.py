@@ -10,6 +10,13 @@ the model answers keeps it: spent, never lost) and is replaced by the reported
 usage after. Each change is a compare-and-set, so processes sharing a store
 cannot overrun the budget together. When the store cannot be reached the
 op fails closed (`unavailable`): a budget that cannot be read is not granted.
+
+Each change is one atomic commit, so a kill at any moment leaves the day's
+count as it was before that change or after it. The value this process last
+read or wrote is kept and offered as the compare-and-set's expected value, so
+a change costs one store operation instead of a read and a write; the store
+still decides (another process's write in between makes it a conflict, and
+the value is read again), so the cache never lets a change pass the budget.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ class DayLedger:
     def __init__(self, store: Callable[[], StateStore] | None = None) -> None:
         self._store = store
         self._memory: dict[tuple[str, str], int] = {}
+        # The value of each (plugin, day) key as this process last saw it in the store:
+        # only ever a guess for the compare-and-set, which the store checks.
+        self._seen: dict[tuple[str, str], bytes | None] = {}
         self._lock = threading.Lock()
 
     def reserve(self, plugin_id: str, day: str, tokens: int, budget: int) -> None:
@@ -64,16 +74,22 @@ class DayLedger:
                 self._memory = {k: v for k, v in self._memory.items() if k[1] == day}
                 self._memory[(plugin_id, day)] = change(self._memory.get((plugin_id, day), 0))
             return
-        scope, key = Scope(LEDGER_SCOPE), f"{plugin_id}/{day}"
+        scope, key, ref = Scope(LEDGER_SCOPE), f"{plugin_id}/{day}", (plugin_id, day)
         with self._lock:  # one writer per process; the CAS orders processes
+            if any(seen[1] != day for seen in self._seen):
+                self._seen = {k: v for k, v in self._seen.items() if k[1] == day}
             for _ in range(_ATTEMPTS):
                 try:
-                    old = self._store().get(scope, key)
+                    if ref in self._seen:
+                        old = self._seen.pop(ref)
+                    else:
+                        old = self._store().get(scope, key)
                     new = msgpack.packb(change(_decode(old)))
                     self._store().cas(scope, key, old, new, ttl=_TTL_S)
+                    self._seen[ref] = new
                     return
                 except CasConflict:
-                    continue
+                    continue  # another process wrote in between (or it expired): read again
                 except StateError as err:
                     raise OpError("unavailable", "the token ledger cannot be updated: "
                                   f"{err.reason}") from None
