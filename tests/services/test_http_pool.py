@@ -42,6 +42,7 @@ def test_a_pooled_connection_keeps_its_address_pin(host: Host, server: Loopback,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # The same name resolves to 127.0.0.1, then 127.0.0.2 (another server on the same
     # port), then an address no grant names: each request goes where it was checked.
+    host.http.addresses.ttl_s = 0  # every request asks DNS: each answer below is new
     with loopback("127.0.0.2", server.port) as other:
         answers = iter(["127.0.0.1", "127.0.0.2", "127.0.0.1", "10.1.2.3"])
         monkeypatch.setattr(netguard, "_lookup",

@@ -3,6 +3,7 @@
     [http]
     max_response_bytes = 262144          # HttpLimits fields
     max_redirects = 5
+    dns_cache_ms = 5000                  # reuse a name's DNS answer (0: ask every time)
     [[http.inject]]                      # a plugin's sensitive setting as a header
     plugin = "weather"
     host = "api.weather.example"         # fnmatch pattern of the hosts that get it
@@ -75,6 +76,7 @@ class HttpSection(BaseModel):
     max_headers: Nonnegative | None = None
     max_redirects: Nonnegative | None = None
     answer_margin_ms: Nonnegative | None = None
+    dns_cache_ms: Nonnegative | None = None
     inject: list[Injection] = []
 
     def settings(self) -> HttpSettings:

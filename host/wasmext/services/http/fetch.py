@@ -2,7 +2,8 @@
 
 Grants: `http` enables the op; `http:<host pattern>` names the hosts
 (`services.http.guard` checks names and addresses). Each hop (the request and
-every redirect) is checked again, resolved once and sent to the checked
+every redirect) is checked again, resolved once (or its name's answer of
+the last few seconds reused: `guard.AddressCache`) and sent to the checked
 address, through a keep-alive client kept for exactly that checked address
 (`services.http.pool`), so that no pooled connection made for one host or
 address carries a request for another. Bodies are read in pieces and abandoned at the
@@ -32,7 +33,13 @@ import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.http.deadline import bounded, passed
-from wasmext.services.http.guard import Refused, Target, ascii_pattern, resolve_target
+from wasmext.services.http.guard import (
+    AddressCache,
+    Refused,
+    Target,
+    ascii_pattern,
+    resolve_target,
+)
 from wasmext.services.http.pool import ClientPool
 
 __all__ = ["HttpFetch", "HttpLimits"]
@@ -60,6 +67,9 @@ class HttpLimits:
     # Kept free before the hook call's deadline so the guest can still answer
     # after a fetch that answered `timeout`.
     answer_margin_ms: int = 20
+    # How long a name's DNS answer is reused (0: every hop asks getaddrinfo). Every
+    # request still checks the addresses against its grants (`guard.AddressCache`).
+    dns_cache_ms: int = 5000
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ class HttpFetch:
         self.limits = limits or HttpLimits()
         self._injections: list[_Injection] = []
         self._clients = ClientPool()
+        self.addresses = AddressCache(self.limits.dns_cache_ms / 1000)
         weakref.finalize(self, self._clients.close)
 
     def close(self) -> None:
@@ -214,7 +225,7 @@ class HttpFetch:
     def _hops(self, ctx: CallContext, url: str, method: str, headers: dict[str, str],
               body: bytes, deadline: float, forms: list[str]) -> dict[str, Any]:
         for _hop in range(self.limits.max_redirects + 1):
-            target = resolve_target(url, ctx.grants, deadline)
+            target = resolve_target(url, ctx.grants, deadline, self.addresses)
             secrets = self._injected(ctx, target)
             answer = self._send(target, method, {**headers, **secrets}, body, deadline, forms)
             location = answer.pop("location", None)

@@ -9,6 +9,13 @@ multicast, reserved) is refused unless a grant names that very address
 (`http:127.0.0.1`, `http:[::1]`). An IPv6 address that carries an IPv4 one
 (IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64, 6to4) is judged by the
 address it carries, because a translator on the path delivers the bytes there.
+
+A name's addresses may be kept for a few seconds (`AddressCache`, one per
+http.fetch service) so that a stream of requests to one host does not wait on
+getaddrinfo each time. Only the lookup is kept: every request still checks the
+kept addresses against its own plugin's grants and connects to the one it
+checked, so a kept answer never lets a request reach an address the rules
+forbid; a new DNS answer is seen once the kept one is older than its TTL.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import socket
+import threading
 import time
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -27,8 +36,8 @@ import idna
 
 from wasmext.errors import Refused
 
-__all__ = ["Refused", "Target", "ascii_host", "ascii_pattern", "embedded_ipv4", "forbidden",
-           "host_allowed", "resolve_target", "split_url"]
+__all__ = ["AddressCache", "Refused", "Target", "ascii_host", "ascii_pattern", "embedded_ipv4",
+           "forbidden", "host_allowed", "resolve_target", "split_url"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -192,24 +201,70 @@ def _lookup(host: str, port: int) -> list[Address]:
     return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
-def resolve_target(url: str, grants: frozenset[str], deadline: float) -> Target:
-    """Check `url` against the grants and resolve its host once, by `deadline`."""
+def _resolve(host: str, port: int, deadline: float) -> list[Address]:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Refused("timeout", "the call's deadline passed before the DNS lookup")
+    try:
+        return _resolver.submit(_lookup, host, port).result(timeout=left)
+    except FutureTimeout:
+        raise Refused("timeout", f"resolving {host!r} ran past the call's deadline") from None
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise Refused("unavailable", f"cannot resolve {host!r}: {exc}") from None
+
+
+class AddressCache:
+    """Successful lookups of (name, port) kept for `ttl_s` seconds, at most `max_names`.
+
+    It keeps what DNS answered, never a verdict: `resolve_target` checks the kept
+    addresses against each request's grants as it would a fresh answer. Failures are
+    not kept (a name that did not resolve is asked again next time)."""
+
+    def __init__(self, ttl_s: float, max_names: int = 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.max_names = max_names
+        self.clock = clock
+        self._kept: OrderedDict[tuple[str, int], tuple[float, list[Address]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def lookup(self, host: str, port: int, deadline: float) -> list[Address]:
+        """The name's addresses: kept ones younger than the TTL, else a lookup by `deadline`."""
+        if self.ttl_s <= 0:
+            return _resolve(host, port, deadline)
+        name = (host, port)
+        with self._lock:
+            kept = self._kept.get(name)
+            if kept is not None and self.clock() < kept[0]:
+                return kept[1]
+        addresses = _resolve(host, port, deadline)
+        with self._lock:
+            self._kept[name] = (self.clock() + self.ttl_s, addresses)
+            self._kept.move_to_end(name)
+            while len(self._kept) > self.max_names:
+                self._kept.popitem(last=False)
+        return addresses
+
+    def forget(self) -> None:
+        """Drop every kept answer."""
+        with self._lock:
+            self._kept.clear()
+
+
+def resolve_target(url: str, grants: frozenset[str], deadline: float,
+                   cache: AddressCache | None = None) -> Target:
+    """Check `url` against the grants and resolve its host once, by `deadline` (through
+    `cache` when given: its addresses are checked here like a fresh answer)."""
     scheme, host, port, path = split_url(url)
     if not host_allowed(grants, host):
         raise Refused("denied", f"host {host!r} is not granted (needs http:<pattern>)")
     literal = _literal(host)
     if literal is not None:
         addresses = [literal]
+    elif cache is not None:
+        addresses = cache.lookup(host, port, deadline)
     else:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise Refused("timeout", "the call's deadline passed before the DNS lookup")
-        try:
-            addresses = _resolver.submit(_lookup, host, port).result(timeout=left)
-        except FutureTimeout:
-            raise Refused("timeout", f"resolving {host!r} ran past the call's deadline") from None
-        except (OSError, UnicodeError, ValueError) as exc:
-            raise Refused("unavailable", f"cannot resolve {host!r}: {exc}") from None
+        addresses = _resolve(host, port, deadline)
     for address in addresses:
         if not forbidden(address) or _named_exactly(grants, address):
             return Target(scheme, host, port, str(address), path)
