@@ -384,6 +384,24 @@ def test_cas(make_store: StoreFactory) -> None:
     assert store.stats().conflicts == 0  # checked before commit
 
 
+def test_cas_sees_an_expired_entry_as_absent(make_store: StoreFactory,
+                                             clock: FakeClock) -> None:
+    store = make_store(SMALL, clock)
+    store.set(S1, "k", b"old", ttl=2)
+    with pytest.raises(CasConflict):
+        store.cas(S1, "k", None, b"new")  # still there
+    clock.advance(3)
+    with pytest.raises(CasConflict):
+        store.cas(S1, "k", b"old", b"new")  # expired: it holds nothing
+    store.cas(S1, "k", None, b"new", ttl=60)
+    assert store.get(S1, "k") == b"new"
+    assert store.usage(S1).scope_keys == 1
+    with pytest.raises(QuotaExceeded):
+        store.cas(S1, "k", b"new", b"x" * 10_000)  # the quotas hold for a one-shot cas
+    assert store.get(S1, "k") == b"new"
+    assert store.stats().conflicts == 0  # a comparison that failed is no commit conflict
+
+
 def test_cas_precondition_is_rechecked_at_commit(make_store: StoreFactory) -> None:
     store = make_store()
     store.set(S1, "k", b"1")

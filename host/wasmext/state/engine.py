@@ -330,7 +330,11 @@ class Engine(StateStore):
                 self._stats.rejected += 1
             raise
 
-    def _finish(self, changes: Changes, touched: dict[Ref, None]) -> CommitReport:
+    def _finish(self, changes: Changes, touched: dict[Ref, None], *,
+                compared_first: bool = False) -> CommitReport:
+        """Commit `changes`; `compared_first`: a failed comparison is a compare-and-set
+        that did not hold (not counted as a commit conflict, as when a transaction's
+        `cas` finds it before committing)."""
         now = self._now()
         refs = [r for r in touched if r not in changes.writes and r[0] not in changes.cleared]
         if refs:
@@ -340,8 +344,9 @@ class Engine(StateStore):
         try:
             done = self._commit(changes, now)
         except CasConflict:
-            with self._stats_lock:
-                self._stats.conflicts += 1
+            if not compared_first:
+                with self._stats_lock:
+                    self._stats.conflicts += 1
             raise
         except QuotaExceeded:
             with self._stats_lock:
@@ -397,9 +402,16 @@ class Engine(StateStore):
 
     def cas(self, scope: Scope, key: str, expected: bytes | None, new: bytes | None, *,
             ttl: float | None = None) -> CommitReport:
+        # One compare-and-set committed at once: the commit compares the value and checks
+        # the quotas atomically (after purging what expired), so a read and a dry run
+        # beforehand would only decide the same thing twice.
         txn = self.begin(scope.plugin, scope.session)
-        txn.cas(key, expected, new, scope=_scope_name(scope), ttl=ttl)
-        return txn.commit()
+        ref = (txn._sid(_scope_name(scope)), check_key(key, self.limits))
+        write = Write(None if new is None else check_value(new), check_ttl(ttl, self.limits))
+        changes = Changes(txn.plugin_id, writes={ref: write},
+                          expect={ref: None if expected is None else check_value(expected)})
+        txn.rollback()
+        return self._finish(changes, {}, compared_first=True)
 
     def end_session(self, session_id: str, plugin_id: str | None = None) -> int:
         sid = check_id("session", session_id)
