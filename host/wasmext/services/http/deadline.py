@@ -4,14 +4,18 @@ httpx's timeouts are per phase (connect, each write, each read), and httpcore
 reads the timeout map once per phase: the whole header block, or the whole
 body, is read with one per-recv timeout. A server that sends one byte every
 50 ms therefore never trips a 1 s read timeout and holds the request for as
-long as it likes. Two things bound it here:
+long as it likes. Two things bound it here, both in the transport's network
+streams (`bounded_transport`; `bounded` is for clients built on it):
 
-- the trace hook shrinks the timeout map to what is left of the deadline
-  before each phase, so the phases together end by it;
+- every connect, read, write and TLS handshake gets at most what is left of
+  the deadline as its timeout, so the phases together end by it;
 - a watchdog (`services.alarms`, one thread for the process) shuts down every socket
-  the request opened at the deadline. A blocked `recv`, `send` or TLS
+  the request used at the deadline. A blocked `recv`, `send` or TLS
   handshake returns at once; httpx then reports a protocol or read error, and
   `passed(deadline)` tells the caller it was the deadline.
+
+(An httpcore trace hook did both before: it cost every request about ten
+callbacks, and the streams see every socket anyway.)
 
 Shutting a socket down (not closing it) leaves the file descriptor to its
 owner, so the watchdog can never touch a descriptor that was reused. A TLS
@@ -43,10 +47,6 @@ from wasmext.services.alarms import alarms
 
 __all__ = ["bounded", "bounded_transport", "passed", "tls_context"]
 
-# Events after which httpcore holds a new network stream (the TLS one replaces the TCP one).
-_STREAM_EVENTS = frozenset({"connection.connect_tcp.complete", "connection.start_tls.complete",
-                            "http_proxy.start_tls.complete"})
-
 
 def passed(deadline: float) -> bool:
     """Has `deadline` (time.monotonic()) passed? (Then a transport error was the watchdog.)"""
@@ -54,12 +54,18 @@ def passed(deadline: float) -> bool:
 
 
 class _Sockets:
-    """The sockets one request opened; all shut down once the deadline has passed."""
+    """The sockets one request used; all shut down once the deadline has passed."""
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
         self.lock = threading.Lock()
         self.open: set[socket.socket] = set()
         self.expired = False
+
+    def timeout(self, asked: float | None) -> float:
+        """`asked` (None: no limit) cut to what is left of the deadline."""
+        left = max(0.001, self.deadline - time.monotonic())
+        return left if asked is None else min(asked, left)
 
     def add(self, sock: Any) -> None:
         if not isinstance(sock, socket.socket) or sock in self.open:
@@ -120,34 +126,26 @@ def _shut(sock: socket.socket) -> None:
 @contextlib.contextmanager
 def bounded(deadline: float) -> Iterator[dict[str, Any]]:
     """Extensions for `client.build_request` / `client.stream` ending by `deadline`
-    (a time.monotonic() instant): use them only inside this block."""
+    (a time.monotonic() instant), for a client on `bounded_transport`: use them only
+    inside this block."""
     left = max(0.001, deadline - time.monotonic())
-    timeouts = {"connect": left, "read": left, "write": left, "pool": left}
-    sockets = _Sockets()
-
-    def trace(event: str, info: Any) -> None:
-        if event.endswith(".started"):
-            rest = max(0.001, deadline - time.monotonic())
-            timeouts["read"] = timeouts["write"] = timeouts["connect"] = rest
-        elif event in _STREAM_EVENTS and isinstance(info, dict):
-            stream = info.get("return_value")
-            get = getattr(stream, "get_extra_info", None)
-            if callable(get):
-                sockets.add(get("socket"))
-
+    sockets = _Sockets(deadline)
     cancel = alarms().at(deadline, sockets.expire)
     outer, _watching.sockets = _watching.sockets, sockets
     try:
-        yield {"timeout": timeouts, "trace": trace}
+        yield {"timeout": {"connect": left, "read": left, "write": left, "pool": left}}
     finally:
         _watching.sockets = outer
         cancel()
 
 
-def _join_watched(stream: Any) -> None:
+def _watched(sock: Any, timeout: float | None) -> float | None:
+    """Join `sock` to the running `bounded` block's set; the timeout cut to its deadline."""
     watched = _watching.sockets
-    if watched is not None:
-        watched.add(stream.get_extra_info("socket"))
+    if watched is None:
+        return timeout
+    watched.add(sock)
+    return watched.timeout(timeout)
 
 
 class _WatchedStream(httpcore2.NetworkStream):
@@ -156,16 +154,15 @@ class _WatchedStream(httpcore2.NetworkStream):
 
     def __init__(self, inner: httpcore2.NetworkStream) -> None:
         self._inner = inner
+        self._socket = inner.get_extra_info("socket")
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         """Read, cut off at the running request's deadline."""
-        _join_watched(self._inner)
-        return self._inner.read(max_bytes, timeout)
+        return self._inner.read(max_bytes, _watched(self._socket, timeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         """Write, cut off at the running request's deadline."""
-        _join_watched(self._inner)
-        self._inner.write(buffer, timeout)
+        self._inner.write(buffer, _watched(self._socket, timeout))
 
     def close(self) -> None:
         """Close the underlying stream."""
@@ -173,7 +170,11 @@ class _WatchedStream(httpcore2.NetworkStream):
 
     def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
                   timeout: float | None = None) -> httpcore2.NetworkStream:
-        """Upgrade to TLS; the TLS stream is watched the same way."""
+        """Upgrade to TLS (its socket joins the set as the handshake starts:
+        `_WatchedTLSSocket`); the TLS stream is watched the same way."""
+        watched = _watching.sockets
+        if watched is not None:
+            timeout = watched.timeout(timeout)
         return _WatchedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
@@ -190,9 +191,14 @@ class _WatchedBackend(httpcore2.NetworkBackend):
     def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                     local_address: str | None = None,
                     socket_options: Any = None) -> httpcore2.NetworkStream:
-        """Connect, watched from the first byte."""
-        return _WatchedStream(self._inner.connect_tcp(host, port, timeout, local_address,
-                                                      socket_options))
+        """Connect by the running request's deadline, watched from the first byte."""
+        watched = _watching.sockets
+        if watched is not None:
+            timeout = watched.timeout(timeout)
+        stream = _WatchedStream(self._inner.connect_tcp(host, port, timeout, local_address,
+                                                        socket_options))
+        _watched(stream._socket, None)
+        return stream
 
     def sleep(self, seconds: float) -> None:
         """As the sync backend sleeps."""
