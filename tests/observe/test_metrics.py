@@ -274,3 +274,20 @@ def test_formatter_on_a_plain_record() -> None:
     assert doc["msg"] == "x={'a': 1}" and doc["level"] == "error"
     assert set(doc) == {"ts", "level", "logger", "msg", "plugin_id", "session", "hook",
                         "outcome"}
+
+
+def test_llm_counters_keep_counting_after_the_plugin_is_forgotten() -> None:
+    m = Metrics()
+    m.record_llm("asker", 12, 5, 0.25)
+    m.record_llm("asker", 3, 1, 0.5)
+    assert m.snapshot()["asker"]["llm_tokens"] == 21
+    assert m.snapshot()["asker"]["llm_cost"] == pytest.approx(0.75)
+    m.forget("asker")
+    assert "asker" not in m.snapshot()
+    m.record_llm("asker", 1, 1, 0.125)  # a new summary, the same Prometheus counters
+    assert m.snapshot()["asker"]["llm_tokens"] == 2
+    text = m.exposition().decode()
+    tokens = prometheus_name("extension.llm.tokens")
+    lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+             if line.startswith(tokens) and 'extension_id="asker"' in line}
+    assert sorted(lines.values()) == [7.0, 16.0]  # output 5+1+1, input 12+3+1

@@ -184,6 +184,8 @@ class Metrics:
         # (plugin, op) -> its summary and its labelled counter child: a host call
         # bumps both without prometheus_client's labels() lookup.
         self._host_bound: dict[tuple[str, str], tuple[_Plugin, Any]] = {}
+        # plugin -> its summary and its input, output and cost counter children.
+        self._llm_bound: dict[str, tuple[_Plugin, Any, Any, Any]] = {}
         self.registrations = self._counter("extension.registration.total")
         # Hook calls: counted in plain integers, exposed on scrape (observe.callstats).
         self._calls = CallStats(DURATION_BUCKETS_MS, {k: v[2] for k, v in METRICS.items()},
@@ -339,12 +341,19 @@ class Metrics:
                    cost: float) -> None:
         """One llm.complete: the tokens the model reported and their price."""
         with self._lock:
-            stats = self._plugin(plugin_id)
+            bound = self._llm_bound.get(plugin_id)
+            if bound is None:
+                bound = (self._plugin(plugin_id),
+                         self.llm_tokens.labels(extension_id=plugin_id, kind="input"),
+                         self.llm_tokens.labels(extension_id=plugin_id, kind="output"),
+                         self.llm_cost.labels(extension_id=plugin_id))
+                self._llm_bound[plugin_id] = bound
+            stats = bound[0]
             stats.llm_tokens += max(0, input_tokens) + max(0, output_tokens)
             stats.llm_cost += max(0.0, cost)
-        self.llm_tokens.labels(extension_id=plugin_id, kind="input").inc(max(0, input_tokens))
-        self.llm_tokens.labels(extension_id=plugin_id, kind="output").inc(max(0, output_tokens))
-        self.llm_cost.labels(extension_id=plugin_id).inc(max(0.0, cost))
+        bound[1].inc(max(0, input_tokens))
+        bound[2].inc(max(0, output_tokens))
+        bound[3].inc(max(0.0, cost))
 
     def forget(self, plugin_id: str) -> None:
         """Drop a plugin's summary (its Prometheus counters stay, as counters should)."""
@@ -356,6 +365,7 @@ class Metrics:
                 del self._bound[bound]
             for pair in [k for k in self._host_bound if k[0] == plugin_id]:
                 del self._host_bound[pair]
+            self._llm_bound.pop(plugin_id, None)
 
     # -- reading -----------------------------------------------------------------------
 
