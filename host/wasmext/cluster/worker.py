@@ -34,6 +34,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ from wasmext.cluster.contract import (
     encoding_of,
 )
 from wasmext.cluster.endpoints import Counts, Stage, stages_of, version_of
-from wasmext.cluster.lane import Lane
+from wasmext.cluster.lane import Answer, Lane
 from wasmext.cluster.link import connect
 from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
@@ -98,7 +99,7 @@ class Worker:
         self.served = 0  # requests answered (ok or error), for tests and logs
         self.inline_below_ms = inline_below_ms
         self._pool = CallPool(concurrency, name="wasmext-worker")
-        self._lane = Lane(self._pool)
+        self._lane = Lane(self._pool, concurrency, self._delivered)
         # The answer's headers by encoding, built once (copied when an error or a
         # signature is added). JSON, the contract's default, goes unnamed: every header
         # costs both sides an encode and a parse.
@@ -208,12 +209,9 @@ class Worker:
                 task.add_done_callback(self._inflight.discard)
                 return
             if self._inline(stage):  # short: answered here, in arrival order, no hop
-                await self._serve(stage, req, inline=True)
+                await self._serve(stage, req)
                 return
-            # Answer from a task: a subscription's callbacks run one at a time.
-            task = asyncio.get_running_loop().create_task(self._serve(stage, req))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            self._queue(stage, req)  # the lane answers it: no task until the answer
         return handle
 
     def _figures(self) -> dict[str, tuple[str, Counts]]:
@@ -343,49 +341,96 @@ class Worker:
                 remove()
         return send
 
-    async def _serve(self, stage: Stage, req: Request, inline: bool = False) -> None:
+    def _take(self, stage: Stage, req: Request) -> tuple[Budget, str, int] | None:
+        """A stage request's budget, encoding and start, or None when its deadline has
+        passed (the caller gave this attempt up: nobody waits for it)."""
         started = time.perf_counter_ns()
         hdrs = req.headers
         budget = Budget(hdrs)
-        if budget.expired():  # the caller gave this attempt up: nobody waits for it
+        if budget.expired():
             self._expired(stage, budget)
-            return
-        encoding = encoding_of(hdrs)
-        headers = self._answer_headers[encoding]
-        error: tuple[str, str] | None = None
-        body: bytes | None = b""
-        duplicate = False
+            return None
+        return budget, encoding_of(hdrs), started
+
+    def _outcome(self, stage: Stage, raw: bytes, encoding: str, budget: Budget
+                 ) -> tuple[bytes | None, bool, tuple[str, str] | None]:
+        """(answer body, duplicate, error) of one stage call (body None: expired unrun)."""
         try:
-            if inline:
-                body, duplicate = call_stage(self.host, stage, req.data, encoding, budget,
-                                             self.name)
-            else:
-                body, duplicate = await self._lane.submit(
-                    asyncio.get_running_loop(), call_stage, self.host, stage, req.data,
-                    encoding, budget, self.name)
+            body, duplicate = call_stage(self.host, stage, raw, encoding, budget, self.name)
         except ContractError as err:
-            error = ("400", err.message)
+            return b"", False, ("400", err.message)
         except Exception as err:  # the plugin failed: its reason, one line, named
-            error = ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}", 300))
+            return b"", False, ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}",
+                                             300))
+        return body, duplicate, None
+
+    def _answer(self, stage: Stage, req: Request, budget: Budget, encoding: str,
+                started: int, body: bytes | None, duplicate: bool,
+                error: tuple[str, str] | None) -> Coroutine[Any, Any, None] | None:
+        """Count a stage call's outcome; the send of its answer (None: it expired unrun)."""
         counts = self._count(stage)
-        if body is None:  # it waited in the pool past the caller's deadline: not run
+        if body is None:  # it waited past the caller's deadline: not run, not answered
             self._expired(stage, budget)
-            return
+            return None
+        headers = self._answer_headers[encoding]
         if error is not None:
             body = b""
             headers = {**headers, ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]}
         if self.signer is not None:
-            headers = self.signer.sign(req.subject, (hdrs or {}).get(CALL_ID_HEADER, ""),
+            headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)
-        if error is not None:
-            await req.respond_error(error[0], error[1], headers=headers)
-        else:
-            await req.respond(body, headers=headers)
         self.served += 1
         counts.answered += 1
         counts.failed += error is not None
         counts.duplicate += duplicate
         counts.total_ns += time.perf_counter_ns() - started
+        if error is not None:
+            return req.respond_error(error[0], error[1], headers=headers)
+        return req.respond(body, headers=headers)
+
+    async def _serve(self, stage: Stage, req: Request) -> None:
+        """A stage call on the loop (short, no application code: no hop at all)."""
+        taken = self._take(stage, req)
+        if taken is None:
+            return
+        budget, encoding, started = taken
+        send = self._answer(stage, req, budget, encoding, started,
+                            *self._outcome(stage, req.data, encoding, budget))
+        if send is not None:
+            await send
+
+    def _queue(self, stage: Stage, req: Request) -> None:
+        """A stage call for the lane; `_delivered` answers it (on the loop's thread)."""
+        taken = self._take(stage, req)
+        if taken is None:
+            return
+        budget, encoding, started = taken
+        assert self._loop is not None
+        self._lane.submit(self._loop, (stage, req, budget, encoding, started), self._outcome,
+                          stage, req.data, encoding, budget)
+
+    def _delivered(self, batch: list[Answer]) -> None:
+        """The lane's answers: counted here, sent by one task for the whole batch."""
+        sends = []
+        for (stage, req, budget, encoding, started), outcome, raised in batch:
+            if raised is not None:  # not an Exception (those are outcomes): still one line
+                outcome = (b"", False, ("500", clean(
+                    f"plugin {stage.plugin_id} {stage.kind}: {type(raised).__name__}", 300)))
+            send = self._answer(stage, req, budget, encoding, started, *outcome)
+            if send is not None:
+                sends.append(send)
+        if sends:
+            task = asyncio.get_running_loop().create_task(self._send(sends))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _send(self, sends: list[Coroutine[Any, Any, None]]) -> None:
+        for send in sends:
+            try:
+                await send
+            except Exception as err:  # the connection went: the caller's attempt times out
+                log.warning("worker %s: cannot answer: %s", self.name,
+                            clean(str(err) or type(err).__name__, 200))
 
     async def drain(self) -> None:
         """Stop taking requests, answer the ones taken, close."""
@@ -394,8 +439,11 @@ class Worker:
         self._draining = True
         for svc in self._services.values():
             await self._drain_endpoints(svc)
-        while self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        while self._inflight or self._lane.pending:
+            if self._inflight:
+                await asyncio.gather(*list(self._inflight), return_exceptions=True)
+            else:  # calls on the lane: their answers come back as a batch and a task
+                await asyncio.sleep(0.005)
         if self._cancels is not None:  # heard until the last call it could stop ended
             with contextlib.suppress(Exception):
                 await self._cancels.unsubscribe()
