@@ -238,3 +238,39 @@ def test_a_pooled_call_that_expired_behind_a_busy_pool_is_dropped_unrun(
         assert len(ran_on) == 1  # the expired one never reached the plugin
     finally:
         worker.stop()
+
+
+def test_the_lane_answers_a_burst_each_with_its_own_answer_and_drain_waits_for_it(
+        nats_url: str, with_slow: Host) -> None:
+    ran_on = _slowed(with_slow, 0.5)
+    worker = InThread(Worker(with_slow, nats_url, prefix="fast", name="f4",
+                             inline_below_ms=0, concurrency=2))
+    try:
+        async def run() -> tuple[list[bytes], bytes, float]:
+            import nats
+
+            nc = await nats.connect(nats_url)
+            burst = await asyncio.gather(*(nc.request(SUBJECT, request(f"burst-{i}"),
+                                                      timeout=10) for i in range(64)))
+            slow = asyncio.ensure_future(nc.request("fast.ext.pre.slow.v1",
+                                                    request("last"), timeout=10))
+            await asyncio.sleep(0.1)  # the slow call runs on the lane's thread
+            started = time.monotonic()
+            drained = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+                worker.worker.drain(), worker.loop))
+            answer = await slow
+            await drained
+            waited = time.monotonic() - started
+            await nc.close()
+            return [m.data for m in burst], answer.data, waited
+
+        bodies, last, waited = asyncio.run(run())
+        for i, body in enumerate(bodies):  # answers batched back, none crossed
+            assert f'"burst-{i}"'.encode() in body and b'"stamped"' in body
+        assert b'"last"' in last and b'"slow"' in last  # answered before the drain ended
+        assert 0.2 < waited < 5
+        assert "worker-loop" not in ran_on and len(ran_on) == 64
+        assert worker.worker.counts[SUBJECT].answered == 64
+    finally:
+        worker.loop.call_soon_threadsafe(worker.loop.stop)
+        worker.thread.join(5)
