@@ -151,16 +151,15 @@ class DiesAfterCommit(Worker):
 
     died = threading.Event()
 
-    def _take(self, stage: Any, req: Any) -> Any:
-        # Every stage request is taken here on the loop, inline or for the lane: its
-        # answer's send closes the connection instead.
-        async def killed(*_: Any, **__: Any) -> None:
+    def _answer(self, *_: Any) -> Any:
+        # Every stage call's outcome passes here, inline or from the lane, after its
+        # state commit: the answer is not sent, the connection closes instead.
+        async def killed() -> None:
             DiesAfterCommit.died.set()
             assert self._nc is not None
             await self._nc.close()
 
-        req.respond = killed
-        return super()._take(stage, req)
+        return killed()
 
 
 class InThread:

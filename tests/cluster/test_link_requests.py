@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from wasmext.cluster.link import NatsLink, parse_headers
+from wasmext.cluster.link import NatsLink, connect, header_block, parse_headers
 
 ODD_HEADERS = [
     b"Trace-Id: abc\r\nTenant-Id: default\r\nWasmext-Call-Id: 0f\r\n\r\n",
@@ -27,6 +27,50 @@ ODD_HEADERS = [
 @pytest.mark.parametrize("raw", ODD_HEADERS)
 def test_headers_read_exactly_as_nats_py_reads_them(raw: bytes) -> None:
     assert parse_headers(raw) == Client._parse_header_lines(raw)
+
+
+ANSWER_HEADERS = [
+    {"Wasmext-Worker": "w1"},
+    {"Content-Type": "application/msgpack", "Wasmext-Worker": "w-2"},
+    {" Padded ": "  value with\r\nline breaks\n ", "": "skipped", "Plain": ""},
+]
+
+
+@pytest.mark.parametrize("headers", ANSWER_HEADERS)
+def test_publish_soon_queues_exactly_what_nats_py_publish_writes(
+        nats_url: str, headers: dict[str, str]) -> None:
+    async def run() -> None:
+        nc = await connect(nats_url, "soon")
+        try:
+            written: list[bytes] = []
+            send_command = nc._send_command
+
+            async def capture(cmd: bytes, priority: bool = False) -> None:
+                written.append(cmd)
+                await send_command(cmd, priority)
+            nc._send_command = capture  # type: ignore[method-assign]
+            await nc.publish("_INBOX.x.y", b"body", headers=headers)
+            pending = len(nc._pending)
+            assert nc.publish_soon("_INBOX.x.y", b"body",  # type: ignore[attr-defined]
+                                   header_block(headers))
+            assert nc._pending[pending:] == written  # byte for byte, queued for the flusher
+            out = nc.stats["out_msgs"]
+            # What publish would refuse or wait for is left to it: nothing is queued.
+            assert not nc.publish_soon("bad subject", b"x", b"")  # type: ignore[attr-defined]
+            assert not nc.publish_soon("_INBOX.x\r\nPUB", b"x", b"")  # type: ignore
+            assert not nc.publish_soon("_INBOX.x", b"x" * (nc.max_payload + 1),  # type: ignore
+                                       b"")
+            assert nc.stats["out_msgs"] == out
+        finally:
+            await nc.close()
+        assert not nc.publish_soon("_INBOX.x", b"x", b"")  # type: ignore[attr-defined]
+
+    asyncio.run(run())
+
+
+def test_header_block_refuses_a_name_nats_py_refuses() -> None:
+    with pytest.raises(ValueError, match="not a header name"):
+        header_block({"Bad:Name": "v"})
 
 
 class Echo:

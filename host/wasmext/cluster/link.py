@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import re
 import threading
 from collections import deque
 from collections.abc import Coroutine
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
 __all__ = ["NatsAuth", "NatsAuthFailed", "NatsLink", "NatsUnavailable", "connect",
+           "header_block",
            "parse_headers"]
 
 T = TypeVar("T")
@@ -73,16 +75,58 @@ def parse_headers(raw: bytes) -> dict[str, str]:
     return out
 
 
+_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # nats-py 2.16's check
+_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
+_SUBJECT_BAD = re.compile(r"[ \t\r\n]")  # nats-py's: CR or LF would start another command
+
+
+def header_block(headers: dict[str, str]) -> bytes:
+    """The header block nats-py 2.16's `publish` writes for `headers` (the same names
+    skipped and refused, values' line breaks made spaces), for a sender that reuses it."""
+    out = bytearray(b"NATS/1.0\r\n")
+    for name, value in headers.items():
+        key = name.strip()
+        if not key:
+            continue
+        if not _HEADER_KEY.fullmatch(key):
+            raise ValueError(f"not a header name: {clean(key, 64)}")
+        out += key.encode() + b": " + value.strip().translate(_NEWLINES).encode() + b"\r\n"
+    out += b"\r\n"
+    return bytes(out)
+
+
 _CLIENT_CLASS: list[type[Client]] = []  # made on first use: nats-py is imported lazily
 
 
 def _client() -> Client:
-    """A nats-py client that reads headers with `parse_headers`."""
+    """A nats-py client that reads headers with `parse_headers` and can queue a
+    publish without a coroutine (`publish_soon`)."""
     if not _CLIENT_CLASS:
         from nats.aio.client import Client
 
         class FastClient(Client):
             _parse_header_lines = staticmethod(parse_headers)
+
+            def publish_soon(self, subject: str, payload: bytes, block: bytes) -> bool:
+                """Queue a message with a `header_block` for the flusher, as `publish`
+                does when it need not wait; False (nothing queued) when it would wait
+                or refuse: not connected, a full buffer, too large, a bad subject."""
+                flusher, flushes = self._flusher_task, self._flush_queue
+                if not self.is_connected or flusher is None or flusher.done() \
+                        or flushes is None or len(payload) > self._max_payload \
+                        or not subject or _SUBJECT_BAD.search(subject):
+                    return False
+                cmd = b"HPUB %s  %d %d\r\n%s%s\r\n" % (
+                    subject.encode(), len(block), len(block) + len(payload), block, payload)
+                if 0 < self._max_pending_size < self._pending_data_size + len(cmd):
+                    return False
+                self.stats["out_msgs"] += 1
+                self.stats["out_bytes"] += len(payload)
+                self._pending.append(cmd)
+                self._pending_data_size += len(cmd)
+                if flushes.empty():  # wake the flusher, as publish does
+                    flushes.put_nowait(asyncio.get_running_loop().create_future())
+                return True
 
         _CLIENT_CLASS.append(FastClient)
     return _CLIENT_CLASS[0]()

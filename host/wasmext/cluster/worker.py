@@ -34,7 +34,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,7 @@ from wasmext.cluster.contract import (
 )
 from wasmext.cluster.endpoints import Counts, Stage, stages_of, version_of
 from wasmext.cluster.lane import Answer, Lane
-from wasmext.cluster.link import connect
+from wasmext.cluster.link import connect, header_block
 from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
 from wasmext.cluster.registry import check_prefix
@@ -105,6 +105,8 @@ class Worker:
         # costs both sides an encode and a parse.
         self._answer_headers = {JSON: {WORKER_HEADER: name},
                                 MSGPACK: {CONTENT_TYPE: MSGPACK, WORKER_HEADER: name}}
+        self._answer_blocks = {k: header_block(v) for k, v in self._answer_headers.items()}
+        self._publish_soon: Callable[[str, bytes, bytes], bool] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._services: dict[str, Service] = {}  # by plugin id
         self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
@@ -119,6 +121,7 @@ class Worker:
     async def start(self) -> None:
         """Connect to NATS and start serving every plugin's stages."""
         self._nc = await connect(self.url, self.name, auth=self.auth)
+        self._publish_soon = getattr(self._nc, "publish_soon", None)
         self._loop = asyncio.get_running_loop()
         served.install_next(self.host.runtime.services)
         WorkerMetrics.add(self.host.observe.metrics.registry, self.name, self._figures)
@@ -376,17 +379,26 @@ class Worker:
         if error is not None:
             body = b""
             headers = {**headers, ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]}
+        elif self.signer is None:  # the usual answer: queued at once, no coroutine
+            reply = getattr(getattr(req, "_msg", None), "reply", "")
+            if reply and self._publish_soon is not None \
+                    and self._publish_soon(reply, body, self._answer_blocks[encoding]):
+                self._answered(counts, started, duplicate, False)
+                return None
         if self.signer is not None:
             headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)
-        self.served += 1
-        counts.answered += 1
-        counts.failed += error is not None
-        counts.duplicate += duplicate
-        counts.total_ns += time.perf_counter_ns() - started
+        self._answered(counts, started, duplicate, error is not None)
         if error is not None:
             return req.respond_error(error[0], error[1], headers=headers)
         return req.respond(body, headers=headers)
+
+    def _answered(self, counts: Counts, started: int, duplicate: bool, failed: bool) -> None:
+        self.served += 1
+        counts.answered += 1
+        counts.failed += failed
+        counts.duplicate += duplicate
+        counts.total_ns += time.perf_counter_ns() - started
 
     async def _serve(self, stage: Stage, req: Request) -> None:
         """A stage call on the loop (short, no application code: no hop at all)."""
