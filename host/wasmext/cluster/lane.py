@@ -6,9 +6,12 @@ or context copy (each runs in a fresh, empty context, as a pool thread's would).
 answers come back to the loop in batches: the thread queues each and wakes the loop
 once for all those queued until the loop takes them (`deliver` gets the batch).
 
-When the oldest queued call has waited `LANE_WAIT_S` (the one running is slow), a
-thread of the call pool joins and takes calls from the same queue until it is empty,
-so that lane and helpers together run at most `limit` calls at once.
+When calls are queued and every call running has run for `LANE_WAIT_S` (a slow one
+holds the lane), a thread of the call pool joins and takes calls from the same queue
+until it is empty, so that lane and helpers together run at most `limit` calls at once.
+A queue that is merely long does not start one: short calls behind short calls gain
+nothing from another thread under one GIL (on two shared cores, helpers joining a busy
+lane of short calls only made three threads take turns at the GIL).
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ from wasmext.callpool import CallPool
 
 __all__ = ["LANE_WAIT_S", "Answer", "Lane"]
 
-# How long a queued stage call waits for a busy lane before a pool thread joins it:
-# calls that take less run back to back on one thread, a slow one holds up the calls
-# queued behind it by about this much.
+# How long the calls running may take before a pool thread joins them for the calls
+# queued: calls that take less run back to back on one thread, a slow one holds up
+# the calls queued behind it by about this much.
 LANE_WAIT_S = 0.002
 
-# (what the call answers to, the function, its arguments, when it was queued)
-_Job = tuple[Any, Callable[..., Any], tuple[Any, ...], float]
+# (what the call answers to, the function, its arguments)
+_Job = tuple[Any, Callable[..., Any], tuple[Any, ...]]
 # (what the call answers to, its value, what it raised)
 Answer = tuple[Any, Any, "BaseException | None"]
 
@@ -53,6 +56,7 @@ class Lane:
         self._handing = False  # a delivery is scheduled on the loop
         self._helpers = 0  # pool threads taking calls
         self._helpers_lock = threading.Lock()  # changed on the loop and on pool threads
+        self._busy: dict[int, float] = {}  # when each runner's call started, by thread
         self._armed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.pending = 0  # calls queued or running whose answer the loop has not had
@@ -63,7 +67,7 @@ class Lane:
         (called on the loop's thread)."""
         self._loop = loop
         self.pending += 1
-        self._jobs.append((token, fn, args, time.monotonic()))
+        self._jobs.append((token, fn, args))
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, daemon=True, name=self._name)
             self._thread.start()
@@ -76,11 +80,11 @@ class Lane:
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         self._armed = False
-        try:
-            queued_at = self._jobs[0][3]
-        except IndexError:
+        if not self._jobs:
             return
-        if time.monotonic() - queued_at >= LANE_WAIT_S:
+        started = list(self._busy.values())  # one C call: runners change it meanwhile
+        now = time.monotonic()
+        if started and all(now - t >= LANE_WAIT_S for t in started):
             with self._helpers_lock:
                 join = self._helpers < self._limit - 1
                 self._helpers += join
@@ -107,16 +111,20 @@ class Lane:
                 self._helpers -= 1
 
     def _run_queued(self) -> None:
-        jobs, answers = self._jobs, self._answers
+        jobs, answers, busy = self._jobs, self._answers, self._busy
+        me = threading.get_ident()
         while True:
             try:
-                token, fn, args, _ = jobs.popleft()
+                token, fn, args = jobs.popleft()
             except IndexError:
                 return
+            busy[me] = time.monotonic()
             try:
                 value, error = contextvars.Context().run(fn, *args), None
             except BaseException as exc:  # the loop gets it, whatever it is
                 value, error = None, exc
+            finally:
+                del busy[me]
             answers.append((token, value, error))
             del token, fn, args, value, error  # hold nothing while idle
             if not self._handing:
