@@ -36,8 +36,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
 __all__ = ["NatsAuth", "NatsAuthFailed", "NatsLink", "NatsUnavailable", "connect",
-           "header_block",
-           "parse_headers"]
+           "header_block", "parse_headers"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.cluster.link")
