@@ -19,6 +19,7 @@ from wasmext.errors import (
     InvalidTopic,
     RateLimited,
 )
+from wasmext.text import clean
 
 __all__ = [
     "APP", "HOST", "OUTCOMES", "RESERVED_NAMESPACES", "RUNTIME_EVENTS", "BusClosed",
@@ -74,7 +75,11 @@ def check_topic(topic: object) -> str:
     """Return the topic if it is valid; else InvalidTopic."""
     if not (isinstance(topic, str) and len(topic) <= MAX_TOPIC_CHARS
             and _TOPIC_RE.fullmatch(topic)):
-        raise InvalidTopic(f"bad topic {topic!r}: dot-separated segments of [A-Za-z0-9_-]")
+        # The topic is the plugin's: shown cleaned and cut, since this message reaches
+        # the load errors and the log (a 200 KB pattern made a 200 KB log line).
+        shown = repr(clean(topic, 80)) if isinstance(topic, str) else type(topic).__name__
+        raise InvalidTopic(f"bad topic {shown}: dot-separated segments of [A-Za-z0-9_-], "
+                           f"at most {MAX_TOPIC_CHARS} characters")
     return topic
 
 

@@ -4,7 +4,10 @@ Deserialising compiled code is equivalent to running it, so each entry is
 authenticated with an HMAC under a host key kept outside the cache folder.
 An entry that fails the check, or that wasmtime refuses, is deleted and the
 module is compiled again. Entries are keyed by the module's content digest,
-the wasmtime version and the engine configuration.
+the wasmtime version and the engine configuration, and the MAC covers that key
+(the entry's name) with the compiled code: an authentic entry of one module
+copied over another's is refused, so a module approved by its digest never runs
+another module's code.
 
 `wasmext build` fills the cache with what it built (`contains` tells whether an
 entry is there), so the first load after a build reads compiled code. A cold
@@ -40,7 +43,7 @@ from wasmext.sandbox.engine import SharedEngine
 __all__ = ["CompileCache", "CompileObserver", "default_cache_dir", "observe_compiles"]
 
 log = logging.getLogger("wasmext.sandbox.cache")
-MAGIC = b"WXC1"
+MAGIC = b"WXC2"  # WXC1 entries had a MAC of the code alone
 MAC_LEN = 32
 MAX_ENTRY_BYTES = 2**31  # far above any compiled module the compile caps admit
 T = TypeVar("T", wasmtime.Module, wasmtime.component.Component)  # what the cache holds
@@ -191,8 +194,11 @@ class CompileCache:
                 log.warning("compile cache not written (%s: %s)", type(exc).__name__, exc)
         return compiled
 
-    def _mac(self, payload: bytes) -> bytes:
-        return hmac.new(self._host_key(), payload, hashlib.sha256).digest()
+    def _mac(self, path: Path, payload: bytes) -> bytes:
+        # The entry's name is its key (digest, wasmtime, engine): bound with the code.
+        mac = hmac.new(self._host_key(), path.name.encode() + b"\0", hashlib.sha256)
+        mac.update(payload)
+        return mac.digest()
 
     def _load(self, path: Path, engine: SharedEngine,
               deserialize: Callable[[wasmtime.Engine, bytes], T]) -> T | None:
@@ -205,7 +211,7 @@ class CompileCache:
         except OSError:
             return None
         head, mac, payload = blob[:4], blob[4:4 + MAC_LEN], blob[4 + MAC_LEN:]
-        if head != MAGIC or not hmac.compare_digest(mac, self._mac(bytes(payload))):
+        if head != MAGIC or not hmac.compare_digest(mac, self._mac(path, bytes(payload))):
             self._reject(path, "not written by this host")
             return None
         try:
@@ -229,7 +235,7 @@ class CompileCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             payload = bytes(module.serialize())
-            _atomic_write(path, MAGIC + self._mac(payload) + payload)
+            _atomic_write(path, MAGIC + self._mac(path, payload) + payload)
         except OSError as exc:
             # A read-only or full disk costs a recompile next time, nothing more.
             log.warning("compile cache not written (%s)", exc)

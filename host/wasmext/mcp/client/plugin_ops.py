@@ -4,15 +4,21 @@ a plugin reaches configured MCP servers' resources and prompts.
 They need the capability (`resources`, `prompts`) and pattern grants over
 `<server>__<uri>` or `<server>__<prompt>` (fnmatch): `resources:docs__file:///*`,
 `prompts:docs__*`. A list shows only what the grants cover; a read or a get of
-anything else is `denied`. An unknown or unavailable server is `not_found` /
+anything else is `denied`, and so is a read of a URI a server could resolve to a
+place the pattern does not name: one with a `.` or `..` segment, a backslash, an
+encoded `/` or `\\`, or a control character, plain or percent-encoded (a grant
+`resources:docs__file:///kb/*` matched `file:///kb/../etc/passwd`, and the
+server was sent it). An unknown or unavailable server is `not_found` /
 `unavailable`; the call's time is the calling plugin's.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
@@ -22,7 +28,7 @@ from wasmext.text import clean
 if TYPE_CHECKING:
     from wasmext.mcp.client.connections import McpClients
 
-__all__ = ["granted", "install"]
+__all__ = ["confined", "granted", "install"]
 
 
 def granted(grants: Iterable[str], kind: str, name: str) -> bool:
@@ -30,6 +36,26 @@ def granted(grants: Iterable[str], kind: str, name: str) -> bool:
     prefix = f"{kind}:"
     return any(g.startswith(prefix) and fnmatch.fnmatchcase(name, g[len(prefix):])
                for g in grants)
+
+
+_DOT_SEGMENT = re.compile(r"(?:^|/)\.{1,2}(?:[/?#;]|$)")
+_ENCODED_SEPARATOR = re.compile(r"%(?:2f|5c)", re.IGNORECASE)
+
+
+def confined(uri: str) -> bool:
+    """Is `uri` free of what lets a server resolve it outside a pattern that covers it
+    (dot segments, backslashes, encoded separators, control characters), however often
+    it is percent-decoded?"""
+    text = uri
+    for _ in range(4):
+        if "\\" in text or not text.isprintable() or _DOT_SEGMENT.search(text) \
+                or _ENCODED_SEPARATOR.search(text):
+            return False
+        decoded = unquote(text)
+        if decoded == text:
+            return True
+        text = decoded
+    return False  # still encoded four levels down: nothing a plain URI needs
 
 
 def _text(req: dict[str, Any], key: str, limit: int = 2048) -> str:
@@ -68,6 +94,10 @@ def install(services: HostServices, clients: Callable[[], McpClients | None]) ->
         from wasmext.mcp.client.catalog import read_resource
 
         server, uri = _text(req, "server", 64), _text(req, "uri")
+        if not confined(uri):
+            raise OpError("denied", f"plugin {ctx.plugin_id} may not read {clean(uri, 200)!r} "
+                                    f"of {server}: a dot segment, backslash, encoded separator "
+                                    "or control character could lead outside its grant")
         if not granted(ctx.grants, "resources", f"{server}__{uri}"):
             raise OpError("denied", f"plugin {ctx.plugin_id} may not read {clean(uri, 200)!r} "
                                     f"of {server}")
