@@ -41,6 +41,14 @@ ESC = "\x1b]8;;http://evil\x07click\x1b]8;;\x07\x1b[2J\u202e\r\nFAKE LOG LINE"
 # -- tiny hostile guests ------------------------------------------------------------------
 
 
+def past_data(wat: str, data_len: int) -> str:
+    """`wat` with its bump allocator starting past a data segment of `data_len` bytes
+    (answers the host writes must not land on the requests)."""
+    start = max(HEAP_START, (DATA_AT + data_len) // 65536 * 65536 + 65536)
+    return wat.replace(f"(global $heap (mut i32) (i32.const {HEAP_START}))",
+                       f"(global $heap (mut i32) (i32.const {start}))")
+
+
 def requester(*requests: dict[str, Any], registration: Any = None, minor: int = 2) -> bytes:
     """A guest whose `test` hook sends each request in turn and answers the last answer."""
     blobs = [msgpack.packb(r) for r in requests]
@@ -52,8 +60,9 @@ def requester(*requests: dict[str, Any], registration: Any = None, minor: int = 
     body = "".join(f"(drop {c})" for c in calls[:-1]) + calls[-1]
     reg = registration or {"hooks": [{"hook": "test"}]}
     reg = {"abi_minor": minor, **reg}
-    return bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL, data=data,
-                                             registration=reg, memory_pages=4)))
+    pages = 4 + len(data) // 65536
+    return bytes(wasmtime.wat2wasm(past_data(guest_wat(
+        body, imports=HOST_CALL, data=data, registration=reg, memory_pages=pages), len(data))))
 
 
 def looper(request: dict[str, Any], times: int, registration: Any = None,
@@ -67,8 +76,9 @@ def looper(request: dict[str, Any], times: int, registration: Any = None,
         (br_if $more (i32.lt_u (local.get $i) (i32.const {times}))))
       (local.get $last)"""
     reg = {"abi_minor": minor, **(registration or {"hooks": [{"hook": "test"}]})}
-    return bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL, data=raw,
-                                             registration=reg, memory_pages=4)))
+    pages = 4 + len(raw) // 65536
+    return bytes(wasmtime.wat2wasm(past_data(guest_wat(
+        body, imports=HOST_CALL, data=raw, registration=reg, memory_pages=pages), len(raw))))
 
 
 def registering(registration: Any, response: Any = None) -> bytes:
@@ -191,6 +201,44 @@ def test_an_emit_storm_in_one_call_meets_the_rate_limit(host: Host) -> None:
     assert time.monotonic() - started < 10
     assert host.observe.bus.flush(10)
     assert 0 < len(seen) <= host.observe.bus._burst + 50
+    still_serving(host)
+
+
+def test_payloads_that_decode_huge_cannot_pile_up_behind_a_slow_subscriber(
+        host: Host) -> None:
+    """HOLE: a subscriber's queue was bounded in events only. A 20 KB payload of empty
+    maps decodes to ~1.3 MB of Python objects; 1000 of them queued behind a slow
+    subscriber held gigabytes. Now the queue also counts each payload's footprint
+    (bytes + 64 per container) against `queue_bytes`: the rest is dropped, counted."""
+    from wasmext.services.events import footprint
+
+    payload = [{} for _ in range(20_000)]
+    cost = footprint(payload)
+    assert cost > 20_000 * 64
+    bus = host.observe.bus
+    held: list[int] = []
+    gate = threading.Event()
+
+    def slow(event: Any) -> None:
+        held.append(1)
+        gate.wait(10)  # the app's subscriber is stuck until the storm is over
+
+    sub = bus.subscribe("bomb.*", slow, name="slow-app")
+    bomber = host.add(looper({"op": "event.emit", "topic": "bomb.x", "payload": payload}, 10),
+                      plugin_id="bomber", grants={"events", "emit:bomb.*"},
+                      limits={"timeout_ms": 10_000})
+    started = time.monotonic()
+    for _ in range(3):  # 30 emits, each call well inside its host-call time
+        bomber.call("test")
+    assert time.monotonic() - started < 30
+    lane = sub._lane
+    # At most what the byte budget holds, plus the one event a worker took alone.
+    assert lane.queued_bytes <= bus.queue_bytes + cost
+    assert len(lane.queue) + len(held) <= bus.queue_bytes // cost + 2
+    assert sub.dropped >= 30 - (bus.queue_bytes // cost + 2)
+    gate.set()
+    assert bus.flush(20)
+    assert lane.queued_bytes == 0
     still_serving(host)
 
 
@@ -573,6 +621,35 @@ def test_a_resource_grant_cannot_be_left_by_dot_segments(uri: str) -> None:
     assert confined("file:///kb/v1.2/..x") and confined("ui://widget/a.b")
     assert granted({"resources:docs__file:///kb/*"}, "resources", f"docs__{uri}") or \
         "\\" in uri or "\n" in uri  # the pattern alone would have let most through
+
+
+def test_a_resource_read_leaving_its_grant_never_reaches_the_server(tmp_path: Path) -> None:
+    """HOLE, end to end with a real MCP server (which answers any URI it is sent):
+    `../` past `resources:catalog__file:///kb/*` is `denied`, the granted read works."""
+    from wasmext.mcp.config import McpServerConfig
+
+    server = McpServerConfig("catalog", "stdio", sys.executable,
+                             (str(Path(__file__).parent / "mcp" / "servers" /
+                                  "catalog_server.py"),), {"CATALOG_QUIET": "1"},
+                             connect_timeout_s=30, call_timeout_s=30)
+    config = HostConfig(data_dir=tmp_path / ".wasmext", mcp_servers=(server,))
+    grants = {"resources", "resources:catalog__file:///kb/*"}
+    limits = {"timeout_ms": 20_000, "host_call_timeout_ms": 20_000}
+    with make_host(config=config) as host:
+        clients = host.start_mcp()
+        assert clients is not None and clients.status("catalog") == "connected"
+        for n, uri in enumerate(["file:///kb/../secret.txt", "file:///kb/%2e%2e/secret.txt"]):
+            escaper = host.add(requester({"op": "resource.read", "server": "catalog",
+                                          "uri": uri}, minor=1),
+                               plugin_id=f"escaper-{n}", grants=grants, limits=limits)
+            err = refused(escaper, "denied", within_s=10)
+            inert(err.message, 1024)
+        reader = host.add(requester({"op": "resource.read", "server": "catalog",
+                                     "uri": "file:///kb/notes.txt"}, minor=1),
+                          plugin_id="reader", grants=grants, limits=limits)
+        answer = reader.call("test").value
+        assert answer[0]["text"] == "contents of file:///kb/notes.txt"
+        still_serving(host)
 
 
 # -- the compile cache --------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Emitting never runs a subscriber: it queues the event for each matching subscriber and
 returns. Each subscriber (a Python subscription, or all of one plugin's) has its own
-bounded queue; a full queue drops the new event for that subscriber only (counted, and
-logged once per burst). Worker threads, started on demand up to `workers`, serve the
+bounded queue, in events and in the bytes of plugins' payloads (`queue_bytes`: a 256 KiB
+payload of empty maps decodes to ~15 MB of Python objects, so a count alone let a slow
+subscriber hold gigabytes); a full queue drops the new event for that subscriber only
+(counted, and logged once per burst). Worker threads, started on demand up to `workers`, serve the
 busy queues round-robin, at most one worker per queue, in emit order: a slow subscriber
 holds one worker and loses only its own events. Plugins need grants, are rate-limited
 and cannot emit runtime events. Topics, grants and errors live in
@@ -62,6 +64,7 @@ class Event:
     seq: int
     time: float
     depth: int = 0  # 0 unless emitted from inside a delivery
+    size: int = 0  # a plugin's payload: its MessagePack bytes (0: the host's or the app's)
 
 
 @dataclass(eq=False)
@@ -71,6 +74,7 @@ class _Lane:
     name: str  # the `subscriber` label of its drops: the plugin id or the given name
     capacity: int
     queue: deque[tuple[Subscription, Event]] = field(default_factory=deque)
+    queued_bytes: int = 0  # the sizes of its events not yet delivered (queued or taken)
     scheduled: bool = False  # in the ready queue or being delivered by a worker
     burst: int = 0  # events dropped since the burst began (0: not dropping)
     burst_start: float = 0.0
@@ -119,14 +123,17 @@ class EventBus:
 
     def __init__(self, *, may_emit: Predicate = _deny, may_subscribe: Predicate = _deny,
                  queue_size: int = 1000, workers: int = 8, rate: float = 100.0,
-                 burst: int = 200, max_depth: int = 8,
+                 burst: int = 200, max_depth: int = 8, queue_bytes: int = 4 << 20,
                  observer: Callable[[str, str], None] | None = None,
                  drop_observer: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if queue_size < 1 or workers < 1 or burst < 1 or rate < 0 or max_depth < 0:
-            raise ValueError("queue_size, workers and burst must be >= 1, rate and depth >= 0")
+        if queue_size < 1 or workers < 1 or burst < 1 or rate < 0 or max_depth < 0 \
+                or queue_bytes < 1:
+            raise ValueError("queue_size, queue_bytes, workers and burst must be >= 1, rate "
+                             "and depth >= 0")
         self.may_emit, self.may_subscribe = may_emit, may_subscribe
         self.queue_size, self.max_depth, self.observer = queue_size, max_depth, observer
+        self.queue_bytes = queue_bytes
         self.drop_observer = drop_observer
         self._rate, self._burst, self._clock, self._nworkers = rate, burst, clock, workers
         self._lock = threading.Lock()
@@ -196,14 +203,16 @@ class EventBus:
         """Emit a standard runtime event, its payload checked against RUNTIME_EVENTS."""
         return self._emit(None, topic, runtime_event(topic, **fields))
 
-    def emit_from(self, plugin_id: str, topic: object, payload: Any = None) -> int:
-        """A plugin's `event.emit`: InvalidTopic, EventDenied, RateLimited, CascadeLimit."""
+    def emit_from(self, plugin_id: str, topic: object, payload: Any = None,
+                  size: int = 0) -> int:
+        """A plugin's `event.emit`: InvalidTopic, EventDenied, RateLimited, CascadeLimit.
+        `size` is the payload's MessagePack length, counted against `queue_bytes`."""
         checked = check_topic(topic)
         if is_reserved(checked) or not self._allowed(self.may_emit, plugin_id, checked):
             self._refuse(plugin_id, f"emit {checked!r}")
-        return self._emit(plugin_id, checked, payload)
+        return self._emit(plugin_id, checked, payload, size)
 
-    def _emit(self, source: str | None, topic: str, payload: Any) -> int:
+    def _emit(self, source: str | None, topic: str, payload: Any, size: int = 0) -> int:
         depth = getattr(self._local, "depth", -1) + 1
         with self._lock:
             if self._closed:
@@ -217,13 +226,17 @@ class EventBus:
                 raise RateLimited(f"plugin {source} emits events faster than its rate limit",
                                   plugin_id=source)
             self._note(source or HOST, "emitted")
-            event = Event(topic, payload, source, next(self._seq), time.time(), depth)
+            event = Event(topic, payload, source, next(self._seq), time.time(), depth, size)
             return sum(self._enqueue(sub, event) for sub in self._subs
                        if any(topic_matches(p, topic) for p in sub.patterns))
 
     def _enqueue(self, sub: Subscription, event: Event) -> bool:
         lane = sub._lane
-        if len(lane.queue) >= lane.capacity:  # drop the newest: the queue keeps its order
+        # Drop the newest: the queue keeps its order. The bytes count what a worker took
+        # and has not delivered yet too; one event always has room when nothing is
+        # waiting, whatever its size (the request cap bounds it).
+        if len(lane.queue) >= lane.capacity or (
+                lane.queued_bytes and lane.queued_bytes + event.size > self.queue_bytes):
             sub.dropped += 1
             if not lane.burst:
                 lane.burst_start = self._clock()
@@ -236,6 +249,7 @@ class EventBus:
                     log.exception("event drop observer failed")
             return False
         lane.queue.append((sub, event))
+        lane.queued_bytes += event.size
         self._pending += 1
         if not lane.scheduled:
             lane.scheduled = True
@@ -265,14 +279,15 @@ class EventBus:
         self._local.worker = True
         lane: _Lane | None = None
         taken: deque[tuple[Subscription, Event]] = deque()
-        done: list[tuple[Subscription, str]] = []
+        done: list[tuple[Subscription, str, int]] = []  # subscription, outcome, size
         turn_end = 0.0
         while True:
             reports: list[_Report] = []
             with self._lock:
                 if lane is not None:  # the previous batch is done
-                    for sub, outcome in done:
+                    for sub, outcome, size in done:
                         self._note(sub.plugin_id or APP, outcome)
+                        lane.queued_bytes -= size
                     self._pending -= len(done)
                     lane.queue.extendleft(reversed(taken))  # cut short: back, in order
                     done, taken = [], deque()
@@ -295,7 +310,7 @@ class EventBus:
                 continue
             while taken:
                 sub, event = taken.popleft()
-                done.append((sub, self._deliver(sub, event)))
+                done.append((sub, self._deliver(sub, event), event.size))
                 if self._stopping or (self._ready and time.perf_counter() >= turn_end):
                     break
 
@@ -373,6 +388,7 @@ class EventBus:
         for sub, _event in lane.queue:
             self._note(sub.plugin_id or APP, "discarded")
         self._pending -= len(lane.queue)
+        lane.queued_bytes -= sum(event.size for _sub, event in lane.queue)
         lane.queue.clear()
         lane.scheduled = False
         if self._pending == 0:

@@ -26,15 +26,36 @@ from wasmext.errors import WasmextError
 from wasmext.observe.events import EventBus, EventError, Subscription, pattern_covers, topic_matches
 from wasmext.observe.metrics import Metrics
 from wasmext.observe.pluginmetrics import PluginMetrics
+from wasmext.sandbox.codec import encode
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.ticks import Ticker, tick_interval
 
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
 
-__all__ = ["Observer"]
+__all__ = ["CONTAINER_BYTES", "Observer", "footprint"]
 
 log = logging.getLogger("wasmext.services.events")
+
+
+CONTAINER_BYTES = 64  # about what an empty dict or list costs in Python, beyond its bytes
+
+
+def footprint(payload: Any) -> int:
+    """What a plugin's payload costs a subscriber's queue: its MessagePack bytes plus
+    CONTAINER_BYTES per map or array (a 256 KiB array of empty maps is 15 MB in Python).
+    Linear in the containers, a fraction of the decode the request already cost."""
+    if payload is None:
+        return 0
+    containers, level = 0, [payload] if isinstance(payload, (dict, list)) else []
+    while level:
+        containers += len(level)
+        below: list[Any] = []
+        for item in level:
+            values = item.values() if isinstance(item, dict) else item
+            below.extend(v for v in values if isinstance(v, (dict, list)))
+        level = below
+    return len(encode(payload)) + CONTAINER_BYTES * containers
 
 
 class Observer:
@@ -66,7 +87,9 @@ class Observer:
         """Register the event.emit and metric.* host calls; count host calls in the metrics."""
         def emit(ctx: CallContext, req: dict[str, Any]) -> int:
             try:
-                return self.bus.emit_from(ctx.plugin_id, req.get("topic"), req.get("payload"))
+                payload = req.get("payload")
+                return self.bus.emit_from(ctx.plugin_id, req.get("topic"), payload,
+                                          footprint(payload))
             except EventError as exc:
                 raise OpError(exc.code, exc.message) from None
         services.register("event.emit", emit)
