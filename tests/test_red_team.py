@@ -400,6 +400,39 @@ def test_ttl_abuse_is_refused_or_capped(host: Host, ttl: float) -> None:
     still_serving(host)
 
 
+def test_many_quick_state_ops_do_not_excuse_a_plugin_spinning_to_its_timeout(
+        host: Host) -> None:
+    """HOLE: storage waits summed over a call excused its timeout once they reached a
+    quarter of it. 990 quick `state.keys` (0.25 s in all), then a spin: every time-out
+    was reported as `StateUnavailable` ("state storage took 0.25 s"), never the plugin's
+    fault, never quarantined, and the operator was pointed at healthy storage. Now only
+    each op's wait beyond SLOW_OP_S counts: the spin is the plugin's `Timeout`, five
+    of them quarantine it."""
+    from wasmext.errors import Quarantined, Timeout
+    from wasmext.state import Scope
+
+    store = host.state_store()
+    for i in range(1000):
+        store.set(Scope("slowpoke"), f"{'k' * 240}{i:05d}", b"\x01")
+    raw = msgpack.packb({"op": "state.keys", "scope": "plugin"})
+    body = f"""(local $i i32)
+      (loop $more
+        (drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)})))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $more (i32.lt_u (local.get $i) (i32.const 990))))
+      (loop (br 0)) (i64.const 0)"""
+    plugin = host.add(bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL, data=raw))),
+                      plugin_id="slowpoke", grants={"state"})
+    for _ in range(5):
+        started = time.monotonic()
+        with pytest.raises(Timeout):
+            plugin.call("test", None, {"session": "s"})
+        assert time.monotonic() - started < 5
+    with pytest.raises(Quarantined):
+        plugin.call("test", None, {"session": "s"})
+    still_serving(host)
+
+
 # -- tools registered at runtime ----------------------------------------------------------
 
 

@@ -47,7 +47,7 @@ class CallContext:
     nested_seconds: float = 0.0
     # Seconds the current host call spent waiting on host storage: not charged either.
     waited_seconds: float = 0.0
-    waited_total: float = 0.0  # the same, over the whole hook call
+    waited_total: float = 0.0  # storage slowness over the whole hook call (services.state)
     # The hook call's deadline (time.monotonic()); 0.0 outside a call.
     deadline: float = 0.0
     # Host trouble during this call (state storage unavailable): a failure of the call
