@@ -433,6 +433,40 @@ def test_many_quick_state_ops_do_not_excuse_a_plugin_spinning_to_its_timeout(
     still_serving(host)
 
 
+def test_a_state_op_asked_after_the_deadline_is_no_storage_fault(tmp_path: Path) -> None:
+    """HOLE: SQLite bounds its lock wait by the call's time left and raised
+    `StateUnavailable` when none was; an op the guest sent after its deadline had passed
+    (in the few milliseconds before the epoch tick stops it) made a host fault, and that
+    excused any fault the call ended with. Now it answers `timeout` and excuses nothing;
+    an op asked in time on the same store still works."""
+    from wasmext.sandbox.hostcalls import CallContext
+    from wasmext.sandbox.pluginlog import PluginLog
+
+    with make_host(config=HostConfig(data_dir=tmp_path / ".wasmext",
+                                     state_backend="sqlite")) as host:
+        host.add(HEALTHY, plugin_id="late", grants={"state"})
+        services = host.runtime.services
+        request = msgpack.packb({"op": "state.get", "key": "k"})
+
+        def context(deadline: float) -> CallContext:
+            ctx = CallContext("late", frozenset({"state"}), {}, frozenset(),
+                              PluginLog("late", 10, 256), limits={"timeout_ms": 1000})
+            ctx.begin(deadline)
+            ctx.session = "s"
+            return ctx
+
+        late = context(time.monotonic() - 0.001)
+        answer = services.dispatch(late, request, 64)
+        late.finish(False)
+        assert answer["ok"] is False and answer["error"]["code"] == "timeout", answer
+        assert late.host_fault is None
+        in_time = context(time.monotonic() + 5)
+        answer = services.dispatch(in_time, request, 64)
+        in_time.finish(True)
+        assert answer["error"]["code"] == "not_found" and in_time.host_fault is None
+        still_serving(host)
+
+
 # -- tools registered at runtime ----------------------------------------------------------
 
 

@@ -208,6 +208,11 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
                 with within(ctx.deadline or None):
                     result = body(txn(ctx), req)
             except StateUnavailable as err:
+                if ctx.deadline and started >= ctx.deadline:
+                    # Asked after its own time was up: the plugin's lateness, not a
+                    # storage fault that would excuse whatever the call does next.
+                    raise OpError("timeout", "the call's deadline passed before this "
+                                  "state op") from None
                 ctx.host_fault = ctx.host_fault or err
                 # The details (the server's address, its error) are the operator's: the
                 # host fault carries them; the plugin learns only that storage failed.
