@@ -208,13 +208,14 @@ def test_payloads_that_decode_huge_cannot_pile_up_behind_a_slow_subscriber(
         host: Host) -> None:
     """HOLE: a subscriber's queue was bounded in events only. A 20 KB payload of empty
     maps decodes to ~1.3 MB of Python objects; 1000 of them queued behind a slow
-    subscriber held gigabytes. Now the queue also counts each payload's footprint
-    (bytes + 64 per container) against `queue_bytes`: the rest is dropped, counted."""
+    subscriber held gigabytes (here: 10 KB, 0.65 MB each). Now the queue also counts each
+    payload's footprint (bytes + 64 per container) against `queue_bytes`: the rest is
+    dropped, counted."""
     from wasmext.services.events import footprint
 
-    payload = [{} for _ in range(20_000)]
+    payload = [{} for _ in range(10_000)]
     cost = footprint(payload)
-    assert cost > 20_000 * 64
+    assert cost > 10_000 * 64
     bus = host.observe.bus
     held: list[int] = []
     gate = threading.Event()
@@ -224,11 +225,11 @@ def test_payloads_that_decode_huge_cannot_pile_up_behind_a_slow_subscriber(
         gate.wait(10)  # the app's subscriber is stuck until the storm is over
 
     sub = bus.subscribe("bomb.*", slow, name="slow-app")
-    bomber = host.add(looper({"op": "event.emit", "topic": "bomb.x", "payload": payload}, 10),
+    bomber = host.add(looper({"op": "event.emit", "topic": "bomb.x", "payload": payload}, 5),
                       plugin_id="bomber", grants={"events", "emit:bomb.*"},
                       limits={"timeout_ms": 10_000})
     started = time.monotonic()
-    for _ in range(3):  # 30 emits, each call well inside its host-call time
+    for _ in range(6):  # 30 emits, each call well inside its host-call time
         bomber.call("test")
     assert time.monotonic() - started < 30
     lane = sub._lane
