@@ -104,6 +104,7 @@
     │   │                           CapabilityDenied)
     │   ├── RateLimited             over the emitter's event rate
     │   ├── CascadeLimit            events causing events, too deep
+    │   ├── TooManySubscriptions    a plugin's subscriptions over the bus's cap
     │   └── BusClosed               the bus is shut down
     ├── ModelError                  (services.llm.client) a chat completion failed;
     │                               `timed_out` says whether it was the deadline
@@ -221,6 +222,7 @@ __all__ = [
     "TickRefused",
     "Timeout",
     "TooManyKeys",
+    "TooManySubscriptions",
     "ToolLimitError",
     "TransactionClosed",
     "UnknownHook",
@@ -774,6 +776,13 @@ class CascadeLimit(EventError):
     """Events emitted while delivering events, nested too deep."""
 
     reason, code = "event cascade too deep", "limit"
+
+
+class TooManySubscriptions(EventError):
+    """A plugin listed more subscription patterns than the bus takes (each is checked
+    against every event anyone emits, under the bus's lock)."""
+
+    reason, code = "too many subscriptions", "limit"
 
 
 class BusClosed(EventError):

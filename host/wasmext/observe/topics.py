@@ -18,12 +18,14 @@ from wasmext.errors import (
     EventError,
     InvalidTopic,
     RateLimited,
+    TooManySubscriptions,
 )
 from wasmext.text import clean
 
 __all__ = [
     "APP", "HOST", "OUTCOMES", "RESERVED_NAMESPACES", "RUNTIME_EVENTS", "BusClosed",
     "CascadeLimit", "EventDenied", "EventError", "InvalidTopic", "Predicate", "RateLimited",
+    "TooManySubscriptions",
     "check_pattern", "check_topic", "grants_predicate", "is_reserved", "pattern_covers",
     "runtime_event", "topic_matches",
 ]
