@@ -593,6 +593,36 @@ def test_a_registration_cannot_buy_a_priority_outside_0_to_100(host: Host,
     still_serving(host)
 
 
+def test_a_hook_listed_fifty_thousand_times_is_refused(host: Host) -> None:
+    """HOLE: a registration listing `on_plain_text` 50,000 times was called 50,000
+    times per transform (1.7 s here), each call with a fresh budget: one event bought
+    50,000 calls' fuel, time and host calls. Now a repeated (hook, pattern) and more
+    than MAX_HOOKS entries are `InvalidOutput` at load; one entry is called once."""
+    from wasmext.errors import InvalidOutput
+    from wasmext.sandbox.plugin import MAX_HOOKS
+
+    answer = {"ok": True, "value": None}
+    for n, hooks in enumerate([[{"hook": "on_plain_text"}] * 50_000,
+                               [{"hook": "on_plain_text"}, {"hook": "on_plain_text",
+                                                            "priority": 90}],
+                               [{"hook": "on_tag", "pattern": "x"}] * 2,
+                               [{"hook": "on_tag", "pattern": f"t{i}"}
+                                for i in range(MAX_HOOKS + 1)]]):
+        started = time.monotonic()
+        with pytest.raises(InvalidOutput) as info:
+            host.add(registering({"hooks": hooks}, response=answer), plugin_id=f"dup-{n}")
+        assert time.monotonic() - started < 10
+        inert(info.value.describe(), 1280)
+    once = host.add(registering({"hooks": [{"hook": "on_plain_text"},
+                                           {"hook": "on_tag", "pattern": "a"},
+                                           {"hook": "on_tag", "pattern": "b"}]},
+                                response=answer), plugin_id="once")
+    with host.session("s") as session:
+        assert session.on_plain_text("hello").value == "hello"
+    assert once.calls == 1
+    still_serving(host)
+
+
 # -- metrics ------------------------------------------------------------------------------
 
 

@@ -42,7 +42,7 @@ from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
-__all__ = ["MAX_SHARED", "HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
+__all__ = ["MAX_HOOKS", "MAX_SHARED", "HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
 
 MAX_SHARED = 64  # distinct (settings, limits, grants) per module whose registration is kept
 
@@ -56,6 +56,9 @@ def _share_registration(module: object, key: str, raw: dict[str, Any]) -> None:
     table: dict[str, dict[str, Any]] | None = getattr(module, "registrations", None)
     if table is not None and (key in table or len(table) < MAX_SHARED):
         table[key] = raw
+
+
+MAX_HOOKS = 256  # hook entries in one registration map
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,12 @@ class Registration:
         hooks_raw = reg.get("hooks")
         if not isinstance(hooks_raw, list):
             raise bad("'hooks' must be an array")
+        # Each entry is a call the host makes per event, each with a fresh budget: a hook
+        # listed 50,000 times was called 50,000 times per on_plain_text.
+        if len(hooks_raw) > MAX_HOOKS:
+            raise bad(f"{len(hooks_raw)} hooks; at most {MAX_HOOKS}")
         hooks = []
+        seen: set[tuple[str, str | None]] = set()
         for i, h in enumerate(hooks_raw):
             if not isinstance(h, dict) or not isinstance(h.get("hook"), str) or not h["hook"]:
                 raise bad(f"hooks[{i}] must be a map with a non-empty string 'hook'")
@@ -121,8 +129,13 @@ class Registration:
                     f"never calls; did you mean {typo!r}? (a hook the host calls: "
                     f"{', '.join(sorted(HOOKS))})", plugin_id=plugin_id, hook="register")
             # Guest text that operators see (inspect, list, traces): inert and bounded.
-            hooks.append(HookSpec(clean(h["hook"], 128), prio,
-                                  None if pattern is None else clean(pattern, 256)))
+            spec = HookSpec(clean(h["hook"], 128), prio,
+                            None if pattern is None else clean(pattern, 256))
+            if (spec.hook, spec.pattern) in seen:
+                raise bad(f"hooks[{i}] repeats {spec.hook!r}"
+                          + (f" with pattern {spec.pattern!r}" if spec.pattern else ""))
+            seen.add((spec.hook, spec.pattern))
+            hooks.append(spec)
         minor = reg.get("abi_minor", 0)
         if type(minor) is not int or minor < 0:
             raise bad("'abi_minor' must be a non-negative int")
