@@ -211,8 +211,11 @@ class CompileCache:
         except OSError:
             return None
         head, mac, payload = blob[:4], blob[4:4 + MAC_LEN], blob[4 + MAC_LEN:]
-        if head != MAGIC or not hmac.compare_digest(mac, self._mac(path, bytes(payload))):
-            self._reject(path, "not written by this host")
+        if head != MAGIC:  # another format (an older wasmext's entry) or not an entry
+            self._reject(path, "not an entry of this wasmext's format")
+            return None
+        if not hmac.compare_digest(mac, self._mac(path, bytes(payload))):
+            self._reject(path, "not written by this host for this module")
             return None
         try:
             return deserialize(engine.engine, bytes(payload))
