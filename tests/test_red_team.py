@@ -749,7 +749,10 @@ def test_a_redirect_to_a_private_address_or_another_scheme_is_refused(host: Host
                                  "file:///kb/./../secret", "file:///kb/.%2E/x",
                                  "file:///kb/%252e%252e/secret", "file:///kb/x%5c..%5csecret",
                                  "file:///kb/a\\..\\..\\secret", "file:///kb/..",
-                                 "file:///kb/%00x", "file:///kb/x\nInjected: 1"])
+                                 "file:///kb/%00x", "file:///kb/x\nInjected: 1",
+                                 "file:///kb/\uff0e\uff0e/secret", "file:///kb/\u2025/secret",
+                                 "file:///kb/%EF%BC%8E%EF%BC%8E/secret",
+                                 "file:///kb/..\uff0fsecret"])
 def test_a_resource_grant_cannot_be_left_by_dot_segments(uri: str) -> None:
     """HOLE: `resources:docs__file:///kb/*` matched `file:///kb/../secret.txt` (fnmatch's
     `*` crosses `/`) and the server was sent it; a filesystem server resolves it to

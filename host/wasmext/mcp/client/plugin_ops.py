@@ -6,7 +6,7 @@ They need the capability (`resources`, `prompts`) and pattern grants over
 `prompts:docs__*`. A list shows only what the grants cover; a read or a get of
 anything else is `denied`, and so is a read of a URI a server could resolve to a
 place the pattern does not name: one with a `.` or `..` segment, a backslash, an
-encoded `/` or `\\`, or a control character, plain or percent-encoded (a grant
+encoded `/` or `\\`, or a control character, plain, percent-encoded or after NFKC (a grant
 `resources:docs__file:///kb/*` matched `file:///kb/../etc/passwd`, and the
 server was sent it). An unknown or unavailable server is `not_found` /
 `unavailable`; the call's time is the calling plugin's.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -48,9 +49,11 @@ def confined(uri: str) -> bool:
     it is percent-decoded?"""
     text = uri
     for _ in range(4):
-        if "\\" in text or not text.isprintable() or _DOT_SEGMENT.search(text) \
-                or _ENCODED_SEPARATOR.search(text):
-            return False
+        # NFKC too: a server normalising "\uff0e\uff0e" or "\u2025" reads "..".
+        folded = unicodedata.normalize("NFKC", text)
+        if "\\" in folded or not text.isprintable() or _DOT_SEGMENT.search(folded) \
+                or _ENCODED_SEPARATOR.search(folded) or folded.count("/") != text.count("/"):
+            return False  # the last: a fullwidth or other solidus that folds to "/"
         decoded = unquote(text)
         if decoded == text:
             return True
