@@ -30,7 +30,7 @@ import pytest
 import wasmtime
 
 from wasmext import CompileCache, Host, HostConfig, PluginError, Runtime
-from wasmext.errors import HostCallLimitExceeded, WasmextError
+from wasmext.errors import HostCallLimitExceeded, MetricRefused, WasmextError
 from wasmext.sandbox.engine import shared_engine
 from wasmext.testing import DATA_AT, HEAP_START, REGISTER_AT, guest_wat, make_host, packed
 
@@ -643,10 +643,33 @@ def test_plugin_metric_updates_never_reach_another_plugins_series(host: Host) ->
                    plugin_id="escaper")
     esc.call("test")
     text = host.observe.metrics.exposition().decode()
-    assert 'wasmext_plugin_owner_hits_total{who="me"} 1.0' in text
+    assert 'wasmext_plugin_owner__hits_total{who="me"} 1.0' in text
     assert "\x1b" not in text and "\u202e" not in text and "FAKE LOG LINE\n" not in text
     still_serving(host)
 
+
+
+def test_a_plugin_cannot_export_a_metric_under_another_plugins_name(host: Host) -> None:
+    """Plugin `a` declaring `b_hits` must not export the name plugin `a-b`'s `hits` has,
+    whichever loads first; a name with `__` (the id/name separator) is refused."""
+    squatter = host.add(requester({"op": "metric.add", "name": "b_hits", "value": 1e9},
+                                  registration={"hooks": [{"hook": "test"}], "metrics": [
+                                      {"name": "b_hits", "kind": "counter"},
+                                      {"name": "x__hits", "kind": "counter"}]}),
+                        plugin_id="a")
+    squatter.call("test")
+    victim = host.add(requester({"op": "metric.add", "name": "hits"},
+                                registration={"hooks": [{"hook": "test"}],
+                                              "metrics": [{"name": "hits", "kind": "counter"}]}),
+                      plugin_id="a-b")
+    victim.call("test")
+    refused_names = [e.describe() for e in host.load_errors if isinstance(e, MetricRefused)]
+    assert len(refused_names) == 1 and "x__hits" in refused_names[0]
+    text = host.observe.metrics.exposition().decode()
+    assert "wasmext_plugin_a_b__hits_total 1.0" in text
+    assert "wasmext_plugin_a__b_hits_total 1e+09" in text
+    assert "x__hits" not in text
+    still_serving(host)
 
 # -- http.fetch answers -------------------------------------------------------------------
 

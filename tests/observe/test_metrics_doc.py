@@ -25,4 +25,4 @@ def test_the_metrics_and_ticks_examples_run(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-    assert "wasmext_plugin_heartbeat_ticks_total" in done.stdout
+    assert "wasmext_plugin_heartbeat__ticks_total" in done.stdout

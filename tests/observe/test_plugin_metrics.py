@@ -71,17 +71,17 @@ def test_declared_metrics_are_updated_and_exported_under_the_plugin_namespace() 
             plugin_id="cache-plug")
         assert plugin.call("test").value is None
         got = families(h)
-        hits = {s.labels["tier"]: s.value for s in got["wasmext_plugin_cache_plug_cache_hits"]
+        hits = {s.labels["tier"]: s.value for s in got["wasmext_plugin_cache_plug__cache_hits"]
                 .samples if s.name.endswith("_total")}
         assert hits == {"l1": 3.0, "l2": 1.0}
-        assert got["wasmext_plugin_cache_plug_cache_hits"].documentation == "Cache hits"
-        depth = got["wasmext_plugin_cache_plug_queue_depth"].samples
+        assert got["wasmext_plugin_cache_plug__cache_hits"].documentation == "Cache hits"
+        depth = got["wasmext_plugin_cache_plug__queue_depth"].samples
         assert [s.value for s in depth] == [5.0]
         hist = {(s.name, s.labels.get("le")): s.value
-                for s in got["wasmext_plugin_cache_plug_latency_ms"].samples}
-        assert hist[("wasmext_plugin_cache_plug_latency_ms_bucket", "10.0")] == 1.0
-        assert hist[("wasmext_plugin_cache_plug_latency_ms_bucket", "+Inf")] == 2.0
-        assert hist[("wasmext_plugin_cache_plug_latency_ms_sum", None)] == 55.0
+                for s in got["wasmext_plugin_cache_plug__latency_ms"].samples}
+        assert hist[("wasmext_plugin_cache_plug__latency_ms_bucket", "10.0")] == 1.0
+        assert hist[("wasmext_plugin_cache_plug__latency_ms_bucket", "+Inf")] == 2.0
+        assert hist[("wasmext_plugin_cache_plug__latency_ms_sum", None)] == 55.0
         h.unload("cache-plug")  # its series leave the exposition with it
         assert not any(n.startswith("wasmext_plugin_cache_plug") for n in families(h))
 
@@ -132,7 +132,7 @@ def test_bad_declarations_are_refused_by_name_and_the_good_ones_kept() -> None:
         refused = [e for e in h.load_errors if isinstance(e, MetricRefused)]
         assert len(refused) == 6
         assert all(e.plugin_id == "decl" and "\x1b" not in e.describe() for e in refused)
-        assert families(h)["wasmext_plugin_decl_ok"].samples[0].value == 1.0
+        assert families(h)["wasmext_plugin_decl__ok"].samples[0].value == 1.0
 
 
 def _flood_guest(registration: dict[str, Any]) -> bytes:
@@ -170,7 +170,7 @@ def test_ten_thousand_declared_metrics_are_capped_with_metric_limit() -> None:
         assert {e.plugin_id for e in limits} == {"flood", "wide"}
         assert any("10000 metrics declared" in e.message for e in limits)
         assert any("10000 labels" in e.message for e in limits)
-        exported = [n for n in families(h) if n.startswith("wasmext_plugin_flood_")]
+        exported = [n for n in families(h) if n.startswith("wasmext_plugin_flood__")]
         assert len(exported) == policy.max_metrics
         assert not any(n.startswith("wasmext_plugin_wide") for n in families(h))
         assert h.plugins["flood"].plugin.call("test").value == "ok"
@@ -201,7 +201,7 @@ def test_a_label_value_flood_stops_at_the_series_cap() -> None:
             plugin.call("test")
         assert time.monotonic() - started < 3
         assert info.value.code == "limit" and "label-value combinations" in info.value.message
-        series = [s for s in families(h)["wasmext_plugin_labels_cache_hits"].samples
+        series = [s for s in families(h)["wasmext_plugin_labels__cache_hits"].samples
                   if s.name.endswith("_total")]
         assert len(series) == MetricPolicy().max_series_per_metric
         # A series it already has still counts.

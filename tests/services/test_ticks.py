@@ -37,7 +37,7 @@ def host(**policy: int) -> Host:
 def ticks_counted(h: Host, plugin: str) -> float:
     text = h.observe.metrics.exposition().decode()
     for family in text_string_to_metric_families(text):
-        if family.name == f"wasmext_plugin_{plugin}_ticks":
+        if family.name == f"wasmext_plugin_{plugin}__ticks":
             return next(s.value for s in family.samples if s.name.endswith("_total"))
     return 0.0
 

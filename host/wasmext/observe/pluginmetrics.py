@@ -4,8 +4,11 @@
                 {"name": "queue_depth", "kind": "gauge"},
                 {"name": "latency_ms", "kind": "histogram", "buckets": [1, 10, 100]}]
 
-Each is exported in the host's Prometheus registry as `wasmext_plugin_<id>_<name>` (the
-id's hyphens become underscores; a counter's samples end in `_total`). Everything here
+Each is exported in the host's Prometheus registry as `wasmext_plugin_<id>__<name>` (the
+id's hyphens become underscores; a counter's samples end in `_total`). The double
+underscore keeps the name one plugin's: ids never end in a hyphen and names never hold
+`__`, so the last `__` splits every exported name back into its id and its name, and
+plugin `a` cannot declare `b_hits` to pass for plugin `a-b`'s `hits`. Everything here
 is the plugin's to choose, so everything is capped by the host's MetricPolicy: how many
 metrics a plugin declares, how many labels and buckets each has, and how many label-value
 combinations (series) a metric and a plugin may create. A declaration past a cap is
@@ -59,7 +62,7 @@ class _Declared:
 
 def exported_name(plugin_id: str, name: str) -> str:
     """The Prometheus name of a plugin's metric (without a counter's `_total`)."""
-    return f"wasmext_plugin_{plugin_id.replace('-', '_')}_{name}"
+    return f"wasmext_plugin_{plugin_id.replace('-', '_')}__{name}"
 
 
 def _shown(value: Any) -> str:
@@ -72,9 +75,9 @@ def _declaration(item: Any, policy: MetricPolicy) -> tuple[str, str, str, tuple[
     if not isinstance(item, Mapping):
         raise MetricRefused("a metric declaration must be a map")
     name, kind = item.get("name"), item.get("kind")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.match(name) or "__" in name:
         raise MetricRefused(f"metric name {_shown(name)}: lowercase letters, digits and "
-                            "underscores, 1-63, starting with a letter")
+                            "single underscores, 1-63, starting with a letter")
     if kind not in KINDS:
         raise MetricRefused(f"metric {name}: kind {_shown(kind)} is not one of "
                             f"{', '.join(KINDS)}")
