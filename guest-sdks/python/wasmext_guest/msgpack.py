@@ -281,27 +281,20 @@ def _map(buf: bytes, pos: int, n: int, room: int) -> tuple[dict[Any, Any], int]:
         n -= 1
         b = buf[pos]
         if 0xA0 <= b <= 0xBF:  # a short str key, as nearly every key is: read here
-            pos += 1
-            end = pos + b - 0xA0
-            key = buf[pos:end].decode()
-            pos = end
+            end = pos + b - 0x9F
+            key = buf[pos + 1:end].decode()
         else:
-            key, pos = _value(buf, pos, room)
-        b = buf[pos]
-        if 0xA0 <= b <= 0xBF:  # a str value up to 255 bytes: read here too
-            pos += 1
-            end = pos + b - 0xA0
-            item = buf[pos:end].decode()
-            pos = end
-        elif b == 0xD9:
-            pos += 2
-            end = pos + buf[pos - 1]
-            item = buf[pos:end].decode()
-            pos = end
-        else:
-            item, pos = _value(buf, pos, room)
+            key, end = _value(buf, pos, room)
+        b = buf[end]
         try:
-            out[key] = item
+            if 0xA0 <= b <= 0xBF:  # a str value up to 255 bytes: read here too
+                pos = end + b - 0x9F
+                out[key] = buf[end + 1:pos].decode()
+            elif b == 0xD9:
+                pos = end + 2 + buf[end + 1]
+                out[key] = buf[end + 2:pos].decode()
+            else:
+                out[key], pos = _value(buf, end, room)
         except TypeError as exc:  # an array or map as a key: not hashable here
             raise MsgpackError("a map key that is an array or a map") from exc
     return out, pos
@@ -414,7 +407,8 @@ def unpack(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
             value, pos = _value(buf, 0, max_depth)
     except _READ_ERRORS as exc:
         raise _refusal(exc, max_depth) from None
-    _end(buf, pos)
+    if pos != len(buf):
+        _end(buf, pos)
     return value
 
 
@@ -483,5 +477,6 @@ def unpack_call(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, Any, Any]
                 found[slot] = item
     except _READ_ERRORS as exc:
         raise _refusal(exc, max_depth) from None
-    _end(buf, pos)
+    if pos != len(buf):
+        _end(buf, pos)
     return found[0], found[1], found[2]
