@@ -333,3 +333,18 @@ def test_cached_map_keys_write_what_fresh_ones_write() -> None:
     for doc in (many, many, long, long, {"red": 1}, {Color.RED: 1}, {"red": Color.RED}):
         assert pack(doc) == msgpack.packb(doc, use_bin_type=True)
     assert len(codec._keys) <= codec._KEY_CACHE
+
+
+def test_a_repeated_hook_reads_like_a_new_one() -> None:
+    """unpack_call keeps the last request's head (hook name and keys): a request with
+    the same head but other data, a later repeated key, or another hook of the same
+    length reads as unpack reads it."""
+    docs = [{"hook": "echo", "data": 1}, {"hook": "echo", "data": {"a": "b"}},
+            {"hook": "echo", "data": [1], "hook": "late"},  # noqa: F601 (last wins)
+            {"hook": "ohce", "data": 2}, {"hook": "echo", "data": None, "meta": {"s": 1}},
+            {"hook": "echo", "meta": {}, "data": "x"}, {"hook": "echo"}, {"data": 3}]
+    for doc in docs * 2:
+        packed = msgpack.packb(doc)
+        value = unpack(packed)
+        assert codec.unpack_call(packed) == (value.get("hook"), value.get("data"),
+                                             value.get("meta"))

@@ -414,6 +414,16 @@ def unpack(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
 
 _CALL_KEYS = {"hook": 0, "data": 1, "meta": 2}
 _HOOK_KEY, _DATA_KEY = b"\xa4hook", b"\xa4data"
+# The last request's bytes from its "hook" key to its "data" key, and its hook
+# name (0xc1 is no MessagePack byte: the first request matches nothing).
+_last_head: list[tuple[bytes, str]] = [(b"\xc1", "")]
+
+
+def _data(buf: bytes, pos: int, room: int) -> tuple[Any, int]:
+    b = buf[pos]
+    if 0x80 <= b <= 0x8F:  # a map, as most hooks' data is
+        return _map(buf, pos + 1, b - 0x80, room)
+    return _value(buf, pos, room)
 
 
 def unpack_call(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, Any, Any] | None:
@@ -440,21 +450,32 @@ def unpack_call(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, Any, Any]
             raise _TooDeep
         room = max_depth - 1
         found: list[Any] = [None, None, None]
-        if n >= 2 and buf.startswith(_HOOK_KEY, pos) and 0xA0 <= buf[pos + 5] <= 0xBF:
-            # The host's layout: "hook" (a short str) first, then "data".
-            pos += 6
-            end = pos + buf[pos - 1] - 0xA0
-            found[0] = buf[pos:end].decode()
-            pos = end
-            n -= 1
-            if buf.startswith(_DATA_KEY, pos):
-                pos += 5
+        if n >= 2:
+            # The host's layout: "hook" (a short str) first, then "data". The bytes
+            # from "hook" to "data" of the last such request are kept with its hook
+            # name: a hook called again is recognised by one comparison.
+            head, name = _last_head[0]
+            if buf.startswith(head, pos):
+                found[0] = name
+                pos += len(head)
+                n -= 2
                 b = buf[pos]
                 if 0x80 <= b <= 0x8F:
                     found[1], pos = _map(buf, pos + 1, b - 0x80, room)
                 else:
                     found[1], pos = _value(buf, pos, room)
+            elif buf.startswith(_HOOK_KEY, pos) and 0xA0 <= buf[pos + 5] <= 0xBF:
+                start = pos
+                pos += 6
+                end = pos + buf[pos - 1] - 0xA0
+                found[0] = buf[pos:end].decode()
+                pos = end
                 n -= 1
+                if buf.startswith(_DATA_KEY, pos):
+                    pos += 5
+                    _last_head[0] = (buf[start:pos], found[0])
+                    n -= 1
+                    found[1], pos = _data(buf, pos, room)
         keys = _CALL_KEYS
         while n:
             n -= 1
