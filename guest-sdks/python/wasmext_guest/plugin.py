@@ -99,9 +99,10 @@ class Plugin:
         self._by_name: dict[str, list[_Hook]] = {}
         for h in self._hooks:
             self._by_name.setdefault(h.name, []).append(h)
-        # A hook with one handler and no pattern, as most are: its method's name.
-        self._direct = {name: hs[0].method for name, hs in self._by_name.items()
-                        if len(hs) == 1 and hs[0].pattern is None}
+        # A hook with one handler and no pattern, as most are: its bound method.
+        self._direct: dict[str, Callable[[Any], Any]] = {
+            name: getattr(self, hs[0].method) for name, hs in self._by_name.items()
+            if len(hs) == 1 and hs[0].pattern is None}
 
     # -- what a plugin may override (each default does nothing) -------------------
 
@@ -160,9 +161,9 @@ class Plugin:
                     meta if isinstance(meta, dict) else {})
         self.call = call
         try:
-            method = self._direct.get(call.hook)
-            if method is not None:
-                value = getattr(self, method)(data)
+            direct = self._direct.get(call.hook)
+            if direct is not None:
+                value = direct(data)
             else:
                 handler = self._handler(call)
                 value = handler(data) if handler is not None else self.unhandled(call)
