@@ -14,10 +14,16 @@ are written to run as few of them as possible per value:
   end raises IndexError (turned into "truncated" once, at the top) and a slice
   past the end leaves the position beyond the buffer, which the next read or
   the final length check refuses;
-* strings, small ints, None and booleans inside maps and arrays are read and
-  written inline in the container's loop, without a call per value;
-* a string's header comes from a table of 256 prebuilt headers, and each
-  container passes down how many levels it may still open (one comparison).
+* short strings (and small ints in arrays) are read, and strings written, inline
+  in the container's loop, without a call per value; loops are `while` loops;
+* the writer appends parts to a list joined once; a string's header comes from a
+  table of 256, and map keys from a bounded cache of their encodings;
+* each container passes down how many levels it may still open (one comparison);
+* `unpack_call` recognises the head of the last call's request (its "hook" and
+  "data" keys around the same hook name) with one comparison.
+
+docs/performance.md ("Component plugins") has the guest's instruction counts
+behind these choices.
 """
 
 from __future__ import annotations
