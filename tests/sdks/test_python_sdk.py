@@ -230,3 +230,121 @@ def test_a_plugin_overriding_handle_gets_the_request_map(monkeypatch: pytest.Mon
     answer = world.call(msgpack.packb({"hook": "x", "data": 1, "trace": "t"}))
     assert msgpack.unpackb(answer) == {"ok": True, "value": "mine"}
     assert seen == [{"hook": "x", "data": 1, "trace": "t"}]
+
+
+def _boundary_values() -> list[Any]:
+    ints = [0, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1,
+            -1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1, -(2**63)]
+    floats = [0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), 1e308, 5e-324]
+    strs = ["", "a" * 31, "a" * 32, "a" * 255, "a" * 256, "a" * 65535, "a" * 65536,
+            "é" * 15 + "a", "é" * 16, "é" * 127 + "a", "é" * 128, "😀" * 64]
+    bins = [b"", b"\x00" * 255, b"\xff" * 256, b"x" * 65535, b"y" * 65536]
+    containers = [list(range(n)) for n in (15, 16, 65535, 65536)] + \
+        [{f"k{i}": i for i in range(n)} for n in (15, 16, 65535, 65536)] + \
+        [{1: "int key", b"b": "bin key", None: 0}, {"": [None, True, False]}, ("a", ("b",))]
+    return ints + floats + strs + bins + containers
+
+
+@pytest.mark.parametrize("value", _boundary_values(),
+                         ids=lambda v: f"{type(v).__name__}:{str(v)[:24]}")
+def test_every_type_boundary_agrees_with_the_reference_codec(value: Any) -> None:
+    """Each width's first and last value, both directions, and inside a call request."""
+    packed = pack(value)
+    assert packed == msgpack.packb(value, use_bin_type=True)
+    expected = msgpack.unpackb(packed, strict_map_key=False, raw=False)
+    assert unpack(packed) == expected
+    assert codec.pack_answer(value) == msgpack.packb({"ok": True, "value": value},
+                                                     use_bin_type=True)
+    request = msgpack.packb({"hook": "h", "data": value, "meta": {"m": value}},
+                            use_bin_type=True)
+    assert codec.unpack_call(request) == ("h", expected, {"m": expected})
+
+
+def test_ints_past_64_bits_and_lone_surrogates_have_no_encoding() -> None:
+    for value in (2**64, -(2**63) - 1, "\ud800", {"\udfff": 1}, ["x", "\ud800"]):
+        with pytest.raises(MsgpackError):
+            pack(value)
+
+
+def test_nesting_is_refused_past_the_depth_limit_on_both_sides() -> None:
+    """pack allows MAX_DEPTH containers (pack_answer one fewer inside its map); unpack
+    and unpack_call refuse one past max_depth with MsgpackError."""
+    def nested(levels: int) -> Any:
+        value: Any = 0
+        for i in range(levels):
+            value = [value] if i % 2 else {"k": value}
+        return value
+
+    limit = codec.MAX_DEPTH
+    assert unpack(pack(nested(limit))) == nested(limit)
+    assert unpack(codec.pack_answer(nested(limit - 1)))["value"] == nested(limit - 1)
+    for too_deep in (lambda: pack(nested(limit + 1)),
+                     lambda: codec.pack_answer(nested(limit)),
+                     lambda: unpack(msgpack.packb(nested(limit + 1))),
+                     lambda: unpack(msgpack.packb(nested(5)), max_depth=4),
+                     lambda: codec.unpack_call(msgpack.packb({"hook": "h",
+                                                              "data": nested(limit)}))):
+        with pytest.raises(MsgpackError, match="deeper than"):
+            too_deep()
+    assert codec.unpack_call(msgpack.packb({"hook": "h", "data": nested(limit - 1)})) == \
+        ("h", nested(limit - 1), None)
+
+
+@given(values)
+def test_every_truncation_and_extension_is_refused(value: Any) -> None:
+    """A cut document (at every length) or one with a byte after it raises MsgpackError,
+    never IndexError or another error of the reader, from unpack and unpack_call."""
+    packed = pack(value)
+    request = msgpack.packb({"hook": "h", "data": value}, use_bin_type=True)
+    for doc, read in ((packed, unpack), (request, codec.unpack_call)):
+        for cut in range(len(doc)):
+            with pytest.raises(MsgpackError):
+                read(doc[:cut])
+        with pytest.raises(MsgpackError, match="after the value"):
+            read(doc + b"\xc0")
+
+
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_read_as_a_call_or_refuse(data: bytes) -> None:
+    """unpack_call accepts exactly what unpack accepts, with the same fields."""
+    try:
+        value = unpack(data)
+    except MsgpackError:
+        with pytest.raises(MsgpackError):
+            codec.unpack_call(data)
+        return
+    fields = codec.unpack_call(data)
+    if not isinstance(value, dict):
+        assert fields is None
+    else:
+        assert fields == (value.get("hook"), value.get("data"), value.get("meta"))
+
+
+def test_cached_map_keys_write_what_fresh_ones_write() -> None:
+    """Map keys are kept encoded between calls: past the cache's size, for long keys,
+    for str subclasses equal to a kept key, the bytes stay the reference codec's."""
+    import enum
+
+    class Color(str, enum.Enum):
+        RED = "red"
+
+    many = {f"key-{i}": i for i in range(codec._KEY_CACHE + 50)}
+    long = {"k" * 40: 1, "é" * 20: 2, "e" * 300: 3}
+    for doc in (many, many, long, long, {"red": 1}, {Color.RED: 1}, {"red": Color.RED}):
+        assert pack(doc) == msgpack.packb(doc, use_bin_type=True)
+    assert len(codec._keys) <= codec._KEY_CACHE
+
+
+def test_a_repeated_hook_reads_like_a_new_one() -> None:
+    """unpack_call keeps the last request's head (hook name and keys): a request with
+    the same head but other data, a later repeated key, or another hook of the same
+    length reads as unpack reads it."""
+    docs = [{"hook": "echo", "data": 1}, {"hook": "echo", "data": {"a": "b"}},
+            {"hook": "echo", "data": [1], "hook": "late"},  # noqa: F601 (last wins)
+            {"hook": "ohce", "data": 2}, {"hook": "echo", "data": None, "meta": {"s": 1}},
+            {"hook": "echo", "meta": {}, "data": "x"}, {"hook": "echo"}, {"data": 3}]
+    for doc in docs * 2:
+        packed = msgpack.packb(doc)
+        value = unpack(packed)
+        assert codec.unpack_call(packed) == (value.get("hook"), value.get("data"),
+                                             value.get("meta"))

@@ -99,6 +99,10 @@ class Plugin:
         self._by_name: dict[str, list[_Hook]] = {}
         for h in self._hooks:
             self._by_name.setdefault(h.name, []).append(h)
+        # A hook with one handler and no pattern, as most are: its bound method.
+        self._direct: dict[str, Callable[[Any], Any]] = {
+            name: getattr(self, hs[0].method) for name, hs in self._by_name.items()
+            if len(hs) == 1 and hs[0].pattern is None}
 
     # -- what a plugin may override (each default does nothing) -------------------
 
@@ -157,8 +161,12 @@ class Plugin:
                     meta if isinstance(meta, dict) else {})
         self.call = call
         try:
-            handler = self._handler(call)
-            value = handler(data) if handler is not None else self.unhandled(call)
+            direct = self._direct.get(call.hook)
+            if direct is not None:
+                value = direct(data)
+            else:
+                handler = self._handler(call)
+                value = handler(data) if handler is not None else self.unhandled(call)
         except (Fail, HostError) as err:
             return False, {"ok": False, "error": {"code": err.code, "message": err.message}}
         except MemoryError:

@@ -35,7 +35,7 @@ import wasmtime
 log = logging.getLogger("wasmext.sandbox.fastcall")
 
 __all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding",
-           "host_failure_standin", "keep_host_exception", "take_host_exception"]
+           "budget_setter", "host_failure_standin", "keep_host_exception", "take_host_exception"]
 
 SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
 WASM32_SPAN = 1 << 32
@@ -181,6 +181,26 @@ class MemoryView:
         self._view[ptr:ptr + len(data)] = data
 
 
+def budget_setter(store: wasmtime.Store) -> Callable[[int, int], None]:
+    """A setter for `store`'s (fuel, epoch ticks), refreshed before every call: two raw
+    calls where the raw entries are loaded (a core module's or a component's store)."""
+    raw = _RAW
+    if raw is None:
+        def set_public(fuel: int, ticks: int) -> None:
+            store.set_fuel(fuel)
+            store.set_epoch_deadline(ticks)
+        return set_public
+    set_fuel, set_deadline = raw.set_fuel, raw.set_deadline
+    ctx = ctypes.addressof(store._context().contents)
+
+    def set_raw(fuel: int, ticks: int) -> None:
+        # set_fuel fails only when fuel is disabled, which SharedEngine never does.
+        set_fuel(ctx, fuel)
+        set_deadline(ctx, ticks)
+    set_raw.__dict__["_keep"] = store  # the context lives as long as its store
+    return set_raw
+
+
 class StoreBinding:
     """Fast entry points into one instance in one store."""
 
@@ -223,21 +243,7 @@ class StoreBinding:
 
     def budget(self) -> Callable[[int, int], None]:
         """A setter for (fuel, epoch ticks), refreshed before every call."""
-        raw = self._raw
-        if raw is None:
-            store = self.store
-
-            def set_public(fuel: int, ticks: int) -> None:
-                store.set_fuel(fuel)
-                store.set_epoch_deadline(ticks)
-            return set_public
-        set_fuel, set_deadline, ctx = raw.set_fuel, raw.set_deadline, self._ctx
-
-        def set_raw(fuel: int, ticks: int) -> None:
-            # set_fuel fails only when fuel is disabled, which SharedEngine never does.
-            set_fuel(ctx, fuel)
-            set_deadline(ctx, ticks)
-        return set_raw
+        return budget_setter(self.store)
 
     def fuel_left(self) -> Callable[[], int]:
         """A reader of the fuel the store has left (for metering a call)."""

@@ -32,6 +32,9 @@ _VALUE_AT = _VAL.of.offset
 _U8 = ffi.WASMTIME_COMPONENT_U8.value
 _LIST = ffi.WASMTIME_COMPONENT_LIST.value
 _BOOL = ffi.WASMTIME_COMPONENT_BOOL.value
+# Requests up to this many bytes are lowered through an export's reused image of
+# the value array (32 KiB for 1,024 values); longer ones build a one-off image.
+IMAGE_MAX = 1024
 
 
 def bytes_to_val(data: bytes, val: Any) -> None:
@@ -77,15 +80,37 @@ class BytesExport:
         if params != ["ListType"] or result != "ListType":
             raise TypeError(f"export {name} is not func(list<u8>) -> list<u8>")
         self._func = func._func
+        self._func_ref = ctypes.byref(self._func)
         self._store = store
+        # The value array of a request, kept between calls with every kind already
+        # U8: a call writes only the bytes' slots (an instance runs one call at a
+        # time, and the image is copied out before the guest runs).
+        self._image = bytearray()
+        self._image_c: Any = None
+
+    def _lower(self, data: bytes, val: Any) -> None:
+        n = len(data)
+        if not 0 < n <= IMAGE_MAX:
+            bytes_to_val(data, val)
+            return
+        size = n * _SIZE
+        if size > len(self._image):
+            image = bytearray(IMAGE_MAX * _SIZE)
+            image[0::_SIZE] = bytes((_U8,)) * IMAGE_MAX
+            self._image, self._image_c = image, (ctypes.c_char * len(image)).from_buffer(image)
+        self._image[_VALUE_AT:size:_SIZE] = data
+        raw = val.of.list  # a view into `val`: the list is created in place
+        ffi.wasmtime_component_vallist_new_uninit(ctypes.byref(raw), n)
+        ctypes.memmove(raw.data, self._image_c, size)
+        val.kind = _LIST
 
     def __call__(self, data: bytes, limit: int) -> bytes | None:
         """The answer, or None when it is longer than `limit` (it is dropped unread)."""
         args = (_VAL * 1)()
-        bytes_to_val(data, args[0])
+        self._lower(data, args[0])
         result = _VAL()
         try:
-            err = ffi.wasmtime_component_func_call(ctypes.byref(self._func),
+            err = ffi.wasmtime_component_func_call(self._func_ref,
                                                    self._store._context(), args, 1,
                                                    ctypes.byref(result), 1)
         finally:

@@ -41,6 +41,7 @@ from wasmext.sandbox.backends.component import ComponentModule
 from wasmext.sandbox.backends.wit_tools import WitFunction, answer_floor
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
+from wasmext.sandbox.fastcall import budget_setter
 from wasmext.sandbox.faults import classify, timeout
 from wasmext.sandbox.fsgrants import preopen_args
 from wasmext.sandbox.hostcalls import CallContext, HostServices
@@ -91,6 +92,7 @@ class ComponentInstance(PluginInstance):
             wasi.preopen_dir(host_path, guest_path, False)
         store.set_wasi(wasi)
         self.store = store
+        self._set_budget = budget_setter(store)
         self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
         self.meter = False
         self._set_budget(limits.fuel_per_call, self._enter())
@@ -106,10 +108,6 @@ class ComponentInstance(PluginInstance):
             return
         self._register = BytesExport(instance, store, "register")
         self._call_export = BytesExport(instance, store, "call")
-
-    def _set_budget(self, fuel: int, ticks: int) -> None:
-        self.store.set_fuel(fuel)
-        self.store.set_epoch_deadline(ticks)
 
     def wasi_memory(self) -> Any:
         return None
