@@ -1,11 +1,14 @@
-"""Hook-call metrics counted in plain integers, turned into Prometheus families on scrape.
+"""Hook-call and host-call metrics counted in plain integers, turned into Prometheus
+families on scrape.
 
 Every hook call records its duration, its outcome and its fuel. Going through
 prometheus_client's Histogram and Counter children costs several locks and a
 Python loop over the buckets per call, more than a cheap hook call itself; here
 a call adds to a few integers under the caller's lock (one `bisect` finds the
 bucket), and `collect()` builds the same families (names, labels, cumulative
-buckets, sums) when the registry is scraped. Counters never go down: a plugin
+buckets, sums) when the registry is scraped. A host call (`record_host_call`)
+adds one to an integer the same way: a labelled Counter child's `inc` took its own
+lock and cost as much as a cheap op. Counters never go down: a plugin
 that is forgotten keeps its series, as Prometheus counters should.
 """
 
@@ -21,7 +24,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-__all__ = ["CallCell", "CallStats"]
+__all__ = ["CallCell", "CallStats", "Count"]
 
 
 def _le(bound: float) -> str:
@@ -37,7 +40,9 @@ class _Histogram:
         self.sum = 0.0
 
 
-class _Count:
+class Count:
+    """One counter series: a plain integer added to under the owner's lock."""
+
     __slots__ = ("value",)
 
     def __init__(self) -> None:
@@ -49,7 +54,7 @@ class CallCell:
 
     __slots__ = ("calls", "fuel", "histogram")
 
-    def __init__(self, histogram: _Histogram, calls: _Count, fuel: _Count) -> None:
+    def __init__(self, histogram: _Histogram, calls: Count, fuel: Count) -> None:
         self.histogram, self.calls, self.fuel = histogram, calls, fuel
 
 
@@ -66,8 +71,9 @@ class CallStats:
         self.docs = docs
         self.lock = lock
         self._histograms: dict[tuple[str, str], _Histogram] = {}
-        self._calls: dict[tuple[str, str, str], _Count] = {}
-        self._fuel: dict[str, _Count] = {}
+        self._calls: dict[tuple[str, str, str], Count] = {}
+        self._fuel: dict[str, Count] = {}
+        self._host_calls: dict[tuple[str, str], Count] = {}
 
     def cell(self, plugin_id: str, hook: str, outcome: str) -> CallCell:
         """The series for these (already capped) label values (owner's lock held)."""
@@ -76,11 +82,18 @@ class CallStats:
             hist = self._histograms[(hook, plugin_id)] = _Histogram(len(self.bounds))
         calls = self._calls.get((hook, plugin_id, outcome))
         if calls is None:
-            calls = self._calls[(hook, plugin_id, outcome)] = _Count()
+            calls = self._calls[(hook, plugin_id, outcome)] = Count()
         fuel = self._fuel.get(plugin_id)
         if fuel is None:
-            fuel = self._fuel[plugin_id] = _Count()
+            fuel = self._fuel[plugin_id] = Count()
         return CallCell(hist, calls, fuel)
+
+    def host_call_count(self, plugin_id: str, op: str) -> Count:
+        """The host-call series of (plugin, op label) (owner's lock held)."""
+        count = self._host_calls.get((plugin_id, op))
+        if count is None:
+            count = self._host_calls[(plugin_id, op)] = Count()
+        return count
 
     def record(self, cell: CallCell, ms: float, fuel: int) -> None:
         """One call (owner's lock held)."""
@@ -101,7 +114,8 @@ class CallStats:
             histograms = [(k, list(h.buckets), h.sum) for k, h in self._histograms.items()]
             calls = [(k, c.value) for k, c in self._calls.items()]
             fuel = [(k, c.value) for k, c in self._fuel.items() if c.value]
-        duration, total, consumed = self._families()
+            host_calls = [(k, c.value) for k, c in self._host_calls.items()]
+        duration, total, consumed, host = self._families()
         les = [_le(b) for b in self.bounds]
         for (hook, plugin_id), buckets, total_ms in histograms:
             running, cumulative = 0, []
@@ -113,10 +127,12 @@ class CallStats:
             total.add_metric([hook, plugin_id, outcome], float(n))
         for plugin_id, n in fuel:
             consumed.add_metric([plugin_id], float(n))
-        return iter((duration, total, consumed))
+        for (plugin_id, op), n in host_calls:
+            host.add_metric([plugin_id, op], float(n))
+        return iter((duration, total, consumed, host))
 
     def _families(self) -> tuple[HistogramMetricFamily, CounterMetricFamily,
-                                 CounterMetricFamily]:
+                                 CounterMetricFamily, CounterMetricFamily]:
         return (HistogramMetricFamily("extension_callback_duration_ms",
                                       self.docs["extension.callback.duration_ms"],
                                       labels=["callback_type", "extension_id"]),
@@ -125,4 +141,7 @@ class CallStats:
                                     labels=["callback_type", "extension_id", "outcome"]),
                 CounterMetricFamily("extension_fuel_consumed",
                                     self.docs["extension.fuel.consumed"],
-                                    labels=["extension_id"]))
+                                    labels=["extension_id"]),
+                CounterMetricFamily("extension_host_calls",
+                                    self.docs["extension.host_calls.total"],
+                                    labels=["extension_id", "op"]))

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import start_http_server
 
 from wasmext.errors import CapabilityDenied, PluginError, PluginFault, Quarantined
-from wasmext.observe.callstats import CallCell, CallStats
+from wasmext.observe.callstats import CallCell, CallStats, Count
 
 __all__ = [
     "METRICS", "PROMETHEUS_NAMES", "CallbackTimer", "Metrics", "MetricsServer", "PluginStats",
@@ -181,9 +181,9 @@ class Metrics:
         self._plugins: dict[str, _Plugin] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
         self._bound: dict[tuple[str, str, str], tuple[_Plugin, CallCell]] = {}
-        # (plugin, op) -> its summary and its labelled counter child: a host call
-        # bumps both without prometheus_client's labels() lookup.
-        self._host_bound: dict[tuple[str, str], tuple[_Plugin, Any]] = {}
+        # (plugin, op) -> its summary and its counter series (`CallStats`): a host call
+        # adds to two integers under one lock.
+        self._host_bound: dict[tuple[str, str], tuple[_Plugin, Count]] = {}
         # plugin -> its summary and its input, output and cost counter children.
         self._llm_bound: dict[str, tuple[_Plugin, Any, Any, Any]] = {}
         self.registrations = self._counter("extension.registration.total")
@@ -197,7 +197,6 @@ class Metrics:
         self.state_current = Gauge("extension_state_current_bytes", doc, labels,
                                    registry=self.registry)
         self.state_evictions = self._counter("extension.state.evictions")
-        self.host_calls = self._counter("extension.host_calls.total")
         self.events = self._counter("extension.events.total")
         self.events_dropped = self._counter("extension.events.dropped")
         self.llm_tokens = self._counter("extension.llm.tokens")
@@ -301,12 +300,11 @@ class Metrics:
             bound = self._host_bound.get((plugin_id, op))
             if bound is None:
                 label = self._label("op", plugin_id, op)
-                bound = (self._plugin(plugin_id),
-                         self.host_calls.labels(extension_id=plugin_id, op=label))
+                bound = (self._plugin(plugin_id), self._calls.host_call_count(plugin_id, label))
                 if label == op:  # bounded like the labels: made-up ops share "other"
                     self._host_bound[(plugin_id, op)] = bound
             bound[0].host_calls += 1
-        bound[1].inc()
+            bound[1].value += 1
 
     def record_state_op(self, plugin_id: str, operation: str) -> None:
         """Count a state operation of the plugin."""

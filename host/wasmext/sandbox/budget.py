@@ -105,14 +105,15 @@ class CallBudget:
                 "call's host calls count against its callers' max_host_calls)",
                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
 
-    def host_call(self, started: float, work: Callable[[], T]) -> T:
+    def host_call(self, started: float, work: Callable[..., T], *args: Any) -> T:
         """Run the host's side of one host call (already charged) within the budget.
 
         Whatever `work` causes through the call tree (a tool call into plugins, a host
         or MCP tool) ends by this call's deadline and by the end of its host-call time,
         which bound the frame's deadline while it runs. Ops that wait on the world
         (`http.fetch`, `llm.complete`, storage) read `ctx.deadline`, the call's, and
-        report that time as waited. `started` is the `perf_counter` the host call began.
+        report that time as waited. `started` is the `perf_counter` the host call began;
+        `work(*args)` runs (arguments, not a closure made per call).
         """
         ctx, frame = self.ctx, self.frame
         ctx.nested_seconds = ctx.waited_seconds = 0.0
@@ -120,7 +121,7 @@ class CallBudget:
         frame.deadline = bounded = min(deadline, time.monotonic() + (
             self.limits.host_call_timeout_ms / 1000 - self.host_seconds))
         try:
-            answer = work()
+            answer = work(*args)
         finally:
             # A cancel during `work` moved the deadline to the past: keep that.
             frame.deadline = deadline if frame.deadline >= bounded \

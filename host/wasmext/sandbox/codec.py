@@ -106,6 +106,8 @@ def decode(data: bytes, max_depth: int = 64) -> Any:
         check_depth(value, max_depth)
         return value
     marks = data.translate(None, _BORING)
-    if len(marks) > max_depth or (b"\xc4" in marks or b"\xc5" in marks or b"\xc6" in marks):
+    # Integers, not one-byte strings: `int in bytes` is a memchr, `bytes in bytes` a
+    # buffer export and a substring search: the three cost more than the unpacking.
+    if len(marks) > max_depth or (0xC4 in marks or 0xC5 in marks or 0xC6 in marks):
         check_depth(value, max_depth)
     return value

@@ -161,19 +161,36 @@ class MemoryView:
         span = (ctypes.c_ubyte * WASM32_SPAN).from_address(base)
         self._view = memoryview(span).cast("B")
         self.last_size = size()  # as of the latest read(): lets a fault tell if memory grew
+        # A size memory has reached: it never shrinks, so a region inside it is inside
+        # memory without asking wasmtime again (a foreign call costs more than the copy).
+        self.known = self.last_size
 
     def read(self, ptr: int, length: int) -> bytes | None:
         """Copy [ptr, ptr+length) out, or None when it is not inside memory."""
-        self.last_size = size = self.size()
+        self.last_size = self.known = size = self.size()
         if ptr + length > size:
             return None
         return self._view[ptr:ptr + length].tobytes()
 
+    def read_guest(self, ptr: int, length: int) -> bytes | None:
+        """`read` for an import's argument (host_call request, log text): memory is
+        asked its size only when the region is past the size already known, and
+        `last_size` (a hook call's own reads) is left alone."""
+        end = ptr + length
+        if end > self.known:
+            self.known = self.size()
+            if end > self.known:
+                return None
+        return self._view[ptr:end].tobytes()
+
     def write(self, ptr: int, data: bytes) -> bool:
         """Copy `data` in at `ptr`; False (and nothing written) when it does not fit."""
-        if ptr + len(data) > self.size():
-            return False
-        self._view[ptr:ptr + len(data)] = data
+        end = ptr + len(data)
+        if end > self.known:
+            self.known = self.size()
+            if end > self.known:
+                return False
+        self._view[ptr:end] = data
         return True
 
     def write_unchecked(self, ptr: int, data: bytes) -> None:
@@ -298,7 +315,17 @@ class StoreBinding:
                 _raise_failure(raw, err, caught)
             return u32[0] | u32[1] << 32
 
-        chosen = invoke2 if nparams == 2 and has_result else invoke
+        def invoke1(a: int) -> int:
+            # wasmext_alloc, once per host call's answer.
+            u32[0] = a
+            err = call(ctx, fn, pargs, 1, ptrap)
+            if err or trap.value:
+                caught, trap.value = trap.value, None
+                _raise_failure(raw, err, caught)
+            return u32[0] | u32[1] << 32
+
+        chosen = invoke2 if nparams == 2 and has_result else \
+            invoke1 if nparams == 1 and has_result else invoke
         chosen.__dict__["_keep"] = (func, self.store)  # the addresses must stay valid
         return chosen
 

@@ -41,7 +41,10 @@ _tree = calltree._tree  # the per-thread frame stack, read directly on the hot p
 
 def _host_call(ptr: int, length: int) -> int:
     guest: GuestSide = _tree.stack[-1].guest  # type: ignore[union-attr]
-    return guest.on_host_call(ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+    packed = guest.on_host_call(ptr & 0xFFFFFFFF, length & 0xFFFFFFFF)
+    # The i64 result as a signed value (what both trampolines write back), signed
+    # here rather than in a wrapper: one Python frame less per host call.
+    return packed - (1 << 64) if packed >= 1 << 63 else packed
 
 
 def _log(level: int, ptr: int, length: int) -> None:
@@ -51,14 +54,6 @@ def _log(level: int, ptr: int, length: int) -> None:
 
 def _top() -> GuestSide:
     return _tree.stack[-1].guest  # type: ignore[union-attr,no-any-return]
-
-
-def _signed64(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _host_call_signed(ptr: int, length: int) -> int:
-    return _signed64(_host_call(ptr, length))
 
 
 _FAST = True  # tests switch the fast trampoline off to pin the public-API path
@@ -78,7 +73,7 @@ def linker_for(engine: SharedEngine) -> wasmtime.Linker:
             linker = wasmtime.Linker(engine.engine)
             wasi.define(linker, _top, _FAST and _FAST_WASI)
             for name, ty, fn in (("host_call", wasmtime.FuncType([i32, i32], [i64]),
-                                  _host_call_signed),
+                                  _host_call),
                                  ("log", wasmtime.FuncType([i32, i32, i32], []), _log)):
                 # The cached trampoline when this wasmtime is trusted, else the public API.
                 if not (_FAST and hosttramp.define(linker, "wasmext", name, ty, fn)):

@@ -117,10 +117,12 @@ class PluginInstance:
         """Bind an export on first use: most are called once per instance."""
         return self._binding.func(name, nparams, has_result)
 
+    def _bind_alloc(self) -> Caller:
+        self._alloc_fn = alloc = self._bind("wasmext_alloc", 1, True)
+        return alloc
+
     def _alloc(self, size: int) -> int:
-        if self._alloc_fn is None:
-            self._alloc_fn = self._bind("wasmext_alloc", 1, True)
-        return self._alloc_fn(size)
+        return (self._alloc_fn or self._bind_alloc())(size)
 
     # -- WASI (sandbox.wasi calls these on the instance on top of the stack) ------
 
@@ -393,37 +395,37 @@ class PluginInstance:
         budget = self.budget
         budget.charge_host_call()
         started = time.perf_counter()
-        pid, hook = self.ctx.plugin_id, self.ctx.hook
-        if length > self.limits.max_host_request_bytes:
+        limits = self.limits
+        if length > limits.max_host_request_bytes:
             self._fail(InvalidOutput(f"host_call request of {length} bytes is over "
-                                     f"{self.limits.max_host_request_bytes}",
-                                     plugin_id=pid, hook=hook))
-        request = self.memory.read(ptr, length)
+                                     f"{limits.max_host_request_bytes}",
+                                     plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
+        memory = self.memory
+        request = memory.read_guest(ptr, length)
         if request is None:
             self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
-                                     "memory", plugin_id=pid, hook=hook))
+                                     "memory", plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
         assert request is not None
-        services, ctx, depth, pack = self.services, self.ctx, self.limits.max_msgpack_depth, \
-            self._pack
-        answer = budget.host_call(started,
-                                  lambda: services.dispatch_packed(ctx, request, depth, pack))
+        answer = budget.host_call(started, self.services.dispatch_packed, self.ctx, request,
+                                  limits.max_msgpack_depth, self._pack)
         started = time.perf_counter()
+        size = len(answer)
         try:
-            out = self._alloc(len(answer))
+            out = (self._alloc_fn or self._bind_alloc())(size)
         except Exception as exc:
             self._fail(GuestTrap(f"trap inside wasmext_alloc during host_call: "
                                  f"{first_line(exc)}",
-                                 plugin_id=pid, hook=hook))
-        if out and not self.memory.write(out, answer):
+                                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
+        if out and not memory.write(out, answer):
             self._fail(InvalidOutput(f"wasmext_alloc returned {out:#x}, outside memory",
-                                     plugin_id=pid, hook=hook))
+                                     plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
         budget.check_time(started)
-        return (out << 32) | len(answer) if out else 0
+        return (out << 32) | size if out else 0
 
     def on_log(self, level: int, ptr: int, length: int) -> None:
         """Keep the guest's log line (truncated), charged as a host call."""
         self.budget.charge_host_call()
-        text = self.memory.read(ptr, min(length, self.limits.max_log_line_bytes))
+        text = self.memory.read_guest(ptr, min(length, self.limits.max_log_line_bytes))
         if text is None:
             self._fail(InvalidOutput(f"log text ptr {ptr:#x} len {length} is outside memory",
                                      plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
