@@ -38,7 +38,8 @@ T = TypeVar("T")
 class CallBudget:
     """Deadline, host calls, host-call time and credits of one guest's calls."""
 
-    __slots__ = ("abort", "ctx", "frame", "guest", "host_seconds", "limits", "rearm", "ticks")
+    __slots__ = ("abort", "ctx", "frame", "guest", "host_budget_s", "host_seconds", "limits",
+                 "rearm", "ticks")
 
     def __init__(self, limits: Limits, ctx: CallContext, guest: Any, ticks: int = 0,
                  rearm: Callable[[int], None] | None = None) -> None:
@@ -49,6 +50,7 @@ class CallBudget:
         self.rearm = rearm  # sets the store's epoch deadline; None: no store of ours
         self.frame = calltree.Frame(0.0, 0, None)
         self.host_seconds = 0.0
+        self.host_budget_s = limits.host_call_timeout_ms / 1000  # once, not per host call
         self.abort: PluginFault | None = None
 
     # -- a guest call --------------------------------------------------------------
@@ -119,7 +121,7 @@ class CallBudget:
         ctx.nested_seconds = ctx.waited_seconds = 0.0
         deadline = frame.deadline
         frame.deadline = bounded = min(deadline, time.monotonic() + (
-            self.limits.host_call_timeout_ms / 1000 - self.host_seconds))
+            self.host_budget_s - self.host_seconds))
         try:
             answer = work(*args)
         finally:
@@ -142,7 +144,7 @@ class CallBudget:
     def check_time(self, started: float) -> None:
         """After host work begun at `started`: its time is ours; past a budget, fail."""
         self.host_seconds += time.perf_counter() - started
-        if self.host_seconds * 1000 > self.limits.host_call_timeout_ms:
+        if self.host_seconds > self.host_budget_s:
             self.fail(HostCallLimitExceeded(
                 f"more than {self.limits.host_call_timeout_ms} ms spent in host calls",
                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
