@@ -100,12 +100,12 @@ def _process_span() -> memoryview:
 _SPAN = _process_span()
 
 
-def _args(params: list[str]) -> Callable[[int], tuple[int, ...]]:
-    """Read arguments of these types from a raw value array (one 16-byte slot each)."""
+def _args(params: list[str]) -> Callable[[memoryview, int], tuple[int, ...]]:
+    """`unpack_from(span, ptr)`: the arguments of these types out of a raw value array
+    (one 16-byte slot each) at `ptr`."""
     fmt = struct.Struct("<" + "".join(f"{_CODES[p][0]}{_VAL_RAW_SIZE - _CODES[p][1]}x"
                                       for p in params))
-    unpack_from, span = fmt.unpack_from, _SPAN
-    return lambda ptr: unpack_from(span, ptr)
+    return fmt.unpack_from
 
 
 def _callback(fn: Callable[..., int | None], params: list[str], result: str | None) -> Any:
@@ -117,21 +117,21 @@ def _callback(fn: Callable[..., int | None], params: list[str], result: str | No
 
         def raw(env: int, caller: int, values: int, count: int) -> int:
             try:
-                pack32_into(span, values, fn(*read(values)))
+                pack32_into(span, values, fn(*read(span, values)))
                 return 0
             except BaseException as exc:
                 return _trap(exc)
     elif result == "i64":
         def raw(env: int, caller: int, values: int, count: int) -> int:
             try:
-                pack_into(span, values, fn(*read(values)))  # the result goes in slot 0
+                pack_into(span, values, fn(*read(span, values)))  # the result goes in slot 0
                 return 0
             except BaseException as exc:
                 return _trap(exc)
     else:
         def raw(env: int, caller: int, values: int, count: int) -> int:
             try:
-                fn(*read(values))
+                fn(*read(span, values))
                 return 0
             except BaseException as exc:
                 return _trap(exc)
