@@ -10,8 +10,12 @@ still get their named answers.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wasmext import InvalidOutput, Plugin, PluginError, Runtime
 from wasmext.observe.metrics import Metrics
@@ -89,6 +93,41 @@ def test_a_bytes_map_key_in_a_small_request_is_refused(key_bytes: int) -> None:
         decode(doc)
     assert decode(msgpack.packb({"op": "x", "v": b"k" * key_bytes}, use_bin_type=True))["op"] \
         == "x"
+
+
+mixed_keys = st.recursive(
+    st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.binary(max_size=4)
+    | st.text(max_size=4),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=3) | st.binary(max_size=3), children, max_size=3),
+    max_leaves=12)
+
+
+def _has_bytes_key(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(isinstance(k, bytes) or _has_bytes_key(v) for k, v in value.items())
+    return isinstance(value, list) and any(_has_bytes_key(v) for v in value)
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@given(mixed_keys, st.integers(min_value=4, max_value=64))
+@settings(max_examples=300)
+def test_short_documents_refuse_bytes_keys_at_any_depth(value: Any, limit: int) -> None:
+    # Most of these are shorter than `limit`: decode's shortcut for them (no scan of
+    # container marks) must refuse exactly what the full check refuses.
+    doc = msgpack.packb(value, use_bin_type=True)
+    if _has_bytes_key(value) or _depth(value) > limit:
+        with pytest.raises(DecodeError):
+            decode(doc, max_depth=limit)
+    else:
+        assert decode(doc, max_depth=limit) == value
 
 
 def test_hostile_requests_still_get_their_named_answers(runtime: Runtime) -> None:

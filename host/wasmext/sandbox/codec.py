@@ -78,7 +78,8 @@ def may_nest_deeper(data: bytes, max_depth: int) -> bool:
     """Cheap test: could this encoded document nest deeper than max_depth? (It over-
     approximates: container headers and bin headers, wherever they stand, count;
     a document over SCAN_LIMIT bytes always answers True: walk its value instead.)"""
-    return len(data) > SCAN_LIMIT or len(data.translate(None, _BORING)) > max_depth
+    return len(data) > SCAN_LIMIT or (len(data) > max_depth and
+                                      len(data.translate(None, _BORING)) > max_depth)
 
 
 def decode(data: bytes, max_depth: int = 64) -> Any:
@@ -104,6 +105,13 @@ def decode(data: bytes, max_depth: int = 64) -> Any:
     # document is walked at once: one pass, not a scan of its bytes and a walk.
     if len(data) > SCAN_LIMIT:
         check_depth(value, max_depth)
+        return value
+    if len(data) <= max_depth:
+        # Every container takes a byte: too short to nest too deep. Only a bytes key
+        # is left to refuse, and it needs a bin header byte (a string or number may
+        # hold one too: then the walk runs for nothing). No table of marks to build.
+        if 0xC4 in data or 0xC5 in data or 0xC6 in data:
+            check_depth(value, max_depth)
         return value
     marks = data.translate(None, _BORING)
     # Integers, not one-byte strings: `int in bytes` is a memchr, `bytes in bytes` a
