@@ -279,6 +279,9 @@ def _host_of(url: str) -> str:
 _OK_VALUE = b"\x82\xa2ok\xc3\xa5value"  # {"ok": true, "value": ... as MessagePack
 
 
+_ALL = object()  # config.get without a key
+
+
 def _str_arg(req: dict[str, Any], name: str) -> str:
     value = req.get(name)
     if not isinstance(value, str):
@@ -301,9 +304,11 @@ def _op_log(ctx: CallContext, req: dict[str, Any]) -> None:
 
 
 def _op_config_get(ctx: CallContext, req: dict[str, Any]) -> Any:
-    if "key" not in req:
+    key = req.get("key", _ALL)
+    if key is _ALL:
         return {k: v for k, v in ctx.settings.items() if k not in ctx.sensitive}
-    key = _str_arg(req, "key")
+    if not isinstance(key, str):  # `_str_arg`'s check, without its frame: the commonest op
+        raise OpError("invalid", "'key' must be a string")
     if key in ctx.sensitive:
         raise OpError("denied", f"setting {key!r} is sensitive; read it with secret.get")
     if key not in ctx.settings:
