@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const SDK = dirname(fileURLToPath(import.meta.url));
-const LAYERS = ["msgpack.js", "raw.js", "host.js", "world.js", "helpers.js", "plugin.js"];
+const LAYERS = ["msgpack.js", "json.js", "raw.js", "host.js", "world.js", "helpers.js", "plugin.js"];
 const WORLD_IMPORT = /^import \{ hostCall as rawHostCall, log as rawLog \} from "wasmext:plugin\/host@1\.0\.0";$/m;
 
 export function bundle(pluginSource) {

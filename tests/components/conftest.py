@@ -16,6 +16,8 @@ from support import ROOT, Built
 COMPONENT_PLUGINS = {
     "hello-python": ROOT / "guest-sdks" / "python" / "examples" / "hello",
     "conformance-python": ROOT / "guest-sdks" / "python" / "conformance",
+    "conformance-javascript": ROOT / "guest-sdks" / "javascript" / "conformance",
+    "json-hostile-js": ROOT / "tests" / "plugins" / "json-hostile-js",
     "hostile-python": ROOT / "tests" / "plugins" / "python-hostile",
     "json-check": ROOT / "plugins" / "json-check",
     "wit-calc": ROOT / "tests" / "plugins" / "wit-calc",

@@ -24,8 +24,11 @@ class Conformance extends Plugin {
 
   hooks() {
     return [
-      // Through the writer and the reader (not a copy): every width round-trips.
-      hook("echo", (data) => unpack(pack(data))),
+      // The call's own reader and writer carry every value: MessagePack's every width,
+      // or JSON when the host sent the request as JSON (abi/SPEC.md section 8).
+      hook("echo", (data) => data),
+      // Through the SDK's MessagePack writer and reader once more, inside the handler.
+      hook("repack", (data) => unpack(pack(data))),
       hook("config", (key) => config(str(key, "config expects a string key"))),
       hook("log", (text) => { log(str(text, "log expects a string")); return null; }),
       hook("host", (req) => {

@@ -67,7 +67,7 @@ export function definePlugin(plugin) {
       plugin.settings = (req && typeof req.settings === "object") ? req.settings : {};
       plugin.onRegister(req);
       hooks = plugin.hooks();
-      const reg = { hooks: [], abi_minor: ABI_MINOR };
+      const reg = { hooks: [], abi_minor: ABI_MINOR, codecs: ["json"] };
       for (const h of hooks) {
         const entry = { hook: h.name };
         if (h.priority !== undefined) entry.priority = h.priority;
@@ -81,8 +81,9 @@ export function definePlugin(plugin) {
     },
     call(request) {
       let req;
+      const json = request.length > 0 && request[0] === 0x7b;
       try {
-        req = unpack(request);
+        req = json ? readJson(request) : unpack(request);
       } catch (e) {
         return pack({ ok: false, error: { code: "invalid", message: e.message } });
       }
@@ -95,7 +96,10 @@ export function definePlugin(plugin) {
         const value = h ? h.handler.call(plugin, data, call) : plugin.unhandled(call);
         if (value === UNCHANGED) return new Uint8Array(0);
         // The common answer: the value behind the answer's fixed head, no map around it.
-        if (!(value instanceof Stop)) return packAnswer(value === undefined ? null : value);
+        if (!(value instanceof Stop)) {
+          const v = value === undefined ? null : value;
+          return (json && jsonAnswer(v, MAX_DEPTH - 1)) || packAnswer(v);
+        }
         return pack(answer(value));
       } catch (e) {
         return pack(failure(e));

@@ -91,6 +91,8 @@ class Registration:
     # The guest's promise that this map depends on nothing but the request's
     # settings and ABI (not the plugin id): copies of the module may reuse it.
     shareable: bool = False
+    # Payload codecs besides MessagePack the guest reads and writes (SPEC 8: "json").
+    codecs: tuple[str, ...] = ()
 
     @property
     def hook_names(self) -> tuple[str, ...]:
@@ -147,10 +149,15 @@ class Registration:
         shareable = reg.get("shareable", False)
         if type(shareable) is not bool:
             raise bad("'shareable' must be a boolean")
-        known = {"hooks", "abi_minor", "name", "version", "shareable"}
+        codecs = reg.get("codecs", [])
+        if not isinstance(codecs, list) or len(codecs) > 16 or \
+                not all(isinstance(c, str) for c in codecs):
+            raise bad("'codecs' must be an array of at most 16 strings")
+        known = {"hooks", "abi_minor", "name", "version", "shareable", "codecs"}
         extra = {k: v for k, v in reg.items() if k not in known}
         return cls(tuple(hooks), minor, None if name is None else clean(name, 128),
-                   None if version is None else clean(version, 64), extra, shareable)
+                   None if version is None else clean(version, 64), extra, shareable,
+                   tuple(clean(c, 32) for c in codecs))
 
 
 @dataclass(frozen=True)
@@ -379,6 +386,7 @@ class Plugin:
                     "guest_minor": reg.abi_minor},
             "hooks": [{"hook": h.hook, "priority": h.priority, "pattern": h.pattern}
                       for h in reg.hooks],
+            "codecs": list(reg.codecs),
             "extra": dict(reg.extra),
             "size": self.module.info.size,
             "digest": f"sha256:{self.module.info.digest}",

@@ -46,6 +46,7 @@ from wasmext.sandbox.faults import classify, timeout
 from wasmext.sandbox.fsgrants import preopen_args
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
+from wasmext.sandbox.jsonwire import JSON_MARK, decode_json, json_request
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import Plugin
 
@@ -102,6 +103,7 @@ class ComponentInstance(PluginInstance):
             raise self._classify(exc, "instantiate") from exc
         finally:
             self._leave()
+        self.json = False  # the guest's registration listed "json" in `codecs`
         self._typed: dict[str, tuple[WitFunction, Any]] = {
             fn.tool: (fn, _typed_export(instance, store, fn)) for fn in module.wit_tools}
         if not module.world:
@@ -197,6 +199,8 @@ class ComponentInstance(PluginInstance):
         if ABI_MAJOR != 1:  # the linked world is @1.0.0
             raise AbiMismatch("the component world is wasmext:plugin@1.0.0",
                               plugin_id=self.ctx.plugin_id, hook="register")
+        codecs = reg.get("codecs")  # its shape is checked with the map (Registration)
+        self.json = type(codecs) is list and "json" in codecs
         return self._with_typed_tools(reg) if self._typed else reg
 
     def call(self, hook: str, data: Any, meta: dict[str, Any] | None = None) -> CallResult:
@@ -207,6 +211,11 @@ class ComponentInstance(PluginInstance):
             return self._typed_call(hook, data)
         req = {"hook": hook, "data": data} if meta is None else \
             {"hook": hook, "data": data, "meta": meta}
+        limits = self.limits
+        if self.json:
+            text = json_request(req, limits.max_msgpack_depth, limits.max_input_bytes)
+            if text is not None:
+                return self._answer(self._run(self._call_export, text, "call"), data)
         payload = encode(req)
         if may_nest_deeper(payload, self.limits.max_msgpack_depth):
             try:
@@ -214,11 +223,24 @@ class ComponentInstance(PluginInstance):
             except DecodeError as exc:
                 raise EncodeError(f"request for hook {hook}: {exc} (the ABI's limit)",
                                   plugin_id=ctx.plugin_id, hook=hook) from exc
-        raw = self._run(self._call_export, payload, "call")
+        return self._answer(self._run(self._call_export, payload, "call"), data)
+
+    def _answer(self, raw: bytes, data: Any) -> CallResult:
+        """A call's answer, read in the codec its first byte names (JSON only from a
+        guest that asked for it: to any other, `{` is MessagePack's 123, no answer)."""
         used = self.limits.fuel_per_call - self.store.get_fuel() if self.meter else 0
         if not raw:
             return CallResult(data, False, fuel=used)
-        return self._response(self._decode(raw, "call response"), data)._replace(fuel=used)
+        if self.json and raw[0] == JSON_MARK:
+            try:
+                resp = decode_json(raw, self.limits.max_msgpack_depth)
+            except DecodeError as exc:
+                raise InvalidOutput(f"call response (JSON): {exc}", plugin_id=self.ctx.plugin_id,
+                                    hook=self.ctx.hook) from exc
+        else:
+            resp = self._decode(raw, "call response")
+        result = self._response(resp, data)
+        return result._replace(fuel=used) if used else result
 
     # -- typed WIT exports as tools (sandbox.backends.wit_tools) --------------------
 
