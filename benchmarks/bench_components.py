@@ -12,6 +12,10 @@ call into its parts, to show where the time goes:
   plus the canonical ABI's copies): what no host change can remove;
 * the host's share is `echo - export`: encoding, decoding, budgets, pooling.
 
+A plugin that asks for JSON payloads (the JavaScript SDK: abi/SPEC.md 8.1) is also
+timed with them turned off in the host (`echo, MessagePack`), in the same rounds, so
+the two transports compare without the machine's load between them.
+
 Each language's resident memory per extra instance is measured in a fresh
 interpreter (compiled code comes from the cache the first load filled, and is
 shared by every instance: the growth is the instance's own memory).
@@ -42,6 +46,7 @@ from bench_timing import Case, run_interleaved, stats_of  # noqa: E402
 
 from wasmext import CompileCache, Runtime  # noqa: E402
 from wasmext.sandbox.backends.component import forget_compiled  # noqa: E402
+from wasmext.sandbox.jsonwire import json_request  # noqa: E402
 
 DOCS = ROOT / "docs" / "sdk-figures.md"
 PLUGINS = {
@@ -113,10 +118,21 @@ def measure(rounds: int) -> list[dict[str, Any]]:
                           lambda p=plugin: p.call("echo", DATA), 200, 20))
         cases.append(Case(f"{lang}.instance", f"{lang} new instance", "instance",
                           plugin.new_instance, 5 if lang != "c" else 50, 1))
+        if "json" in plugin.registration.codecs:
+            # The same module with JSON payloads turned off in the host: its pooled
+            # instance (one caller, so always the same one) is told the guest did not ask.
+            plain = rt.load(folder, plugin_id=f"{lang}-msgpack")
+            for idle in plain._idle:
+                idle.json = False  # type: ignore[attr-defined]
+            assert plain.call("echo", DATA).value == DATA
+            cases.append(Case(f"{lang}.echo_msgpack", f"{lang} echo, MessagePack", "echo",
+                              lambda p=plain: p.call("echo", DATA), 200, 20))
         inst = plugin.new_instance()
         keep.append(inst)
         if hasattr(inst, "_call_export"):
-            payload = msgpack.packb({"hook": "echo", "data": DATA})
+            req = {"hook": "echo", "data": DATA}
+            payload = (json_request(req, 64, 1 << 20) if getattr(inst, "json", False)
+                       else None) or msgpack.packb(req)
             export = inst._call_export
 
             def bare(e: Any = export, i: Any = inst, payload: bytes = payload) -> Any:
@@ -132,6 +148,8 @@ def measure(rounds: int) -> list[dict[str, Any]]:
         row["echo_us"] = by_key[f"{lang}.echo"]
         if f"{lang}.export" in by_key:
             row["export_us"] = by_key[f"{lang}.export"]
+        if f"{lang}.echo_msgpack" in by_key:
+            row["echo_msgpack_us"] = by_key[f"{lang}.echo_msgpack"]
     return rows
 
 
@@ -149,6 +167,11 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"{r['cached_load_s']:.2f} | {r['instance_us']:,.0f} | "
                      f"{r['instance_rss'] / 2**20 if 'instance_rss' in r else 0:.2f} | "
                      f"{r['echo_us']:.1f} | {ratio} | {export} |")
+    for r in rows:
+        if "echo_msgpack_us" in r and base:
+            lines.append(f"\n{r['language']} echo with MessagePack payloads (JSON turned off "
+                         f"in the host, same rounds): {r['echo_msgpack_us']:.1f} µs, "
+                         f"{r['echo_msgpack_us'] / base:.1f}x C.")
     return "\n".join(lines)
 
 

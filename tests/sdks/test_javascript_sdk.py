@@ -123,3 +123,53 @@ def test_the_answer_head_writer_matches_pack(tmp_path: Path) -> None:
     out = json.loads(node(ANSWER_CHECK % {"sdk": SDK, "vectors": VECTORS}, tmp_path))
     assert len(out) > 10
     assert [name for name, same in out if not same] == []
+
+
+JSON_CHECK = """
+import { jsonAnswer, readJson } from "%(sdk)s/src/json.js";
+const text = (v) => { const out = jsonAnswer(v, 63); return out === null ? null : Buffer.from(out).toString(); };
+let deep = 0;
+for (let i = 0; i < 63; i++) deep = [deep];
+const cases = {
+  plain: { a: [1, -2.5, "é😀", null, true], b: {} },
+  nullProto: Object.assign(Object.create(null), { k: 1 }),
+  deep63: deep,
+  deep64: [deep],
+  bin: { b: new Uint8Array([1, 2]) },
+  map: new Map([[1, 2]]),
+  date: [new Date(0)],
+  nan: [NaN], inf: { x: -Infinity },
+  undefinedMember: { a: undefined },
+  hole: [1, , 3],
+  big: [2n ** 60n],
+  fn: { f() {} },
+  instance: [new (class Point { constructor() { this.x = 1; } })()],
+  toJSON: { toJSON() { return "x"; } },
+  lone: ["\\ud800"],
+  pair: ["\\ud83d\\ude00"],
+  slash: ["\\\\ud800 as text"],
+};
+const out = {};
+for (const [name, v] of Object.entries(cases)) out[name] = text(v);
+out.read = readJson(new TextEncoder().encode('{"hook":"h","data":[1,"x"]}'));
+try { readJson(new Uint8Array([0x7b, 0xff])); out.badUtf8 = "read"; } catch (e) { out.badUtf8 = "refused"; }
+console.log(JSON.stringify(out));
+"""
+
+
+@needs_node
+def test_the_json_answer_writer_sends_only_what_json_carries_exactly(tmp_path: Path) -> None:
+    """jsonAnswer writes {"ok":true,"value":...} only for values the host reads back as
+    the MessagePack writer would have sent them; for the rest it answers null (the SDK
+    then writes MessagePack)."""
+    out = json.loads(node(JSON_CHECK % {"sdk": SDK}, tmp_path))
+    assert json.loads(out["plain"]) == {"ok": True, "value": {"a": [1, -2.5, "é😀", None, True],
+                                                              "b": {}}}
+    assert json.loads(out["nullProto"]) == {"ok": True, "value": {"k": 1}}
+    assert out["deep63"] is not None and out["deep64"] is None
+    assert out["pair"] == '{"ok":true,"value":["😀"]}'
+    refused = ["bin", "map", "date", "nan", "inf", "undefinedMember", "hole", "big", "fn",
+               "instance", "toJSON", "lone", "slash"]
+    assert {name: out[name] for name in refused} == dict.fromkeys(refused)
+    assert out["read"] == {"hook": "h", "data": [1, "x"]}
+    assert out["badUtf8"] == "refused"
