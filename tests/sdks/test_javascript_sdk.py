@@ -127,7 +127,10 @@ def test_the_answer_head_writer_matches_pack(tmp_path: Path) -> None:
 
 JSON_CHECK = """
 import { jsonAnswer, readJson } from "%(sdk)s/src/json.js";
-const text = (v) => { const out = jsonAnswer(v, 63); return out === null ? null : Buffer.from(out).toString(); };
+const text = (v) => {
+  const out = jsonAnswer(v, 63);
+  return out === null ? null : Buffer.from(out).toString();
+};
 let deep = 0;
 for (let i = 0; i < 63; i++) deep = [deep];
 const cases = {
@@ -152,7 +155,8 @@ const cases = {
 const out = {};
 for (const [name, v] of Object.entries(cases)) out[name] = text(v);
 out.read = readJson(new TextEncoder().encode('{"hook":"h","data":[1,"x"]}'));
-try { readJson(new Uint8Array([0x7b, 0xff])); out.badUtf8 = "read"; } catch (e) { out.badUtf8 = "refused"; }
+try { readJson(new Uint8Array([0x7b, 0xff])); out.badUtf8 = "read"; }
+catch (e) { out.badUtf8 = "refused"; }
 console.log(JSON.stringify(out));
 """
 

@@ -58,15 +58,30 @@ function failure(e) {
   return { ok: false, error: { code: "failed", message: `${e && e.name}: ${e && e.message}` } };
 }
 
+// The entry a call goes to: the first of its hook's entries whose pattern (if any)
+// matches the data's tag or name. Most hooks have one entry and no pattern.
+function pick(entries, data) {
+  if (entries === undefined) return undefined;
+  if (entries.length === 1 && entries[0].pattern === undefined) return entries[0];
+  const subject = data && typeof data === "object" ? (data.tag ?? data.name) : undefined;
+  return entries.find((x) => x.pattern === undefined ||
+    (typeof subject === "string" && matches(x.pattern, subject)));
+}
+
 export function definePlugin(plugin) {
-  let hooks = [];
+  let byName = new Map(); // hook name -> its entries, in registration order
   return {
     register(request) {
       const req = unpack(request);
       noteRegistration(req);
       plugin.settings = (req && typeof req.settings === "object") ? req.settings : {};
       plugin.onRegister(req);
-      hooks = plugin.hooks();
+      const hooks = plugin.hooks();
+      byName = new Map();
+      for (const h of hooks) {
+        if (!byName.has(h.name)) byName.set(h.name, []);
+        byName.get(h.name).push(h);
+      }
       const reg = { hooks: [], abi_minor: ABI_MINOR, codecs: ["json"] };
       for (const h of hooks) {
         const entry = { hook: h.name };
@@ -81,19 +96,18 @@ export function definePlugin(plugin) {
     },
     call(request) {
       let req;
-      const json = request.length > 0 && request[0] === 0x7b;
+      const json = request[0] === 0x7b; // undefined for an empty request
       try {
         req = json ? readJson(request) : unpack(request);
       } catch (e) {
         return pack({ ok: false, error: { code: "invalid", message: e.message } });
       }
-      const call = { hook: String(req.hook ?? ""), data: req.data ?? null, meta: req.meta ?? {} };
-      const data = call.data;
-      const subject = data && typeof data === "object" ? (data.tag ?? data.name) : undefined;
+      const name = typeof req.hook === "string" ? req.hook : String(req.hook ?? "");
+      const data = req.data ?? null;
+      const call = { hook: name, data, meta: req.meta ?? {} };
       try {
-        const h = hooks.find((x) => x.name === call.hook &&
-          (x.pattern === undefined || (typeof subject === "string" && matches(x.pattern, subject))));
-        const value = h ? h.handler.call(plugin, data, call) : plugin.unhandled(call);
+        const h = pick(byName.get(name), data);
+        const value = h !== undefined ? h.handler.call(plugin, data, call) : plugin.unhandled(call);
         if (value === UNCHANGED) return new Uint8Array(0);
         // The common answer: the value behind the answer's fixed head, no map around it.
         if (!(value instanceof Stop)) {

@@ -16,6 +16,7 @@ engine held them.
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 from collections.abc import Callable
 from itertools import accumulate
@@ -138,8 +139,20 @@ def _integer(text: str) -> int | float:
     return _number(text)
 
 
-_loads = json.JSONDecoder(parse_float=_number, parse_int=_integer,
-                          parse_constant=_refuse_constant).decode
+# The decoder's scanner, called directly: `JSONDecoder.decode` adds two Python frames
+# and a regex for what `_loads` checks itself (no bytes but whitespace after the value).
+_scan = json.scanner.make_scanner(json.JSONDecoder(  # type: ignore[arg-type]
+    parse_float=_number, parse_int=_integer, parse_constant=_refuse_constant))
+
+
+def _loads(text: str) -> Any:
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration as exc:
+        raise DecodeError(f"malformed JSON: no value at character {exc.value}") from None
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        raise DecodeError(f"malformed JSON: Extra data at character {end}")
+    return value
 
 
 def _check_strings(value: Any) -> None:
