@@ -27,6 +27,7 @@ import ctypes
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from importlib.metadata import version
 from typing import Any
 
@@ -35,7 +36,8 @@ import wasmtime
 log = logging.getLogger("wasmext.sandbox.fastcall")
 
 __all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding",
-           "budget_setter", "host_failure_standin", "keep_host_exception", "take_host_exception"]
+           "budget_setter", "host_failure_standin", "keep_host_exception", "new_store",
+           "take_host_exception"]
 
 SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
 WASM32_SPAN = 1 << 32
@@ -77,6 +79,21 @@ class _Raw:
         self.get_fuel = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_context_get_fuel", dll))
         self.export_get = _bindings._wasmtime_instance_export_get
         self.kind_memory = ffi.WASMTIME_EXTERN_MEMORY.value
+        # What starting an instance calls: plain-address prototypes skip the argument
+        # type checks of wasmtime-py's. Instantiation runs the guest's start function,
+        # so it releases the GIL like `call`.
+        self.export_by_name = ctypes.PYFUNCTYPE(ctypes.c_bool, vp, vp, ctypes.c_char_p,
+                                                ctypes.c_size_t, vp)(
+            ("wasmtime_instance_export_get", dll))
+        self.pre_instantiate = ctypes.CFUNCTYPE(vp, vp, vp, vp, vp)(
+            ("wasmtime_instance_pre_instantiate", dll))
+        i64 = ctypes.c_int64
+        self.limiter = ctypes.PYFUNCTYPE(None, vp, i64, i64, i64, i64, i64)(
+            ("wasmtime_store_limiter", dll))
+        # wasmtime-py's own typed entries, without its Python wrapper functions.
+        self.store_new = _bindings._wasmtime_store_new
+        self.store_context = _bindings._wasmtime_store_context
+        self.no_finalizer = ctypes.cast(0, ctypes.CFUNCTYPE(None, vp))
 
 
 def _load_raw() -> _Raw | None:
@@ -144,6 +161,22 @@ def _raise_failure(raw: _Raw, err: int | None, trap: int | None) -> None:
     if caught is not None:
         raise caught
     raise failure
+
+
+def new_store(engine: wasmtime.Engine) -> wasmtime.Store:
+    """A `wasmtime.Store` of `engine` without user data, as `wasmtime.Store(engine)`
+    makes it, minus the checks and wrappers around its two foreign calls."""
+    raw = _RAW
+    if raw is None:
+        return wasmtime.Store(engine)
+    store: wasmtime.Store = wasmtime.Store.__new__(wasmtime.Store)
+    ptr = raw.store_new(engine.ptr(), None, raw.no_finalizer)
+    # The attributes `Store.__init__` sets (name-mangled: `Managed.__ptr`,
+    # `Store.__context`); tests/sandbox/test_fastcall.py pins them on this wasmtime.
+    store._Managed__ptr = ptr  # type: ignore[attr-defined]
+    store._Store__context = raw.store_context(ptr)  # type: ignore[attr-defined]
+    store.engine = engine
+    return store
 
 
 class MemoryView:
@@ -219,15 +252,52 @@ def budget_setter(store: wasmtime.Store) -> Callable[[int, int], None]:
 
 
 class StoreBinding:
-    """Fast entry points into one instance in one store."""
+    """Fast entry points into one instance in one store.
 
-    def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance) -> None:
+    Made with an instance, or with none and then `limit` and `instantiate`: starting
+    an instance this way costs no wasmtime-py wrapper objects beyond the Instance.
+    """
+
+    def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance | None = None) -> None:
         self.store = store
-        self.instance = instance
         self._raw = _RAW
         ctx = store._context()
         self._ctx_ptr = ctx
         self._ctx = ctypes.addressof(ctx.contents)
+        self._once: tuple[Any, ...] | None = None  # `call_once`'s extern, args, trap, addresses
+        if instance is not None:
+            self._adopt(instance)
+
+    def _adopt(self, instance: wasmtime.Instance) -> None:
+        self.instance = instance
+        self._instance = ctypes.addressof(instance._instance)
+
+    def limit(self, memory_size: int, table_elements: int, instances: int, tables: int,
+              memories: int) -> None:
+        """The store's resource limits (`wasmtime.Store.set_limits`)."""
+        raw = self._raw
+        if raw is None:
+            self.store.set_limits(memory_size=memory_size, table_elements=table_elements,
+                                  instances=instances, tables=tables, memories=memories)
+            return
+        # addressof, not ctypes.cast: a cast ties the pointer object into a cycle.
+        raw.limiter(ctypes.addressof(self.store.ptr().contents), memory_size, table_elements,
+                    instances, tables, memories)
+
+    def instantiate(self, pre: wasmtime.InstancePre) -> None:
+        """Start `pre`'s instance in the store. A failure raises the exception a host
+        function raised on this thread, else the wasmtime error or the trap."""
+        raw = self._raw
+        if raw is None:
+            self._adopt(pre.instantiate(self.store))
+            return
+        instance = raw.ffi.wasmtime_instance_t()
+        trap = ctypes.c_void_p()
+        err = raw.pre_instantiate(ctypes.addressof(pre.ptr().contents), self._ctx,
+                                  ctypes.addressof(instance), ctypes.addressof(trap))
+        if err or trap.value:
+            _raise_failure(raw, err, trap.value)
+        self._adopt(wasmtime.Instance._from_raw(instance))
 
     def _export(self, name: str) -> Any:
         raw = self._raw
@@ -235,8 +305,8 @@ class StoreBinding:
             return self.instance.exports(self.store).get(name)
         key = name.encode()
         item = raw.ffi.wasmtime_extern_t()
-        if not raw.export_get(self._ctx_ptr, ctypes.byref(self.instance._instance), key,
-                              len(key), ctypes.byref(item)):
+        if not raw.export_by_name(self._ctx, self._instance, key, len(key),
+                                  ctypes.addressof(item)):
             return None
         return item.of.memory if item.kind == raw.kind_memory else item.of.func
 
@@ -253,8 +323,7 @@ class StoreBinding:
             return MemoryView(ctypes.addressof(mem.data_ptr(store).contents),
                               lambda: int(mem.data_len(store)))
         ctx, pmem = self._ctx, ctypes.addressof(mem)
-        size = raw.mem_size
-        view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), lambda: int(size(ctx, pmem)))
+        view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem))
         view.__dict__["_keep"] = (mem, self.store)
         return view
 
@@ -328,6 +397,37 @@ class StoreBinding:
             invoke1 if nparams == 1 and has_result else invoke
         chosen.__dict__["_keep"] = (func, self.store)  # the addresses must stay valid
         return chosen
+
+    def call_once(self, name: str, has_result: bool, *params: int) -> int:
+        """Call export `name` with u32 `params` as `func(...)` would, keeping no binding:
+        for the exports an instance calls once, when it starts (`_initialize`,
+        `wasmext_abi_version`, `wasmext_register`, the first `wasmext_alloc`).
+
+        Their extern, argument and trap slots are the binding's, reused: those calls
+        are made one after the other, never while another of them runs (a host call
+        made meanwhile calls what it needs through `func`)."""
+        raw = self._raw
+        if raw is None:
+            return self.func(name, len(params), has_result)(*params)
+        once = self._once
+        if once is None:
+            item, u32, trap = (raw.ffi.wasmtime_extern_t(), (ctypes.c_uint32 * 8)(),
+                               ctypes.c_void_p())
+            pitem = ctypes.addressof(item)
+            once = self._once = (item, u32, trap, pitem, pitem + type(item).of.offset,
+                                 ctypes.addressof(u32), ctypes.addressof(trap))
+        item, u32, trap, pitem, pfunc, pargs, ptrap = once
+        key = name.encode()
+        if not raw.export_by_name(self._ctx, self._instance, key, len(key), pitem):
+            raise KeyError(name)
+        u32[1] = 0  # an i32 result leaves the high half as it was
+        for i, p in enumerate(params):
+            u32[i * 4] = p
+        err = raw.call(self._ctx, pfunc, pargs, max(len(params), 1), ptrap)
+        if err or trap.value:
+            caught, trap.value = trap.value, None
+            _raise_failure(raw, err, caught)
+        return u32[0] | u32[1] << 32 if has_result else 0
 
 
 def _bind_public(store: wasmtime.Store, func: wasmtime.Func, has_result: bool) -> Caller:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import msgpack
-import wasmtime
 
 from wasmext._abi import ABI_MAJOR
 from wasmext.errors import (
@@ -32,7 +32,7 @@ from wasmext.errors import (
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
-from wasmext.sandbox.fastcall import Caller, StoreBinding, take_host_exception
+from wasmext.sandbox.fastcall import Caller, StoreBinding, new_store, take_host_exception
 from wasmext.sandbox.faults import classify, first_line
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.limits import WASM_PAGE, Limits
@@ -80,18 +80,21 @@ class PluginInstance:
         # Packer, most of what an idle instance held (docs/performance.md, "Many plugins").
         self._pack = msgpack.Packer(use_bin_type=True, autoreset=True,
                                     buf_size=_PACK_START).pack
-        store = wasmtime.Store(module.engine.engine)
+        store = new_store(module.engine.engine)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
-        store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
-                         instances=1, memories=1, tables=4)
-        self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
+        self._binding = binding = StoreBinding(store)
+        binding.limit(limits.memory_bytes, limits.table_elements, 1, 4, 1)
+        self._set_budget = binding.budget()
         self.store = store
-        self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
-        store.set_fuel(limits.fuel_per_call)
-        store.set_epoch_deadline(self._enter())
+        # The budget names its guest through a proxy: a cycle back to this instance
+        # would keep a dropped instance's store (its memory and address-space
+        # reservation) alive until the garbage collector's next pass.
+        self.budget = CallBudget(limits, ctx, weakref.proxy(self), self._ticks,
+                                 store.set_epoch_deadline)
+        self._set_budget(limits.fuel_per_call, self._enter())
         try:
-            instance = module.pre.instantiate(store)
+            binding.instantiate(module.pre)
         except Exception as exc:
             # wasmtime-py re-raises what its global holds: a host function's stand-in,
             # maybe another thread's; this thread's own exception is kept apart.
@@ -99,8 +102,6 @@ class PluginInstance:
             raise self._classify(caught or exc, "instantiate") from caught or exc
         finally:
             self._leave()
-        self._binding = binding = StoreBinding(store, instance)
-        self._set_budget = binding.budget()
         self.memory = binding.memory()
         self._call = binding.func("wasmext_call", 2, True)
         self._alloc_fn: Caller | None = None
@@ -109,6 +110,7 @@ class PluginInstance:
         self._in_ptr = 0
         self._in_cap = 0
 
+    _streams: tuple[Any, Any] | None = None  # stdout and stderr captures, made at first write
     _fs: FsTable | None = None  # the folder grants' fds, made at the first file call
     _fs_frame: Any = None       # the call `_fs_io` counts bytes for
     _fs_io = 0
@@ -132,7 +134,11 @@ class PluginInstance:
 
     def wasi_output(self, fd: int, data: bytes) -> None:
         """Pass the guest's stdout (fd 1) or stderr (fd 2) bytes to its capture."""
-        self._streams[fd - 1](data)
+        streams = self._streams
+        if streams is None:  # most guests never write: their instances make none
+            log = self.ctx.log
+            streams = self._streams = (log.stream_writer("stdout"), log.stream_writer("stderr"))
+        streams[fd - 1](data)
 
     def wasi_seconds_left(self) -> float:
         """Seconds left before the call's deadline."""
@@ -194,7 +200,7 @@ class PluginInstance:
     def _leave(self) -> None:
         self.budget.leave()
 
-    def _guest(self, what: str, fn: Any, *args: int) -> int:
+    def _guest(self, what: str, fn: Any, *args: Any) -> int:
         """Run one export with a fresh budget; every failure becomes a named error."""
         self._set_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
@@ -227,7 +233,11 @@ class PluginInstance:
 
     def _obtain(self, size: int) -> int:
         """A guest region of `size` bytes from wasmext_alloc for a request, validated."""
-        ptr = self._alloc(size)
+        if self._alloc_fn is None:  # the request buffer at start: a guest without host
+            # calls may never ask for another region, so nothing is bound for it
+            ptr = self._binding.call_once("wasmext_alloc", True, size)
+        else:
+            ptr = self._alloc_fn(size)
         if ptr == 0:
             err = MemoryLimitExceeded if self._at_memory_cap() else InvalidOutput
             raise err(f"wasmext_alloc({size}) returned 0",
@@ -283,24 +293,29 @@ class PluginInstance:
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
         """_initialize, the version check and wasmext_register; returns the registration map."""
         self.ctx.hook = "register"
+        once = self._binding.call_once
         if self.module.info.has_initialize:
-            self._guest("_initialize", self._bind("_initialize", 0, False))
-        version = self._bind("wasmext_abi_version", 0, True)
-        major = self._guest("wasmext_abi_version", version) & 0xFFFFFFFF
+            self._guest("_initialize", once, "_initialize", False)
+        major = self._guest("wasmext_abi_version", once, "wasmext_abi_version", True) & 0xFFFFFFFF
         if major != ABI_MAJOR:
             raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
                               plugin_id=self.ctx.plugin_id, hook="register")
         ptr, n = self._write_input(encode(request))
-        register = self._bind("wasmext_register", 2, True)
-        raw = self._read_output(self._guest("wasmext_register", register, ptr, n),
-                                "wasmext_register")
+        raw = self._read_output(self._guest("wasmext_register", once, "wasmext_register", True,
+                                            ptr, n), "wasmext_register")
         if raw is None:
             raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
                                 hook="register")
+        # The same bytes decode to the same map: an instance that answers as the last
+        # one of this module did (the usual case) is not decoded again.
+        last = self.module.last_registration
+        if last is not None and last[0] == raw:
+            return last[1]
         reg = self._decode(raw, "registration map")
         if not isinstance(reg, dict):
             raise InvalidOutput("the registration map is not a map",
                                 plugin_id=self.ctx.plugin_id, hook="register")
+        self.module.last_registration = (raw, reg)
         return reg
 
     def call(self, hook: str, data: Any, meta: dict[str, Any] | None = None) -> CallResult:

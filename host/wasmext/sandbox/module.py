@@ -111,6 +111,9 @@ class PluginModule:
         self._shared = shared  # keeps the shared entry alive while this module is
         self.module, self.info, self.pre = shared.module, shared.info, shared.pre
         self.registrations = shared.registrations
+        # The latest registration map an instance of this load answered, with its bytes
+        # (`PluginInstance.start` reuses the decoded map for the same bytes; never mutated).
+        self.last_registration: tuple[bytes, dict[str, Any]] | None = None
 
     def _compile(self, wasm: bytes, digest: str, cache: CompileCache | None,
                  caps: ModuleCaps) -> _Compiled:

@@ -66,7 +66,8 @@ def _load() -> tuple[Any, Any] | None:
 
         vp = ctypes.c_void_p
         # Fresh prototypes taking plain addresses; nothing of wasmtime-py's is altered.
-        install = ctypes.CFUNCTYPE(None, vp, _CALLBACK, vp, vp)(
+        # It only stores the callback: keeping the GIL is cheaper than handing it off.
+        install = ctypes.PYFUNCTYPE(None, vp, _CALLBACK, vp, vp)(
             ("wasmtime_store_epoch_deadline_callback", ffi.dll))
         error_new = ctypes.PYFUNCTYPE(vp, ctypes.c_char_p)(("wasmtime_error_new", ffi.dll))
     except (AttributeError, ImportError) as exc:  # pragma: no cover - layout changed
@@ -122,8 +123,9 @@ def watch(store: wasmtime.Store) -> bool:
     """
     if _RAW is None or _off:
         return False
-    store_ptr = ctypes.cast(store.ptr(), ctypes.c_void_p).value
-    _RAW[0](store_ptr, _CALLBACK_FN, None, None)
+    # addressof, not ctypes.cast: a cast ties the store's pointer object into a cycle
+    # that outlives the store until the garbage collector's next pass.
+    _RAW[0](ctypes.addressof(store.ptr().contents), _CALLBACK_FN, None, None)
     return True
 
 

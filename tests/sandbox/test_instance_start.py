@@ -1,0 +1,121 @@
+"""Starting an instance reuses what it can (the decoded registration of the same bytes,
+the raw store and instantiate entries) and still gives every instance its own state
+and its own limits; a dropped instance frees its store at once."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+
+import msgpack
+import pytest
+
+from wasmext import MemoryLimitExceeded, OutOfFuel, Runtime, Timeout
+from wasmext.sandbox import fastcall
+from wasmext.testing import DATA_AT, guest_wat, load_wat, packed
+
+FIRST = msgpack.packb({"ok": True, "value": "first"})
+SECOND = msgpack.packb({"ok": True, "value": "second"})
+# Answers `first` on an instance's first call, `second` after: the flag is a global.
+ONCE = guest_wat(
+    "(if (result i64) (i32.eqz (global.get $seen))"
+    f"  (then (global.set $seen (i32.const 1)) (i64.const {packed(DATA_AT, len(FIRST))}))"
+    f"  (else (i64.const {packed(DATA_AT + 64, len(SECOND))})))",
+    extra="(global $seen (mut i32) (i32.const 0))", data=FIRST.ljust(64, b"\0") + SECOND)
+# Answers `first` when memory grew by 10 pages, `second` when the grow was refused.
+GROW = guest_wat(
+    "(if (result i64) (i32.eq (memory.grow (i32.const 10)) (i32.const -1))"
+    f"  (then (i64.const {packed(DATA_AT + 64, len(SECOND))}))"
+    f"  (else (i64.const {packed(DATA_AT, len(FIRST))})))",
+    data=FIRST.ljust(64, b"\0") + SECOND)
+
+
+@pytest.fixture(params=["fast", "public"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "public":
+        monkeypatch.setattr(fastcall, "_RAW", None)
+    return str(request.param)
+
+
+def test_instances_share_no_globals_or_memory(runtime: Runtime, path: str) -> None:
+    plugin = load_wat(runtime, ONCE, plugin_id="once")
+    a, b = plugin.new_instance(), plugin.new_instance()
+    assert a.call("test", None).value == "first"
+    assert a.call("test", None).value == "second"  # a's global is set...
+    assert b.call("test", None).value == "first"   # ...b's is not
+    assert plugin.new_instance().call("test", None).value == "first"
+    a.memory.write(60_000, b"secret")
+    assert b.memory.read(60_000, 6) == bytes(6)
+    assert plugin.new_instance().memory.read(60_000, 6) == bytes(6)
+
+
+def test_every_new_instance_keeps_its_limits(runtime: Runtime, path: str) -> None:
+    capped = load_wat(runtime, GROW, plugin_id="capped", limits={"memory_bytes": 8 * 65536})
+    roomy = load_wat(runtime, GROW, plugin_id="roomy")
+    for _ in range(3):
+        assert capped.new_instance().call("test", None).value == "second"  # grow refused
+        assert roomy.new_instance().call("test", None).value == "first"
+    spin = load_wat(runtime, guest_wat("(loop (br 0)) (i64.const 0)"), plugin_id="spin",
+                    limits={"fuel_per_call": 10_000})
+    for _ in range(3):
+        with pytest.raises(OutOfFuel):
+            spin.new_instance().call("test", None)
+    slow = load_wat(runtime, guest_wat("(loop (br 0)) (i64.const 0)"), plugin_id="slow",
+                    limits={"fuel_per_call": 10**12, "timeout_ms": 300})
+    for _ in range(2):
+        started = time.monotonic()
+        with pytest.raises(Timeout):
+            slow.new_instance().call("test", None)
+        assert time.monotonic() - started < 3
+    table = guest_wat(extra="(table 10 funcref)")
+    with pytest.raises(MemoryLimitExceeded):
+        load_wat(runtime, table, plugin_id="table", limits={"table_elements": 5})
+    healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
+                       plugin_id="healthy")
+    assert healthy.call("test").value == "alive"
+
+
+def test_a_dropped_instance_frees_its_store_without_the_collector(
+        runtime: Runtime, path: str) -> None:
+    plugin = load_wat(runtime, ONCE, plugin_id="drop")
+    gc.collect()
+    gc.disable()
+    try:
+        inst = plugin.new_instance()
+        inst.call("test", None)
+        store = weakref.ref(inst.store)
+        del inst
+        assert store() is None
+        assert plugin.new_instance().call("test", None).value == "first"
+    finally:
+        gc.enable()
+
+
+def test_the_decoded_registration_is_reused_only_for_the_same_bytes(runtime: Runtime) -> None:
+    plugin = load_wat(runtime, guest_wat(hooks=("first",)), plugin_id="reg")
+    cached = plugin.module.last_registration
+    assert cached is not None and msgpack.unpackb(cached[0]) == cached[1]
+    plugin.new_instance()
+    assert plugin.module.last_registration[1] is cached[1]  # the same bytes: not decoded
+    # Other bytes never take the cached map: the guest's own answer is decoded.
+    plugin.module.last_registration = (msgpack.packb({"hooks": []}), {"hooks": []})
+    plugin.new_instance()
+    assert plugin.registration.hook_names == ("first",)
+    assert plugin.module.last_registration[0] == cached[0]
+    # A reload of the same code starts with nothing of the old load's.
+    again = load_wat(runtime, guest_wat(hooks=("first",)), plugin_id="reg-again")
+    assert again.module is not plugin.module
+    assert again.module.last_registration is not None
+    assert again.module.last_registration[1] is not cached[1]
+
+
+def test_new_store_is_a_store_like_wasmtimes(runtime: Runtime) -> None:
+    engine = load_wat(runtime, guest_wat(), plugin_id="store").module.engine.engine
+    store = fastcall.new_store(engine)
+    store.set_fuel(1234)
+    assert store.get_fuel() == 1234
+    assert store.engine is engine
+    store.close()
+    with pytest.raises(ValueError, match="closed"):
+        store.set_fuel(1)
