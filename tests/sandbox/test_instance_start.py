@@ -12,7 +12,8 @@ import msgpack
 import pytest
 
 from wasmext import MemoryLimitExceeded, OutOfFuel, Runtime, Timeout
-from wasmext.sandbox import fastcall
+from wasmext.sandbox import calltree, fastcall
+from wasmext.sandbox.callscope import CallScope
 from wasmext.testing import DATA_AT, guest_wat, load_wat, packed
 
 FIRST = msgpack.packb({"ok": True, "value": "first"})
@@ -119,3 +120,15 @@ def test_new_store_is_a_store_like_wasmtimes(runtime: Runtime) -> None:
     store.close()
     with pytest.raises(ValueError, match="closed"):
         store.set_fuel(1)
+
+
+def test_a_cancel_passes_over_a_frame_whose_instance_is_gone(runtime: Runtime) -> None:
+    """A cancel's snapshot of the call stacks may hold the frame of a call that just
+    ended; the instance it names (through a proxy) may be gone by then."""
+    plugin = load_wat(runtime, ONCE, plugin_id="gone")
+    inst = plugin.new_instance()
+    frame = calltree.Frame(time.monotonic() + 10, 5, None, inst.budget.guest)
+    del inst
+    CallScope._interrupt([frame])
+    assert frame.deadline < time.monotonic()
+    assert plugin.call("test").value == "first"

@@ -137,9 +137,12 @@ class CallScope:
                 continue
             frame.deadline = past  # a watched guest's own thread reads it within a tick
             guest = getattr(frame, "guest", None)
-            if guest is None or getattr(guest, "watched", False):
-                continue
-            interrupt = getattr(guest, "interrupt", None)
+            try:
+                if guest is None or getattr(guest, "watched", False):
+                    continue
+                interrupt = getattr(guest, "interrupt", None)
+            except ReferenceError:  # a native instance (named by a proxy) already dropped:
+                continue            # its call has ended, nothing runs there to interrupt
             if interrupt is not None:  # a backend with its own way in (Extism's cancel)
                 try:
                     interrupt()
