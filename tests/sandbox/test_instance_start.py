@@ -10,20 +10,23 @@ import weakref
 
 import msgpack
 import pytest
+import wasmtime
 
 from wasmext import MemoryLimitExceeded, OutOfFuel, Runtime, Timeout
 from wasmext.sandbox import calltree, fastcall
 from wasmext.sandbox.callscope import CallScope
+from wasmext.sandbox.plugin import Plugin
+from wasmext.sandbox.wasmcheck import inspect
 from wasmext.testing import DATA_AT, guest_wat, load_wat, packed
 
 FIRST = msgpack.packb({"ok": True, "value": "first"})
 SECOND = msgpack.packb({"ok": True, "value": "second"})
 # Answers `first` on an instance's first call, `second` after: the flag is a global.
-ONCE = guest_wat(
-    "(if (result i64) (i32.eqz (global.get $seen))"
-    f"  (then (global.set $seen (i32.const 1)) (i64.const {packed(DATA_AT, len(FIRST))}))"
-    f"  (else (i64.const {packed(DATA_AT + 64, len(SECOND))})))",
-    extra="(global $seen (mut i32) (i32.const 0))", data=FIRST.ljust(64, b"\0") + SECOND)
+ONCE_BODY = ("(if (result i64) (i32.eqz (global.get $seen))"
+             f"  (then (global.set $seen (i32.const 1)) (i64.const {packed(DATA_AT, len(FIRST))}))"
+             f"  (else (i64.const {packed(DATA_AT + 64, len(SECOND))})))")
+ONCE = guest_wat(ONCE_BODY, extra="(global $seen (mut i32) (i32.const 0))",
+                 data=FIRST.ljust(64, b"\0") + SECOND)
 # Answers `first` when memory grew by 10 pages, `second` when the grow was refused.
 GROW = guest_wat(
     "(if (result i64) (i32.eq (memory.grow (i32.const 10)) (i32.const -1))"
@@ -132,3 +135,31 @@ def test_a_cancel_passes_over_a_frame_whose_instance_is_gone(runtime: Runtime) -
     CallScope._interrupt([frame])
     assert frame.deadline < time.monotonic()
     assert plugin.call("test").value == "first"
+
+
+def _with_start(body: str) -> str:
+    """ONCE's guest with a start function running `body` when each instance is made."""
+    return guest_wat(ONCE_BODY, data=FIRST.ljust(64, b"\0") + SECOND,
+                     extra=f"(global $seen (mut i32) (i32.const 0)) (func $begin {body}) "
+                           "(start $begin)")
+
+
+def test_a_start_function_runs_under_each_instances_budget(runtime: Runtime,
+                                                           healthy: Plugin) -> None:
+    assert inspect(wasmtime.wat2wasm(_with_start("nop"))).has_start
+    assert not inspect(wasmtime.wat2wasm(ONCE)).has_start
+    with pytest.raises(OutOfFuel):
+        load_wat(runtime, _with_start("(loop (br 0))"), plugin_id="fuel",
+                 limits={"fuel_per_call": 10_000})
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        load_wat(runtime, _with_start("(loop (br 0))"), plugin_id="time",
+                 limits={"fuel_per_call": 10**12, "timeout_ms": 300})
+    assert time.monotonic() - started < 3
+    # The start function sets the flag in every instance: each first call sees it set.
+    flagged = load_wat(runtime, _with_start("(global.set $seen (i32.const 1))"),
+                       plugin_id="flagged")
+    for _ in range(3):
+        assert flagged.new_instance().call("test", None).value == "second"
+    assert load_wat(runtime, ONCE, plugin_id="plain").call("test").value == "first"
+    assert healthy.call("test").value == "alive"

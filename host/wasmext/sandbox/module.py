@@ -52,6 +52,7 @@ class ModuleInfo:
     has_free: bool
     has_initialize: bool
     table_minimums: tuple[int, ...] = ()
+    has_start: bool = True  # a start function runs at instantiation (unknown: assume so)
 
 
 class _Compiled:
@@ -130,7 +131,7 @@ class PluginModule:
                 module = wasmtime.Module(self.engine.engine, wasm)
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
-        info = self._check(module, digest, len(wasm), shape.table_minimums)
+        info = self._check(module, digest, len(wasm), shape.table_minimums, shape.has_start)
         pre = hostlink.linker_for(self.engine).instantiate_pre(module)
         return _keep(self.engine, digest, _Compiled(module, shape, info, pre), cache)
 
@@ -150,7 +151,7 @@ class PluginModule:
         return cls(wasm, name=str(path), engine=engine, cache=cache, caps=caps)
 
     def _check(self, module: wasmtime.Module, digest: str, size: int,
-               tables: tuple[int, ...]) -> ModuleInfo:
+               tables: tuple[int, ...], has_start: bool) -> ModuleInfo:
         imports = []
         uses_wasi = False
         for imp in module.imports:
@@ -183,4 +184,5 @@ class PluginModule:
                 raise AbiMismatch(f"{self.name}: export {name!r} must be a function "
                                   f"{params} -> {results}")
         return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
-                          "wasmext_free" in exports, "_initialize" in exports, tables)
+                          "wasmext_free" in exports, "_initialize" in exports, tables,
+                          has_start)
