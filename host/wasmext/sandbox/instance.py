@@ -92,11 +92,7 @@ class PluginInstance:
         # reservation) alive until the garbage collector's next pass.
         self.budget = CallBudget(limits, ctx, weakref.proxy(self), self._ticks,
                                  store.set_epoch_deadline)
-        # Without a start function instantiating runs no guest code, so it needs no
-        # budget (and fails safe: the fresh store has no fuel, its epoch deadline is now).
-        started = module.info.has_start
-        if started:
-            self._set_budget(limits.fuel_per_call, self._enter())
+        self._set_budget(limits.fuel_per_call, self._enter())
         try:
             binding.instantiate(module.pre)
         except Exception as exc:
@@ -105,8 +101,7 @@ class PluginInstance:
             caught = take_host_exception()
             raise self._classify(caught or exc, "instantiate") from caught or exc
         finally:
-            if started:
-                self._leave()
+            self._leave()
         self.memory = binding.memory()
         self._call = binding.func("wasmext_call", 2, True)
         self._alloc_fn: Caller | None = None

@@ -52,7 +52,6 @@ class ModuleInfo:
     has_free: bool
     has_initialize: bool
     table_minimums: tuple[int, ...] = ()
-    has_start: bool = True  # a start function runs at instantiation (unknown: assume so)
 
 
 class _Compiled:
@@ -131,7 +130,7 @@ class PluginModule:
                 module = wasmtime.Module(self.engine.engine, wasm)
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
-        info = self._check(module, digest, len(wasm), shape.table_minimums, shape.has_start)
+        info = self._check(module, digest, len(wasm), shape.table_minimums)
         pre = hostlink.linker_for(self.engine).instantiate_pre(module)
         return _keep(self.engine, digest, _Compiled(module, shape, info, pre), cache)
 
@@ -151,7 +150,7 @@ class PluginModule:
         return cls(wasm, name=str(path), engine=engine, cache=cache, caps=caps)
 
     def _check(self, module: wasmtime.Module, digest: str, size: int,
-               tables: tuple[int, ...], has_start: bool) -> ModuleInfo:
+               tables: tuple[int, ...]) -> ModuleInfo:
         imports = []
         uses_wasi = False
         for imp in module.imports:
@@ -184,5 +183,4 @@ class PluginModule:
                 raise AbiMismatch(f"{self.name}: export {name!r} must be a function "
                                   f"{params} -> {results}")
         return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
-                          "wasmext_free" in exports, "_initialize" in exports, tables,
-                          has_start)
+                          "wasmext_free" in exports, "_initialize" in exports, tables)
