@@ -32,37 +32,27 @@ import wasmtime
 from wasmext import CompileCache, Host, HostConfig, PluginError, Runtime
 from wasmext.errors import HostCallLimitExceeded, MetricRefused, WasmextError
 from wasmext.sandbox.engine import shared_engine
-from wasmext.testing import DATA_AT, HEAP_START, REGISTER_AT, guest_wat, make_host, packed
+from wasmext.testing import (
+    DATA_AT,
+    HEAP_START,
+    HOST_CALL_IMPORT,
+    REGISTER_AT,
+    guest_wat,
+    host_calls_wat,
+    make_host,
+    packed,
+)
 
-HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
 ESC = "\x1b]8;;http://evil\x07click\x1b]8;;\x07\x1b[2J\u202e\r\nFAKE LOG LINE"
 
 
 # -- tiny hostile guests ------------------------------------------------------------------
 
 
-def past_data(wat: str, data_len: int) -> str:
-    """`wat` with its bump allocator starting past a data segment of `data_len` bytes
-    (answers the host writes must not land on the requests)."""
-    start = max(HEAP_START, (DATA_AT + data_len) // 65536 * 65536 + 65536)
-    return wat.replace(f"(global $heap (mut i32) (i32.const {HEAP_START}))",
-                       f"(global $heap (mut i32) (i32.const {start}))")
-
-
 def requester(*requests: dict[str, Any], registration: Any = None, minor: int = 2) -> bytes:
     """A guest whose `test` hook sends each request in turn and answers the last answer."""
-    blobs = [msgpack.packb(r) for r in requests]
-    data, calls, at = b"", [], DATA_AT
-    for blob in blobs:
-        calls.append(f"(call $host_call (i32.const {at}) (i32.const {len(blob)}))")
-        data += blob
-        at += len(blob)
-    body = "".join(f"(drop {c})" for c in calls[:-1]) + calls[-1]
-    reg = registration or {"hooks": [{"hook": "test"}]}
-    reg = {"abi_minor": minor, **reg}
-    pages = 4 + len(data) // 65536
-    return bytes(wasmtime.wat2wasm(past_data(guest_wat(
-        body, imports=HOST_CALL, data=data, registration=reg, memory_pages=pages), len(data))))
+    reg = {"abi_minor": minor, **(registration or {"hooks": [{"hook": "test"}]})}
+    return bytes(wasmtime.wat2wasm(host_calls_wat(*requests, registration=reg)))
 
 
 def looper(request: dict[str, Any], times: int, registration: Any = None,
@@ -76,9 +66,10 @@ def looper(request: dict[str, Any], times: int, registration: Any = None,
         (br_if $more (i32.lt_u (local.get $i) (i32.const {times}))))
       (local.get $last)"""
     reg = {"abi_minor": minor, **(registration or {"hooks": [{"hook": "test"}]})}
-    pages = 4 + len(raw) // 65536
-    return bytes(wasmtime.wat2wasm(past_data(guest_wat(
-        body, imports=HOST_CALL, data=raw, registration=reg, memory_pages=pages), len(raw))))
+    heap = max(HEAP_START, (DATA_AT + len(raw)) // 65536 * 65536 + 65536)  # past the request
+    return bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL_IMPORT, data=raw,
+                                             registration=reg, memory_pages=heap // 65536 + 2,
+                                             heap_start=heap)))
 
 
 def registering(registration: Any, response: Any = None) -> bytes:
@@ -286,7 +277,7 @@ def test_emit_on_event_emit_recursion_stops_at_the_cascade_depth(host: Host) -> 
     # on_event and test both emit loop.x: swap in a body that does the host call.
     emit = msgpack.packb({"op": "event.emit", "topic": "loop.x", "payload": None})
     wat = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(emit)}))",
-                    imports=HOST_CALL, data=emit, registration={
+                    imports=HOST_CALL_IMPORT, data=emit, registration={
                         "hooks": [{"hook": "on_event"}, {"hook": "test"}],
                         "subscriptions": ["loop.x"], "abi_minor": 2})
     del echo
@@ -365,7 +356,8 @@ def test_keys_past_the_per_scope_cap_are_refused_or_evicted(tmp_path: Path) -> N
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br_if $more (i32.lt_u (local.get $i) (i32.const 900))))
       (local.get $last)"""
-    wasm = bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL, data=raw, memory_pages=4)))
+    wasm = bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL_IMPORT, data=raw,
+                                             memory_pages=4)))
     config = HostConfig(data_dir=tmp_path / ".wasmext", state_backend="memory",
                         state_limits={"max_keys": 100})
     host = make_host(config=config)
@@ -457,7 +449,7 @@ def test_many_quick_state_ops_do_not_excuse_a_plugin_spinning_to_its_timeout(
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br_if $more (i32.lt_u (local.get $i) (i32.const 990))))
       (loop (br 0)) (i64.const 0)"""
-    plugin = host.add(bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL, data=raw))),
+    plugin = host.add(bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL_IMPORT, data=raw))),
                       plugin_id="slowpoke", grants={"state"},
                       limits={"fuel_per_call": 10**10})  # it spins to the deadline
     from wasmext.errors import StateUnavailable

@@ -22,13 +22,15 @@ import wasmtime
 from wasmext.errors import WasmextError
 from wasmext.runtime import Runtime
 
-__all__ = ["DATA_AT", "build_plugin", "guest_wat", "load_wat", "make_host", "packed",
-           "vector_value", "wat_bytes"]
+__all__ = ["DATA_AT", "HOST_CALL_IMPORT", "build_plugin", "guest_wat", "host_calls_wat",
+           "load_wat", "make_host", "packed", "vector_value", "wat_bytes"]
 
 REGISTER_AT = 1024
 RESPONSE_AT = 4096
 DATA_AT = 8192  # `data` segments passed to guest_wat start here
 HEAP_START = 65536
+HOST_CALL_IMPORT = ('(import "wasmext" "host_call" '
+                    '(func $host_call (param i32 i32) (result i64)))')
 
 
 def packed(ptr: int, length: int) -> int:
@@ -46,13 +48,14 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
               hooks: tuple[str, ...] = ("test",), abi_version: int = 1,
               registration: Any = None, memory_pages: int = 2,
               max_pages: int | None = None, imports: str = "", extra: str = "",
-              data: bytes = b"", alloc_body: str | None = None) -> str:
+              data: bytes = b"", alloc_body: str | None = None,
+              heap_start: int = HEAP_START) -> str:
     """A complete ABI v1 guest in WAT.
 
     `call_body` is the body of `wasmext_call (param $p i32) (param $l i32) (result i64)`;
     by default it returns `response` (a value MessagePack-encoded into the module,
     default {"ok": true, "value": "ok"}). `data` is placed at DATA_AT. `$alloc`
-    is a bump allocator growing memory as needed (0 when it cannot).
+    is a bump allocator from `heap_start` growing memory as needed (0 when it cannot).
     """
     reg = msgpack.packb(registration if registration is not None else
                         {"hooks": [{"hook": h} for h in hooks], "name": "wat-test"})
@@ -79,7 +82,7 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
     return f"""(module
   {imports}
   (memory (export "memory") {memory_pages}{maximum})
-  (global $heap (mut i32) (i32.const {HEAP_START}))
+  (global $heap (mut i32) (i32.const {heap_start}))
   (data (i32.const {REGISTER_AT}) "{wat_bytes(reg)}")
   (data (i32.const {RESPONSE_AT}) "{wat_bytes(resp)}")
   {data_seg}
@@ -91,6 +94,29 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
   {extra}
 )"""
 
+
+
+def host_calls_wat(*requests: Any, then: str = "", hooks: tuple[str, ...] = ("test",),
+                   registration: Any = None) -> str:
+    """A guest whose hook sends each request (a map, MessagePack-encoded into the
+    module) through `host_call` in turn and answers with the last one's answer, or
+    sends all of them and then runs `then` (a trap, say).
+
+    The requests sit at DATA_AT and the allocator starts past them, so answers the
+    host writes never land on a request still to be sent.
+    """
+    blobs = [msgpack.packb(r) for r in requests]
+    data, calls, at = b"", [], DATA_AT
+    for blob in blobs:
+        calls.append(f"(call $host_call (i32.const {at}) (i32.const {len(blob)}))")
+        data += blob
+        at += len(blob)
+    body = "".join(f"(drop {c})" for c in (calls if then else calls[:-1]))
+    body += then if then else calls[-1]
+    heap = max(HEAP_START, (DATA_AT + len(data)) // 65536 * 65536 + 65536)
+    return guest_wat(body, imports=HOST_CALL_IMPORT, data=data, hooks=hooks,
+                     registration=registration, memory_pages=heap // 65536 + 2,
+                     heap_start=heap)
 
 def load_wat(runtime: Runtime, wat: str, plugin_id: str = "wat-test", **kwargs: Any) -> Any:
     """Compile `wat` and load it into `runtime` as `plugin_id`."""

@@ -9,23 +9,13 @@ import msgpack
 import pytest
 
 from wasmext import HostConfig, PluginError
-from wasmext.testing import DATA_AT, guest_wat, make_host
-
-HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+from wasmext.testing import host_calls_wat, make_host
 
 
 def requester(*requests: dict[str, Any], then: str = "") -> str:
     """A guest that sends each request in turn and answers with the last answer, or
     sends all of them and then runs `then` (a trap, say)."""
-    blobs = [msgpack.packb(r) for r in requests]
-    data, calls, at = b"", [], DATA_AT
-    for blob in blobs:
-        calls.append(f"(call $host_call (i32.const {at}) (i32.const {len(blob)}))")
-        data += blob
-        at += len(blob)
-    body = "".join(f"(drop {c})" for c in (calls if then else calls[:-1]))
-    body += then if then else calls[-1]
-    return guest_wat(body, imports=HOST_CALL, data=data, hooks=("test",))
+    return host_calls_wat(*requests, then=then)
 
 
 def host_with(*plugins: tuple[str, dict[str, Any]], tmp: Any) -> Any:
