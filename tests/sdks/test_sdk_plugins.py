@@ -40,6 +40,15 @@ def test_echo_round_trips_every_vector(conformance: Any) -> None:
         assert conformance.call("echo", value).value == value, v["name"]
 
 
+@pytest.mark.parametrize("conformance", ["python", "javascript"], indirect=True)
+def test_repack_round_trips_every_vector_through_the_sdks_own_codec(conformance: Any) -> None:
+    """The component SDKs' `echo` returns its data; `repack` sends it through the SDK's
+    MessagePack writer and reader once more inside the handler."""
+    for v in CANONICAL:
+        value = from_json(v["value"])
+        assert conformance.call("repack", value).value == value, v["name"]
+
+
 @pytest.mark.parametrize("conformance", SDKS, indirect=True)
 def test_conformance_hooks(conformance: Any) -> None:
     assert conformance.call("config", "greeting").value == "Servus"
