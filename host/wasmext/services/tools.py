@@ -46,7 +46,7 @@ from wasmext.errors import ConfigError, PluginError, ToolLimitError, WasmextErro
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.schema_cache import shared_validator
-from wasmext.text import clean, clean_lines
+from wasmext.text import clean, clean_lines, is_unsafe
 
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
@@ -244,6 +244,41 @@ def _expanded_nodes(schema: Any, where: str, what: str) -> int:
     return sizes[""]
 
 
+# Words of a schema written for people: their text is cleaned like a description.
+_PROSE = frozenset({"title", "description", "$comment"})
+
+
+def _unsafe_in(text: str) -> bool:
+    if text.isascii():  # the common case, at C speed
+        return not text.isprintable()
+    return any(map(is_unsafe, text))
+
+
+def inert_schema(schema: Any, where: str, what: str) -> Any:
+    """A plugin's schema as MCP clients and the operator will see it: the prose of its
+    titles, descriptions and comments cleaned (newlines kept), and a ConfigError when any
+    other string of it (a property name, an enum value, a pattern) holds a control,
+    format or bidi character, since cleaning those would change what the schema means.
+    Checked after `bounded_schema`, so the walk is over a size-capped tree."""
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out: dict[Any, Any] = {}
+            for key, value in node.items():
+                if isinstance(key, str) and _unsafe_in(key):
+                    raise ConfigError(f"{where}: {what} has a key with a control, format or "
+                                      f"bidi character: {clean(key, 60)!r}")
+                out[key] = clean_lines(value, MAX_DESCRIPTION) \
+                    if key in _PROSE and isinstance(value, str) else walk(value)
+            return out
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if isinstance(node, str) and _unsafe_in(node):
+            raise ConfigError(f"{where}: {what} has a string with a control, format or bidi "
+                              f"character: {clean(node, 60)!r}")
+        return node
+    return walk(schema)
+
+
 def _check_schema(schema: Any, where: str) -> dict[str, Any]:
     compile_schema(schema, where)
     return dict(schema)
@@ -352,8 +387,10 @@ class ToolRegistry:
         schema = spec.get("input_schema", {"type": "object"})
         out = spec.get("output_schema")
         bounded_schema(schema, where, "input_schema")
+        schema = inert_schema(schema, where, "input_schema")
         if out is not None:
             bounded_schema(out, where, "output_schema")
+            out = inert_schema(out, where, "output_schema")
         return Tool(f"{plugin_id}__{short}", _clean(spec.get("description", ""), MAX_DESCRIPTION),
                     _object_schema(schema, where, "input_schema"),
                     f"plugin:{plugin_id}", self._plugin_runner(plugin_id, short),
