@@ -55,5 +55,24 @@ class Hostile(Plugin):
         with socket.create_connection((address[0], address[1]), timeout=0.5) as s:
             return s.recv(10)
 
+    @hook("raise")
+    def raise_(self, text: str) -> Any:
+        raise RuntimeError(text)
+
+    @hook("recurse")
+    def recurse(self, depth: int) -> Any:
+        return self.recurse(depth + 1)
+
+    @hook("nest")
+    def nest(self, depth: int) -> Any:
+        value: Any = []
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    @hook("huge")
+    def huge(self, size: int) -> Any:
+        return "x" * size
+
 
 WitWorld = export(Hostile())

@@ -140,6 +140,13 @@ class ComponentInstance(PluginInstance):
             return timeout(what, self.limits, self.ctx, budget.frame.clamped)
         if "call stack exhausted" in text:
             return StackOverflow(f"wasm stack exhausted in {what}", plugin_id=pid, hook=hook)
+        if "too much data is being copied" in text:
+            # wasmtime's own bound on what one call lifts (its "hostcall fuel"), met by
+            # an answer of a few MB before the host could measure it: the same fault
+            # as an answer measured over the cap.
+            return InvalidOutput(f"{what} handed the host more data than one call may "
+                                 f"copy (max_output_bytes {self.limits.max_output_bytes})",
+                                 plugin_id=pid, hook=hook)
         if self._at_memory_cap():
             return MemoryLimitExceeded(f"{what} failed at the {self.limits.memory_bytes}-byte "
                                        f"memory cap ({err.message})", plugin_id=self.ctx.plugin_id,
