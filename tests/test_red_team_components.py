@@ -10,6 +10,7 @@ suites (tests/components/) cover the guests' own JSON and Python attacks.
 from __future__ import annotations
 
 import ipaddress
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -385,3 +386,48 @@ def test_config_error_is_the_schema_refusal() -> None:
         inert_schema({"enum": ["\x1b"]}, "tool t", "input_schema")
     assert inert_schema({"description": "a\nb\x1b"}, "tool t", "input_schema") == \
         {"description": "a\nb\\x1b"}
+
+
+def test_one_plugins_stalled_lookups_never_starve_another_plugins(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: four shared resolver threads. A plugin asking for names whose DNS stalls
+    left each lookup running past its call, and every other plugin's lookups then
+    waited past their deadlines (`timeout`). Now a plugin holds at most
+    MAX_LOOKUPS_PER_OWNER unanswered lookups (`limit` past that) and a queued lookup
+    whose caller left is never run."""
+    release = threading.Event()
+    ran: list[str] = []
+
+    def stalling(host: str, port: int) -> list[Any]:
+        ran.append(host)
+        if host.startswith("slow"):
+            release.wait(30)
+        return [ipaddress.ip_address("93.184.216.34")]
+
+    monkeypatch.setattr(guard, "_lookup", stalling)
+    everything = frozenset({"http:*"})
+    codes = []
+    started = time.monotonic()
+    try:
+        for i in range(40):
+            try:
+                resolve_target(f"http://slow{i}.example/", everything,
+                               time.monotonic() + 0.05, owner="hostile")
+            except Refused as exc:
+                codes.append(exc.code)
+                inert(str(exc), 200)
+        assert codes.count("timeout") == guard.MAX_LOOKUPS_PER_OWNER
+        assert set(codes) == {"timeout", "limit"}
+        for other in ("healthy", "another"):
+            assert resolve_target("http://fast.example/", everything, time.monotonic() + 2,
+                                  owner=other).address == "93.184.216.34"
+        assert time.monotonic() - started < 10
+    finally:
+        release.set()
+    deadline_s = time.monotonic() + 10
+    while guard._unanswered.get("hostile") and time.monotonic() < deadline_s:
+        time.sleep(0.01)
+    assert "hostile" not in guard._unanswered  # its lookups answered: its slots back
+    assert resolve_target("http://slow-again.example/", everything, time.monotonic() + 2,
+                          owner="hostile").address == "93.184.216.34"
+    assert sum(h.startswith("slow") for h in ran) <= guard.MAX_LOOKUPS_PER_OWNER + 1

@@ -225,7 +225,8 @@ class HttpFetch:
     def _hops(self, ctx: CallContext, url: str, method: str, headers: dict[str, str],
               body: bytes, deadline: float, forms: list[str]) -> dict[str, Any]:
         for _hop in range(self.limits.max_redirects + 1):
-            target = resolve_target(url, ctx.grants, deadline, self.addresses)
+            target = resolve_target(url, ctx.grants, deadline, self.addresses,
+                                    ctx.plugin_id)
             secrets = self._injected(ctx, target)
             answer = self._send(target, method, {**headers, **secrets}, body, deadline, forms)
             location = answer.pop("location", None)

@@ -41,9 +41,16 @@ __all__ = ["AddressCache", "Refused", "Target", "ascii_host", "ascii_pattern", "
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# getaddrinfo cannot be interrupted; a few threads let a lookup be abandoned at
-# the call's deadline while it finishes in the background.
-_resolver = ThreadPoolExecutor(max_workers=4, thread_name_prefix="wasmext-dns")
+# getaddrinfo cannot be interrupted; threads let a lookup be abandoned at the call's
+# deadline while it finishes in the background. An abandoned lookup still holds its
+# thread (a name whose DNS server stalls can take tens of seconds), so one plugin may
+# hold at most MAX_LOOKUPS_PER_OWNER of them: with four shared threads, one plugin
+# asking for slow names made every other plugin's lookups wait past their deadlines.
+MAX_LOOKUPS = 32
+MAX_LOOKUPS_PER_OWNER = 4
+_resolver = ThreadPoolExecutor(max_workers=MAX_LOOKUPS, thread_name_prefix="wasmext-dns")
+_unanswered: dict[str, int] = {}  # owner -> its lookups submitted and not yet finished
+_unanswered_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -201,13 +208,31 @@ def _lookup(host: str, port: int) -> list[Address]:
     return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
-def _resolve(host: str, port: int, deadline: float) -> list[Address]:
+def _finished(owner: str) -> Callable[[object], None]:
+    def done(_future: object) -> None:
+        with _unanswered_lock:
+            held = _unanswered.pop(owner, 1) - 1
+            if held:
+                _unanswered[owner] = held
+    return done
+
+
+def _resolve(host: str, port: int, deadline: float, owner: str = "") -> list[Address]:
     left = deadline - time.monotonic()
     if left <= 0:
         raise Refused("timeout", "the call's deadline passed before the DNS lookup")
+    with _unanswered_lock:
+        held = _unanswered.get(owner, 0)
+        if held >= MAX_LOOKUPS_PER_OWNER:
+            raise Refused("limit", f"{held} DNS lookups of this plugin are still unanswered "
+                          f"(at most {MAX_LOOKUPS_PER_OWNER})")
+        _unanswered[owner] = held + 1
+    future = _resolver.submit(_lookup, host, port)
+    future.add_done_callback(_finished(owner))  # run on cancel too
     try:
-        return _resolver.submit(_lookup, host, port).result(timeout=left)
+        return future.result(timeout=left)
     except FutureTimeout:
+        future.cancel()  # still queued: never run for a caller that left
         raise Refused("timeout", f"resolving {host!r} ran past the call's deadline") from None
     except (OSError, UnicodeError, ValueError) as exc:
         raise Refused("unavailable", f"cannot resolve {host!r}: {exc}") from None
@@ -228,16 +253,17 @@ class AddressCache:
         self._kept: OrderedDict[tuple[str, int], tuple[float, list[Address]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def lookup(self, host: str, port: int, deadline: float) -> list[Address]:
-        """The name's addresses: kept ones younger than the TTL, else a lookup by `deadline`."""
+    def lookup(self, host: str, port: int, deadline: float, owner: str = "") -> list[Address]:
+        """The name's addresses: kept ones younger than the TTL, else a lookup by `deadline`
+        (counted against `owner`'s unanswered lookups)."""
         if self.ttl_s <= 0:
-            return _resolve(host, port, deadline)
+            return _resolve(host, port, deadline, owner)
         name = (host, port)
         with self._lock:
             kept = self._kept.get(name)
             if kept is not None and self.clock() < kept[0]:
                 return kept[1]
-        addresses = _resolve(host, port, deadline)
+        addresses = _resolve(host, port, deadline, owner)
         with self._lock:
             self._kept[name] = (self.clock() + self.ttl_s, addresses)
             self._kept.move_to_end(name)
@@ -252,9 +278,10 @@ class AddressCache:
 
 
 def resolve_target(url: str, grants: frozenset[str], deadline: float,
-                   cache: AddressCache | None = None) -> Target:
+                   cache: AddressCache | None = None, owner: str = "") -> Target:
     """Check `url` against the grants and resolve its host once, by `deadline` (through
-    `cache` when given: its addresses are checked here like a fresh answer)."""
+    `cache` when given: its addresses are checked here like a fresh answer); `owner`
+    (the plugin) may have at most MAX_LOOKUPS_PER_OWNER lookups unanswered."""
     scheme, host, port, path = split_url(url)
     if not host_allowed(grants, host):
         raise Refused("denied", f"host {host!r} is not granted (needs http:<pattern>)")
@@ -262,9 +289,9 @@ def resolve_target(url: str, grants: frozenset[str], deadline: float,
     if literal is not None:
         addresses = [literal]
     elif cache is not None:
-        addresses = cache.lookup(host, port, deadline)
+        addresses = cache.lookup(host, port, deadline, owner)
     else:
-        addresses = _resolve(host, port, deadline)
+        addresses = _resolve(host, port, deadline, owner)
     for address in addresses:
         if not forbidden(address) or _named_exactly(grants, address):
             return Target(scheme, host, port, str(address), path)
