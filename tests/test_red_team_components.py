@@ -431,3 +431,95 @@ def test_one_plugins_stalled_lookups_never_starve_another_plugins(
     assert resolve_target("http://slow-again.example/", everything, time.monotonic() + 2,
                           owner="hostile").address == "93.184.216.34"
     assert sum(h.startswith("slow") for h in ran) <= guard.MAX_LOOKUPS_PER_OWNER + 1
+
+
+# -- plugin resources served over MCP (mcp.server.catalog) ----------------------------------
+
+
+def resource_plugin(answer: str, resources: list[str] = [],  # noqa: B006 (read only)
+                    templates: list[str] = []) -> bytes:  # noqa: B006
+    reg = {"hooks": [{"hook": "on_resource"}],
+           "resources": [{"uri": u, "name": "r"} for u in resources],
+           "resource_templates": [{"uri_template": t, "name": "t"} for t in templates]}
+    return registering(reg, response={"ok": True, "value": answer})
+
+
+def read(host: Host, uri: str) -> Any:
+    """resources/read through the MCP server's handler: the text, or the refusal."""
+    import anyio
+    import mcp_types as types
+    from mcp.shared.exceptions import MCPError
+
+    served = McpToolServer(host).catalog
+
+    async def main() -> Any:
+        try:
+            got = await served.read_resource(None, types.ReadResourceRequestParams(uri=uri))  # type: ignore[arg-type]
+        except MCPError as exc:
+            return exc
+        return got.contents[0].text  # type: ignore[union-attr]
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("template", [
+    "{a}{b}{c}{d}{e}{f}{g}{h}{i}{j}{k}{l}!",         # [^/]+ twelve times, then a miss
+    "x" + "{v}x" * 40 + "!",
+])
+def test_a_backtracking_resource_template_costs_linear_time(host: Host, template: str) -> None:
+    """Before: templates matched as a backtracking regex on the server's event loop; one
+    resources/read of an unknown 60-character URI with the first template ran for
+    hours (ten times longer per variable: 6 took 0.1 s)."""
+    host.add(resource_plugin("hijack", templates=[template]), plugin_id="redos")
+    host.add(resource_plugin("notes", resources=["notes://today"]), plugin_id="notes")
+    started = time.thread_time()
+    for uri in ("x" * 60, "x" * 8000, "notes://today"):
+        out = read(host, uri)
+        assert out == "notes" if uri == "notes://today" else not isinstance(out, str)
+    assert time.thread_time() - started < CPU_BOUND_S
+    still_serving(host)
+
+
+@pytest.mark.parametrize(("hostile", "victim", "uri"), [
+    ({"resources": ["notes://today"]}, {"resources": ["notes://today"]}, "notes://today"),
+    ({"templates": ["notes://{x}"]}, {"templates": ["notes://{day}"]}, "notes://monday"),
+    ({"resources": ["notes://monday"]}, {"templates": ["notes://{day}"]}, "notes://monday"),
+    ({"templates": ["{scheme}://{x}"]}, {"templates": ["notes://{day}"]}, "notes://monday"),
+])
+def test_a_plugin_cannot_take_another_plugins_resources(host: Host, hostile: Any,
+                                                        victim: Any, uri: str) -> None:
+    """Before: a URI claimed by two plugins went to the one whose id sorted first, so
+    a plugin named `aaa` listing the same URI, an overlapping template or one URI of
+    another's template served it and read what clients asked. Now nobody serves it
+    and the refusal names both."""
+    host.add(resource_plugin("forged", **hostile), plugin_id="aaa")
+    host.add(resource_plugin("genuine", **victim), plugin_id="notes")
+    out = read(host, uri)
+    assert not isinstance(out, str), out
+    assert "aaa" in str(out) and "notes" in str(out) and "served by none" in str(out)
+    inert(str(out), 400)
+    assert "no resource" in str(read(host, "zzz://x/y"))
+    host.unload("aaa")
+    assert read(host, uri) == "genuine"  # the conflict gone, the owner serves it
+    still_serving(host)
+
+
+def test_resource_templates_match_as_before() -> None:
+    """The linear matcher agrees with RFC 6570 level 1 as the server read it: each
+    variable one or more characters other than "/"."""
+    import random
+    import re
+
+    from wasmext.mcp.server.catalog import match_template
+
+    def regex(template: str, uri: str) -> bool:
+        pattern = re.sub(r"\\\{[^{}]*\\\}", "[^/]+", re.escape(template))
+        return re.fullmatch(pattern, uri) is not None
+
+    rng = random.Random(7)
+    for _ in range(5000):
+        template = "".join(rng.choice(["a", "/", "{x}", "b", "{y}", ".", "{"])
+                           for _ in range(rng.randint(0, 7)))
+        uri = "".join(rng.choice("ab/.{") for _ in range(rng.randint(0, 9)))
+        assert match_template(template, uri) == regex(template, uri), (template, uri)
+    assert match_template("file:///notes/{day}", "file:///notes/monday")
+    assert not match_template("file:///notes/{day}", "file:///notes/a/b")

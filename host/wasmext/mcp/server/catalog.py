@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
@@ -28,7 +28,7 @@ import mcp_types as types
 from wasmext.mcp.content import to_mcp, to_mcp_resource
 from wasmext.text import DESCRIPTION_CAP, clean, clean_lines
 
-__all__ = ["Catalog", "catalog", "match_template"]
+__all__ = ["Catalog", "catalog", "match_template", "owners_of"]
 
 log = logging.getLogger("wasmext.mcp")
 MAX_ENTRIES = 256
@@ -42,6 +42,8 @@ class Catalog:
     resources: dict[str, tuple[str, types.Resource]]  # uri -> (plugin, resource)
     templates: list[tuple[str, types.ResourceTemplate]]
     prompts: dict[str, tuple[str, str, types.Prompt]]  # served name -> (plugin, short, prompt)
+    # A URI listed by more than one plugin -> those plugins (served by none of them).
+    contested: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _entries(pid: str, raw: Any, what: str) -> Iterable[dict[str, Any]]:
@@ -66,10 +68,20 @@ def catalog(plugins: Mapping[str, Any]) -> Catalog:
     resources: dict[str, tuple[str, types.Resource]] = {}
     templates: list[tuple[str, types.ResourceTemplate]] = []
     prompts: dict[str, tuple[str, str, types.Prompt]] = {}
+    contested: dict[str, tuple[str, ...]] = {}
     for pid, lp in sorted(dict(plugins).items()):
         extra = lp.plugin.registration.extra
         for entry in _entries(pid, extra.get("resources"), "resources"):
             uri, name = _text(entry, "uri", 2048), _text(entry, "name", 128)
+            if uri is not None and name is not None and uri in resources \
+                    and resources[uri][0] != pid:
+                # Which plugin would serve it must not depend on how the ids sort.
+                claims = contested.setdefault(uri, (resources[uri][0],))
+                if pid not in claims:
+                    contested[uri] = (*claims, pid)
+                log.warning("plugins %s: each lists the resource %s; it is served by none",
+                            ", ".join(contested[uri]), clean(uri, 200))
+                continue
             if uri is None or name is None or uri in resources:
                 log.warning("plugin %s: a resource needs a new 'uri' and a 'name'", pid)
                 continue
@@ -102,23 +114,80 @@ def catalog(plugins: Mapping[str, Any]) -> Catalog:
                 name=served, description=clean_lines(entry.get("description") or "",
                                                      DESCRIPTION_CAP) or None,
                 arguments=args or None))
-    return Catalog(resources, templates, prompts)
+    for uri in contested:
+        del resources[uri]
+    return Catalog(resources, templates, prompts, contested)
+
+
+_VARIABLE = re.compile(r"\{[^{}]*\}")
+MAX_MATCHED_URI = 8192  # a longer URI fits no template
+_automata: dict[str, tuple[dict[str, int], int, int, int]] = {}
+
+
+def _automaton(template: str) -> tuple[dict[str, int], int, int, int]:
+    """The template as bit masks over its steps: per literal character the steps
+    expecting it, the steps taking one character of a variable, the steps where a
+    variable takes more, and the accepting bit."""
+    literal: dict[str, int] = {}
+    one = more = 0
+    step, at = 0, 0
+    for var in [*_VARIABLE.finditer(template), None]:
+        for ch in template[at:var.start() if var is not None else len(template)]:
+            literal[ch] = literal.get(ch, 0) | 1 << step
+            step += 1
+        if var is None:
+            break
+        one |= 1 << step
+        more |= 1 << (step + 1)
+        step, at = step + 2, var.end()
+    return literal, one, more, 1 << step
 
 
 def match_template(template: str, uri: str) -> bool:
-    """Does `uri` fit the RFC 6570 level-1 `template` ({var}: one path segment or more)?"""
-    pattern = re.sub(r"\\\{[^{}]*\\\}", "[^/]+", re.escape(template))
-    return re.fullmatch(pattern, uri) is not None
+    """Does `uri` fit the RFC 6570 level-1 `template` (each {var}: one or more characters
+    other than "/")?
+
+    In time linear in the URI: the template is plugin text, and as a backtracking regex
+    ("{a}{b}{c}{d}{e}{f}{g}{h}!" is [^/]+ eight times) one resources/read took seconds
+    to minutes on the server's event loop. Here every step of the template is followed
+    at once, as bits of one integer."""
+    if len(uri) > MAX_MATCHED_URI:
+        return False
+    compiled = _automata.get(template)
+    if compiled is None:
+        if len(_automata) > 4096:
+            _automata.clear()
+        compiled = _automata[template] = _automaton(template)
+    literal, one, more, accept = compiled
+    states = 1 | (1 & more) << 1
+    for ch in uri:
+        taken = states & literal.get(ch, 0)
+        if ch != "/":
+            taken |= states & one
+            stay = states & more
+        else:
+            stay = 0
+        states = taken << 1 | stay
+        states |= (states & more) << 1  # a variable's extra characters may be none
+        if not states:
+            return False
+    return bool(states & accept)
 
 
-def owner_of(cat: Catalog, uri: str) -> str | None:
-    """The plugin that serves the URI, directly or by a template; None if none does."""
-    if uri in cat.resources:
-        return cat.resources[uri][0]
+def owners_of(cat: Catalog, uri: str) -> list[str]:
+    """Every plugin that claims the URI, by listing it or by a template that fits it.
+
+    More than one is a conflict the caller refuses: served by the first, a plugin
+    could take another's resources (and read what clients ask it) by listing the same
+    URI, a template over the other's, or one URI of the other's template, its id
+    sorting first."""
+    owners = list(cat.contested.get(uri, ()))
+    if not owners and uri in cat.resources:
+        owners.append(cat.resources[uri][0])
     for pid, template in cat.templates:
-        if match_template(template.uri_template, uri):
-            return pid
-    return None
+        if pid not in owners and match_template(template.uri_template, uri):
+            owners.append(pid)
+    return owners
 
 
 def resource_contents(pid: str, uri: str, value: Any

@@ -23,7 +23,7 @@ from wasmext.mcp.server.catalog import (
     Catalog,
     catalog,
     match_template,
-    owner_of,
+    owners_of,
     prompt_result,
     resource_contents,
 )
@@ -161,7 +161,11 @@ class ServedCatalog:
                             ) -> types.ReadResourceResult:
         """Answer resources/read through the owning plugin's on_resource (or upstream)."""
         uri = str(params.uri)
-        pid = owner_of(self.current(), uri)
+        owners = owners_of(self.current(), uri)
+        if len(owners) > 1:
+            raise MCPError(code=INVALID_PARAMS, message=f"the resource {clean(uri, 200)} is "
+                           f"claimed by the plugins {', '.join(owners)}: served by none")
+        pid = owners[0] if owners else None
         if pid is None and self.upstream is not None:
             server = await anyio.to_thread.run_sync(self._upstream_owner, uri)
             if server is not None:
