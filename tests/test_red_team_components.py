@@ -523,3 +523,29 @@ def test_resource_templates_match_as_before() -> None:
         assert match_template(template, uri) == regex(template, uri), (template, uri)
     assert match_template("file:///notes/{day}", "file:///notes/monday")
     assert not match_template("file:///notes/{day}", "file:///notes/a/b")
+
+
+# -- a hostile NATS worker's answer (cluster.contract) ---------------------------------------
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    (b'{"status":"ok","details":{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+     "nested too deep"),
+    (b'{"status":"ok","details":{"a":' + b"9" * 500_000 + b"}}", "out of range"),
+    (b'{"status":"ok","details":{"a":1e400}}', "out of range"),
+    (b'{"status":"ok","reason":"' + ESC.encode("unicode_escape").replace(b"\\x", b"\\u00")
+     + b'","extra":1}', "unknown field"),
+    (b"{" * 2_000_000, "over 1048576"),
+])
+def test_a_workers_hostile_verdict_is_a_named_contract_error(body: bytes, why: str) -> None:
+    """A worker's answer is hostile bytes too: deep, huge numbers, unknown fields, over
+    the size cap. Each is a ContractError in bounded CPU, its text inert."""
+    from wasmext.cluster.contract import Verdict, decode
+    from wasmext.errors import ContractError
+
+    started = time.thread_time()
+    with pytest.raises(ContractError) as info:
+        decode(body, Verdict, peer="extension pii")
+    assert time.thread_time() - started < CPU_BOUND_S
+    assert why in info.value.message
+    inert(info.value.message, 400)
