@@ -46,7 +46,7 @@ from wasmext.mcp.server.manage import Manager, without_paths
 from wasmext.mcp.server.results import error_code, error_result, tool_result
 from wasmext.observe import tracing
 from wasmext.sandbox.callscope import CallScope
-from wasmext.text import DESCRIPTION_CAP, clean_lines
+from wasmext.text import DESCRIPTION_CAP, clean, clean_lines
 
 if TYPE_CHECKING:
     import uvicorn
@@ -294,9 +294,10 @@ class McpToolServer:
             scope.cancel()
             raise
         except Exception as exc:  # a session hook failing closed, say: still a tool error
-            log.warning("tool %s failed outside the registry: %s", name, exc)
-            outcome = {"status": "error", "error": {"message": f"{type(exc).__name__}: {exc}",
-                                                    "code": "failed"}}
+            # Its text may carry what a plugin wrote: one inert, bounded line either way.
+            message = clean(f"{type(exc).__name__}: {exc}")
+            log.warning("tool %s failed outside the registry: %s", clean(name, 128), message)
+            outcome = {"status": "error", "error": {"message": message, "code": "failed"}}
         await anyio.to_thread.run_sync(scope.report, 1.0, 1.0, outcome.get("status", "error"))
         if outcome.get("status") != "ok":
             error = outcome.get("error") or {}
