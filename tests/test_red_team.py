@@ -36,11 +36,9 @@ from wasmext.testing import (
     DATA_AT,
     HEAP_START,
     HOST_CALL_IMPORT,
-    REGISTER_AT,
     guest_wat,
     host_calls_wat,
     make_host,
-    packed,
 )
 
 ESC = "\x1b]8;;http://evil\x07click\x1b]8;;\x07\x1b[2J\u202e\r\nFAKE LOG LINE"
@@ -73,16 +71,9 @@ def looper(request: dict[str, Any], times: int, registration: Any = None,
 
 
 def registering(registration: Any, response: Any = None) -> bytes:
-    """A guest with a registration map of any size (placed past the fixed data)."""
-    small = {"hooks": [{"hook": "test"}]}
-    raw = msgpack.packb(registration)
-    pages = (DATA_AT + len(raw)) // 65536 + 1
-    wat = guest_wat(registration=small, response=response, data=raw, memory_pages=pages + 2)
-    wat = wat.replace(f"(i64.const {packed(REGISTER_AT, len(msgpack.packb(small)))})",
-                      f"(i64.const {packed(DATA_AT, len(raw))})")
-    wat = wat.replace(f"(global $heap (mut i32) (i32.const {HEAP_START}))",
-                      f"(global $heap (mut i32) (i32.const {pages * 65536}))")
-    return bytes(wasmtime.wat2wasm(wat))
+    """A guest with a registration map of any size (guest_wat places a long one past
+    its fixed data)."""
+    return bytes(wasmtime.wat2wasm(guest_wat(registration=registration, response=response)))
 
 
 HEALTHY = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "alive"})))

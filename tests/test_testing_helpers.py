@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from wasmext import PluginError, Runtime
-from wasmext.testing import host_calls_wat, load_wat
+from wasmext.testing import REGISTER_AT, RESPONSE_AT, guest_wat, host_calls_wat, load_wat
 
 MINOR_1 = {"abi_minor": 1, "hooks": [{"hook": "test"}]}
 
@@ -29,3 +30,15 @@ def test_the_hook_answers_with_the_last_requests_answer(order: tuple[int, int],
     with pytest.raises(PluginError) as answer:
         plugin.call("test")
     assert answer.value.code == code
+
+
+def test_a_registration_longer_than_its_fixed_place_is_read_whole() -> None:
+    """guest_wat places a long registration past its data; the answer and the data
+    it also carries stay intact."""
+    rt = Runtime(cache=False)
+    registration = {"hooks": [{"hook": "test"}, {"hook": "other"}], "description": "d" * 6000}
+    assert len(msgpack.packb(registration)) > RESPONSE_AT - REGISTER_AT
+    plugin = load_wat(rt, guest_wat(registration=registration, data=b"\x01" * 5000,
+                                    response={"ok": True, "value": "intact"}))
+    assert plugin.call("test").value == "intact"
+    assert plugin.call("other").value == "intact"

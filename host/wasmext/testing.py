@@ -56,9 +56,16 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
     by default it returns `response` (a value MessagePack-encoded into the module,
     default {"ok": true, "value": "ok"}). `data` is placed at DATA_AT. `$alloc`
     is a bump allocator from `heap_start` growing memory as needed (0 when it cannot).
+    A registration map too long for its fixed place goes past `data`, and the heap
+    and the memory start past it.
     """
     reg = msgpack.packb(registration if registration is not None else
                         {"hooks": [{"hook": h} for h in hooks], "name": "wat-test"})
+    reg_at = REGISTER_AT
+    if len(reg) > RESPONSE_AT - REGISTER_AT:
+        reg_at = (DATA_AT + len(data) + 7) // 8 * 8
+        heap_start = max(heap_start, (reg_at + len(reg)) // 65536 * 65536 + 65536)
+        memory_pages = max(memory_pages, heap_start // 65536 + 1)
     resp = msgpack.packb(response if response is not None else {"ok": True, "value": "ok"})
     if call_body is None:
         call_body = f"(i64.const {packed(RESPONSE_AT, len(resp))})"
@@ -83,13 +90,13 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
   {imports}
   (memory (export "memory") {memory_pages}{maximum})
   (global $heap (mut i32) (i32.const {heap_start}))
-  (data (i32.const {REGISTER_AT}) "{wat_bytes(reg)}")
+  (data (i32.const {reg_at}) "{wat_bytes(reg)}")
   (data (i32.const {RESPONSE_AT}) "{wat_bytes(resp)}")
   {data_seg}
   (func (export "wasmext_abi_version") (result i32) (i32.const {abi_version}))
   (func $alloc (export "wasmext_alloc") (param $n i32) (result i32) {alloc_body})
   (func (export "wasmext_register") (param i32 i32) (result i64)
-    (i64.const {packed(REGISTER_AT, len(reg))}))
+    (i64.const {packed(reg_at, len(reg))}))
   (func (export "wasmext_call") (param $p i32) (param $l i32) (result i64) {call_body})
   {extra}
 )"""
