@@ -16,6 +16,9 @@ from wasmext import InvalidOutput, PluginError, Runtime
 from wasmext.testing import DATA_AT, guest_wat, load_wat, packed
 
 BOUND_S = 10.0  # generous: the machine running CI is shared
+# The hostile JavaScript component is built for these tests alone, about a minute of a
+# core on a cold cache: they run in the slow tier (CI runs it too).
+SLOW_BUILD = pytest.mark.slow
 
 
 def first_bytes(plugin: Any) -> list[tuple[bytes, bytes]]:
@@ -59,6 +62,7 @@ def test_the_javascript_sdk_asks_for_json_and_falls_back_per_call(components: Bu
     assert plugin.call("repack", plain).value == plain
 
 
+@SLOW_BUILD
 def test_guests_that_do_not_ask_get_messagepack(components: Built, crt: Runtime) -> None:
     hostile = crt.load(components["json-hostile-js"], plugin_id="no-json",
                        settings={"json": False})
@@ -117,6 +121,7 @@ HOSTILE_ANSWERS = [
 ]
 
 
+@SLOW_BUILD
 @pytest.mark.parametrize(("answer", "why"), HOSTILE_ANSWERS)
 def test_hostile_json_answers_are_invalid_output(components: Built, crt: Runtime,
                                                  answer: bytes, why: str) -> None:
@@ -128,6 +133,7 @@ def test_hostile_json_answers_are_invalid_output(components: Built, crt: Runtime
     assert plugin.call("echo", {"still": "here"}).value == {"still": "here"}
 
 
+@SLOW_BUILD
 def test_a_json_error_answer_is_the_guests_error(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["json-hostile-js"], plugin_id="json-error")
     with pytest.raises(PluginError) as info:
@@ -144,6 +150,7 @@ def test_a_json_error_answer_is_the_guests_error(components: Built, crt: Runtime
     ("digits", 900_000, "out of range"),
     ("big", 2_000_000, "max_output_bytes"),
 ])
+@SLOW_BUILD
 def test_deep_and_huge_json_answers_fail_within_the_bound(components: Built, crt: Runtime,
                                                           hook: str, n: int,
                                                           why: str) -> None:
@@ -156,6 +163,7 @@ def test_deep_and_huge_json_answers_fail_within_the_bound(components: Built, crt
     assert plugin.call("echo", [1, "two"]).value == [1, "two"]
 
 
+@SLOW_BUILD
 def test_answers_at_the_limits_are_read(components: Built, crt: Runtime) -> None:
     plugin = crt.load(components["json-hostile-js"], plugin_id="at-limits",
                       limits={"fuel_per_call": 10**9})

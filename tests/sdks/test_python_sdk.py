@@ -11,7 +11,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support import ROOT, VECTORS
@@ -290,6 +290,7 @@ def test_nesting_is_refused_past_the_depth_limit_on_both_sides() -> None:
         ("h", nested(limit - 1), None)
 
 
+@settings(max_examples=40)  # each example reads every cut of two documents
 @given(values)
 def test_every_truncation_and_extension_is_refused(value: Any) -> None:
     """A cut document (at every length) or one with a byte after it raises MsgpackError,
