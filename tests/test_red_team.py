@@ -34,7 +34,6 @@ from wasmext.errors import HostCallLimitExceeded, MetricRefused, WasmextError
 from wasmext.sandbox.engine import shared_engine
 from wasmext.testing import (
     DATA_AT,
-    HEAP_START,
     HOST_CALL_IMPORT,
     guest_wat,
     host_calls_wat,
@@ -64,10 +63,8 @@ def looper(request: dict[str, Any], times: int, registration: Any = None,
         (br_if $more (i32.lt_u (local.get $i) (i32.const {times}))))
       (local.get $last)"""
     reg = {"abi_minor": minor, **(registration or {"hooks": [{"hook": "test"}]})}
-    heap = max(HEAP_START, (DATA_AT + len(raw)) // 65536 * 65536 + 65536)  # past the request
     return bytes(wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL_IMPORT, data=raw,
-                                             registration=reg, memory_pages=heap // 65536 + 2,
-                                             heap_start=heap)))
+                                             registration=reg)))
 
 
 def registering(registration: Any, response: Any = None) -> bytes:

@@ -56,16 +56,18 @@ def guest_wat(call_body: str | None = None, *, response: Any = None,
     by default it returns `response` (a value MessagePack-encoded into the module,
     default {"ok": true, "value": "ok"}). `data` is placed at DATA_AT. `$alloc`
     is a bump allocator from `heap_start` growing memory as needed (0 when it cannot).
-    A registration map too long for its fixed place goes past `data`, and the heap
-    and the memory start past it.
+    A registration map too long for its fixed place goes past `data`; the memory holds
+    both, and the heap starts on the first page past them, so what `$alloc` hands out
+    never overlaps them.
     """
     reg = msgpack.packb(registration if registration is not None else
                         {"hooks": [{"hook": h} for h in hooks], "name": "wat-test"})
     reg_at = REGISTER_AT
     if len(reg) > RESPONSE_AT - REGISTER_AT:
         reg_at = (DATA_AT + len(data) + 7) // 8 * 8
-        heap_start = max(heap_start, (reg_at + len(reg)) // 65536 * 65536 + 65536)
-        memory_pages = max(memory_pages, heap_start // 65536 + 1)
+    pages_used = -(-max(DATA_AT + len(data), reg_at + len(reg)) // 65536)
+    heap_start = max(heap_start, pages_used * 65536)
+    memory_pages = max(memory_pages, pages_used)
     resp = msgpack.packb(response if response is not None else {"ok": True, "value": "ok"})
     if call_body is None:
         call_body = f"(i64.const {packed(RESPONSE_AT, len(resp))})"
@@ -109,8 +111,8 @@ def host_calls_wat(*requests: Any, then: str = "", hooks: tuple[str, ...] = ("te
     module) through `host_call` in turn and answers with the last one's answer, or
     sends all of them and then runs `then` (a trap, say).
 
-    The requests sit at DATA_AT and the allocator starts past them, so answers the
-    host writes never land on a request still to be sent.
+    The requests sit at DATA_AT and guest_wat starts the allocator past them, so answers
+    the host writes never land on a request still to be sent.
     """
     blobs = [msgpack.packb(r) for r in requests]
     data, calls, at = b"", [], DATA_AT
@@ -120,10 +122,8 @@ def host_calls_wat(*requests: Any, then: str = "", hooks: tuple[str, ...] = ("te
         at += len(blob)
     body = "".join(f"(drop {c})" for c in (calls if then else calls[:-1]))
     body += then if then else calls[-1]
-    heap = max(HEAP_START, (DATA_AT + len(data)) // 65536 * 65536 + 65536)
     return guest_wat(body, imports=HOST_CALL_IMPORT, data=data, hooks=hooks,
-                     registration=registration, memory_pages=heap // 65536 + 2,
-                     heap_start=heap)
+                     registration=registration)
 
 def load_wat(runtime: Runtime, wat: str, plugin_id: str = "wat-test", **kwargs: Any) -> Any:
     """Compile `wat` and load it into `runtime` as `plugin_id`."""
