@@ -199,8 +199,8 @@ def test_a_gigabyte_response_stops_at_the_cap(host: Host, server: Loopback, path
 def test_a_slow_response_ends_at_the_call_deadline(host: Host, server: Loopback) -> None:
     plugin = add(host, "patient", {"url": server.url("/slow")}, {"http:127.0.0.1"},
                  limits={"timeout_ms": 300})
-    message = refused(plugin, "timeout", 1.5)
-    assert "deadline" in message
+    message = cut_at_deadline(plugin, 1.5)
+    assert "deadline" in message or "ran past 300 ms" in message
     healthy(host, server)
 
 
