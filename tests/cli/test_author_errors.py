@@ -167,6 +167,7 @@ def test_a_javascript_syntax_error_names_the_plugins_file_line_and_column(
                    f"hello.js:{line_no}:17: SyntaxError: Unexpected token")
 
 
+@pytest.mark.slow  # componentize-js runs the bundle to its failure: ~11 s of a core
 def test_a_javascript_error_at_start_up_names_the_plugins_line_not_the_bundles(
         tmp_path: Path) -> None:
     _componentize_js()

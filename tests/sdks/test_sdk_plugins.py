@@ -86,7 +86,13 @@ def test_large_payload_near_the_cap(built: Built, crt: Runtime, lang: str) -> No
     assert conformance.call("echo", blob).value == blob
 
 
-@pytest.mark.parametrize("lang", SDKS)
+# The Python and JavaScript hellos are components that no other default-tier test loads:
+# each one is a componentize run and a component compile (about 27 s of a core, cold).
+COMPONENT_HELLOS = {"python", "javascript"}
+
+
+@pytest.mark.parametrize("lang", [pytest.param(lang, marks=pytest.mark.slow)
+                                  if lang in COMPONENT_HELLOS else lang for lang in SDKS])
 def test_hello_through_the_cli(built: Built, lang: str) -> None:
     folder = built[f"hello-{lang}"]
     out = wasmext("call", str(folder), "greet", "--data", '"Ada"')
