@@ -6,13 +6,20 @@ with 1, 2 and 4 `wasmext worker` processes, all on loopback in one run.
 One hook call = `Host.try_call` of the same plugin: in-process, then through a
 `RemotePlugin` proxy (`[remote.stamp]`, `cluster.plugins`) on one worker.
 One pipeline run = one `pre` stage (a WAT plugin answering a fixed message), through
-`Router.run`: in-process, then remote (JSON and MessagePack) on one worker. Then
-`threads` caller threads run it for `seconds` against 1, 2 and 4 workers (queue
-group). The floors, on the same server with the same request body: a bare nats-py
-echo (a separate process answering each request with its payload from a plain
-queue subscription), its request/reply p50 from an asyncio caller, and its
-throughput with the same number of requests in flight. `benchmarks/run.py
---cluster` adds this section to its report.
+`Router.run`: in-process, then remote (JSON and MessagePack) on one worker. The
+floors, on the same server with the same request body: a bare nats-py echo (a
+separate process answering each request with its payload from a plain queue
+subscription), its request/reply p50 from an asyncio caller, and its throughput with
+the same number of requests in flight.
+
+Throughput against 1, 2 and 4 workers (queue group) compares like with like, each
+row beside its floor measured just before it: `Router.arun` with `threads` runs in
+flight on one loop beside the echo asked the same way (`throughput_vs_echo`, the
+issue's row), and `Router.run` from `threads` threads beside the echo asked from as
+many threads through the same link (`threaded_vs_echo_threads`). Until issue 25's
+fifth round the row divided `Router.run` from threads by the echo from one loop: a
+different client, whose threads alone cost a quarter of the echo's rate.
+`benchmarks/run.py --cluster` adds this section to its report.
 """
 
 from __future__ import annotations
@@ -111,6 +118,13 @@ def _pct(samples: list[float], q: float) -> float:
     return data[min(len(data) - 1, int(q * len(data)))]
 
 
+def _quantiles(samples: list[float]) -> dict[str, float]:
+    """p50 and p99 of latency samples (none: no latency was asked for)."""
+    if not samples:
+        return {}
+    return {"p50_us": round(_pct(samples, 0.5), 1), "p99_us": round(_pct(samples, 0.99), 1)}
+
+
 def _latency(host: Host, router: Router, n: int) -> dict[str, float]:
     samples = []
     for i in range(n):
@@ -180,7 +194,7 @@ def _echo_floor(url: str, n: int, in_flight: int, seconds: float,
     async def run() -> dict[str, Any]:
         nc = await nats.connect(url)
         try:
-            for _ in range(n // 4):
+            for _ in range(max(n // 4, 50)):
                 await nc.request(subject, body, timeout=5)
             samples = []
             for _ in range(n):
@@ -196,9 +210,8 @@ def _echo_floor(url: str, n: int, in_flight: int, seconds: float,
                     await nc.request(subject, body, timeout=5)
                     done += 1
             await asyncio.gather(*(loop() for _ in range(in_flight)))
-            return {"p50_us": round(_pct(samples, 0.5), 1),
-                    "p99_us": round(_pct(samples, 0.99), 1), "n": n,
-                    "runs_per_s": round(done / seconds, 1), "bytes": len(body)}
+            return {**_quantiles(samples), "n": n, "runs_per_s": round(done / seconds, 1),
+                    "bytes": len(body)}
         finally:
             await nc.close()
     return asyncio.run(run())
@@ -234,7 +247,7 @@ def _async_figures(host: Host, url: str, n: int, in_flight: int, seconds: float
             router = Router(POLICY, RemoteCaller(parse_registry({"stamp": entry}), link))
             scope = host.session()
             session = scope.__enter__()
-            for i in range(n // 4):
+            for i in range(max(n // 4, 50)):
                 await router.arun(session, f"m{i}")
             samples = []
             for i in range(n):
@@ -251,9 +264,7 @@ def _async_figures(host: Host, url: str, n: int, in_flight: int, seconds: float
                     done += 1
             await asyncio.gather(*(loop() for _ in range(in_flight)))
             scope.__exit__(None, None, None)
-            return {"p50_us": round(_pct(samples, 0.5), 1),
-                    "p99_us": round(_pct(samples, 0.99), 1), "n": n,
-                    "runs_per_s": round(done / seconds, 1)}
+            return {**_quantiles(samples), "n": n, "runs_per_s": round(done / seconds, 1)}
         finally:
             await link.aclose()
     return asyncio.run(run())
@@ -373,15 +384,33 @@ def measure(quick: bool = False) -> dict[str, Any]:
                     result["remote_json"]["p50_us"] / result["in_process"]["p50_us"], 1)
                 result["remote_vs_echo_p50"] = round(
                     result["remote_json"]["p50_us"] / result["echo"]["p50_us"], 2)
+                # Throughput, like with like: each row beside its own floor, measured just
+                # before it (the machine's load moves between rows): Router.arun with
+                # `threads` runs in flight on one loop beside the echo asked the same way
+                # (the issue's row), and Router.run from `threads` threads beside the echo
+                # asked from as many threads through the same link.
                 result["throughput_runs_per_s"] = {}
+                result["echo_runs_per_s"] = {}
+                result["threaded_runs_per_s"] = {}
+                result["echo_threads_runs_per_s"] = {}
                 for workers in (1, 2, 4):
                     while len(cluster.workers) < workers:
                         cluster.add_worker()
-                    result["throughput_runs_per_s"][str(workers)] = _throughput(
-                        local, remote, threads, seconds)
+                    w = str(workers)
+                    result["echo_runs_per_s"][w] = _echo_floor(
+                        cluster.url, 0, threads, seconds)["runs_per_s"]
+                    result["throughput_runs_per_s"][w] = _async_figures(
+                        local, cluster.url, 0, threads, seconds)["runs_per_s"]
+                    result["echo_threads_runs_per_s"][w] = _rate(
+                        lambda: link.request(ECHO_SUBJECT, _body(), {}, 5), threads, seconds)
+                    result["threaded_runs_per_s"][w] = _throughput(local, remote, threads,
+                                                                   seconds)
                 result["throughput_vs_echo"] = {
-                    w: round(v / result["echo"]["runs_per_s"], 2)
+                    w: round(v / result["echo_runs_per_s"][w], 2)
                     for w, v in result["throughput_runs_per_s"].items()}
+                result["threaded_vs_echo_threads"] = {
+                    w: round(v / result["echo_threads_runs_per_s"][w], 2)
+                    for w, v in result["threaded_runs_per_s"].items()}
                 result["in_process_runs_per_s"] = _throughput(local, in_process, threads,
                                                               seconds)
                 if hasattr(NatsLink, "open"):  # one worker running the stage on its loop
@@ -420,14 +449,20 @@ def report(result: dict[str, Any]) -> str:
             lines.append(f"  {key:34} {result[key]['p50_us']:>8} {result[key]['p99_us']:>9}")
     lines.append(f"  remote/in-process p50: {result['remote_vs_in_process_p50']}x; "
                  f"remote/bare echo p50: {result['remote_vs_echo_p50']}x (target <= 1.3x)")
-    tp = result["throughput_runs_per_s"]
-    lines.append(f"throughput ({result['threads']} caller threads, {result['cores']} cores): "
-                 + ", ".join(f"{w} worker(s) {v}/s" for w, v in tp.items())
-                 + f"; in-process {result['in_process_runs_per_s']}/s; bare echo "
-                 + f"{result['echo']['runs_per_s']}/s with as many in flight")
+    tp, echo_tp = result["throughput_runs_per_s"], result["echo_runs_per_s"]
+    lines.append(f"throughput, {result['threads']} in flight on one loop (Router.arun; the bare "
+                 f"echo asked the same way just before each), {result['cores']} cores: "
+                 + ", ".join(f"{w} worker(s) {v}/s (echo {echo_tp[w]}/s)"
+                             for w, v in tp.items())
+                 + f"; in-process {result['in_process_runs_per_s']}/s (Router.run, threads)")
     lines.append("  vs bare echo: " + ", ".join(
         f"{w} worker(s) {v}x" for w, v in result["throughput_vs_echo"].items())
                  + " (target >= 0.7x)")
+    th, echo_th = result["threaded_runs_per_s"], result["echo_threads_runs_per_s"]
+    lines.append(f"  Router.run from {result['threads']} threads vs the echo asked from as many "
+                 "threads through the link: " + ", ".join(
+                     f"{w} worker(s) {v}/s = {result['threaded_vs_echo_threads'][w]}x"
+                     f" (echo {echo_th[w]}/s)" for w, v in th.items()))
     if "work_floor" in result:
         echo, work, threaded = result["echo"], result["work_floor"], result["echo_threads"]
         lines.append(f"  floors: echo whose responder decodes, runs 10 us and encodes: p50 "

@@ -35,6 +35,12 @@ def test_the_cluster_benchmark_reports_latency_and_throughput(tmp_path: Path,
     # The floors and the fast paths, from the same run.
     assert doc["echo"]["p50_us"] > 0 and doc["echo"]["runs_per_s"] > 0
     assert doc["remote_vs_echo_p50"] > 0 and set(doc["throughput_vs_echo"]) == {"1", "2", "4"}
+    # Each throughput row beside its own floor, asked the same way, measured just before it.
+    for key in ("echo_runs_per_s", "threaded_runs_per_s", "echo_threads_runs_per_s",
+                "threaded_vs_echo_threads"):
+        assert set(doc[key]) == {"1", "2", "4"} and all(v > 0 for v in doc[key].values()), key
+    for w, ratio in doc["throughput_vs_echo"].items():
+        assert ratio == round(doc["throughput_runs_per_s"][w] / doc["echo_runs_per_s"][w], 2)
     assert doc["remote_async"]["runs_per_s"] > 0 and doc["async_throughput_vs_echo"] > 0
     assert doc["inline_worker"]["runs_per_s"] > 0 and doc["inline_worker"]["async"]["p50_us"] > 0
     assert "bare echo" in proc.stdout

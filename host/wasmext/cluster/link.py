@@ -9,9 +9,14 @@ on a future that the answer completes; a timeout is the thread's own wait.
 
 An async caller opens its link on its own loop instead (`await NatsLink.open(url)`):
 no thread, and `arequest` (which `Router.arun` uses) publishes and awaits one future
-with one timer, without the two thread hops of `run_coroutine_threadsafe` and
-`future.result`. Threads may still call the blocking `request` of such a link; its
-own loop may not.
+(its timeout a timer shared by the requests due in the same `TICK_S`), without the
+two thread hops of `run_coroutine_threadsafe` and `future.result`. Threads may still
+call the blocking `request` of such a link; its own loop may not.
+
+Both kinds of link, and a worker's stage endpoints, take their messages straight from
+the reader (`FastClient.deliver_now`: no queue, task or callback coroutine per
+message) and queue what they send for nats-py's flusher (`publish_soon`), falling
+back to nats-py's own paths wherever it would wait, refuse or read a status line.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import math
 import re
 import threading
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasmext.cluster.natsauth import NatsAuth, redact
@@ -34,12 +40,16 @@ from wasmext.text import clean, redact_url
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription
 
 __all__ = ["NatsAuth", "NatsAuthFailed", "NatsLink", "NatsUnavailable", "connect",
            "header_block", "parse_headers"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.cluster.link")
+# How late an awaited request may time out: the requests due within one tick share a
+# timer (a timer each, set and cancelled per request, was a heap push and pop apiece).
+TICK_S = 0.005
 
 
 # What nats-server says (-ERR) when it refuses a login: a wrong token, user, password,
@@ -79,19 +89,27 @@ _NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 _SUBJECT_BAD = re.compile(r"[ \t\r\n]")  # nats-py's: CR or LF would start another command
 
 
+_GOOD_NAMES: set[str] = set()  # header names already checked (a few, sent on every request)
+
+
 def header_block(headers: dict[str, str]) -> bytes:
     """The header block nats-py 2.16's `publish` writes for `headers` (the same names
-    skipped and refused, values' line breaks made spaces), for a sender that reuses it."""
-    out = bytearray(b"NATS/1.0\r\n")
+    skipped and refused, values' line breaks made spaces), for a sender that reuses it
+    or queues it with `publish_soon`: each name is checked once per process, the block
+    encoded once, where nats-py runs a regex and three encodes per header."""
+    parts = ["NATS/1.0\r\n"]
     for name, value in headers.items():
         key = name.strip()
         if not key:
             continue
-        if not _HEADER_KEY.fullmatch(key):
-            raise ValueError(f"not a header name: {clean(key, 64)}")
-        out += key.encode() + b": " + value.strip().translate(_NEWLINES).encode() + b"\r\n"
-    out += b"\r\n"
-    return bytes(out)
+        if key not in _GOOD_NAMES:
+            if not _HEADER_KEY.fullmatch(key):
+                raise ValueError(f"not a header name: {clean(key, 64)}")
+            if len(_GOOD_NAMES) < 256:  # names may come from a caller: the set stays small
+                _GOOD_NAMES.add(key)
+        parts.append(f"{key}: {value.strip().translate(_NEWLINES)}\r\n")
+    parts.append("\r\n")
+    return "".join(parts).encode()
 
 
 _CLIENT_CLASS: list[type[Client]] = []  # made on first use: nats-py is imported lazily
@@ -106,17 +124,57 @@ def _client() -> Client:
         class FastClient(Client):
             _parse_header_lines = staticmethod(parse_headers)
 
-            def publish_soon(self, subject: str, payload: bytes, block: bytes) -> bool:
+            def __init__(self) -> None:
+                super().__init__()
+                self._now: dict[int, Callable[[Msg], None]] = {}
+
+            def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
+                """Hand `sub`'s messages to `handler` as the reader parses them: no
+                queue, task switch or callback coroutine per message. Status messages
+                (a 503 "no responders"), and a subscription with a message limit or a
+                JetStream one, keep nats-py's path: its callback gets them."""
+                self._now[sub._id] = handler
+
+            async def _process_msg(self, sid: int, subject: bytes, reply: bytes,
+                                   data: bytes, headers: bytes | None) -> None:
+                handler = self._now.get(sid)
+                if handler is None or (headers is not None and headers[8:9] == b" "):
+                    await super()._process_msg(sid, subject, reply, data,
+                                               headers)  # type: ignore[arg-type]
+                    return
+                sub = self._subs.get(sid)
+                if sub is None:  # unsubscribed: dropped, as nats-py drops it
+                    del self._now[sid]
+                    return
+                if sub._max_msgs > 0 or sub._jsi is not None:
+                    await super()._process_msg(sid, subject, reply, data,
+                                               headers)  # type: ignore[arg-type]
+                    return
+                self.stats["in_msgs"] += 1
+                self.stats["in_bytes"] += len(data)
+                sub._received += 1
+                # nats-py's reading of a block without a status line (`_process_headers`)
+                hdr = (parse_headers(headers[10:]) or None) \
+                    if headers is not None and len(headers) > 10 else None
+                try:
+                    handler(self._build_message(sid, subject, reply, data, hdr))
+                except Exception as exc:  # as a callback's: the error callback hears it
+                    await self._error_cb(exc)
+
+            def publish_soon(self, subject: str, payload: bytes, block: bytes,
+                             reply: str = "") -> bool:
                 """Queue a message with a `header_block` for the flusher, as `publish`
                 does when it need not wait; False (nothing queued) when it would wait
                 or refuse: not connected, a full buffer, too large, a bad subject."""
                 flusher, flushes = self._flusher_task, self._flush_queue
                 if not self.is_connected or flusher is None or flusher.done() \
                         or flushes is None or len(payload) > self._max_payload \
-                        or not subject or _SUBJECT_BAD.search(subject):
+                        or not subject or _SUBJECT_BAD.search(subject) \
+                        or (reply and _SUBJECT_BAD.search(reply)):
                     return False
-                cmd = b"HPUB %s  %d %d\r\n%s%s\r\n" % (
-                    subject.encode(), len(block), len(block) + len(payload), block, payload)
+                cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
+                    subject.encode(), reply.encode(), len(block), len(block) + len(payload),
+                    block, payload)
                 if 0 < self._max_pending_size < self._pending_data_size + len(cmd):
                     return False
                 self.stats["out_msgs"] += 1
@@ -223,35 +281,70 @@ class _Replies:
         self._lock = threading.Lock()
         self._sending = False
         self._ids = itertools.count()
+        self._due: dict[int, list[str]] = {}  # tokens of awaited requests by expiry tick
 
     async def start(self) -> None:
         """Subscribe to this link's replies (on the link's loop)."""
-        await self.client.subscribe(self.prefix + "*", cb=self._on_reply)
+        sub = await self.client.subscribe(self.prefix + "*", cb=self._on_reply)
+        deliver_now = getattr(self.client, "deliver_now", None)
+        if deliver_now is not None:  # answers reach their futures as they are read
+            deliver_now(sub, self._answer)
 
     async def _on_reply(self, msg: Msg) -> None:
+        self._answer(msg)
+
+    def _answer(self, msg: Msg) -> None:
         future = self.waiting.pop(msg.subject[len(self.prefix):], None)
         if future is not None:  # a thread's, or a task's on this loop; either may be over
             with contextlib.suppress(concurrent.futures.InvalidStateError,
                                      asyncio.InvalidStateError):
                 future.set_result(msg)
 
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str],
+                       inbox: str) -> None:
+        """Publish a request: queued for the flusher at once when nats-py would not wait
+        or refuse (`publish_soon`), else through nats-py's `publish`."""
+        soon = getattr(self.client, "publish_soon", None)
+        if soon is not None:
+            try:
+                if soon(subject, data, header_block(headers), inbox):
+                    return
+            except ValueError:  # a header name nats-py refuses: it raises its own error
+                pass
+        await self.client.publish(subject, data, reply=inbox, headers=headers)
+
     async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
                        timeout_s: float) -> Msg:
-        """One request/reply awaited on the link's own loop: one future and one timer."""
+        """One request/reply awaited on the link's own loop: one future, and a timer
+        shared with the requests due in the same tick."""
         token = str(next(self._ids))
         future: asyncio.Future[Msg] = self.loop.create_future()
         self.waiting[token] = future
-        timer = None
         try:
-            await self.client.publish(subject, data, reply=self.prefix + token,
-                                      headers=headers)
-            timer = self.loop.call_later(timeout_s, _expire, future)
+            await self._publish(subject, data, headers, self.prefix + token)
+            self._expire_after(timeout_s, token)
             msg = await future
         finally:
             self.waiting.pop(token, None)
-            if timer is not None:
-                timer.cancel()
         return _answered(msg)
+
+    def _expire_after(self, timeout_s: float, token: str) -> None:
+        """Time `token`'s request out after `timeout_s`, at most `TICK_S` late: requests
+        due in the same tick share one loop timer, and an answered one cancels nothing
+        (its token has left `waiting`; the tick finds no future for it)."""
+        tick = math.ceil((self.loop.time() + timeout_s) / TICK_S)
+        tokens = self._due.get(tick)
+        if tokens is None:
+            tokens = self._due[tick] = []
+            self.loop.call_at(tick * TICK_S, self._expire_tick, tick)
+        tokens.append(token)
+
+    def _expire_tick(self, tick: int) -> None:
+        waiting = self.waiting
+        for token in self._due.pop(tick, ()):
+            future = waiting.get(token)
+            if isinstance(future, asyncio.Future):
+                _expire(future)
 
     def request(self, subject: str, data: bytes, headers: dict[str, str],
                 timeout_s: float) -> Msg:
@@ -317,7 +410,7 @@ class _Replies:
             if inbox[len(self.prefix):] not in self.waiting:
                 continue  # its thread gave up while it was queued
             try:
-                await self.client.publish(subject, data, reply=inbox, headers=headers)
+                await self._publish(subject, data, headers, inbox)
             except Exception as exc:  # closed, draining, too large: the thread raises it
                 with contextlib.suppress(concurrent.futures.InvalidStateError):
                     future.set_exception(exc)

@@ -50,7 +50,7 @@ from wasmext.cluster.contract import (
     ContractError,
     encoding_of,
 )
-from wasmext.cluster.endpoints import Counts, Stage, stages_of, version_of
+from wasmext.cluster.endpoints import PLUGIN_KINDS, Counts, Stage, stages_of, version_of
 from wasmext.cluster.lane import Answer, Lane
 from wasmext.cluster.link import connect, header_block
 from wasmext.cluster.metrics import WorkerMetrics
@@ -150,7 +150,43 @@ class Worker:
             await svc.add_endpoint(EndpointConfig(
                 name=stage.kind, subject=stage.subject, handler=self._handler(stage),
                 metadata={"type": stage.kind}))
+            if stage.kind not in PLUGIN_KINDS:
+                self._deliver_now(svc, stage)
         self._shapes[pid] = self._shape(pid, stages)
+
+    def _deliver_now(self, svc: Service, stage: Stage) -> None:
+        """Take `stage`'s requests as the client reads them (`FastClient.deliver_now`):
+        no queue, task switch, callback coroutine or micro wrapper per request. The
+        endpoint's request count is kept as nats-py's wrapper keeps it."""
+        deliver_now = getattr(self._nc, "deliver_now", None)
+        endpoints = getattr(svc, "_endpoints", None)
+        endpoint: Any = endpoints[-1] if endpoints else None
+        sub = getattr(endpoint, "_subscription", None)
+        if deliver_now is None or sub is None or not hasattr(endpoint, "_num_requests"):
+            return  # another nats-py: its own path, the handler above
+        from nats.micro.request import Request
+
+        def take(msg: Msg) -> None:
+            endpoint._num_requests += 1
+            req = Request(msg)
+            try:
+                if self._inline(stage):  # short: answered here, in arrival order, no hop
+                    self._later(self._serve_now(stage, req))
+                else:
+                    self._queue(stage, req)  # the lane answers it
+            except Exception as err:  # a host bug: one line, named, as nats-py answers it
+                endpoint._num_errors += 1
+                self._later(req.respond_error("500", clean(
+                    f"plugin {stage.plugin_id} {stage.kind}: {err}", 300)))
+        deliver_now(sub, take)
+
+    def _later(self, send: Coroutine[Any, Any, None] | None) -> None:
+        """Run an answer's send that must wait (an error, a signed answer) as a task."""
+        if send is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._send([send]))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
 
     async def resync(self) -> tuple[list[str], list[str]]:
         """Serve what the host has loaded now (after a rescan): (plugins now served
@@ -402,14 +438,19 @@ class Worker:
 
     async def _serve(self, stage: Stage, req: Request) -> None:
         """A stage call on the loop (short, no application code: no hop at all)."""
-        taken = self._take(stage, req)
-        if taken is None:
-            return
-        budget, encoding, started = taken
-        send = self._answer(stage, req, budget, encoding, started,
-                            *self._outcome(stage, req.data, encoding, budget))
+        send = self._serve_now(stage, req)
         if send is not None:
             await send
+
+    def _serve_now(self, stage: Stage, req: Request) -> Coroutine[Any, Any, None] | None:
+        """Run a stage call here; the send of its answer when it could not be queued
+        at once (None: queued, or expired unrun)."""
+        taken = self._take(stage, req)
+        if taken is None:
+            return None
+        budget, encoding, started = taken
+        return self._answer(stage, req, budget, encoding, started,
+                            *self._outcome(stage, req.data, encoding, budget))
 
     def _queue(self, stage: Stage, req: Request) -> None:
         """A stage call for the lane; `_delivered` answers it (on the loop's thread)."""

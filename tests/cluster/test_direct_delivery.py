@@ -1,0 +1,197 @@
+"""Messages handed straight from the reader (`FastClient.deliver_now`) and requests
+queued for the flusher with their reply subject (`publish_soon`) keep nats-py's rules:
+the same message fields, status answers (no responders) through the callback, a
+failing handler heard by the error callback without losing the connection; a worker's
+stage endpoints count their requests in `$SRV.STATS` and answer a host bug with a 500;
+an awaited request's shared timer never fires early and holds nothing afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_support import wat_plugin
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from wasmext import Host, HostConfig
+from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
+from wasmext.cluster.contract import encode as contract_encode
+from wasmext.cluster.link import TICK_S, NatsLink, connect, header_block
+from wasmext.cluster.worker import Worker
+from wasmext.runtime import Runtime
+
+HEADERS = [
+    {"Wasmext-Trace": "t1", "Wasmext-Tenant": "acme", "Wasmext-Call-Id": "0f" * 16,
+     "Wasmext-Deadline": "1700000000000"},
+    {" Padded ": "  value with\r\nline breaks\n ", "": "skipped", "Plain": ""},
+]
+
+
+@pytest.mark.parametrize("headers", HEADERS)
+def test_publish_soon_with_a_reply_queues_what_nats_py_publish_writes(
+        nats_url: str, headers: dict[str, str]) -> None:
+    async def run() -> None:
+        nc = await connect(nats_url, "soon-reply")
+        try:
+            written: list[bytes] = []
+            send_command = nc._send_command
+
+            async def capture(cmd: bytes, priority: bool = False) -> None:
+                written.append(cmd)
+                await send_command(cmd, priority)
+            nc._send_command = capture  # type: ignore[method-assign]
+            await nc.publish("svc.x", b"body", reply="_INBOX.a.7", headers=headers)
+            pending = len(nc._pending)
+            for _ in range(2):  # the second time, from the checked names' memo
+                assert nc.publish_soon("svc.x", b"body",  # type: ignore[attr-defined]
+                                       header_block(headers), "_INBOX.a.7")
+            assert nc._pending[pending:] == written * 2  # byte for byte
+            assert not nc.publish_soon("svc.x", b"x", b"",  # type: ignore[attr-defined]
+                                       "_INBOX.a\r\nPUB")  # nats-py refuses the reply too
+        finally:
+            await nc.close()
+    asyncio.run(run())
+
+
+def test_a_bad_header_name_is_refused_every_time() -> None:
+    for _ in range(2):
+        with pytest.raises(ValueError, match="not a header name"):
+            header_block({"Bad:Name": "v"})
+
+
+def test_direct_delivery_gives_the_fields_nats_py_gives_and_survives_a_failing_handler(
+        nats_url: str) -> None:
+    async def run() -> None:
+        errors: list[BaseException] = []
+        nc = await connect(nats_url, "direct")
+        plain = Client()
+        await plain.connect(nats_url)
+        try:
+            async def heard(exc: Exception) -> None:
+                errors.append(exc)
+            nc._error_cb = heard  # type: ignore[assignment]
+            by_callback: list[Any] = []
+            directly: list[Any] = []
+
+            async def callback(msg: Any) -> None:
+                by_callback.append(msg)
+            sub = await nc.subscribe("direct.x", cb=callback)
+            seen = await plain.subscribe("direct.x", cb=callback)
+
+            def handler(msg: Any) -> None:
+                if msg.data == b"boom":
+                    raise RuntimeError("handler failed")
+                directly.append(msg)
+            nc.deliver_now(sub, handler)  # type: ignore[attr-defined]
+            await nc.flush()
+            await plain.flush()
+            for body, headers in ((b"one", {"A": "1", "B": " two "}), (b"two", None),
+                                  (b"boom", None), (b"after", {"C": "3"})):
+                await plain.publish("direct.x", body, reply="r.1", headers=headers)
+            await plain.flush()
+            deadline = time.monotonic() + 5
+            while (len(directly) < 3 or len(by_callback) < 4) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            fields = [(m.subject, m.reply, m.data, m.headers) for m in directly]
+            # The plain client's own subscription got the same four through nats-py.
+            assert fields == [(m.subject, m.reply, m.data, m.headers) for m in by_callback
+                              if m.data != b"boom"]
+            assert fields[0][3] == {"A": "1", "B": "two"} and fields[1][3] is None
+            assert [str(e) for e in errors] == ["handler failed"]  # heard, not fatal
+            assert nc.is_connected and seen.delivered == 4 and sub.delivered == 4
+            await sub.unsubscribe()
+            await plain.publish("direct.x", b"gone")
+            await plain.flush()
+            await nc.flush()
+            assert len(directly) == 3
+        finally:
+            await plain.close()
+            await nc.close()
+    asyncio.run(run())
+
+
+def test_no_responders_still_reaches_an_awaited_request_and_timers_never_fire_early(
+        nats_url: str) -> None:
+    async def run() -> None:
+        link = await NatsLink.open(nats_url, name="ticks")
+        try:
+            with pytest.raises(NoRespondersError):  # a status answer: nats-py's path
+                await link.arequest("ticks.nobody", b"x", {"H": "1"}, 0.3)
+            async def silent(msg: Any) -> None:
+                pass
+            await link.client.subscribe("ticks.silent", cb=silent)
+            await link.client.flush()
+            for timeout_s in (0.05, 0.12, 0.2):
+                started = time.monotonic()
+                with pytest.raises(NatsTimeout):
+                    await link.arequest("ticks.silent", b"x", {}, timeout_s)
+                took = time.monotonic() - started
+                assert timeout_s <= took < timeout_s + 1.0
+            # A burst answered at once: its ticks hold no future, and are gone when due.
+            async def echo(msg: Any) -> None:
+                await link.client.publish(msg.reply, msg.data)
+            await link.client.subscribe("ticks.echo", cb=echo)
+            answers = await asyncio.gather(*(link.arequest("ticks.echo", b"%d" % i, {}, 0.3)
+                                             for i in range(40)))
+            assert [m.data for m in answers] == [b"%d" % i for i in range(40)]
+            assert link._replies.waiting == {}
+            await asyncio.sleep(0.3 + 3 * TICK_S)
+            assert link._replies._due == {}
+        finally:
+            await link.aclose()
+    asyncio.run(run())
+
+
+def _request(message_id: str) -> bytes:
+    return contract_encode(ExtRequest(
+        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id="stamp"),
+        message=ExtMessage(message_id=message_id, message_type="chat", payload="x")))
+
+
+@pytest.mark.parametrize("inline_below_ms", [60_000, 0])
+def test_a_worker_counts_directly_delivered_requests_and_answers_a_host_bug_with_500(
+        nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inline_below_ms: int) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
+    subject = "direct.ext.pre.stamp.v1"
+
+    async def run(host: Host) -> None:
+        worker = Worker(host, nats_url, prefix="direct", name="d1",
+                        inline_below_ms=inline_below_ms)
+        await worker.start()
+        import nats
+
+        nc = await nats.connect(nats_url)
+        try:
+            for i in range(5):
+                msg = await nc.request(subject, _request(f"m{i}"), timeout=10)
+                assert json.loads(msg.data)["message"]["payload"] == "stamped"
+            stats = json.loads((await nc.request("$SRV.STATS.direct-stamp", b"",
+                                                 timeout=5)).data)
+            served = {e["subject"]: e for e in stats["endpoints"]}[subject]
+            assert served["num_requests"] == 5 and served["data"]["answered"] == 5
+
+            def broken(*args: Any) -> Any:
+                raise KeyError("a host bug")
+            monkeypatch.setattr(worker, "_take", broken)
+            msg = await nc.request(subject, _request("bug"), timeout=10)
+            assert msg.headers is not None and msg.headers["Nats-Service-Error-Code"] == "500"
+            assert "a host bug" in msg.headers["Nats-Service-Error"]
+            monkeypatch.undo()
+            msg = await nc.request(subject, _request("healthy"), timeout=10)
+            assert json.loads(msg.data)["message"]["payload"] == "stamped"  # still serving
+        finally:
+            await nc.close()
+            await worker.drain()
+
+    with Host(HostConfig(), runtime=Runtime(cache=False),
+              plugin_dirs=[("workspace", plugins)]) as host:
+        asyncio.run(run(host))
