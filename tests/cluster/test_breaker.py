@@ -1,4 +1,5 @@
-"""The breaker counts failures as evidence: overlapping ones are one event."""
+"""The breaker counts failures as evidence: overlapping ones are one event; the
+caller's stats keep the newest latencies."""
 
 from __future__ import annotations
 
@@ -47,3 +48,15 @@ def test_without_a_start_time_every_failure_counts() -> None:
     breaker.failed()
     breaker.failed()
     assert breaker.state == "open"
+
+
+def test_remote_stats_keep_the_newest_latencies_and_their_quantiles() -> None:
+    from wasmext.cluster.remote import _SAMPLES, RemoteStats
+
+    stats = RemoteStats()
+    assert stats.quantile(0.5) is None
+    for ms in range(_SAMPLES + 300):
+        stats.observe(float(ms))
+    assert len(stats.latencies_ms) == _SAMPLES
+    assert sorted(stats.latencies_ms) == [float(ms) for ms in range(300, _SAMPLES + 300)]
+    assert stats.quantile(0.0) == 300.0 and stats.quantile(1.0) == _SAMPLES + 299.0

@@ -77,13 +77,19 @@ class RemoteStats:
     retries: int = 0
     short_circuited: int = 0
     unsigned: int = 0  # answers refused: not signed by a trusted worker
-    latencies_ms: list[float] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)  # the newest, in no order
     by_worker: dict[str, int] = field(default_factory=dict)  # answers per worker name
+    _oldest: int = 0  # where the next sample goes once `latencies_ms` is full
 
     def observe(self, ms: float) -> None:
-        """Record one answer's latency (the newest samples are kept)."""
-        self.latencies_ms.append(ms)
-        del self.latencies_ms[:-_SAMPLES]
+        """Record one answer's latency (the newest `_SAMPLES` are kept: a full list has
+        its oldest overwritten, where dropping the head moved every sample per call)."""
+        samples = self.latencies_ms
+        if len(samples) < _SAMPLES:
+            samples.append(ms)
+            return
+        samples[self._oldest] = ms
+        self._oldest = (self._oldest + 1) % _SAMPLES
 
     def quantile(self, q: float) -> float | None:
         """The q quantile of the recent latencies, or None before any."""
