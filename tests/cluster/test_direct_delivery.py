@@ -132,7 +132,7 @@ def test_no_responders_still_reaches_an_awaited_request_and_timers_never_fire_ea
                 with pytest.raises(NatsTimeout):
                     await link.arequest("ticks.silent", b"x", {}, timeout_s)
                 took = time.monotonic() - started
-                assert timeout_s <= took < timeout_s + 1.0
+                assert timeout_s <= took < timeout_s + 2.0  # never early; late by load only
             # A burst answered at once: its tick holds no future, and fired ticks are gone.
             async def echo(msg: Any) -> None:
                 await link.client.publish(msg.reply, msg.data)
