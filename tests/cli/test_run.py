@@ -32,6 +32,12 @@ def example_config(folder: Path) -> Path:
     return config
 
 
+# The example config loads every folder of plugins/, two of them Python components
+# (json-check, sentiment-py) that only these tests and their own load: about a minute of
+# a core to build and compile cold, so everything that runs the whole folder is slow.
+RUNS_EVERY_PLUGIN = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def run_doc(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
     # The example config loads every folder of plugins/, so each must be built first
@@ -51,12 +57,14 @@ def run_doc(built: Built, tmp_path_factory: pytest.TempPathFactory) -> dict:  # 
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
 
+@RUNS_EVERY_PLUGIN
 def test_every_hook_kind_fires(run_doc: dict) -> None:  # type: ignore[type-arg]
     assert run_doc["load_errors"] == []
     missing = EVERY_KIND - set(run_doc["hooks_fired"])
     assert not missing, f"hook kinds that did not fire: {sorted(missing)}"
 
 
+@RUNS_EVERY_PLUGIN
 def test_the_demo_turn_went_through_every_plugin(run_doc: dict) -> None:  # type: ignore[type-arg]
     first, second = run_doc["turns"]
     assert first["aborted"] is None
@@ -93,6 +101,7 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert not (example_root() / ".wasmext").exists()  # nothing written into the package
 
 
+@RUNS_EVERY_PLUGIN
 def test_embedding_example_runs(run_doc: dict) -> None:  # type: ignore[type-arg]
     proc = subprocess.run([sys.executable, str(ROOT / "docs" / "embed_example.py")],
                           capture_output=True, text=True, timeout=120)
@@ -101,6 +110,7 @@ def test_embedding_example_runs(run_doc: dict) -> None:  # type: ignore[type-arg
     assert "afterwards: 'card [CARD]'" in proc.stdout
 
 
+@RUNS_EVERY_PLUGIN
 def test_model_url_talks_to_an_openai_compatible_endpoint(run_doc: dict,  # type: ignore[type-arg]
                                                           tmp_path: Path) -> None:
     """A real HTTP server on loopback speaking chat completions: one tool call, then text."""
@@ -153,6 +163,7 @@ def test_model_url_talks_to_an_openai_compatible_endpoint(run_doc: dict,  # type
     assert requests[1]["messages"][-2]["tool_calls"][0]["id"] == "c1"
 
 
+@RUNS_EVERY_PLUGIN
 def test_stats_command(run_doc: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
     config = example_config(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "stats",

@@ -9,6 +9,9 @@ import pytest
 from support import Built
 from wasmext import PluginError, Runtime
 
+# A Python component built for these tests (and the example run): ~27 s of a core cold.
+pytestmark = pytest.mark.slow
+
 
 def ext(answer: str, param: str | None = None) -> dict[str, Any]:
     return {"name": "json", "param": param, "answer": answer, "query": "q", "previous": {}}

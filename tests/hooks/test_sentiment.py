@@ -56,6 +56,7 @@ def check_common(out: dict[str, ExtensionResult], failed: ExtensionResult,
     assert not failed.success and "no JSON object" in (failed.error or "")
 
 
+@pytest.mark.slow  # plugins/sentiment-py, a Python component built for it (and the example run)
 def test_helpers_in_a_python_component(built: Built, crt: Runtime) -> None:
     out, failed, asked = run_sentiment(built, crt, "sentiment-py",
                                        "#stats #sentiment #stats:brief")
