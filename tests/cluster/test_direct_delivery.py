@@ -22,47 +22,9 @@ from nats.errors import TimeoutError as NatsTimeout
 from wasmext import Host, HostConfig
 from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
 from wasmext.cluster.contract import encode as contract_encode
-from wasmext.cluster.link import TICK_S, NatsLink, connect, header_block
+from wasmext.cluster.link import TICK_S, NatsLink, connect
 from wasmext.cluster.worker import Worker
 from wasmext.runtime import Runtime
-
-HEADERS = [
-    {"Wasmext-Trace": "t1", "Wasmext-Tenant": "acme", "Wasmext-Call-Id": "0f" * 16,
-     "Wasmext-Deadline": "1700000000000"},
-    {" Padded ": "  value with\r\nline breaks\n ", "": "skipped", "Plain": ""},
-]
-
-
-@pytest.mark.parametrize("headers", HEADERS)
-def test_publish_soon_with_a_reply_queues_what_nats_py_publish_writes(
-        nats_url: str, headers: dict[str, str]) -> None:
-    async def run() -> None:
-        nc = await connect(nats_url, "soon-reply")
-        try:
-            written: list[bytes] = []
-            send_command = nc._send_command
-
-            async def capture(cmd: bytes, priority: bool = False) -> None:
-                written.append(cmd)
-                await send_command(cmd, priority)
-            nc._send_command = capture  # type: ignore[method-assign]
-            await nc.publish("svc.x", b"body", reply="_INBOX.a.7", headers=headers)
-            pending = len(nc._pending)
-            for _ in range(2):  # the second time, from the checked names' memo
-                assert nc.publish_soon("svc.x", b"body",  # type: ignore[attr-defined]
-                                       header_block(headers), "_INBOX.a.7")
-            assert nc._pending[pending:] == written * 2  # byte for byte
-            assert not nc.publish_soon("svc.x", b"x", b"",  # type: ignore[attr-defined]
-                                       "_INBOX.a\r\nPUB")  # nats-py refuses the reply too
-        finally:
-            await nc.close()
-    asyncio.run(run())
-
-
-def test_a_bad_header_name_is_refused_every_time() -> None:
-    for _ in range(2):
-        with pytest.raises(ValueError, match="not a header name"):
-            header_block({"Bad:Name": "v"})
 
 
 def test_direct_delivery_gives_the_fields_nats_py_gives_and_survives_a_failing_handler(

@@ -36,9 +36,10 @@ ANSWER_HEADERS = [
 ]
 
 
+@pytest.mark.parametrize("reply", [None, "_INBOX.a.7"])  # an answer; a request
 @pytest.mark.parametrize("headers", ANSWER_HEADERS)
 def test_publish_soon_queues_exactly_what_nats_py_publish_writes(
-        nats_url: str, headers: dict[str, str]) -> None:
+        nats_url: str, headers: dict[str, str], reply: str | None) -> None:
     async def run() -> None:
         nc = await connect(nats_url, "soon")
         try:
@@ -49,15 +50,18 @@ def test_publish_soon_queues_exactly_what_nats_py_publish_writes(
                 written.append(cmd)
                 await send_command(cmd, priority)
             nc._send_command = capture  # type: ignore[method-assign]
-            await nc.publish("_INBOX.x.y", b"body", headers=headers)
+            await nc.publish("_INBOX.x.y", b"body", reply=reply or "", headers=headers)
             pending = len(nc._pending)
-            assert nc.publish_soon("_INBOX.x.y", b"body",  # type: ignore[attr-defined]
-                                   header_block(headers))
-            assert nc._pending[pending:] == written  # byte for byte, queued for the flusher
+            for _ in range(2):  # the second time, from the checked header names' memo
+                assert nc.publish_soon("_INBOX.x.y", b"body",  # type: ignore[attr-defined]
+                                       header_block(headers), reply or "")
+            assert nc._pending[pending:] == written * 2  # byte for byte, for the flusher
             out = nc.stats["out_msgs"]
             # What publish would refuse or wait for is left to it: nothing is queued.
             assert not nc.publish_soon("bad subject", b"x", b"")  # type: ignore[attr-defined]
             assert not nc.publish_soon("_INBOX.x\r\nPUB", b"x", b"")  # type: ignore
+            assert not nc.publish_soon("_INBOX.x", b"x", b"",  # type: ignore[attr-defined]
+                                       "_INBOX.a\r\nPUB")  # a reply nats-py refuses
             assert not nc.publish_soon("_INBOX.x", b"x" * (nc.max_payload + 1),  # type: ignore
                                        b"")
             assert nc.stats["out_msgs"] == out
@@ -69,8 +73,10 @@ def test_publish_soon_queues_exactly_what_nats_py_publish_writes(
 
 
 def test_header_block_refuses_a_name_nats_py_refuses() -> None:
-    with pytest.raises(ValueError, match="not a header name"):
-        header_block({"Bad:Name": "v"})
+    for _ in range(2):  # the second time too: only good names are remembered
+        with pytest.raises(ValueError, match="not a header name"):
+            header_block({"Bad:Name": "v"})
+
 
 
 class Echo:
