@@ -28,12 +28,13 @@ __all__ = ["ClientPool", "PoolKey", "keepalive_client"]
 PoolKey = tuple[str, str, int, str]  # scheme, host name, port, checked address
 
 
-def keepalive_client(max_connections: int = 8) -> httpx2.Client:
+def keepalive_client(max_connections: int = 8,
+                     headers: dict[str, str] | None = None) -> httpx2.Client:
     """A keep-alive client under each request's deadline that stores no cookies and
-    follows no redirects."""
+    follows no redirects; `headers` go with every request it sends."""
     jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
     return httpx2.Client(transport=bounded_transport(max_connections), trust_env=False,
-                         follow_redirects=False, cookies=jar)
+                         follow_redirects=False, cookies=jar, headers=headers)
 
 
 class ClientPool:
