@@ -15,6 +15,16 @@ the machine's load alone cost a loop that shares its process with one busy
 thread: on 2 shared cores, 10-40 ms; with 6 such threads, hundreds).
 `benchmarks/run.py --async-scale` adds this section.
 
+What held the loop longest in the inline run was CPython's full (generation 2)
+garbage collection: it runs on whichever thread allocates (inline, the loop's)
+and scans every tracked object of the process, most of them the ~60k that
+importing wasmext and its dependencies left, so it took 20-40 ms alone. Each
+mode reports its collections (`gc`: how many full ones ran, the longest in wall
+and thread CPU ms); both modes run again after `gc.freeze()` (`pool_frozen`,
+`inline_frozen`): what docs/embedding.md advises an application running
+thousands of sessions on one loop to do once after start-up, so that a full
+collection scans only what was made since.
+
 `--where` also says where the loop was held in the pool and inline runs: every
 handle that ran for over 2 ms (which callback, which coroutine), and every
 `select` that returned over 2 ms later than its timeout asked (the loop thread
@@ -29,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
 import statistics
 import sys
@@ -45,6 +57,8 @@ from wasmext.aio import worst_case_ms
 from wasmext.testing import guest_wat, make_host
 
 TICK_S = 0.001
+# The pool and inline runs, then both again after gc.freeze().
+MODES = ("pool", "inline", "pool_frozen", "inline_frozen")
 
 
 def _noop() -> bytes:
@@ -144,6 +158,41 @@ class Where:
             "iterations": len(self.stretches)}
 
 
+class Collections:
+    """CPython's garbage collections while a block runs: full ones counted and timed."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.worst_wall_ms = self.worst_cpu_ms = 0.0
+        self._started: tuple[float, float] | None = None
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = (time.perf_counter(), time.thread_time())
+        elif self._started is not None:
+            wall, cpu = self._started
+            self.full += 1
+            self.worst_wall_ms = max(self.worst_wall_ms, (time.perf_counter() - wall) * 1000)
+            self.worst_cpu_ms = max(self.worst_cpu_ms, (time.thread_time() - cpu) * 1000)
+            self._started = None
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        """Count while the block runs."""
+        gc.callbacks.append(self._callback)
+        try:
+            yield
+        finally:
+            gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, Any]:
+        """Full collections, the longest one's wall and thread CPU ms."""
+        return {"full": self.full, "worst_wall_ms": round(self.worst_wall_ms, 2),
+                "worst_cpu_ms": round(self.worst_cpu_ms, 2)}
+
+
 def _describe(handle: asyncio.Handle) -> str:
     callback = handle._callback  # type: ignore[attr-defined]
     name = getattr(callback, "__qualname__", type(callback).__name__)
@@ -212,8 +261,9 @@ async def _busy_threads(threads: int, seconds: float) -> dict[str, Any]:
 
 def measure(quick: bool = False, sessions: int = 1000, where: bool = False
             ) -> dict[str, Any]:
-    """Worst loop gap for `sessions` concurrent sessions, pool and inline, and the floor
-    (with `where`, also where the loop was held in the pool and inline runs)."""
+    """Worst loop gap for `sessions` concurrent sessions, pool and inline, before and
+    after `gc.freeze()`, and the floors (with `where`, also where the loop was held in
+    the pool and inline runs)."""
     calls = 2 if quick else 5
     host = make_host((_noop(), {"plugin_id": "noop"}))
     try:
@@ -230,6 +280,14 @@ def measure(quick: bool = False, sessions: int = 1000, where: bool = False
                 1, time.perf_counter() - started))
             result["inline"] = _watched(loop, where, _scale(host, sessions, calls,
                                                             inline_ms))
+            gc.collect()
+            gc.freeze()  # what docs/embedding.md advises after start-up
+            try:
+                result["pool_frozen"] = _watched(loop, False, _scale(host, sessions, calls, 0))
+                result["inline_frozen"] = _watched(loop, False, _scale(
+                    host, sessions, calls, inline_ms))
+            finally:
+                gc.unfreeze()
         finally:
             loop.close()
     finally:
@@ -238,12 +296,13 @@ def measure(quick: bool = False, sessions: int = 1000, where: bool = False
 
 
 def _watched(loop: asyncio.AbstractEventLoop, where: bool, run: Any) -> dict[str, Any]:
-    if not where:
-        return loop.run_until_complete(run)  # type: ignore[no-any-return]
+    collections = Collections()
     watch = Where()
-    with watch.watching(loop):
+    with collections.counting(), watch.watching(loop) if where else contextlib.nullcontext():
         figures: dict[str, Any] = loop.run_until_complete(run)
-    figures["where"] = watch.summary()
+    figures["gc"] = collections.summary()
+    if where:
+        figures["where"] = watch.summary()
     return figures
 
 
@@ -256,9 +315,10 @@ def spread(results: list[dict[str, Any]]) -> dict[str, Any]:
     out["floor"] = three([r["floor"]["worst_gap_ms"] for r in results])
     out["busy_threads_floor"] = three([r["busy_threads_floor"]["worst_gap_ms"]
                                        for r in results])
-    for mode in ("pool", "inline"):
+    for mode in MODES:
         out[mode] = {key: three([r[mode][key] for r in results])
                      for key in ("worst_gap_ms", "p99_gap_ms", "calls_per_s")}
+        out[mode]["gc_worst_cpu_ms"] = three([r[mode]["gc"]["worst_cpu_ms"] for r in results])
     return out
 
 
@@ -271,13 +331,15 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"  floor (tasks awaiting sleep(0))  {floor:>8} ms")
     lines.append(f"  floor ({busy['threads']} busy Python threads)     "
                  f"{busy['worst_gap_ms']:>8} ms")
-    for mode in ("pool", "inline"):
+    for mode in MODES:
         r = result[mode]
         mark = "PASS" if r["worst_gap_ms"] <= 20 else "FAIL"
+        collected = r["gc"]
         lines.append(f"  {mode:32} {r['worst_gap_ms']:>8} ms  p99 {r['p99_gap_ms']} ms  "
                      f"{r['calls_per_s']} hooks/s  {mark}  "
                      f"{r['worst_gap_ms'] / max(busy['worst_gap_ms'], 0.01):.2f}x the "
-                     "busy-threads floor")
+                     f"busy-threads floor; {collected['full']} full collections, longest "
+                     f"{collected['worst_wall_ms']} ms ({collected['worst_cpu_ms']} ms CPU)")
     return "\n".join(lines)
 
 
@@ -319,10 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"over {s['rounds']} rounds (min / median / max):")
         print(f"  floor (sleep(0) tasks)  {s['floor']} ms; one busy thread "
               f"{s['busy_threads_floor']} ms")
-        for mode in ("pool", "inline"):
+        for mode in MODES:
             m = s[mode]
-            print(f"  {mode:6} worst gap {m['worst_gap_ms']} ms, p99 {m['p99_gap_ms']} ms, "
-                  f"hooks/s {m['calls_per_s']}")
+            print(f"  {mode:13} worst gap {m['worst_gap_ms']} ms, p99 {m['p99_gap_ms']} ms, "
+                  f"hooks/s {m['calls_per_s']}, longest full collection "
+                  f"{m['gc_worst_cpu_ms']} ms CPU")
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -29,11 +29,28 @@ def _run(tmp_path: Path, script: str, *args: str) -> tuple[dict[str, object], st
 def test_the_async_benchmark_reports_the_worst_gap_of_each_mode_and_its_floors(
         tmp_path: Path) -> None:
     doc, text = _run(tmp_path, "bench_async.py", "--sessions", "200")
-    for key in ("floor", "busy_threads_floor", "pool", "inline"):
+    modes = ("pool", "inline", "pool_frozen", "inline_frozen")
+    for key in ("floor", "busy_threads_floor", *modes):
         assert doc[key]["worst_gap_ms"] >= 0, key  # type: ignore[index]
-    for mode in ("pool", "inline"):
+    for mode in modes:
         assert doc[mode]["calls_per_s"] > 0  # type: ignore[index]
+        collected = doc[mode]["gc"]  # type: ignore[index]
+        assert collected["full"] >= 0 and collected["worst_cpu_ms"] >= 0  # type: ignore[index]
     assert "worst event-loop gap" in text and "busy-threads floor" in text
+    assert "full collections" in text
+    assert gc_is_thawed_after_the_benchmark()
+
+
+def gc_is_thawed_after_the_benchmark() -> bool:
+    """The benchmark freezes the heap for its frozen modes and thaws it after."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_async
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    import gc
+    bench_async.measure(quick=True, sessions=20)
+    return gc.get_freeze_count() == 0
 
 
 def test_the_flood_benchmark_shows_the_cap_holding(tmp_path: Path) -> None:

@@ -107,3 +107,25 @@ def test_an_llm_drip_on_a_kept_alive_connection_ends_at_the_deadline(
         assert server.server.sent_bytes < 60
         server.server.completion.update(drip_s=0.0)
         assert plugin.call("test").value["text"] == "hello from the model"
+
+
+def test_each_name_on_one_address_sends_its_own_host_header(
+        host: Host, server: Loopback, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two names at one address: each kept-alive client sends its own name as Host (the
+    # client's fixed header, from the key it was checked to), whatever the guest sends.
+    monkeypatch.setattr(netguard, "_lookup",
+                        lambda name, port: [netguard.ipaddress.ip_address("127.0.0.1")])
+    guest_headers = {"Host": "evil.example", "Accept-Encoding": "gzip", "X-Mine": "yes"}
+    plugins = {name: add(host, name.split(".")[0],
+                         {"url": f"http://{name}:{server.port}/hello", "headers": guest_headers},
+                         {f"http:{name}", "http:127.0.0.1"})
+               for name in ("alpha.example", "beta.example")}
+    for name in ("alpha.example", "beta.example", "alpha.example", "beta.example"):
+        assert plugins[name].call("test").value["body"] == b"hi"
+        sent = server.seen[-1]["headers"]
+        assert sent["host"] == f"{name}:{server.port}"
+        assert sent["accept-encoding"] == "identity"
+        assert sent["x-mine"] == "yes"
+    assert server.server.connections == 2  # one kept-alive connection per name
+    monkeypatch.undo()
+    healthy(host, server)

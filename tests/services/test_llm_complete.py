@@ -407,3 +407,26 @@ def test_deep_tool_call_arguments_stay_a_string(depth: int) -> None:
         {"id": "1", "function": {"name": "t", "arguments": _nested(depth)}}]}}]}
     answer = parse_answer(doc, "m")
     assert answer.tool_calls[0]["args"] == {"_raw": _nested(depth)}
+
+
+@pytest.mark.parametrize(("key", "url_user", "authorization"), [
+    ("k-123", "", "Bearer k-123"),
+    (None, "user:pw@", "Basic dXNlcjpwdw=="),
+    (None, "", None),
+])
+def test_the_endpoint_receives_its_headers_on_every_request(
+        server: Loopback, key: str | None, url_user: str, authorization: str | None) -> None:
+    from wasmext.services.llm.client import OpenAIClient
+
+    client = OpenAIClient(server.url("/v1").replace("://", f"://{url_user}"), key)
+    try:
+        for _ in range(2):  # the first request and one on the kept-alive connection
+            answer = client.chat(ChatRequest([{"role": "user", "content": "hi"}], "m",
+                                             timeout_s=5))
+            assert answer.text == "hello from the model"
+            sent = completions(server)[-1]["headers"]
+            assert sent.get("authorization") == authorization
+            assert sent["accept-encoding"] == "identity"
+            assert sent["content-type"] == "application/json"
+    finally:
+        client.close()

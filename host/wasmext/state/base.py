@@ -224,6 +224,9 @@ class StateStore(ABC):
     """One backend holding the state of every plugin. Thread-safe; close() when done."""
 
     limits: StateLimits
+    # True when nothing outside this process can reach the store's data (the memory
+    # backend): a count kept beside it in this process is then the whole truth.
+    process_local: bool = False
 
     @abstractmethod
     def begin(self, plugin_id: str, session_id: str | None = None) -> StateTransaction:

@@ -56,6 +56,8 @@ class _MemoryView:
 class MemoryStore(Engine):
     """Everything in a dict, under one lock; gone when the process ends."""
 
+    process_local = True
+
     def __init__(self, limits: StateLimits | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(limits, clock=clock)

@@ -247,14 +247,19 @@ class HttpFetch:
         left = deadline - time.monotonic()
         if left <= 0:
             raise Refused("timeout", "the call's deadline passed")
-        headers = {**headers, "host": target.host_header, "accept-encoding": "identity"}
+        if "host" in headers or "accept-encoding" in headers:  # an injection's: ours win
+            headers = {k: v for k, v in headers.items() if k not in ("host", "accept-encoding")}
         try:
-            client = self._clients.client((target.scheme, target.host, target.port,
-                                           target.address))
+            # The Host header and the identity encoding are the client's own: its key
+            # (scheme, host, port, address) fixes them, and a guest cannot set either.
+            client = self._clients.client(
+                (target.scheme, target.host, target.port, target.address),
+                {"host": target.host_header, "accept-encoding": "identity"})
             with bounded(deadline) as extensions:
                 if target.scheme == "https":
                     extensions["sni_hostname"] = target.host
-                request = client.build_request(method, target.connect_url, headers=headers,
+                request = client.build_request(method, target.connect_url,
+                                               headers=headers or None,
                                                content=body or None, extensions=extensions)
                 response = client.send(request, stream=True)
                 try:

@@ -21,6 +21,7 @@ forbid; a new DNS answer is seen once the kept one is older than its TTL.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import ipaddress
 import socket
 import threading
@@ -47,6 +48,11 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # hold at most MAX_LOOKUPS_PER_OWNER of them: with four shared threads, one plugin
 # asking for slow names made every other plugin's lookups wait past their deadlines.
 MAX_LOOKUPS = 32
+# What a request's URL, host and address decide is a pure function of them and the
+# plugin's grants: the last few hundred verdicts are kept (per exact grants, host,
+# address), so a stream of requests to one URL does not parse and judge it every time.
+# Lookups are never kept here (`AddressCache` keeps those, and they are judged anew).
+_VERDICTS = 512
 MAX_LOOKUPS_PER_OWNER = 4
 _resolver = ThreadPoolExecutor(max_workers=MAX_LOOKUPS, thread_name_prefix="wasmext-dns")
 _unanswered: dict[str, int] = {}  # owner -> its lookups submitted and not yet finished
@@ -110,6 +116,17 @@ def host_allowed(grants: Iterable[str], host: str) -> bool:
     return any(fnmatch.fnmatchcase(host, p) for p in _patterns(grants))
 
 
+@functools.lru_cache(maxsize=_VERDICTS)
+def _granted(grants: frozenset[str], host: str) -> bool:
+    return host_allowed(grants, host)
+
+
+@functools.lru_cache(maxsize=_VERDICTS)
+def _address_allowed(grants: frozenset[str], address: Address) -> bool:
+    return not forbidden(address) or _named_exactly(grants, address)
+
+
+@functools.lru_cache(maxsize=_VERDICTS)
 def _literal(host: str) -> Address | None:
     try:
         return ipaddress.ip_address(host)
@@ -182,6 +199,7 @@ def ascii_host(host: str) -> str:
                       ) from None
 
 
+@functools.lru_cache(maxsize=_VERDICTS)  # a refusal is raised, so never kept
 def split_url(url: str) -> tuple[str, str, int, str]:
     """Split an http(s) URL into scheme, host, port and path; Refused if it is bad."""
     try:
@@ -282,8 +300,10 @@ def resolve_target(url: str, grants: frozenset[str], deadline: float,
     """Check `url` against the grants and resolve its host once, by `deadline` (through
     `cache` when given: its addresses are checked here like a fresh answer); `owner`
     (the plugin) may have at most MAX_LOOKUPS_PER_OWNER lookups unanswered."""
+    if type(grants) is not frozenset:  # the verdicts are kept by the exact grants
+        grants = frozenset(grants)
     scheme, host, port, path = split_url(url)
-    if not host_allowed(grants, host):
+    if not _granted(grants, host):
         raise Refused("denied", f"host {host!r} is not granted (needs http:<pattern>)")
     literal = _literal(host)
     if literal is not None:
@@ -293,7 +313,7 @@ def resolve_target(url: str, grants: frozenset[str], deadline: float,
     else:
         addresses = _resolve(host, port, deadline, owner)
     for address in addresses:
-        if not forbidden(address) or _named_exactly(grants, address):
+        if _address_allowed(grants, address):
             return Target(scheme, host, port, str(address), path)
     raise Refused("denied", f"host {host!r} resolves to {addresses[0]}, a non-public address "
                   "(only a grant naming that address allows it)")

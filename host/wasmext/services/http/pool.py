@@ -28,12 +28,13 @@ __all__ = ["ClientPool", "PoolKey", "keepalive_client"]
 PoolKey = tuple[str, str, int, str]  # scheme, host name, port, checked address
 
 
-def keepalive_client(max_connections: int = 8) -> httpx2.Client:
+def keepalive_client(max_connections: int = 8,
+                     headers: dict[str, str] | None = None) -> httpx2.Client:
     """A keep-alive client under each request's deadline that stores no cookies and
-    follows no redirects."""
+    follows no redirects; `headers` go with every request it sends."""
     jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
     return httpx2.Client(transport=bounded_transport(max_connections), trust_env=False,
-                         follow_redirects=False, cookies=jar)
+                         follow_redirects=False, cookies=jar, headers=headers)
 
 
 class ClientPool:
@@ -45,14 +46,15 @@ class ClientPool:
         self._clients: OrderedDict[PoolKey, httpx2.Client] = OrderedDict()
         self._lock = threading.Lock()
 
-    def client(self, key: PoolKey) -> httpx2.Client:
-        """The client for `key`, made on first use."""
+    def client(self, key: PoolKey, headers: dict[str, str] | None = None) -> httpx2.Client:
+        """The client for `key`, made on first use, sending `headers` (fixed by the key:
+        its Host header) with every request."""
         with self._lock:
             client = self._clients.get(key)
             if client is not None:
                 self._clients.move_to_end(key)
                 return client
-            client = keepalive_client(self.connections_per_client)
+            client = keepalive_client(self.connections_per_client, headers)
             self._clients[key] = client
             evicted = self._clients.popitem(last=False)[1] \
                 if len(self._clients) > self.max_clients else None

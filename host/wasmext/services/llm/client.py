@@ -117,6 +117,12 @@ class OpenAIClient:
         self.shown = redact_url(self.url)
         self.api_key = api_key
         self.max_answer_bytes = max_answer_bytes
+        # The same for every request: the client sends them (no per-request merge).
+        self._headers = {"Accept-Encoding": "identity"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        elif self.basic:
+            self._headers["Authorization"] = self.basic
         self._client: httpx2.Client | None = None
         self._client_lock = threading.Lock()
 
@@ -125,7 +131,7 @@ class OpenAIClient:
         # operator's, never a plugin's, so there is no address to re-check per request.
         with self._client_lock:
             if self._client is None:
-                self._client = keepalive_client()
+                self._client = keepalive_client(headers=self._headers)
             return self._client
 
     def close(self) -> None:
@@ -148,16 +154,11 @@ class OpenAIClient:
             body["tools"] = [{"type": "function", "function": {
                 "name": t["name"], "description": t.get("description", ""),
                 "parameters": t.get("input_schema", {"type": "object"})}} for t in req.tools]
-        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        elif self.basic:
-            headers["Authorization"] = self.basic
         deadline = time.monotonic() + req.timeout_s
         try:
             client = self._http()
             with bounded(deadline) as extensions, \
-                    client.stream("POST", self.url, json=body, headers=headers,
+                    client.stream("POST", self.url, json=body,  # json: its Content-Type
                                   extensions=extensions) as resp:
                 raw = bytearray()
                 for chunk in resp.iter_raw(65536):

@@ -17,11 +17,18 @@ read or wrote is kept and offered as the compare-and-set's expected value, so
 a change costs one store operation instead of a read and a write; the store
 still decides (another process's write in between makes it a conflict, and
 the value is read again), so the cache never lets a change pass the budget.
+
+A store no other process can reach (the memory backend: `process_local`) is
+not written at all: the count is kept beside it in this process, one table
+per store shared by every ledger on it, under one lock. It holds the same
+guarantees (everything that can share the store shares the table, and the
+count is gone when the store is) without a store commit per change.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 
 import msgpack
@@ -36,12 +43,55 @@ _TTL_S = 2 * 86400.0
 _ATTEMPTS = 64
 
 
+class _Counts:
+    """The day's count per plugin, in this process: for a ledger without a store or
+    beside a process-local one. Only the latest day is kept."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.day = ""
+        self.used: dict[str, int] = {}
+
+    def update(self, plugin_id: str, day: str, change: Callable[[int], int]) -> None:
+        with self.lock:
+            if day != self.day:
+                if day < self.day:
+                    # A change of a day that is over (a call that started before
+                    # midnight) counts against nothing any more; a reservation is still
+                    # held to the budget on its own.
+                    change(0)
+                    return
+                self.day, self.used = day, {}
+            self.used[plugin_id] = change(self.used.get(plugin_id, 0))
+
+    def get(self, plugin_id: str, day: str) -> int:
+        with self.lock:
+            return self.used.get(plugin_id, 0) if day == self.day else 0
+
+
+# One table per process-local store: every ledger on the store shares it, and it goes
+# with the store.
+_beside: weakref.WeakKeyDictionary[StateStore, _Counts] = weakref.WeakKeyDictionary()
+_beside_lock = threading.Lock()
+
+
+def _counts_beside(store: StateStore) -> _Counts:
+    with _beside_lock:
+        counts = _beside.get(store)
+        if counts is None:
+            counts = _beside[store] = _Counts()
+        return counts
+
+
 class DayLedger:
     """Reserve and settle tokens per (plugin, day), in a store or, without one, in memory."""
 
     def __init__(self, store: Callable[[], StateStore] | None = None) -> None:
         self._store = store
-        self._memory: dict[tuple[str, str], int] = {}
+        # Counts kept in this process: without a store, or beside a process-local one
+        # (decided when the store is first needed: the Host opens it lazily).
+        self._local: _Counts | None = _Counts() if store is None else None
+        self._decided = store is None
         # The value of each (plugin, day) key as this process last saw it in the store:
         # only ever a guess for the compare-and-set, which the store checks.
         self._seen: dict[tuple[str, str], bytes | None] = {}
@@ -63,17 +113,30 @@ class DayLedger:
 
     def used(self, plugin_id: str, day: str) -> int:
         """Tokens the plugin has used on the day."""
-        if self._store is None:
-            with self._lock:
-                return self._memory.get((plugin_id, day), 0)
+        local = self._local_counts()
+        if local is not None:
+            return local.get(plugin_id, day)
         return _decode(self._read(plugin_id, day))
 
+    def _local_counts(self) -> _Counts | None:
+        if not self._decided:
+            assert self._store is not None
+            try:
+                store = self._store()
+            except StateError as err:
+                raise OpError("unavailable", "the token ledger cannot be reached: "
+                              f"{err.reason}") from None
+            if getattr(store, "process_local", False):  # a wrapper of a store: durable
+                self._local = _counts_beside(store)
+            self._decided = True
+        return self._local
+
     def _update(self, plugin_id: str, day: str, change: Callable[[int], int]) -> None:
-        if self._store is None:
-            with self._lock:
-                self._memory = {k: v for k, v in self._memory.items() if k[1] == day}
-                self._memory[(plugin_id, day)] = change(self._memory.get((plugin_id, day), 0))
+        local = self._local_counts()
+        if local is not None:
+            local.update(plugin_id, day, change)
             return
+        assert self._store is not None
         scope, key, ref = Scope(LEDGER_SCOPE), f"{plugin_id}/{day}", (plugin_id, day)
         with self._lock:  # one writer per process; the CAS orders processes
             if any(seen[1] != day for seen in self._seen):
