@@ -15,6 +15,7 @@ of a value is read from those bindings, never assumed.
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import threading
 from collections.abc import Callable
@@ -81,10 +82,17 @@ class _RawEntries:
         self.new_list = ctypes.PYFUNCTYPE(None, vp, size)(
             ("wasmtime_component_vallist_new_uninit", dll))
         self.delete = ctypes.PYFUNCTYPE(None, vp)(("wasmtime_component_val_delete", dll))
+        # ctypes' own memmove, memset and string_at, without handing the GIL off around
+        # a copy of a few KiB (ctypes.memmove and memset do; a waiting thread then runs).
+        native: Any = _ctypes
+        self.copy = ctypes.PYFUNCTYPE(vp, vp, vp, size)(native._memmove_addr)
+        self.fill = ctypes.PYFUNCTYPE(vp, vp, ctypes.c_int, size)(native._memset_addr)
+        self.read = ctypes.PYFUNCTYPE(ctypes.py_object, vp, ctypes.c_int)(
+            native._string_at_addr)
 
 
 _RAW = _RawEntries()
-_KIND: Any = dict(_VAL._fields_)["kind"]  # the kind field's C type, at _KIND_AT
+_KIND: Any = dict(_VAL._fields_)["kind"]  # type: ignore[arg-type]  # the kind field's C type, at _KIND_AT
 _KIND_AT = _VAL.kind.offset
 _VALLIST: Any = ffi.wasmtime_component_vallist_t
 _LIST_AT = _VALUE_AT + _VALLIST.size.offset
@@ -99,8 +107,9 @@ def _release(at: int) -> None:
     its results over what the slots hold (dropping it), so a kept result slot must
     never hold a list already freed."""
     _RAW.delete(at)
-    ctypes.memset(at, 0, _SIZE)
-    _KIND.from_address(at + _KIND_AT).value = _BOOL
+    _RAW.fill(at, 0, _SIZE)
+    if _BOOL:
+        _KIND.from_address(at + _KIND_AT).value = _BOOL
 
 
 class BytesExport:
@@ -150,7 +159,7 @@ class BytesExport:
             size = n * _SIZE
             self._image[_VALUE_AT:size:_SIZE] = data
             raw.new_list(self._arg_at + _LIST_AT, n)
-            ctypes.memmove(self._arg_data.value, self._image_at, size)
+            raw.copy(self._arg_data.value, self._image_at, size)
             self._arg.kind = _LIST
             try:
                 err = raw.call(self._func_at, self._context, self._arg_at, 1,
@@ -175,7 +184,7 @@ class BytesExport:
             return None
         if not n:
             return b""
-        image = ctypes.string_at(self._result_data.value, n * _SIZE)
+        image: bytes = _RAW.read(self._result_data.value, n * _SIZE)
         if image[0::_SIZE] != bytes((_U8,)) * n:
             return None
         return image[_VALUE_AT::_SIZE]
