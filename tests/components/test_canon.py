@@ -3,6 +3,7 @@ tiny component whose `call` answers its request's bytes unchanged."""
 
 from __future__ import annotations
 
+import pytest
 import wasmtime
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,13 +35,18 @@ ECHO = r'''
 )
 '''
 
+# The same component whose `call` traps (a guest failing mid-call).
+TRAPS = ECHO.replace("(i32.store (i32.const 8) (local.get 0))",
+                     "unreachable (i32.store (i32.const 8) (local.get 0))")
+
 _ENGINE = wasmtime.Engine()
 _COMPONENT = wc.Component(_ENGINE, ECHO)
+_TRAPPING = wc.Component(_ENGINE, TRAPS)
 
 
-def _echo_export() -> BytesExport:
+def _echo_export(component: wc.Component = _COMPONENT) -> BytesExport:
     store = wasmtime.Store(_ENGINE)
-    instance = wc.Linker(_ENGINE).instantiate(store, _COMPONENT)
+    instance = wc.Linker(_ENGINE).instantiate(store, component)
     return BytesExport(instance, store, "call")
 
 
@@ -67,3 +73,43 @@ def test_any_bytes_cross_unchanged(requests: list[bytes]) -> None:
     call = _echo_export()
     for data in requests:
         assert call(data, 1 << 20) == data
+
+
+def test_a_trapping_call_raises_and_releases_the_export() -> None:
+    """A call whose guest traps raises wasmtime's error and leaves the export's kept
+    values free (a bool in each slot); a later call on that poisoned instance gets
+    wasmtime's refusal as an error, not a crash."""
+    bool_kind = wasmtime._ffi.WASMTIME_COMPONENT_BOOL.value
+    for n in (1, 130, IMAGE_MAX, IMAGE_MAX + 5):
+        call = _echo_export(_TRAPPING)
+        with pytest.raises(wasmtime.WasmtimeError, match="unreachable"):
+            call(b"x" * n, 1 << 20)
+        assert not call._busy
+        assert (call._arg.kind, call._result.kind) == (bool_kind, bool_kind)
+        with pytest.raises(wasmtime.WasmtimeError, match="cannot enter"):
+            call(b"after", 1 << 20)
+
+
+def test_a_call_finding_the_values_in_use_takes_fresh_ones() -> None:
+    """Re-entered (the export's own values still in use: wasmtime refuses re-entering
+    an instance, but the values must not be shared whatever it does), a call goes
+    through values of its own and answers the same bytes."""
+    call = _echo_export()
+    call._busy = True
+    assert call(b"fresh", 1 << 20) == b"fresh"
+    assert call(b"x" * 200, 100) is None
+    call._busy = False
+    assert call(b"reused", 1 << 20) == b"reused"
+
+
+def test_the_kept_values_hold_nothing_to_free_between_calls() -> None:
+    """wasmtime assigns a call's result over what its slot holds (dropping it): after
+    each call, answered, refused over the limit or trapped, the export's kept argument
+    and result slots hold a bool, never a list already freed (a double free)."""
+    call = _echo_export()
+    bool_kind = wasmtime._ffi.WASMTIME_COMPONENT_BOOL.value
+    for data, limit in ((b"a" * 130, 1 << 20), (b"b" * 10, 5), (b"c", 1 << 20)):
+        call(data, limit)
+        assert (call._arg.kind, call._result.kind) == (bool_kind, bool_kind)
+    for _ in range(2_000):  # many answers through the same slots
+        assert call(b"d" * 64, 1 << 20) == b"d" * 64

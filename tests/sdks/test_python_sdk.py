@@ -349,3 +349,49 @@ def test_a_repeated_hook_reads_like_a_new_one() -> None:
         value = unpack(packed)
         assert codec.unpack_call(packed) == (value.get("hook"), value.get("data"),
                                              value.get("meta"))
+
+
+def test_self_call_holds_the_running_call_and_nothing_between_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`self.call` (made only when a handler asks) names the running call's hook, data
+    and meta, for a hook with one handler and for one chosen by a pattern; a meta that
+    is not a map reads as {}; between calls it is None, and a later call that does
+    not ask sees none of an earlier call's."""
+    guest = _stubbed_guest(monkeypatch)
+    seen: list[Any] = []
+
+    class Asks(guest.Plugin):  # type: ignore[misc, name-defined]
+        @guest.hook("echo")
+        def echo(self, data: Any) -> Any:
+            call = self.call
+            seen.append((call.hook, call.data, call.meta, self.call is call))
+            return data
+
+        @guest.hook("quiet")
+        def quiet(self, data: Any) -> Any:
+            return data
+
+        @guest.hook("output_extension", pattern="json")
+        def as_json(self, data: Any) -> Any:
+            seen.append((self.call.hook, self.call.data, self.call.meta))
+            return "json"
+
+    plugin = Asks()
+    world = guest.export(plugin)()
+
+    def call(request: dict[str, Any]) -> Any:
+        return msgpack.unpackb(world.call(msgpack.packb(request)))
+
+    assert plugin.call is None
+    assert call({"hook": "echo", "data": [1], "meta": {"session": "s"}})["value"] == [1]
+    assert seen.pop() == ("echo", [1], {"session": "s"}, True)
+    assert plugin.call is None
+    assert call({"hook": "echo", "data": 2, "meta": "not a map"})["value"] == 2
+    assert seen.pop() == ("echo", 2, {}, True)
+    assert call({"hook": "quiet", "data": 3})["value"] == 3 and plugin.call is None
+    assert call({"hook": "output_extension", "data": {"tag": "json"}})["value"] == "json"
+    assert seen.pop() == ("output_extension", {"tag": "json"}, {})
+    assert plugin._made is None  # nothing of the last call is held after it
+    # A hook name that is not a str (a host's broken request) is unhandled, not a crash.
+    answer = call({"hook": [1], "data": None})
+    assert answer["ok"] is False and answer["error"]["code"] == "unhandled"

@@ -87,7 +87,10 @@ class Plugin:
     abi_minor = ABI_MINOR
 
     def __init__(self) -> None:
-        self.call: Call | None = None
+        # The running call's (hook, data, meta) as read from its request; its `Call`
+        # is made only when something asks for it (most handlers never do).
+        self._running: tuple[Any, Any, Any] | None = None
+        self._made: Call | None = None
         self.settings: dict[str, Any] = {}
         hooks = []
         for cls in reversed(type(self).__mro__):
@@ -103,6 +106,19 @@ class Plugin:
         self._direct: dict[str, Callable[[Any], Any]] = {
             name: getattr(self, hs[0].method) for name, hs in self._by_name.items()
             if len(hs) == 1 and hs[0].pattern is None}
+
+    @property
+    def call(self) -> Call | None:
+        """The call a handler is running: its hook, data and meta (None between calls)."""
+        fields = self._running
+        if fields is None:
+            return None
+        made = self._made
+        if made is None:
+            hook_name, data, meta = fields
+            made = self._made = Call(hook_name if isinstance(hook_name, str) else "", data,
+                                     meta if isinstance(meta, dict) else {})
+        return made
 
     # -- what a plugin may override (each default does nothing) -------------------
 
@@ -150,23 +166,25 @@ class Plugin:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """One call request in, its response map out (None: unchanged)."""
-        plain, answer = self._outcome(request.get("hook"), request.get("data"),
-                                      request.get("meta"))
+        plain, answer = self._outcome((request.get("hook"), request.get("data"),
+                                       request.get("meta")))
         return {"ok": True, "value": answer} if plain else answer
 
-    def _outcome(self, hook_name: Any, data: Any, meta: Any) -> tuple[bool, Any]:
+    def _outcome(self, fields: tuple[Any, Any, Any]) -> tuple[bool, Any]:
         """(True, value) for a handler's new value, else (False, the response map or
-        None for unchanged): the common answer is written without a map around it."""
-        call = Call(hook_name if isinstance(hook_name, str) else "", data,
-                    meta if isinstance(meta, dict) else {})
-        self.call = call
+        None for unchanged): the common answer is written without a map around it.
+        `fields`: the request's (hook, data, meta), as read."""
+        hook_name = fields[0]
+        self._running = fields
         try:
-            direct = self._direct.get(call.hook)
+            direct = self._direct.get(hook_name) if type(hook_name) is str else None
             if direct is not None:
-                value = direct(data)
+                value = direct(fields[1])
             else:
+                call = self.call
+                assert call is not None
                 handler = self._handler(call)
-                value = handler(data) if handler is not None else self.unhandled(call)
+                value = handler(call.data) if handler is not None else self.unhandled(call)
         except (Fail, HostError) as err:
             return False, {"ok": False, "error": {"code": err.code, "message": err.message}}
         except MemoryError:
@@ -175,7 +193,9 @@ class Plugin:
             return False, {"ok": False, "error": {"code": "failed",
                                                   "message": f"{type(exc).__name__}: {exc}"}}
         finally:
-            self.call = None
+            self._running = None
+            if self._made is not None:  # made for this call only (it holds its data)
+                self._made = None
         if value is UNCHANGED:
             return False, None
         if isinstance(value, Stop):
@@ -242,7 +262,7 @@ def export(plugin: Plugin) -> type:
                 return pack({"ok": False, "error": {"code": "invalid", "message": str(exc)}})
             if fields is None:
                 return _NOT_A_MAP
-            plain, answer = plugin._outcome(*fields)
+            plain, answer = plugin._outcome(fields)
             if not plain:
                 return _encode_answer(answer)
             try:

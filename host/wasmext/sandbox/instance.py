@@ -57,7 +57,7 @@ class CallResult(NamedTuple):
     fuel: int = 0  # fuel the call consumed, when the plugin is metered
 
 
-_PACK_START = 1024  # bytes; a hook request is usually a few hundred
+PACK_START = 1024  # bytes; a hook request is usually a few hundred
 
 
 def _unpack(packed: int) -> tuple[int, int]:
@@ -79,7 +79,7 @@ class PluginInstance:
         # grows to the largest document it packed: msgpack's default is 256 KiB per
         # Packer, most of what an idle instance held (docs/performance.md, "Many plugins").
         self._pack = msgpack.Packer(use_bin_type=True, autoreset=True,
-                                    buf_size=_PACK_START).pack
+                                    buf_size=PACK_START).pack
         store = new_store(module.engine.engine)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)

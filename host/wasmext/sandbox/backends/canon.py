@@ -15,6 +15,7 @@ of a value is read from those bindings, never assumed.
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import threading
 from collections.abc import Callable
@@ -66,6 +67,51 @@ def bytes_from_val(val: Any, limit: int) -> bytes | None:
     return image[_VALUE_AT::_SIZE]
 
 
+class _RawEntries:
+    """The three C entries of an export call as plain-address prototypes: they skip
+    wasmtime-py's Python wrappers and ctypes' argument type checks (most of the host's
+    own time in a small call). The bookkeeping entries keep the GIL (they return in
+    nanoseconds); the call releases it, as wasmtime-py's binding does (the epoch
+    ticker must run while a guest spins)."""
+
+    def __init__(self) -> None:
+        vp, size = ctypes.c_void_p, ctypes.c_size_t
+        dll = ffi.dll
+        self.call = ctypes.CFUNCTYPE(vp, vp, vp, vp, size, vp, size)(
+            ("wasmtime_component_func_call", dll))
+        self.new_list = ctypes.PYFUNCTYPE(None, vp, size)(
+            ("wasmtime_component_vallist_new_uninit", dll))
+        self.delete = ctypes.PYFUNCTYPE(None, vp)(("wasmtime_component_val_delete", dll))
+        # ctypes' own memmove, memset and string_at, without handing the GIL off around
+        # a copy of a few KiB (ctypes.memmove and memset do; a waiting thread then runs).
+        native: Any = _ctypes
+        self.copy = ctypes.PYFUNCTYPE(vp, vp, vp, size)(native._memmove_addr)
+        self.fill = ctypes.PYFUNCTYPE(vp, vp, ctypes.c_int, size)(native._memset_addr)
+        self.read = ctypes.PYFUNCTYPE(ctypes.py_object, vp, ctypes.c_int)(
+            native._string_at_addr)
+
+
+_RAW = _RawEntries()
+_KIND: Any = dict(_VAL._fields_)["kind"]  # type: ignore[arg-type]  # the kind field's C type, at _KIND_AT
+_KIND_AT = _VAL.kind.offset
+_VALLIST: Any = ffi.wasmtime_component_vallist_t
+_LIST_AT = _VALUE_AT + _VALLIST.size.offset
+_DATA_AT = _VALUE_AT + _VALLIST.data.offset
+# A pointer field read as a plain int (size_t is pointer-sized on wasmtime's targets).
+_ADDRESS = ctypes.c_size_t
+assert ctypes.sizeof(_ADDRESS) == ctypes.sizeof(ctypes.c_void_p)
+
+
+def _release(at: int) -> None:
+    """Free the value at `at` and leave a bool in its place: wasmtime's call assigns
+    its results over what the slots hold (dropping it), so a kept result slot must
+    never hold a list already freed."""
+    _RAW.delete(at)
+    _RAW.fill(at, 0, _SIZE)
+    if _BOOL:
+        _KIND.from_address(at + _KIND_AT).value = _BOOL
+
+
 class BytesExport:
     """An exported `func(list<u8>) -> list<u8>`, called without per-call type lookups."""
 
@@ -80,50 +126,94 @@ class BytesExport:
         if params != ["ListType"] or result != "ListType":
             raise TypeError(f"export {name} is not func(list<u8>) -> list<u8>")
         self._func = func._func
-        self._func_ref = ctypes.byref(self._func)
-        self._store = store
+        self._store = store  # the context below lives as long as its store
+        self._func_at = ctypes.addressof(self._func)
+        self._context = ctypes.addressof(store._context().contents)
+        # The argument and the result, one value each, kept for the instance's life
+        # with their addresses and views of their fields: a call allocates no ctypes
+        # objects. An instance runs one call at a time; a call that finds them in use
+        # (re-entry: wasmtime would refuse it anyway) takes fresh ones.
+        self._arg, self._result = _VAL(), _VAL()
+        self._arg_at, self._result_at = ctypes.addressof(self._arg), ctypes.addressof(self._result)
+        self._arg_data = _ADDRESS.from_address(self._arg_at + _DATA_AT)
+        self._result_kind = _KIND.from_address(self._result_at + _KIND_AT)
+        self._result_size = ctypes.c_size_t.from_address(self._result_at + _LIST_AT)
+        self._result_data = _ADDRESS.from_address(self._result_at + _DATA_AT)
+        self._busy = False
         # The value array of a request, kept between calls with every kind already
-        # U8: a call writes only the bytes' slots (an instance runs one call at a
-        # time, and the image is copied out before the guest runs).
-        self._image = bytearray()
-        self._image_c: Any = None
-
-    def _lower(self, data: bytes, val: Any) -> None:
-        n = len(data)
-        if not 0 < n <= IMAGE_MAX:
-            bytes_to_val(data, val)
-            return
-        size = n * _SIZE
-        if size > len(self._image):
-            image = bytearray(IMAGE_MAX * _SIZE)
-            image[0::_SIZE] = bytes((_U8,)) * IMAGE_MAX
-            self._image, self._image_c = image, (ctypes.c_char * len(image)).from_buffer(image)
-        self._image[_VALUE_AT:size:_SIZE] = data
-        raw = val.of.list  # a view into `val`: the list is created in place
-        ffi.wasmtime_component_vallist_new_uninit(ctypes.byref(raw), n)
-        ctypes.memmove(raw.data, self._image_c, size)
-        val.kind = _LIST
+        # U8: a call writes only the bytes' slots (the image is copied out before the
+        # guest runs).
+        self._image = bytearray(IMAGE_MAX * _SIZE)
+        self._image[0::_SIZE] = bytes((_U8,)) * IMAGE_MAX
+        self._image_c = (ctypes.c_char * len(self._image)).from_buffer(self._image)
+        self._image_at = ctypes.addressof(self._image_c)
 
     def __call__(self, data: bytes, limit: int) -> bytes | None:
         """The answer, or None when it is longer than `limit` (it is dropped unread)."""
+        n = len(data)
+        if self._busy or not 0 < n <= IMAGE_MAX:
+            return self._call_fresh(data, limit)
+        raw = _RAW
+        self._busy = True
+        try:
+            size = n * _SIZE
+            self._image[_VALUE_AT:size:_SIZE] = data
+            raw.new_list(self._arg_at + _LIST_AT, n)
+            raw.copy(self._arg_data.value, self._image_at, size)
+            self._arg.kind = _LIST
+            try:
+                err = raw.call(self._func_at, self._context, self._arg_at, 1,
+                               self._result_at, 1)
+            finally:
+                _release(self._arg_at)
+            if err:
+                self._raise(err)
+            try:
+                return self._lift(limit)
+            finally:
+                _release(self._result_at)
+        finally:
+            self._busy = False
+
+    def _lift(self, limit: int) -> bytes | None:
+        """The result's bytes (None: longer than `limit`, or not a list<u8>)."""
+        if self._result_kind.value != _LIST:
+            return None
+        n = self._result_size.value
+        if n > limit:
+            return None
+        if not n:
+            return b""
+        image: bytes = _RAW.read(self._result_data.value, n * _SIZE)
+        if image[0::_SIZE] != bytes((_U8,)) * n:
+            return None
+        return image[_VALUE_AT::_SIZE]
+
+    @staticmethod
+    def _raise(err: int) -> None:
+        error = wasmtime.WasmtimeError._from_ptr(
+            ctypes.cast(err, ctypes.POINTER(ffi.wasmtime_error_t)))
+        # An exception raised by a generically linked import (`log`) waits there.
+        _enter.maybe_raise_last_exn()
+        raise error
+
+    def _call_fresh(self, data: bytes, limit: int) -> bytes | None:
+        """A call through values of its own: a request out of the image's range, or a
+        re-entered export."""
         args = (_VAL * 1)()
-        self._lower(data, args[0])
+        bytes_to_val(data, args[0])
         result = _VAL()
         try:
-            err = ffi.wasmtime_component_func_call(self._func_ref,
-                                                   self._store._context(), args, 1,
-                                                   ctypes.byref(result), 1)
+            err = _RAW.call(self._func_at, self._context, ctypes.addressof(args), 1,
+                            ctypes.addressof(result), 1)
         finally:
-            ffi.wasmtime_component_val_delete(ctypes.byref(args[0]))
+            _RAW.delete(ctypes.addressof(args))
         if err:
-            error = wasmtime.WasmtimeError._from_ptr(err)
-            # An exception raised by a generically linked import (`log`) waits there.
-            _enter.maybe_raise_last_exn()
-            raise error
+            self._raise(err)
         try:
             out = bytes_from_val(result, limit)
         finally:
-            ffi.wasmtime_component_val_delete(ctypes.byref(result))
+            _RAW.delete(ctypes.addressof(result))
         return out
 
 
