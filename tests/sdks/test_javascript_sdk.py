@@ -133,6 +133,10 @@ const text = (v) => {
 };
 let deep = 0;
 for (let i = 0; i < 63; i++) deep = [deep];
+let deepMap = {};
+for (let i = 0; i < 62; i++) deepMap = { k: deepMap };
+const cycle = { n: 1 };
+cycle.self = cycle;
 const cases = {
   plain: { a: [1, -2.5, "é😀", null, true], b: {} },
   nullProto: Object.assign(Object.create(null), { k: 1 }),
@@ -151,6 +155,14 @@ const cases = {
   lone: ["\\ud800"],
   pair: ["\\ud83d\\ude00"],
   slash: ["\\\\ud800 as text"],
+  wide: Array.from({ length: 300 }, (_, i) => (i & 1 ? i : { i, s: `v${i}` })),
+  deepMap63: deepMap,
+  deepMap64: [deepMap],
+  subclassToJSON: [new (class extends Array { toJSON() { return "x"; } })()],
+  hiddenToJSON: [Object.defineProperty({}, "toJSON", { value: () => 2 })],
+  throwingGetter: { get x() { throw new Error("no"); } },
+  cycle,
+  nested: { a: { b: [1, { c: undefined }] } },
 };
 const out = {};
 for (const [name, v] of Object.entries(cases)) out[name] = text(v);
@@ -172,8 +184,12 @@ def test_the_json_answer_writer_sends_only_what_json_carries_exactly(tmp_path: P
     assert json.loads(out["nullProto"]) == {"ok": True, "value": {"k": 1}}
     assert out["deep63"] is not None and out["deep64"] is None
     assert out["pair"] == '{"ok":true,"value":["😀"]}'
+    wide = json.loads(out["wide"])["value"]
+    assert len(wide) == 300 and wide[1] == 1 and wide[2] == {"i": 2, "s": "v2"}
+    assert out["deepMap63"] is not None and out["deepMap64"] is None
     refused = ["bin", "map", "date", "nan", "inf", "undefinedMember", "hole", "big", "fn",
-               "instance", "toJSON", "lone", "slash"]
+               "instance", "toJSON", "lone", "slash", "subclassToJSON", "hiddenToJSON",
+               "throwingGetter", "cycle", "nested"]
     assert {name: out[name] for name in refused} == dict.fromkeys(refused)
     assert out["read"] == {"hook": "h", "data": [1, "x"]}
     assert out["badUtf8"] == "refused"

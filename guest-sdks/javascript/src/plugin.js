@@ -106,7 +106,10 @@ export function definePlugin(plugin) {
       const data = req.data ?? null;
       const call = { hook: name, data, meta: req.meta ?? {} };
       try {
-        const h = pick(byName.get(name), data);
+        const entries = byName.get(name);
+        // One entry without a pattern (most hooks): no `pick` call on the hot path.
+        const h = entries !== undefined && entries.length === 1 && entries[0].pattern === undefined
+          ? entries[0] : pick(entries, data);
         const value = h !== undefined ? h.handler.call(plugin, data, call) : plugin.unhandled(call);
         if (value === UNCHANGED) return new Uint8Array(0);
         // The common answer: the value behind the answer's fixed head, no map around it.
