@@ -293,18 +293,43 @@ class PluginInstance:
     # -- the ABI -----------------------------------------------------------------
 
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
-        """_initialize, the version check and wasmext_register; returns the registration map."""
+        """_initialize, the version check and wasmext_register; returns the registration map.
+
+        `_initialize` runs under a budget of its own (a runtime's start-up may be most
+        of it); the registration protocol, `wasmext_abi_version`, the request buffer's
+        `wasmext_alloc` and `wasmext_register`, runs under one fresh budget: one
+        call's fuel and deadline for the three, as a hook call's host calls share its."""
         self.ctx.hook = "register"
         once = self._binding.call_once
         if self.module.info.has_initialize:
             self._guest("_initialize", once, "_initialize", False)
-        major = self._guest("wasmext_abi_version", once, "wasmext_abi_version", True) & 0xFFFFFFFF
-        if major != ABI_MAJOR:
-            raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
-                              plugin_id=self.ctx.plugin_id, hook="register")
-        ptr, n = self._write_input(encode(request))
-        raw = self._read_output(self._guest("wasmext_register", once, "wasmext_register", True,
-                                            ptr, n), "wasmext_register")
+        payload = encode(request)
+        n = len(payload)
+        if n > self.limits.max_input_bytes:
+            raise InputTooLarge(f"request of {n} bytes exceeds max_input_bytes "
+                                f"{self.limits.max_input_bytes}", plugin_id=self.ctx.plugin_id,
+                                hook="register")
+        what = "wasmext_abi_version"
+        self._set_budget(self.limits.fuel_per_call, self.budget.enter())
+        try:
+            major = once("wasmext_abi_version", True) & 0xFFFFFFFF
+            if major != ABI_MAJOR:
+                raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
+                                  plugin_id=self.ctx.plugin_id, hook="register")
+            what = "wasmext_alloc"
+            if n > self._in_cap:  # `_write_input`'s first buffer, inside this budget
+                cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
+                self._in_ptr, self._in_cap = self._obtain(cap), cap
+            if not self.memory.write(self._in_ptr, payload):
+                raise InvalidOutput("the request buffer is no longer inside memory",
+                                    plugin_id=self.ctx.plugin_id, hook="register")
+            what = "wasmext_register"
+            packed = once("wasmext_register", True, self._in_ptr, n)
+        except Exception as exc:
+            raise self._classify(exc, what) from exc
+        finally:
+            self._leave()
+        raw = self._read_output(packed, "wasmext_register")
         if raw is None:
             raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
                                 hook="register")
