@@ -160,3 +160,24 @@ def test_known_local_host_calls_end_by_the_call_deadline(generous: Runtime) -> N
     assert time.monotonic() - started < 3
     assert info.value.plugin_id == "looper"
     assert _healthy(generous).call("test", "ping").value == "alive"
+
+
+def test_an_answer_alloc_past_the_deadline_is_a_timeout_not_a_guest_trap(
+        generous: Runtime) -> None:
+    req = msgpack.packb({"op": "config.get", "key": "greeting"})
+    # The allocator serves the host's request buffer, then spins once $armed is set:
+    # the deadline passes inside wasmext_alloc while the host delivers an answer.
+    alloc = """(if (global.get $armed) (then (loop $spin (br $spin))))
+        (i32.const 100000)"""
+    body = f"""(global.set $armed (i32.const 1))
+      (call $host_call (i32.const {DATA_AT}) (i32.const {len(req)}))"""
+    wat = guest_wat(body, imports=HOST_CALL_IMPORT, data=req, alloc_body=alloc,
+                    memory_pages=4, extra="(global $armed (mut i32) (i32.const 0))")
+    plugin = load_wat(generous, wat, plugin_id="slow-alloc", settings={"greeting": "hi"},
+                      limits={"fuel_per_call": 10**12, "timeout_ms": 300})
+    started = time.monotonic()
+    with pytest.raises(Timeout) as info:
+        plugin.call("test")
+    assert time.monotonic() - started < 3
+    assert info.value.plugin_id == "slow-alloc"
+    assert _healthy(generous).call("test", "ping").value == "alive"

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import msgpack
+import wasmtime
 
 from wasmext._abi import ABI_MAJOR
 from wasmext.errors import (
@@ -459,17 +460,22 @@ class PluginInstance:
         known = self._known.get(request)
         if known is not None and known[0] in services.local_ops:
             # Decoded before, and served from memory: it neither waits nor calls out,
-            # so it runs without bounding the frame's deadline; its time is charged and
-            # the deadline checked as soon as it returns, as for any host call.
+            # so it runs without bounding the frame's deadline, and its time is charged
+            # with the answer's delivery (below) in one check.
             answer = services.known_local(self.ctx, known, self._pack)
-            budget.check_time(started)
+            delivering = started
         else:
             answer = budget.host_call(started, services.dispatch_packed, self.ctx, request,
                                       limits.max_msgpack_depth, self._pack, self._known)
+            delivering = budget.checked_at  # where host_call's last check read the clock
         size = len(answer)
         try:
             out = (self._alloc_fn or self._bind_alloc())(size)
         except Exception as exc:
+            if isinstance(exc, wasmtime.Trap) and exc.trap_code == wasmtime.TrapCode.INTERRUPT:
+                # The deadline passed (or the call was cancelled) while the guest
+                # allocated: the call's time is up, not a fault of the guest's code.
+                self._fail(budget.timeout_error("wasmext_alloc during host_call"))
             self._fail(GuestTrap(f"trap inside wasmext_alloc during host_call: "
                                  f"{first_line(exc)}",
                                  plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
@@ -478,8 +484,7 @@ class PluginInstance:
         elif out and not memory.write(out, answer):
             self._fail(InvalidOutput(f"wasmext_alloc returned {out:#x}, outside memory",
                                      plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
-        # Delivering the answer started where host_call's last check read the clock.
-        budget.check_time(budget.checked_at)
+        budget.check_time(delivering)
         return (out << 32) | size if out else 0
 
     def on_log(self, level: int, ptr: int, length: int) -> None:
