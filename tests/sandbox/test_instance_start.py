@@ -159,3 +159,37 @@ def test_a_start_function_runs_under_each_instances_budget(runtime: Runtime,
         assert flagged.new_instance().call("test", None).value == "second"
     assert load_wat(runtime, ONCE, plugin_id="plain").call("test").value == "first"
     assert healthy.call("test").value == "alive"
+
+
+# The registration protocol (wasmext_abi_version, the request buffer's wasmext_alloc,
+# wasmext_register) runs under one budget: a fault in any is still named after it.
+def test_a_start_up_alloc_that_spins_is_out_of_fuel_naming_wasmext_alloc(
+        runtime: Runtime) -> None:
+    wat = guest_wat(alloc_body="(loop $spin (br $spin)) (i32.const 0)")
+    started = time.monotonic()
+    with pytest.raises(OutOfFuel, match="in wasmext_alloc") as info:
+        load_wat(runtime, wat, plugin_id="spinner", limits={"fuel_per_call": 1_000_000})
+    assert time.monotonic() - started < 3
+    assert info.value.plugin_id == "spinner"
+    healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
+                       plugin_id="healthy")
+    assert healthy.call("test").value == "alive"
+
+
+def test_a_start_up_alloc_past_the_deadline_is_a_timeout(runtime: Runtime) -> None:
+    wat = guest_wat(alloc_body="(loop $spin (br $spin)) (i32.const 0)")
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        load_wat(runtime, wat, limits={"fuel_per_call": 10**10, "timeout_ms": 200})
+    assert time.monotonic() - started < 3
+
+
+def test_a_start_up_alloc_trap_and_refusal_are_named(runtime: Runtime) -> None:
+    from wasmext import AbiMismatch, GuestTrap, InvalidOutput
+
+    with pytest.raises(GuestTrap, match="wasmext_alloc"):
+        load_wat(runtime, guest_wat(alloc_body="unreachable"))
+    with pytest.raises(InvalidOutput, match=r"wasmext_alloc\(\d+\) returned 0"):
+        load_wat(runtime, guest_wat(alloc_body="(i32.const 0)"))
+    with pytest.raises(AbiMismatch, match="major 2"):
+        load_wat(runtime, guest_wat(abi_version=2))

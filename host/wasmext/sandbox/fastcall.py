@@ -193,6 +193,9 @@ class MemoryView:
         self.size = size
         span = (ctypes.c_ubyte * WASM32_SPAN).from_address(base)
         self._view = memoryview(span).cast("B")
+        # The same view for a hot path that checks `known` itself (one frame less per
+        # host call): only ever sliced below `known`.
+        self.view = self._view
         self.last_size = size()  # as of the latest read(): lets a fault tell if memory grew
         # A size memory has reached: it never shrinks, so a region inside it is inside
         # memory without asking wasmtime again (a foreign call costs more than the copy).

@@ -103,6 +103,9 @@ class HostServices:
         # op -> (minor it needs, capability, handler or None): one lookup per host
         # call, rebuilt whenever the table changes.
         self._table: dict[str, tuple[int, str, OpHandler | None]] = {}
+        # Ops served by the host's own in-memory handlers (`LOCAL_HANDLERS`): they never
+        # wait on storage, call another plugin or leave the process.
+        self.local_ops: frozenset[str] = frozenset()
         self.register("log", _op_log)
         self.register("config.get", _op_config_get)
         self.register("secret.get", _op_secret_get)
@@ -117,6 +120,8 @@ class HostServices:
         self._handlers[op] = handler
         self._table = {name: (self._since.get(name, 0), cap, self._handlers.get(name))
                        for name, cap in self._capability.items()}
+        self.local_ops = frozenset(name for name, fn in self._handlers.items()
+                                   if fn in LOCAL_HANDLERS)
 
     def handler(self, op: str) -> OpHandler | None:
         """The handler installed for `op` (None: none)."""
@@ -128,12 +133,23 @@ class HostServices:
         return {"ok": True, "value": out} if ok else out
 
     def dispatch_packed(self, ctx: CallContext, request: bytes, max_depth: int,
-                        pack: Callable[[Any], bytes]) -> bytes:
+                        pack: Callable[[Any], bytes],
+                        known: dict[bytes, tuple[str, dict[str, Any]]] | None = None) -> bytes:
         """`encode(dispatch(...))` without building the answer map: the fixed head of
         `{"ok": true, "value": ` and `pack(value)` (a reusable `msgpack.Packer(
         use_bin_type=True).pack`; not shared between threads). Raises EncodeError
-        for a value MessagePack cannot carry, as `encode` does."""
-        ok, out = self._run(ctx, request, max_depth)
+        for a value MessagePack cannot carry, as `encode` does.
+
+        `known` (one instance's, one thread at a time) remembers small flat requests
+        decoded before, by their bytes: a guest that asks the same thing again (the
+        same `config.get`) is not decoded again. What it remembers is only ever the
+        decoder's own result for those bytes; every check after decoding (ABI minor,
+        grant, handler) runs on every call, and the handler gets a copy of the map."""
+        hit = known.get(request) if known is not None else None
+        if hit is not None:
+            ok, out = self.checked(ctx, hit[0], dict(hit[1]))
+        else:
+            ok, out = self._run(ctx, request, max_depth, known)
         if not ok:
             return encode(out)
         try:
@@ -141,7 +157,36 @@ class HostServices:
         except (TypeError, ValueError, OverflowError) as exc:
             raise EncodeError(f"cannot encode as MessagePack: {exc}") from exc
 
-    def _run(self, ctx: CallContext, request: bytes, max_depth: int) -> tuple[bool, Any]:
+    def known_local(self, ctx: CallContext, known: tuple[str, dict[str, Any]],
+                    pack: Callable[[Any], bytes]) -> bytes:
+        """`dispatch_packed` of a request found in `known` whose op is in `local_ops`.
+
+        The op's table entry is looked up and its checks made here, in `checked`'s
+        order; any check that does not pass, or a handler that fails, goes the
+        general way (`checked` again, which answers it)."""
+        op = known[0]
+        since, capability, handler = self._table[op]
+        if since > ctx.abi_minor or (capability and capability not in ctx.grants) or \
+                handler is None:
+            ok, out = self.checked(ctx, op, dict(known[1]))
+        else:
+            if self.observer is not None:
+                self.observer(ctx.plugin_id, op)
+            try:
+                # The map itself, no copy: only the built-in LOCAL_HANDLERS run here,
+                # and they only read it.
+                ok, out = True, handler(ctx, known[1])
+            except Exception as exc:
+                ok, out = self._failure(ctx, op, exc)
+        if not ok:
+            return encode(out)
+        try:
+            return _OK_VALUE + pack(out)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise EncodeError(f"cannot encode as MessagePack: {exc}") from exc
+
+    def _run(self, ctx: CallContext, request: bytes, max_depth: int,
+             known: dict[bytes, tuple[str, dict[str, Any]]] | None = None) -> tuple[bool, Any]:
         try:
             req = decode(request, max_depth)
         except DecodeError as exc:
@@ -149,6 +194,15 @@ class HostServices:
         op = req.get("op") if type(req) is dict else None
         if not isinstance(op, str):
             return False, _error("invalid", "request must be a map with a string 'op'")
+        if known is not None and len(request) <= KNOWN_REQUEST_BYTES and \
+                len(known) < KNOWN_REQUESTS and all(type(v) in _SCALARS for v in req.values()):
+            # Scalars only: the copy each call gets shares nothing a handler could change.
+            known[request] = (op, dict(req))
+        return self.checked(ctx, op, req)
+
+    def checked(self, ctx: CallContext, op: str, req: dict[str, Any]) -> tuple[bool, Any]:
+        """SPEC 4.2's checks after decoding, in its order, then the op's handler: (True,
+        its value) or (False, the error answer map)."""
         entry = self._table.get(op)
         if entry is None:
             return False, _error("unsupported", f"unknown op {op!r}")
@@ -237,6 +291,12 @@ class HostServices:
 
 
 DENIALS_REMEMBERED = 4096
+# Requests one instance remembers decoded (`dispatch_packed`): how many, and how long
+# each may be. A guest sending ever new requests fills it once and is then decoded as
+# before; it never grows past this.
+KNOWN_REQUESTS = 32
+KNOWN_REQUEST_BYTES = 256
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
 # Ops whose work leaves the sandbox: each gets a span while tracing is on (the others,
 # state and log and config, are the hook call's own and stay in its span).
 LEAVING_OPS = frozenset({"http.fetch", "llm.complete", "tool.call", "agents.request",
@@ -328,3 +388,10 @@ def _op_abi_info(ctx: CallContext, req: dict[str, Any]) -> Any:
 
     return {"major": ABI_MAJOR, "minor": ctx.abi_minor, "host": "wasmext",
             "version": __version__, "limits": dict(ctx.limits)}
+
+
+# The built-in handlers that only read the plugin's own context in memory: a host
+# call of theirs needs no deadline of its own while it runs (it cannot outlive the
+# call it serves, and its time is charged when it returns).
+LOCAL_HANDLERS: frozenset[OpHandler] = frozenset({_op_log, _op_config_get, _op_secret_get,
+                                                 _op_abi_info})

@@ -76,6 +76,9 @@ def linker_for(engine: SharedEngine) -> wasmtime.Linker:
                                   _host_call),
                                  ("log", wasmtime.FuncType([i32, i32, i32], []), _log)):
                 # The cached trampoline when this wasmtime is trusted, else the public API.
+                if _FAST and name == "host_call" and hosttramp.define_guest_method(
+                        linker, "wasmext", name, ty, "on_host_call"):
+                    continue
                 if not (_FAST and hosttramp.define(linker, "wasmext", name, ty, fn)):
                     hosttramp.define_public(linker, "wasmext", name, ty, fn)
             _linkers[engine] = linker

@@ -31,15 +31,16 @@ from typing import Any
 
 import wasmtime
 
-from wasmext.sandbox import fastcall
+from wasmext.sandbox import calltree, fastcall
 from wasmext.sandbox.fastcall import host_failure_standin, keep_host_exception
 
 log = logging.getLogger("wasmext.sandbox.hosttramp")
 
-__all__ = ["FAST_HOST_CALLS", "define", "define_public"]
+__all__ = ["FAST_HOST_CALLS", "define", "define_guest_method", "define_public"]
 
 _VAL_RAW_SIZE = 16  # sizeof(wasmtime_val_raw_t): a union of up to a v128
 _I64 = struct.Struct("<q")
+_U64 = struct.Struct("<Q")
 _I32 = struct.Struct("<i")
 
 # size_t callback(void *env, wasmtime_caller_t *caller, wasmtime_val_raw_t *args, size_t n)
@@ -152,8 +153,41 @@ def define(linker: wasmtime.Linker, module: str, name: str, ty: wasmtime.FuncTyp
     results = [str(r) for r in ty.results]
     if any(p not in _CODES for p in params) or results not in ([], ["i32"], ["i64"]):
         return False
+    return _define_raw(linker, module, name, ty,
+                       _callback(fn, params, results[0] if results else None))
+
+
+_tree = calltree._tree  # the per-thread frame stack
+
+
+def define_guest_method(linker: wasmtime.Linker, module: str, name: str,
+                        ty: wasmtime.FuncType, method: str) -> bool:
+    """Define `module.name` as a call of `method` on the guest of this thread's innermost
+    call-tree frame, with the fast trampoline; False: define it another way.
+
+    For `(i32, i32) -> i64` imports (`host_call`): the method gets both as unsigned
+    ints and returns the i64 unsigned (a packed ptr and length). One Python frame
+    less per call than `define` with a function that finds the guest itself.
+    """
+    if _RAW is None or [str(p) for p in ty.params] != ["i32", "i32"] or \
+            [str(r) for r in ty.results] != ["i64"]:
+        return False
+    read = _args(["i32", "i32"])
+    span, pack_into, tree = _SPAN, _U64.pack_into, _tree
+
+    def raw(env: int, caller: int, values: int, count: int) -> int:
+        try:
+            guest = tree.stack[-1].guest  # type: ignore[union-attr]
+            pack_into(span, values, getattr(guest, method)(*read(span, values)))
+            return 0
+        except BaseException as exc:
+            return _trap(exc)
+    return _define_raw(linker, module, name, ty, _CALLBACK(raw))
+
+
+def _define_raw(linker: wasmtime.Linker, module: str, name: str, ty: wasmtime.FuncType,
+                callback: Any) -> bool:
     define_raw = _RAW[0]
-    callback = _callback(fn, params, results[0] if results else None)
     m, n = module.encode(), name.encode()
     linker_ptr = ctypes.cast(linker.ptr(), ctypes.c_void_p).value
     ty_ptr = ctypes.cast(ty.ptr(), ctypes.c_void_p).value

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import msgpack
+import wasmtime
 
 from wasmext._abi import ABI_MAJOR
 from wasmext.errors import (
@@ -80,6 +81,8 @@ class PluginInstance:
         # Packer, most of what an idle instance held (docs/performance.md, "Many plugins").
         self._pack = msgpack.Packer(use_bin_type=True, autoreset=True,
                                     buf_size=PACK_START).pack
+        # Host-call requests this instance decoded before (HostServices.dispatch_packed).
+        self._known: dict[bytes, tuple[str, dict[str, Any]]] = {}
         store = new_store(module.engine.engine)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
@@ -291,18 +294,43 @@ class PluginInstance:
     # -- the ABI -----------------------------------------------------------------
 
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
-        """_initialize, the version check and wasmext_register; returns the registration map."""
+        """_initialize, the version check and wasmext_register; returns the registration map.
+
+        `_initialize` runs under a budget of its own (a runtime's start-up may be most
+        of it); the registration protocol, `wasmext_abi_version`, the request buffer's
+        `wasmext_alloc` and `wasmext_register`, runs under one fresh budget: one
+        call's fuel and deadline for the three, as a hook call's host calls share its."""
         self.ctx.hook = "register"
         once = self._binding.call_once
         if self.module.info.has_initialize:
             self._guest("_initialize", once, "_initialize", False)
-        major = self._guest("wasmext_abi_version", once, "wasmext_abi_version", True) & 0xFFFFFFFF
-        if major != ABI_MAJOR:
-            raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
-                              plugin_id=self.ctx.plugin_id, hook="register")
-        ptr, n = self._write_input(encode(request))
-        raw = self._read_output(self._guest("wasmext_register", once, "wasmext_register", True,
-                                            ptr, n), "wasmext_register")
+        payload = encode(request)
+        n = len(payload)
+        if n > self.limits.max_input_bytes:
+            raise InputTooLarge(f"request of {n} bytes exceeds max_input_bytes "
+                                f"{self.limits.max_input_bytes}", plugin_id=self.ctx.plugin_id,
+                                hook="register")
+        what = "wasmext_abi_version"
+        self._set_budget(self.limits.fuel_per_call, self.budget.enter())
+        try:
+            major = once("wasmext_abi_version", True) & 0xFFFFFFFF
+            if major != ABI_MAJOR:
+                raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
+                                  plugin_id=self.ctx.plugin_id, hook="register")
+            what = "wasmext_alloc"
+            if n > self._in_cap:  # `_write_input`'s first buffer, inside this budget
+                cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
+                self._in_ptr, self._in_cap = self._obtain(cap), cap
+            if not self.memory.write(self._in_ptr, payload):
+                raise InvalidOutput("the request buffer is no longer inside memory",
+                                    plugin_id=self.ctx.plugin_id, hook="register")
+            what = "wasmext_register"
+            packed = once("wasmext_register", True, self._in_ptr, n)
+        except Exception as exc:
+            raise self._classify(exc, what) from exc
+        finally:
+            self._leave()
+        raw = self._read_output(packed, "wasmext_register")
         if raw is None:
             raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
                                 hook="register")
@@ -408,7 +436,11 @@ class PluginInstance:
     def on_host_call(self, ptr: int, length: int) -> int:
         """Serve the guest's host call, charged to its budget; (ptr << 32) | len of the answer."""
         budget = self.budget
-        budget.charge_host_call()
+        frame = budget.frame
+        if budget.abort is None and frame.calls_left > 0:
+            frame.calls_left -= 1  # `charge_host_call` when it has nothing to say
+        else:
+            budget.charge_host_call()  # raises the abort, or HostCallLimitExceeded
         started = time.perf_counter()
         limits = self.limits
         if length > limits.max_host_request_bytes:
@@ -416,25 +448,43 @@ class PluginInstance:
                                      f"{limits.max_host_request_bytes}",
                                      plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
         memory = self.memory
-        request = memory.read_guest(ptr, length)
+        end = ptr + length
+        # `read_guest`, inline when the region is inside the size memory already had.
+        request = memory.view[ptr:end].tobytes() if end <= memory.known else \
+            memory.read_guest(ptr, length)
         if request is None:
             self._fail(InvalidOutput(f"host_call request ptr {ptr:#x} len {length} is outside "
                                      "memory", plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
         assert request is not None
-        answer = budget.host_call(started, self.services.dispatch_packed, self.ctx, request,
-                                  limits.max_msgpack_depth, self._pack)
-        started = time.perf_counter()
+        services = self.services
+        known = self._known.get(request)
+        if known is not None and known[0] in services.local_ops:
+            # Decoded before, and served from memory: it neither waits nor calls out,
+            # so it runs without bounding the frame's deadline, and its time is charged
+            # with the answer's delivery (below) in one check.
+            answer = services.known_local(self.ctx, known, self._pack)
+            delivering = started
+        else:
+            answer = budget.host_call(started, services.dispatch_packed, self.ctx, request,
+                                      limits.max_msgpack_depth, self._pack, self._known)
+            delivering = budget.checked_at  # where host_call's last check read the clock
         size = len(answer)
         try:
             out = (self._alloc_fn or self._bind_alloc())(size)
         except Exception as exc:
+            if isinstance(exc, wasmtime.Trap) and exc.trap_code == wasmtime.TrapCode.INTERRUPT:
+                # The deadline passed (or the call was cancelled) while the guest
+                # allocated: the call's time is up, not a fault of the guest's code.
+                self._fail(budget.timeout_error("wasmext_alloc during host_call"))
             self._fail(GuestTrap(f"trap inside wasmext_alloc during host_call: "
                                  f"{first_line(exc)}",
                                  plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
-        if out and not memory.write(out, answer):
+        if out and out + size <= memory.known:  # `write`, inline: the region is known
+            memory.view[out:out + size] = answer
+        elif out and not memory.write(out, answer):
             self._fail(InvalidOutput(f"wasmext_alloc returned {out:#x}, outside memory",
                                      plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
-        budget.check_time(started)
+        budget.check_time(delivering)
         return (out << 32) | size if out else 0
 
     def on_log(self, level: int, ptr: int, length: int) -> None:
