@@ -125,6 +125,7 @@ def host_calls_wat(*requests: Any, then: str = "", hooks: tuple[str, ...] = ("te
     return guest_wat(body, imports=HOST_CALL_IMPORT, data=data, hooks=hooks,
                      registration=registration)
 
+
 def load_wat(runtime: Runtime, wat: str, plugin_id: str = "wat-test", **kwargs: Any) -> Any:
     """Compile `wat` and load it into `runtime` as `plugin_id`."""
     return runtime.load(bytes(wasmtime.wat2wasm(wat)), plugin_id=plugin_id, **kwargs)

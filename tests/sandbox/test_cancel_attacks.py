@@ -154,12 +154,11 @@ def test_cancelled_spinning_stays_within_rss(tmp_path: Path) -> None:
 
 def test_a_cancel_reaches_a_plugin_a_host_tool_calls(healthy: Plugin) -> None:
     """Outer plugin -> host tool (run in a run_bounded worker) -> spinning plugin."""
-    from test_call_tree import calls_tool
+    from wasmext.testing import host_calls_wat, make_host
 
-    from wasmext.testing import make_host
-
+    calls_spinner = host_calls_wat({"op": "tool.call", "name": "spinner", "args": {}})
     seen: list[BaseException] = []
-    with make_host((calls_tool("spinner", 1), {"plugin_id": "outer",
+    with make_host((calls_spinner, {"plugin_id": "outer",
                                                "grants": {"tools", "tool:spinner"},
                                                "limits": LONG}),
                    (SPIN, {"plugin_id": "spin", "limits": LONG})) as host:
