@@ -158,6 +158,25 @@ def test_watcher_rescans_on_file_changes(tmp_path: Path) -> None:
                 assert w.rescans == settled
 
 
+def test_a_change_before_the_watch_is_up_is_not_lost(tmp_path: Path) -> None:
+    """A plugin written after the watcher was made but before watchfiles set up its
+    watch (the thread starts it a moment later) is loaded all the same."""
+    plugins = tmp_path / "plugins"
+    write_plugin(plugins, "one", "v1")
+
+    class Late(PluginWatcher):
+        def paths(self) -> list[Path]:  # the watch starts right after this
+            write_plugin(plugins, "early", "v1")
+            return super().paths()
+
+    with _host(tmp_path) as host, Late(host, use_watchfiles=True) as w:
+        assert w.mode == "watchfiles"
+        deadline = time.monotonic() + 10
+        while "early" not in host.plugins:
+            assert time.monotonic() < deadline, "the change before the watch was lost"
+            time.sleep(0.05)
+
+
 def test_concurrent_rescans_are_serialised(tmp_path: Path) -> None:
     plugins = tmp_path / "plugins"
     write_plugin(plugins, "one", "v1")

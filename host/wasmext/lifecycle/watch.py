@@ -46,6 +46,10 @@ class PluginWatcher:
                 self.mode = "watchfiles"
             except ImportError:
                 log.info("watchfiles is not installed: rescanning every %.1f s", interval)
+        # Taken before the thread starts, so a change made as soon as the constructor
+        # returns is seen: the poll compares against it, and the watchfiles mode
+        # compares once its watch is up, which may be after that change.
+        self._baseline = self.fingerprint()
         self._thread = threading.Thread(target=self._run, name="wasmext-watch", daemon=True)
         self._thread.start()
 
@@ -73,16 +77,25 @@ class PluginWatcher:
             import watchfiles
 
             try:
-                for _changes in watchfiles.watch(*self.paths(), stop_event=self._stop,
-                                                 watch_filter=self._relevant,
-                                                 debounce=self.debounce_ms,
-                                                 rust_timeout=500, yield_on_timeout=False,
-                                                 raise_interrupt=False):
-                    self._rescan()
+                gap_checked = False
+                for changes in watchfiles.watch(*self.paths(), stop_event=self._stop,
+                                                watch_filter=self._relevant,
+                                                debounce=self.debounce_ms,
+                                                rust_timeout=500, yield_on_timeout=True,
+                                                raise_interrupt=False):
+                    if changes:
+                        gap_checked = True  # this rescan reads whatever the gap changed
+                        self._rescan()
+                    elif not gap_checked:
+                        # The watch is up (it timed out once): what changed before it
+                        # was, it never reports.
+                        gap_checked = True
+                        if self.fingerprint() != self._baseline:
+                            self._rescan()
                 return
             except Exception:
                 log.exception("watchfiles failed; rescanning every %.1f s", self.interval)
-        seen = self.fingerprint()
+        seen = self._baseline
         while not self._stop.wait(self.interval):
             now = self.fingerprint()
             if now != seen:
