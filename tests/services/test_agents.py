@@ -307,6 +307,41 @@ def test_an_abandoned_run_is_cancelled(host: Host, hop: str) -> None:
     healthy(host)
 
 
+def test_an_answer_made_after_the_runs_deadline_is_not_delivered(
+        host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline's alarm cancels the run; an agent that then answers anyway, before
+    a late-waking waiter reads its future, has still not answered in time."""
+    from concurrent.futures import Future
+
+    cut = threading.Event()
+
+    def stubborn(data: Any) -> Any:
+        from wasmext.sandbox import callscope
+        scope = callscope.current()
+        assert scope is not None
+        scope.cancelled.wait(5)  # set by the run's deadline alarm
+        cut.set()
+        return "after the deadline"
+
+    pool = host.agents._pool
+    submit = pool.submit
+
+    def late_waker(*args: Any, **kwargs: Any) -> Future[Any]:
+        future = submit(*args, **kwargs)
+        # The waiter wakes only once the run has answered: a loaded machine's order.
+        future.result = lambda timeout=None: (cut.wait(5), Future.result(future, 5))[1]  # type: ignore[method-assign]
+        return future
+
+    monkeypatch.setattr(pool, "submit", late_waker)
+    host.agents.register("stubborn", stubborn)
+    plugin = add(host, "waiter", {"op": "agents.request", "agent": "stubborn", "input": 0,
+                                  "timeout_ms": 200}, {"agents:stubborn"})
+    refused(plugin, "timeout", 3)
+    assert cut.is_set()
+    monkeypatch.undo()
+    healthy(host)
+
+
 def pool_relay(host: Host, pid: str, seen: list[dict[str, Any]]) -> Any:
     """An agent that runs plugin `pid`'s turn on the call pool, from an event loop."""
     def agent(data: Any) -> Any:

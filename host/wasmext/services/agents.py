@@ -282,7 +282,13 @@ class AgentRegistry:
         record: dict[str, Any] = {"agent": name, "requested_by": ctx.plugin_id,
                                   "success": False, "output": None, "error": None}
         try:
-            record["output"] = future.result(timeout=max(0.0, ends - time.monotonic()))
+            output = future.result(timeout=max(0.0, ends - time.monotonic()))
+            if scope.cancelled.is_set():
+                # Its deadline's alarm (or the caller's cancel) cut the run before this
+                # wait ended (a loaded machine wakes the waiter late): what the agent
+                # answered after its plugins were cancelled is not its answer.
+                raise FutureTimeout
+            record["output"] = output
             record["success"] = True
             return record["output"]
         except FutureTimeout:
