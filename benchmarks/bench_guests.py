@@ -18,7 +18,7 @@ from __future__ import annotations
 import msgpack
 import wasmtime
 
-from wasmext.testing import guest_wat, packed
+from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, packed
 
 __all__ = [
     "DATA",
@@ -115,3 +115,26 @@ EXTISM_ECHO_WAT = r"""(module
 
 def extism_wasm() -> bytes:
     return bytes(wasmtime.wat2wasm(EXTISM_ECHO_WAT))
+
+
+HOST_CALL_IMPORT = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
+LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
+
+
+def host_call_guests() -> dict[str, str]:
+    """The WAT of a `test` hook with no host call, with one `log` and with one
+    `host_call` (config.get of "greeting"), by name: "none", "log", "get"."""
+    line = b"one cheap host call"
+    get = msgpack.packb({"op": "config.get", "key": "greeting"})
+    resp = packed(RESPONSE_AT, len(msgpack.packb({"ok": True})))
+    log_body = (f"(call $log (i32.const 2) (i32.const {DATA_AT}) (i32.const {len(line)}))"
+                f"(i64.const {resp})")
+    get_body = (f"(drop (call $host_call (i32.const {DATA_AT + 64}) (i32.const {len(get)})))"
+                f"(i64.const {resp})")
+    data = line.ljust(64, b"\0") + get
+
+    def guest(body: str | None) -> str:
+        return guest_wat(body, response={"ok": True}, imports=f"{HOST_CALL_IMPORT}{LOG_IMPORT}",
+                         data=data, registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
+
+    return {"none": guest(None), "log": guest(log_body), "get": guest(get_body)}

@@ -33,18 +33,17 @@ import httpx2
 import msgpack
 import wasmtime
 from bench_cases import Budget, Item
+from bench_guests import HOST_CALL_IMPORT, host_call_guests
 from bench_rss import measure_distinct
 from bench_timing import Case, Skipped
 
 from wasmext import HostConfig
 from wasmext.services.llm.service import LlmSettings
-from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
+from wasmext.testing import DATA_AT, guest_wat, make_host
 
 __all__ = ["GROUP", "redis_cases", "scale_cases"]
 
 GROUP = "at scale"
-_HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
-_LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
 _META = {"session": "bench"}
 _ASK = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 16}
 _COMPLETION = json.dumps({
@@ -97,7 +96,7 @@ def _serve(cleanup: list[Any]) -> str:
 def _op_guest(request: dict[str, Any]) -> str:
     blob = msgpack.packb(request)
     return guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(blob)}))",
-                     imports=_HOST_CALL, data=blob,
+                     imports=HOST_CALL_IMPORT, data=blob,
                      registration={"hooks": [{"hook": "test"}], "abi_minor": 1},
                      memory_pages=4)
 
@@ -182,23 +181,9 @@ def _state_at(sizes: list[int], b: Budget, cleanup: list[Any]) -> list[Item]:
 
 
 def _calls(b: Budget, cleanup: list[Any]) -> list[Item]:
-    line = b"one cheap host call"
-    get = msgpack.packb({"op": "config.get", "key": "greeting"})
-    resp = packed(RESPONSE_AT, len(msgpack.packb({"ok": True})))
-    log_body = (f"(call $log (i32.const 2) (i32.const {DATA_AT}) (i32.const {len(line)}))"
-                f"(i64.const {resp})")
-    get_body = (f"(drop (call $host_call (i32.const {DATA_AT + 64}) (i32.const {len(get)})))"
-                f"(i64.const {resp})")
-    imports = f"{_HOST_CALL}{_LOG_IMPORT}"
-    data = line.ljust(64, b"\0") + get
-
-    def guest(body: str | None) -> str:
-        return guest_wat(body, response={"ok": True}, imports=imports, data=data,
-                         registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
-
-    host = make_host((guest(None), {"plugin_id": "none"}),
-                     (guest(log_body), {"plugin_id": "log"}),
-                     (guest(get_body), {"plugin_id": "get", "settings": {"greeting": "hi"}}))
+    wats = host_call_guests()
+    host = make_host((wats["none"], {"plugin_id": "none"}), (wats["log"], {"plugin_id": "log"}),
+                     (wats["get"], {"plugin_id": "get", "settings": {"greeting": "hi"}}))
     cleanup.append(host.close)
     none, log, get_ = (host.plugins[p].plugin for p in ("none", "log", "get"))
     for p in (none, log, get_):

@@ -18,30 +18,9 @@ import argparse
 import statistics
 import time
 
-import msgpack
+from bench_guests import host_call_guests
 
-from wasmext.testing import DATA_AT, RESPONSE_AT, guest_wat, make_host, packed
-
-_HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
-_LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
-
-
-def guests() -> dict[str, str]:
-    """The WAT of the three guests, by row name."""
-    line = b"one cheap host call"
-    get = msgpack.packb({"op": "config.get", "key": "greeting"})
-    resp = packed(RESPONSE_AT, len(msgpack.packb({"ok": True})))
-    log_body = (f"(call $log (i32.const 2) (i32.const {DATA_AT}) (i32.const {len(line)}))"
-                f"(i64.const {resp})")
-    get_body = (f"(drop (call $host_call (i32.const {DATA_AT + 64}) (i32.const {len(get)})))"
-                f"(i64.const {resp})")
-    data = line.ljust(64, b"\0") + get
-
-    def guest(body: str | None) -> str:
-        return guest_wat(body, response={"ok": True}, imports=f"{_HOST_CALL}{_LOG_IMPORT}",
-                         data=data, registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
-
-    return {"none": guest(None), "log": guest(log_body), "get": guest(get_body)}
+from wasmext.testing import make_host
 
 
 def main() -> None:
@@ -52,7 +31,7 @@ def main() -> None:
     ap.add_argument("--loop", type=int, default=None)
     ap.add_argument("--which", choices=("none", "log", "get"), default="get")
     args = ap.parse_args()
-    wats = guests()
+    wats = host_call_guests()
     host = make_host((wats["none"], {"plugin_id": "none"}), (wats["log"], {"plugin_id": "log"}),
                      (wats["get"], {"plugin_id": "get", "settings": {"greeting": "hi"}}))
     try:
