@@ -27,6 +27,7 @@ import contextlib
 import itertools
 import logging
 import math
+import os
 import re
 import threading
 from collections import deque
@@ -281,7 +282,13 @@ class _Replies:
         self._lock = threading.Lock()
         self._sending = False
         self._ids = itertools.count()
+        # A peer sent one request sees its reply subject: a token it could guess would let
+        # it answer this link's other requests (to other workers) ahead of them.
         self._due: dict[int, list[str]] = {}  # tokens of awaited requests by expiry tick
+
+    def _token(self) -> str:
+        """A new request's token: unique (the count) and unguessable (64 random bits)."""
+        return f"{next(self._ids):x}{os.urandom(8).hex()}"
 
     async def start(self) -> None:
         """Subscribe to this link's replies (on the link's loop)."""
@@ -317,7 +324,7 @@ class _Replies:
                        timeout_s: float) -> Msg:
         """One request/reply awaited on the link's own loop: one future, and a timer
         shared with the requests due in the same tick."""
-        token = str(next(self._ids))
+        token = self._token()
         future: asyncio.Future[Msg] = self.loop.create_future()
         self.waiting[token] = future
         try:
@@ -380,7 +387,7 @@ class _Replies:
     def _queue(self, subject: str, data: bytes, headers: dict[str, str]
                ) -> tuple[str, concurrent.futures.Future[Msg]]:
         """Queue a request for the loop to publish: its token and the answer's future."""
-        token = str(next(self._ids))
+        token = self._token()
         future: concurrent.futures.Future[Msg] = concurrent.futures.Future()
         self.waiting[token] = future
         with self._lock:
