@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 import pytest
@@ -28,7 +29,7 @@ from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat, load_wat
 
 
-def _forwarder(rt: Runtime, request: object, **kwargs: object) -> Plugin:
+def _forwarder(rt: Runtime, request: object, **kwargs: Any) -> Plugin:
     """A guest whose hook answer is the answer of one host call of `request`."""
     raw = msgpack.packb(request)
     body = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))"
@@ -181,3 +182,69 @@ def test_an_answer_alloc_past_the_deadline_is_a_timeout_not_a_guest_trap(
     assert time.monotonic() - started < 3
     assert info.value.plugin_id == "slow-alloc"
     assert _healthy(generous).call("test", "ping").value == "alive"
+
+
+# -- red team: what a hostile guest may try against the remembered requests -------------
+
+
+def test_a_remembered_secret_get_is_denied_once_the_grant_is_withdrawn(
+        runtime: Runtime, healthy: Plugin) -> None:
+    plugin = _forwarder(runtime, {"op": "secret.get", "key": "token"},
+                        settings={"token": "s3cr3t-value"}, grants=["secrets"])
+    plugin.sensitive = frozenset({"token"})
+    for inst in plugin._idle:
+        inst.ctx.sensitive = plugin.sensitive
+    assert plugin.call("test").value == "s3cr3t-value"
+    assert plugin.call("test").value == "s3cr3t-value"  # a known request: the fast path
+    assert any(inst._known for inst in plugin._idle)
+    plugin.set_grants(frozenset())
+    started = time.monotonic()
+    with pytest.raises(PluginError) as info:
+        plugin.call("test")
+    assert time.monotonic() - started < 3
+    assert info.value.code == "denied"
+    assert "s3cr3t-value" not in str(info.value)
+    assert healthy.call("test", "ping").value == "alive"
+
+
+def test_another_plugins_remembered_request_answers_nothing_of_it(runtime: Runtime) -> None:
+    """The same request bytes from two plugins: each instance remembers only what it
+    decoded, and each answer is read from its own plugin's settings and grants."""
+    mine = _forwarder(runtime, {"op": "secret.get", "key": "token"}, plugin_id="mine",
+                      settings={"token": "mine-secret"}, grants=["secrets"])
+    theirs = _forwarder(runtime, {"op": "secret.get", "key": "token"}, plugin_id="theirs",
+                        settings={"token": "x"})
+    for plugin in (mine, theirs):
+        plugin.sensitive = frozenset({"token"})
+        for inst in plugin._idle:
+            inst.ctx.sensitive = plugin.sensitive
+    assert mine.call("test").value == "mine-secret"
+    assert mine.call("test").value == "mine-secret"
+    for _ in range(2):
+        with pytest.raises(PluginError) as info:
+            theirs.call("test")
+        assert info.value.code == "denied" and "mine-secret" not in str(info.value)
+
+
+def test_wide_requests_are_not_remembered() -> None:
+    """HOLE (fixed): 256 bytes of one-letter fields decode to a map of ~80 entries, so
+    32 remembered requests held about five times what 32 small ones do, in every
+    instance. A request with more fields than any op takes is decoded every time."""
+    services, ctx = _services_ctx()
+    known: dict[bytes, tuple[str, dict[str, object]]] = {}
+    pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+    for i in range(KNOWN_REQUESTS):
+        wide: dict[str, object] = {"op": "config.get", "key": "k0"}
+        letter = 0
+        while len(msgpack.packb({**wide, chr(33 + letter): i})) <= KNOWN_REQUEST_BYTES:
+            wide[chr(33 + letter)] = i
+            letter += 1
+        raw = msgpack.packb(wide)
+        assert len(raw) <= KNOWN_REQUEST_BYTES and len(wide) > 60
+        for _ in range(2):
+            assert decode(services.dispatch_packed(ctx, raw, 64, pack, known)) == \
+                {"ok": True, "value": "v0"}
+    assert known == {}
+    usual = msgpack.packb({"op": "log", "level": "info", "msg": "hi"})
+    services.dispatch_packed(ctx, usual, 64, pack, known)
+    assert list(known) == [usual]  # what the ops take is still remembered

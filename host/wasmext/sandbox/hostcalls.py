@@ -195,7 +195,8 @@ class HostServices:
         if not isinstance(op, str):
             return False, _error("invalid", "request must be a map with a string 'op'")
         if known is not None and len(request) <= KNOWN_REQUEST_BYTES and \
-                len(known) < KNOWN_REQUESTS and all(type(v) in _SCALARS for v in req.values()):
+                len(known) < KNOWN_REQUESTS and len(req) <= KNOWN_REQUEST_FIELDS and \
+                all(type(v) in _SCALARS for v in req.values()):
             # Scalars only: the copy each call gets shares nothing a handler could change.
             known[request] = (op, dict(req))
         return self.checked(ctx, op, req)
@@ -296,6 +297,9 @@ DENIALS_REMEMBERED = 4096
 # before; it never grows past this.
 KNOWN_REQUESTS = 32
 KNOWN_REQUEST_BYTES = 256
+# ... and how many fields (the ops' requests have at most four): 256 bytes of one-letter
+# fields decode to a map of ~80 entries, five times what the bytes cost the guest.
+KNOWN_REQUEST_FIELDS = 8
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
 # Ops whose work leaves the sandbox: each gets a span while tracing is on (the others,
 # state and log and config, are the hook call's own and stay in its span).
