@@ -80,6 +80,13 @@ WORKER_HEADER = "Wasmext-Worker"  # which worker answered: for load spread and d
 # How long a guest's `next` may wait for the caller's inner layers (a turn's model call
 # and tools among them); a cancel ends the wait at once.
 NEXT_TIMEOUT_S = 300.0
+# Stage calls taken and not yet answered (queued for the lane or running), and their
+# request bytes. Requests reach the lane as soon as they are read (direct delivery, or
+# a callback that returns at once), so nats-py's slow-consumer limits never see them:
+# these bound a peer's flood instead; past them a request is dropped unrun, as a slow
+# consumer's message is.
+MAX_BACKLOG = 4096
+MAX_BACKLOG_BYTES = 64 * 1024 * 1024
 
 
 class Worker:
@@ -97,6 +104,10 @@ class Worker:
         self.concurrency = concurrency
         self.stages = stages_of(host, prefix)
         self.served = 0  # requests answered (ok or error), for tests and logs
+        self.shed = 0  # stage requests dropped unrun: the backlog was full
+        self.max_backlog, self.max_backlog_bytes = MAX_BACKLOG, MAX_BACKLOG_BYTES
+        self._backlog_bytes = 0  # request bytes of the calls on the lane
+        self._shed_logged = 0.0  # when the last "backlog full" line was logged
         self.inline_below_ms = inline_below_ms
         self._pool = CallPool(concurrency, name="wasmext-worker")
         self._lane = Lane(self._pool, concurrency, self._delivered)
@@ -458,14 +469,31 @@ class Worker:
         if taken is None:
             return
         budget, encoding, started = taken
+        size = len(req.data)
+        if self._lane.pending >= self.max_backlog or \
+                self._backlog_bytes + size > self.max_backlog_bytes:
+            self._shedding(stage)
+            return
+        self._backlog_bytes += size
         assert self._loop is not None
         self._lane.submit(self._loop, (stage, req, budget, encoding, started), self._outcome,
                           stage, req.data, encoding, budget)
+
+    def _shedding(self, stage: Stage) -> None:
+        """Drop a request unrun: the backlog is full (one log line a second at most)."""
+        self.shed += 1
+        now = time.monotonic()
+        if now - self._shed_logged >= 1.0:
+            self._shed_logged = now
+            log.warning("worker %s: dropped a %s request for %s unrun: %d calls (%d bytes) "
+                        "already wait (%d dropped so far)", self.name, stage.kind,
+                        stage.plugin_id, self._lane.pending, self._backlog_bytes, self.shed)
 
     def _delivered(self, batch: list[Answer]) -> None:
         """The lane's answers: counted here, sent by one task for the whole batch."""
         sends = []
         for (stage, req, budget, encoding, started), outcome, raised in batch:
+            self._backlog_bytes -= len(req.data)
             if raised is not None:  # not an Exception (those are outcomes): still one line
                 outcome = (b"", False, ("500", clean(
                     f"plugin {stage.plugin_id} {stage.kind}: {type(raised).__name__}", 300)))
