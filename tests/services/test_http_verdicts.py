@@ -64,5 +64,35 @@ def test_refusals_are_judged_every_time_and_the_memory_is_bounded() -> None:
     for i in range(2 * guard._VERDICTS):
         resolve_target(f"http://10.0.{i // 256}.{i % 256}/", frozenset(
             {"http", f"http:10.0.{i // 256}.{i % 256}"}), deadline())
-    for memo in (guard.split_url, guard._granted, guard._address_allowed, guard._literal):
+    for memo in (guard._split_kept, guard._granted, guard._address_allowed, guard._literal):
         assert memo.cache_info().currsize <= guard._VERDICTS
+
+
+def test_long_urls_and_hosts_are_not_kept() -> None:
+    """HOLE (fixed): the kept URL splits held each URL a plugin sent (up to 8,192
+    characters, a redirect's longer) with its path: 512 of them, tens of MiB a plugin
+    chose. Only short URLs are kept now, and a host longer than any DNS name is refused
+    before any verdict is kept for it."""
+    import tracemalloc
+    import urllib.parse
+
+    grants = frozenset({"http", "http:*"})
+    guard._split_kept.cache_clear()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(guard._VERDICTS):
+            url = f"http://api.example/{i}/" + "\U0001f600" * 8000  # 4 bytes a character
+            assert guard.split_url(url)[3].startswith(f"/{i}/")
+        # Python's own urlsplit keeps its last 128 URLs (3.11+): not ours to bound.
+        getattr(urllib.parse.urlsplit, "cache_clear", lambda: None)()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1 << 20, kept  # kept, they held ~32 MiB
+    assert guard._split_kept.cache_info().currsize == 0
+    for _ in range(2):
+        with pytest.raises(Refused) as long_host:
+            resolve_target("http://" + "a" * 300 + ".example/", grants, deadline())
+        assert long_host.value.code == "invalid" and "253" in long_host.value.message
+    assert resolve_target("http://93.184.216.34/ok", grants, deadline()).path == "/ok"

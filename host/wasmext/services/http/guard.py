@@ -199,9 +199,17 @@ def ascii_host(host: str) -> str:
                       ) from None
 
 
-@functools.lru_cache(maxsize=_VERDICTS)  # a refusal is raised, so never kept
 def split_url(url: str) -> tuple[str, str, int, str]:
     """Split an http(s) URL into scheme, host, port and path; Refused if it is bad."""
+    # Only short URLs are kept: 512 kept URLs of 8,192 characters (a redirect's even
+    # longer), with their paths, would hold tens of MiB a plugin chose.
+    return _split_kept(url) if len(url) <= KEPT_URL_CHARS else _split(url)
+
+
+KEPT_URL_CHARS = 1024
+
+
+def _split(url: str) -> tuple[str, str, int, str]:
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -215,10 +223,15 @@ def split_url(url: str) -> tuple[str, str, int, str]:
     host = ascii_host((parts.hostname or "").lower())
     if not host:
         raise Refused("invalid", "the URL has no host")
+    if len(host) > 253:  # longer than any DNS name: it could only fill the verdict caches
+        raise Refused("invalid", f"the host is {len(host)} characters long (at most 253)")
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
     return scheme, host, port or (443 if scheme == "https" else 80), path
+
+
+_split_kept = functools.lru_cache(maxsize=_VERDICTS)(_split)  # a refusal is raised: not kept
 
 
 def _lookup(host: str, port: int) -> list[Address]:
