@@ -39,6 +39,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -405,7 +406,10 @@ class RemotePlugin(Plugin):
         """A fresh inbox whose requests (a guest's `next`) go to `events`."""
         async def took(msg: Msg) -> None:
             events.put(("next", msg))
-        inbox = self.link.client.new_inbox()
+        # nats-py's inbox is its NUID: the next one is a few hundred guesses from the
+        # last, and a worker sees the inbox of each call it serves. A `next` sent to
+        # another call's inbox would run that caller's inner layers.
+        inbox = f"{self.link.client.new_inbox()}.{os.urandom(8).hex()}"
         return inbox, await self.link.client.subscribe(inbox, cb=took)
 
     def _run_next(self, msg: Msg, key: str) -> None:
