@@ -1,11 +1,13 @@
-"""A peer flooding a worker's stage subject (`Worker._queue`, direct delivery).
+"""A peer flooding a worker's subjects (`Worker._admit`: stage calls on the lane, with
+direct delivery, and whole plugin calls).
 
 HOLE (fixed): requests handed straight from the reader (`FastClient.deliver_now`), or
-by a callback that returns at once, went into the lane's queue without bound: nats-py's
-slow-consumer limits never applied, since nothing stayed in the subscription's queue.
-A request without a deadline never expired there, so a flood held its bytes until
-each was run. The backlog is now bounded in calls and bytes; a request past either
-is dropped unrun (as a slow consumer's message is) and counted.
+by a callback that returns at once (a plugin's `call` endpoint starts a task), went
+into the worker's queues without bound: nats-py's slow-consumer limits never applied,
+since nothing stayed in the subscription's queue. A request without a deadline never
+expired there, so a flood held its bytes until each was run. The backlog is now
+bounded in calls and bytes; a request past either is dropped unrun (as a slow
+consumer's message is) and counted.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from cluster_support import wat_plugin
 
 from wasmext import Host, HostConfig
-from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
+from wasmext.cluster.contract import MSGPACK, ExtMessage, ExtRef, ExtRequest, PluginCall
 from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.worker import Worker
 from wasmext.runtime import Runtime
+
+ANSWER = {"message": {"payload": "done", "metadata": {}}}
 
 
 def _request(message_id: str, pad: int = 0) -> bytes:
@@ -31,41 +37,52 @@ def _request(message_id: str, pad: int = 0) -> bytes:
                            payload="x" * pad)))
 
 
-def test_a_request_flood_is_held_to_the_workers_backlog(nats_url: str, tmp_path: Path) -> None:
+def _stage_flood() -> tuple[str, bytes]:
+    return "flood.ext.pre.slow.v1", _request("flood", pad=2000)
+
+
+def _plugin_flood() -> tuple[str, bytes]:
+    return "flood.plugin.slow.v1.call", contract_encode(PluginCall("pre", "x" * 2000),
+                                                        MSGPACK)
+
+
+@pytest.mark.parametrize("flood", [_stage_flood, _plugin_flood])
+def test_a_request_flood_is_held_to_the_workers_backlog(
+        nats_url: str, tmp_path: Path, flood: Any) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    wat_plugin(plugins, "slow", "pre", {"message": {"payload": "done", "metadata": {}}},
-               spin=2_000_000)
-    subject = "flood.ext.pre.slow.v1"
+    wat_plugin(plugins, "slow", "pre", ANSWER, spin=2_000_000)
+    subject, body = flood()
 
     async def run(host: Host) -> None:
         worker = Worker(host, nats_url, prefix="flood", name="f1", concurrency=2,
-                        inline_below_ms=0)  # every call goes through the lane
+                        inline_below_ms=0)  # every stage call goes through the lane
         worker.max_backlog, worker.max_backlog_bytes = 16, 64 * 1024
         await worker.start()
         deepest = [0]
-        submit = worker._lane.submit
+        admit = worker._admit
 
-        def watched(*args: object) -> None:
-            submit(*args)  # type: ignore[arg-type]
-            deepest[0] = max(deepest[0], worker._lane.pending)
-        worker._lane.submit = watched  # type: ignore[method-assign,assignment]
+        def watched(*args: Any) -> bool:
+            deepest[0] = max(deepest[0], worker._lane.pending + worker._plugin_calls)
+            return admit(*args)
+        worker._admit = watched  # type: ignore[method-assign]
         import nats
 
         nc = await nats.connect(nats_url)
         try:
-            flood = _request("flood", pad=2000)
             started = time.monotonic()
             for _ in range(1_000):  # no deadline header: nothing would ever expire them
-                await nc.publish(subject, flood, reply="_INBOX.nobody.listens")
+                await nc.publish(subject, body, reply="_INBOX.nobody.listens")
             await nc.flush()
-            while worker._lane.pending and time.monotonic() - started < 30:
+            await asyncio.sleep(0.2)
+            while (worker._lane.pending or worker._plugin_calls) and \
+                    time.monotonic() - started < 30:
                 await asyncio.sleep(0.05)
             assert time.monotonic() - started < 30
             assert deepest[0] <= 16
             assert worker.shed > 500 and worker.served + worker.shed == 1_000
             assert worker._backlog_bytes == 0  # every byte taken in is given back
-            msg = await nc.request(subject, _request("healthy"), timeout=10)
+            msg = await nc.request("flood.ext.pre.slow.v1", _request("healthy"), timeout=10)
             assert json.loads(msg.data)["message"]["payload"] == "done"
         finally:
             await nc.close()

@@ -106,7 +106,8 @@ class Worker:
         self.served = 0  # requests answered (ok or error), for tests and logs
         self.shed = 0  # stage requests dropped unrun: the backlog was full
         self.max_backlog, self.max_backlog_bytes = MAX_BACKLOG, MAX_BACKLOG_BYTES
-        self._backlog_bytes = 0  # request bytes of the calls on the lane
+        self._backlog_bytes = 0  # request bytes of the calls on the lane and plugin calls
+        self._plugin_calls = 0  # whole plugin calls (`call` endpoints) taken, not answered
         self._shed_logged = 0.0  # when the last "backlog full" line was logged
         self.inline_below_ms = inline_below_ms
         self._pool = CallPool(concurrency, name="wasmext-worker")
@@ -254,9 +255,14 @@ class Worker:
                 await self._describe(stage, req)
                 return
             if stage.kind == "call":  # off the loop, so that a cancel is heard meanwhile
+                size = len(req.data)
+                if not self._admit(stage, size):
+                    return
+                self._plugin_calls += 1
                 task = asyncio.get_running_loop().create_task(self._serve_plugin(stage, req))
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
+                task.add_done_callback(lambda _done: self._plugin_call_over(size))
                 return
             if self._inline(stage):  # short: answered here, in arrival order, no hop
                 await self._serve(stage, req)
@@ -469,25 +475,32 @@ class Worker:
         if taken is None:
             return
         budget, encoding, started = taken
-        size = len(req.data)
-        if self._lane.pending >= self.max_backlog or \
-                self._backlog_bytes + size > self.max_backlog_bytes:
-            self._shedding(stage)
+        if not self._admit(stage, len(req.data)):
             return
-        self._backlog_bytes += size
         assert self._loop is not None
         self._lane.submit(self._loop, (stage, req, budget, encoding, started), self._outcome,
                           stage, req.data, encoding, budget)
 
-    def _shedding(self, stage: Stage) -> None:
-        """Drop a request unrun: the backlog is full (one log line a second at most)."""
+    def _admit(self, stage: Stage, size: int) -> bool:
+        """Count a call of `size` request bytes into the backlog; False (dropped, counted,
+        logged) when the backlog is full."""
+        if self._lane.pending + self._plugin_calls < self.max_backlog and \
+                self._backlog_bytes + size <= self.max_backlog_bytes:
+            self._backlog_bytes += size
+            return True
         self.shed += 1
         now = time.monotonic()
         if now - self._shed_logged >= 1.0:
             self._shed_logged = now
             log.warning("worker %s: dropped a %s request for %s unrun: %d calls (%d bytes) "
                         "already wait (%d dropped so far)", self.name, stage.kind,
-                        stage.plugin_id, self._lane.pending, self._backlog_bytes, self.shed)
+                        stage.plugin_id, self._lane.pending + self._plugin_calls,
+                        self._backlog_bytes, self.shed)
+        return False
+
+    def _plugin_call_over(self, size: int) -> None:
+        self._plugin_calls -= 1
+        self._backlog_bytes -= size
 
     def _delivered(self, batch: list[Answer]) -> None:
         """The lane's answers: counted here, sent by one task for the whole batch."""
