@@ -61,6 +61,12 @@ class CallResult(NamedTuple):
 PACK_START = 1024  # bytes; a hook request is usually a few hundred
 
 
+def _inside_the_open_budget(_what: str, fn: Any, *args: Any) -> Any:
+    """`PluginInstance._guest`'s shape for an export run inside a budget already open
+    (its caller names and classifies the failure)."""
+    return fn(*args)
+
+
 def _unpack(packed: int) -> tuple[int, int]:
     return packed >> 32, packed & 0xFFFFFFFF
 
@@ -250,7 +256,11 @@ class PluginInstance:
                                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
         return ptr
 
-    def _write_input(self, data: bytes) -> tuple[int, int]:
+    def _write_input(self, data: bytes, opened: bool = False) -> tuple[int, int]:
+        """Write a request into the input buffer, first growing it through the guest's
+        allocator when it is too small; (ptr, len). `opened`: a budget is already open
+        (the registration protocol's), so the allocator runs inside it, not under a
+        budget of its own."""
         n = len(data)
         if n > self.limits.max_input_bytes:
             raise InputTooLarge(f"request of {n} bytes exceeds max_input_bytes "
@@ -260,10 +270,11 @@ class PluginInstance:
             # Never larger than the input cap: the hot path in `call` writes any
             # request that fits the buffer without checking the cap again.
             cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
-            ptr = self._guest("wasmext_alloc", self._obtain, cap)
+            run = _inside_the_open_budget if opened else self._guest
+            ptr = run("wasmext_alloc", self._obtain, cap)
             if self.module.info.has_free and self._in_cap:
                 free = self._bind("wasmext_free", 2, False)
-                self._guest("wasmext_free", free, self._in_ptr, self._in_cap)
+                run("wasmext_free", free, self._in_ptr, self._in_cap)
             self._in_ptr, self._in_cap = ptr, cap
         if not self.memory.write(self._in_ptr, data):
             raise InvalidOutput("the request buffer is no longer inside memory",
@@ -304,12 +315,6 @@ class PluginInstance:
         once = self._binding.call_once
         if self.module.info.has_initialize:
             self._guest("_initialize", once, "_initialize", False)
-        payload = encode(request)
-        n = len(payload)
-        if n > self.limits.max_input_bytes:
-            raise InputTooLarge(f"request of {n} bytes exceeds max_input_bytes "
-                                f"{self.limits.max_input_bytes}", plugin_id=self.ctx.plugin_id,
-                                hook="register")
         what = "wasmext_abi_version"
         self._set_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
@@ -318,14 +323,9 @@ class PluginInstance:
                 raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
                                   plugin_id=self.ctx.plugin_id, hook="register")
             what = "wasmext_alloc"
-            if n > self._in_cap:  # `_write_input`'s first buffer, inside this budget
-                cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
-                self._in_ptr, self._in_cap = self._obtain(cap), cap
-            if not self.memory.write(self._in_ptr, payload):
-                raise InvalidOutput("the request buffer is no longer inside memory",
-                                    plugin_id=self.ctx.plugin_id, hook="register")
+            ptr, n = self._write_input(encode(request), opened=True)
             what = "wasmext_register"
-            packed = once("wasmext_register", True, self._in_ptr, n)
+            packed = once("wasmext_register", True, ptr, n)
         except Exception as exc:
             raise self._classify(exc, what) from exc
         finally:
