@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -58,7 +58,16 @@ class CallResult(NamedTuple):
     fuel: int = 0  # fuel the call consumed, when the plugin is metered
 
 
-PACK_START = 1024  # bytes; a hook request is usually a few hundred
+_PACK_START = 1024  # bytes; a hook request is usually a few hundred
+
+
+def request_packer() -> Callable[[Any], bytes]:
+    """An instance's own MessagePack packer, reused for every document it packs. It
+    starts small and grows to the largest document it packed: msgpack's default is
+    256 KiB per Packer, most of what an idle instance held (docs/performance.md, "Many
+    plugins")."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=True, buf_size=_PACK_START)
+    return packer.pack  # type: ignore[no-any-return]
 
 
 def _inside_the_open_budget(_what: str, fn: Any, *args: Any) -> Any:
@@ -82,11 +91,8 @@ class PluginInstance:
         self.services = services
         # Requests and host-call answers: one Packer per instance (an instance runs on
         # one thread at a time), made before instantiation (a start function may call
-        # the host) and reused instead of a new one per document. It starts small and
-        # grows to the largest document it packed: msgpack's default is 256 KiB per
-        # Packer, most of what an idle instance held (docs/performance.md, "Many plugins").
-        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True,
-                                    buf_size=PACK_START).pack
+        # the host).
+        self._pack = request_packer()
         # Host-call requests this instance decoded before (HostServices.dispatch_packed).
         self._known: dict[bytes, tuple[str, dict[str, Any]]] = {}
         store = new_store(module.engine.engine)
@@ -281,6 +287,22 @@ class PluginInstance:
                                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
         return self._in_ptr, n
 
+    def _packed_request(self, req: dict[str, Any]) -> bytes:
+        """A hook call's request as MessagePack; EncodeError for what it cannot carry or
+        what nests deeper than the ABI allows (guests refuse such documents: say so
+        here instead)."""
+        try:
+            payload: bytes = self._pack(req)
+        except (TypeError, ValueError, OverflowError):
+            payload = encode(req)  # raises EncodeError with the reason
+        if may_nest_deeper(payload, self.limits.max_msgpack_depth):
+            try:
+                check_depth(req, self.limits.max_msgpack_depth)
+            except DecodeError as exc:
+                raise EncodeError(f"request for hook {req['hook']}: {exc} (the ABI's limit)",
+                                  plugin_id=self.ctx.plugin_id, hook=self.ctx.hook) from exc
+        return payload
+
     def _read_output(self, packed: int, what: str) -> bytes | None:
         if packed == 0:
             return None
@@ -356,17 +378,7 @@ class PluginInstance:
         ctx.hook = hook
         req = {"hook": hook, "data": data} if meta is None else \
             {"hook": hook, "data": data, "meta": meta}
-        try:
-            payload = self._pack(req)
-        except (TypeError, ValueError, OverflowError):
-            payload = encode(req)  # raises EncodeError with the reason
-        if may_nest_deeper(payload, self.limits.max_msgpack_depth):
-            # Guests refuse documents deeper than the ABI allows: say so here instead.
-            try:
-                check_depth(req, self.limits.max_msgpack_depth)
-            except DecodeError as exc:
-                raise EncodeError(f"request for hook {hook}: {exc} (the ABI's limit)",
-                                  plugin_id=ctx.plugin_id, hook=hook) from exc
+        payload = self._packed_request(req)
         n = len(payload)
         if n > self._in_cap:
             self._write_input(payload)

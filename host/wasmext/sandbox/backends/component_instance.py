@@ -19,13 +19,11 @@ import json
 import time
 from typing import Any
 
-import msgpack
 import wasmtime
 
 from wasmext._abi import ABI_MAJOR
 from wasmext.errors import (
     AbiMismatch,
-    EncodeError,
     GuestTrap,
     InputTooLarge,
     InvalidOutput,
@@ -41,12 +39,12 @@ from wasmext.sandbox.backends.canon import BytesExport
 from wasmext.sandbox.backends.component import ComponentModule
 from wasmext.sandbox.backends.wit_tools import WitFunction, answer_floor
 from wasmext.sandbox.budget import CallBudget
-from wasmext.sandbox.codec import DecodeError, check_depth, encode, may_nest_deeper
+from wasmext.sandbox.codec import DecodeError, encode
 from wasmext.sandbox.fastcall import budget_setter
 from wasmext.sandbox.faults import classify, timeout
 from wasmext.sandbox.fsgrants import preopen_args
 from wasmext.sandbox.hostcalls import CallContext, HostServices
-from wasmext.sandbox.instance import PACK_START, CallResult, PluginInstance
+from wasmext.sandbox.instance import CallResult, PluginInstance, request_packer
 from wasmext.sandbox.jsonwire import JSON_MARK, decode_json, json_request
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import Plugin
@@ -80,8 +78,7 @@ class ComponentInstance(PluginInstance):
                          instances=MAX_CORE_INSTANCES, memories=MAX_MEMORIES, tables=MAX_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
         # Requests: one Packer per instance (one call at a time), as for core modules.
-        self._pack = msgpack.Packer(use_bin_type=True, autoreset=True,
-                                    buf_size=PACK_START).pack
+        self._pack = request_packer()
         wasi = wasmtime.WasiConfig()  # no args, env or stdin: nothing inherited
         wasi.stdout_custom = self._streams[0]
         wasi.stderr_custom = self._streams[1]
@@ -236,16 +233,7 @@ class ComponentInstance(PluginInstance):
         payload = json_request(req, limits.max_msgpack_depth, limits.max_input_bytes) \
             if self.json else None
         if payload is None:
-            try:
-                payload = self._pack(req)
-            except (TypeError, ValueError, OverflowError):
-                payload = encode(req)  # raises EncodeError with the reason
-            if may_nest_deeper(payload, limits.max_msgpack_depth):
-                try:
-                    check_depth(req, limits.max_msgpack_depth)
-                except DecodeError as exc:
-                    raise EncodeError(f"request for hook {hook}: {exc} (the ABI's limit)",
-                                      plugin_id=ctx.plugin_id, hook=hook) from exc
+            payload = self._packed_request(req)
             if len(payload) > limits.max_input_bytes:
                 raise InputTooLarge(f"request of {len(payload)} bytes exceeds max_input_bytes "
                                     f"{limits.max_input_bytes}", plugin_id=ctx.plugin_id,
