@@ -54,14 +54,19 @@ def bytes_to_val(data: bytes, val: Any) -> None:
 
 def bytes_from_val(val: Any, limit: int) -> bytes | None:
     """The bytes of a list<u8> value (None when longer than `limit`, or not a list<u8>)."""
-    if val.kind != _LIST:
+    return _list_bytes(val.kind, val.of.list.size, val.of.list.data, limit)
+
+
+def _list_bytes(kind: int, n: int, data: int | None, limit: int) -> bytes | None:
+    """The bytes of a value of `kind` whose list fields read `n` and `data` (None when
+    longer than `limit`, or not a list<u8>; the list fields are read only for a list)."""
+    if kind != _LIST:
         return None
-    n = val.of.list.size
     if n > limit:
         return None
     if not n:
         return b""
-    image = ctypes.string_at(val.of.list.data, n * _SIZE)
+    image: bytes = _RAW.read(data, n * _SIZE)
     if image[0::_SIZE] != bytes((_U8,)) * n:
         return None
     return image[_VALUE_AT::_SIZE]
@@ -177,17 +182,8 @@ class BytesExport:
 
     def _lift(self, limit: int) -> bytes | None:
         """The result's bytes (None: longer than `limit`, or not a list<u8>)."""
-        if self._result_kind.value != _LIST:
-            return None
-        n = self._result_size.value
-        if n > limit:
-            return None
-        if not n:
-            return b""
-        image: bytes = _RAW.read(self._result_data.value, n * _SIZE)
-        if image[0::_SIZE] != bytes((_U8,)) * n:
-            return None
-        return image[_VALUE_AT::_SIZE]
+        return _list_bytes(self._result_kind.value, self._result_size.value,
+                           self._result_data.value, limit)
 
     @staticmethod
     def _raise(err: int) -> None:
