@@ -48,12 +48,15 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # hold at most MAX_LOOKUPS_PER_OWNER of them: with four shared threads, one plugin
 # asking for slow names made every other plugin's lookups wait past their deadlines.
 MAX_LOOKUPS = 32
+MAX_LOOKUPS_PER_OWNER = 4
 # What a request's URL, host and address decide is a pure function of them and the
 # plugin's grants: the last few hundred verdicts are kept (per exact grants, host,
 # address), so a stream of requests to one URL does not parse and judge it every time.
 # Lookups are never kept here (`AddressCache` keeps those, and they are judged anew).
 _VERDICTS = 512
-MAX_LOOKUPS_PER_OWNER = 4
+# Only short URLs are kept: 512 kept URLs of 8,192 characters (a redirect's even
+# longer), with their paths, would hold tens of MiB a plugin chose.
+KEPT_URL_CHARS = 1024
 _resolver = ThreadPoolExecutor(max_workers=MAX_LOOKUPS, thread_name_prefix="wasmext-dns")
 _unanswered: dict[str, int] = {}  # owner -> its lookups submitted and not yet finished
 _unanswered_lock = threading.Lock()
@@ -201,12 +204,7 @@ def ascii_host(host: str) -> str:
 
 def split_url(url: str) -> tuple[str, str, int, str]:
     """Split an http(s) URL into scheme, host, port and path; Refused if it is bad."""
-    # Only short URLs are kept: 512 kept URLs of 8,192 characters (a redirect's even
-    # longer), with their paths, would hold tens of MiB a plugin chose.
     return _split_kept(url) if len(url) <= KEPT_URL_CHARS else _split(url)
-
-
-KEPT_URL_CHARS = 1024
 
 
 def _split(url: str) -> tuple[str, str, int, str]:
