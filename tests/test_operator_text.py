@@ -30,7 +30,7 @@ from wasmext import PluginError, Runtime
 from wasmext.errors import DESCRIBE_CAP
 from wasmext.observe.logs import json_handler
 from wasmext.testing import DATA_AT, guest_wat, load_wat, make_host, packed, wat_bytes
-from wasmext.text import CAP, clean, clean_lines, clean_tree, json_safe
+from wasmext.text import CAP, clean, clean_lines, clean_tree, has_unsafe, is_unsafe, json_safe
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07\x07\r\nFORGED: 2\u009b2J\u0085\u202e"
@@ -264,3 +264,8 @@ def test_a_sensitive_setting_echoed_in_an_error_is_redacted_everywhere(plugins: 
                  stream.getvalue()):
         assert SECRET not in text
     assert "token=***" in stream.getvalue()
+
+
+@given(st.text() | st.text(st.characters(max_codepoint=0x7F)))
+def test_has_unsafe_answers_as_is_unsafe_over_every_character(text: str) -> None:
+    assert has_unsafe(text) == any(map(is_unsafe, text))

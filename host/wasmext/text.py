@@ -28,8 +28,8 @@ import re
 import unicodedata
 from typing import Any
 
-__all__ = ["CAP", "DESCRIPTION_CAP", "clean", "clean_lines", "clean_tree", "is_unsafe",
-           "json_safe", "redact_url", "without_credentials"]
+__all__ = ["CAP", "DESCRIPTION_CAP", "clean", "clean_lines", "clean_tree", "has_unsafe",
+           "is_unsafe", "json_safe", "redact_url", "without_credentials"]
 
 CAP = 1024
 DESCRIPTION_CAP = 4096
@@ -71,6 +71,13 @@ def is_unsafe(ch: str) -> bool:
     if o < 0xA0:
         return True
     return unicodedata.category(ch) in _UNSAFE_CATEGORIES
+
+
+def has_unsafe(text: str) -> bool:
+    """Does `text` hold a character `is_unsafe` names? (ASCII text is tested at C speed.)"""
+    if text.isascii():
+        return not text.isprintable()
+    return any(map(is_unsafe, text))
 
 
 def _escape(ch: str) -> str:

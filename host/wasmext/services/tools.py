@@ -46,7 +46,7 @@ from wasmext.errors import ConfigError, PluginError, ToolLimitError, WasmextErro
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.schema_cache import shared_validator
-from wasmext.text import clean, clean_lines, is_unsafe
+from wasmext.text import clean, clean_lines, has_unsafe
 
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
@@ -248,12 +248,6 @@ def _expanded_nodes(schema: Any, where: str, what: str) -> int:
 _PROSE = frozenset({"title", "description", "$comment"})
 
 
-def _unsafe_in(text: str) -> bool:
-    if text.isascii():  # the common case, at C speed
-        return not text.isprintable()
-    return any(map(is_unsafe, text))
-
-
 def inert_schema(schema: Any, where: str, what: str) -> Any:
     """A plugin's schema as MCP clients and the operator will see it: the prose of its
     titles, descriptions and comments cleaned (newlines kept), and a ConfigError when any
@@ -264,7 +258,7 @@ def inert_schema(schema: Any, where: str, what: str) -> Any:
         if isinstance(node, dict):
             out: dict[Any, Any] = {}
             for key, value in node.items():
-                if isinstance(key, str) and _unsafe_in(key):
+                if isinstance(key, str) and has_unsafe(key):
                     raise ConfigError(f"{where}: {what} has a key with a control, format or "
                                       f"bidi character: {clean(key, 60)!r}")
                 out[key] = clean_lines(value, MAX_DESCRIPTION) \
@@ -272,7 +266,7 @@ def inert_schema(schema: Any, where: str, what: str) -> Any:
             return out
         if isinstance(node, list):
             return [walk(item) for item in node]
-        if isinstance(node, str) and _unsafe_in(node):
+        if isinstance(node, str) and has_unsafe(node):
             raise ConfigError(f"{where}: {what} has a string with a control, format or bidi "
                               f"character: {clean(node, 60)!r}")
         return node

@@ -36,7 +36,7 @@ import anyio
 
 from wasmext.mcp.content import MAX_BLOCKS, from_mcp, resource_contents
 from wasmext.observe import tracing
-from wasmext.text import DESCRIPTION_CAP, clean, clean_lines, is_unsafe
+from wasmext.text import DESCRIPTION_CAP, clean, clean_lines, has_unsafe
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
@@ -101,7 +101,7 @@ def _optional(item: Any, limits: dict[str, int]) -> dict[str, Any]:
 
 
 def _safe(text: Any, limit: int) -> bool:
-    return isinstance(text, str) and 0 < len(text) <= limit and not any(map(is_unsafe, text))
+    return isinstance(text, str) and 0 < len(text) <= limit and not has_unsafe(text)
 
 
 _RESOURCE_FIELDS = {"mime_type": 128, "description": DESCRIPTION_CAP, "title": 128}
