@@ -17,6 +17,7 @@ skipped with a warning naming the plugin.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -121,9 +122,9 @@ def catalog(plugins: Mapping[str, Any]) -> Catalog:
 
 _VARIABLE = re.compile(r"\{[^{}]*\}")
 MAX_MATCHED_URI = 8192  # a longer URI fits no template
-_automata: dict[str, tuple[dict[str, int], int, int, int]] = {}
 
 
+@functools.lru_cache(maxsize=4096)  # templates are plugin text: the kept ones are bounded
 def _automaton(template: str) -> tuple[dict[str, int], int, int, int]:
     """The template as bit masks over its steps: per literal character the steps
     expecting it, the steps taking one character of a variable, the steps where a
@@ -153,12 +154,7 @@ def match_template(template: str, uri: str) -> bool:
     at once, as bits of one integer."""
     if len(uri) > MAX_MATCHED_URI:
         return False
-    compiled = _automata.get(template)
-    if compiled is None:
-        if len(_automata) > 4096:
-            _automata.clear()
-        compiled = _automata[template] = _automaton(template)
-    literal, one, more, accept = compiled
+    literal, one, more, accept = _automaton(template)
     states = 1 | (1 & more) << 1
     for ch in uri:
         taken = states & literal.get(ch, 0)
