@@ -14,15 +14,16 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import httpx2
+from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ModelError
 from wasmext.sandbox.codec import DecodeError, check_depth
 from wasmext.services.http.deadline import bounded, passed
 from wasmext.services.http.pool import keepalive_client
 from wasmext.text import clean, redact_url, without_credentials
+
+if TYPE_CHECKING:
+    import httpx2
 
 __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient", "loads_answer"]
 
@@ -143,6 +144,8 @@ class OpenAIClient:
 
     def chat(self, req: ChatRequest) -> ChatAnswer:
         """Send a chat completion request and parse the answer."""
+        import httpx2  # with the first request, not the host (`http.transport`)
+
         body: dict[str, Any] = {"model": req.model, "messages": list(req.messages)}
         if req.max_tokens is not None:
             body["max_tokens"] = req.max_tokens
