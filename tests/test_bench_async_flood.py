@@ -43,6 +43,11 @@ def test_the_async_benchmark_reports_the_worst_gap_of_each_mode_and_its_floors(
         assert frozen["frozen"] > frozen["tracked"]  # type: ignore[index]
     assert "worst event-loop gap" in text and "busy-threads floor" in text
     assert "full collections" in text and "after wasmext.tune_gc()" in text
+    # A full collection forced with every session open scans the start-up heap by
+    # default, and only what was made since after tune_gc().
+    default, tuned = doc["peak_collection"], doc["peak_collection_frozen"]  # type: ignore[index]
+    assert tuned["scanned"] < default["scanned"] // 4  # type: ignore[index]
+    assert "a full collection with 200 sessions open" in text
     assert gc_is_thawed_after_the_benchmark()
 
 
