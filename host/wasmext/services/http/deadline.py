@@ -37,7 +37,6 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from wasmext.services.alarms import alarms
@@ -93,20 +92,27 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-@contextlib.contextmanager
-def bounded(deadline: float) -> Iterator[dict[str, Any]]:
+class bounded:  # noqa: N801 - used as a function: `with bounded(deadline) as extensions`
     """Extensions for `client.build_request` / `client.stream` ending by `deadline`
     (a time.monotonic() instant), for a client on `bounded_transport`: use them only
-    inside this block."""
-    left = max(0.001, deadline - time.monotonic())
-    sockets = _Sockets(deadline)
-    cancel = alarms().at(deadline, sockets.expire)
-    outer, watching.sockets = watching.sockets, sockets
-    try:
-        yield {"timeout": {"connect": left, "read": left, "write": left, "pool": left}}
-    finally:
-        watching.sockets = outer
-        cancel()
+    inside this block. (A class, not a generator: every request enters one.)"""
+
+    __slots__ = ("_cancel", "_deadline", "_outer", "_sockets")
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+
+    def __enter__(self) -> dict[str, Any]:
+        deadline = self._deadline
+        left = max(0.001, deadline - time.monotonic())
+        sockets = self._sockets = _Sockets(deadline)
+        self._cancel = alarms().at(deadline, sockets.expire)
+        self._outer, watching.sockets = watching.sockets, sockets
+        return {"timeout": {"connect": left, "read": left, "write": left, "pool": left}}
+
+    def __exit__(self, *exc_info: object) -> None:
+        watching.sockets = self._outer
+        self._cancel()
 
 
 def watch(sock: Any, timeout: float | None) -> float | None:

@@ -72,7 +72,12 @@ def loads_answer(raw: bytes | str) -> Any:
     RecursionError, which is refused here by name instead."""
     try:
         doc = json.loads(raw)
-        check_depth(doc, MAX_ANSWER_DEPTH)
+        # Every level opens a bracket: an answer with fewer of them than the cap cannot
+        # nest past it, and counting them (in C) costs less than walking the document.
+        opening = raw.count(b"{") + raw.count(b"[") if isinstance(raw, bytes) \
+            else raw.count("{") + raw.count("[")
+        if opening > MAX_ANSWER_DEPTH:
+            check_depth(doc, MAX_ANSWER_DEPTH)
     except (RecursionError, DecodeError):
         raise ValueError(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels") from None
     return doc
