@@ -4,8 +4,10 @@ under the running `deadline.bounded` block's deadline.
 Its own module so that httpx and httpcore are imported with the first client, not
 with the host: the two and their dependencies leave about 20,000 objects that
 CPython's garbage collector tracks, and a full collection scans every one of them
-(on an event loop's thread, its worst pause; docs/performance.md, sixth round). A
-host whose plugins never fetch never imports them.
+(on an event loop's thread, its worst pause; docs/performance.md, sixth round). The
+host imports this module (and builds the TLS context) when it loads a plugin granted
+`http`, or `llm` with an endpoint configured, so that no plugin's first call pays for
+it; a host whose plugins never fetch never imports them.
 """
 
 from __future__ import annotations
