@@ -131,9 +131,10 @@ class OpenAIClient:
         elif self.basic:
             self._headers.append(("Authorization", self.basic))
         self._transport: httpx2.BaseTransport | None = None
+        self._target: httpx2.URL | None = None  # self.url parsed once, with the transport
         self._client_lock = threading.Lock()
 
-    def _http(self) -> httpx2.BaseTransport:
+    def _http(self) -> tuple[httpx2.BaseTransport, httpx2.URL]:
         # One keep-alive transport for the endpoint, made on first use: its URL is the
         # operator's, never a plugin's, so there is no address to re-check per request.
         # Requests go to the transport itself, not through an httpx Client: a client's
@@ -141,11 +142,14 @@ class OpenAIClient:
         # and auth machinery are nothing this POST wants, and cost it about a tenth of
         # its CPU (docs/performance.md, sixth round). Nothing is followed, nothing kept.
         with self._client_lock:
-            if self._transport is None:
+            if self._transport is None or self._target is None:
+                import httpx2
+
                 from wasmext.services.http.transport import bounded_transport
 
                 self._transport = bounded_transport(8)
-            return self._transport
+                self._target = httpx2.URL(self.url)
+            return self._transport, self._target
 
     def close(self) -> None:
         """Close the kept-alive connections."""
@@ -173,9 +177,9 @@ class OpenAIClient:
         try:
             payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"),
                                  allow_nan=False).encode()
-            transport = self._http()
+            transport, target = self._http()
             with bounded(deadline) as extensions:
-                request = httpx2.Request("POST", self.url, headers=self._headers,
+                request = httpx2.Request("POST", target, headers=self._headers,
                                          content=payload, extensions=extensions)
                 resp = transport.handle_request(request)
                 try:
