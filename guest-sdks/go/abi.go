@@ -7,7 +7,7 @@ package wasmext
 // The ABI version this SDK implements.
 const (
 	ABIMajor = 1
-	ABIMinor = 2
+	ABIMinor = 3
 )
 
 // LogLevel is the level of a log line (the log import and the "log" op).

@@ -3,7 +3,7 @@
 
 /** The ABI this SDK speaks (SPEC 1.1 and 3.1). */
 export const ABI_MAJOR: i32 = 1;
-export const ABI_MINOR: i32 = 2;
+export const ABI_MINOR: i32 = 3;
 
 /** Levels of the `log` import and the `log` op. */
 export enum LogLevel {
