@@ -10,6 +10,13 @@ const (
 	ABIMinor = 3
 )
 
+// AnswerRegionSince is the minor that gave the registration map's
+// "answer_region" its meaning (SPEC 1.4.1).
+const AnswerRegionSince = 3
+
+// answerAreaSize is how many bytes of answer the SDK's answer region holds.
+const answerAreaSize = 1024
+
 // LogLevel is the level of a log line (the log import and the "log" op).
 type LogLevel int32
 
