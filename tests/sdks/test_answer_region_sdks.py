@@ -18,7 +18,7 @@ from wasmext._abi import ABI_MINOR
 from wasmext.sandbox import plugin as plugin_module
 
 # The SDKs that opt in; the others keep delivering every answer through wasmext_alloc.
-OPTED_IN = ["c", "go", "rust", "zig"]
+OPTED_IN = ["assemblyscript", "c", "go", "rust", "zig"]
 
 REQUESTS = [{"op": "config.get", "key": "greeting"}, {"op": "config.get", "key": "count"},
             {"op": "config.get"}, {"op": "no.such.op"}, {"op": "config.get", "key": "greeting"}]
