@@ -418,6 +418,9 @@ class Plugin:
             "hooks": [{"hook": h.hook, "priority": h.priority, "pattern": h.pattern}
                       for h in reg.hooks],
             "codecs": list(reg.codecs),
+            # The area host-call answers are written into (ABI minor 3); None: none.
+            "answer_region": None if reg.answer_region is None else
+            {"ptr": reg.answer_region[0], "size": reg.answer_region[1]},
             "extra": dict(reg.extra),
             "size": self.module.info.size,
             "digest": f"sha256:{self.module.info.digest}",
