@@ -93,7 +93,7 @@ class Registration:
     shareable: bool = False
     # Payload codecs besides MessagePack the guest reads and writes (SPEC 8: "json").
     codecs: tuple[str, ...] = ()
-    # (ptr, size) of the guest's area for host_call answers (SPEC 1.4, minor 3); None:
+    # (ptr, size) of the guest's area for host_call answers (SPEC 1.4.1); None:
     # every answer goes through wasmext_alloc.
     answer_region: tuple[int, int] | None = None
 
