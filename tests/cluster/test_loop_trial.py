@@ -216,3 +216,40 @@ def test_a_slow_call_on_the_lane_starts_the_proof_again(nats_url: str,
             await worker.drain()
 
     asyncio.run(run())
+
+
+def test_a_new_version_proves_itself_again_and_a_demoted_plugin_stays_demoted(
+        nats_url: str, serving: Host, tmp_path: Path) -> None:
+    ran_on = _threads(serving)
+
+    async def run() -> None:
+        import nats
+
+        worker = Worker(serving, nats_url, prefix="again2", name="v1")
+        await worker.start()
+        loop_thread = threading.current_thread().name
+        stamp, turns = "again2.ext.pre.stamp.v1", "again2.ext.pre.turns.v1"
+        nc = await nats.connect(nats_url)
+        try:
+            for i in range(PROVE_CALLS + 1):
+                await nc.request(stamp, _request(f"m{i}"), timeout=10)
+                await nc.request(turns, _request(f"m{i}"), timeout=10)
+            assert ran_on["stamp"][-1] == ran_on["turns"][-1] == loop_thread
+            await nc.request(turns, _request("slow", long=True), timeout=10)
+            assert "turns" in worker.demoted
+            for pid in ("stamp", "turns"):  # both updated: a new version of each
+                toml = tmp_path / "plugins" / pid / "plugin.toml"
+                toml.write_text(toml.read_text().replace('"1.0.0"', '"1.1.0"'))
+            serving.rescan()
+            came, _gone = await worker.resync()
+            assert sorted(came) == ["stamp", "turns"]
+            await nc.request(stamp, _request("fresh"), timeout=10)
+            assert ran_on["stamp"][-1] != loop_thread  # back on probation
+            for i in range(PROVE_CALLS + 1):
+                await nc.request(turns, _request(f"n{i}"), timeout=10)
+            assert loop_thread not in ran_on["turns"][-PROVE_CALLS - 1:]  # still demoted
+        finally:
+            await nc.close()
+            await worker.drain()
+
+    asyncio.run(run())

@@ -16,8 +16,9 @@ loop: once `PROVE_CALLS` of its stage calls in a row ran within `short_call_ms`
 first that runs longer moves the plugin back to the lane for the worker's life
 (`demoted`, logged, counted per endpoint): a plugin can hold the loop past
 `short_call_ms` once, for at most its own `timeout_ms` (capped by the caller's
-deadline), and never again. `short_call_ms=0` turns the trial off (the lane for
-every plugin not inline by rule); `inline_below_ms=0` keeps every call off the loop.
+deadline), and never again. A new version served after a rescan proves itself again.
+`short_call_ms=0` turns the trial off (the lane for every plugin not inline by rule);
+`inline_below_ms=0` keeps every call off the loop.
 
 A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up: the
 worker was frozen, or its queue was long) is dropped unrun and unanswered, when it
@@ -241,6 +242,9 @@ class Worker:
                 await self._stop_service(svc)
             del self.stages[pid], self._shapes[pid]
         for pid in came:
+            # A new version proves itself short again; a demoted plugin stays demoted.
+            if self._proven.get(pid, 0) != _DEMOTED:
+                self._proven.pop(pid, None)
             try:
                 await self._add(pid, now[pid])
             except Exception as err:  # one plugin's service failing leaves the others
