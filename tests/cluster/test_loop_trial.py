@@ -22,7 +22,7 @@ from prometheus_client import generate_latest
 from wasmext import Host, HostConfig, Limits
 from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
 from wasmext.cluster.contract import encode as contract_encode
-from wasmext.cluster.worker import PROVE_CALLS, Worker
+from wasmext.cluster.worker import PROVE_CALLS, SHORT_CALL_MS, Worker
 from wasmext.runtime import Runtime
 from wasmext.testing import RESPONSE_AT, guest_wat, packed
 
@@ -121,7 +121,7 @@ def test_a_plugin_slow_after_proving_short_holds_the_loop_once_then_runs_off_it(
             assert b"stamped" in waiting.data
             assert took < TIMEOUT_MS / 1000 + 3  # its own time-out, not more
             assert ran_on["turns"][-1] == worker_loop
-            assert worker.demoted["turns"] >= 5 and "stamp" not in worker.demoted
+            assert worker.demoted["turns"] >= SHORT_CALL_MS and "stamp" not in worker.demoted
             assert worker.counts[turns].demoted == 1
 
             # Demoted: its next slow call runs off the loop, and the healthy plugin,

@@ -12,7 +12,7 @@ subscription's handler, with no thread hop ("by rule"). Any other plugin without
 application code starts on the lane (`cluster.lane`: a thread of its own, and
 wasmext's call pool behind a slow call, `concurrency` threads at most) and earns the
 loop: once `PROVE_CALLS` of its stage calls in a row ran within `short_call_ms`
-(default 5 ms) there, its calls run on the loop ("on trial"), each one timed. The
+(default 20 ms) there, its calls run on the loop ("on trial"), each one timed. The
 first that runs longer moves the plugin back to the lane for the worker's life
 (`demoted`, logged, counted per endpoint): a plugin can hold the loop past
 `short_call_ms` once, for at most its own `timeout_ms` (capped by the caller's
@@ -98,9 +98,12 @@ MAX_BACKLOG = 4096
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
 # How long a stage call may run and still count as short: a plugin whose calls stay
 # within it runs them on the loop, the first longer one sends it back to the lane.
-# 5 ms is the interpreter's GIL switch interval: a healthy call rarely waits longer
-# for the GIL, and every request behind a call on the loop waits as long as it runs.
-SHORT_CALL_MS = 5.0
+# Four of the interpreter's GIL switch intervals (5 ms): a healthy call on the loop may
+# wait one interval for the GIL at each return from the guest while another thread runs
+# Python (the lane, a metrics scrape), and one such wait must not demote it for good.
+# Every request behind a call on the loop waits as long as it runs: at most this, or,
+# once per plugin, its time-out.
+SHORT_CALL_MS = 20.0
 # Short calls in a row on the lane before a plugin's calls run on the loop: a plugin's
 # first calls (a cold instance) and a plainly slow plugin never reach the loop.
 PROVE_CALLS = 8
