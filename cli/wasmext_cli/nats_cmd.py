@@ -81,7 +81,7 @@ def _import_nats_extra() -> None:
 @click.option("--short-call-ms", type=click.FloatRange(0), default=None,
               help="A plugin whose stage calls all return within this (default 20) runs "
                    "them on the event loop, after 8 short ones in a row off it; the first "
-                   "longer one sends it off the loop for good (0: never).")
+                   "longer one sends it off the loop for a back-off (0: never).")
 @click.option("--name", default="wasmext-worker", show_default=True,
               help="This worker's name on the connection and in service metadata.")
 @click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",
