@@ -27,7 +27,6 @@ import contextlib
 import itertools
 import logging
 import math
-import os
 import re
 import threading
 from collections import deque
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.errors import NatsAuthFailed, NatsUnavailable
+from wasmext.ids import random_hex
 from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ log = logging.getLogger("wasmext.cluster.link")
 # How late an awaited request may time out: the requests due within one tick share a
 # timer (a timer each, set and cancelled per request, was a heap push and pop apiece).
 TICK_S = 0.005
+# Bytes the socket may have left unsent before a flush waits for it (nats-py's flusher
+# awaits the drain): asyncio's default high-water mark.
+_WRITE_BEHIND = 64 * 1024
 
 
 # What nats-server says (-ERR) when it refuses a login: a wrong token, user, password,
@@ -100,15 +103,19 @@ def header_block(headers: dict[str, str]) -> bytes:
     encoded once, where nats-py runs a regex and three encodes per header."""
     parts = ["NATS/1.0\r\n"]
     for name, value in headers.items():
-        key = name.strip()
-        if not key:
-            continue
-        if key not in _GOOD_NAMES:
+        if name not in _GOOD_NAMES:  # only names with nothing to strip are remembered
+            key = name.strip()
+            if not key:
+                continue
             if not _HEADER_KEY.fullmatch(key):
                 raise ValueError(f"not a header name: {clean(key, 64)}")
-            if len(_GOOD_NAMES) < 256:  # names may come from a caller: the set stays small
+            if key == name and len(_GOOD_NAMES) < 256:  # from a caller: the set stays small
                 _GOOD_NAMES.add(key)
-        parts.append(f"{key}: {value.strip().translate(_NEWLINES)}\r\n")
+            name = key
+        value = value.strip()
+        if "\r" in value or "\n" in value:
+            value = value.translate(_NEWLINES)
+        parts.append(f"{name}: {value}\r\n")
     parts.append("\r\n")
     return "".join(parts).encode()
 
@@ -128,6 +135,7 @@ def _client() -> Client:
             def __init__(self) -> None:
                 super().__init__()
                 self._now: dict[int, Callable[[Msg], None]] = {}
+                self._flush_set = False  # a `_flush_now` is scheduled
 
             def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
                 """Hand `sub`'s messages to `handler` as the reader parses them: no
@@ -163,10 +171,13 @@ def _client() -> Client:
                     await self._error_cb(exc)
 
             def publish_soon(self, subject: str, payload: bytes, block: bytes,
-                             reply: str = "") -> bool:
+                             reply: str = "", *, alone: bool = False) -> bool:
                 """Queue a message with a `header_block` for the flusher, as `publish`
                 does when it need not wait; False (nothing queued) when it would wait
-                or refuse: not connected, a full buffer, too large, a bad subject."""
+                or refuse: not connected, a full buffer, too large, a bad subject.
+                `alone`: the sender expects no other message this turn of the loop
+                (one request in flight), so it is written at once when nothing is
+                queued before it and the socket is not behind, saving the loop a turn."""
                 flusher, flushes = self._flusher_task, self._flush_queue
                 if not self.is_connected or flusher is None or flusher.done() \
                         or flushes is None or len(payload) > self._max_payload \
@@ -180,11 +191,45 @@ def _client() -> Client:
                     return False
                 self.stats["out_msgs"] += 1
                 self.stats["out_bytes"] += len(payload)
+                if alone and not self._pending:
+                    writer = self._writer()
+                    if writer is not None:
+                        writer.write(cmd)
+                        return True
                 self._pending.append(cmd)
                 self._pending_data_size += len(cmd)
-                if flushes.empty():  # wake the flusher, as publish does
-                    flushes.put_nowait(asyncio.get_running_loop().create_future())
+                if not self._flush_set:  # one write for all queued before the loop turns
+                    self._flush_set = True
+                    asyncio.get_running_loop().call_soon(self._flush_now)
                 return True
+
+            def _writer(self) -> asyncio.StreamWriter | None:
+                """The socket's writer when a write need not wait: connected over TCP or
+                TLS (a websocket has its own queue) with the socket not behind."""
+                writer: asyncio.StreamWriter | None = getattr(self._transport, "_io_writer",
+                                                              None)
+                if writer is None or not self.is_connected \
+                        or writer.transport.get_write_buffer_size() >= _WRITE_BEHIND:
+                    return None
+                return writer
+
+            def _flush_now(self) -> None:
+                """Write what is queued, as nats-py's flusher task would, from a plain
+                callback (the flusher's wake-up was a queue, a future and a task step
+                per flush); the flusher still takes it whenever the socket is behind
+                (it waits for the drain) or the connection is not up."""
+                self._flush_set = False
+                if not self._pending_data_size:
+                    return
+                writer = self._writer()
+                if writer is not None:
+                    writer.writelines(self._pending)
+                    self._pending = []
+                    self._pending_data_size = 0
+                    return
+                flushes = self._flush_queue
+                if flushes is not None and flushes.empty():
+                    flushes.put_nowait(asyncio.get_running_loop().create_future())
 
         _CLIENT_CLASS.append(FastClient)
     return _CLIENT_CLASS[0]()
@@ -287,8 +332,9 @@ class _Replies:
         self._due: dict[int, list[str]] = {}  # tokens of awaited requests by expiry tick
 
     def _token(self) -> str:
-        """A new request's token: unique (the count) and unguessable (64 random bits)."""
-        return f"{next(self._ids):x}{os.urandom(8).hex()}"
+        """A new request's token: unique (the count) and unguessable (64 random bits, cut
+        from `random_hex`'s buffered `os.urandom`: no system call per request)."""
+        return f"{next(self._ids):x}{random_hex()[:16]}"
 
     async def start(self) -> None:
         """Subscribe to this link's replies (on the link's loop)."""
@@ -303,9 +349,10 @@ class _Replies:
     def _answer(self, msg: Msg) -> None:
         future = self.waiting.pop(msg.subject[len(self.prefix):], None)
         if future is not None:  # a thread's, or a task's on this loop; either may be over
-            with contextlib.suppress(concurrent.futures.InvalidStateError,
-                                     asyncio.InvalidStateError):
+            try:  # noqa: SIM105 (contextlib.suppress: an object and two calls per answer)
                 future.set_result(msg)
+            except (concurrent.futures.InvalidStateError, asyncio.InvalidStateError):
+                pass
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str],
                        inbox: str) -> None:
@@ -314,7 +361,8 @@ class _Replies:
         soon = getattr(self.client, "publish_soon", None)
         if soon is not None:
             try:
-                if soon(subject, data, header_block(headers), inbox):
+                if soon(subject, data, header_block(headers), inbox,
+                        alone=len(self.waiting) == 1):
                     return
             except ValueError:  # a header name nats-py refuses: it raises its own error
                 pass
@@ -326,13 +374,14 @@ class _Replies:
         shared with the requests due in the same tick."""
         token = self._token()
         future: asyncio.Future[Msg] = self.loop.create_future()
-        self.waiting[token] = future
+        waiting = self.waiting
+        waiting[token] = future
         try:
             await self._publish(subject, data, headers, self.prefix + token)
             self._expire_after(timeout_s, token)
             msg = await future
         finally:
-            self.waiting.pop(token, None)
+            waiting.pop(token, None)
         return _answered(msg)
 
     def _expire_after(self, timeout_s: float, token: str) -> None:
@@ -496,7 +545,7 @@ class NatsLink:
                        timeout_s: float) -> Msg:
         """`request` awaited: directly on the link's own loop, else queued to it as a
         thread's request is (no coroutine run there, no thread blocked)."""
-        if self._on_own_loop():
+        if asyncio._get_running_loop() is self._loop:  # the check `_on_own_loop` makes
             return await self._replies.arequest(subject, data, headers, timeout_s)
         return await self._replies.arequest_from(subject, data, headers, timeout_s)
 
