@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -199,12 +199,17 @@ class RemoteCaller:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def acall(self, ext: RemoteExtension, data: Any, ids: CallIds
-                    ) -> tuple[Any, str | None]:
-        """`call` for an async caller: each attempt awaited, no thread blocked."""
+    def acall(self, ext: RemoteExtension, data: Any, ids: CallIds
+              ) -> Coroutine[Any, Any, tuple[Any, str | None]]:
+        """`call` for an async caller: each attempt awaited, no thread blocked (the
+        coroutine to await; untraced, the attempts' own, one frame less per resume)."""
         traced = tracing.ACTIVE
         if traced is None:
-            return await self._acall(ext, data, ids)
+            return self._acall(ext, data, ids)
+        return self._atraced(traced, ext, data, ids)
+
+    async def _atraced(self, traced: tracing.Tracing, ext: RemoteExtension, data: Any,
+                       ids: CallIds) -> tuple[Any, str | None]:
         with traced.span(f"wasmext.remote {ext.type}", _span_attributes(ext),
                          kind="client") as span:
             return _outcome(traced, span, await self._acall(ext, data, ids))
