@@ -13,9 +13,9 @@ alternate and the minimum and median over rounds are shown. `--inline` starts th
 worker with `--inline-below-ms 5000` (the stage runs on the worker's loop); by default
 the stage goes through the lane, as a plugin with the ABI's default `timeout_ms` does.
 
-`--loop N` only runs N `Router.arun`s one at a time (or, with `--echo`, N echo
-requests) after 100 warm-up ones, printing the responder's pid first (with `--caller`,
-its own: run it under `valgrind --tool=callgrind --instr-atstart=no`): for callgrind,
+`--loop N` only runs N `Router.arun`s one at a time (`--loop-window W`: W in flight)
+(or, with `--echo`, N echo requests) after 100 warm-up ones, printing the responder's
+pid first (with `--caller`, its own: run it under `valgrind --tool=callgrind --instr-atstart=no`): for callgrind,
 switch instrumentation on when it has printed the pid (`callgrind_control -i on PID`),
 then send a line; off when it prints `done`, then send another.
 """
@@ -118,8 +118,7 @@ async def _measure(cluster: Cluster, host: Host, args: argparse.Namespace) -> di
             print(os.getpid() if args.caller else echo_pid if args.echo else worker_pid,
                   flush=True)
             sys.stdin.readline()  # instrumentation switched on
-            for _ in range(args.loop):
-                await once()
+            await _batch(once, args.loop, args.loop_window)
             print("done", flush=True)
             sys.stdin.readline()  # and off
             return {}
@@ -185,6 +184,8 @@ def main() -> None:
     ap.add_argument("--inline", action="store_true")
     ap.add_argument("--loop", type=int, default=None)
     ap.add_argument("--echo", action="store_true")
+    ap.add_argument("--loop-window", type=int, default=1,
+                    help="with --loop: how many requests are in flight (default 1)")
     ap.add_argument("--caller", action="store_true",
                     help="with --loop: print this process's pid, not the responder's")
     args = ap.parse_args()

@@ -39,6 +39,12 @@ async def _until(check: Any, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _settled(nc: Any) -> None:
+    """Nothing queued (the server's first PING is answered by a PONG nats-py queues)."""
+    await nc.flush()
+    await _until(lambda: not nc._pending)
+
+
 def test_a_lone_message_is_written_at_once_but_never_ahead_of_one_queued(
         nats_url: str) -> None:
     async def run() -> None:
@@ -46,6 +52,7 @@ def test_a_lone_message_is_written_at_once_but_never_ahead_of_one_queued(
         listener = await connect(nats_url, "listener")
         try:
             got = await _collect(listener, "lone.order")
+            await _settled(nc)
             assert nc.publish_soon("lone.order", b"1", BLOCK, alone=True)  # type: ignore
             assert nc._pending == []  # on the socket already: no loop turn, no flusher
             assert nc.publish_soon("lone.order", b"2", BLOCK)  # type: ignore
@@ -71,6 +78,7 @@ def test_a_socket_that_is_behind_leaves_the_write_to_nats_pys_flusher(
             got = await _collect(listener, "behind.x")
             transport = nc._transport._io_writer.transport  # type: ignore[attr-defined]
             transport.get_write_buffer_size = lambda: 1 << 20  # as if 1 MiB were unsent
+            await _settled(nc)
             assert nc.publish_soon("behind.x", b"a", BLOCK, alone=True)  # type: ignore
             assert len(nc._pending) == 1  # not written at once
             await asyncio.sleep(0)  # the callback hands it to the flusher, which drains

@@ -94,6 +94,16 @@ _SUBJECT_BAD = re.compile(r"[ \t\r\n]")  # nats-py's: CR or LF would start anoth
 
 
 _GOOD_NAMES: set[str] = set()  # header names already checked (a few, sent on every request)
+_GOOD_SUBJECTS: set[str] = set()  # subjects already checked (a stage's, sent to each time)
+
+
+def _good_subject(subject: str) -> bool:
+    """Whether nats-py would publish to `subject` (remembered: at most 1,024 of them)."""
+    if not subject or _SUBJECT_BAD.search(subject):
+        return False
+    if len(_GOOD_SUBJECTS) < 1024:
+        _GOOD_SUBJECTS.add(subject)
+    return True
 
 
 def header_block(headers: dict[str, str]) -> bytes:
@@ -181,7 +191,7 @@ def _client() -> Client:
                 flusher, flushes = self._flusher_task, self._flush_queue
                 if not self.is_connected or flusher is None or flusher.done() \
                         or flushes is None or len(payload) > self._max_payload \
-                        or not subject or _SUBJECT_BAD.search(subject) \
+                        or (subject not in _GOOD_SUBJECTS and not _good_subject(subject)) \
                         or (reply and _SUBJECT_BAD.search(reply)):
                     return False
                 cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
