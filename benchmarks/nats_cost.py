@@ -15,9 +15,9 @@ the stage goes through the lane, as a plugin with the ABI's default `timeout_ms`
 
 `--loop N` only runs N `Router.arun`s one at a time (`--loop-window W`: W in flight)
 (or, with `--echo`, N echo requests) after 100 warm-up ones, printing the responder's
-pid first (with `--caller`, its own: run it under `valgrind --tool=callgrind --instr-atstart=no`): for callgrind,
-switch instrumentation on when it has printed the pid (`callgrind_control -i on PID`),
-then send a line; off when it prints `done`, then send another.
+pid first (with `--caller`, its own: run it under `valgrind --tool=callgrind
+--instr-atstart=no`): for callgrind, switch instrumentation on when it has printed the
+pid (`callgrind_control -i on PID`), then send a line; off when it prints `done`, then send another.
 """
 
 from __future__ import annotations
