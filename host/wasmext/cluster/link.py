@@ -14,9 +14,10 @@ two thread hops of `run_coroutine_threadsafe` and `future.result`. Threads may s
 call the blocking `request` of such a link; its own loop may not.
 
 Both kinds of link, and a worker's stage endpoints, take their messages straight from
-the reader (`FastClient.deliver_now`: no queue, task or callback coroutine per
-message) and queue what they send for nats-py's flusher (`publish_soon`), falling
-back to nats-py's own paths wherever it would wait, refuse or read a status line.
+the reader (`cluster.fastclient`'s `deliver_now`: no queue, task or callback coroutine
+per message) and queue what they send without a coroutine (`publish_soon`: a lone
+request written at once), falling back to nats-py's own paths wherever it would wait,
+refuse or read a status line.
 """
 
 from __future__ import annotations
@@ -27,21 +28,20 @@ import contextlib
 import itertools
 import logging
 import math
-import os
-import re
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wasmext.cluster.fastclient import header_block, new_client, parse_headers
 from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.errors import NatsAuthFailed, NatsUnavailable
+from wasmext.ids import random_hex
 from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
-    from nats.aio.subscription import Subscription
 
 __all__ = ["NatsAuth", "NatsAuthFailed", "NatsLink", "NatsUnavailable", "connect",
            "header_block", "parse_headers"]
@@ -63,131 +63,6 @@ def _refused_login(text: str) -> bool:
     """Whether an error's text is the server refusing the client's login."""
     lowered = text.lower()
     return any(r in lowered for r in _REFUSALS)
-
-
-def parse_headers(raw: bytes) -> dict[str, str]:
-    """A message's header lines as nats-py 2.16's `Client._parse_header_lines` reads
-    them (same keys kept, dropped and decoded), with one `str.split` per name where it
-    runs a Python generator over every character: the name check was half of a
-    worker's header cost."""
-    out: dict[str, str] = {}
-    for line in raw.split(b"\r\n"):
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        try:
-            key = name.strip().decode("ascii")
-        except UnicodeDecodeError:
-            continue
-        if key and key.split() != [key]:  # whitespace inside a name: not a header
-            continue
-        out[key] = value.strip().decode("utf-8", "replace")
-    return out
-
-
-_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # nats-py 2.16's check
-_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
-_SUBJECT_BAD = re.compile(r"[ \t\r\n]")  # nats-py's: CR or LF would start another command
-
-
-_GOOD_NAMES: set[str] = set()  # header names already checked (a few, sent on every request)
-
-
-def header_block(headers: dict[str, str]) -> bytes:
-    """The header block nats-py 2.16's `publish` writes for `headers` (the same names
-    skipped and refused, values' line breaks made spaces), for a sender that reuses it
-    or queues it with `publish_soon`: each name is checked once per process, the block
-    encoded once, where nats-py runs a regex and three encodes per header."""
-    parts = ["NATS/1.0\r\n"]
-    for name, value in headers.items():
-        key = name.strip()
-        if not key:
-            continue
-        if key not in _GOOD_NAMES:
-            if not _HEADER_KEY.fullmatch(key):
-                raise ValueError(f"not a header name: {clean(key, 64)}")
-            if len(_GOOD_NAMES) < 256:  # names may come from a caller: the set stays small
-                _GOOD_NAMES.add(key)
-        parts.append(f"{key}: {value.strip().translate(_NEWLINES)}\r\n")
-    parts.append("\r\n")
-    return "".join(parts).encode()
-
-
-_CLIENT_CLASS: list[type[Client]] = []  # made on first use: nats-py is imported lazily
-
-
-def _client() -> Client:
-    """A nats-py client that reads headers with `parse_headers` and can queue a
-    publish without a coroutine (`publish_soon`)."""
-    if not _CLIENT_CLASS:
-        from nats.aio.client import Client
-
-        class FastClient(Client):
-            _parse_header_lines = staticmethod(parse_headers)
-
-            def __init__(self) -> None:
-                super().__init__()
-                self._now: dict[int, Callable[[Msg], None]] = {}
-
-            def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
-                """Hand `sub`'s messages to `handler` as the reader parses them: no
-                queue, task switch or callback coroutine per message. Status messages
-                (a 503 "no responders"), and a subscription with a message limit or a
-                JetStream one, keep nats-py's path: its callback gets them."""
-                self._now[sub._id] = handler
-
-            async def _process_msg(self, sid: int, subject: bytes, reply: bytes,
-                                   data: bytes, headers: bytes | None) -> None:
-                handler = self._now.get(sid)
-                if handler is None or (headers is not None and headers[8:9] == b" "):
-                    await super()._process_msg(sid, subject, reply, data,
-                                               headers)  # type: ignore[arg-type]
-                    return
-                sub = self._subs.get(sid)
-                if sub is None:  # unsubscribed: dropped, as nats-py drops it
-                    del self._now[sid]
-                    return
-                if sub._max_msgs > 0 or sub._jsi is not None:
-                    await super()._process_msg(sid, subject, reply, data,
-                                               headers)  # type: ignore[arg-type]
-                    return
-                self.stats["in_msgs"] += 1
-                self.stats["in_bytes"] += len(data)
-                sub._received += 1
-                # nats-py's reading of a block without a status line (`_process_headers`)
-                hdr = (parse_headers(headers[10:]) or None) \
-                    if headers is not None and len(headers) > 10 else None
-                try:
-                    handler(self._build_message(sid, subject, reply, data, hdr))
-                except Exception as exc:  # as a callback's: the error callback hears it
-                    await self._error_cb(exc)
-
-            def publish_soon(self, subject: str, payload: bytes, block: bytes,
-                             reply: str = "") -> bool:
-                """Queue a message with a `header_block` for the flusher, as `publish`
-                does when it need not wait; False (nothing queued) when it would wait
-                or refuse: not connected, a full buffer, too large, a bad subject."""
-                flusher, flushes = self._flusher_task, self._flush_queue
-                if not self.is_connected or flusher is None or flusher.done() \
-                        or flushes is None or len(payload) > self._max_payload \
-                        or not subject or _SUBJECT_BAD.search(subject) \
-                        or (reply and _SUBJECT_BAD.search(reply)):
-                    return False
-                cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
-                    subject.encode(), reply.encode(), len(block), len(block) + len(payload),
-                    block, payload)
-                if 0 < self._max_pending_size < self._pending_data_size + len(cmd):
-                    return False
-                self.stats["out_msgs"] += 1
-                self.stats["out_bytes"] += len(payload)
-                self._pending.append(cmd)
-                self._pending_data_size += len(cmd)
-                if flushes.empty():  # wake the flusher, as publish does
-                    flushes.put_nowait(asyncio.get_running_loop().create_future())
-                return True
-
-        _CLIENT_CLASS.append(FastClient)
-    return _CLIENT_CLASS[0]()
 
 
 async def connect(url: str, name: str, timeout_s: float = 5.0, *,
@@ -224,7 +99,7 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
         options = auth.options()
     except (OSError, ValueError) as exc:  # a TLS file that cannot be read or used
         raise NatsUnavailable(f"cannot connect to {shown}: TLS: {said(exc)}") from None
-    client = _client()
+    client = new_client()
     try:
         # nats-py annotates both times as int; it uses them as floats.
         times: dict[str, Any] = {"connect_timeout": timeout_s, "reconnect_time_wait": 0.2}
@@ -285,10 +160,12 @@ class _Replies:
         # A peer sent one request sees its reply subject: a token it could guess would let
         # it answer this link's other requests (to other workers) ahead of them.
         self._due: dict[int, list[str]] = {}  # tokens of awaited requests by expiry tick
+        self._soon: Callable[..., bool] | None = getattr(client, "publish_soon", None)
 
     def _token(self) -> str:
-        """A new request's token: unique (the count) and unguessable (64 random bits)."""
-        return f"{next(self._ids):x}{os.urandom(8).hex()}"
+        """A new request's token: unique (the count) and unguessable (64 random bits, cut
+        from `random_hex`'s buffered `os.urandom`: no system call per request)."""
+        return f"{next(self._ids):x}{random_hex()[:16]}"
 
     async def start(self) -> None:
         """Subscribe to this link's replies (on the link's loop)."""
@@ -303,22 +180,29 @@ class _Replies:
     def _answer(self, msg: Msg) -> None:
         future = self.waiting.pop(msg.subject[len(self.prefix):], None)
         if future is not None:  # a thread's, or a task's on this loop; either may be over
-            with contextlib.suppress(concurrent.futures.InvalidStateError,
-                                     asyncio.InvalidStateError):
+            try:  # noqa: SIM105 (contextlib.suppress: an object and two calls per answer)
                 future.set_result(msg)
+            except (concurrent.futures.InvalidStateError, asyncio.InvalidStateError):
+                pass
+
+    def _publish_soon(self, subject: str, data: bytes, headers: dict[str, str],
+                      inbox: str) -> bool:
+        """Queue a request for the socket without a coroutine (`publish_soon`: written at
+        once when it is the only one waiting); False when nats-py would wait or refuse."""
+        soon = self._soon
+        if soon is None:
+            return False
+        try:
+            return soon(subject, data, header_block(headers), inbox,
+                        alone=len(self.waiting) == 1)
+        except ValueError:  # a header name nats-py refuses: it raises its own error
+            return False
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str],
                        inbox: str) -> None:
-        """Publish a request: queued for the flusher at once when nats-py would not wait
-        or refuse (`publish_soon`), else through nats-py's `publish`."""
-        soon = getattr(self.client, "publish_soon", None)
-        if soon is not None:
-            try:
-                if soon(subject, data, header_block(headers), inbox):
-                    return
-            except ValueError:  # a header name nats-py refuses: it raises its own error
-                pass
-        await self.client.publish(subject, data, reply=inbox, headers=headers)
+        """Publish a request: `_publish_soon` when it can, else nats-py's `publish`."""
+        if not self._publish_soon(subject, data, headers, inbox):
+            await self.client.publish(subject, data, reply=inbox, headers=headers)
 
     async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
                        timeout_s: float) -> Msg:
@@ -326,13 +210,15 @@ class _Replies:
         shared with the requests due in the same tick."""
         token = self._token()
         future: asyncio.Future[Msg] = self.loop.create_future()
-        self.waiting[token] = future
+        waiting = self.waiting
+        waiting[token] = future
         try:
-            await self._publish(subject, data, headers, self.prefix + token)
+            if not self._publish_soon(subject, data, headers, self.prefix + token):
+                await self._publish(subject, data, headers, self.prefix + token)
             self._expire_after(timeout_s, token)
             msg = await future
         finally:
-            self.waiting.pop(token, None)
+            waiting.pop(token, None)
         return _answered(msg)
 
     def _expire_after(self, timeout_s: float, token: str) -> None:
@@ -492,13 +378,14 @@ class NatsLink:
                                "return: await arequest (Router.arun) there")
         return self._replies.request(subject, data, headers, timeout_s)
 
-    async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
-                       timeout_s: float) -> Msg:
+    def arequest(self, subject: str, data: bytes, headers: dict[str, str],
+                 timeout_s: float) -> Coroutine[Any, Any, Msg]:
         """`request` awaited: directly on the link's own loop, else queued to it as a
-        thread's request is (no coroutine run there, no thread blocked)."""
-        if self._on_own_loop():
-            return await self._replies.arequest(subject, data, headers, timeout_s)
-        return await self._replies.arequest_from(subject, data, headers, timeout_s)
+        thread's request is (no coroutine run there, no thread blocked). A plain function
+        handing back the coroutine to await: one frame less on every resume."""
+        if asyncio._get_running_loop() is self._loop:  # the check `_on_own_loop` makes
+            return self._replies.arequest(subject, data, headers, timeout_s)
+        return self._replies.arequest_from(subject, data, headers, timeout_s)
 
     def _on_own_loop(self) -> bool:
         try:
