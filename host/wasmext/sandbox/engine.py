@@ -9,6 +9,7 @@ alive and costs one GIL hand-off per tick.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import threading
@@ -81,6 +82,8 @@ class SharedEngine:
         # A fixed base address lets each instance read it once (fastcall.MemoryView).
         cfg.memory_may_move = False
         self.engine = wasmtime.Engine(cfg)
+        # Its wasm_engine_t, for the raw store entry (sandbox.fastcall): read once.
+        self.address = ctypes.addressof(self.engine.ptr().contents)
         self.fingerprint = self.config.fingerprint()
         self._ticker = _EpochTicker(self.engine)
         self._ticker.start()

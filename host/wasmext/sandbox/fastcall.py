@@ -37,7 +37,7 @@ log = logging.getLogger("wasmext.sandbox.fastcall")
 
 __all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding",
            "budget_setter", "host_failure_standin", "keep_host_exception", "new_store",
-           "take_host_exception"]
+           "store_address", "take_host_exception"]
 
 SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
 WASM32_SPAN = 1 << 32
@@ -90,10 +90,22 @@ class _Raw:
         i64 = ctypes.c_int64
         self.limiter = ctypes.PYFUNCTYPE(None, vp, i64, i64, i64, i64, i64)(
             ("wasmtime_store_limiter", dll))
-        # wasmtime-py's own typed entries, without its Python wrapper functions.
-        self.store_new = _bindings._wasmtime_store_new
-        self.store_context = _bindings._wasmtime_store_context
-        self.no_finalizer = ctypes.cast(0, ctypes.CFUNCTYPE(None, vp))
+        self.store_delete = ctypes.PYFUNCTYPE(None, vp)(("wasmtime_store_delete", dll))
+        # Without user data or finalizer (both NULL), as `new_store` makes every store.
+        self.store_new = ctypes.PYFUNCTYPE(vp, vp, vp, vp)(("wasmtime_store_new", dll))
+        self.store_context = ctypes.PYFUNCTYPE(vp, vp)(("wasmtime_store_context", dll))
+        # A binding's scratch words (u64): where instantiation writes the instance and
+        # a trap, an export lookup its extern, a start-up call its arguments and result
+        # (16-byte wasmtime_val_raw_t slots), and the memory's extern, kept for its
+        # size and base reads. Offsets from wasmtime-py's own structure layouts.
+        extern = ffi.wasmtime_extern_t
+        words = ctypes.sizeof(ffi.wasmtime_instance_t) // 8
+        self.trap_word = words
+        self.extern_word = words + 1
+        self.args_word = self.extern_word + -(-ctypes.sizeof(extern) // 8)
+        self.memory_word = self.args_word + 8  # four argument slots
+        self.scratch_words = self.memory_word + -(-ctypes.sizeof(extern) // 8)
+        self.extern_of = extern.of.offset
 
 
 def _load_raw() -> _Raw | None:
@@ -163,20 +175,61 @@ def _raise_failure(raw: _Raw, err: int | None, trap: int | None) -> None:
     raise failure
 
 
-def new_store(engine: wasmtime.Engine) -> wasmtime.Store:
+class _RawStore(wasmtime.Store):
+    """A `wasmtime.Store` made by `new_store`: it holds its own and its context's
+    addresses, makes wasmtime-py's pointer objects only when one of wasmtime-py's
+    methods asks for them, and is deleted through a plain-address entry."""
+
+    raw_address = 0  # the wasmtime_store_t; 0 once closed
+    raw_context = 0  # its wasmtime_context_t
+    free: Any = None  # the raw delete entry (a class attribute: set once, below)
+
+    def ptr(self) -> Any:
+        if not self.raw_address:
+            raise ValueError("already closed")
+        ffi = _RAW_FFI
+        return ctypes.pointer(ffi.wasmtime_store_t.from_address(self.raw_address))
+
+    def _context(self) -> Any:
+        if not self.raw_address:
+            raise ValueError("already closed")
+        ffi = _RAW_FFI
+        return ctypes.pointer(ffi.wasmtime_context_t.from_address(self.raw_context))
+
+    def close(self) -> None:
+        address = self.raw_address
+        if address:
+            self.raw_address = 0
+            type(self).free(address)
+
+    def _delete(self, ptr: Any) -> None:  # never reached: `close` deletes
+        self.close()
+
+
+_RAW_FFI: Any = None
+if _RAW is not None:
+    _RawStore.free = _RAW.store_delete
+    _RAW_FFI = _RAW.ffi
+
+
+def new_store(engine: wasmtime.Engine, engine_address: int = 0) -> wasmtime.Store:
     """A `wasmtime.Store` of `engine` without user data, as `wasmtime.Store(engine)`
-    makes it, minus the checks and wrappers around its two foreign calls."""
+    makes it, minus the checks and wrappers around its foreign calls
+    (`engine_address`: the engine's wasm_engine_t, when the caller keeps it)."""
     raw = _RAW
     if raw is None:
         return wasmtime.Store(engine)
-    store: wasmtime.Store = wasmtime.Store.__new__(wasmtime.Store)
-    ptr = raw.store_new(engine.ptr(), None, raw.no_finalizer)
-    # The attributes `Store.__init__` sets (name-mangled: `Managed.__ptr`,
-    # `Store.__context`); tests/sandbox/test_fastcall.py pins them on this wasmtime.
-    store._Managed__ptr = ptr  # type: ignore[attr-defined]
-    store._Store__context = raw.store_context(ptr)  # type: ignore[attr-defined]
+    store = _RawStore.__new__(_RawStore)
+    store.raw_address = address = raw.store_new(
+        engine_address or ctypes.addressof(engine.ptr().contents), None, None)
+    store.raw_context = raw.store_context(address)
     store.engine = engine
     return store
+
+
+def store_address(store: wasmtime.Store) -> int:
+    """The address of `store`'s wasmtime_store_t (known to a `new_store` store)."""
+    return getattr(store, "raw_address", 0) or ctypes.addressof(store.ptr().contents)
 
 
 class MemoryView:
@@ -244,7 +297,7 @@ def budget_setter(store: wasmtime.Store) -> Callable[[int, int], None]:
             store.set_epoch_deadline(ticks)
         return set_public
     set_fuel, set_deadline = raw.set_fuel, raw.set_deadline
-    ctx = ctypes.addressof(store._context().contents)
+    ctx = getattr(store, "raw_context", 0) or ctypes.addressof(store._context().contents)
 
     def set_raw(fuel: int, ticks: int) -> None:
         # set_fuel fails only when fuel is disabled, which SharedEngine never does.
@@ -258,22 +311,25 @@ class StoreBinding:
     """Fast entry points into one instance in one store.
 
     Made with an instance, or with none and then `limit` and `instantiate`: starting
-    an instance this way costs no wasmtime-py wrapper objects beyond the Instance.
+    an instance this way makes no wasmtime-py objects besides the Store. Where the raw
+    entries are loaded, the instance, the memory's extern and the start-up calls'
+    arguments, results and traps live in one scratch array of the binding's, passed
+    to wasmtime by address.
     """
 
     def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance | None = None) -> None:
         self.store = store
-        self._raw = _RAW
-        ctx = store._context()
-        self._ctx_ptr = ctx
-        self._ctx = ctypes.addressof(ctx.contents)
-        self._once: tuple[Any, ...] | None = None  # `call_once`'s extern, args, trap, addresses
+        raw = self._raw = _RAW
+        if raw is None:
+            self.instance: Any = instance
+            return
+        self._ctx = getattr(store, "raw_context", 0) or \
+            ctypes.addressof(store._context().contents)
+        self._scratch = scratch = (ctypes.c_uint64 * raw.scratch_words)()
+        self._base = base = ctypes.addressof(scratch)
+        self._instance = base
         if instance is not None:
-            self._adopt(instance)
-
-    def _adopt(self, instance: wasmtime.Instance) -> None:
-        self.instance = instance
-        self._instance = ctypes.addressof(instance._instance)
+            ctypes.memmove(base, ctypes.addressof(instance._instance), 16)
 
     def limit(self, memory_size: int, table_elements: int, instances: int, tables: int,
               memories: int) -> None:
@@ -283,24 +339,24 @@ class StoreBinding:
             self.store.set_limits(memory_size=memory_size, table_elements=table_elements,
                                   instances=instances, tables=tables, memories=memories)
             return
-        # addressof, not ctypes.cast: a cast ties the pointer object into a cycle.
-        raw.limiter(ctypes.addressof(self.store.ptr().contents), memory_size, table_elements,
-                    instances, tables, memories)
+        raw.limiter(store_address(self.store), memory_size, table_elements, instances, tables,
+                    memories)
 
-    def instantiate(self, pre: wasmtime.InstancePre) -> None:
-        """Start `pre`'s instance in the store. A failure raises the exception a host
-        function raised on this thread, else the wasmtime error or the trap."""
+    def instantiate(self, pre: wasmtime.InstancePre, pre_address: int = 0) -> None:
+        """Start `pre`'s instance in the store (`pre_address`: its address, when the
+        caller keeps it). A failure raises the exception a host function raised on this
+        thread, else the wasmtime error or the trap."""
         raw = self._raw
         if raw is None:
-            self._adopt(pre.instantiate(self.store))
+            self.instance = pre.instantiate(self.store)
             return
-        instance = raw.ffi.wasmtime_instance_t()
-        trap = ctypes.c_void_p()
-        err = raw.pre_instantiate(ctypes.addressof(pre.ptr().contents), self._ctx,
-                                  ctypes.addressof(instance), ctypes.addressof(trap))
-        if err or trap.value:
-            _raise_failure(raw, err, trap.value)
-        self._adopt(wasmtime.Instance._from_raw(instance))
+        base = self._base
+        trap_at = raw.trap_word
+        err = raw.pre_instantiate(pre_address or ctypes.addressof(pre.ptr().contents),
+                                  self._ctx, base, base + 8 * trap_at)
+        if err or self._scratch[trap_at]:
+            caught, self._scratch[trap_at] = self._scratch[trap_at], 0
+            _raise_failure(raw, err, caught)
 
     def _export(self, name: str) -> Any:
         raw = self._raw
@@ -319,15 +375,19 @@ class StoreBinding:
 
     def memory(self, name: str = "memory") -> MemoryView:
         """A view of the exported memory, read and written in place."""
-        mem = self._export(name)
         raw = self._raw
         if raw is None:
-            store = self.store
+            mem, store = self._export(name), self.store
             return MemoryView(ctypes.addressof(mem.data_ptr(store).contents),
                               lambda: int(mem.data_len(store)))
-        ctx, pmem = self._ctx, ctypes.addressof(mem)
+        key = name.encode()
+        item = self._base + 8 * raw.memory_word
+        if not raw.export_by_name(self._ctx, self._instance, key, len(key), item) or \
+                self._scratch[raw.memory_word] & 0xFF != raw.kind_memory:
+            raise KeyError(name)
+        ctx, pmem = self._ctx, item + raw.extern_of
         view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem))
-        view.__dict__["_keep"] = (mem, self.store)
+        view.__dict__["_keep"] = (self._scratch, self.store)
         return view
 
     def budget(self) -> Callable[[int, int], None]:
@@ -401,36 +461,34 @@ class StoreBinding:
         chosen.__dict__["_keep"] = (func, self.store)  # the addresses must stay valid
         return chosen
 
-    def call_once(self, name: str, has_result: bool, *params: int) -> int:
-        """Call export `name` with u32 `params` as `func(...)` would, keeping no binding:
-        for the exports an instance calls once, when it starts (`_initialize`,
-        `wasmext_abi_version`, `wasmext_register`, the first `wasmext_alloc`).
+    def call_once(self, key: bytes, has_result: bool, *params: int) -> int:
+        """Call export `key` (its name, encoded) with u32 `params` as `func(...)` would,
+        keeping no binding: for the exports an instance calls once, when it starts
+        (`_initialize`, `wasmext_abi_version`, `wasmext_register`, the first
+        `wasmext_alloc`).
 
-        Their extern, argument and trap slots are the binding's, reused: those calls
-        are made one after the other, never while another of them runs (a host call
-        made meanwhile calls what it needs through `func`)."""
+        Their extern, argument and trap slots are the binding's scratch, reused: those
+        calls are made one after the other, never while another of them runs (a host
+        call made meanwhile calls what it needs through `func`)."""
         raw = self._raw
         if raw is None:
-            return self.func(name, len(params), has_result)(*params)
-        once = self._once
-        if once is None:
-            item, u32, trap = (raw.ffi.wasmtime_extern_t(), (ctypes.c_uint32 * 8)(),
-                               ctypes.c_void_p())
-            pitem = ctypes.addressof(item)
-            once = self._once = (item, u32, trap, pitem, pitem + type(item).of.offset,
-                                 ctypes.addressof(u32), ctypes.addressof(trap))
-        item, u32, trap, pitem, pfunc, pargs, ptrap = once
-        key = name.encode()
-        if not raw.export_by_name(self._ctx, self._instance, key, len(key), pitem):
-            raise KeyError(name)
-        u32[1] = 0  # an i32 result leaves the high half as it was
-        for i, p in enumerate(params):
-            u32[i * 4] = p
-        err = raw.call(self._ctx, pfunc, pargs, max(len(params), 1), ptrap)
-        if err or trap.value:
-            caught, trap.value = trap.value, None
+            return self.func(key.decode(), len(params), has_result)(*params)
+        scratch, base = self._scratch, self._base
+        item = base + 8 * raw.extern_word
+        if not raw.export_by_name(self._ctx, self._instance, key, len(key), item):
+            raise KeyError(key.decode())
+        at = raw.args_word
+        scratch[at] = 0  # an i32 result leaves the high half as it was
+        for p in params:
+            scratch[at] = p  # zero-extended: the u32 argument, its high half clear
+            at += 2  # a wasmtime_val_raw_t is two words
+        err = raw.call(self._ctx, item + raw.extern_of, base + 8 * raw.args_word,
+                       len(params) or 1, base + 8 * raw.trap_word)
+        trap_at = raw.trap_word
+        if err or scratch[trap_at]:
+            caught, scratch[trap_at] = scratch[trap_at], 0
             _raise_failure(raw, err, caught)
-        return u32[0] | u32[1] << 32 if has_result else 0
+        return int(scratch[raw.args_word]) if has_result else 0
 
 
 def _bind_public(store: wasmtime.Store, func: wasmtime.Func, has_result: bool) -> Caller:

@@ -89,13 +89,9 @@ class PluginInstance:
         self.limits = limits
         self.ctx = ctx
         self.services = services
-        # Requests and host-call answers: one Packer per instance (an instance runs on
-        # one thread at a time), made before instantiation (a start function may call
-        # the host).
-        self._pack = request_packer()
         # Host-call requests this instance decoded before (HostServices.dispatch_packed).
         self._known: dict[bytes, tuple[str, dict[str, Any]]] = {}
-        store = new_store(module.engine.engine)
+        store = new_store(module.engine.engine, module.engine.address)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
         self._binding = binding = StoreBinding(store)
@@ -109,7 +105,7 @@ class PluginInstance:
                                  store.set_epoch_deadline)
         self._set_budget(limits.fuel_per_call, self._enter())
         try:
-            binding.instantiate(module.pre)
+            binding.instantiate(module.pre, module.pre_address)
         except Exception as exc:
             # wasmtime-py re-raises what its global holds: a host function's stand-in,
             # maybe another thread's; this thread's own exception is kept apart.
@@ -118,7 +114,6 @@ class PluginInstance:
         finally:
             self._leave()
         self.memory = binding.memory()
-        self._call = binding.func("wasmext_call", 2, True)
         self._alloc_fn: Caller | None = None
         self._fuel_left: Any = None  # bound on first metered call
         self.meter = False
@@ -129,6 +124,19 @@ class PluginInstance:
     _fs: FsTable | None = None  # the folder grants' fds, made at the first file call
     _fs_frame: Any = None       # the call `_fs_io` counts bytes for
     _fs_io = 0
+
+    def _pack(self, doc: Any) -> bytes:
+        """Requests and host-call answers: one Packer per instance (an instance runs on
+        one thread at a time), made at its first use (a start function's host call, or
+        the first hook call) and shadowing this method from then on."""
+        pack = self.__dict__["_pack"] = request_packer()
+        return pack(doc)
+
+    def _call(self, ptr: int, length: int) -> int:
+        """`wasmext_call`, bound at the instance's first hook call (this method is then
+        shadowed by the binding): an instance that is never called binds nothing."""
+        call = self.__dict__["_call"] = self._binding.func("wasmext_call", 2, True)
+        return call(ptr, length)
 
     def _bind(self, name: str, nparams: int, has_result: bool) -> Caller:
         """Bind an export on first use: most are called once per instance."""
@@ -250,14 +258,16 @@ class PluginInstance:
         """A guest region of `size` bytes from wasmext_alloc for a request, validated."""
         if self._alloc_fn is None:  # the request buffer at start: a guest without host
             # calls may never ask for another region, so nothing is bound for it
-            ptr = self._binding.call_once("wasmext_alloc", True, size)
+            ptr = self._binding.call_once(b"wasmext_alloc", True, size)
         else:
             ptr = self._alloc_fn(size)
         if ptr == 0:
             err = MemoryLimitExceeded if self._at_memory_cap() else InvalidOutput
             raise err(f"wasmext_alloc({size}) returned 0",
                       plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
-        if ptr + size > self.memory.size():
+        memory = self.memory
+        # Inside the size memory is known to have (it never shrinks), it is inside memory.
+        if ptr + size > memory.known and ptr + size > memory.size():
             raise InvalidOutput(f"wasmext_alloc({size}) returned {ptr:#x}, outside memory",
                                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
         return ptr
@@ -326,8 +336,9 @@ class PluginInstance:
 
     # -- the ABI -----------------------------------------------------------------
 
-    def start(self, request: dict[str, Any]) -> dict[str, Any]:
+    def start(self, request: dict[str, Any] | bytes) -> dict[str, Any]:
         """_initialize, the version check and wasmext_register; returns the registration map.
+        `request` is the registration request, or its MessagePack bytes.
 
         `_initialize` runs under a budget of its own (a runtime's start-up may be most
         of it); the registration protocol, `wasmext_abi_version`, the request buffer's
@@ -336,18 +347,19 @@ class PluginInstance:
         self.ctx.hook = "register"
         once = self._binding.call_once
         if self.module.info.has_initialize:
-            self._guest("_initialize", once, "_initialize", False)
+            self._guest("_initialize", once, b"_initialize", False)
         what = "wasmext_abi_version"
         self._set_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
-            major = once("wasmext_abi_version", True) & 0xFFFFFFFF
+            major = once(b"wasmext_abi_version", True) & 0xFFFFFFFF
             if major != ABI_MAJOR:
                 raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
                                   plugin_id=self.ctx.plugin_id, hook="register")
             what = "wasmext_alloc"
-            ptr, n = self._write_input(encode(request), opened=True)
+            ptr, n = self._write_input(
+                request if isinstance(request, bytes) else encode(request), opened=True)
             what = "wasmext_register"
-            packed = once("wasmext_register", True, ptr, n)
+            packed = once(b"wasmext_register", True, ptr, n)
         except Exception as exc:
             raise self._classify(exc, what) from exc
         finally:

@@ -13,6 +13,7 @@ caps) run again. The entry lives as long as a plugin uses it.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import threading
 import weakref
@@ -57,11 +58,14 @@ class ModuleInfo:
 class _Compiled:
     """What identical modules share: the code, its shape, its ABI facts, the template."""
 
-    __slots__ = ("__weakref__", "info", "module", "pre", "registrations", "shape")
+    __slots__ = ("__weakref__", "info", "module", "pre", "pre_address", "registrations",
+                 "shape")
 
     def __init__(self, module: wasmtime.Module, shape: ModuleShape, info: ModuleInfo,
                  pre: wasmtime.InstancePre) -> None:
         self.module, self.shape, self.info, self.pre = module, shape, info, pre
+        # The template's address, for the raw instantiate entry (fastcall): read once.
+        self.pre_address = ctypes.addressof(pre.ptr().contents)
         # Registration maps the guest declared shareable, by what they may depend on
         # (sandbox.plugin): copies of this code reuse them instead of registering at load.
         self.registrations: dict[str, dict[str, Any]] = {}
@@ -110,6 +114,7 @@ class PluginModule:
             caps.check(shared.shape, name)  # this runtime's caps, on the shape already read
         self._shared = shared  # keeps the shared entry alive while this module is
         self.module, self.info, self.pre = shared.module, shared.info, shared.pre
+        self.pre_address = shared.pre_address
         self.registrations = shared.registrations
         # The latest registration map an instance of this load answered, with its bytes
         # (`PluginInstance.start` reuses the decoded map for the same bytes; never mutated).

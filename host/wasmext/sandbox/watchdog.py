@@ -125,7 +125,7 @@ def watch(store: wasmtime.Store) -> bool:
         return False
     # addressof, not ctypes.cast: a cast ties the store's pointer object into a cycle
     # that outlives the store until the garbage collector's next pass.
-    _RAW[0](ctypes.addressof(store.ptr().contents), _CALLBACK_FN, None, None)
+    _RAW[0](fastcall.store_address(store), _CALLBACK_FN, None, None)
     return True
 
 

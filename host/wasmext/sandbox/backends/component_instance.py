@@ -191,14 +191,15 @@ class ComponentInstance(PluginInstance):
 
     # -- the ABI -----------------------------------------------------------------
 
-    def start(self, request: dict[str, Any]) -> dict[str, Any]:
+    def start(self, request: dict[str, Any] | bytes) -> dict[str, Any]:
         """register; returns the registration map (the world's version is the ABI major)."""
         self.ctx.hook = "register"
         for note in self.module.wit_notes:  # the typed functions left out, and why
             self.ctx.log.append(3, note.encode()[:self.limits.max_log_line_bytes])
         if not self.module.world:
             return self._typed_registration()
-        raw = self._run(self._register, encode(request), "register")
+        raw = self._run(self._register, request if isinstance(request, bytes)
+                        else encode(request), "register")
         if not raw:
             raise InvalidOutput("register returned nothing", plugin_id=self.ctx.plugin_id,
                                 hook="register")
