@@ -83,7 +83,7 @@ class SharedEngine:
         cfg.memory_may_move = False
         self.engine = wasmtime.Engine(cfg)
         # Its wasm_engine_t, for the raw store entry (sandbox.fastcall): read once.
-        self.address = ctypes.addressof(self.engine.ptr().contents)
+        self.handle = ctypes.c_void_p(ctypes.addressof(self.engine.ptr().contents))
         self.fingerprint = self.config.fingerprint()
         self._ticker = _EpochTicker(self.engine)
         self._ticker.start()

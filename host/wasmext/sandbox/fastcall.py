@@ -29,15 +29,16 @@ import threading
 from collections.abc import Callable
 from functools import partial
 from importlib.metadata import version
-from typing import Any
+from typing import Any, NamedTuple
 
 import wasmtime
 
 log = logging.getLogger("wasmext.sandbox.fastcall")
 
-__all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding",
-           "budget_setter", "host_failure_standin", "keep_host_exception", "new_store",
-           "store_address", "take_host_exception"]
+__all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "ExportKey", "Handle", "MemoryView",
+           "StoreBinding", "budget_setter", "export_key", "handle", "host_failure_standin",
+           "keep_host_exception", "new_store", "store_address", "store_handle",
+           "take_host_exception"]
 
 SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
 WASM32_SPAN = 1 << 32
@@ -50,6 +51,16 @@ def _wasmtime_major() -> int:
         return int(version("wasmtime").split(".")[0])
     except Exception:  # pragma: no cover - broken install
         return -1
+
+
+class Handle(ctypes.c_void_p):
+    """An address as the ctypes object an untyped entry passes on as it is (a
+    c_void_p subclass: ctypes hands a result of this type back unconverted)."""
+
+
+def handle(address: int) -> Handle:
+    """`address` as a `Handle`."""
+    return Handle(address)
 
 
 class _Raw:
@@ -70,9 +81,20 @@ class _Raw:
         self.ffi = ffi
         self.call = ctypes.CFUNCTYPE(vp, vp, vp, vp, ctypes.c_size_t, vp)(
             ("wasmtime_func_call_unchecked", dll))
-        self.mem_data = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_memory_data", dll))
-        self.mem_size = ctypes.PYFUNCTYPE(ctypes.c_size_t, vp, vp)(
-            ("wasmtime_memory_data_size", dll))
+
+        def untyped(restype: Any, name: str, runs_guest: bool = False) -> Any:
+            # No argument types: every argument is passed as a ctypes object (an
+            # address as a c_void_p, a size as a c_size_t, a count as a c_int64) or
+            # as None for NULL, and ctypes passes it without calling a converter per
+            # argument, most of what a foreign call costs here. A bare int would be
+            # passed as a C int: never pass one.
+            entry = (ctypes.CFUNCTYPE if runs_guest else ctypes.PYFUNCTYPE)(restype)(
+                (name, dll))
+            entry.argtypes = None
+            return entry
+
+        self.mem_data = untyped(vp, "wasmtime_memory_data")
+        self.mem_size = untyped(ctypes.c_size_t, "wasmtime_memory_data_size")
         self.set_fuel = ctypes.PYFUNCTYPE(vp, vp, u64)(("wasmtime_context_set_fuel", dll))
         self.set_deadline = ctypes.PYFUNCTYPE(None, vp, u64)(
             ("wasmtime_context_set_epoch_deadline", dll))
@@ -82,18 +104,16 @@ class _Raw:
         # What starting an instance calls: plain-address prototypes skip the argument
         # type checks of wasmtime-py's. Instantiation runs the guest's start function,
         # so it releases the GIL like `call`.
-        self.export_by_name = ctypes.PYFUNCTYPE(ctypes.c_bool, vp, vp, ctypes.c_char_p,
-                                                ctypes.c_size_t, vp)(
-            ("wasmtime_instance_export_get", dll))
-        self.pre_instantiate = ctypes.CFUNCTYPE(vp, vp, vp, vp, vp)(
-            ("wasmtime_instance_pre_instantiate", dll))
-        i64 = ctypes.c_int64
-        self.limiter = ctypes.PYFUNCTYPE(None, vp, i64, i64, i64, i64, i64)(
-            ("wasmtime_store_limiter", dll))
-        self.store_delete = ctypes.PYFUNCTYPE(None, vp)(("wasmtime_store_delete", dll))
-        # Without user data or finalizer (both NULL), as `new_store` makes every store.
-        self.store_new = ctypes.PYFUNCTYPE(vp, vp, vp, vp)(("wasmtime_store_new", dll))
-        self.store_context = ctypes.PYFUNCTYPE(vp, vp)(("wasmtime_store_context", dll))
+        self.export_by_name = untyped(ctypes.c_bool, "wasmtime_instance_export_get")
+        self.call_untyped = untyped(vp, "wasmtime_func_call_unchecked", runs_guest=True)
+        self.pre_instantiate = untyped(vp, "wasmtime_instance_pre_instantiate",
+                                       runs_guest=True)
+        self.limiter = untyped(None, "wasmtime_store_limiter")
+        self.store_delete = untyped(None, "wasmtime_store_delete")
+        # Without user data or finalizer (both NULL), as `new_store` makes every store;
+        # both answer an address as the c_void_p that later calls pass on.
+        self.store_new = untyped(Handle, "wasmtime_store_new")
+        self.store_context = untyped(Handle, "wasmtime_store_context")
         # A binding's scratch words (u64): where instantiation writes the instance and
         # a trap, an export lookup its extern, a start-up call its arguments and result
         # (16-byte wasmtime_val_raw_t slots), and the memory's extern, kept for its
@@ -182,25 +202,24 @@ class _RawStore(wasmtime.Store):
 
     raw_address = 0  # the wasmtime_store_t; 0 once closed
     raw_context = 0  # its wasmtime_context_t
+    raw_handle: Any = None  # the store's address as a Handle
+    raw_ctx: Any = None  # its context's
     free: Any = None  # the raw delete entry (a class attribute: set once, below)
 
     def ptr(self) -> Any:
         if not self.raw_address:
             raise ValueError("already closed")
-        ffi = _RAW_FFI
-        return ctypes.pointer(ffi.wasmtime_store_t.from_address(self.raw_address))
+        return ctypes.pointer(_RAW_FFI.wasmtime_store_t.from_address(self.raw_address))
 
     def _context(self) -> Any:
         if not self.raw_address:
             raise ValueError("already closed")
-        ffi = _RAW_FFI
-        return ctypes.pointer(ffi.wasmtime_context_t.from_address(self.raw_context))
+        return ctypes.pointer(_RAW_FFI.wasmtime_context_t.from_address(self.raw_context))
 
     def close(self) -> None:
-        address = self.raw_address
-        if address:
+        if self.raw_address:
             self.raw_address = 0
-            type(self).free(address)
+            type(self).free(self.raw_handle)
 
     def _delete(self, ptr: Any) -> None:  # never reached: `close` deletes
         self.close()
@@ -212,17 +231,19 @@ if _RAW is not None:
     _RAW_FFI = _RAW.ffi
 
 
-def new_store(engine: wasmtime.Engine, engine_address: int = 0) -> wasmtime.Store:
+def new_store(engine: wasmtime.Engine, engine_handle: Handle | None = None) -> wasmtime.Store:
     """A `wasmtime.Store` of `engine` without user data, as `wasmtime.Store(engine)`
     makes it, minus the checks and wrappers around its foreign calls
-    (`engine_address`: the engine's wasm_engine_t, when the caller keeps it)."""
+    (`engine_handle`: the engine's wasm_engine_t, when the caller keeps it)."""
     raw = _RAW
     if raw is None:
         return wasmtime.Store(engine)
     store = _RawStore.__new__(_RawStore)
-    store.raw_address = address = raw.store_new(
-        engine_address or ctypes.addressof(engine.ptr().contents), None, None)
-    store.raw_context = raw.store_context(address)
+    store.raw_handle = address = raw.store_new(
+        engine_handle or handle(ctypes.addressof(engine.ptr().contents)), None, None)
+    store.raw_address = address.value
+    store.raw_ctx = ctx = raw.store_context(address)
+    store.raw_context = ctx.value
     store.engine = engine
     return store
 
@@ -230,6 +251,12 @@ def new_store(engine: wasmtime.Engine, engine_address: int = 0) -> wasmtime.Stor
 def store_address(store: wasmtime.Store) -> int:
     """The address of `store`'s wasmtime_store_t (known to a `new_store` store)."""
     return getattr(store, "raw_address", 0) or ctypes.addressof(store.ptr().contents)
+
+
+def store_handle(store: wasmtime.Store) -> Handle:
+    """`store_address` as a `Handle`."""
+    kept: Handle | None = getattr(store, "raw_handle", None)
+    return kept if kept is not None else handle(store_address(store))
 
 
 class MemoryView:
@@ -299,12 +326,30 @@ def budget_setter(store: wasmtime.Store) -> Callable[[int, int], None]:
     set_fuel, set_deadline = raw.set_fuel, raw.set_deadline
     ctx = getattr(store, "raw_context", 0) or ctypes.addressof(store._context().contents)
 
-    def set_raw(fuel: int, ticks: int) -> None:
+    def set_raw(fuel: int, ticks: int, _keep: wasmtime.Store = store) -> None:
         # set_fuel fails only when fuel is disabled, which SharedEngine never does.
+        # (`_keep`: the context lives as long as its store.)
         set_fuel(ctx, fuel)
         set_deadline(ctx, ticks)
-    set_raw.__dict__["_keep"] = store  # the context lives as long as its store
     return set_raw
+
+
+class ExportKey(NamedTuple):
+    """An export's name as the untyped lookup takes it: its bytes and their length."""
+
+    name: bytes
+    size: ctypes.c_size_t
+
+
+def export_key(name: str) -> ExportKey:
+    """The `ExportKey` of export `name` (make it once; the objects are only read)."""
+    key = name.encode()
+    return ExportKey(key, ctypes.c_size_t(len(key)))
+
+
+_ARG_COUNTS = tuple(ctypes.c_size_t(n) for n in range(5))  # call_once's argument counts
+_LIMITS: dict[tuple[int, ...], tuple[ctypes.c_int64, ...]] = {}  # limiter arguments, by value
+_MAX_LIMITS = 256
 
 
 class StoreBinding:
@@ -325,9 +370,15 @@ class StoreBinding:
             return
         self._ctx = getattr(store, "raw_context", 0) or \
             ctypes.addressof(store._context().contents)
+        self._hctx = getattr(store, "raw_ctx", None) or handle(self._ctx)
         self._scratch = scratch = (ctypes.c_uint64 * raw.scratch_words)()
         self._base = base = ctypes.addressof(scratch)
         self._instance = base
+        # The scratch's slots as the untyped entries take them.
+        self._htrap = handle(base + 8 * raw.trap_word)
+        self._hitem = handle(base + 8 * raw.extern_word)
+        self._hfunc = handle(base + 8 * raw.extern_word + raw.extern_of)
+        self._hargs = handle(base + 8 * raw.args_word)
         if instance is not None:
             ctypes.memmove(base, ctypes.addressof(instance._instance), 16)
 
@@ -339,21 +390,25 @@ class StoreBinding:
             self.store.set_limits(memory_size=memory_size, table_elements=table_elements,
                                   instances=instances, tables=tables, memories=memories)
             return
-        raw.limiter(store_address(self.store), memory_size, table_elements, instances, tables,
-                    memories)
+        values = (memory_size, table_elements, instances, tables, memories)
+        args = _LIMITS.get(values)
+        if args is None:
+            args = tuple(ctypes.c_int64(v) for v in values)
+            if len(_LIMITS) < _MAX_LIMITS:
+                _LIMITS[values] = args
+        raw.limiter(store_handle(self.store), *args)
 
-    def instantiate(self, pre: wasmtime.InstancePre, pre_address: int = 0) -> None:
-        """Start `pre`'s instance in the store (`pre_address`: its address, when the
+    def instantiate(self, pre: wasmtime.InstancePre, pre_handle: Handle | None = None) -> None:
+        """Start `pre`'s instance in the store (`pre_handle`: its address, when the
         caller keeps it). A failure raises the exception a host function raised on this
         thread, else the wasmtime error or the trap."""
         raw = self._raw
         if raw is None:
             self.instance = pre.instantiate(self.store)
             return
-        base = self._base
         trap_at = raw.trap_word
-        err = raw.pre_instantiate(pre_address or ctypes.addressof(pre.ptr().contents),
-                                  self._ctx, base, base + 8 * trap_at)
+        err = raw.pre_instantiate(pre_handle or handle(ctypes.addressof(pre.ptr().contents)),
+                                  self._hctx, self._scratch, self._htrap)
         if err or self._scratch[trap_at]:
             caught, self._scratch[trap_at] = self._scratch[trap_at], 0
             _raise_failure(raw, err, caught)
@@ -362,10 +417,10 @@ class StoreBinding:
         raw = self._raw
         if raw is None:
             return self.instance.exports(self.store).get(name)
-        key = name.encode()
+        key = export_key(name)
         item = raw.ffi.wasmtime_extern_t()
-        if not raw.export_by_name(self._ctx, self._instance, key, len(key),
-                                  ctypes.addressof(item)):
+        if not raw.export_by_name(self._hctx, self._scratch, key.name, key.size,
+                                  ctypes.byref(item)):
             return None
         return item.of.memory if item.kind == raw.kind_memory else item.of.func
 
@@ -380,15 +435,24 @@ class StoreBinding:
             mem, store = self._export(name), self.store
             return MemoryView(ctypes.addressof(mem.data_ptr(store).contents),
                               lambda: int(mem.data_len(store)))
-        key = name.encode()
+        key = export_key(name)
         item = self._base + 8 * raw.memory_word
-        if not raw.export_by_name(self._ctx, self._instance, key, len(key), item) or \
+        if not raw.export_by_name(self._hctx, self._scratch, key.name, key.size,
+                                  handle(item)) or \
                 self._scratch[raw.memory_word] & 0xFF != raw.kind_memory:
             raise KeyError(name)
-        ctx, pmem = self._ctx, item + raw.extern_of
+        ctx, pmem = self._hctx, handle(item + raw.extern_of)
         view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem))
         view.__dict__["_keep"] = (self._scratch, self.store)
         return view
+
+    def fuel(self, amount: int) -> None:
+        """Set the store's fuel (and nothing else)."""
+        raw = self._raw
+        if raw is None:
+            self.store.set_fuel(amount)
+            return
+        raw.set_fuel(self._ctx, amount)
 
     def budget(self) -> Callable[[int, int], None]:
         """A setter for (fuel, epoch ticks), refreshed before every call."""
@@ -461,8 +525,8 @@ class StoreBinding:
         chosen.__dict__["_keep"] = (func, self.store)  # the addresses must stay valid
         return chosen
 
-    def call_once(self, key: bytes, has_result: bool, *params: int) -> int:
-        """Call export `key` (its name, encoded) with u32 `params` as `func(...)` would,
+    def call_once(self, key: ExportKey, has_result: bool, *params: int) -> int:
+        """Call export `key` (`export_key(name)`) with u32 `params` as `func(...)` would,
         keeping no binding: for the exports an instance calls once, when it starts
         (`_initialize`, `wasmext_abi_version`, `wasmext_register`, the first
         `wasmext_alloc`).
@@ -472,18 +536,17 @@ class StoreBinding:
         call made meanwhile calls what it needs through `func`)."""
         raw = self._raw
         if raw is None:
-            return self.func(key.decode(), len(params), has_result)(*params)
-        scratch, base = self._scratch, self._base
-        item = base + 8 * raw.extern_word
-        if not raw.export_by_name(self._ctx, self._instance, key, len(key), item):
-            raise KeyError(key.decode())
+            return self.func(key.name.decode(), len(params), has_result)(*params)
+        scratch = self._scratch
+        if not raw.export_by_name(self._hctx, scratch, key.name, key.size, self._hitem):
+            raise KeyError(key.name.decode())
         at = raw.args_word
         scratch[at] = 0  # an i32 result leaves the high half as it was
         for p in params:
             scratch[at] = p  # zero-extended: the u32 argument, its high half clear
             at += 2  # a wasmtime_val_raw_t is two words
-        err = raw.call(self._ctx, item + raw.extern_of, base + 8 * raw.args_word,
-                       len(params) or 1, base + 8 * raw.trap_word)
+        err = raw.call_untyped(self._hctx, self._hfunc, self._hargs,
+                               _ARG_COUNTS[len(params) or 1], self._htrap)
         trap_at = raw.trap_word
         if err or scratch[trap_at]:
             caught, scratch[trap_at] = scratch[trap_at], 0

@@ -33,7 +33,13 @@ from wasmext.errors import (
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
-from wasmext.sandbox.fastcall import Caller, StoreBinding, new_store, take_host_exception
+from wasmext.sandbox.fastcall import (
+    Caller,
+    StoreBinding,
+    export_key,
+    new_store,
+    take_host_exception,
+)
 from wasmext.sandbox.faults import classify, first_line
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.limits import WASM_PAGE, Limits
@@ -43,6 +49,11 @@ from wasmext.sandbox.wasifs import FsTable
 __all__ = ["CallResult", "PluginInstance"]
 
 _MIN_INPUT = 4096
+# The exports an instance calls once, when it starts (StoreBinding.call_once).
+_INITIALIZE = export_key("_initialize")
+_ABI_VERSION = export_key("wasmext_abi_version")
+_ALLOC = export_key("wasmext_alloc")
+_REGISTER = export_key("wasmext_register")
 NO_META: Mapping[str, Any] = MappingProxyType({})
 # An error's help_url: an http(s) address without spaces or controls, else dropped.
 HELP_URL = re.compile(r"^https?://[^\s\x00-\x1f\x7f]{1,500}$")
@@ -91,7 +102,7 @@ class PluginInstance:
         self.services = services
         # Host-call requests this instance decoded before (HostServices.dispatch_packed).
         self._known: dict[bytes, tuple[str, dict[str, Any]]] = {}
-        store = new_store(module.engine.engine, module.engine.address)
+        store = new_store(module.engine.engine, module.engine.handle)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
         self._binding = binding = StoreBinding(store)
@@ -103,16 +114,25 @@ class PluginInstance:
         # reservation) alive until the garbage collector's next pass.
         self.budget = CallBudget(limits, ctx, weakref.proxy(self), self._ticks,
                                  store.set_epoch_deadline)
-        self._set_budget(limits.fuel_per_call, self._enter())
+        runs_guest = module.info.has_start
+        if runs_guest:
+            self._set_budget(limits.fuel_per_call, self._enter())
+        else:
+            # No start function: instantiating runs no guest code, so it needs no
+            # call-tree frame or epoch deadline. It still gets its fuel: with none,
+            # wasmtime reported an out-of-bounds data segment as "all fuel consumed"
+            # instead of the trap it is.
+            binding.fuel(limits.fuel_per_call)
         try:
-            binding.instantiate(module.pre, module.pre_address)
+            binding.instantiate(module.pre, module.pre_handle)
         except Exception as exc:
             # wasmtime-py re-raises what its global holds: a host function's stand-in,
             # maybe another thread's; this thread's own exception is kept apart.
             caught = take_host_exception()
             raise self._classify(caught or exc, "instantiate") from caught or exc
         finally:
-            self._leave()
+            if runs_guest:
+                self._leave()
         self.memory = binding.memory()
         self._alloc_fn: Caller | None = None
         self._fuel_left: Any = None  # bound on first metered call
@@ -258,7 +278,7 @@ class PluginInstance:
         """A guest region of `size` bytes from wasmext_alloc for a request, validated."""
         if self._alloc_fn is None:  # the request buffer at start: a guest without host
             # calls may never ask for another region, so nothing is bound for it
-            ptr = self._binding.call_once(b"wasmext_alloc", True, size)
+            ptr = self._binding.call_once(_ALLOC, True, size)
         else:
             ptr = self._alloc_fn(size)
         if ptr == 0:
@@ -347,11 +367,11 @@ class PluginInstance:
         self.ctx.hook = "register"
         once = self._binding.call_once
         if self.module.info.has_initialize:
-            self._guest("_initialize", once, b"_initialize", False)
+            self._guest("_initialize", once, _INITIALIZE, False)
         what = "wasmext_abi_version"
         self._set_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
-            major = once(b"wasmext_abi_version", True) & 0xFFFFFFFF
+            major = once(_ABI_VERSION, True) & 0xFFFFFFFF
             if major != ABI_MAJOR:
                 raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
                                   plugin_id=self.ctx.plugin_id, hook="register")
@@ -359,7 +379,7 @@ class PluginInstance:
             ptr, n = self._write_input(
                 request if isinstance(request, bytes) else encode(request), opened=True)
             what = "wasmext_register"
-            packed = once(b"wasmext_register", True, ptr, n)
+            packed = once(_REGISTER, True, ptr, n)
         except Exception as exc:
             raise self._classify(exc, what) from exc
         finally:

@@ -29,6 +29,7 @@ from wasmext.files import read_regular
 from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
+from wasmext.sandbox.fastcall import handle
 from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape, inspect
 
 __all__ = ["WASI_MODULE", "PluginModule"]
@@ -53,19 +54,21 @@ class ModuleInfo:
     has_free: bool
     has_initialize: bool
     table_minimums: tuple[int, ...] = ()
+    # Instantiating runs guest code (a start function). Unknown: assume it does.
+    has_start: bool = True
 
 
 class _Compiled:
     """What identical modules share: the code, its shape, its ABI facts, the template."""
 
-    __slots__ = ("__weakref__", "info", "module", "pre", "pre_address", "registrations",
+    __slots__ = ("__weakref__", "info", "module", "pre", "pre_handle", "registrations",
                  "shape")
 
     def __init__(self, module: wasmtime.Module, shape: ModuleShape, info: ModuleInfo,
                  pre: wasmtime.InstancePre) -> None:
         self.module, self.shape, self.info, self.pre = module, shape, info, pre
         # The template's address, for the raw instantiate entry (fastcall): read once.
-        self.pre_address = ctypes.addressof(pre.ptr().contents)
+        self.pre_handle = handle(ctypes.addressof(pre.ptr().contents))
         # Registration maps the guest declared shareable, by what they may depend on
         # (sandbox.plugin): copies of this code reuse them instead of registering at load.
         self.registrations: dict[str, dict[str, Any]] = {}
@@ -114,7 +117,7 @@ class PluginModule:
             caps.check(shared.shape, name)  # this runtime's caps, on the shape already read
         self._shared = shared  # keeps the shared entry alive while this module is
         self.module, self.info, self.pre = shared.module, shared.info, shared.pre
-        self.pre_address = shared.pre_address
+        self.pre_handle = shared.pre_handle
         self.registrations = shared.registrations
         # The latest registration map an instance of this load answered, with its bytes
         # (`PluginInstance.start` reuses the decoded map for the same bytes; never mutated).
@@ -135,7 +138,7 @@ class PluginModule:
                 module = wasmtime.Module(self.engine.engine, wasm)
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
-        info = self._check(module, digest, len(wasm), shape.table_minimums)
+        info = self._check(module, digest, len(wasm), shape.table_minimums, shape.has_start)
         pre = hostlink.linker_for(self.engine).instantiate_pre(module)
         return _keep(self.engine, digest, _Compiled(module, shape, info, pre), cache)
 
@@ -155,7 +158,7 @@ class PluginModule:
         return cls(wasm, name=str(path), engine=engine, cache=cache, caps=caps)
 
     def _check(self, module: wasmtime.Module, digest: str, size: int,
-               tables: tuple[int, ...]) -> ModuleInfo:
+               tables: tuple[int, ...], has_start: bool = True) -> ModuleInfo:
         imports = []
         uses_wasi = False
         for imp in module.imports:
@@ -188,4 +191,5 @@ class PluginModule:
                 raise AbiMismatch(f"{self.name}: export {name!r} must be a function "
                                   f"{params} -> {results}")
         return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
-                          "wasmext_free" in exports, "_initialize" in exports, tables)
+                          "wasmext_free" in exports, "_initialize" in exports, tables,
+                          has_start)

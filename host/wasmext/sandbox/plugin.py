@@ -268,7 +268,7 @@ class Plugin:
             if self._promised is not None and raw != self._promised:
                 raise InvalidOutput("registration map differs from the one its module declared "
                                     "shareable", plugin_id=self.id, hook="register")
-            if raw == self._parsed_raw:  # the pool's next instance answers as the last did
+            if raw is self._parsed_raw or raw == self._parsed_raw:  # the pool's next instance answers as the last did
                 reg = self.registration
             else:
                 reg = Registration.parse(raw, self.id, self.default_priority)
