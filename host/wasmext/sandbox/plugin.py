@@ -268,7 +268,9 @@ class Plugin:
             if self._promised is not None and raw != self._promised:
                 raise InvalidOutput("registration map differs from the one its module declared "
                                     "shareable", plugin_id=self.id, hook="register")
-            if raw is self._parsed_raw or raw == self._parsed_raw:  # the pool's next instance answers as the last did
+            # The pool's next instance answers as the last did (the very map, when its
+            # bytes were the same: PluginInstance.start).
+            if raw is self._parsed_raw or raw == self._parsed_raw:
                 reg = self.registration
             else:
                 reg = Registration.parse(raw, self.id, self.default_priority)
