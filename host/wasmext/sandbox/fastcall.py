@@ -221,6 +221,11 @@ class _RawStore(wasmtime.Store):
             self.raw_address = 0
             type(self).free(self.raw_handle)
 
+    def __del__(self) -> None:  # `close`, one Python frame less (Managed's calls it)
+        if self.raw_address:
+            self.raw_address = 0
+            type(self).free(self.raw_handle)
+
     def _delete(self, ptr: Any) -> None:  # never reached: `close` deletes
         self.close()
 
@@ -347,6 +352,7 @@ def export_key(name: str) -> ExportKey:
     return ExportKey(key, ctypes.c_size_t(len(key)))
 
 
+_MEMORY_KEY = export_key("memory")
 _ARG_COUNTS = tuple(ctypes.c_size_t(n) for n in range(5))  # call_once's argument counts
 _LIMITS: dict[tuple[int, ...], tuple[ctypes.c_int64, ...]] = {}  # limiter arguments, by value
 _MAX_LIMITS = 256
@@ -375,10 +381,10 @@ class StoreBinding:
         self._base = base = ctypes.addressof(scratch)
         self._instance = base
         # The scratch's slots as the untyped entries take them.
-        self._htrap = handle(base + 8 * raw.trap_word)
-        self._hitem = handle(base + 8 * raw.extern_word)
-        self._hfunc = handle(base + 8 * raw.extern_word + raw.extern_of)
-        self._hargs = handle(base + 8 * raw.args_word)
+        self._htrap = Handle(base + 8 * raw.trap_word)
+        self._hitem = Handle(base + 8 * raw.extern_word)
+        self._hfunc = Handle(base + 8 * raw.extern_word + raw.extern_of)
+        self._hargs = Handle(base + 8 * raw.args_word)
         if instance is not None:
             ctypes.memmove(base, ctypes.addressof(instance._instance), 16)
 
@@ -435,13 +441,13 @@ class StoreBinding:
             mem, store = self._export(name), self.store
             return MemoryView(ctypes.addressof(mem.data_ptr(store).contents),
                               lambda: int(mem.data_len(store)))
-        key = export_key(name)
+        key = _MEMORY_KEY if name == "memory" else export_key(name)
         item = self._base + 8 * raw.memory_word
         if not raw.export_by_name(self._hctx, self._scratch, key.name, key.size,
-                                  handle(item)) or \
+                                  Handle(item)) or \
                 self._scratch[raw.memory_word] & 0xFF != raw.kind_memory:
             raise KeyError(name)
-        ctx, pmem = self._hctx, handle(item + raw.extern_of)
+        ctx, pmem = self._hctx, Handle(item + raw.extern_of)
         view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem))
         view.__dict__["_keep"] = (self._scratch, self.store)
         return view
