@@ -452,14 +452,6 @@ class StoreBinding:
         view.__dict__["_keep"] = (self._scratch, self.store)
         return view
 
-    def fuel(self, amount: int) -> None:
-        """Set the store's fuel (and nothing else)."""
-        raw = self._raw
-        if raw is None:
-            self.store.set_fuel(amount)
-            return
-        raw.set_fuel(self._ctx, amount)
-
     def budget(self) -> Callable[[int, int], None]:
         """A setter for (fuel, epoch ticks), refreshed before every call."""
         return budget_setter(self.store)

@@ -118,11 +118,12 @@ class PluginInstance:
         if runs_guest:
             self._set_budget(limits.fuel_per_call, self._enter())
         else:
-            # No start function: instantiating runs no guest code, so it needs no
-            # call-tree frame or epoch deadline. It still gets its fuel: with none,
-            # wasmtime reported an out-of-bounds data segment as "all fuel consumed"
-            # instead of the trap it is.
-            binding.fuel(limits.fuel_per_call)
+            # No start function: instantiating runs no guest code, so it opens no
+            # call-tree frame. It still gets fuel and a deadline (the call's whole time,
+            # checked by no watchdog callback): with no fuel, wasmtime reported an
+            # out-of-bounds data segment as "all fuel consumed", and with a deadline
+            # already passed as a deadline check, not as the trap it is.
+            self._set_budget(limits.fuel_per_call, module.engine.ticks_for(limits.timeout_ms))
         try:
             binding.instantiate(module.pre, module.pre_handle)
         except Exception as exc:
