@@ -9,8 +9,8 @@ import time
 import weakref
 
 import msgpack
-import wasmtime
 import pytest
+import wasmtime
 
 from wasmext import MemoryLimitExceeded, OutOfFuel, Runtime, Timeout
 from wasmext.sandbox import calltree, fastcall
@@ -235,7 +235,7 @@ def test_a_module_without_a_start_function_still_traps_on_its_data_segment(
     assert load_wat(runtime, _with_start("(nop)"), plugin_id="started").module.info.has_start
     wat = guest_wat(extra='(data (i32.const 655360) "x")')
     for _ in range(3):
-        with pytest.raises(GuestTrap, match="instantiate: .*out of bounds memory access"):
+        with pytest.raises(GuestTrap, match=r"instantiate: .*out of bounds memory access"):
             load_wat(runtime, wat, plugin_id="outside")
     assert healthy.call("test").value == "alive"
 

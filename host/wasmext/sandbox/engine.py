@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import wasmtime
 
 from wasmext._abi import DEFAULT_LIMITS
+from wasmext.sandbox.fastcall import handle
 
 __all__ = ["EngineConfig", "SharedEngine", "shared_engine"]
 
@@ -83,7 +84,7 @@ class SharedEngine:
         cfg.memory_may_move = False
         self.engine = wasmtime.Engine(cfg)
         # Its wasm_engine_t, for the raw store entry (sandbox.fastcall): read once.
-        self.handle = ctypes.c_void_p(ctypes.addressof(self.engine.ptr().contents))
+        self.handle = handle(ctypes.addressof(self.engine.ptr().contents))
         self.fingerprint = self.config.fingerprint()
         self._ticker = _EpochTicker(self.engine)
         self._ticker.start()

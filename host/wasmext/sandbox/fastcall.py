@@ -90,7 +90,7 @@ class _Raw:
             # passed as a C int: never pass one.
             entry = (ctypes.CFUNCTYPE if runs_guest else ctypes.PYFUNCTYPE)(restype)(
                 (name, dll))
-            entry.argtypes = None
+            entry.argtypes = None  # type: ignore[assignment]  # ctypes takes None
             return entry
 
         self.mem_data = untyped(vp, "wasmtime_memory_data")

@@ -70,7 +70,7 @@ def _load() -> tuple[Any, Any] | None:
         # Untyped: its arguments go as the ctypes objects they are (a store handle,
         # the callback, NULLs), with no converter call each (fastcall.untyped).
         install = ctypes.PYFUNCTYPE(None)(("wasmtime_store_epoch_deadline_callback", ffi.dll))
-        install.argtypes = None
+        install.argtypes = None  # type: ignore[assignment]  # ctypes takes None
         error_new = ctypes.PYFUNCTYPE(vp, ctypes.c_char_p)(("wasmtime_error_new", ffi.dll))
     except (AttributeError, ImportError) as exc:  # pragma: no cover - layout changed
         log.warning("wasmtime's epoch-deadline callback is unavailable (%s); a spinning "

@@ -78,7 +78,7 @@ class ComponentInstance(PluginInstance):
                          instances=MAX_CORE_INSTANCES, memories=MAX_MEMORIES, tables=MAX_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
         # Requests: one Packer per instance (one call at a time), as for core modules.
-        self._pack = request_packer()
+        self.__dict__["_pack"] = request_packer()  # in place of the core one's, made on use
         wasi = wasmtime.WasiConfig()  # no args, env or stdin: nothing inherited
         wasi.stdout_custom = self._streams[0]
         wasi.stderr_custom = self._streams[1]
