@@ -273,7 +273,8 @@ class MemoryView:
     costs no foreign call.
     """
 
-    def __init__(self, base: int, size: Callable[[], int]) -> None:
+    def __init__(self, base: int, size: Callable[[], int], now: int | None = None) -> None:
+        """`now`: the memory's size, when the caller knows it (else it is asked)."""
         self.base = base
         self.size = size
         span = (ctypes.c_ubyte * WASM32_SPAN).from_address(base)
@@ -281,7 +282,8 @@ class MemoryView:
         # The same view for a hot path that checks `known` itself (one frame less per
         # host call): only ever sliced below `known`.
         self.view = self._view
-        self.last_size = size()  # as of the latest read(): lets a fault tell if memory grew
+        # As of the latest read(): lets a fault tell if memory grew.
+        self.last_size = size() if now is None else now
         # A size memory has reached: it never shrinks, so a region inside it is inside
         # memory without asking wasmtime again (a foreign call costs more than the copy).
         self.known = self.last_size
@@ -434,13 +436,14 @@ class StoreBinding:
         """Whether the instance exports the name."""
         return self._export(name) is not None
 
-    def memory(self, name: str = "memory") -> MemoryView:
-        """A view of the exported memory, read and written in place."""
+    def memory(self, name: str = "memory", now: int | None = None) -> MemoryView:
+        """A view of the exported memory, read and written in place (`now`: its size,
+        when the caller knows it)."""
         raw = self._raw
         if raw is None:
             mem, store = self._export(name), self.store
             return MemoryView(ctypes.addressof(mem.data_ptr(store).contents),
-                              lambda: int(mem.data_len(store)))
+                              lambda: int(mem.data_len(store)), now)
         key = _MEMORY_KEY if name == "memory" else export_key(name)
         item = self._base + 8 * raw.memory_word
         if not raw.export_by_name(self._hctx, self._scratch, key.name, key.size,
@@ -448,7 +451,8 @@ class StoreBinding:
                 self._scratch[raw.memory_word] & 0xFF != raw.kind_memory:
             raise KeyError(name)
         ctx, pmem = self._hctx, Handle(item + raw.extern_of)
-        view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem))
+        view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem),
+                          now)
         view.__dict__["_keep"] = (self._scratch, self.store)
         return view
 

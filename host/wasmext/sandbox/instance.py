@@ -134,7 +134,9 @@ class PluginInstance:
         finally:
             if runs_guest:
                 self._leave()
-        self.memory = binding.memory()
+        # Without a start function nothing ran that could grow memory: it has its
+        # declared size, and wasmtime need not be asked.
+        self.memory = binding.memory(now=None if runs_guest else module.info.memory_bytes)
         self._alloc_fn: Caller | None = None
         self._fuel_left: Any = None  # bound on first metered call
         self.meter = False

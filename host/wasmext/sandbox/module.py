@@ -30,6 +30,7 @@ from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.fastcall import handle
+from wasmext.sandbox.limits import WASM_PAGE
 from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape, inspect
 
 __all__ = ["WASI_MODULE", "PluginModule"]
@@ -56,6 +57,7 @@ class ModuleInfo:
     table_minimums: tuple[int, ...] = ()
     # Instantiating runs guest code (a start function). Unknown: assume it does.
     has_start: bool = True
+    memory_bytes: int = 0  # the exported memory's initial size (its declared minimum)
 
 
 class _Compiled:
@@ -192,4 +194,4 @@ class PluginModule:
                                   f"{params} -> {results}")
         return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
                           "wasmext_free" in exports, "_initialize" in exports, tables,
-                          has_start)
+                          has_start, exports["memory"].limits.min * WASM_PAGE)
