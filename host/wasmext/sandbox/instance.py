@@ -310,7 +310,7 @@ class PluginInstance:
             # request that fits the buffer without checking the cap again.
             cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
             run = _inside_the_open_budget if opened else self._guest
-            ptr = run("wasmext_alloc", self._obtain, cap)
+            ptr = self._obtain(cap) if opened else self._guest("wasmext_alloc", self._obtain, cap)
             if self.module.info.has_free and self._in_cap:
                 free = self._bind("wasmext_free", 2, False)
                 run("wasmext_free", free, self._in_ptr, self._in_cap)
@@ -386,7 +386,7 @@ class PluginInstance:
         except Exception as exc:
             raise self._classify(exc, what) from exc
         finally:
-            self._leave()
+            self.budget.leave()
         raw = self._read_output(packed, "wasmext_register")
         if raw is None:
             raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
