@@ -73,7 +73,6 @@ class _Raw:
     """
 
     def __init__(self) -> None:
-        from wasmtime import _bindings
         from wasmtime import _ffi as ffi
 
         dll = ffi.dll
@@ -99,7 +98,6 @@ class _Raw:
         self.set_deadline = ctypes.PYFUNCTYPE(None, vp, u64)(
             ("wasmtime_context_set_epoch_deadline", dll))
         self.get_fuel = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_context_get_fuel", dll))
-        self.export_get = _bindings._wasmtime_instance_export_get
         self.kind_memory = ffi.WASMTIME_EXTERN_MEMORY.value
         # What starting an instance calls: plain-address prototypes skip the argument
         # type checks of wasmtime-py's. Instantiation runs the guest's start function,
@@ -223,10 +221,7 @@ class _RawStore(wasmtime.Store):
             self.raw_address = 0
             type(self).free(self.raw_handle)
 
-    def __del__(self) -> None:  # `close`, one Python frame less (Managed's calls it)
-        if self.raw_address:
-            self.raw_address = 0
-            type(self).free(self.raw_handle)
+    __del__ = close  # Managed's `__del__` calls `close`: one Python frame less
 
     def _delete(self, ptr: Any) -> None:  # never reached: `close` deletes
         self.close()
