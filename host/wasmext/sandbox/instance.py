@@ -376,7 +376,13 @@ class PluginInstance:
         self.ctx.hook = "register"
         once = self._binding.call_once
         if self.module.info.has_initialize:
-            self._guest("_initialize", once, _INITIALIZE, False)
+            self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
+            try:
+                once(_INITIALIZE, False)
+            except Exception as exc:
+                raise self._classify(exc, "_initialize") from exc
+            finally:
+                self.budget.leave()
         what = "wasmext_abi_version"
         self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
