@@ -10,6 +10,7 @@ import weakref
 
 import msgpack
 import pytest
+import wasmtime
 
 from wasmext import MemoryLimitExceeded, OutOfFuel, Runtime, Timeout
 from wasmext.sandbox import calltree, fastcall
@@ -193,3 +194,120 @@ def test_a_start_up_alloc_trap_and_refusal_are_named(runtime: Runtime) -> None:
         load_wat(runtime, guest_wat(alloc_body="(i32.const 0)"))
     with pytest.raises(AbiMismatch, match="major 2"):
         load_wat(runtime, guest_wat(abi_version=2))
+
+
+# Grows its table by 100 elements: `first` when the table grew, `second` when refused.
+TABLE_GROW = guest_wat(
+    "(if (result i64) (i32.eq (table.grow $t (ref.null func) (i32.const 100)) (i32.const -1))"
+    f"  (then (i64.const {packed(DATA_AT + 64, len(SECOND))}))"
+    f"  (else (i64.const {packed(DATA_AT, len(FIRST))})))",
+    extra="(table $t 2 funcref)", data=FIRST.ljust(64, b"\0") + SECOND)
+
+
+def test_every_new_instance_refuses_a_table_grown_over_table_elements(
+        runtime: Runtime, path: str) -> None:
+    capped = load_wat(runtime, TABLE_GROW, plugin_id="capped", limits={"table_elements": 50})
+    roomy = load_wat(runtime, TABLE_GROW, plugin_id="roomy")
+    for _ in range(3):
+        assert capped.new_instance().call("test", None).value == "second"
+        assert roomy.new_instance().call("test", None).value == "first"
+
+
+def test_limits_past_32_bits_reach_every_store_whole(runtime: Runtime, path: str) -> None:
+    """The store's limits go to wasmtime as 64-bit values: cut to 32 bits, these caps
+    would be 8 pages and 50 elements, and the grows below would be refused."""
+    limits = {"memory_bytes": 2**32 + 8 * 65536, "table_elements": 2**32 + 50}
+    memory = load_wat(runtime, GROW, plugin_id="memory", limits=limits)
+    table = load_wat(runtime, TABLE_GROW, plugin_id="table", limits=limits)
+    for _ in range(2):
+        assert memory.new_instance().call("test", None).value == "first"
+        assert table.new_instance().call("test", None).value == "first"
+
+
+def test_a_module_without_a_start_function_still_traps_on_its_data_segment(
+        runtime: Runtime, path: str, healthy: Plugin) -> None:
+    """Instantiating a module without a start function opens no call-tree frame, yet
+    an out-of-bounds data segment is still the trap it is, named after instantiate
+    (not a spent fuel or a passed deadline), every time."""
+    from wasmext import GuestTrap
+
+    assert not load_wat(runtime, ONCE, plugin_id="plain").module.info.has_start
+    assert load_wat(runtime, _with_start("(nop)"), plugin_id="started").module.info.has_start
+    wat = guest_wat(extra='(data (i32.const 655360) "x")')
+    for _ in range(3):
+        with pytest.raises(GuestTrap, match=r"instantiate: .*out of bounds memory access"):
+            load_wat(runtime, wat, plugin_id="outside")
+    assert healthy.call("test").value == "alive"
+
+
+def test_a_start_function_that_spins_is_out_of_fuel_naming_instantiate(
+        runtime: Runtime, path: str) -> None:
+    plugin = load_wat(runtime, ONCE, plugin_id="fine")  # the same runtime keeps serving
+    for _ in range(3):
+        with pytest.raises(OutOfFuel, match="instantiate"):
+            load_wat(runtime, _with_start("(loop (br 0))"), plugin_id="spin",
+                     limits={"fuel_per_call": 10_000})
+    assert plugin.new_instance().call("test", None).value == "first"
+
+
+def test_a_settings_change_reaches_the_next_registration_request(
+        runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packed registration request is reused only while the settings, the
+    sensitive names and the id it was made of are the same, nested values included."""
+    from wasmext.sandbox.instance import PluginInstance
+
+    module = load_wat(runtime, ONCE, plugin_id="code").module
+    plugin = Plugin(module, plugin_id="settings", settings={"names": ["a"], "token": "hidden"},
+                    sensitive=frozenset({"token"}))
+    sent: list[dict[str, object]] = []
+    start = PluginInstance.start
+
+    def spy(self: PluginInstance, request: dict[str, object] | bytes) -> dict[str, object]:
+        sent.append(request if isinstance(request, dict) else msgpack.unpackb(request))
+        return start(self, request)
+
+    monkeypatch.setattr(PluginInstance, "start", spy)
+    plugin.new_instance()
+    plugin.settings["names"].append("b")  # changed in place, one level down
+    plugin.new_instance()
+    plugin.settings["greeting"] = "hi"
+    plugin.new_instance()
+    plugin.new_instance()
+    assert [r["settings"] for r in sent] == [
+        {"names": ["a"]}, {"names": ["a", "b"]}, {"names": ["a", "b"], "greeting": "hi"},
+        {"names": ["a", "b"], "greeting": "hi"}]
+    assert all(r == plugin.register_request() for r in sent[2:])
+    assert all("hidden" not in repr(r) for r in sent)
+
+
+def test_a_dropped_store_is_closed_once_and_refuses_use(runtime: Runtime) -> None:
+    engine = load_wat(runtime, guest_wat(), plugin_id="closing").module.engine
+    store = fastcall.new_store(engine.engine, engine.handle)
+    assert isinstance(store, wasmtime.Store)
+    store.set_epoch_deadline(5)
+    store.close()
+    store.close()  # a second close (and the collector's later) deletes nothing
+    with pytest.raises(ValueError, match="closed"):
+        store.get_fuel()
+    with pytest.raises(ValueError, match="closed"):
+        store.set_epoch_deadline(1)
+
+
+def test_initialize_runs_in_every_instance_under_a_budget_of_its_own(
+        runtime: Runtime, path: str) -> None:
+    flagged = load_wat(runtime, guest_wat(
+        ONCE_BODY, data=FIRST.ljust(64, b"\0") + SECOND,
+        extra='(global $seen (mut i32) (i32.const 0)) '
+              '(func (export "_initialize") (global.set $seen (i32.const 1)))'),
+        plugin_id="init")
+    for _ in range(3):  # each instance's _initialize set its own flag
+        assert flagged.new_instance().call("test", None).value == "second"
+    spin = guest_wat(extra='(func (export "_initialize") (loop (br 0)))')
+    for _ in range(2):
+        with pytest.raises(OutOfFuel, match="_initialize"):
+            load_wat(runtime, spin, plugin_id="spin-init", limits={"fuel_per_call": 10_000})
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        load_wat(runtime, spin, plugin_id="slow-init",
+                 limits={"fuel_per_call": 10**12, "timeout_ms": 300})
+    assert time.monotonic() - started < 3

@@ -9,6 +9,7 @@ alive and costs one GIL hand-off per tick.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import threading
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 import wasmtime
 
 from wasmext._abi import DEFAULT_LIMITS
+from wasmext.sandbox.fastcall import handle
 
 __all__ = ["EngineConfig", "SharedEngine", "shared_engine"]
 
@@ -81,6 +83,8 @@ class SharedEngine:
         # A fixed base address lets each instance read it once (fastcall.MemoryView).
         cfg.memory_may_move = False
         self.engine = wasmtime.Engine(cfg)
+        # Its wasm_engine_t, for the raw store entry (sandbox.fastcall): read once.
+        self.handle = handle(ctypes.addressof(self.engine.ptr().contents))
         self.fingerprint = self.config.fingerprint()
         self._ticker = _EpochTicker(self.engine)
         self._ticker.start()

@@ -29,14 +29,15 @@ import threading
 from collections.abc import Callable
 from functools import partial
 from importlib.metadata import version
-from typing import Any
+from typing import Any, NamedTuple
 
 import wasmtime
 
 log = logging.getLogger("wasmext.sandbox.fastcall")
 
-__all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "MemoryView", "StoreBinding",
-           "budget_setter", "host_failure_standin", "keep_host_exception", "new_store",
+__all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "ExportKey", "Handle", "MemoryView",
+           "StoreBinding", "budget_setter", "export_key", "handle", "host_failure_standin",
+           "keep_host_exception", "new_store", "store_address", "store_handle",
            "take_host_exception"]
 
 SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
@@ -52,6 +53,16 @@ def _wasmtime_major() -> int:
         return -1
 
 
+class Handle(ctypes.c_void_p):
+    """An address as the ctypes object an untyped entry passes on as it is (a
+    c_void_p subclass: ctypes hands a result of this type back unconverted)."""
+
+
+def handle(address: int) -> Handle:
+    """`address` as a `Handle`."""
+    return Handle(address)
+
+
 class _Raw:
     """Private function pointers taking plain addresses.
 
@@ -62,7 +73,6 @@ class _Raw:
     """
 
     def __init__(self) -> None:
-        from wasmtime import _bindings
         from wasmtime import _ffi as ffi
 
         dll = ffi.dll
@@ -70,30 +80,52 @@ class _Raw:
         self.ffi = ffi
         self.call = ctypes.CFUNCTYPE(vp, vp, vp, vp, ctypes.c_size_t, vp)(
             ("wasmtime_func_call_unchecked", dll))
-        self.mem_data = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_memory_data", dll))
-        self.mem_size = ctypes.PYFUNCTYPE(ctypes.c_size_t, vp, vp)(
-            ("wasmtime_memory_data_size", dll))
+
+        def untyped(restype: Any, name: str, runs_guest: bool = False) -> Any:
+            # No argument types: every argument is passed as a ctypes object (an
+            # address as a c_void_p, a size as a c_size_t, a count as a c_int64) or
+            # as None for NULL, and ctypes passes it without calling a converter per
+            # argument, most of what a foreign call costs here. A bare int would be
+            # passed as a C int: never pass one.
+            entry = (ctypes.CFUNCTYPE if runs_guest else ctypes.PYFUNCTYPE)(restype)(
+                (name, dll))
+            entry.argtypes = None  # type: ignore[assignment]  # ctypes takes None
+            return entry
+
+        self.mem_data = untyped(vp, "wasmtime_memory_data")
+        self.mem_size = untyped(ctypes.c_size_t, "wasmtime_memory_data_size")
         self.set_fuel = ctypes.PYFUNCTYPE(vp, vp, u64)(("wasmtime_context_set_fuel", dll))
         self.set_deadline = ctypes.PYFUNCTYPE(None, vp, u64)(
             ("wasmtime_context_set_epoch_deadline", dll))
         self.get_fuel = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_context_get_fuel", dll))
-        self.export_get = _bindings._wasmtime_instance_export_get
         self.kind_memory = ffi.WASMTIME_EXTERN_MEMORY.value
         # What starting an instance calls: plain-address prototypes skip the argument
         # type checks of wasmtime-py's. Instantiation runs the guest's start function,
         # so it releases the GIL like `call`.
-        self.export_by_name = ctypes.PYFUNCTYPE(ctypes.c_bool, vp, vp, ctypes.c_char_p,
-                                                ctypes.c_size_t, vp)(
-            ("wasmtime_instance_export_get", dll))
-        self.pre_instantiate = ctypes.CFUNCTYPE(vp, vp, vp, vp, vp)(
-            ("wasmtime_instance_pre_instantiate", dll))
-        i64 = ctypes.c_int64
-        self.limiter = ctypes.PYFUNCTYPE(None, vp, i64, i64, i64, i64, i64)(
-            ("wasmtime_store_limiter", dll))
-        # wasmtime-py's own typed entries, without its Python wrapper functions.
-        self.store_new = _bindings._wasmtime_store_new
-        self.store_context = _bindings._wasmtime_store_context
-        self.no_finalizer = ctypes.cast(0, ctypes.CFUNCTYPE(None, vp))
+        self.set_fuel_untyped = untyped(vp, "wasmtime_context_set_fuel")
+        self.set_deadline_untyped = untyped(None, "wasmtime_context_set_epoch_deadline")
+        self.export_by_name = untyped(ctypes.c_bool, "wasmtime_instance_export_get")
+        self.call_untyped = untyped(vp, "wasmtime_func_call_unchecked", runs_guest=True)
+        self.pre_instantiate = untyped(vp, "wasmtime_instance_pre_instantiate",
+                                       runs_guest=True)
+        self.limiter = untyped(None, "wasmtime_store_limiter")
+        self.store_delete = untyped(None, "wasmtime_store_delete")
+        # Without user data or finalizer (both NULL), as `new_store` makes every store;
+        # both answer an address as the c_void_p that later calls pass on.
+        self.store_new = untyped(Handle, "wasmtime_store_new")
+        self.store_context = untyped(Handle, "wasmtime_store_context")
+        # A binding's scratch words (u64): where instantiation writes the instance and
+        # a trap, an export lookup its extern, a start-up call its arguments and result
+        # (16-byte wasmtime_val_raw_t slots), and the memory's extern, kept for its
+        # size and base reads. Offsets from wasmtime-py's own structure layouts.
+        extern = ffi.wasmtime_extern_t
+        words = ctypes.sizeof(ffi.wasmtime_instance_t) // 8
+        self.trap_word = words
+        self.extern_word = words + 1
+        self.args_word = self.extern_word + -(-ctypes.sizeof(extern) // 8)
+        self.memory_word = self.args_word + 8  # four argument slots
+        self.scratch_words = self.memory_word + -(-ctypes.sizeof(extern) // 8)
+        self.extern_of = extern.of.offset
 
 
 def _load_raw() -> _Raw | None:
@@ -163,20 +195,70 @@ def _raise_failure(raw: _Raw, err: int | None, trap: int | None) -> None:
     raise failure
 
 
-def new_store(engine: wasmtime.Engine) -> wasmtime.Store:
+class _RawStore(wasmtime.Store):
+    """A `wasmtime.Store` made by `new_store`: it holds its own and its context's
+    addresses, makes wasmtime-py's pointer objects only when one of wasmtime-py's
+    methods asks for them, and is deleted through a plain-address entry."""
+
+    raw_address = 0  # the wasmtime_store_t; 0 once closed
+    raw_context = 0  # its wasmtime_context_t
+    raw_handle: Any = None  # the store's address as a Handle
+    raw_ctx: Any = None  # its context's
+    free: Any = None  # the raw delete entry (a class attribute: set once, below)
+
+    def ptr(self) -> Any:
+        if not self.raw_address:
+            raise ValueError("already closed")
+        return ctypes.pointer(_RAW_FFI.wasmtime_store_t.from_address(self.raw_address))
+
+    def _context(self) -> Any:
+        if not self.raw_address:
+            raise ValueError("already closed")
+        return ctypes.pointer(_RAW_FFI.wasmtime_context_t.from_address(self.raw_context))
+
+    def close(self) -> None:
+        if self.raw_address:
+            self.raw_address = 0
+            type(self).free(self.raw_handle)
+
+    __del__ = close  # Managed's `__del__` calls `close`: one Python frame less
+
+    def _delete(self, ptr: Any) -> None:  # never reached: `close` deletes
+        self.close()
+
+
+_RAW_FFI: Any = None
+if _RAW is not None:
+    _RawStore.free = _RAW.store_delete
+    _RAW_FFI = _RAW.ffi
+
+
+def new_store(engine: wasmtime.Engine, engine_handle: Handle | None = None) -> wasmtime.Store:
     """A `wasmtime.Store` of `engine` without user data, as `wasmtime.Store(engine)`
-    makes it, minus the checks and wrappers around its two foreign calls."""
+    makes it, minus the checks and wrappers around its foreign calls
+    (`engine_handle`: the engine's wasm_engine_t, when the caller keeps it)."""
     raw = _RAW
     if raw is None:
         return wasmtime.Store(engine)
-    store: wasmtime.Store = wasmtime.Store.__new__(wasmtime.Store)
-    ptr = raw.store_new(engine.ptr(), None, raw.no_finalizer)
-    # The attributes `Store.__init__` sets (name-mangled: `Managed.__ptr`,
-    # `Store.__context`); tests/sandbox/test_fastcall.py pins them on this wasmtime.
-    store._Managed__ptr = ptr  # type: ignore[attr-defined]
-    store._Store__context = raw.store_context(ptr)  # type: ignore[attr-defined]
+    store = _RawStore.__new__(_RawStore)
+    store.raw_handle = address = raw.store_new(
+        engine_handle or handle(ctypes.addressof(engine.ptr().contents)), None, None)
+    store.raw_address = address.value
+    store.raw_ctx = ctx = raw.store_context(address)
+    store.raw_context = ctx.value
     store.engine = engine
     return store
+
+
+def store_address(store: wasmtime.Store) -> int:
+    """The address of `store`'s wasmtime_store_t (known to a `new_store` store)."""
+    return getattr(store, "raw_address", 0) or ctypes.addressof(store.ptr().contents)
+
+
+def store_handle(store: wasmtime.Store) -> Handle:
+    """`store_address` as a `Handle`."""
+    kept: Handle | None = getattr(store, "raw_handle", None)
+    return kept if kept is not None else handle(store_address(store))
 
 
 class MemoryView:
@@ -188,7 +270,8 @@ class MemoryView:
     costs no foreign call.
     """
 
-    def __init__(self, base: int, size: Callable[[], int]) -> None:
+    def __init__(self, base: int, size: Callable[[], int], now: int | None = None) -> None:
+        """`now`: the memory's size, when the caller knows it (else it is asked)."""
         self.base = base
         self.size = size
         span = (ctypes.c_ubyte * WASM32_SPAN).from_address(base)
@@ -196,7 +279,8 @@ class MemoryView:
         # The same view for a hot path that checks `known` itself (one frame less per
         # host call): only ever sliced below `known`.
         self.view = self._view
-        self.last_size = size()  # as of the latest read(): lets a fault tell if memory grew
+        # As of the latest read(): lets a fault tell if memory grew.
+        self.last_size = size() if now is None else now
         # A size memory has reached: it never shrinks, so a region inside it is inside
         # memory without asking wasmtime again (a foreign call costs more than the copy).
         self.known = self.last_size
@@ -244,36 +328,74 @@ def budget_setter(store: wasmtime.Store) -> Callable[[int, int], None]:
             store.set_epoch_deadline(ticks)
         return set_public
     set_fuel, set_deadline = raw.set_fuel, raw.set_deadline
-    ctx = ctypes.addressof(store._context().contents)
+    ctx = getattr(store, "raw_context", 0) or ctypes.addressof(store._context().contents)
 
-    def set_raw(fuel: int, ticks: int) -> None:
+    def set_raw(fuel: int, ticks: int, _keep: wasmtime.Store = store) -> None:
         # set_fuel fails only when fuel is disabled, which SharedEngine never does.
+        # (`_keep`: the context lives as long as its store.)
         set_fuel(ctx, fuel)
         set_deadline(ctx, ticks)
-    set_raw.__dict__["_keep"] = store  # the context lives as long as its store
     return set_raw
+
+
+class ExportKey(NamedTuple):
+    """An export's name as the untyped lookup takes it: its bytes and their length."""
+
+    name: bytes
+    size: ctypes.c_size_t
+
+
+def export_key(name: str) -> ExportKey:
+    """The `ExportKey` of export `name` (make it once; the objects are only read)."""
+    key = name.encode()
+    return ExportKey(key, ctypes.c_size_t(len(key)))
+
+
+_MEMORY_KEY = export_key("memory")
+_ARG_COUNTS = tuple(ctypes.c_size_t(n) for n in range(5))  # call_once's argument counts
+_LIMITS: dict[tuple[int, ...], tuple[ctypes.c_int64, ...]] = {}  # limiter arguments, by value
+_MAX_LIMITS = 256
+_U64: dict[int, ctypes.c_uint64] = {}  # fuel and tick counts as the untyped entries take them
+
+
+def _u64(value: int) -> ctypes.c_uint64:
+    kept = _U64.get(value)
+    if kept is None:
+        kept = ctypes.c_uint64(value)
+        if len(_U64) < _MAX_LIMITS:
+            _U64[value] = kept
+    return kept
 
 
 class StoreBinding:
     """Fast entry points into one instance in one store.
 
     Made with an instance, or with none and then `limit` and `instantiate`: starting
-    an instance this way costs no wasmtime-py wrapper objects beyond the Instance.
+    an instance this way makes no wasmtime-py objects besides the Store. Where the raw
+    entries are loaded, the instance, the memory's extern and the start-up calls'
+    arguments, results and traps live in one scratch array of the binding's, passed
+    to wasmtime by address.
     """
 
     def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance | None = None) -> None:
         self.store = store
-        self._raw = _RAW
-        ctx = store._context()
-        self._ctx_ptr = ctx
-        self._ctx = ctypes.addressof(ctx.contents)
-        self._once: tuple[Any, ...] | None = None  # `call_once`'s extern, args, trap, addresses
+        raw = self._raw = _RAW
+        if raw is None:
+            self.instance: Any = instance
+            return
+        self._ctx = getattr(store, "raw_context", 0) or \
+            ctypes.addressof(store._context().contents)
+        self._hctx = getattr(store, "raw_ctx", None) or handle(self._ctx)
+        self._scratch = scratch = (ctypes.c_uint64 * raw.scratch_words)()
+        self._base = base = ctypes.addressof(scratch)
+        self._instance = base
+        # The scratch's slots as the untyped entries take them.
+        self._htrap = Handle(base + 8 * raw.trap_word)
+        self._hitem = Handle(base + 8 * raw.extern_word)
+        self._hfunc = Handle(base + 8 * raw.extern_word + raw.extern_of)
+        self._hargs = Handle(base + 8 * raw.args_word)
         if instance is not None:
-            self._adopt(instance)
-
-    def _adopt(self, instance: wasmtime.Instance) -> None:
-        self.instance = instance
-        self._instance = ctypes.addressof(instance._instance)
+            ctypes.memmove(base, ctypes.addressof(instance._instance), 16)
 
     def limit(self, memory_size: int, table_elements: int, instances: int, tables: int,
               memories: int) -> None:
@@ -283,33 +405,37 @@ class StoreBinding:
             self.store.set_limits(memory_size=memory_size, table_elements=table_elements,
                                   instances=instances, tables=tables, memories=memories)
             return
-        # addressof, not ctypes.cast: a cast ties the pointer object into a cycle.
-        raw.limiter(ctypes.addressof(self.store.ptr().contents), memory_size, table_elements,
-                    instances, tables, memories)
+        values = (memory_size, table_elements, instances, tables, memories)
+        args = _LIMITS.get(values)
+        if args is None:
+            args = tuple(ctypes.c_int64(v) for v in values)
+            if len(_LIMITS) < _MAX_LIMITS:
+                _LIMITS[values] = args
+        raw.limiter(store_handle(self.store), *args)
 
-    def instantiate(self, pre: wasmtime.InstancePre) -> None:
-        """Start `pre`'s instance in the store. A failure raises the exception a host
-        function raised on this thread, else the wasmtime error or the trap."""
+    def instantiate(self, pre: wasmtime.InstancePre, pre_handle: Handle | None = None) -> None:
+        """Start `pre`'s instance in the store (`pre_handle`: its address, when the
+        caller keeps it). A failure raises the exception a host function raised on this
+        thread, else the wasmtime error or the trap."""
         raw = self._raw
         if raw is None:
-            self._adopt(pre.instantiate(self.store))
+            self.instance = pre.instantiate(self.store)
             return
-        instance = raw.ffi.wasmtime_instance_t()
-        trap = ctypes.c_void_p()
-        err = raw.pre_instantiate(ctypes.addressof(pre.ptr().contents), self._ctx,
-                                  ctypes.addressof(instance), ctypes.addressof(trap))
-        if err or trap.value:
-            _raise_failure(raw, err, trap.value)
-        self._adopt(wasmtime.Instance._from_raw(instance))
+        trap_at = raw.trap_word
+        err = raw.pre_instantiate(pre_handle or handle(ctypes.addressof(pre.ptr().contents)),
+                                  self._hctx, self._scratch, self._htrap)
+        if err or self._scratch[trap_at]:
+            caught, self._scratch[trap_at] = self._scratch[trap_at], 0
+            _raise_failure(raw, err, caught)
 
     def _export(self, name: str) -> Any:
         raw = self._raw
         if raw is None:
             return self.instance.exports(self.store).get(name)
-        key = name.encode()
+        key = export_key(name)
         item = raw.ffi.wasmtime_extern_t()
-        if not raw.export_by_name(self._ctx, self._instance, key, len(key),
-                                  ctypes.addressof(item)):
+        if not raw.export_by_name(self._hctx, self._scratch, key.name, key.size,
+                                  ctypes.byref(item)):
             return None
         return item.of.memory if item.kind == raw.kind_memory else item.of.func
 
@@ -317,18 +443,38 @@ class StoreBinding:
         """Whether the instance exports the name."""
         return self._export(name) is not None
 
-    def memory(self, name: str = "memory") -> MemoryView:
-        """A view of the exported memory, read and written in place."""
-        mem = self._export(name)
+    def memory(self, name: str = "memory", now: int | None = None) -> MemoryView:
+        """A view of the exported memory, read and written in place (`now`: its size,
+        when the caller knows it)."""
         raw = self._raw
         if raw is None:
-            store = self.store
+            mem, store = self._export(name), self.store
             return MemoryView(ctypes.addressof(mem.data_ptr(store).contents),
-                              lambda: int(mem.data_len(store)))
-        ctx, pmem = self._ctx, ctypes.addressof(mem)
-        view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem))
-        view.__dict__["_keep"] = (mem, self.store)
+                              lambda: int(mem.data_len(store)), now)
+        key = _MEMORY_KEY if name == "memory" else export_key(name)
+        item = self._base + 8 * raw.memory_word
+        if not raw.export_by_name(self._hctx, self._scratch, key.name, key.size,
+                                  Handle(item)) or \
+                self._scratch[raw.memory_word] & 0xFF != raw.kind_memory:
+            raise KeyError(name)
+        ctx, pmem = self._hctx, Handle(item + raw.extern_of)
+        view = MemoryView(int(raw.mem_data(ctx, pmem) or 0), partial(raw.mem_size, ctx, pmem),
+                          now)
+        view.__dict__["_keep"] = (self._scratch, self.store)
         return view
+
+    def start_budget(self, fuel: int, ticks: int) -> None:
+        """Set the store's fuel and epoch deadline, as `budget()`'s setter does, for the
+        calls an instance makes once, when it starts (untyped entries; the values as
+        ctypes objects, kept by value)."""
+        raw = self._raw
+        if raw is None:
+            self.store.set_fuel(fuel)
+            self.store.set_epoch_deadline(ticks)
+            return
+        # set_fuel fails only when fuel is disabled, which SharedEngine never does.
+        raw.set_fuel_untyped(self._hctx, _u64(fuel))
+        raw.set_deadline_untyped(self._hctx, _u64(ticks))
 
     def budget(self) -> Callable[[int, int], None]:
         """A setter for (fuel, epoch ticks), refreshed before every call."""
@@ -401,36 +547,33 @@ class StoreBinding:
         chosen.__dict__["_keep"] = (func, self.store)  # the addresses must stay valid
         return chosen
 
-    def call_once(self, name: str, has_result: bool, *params: int) -> int:
-        """Call export `name` with u32 `params` as `func(...)` would, keeping no binding:
-        for the exports an instance calls once, when it starts (`_initialize`,
-        `wasmext_abi_version`, `wasmext_register`, the first `wasmext_alloc`).
+    def call_once(self, key: ExportKey, has_result: bool, *params: int) -> int:
+        """Call export `key` (`export_key(name)`) with u32 `params` as `func(...)` would,
+        keeping no binding: for the exports an instance calls once, when it starts
+        (`_initialize`, `wasmext_abi_version`, `wasmext_register`, the first
+        `wasmext_alloc`).
 
-        Their extern, argument and trap slots are the binding's, reused: those calls
-        are made one after the other, never while another of them runs (a host call
-        made meanwhile calls what it needs through `func`)."""
+        Their extern, argument and trap slots are the binding's scratch, reused: those
+        calls are made one after the other, never while another of them runs (a host
+        call made meanwhile calls what it needs through `func`)."""
         raw = self._raw
         if raw is None:
-            return self.func(name, len(params), has_result)(*params)
-        once = self._once
-        if once is None:
-            item, u32, trap = (raw.ffi.wasmtime_extern_t(), (ctypes.c_uint32 * 8)(),
-                               ctypes.c_void_p())
-            pitem = ctypes.addressof(item)
-            once = self._once = (item, u32, trap, pitem, pitem + type(item).of.offset,
-                                 ctypes.addressof(u32), ctypes.addressof(trap))
-        item, u32, trap, pitem, pfunc, pargs, ptrap = once
-        key = name.encode()
-        if not raw.export_by_name(self._ctx, self._instance, key, len(key), pitem):
-            raise KeyError(name)
-        u32[1] = 0  # an i32 result leaves the high half as it was
-        for i, p in enumerate(params):
-            u32[i * 4] = p
-        err = raw.call(self._ctx, pfunc, pargs, max(len(params), 1), ptrap)
-        if err or trap.value:
-            caught, trap.value = trap.value, None
+            return self.func(key.name.decode(), len(params), has_result)(*params)
+        scratch = self._scratch
+        if not raw.export_by_name(self._hctx, scratch, key.name, key.size, self._hitem):
+            raise KeyError(key.name.decode())
+        at = raw.args_word
+        scratch[at] = 0  # an i32 result leaves the high half as it was
+        for p in params:
+            scratch[at] = p  # zero-extended: the u32 argument, its high half clear
+            at += 2  # a wasmtime_val_raw_t is two words
+        err = raw.call_untyped(self._hctx, self._hfunc, self._hargs,
+                               _ARG_COUNTS[len(params) or 1], self._htrap)
+        trap_at = raw.trap_word
+        if err or scratch[trap_at]:
+            caught, scratch[trap_at] = scratch[trap_at], 0
             _raise_failure(raw, err, caught)
-        return u32[0] | u32[1] << 32 if has_result else 0
+        return int(scratch[raw.args_word]) if has_result else 0
 
 
 def _bind_public(store: wasmtime.Store, func: wasmtime.Func, has_result: bool) -> Caller:

@@ -33,7 +33,13 @@ from wasmext.errors import (
 from wasmext.sandbox import watchdog
 from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
-from wasmext.sandbox.fastcall import Caller, StoreBinding, new_store, take_host_exception
+from wasmext.sandbox.fastcall import (
+    Caller,
+    StoreBinding,
+    export_key,
+    new_store,
+    take_host_exception,
+)
 from wasmext.sandbox.faults import classify, first_line
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.limits import WASM_PAGE, Limits
@@ -43,6 +49,11 @@ from wasmext.sandbox.wasifs import FsTable
 __all__ = ["CallResult", "PluginInstance"]
 
 _MIN_INPUT = 4096
+# The exports an instance calls once, when it starts (StoreBinding.call_once).
+_INITIALIZE = export_key("_initialize")
+_ABI_VERSION = export_key("wasmext_abi_version")
+_ALLOC = export_key("wasmext_alloc")
+_REGISTER = export_key("wasmext_register")
 NO_META: Mapping[str, Any] = MappingProxyType({})
 # An error's help_url: an http(s) address without spaces or controls, else dropped.
 HELP_URL = re.compile(r"^https?://[^\s\x00-\x1f\x7f]{1,500}$")
@@ -89,36 +100,42 @@ class PluginInstance:
         self.limits = limits
         self.ctx = ctx
         self.services = services
-        # Requests and host-call answers: one Packer per instance (an instance runs on
-        # one thread at a time), made before instantiation (a start function may call
-        # the host).
-        self._pack = request_packer()
         # Host-call requests this instance decoded before (HostServices.dispatch_packed).
         self._known: dict[bytes, tuple[str, dict[str, Any]]] = {}
-        store = new_store(module.engine.engine)
+        store = new_store(module.engine.engine, module.engine.handle)
         self.watched = watchdog.watch(store)  # else a cancel must write the store's deadline
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
         self._binding = binding = StoreBinding(store)
         binding.limit(limits.memory_bytes, limits.table_elements, 1, 4, 1)
-        self._set_budget = binding.budget()
         self.store = store
         # The budget names its guest through a proxy: a cycle back to this instance
         # would keep a dropped instance's store (its memory and address-space
         # reservation) alive until the garbage collector's next pass.
         self.budget = CallBudget(limits, ctx, weakref.proxy(self), self._ticks,
                                  store.set_epoch_deadline)
-        self._set_budget(limits.fuel_per_call, self._enter())
+        runs_guest = module.info.has_start
+        if runs_guest:
+            binding.start_budget(limits.fuel_per_call, self._enter())
+        else:
+            # No start function: instantiating runs no guest code, so it opens no
+            # call-tree frame. It still gets fuel and a deadline (the call's whole time,
+            # checked by no watchdog callback): with no fuel, wasmtime reported an
+            # out-of-bounds data segment as "all fuel consumed", and with a deadline
+            # already passed as a deadline check, not as the trap it is.
+            binding.start_budget(limits.fuel_per_call, module.engine.ticks_for(limits.timeout_ms))
         try:
-            binding.instantiate(module.pre)
+            binding.instantiate(module.pre, module.pre_handle)
         except Exception as exc:
             # wasmtime-py re-raises what its global holds: a host function's stand-in,
             # maybe another thread's; this thread's own exception is kept apart.
             caught = take_host_exception()
             raise self._classify(caught or exc, "instantiate") from caught or exc
         finally:
-            self._leave()
-        self.memory = binding.memory()
-        self._call = binding.func("wasmext_call", 2, True)
+            if runs_guest:
+                self._leave()
+        # Without a start function nothing ran that could grow memory: it has its
+        # declared size, and wasmtime need not be asked.
+        self.memory = binding.memory(now=None if runs_guest else module.info.memory_bytes)
         self._alloc_fn: Caller | None = None
         self._fuel_left: Any = None  # bound on first metered call
         self.meter = False
@@ -132,6 +149,26 @@ class PluginInstance:
     _fs: FsTable | None = None  # the folder grants' fds, made at the first file call
     _fs_frame: Any = None       # the call `_fs_io` counts bytes for
     _fs_io = 0
+
+    def _set_budget(self, fuel: int, ticks: int) -> None:
+        """Set the store's (fuel, epoch ticks) before a call: the setter is made at the
+        first call that needs it (start-up uses `StoreBinding.start_budget`) and
+        shadows this method from then on."""
+        setter = self.__dict__["_set_budget"] = self._binding.budget()
+        setter(fuel, ticks)
+
+    def _pack(self, doc: Any) -> bytes:
+        """Requests and host-call answers: one Packer per instance (an instance runs on
+        one thread at a time), made at its first use (a start function's host call, or
+        the first hook call) and shadowing this method from then on."""
+        pack = self.__dict__["_pack"] = request_packer()
+        return pack(doc)
+
+    def _call(self, ptr: int, length: int) -> int:
+        """`wasmext_call`, bound at the instance's first hook call (this method is then
+        shadowed by the binding): an instance that is never called binds nothing."""
+        call = self.__dict__["_call"] = self._binding.func("wasmext_call", 2, True)
+        return call(ptr, length)
 
     def _bind(self, name: str, nparams: int, has_result: bool) -> Caller:
         """Bind an export on first use: most are called once per instance."""
@@ -253,14 +290,16 @@ class PluginInstance:
         """A guest region of `size` bytes from wasmext_alloc for a request, validated."""
         if self._alloc_fn is None:  # the request buffer at start: a guest without host
             # calls may never ask for another region, so nothing is bound for it
-            ptr = self._binding.call_once("wasmext_alloc", True, size)
+            ptr = self._binding.call_once(_ALLOC, True, size)
         else:
             ptr = self._alloc_fn(size)
         if ptr == 0:
             err = MemoryLimitExceeded if self._at_memory_cap() else InvalidOutput
             raise err(f"wasmext_alloc({size}) returned 0",
                       plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
-        if ptr + size > self.memory.size():
+        memory = self.memory
+        # Inside the size memory is known to have (it never shrinks), it is inside memory.
+        if ptr + size > memory.known and ptr + size > memory.size():
             raise InvalidOutput(f"wasmext_alloc({size}) returned {ptr:#x}, outside memory",
                                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook)
         return ptr
@@ -280,7 +319,7 @@ class PluginInstance:
             # request that fits the buffer without checking the cap again.
             cap = min(max(_MIN_INPUT, 1 << (n - 1).bit_length()), self.limits.max_input_bytes)
             run = _inside_the_open_budget if opened else self._guest
-            ptr = run("wasmext_alloc", self._obtain, cap)
+            ptr = self._obtain(cap) if opened else self._guest("wasmext_alloc", self._obtain, cap)
             if self.module.info.has_free and self._in_cap:
                 free = self._bind("wasmext_free", 2, False)
                 run("wasmext_free", free, self._in_ptr, self._in_cap)
@@ -329,8 +368,9 @@ class PluginInstance:
 
     # -- the ABI -----------------------------------------------------------------
 
-    def start(self, request: dict[str, Any]) -> dict[str, Any]:
+    def start(self, request: dict[str, Any] | bytes) -> dict[str, Any]:
         """_initialize, the version check and wasmext_register; returns the registration map.
+        `request` is the registration request, or its MessagePack bytes.
 
         `_initialize` runs under a budget of its own (a runtime's start-up may be most
         of it); the registration protocol, `wasmext_abi_version`, the request buffer's
@@ -339,22 +379,29 @@ class PluginInstance:
         self.ctx.hook = "register"
         once = self._binding.call_once
         if self.module.info.has_initialize:
-            self._guest("_initialize", once, "_initialize", False)
+            self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
+            try:
+                once(_INITIALIZE, False)
+            except Exception as exc:
+                raise self._classify(exc, "_initialize") from exc
+            finally:
+                self.budget.leave()
         what = "wasmext_abi_version"
-        self._set_budget(self.limits.fuel_per_call, self.budget.enter())
+        self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
-            major = once("wasmext_abi_version", True) & 0xFFFFFFFF
+            major = once(_ABI_VERSION, True) & 0xFFFFFFFF
             if major != ABI_MAJOR:
                 raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
                                   plugin_id=self.ctx.plugin_id, hook="register")
             what = "wasmext_alloc"
-            ptr, n = self._write_input(encode(request), opened=True)
+            ptr, n = self._write_input(
+                request if isinstance(request, bytes) else encode(request), opened=True)
             what = "wasmext_register"
-            packed = once("wasmext_register", True, ptr, n)
+            packed = once(_REGISTER, True, ptr, n)
         except Exception as exc:
             raise self._classify(exc, what) from exc
         finally:
-            self._leave()
+            self.budget.leave()
         raw = self._read_output(packed, "wasmext_register")
         if raw is None:
             raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,

@@ -13,6 +13,7 @@ caps) run again. The entry lives as long as a plugin uses it.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import threading
 import weakref
@@ -28,6 +29,8 @@ from wasmext.files import read_regular
 from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
+from wasmext.sandbox.fastcall import handle
+from wasmext.sandbox.limits import WASM_PAGE
 from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape, inspect
 
 __all__ = ["WASI_MODULE", "PluginModule"]
@@ -52,16 +55,22 @@ class ModuleInfo:
     has_free: bool
     has_initialize: bool
     table_minimums: tuple[int, ...] = ()
+    # Instantiating runs guest code (a start function). Unknown: assume it does.
+    has_start: bool = True
+    memory_bytes: int = 0  # the exported memory's initial size (its declared minimum)
 
 
 class _Compiled:
     """What identical modules share: the code, its shape, its ABI facts, the template."""
 
-    __slots__ = ("__weakref__", "info", "module", "pre", "registrations", "shape")
+    __slots__ = ("__weakref__", "info", "module", "pre", "pre_handle", "registrations",
+                 "shape")
 
     def __init__(self, module: wasmtime.Module, shape: ModuleShape, info: ModuleInfo,
                  pre: wasmtime.InstancePre) -> None:
         self.module, self.shape, self.info, self.pre = module, shape, info, pre
+        # The template's address, for the raw instantiate entry (fastcall): read once.
+        self.pre_handle = handle(ctypes.addressof(pre.ptr().contents))
         # Registration maps the guest declared shareable, by what they may depend on
         # (sandbox.plugin): copies of this code reuse them instead of registering at load.
         self.registrations: dict[str, dict[str, Any]] = {}
@@ -110,6 +119,7 @@ class PluginModule:
             caps.check(shared.shape, name)  # this runtime's caps, on the shape already read
         self._shared = shared  # keeps the shared entry alive while this module is
         self.module, self.info, self.pre = shared.module, shared.info, shared.pre
+        self.pre_handle = shared.pre_handle
         self.registrations = shared.registrations
         # The latest registration map an instance of this load answered, with its bytes
         # (`PluginInstance.start` reuses the decoded map for the same bytes; never mutated).
@@ -130,7 +140,7 @@ class PluginModule:
                 module = wasmtime.Module(self.engine.engine, wasm)
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
-        info = self._check(module, digest, len(wasm), shape.table_minimums)
+        info = self._check(module, digest, len(wasm), shape.table_minimums, shape.has_start)
         pre = hostlink.linker_for(self.engine).instantiate_pre(module)
         return _keep(self.engine, digest, _Compiled(module, shape, info, pre), cache)
 
@@ -150,7 +160,7 @@ class PluginModule:
         return cls(wasm, name=str(path), engine=engine, cache=cache, caps=caps)
 
     def _check(self, module: wasmtime.Module, digest: str, size: int,
-               tables: tuple[int, ...]) -> ModuleInfo:
+               tables: tuple[int, ...], has_start: bool = True) -> ModuleInfo:
         imports = []
         uses_wasi = False
         for imp in module.imports:
@@ -171,7 +181,8 @@ class PluginModule:
         if "_start" in exports:
             raise AbiMismatch(f"{self.name}: exports _start; plugins must be WASI reactors "
                               "or freestanding libraries (build with -mexec-model=reactor)")
-        if not isinstance(exports.get("memory"), wasmtime.MemoryType):
+        memory = exports.get("memory")
+        if not isinstance(memory, wasmtime.MemoryType):
             raise AbiMismatch(f"{self.name}: missing export 'memory'")
         for name, (params, results, required) in EXPORTS.items():
             ty = exports.get(name)
@@ -183,4 +194,5 @@ class PluginModule:
                 raise AbiMismatch(f"{self.name}: export {name!r} must be a function "
                                   f"{params} -> {results}")
         return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
-                          "wasmext_free" in exports, "_initialize" in exports, tables)
+                          "wasmext_free" in exports, "_initialize" in exports, tables,
+                          has_start, memory.limits.min * WASM_PAGE)

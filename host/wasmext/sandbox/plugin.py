@@ -16,6 +16,7 @@ promise is checked, not trusted.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import threading
 import time
@@ -35,6 +36,7 @@ from wasmext.errors import (
     Timeout,
     UnknownHook,
 )
+from wasmext.sandbox.codec import encode
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
@@ -238,6 +240,9 @@ class Plugin:
         self._lock = threading.Lock()
         self.registration: Registration
         self._parsed_raw: dict[str, Any] | None = None  # the map `registration` came from
+        # The packed registration request, with the settings, sensitive names and id
+        # it was made of (`_register_payload`).
+        self._register_packed: tuple[bytes, dict[str, Any], frozenset[str], str] | None = None
         for minimum in module.info.table_minimums:
             if minimum > self.limits.table_elements:
                 raise MemoryLimitExceeded(
@@ -263,6 +268,18 @@ class Plugin:
                 "host": {"name": "wasmext", "version": __version__},
                 "plugin": {"id": self.id}, "settings": public}
 
+    def _register_payload(self) -> bytes:
+        """`register_request()` packed, packed again only when what it is made of
+        changed: comparing the settings costs less than building and packing it."""
+        made = self._register_packed
+        if made is not None and made[1] == self.settings and made[2] is self.sensitive \
+                and made[3] == self.id:
+            return made[0]
+        # A deep copy: a setting's list changed in place is a change as well.
+        packed = encode(self.register_request())
+        self._register_packed = (packed, copy.deepcopy(self.settings), self.sensitive, self.id)
+        return packed
+
     def _sharing_key(self) -> str:
         """What a shareable registration may depend on, besides the code."""
         public = {k: v for k, v in self.settings.items() if k not in self.sensitive}
@@ -276,11 +293,13 @@ class Plugin:
             self._instances.add(inst)
             inst.ctx.grants = self.grants  # a set_grants while it was being made
         try:
-            raw = inst.start(self.register_request())
+            raw = inst.start(self._register_payload())
             if self._promised is not None and raw != self._promised:
                 raise InvalidOutput("registration map differs from the one its module declared "
                                     "shareable", plugin_id=self.id, hook="register")
-            if raw == self._parsed_raw:  # the pool's next instance answers as the last did
+            # The pool's next instance answers as the last did (the very map, when its
+            # bytes were the same: PluginInstance.start).
+            if raw is self._parsed_raw or raw == self._parsed_raw:
                 reg = self.registration
             else:
                 reg = Registration.parse(raw, self.id, self.default_priority)

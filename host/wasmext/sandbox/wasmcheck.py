@@ -18,7 +18,7 @@ from wasmext.errors import InvalidModule, ModuleTooLarge
 
 __all__ = ["ModuleCaps", "ModuleShape", "inspect"]
 
-_TYPE, _IMPORT, _FUNCTION, _TABLE, _CODE = 1, 2, 3, 4, 10
+_TYPE, _IMPORT, _FUNCTION, _TABLE, _START, _CODE = 1, 2, 3, 4, 8, 10
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class ModuleShape:
     code_bytes: int
     largest_body: int
     table_minimums: tuple[int, ...]  # declared and imported tables, in order
+    has_start: bool = False  # a start function runs when an instance is made
 
 
 class _Reader:
@@ -159,6 +160,7 @@ def inspect(wasm: bytes) -> ModuleShape:
     top = _Reader(wasm, 8, len(wasm))
     types = imported = functions = bodies = code_bytes = largest = 0
     tables: list[int] = []
+    has_start = False
     while top.pos < top.end:
         section = top.byte()
         size = top.uleb()
@@ -182,9 +184,11 @@ def inspect(wasm: bytes) -> ModuleShape:
                 tables.append(r.table_type())
         elif section == _CODE:
             bodies, code_bytes, largest = _code(r)
+        elif section == _START:
+            has_start = True
         elif section > 13 and section != 0:
             raise InvalidModule(f"unknown section id {section}")
     if bodies != functions:
         raise InvalidModule(f"function and code sections disagree ({functions} vs {bodies})")
     return ModuleShape(len(wasm), types, imported, functions, code_bytes, largest,
-                       tuple(tables))
+                       tuple(tables), has_start)

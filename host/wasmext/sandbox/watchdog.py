@@ -67,8 +67,10 @@ def _load() -> tuple[Any, Any] | None:
         vp = ctypes.c_void_p
         # Fresh prototypes taking plain addresses; nothing of wasmtime-py's is altered.
         # It only stores the callback: keeping the GIL is cheaper than handing it off.
-        install = ctypes.PYFUNCTYPE(None, vp, _CALLBACK, vp, vp)(
-            ("wasmtime_store_epoch_deadline_callback", ffi.dll))
+        # Untyped: its arguments go as the ctypes objects they are (a store handle,
+        # the callback, NULLs), with no converter call each (fastcall.untyped).
+        install = ctypes.PYFUNCTYPE(None)(("wasmtime_store_epoch_deadline_callback", ffi.dll))
+        install.argtypes = None  # type: ignore[assignment]  # ctypes takes None
         error_new = ctypes.PYFUNCTYPE(vp, ctypes.c_char_p)(("wasmtime_error_new", ffi.dll))
     except (AttributeError, ImportError) as exc:  # pragma: no cover - layout changed
         log.warning("wasmtime's epoch-deadline callback is unavailable (%s); a spinning "
@@ -125,7 +127,7 @@ def watch(store: wasmtime.Store) -> bool:
         return False
     # addressof, not ctypes.cast: a cast ties the store's pointer object into a cycle
     # that outlives the store until the garbage collector's next pass.
-    _RAW[0](ctypes.addressof(store.ptr().contents), _CALLBACK_FN, None, None)
+    _RAW[0](fastcall.store_handle(store), _CALLBACK_FN, None, None)
     return True
 
 

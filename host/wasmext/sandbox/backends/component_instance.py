@@ -78,7 +78,7 @@ class ComponentInstance(PluginInstance):
                          instances=MAX_CORE_INSTANCES, memories=MAX_MEMORIES, tables=MAX_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
         # Requests: one Packer per instance (one call at a time), as for core modules.
-        self._pack = request_packer()
+        self.__dict__["_pack"] = request_packer()  # in place of the core one's, made on use
         wasi = wasmtime.WasiConfig()  # no args, env or stdin: nothing inherited
         wasi.stdout_custom = self._streams[0]
         wasi.stderr_custom = self._streams[1]
@@ -94,7 +94,7 @@ class ComponentInstance(PluginInstance):
             wasi.preopen_dir(host_path, guest_path, False)
         store.set_wasi(wasi)
         self.store = store
-        self._set_budget = budget_setter(store)
+        self.__dict__["_set_budget"] = budget_setter(store)  # in place of the core one's
         self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
         self.meter = False
         self._set_budget(limits.fuel_per_call, self._enter())
@@ -191,14 +191,15 @@ class ComponentInstance(PluginInstance):
 
     # -- the ABI -----------------------------------------------------------------
 
-    def start(self, request: dict[str, Any]) -> dict[str, Any]:
+    def start(self, request: dict[str, Any] | bytes) -> dict[str, Any]:
         """register; returns the registration map (the world's version is the ABI major)."""
         self.ctx.hook = "register"
         for note in self.module.wit_notes:  # the typed functions left out, and why
             self.ctx.log.append(3, note.encode()[:self.limits.max_log_line_bytes])
         if not self.module.world:
             return self._typed_registration()
-        raw = self._run(self._register, encode(request), "register")
+        raw = self._run(self._register, request if isinstance(request, bytes)
+                        else encode(request), "register")
         if not raw:
             raise InvalidOutput("register returned nothing", plugin_id=self.ctx.plugin_id,
                                 hook="register")
