@@ -311,3 +311,83 @@ def test_initialize_runs_in_every_instance_under_a_budget_of_its_own(
         load_wat(runtime, spin, plugin_id="slow-init",
                  limits={"fuel_per_call": 10**12, "timeout_ms": 300})
     assert time.monotonic() - started < 3
+
+
+def _clock_guest(until_ns: int, register_after: str | None = None) -> str:
+    """A guest whose `wasmext_abi_version` answers 1 until the wall clock (a WASI
+    import: every instance is fresh, so a clock or random bytes is all it could vary
+    on) passes `until_ns`, 7 after; `register_after`: the body of `wasmext_register`
+    after it too (else it answers the same map throughout)."""
+    now = "(call $clock (i32.const 0) (i64.const 1) (i32.const 64)) drop (i64.load (i32.const 64))"
+    wat = guest_wat(
+        imports='(import "wasi_snapshot_preview1" "clock_time_get" '
+                '(func $clock (param i32 i64 i32) (result i32)))',
+        data=BAD_MAP)
+    abi = '(func (export "wasmext_abi_version") (result i32) (i32.const 1))'
+    assert abi in wat
+    wat = wat.replace(abi, '(func (export "wasmext_abi_version") (result i32) '
+                           f'(select (i32.const 1) (i32.const 7) (i64.lt_u {now} '
+                           f'(i64.const {until_ns}))))')
+    if register_after is not None:
+        head = '(func (export "wasmext_register") (param i32 i32) (result i64)'
+        at = wat.index(head) + len(head)
+        end = wat.index(")", wat.index("i64.const", at)) + 1
+        wat = (f"{wat[:at]} (if (result i64) (i64.lt_u {now} (i64.const {until_ns}))"
+               f" (then {wat[at:end]}) (else {register_after})){wat[end:]}")
+    return wat
+
+
+BAD_MAP = msgpack.packb({"hooks": "nope"})
+
+
+def test_the_abi_version_is_asked_once_per_loaded_module(runtime: Runtime, path: str) -> None:
+    # SPEC 3: the version is checked once per loaded module, registration once per
+    # instance. A guest that answers otherwise in a later instance gains nothing: the
+    # host goes on speaking the major its load was checked for, a new load (a reload)
+    # is asked again, and every instance's registration is still decoded and checked.
+    until = time.time_ns() + 1_500_000_000
+    turncoat = load_wat(runtime, _clock_guest(until), plugin_id="turncoat")
+    liar = load_wat(runtime, _clock_guest(
+        until, register_after=f"(i64.const {packed(DATA_AT, len(BAD_MAP))})"),
+        plugin_id="liar")
+    assert turncoat.call("test").value == "ok"
+    time.sleep(max(0.0, (until - time.time_ns()) / 1e9) + 0.05)
+    fresh = turncoat.new_instance()  # its version answer would now be 7: not asked
+    assert fresh.call("test", None).value == "ok"
+    assert turncoat.registration.hook_names == ("test",)
+    from wasmext import AbiMismatch, InvalidOutput
+
+    with pytest.raises(AbiMismatch, match="major 7") as refused:
+        load_wat(runtime, _clock_guest(until), plugin_id="turncoat-reloaded")
+    assert refused.value.hook == "register"
+    with pytest.raises(InvalidOutput, match="'hooks' must be an array") as bad:
+        liar.new_instance()
+    assert bad.value.plugin_id == "liar"
+    assert liar.faults == 1
+    healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
+                       plugin_id="healthy")
+    assert healthy.call("test").value == "alive"
+
+
+@pytest.mark.parametrize(("answer", "limits", "error"), [
+    (packed(2 * 65536 - 8, 64), {}, "outside its"),  # past the memory's end
+    (packed(1024, 4096), {"max_output_bytes": 1024}, "over max_output_bytes"),
+    (0, {}, "returned nothing"),
+])
+def test_a_registration_outside_memory_or_over_the_output_cap_is_refused(
+        runtime: Runtime, answer: int, limits: dict[str, int], error: str) -> None:
+    # The map is read without asking wasmtime the memory's size when it lies inside
+    # the size already known: a region past it, or over the cap, is still refused.
+    from wasmext import InvalidOutput
+
+    wat = guest_wat()
+    head = '(func (export "wasmext_register") (param i32 i32) (result i64)'
+    at = wat.index(head) + len(head)
+    end = wat.index(")", wat.index("i64.const", at)) + 1
+    wat = f"{wat[:at]} (i64.const {answer}){wat[end:]}"
+    with pytest.raises(InvalidOutput, match=error) as refused:
+        load_wat(runtime, wat, plugin_id="misplaced", limits=limits)
+    assert refused.value.hook == "register"
+    healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
+                       plugin_id="healthy")
+    assert healthy.call("test").value == "alive"

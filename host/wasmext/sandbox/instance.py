@@ -124,7 +124,7 @@ class PluginInstance:
             # already passed as a deadline check, not as the trap it is.
             binding.start_budget(limits.fuel_per_call, module.engine.ticks_for(limits.timeout_ms))
         try:
-            binding.instantiate(module.pre, module.pre_handle)
+            binding.instantiate(module.pre, module.pre_handle, runs_guest)
         except Exception as exc:
             # wasmtime-py re-raises what its global holds: a host function's stand-in,
             # maybe another thread's; this thread's own exception is kept apart.
@@ -139,6 +139,10 @@ class PluginInstance:
         self._alloc_fn: Caller | None = None
         self._fuel_left: Any = None  # bound on first metered call
         self.meter = False
+        # Instantiation set a call's fuel and ran no guest code: the registration
+        # protocol may go on with that fuel (what is left after wasmtime charged the
+        # module's constant expressions, a few units each: never more than a call's).
+        self._fuel_whole = not runs_guest
         self._in_ptr = 0
         self._in_cap = 0
 
@@ -386,13 +390,25 @@ class PluginInstance:
                 raise self._classify(exc, "_initialize") from exc
             finally:
                 self.budget.leave()
+        module = self.module
         what = "wasmext_abi_version"
-        self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
+        if self._fuel_whole and not module.info.has_initialize:
+            # No guest code ran since instantiation set the fuel: the protocol shares it.
+            self._binding.start_deadline(self.budget.enter())
+        else:
+            self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
-            major = once(_ABI_VERSION, True) & 0xFFFFFFFF
-            if major != ABI_MAJOR:
-                raise AbiMismatch(f"guest speaks ABI major {major}, host speaks {ABI_MAJOR}",
-                                  plugin_id=self.ctx.plugin_id, hook="register")
+            # The version is a constant of the code (every SDK's is), asked of the first
+            # instance of a load only: an answer that changes later (the guest read a
+            # clock or random bytes) changes nothing, since the host speaks the major
+            # the load was checked for and checks every instance's registration anyway.
+            if not module.abi_checked:
+                major = once(_ABI_VERSION, True) & 0xFFFFFFFF
+                if major != ABI_MAJOR:
+                    raise AbiMismatch(f"guest speaks ABI major {major}, host speaks "
+                                      f"{ABI_MAJOR}", plugin_id=self.ctx.plugin_id,
+                                      hook="register")
+                module.abi_checked = True
             what = "wasmext_alloc"
             ptr, n = self._write_input(
                 request if isinstance(request, bytes) else encode(request), opened=True)
@@ -402,21 +418,35 @@ class PluginInstance:
             raise self._classify(exc, what) from exc
         finally:
             self.budget.leave()
-        raw = self._read_output(packed, "wasmext_register")
-        if raw is None:
-            raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
-                                hook="register")
+        raw = self._read_registration(packed)
         # The same bytes decode to the same map: an instance that answers as the last
         # one of this module did (the usual case) is not decoded again.
-        last = self.module.last_registration
+        last = module.last_registration
         if last is not None and last[0] == raw:
             return last[1]
         reg = self._decode(raw, "registration map")
         if not isinstance(reg, dict):
             raise InvalidOutput("the registration map is not a map",
                                 plugin_id=self.ctx.plugin_id, hook="register")
-        self.module.last_registration = (raw, reg)
+        module.last_registration = (raw, reg)
         return reg
+
+    def _read_registration(self, packed: int) -> bytes:
+        """The registration map's bytes: read as `_read_output` would, but without asking
+        wasmtime the memory's size when the map lies inside the size already known (a
+        map in the module's data segments, as an SDK's usually is)."""
+        ptr, length = packed >> 32, packed & 0xFFFFFFFF
+        memory = self.memory
+        if packed and length <= self.limits.max_output_bytes and ptr + length <= memory.known:
+            # A fault's "did memory grow during this call" compares with the size read
+            # last: the size known now stands in for it.
+            memory.last_size = memory.known
+            return memory.view[ptr:ptr + length].tobytes()
+        raw = self._read_output(packed, "wasmext_register")
+        if raw is None:
+            raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
+                                hook="register")
+        return raw
 
     def call(self, hook: str, data: Any, meta: dict[str, Any] | None = None) -> CallResult:
         """Run one hook; raises PluginFault subclasses, PluginError or InputTooLarge.

@@ -124,6 +124,10 @@ class PluginModule:
         # The latest registration map an instance of this load answered, with its bytes
         # (`PluginInstance.start` reuses the decoded map for the same bytes; never mutated).
         self.last_registration: tuple[bytes, dict[str, Any]] | None = None
+        # The guest's `wasmext_abi_version` answered ABI_MAJOR in an instance of this
+        # load: later instances are not asked again (SPEC 3: checked once per loaded
+        # module). A reload is a new PluginModule, asked again.
+        self.abi_checked = False
 
     def _compile(self, wasm: bytes, digest: str, cache: CompileCache | None,
                  caps: ModuleCaps) -> _Compiled:
