@@ -72,6 +72,22 @@ def _hook_name(hook: str) -> str:
     return cleaned
 
 
+_DETAILS: dict[str, str] = {}  # a short detail -> its cleaned form: the host's few words
+
+
+def _detail(detail: str) -> str:
+    """`clean(detail)`, remembered for short ones (a remote stage's every call notes
+    "remote"; at most 256 kept, since some details quote a plugin)."""
+    if type(detail) is not str:  # a str subclass may print otherwise: cleaned each time
+        return clean(detail)
+    cleaned = _DETAILS.get(detail)
+    if cleaned is None:
+        cleaned = clean(detail)
+        if len(detail) <= 64 and len(_DETAILS) < 256:
+            _DETAILS[detail] = cleaned
+    return cleaned
+
+
 class Trace:
     """The ordered record of a session, for `wasmext run` and for debugging.
 
@@ -104,14 +120,14 @@ class Trace:
         notes = self._notes
         if len(notes) < self.limit:  # a detail may quote a plugin: one inert line
             notes.append((_hook_name(entry.hook), entry.plugin_id, outcome,
-                          None if detail is None else clean(detail), _now()))
+                          None if detail is None else _detail(detail), _now()))
 
     def note(self, hook: str, outcome: str, detail: str | None = None,
              plugin_id: str | None = None) -> None:
         """Note an event of a hook, optionally naming a plugin (up to the trace's limit)."""
         if len(self._notes) < self.limit:
             self._notes.append((_hook_name(hook), plugin_id, outcome,
-                                None if detail is None else clean(detail), _now()))
+                                None if detail is None else _detail(detail), _now()))
 
 
 class Session:

@@ -69,6 +69,68 @@ def test_a_lone_message_is_written_at_once_but_never_ahead_of_one_queued(
     asyncio.run(run())
 
 
+def test_a_subject_used_once_is_checked_but_not_remembered(nats_url: str) -> None:
+    from wasmext.cluster import fastclient
+
+    async def run() -> None:
+        nc = await connect(nats_url, "once")
+        listener = await connect(nats_url, "listener")
+        try:
+            got = await _collect(listener, "_INBOX.once.>")
+            await _settled(nc)
+            for i in range(3):  # a worker's answers, each to its request's own inbox
+                assert nc.publish_soon(f"_INBOX.once.{i}", b"%d" % i, BLOCK,  # type: ignore
+                                       once=True)
+            await _until(lambda: len(got) == 3)
+            assert got == [b"0", b"1", b"2"]
+            assert not any(s.startswith("_INBOX.once.") for s in fastclient._GOOD_SUBJECTS)
+            for bad in ("_INBOX.a b", "_INBOX.a\r\nPUB x 1", ""):  # still refused
+                assert not nc.publish_soon(bad, b"x", BLOCK, once=True)  # type: ignore
+            assert nc.publish_soon("stage.remembered", b"x", BLOCK)  # type: ignore
+            assert "stage.remembered" in fastclient._GOOD_SUBJECTS
+        finally:
+            await nc.close()
+            await listener.close()
+
+    asyncio.run(run())
+
+
+def test_an_answer_to_the_last_message_read_is_written_at_once_after_what_is_queued(
+        nats_url: str) -> None:
+    async def run() -> None:
+        nc = await connect(nats_url, "answers")
+        listener = await connect(nats_url, "listener")
+        try:
+            got = await _collect(listener, "answers.out")
+            await _settled(nc)
+            seen: list[tuple[bytes, int]] = []
+
+            def handler(msg: Any) -> None:  # a worker's answer, sent while it is read
+                assert nc.publish_soon("answers.out", msg.data, BLOCK)  # type: ignore
+                seen.append((msg.data, len(nc._pending)))
+            sub = await nc.subscribe("answers.in")
+            nc.deliver_now(sub, handler)  # type: ignore[attr-defined]
+            sid = sub._id
+            await _settled(nc)  # the SUB is out: nothing queued
+            assert nc.publish_soon("answers.out", b"queued", BLOCK)  # type: ignore
+            nc._ps.buf.extend(b"MSG more 1 1\r\nx\r\n")  # the reader has more: queued
+            await nc._process_msg(sid, b"answers.in", b"", b"first", None)
+            assert seen[-1] == (b"first", 2)
+            nc._ps.buf.clear()  # the last message of the read: all of it written now
+            await nc._process_msg(sid, b"answers.in", b"", b"last", None)
+            assert seen[-1] == (b"last", 0) and nc._pending == []
+            assert not nc._last_of_read  # only while its handler runs
+            assert nc.publish_soon("answers.out", b"later", BLOCK)  # type: ignore
+            assert len(nc._pending) == 1  # an ordinary publish queues as before
+            await _until(lambda: len(got) == 4)
+            assert got == [b"queued", b"first", b"last", b"later"]
+        finally:
+            await nc.close()
+            await listener.close()
+
+    asyncio.run(run())
+
+
 def test_a_socket_that_is_behind_leaves_the_write_to_nats_pys_flusher(
         nats_url: str) -> None:
     async def run() -> None:

@@ -27,6 +27,17 @@ ODD_HEADERS = [
 @pytest.mark.parametrize("raw", ODD_HEADERS)
 def test_headers_read_exactly_as_nats_py_reads_them(raw: bytes) -> None:
     assert parse_headers(raw) == Client._parse_header_lines(raw)
+    # The second reading takes the remembered names (kept and dropped alike).
+    assert parse_headers(raw) == Client._parse_header_lines(raw)
+
+
+def test_remembered_header_names_stay_bounded_under_a_flood() -> None:
+    from wasmext.cluster import fastclient
+
+    for i in range(1_000):
+        raw = b"X-%d: v\r\nbad %d: w\r\n" % (i, i)
+        assert parse_headers(raw) == Client._parse_header_lines(raw) == {f"X-{i}": "v"}
+    assert len(fastclient._NAMES) <= 256
 
 
 ANSWER_HEADERS = [

@@ -48,3 +48,24 @@ def test_readers_on_several_threads_get_each_event_once() -> None:
     for t in threads:
         t.join(30)
     assert seen == [20_000] * 4 and len({id(e) for e in trace.events}) == 20_000
+
+
+def test_remembered_details_are_cleaned_every_time_and_the_table_stays_bounded() -> None:
+    from wasmext import session as session_module
+    from wasmext.text import clean
+
+    trace = Trace(limit=5_000)
+    entry = Entry("p1", "on_plain_text", 50, "explicit", 0, 0)
+    hostile = "bad\x1b[31m\r\nvalue"
+    long = "x\x07" * 200 + "https://user:secret@host/"
+    for _ in range(2):  # the second note of each takes the remembered form
+        trace.note("pre", "failed", hostile, "p1")
+        trace.add(entry, "failed", long)
+    for i in range(1_000):  # a plugin making up a detail per call
+        trace.note("pre", "failed", f"reason {i}\x00", "p1")
+    details = [e.detail for e in trace.events]
+    assert details[:4] == [clean(hostile), clean(long)] * 2
+    assert details[4:] == [clean(f"reason {i}\x00") for i in range(1_000)]
+    assert all("\x1b" not in d and "\x00" not in d and "secret" not in d for d in details)
+    assert len(session_module._DETAILS) <= 256
+    assert long not in session_module._DETAILS  # long details are not kept

@@ -186,7 +186,9 @@ _DECODERS: dict[tuple[type, str], Any] = {}
 
 def encoding_of(headers: dict[str, str] | None) -> str:
     """The encoding a message's headers name (JSON unless they say MessagePack)."""
-    value = (headers or {}).get(CONTENT_TYPE, JSON)
+    value = headers.get(CONTENT_TYPE) if headers else None
+    if value is None:  # the contract's default: the usual request sends no header
+        return JSON
     return MSGPACK if value.strip().lower() == MSGPACK else JSON
 
 

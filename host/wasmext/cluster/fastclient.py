@@ -1,10 +1,11 @@
 """A nats-py client that skips nats-py's per-message Python where it need not run.
 
 `new_client()` makes a `FastClient`: nats-py's `Client` that reads header blocks with
-`parse_headers` (what nats-py reads, one `str.split` per name), hands a subscription's
+`parse_headers` (what nats-py reads, each name read once per process), hands a subscription's
 messages straight from the reader to a function (`deliver_now`: no queue, task or
 callback coroutine per message), and queues a publish with a prebuilt `header_block`
-without a coroutine (`publish_soon`): a lone message written to the socket at once,
+without a coroutine (`publish_soon`): a lone message, or one a handler sends for the
+last message the reader has (a worker's answer), written to the socket at once,
 queued ones by one callback per loop turn, nats-py's flusher task kept for whatever
 would wait (a socket that is behind, a connection that is not up). `cluster.link`
 builds its requests and a worker its answers on it.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from wasmext.text import clean
 
@@ -33,22 +34,39 @@ _WRITE_BEHIND = 64 * 1024
 
 def parse_headers(raw: bytes) -> dict[str, str]:
     """A message's header lines as nats-py 2.16's `Client._parse_header_lines` reads
-    them (same keys kept, dropped and decoded), with one `str.split` per name where it
-    runs a Python generator over every character: the name check was half of a
-    worker's header cost."""
+    them (same keys kept, dropped and decoded), with each name read once per process
+    (`_header_name`) where it runs a Python generator over every character: the name
+    check was half of a worker's header cost, and the same few names come every time."""
     out: dict[str, str] = {}
+    names = _NAMES
     for line in raw.split(b"\r\n"):
         name, sep, value = line.partition(b":")
         if not sep:
             continue
-        try:
-            key = name.strip().decode("ascii")
-        except UnicodeDecodeError:
-            continue
-        if key and key.split() != [key]:  # whitespace inside a name: not a header
-            continue
-        out[key] = value.strip().decode("utf-8", "replace")
+        key = names.get(name)
+        if key is None:
+            key = _header_name(name)
+        if key is not False:
+            out[key] = value.strip().decode("utf-8", "replace")
     return out
+
+
+_NAMES: dict[bytes, str | Literal[False]] = {}  # a header line's name: its key, or not one
+
+
+def _header_name(name: bytes) -> str | Literal[False]:
+    """The key nats-py reads for a header line's `name`, or False when it drops the line
+    (not ASCII, whitespace inside); remembered for at most 256 names, since names come
+    off the network."""
+    try:
+        key: str | Literal[False] = name.strip().decode("ascii")
+    except UnicodeDecodeError:
+        key = False
+    if key and key.split() != [key]:  # whitespace inside a name: not a header
+        key = False
+    if len(_NAMES) < 256:
+        _NAMES[name] = key
+    return key
 
 
 _HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # nats-py 2.16's check
@@ -60,11 +78,11 @@ _GOOD_NAMES: set[str] = set()  # header names already checked (a few, sent on ev
 _GOOD_SUBJECTS: set[str] = set()  # subjects already checked (a stage's, sent to each time)
 
 
-def _good_subject(subject: str) -> bool:
+def _good_subject(subject: str, remember: bool = True) -> bool:
     """Whether nats-py would publish to `subject` (remembered: at most 1,024 of them)."""
     if not subject or _SUBJECT_BAD.search(subject):
         return False
-    if len(_GOOD_SUBJECTS) < 1024:
+    if remember and len(_GOOD_SUBJECTS) < 1024:
         _GOOD_SUBJECTS.add(subject)
     return True
 
@@ -109,6 +127,9 @@ def new_client() -> Client:
                 super().__init__()
                 self._now: dict[int, Callable[[Msg], None]] = {}
                 self._flush_set = False  # a `_flush_now` is scheduled
+                # A `deliver_now` handler runs for the last message of what the reader
+                # took from the socket: what it sends is written at once (`publish_soon`).
+                self._last_of_read = False
 
             def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
                 """Hand `sub`'s messages to `handler` as the reader parses them: no
@@ -138,23 +159,34 @@ def new_client() -> Client:
                 # nats-py's reading of a block without a status line (`_process_headers`)
                 hdr = (parse_headers(headers[10:]) or None) \
                     if headers is not None and len(headers) > 10 else None
+                self._last_of_read = not self._ps.buf
                 try:
                     handler(self._build_message(sid, subject, reply, data, hdr))
                 except Exception as exc:  # as a callback's: the error callback hears it
+                    self._last_of_read = False
                     await self._error_cb(exc)
+                self._last_of_read = False
 
             def publish_soon(self, subject: str, payload: bytes, block: bytes,
-                             reply: str = "", *, alone: bool = False) -> bool:
+                             reply: str = "", *, alone: bool = False,
+                             once: bool = False) -> bool:
                 """Queue a message with a `header_block` for the flusher, as `publish`
                 does when it need not wait; False (nothing queued) when it would wait
                 or refuse: not connected, a full buffer, too large, a bad subject.
                 `alone`: the sender expects no other message this turn of the loop
                 (one request in flight), so it is written at once when nothing is
-                queued before it and the socket is not behind, saving the loop a turn."""
+                queued before it and the socket is not behind, saving the loop a turn.
+                Sent from a `deliver_now` handler of the last message the reader has (a
+                worker's answer), it is written at once with whatever is queued before it,
+                a loop turn earlier (one at a time, the answer's whole wait for that turn).
+                `once`: `subject` is used once (a request's reply inbox, for an answer):
+                checked but not remembered, so one-off inboxes do not fill the table
+                of a process's stage subjects."""
                 flusher, flushes = self._flusher_task, self._flush_queue
                 if not self.is_connected or flusher is None or flusher.done() \
                         or flushes is None or len(payload) > self._max_payload \
-                        or (subject not in _GOOD_SUBJECTS and not _good_subject(subject)) \
+                        or (subject not in _GOOD_SUBJECTS
+                            and not _good_subject(subject, not once)) \
                         or (reply and _SUBJECT_BAD.search(reply)):
                     return False
                 cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
@@ -164,10 +196,16 @@ def new_client() -> Client:
                     return False
                 self.stats["out_msgs"] += 1
                 self.stats["out_bytes"] += len(payload)
-                if alone and not self._pending:
+                if (alone and not self._pending) or self._last_of_read:
                     writer = self._writer()
                     if writer is not None:
-                        writer.write(cmd)
+                        if self._pending:  # queued before it: in order, in one write
+                            self._pending.append(cmd)
+                            writer.writelines(self._pending)
+                            self._pending = []
+                            self._pending_data_size = 0
+                        else:
+                            writer.write(cmd)
                         return True
                 self._pending.append(cmd)
                 self._pending_data_size += len(cmd)

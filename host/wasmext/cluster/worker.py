@@ -158,7 +158,7 @@ class Worker:
         self._answer_headers = {JSON: {WORKER_HEADER: name},
                                 MSGPACK: {CONTENT_TYPE: MSGPACK, WORKER_HEADER: name}}
         self._answer_blocks = {k: header_block(v) for k, v in self._answer_headers.items()}
-        self._publish_soon: Callable[[str, bytes, bytes], bool] | None = None
+        self._publish_soon: Callable[..., bool] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._services: dict[str, Service] = {}  # by plugin id
         self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
@@ -515,7 +515,8 @@ class Worker:
         elif self.signer is None:  # the usual answer: queued at once, no coroutine
             reply = getattr(getattr(req, "_msg", None), "reply", "")
             if reply and self._publish_soon is not None \
-                    and self._publish_soon(reply, body, self._answer_blocks[encoding]):
+                    and self._publish_soon(reply, body, self._answer_blocks[encoding],
+                                           once=True):
                 self._answered(counts, started, duplicate, False)
                 return None
         if self.signer is not None:
