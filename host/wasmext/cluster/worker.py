@@ -224,7 +224,9 @@ class Worker:
             try:
                 place = self._place(stage)
                 if place:  # short: answered here, in arrival order, no hop
-                    self._later(self._serve_now(stage, req, place == ON_TRIAL))
+                    send = self._serve_now(stage, req, place == ON_TRIAL)
+                    if send is not None:  # an error or a signed answer: it must wait
+                        self._later(send)
                 else:
                     self._queue(stage, req)  # the lane answers it
             except Exception as err:  # a host bug: one line, named, as nats-py answers it
@@ -502,9 +504,11 @@ class Worker:
 
     def _answer(self, stage: Stage, req: Request, budget: Budget, encoding: str,
                 started: int, body: bytes | None, duplicate: bool,
-                error: tuple[str, str] | None) -> Coroutine[Any, Any, None] | None:
+                error: tuple[str, str] | None, counts: Counts | None = None
+                ) -> Coroutine[Any, Any, None] | None:
         """Count a stage call's outcome; the send of its answer (None: it expired unrun)."""
-        counts = self._count(stage)
+        if counts is None:
+            counts = self._count(stage)
         if body is None:  # it waited past the caller's deadline: not run, not answered
             self._expired(stage, budget)
             return None
@@ -550,13 +554,15 @@ class Worker:
             return None
         budget, encoding, started = taken
         began = time.perf_counter()
-        outcome = self._outcome(stage, req.data, encoding, budget)
+        body, duplicate, error = self._outcome(stage, req.data, encoding, budget)
         took = time.perf_counter() - began
-        if outcome[0] is not None:
-            self._count(stage).on_loop += 1
+        counts = self._count(stage)
+        if body is not None:
+            counts.on_loop += 1
             if on_trial and took >= self._short_s:
                 self._demote(stage, took)
-        return self._answer(stage, req, budget, encoding, started, *outcome)
+        return self._answer(stage, req, budget, encoding, started, body, duplicate, error,
+                            counts)
 
     def _lane_outcome(self, stage: Stage, raw: bytes, encoding: str, budget: Budget
                       ) -> tuple[tuple[bytes | None, bool, tuple[str, str] | None], float]:

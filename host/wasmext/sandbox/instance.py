@@ -489,9 +489,9 @@ class PluginInstance:
             return CallResult(data, False, fuel=used)
         raw = self._read_output(packed, "wasmext_call")
         assert raw is not None
-        return self._response(self._decode(raw, "call response"), data)._replace(fuel=used)
+        return self._response(self._decode(raw, "call response"), data, used)
 
-    def _response(self, resp: Any, data: Any) -> CallResult:
+    def _response(self, resp: Any, data: Any, fuel: int = 0) -> CallResult:
         pid, hook = self.ctx.plugin_id, self.ctx.hook
         if not isinstance(resp, dict) or type(resp.get("ok")) is not bool:
             raise InvalidOutput("call response must be a map with a bool 'ok'",
@@ -516,8 +516,8 @@ class PluginInstance:
             raise InvalidOutput("'stop' must be a bool and 'meta' a map",
                                 plugin_id=pid, hook=hook)
         if "value" in resp:
-            return CallResult(resp["value"], True, stop, meta)
-        return CallResult(data, False, stop, meta)
+            return CallResult(resp["value"], True, stop, meta, fuel)
+        return CallResult(data, False, stop, meta, fuel)
 
     # -- the imports (called by hostlink while this instance is on top) -----------
 
