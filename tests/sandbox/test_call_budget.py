@@ -48,10 +48,21 @@ def test_an_extism_plugins_fetch_ends_at_its_calls_deadline(host: Host,
                       limits={"timeout_ms": 500, "host_call_timeout_ms": 5000})
     assert isinstance(plugin, ExtismPlugin)
     started = time.monotonic()
-    answer = forward(plugin, {"op": "http.fetch", "url": server.url("/slow")})
+    # The op's `timeout` answer, or, when a loaded machine delivered that answer past
+    # the margin the op keeps, the sandbox's own `Timeout` for the same deadline: a
+    # fetch that was never cut off would run for the server's 20 s.
+    answer: Any = None
+    timed_out: Timeout | None = None
+    try:
+        answer = forward(plugin, {"op": "http.fetch", "url": server.url("/slow")})
+    except Timeout as err:
+        timed_out = err
+    if timed_out is not None:
+        assert "500 ms" in str(timed_out)
+    else:
+        assert answer["ok"] is False and answer["error"]["code"] == "timeout", answer
+        assert "deadline" in answer["error"]["message"]
     assert time.monotonic() - started < 3.0
-    assert answer["ok"] is False and answer["error"]["code"] == "timeout", answer
-    assert "deadline" in answer["error"]["message"]
     assert forward(plugin, {"op": "abi.info"})["ok"] is True  # the same plugin answers
     fast = forward(plugin, {"op": "http.fetch", "url": server.url("/hello")})
     assert fast["ok"] is True and fast["value"]["status"] == 200
