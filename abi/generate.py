@@ -39,6 +39,11 @@ def python_module(t: dict[str, Any]) -> str:
     lines.append(f"ABI_MAJOR: Final = {t['version']['major']}")
     lines.append(f"ABI_MINOR: Final = {t['version']['minor']}")
     lines.append("")
+    lines.append("# registration-map key -> the minor that gave it meaning")
+    lines.append("REGISTRATION_KEYS: Final[dict[str, int]] = {")
+    lines += [f'    "{k["key"]}": {k["since"]},' for k in t["registration_keys"]]
+    lines.append("}")
+    lines.append("")
     lines.append("LOG_LEVELS: Final[dict[str, int]] = {")
     lines += [f'    "{k}": {v},' for k, v in t["log_levels"].items()]
     lines.append("}")
@@ -88,6 +93,11 @@ def c_header(t: dict[str, Any]) -> str:
     out.append(f"#define WASMEXT_ABI_MAJOR {t['version']['major']}")
     out.append(f"#define WASMEXT_ABI_MINOR {t['version']['minor']}")
     out.append("")
+    out.append("/* registration-map keys, and the minor that gave each its meaning */")
+    for k in t["registration_keys"]:
+        out.append(f'#define WASMEXT_REG_{_ident(k["key"])} "{k["key"]}"')
+        out.append(f'#define WASMEXT_REG_{_ident(k["key"])}_SINCE {k["since"]}')
+    out.append("")
     out.append("/* log levels */")
     out += [f"#define WASMEXT_LOG_{_ident(k)} {v}" for k, v in t["log_levels"].items()]
     out.append("")
@@ -107,6 +117,13 @@ def zig_module(t: dict[str, Any]) -> str:
     out = [f"// {BANNER}", ""]
     out.append(f"pub const abi_major: i32 = {t['version']['major']};")
     out.append(f"pub const abi_minor: i32 = {t['version']['minor']};")
+    out.append("")
+    out.append("/// registration-map keys, and the minor that gave each its meaning")
+    out.append("pub const registration = struct {")
+    for k in t["registration_keys"]:
+        out.append(f'    pub const {k["key"]} = "{k["key"]}";')
+        out.append(f'    pub const {k["key"]}_since: i32 = {k["since"]};')
+    out.append("};")
     out.append("")
     out.append("pub const LogLevel = enum(i32) {")
     out += [f"    {_zig_ident(k)} = {v}," for k, v in t["log_levels"].items()]

@@ -121,9 +121,13 @@ HOST_CALL_IMPORT = '(import "wasmext" "host_call" (func $host_call (param i32 i3
 LOG_IMPORT = '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
 
 
+ANSWER_AT = 16384  # host_call_guests' answer region: past their data, before the heap
+
+
 def host_call_guests() -> dict[str, str]:
     """The WAT of a `test` hook with no host call, with one `log` and with one
-    `host_call` (config.get of "greeting"), by name: "none", "log", "get"."""
+    `host_call` (config.get of "greeting"), by name: "none", "log", "get". Each declares
+    an answer region (ABI minor 3), so the answer needs no `wasmext_alloc`."""
     line = b"one cheap host call"
     get = msgpack.packb({"op": "config.get", "key": "greeting"})
     resp = packed(RESPONSE_AT, len(msgpack.packb({"ok": True})))
@@ -135,6 +139,8 @@ def host_call_guests() -> dict[str, str]:
 
     def guest(body: str | None) -> str:
         return guest_wat(body, response={"ok": True}, imports=f"{HOST_CALL_IMPORT}{LOG_IMPORT}",
-                         data=data, registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
+                         data=data, registration={"hooks": [{"hook": "test"}], "abi_minor": 3,
+                                                  "answer_region": {"ptr": ANSWER_AT,
+                                                                    "size": 4096}})
 
     return {"none": guest(None), "log": guest(log_body), "get": guest(get_body)}

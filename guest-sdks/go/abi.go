@@ -7,8 +7,15 @@ package wasmext
 // The ABI version this SDK implements.
 const (
 	ABIMajor = 1
-	ABIMinor = 2
+	ABIMinor = 3
 )
+
+// AnswerRegionSince is the minor that gave the registration map's
+// "answer_region" its meaning (SPEC 1.4.1).
+const AnswerRegionSince = 3
+
+// answerAreaSize is how many bytes of answer the SDK's answer region holds.
+const answerAreaSize = 1024
 
 // LogLevel is the level of a log line (the log import and the "log" op).
 type LogLevel int32

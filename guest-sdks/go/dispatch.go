@@ -62,9 +62,23 @@ func writeRegistration(w *msgpack.Writer, info Info, extra []byte, nExtra int) {
 	if info.Version != "" {
 		pairs++
 	}
+	// An older host would keep the key as an unknown one: it is left out there.
+	areaPtr, areaSize, area := answerRegion()
+	area = area && hostMinor >= AnswerRegionSince
+	if area {
+		pairs++
+	}
 	w.WriteMapHeader(pairs)
 	w.WriteString("abi_minor")
 	w.WriteInt(ABIMinor)
+	if area {
+		w.WriteString("answer_region")
+		w.WriteMapHeader(2)
+		w.WriteString("ptr")
+		w.WriteInt(int64(areaPtr))
+		w.WriteString("size")
+		w.WriteInt(int64(areaSize))
+	}
 	if info.Name != "" {
 		w.WriteString("name")
 		w.WriteString(info.Name)

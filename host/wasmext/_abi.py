@@ -3,7 +3,12 @@
 from typing import Final
 
 ABI_MAJOR: Final = 1
-ABI_MINOR: Final = 2
+ABI_MINOR: Final = 3
+
+# registration-map key -> the minor that gave it meaning
+REGISTRATION_KEYS: Final[dict[str, int]] = {
+    "answer_region": 3,
+}
 
 LOG_LEVELS: Final[dict[str, int]] = {
     "trace": 0,

@@ -1,4 +1,5 @@
-"""ABI minors 1 and 2: the ops each adds answer only guests that negotiated it (SPEC 3.1)."""
+"""ABI minors 1 and 2: the ops each adds answer only guests that negotiated it (SPEC 3.1).
+Minor 3 adds no op (its answer region: tests/sandbox/test_answer_region.py)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def forwarder(runtime: Runtime, request: dict[str, Any], minor: int | None,
                                        registration=registration), **kwargs)
 
 
-def test_the_host_speaks_minor_2() -> None:
-    assert ABI_MINOR == 2
+def test_the_host_speaks_minor_3() -> None:
+    assert ABI_MINOR == 3
+    assert not [op for op in NEWER_OPS if OPS[op][1] == 3]
     assert {"http.fetch", "llm.complete", "agents.request", "agents.send"} <= set(MINOR_1_OPS)
     assert {op for op in NEWER_OPS if OPS[op][1] == 2} == {"metric.add", "metric.set",
                                                            "metric.observe", "tool.register"}

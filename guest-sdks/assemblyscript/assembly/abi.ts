@@ -3,7 +3,9 @@
 
 /** The ABI this SDK speaks (SPEC 1.1 and 3.1). */
 export const ABI_MAJOR: i32 = 1;
-export const ABI_MINOR: i32 = 2;
+export const ABI_MINOR: i32 = 3;
+/** The minor that gave the registration map's `answer_region` its meaning (SPEC 1.4.1). */
+export const ANSWER_REGION_SINCE: i32 = 3;
 
 /** Levels of the `log` import and the `log` op. */
 export enum LogLevel {

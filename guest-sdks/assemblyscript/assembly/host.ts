@@ -33,6 +33,16 @@ export function allocForHost(size: u32): usize {
   return p;
 }
 
+/** How many bytes of answer the answer region holds (SPEC 1.4.1). */
+export const ANSWER_AREA_SIZE: u32 = 1024;
+
+/** The area declared as "answer_region" to a host of minor 3 (SPEC 1.4.1): the
+ * host writes an answer that fits here instead of entering wasmext_alloc a
+ * second time. A static segment: the collector never sees or moves it.
+ * hostCallRaw copies every answer into a buffer of its own at once, so an
+ * Answer outlives the host calls after it. */
+export const ANSWER_AREA: usize = memory.data(1024, 16);
+
 /** Backs `wasmext_free`: gives back a region from allocForHost. */
 export function freeForHost(ptr: usize, size: u32): void {
   if (ptr != 0) heap.free(ptr);

@@ -3,8 +3,8 @@
 // (SPEC 3) and dispatches every call (SPEC 4.1). A hook that is not listed
 // answers "unhandled"; a listed hook without a handler answers "unchanged".
 
-import { ABI_MINOR, ErrorCode } from "./abi";
-import { Answer, noteRegistration } from "./host";
+import { ABI_MINOR, ANSWER_REGION_SINCE, ErrorCode } from "./abi";
+import { ANSWER_AREA, ANSWER_AREA_SIZE, Answer, hostAbiMinor, noteRegistration } from "./host";
 import {
   Bytes, MAX_DEPTH, MsgpackError, Reader, Type, Writer, scanMap3, span0, span1, span2, utf8Equals,
   validate,
@@ -171,10 +171,20 @@ export function register(ptr: usize, len: u32): u64 {
   // Without extra entries the map is the hook table the module defined at start-up,
   // the same for every copy: the host may reuse it (abi/SPEC.md 3.2).
   const shareable = extraFn === null;
+  // An older host would keep the key as an unknown one: it is left out there.
+  const area = hostAbiMinor() >= ANSWER_REGION_SINCE;
   w.writeMap(2 + (p.name !== null ? 1 : 0) + (p.version !== null ? 1 : 0) + extraCount +
-             (shareable ? 1 : 0));
+             (shareable ? 1 : 0) + (area ? 1 : 0));
   w.writeString("abi_minor");
   w.writeInt(ABI_MINOR);
+  if (area) {
+    w.writeString("answer_region");
+    w.writeMap(2);
+    w.writeString("ptr");
+    w.writeInt(<i64>ANSWER_AREA);
+    w.writeString("size");
+    w.writeInt(<i64>ANSWER_AREA_SIZE);
+  }
   if (shareable) {
     w.writeString("shareable");
     w.writeBool(true);

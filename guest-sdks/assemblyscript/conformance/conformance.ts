@@ -41,6 +41,21 @@ function host(call: Call): Reply {
   return call.returnRaw(answer.raw);
 }
 
+// data = up to 8 request maps, all sent before any answer is read; the value
+// is the array of the host's answers: each must outlive the host calls after
+// it, wherever the host wrote it (the answer region of minor 3).
+function hosts(call: Call): Reply {
+  const data = call.data.clone();
+  if (data.peekType() != Type.ARRAY) return call.fail(ErrorCode.INVALID, "hosts expects request maps");
+  const n = data.readArray();
+  if (n > 8) return call.fail(ErrorCode.INVALID, "hosts expects up to 8 request maps");
+  const answers = new Array<Answer>();
+  for (let i: u32 = 0; i < n; i++) answers.push(hostCall(data.readRaw()));
+  call.out.writeArray(n);
+  for (let i = 0; i < answers.length; i++) call.out.writeRaw(answers[i].raw);
+  return Reply.VALUE;
+}
+
 function fail(call: Call): Reply {
   const message = call.dataString();
   if (message === null) return call.fail(ErrorCode.INVALID, "fail expects a string message");
@@ -119,6 +134,7 @@ definePlugin("assemblyscript-conformance", "0.1.0")
   .hook("config", config)
   .hook("log", log)
   .hook("host", host)
+  .hook("hosts", hosts)
   .hook("fail", fail)
   .hook("unchanged", unchanged)
   .hook("stop", stop)

@@ -73,6 +73,38 @@ static wasmext_verdict host(wasmext_call *call) {
     return verdict;
 }
 
+/* data = an array of up to 8 request maps, all sent before any answer is
+ * read; the value is the array of the host's answers. Every answer must
+ * outlive the host calls after it, wherever the host wrote it (minor 3). */
+static wasmext_verdict hosts(wasmext_call *call) {
+    wasmext_reader r = call->data;
+    uint32_t n;
+    if (wasmext_read_array(&r, &n) != WASMEXT_OK || n > 8)
+        return wasmext_fail(call, WASMEXT_E_INVALID, "hosts expects up to 8 request maps");
+    wasmext_answer answers[8];
+    uint32_t sent = 0;
+    for (; sent < n; sent++) {
+        const uint8_t *req;
+        size_t req_len;
+        if (wasmext_read_raw(&r, &req, &req_len) != WASMEXT_OK) break;
+        (void)wasmext_host_call(req, req_len, &answers[sent]);
+    }
+    wasmext_verdict verdict = WASMEXT_VALUE;
+    if (sent < n) verdict = wasmext_fail(call, WASMEXT_E_INVALID, "unreadable request");
+    else wasmext_write_array(call->out, n);
+    for (uint32_t i = 0; i < sent; i++) {
+        wasmext_answer *a = &answers[i];
+        if (verdict == WASMEXT_VALUE) {
+            if (a->buf && wasmext_validate(a->buf, a->buf_len) == WASMEXT_OK)
+                wasmext_write_raw(call->out, a->buf, a->buf_len);
+            else
+                wasmext_write_nil(call->out);
+        }
+        wasmext_answer_free(a);
+    }
+    return verdict;
+}
+
 /* The minor-1 wrappers: the value is the host's whole answer map, as for
  * `host`; a local (guest-side) refusal is an error with its code. */
 static wasmext_verdict whole_answer(wasmext_call *call, wasmext_answer *a) {
@@ -198,6 +230,7 @@ static const wasmext_hook hooks[] = {
     WASMEXT_HOOK("config", config),
     WASMEXT_HOOK("log", log_hook),
     WASMEXT_HOOK("host", host),
+    WASMEXT_HOOK("hosts", hosts),
     WASMEXT_HOOK("fail", fail),
     WASMEXT_HOOK("unchanged", unchanged),
     WASMEXT_HOOK("stop", stop),

@@ -3,7 +3,11 @@
 #define WASMEXT_ABI_H
 
 #define WASMEXT_ABI_MAJOR 1
-#define WASMEXT_ABI_MINOR 2
+#define WASMEXT_ABI_MINOR 3
+
+/* registration-map keys, and the minor that gave each its meaning */
+#define WASMEXT_REG_ANSWER_REGION "answer_region"
+#define WASMEXT_REG_ANSWER_REGION_SINCE 3
 
 /* log levels */
 #define WASMEXT_LOG_TRACE 0

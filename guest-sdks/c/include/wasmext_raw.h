@@ -41,9 +41,20 @@ extern "C" {
 /* Every host service. The request (a MessagePack map with a string "op")
  * stays owned by the guest. The answer is written into a region the host got
  * from wasmext_alloc during this call; it belongs to the guest afterwards,
- * which must free() it. Returns the packed answer, 0 if none was delivered. */
+ * which must free() it; or, from a minor-3 host, into the answer area below
+ * when it fits (the returned ptr is then the area's, not to be freed).
+ * Returns the packed answer, 0 if none was delivered. */
 WASMEXT_IMPORT("host_call")
 uint64_t wasmext_raw_host_call(const uint8_t *request, uint32_t len);
+
+/* The guest's area for host_call answers (ABI minor 3, SPEC 1.4), packed as
+ * (ptr, size); src/host.c defines it and src/plugin.c declares it in the
+ * registration map when the host speaks minor 3. An answer the host wrote
+ * there is overwritten by the next host call: copy it out before then. */
+uint64_t wasmext_answer_area(void);
+#ifndef WASMEXT_ANSWER_AREA_SIZE
+#define WASMEXT_ANSWER_AREA_SIZE 1024
+#endif
 
 /* Cheap direct log of UTF-8 text at a WASMEXT_LOG_* level; the host copies
  * the text before it returns. */

@@ -8,6 +8,17 @@
 /* A reader on this stands in for an absent "value". */
 static const uint8_t k_nil[1] = {0xc0};
 
+/* ABI minor 3 (SPEC 1.4): the area the registration map declares as
+ * "answer_region". The host writes an answer that fits here instead of
+ * entering wasmext_alloc (a second guest entry per host call);
+ * wasmext_host_call copies it out at once, so every wasmext_answer still owns
+ * a malloc'd buffer of its own and outlives the host calls after it. */
+static _Alignas(8) uint8_t g_answer_area[WASMEXT_ANSWER_AREA_SIZE];
+
+uint64_t wasmext_answer_area(void) {
+    return wasmext_pack(g_answer_area, (uint32_t)sizeof g_answer_area);
+}
+
 /* Requests stay guest-owned (SPEC 1.4) and the host copies them before it
  * returns, so one buffer serves every request of the instance. */
 static wasmext_writer g_request = WASMEXT_WRITER_INIT;
@@ -57,13 +68,24 @@ int wasmext_host_call(const void *request, size_t len, wasmext_answer *out) {
     uint64_t packed = wasmext_raw_host_call((const uint8_t *)request, (uint32_t)len);
     if (packed == 0) /* the host's wasmext_alloc failed: SPEC 4.2 says internal */
         return local_error(out, WASMEXT_E_INTERNAL, "host_call delivered no answer");
-    out->buf = (uint8_t *)(uintptr_t)wasmext_packed_ptr(packed);
-    out->buf_len = wasmext_packed_len(packed);
+    uint8_t *at = (uint8_t *)(uintptr_t)wasmext_packed_ptr(packed);
+    uint32_t at_len = wasmext_packed_len(packed);
+    if (at == g_answer_area) {
+        if (at_len > sizeof g_answer_area) /* the host never does this */
+            return local_error(out, WASMEXT_E_INTERNAL, "malformed host_call answer");
+        uint8_t *copy = malloc(at_len ? at_len : 1);
+        if (!copy) return local_error(out, WASMEXT_E_LIMIT, "out of memory for a host_call answer");
+        memcpy(copy, g_answer_area, at_len);
+        at = copy;
+    }
+    out->buf = at;
+    out->buf_len = at_len;
     return parse_answer(out);
 }
 
 void wasmext_answer_free(wasmext_answer *a) {
-    /* The host allocated the region through our wasmext_alloc, i.e. malloc. */
+    /* The host allocated the region through our wasmext_alloc, i.e. malloc, or
+     * wrote the answer into the answer area and wasmext_host_call malloc'd a copy. */
     free(a->buf);
     answer_init(a);
 }

@@ -87,7 +87,8 @@ static void note_request(const uint8_t *ptr, uint32_t len) {
  * keys, none of them a key the SDK writes itself? A mistake there would make
  * the host refuse the whole registration map with a bare InvalidOutput. */
 static bool extra_entries_valid(const wasmext_writer *extra, uint32_t n) {
-    static const char *const own[] = {"abi_minor", "name", "version", "hooks", "shareable"};
+    static const char *const own[] = {"abi_minor", "name", "version", "hooks", "shareable",
+                                      WASMEXT_REG_ANSWER_REGION};
     wasmext_writer doc = WASMEXT_WRITER_INIT;
     wasmext_write_map(&doc, n);
     wasmext_write_raw(&doc, extra->buf, extra->len);
@@ -124,8 +125,8 @@ uint64_t wasmext_export_register(const uint8_t *ptr, uint32_t len) {
         extra_error = "out of memory; extra entries dropped";
     else if (n_extra && !extra_entries_valid(&extra, n_extra))
         extra_error = "the bytes written are not the number of key/value pairs returned, or a "
-                      "key is not a string or repeats abi_minor, name, version, hooks or "
-                      "shareable; "
+                      "key is not a string or repeats abi_minor, name, version, hooks, "
+                      "shareable or answer_region; "
                       "extra entries dropped";
     if (extra_error) {
         wasmext_writer_reset(&extra);
@@ -136,10 +137,22 @@ uint64_t wasmext_export_register(const uint8_t *ptr, uint32_t len) {
     /* Without extras the map is the static table above: the same for every copy
      * of this module, so the host may reuse it (abi/SPEC.md 3.2). */
     bool shareable = p->register_extra == NULL;
-    wasmext_write_map(w, 2 + (p->name != NULL) + (p->version != NULL) + shareable + n_extra);
+    /* An older host would keep the key as an unknown one; it is left out there. */
+    bool area = g_host_minor >= WASMEXT_REG_ANSWER_REGION_SINCE;
+    wasmext_write_map(w, 2 + (p->name != NULL) + (p->version != NULL) + shareable + area +
+                             n_extra);
     wasmext_write_cstr(w, "abi_minor");
     wasmext_write_int(w, WASMEXT_ABI_MINOR);
     if (shareable) { wasmext_write_cstr(w, "shareable"); wasmext_write_bool(w, true); }
+    if (area) {
+        uint64_t region = wasmext_answer_area();
+        wasmext_write_cstr(w, WASMEXT_REG_ANSWER_REGION);
+        wasmext_write_map(w, 2);
+        wasmext_write_cstr(w, "ptr");
+        wasmext_write_uint(w, wasmext_packed_ptr(region));
+        wasmext_write_cstr(w, "size");
+        wasmext_write_uint(w, wasmext_packed_len(region));
+    }
     if (p->name) { wasmext_write_cstr(w, "name"); wasmext_write_cstr(w, p->name); }
     if (p->version) { wasmext_write_cstr(w, "version"); wasmext_write_cstr(w, p->version); }
     wasmext_write_cstr(w, "hooks");

@@ -19,6 +19,7 @@ func (Conformance) Hooks() []wasmext.Hook {
 		wasmext.On("config", config),
 		wasmext.On("log", logHook),
 		wasmext.On("host", host),
+		wasmext.On("hosts", hosts),
 		wasmext.On("fail", fail),
 		wasmext.On("unchanged", nil), // registered, always unchanged
 		wasmext.On("stop", stop),
@@ -67,6 +68,29 @@ func logHook(c *wasmext.Call) wasmext.Reply {
 
 // host: data is a request map, sent as-is; the value is the host's whole
 // answer map, failures included.
+// hosts sends up to 8 request maps before reading any answer and replies
+// with the array of the host's answers: each must outlive the host calls
+// after it, wherever the host wrote it (the answer region of minor 3).
+func hosts(c *wasmext.Call) wasmext.Reply {
+	n, err := c.Data.ReadArrayLen()
+	if err != nil || n > 8 {
+		return wasmext.Fail(wasmext.CodeInvalid, "hosts expects up to 8 request maps")
+	}
+	answers := make([]wasmext.Answer, 0, n)
+	for i := 0; i < n; i++ {
+		request, err := c.Data.Raw()
+		if err != nil {
+			return wasmext.FailError(err)
+		}
+		answers = append(answers, wasmext.HostCall(request))
+	}
+	c.Out.WriteArrayHeader(len(answers))
+	for _, a := range answers {
+		c.Out.WriteRaw(a.Raw)
+	}
+	return wasmext.Value
+}
+
 func host(c *wasmext.Call) wasmext.Reply {
 	if kind, _ := c.Data.PeekKind(); kind != msgpack.Map {
 		return wasmext.Fail(wasmext.CodeInvalid, "host expects a request map")

@@ -15,6 +15,7 @@ impl Plugin for Conformance {
         Hook::new("config", Handler(Self::config)),
         Hook::new("log", Handler(Self::log)),
         Hook::new("host", Handler(Self::host)),
+        Hook::new("hosts", Handler(Self::hosts)),
         Hook::new("fail", Handler(Self::fail)),
         Hook::new("unchanged", Handler(Self::unchanged)),
         Hook::new("stop", Handler(Self::stop)),
@@ -56,6 +57,27 @@ impl Conformance {
         }
         let answer = wasmext::host_call(call.data_bytes());
         call.reply_raw(answer.raw())
+    }
+
+    /// data: up to 8 request maps, all sent before any answer is read -> the
+    /// array of the host's answers: each must outlive the host calls after it,
+    /// wherever the host wrote it (the answer region of minor 3).
+    fn hosts(&mut self, call: &mut Call) -> Result<Reply> {
+        let mut data = call.data();
+        let n = data.read_array()?;
+        if n > 8 {
+            return Err(Error::invalid("hosts expects up to 8 request maps"));
+        }
+        let mut answers = Vec::new();
+        for _ in 0..n {
+            answers.push(wasmext::host_call(data.read_raw()?));
+        }
+        let out = call.out();
+        out.write_array(answers.len());
+        for answer in &answers {
+            out.write_raw(answer.raw());
+        }
+        Ok(Reply::Value)
     }
 
     /// The minor-1 wrappers reply with the host's whole answer map, like

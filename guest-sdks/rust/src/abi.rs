@@ -4,7 +4,9 @@
 /// The major ABI version this SDK speaks; `wasmext_abi_version` returns it.
 pub const ABI_MAJOR: u32 = 1;
 /// The minor ABI version this SDK was built against (`abi_minor` at registration).
-pub const ABI_MINOR: u32 = 2;
+pub const ABI_MINOR: u32 = 3;
+/// The minor that gave the registration map's `answer_region` its meaning (SPEC 1.4.1).
+pub const ANSWER_REGION_SINCE: u32 = 3;
 
 /// Names of the exports a plugin defines (SPEC 1.1).
 pub mod export {

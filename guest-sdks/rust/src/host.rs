@@ -69,6 +69,27 @@ pub(crate) fn alloc_for_host(size: u32) -> u32 {
     ptr as usize as u32
 }
 
+/// How many bytes of answer the SDK's answer region holds (SPEC 1.4.1).
+pub(crate) const ANSWER_AREA_SIZE: usize = 1024;
+
+#[repr(C, align(8))]
+struct AnswerArea([u8; ANSWER_AREA_SIZE]);
+
+/// The area this SDK declares as its `answer_region` to a host of minor 3
+/// (SPEC 1.4.1): the host writes an answer that fits here instead of entering
+/// `wasmext_alloc` a second time. It is no region of `wasmext_alloc`, so
+/// `host_call` copies an answer found here into an `Answer` of its own at
+/// once: an `Answer` never points into it and outlives later host calls.
+static mut ANSWER_AREA: AnswerArea = AnswerArea([0; ANSWER_AREA_SIZE]);
+
+/// (ptr, size) of the answer region, for the registration map.
+#[allow(unused_unsafe)] // needed by older compilers, redundant for newer ones
+pub(crate) fn answer_area() -> (u32, u32) {
+    // SAFETY: only the address is taken; nothing here reads or writes the area.
+    let ptr = unsafe { core::ptr::addr_of!(ANSWER_AREA) };
+    (ptr as usize as u32, ANSWER_AREA_SIZE as u32)
+}
+
 /// Backs the `wasmext_free` export: gives back a region of `wasmext_alloc`.
 pub(crate) fn free_for_host(ptr: u32, size: u32) {
     if ptr == 0 {
@@ -373,7 +394,7 @@ pub fn host_call(request: &[u8]) -> Answer {
     let (last_ptr, last_size) = LAST_ALLOC.with(|c| c.replace((0, 0)));
     // Only the region this SDK just handed out is taken over and freed
     // (with the size it has): a wrong free would corrupt the heap, so any
-    // other region is copied and left alone.
+    // other region, the answer region among them, is copied and left alone.
     let bytes = if ptr != 0 && ptr as usize == last_ptr && len as usize <= last_size {
         Bytes::Host(HostRegion {
             ptr: ptr as usize as *mut u8,

@@ -4,7 +4,7 @@
 
 use std::cell::Cell;
 
-use crate::abi::{code, ABI_MINOR};
+use crate::abi::{code, ABI_MINOR, ANSWER_REGION_SINCE};
 use crate::host::{self, skip_nested};
 use crate::msgpack::{self, Reader, MAX_DEPTH};
 use crate::writer::{Encode, Writer};
@@ -365,12 +365,26 @@ pub mod rt {
         if extra.check().is_err() {
             n_extra = 0;
         }
+        // An older host would keep the key as an unknown one: it is left out there.
+        let area = reg.host_minor >= ANSWER_REGION_SINCE;
         let packed = with_output(|w| {
-            let pairs =
-                2 + !P::NAME.is_empty() as usize + !P::VERSION.is_empty() as usize + n_extra;
+            let pairs = 2
+                + !P::NAME.is_empty() as usize
+                + !P::VERSION.is_empty() as usize
+                + area as usize
+                + n_extra;
             w.write_map(pairs)
                 .write_str("abi_minor")
                 .write_uint(ABI_MINOR as u64);
+            if area {
+                let (ptr, size) = host::answer_area();
+                w.write_str("answer_region")
+                    .write_map(2)
+                    .write_str("ptr")
+                    .write_uint(ptr as u64)
+                    .write_str("size")
+                    .write_uint(size as u64);
+            }
             if !P::NAME.is_empty() {
                 w.write_str("name").write_str(P::NAME);
             }

@@ -12,7 +12,7 @@ const Conformance = struct {
         .{ .hook = "host" },     .{ .hook = "fail" },   .{ .hook = "unchanged" },
         .{ .hook = "stop" },     .{ .hook = "fetch" },  .{ .hook = "llm" },
         .{ .hook = "turn" },     .{ .hook = "step" },   .{ .hook = "remember" },
-        .{ .hook = "announce" },
+        .{ .hook = "announce" }, .{ .hook = "hosts" },
     };
 
     /// Decodes the data token by token and encodes it again with the SDK
@@ -42,6 +42,19 @@ const Conformance = struct {
         if (try call.data.peek() != .map) return .failure(wasmext.abi.err.invalid, "data must be a map");
         const answer = wasmext.hostCall(try call.data.rawValue());
         try call.out.writeRaw(answer.raw);
+        return .value;
+    }
+
+    /// data: up to 8 request maps, all sent before any answer is read -> the
+    /// array of the host's answers: each must outlive the host calls after it,
+    /// wherever the host wrote it (the answer region of minor 3).
+    pub fn hosts(call: *wasmext.Call) !wasmext.Reply {
+        const n = try call.data.readArrayLen();
+        if (n > 8) return .failure(wasmext.abi.err.invalid, "hosts expects up to 8 request maps");
+        var answers: [8]wasmext.Answer = undefined;
+        for (answers[0..n]) |*answer| answer.* = wasmext.hostCall(try call.data.rawValue());
+        try call.out.writeArray(n);
+        for (answers[0..n]) |answer| try call.out.writeRaw(answer.raw);
         return .value;
     }
 

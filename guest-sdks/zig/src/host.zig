@@ -34,6 +34,21 @@ var answer_regions: std.ArrayList([]u8) = .empty;
 
 var host_minor: i32 = 0;
 
+/// How many bytes of answer the answer region holds (SPEC 1.4.1).
+pub const answer_area_size = 1024;
+
+/// The area declared as "answer_region" to a host of minor 3 (SPEC 1.4.1):
+/// the host writes an answer that fits here instead of entering
+/// `wasmext_alloc` a second time. `hostCall` copies an answer found here into
+/// the call arena at once, so every `Answer` stays valid until the export
+/// call returns, whatever host calls follow it.
+var answer_area: [answer_area_size]u8 align(8) = undefined;
+
+/// The answer region's address, for the registration map.
+pub fn answerAreaPtr() u32 {
+    return @intCast(@intFromPtr(&answer_area));
+}
+
 pub fn arena() Allocator {
     return call_arena.allocator();
 }
@@ -135,6 +150,11 @@ pub fn hostCall(request: []const u8) Answer {
     const region = raw.unpack(answer);
     if (region.ptr == 0) return malformed_answer;
     const base: [*]u8 = @ptrFromInt(region.ptr);
+    if (region.ptr == answerAreaPtr()) {
+        if (region.len > answer_area.len) return malformed_answer;
+        const copy = arena().dupe(u8, answer_area[0..region.len]) catch return out_of_memory;
+        return parseAnswer(copy) catch malformed_answer;
+    }
     // Only a region this SDK handed out is freed, with the size it has: a
     // wrong free would corrupt the heap, a missed one only leaks.
     if (region.ptr == last_alloc.ptr) {

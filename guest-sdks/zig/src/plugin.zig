@@ -165,10 +165,20 @@ fn writeRegistration(comptime P: type, comptime hooks: []const Hook) msgpack.Wri
     // Without registerExtra the map is comptime data, the same for every copy: the
     // host may reuse it (abi/SPEC.md 3.2).
     const shareable = !@hasDecl(P, "registerExtra");
+    // An older host would keep the key as an unknown one: it is left out there.
+    const area = host.hostAbiMinor() >= abi.registration.answer_region_since;
     try output.writeMap(2 + @as(u32, @intFromBool(has_name)) + @intFromBool(has_version) +
-        @intFromBool(shareable) + n_extra);
+        @intFromBool(shareable) + @intFromBool(area) + n_extra);
     try output.writeStr("abi_minor");
     try output.writeInt(abi.abi_minor);
+    if (area) {
+        try output.writeStr(abi.registration.answer_region);
+        try output.writeMap(2);
+        try output.writeStr("ptr");
+        try output.writeInt(host.answerAreaPtr());
+        try output.writeStr("size");
+        try output.writeInt(host.answer_area_size);
+    }
     if (shareable) {
         try output.writeStr("shareable");
         try output.writeBool(true);

@@ -143,6 +143,9 @@ class PluginInstance:
         self._in_ptr = 0
         self._in_cap = 0
 
+    # (ptr, size) the guest declared for host_call answers (Plugin.new_instance sets it
+    # from a minor-3 registration); (0, 0): every answer goes through wasmext_alloc.
+    answer_region: tuple[int, int] = (0, 0)
     _streams: tuple[Any, Any] | None = None  # stdout and stderr captures, made at first write
     _fs: FsTable | None = None  # the folder grants' fds, made at the first file call
     _fs_frame: Any = None       # the call `_fs_io` counts bytes for
@@ -516,6 +519,19 @@ class PluginInstance:
                                       limits.max_msgpack_depth, self._pack, self._known)
             delivering = budget.checked_at  # where host_call's last check read the clock
         size = len(answer)
+        if size <= self.answer_region[1]:
+            # SPEC 1.4, minor 3: the guest's own area, no second guest entry. Its address
+            # is the guest's word, so it is checked against the memory's size now (the
+            # memory may have grown into it since); an area past the end is as if the
+            # answer did not fit.
+            at = self.answer_region[0]
+            if at + size <= memory.known:  # `write`, inline: the region is known
+                memory.view[at:at + size] = answer
+                budget.check_time(delivering)
+                return (at << 32) | size
+            if memory.write(at, answer):
+                budget.check_time(delivering)
+                return (at << 32) | size
         try:
             out = (self._alloc_fn or self._bind_alloc())(size)
         except Exception as exc:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wasmext._abi import ABI_MAJOR, ABI_MINOR, HOOKS
+from wasmext._abi import ABI_MAJOR, ABI_MINOR, HOOKS, REGISTRATION_KEYS
 from wasmext._version import __version__
 from wasmext.errors import (
     InvalidOutput,
@@ -95,6 +95,9 @@ class Registration:
     shareable: bool = False
     # Payload codecs besides MessagePack the guest reads and writes (SPEC 8: "json").
     codecs: tuple[str, ...] = ()
+    # (ptr, size) of the guest's area for host_call answers (SPEC 1.4, minor 3); None:
+    # every answer goes through wasmext_alloc.
+    answer_region: tuple[int, int] | None = None
 
     @property
     def hook_names(self) -> tuple[str, ...]:
@@ -156,10 +159,36 @@ class Registration:
                 not all(isinstance(c, str) for c in codecs):
             raise bad("'codecs' must be an array of at most 16 strings")
         known = {"hooks", "abi_minor", "name", "version", "shareable", "codecs"}
+        region = None
+        # Below the minor that gave it meaning the key is an unknown one, kept and
+        # ignored, exactly as an older host treated it.
+        if min(ABI_MINOR, minor) >= REGISTRATION_KEYS["answer_region"] and \
+                "answer_region" in reg:
+            region = _answer_region(reg["answer_region"])
+            if region is None:
+                raise bad("'answer_region' must be a map of an int 'ptr' (1 or more) and an "
+                          "int 'size' (1 or more), ptr + size within 4 GiB")
+            known.add("answer_region")
         extra = {k: v for k, v in reg.items() if k not in known}
         return cls(tuple(hooks), minor, None if name is None else clean(name, 128),
                    None if version is None else clean(version, 64), extra, shareable,
-                   tuple(clean(c, 32) for c in codecs))
+                   tuple(clean(c, 32) for c in codecs), region)
+
+
+_ADDRESS_SPACE = 1 << 32  # wasm32: every address and length is below this
+
+
+def _answer_region(raw: Any) -> tuple[int, int] | None:
+    """A registration's `answer_region` as (ptr, size), or None when malformed. Only its
+    shape is checked here: whether it lies inside the memory is checked at every answer,
+    against the memory's size then (it may grow into the area later)."""
+    if type(raw) is not dict or set(raw) != {"ptr", "size"}:
+        return None
+    ptr, size = raw["ptr"], raw["size"]
+    if type(ptr) is not int or type(size) is not int or ptr < 1 or size < 1 or \
+            ptr + size > _ADDRESS_SPACE:
+        return None
+    return ptr, size
 
 
 @dataclass(frozen=True)
@@ -281,6 +310,8 @@ class Plugin:
             self._record_fault(fault)
             raise
         inst.ctx.abi_minor = min(ABI_MINOR, reg.abi_minor)
+        if reg.answer_region is not None:
+            inst.answer_region = reg.answer_region
         self.registration = reg
         return inst
 
