@@ -37,3 +37,13 @@ def test_a_wire_session_gives_the_hook_context_a_fresh_session_gives() -> None:
         assert host.try_call("missing", "pre", {}, wire) == (
             None, "plugin missing is not loaded")
         assert wire.state == {} and wire.otel_context is None
+
+
+def test_session_ids_from_the_wire_stay_plain_only_when_short_and_plain() -> None:
+    from wasmext.cluster.stagecall import session_id
+
+    assert session_id("a" * 128) == "a" * 128
+    for odd in ("a" * 129, "", "é" * 4, "٣٣", "a b", "a\u202eb"):  # long, empty, non-ASCII
+        digest = session_id(odd)
+        assert digest.startswith("trace-") and len(digest) == 38
+    assert session_id("abc.1:x-y_z") == "abc.1:x-y_z"
