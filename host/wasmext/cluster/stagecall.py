@@ -52,7 +52,7 @@ def session_id(trace_id: str) -> str:
     """The trace id as the call's session id, or its digest when it is long or odd
     (it comes off the network and becomes a state scope and a log field)."""
     # Letters and digits only (a caller's random ids): plain without the pattern's scan.
-    if trace_id.isalnum() and trace_id.isascii() and len(trace_id) <= 128 \
+    if (trace_id.isalnum() and trace_id.isascii() and len(trace_id) <= 128) \
             or _PLAIN_ID.fullmatch(trace_id):
         return trace_id
     return "trace-" + hashlib.sha256(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
