@@ -1,7 +1,7 @@
 """CPU per request on each side of a NATS round trip: `Router.arun` beside a bare
 nats-py echo, same server, same request body, same asyncio caller, interleaved.
 
-    python benchmarks/nats_cost.py [--rounds N] [--n N] [--in-flight N] [--inline]
+    python benchmarks/nats_cost.py [--rounds N] [--n N] [--in-flight N] [--inline | --lane]
 
 Each round runs `n` requests of each kind one at a time, then `n` with `in_flight`
 outstanding, alternating the echo and the `Router.arun` stage, and reads the CPU time
@@ -10,8 +10,11 @@ the responder's (the echo process, or the `wasmext worker`: the sum of
 `/proc/PID/task/*/schedstat`, nanoseconds). CPU time per request hardly depends on what
 else the machine runs; the wall-clock ratios printed beside it do, which is why rounds
 alternate and the minimum and median over rounds are shown. `--inline` starts the
-worker with `--inline-below-ms 5000` (the stage runs on the worker's loop); by default
-the stage goes through the lane, as a plugin with the ABI's default `timeout_ms` does.
+worker with `--inline-below-ms 5000` (the stage runs on the worker's loop by rule);
+`--lane` with `--short-call-ms 0` (every call through the lane, as a plugin with the
+ABI's default `timeout_ms` went until the sixth round); by default the worker's own
+rule holds (the plugin's calls go through the lane until 8 in a row were short, then
+run on the loop on trial: the warm-up gets it there).
 
 `--loop N` only runs N `Router.arun`s one at a time (or, with `--echo`, N echo
 requests) after 100 warm-up ones, printing the responder's pid first (with `--caller`,
@@ -182,7 +185,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--in-flight", type=int, default=16)
-    ap.add_argument("--inline", action="store_true")
+    place = ap.add_mutually_exclusive_group()
+    place.add_argument("--inline", action="store_true")
+    place.add_argument("--lane", action="store_true")
     ap.add_argument("--loop", type=int, default=None)
     ap.add_argument("--echo", action="store_true")
     ap.add_argument("--caller", action="store_true",
@@ -192,7 +197,8 @@ def main() -> None:
         cluster = Cluster(Path(tmp))
         try:
             cluster.add_echo()
-            cluster.add_worker(*(("--inline-below-ms", "5000") if args.inline else ()))
+            cluster.add_worker(*(("--inline-below-ms", "5000") if args.inline else
+                                 ("--short-call-ms", "0") if args.lane else ()))
             with Host(HostConfig(), runtime=Runtime(cache=False),
                       plugin_dirs=[("workspace", cluster.plugins)]) as host:
                 out = asyncio.run(_measure(cluster, host, args))
@@ -200,9 +206,10 @@ def main() -> None:
             cluster.close()
     if args.loop is not None:
         return
+    where = ("on its loop" if args.inline else "through the lane" if args.lane else
+             "on its loop on trial (the default)")
     print(f"{args.rounds} rounds x {args.n} requests, one at a time and "
-          f"{args.in_flight} in flight; worker stage "
-          f"{'on its loop' if args.inline else 'through the lane'}")
+          f"{args.in_flight} in flight; worker stage {where}")
     print("CPU us per request      caller (1 / window)     responder (1 / window)"
           "      p50 us     per s")
     for name in ("echo", "arun"):

@@ -78,6 +78,10 @@ def _import_nats_extra() -> None:
 @click.option("--inline-below-ms", type=click.FloatRange(0), default=None,
               help="Run a plugin call on the worker's event loop, with no thread hop, when "
                    "its timeout_ms plus 10 ms is below this (default 50; 0: never).")
+@click.option("--short-call-ms", type=click.FloatRange(0), default=None,
+              help="A plugin whose stage calls all return within this (default 5) runs "
+                   "them on the event loop, after 8 short ones in a row off it; the first "
+                   "longer one sends it off the loop for good (0: never).")
 @click.option("--name", default="wasmext-worker", show_default=True,
               help="This worker's name on the connection and in service metadata.")
 @click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",
@@ -88,7 +92,8 @@ def _import_nats_extra() -> None:
 @click.option("--example", is_flag=True,
               help="Also serve the example session's plugins (those `wasmext run` plays).")
 def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
-           concurrency: int, inline_below_ms: float | None, name: str,
+           concurrency: int, inline_below_ms: float | None, short_call_ms: float | None,
+           name: str,
            bridge_events: tuple[str, ...], watch: bool, example: bool) -> None:
     """Serve the plugins (each whole, and its pipeline stages) as NATS services until
     SIGTERM (then drain)."""
@@ -113,7 +118,11 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
         auth = host.config.nats.with_env()
         url = url or auth.url or DEFAULT_URL
         with host, (PluginWatcher(host) if watch else nullcontext()):
-            inline = {} if inline_below_ms is None else {"inline_below_ms": inline_below_ms}
+            inline: dict[str, float] = {}
+            if inline_below_ms is not None:
+                inline["inline_below_ms"] = inline_below_ms
+            if short_call_ms is not None:
+                inline["short_call_ms"] = short_call_ms
             served = Worker(host, url, prefix=prefix, concurrency=concurrency, name=name,
                             auth=auth, **inline)
             if not served.stages:

@@ -31,6 +31,11 @@ from wasmext.text import clean
 __all__ = ["PluginCalls"]
 
 log = logging.getLogger("wasmext.host")
+# `try_call`'s entries by (plugin, hook, source, load index): a frozen dataclass costs
+# more to make than the rest of the call's bookkeeping. Callers may name any hook, so
+# the table is emptied when full.
+_TRY_ENTRIES: dict[tuple[str, str, str, int], Entry] = {}
+_MAX_TRY_ENTRIES = 4096
 
 
 def _span_hook(hook: str) -> str:
@@ -66,7 +71,12 @@ class PluginCalls:
             if session is not None:
                 session.trace.note(hook, "failed", "no such plugin loaded", plugin_id)
             return None, f"plugin {plugin_id} is not loaded"
-        entry = Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0)
+        key = (plugin_id, hook, lp.source, lp.load_index)
+        entry = _TRY_ENTRIES.get(key)
+        if entry is None:
+            if len(_TRY_ENTRIES) >= _MAX_TRY_ENTRIES:
+                _TRY_ENTRIES.clear()
+            entry = _TRY_ENTRIES[key] = Entry(plugin_id, hook, 50, lp.source, lp.load_index, 0)
         return self._invoke(entry, data, session, "open")
 
     def deliver(self, plugin_id: str, hook: str, data: Any) -> CallResult | None:

@@ -179,6 +179,9 @@ class PluginAdvert(_Strict):
 T = TypeVar("T")
 _JSON_ENC = msgspec.json.Encoder()
 _MSGPACK_ENC = msgspec.msgpack.Encoder()
+# A decoder per (type, encoding), made on first use: `msgspec.json.decode(type=)`
+# builds the type's decoding plan again on every call. The types are this module's.
+_DECODERS: dict[tuple[type, str], Any] = {}
 
 
 def encoding_of(headers: dict[str, str] | None) -> str:
@@ -196,10 +199,12 @@ def decode(data: bytes, kind: type[T], encoding: str = JSON, *, peer: str = "pee
     """`data` as a `kind`, or ContractError naming `peer` and what is wrong."""
     if len(data) > MAX_BYTES:
         raise ContractError(f"{peer}: message of {len(data)} bytes is over {MAX_BYTES}")
+    decoder = _DECODERS.get((kind, encoding))
+    if decoder is None:
+        decoder = _DECODERS[(kind, encoding)] = (
+            msgspec.msgpack.Decoder(kind) if encoding == MSGPACK else msgspec.json.Decoder(kind))
     try:
-        if encoding == MSGPACK:
-            return msgspec.msgpack.decode(data, type=kind)
-        return msgspec.json.decode(data, type=kind)
+        return decoder.decode(data)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:
         raise ContractError(f"{peer}: not a {kind.__name__}: {clean(exc, 300)}") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgpack: bad UTF-8 in a str

@@ -34,12 +34,16 @@ class Stage:
 
 class Counts:
     """What one endpoint did: answered, failed (answered with an error), expired
-    (dropped unrun), duplicate (ran, its state commit not applied again), time spent."""
+    (dropped unrun), duplicate (ran, its state commit not applied again), time spent;
+    calls run on the worker's loop, and demoted (1: its call held the loop longer than
+    a short call, and its plugin's calls went back to the lane)."""
 
-    __slots__ = ("answered", "duplicate", "expired", "failed", "total_ns")
+    __slots__ = ("answered", "demoted", "duplicate", "expired", "failed", "on_loop",
+                 "total_ns")
 
     def __init__(self) -> None:
         self.answered = self.failed = self.expired = self.duplicate = self.total_ns = 0
+        self.on_loop = self.demoted = 0
 
 
 def version_of(lp: LoadedPlugin) -> str:

@@ -12,6 +12,11 @@ host's own metrics (served by `--metrics-port`). A worker registers its own:
     extension_worker_requests_total{worker,extension,subject,outcome}
         answered | failed | expired (dropped unrun: the caller's deadline had passed)
         | duplicate (ran; its state commit had been applied under the same call id)
+    extension_worker_loop_calls_total{worker,extension,subject}
+        stage calls run on the worker's event loop (the rest went through its lane)
+    extension_worker_demoted_total{worker,extension,subject}
+        1 once a call held the loop past the worker's `short_call_ms`: the plugin's
+        calls run off the loop from then on
 """
 
 from __future__ import annotations
@@ -104,9 +109,18 @@ class WorkerMetrics(Collector):
         requests = CounterMetricFamily("extension_worker_requests",
                                        "Requests a worker took, by outcome",
                                        labels=["worker", "extension", "subject", "outcome"])
+        on_loop = CounterMetricFamily("extension_worker_loop_calls",
+                                      "Stage calls a worker ran on its event loop",
+                                      labels=["worker", "extension", "subject"])
+        demoted = CounterMetricFamily("extension_worker_demoted",
+                                      "Calls that held a worker's loop past a short call "
+                                      "(their plugin then ran off the loop)",
+                                      labels=["worker", "extension", "subject"])
         for worker, figures in sorted(self._sources.items()):
             for subject, (ext_id, c) in sorted(figures().items()):
                 for outcome in ("answered", "failed", "expired", "duplicate"):
                     requests.add_metric([worker, ext_id, subject, outcome],
                                         getattr(c, outcome))
-        yield requests
+                on_loop.add_metric([worker, ext_id, subject], c.on_loop)
+                demoted.add_metric([worker, ext_id, subject], c.demoted)
+        yield from (requests, on_loop, demoted)

@@ -33,15 +33,17 @@ from wasmext.cluster.mapping import (
     stage_response,
     verdict_from_answer,
 )
+from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import calltree
 from wasmext.services.state import applying
-from wasmext.session import Session
+from wasmext.session import TOOL_HOOKS
 
 if TYPE_CHECKING:
+    from wasmext.hooks.ordering import Entry
     from wasmext.host import Host
 
-__all__ = ["Budget", "call_stage", "session_id"]
+__all__ = ["Budget", "WireSession", "call_stage", "session_id"]
 
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -49,9 +51,49 @@ _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 def session_id(trace_id: str) -> str:
     """The trace id as the call's session id, or its digest when it is long or odd
     (it comes off the network and becomes a state scope and a log field)."""
-    if _PLAIN_ID.fullmatch(trace_id):
+    # Letters and digits only (a caller's random ids): plain without the pattern's scan.
+    if (trace_id.isalnum() and trace_id.isascii() and len(trace_id) <= 128) \
+            or _PLAIN_ID.fullmatch(trace_id):
         return trace_id
     return "trace-" + hashlib.sha256(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+class _Unread:
+    """The trace of a remote call's session: it lives for one call and nobody reads it."""
+
+    __slots__ = ()
+
+    def add(self, entry: Entry, outcome: str, detail: str | None) -> None:
+        """Nothing to keep."""
+
+    def note(self, hook: str, outcome: str, detail: str | None = None,
+             plugin_id: str | None = None) -> None:
+        """Nothing to keep."""
+
+
+_UNREAD = _Unread()
+
+
+class WireSession:
+    """The session one remote stage call runs in: what `Host.try_call` reads of a
+    `Session` (its id, an unread trace, the minor-1 hook context), made per request
+    without the rest (trace list and lock, message lists, a context made up front)."""
+
+    __slots__ = ("host", "id", "otel_context", "state", "trace")
+
+    def __init__(self, host: Host, session_id: str) -> None:
+        self.host, self.id = host, session_id
+        self.state: dict[str, Any] = {}
+        self.trace = _UNREAD
+        self.otel_context: Any = None  # the worker's span, when traced, is the current one
+
+    def hook_context(self, hook: str) -> dict[str, Any]:
+        """`context` for one hook call, as a fresh `Session`'s would be."""
+        context: dict[str, Any] = {"session_id": self.id, "trace_id": random_hex(),
+                                   "turn_id": None, "tenant_id": None, "agent_name": None}
+        if hook in TOOL_HOOKS:
+            context["tools"] = sorted(getattr(getattr(self.host, "tools", None), "tools", {}))
+        return context
 
 
 class Budget:
@@ -110,7 +152,7 @@ def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
     else:
         request = decode(raw, ExtRequest, encoding, peer=peer)
         data = data_from_request(request)
-    session = Session(host, session_id(request.trace_id), {})
+    session = WireSession(host, session_id(request.trace_id))
     root = budget.frame()
     if root is not None:
         calltree.push(root)

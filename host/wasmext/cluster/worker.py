@@ -8,8 +8,16 @@ A stage request runs as `cluster.stagecall` says (its budget from the headers, o
 exactly as in-process). A call whose worst case (the plugin's `timeout_ms` plus the
 deadline slack) is below `inline_below_ms` (default 50 ms, as for awaited hooks) and
 whose plugin runs no application code runs on the worker's event loop, in the
-subscription's handler, with no thread hop; any other goes through the lane onto
-wasmext's call pool (`concurrency` threads; `cluster.lane`).
+subscription's handler, with no thread hop ("by rule"). Any other plugin without
+application code starts on the lane (`cluster.lane`: a thread of its own, and
+wasmext's call pool behind a slow call, `concurrency` threads at most) and earns the
+loop: once `PROVE_CALLS` of its stage calls in a row ran within `short_call_ms`
+(default 5 ms) there, its calls run on the loop ("on trial"), each one timed. The
+first that runs longer moves the plugin back to the lane for the worker's life
+(`demoted`, logged, counted per endpoint): a plugin can hold the loop past
+`short_call_ms` once, for at most its own `timeout_ms` (capped by the caller's
+deadline), and never again. `short_call_ms=0` turns the trial off (the lane for
+every plugin not inline by rule); `inline_below_ms=0` keeps every call off the loop.
 
 A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up: the
 worker was frozen, or its queue was long) is dropped unrun and unanswered, when it
@@ -87,6 +95,17 @@ NEXT_TIMEOUT_S = 300.0
 # consumer's message is.
 MAX_BACKLOG = 4096
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
+# How long a stage call may run and still count as short: a plugin whose calls stay
+# within it runs them on the loop, the first longer one sends it back to the lane.
+# 5 ms is the interpreter's GIL switch interval: a healthy call rarely waits longer
+# for the GIL, and every request behind a call on the loop waits as long as it runs.
+SHORT_CALL_MS = 5.0
+# Short calls in a row on the lane before a plugin's calls run on the loop: a plugin's
+# first calls (a cold instance) and a plainly slow plugin never reach the loop.
+PROVE_CALLS = 8
+# Where a plugin's stage calls run (Worker._place)
+LANE, BY_RULE, ON_TRIAL = 0, 1, 2
+_DEMOTED = -1  # `_proven`'s mark for a plugin sent back to the lane for good
 
 
 class Worker:
@@ -95,7 +114,8 @@ class Worker:
     def __init__(self, host: Host, url: str, *, prefix: str = "wasmext",
                  concurrency: int = 8, name: str = "wasmext-worker",
                  auth: NatsAuth | None = None,
-                 inline_below_ms: float = INLINE_BELOW_MS) -> None:
+                 inline_below_ms: float = INLINE_BELOW_MS,
+                 short_call_ms: float = SHORT_CALL_MS) -> None:
         self.host, self.url, self.prefix = host, url, check_prefix(prefix)
         self.auth = auth
         # With [nats] reply_key, every answer is signed (cluster.signed).
@@ -110,6 +130,11 @@ class Worker:
         self._plugin_calls = 0  # whole plugin calls (`call` endpoints) taken, not answered
         self._shed_logged = 0.0  # when the last "backlog full" line was logged
         self.inline_below_ms = inline_below_ms
+        self.short_call_ms = short_call_ms
+        self._short_s = short_call_ms / 1000
+        # Short lane calls in a row, by plugin id (_DEMOTED: sent back to the lane).
+        self._proven: dict[str, int] = {}
+        self.demoted: dict[str, float] = {}  # plugin id: ms its slow call held the loop
         self._pool = CallPool(concurrency, name="wasmext-worker")
         self._lane = Lane(self._pool, concurrency, self._delivered)
         # The answer's headers by encoding, built once (copied when an error or a
@@ -182,8 +207,9 @@ class Worker:
             endpoint._num_requests += 1
             req = Request(msg)
             try:
-                if self._inline(stage):  # short: answered here, in arrival order, no hop
-                    self._later(self._serve_now(stage, req))
+                place = self._place(stage)
+                if place:  # short: answered here, in arrival order, no hop
+                    self._later(self._serve_now(stage, req, place == ON_TRIAL))
                 else:
                     self._queue(stage, req)  # the lane answers it
             except Exception as err:  # a host bug: one line, named, as nats-py answers it
@@ -234,14 +260,40 @@ class Worker:
         lp = self.host.plugins.get(pid)
         return (version_of(lp) if lp is not None else "", tuple(s.subject for s in stages))
 
-    def _inline(self, stage: Stage) -> bool:
-        """Is `stage`'s call short enough to run on the loop (no application code)?"""
+    def _place(self, stage: Stage) -> int:
+        """Where `stage`'s next call runs: LANE, on the loop BY_RULE (its worst case is
+        below `inline_below_ms`), or on the loop ON_TRIAL (its plugin's calls have been
+        short so far: timed, and sent back to the lane when one is not)."""
         lp = self.host.plugins.get(stage.plugin_id)
         if lp is None or self.inline_below_ms <= 0:
-            return False
+            return LANE
         plugin = lp.plugin
-        return (APP_GRANTS.isdisjoint(plugin.grants)
-                and plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms)
+        if not APP_GRANTS.isdisjoint(plugin.grants):
+            return LANE
+        if plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms:
+            return BY_RULE
+        if self._short_s > 0 and self._proven.get(stage.plugin_id, 0) >= PROVE_CALLS:
+            return ON_TRIAL
+        return LANE
+
+    def _proved(self, stage: Stage, took_s: float) -> None:
+        """A lane call of `stage` ran for `took_s`: one more short call in a row, or
+        the count starts again (a slow call on the lane blocks no one: no demotion)."""
+        pid = stage.plugin_id
+        proven = self._proven.get(pid, 0)
+        if 0 <= proven < PROVE_CALLS:
+            self._proven[pid] = proven + 1 if took_s < self._short_s else 0
+
+    def _demote(self, stage: Stage, took_s: float) -> None:
+        """`stage`'s call held the loop longer than a short call: its plugin's calls go
+        through the lane from now on, for the worker's life."""
+        pid = stage.plugin_id
+        self._proven[pid] = _DEMOTED
+        self.demoted[pid] = round(took_s * 1000, 3)
+        self._count(stage).demoted += 1
+        log.warning("worker %s: a %s call of %s held the event loop %.1f ms (short: %g ms); "
+                    "its calls run off the loop from now on", self.name, stage.kind, pid,
+                    took_s * 1000, self.short_call_ms)
 
     async def _on_cancel(self, msg: Msg) -> None:
         scope = self._scopes.get(msg.data[:128].decode("ascii", "replace"))
@@ -264,8 +316,9 @@ class Worker:
                 task.add_done_callback(self._inflight.discard)
                 task.add_done_callback(lambda _done: self._plugin_call_over(size))
                 return
-            if self._inline(stage):  # short: answered here, in arrival order, no hop
-                await self._serve(stage, req)
+            place = self._place(stage)
+            if place:  # short: answered here, in arrival order, no hop
+                await self._serve(stage, req, place == ON_TRIAL)
                 return
             self._queue(stage, req)  # the lane answers it: no task until the answer
         return handle
@@ -280,7 +333,7 @@ class Worker:
         # (answered, failed, mean time) go in each endpoint's `data`.
         c = self.counts.get(endpoint.subject) or Counts()
         return {"answered": c.answered, "errors": c.failed, "expired": c.expired,
-                "duplicate": c.duplicate,
+                "duplicate": c.duplicate, "on_loop": c.on_loop, "demoted": c.demoted,
                 "average_ms": round(c.total_ns / c.answered / 1e6, 3) if c.answered else 0.0}
 
     def _count(self, stage: Stage) -> Counts:
@@ -453,21 +506,36 @@ class Worker:
         counts.duplicate += duplicate
         counts.total_ns += time.perf_counter_ns() - started
 
-    async def _serve(self, stage: Stage, req: Request) -> None:
+    async def _serve(self, stage: Stage, req: Request, on_trial: bool = False) -> None:
         """A stage call on the loop (short, no application code: no hop at all)."""
-        send = self._serve_now(stage, req)
+        send = self._serve_now(stage, req, on_trial)
         if send is not None:
             await send
 
-    def _serve_now(self, stage: Stage, req: Request) -> Coroutine[Any, Any, None] | None:
+    def _serve_now(self, stage: Stage, req: Request, on_trial: bool = False
+                   ) -> Coroutine[Any, Any, None] | None:
         """Run a stage call here; the send of its answer when it could not be queued
-        at once (None: queued, or expired unrun)."""
+        at once (None: queued, or expired unrun). A call `on_trial` that is not short
+        sends its plugin to the lane."""
         taken = self._take(stage, req)
         if taken is None:
             return None
         budget, encoding, started = taken
-        return self._answer(stage, req, budget, encoding, started,
-                            *self._outcome(stage, req.data, encoding, budget))
+        began = time.perf_counter()
+        outcome = self._outcome(stage, req.data, encoding, budget)
+        took = time.perf_counter() - began
+        if outcome[0] is not None:
+            self._count(stage).on_loop += 1
+            if on_trial and took >= self._short_s:
+                self._demote(stage, took)
+        return self._answer(stage, req, budget, encoding, started, *outcome)
+
+    def _lane_outcome(self, stage: Stage, raw: bytes, encoding: str, budget: Budget
+                      ) -> tuple[tuple[bytes | None, bool, tuple[str, str] | None], float]:
+        """`_outcome` on the lane, with how long the call ran (for `_proved`)."""
+        began = time.perf_counter()
+        outcome = self._outcome(stage, raw, encoding, budget)
+        return outcome, time.perf_counter() - began
 
     def _queue(self, stage: Stage, req: Request) -> None:
         """A stage call for the lane; `_delivered` answers it (on the loop's thread)."""
@@ -478,8 +546,8 @@ class Worker:
         if not self._admit(stage, len(req.data)):
             return
         assert self._loop is not None
-        self._lane.submit(self._loop, (stage, req, budget, encoding, started), self._outcome,
-                          stage, req.data, encoding, budget)
+        self._lane.submit(self._loop, (stage, req, budget, encoding, started),
+                          self._lane_outcome, stage, req.data, encoding, budget)
 
     def _admit(self, stage: Stage, size: int) -> bool:
         """Count a call of `size` request bytes into the backlog; False (dropped, counted,
@@ -505,11 +573,16 @@ class Worker:
     def _delivered(self, batch: list[Answer]) -> None:
         """The lane's answers: counted here, sent by one task for the whole batch."""
         sends = []
-        for (stage, req, budget, encoding, started), outcome, raised in batch:
+        for (stage, req, budget, encoding, started), timed, raised in batch:
             self._backlog_bytes -= len(req.data)
             if raised is not None:  # not an Exception (those are outcomes): still one line
-                outcome = (b"", False, ("500", clean(
-                    f"plugin {stage.plugin_id} {stage.kind}: {type(raised).__name__}", 300)))
+                outcome: tuple[bytes | None, bool, tuple[str, str] | None] = (b"", False, (
+                    "500", clean(f"plugin {stage.plugin_id} {stage.kind}: "
+                                 f"{type(raised).__name__}", 300)))
+            else:
+                outcome, took = timed
+                if outcome[0] is not None:  # it ran (not dropped unrun: that proves nothing)
+                    self._proved(stage, took)
             send = self._answer(stage, req, budget, encoding, started, *outcome)
             if send is not None:
                 sends.append(send)

@@ -27,8 +27,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import PluginError
@@ -71,16 +70,22 @@ _once: contextvars.ContextVar[Once | None] = contextvars.ContextVar("wasmext_onc
                                                                     default=None)
 
 
-@contextmanager
-def applying(key: str) -> Iterator[Once]:
+class applying:  # noqa: N801 - used as the function it was: `with applying(key) as once`
     """The state commit of the plugin call made in this block (not of the calls it
     nests) applies at most once per `key` within APPLIED_TTL_S."""
-    once = Once(key, calltree.current())
-    token = _once.set(once)
-    try:
-        yield once
-    finally:
-        _once.reset(token)
+
+    __slots__ = ("_once", "_token")
+
+    def __init__(self, key: str) -> None:
+        # A class, not a generator: a worker enters one per request.
+        self._once = Once(key, calltree.current())
+
+    def __enter__(self) -> Once:
+        self._token = _once.set(self._once)
+        return self._once
+
+    def __exit__(self, *exc: object) -> None:
+        _once.reset(self._token)
 
 
 def install_state(services: HostServices, store: Callable[[], StateStore],

@@ -1,0 +1,218 @@
+"""A worker runs a plugin's stage calls on its loop only while they have proven short:
+its first calls go through the lane, a run of short ones moves it to the loop, and the
+first call there that is not short sends the plugin back to the lane for good. A
+hostile plugin holds the loop once, for at most its own time-out, and after that a
+healthy plugin on the same worker answers while the hostile one runs; the endpoint
+statistics, the metrics and the log say what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import wasmtime
+from prometheus_client import generate_latest
+
+from wasmext import Host, HostConfig, Limits
+from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
+from wasmext.cluster.contract import encode as contract_encode
+from wasmext.cluster.worker import PROVE_CALLS, Worker
+from wasmext.runtime import Runtime
+from wasmext.testing import RESPONSE_AT, guest_wat, packed
+
+TIMEOUT_MS = 800
+# A request longer than this makes `turns` spin until its time-out.
+LONG = 600
+
+
+def _turns_wat() -> str:
+    """A pre stage answering at once for a short request, spinning for a long one."""
+    import msgpack
+
+    resp = msgpack.packb({"ok": True, "value": {"message": {"payload": "turned",
+                                                            "metadata": {}}}})
+    body = (f"(if (i32.gt_u (local.get $l) (i32.const {LONG})) (then (loop $spin "
+            f"(br $spin)))) (i64.const {packed(RESPONSE_AT, len(resp))})")
+    return guest_wat(body, response={"ok": True, "value": {"message": {
+        "payload": "turned", "metadata": {}}}},
+        registration={"hooks": [{"hook": "pre"}], "name": "turns"})
+
+
+def _plugin(parent: Path, pid: str, wat: str) -> None:
+    folder = parent / pid
+    folder.mkdir()
+    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.0.0"\nabi = 1\n')
+    (folder / f"{pid}.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
+
+
+def _request(message_id: str, long: bool = False) -> bytes:
+    payload = "x" * (LONG + 100) if long else "x"
+    return contract_encode(ExtRequest(
+        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id="x"),
+        message=ExtMessage(message_id=message_id, message_type="chat", payload=payload)))
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Any:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    _plugin(plugins, "turns", _turns_wat())
+    _plugin(plugins, "stamp", guest_wat(response={"ok": True, "value": {"message": {
+        "payload": "stamped", "metadata": {}}}},
+        registration={"hooks": [{"hook": "pre"}], "name": "stamp"}))
+    # Time-outs of 800 ms: far above the 50 ms that would put them on the loop by rule.
+    config = HostConfig(limits=Limits(timeout_ms=TIMEOUT_MS, fuel_per_call=10**13))
+    with Host(config, runtime=Runtime(cache=False, defaults=config.limits),
+              plugin_dirs=[("workspace", plugins)]) as host:
+        yield host
+
+
+def _threads(host: Host) -> dict[str, list[str]]:
+    """The threads each plugin's calls ran on, in order."""
+    ran_on: dict[str, list[str]] = {"turns": [], "stamp": []}
+    try_call = host.try_call
+
+    def recording(plugin_id: str, *args: Any, **kwargs: Any) -> Any:
+        ran_on[plugin_id].append(threading.current_thread().name)
+        return try_call(plugin_id, *args, **kwargs)
+    host.try_call = recording  # type: ignore[method-assign]
+    return ran_on
+
+
+def test_a_plugin_slow_after_proving_short_holds_the_loop_once_then_runs_off_it(
+        nats_url: str, serving: Host, caplog: pytest.LogCaptureFixture) -> None:
+    ran_on = _threads(serving)
+    turns, stamp = "trial.ext.pre.turns.v1", "trial.ext.pre.stamp.v1"
+
+    async def run() -> None:
+        import nats
+
+        worker = Worker(serving, nats_url, prefix="trial", name="t1")
+        await worker.start()
+        worker_loop = threading.current_thread().name
+        nc = await nats.connect(nats_url)
+        try:
+            for subject in (turns, stamp):  # proven short on the lane, then on the loop
+                for i in range(PROVE_CALLS + 3):
+                    msg = await nc.request(subject, _request(f"p{i}"), timeout=10)
+                    assert msg.headers is None or "Nats-Service-Error" not in msg.headers
+            for pid in ("turns", "stamp"):
+                assert worker_loop not in ran_on[pid][:PROVE_CALLS]
+                assert ran_on[pid][PROVE_CALLS:] == [worker_loop] * 3
+            assert worker.counts[turns].on_loop == 3 and not worker.demoted
+
+            # Fast so far, now slow: this one call holds the loop, for its own time-out.
+            started = time.monotonic()
+            slow = asyncio.ensure_future(nc.request(turns, _request("s1", long=True),
+                                                    timeout=10))
+            await asyncio.sleep(0.05)
+            waiting = await nc.request(stamp, _request("behind"), timeout=10)
+            answer = await slow
+            took = time.monotonic() - started
+            assert answer.headers is not None
+            assert answer.headers["Nats-Service-Error-Code"] == "500"
+            assert "timeout" in answer.headers["Nats-Service-Error"]
+            assert b"stamped" in waiting.data
+            assert took < TIMEOUT_MS / 1000 + 3  # its own time-out, not more
+            assert ran_on["turns"][-1] == worker_loop
+            assert worker.demoted["turns"] >= 5 and "stamp" not in worker.demoted
+            assert worker.counts[turns].demoted == 1
+
+            # Demoted: its next slow call runs off the loop, and the healthy plugin,
+            # still on the loop, answers meanwhile.
+            started = time.monotonic()
+            slow = asyncio.ensure_future(nc.request(turns, _request("s2", long=True),
+                                                    timeout=10))
+            await asyncio.sleep(0.1)
+            for i in range(10):
+                msg = await nc.request(stamp, _request(f"h{i}"), timeout=10)
+                assert b"stamped" in msg.data
+            healthy_done = time.monotonic() - started
+            assert not slow.done()
+            assert healthy_done < TIMEOUT_MS / 1000  # not behind the slow call
+            answer = await slow
+            assert answer.headers is not None
+            assert "timeout" in answer.headers["Nats-Service-Error"]
+            assert ran_on["turns"][-1] != worker_loop
+            assert ran_on["stamp"][-10:] == [worker_loop] * 10
+            assert worker.counts[turns].demoted == 1  # once, never again
+            # A short call of the demoted plugin is still answered, off the loop.
+            msg = await nc.request(turns, _request("after"), timeout=10)
+            assert b"turned" in msg.data and ran_on["turns"][-1] != worker_loop
+
+            stats = json.loads((await nc.request("$SRV.STATS.trial-turns", b"",
+                                                 timeout=5)).data)
+            data = {e["subject"]: e["data"] for e in stats["endpoints"]}[turns]
+            assert (data["on_loop"], data["demoted"]) == (4, 1)
+        finally:
+            await nc.close()
+            await worker.drain()
+
+    with caplog.at_level(logging.WARNING, logger="wasmext.cluster.worker"):
+        asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records if "held the event loop" in r.message]
+    assert len(lines) == 1 and "turns" in lines[0]
+    metrics = generate_latest(serving.observe.metrics.registry).decode()
+    assert ('extension_worker_demoted_total{extension="turns",subject="trial.ext.pre.turns.v1",'
+            'worker="t1"} 1.0') in metrics
+    assert ('extension_worker_loop_calls_total{extension="stamp",'
+            'subject="trial.ext.pre.stamp.v1",worker="t1"} 14.0') in metrics
+
+
+def test_short_call_ms_zero_keeps_every_call_on_the_lane(nats_url: str,
+                                                          serving: Host) -> None:
+    ran_on = _threads(serving)
+
+    async def run() -> None:
+        import nats
+
+        worker = Worker(serving, nats_url, prefix="lane", name="l1", short_call_ms=0)
+        await worker.start()
+        nc = await nats.connect(nats_url)
+        try:
+            for i in range(PROVE_CALLS * 2):
+                msg = await nc.request("lane.ext.pre.stamp.v1", _request(f"m{i}"), timeout=10)
+                assert b"stamped" in msg.data
+            assert worker.counts["lane.ext.pre.stamp.v1"].on_loop == 0
+        finally:
+            await nc.close()
+            await worker.drain()
+        assert threading.current_thread().name not in ran_on["stamp"]
+
+    asyncio.run(run())
+
+
+def test_a_slow_call_on_the_lane_starts_the_proof_again(nats_url: str,
+                                                        serving: Host) -> None:
+    ran_on = _threads(serving)
+
+    async def run() -> None:
+        import nats
+
+        worker = Worker(serving, nats_url, prefix="again", name="a1")
+        await worker.start()
+        loop_thread = threading.current_thread().name
+        subject = "again.ext.pre.turns.v1"
+        nc = await nats.connect(nats_url)
+        try:
+            for i in range(PROVE_CALLS - 1):
+                await nc.request(subject, _request(f"m{i}"), timeout=10)
+            slow = await nc.request(subject, _request("slow", long=True), timeout=10)
+            assert slow.headers is not None and "timeout" in slow.headers["Nats-Service-Error"]
+            for i in range(PROVE_CALLS):  # a whole run of short ones again
+                await nc.request(subject, _request(f"n{i}"), timeout=10)
+            assert loop_thread not in ran_on["turns"]  # no call reached the loop yet
+            assert not worker.demoted  # slow on the lane blocked nobody
+            await nc.request(subject, _request("now"), timeout=10)
+            assert ran_on["turns"][-1] == loop_thread
+        finally:
+            await nc.close()
+            await worker.drain()
+
+    asyncio.run(run())
