@@ -16,11 +16,11 @@ ABI's default `timeout_ms` went until the sixth round); by default the worker's 
 rule holds (the plugin's calls go through the lane until 8 in a row were short, then
 run on the loop on trial: the warm-up gets it there).
 
-`--loop N` only runs N `Router.arun`s one at a time (or, with `--echo`, N echo
-requests) after 100 warm-up ones, printing the responder's pid first (with `--caller`,
-its own: run it under `valgrind --tool=callgrind --instr-atstart=no`): for callgrind,
-switch instrumentation on when it has printed the pid (`callgrind_control -i on PID`),
-then send a line; off when it prints `done`, then send another.
+`--loop N` only runs N `Router.arun`s one at a time (`--loop-window W`: W in flight)
+(or, with `--echo`, N echo requests) after 100 warm-up ones, printing the responder's
+pid first (with `--caller`, its own: run it under `valgrind --tool=callgrind
+--instr-atstart=no`): for callgrind, switch instrumentation on when it has printed the
+pid (`callgrind_control -i on PID`), then send a line; off when it prints `done`, then send another.
 """
 
 from __future__ import annotations
@@ -121,8 +121,7 @@ async def _measure(cluster: Cluster, host: Host, args: argparse.Namespace) -> di
             print(os.getpid() if args.caller else echo_pid if args.echo else worker_pid,
                   flush=True)
             sys.stdin.readline()  # instrumentation switched on
-            for _ in range(args.loop):
-                await once()
+            await _batch(once, args.loop, args.loop_window)
             print("done", flush=True)
             sys.stdin.readline()  # and off
             return {}
@@ -190,6 +189,8 @@ def main() -> None:
     place.add_argument("--lane", action="store_true")
     ap.add_argument("--loop", type=int, default=None)
     ap.add_argument("--echo", action="store_true")
+    ap.add_argument("--loop-window", type=int, default=1,
+                    help="with --loop: how many requests are in flight (default 1)")
     ap.add_argument("--caller", action="store_true",
                     help="with --loop: print this process's pid, not the responder's")
     args = ap.parse_args()

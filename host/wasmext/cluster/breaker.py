@@ -42,6 +42,8 @@ class Breaker:
 
     def allow(self) -> bool:
         """May a call go out now? (In half-open, only one trial at a time.)"""
+        if self.opened_at is None:  # closed: one read, as under the lock (set whole)
+            return True
         with self._lock:
             state = self._state(time.monotonic())
             if state == "closed":
@@ -53,6 +55,8 @@ class Breaker:
 
     def succeeded(self) -> None:
         """A call succeeded: close the circuit and reset the count."""
+        if not self.failures and self.opened_at is None and not self._trial:
+            return  # nothing to reset: the common case takes no lock
         with self._lock:
             self.failures, self.opened_at, self._trial = 0, None, False
 

@@ -6,16 +6,16 @@ policy in-process (`wasmext run` without the `nats` extra) imports neither.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["CallIds"]
 
 
-@dataclass(frozen=True)
-class CallIds:
+class CallIds(NamedTuple):
     """What every remote call of one pipeline run carries (body and headers): its ids and
     the budget of the call tree it belongs to (`deadline` in time.monotonic seconds and
-    `calls_left` host calls; None: unbounded)."""
+    `calls_left` host calls; None: unbounded). A named tuple: made once per run, where a
+    frozen dataclass set each field through `object.__setattr__`."""
 
     trace_id: str
     tenant_id: str

@@ -27,7 +27,6 @@ import contextlib
 import itertools
 import logging
 import math
-import os
 import re
 import threading
 from collections import deque
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.errors import NatsAuthFailed, NatsUnavailable
+from wasmext.ids import random_hex
 from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ log = logging.getLogger("wasmext.cluster.link")
 # How late an awaited request may time out: the requests due within one tick share a
 # timer (a timer each, set and cancelled per request, was a heap push and pop apiece).
 TICK_S = 0.005
+# Bytes the socket may have left unsent before a flush waits for it (nats-py's flusher
+# awaits the drain): asyncio's default high-water mark.
+_WRITE_BEHIND = 64 * 1024
 
 
 # What nats-server says (-ERR) when it refuses a login: a wrong token, user, password,
@@ -91,6 +94,16 @@ _SUBJECT_BAD = re.compile(r"[ \t\r\n]")  # nats-py's: CR or LF would start anoth
 
 
 _GOOD_NAMES: set[str] = set()  # header names already checked (a few, sent on every request)
+_GOOD_SUBJECTS: set[str] = set()  # subjects already checked (a stage's, sent to each time)
+
+
+def _good_subject(subject: str) -> bool:
+    """Whether nats-py would publish to `subject` (remembered: at most 1,024 of them)."""
+    if not subject or _SUBJECT_BAD.search(subject):
+        return False
+    if len(_GOOD_SUBJECTS) < 1024:
+        _GOOD_SUBJECTS.add(subject)
+    return True
 
 
 def header_block(headers: dict[str, str]) -> bytes:
@@ -100,15 +113,19 @@ def header_block(headers: dict[str, str]) -> bytes:
     encoded once, where nats-py runs a regex and three encodes per header."""
     parts = ["NATS/1.0\r\n"]
     for name, value in headers.items():
-        key = name.strip()
-        if not key:
-            continue
-        if key not in _GOOD_NAMES:
+        if name not in _GOOD_NAMES:  # only names with nothing to strip are remembered
+            key = name.strip()
+            if not key:
+                continue
             if not _HEADER_KEY.fullmatch(key):
                 raise ValueError(f"not a header name: {clean(key, 64)}")
-            if len(_GOOD_NAMES) < 256:  # names may come from a caller: the set stays small
+            if key == name and len(_GOOD_NAMES) < 256:  # from a caller: the set stays small
                 _GOOD_NAMES.add(key)
-        parts.append(f"{key}: {value.strip().translate(_NEWLINES)}\r\n")
+            name = key
+        value = value.strip()
+        if "\r" in value or "\n" in value:
+            value = value.translate(_NEWLINES)
+        parts.append(f"{name}: {value}\r\n")
     parts.append("\r\n")
     return "".join(parts).encode()
 
@@ -128,6 +145,7 @@ def _client() -> Client:
             def __init__(self) -> None:
                 super().__init__()
                 self._now: dict[int, Callable[[Msg], None]] = {}
+                self._flush_set = False  # a `_flush_now` is scheduled
 
             def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
                 """Hand `sub`'s messages to `handler` as the reader parses them: no
@@ -163,14 +181,17 @@ def _client() -> Client:
                     await self._error_cb(exc)
 
             def publish_soon(self, subject: str, payload: bytes, block: bytes,
-                             reply: str = "") -> bool:
+                             reply: str = "", *, alone: bool = False) -> bool:
                 """Queue a message with a `header_block` for the flusher, as `publish`
                 does when it need not wait; False (nothing queued) when it would wait
-                or refuse: not connected, a full buffer, too large, a bad subject."""
+                or refuse: not connected, a full buffer, too large, a bad subject.
+                `alone`: the sender expects no other message this turn of the loop
+                (one request in flight), so it is written at once when nothing is
+                queued before it and the socket is not behind, saving the loop a turn."""
                 flusher, flushes = self._flusher_task, self._flush_queue
                 if not self.is_connected or flusher is None or flusher.done() \
                         or flushes is None or len(payload) > self._max_payload \
-                        or not subject or _SUBJECT_BAD.search(subject) \
+                        or (subject not in _GOOD_SUBJECTS and not _good_subject(subject)) \
                         or (reply and _SUBJECT_BAD.search(reply)):
                     return False
                 cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
@@ -180,11 +201,45 @@ def _client() -> Client:
                     return False
                 self.stats["out_msgs"] += 1
                 self.stats["out_bytes"] += len(payload)
+                if alone and not self._pending:
+                    writer = self._writer()
+                    if writer is not None:
+                        writer.write(cmd)
+                        return True
                 self._pending.append(cmd)
                 self._pending_data_size += len(cmd)
-                if flushes.empty():  # wake the flusher, as publish does
-                    flushes.put_nowait(asyncio.get_running_loop().create_future())
+                if not self._flush_set:  # one write for all queued before the loop turns
+                    self._flush_set = True
+                    asyncio.get_running_loop().call_soon(self._flush_now)
                 return True
+
+            def _writer(self) -> asyncio.StreamWriter | None:
+                """The socket's writer when a write need not wait: connected over TCP or
+                TLS (a websocket has its own queue) with the socket not behind."""
+                writer: asyncio.StreamWriter | None = getattr(self._transport, "_io_writer",
+                                                              None)
+                if writer is None or not self.is_connected \
+                        or writer.transport.get_write_buffer_size() >= _WRITE_BEHIND:
+                    return None
+                return writer
+
+            def _flush_now(self) -> None:
+                """Write what is queued, as nats-py's flusher task would, from a plain
+                callback (the flusher's wake-up was a queue, a future and a task step
+                per flush); the flusher still takes it whenever the socket is behind
+                (it waits for the drain) or the connection is not up."""
+                self._flush_set = False
+                if not self._pending_data_size:
+                    return
+                writer = self._writer()
+                if writer is not None:
+                    writer.writelines(self._pending)
+                    self._pending = []
+                    self._pending_data_size = 0
+                    return
+                flushes = self._flush_queue
+                if flushes is not None and flushes.empty():
+                    flushes.put_nowait(asyncio.get_running_loop().create_future())
 
         _CLIENT_CLASS.append(FastClient)
     return _CLIENT_CLASS[0]()
@@ -285,10 +340,12 @@ class _Replies:
         # A peer sent one request sees its reply subject: a token it could guess would let
         # it answer this link's other requests (to other workers) ahead of them.
         self._due: dict[int, list[str]] = {}  # tokens of awaited requests by expiry tick
+        self._soon: Callable[..., bool] | None = getattr(client, "publish_soon", None)
 
     def _token(self) -> str:
-        """A new request's token: unique (the count) and unguessable (64 random bits)."""
-        return f"{next(self._ids):x}{os.urandom(8).hex()}"
+        """A new request's token: unique (the count) and unguessable (64 random bits, cut
+        from `random_hex`'s buffered `os.urandom`: no system call per request)."""
+        return f"{next(self._ids):x}{random_hex()[:16]}"
 
     async def start(self) -> None:
         """Subscribe to this link's replies (on the link's loop)."""
@@ -303,22 +360,29 @@ class _Replies:
     def _answer(self, msg: Msg) -> None:
         future = self.waiting.pop(msg.subject[len(self.prefix):], None)
         if future is not None:  # a thread's, or a task's on this loop; either may be over
-            with contextlib.suppress(concurrent.futures.InvalidStateError,
-                                     asyncio.InvalidStateError):
+            try:  # noqa: SIM105 (contextlib.suppress: an object and two calls per answer)
                 future.set_result(msg)
+            except (concurrent.futures.InvalidStateError, asyncio.InvalidStateError):
+                pass
+
+    def _publish_soon(self, subject: str, data: bytes, headers: dict[str, str],
+                      inbox: str) -> bool:
+        """Queue a request for the socket without a coroutine (`publish_soon`: written at
+        once when it is the only one waiting); False when nats-py would wait or refuse."""
+        soon = self._soon
+        if soon is None:
+            return False
+        try:
+            return soon(subject, data, header_block(headers), inbox,
+                        alone=len(self.waiting) == 1)
+        except ValueError:  # a header name nats-py refuses: it raises its own error
+            return False
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str],
                        inbox: str) -> None:
-        """Publish a request: queued for the flusher at once when nats-py would not wait
-        or refuse (`publish_soon`), else through nats-py's `publish`."""
-        soon = getattr(self.client, "publish_soon", None)
-        if soon is not None:
-            try:
-                if soon(subject, data, header_block(headers), inbox):
-                    return
-            except ValueError:  # a header name nats-py refuses: it raises its own error
-                pass
-        await self.client.publish(subject, data, reply=inbox, headers=headers)
+        """Publish a request: `_publish_soon` when it can, else nats-py's `publish`."""
+        if not self._publish_soon(subject, data, headers, inbox):
+            await self.client.publish(subject, data, reply=inbox, headers=headers)
 
     async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
                        timeout_s: float) -> Msg:
@@ -326,13 +390,15 @@ class _Replies:
         shared with the requests due in the same tick."""
         token = self._token()
         future: asyncio.Future[Msg] = self.loop.create_future()
-        self.waiting[token] = future
+        waiting = self.waiting
+        waiting[token] = future
         try:
-            await self._publish(subject, data, headers, self.prefix + token)
+            if not self._publish_soon(subject, data, headers, self.prefix + token):
+                await self._publish(subject, data, headers, self.prefix + token)
             self._expire_after(timeout_s, token)
             msg = await future
         finally:
-            self.waiting.pop(token, None)
+            waiting.pop(token, None)
         return _answered(msg)
 
     def _expire_after(self, timeout_s: float, token: str) -> None:
@@ -492,13 +558,14 @@ class NatsLink:
                                "return: await arequest (Router.arun) there")
         return self._replies.request(subject, data, headers, timeout_s)
 
-    async def arequest(self, subject: str, data: bytes, headers: dict[str, str],
-                       timeout_s: float) -> Msg:
+    def arequest(self, subject: str, data: bytes, headers: dict[str, str],
+                 timeout_s: float) -> Coroutine[Any, Any, Msg]:
         """`request` awaited: directly on the link's own loop, else queued to it as a
-        thread's request is (no coroutine run there, no thread blocked)."""
-        if self._on_own_loop():
-            return await self._replies.arequest(subject, data, headers, timeout_s)
-        return await self._replies.arequest_from(subject, data, headers, timeout_s)
+        thread's request is (no coroutine run there, no thread blocked). A plain function
+        handing back the coroutine to await: one frame less on every resume."""
+        if asyncio._get_running_loop() is self._loop:  # the check `_on_own_loop` makes
+            return self._replies.arequest(subject, data, headers, timeout_s)
+        return self._replies.arequest_from(subject, data, headers, timeout_s)
 
     def _on_own_loop(self) -> bool:
         try:

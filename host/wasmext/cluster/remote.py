@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -113,6 +113,46 @@ def _outcome(traced: tracing.Tracing, span: Any, outcome: tuple[Any, str | None]
     return outcome
 
 
+def _count(by_worker: dict[str, int], worker: str) -> None:
+    """One more answer from `worker` (at most 256 names are kept: they come off the wire)."""
+    if worker in by_worker or len(by_worker) < 256:
+        by_worker[worker] = by_worker.get(worker, 0) + 1
+
+
+class _Route:
+    """What every call to one remote extension shares, worked out once: its stats and
+    breaker, encoding, timeout and attempts, and how its answer is read."""
+
+    __slots__ = ("attempts", "breaker", "encoding", "ext", "kind", "peer", "request",
+                 "stats", "subject", "timeout_s")
+
+    def __init__(self, ext: RemoteExtension, stats: RemoteStats, breaker: Breaker) -> None:
+        self.ext, self.stats, self.breaker = ext, stats, breaker
+        self.subject = ext.subject
+        self.encoding = MSGPACK if ext.encoding == "msgpack" else JSON
+        self.timeout_s = ext.timeout_ms / 1000
+        self.attempts = ext.retry + 1
+        self.peer = f"extension {ext.id}"
+        self.kind = ext.type
+        self.request = provider_request if ext.type == "provider" else stage_request
+
+    def answer(self, data: Any, raw: bytes, encoding: str) -> Any:
+        """An answer's body in the in-process shape, or a _Failure (not the contract)."""
+        peer = self.peer
+        try:
+            if self.kind == "validator":
+                verdict = decode(raw, Verdict, encoding, peer=peer)
+                # The reason reaches logs and errors: one inert line (details stay data).
+                return {"status": verdict.status, "details": verdict.details,
+                        "reason": None if verdict.reason is None else clean(verdict.reason, 300)}
+            if self.kind == "provider":
+                return answer_from_provider(data, decode(raw, ProviderResponse, encoding,
+                                                         peer=peer))
+            return answer_from_response(decode(raw, ExtResponse, encoding, peer=peer))
+        except ContractError as err:
+            raise _Failure(f"answer is not the contract: {err.message}", False) from None
+
+
 class _Failure(Exception):
     def __init__(self, reason: str, retryable: bool) -> None:
         super().__init__(reason)
@@ -133,6 +173,7 @@ class RemoteCaller:
         self.stats = {e.id: RemoteStats() for e in self.registry.values()}
         self._lock = threading.Lock()
         self._worker_names: dict[str, str] = {}  # as answers name them -> cleaned
+        self._routes: dict[str, _Route] = {}  # by extension id, made on first call
 
     def call(self, ext: RemoteExtension, data: Any, ids: CallIds
              ) -> tuple[Any, str | None]:
@@ -158,12 +199,17 @@ class RemoteCaller:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def acall(self, ext: RemoteExtension, data: Any, ids: CallIds
-                    ) -> tuple[Any, str | None]:
-        """`call` for an async caller: each attempt awaited, no thread blocked."""
+    def acall(self, ext: RemoteExtension, data: Any, ids: CallIds
+              ) -> Coroutine[Any, Any, tuple[Any, str | None]]:
+        """`call` for an async caller: each attempt awaited, no thread blocked (the
+        coroutine to await; untraced, the attempts' own, one frame less per resume)."""
         traced = tracing.ACTIVE
         if traced is None:
-            return await self._acall(ext, data, ids)
+            return self._acall(ext, data, ids)
+        return self._atraced(traced, ext, data, ids)
+
+    async def _atraced(self, traced: tracing.Tracing, ext: RemoteExtension, data: Any,
+                       ids: CallIds) -> tuple[Any, str | None]:
         with traced.span(f"wasmext.remote {ext.type}", _span_attributes(ext),
                          kind="client") as span:
             return _outcome(traced, span, await self._acall(ext, data, ids))
@@ -182,51 +228,61 @@ class RemoteCaller:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
+    def _route(self, ext: RemoteExtension) -> _Route:
+        """What every call to `ext` shares, made once (an extension object not in the
+        registry, or replaced there, gets its own, unkept; so do stats and a breaker put
+        in `stats` and `breakers` since: `live` hands a reloaded caller the old ones)."""
+        stats, breaker = self.stats[ext.id], self.breakers[ext.id]
+        route = self._routes.get(ext.id)
+        if route is None or route.ext is not ext or route.stats is not stats \
+                or route.breaker is not breaker:
+            route = _Route(ext, stats, breaker)
+            if self.registry.get(ext.id) is ext and len(self._routes) < 4096:
+                self._routes[ext.id] = route
+        return route
+
     def _attempts(self, ext: RemoteExtension, data: Any, ids: CallIds
                   ) -> Generator[tuple[str, bytes, dict[str, str], float], Any,
                                  tuple[Any, str | None]]:
         """The retry rules: yields each attempt (subject, body, headers, timeout), is sent
         the reply (or the exception the request raised), returns the outcome."""
-        stats, breaker = self.stats[ext.id], self.breakers[ext.id]
-        if ext.type == "provider":
-            body: Any = provider_request(ext.id, data, ids.trace_id, ids.tenant_id)
-        else:
-            body = stage_request(ext.id, data, ids.trace_id, ids.tenant_id)
-        encoding = MSGPACK if ext.encoding == "msgpack" else JSON
-        payload = encode(body, encoding)
+        route = self._route(ext)
+        stats, breaker, lock = route.stats, route.breaker, self._lock
+        payload = encode(route.request(ext.id, data, ids.trace_id, ids.tenant_id),
+                         route.encoding)
         headers = {TRACE_HEADER: ids.trace_id, TENANT_HEADER: ids.tenant_id,
                    CALL_ID_HEADER: random_hex()}
-        if encoding != JSON:  # JSON is the contract's default: a header costs both sides
-            headers[CONTENT_TYPE] = encoding
+        if route.encoding != JSON:  # JSON is the contract's default: a header costs both sides
+            headers[CONTENT_TYPE] = route.encoding
         if ids.calls_left is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, ids.calls_left))
         if tracing.ACTIVE is not None:  # the worker's spans join this call's trace (W3C)
             tracing.ACTIVE.inject(headers)
-        with self._lock:
+        with lock:
             stats.calls += 1
         reason = "no attempt"
-        for attempt in range(ext.retry + 1):
-            timeout_s = ext.timeout_ms / 1000
+        for attempt in range(route.attempts):
+            started = time.monotonic()
+            timeout_s = route.timeout_s
             if ids.deadline is not None:
-                timeout_s = min(timeout_s, ids.deadline - time.monotonic())
+                timeout_s = min(timeout_s, ids.deadline - started)
                 if timeout_s <= 0:
                     reason = "the call tree's time is up" + (f" (after {reason})"
                                                             if attempt else "")
                     break
             if not breaker.allow():
-                with self._lock:
+                with lock:
                     stats.short_circuited += 1
                     stats.failed += 1
                 return None, f"extension {ext.id}: circuit open"
-            started = time.monotonic()
             if attempt:
-                with self._lock:
+                with lock:
                     stats.retries += 1
             # Wall-clock: the worker is another process, perhaps another machine.
             headers[DEADLINE_HEADER] = str(int((time.time() + timeout_s) * 1000))
-            reply = yield ext.subject, payload, headers, timeout_s
+            reply = yield route.subject, payload, headers, timeout_s
             try:
-                answer = self._answer(ext, data, headers, timeout_s, reply)
+                answer, worker = self._answer(route, data, headers, timeout_s, reply)
             except _Failure as failure:
                 breaker.failed(started)
                 reason = failure.reason
@@ -234,11 +290,13 @@ class RemoteCaller:
                     continue
                 break
             breaker.succeeded()
-            with self._lock:
+            ms = (time.monotonic() - started) * 1000
+            with lock:  # one hold for everything an answer counts
                 stats.ok += 1
-                stats.observe((time.monotonic() - started) * 1000)
+                stats.observe(ms)
+                _count(stats.by_worker, worker)
             return answer, None
-        with self._lock:
+        with lock:
             stats.failed += 1
         return None, f"extension {ext.id}: {reason}"
 
@@ -257,9 +315,11 @@ class RemoteCaller:
         # the connection: closed, reconnecting, refused
         raise _Failure(f"network error: {clean(type(error).__name__)}", True)
 
-    def _answer(self, ext: RemoteExtension, data: Any, headers: dict[str, str],
-                timeout_s: float, reply: Any) -> Any:
-        """The in-process shaped answer of one attempt's reply, or a _Failure."""
+    def _answer(self, route: _Route, data: Any, headers: dict[str, str],
+                timeout_s: float, reply: Any) -> tuple[Any, str]:
+        """The in-process shaped answer of one attempt's reply and the worker that sent
+        it (the caller counts it), or a _Failure (the worker, if any, counted)."""
+        ext = route.ext
         if isinstance(reply, BaseException):
             self._failure(ext, timeout_s, reply)
         msg: Msg = reply
@@ -272,7 +332,7 @@ class RemoteCaller:
                 # Someone other than a trusted worker took the request: another attempt
                 # may reach one.
                 with self._lock:
-                    self.stats[ext.id].unsigned += 1
+                    route.stats.unsigned += 1
                 raise _Failure(err.message, True) from None
         raw_worker = hdrs.get(WORKER_HEADER, "?")
         worker = self._worker_names.get(raw_worker)
@@ -280,24 +340,14 @@ class RemoteCaller:
             worker = clean(raw_worker, 64)
             if len(self._worker_names) < 256:  # names off the wire: a bounded memo
                 self._worker_names[raw_worker] = worker
-        with self._lock:
-            by_worker = self.stats[ext.id].by_worker
-            if worker in by_worker or len(by_worker) < 256:
-                by_worker[worker] = by_worker.get(worker, 0) + 1
-        if SERVICE_ERROR in hdrs or SERVICE_ERROR_CODE in hdrs:
-            raise _Failure(f"error {clean(hdrs.get(SERVICE_ERROR_CODE, '?'), 32)}: "
-                           f"{clean(hdrs.get(SERVICE_ERROR, ''), 300)}", False)
-        encoding = MSGPACK if hdrs.get(CONTENT_TYPE, "").lower() == MSGPACK else JSON
-        peer = f"extension {ext.id}"
         try:
-            if ext.type == "validator":
-                verdict = decode(msg.data, Verdict, encoding, peer=peer)
-                # The reason reaches logs and errors: one inert line (details stay data).
-                return {"status": verdict.status, "details": verdict.details,
-                        "reason": None if verdict.reason is None else clean(verdict.reason, 300)}
-            if ext.type == "provider":
-                return answer_from_provider(data, decode(msg.data, ProviderResponse, encoding,
-                                                         peer=peer))
-            return answer_from_response(decode(msg.data, ExtResponse, encoding, peer=peer))
-        except ContractError as err:
-            raise _Failure(f"answer is not the contract: {err.message}", False) from None
+            if SERVICE_ERROR in hdrs or SERVICE_ERROR_CODE in hdrs:
+                raise _Failure(f"error {clean(hdrs.get(SERVICE_ERROR_CODE, '?'), 32)}: "
+                               f"{clean(hdrs.get(SERVICE_ERROR, ''), 300)}", False)
+            encoding = MSGPACK if CONTENT_TYPE in hdrs \
+                and hdrs[CONTENT_TYPE].lower() == MSGPACK else JSON
+            return route.answer(data, msg.data, encoding), worker
+        except _Failure:
+            with self._lock:  # an answer all the same: its worker is counted
+                _count(route.stats.by_worker, worker)
+            raise

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -138,11 +138,12 @@ class _RoutedHost:
                         session: HookSession | None = None
                         ) -> tuple[CallResult | None, str | None]:
         """`try_call` awaited: a remote stage over the link, in-process on the call pool."""
-        ext = self.remote(plugin_id)
-        if ext is None or self._caller is None:
+        caller = self._caller
+        ext = caller.registry.get(plugin_id) if caller is not None else None
+        if ext is None or caller is None:
             return await call_pool().submit(  # type: ignore[no-any-return]
                 asyncio.get_running_loop(), self._host.try_call, plugin_id, hook, data, session)
-        answer, error = (await self._caller.acall(ext, data, self._ids) if ext.type == hook
+        answer, error = (await caller.acall(ext, data, self._ids) if ext.type == hook
                          else (None, None))
         return self.outcome(ext, hook, answer, error, session)
 
@@ -171,6 +172,11 @@ class _RoutedSession:
     state: dict[str, Any]
     trace: TraceNotes
     host: _RoutedHost
+
+    def stage(self, plugin_id: str, hook: str, data: dict[str, Any]
+              ) -> Awaitable[tuple[CallResult | None, str | None]]:
+        """One stage of `arun`, awaited by the pipeline (no coroutine of its own)."""
+        return self.host.atry_call(plugin_id, hook, data, self)
 
 
 class Router:
@@ -213,13 +219,8 @@ class Router:
         at all over a link made by `NatsLink.open` on this loop), in-process stages on
         wasmext's call pool. `provider` runs on the loop."""
         routed = self._routed(session, tenant_id, trace_id, budget_ms)
-        host = routed.host
-
-        async def stage(plugin_id: str, hook: str, data: dict[str, Any]
-                        ) -> tuple[Any, str | None]:
-            return await host.atry_call(plugin_id, hook, data, routed)
         return await arun_pipeline(routed, self._policy(tenant_id, part), payload,
-                                   dict(context or {}), stage, provider)
+                                   dict(context or {}), routed.stage, provider)
 
     def _policy(self, tenant_id: str, part: Literal["all", "input", "output"]) -> Policy:
         policy = self.routing.for_tenant(tenant_id)

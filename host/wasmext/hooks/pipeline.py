@@ -278,7 +278,8 @@ def pipeline_steps(session: HookSession, policy: Policy, payload: str,
         if ref.on_fail == "warn":
             log.warning("policy %s: validator %s", policy.policy_id, reason)
             result.warnings.append(reason)
-    yield from _provide(policy, result, stage_data(None), provider)
+    if policy.providers or provider is not None:  # else nothing to ask (nor to build)
+        yield from _provide(policy, result, stage_data(None), provider)
     yield from transform("post", policy.post)
     return result
 

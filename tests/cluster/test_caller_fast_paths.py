@@ -1,0 +1,187 @@
+"""The caller's per-request shortcuts keep every rule they skip work for: a lone
+request written at once never overtakes what is queued before it nor a socket that is
+behind, a queued one is written by one callback per loop turn, reply tokens stay unique
+and unguessable, and the caller's per-extension shortcuts (`_Route`) follow stats and
+breakers handed over after it was made (as `live` does on a reload)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+
+from wasmext.cluster.breaker import Breaker
+from wasmext.cluster.callids import CallIds
+from wasmext.cluster.contract import JSON, ExtMessage, ExtResponse, encode
+from wasmext.cluster.link import NatsLink, connect, header_block
+from wasmext.cluster.registry import parse_registry
+from wasmext.cluster.remote import RemoteCaller, RemoteStats
+
+BLOCK = header_block({"Wasmext-Test": "1"})
+
+
+async def _collect(nc: Any, subject: str) -> list[bytes]:
+    got: list[bytes] = []
+
+    async def take(msg: Any) -> None:
+        got.append(msg.data)
+    await nc.subscribe(subject, cb=take)
+    await nc.flush()
+    return got
+
+
+async def _until(check: Any, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def _settled(nc: Any) -> None:
+    """Nothing queued (the server's first PING is answered by a PONG nats-py queues)."""
+    await nc.flush()
+    await _until(lambda: not nc._pending)
+
+
+def test_a_lone_message_is_written_at_once_but_never_ahead_of_one_queued(
+        nats_url: str) -> None:
+    async def run() -> None:
+        nc = await connect(nats_url, "lone")
+        listener = await connect(nats_url, "listener")
+        try:
+            got = await _collect(listener, "lone.order")
+            await _settled(nc)
+            assert nc.publish_soon("lone.order", b"1", BLOCK, alone=True)  # type: ignore
+            assert nc._pending == []  # on the socket already: no loop turn, no flusher
+            assert nc.publish_soon("lone.order", b"2", BLOCK)  # type: ignore
+            assert nc.publish_soon("lone.order", b"3", BLOCK, alone=True)  # type: ignore
+            assert len(nc._pending) == 2  # queued behind "2", not written ahead of it
+            await asyncio.sleep(0)  # one turn: one callback writes both
+            assert nc._pending == []
+            await _until(lambda: len(got) == 3)
+            assert got == [b"1", b"2", b"3"]
+        finally:
+            await nc.close()
+            await listener.close()
+
+    asyncio.run(run())
+
+
+def test_a_socket_that_is_behind_leaves_the_write_to_nats_pys_flusher(
+        nats_url: str) -> None:
+    async def run() -> None:
+        nc = await connect(nats_url, "behind")
+        listener = await connect(nats_url, "listener2")
+        try:
+            got = await _collect(listener, "behind.x")
+            transport = nc._transport._io_writer.transport  # type: ignore[attr-defined]
+            transport.get_write_buffer_size = lambda: 1 << 20  # as if 1 MiB were unsent
+            await _settled(nc)
+            assert nc.publish_soon("behind.x", b"a", BLOCK, alone=True)  # type: ignore
+            assert len(nc._pending) == 1  # not written at once
+            await asyncio.sleep(0)  # the callback hands it to the flusher, which drains
+            await _until(lambda: got == [b"a"])
+            assert nc._pending == []
+        finally:
+            await nc.close()
+            await listener.close()
+
+    asyncio.run(run())
+
+
+def test_reply_tokens_are_unique_and_carry_64_random_bits(nats_url: str) -> None:
+    with NatsLink(nats_url, name="tokens") as one, NatsLink(nats_url, name="tokens2") as two:
+        tokens = [one._replies._token() for _ in range(2000)]
+        other = [two._replies._token() for _ in range(200)]
+    assert len(set(tokens)) == len(tokens)
+    for n, token in enumerate(tokens):
+        count, random_part = f"{n:x}", token[len(f"{n:x}"):]
+        assert token.startswith(count) and re.fullmatch(r"[0-9a-f]{16}", random_part)
+    randoms = {t[-16:] for t in tokens} | {t[-16:] for t in other}
+    assert len(randoms) == len(tokens) + len(other)  # no link repeats another's
+
+
+def _answer(payload: str, headers: dict[str, str]) -> Any:
+    body = encode(ExtResponse(ExtMessage("m", "chat", payload), {}), JSON)
+
+    async def respond(msg: Any) -> None:
+        await msg._client.publish(msg.reply, body, headers=headers)
+    return respond
+
+
+def test_a_caller_counts_on_stats_and_breakers_handed_over_after_it_was_made(
+        nats_url: str) -> None:
+    registry = parse_registry({"echoed": {"type": "pre", "subject": "route.echoed",
+                                          "timeout_ms": 5000}})
+
+    async def run() -> None:
+        link = await NatsLink.open(nats_url, name="route")
+        server = await connect(nats_url, "route-server")
+        try:
+            await server.subscribe("route.echoed", cb=_answer("done", {"Wasmext-Worker": "w9"}))
+            await server.flush()
+            caller = RemoteCaller(registry, link)
+            ext, ids = registry["echoed"], CallIds("t", "default")
+            data = {"message": {"payload": "x"}, "context": {}, "config": {}}
+            answer, error = await caller.acall(ext, data, ids)
+            assert error is None and answer["message"]["payload"] == "done"
+            first = caller.stats["echoed"]
+            handed, breaker = RemoteStats(), Breaker(1, 60)
+            caller.stats["echoed"], caller.breakers["echoed"] = handed, breaker
+            breaker.failed()  # handed over open: the call must see it
+            answer, error = await caller.acall(ext, data, ids)
+            assert answer is None and error == "extension echoed: circuit open"
+            assert (handed.calls, handed.short_circuited, first.calls) == (1, 1, 1)
+            caller.breakers["echoed"] = Breaker(5, 60)
+            assert (await caller.acall(ext, data, ids))[1] is None
+            assert (handed.calls, handed.ok, handed.by_worker) == (2, 1, {"w9": 1})
+            assert (first.calls, first.ok, first.by_worker) == (1, 1, {"w9": 1})
+        finally:
+            await server.close()
+            await link.aclose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(("headers", "reason"), [
+    ({"Wasmext-Worker": "w\x1b[31m7", "Nats-Service-Error": "boom\r\nforged: 1",
+      "Nats-Service-Error-Code": "500"}, "error 500: boom"),
+    ({"Wasmext-Worker": "w\x1b[31m7", "Content-Type": "application/msgpack"},
+     "answer is not the contract"),
+])
+def test_an_error_answer_counts_its_worker_once_and_fails_cleanly(
+        nats_url: str, headers: dict[str, str], reason: str) -> None:
+    registry = parse_registry({"bad": {"type": "pre", "subject": "route.bad",
+                                       "timeout_ms": 5000, "retry": 2}})
+
+    async def run() -> None:
+        link = await NatsLink.open(nats_url, name="route-bad")
+        server = await connect(nats_url, "route-bad-server")
+        try:
+            await server.subscribe("route.bad", cb=_answer("x", headers))
+            await server.flush()
+            caller = RemoteCaller(registry, link)
+            answer, error = await caller.acall(
+                registry["bad"], {"message": {"payload": "x"}}, CallIds("t", "default"))
+            assert answer is None and error is not None and reason in error
+            assert "\x1b" not in error and "\n" not in error  # sanitised
+            stats = caller.stats["bad"]
+            # Not retried (an error answer would come back the same); counted once.
+            assert (stats.calls, stats.failed, stats.ok, stats.retries) == (1, 1, 0, 0)
+            assert list(stats.by_worker.values()) == [1]
+            assert "\x1b" not in next(iter(stats.by_worker))
+        finally:
+            await server.close()
+            await link.aclose()
+
+    asyncio.run(run())
+
+
+def test_call_ids_cannot_be_changed() -> None:
+    ids = CallIds("t", "tenant", 1.0, 3)
+    with pytest.raises(AttributeError):
+        ids.trace_id = "other"  # type: ignore[misc]
+    assert (ids.trace_id, ids.tenant_id, ids.deadline, ids.calls_left) == ("t", "tenant", 1.0, 3)
+    assert CallIds("t", "tenant").deadline is None
