@@ -16,6 +16,7 @@ without IPv6 loopback) are listed in BY_DESIGN and stay skips everywhere.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -48,6 +49,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR", str(user_cache / "wasmext-zig"))  # as the CLI
     os.environ[CACHE_ENV] = str(home)
     os.environ["XDG_CACHE_HOME"] = str(home)  # the compile cache and kept builds
+
+
+@pytest.fixture(autouse=True)
+def _thaw_after() -> Iterator[None]:
+    """A `wasmext` command run in this process freezes its heap (`[host] gc_freeze`):
+    thawed after each test, so the suite's garbage stays collectable."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture

@@ -36,8 +36,18 @@ def test_the_async_benchmark_reports_the_worst_gap_of_each_mode_and_its_floors(
         assert doc[mode]["calls_per_s"] > 0  # type: ignore[index]
         collected = doc[mode]["gc"]  # type: ignore[index]
         assert collected["full"] >= 0 and collected["worst_cpu_ms"] >= 0  # type: ignore[index]
+        assert collected["tracked"] > 0  # type: ignore[index]
+    # tune_gc froze the start-up heap: the frozen modes start with far fewer tracked.
+    for mode in ("pool_frozen", "inline_frozen"):
+        frozen = doc[mode]["gc"]  # type: ignore[index]
+        assert frozen["frozen"] > frozen["tracked"]  # type: ignore[index]
     assert "worst event-loop gap" in text and "busy-threads floor" in text
-    assert "full collections" in text
+    assert "full collections" in text and "after wasmext.tune_gc()" in text
+    # A full collection forced with every session open scans the start-up heap by
+    # default, and only what was made since after tune_gc().
+    default, tuned = doc["peak_collection"], doc["peak_collection_frozen"]  # type: ignore[index]
+    assert tuned["scanned"] < default["scanned"] // 4  # type: ignore[index]
+    assert "a full collection with 200 sessions open" in text
     assert gc_is_thawed_after_the_benchmark()
 
 

@@ -91,7 +91,7 @@ EMBEDDING = {
     "LifecycleResult", "Limits", "PipelineResult", "Plugin", "Policy", "Prompt", "RescanReport",
     "Runtime", "Session", "ToolGuidance", "Trace", "TraceEvent", "Tracing", "TracingSettings",
     "TransformResult",
-    "__version__", "load_config", "load_policy", "parse_policy",
+    "__version__", "load_config", "load_policy", "parse_policy", "tune_gc",
 }
 
 

@@ -86,3 +86,20 @@ def test_loading_and_calling_a_plugin_loads_no_config_models(tmp_path: Path) -> 
     stacks = ["pydantic", "wasmext.mcp.config", "wasmext.validation", "mcp", "nats",
               "opentelemetry", "httpx", "anyio"]
     assert _loaded_after(code, str(folder), heavy=["wasmtime", *stacks]) == ["wasmtime"]
+
+
+def test_a_host_with_a_plugin_is_built_without_the_http_client() -> None:
+    """httpx and httpcore come with the first `http.fetch` or `llm.complete` client: a
+    host that never fetches does not keep their objects for every collection to scan."""
+    code = ("import wasmtime\nfrom wasmext.testing import guest_wat, make_host\n"
+            "make_host(bytes(wasmtime.wat2wasm(guest_wat(hooks=('on_plain_text',)))))"
+            ".close()")
+    assert _loaded_after(code, heavy=["wasmext.host", "httpx2", "httpcore2"]) == \
+        ["wasmext.host"]
+
+
+def test_a_plugin_granted_http_brings_the_http_client_at_load_not_in_its_first_call() -> None:
+    code = ("import wasmtime\nfrom wasmext.testing import guest_wat, make_host\n"
+            "make_host((bytes(wasmtime.wat2wasm(guest_wat(hooks=('on_plain_text',)))), "
+            "{'plugin_id': 'f', 'grants': {'http'}})).close()")
+    assert _loaded_after(code, heavy=["httpx2", "httpcore2"]) == ["httpx2", "httpcore2"]

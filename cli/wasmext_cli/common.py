@@ -87,6 +87,15 @@ def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
     return Host(cfg, plugin_dirs=dirs)
 
 
+def started(host: Any) -> None:
+    """Start-up is over (plugins loaded, servers attached): with `[host] gc_freeze` (the
+    default) leave what is alive now out of later garbage collections (`wasmext.tune_gc`)."""
+    if host.config.gc_freeze:
+        from wasmext import tune_gc
+
+        tune_gc()
+
+
 def _attach_remote(host: Any, url: str | None = None) -> None:
     """Proxies for the config's [remote.ID] plugins, served by workers over NATS (url,
     else [nats] url or WASMEXT_NATS_URL); each not added is a named load error."""

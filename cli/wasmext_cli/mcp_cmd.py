@@ -17,6 +17,7 @@ from wasmext_cli.common import (
     _default_config,
     _fail,
     _host,
+    started,
 )
 from wasmext_cli.group import error_line
 
@@ -114,6 +115,7 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
         if manage or settings.enabled else None
     with host, (PluginWatcher(host) if watch else nullcontext()):
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
+        started(host)
         empty = _nothing_to_serve(host, include_host_tools, include_mcp_tools,
                                   include_mcp_catalog, watch)
         if empty is not None and settings is None:

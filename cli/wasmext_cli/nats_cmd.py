@@ -20,6 +20,7 @@ from wasmext_cli.common import (
     _default_config,
     _fail,
     _host,
+    started,
 )
 from wasmext_cli.group import error_line
 
@@ -134,6 +135,7 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
 
                 bridge = EventBridge(host.observe.bus, url, prefix=prefix,
                                      patterns=bridge_events, auth=auth)
+            started(host)
             try:
                 asyncio.run(_serve(served, FOLLOW_S if watch else None))
             finally:

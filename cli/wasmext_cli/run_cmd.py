@@ -19,6 +19,7 @@ from wasmext_cli.common import (
     _fail,
     _host,
     _line,
+    started,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -189,6 +190,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
             server.close()
         host.close()
         _fail(err, EXIT_USAGE)
+    started(host)
     try:
         with host.session(opts.get("session_id"), user_id=opts.get("user")) as session:
             reports = [agent.run_turn(session, i, text) for i, text in enumerate(turns)]

@@ -52,12 +52,14 @@ _LAZY: dict[str, str] = {
     "load_config": "wasmext.config",
     "load_policy": "wasmext.hooks.pipeline",
     "parse_policy": "wasmext.hooks.pipeline",
+    "tune_gc": "wasmext.gctune",
 }
 
 if TYPE_CHECKING:  # the same names as mypy and editors see them (a test keeps them equal)
     from wasmext.aio import AsyncSession as AsyncSession
     from wasmext.config import HostConfig as HostConfig
     from wasmext.config import load_config as load_config
+    from wasmext.gctune import tune_gc as tune_gc
     from wasmext.hooks.extensions import ExtensionResult as ExtensionResult
     from wasmext.hooks.extensions import Prompt as Prompt
     from wasmext.hooks.extensions import ToolGuidance as ToolGuidance

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from wasmext.callpool import LoopShare, call_pool, share_of
@@ -196,36 +196,49 @@ class AsyncSession:
         return await self._run(self.sync.tool_guidance, tools)  # type: ignore[no-any-return]
 
 
-@asynccontextmanager
-async def asession(host: SessionHost, session_id: str | None = None,
-                   state: Mapping[str, Any] | None = None,
-                   inline_below_ms: float | None = None) -> AsyncIterator[AsyncSession]:
-    """A session whose hooks are awaited (`session_start` on entry, `session_end` on exit).
+class _SessionScope:
+    """`async with asession(...)`: one object for the session's whole life. A class, not
+    an `asynccontextmanager`: that keeps a generator, its frame and a wrapper alive per
+    open session, three more objects for CPython's collector to scan (docs/embedding.md)."""
 
-    `inline_below_ms` (default `INLINE_BELOW_MS`, 50 ms) bounds how long one
-    awaited hook may block the event loop: a transform hook or lifecycle event
-    whose `worst_case_ms` is below it runs on the loop, anything else in a
-    worker thread (one hop per hook); 0 keeps every plugin call off the loop.
-    """
-    share = share_of(asyncio.get_running_loop())
-    await share.turn()  # 1,000 sessions entered at once: a slice of them per iteration
-    started = time.perf_counter()
-    s = Session(host, session_id or random_hex(), dict(state or {}))
-    a = AsyncSession(s, inline_below_ms)
-    inline = a._inline("session_start") is not None
-    if inline:  # plugins, and an event queued for the bus
-        s.start()
-    share.charge(time.perf_counter() - started)
-    if not inline:
-        await a._run(s.start)
-    try:
-        yield a
-    finally:
+    __slots__ = ("_host", "_id", "_inline_below_ms", "_session", "_share", "_state")
+
+    def __init__(self, host: SessionHost, session_id: str | None,
+                 state: Mapping[str, Any] | None, inline_below_ms: float | None) -> None:
+        self._host = host
+        self._id = session_id
+        self._state = state
+        self._inline_below_ms = inline_below_ms
+        self._share: LoopShare | None = None
+        self._session: AsyncSession | None = None
+
+    async def __aenter__(self) -> AsyncSession:
+        share = self._share = share_of(asyncio.get_running_loop())
+        await share.turn()  # 1,000 sessions entered at once: a slice of them per iteration
+        started = time.perf_counter()
+        s = Session(self._host, self._id or random_hex(), dict(self._state or {}))
+        self._state = None
+        a = AsyncSession(s, self._inline_below_ms)
+        inline = a._inline("session_start") is not None
+        if inline:  # plugins, and an event queued for the bus
+            s.start()
+        share.charge(time.perf_counter() - started)
+        if not inline:
+            await a._run(s.start)
+        self._session = a
+        return a
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        a, share = self._session, self._share
+        if a is None or share is None:
+            return
+        self._session = None
+        s = a.sync
         # With a state store open, it drops the session's state: that I/O is off the
         # loop. Without one, ending is the session_end chain and an event: inline when
         # that chain may run inline, as `start` is (a hop per session kept a thousand
         # ending sessions' hops competing with the loop for the GIL).
-        if _ends_without_io(host) and a._inline("session_end") is not None:
+        if _ends_without_io(self._host) and a._inline("session_end") is not None:
             await share.turn()
             started = time.perf_counter()
             try:
@@ -234,3 +247,16 @@ async def asession(host: SessionHost, session_id: str | None = None,
                 share.charge(time.perf_counter() - started)
         else:
             await a._run(s.end)
+
+
+def asession(host: SessionHost, session_id: str | None = None,
+             state: Mapping[str, Any] | None = None,
+             inline_below_ms: float | None = None) -> AbstractAsyncContextManager[AsyncSession]:
+    """A session whose hooks are awaited (`session_start` on entry, `session_end` on exit).
+
+    `inline_below_ms` (default `INLINE_BELOW_MS`, 50 ms) bounds how long one
+    awaited hook may block the event loop: a transform hook or lifecycle event
+    whose `worst_case_ms` is below it runs on the loop, anything else in a
+    worker thread (one hop per hook); 0 keeps every plugin call off the loop.
+    """
+    return _SessionScope(host, session_id, state, inline_below_ms)

@@ -7,6 +7,7 @@
     default_timeout_ms = 1000
     tick_min_interval_ms = 1000  # no plugin's on_tick runs more often (services.ticks)
     max_ticking_plugins = 64
+    gc_freeze = true             # `wasmext` commands: wasmext.tune_gc() once plugins are loaded
 
     [plugins]
     user_dir = "~/.config/wasmext/plugins"   # runs before the workspace
@@ -211,6 +212,9 @@ class HostConfig:
     auto_enable: bool = True
     default_timeout_ms: int | None = None
     ticks: TickPolicy = field(default_factory=TickPolicy)  # [host] tick_* bounds
+    # [host] gc_freeze: whether the `wasmext` commands call `tune_gc()` after start-up
+    # (an application embedding the host decides for itself; the library never does).
+    gc_freeze: bool = True
     user_dir: Path | None = None
     workspace_dir: Path | None = None
     user_extensions: bool = True  # the operator's switch for user-supplied plugins
@@ -309,6 +313,7 @@ class HostTable(BaseModel):
     default_timeout_ms: Count | None = None
     tick_min_interval_ms: Count = TickPolicy.min_interval_ms
     max_ticking_plugins: Count = TickPolicy.max_ticking_plugins
+    gc_freeze: bool = True
 
 
 class PluginsTable(BaseModel):
@@ -516,6 +521,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         auto_enable=host.auto_enable, default_timeout_ms=host.default_timeout_ms,
         ticks=TickPolicy(min_interval_ms=host.tick_min_interval_ms,
                          max_ticking_plugins=host.max_ticking_plugins),
+        gc_freeze=host.gc_freeze,
         user_dir=where(plugins.user_dir) if plugins.user_dir is not None else None,
         workspace_dir=where(plugins.workspace_dir) if plugins.workspace_dir is not None
         else None,

@@ -296,6 +296,12 @@ class Host(PluginServers, PluginCalls):
         for problem in self.tools.register_plugin(lp):
             log.error("%s", problem)
             self.load_errors.append(ConfigError(problem, plugin_id=lp.id))
+        if "http" in plugin.grants or ("llm" in plugin.grants and self.llm.settings.url):
+            # httpx comes with the first plugin that may use it (services.http.transport),
+            # imported and its TLS context built here, not inside that plugin's first call.
+            from wasmext.services.http.transport import tls_context
+
+            tls_context()
         return plugin
 
     def approved_now(self, lp: LoadedPlugin) -> frozenset[str]:

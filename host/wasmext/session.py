@@ -60,6 +60,7 @@ _HOOK_NAMES: dict[str, str] = {}  # hook name -> its cleaned form (a few names, 
 
 
 _now = time.time
+_READING = threading.Lock()  # reading a trace is rare: one lock for every trace
 
 
 def _hook_name(hook: str) -> str:
@@ -82,15 +83,19 @@ class Trace:
     def __init__(self, limit: int = 10_000) -> None:
         self.limit = limit
         self._notes: list[tuple[str, str | None, str, str | None, float]] = []
-        self._events: list[TraceEvent] = []
-        self._reading = threading.Lock()  # two readers never make the same event twice
+        # Made on the first read: most sessions' traces are never read, and each object
+        # a session keeps is one more for every full garbage collection to scan.
+        self._events: list[TraceEvent] | None = None
 
     @property
     def events(self) -> list[TraceEvent]:
         """Every note so far, oldest first (at most `limit`)."""
-        notes, events = self._notes, self._events
-        if len(events) < len(notes):
-            with self._reading:
+        notes = self._notes
+        with _READING:  # two readers never make the same event twice
+            events = self._events
+            if events is None:
+                events = self._events = []
+            if len(events) < len(notes):
                 events.extend(TraceEvent(*note) for note in notes[len(events):len(notes)])
         return events
 

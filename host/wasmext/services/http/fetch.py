@@ -26,10 +26,8 @@ import re
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, quote_plus, urljoin
-
-import httpx2
 
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.http.deadline import bounded, passed
@@ -41,6 +39,9 @@ from wasmext.services.http.guard import (
     resolve_target,
 )
 from wasmext.services.http.pool import ClientPool
+
+if TYPE_CHECKING:
+    import httpx2
 
 __all__ = ["HttpFetch", "HttpLimits"]
 
@@ -244,6 +245,8 @@ class HttpFetch:
 
     def _send(self, target: Target, method: str, headers: dict[str, str], body: bytes,
               deadline: float, forms: list[str]) -> dict[str, Any]:
+        import httpx2  # with the first request, not the host (`http.transport`)
+
         left = deadline - time.monotonic()
         if left <= 0:
             raise Refused("timeout", "the call's deadline passed")

@@ -6,8 +6,8 @@ kept alive for one request is reused only by a later request that was checked
 to the same key: a name that resolves elsewhere next time gets another client
 and a new connection, and a connection made (and TLS-verified) for one name is
 never handed a request for another name at the same address. Every client
-shares one verifying TLS context (`http.deadline.tls_context`) and its reads and
-writes stay under each request's deadline (`http.deadline.bounded_transport`).
+shares one verifying TLS context (`http.transport.tls_context`) and its reads and
+writes stay under each request's deadline (`http.transport.bounded_transport`).
 At most `max_clients` are kept; the least recently used is closed first.
 Clients keep no cookies: a client serves every plugin that fetches from its
 address, and a cookie one plugin's server set must not ride on another's request.
@@ -18,10 +18,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import TYPE_CHECKING
 
-import httpx2
-
-from wasmext.services.http.deadline import bounded_transport
+if TYPE_CHECKING:
+    import httpx2
 
 __all__ = ["ClientPool", "PoolKey", "keepalive_client"]
 
@@ -32,6 +32,11 @@ def keepalive_client(max_connections: int = 8,
                      headers: dict[str, str] | None = None) -> httpx2.Client:
     """A keep-alive client under each request's deadline that stores no cookies and
     follows no redirects; `headers` go with every request it sends."""
+    # httpx is imported with the first client, not the host (`http.transport`'s docstring).
+    import httpx2
+
+    from wasmext.services.http.transport import bounded_transport
+
     jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
     return httpx2.Client(transport=bounded_transport(max_connections), trust_env=False,
                          follow_redirects=False, cookies=jar, headers=headers)

@@ -14,15 +14,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import httpx2
+from typing import TYPE_CHECKING, Any
 
 from wasmext.errors import ModelError
 from wasmext.sandbox.codec import DecodeError, check_depth
 from wasmext.services.http.deadline import bounded, passed
-from wasmext.services.http.pool import keepalive_client
 from wasmext.text import clean, redact_url, without_credentials
+
+if TYPE_CHECKING:
+    import httpx2
 
 __all__ = ["ChatAnswer", "ChatRequest", "ModelError", "OpenAIClient", "loads_answer"]
 
@@ -72,7 +72,12 @@ def loads_answer(raw: bytes | str) -> Any:
     RecursionError, which is refused here by name instead."""
     try:
         doc = json.loads(raw)
-        check_depth(doc, MAX_ANSWER_DEPTH)
+        # Every level opens a bracket: an answer with fewer of them than the cap cannot
+        # nest past it, and counting them (in C) costs less than walking the document.
+        opening = raw.count(b"{") + raw.count(b"[") if isinstance(raw, bytes) \
+            else raw.count("{") + raw.count("[")
+        if opening > MAX_ANSWER_DEPTH:
+            check_depth(doc, MAX_ANSWER_DEPTH)
     except (RecursionError, DecodeError):
         raise ValueError(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels") from None
     return doc
@@ -117,32 +122,46 @@ class OpenAIClient:
         self.shown = redact_url(self.url)
         self.api_key = api_key
         self.max_answer_bytes = max_answer_bytes
-        # The same for every request: the client sends them (no per-request merge).
-        self._headers = {"Accept-Encoding": "identity"}
+        # The same for every request, made once (the answer is read raw: identity).
+        self._headers = [("Accept", "application/json"), ("Accept-Encoding", "identity"),
+                         ("Connection", "keep-alive"), ("Content-Type", "application/json"),
+                         ("User-Agent", "wasmext")]
         if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+            self._headers.append(("Authorization", f"Bearer {api_key}"))
         elif self.basic:
-            self._headers["Authorization"] = self.basic
-        self._client: httpx2.Client | None = None
+            self._headers.append(("Authorization", self.basic))
+        self._transport: httpx2.BaseTransport | None = None
+        self._target: httpx2.URL | None = None  # self.url parsed once, with the transport
         self._client_lock = threading.Lock()
 
-    def _http(self) -> httpx2.Client:
-        # One keep-alive client for the endpoint, made on first use: its URL is the
+    def _http(self) -> tuple[httpx2.BaseTransport, httpx2.URL]:
+        # One keep-alive transport for the endpoint, made on first use: its URL is the
         # operator's, never a plugin's, so there is no address to re-check per request.
+        # Requests go to the transport itself, not through an httpx Client: a client's
+        # cookie jar (a urllib request built per answer to look for Set-Cookie), redirect
+        # and auth machinery are nothing this POST wants, and cost it about a tenth of
+        # its CPU (docs/performance.md, sixth round). Nothing is followed, nothing kept.
         with self._client_lock:
-            if self._client is None:
-                self._client = keepalive_client(headers=self._headers)
-            return self._client
+            if self._transport is None or self._target is None:
+                import httpx2
+
+                from wasmext.services.http.transport import bounded_transport
+
+                self._transport = bounded_transport(8)
+                self._target = httpx2.URL(self.url)
+            return self._transport, self._target
 
     def close(self) -> None:
         """Close the kept-alive connections."""
         with self._client_lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+            transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
 
     def chat(self, req: ChatRequest) -> ChatAnswer:
         """Send a chat completion request and parse the answer."""
+        import httpx2  # with the first request, not the host (`http.transport`)
+
         body: dict[str, Any] = {"model": req.model, "messages": list(req.messages)}
         if req.max_tokens is not None:
             body["max_tokens"] = req.max_tokens
@@ -156,18 +175,24 @@ class OpenAIClient:
                 "parameters": t.get("input_schema", {"type": "object"})}} for t in req.tools]
         deadline = time.monotonic() + req.timeout_s
         try:
-            client = self._http()
-            with bounded(deadline) as extensions, \
-                    client.stream("POST", self.url, json=body,  # json: its Content-Type
-                                  extensions=extensions) as resp:
-                raw = bytearray()
-                for chunk in resp.iter_raw(65536):
-                    raw += chunk
-                    if passed(deadline):
-                        raise httpx2.ReadTimeout("the answer ran past the deadline")
-                    if len(raw) > self.max_answer_bytes:
-                        raise ModelError(f"{self.shown}: answer over {self.max_answer_bytes} "
-                                         "bytes")
+            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"),
+                                 allow_nan=False).encode()
+            transport, target = self._http()
+            with bounded(deadline) as extensions:
+                request = httpx2.Request("POST", target, headers=self._headers,
+                                         content=payload, extensions=extensions)
+                resp = transport.handle_request(request)
+                try:
+                    raw = bytearray()
+                    for chunk in resp.iter_raw():
+                        raw += chunk
+                        if passed(deadline):
+                            raise httpx2.ReadTimeout("the answer ran past the deadline")
+                        if len(raw) > self.max_answer_bytes:
+                            raise ModelError(f"{self.shown}: answer over "
+                                             f"{self.max_answer_bytes} bytes")
+                finally:
+                    resp.close()
                 if passed(deadline):  # the watchdog's shutdown reads as an unframed body's end
                     raise httpx2.ReadTimeout("the answer ran past the deadline")
                 if resp.status_code != 200:

@@ -146,6 +146,19 @@ class _Usage:
         self.tokens: dict[str, dict[str, int]] = {}
 
 
+_day: tuple[int, str] = (-1, "")  # the last UTC day asked for: its number and its name
+
+
+def _utc_day() -> str:
+    """Today's UTC date, YYYY-MM-DD (formatted once a day, not on every call)."""
+    global _day
+    number = int(time.time() // 86400)
+    known = _day
+    if known[0] != number:
+        known = _day = (number, time.strftime("%Y-%m-%d", time.gmtime(number * 86400)))
+    return known[1]
+
+
 class LlmService:
     """llm.complete for one Host."""
 
@@ -254,7 +267,7 @@ class LlmService:
             raise OpError("limit", f"plugin {pid}: {tokens} tokens (prompt estimate + "
                           f"max_tokens) is over the per-call budget {policy.max_tokens_per_call}")
         session = (pid, ctx.session or "")
-        day = (pid, time.strftime("%Y-%m-%d", time.gmtime()))
+        day = (pid, _utc_day())
         u = self._usage
         with u.lock:
             if u.in_flight.get(pid, 0) >= policy.max_in_flight:
