@@ -4,9 +4,11 @@ llm.complete sends straight through its transport, without an httpx Client: noth
 of a Client's redirect, cookie or auth machinery runs. These pin what that must still
 mean against a server that answers whatever it likes: a redirect is an error (the
 address it names is never contacted), a cookie it sets never comes back, a body past
-the cap or dripped past the deadline ends as a named ModelError in time, and neither
-the URL's password nor the API key appears in any error or request line but its own
-header. A healthy plugin answers afterwards.
+the cap or dripped past the deadline ends as a named ModelError in time, bytes sent
+past an answer are never read as the next request's answer (on http.fetch's shared
+pool: never as another plugin's), and neither the URL's password nor the API key
+appears in any error or request line but its own header. A healthy plugin answers
+afterwards.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgpack
 import pytest
+import wasmtime
 
 from wasmext import ModelError, Plugin
 from wasmext.services.llm.client import ChatRequest, OpenAIClient
+from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat, make_host
 
 PASSWORD = "pw-Z9xQ7redteam"
 API_KEY = "sk-redteam-4f1c0ffee"
@@ -198,4 +203,58 @@ def test_a_reset_mid_answer_names_neither_password_nor_key(
     finally:
         client.close()
     assert "127.0.0.1" in text  # the endpoint is named, its credentials are not
+    assert healthy.call("test").value == "alive"
+
+
+def _planting(planted: bytes) -> Callable[[socket.socket, RawServer], None]:
+    """A server that glues `planted` to its first answer, unasked."""
+    calls: list[int] = []
+
+    def script(conn: socket.socket, srv: RawServer) -> None:
+        while srv.read_request(conn):
+            calls.append(1)
+            conn.sendall(_response() + (planted if len(calls) == 1 else b""))
+    return script
+
+
+def test_bytes_after_an_answer_never_answer_the_next_request(
+        serve: Callable[..., RawServer], healthy: Plugin) -> None:
+    srv = serve(_planting(_response(ANSWER.replace(b'"fine"', b'"planted"'))))
+    client = OpenAIClient(srv.url(), api_key=API_KEY)
+    try:
+        first = _ask(client).text
+        time.sleep(0.05)
+        later = [_ask(client).text for _ in range(2)]
+    finally:
+        client.close()
+    assert (first, later) == ("fine", ["fine", "fine"])
+    assert len(srv.requests) == 3  # each was asked of the server, none taken from the glue
+    assert healthy.call("test").value == "alive"
+
+
+def _fetcher(url: str) -> bytes:
+    raw = msgpack.packb({"op": "http.fetch", "url": url})
+    wat = guest_wat(f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
+                    imports=HOST_CALL_IMPORT, data=raw, memory_pages=4,
+                    registration={"hooks": [{"hook": "test"}], "abi_minor": 1})
+    return bytes(wasmtime.wat2wasm(wat))
+
+
+def test_a_plugins_server_cannot_plant_the_answer_to_another_plugins_fetch(
+        serve: Callable[..., RawServer], healthy: Plugin) -> None:
+    planted = b"planted for whoever asks next"
+    srv = serve(_planting(_response(planted)))
+    url = f"http://127.0.0.1:{srv.port}/data"
+    limits = {"timeout_ms": 5000, "host_call_timeout_ms": 5000}
+    with make_host() as host:
+        first = host.add(_fetcher(url), plugin_id="planter", grants={"http", "http:127.0.0.1"},
+                         limits=limits)
+        other = host.add(_fetcher(url), plugin_id="victim", grants={"http", "http:127.0.0.1"},
+                         limits=limits)
+        started = time.monotonic()
+        assert first.call("test").value["body"] == ANSWER
+        time.sleep(0.05)
+        assert other.call("test").value["body"] == ANSWER  # the server's answer to it
+        assert time.monotonic() - started < 10
+        assert len(srv.requests) == 2
     assert healthy.call("test").value == "alive"
