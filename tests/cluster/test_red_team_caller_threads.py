@@ -73,7 +73,7 @@ def test_many_threads_count_every_call_once_on_the_lock_free_path(
                                       CallIds("t", "default"))
                 with lock:
                     outcomes.append(outcome)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             failures.append(exc)
 
     started = time.monotonic()
