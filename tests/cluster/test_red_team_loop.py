@@ -5,7 +5,8 @@ calls, then makes a host call that waits there: an http.fetch to a server that n
 answers. The wait ends at the plugin's own time-out (the fetch's deadline watchdog is
 a thread of its own, not the loop it blocks), the plugin is sent back to the lane once
 and for good, unloading and loading it again under the same id does not win the loop
-back, and a healthy plugin on the same worker answers throughout.
+back, and a healthy plugin on the same worker answers throughout. Many hostile plugins
+get no shot each: once `max_demoted` of them held the loop, none is on trial any more.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 import wasmtime
 
 from loopback import Loopback
-from wasmext import Host, Limits, load_config
+from wasmext import Host, HostConfig, Limits, load_config
 from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
 from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.worker import PROVE_CALLS, Worker
@@ -141,6 +142,79 @@ def test_a_host_call_that_waits_on_the_loop_holds_it_once_and_reload_wins_nothin
             assert worker.counts[waits].demoted == 1
             msg = await nc.request(stamp, _request("after"), timeout=10)
             assert b"done" in msg.data and ran_on["stamp"][-1] == loop_thread
+        finally:
+            await nc.close()
+            await worker.drain()
+
+    asyncio.run(run())
+
+
+def _spins_wat(name: str) -> str:
+    """A pre stage answering at once for a short request, spinning for a long one."""
+    resp = msgpack.packb(STAGE)
+    body = (f"(if (i32.gt_u (local.get $l) (i32.const {LONG})) (then (loop $spin "
+            f"(br $spin)))) (i64.const {packed(RESPONSE_AT, len(resp))})")
+    return guest_wat(body, response=STAGE, registration={"hooks": [{"hook": "pre"}],
+                                                         "name": name})
+
+
+@pytest.fixture
+def spinners(tmp_path: Path) -> Any:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    for pid in ("spin-a", "spin-b"):
+        _plugin(plugins, pid, _spins_wat(pid))
+    _plugin(plugins, "stamp", guest_wat(response=STAGE,
+                                        registration={"hooks": [{"hook": "pre"}]}))
+    config = HostConfig(limits=Limits(timeout_ms=TIMEOUT_MS, fuel_per_call=10**13))
+    with Host(config, runtime=Runtime(cache=False, defaults=config.limits),
+              plugin_dirs=[("workspace", plugins)]) as host:
+        yield host
+
+
+def test_once_max_demoted_plugins_held_the_loop_no_other_earns_it(
+        nats_url: str, spinners: Host) -> None:
+    ran_on = _threads(spinners)
+    ran_on.update({"spin-a": [], "spin-b": []})
+    a, b, stamp = ("cap.ext.pre.spin-a.v1", "cap.ext.pre.spin-b.v1",
+                   "cap.ext.pre.stamp.v1")
+
+    async def run() -> None:
+        import nats
+
+        worker = Worker(spinners, nats_url, prefix="cap", name="c1")
+        worker.max_demoted = 1
+        await worker.start()
+        loop_thread = threading.current_thread().name
+        nc = await nats.connect(nats_url)
+        try:
+            for subject in (a, b, stamp):  # all three earn the loop
+                for i in range(PROVE_CALLS + 1):
+                    await nc.request(subject, _request(f"p{i}"), timeout=10)
+            assert ran_on["spin-a"][-1] == ran_on["spin-b"][-1] == loop_thread
+
+            answer = await nc.request(a, _request("a-slow", long=True), timeout=10)
+            assert answer.headers is not None and \
+                "timeout" in answer.headers["Nats-Service-Error"]
+            assert set(worker.demoted) == {"spin-a"}
+
+            # The cap is reached: spin-b, proven short, no longer runs on the loop, so
+            # its slow call holds no one up.
+            started = time.monotonic()
+            slow = asyncio.ensure_future(nc.request(b, _request("b-slow", long=True),
+                                                    timeout=10))
+            await asyncio.sleep(0.1)
+            for i in range(5):
+                msg = await nc.request(stamp, _request(f"h{i}"), timeout=10)
+                assert b"done" in msg.data
+            assert time.monotonic() - started < TIMEOUT_MS / 1000
+            assert not slow.done()
+            answer = await slow
+            assert answer.headers is not None and \
+                "timeout" in answer.headers["Nats-Service-Error"]
+            assert ran_on["spin-b"][-1] != loop_thread
+            assert set(worker.demoted) == {"spin-a"}  # not demoted: it was on the lane
+            assert worker.counts[b].demoted == 0
         finally:
             await nc.close()
             await worker.drain()

@@ -16,8 +16,11 @@ loop: once `PROVE_CALLS` of its stage calls in a row ran within `short_call_ms`
 first that runs longer moves the plugin back to the lane for the worker's life
 (`demoted`, logged, counted per endpoint): a plugin can hold the loop past
 `short_call_ms` once, for at most its own `timeout_ms` (capped by the caller's
-deadline), and never again. `short_call_ms=0` turns the trial off (the lane for
-every plugin not inline by rule); `inline_below_ms=0` keeps every call off the loop.
+deadline), and never again. Once `Worker.max_demoted` plugins (4) were sent back,
+no plugin is on trial any more: however many hostile plugins a worker serves, its
+loop is held past a short call at most that many times in its life.
+`short_call_ms=0` turns the trial off (the lane for every plugin not inline by
+rule); `inline_below_ms=0` keeps every call off the loop.
 
 A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up: the
 worker was frozen, or its queue was long) is dropped unrun and unanswered, when it
@@ -106,6 +109,9 @@ PROVE_CALLS = 8
 # Where a plugin's stage calls run (Worker._place)
 LANE, BY_RULE, ON_TRIAL = 0, 1, 2
 _DEMOTED = -1  # `_proven`'s mark for a plugin sent back to the lane for good
+# Plugins sent back to the lane after which no plugin is on trial any more: each
+# demotion held the loop for up to its plugin's time-out once, and plugins are many.
+MAX_DEMOTED = 4
 
 
 class Worker:
@@ -135,6 +141,7 @@ class Worker:
         # Short lane calls in a row, by plugin id (_DEMOTED: sent back to the lane).
         self._proven: dict[str, int] = {}
         self.demoted: dict[str, float] = {}  # plugin id: ms its slow call held the loop
+        self.max_demoted = MAX_DEMOTED  # then no plugin is on trial any more
         self._pool = CallPool(concurrency, name="wasmext-worker")
         self._lane = Lane(self._pool, concurrency, self._delivered)
         # The answer's headers by encoding, built once (copied when an error or a
@@ -272,7 +279,8 @@ class Worker:
             return LANE
         if plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms:
             return BY_RULE
-        if self._short_s > 0 and self._proven.get(stage.plugin_id, 0) >= PROVE_CALLS:
+        if self._short_s > 0 and self._proven.get(stage.plugin_id, 0) >= PROVE_CALLS \
+                and len(self.demoted) < self.max_demoted:
             return ON_TRIAL
         return LANE
 
