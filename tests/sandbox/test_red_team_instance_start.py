@@ -5,6 +5,8 @@ the binding's one scratch area for start-up calls. A guest whose allocator calls
 host, whose answer needs the allocator again, recurses through the host: that ends at
 `max_host_calls` as a named error with a short message, the scratch area's result is
 never confused with a nested call's, and the host serves a healthy plugin afterwards.
+A start function that calls the host (the ABI has no host calls before the instance
+has started) is refused as AbiMismatch, not as a missing attribute inside the host.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 import msgpack
 import pytest
 
-from wasmext import HostCallLimitExceeded, Plugin, Runtime
+from wasmext import AbiMismatch, HostCallLimitExceeded, Plugin, Runtime
 from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat, load_wat
 
 GET = msgpack.packb({"op": "config.get", "key": "greeting"})
@@ -63,4 +65,21 @@ def test_an_allocator_that_calls_the_host_once_still_gets_its_own_result(
                     extra="(global $called (mut i32) (i32.const 0))")
     plugin = load_wat(runtime, wat, plugin_id="nested", settings={"greeting": "hi"})
     assert [plugin.call("test").value for _ in range(3)] == ["hi"] * 3
+    assert healthy.call("test").value == "alive"
+
+
+@pytest.mark.parametrize("body", [
+    f"(drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(GET)})))",
+    f"(call $log (i32.const 2) (i32.const {DATA_AT}) (i32.const 4))",
+])
+def test_a_start_function_that_calls_the_host_is_refused_by_name(
+        runtime: Runtime, healthy: Plugin, body: str) -> None:
+    imports = HOST_CALL_IMPORT + '(import "wasmext" "log" (func $log (param i32 i32 i32)))'
+    wat = guest_wat(imports=imports, data=GET, extra=f"(func $st {body}) (start $st)")
+    started = time.monotonic()
+    with pytest.raises(AbiMismatch, match="a start function called the host") as err:
+        load_wat(runtime, wat, plugin_id="starter", settings={"greeting": "hi"})
+    assert time.monotonic() - started < 5
+    assert "attribute" not in str(err.value)  # no Python internals for the operator
+    assert "starter" not in runtime.plugins
     assert healthy.call("test").value == "alive"
