@@ -291,3 +291,23 @@ def test_a_dropped_store_is_closed_once_and_refuses_use(runtime: Runtime) -> Non
         store.get_fuel()
     with pytest.raises(ValueError, match="closed"):
         store.set_epoch_deadline(1)
+
+
+def test_initialize_runs_in_every_instance_under_a_budget_of_its_own(
+        runtime: Runtime, path: str) -> None:
+    flagged = load_wat(runtime, guest_wat(
+        ONCE_BODY, data=FIRST.ljust(64, b"\0") + SECOND,
+        extra='(global $seen (mut i32) (i32.const 0)) '
+              '(func (export "_initialize") (global.set $seen (i32.const 1)))'),
+        plugin_id="init")
+    for _ in range(3):  # each instance's _initialize set its own flag
+        assert flagged.new_instance().call("test", None).value == "second"
+    spin = guest_wat(extra='(func (export "_initialize") (loop (br 0)))')
+    for _ in range(2):
+        with pytest.raises(OutOfFuel, match="_initialize"):
+            load_wat(runtime, spin, plugin_id="spin-init", limits={"fuel_per_call": 10_000})
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        load_wat(runtime, spin, plugin_id="slow-init",
+                 limits={"fuel_per_call": 10**12, "timeout_ms": 300})
+    assert time.monotonic() - started < 3

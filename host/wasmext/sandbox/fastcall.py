@@ -73,7 +73,6 @@ class _Raw:
     """
 
     def __init__(self) -> None:
-        from wasmtime import _bindings
         from wasmtime import _ffi as ffi
 
         dll = ffi.dll
@@ -99,11 +98,12 @@ class _Raw:
         self.set_deadline = ctypes.PYFUNCTYPE(None, vp, u64)(
             ("wasmtime_context_set_epoch_deadline", dll))
         self.get_fuel = ctypes.PYFUNCTYPE(vp, vp, vp)(("wasmtime_context_get_fuel", dll))
-        self.export_get = _bindings._wasmtime_instance_export_get
         self.kind_memory = ffi.WASMTIME_EXTERN_MEMORY.value
         # What starting an instance calls: plain-address prototypes skip the argument
         # type checks of wasmtime-py's. Instantiation runs the guest's start function,
         # so it releases the GIL like `call`.
+        self.set_fuel_untyped = untyped(vp, "wasmtime_context_set_fuel")
+        self.set_deadline_untyped = untyped(None, "wasmtime_context_set_epoch_deadline")
         self.export_by_name = untyped(ctypes.c_bool, "wasmtime_instance_export_get")
         self.call_untyped = untyped(vp, "wasmtime_func_call_unchecked", runs_guest=True)
         self.pre_instantiate = untyped(vp, "wasmtime_instance_pre_instantiate",
@@ -221,10 +221,7 @@ class _RawStore(wasmtime.Store):
             self.raw_address = 0
             type(self).free(self.raw_handle)
 
-    def __del__(self) -> None:  # `close`, one Python frame less (Managed's calls it)
-        if self.raw_address:
-            self.raw_address = 0
-            type(self).free(self.raw_handle)
+    __del__ = close  # Managed's `__del__` calls `close`: one Python frame less
 
     def _delete(self, ptr: Any) -> None:  # never reached: `close` deletes
         self.close()
@@ -358,6 +355,16 @@ _MEMORY_KEY = export_key("memory")
 _ARG_COUNTS = tuple(ctypes.c_size_t(n) for n in range(5))  # call_once's argument counts
 _LIMITS: dict[tuple[int, ...], tuple[ctypes.c_int64, ...]] = {}  # limiter arguments, by value
 _MAX_LIMITS = 256
+_U64: dict[int, ctypes.c_uint64] = {}  # fuel and tick counts as the untyped entries take them
+
+
+def _u64(value: int) -> ctypes.c_uint64:
+    kept = _U64.get(value)
+    if kept is None:
+        kept = ctypes.c_uint64(value)
+        if len(_U64) < _MAX_LIMITS:
+            _U64[value] = kept
+    return kept
 
 
 class StoreBinding:
@@ -455,6 +462,19 @@ class StoreBinding:
                           now)
         view.__dict__["_keep"] = (self._scratch, self.store)
         return view
+
+    def start_budget(self, fuel: int, ticks: int) -> None:
+        """Set the store's fuel and epoch deadline, as `budget()`'s setter does, for the
+        calls an instance makes once, when it starts (untyped entries; the values as
+        ctypes objects, kept by value)."""
+        raw = self._raw
+        if raw is None:
+            self.store.set_fuel(fuel)
+            self.store.set_epoch_deadline(ticks)
+            return
+        # set_fuel fails only when fuel is disabled, which SharedEngine never does.
+        raw.set_fuel_untyped(self._hctx, _u64(fuel))
+        raw.set_deadline_untyped(self._hctx, _u64(ticks))
 
     def budget(self) -> Callable[[int, int], None]:
         """A setter for (fuel, epoch ticks), refreshed before every call."""

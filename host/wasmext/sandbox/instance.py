@@ -123,7 +123,6 @@ class PluginInstance:
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
         self._binding = binding = StoreBinding(store)
         binding.limit(limits.memory_bytes, limits.table_elements, 1, 4, 1)
-        self._set_budget = binding.budget()
         self.store = store
         # The budget names its guest through a proxy: a cycle back to this instance
         # would keep a dropped instance's store (its memory and address-space
@@ -132,14 +131,14 @@ class PluginInstance:
                                  store.set_epoch_deadline)
         runs_guest = module.info.has_start
         if runs_guest:
-            self._set_budget(limits.fuel_per_call, self._enter())
+            binding.start_budget(limits.fuel_per_call, self._enter())
         else:
             # No start function: instantiating runs no guest code, so it opens no
             # call-tree frame. It still gets fuel and a deadline (the call's whole time,
             # checked by no watchdog callback): with no fuel, wasmtime reported an
             # out-of-bounds data segment as "all fuel consumed", and with a deadline
             # already passed as a deadline check, not as the trap it is.
-            self._set_budget(limits.fuel_per_call, module.engine.ticks_for(limits.timeout_ms))
+            binding.start_budget(limits.fuel_per_call, module.engine.ticks_for(limits.timeout_ms))
         try:
             binding.instantiate(module.pre, module.pre_handle)
         except Exception as exc:
@@ -168,6 +167,13 @@ class PluginInstance:
     _fs: FsTable | None = None  # the folder grants' fds, made at the first file call
     _fs_frame: Any = None       # the call `_fs_io` counts bytes for
     _fs_io = 0
+
+    def _set_budget(self, fuel: int, ticks: int) -> None:
+        """Set the store's (fuel, epoch ticks) before a call: the setter is made at the
+        first call that needs it (start-up uses `StoreBinding.start_budget`) and
+        shadows this method from then on."""
+        setter = self.__dict__["_set_budget"] = self._binding.budget()
+        setter(fuel, ticks)
 
     def _pack(self, doc: Any) -> bytes:
         """Requests and host-call answers: one Packer per instance (an instance runs on
@@ -391,9 +397,15 @@ class PluginInstance:
         self.ctx.hook = "register"
         once = self._binding.call_once
         if self.module.info.has_initialize:
-            self._guest("_initialize", once, _INITIALIZE, False)
+            self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
+            try:
+                once(_INITIALIZE, False)
+            except Exception as exc:
+                raise self._classify(exc, "_initialize") from exc
+            finally:
+                self.budget.leave()
         what = "wasmext_abi_version"
-        self._set_budget(self.limits.fuel_per_call, self.budget.enter())
+        self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
         try:
             major = once(_ABI_VERSION, True) & 0xFFFFFFFF
             if major != ABI_MAJOR:

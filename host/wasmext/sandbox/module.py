@@ -181,7 +181,8 @@ class PluginModule:
         if "_start" in exports:
             raise AbiMismatch(f"{self.name}: exports _start; plugins must be WASI reactors "
                               "or freestanding libraries (build with -mexec-model=reactor)")
-        if not isinstance(exports.get("memory"), wasmtime.MemoryType):
+        memory = exports.get("memory")
+        if not isinstance(memory, wasmtime.MemoryType):
             raise AbiMismatch(f"{self.name}: missing export 'memory'")
         for name, (params, results, required) in EXPORTS.items():
             ty = exports.get(name)
@@ -194,4 +195,4 @@ class PluginModule:
                                   f"{params} -> {results}")
         return ModuleInfo(digest, size, tuple(exports), tuple(imports), uses_wasi,
                           "wasmext_free" in exports, "_initialize" in exports, tables,
-                          has_start, exports["memory"].limits.min * WASM_PAGE)
+                          has_start, memory.limits.min * WASM_PAGE)

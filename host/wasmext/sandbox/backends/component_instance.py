@@ -94,7 +94,7 @@ class ComponentInstance(PluginInstance):
             wasi.preopen_dir(host_path, guest_path, False)
         store.set_wasi(wasi)
         self.store = store
-        self._set_budget = budget_setter(store)
+        self.__dict__["_set_budget"] = budget_setter(store)  # in place of the core one's
         self.budget = CallBudget(limits, ctx, self, self._ticks, store.set_epoch_deadline)
         self.meter = False
         self._set_budget(limits.fuel_per_call, self._enter())
