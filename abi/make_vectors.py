@@ -74,6 +74,23 @@ ENVELOPES = {
         {"map": {"hooks": [], "abi_minor": -1}, "verdict": "invalid"},
         {"map": {"hooks": [], "name": 5}, "verdict": "invalid"},
         {"map": ["hooks"], "verdict": "invalid"},
+        # The answer region (minor 3, SPEC 1.4.1): checked only from a minor-3 guest.
+        {"map": {"hooks": [], "abi_minor": 3, "answer_region": {"ptr": 16384, "size": 1024}},
+         "verdict": "ok"},
+        {"map": {"hooks": [], "abi_minor": 3,
+                 "answer_region": {"ptr": 4294967288, "size": 8}}, "verdict": "ok"},
+        {"map": {"hooks": [], "abi_minor": 2, "answer_region": [0, 0]}, "verdict": "ok"},
+        {"map": {"hooks": [], "abi_minor": 3, "answer_region": {"ptr": 0, "size": 16}},
+         "verdict": "invalid"},
+        {"map": {"hooks": [], "abi_minor": 3, "answer_region": {"ptr": 16384, "size": 0}},
+         "verdict": "invalid"},
+        {"map": {"hooks": [], "abi_minor": 3,
+                 "answer_region": {"ptr": 4294967288, "size": 9}}, "verdict": "invalid"},
+        {"map": {"hooks": [], "abi_minor": 3, "answer_region": [16384, 1024]},
+         "verdict": "invalid"},
+        {"map": {"hooks": [], "abi_minor": 3,
+                 "answer_region": {"ptr": 16384, "size": 1024, "more": 1}},
+         "verdict": "invalid"},
     ],
 }
 

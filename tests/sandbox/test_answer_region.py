@@ -76,6 +76,7 @@ def test_an_answer_that_fits_lands_in_the_area_without_wasmext_alloc(runtime: Ru
     assert _forwarder(runtime, _region()).call("test").value == "hi"
     where = _where(runtime, _region(), plugin_id="where")
     assert where.registration.answer_region == (AREA, 256)
+    assert where.describe()["answer_region"] == {"ptr": AREA, "size": 256}  # `inspect --json`
     assert "answer_region" not in where.registration.extra
     assert [where.call("test").value for _ in range(3)] == [True, True, True]
     # The allocator was never bound for an answer: no second guest entry.
@@ -172,6 +173,7 @@ def test_host_calls_answered_in_the_area_are_still_counted_and_bounded(
 def test_a_guest_of_an_older_minor_is_served_as_before(runtime: Runtime, minor: int) -> None:
     where = _where(runtime, _region(), minor=minor)
     assert where.registration.answer_region is None
+    assert where.describe()["answer_region"] is None
     assert where.registration.extra["answer_region"] == _region()  # an unknown key, kept
     assert where.call("test").value is False
     # Malformed, it loads as it did: the key means nothing below minor 3.
@@ -205,11 +207,15 @@ _ANY = st.recursive(st.none() | st.booleans() | st.integers(-(1 << 40), 1 << 40)
 
 @given(_ANY)
 def test_any_declared_area_is_refused_by_name_or_lies_in_wasm32(region: Any) -> None:
-    try:
-        reg = Registration.parse({**_registration(None), "answer_region": region}, "p")
-    except InvalidOutput as exc:
-        assert "answer_region" in exc.message
+    raw = {**_registration(None), "answer_region": region}
+    if not (type(region) is dict and set(region) == {"ptr", "size"} and
+            type(region["ptr"]) is int and type(region["size"]) is int and
+            region["ptr"] >= 1 and region["size"] >= 1 and
+            region["ptr"] + region["size"] <= 1 << 32):
+        with pytest.raises(InvalidOutput, match="answer_region"):
+            Registration.parse(raw, "p")
         return
+    reg = Registration.parse(raw, "p")
     assert reg.answer_region is not None
     ptr, size = reg.answer_region
     assert type(ptr) is int and type(size) is int

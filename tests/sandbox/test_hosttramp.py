@@ -56,6 +56,19 @@ def test_host_call_answers_the_same(rt: Runtime) -> None:
     assert info.value.code == "unsupported"
 
 
+def test_answers_written_into_the_guests_answer_region_arrive_the_same(rt: Runtime) -> None:
+    raw = msgpack.packb({"op": "config.get", "key": "greeting"})
+    body = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))"
+    registration = {"hooks": [{"hook": "test"}], "abi_minor": 3,
+                    "answer_region": {"ptr": 16384, "size": 64}}
+    plugin = load_wat(rt, guest_wat(body, imports=HOST_CALL, data=raw,
+                                    registration=registration), settings={"greeting": "hi"})
+    assert [plugin.call("test").value for _ in range(3)] == ["hi"] * 3
+    assert all(inst._alloc_fn is None for inst in plugin._idle)  # no wasmext_alloc entry
+    plugin.settings["greeting"] = "long " * 40  # past the region: through wasmext_alloc
+    assert plugin.call("test").value == "long " * 40
+
+
 def test_a_high_pointer_reaches_the_host_unsigned(rt: Runtime) -> None:
     # 0xFFFF_FFF0 is out of memory: the host must see it as such, not as a negative.
     body = "(call $host_call (i32.const -16) (i32.const 8))"

@@ -550,7 +550,7 @@ class PluginInstance:
             delivering = budget.checked_at  # where host_call's last check read the clock
         size = len(answer)
         if size <= self.answer_region[1]:
-            # SPEC 1.4, minor 3: the guest's own area, no second guest entry. Its address
+            # SPEC 1.4.1 (minor 3): the guest's own area, no second guest entry. Its address
             # is the guest's word, so it is checked against the memory's size now (the
             # memory may have grown into it since); an area past the end is as if the
             # answer did not fit.

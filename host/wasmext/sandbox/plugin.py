@@ -95,7 +95,7 @@ class Registration:
     shareable: bool = False
     # Payload codecs besides MessagePack the guest reads and writes (SPEC 8: "json").
     codecs: tuple[str, ...] = ()
-    # (ptr, size) of the guest's area for host_call answers (SPEC 1.4, minor 3); None:
+    # (ptr, size) of the guest's area for host_call answers (SPEC 1.4.1); None:
     # every answer goes through wasmext_alloc.
     answer_region: tuple[int, int] | None = None
 
@@ -437,6 +437,9 @@ class Plugin:
             "hooks": [{"hook": h.hook, "priority": h.priority, "pattern": h.pattern}
                       for h in reg.hooks],
             "codecs": list(reg.codecs),
+            # The area host-call answers are written into (ABI minor 3); None: none.
+            "answer_region": None if reg.answer_region is None else
+            {"ptr": reg.answer_region[0], "size": reg.answer_region[1]},
             "extra": dict(reg.extra),
             "size": self.module.info.size,
             "digest": f"sha256:{self.module.info.digest}",
