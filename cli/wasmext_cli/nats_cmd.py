@@ -80,9 +80,9 @@ def _import_nats_extra() -> None:
               help="Run a plugin call on the worker's event loop, with no thread hop, when "
                    "its timeout_ms plus 10 ms is below this (default 50; 0: never).")
 @click.option("--short-call-ms", type=click.FloatRange(0), default=None,
-              help="A plugin whose stage calls all return within this (default 5) runs "
+              help="A plugin whose stage calls all return within this (default 20) runs "
                    "them on the event loop, after 8 short ones in a row off it; the first "
-                   "longer one sends it off the loop for good (0: never).")
+                   "longer one sends it off the loop for a back-off (0: never).")
 @click.option("--name", default="wasmext-worker", show_default=True,
               help="This worker's name on the connection and in service metadata.")
 @click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",

@@ -1,9 +1,10 @@
 """A worker runs a plugin's stage calls on its loop only while they have proven short:
 its first calls go through the lane, a run of short ones moves it to the loop, and the
-first call there that is not short sends the plugin back to the lane for good. A
-hostile plugin holds the loop once, for at most its own time-out, and after that a
-healthy plugin on the same worker answers while the hostile one runs; the endpoint
-statistics, the metrics and the log say what happened."""
+first call there that is not short sends the plugin back to the lane for a back-off
+that doubles at each demotion. A hostile plugin holds the loop once per back-off, for
+at most its own time-out, and meanwhile a healthy plugin on the same worker answers
+while the hostile one runs; the endpoint statistics, the metrics and the log say what
+happened."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from prometheus_client import generate_latest
 from wasmext import Host, HostConfig, Limits
 from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
 from wasmext.cluster.contract import encode as contract_encode
-from wasmext.cluster.worker import PROVE_CALLS, Worker
+from wasmext.cluster.worker import PROVE_CALLS, SHORT_CALL_MS, Worker
 from wasmext.runtime import Runtime
 from wasmext.testing import RESPONSE_AT, guest_wat, packed
 
@@ -121,7 +122,7 @@ def test_a_plugin_slow_after_proving_short_holds_the_loop_once_then_runs_off_it(
             assert b"stamped" in waiting.data
             assert took < TIMEOUT_MS / 1000 + 3  # its own time-out, not more
             assert ran_on["turns"][-1] == worker_loop
-            assert worker.demoted["turns"] >= 5 and "stamp" not in worker.demoted
+            assert worker.demoted["turns"] >= SHORT_CALL_MS and "stamp" not in worker.demoted
             assert worker.counts[turns].demoted == 1
 
             # Demoted: its next slow call runs off the loop, and the healthy plugin,
@@ -141,7 +142,7 @@ def test_a_plugin_slow_after_proving_short_holds_the_loop_once_then_runs_off_it(
             assert "timeout" in answer.headers["Nats-Service-Error"]
             assert ran_on["turns"][-1] != worker_loop
             assert ran_on["stamp"][-10:] == [worker_loop] * 10
-            assert worker.counts[turns].demoted == 1  # once, never again
+            assert worker.counts[turns].demoted == 1  # once: its back-off has a minute to go
             # A short call of the demoted plugin is still answered, off the loop.
             msg = await nc.request(turns, _request("after"), timeout=10)
             assert b"turned" in msg.data and ran_on["turns"][-1] != worker_loop
@@ -216,3 +217,82 @@ def test_a_slow_call_on_the_lane_starts_the_proof_again(nats_url: str,
             await worker.drain()
 
     asyncio.run(run())
+
+
+def test_a_new_version_proves_itself_again_and_a_demoted_plugin_stays_demoted(
+        nats_url: str, serving: Host, tmp_path: Path) -> None:
+    ran_on = _threads(serving)
+
+    async def run() -> None:
+        import nats
+
+        worker = Worker(serving, nats_url, prefix="again2", name="v1")
+        await worker.start()
+        loop_thread = threading.current_thread().name
+        stamp, turns = "again2.ext.pre.stamp.v1", "again2.ext.pre.turns.v1"
+        nc = await nats.connect(nats_url)
+        try:
+            for i in range(PROVE_CALLS + 1):
+                await nc.request(stamp, _request(f"m{i}"), timeout=10)
+                await nc.request(turns, _request(f"m{i}"), timeout=10)
+            assert ran_on["stamp"][-1] == ran_on["turns"][-1] == loop_thread
+            await nc.request(turns, _request("slow", long=True), timeout=10)
+            assert "turns" in worker.demoted
+            for pid in ("stamp", "turns"):  # both updated: a new version of each
+                toml = tmp_path / "plugins" / pid / "plugin.toml"
+                toml.write_text(toml.read_text().replace('"1.0.0"', '"1.1.0"'))
+            serving.rescan()
+            came, _gone = await worker.resync()
+            assert sorted(came) == ["stamp", "turns"]
+            await nc.request(stamp, _request("fresh"), timeout=10)
+            assert ran_on["stamp"][-1] != loop_thread  # back on probation
+            for i in range(PROVE_CALLS + 1):
+                await nc.request(turns, _request(f"n{i}"), timeout=10)
+            assert loop_thread not in ran_on["turns"][-PROVE_CALLS - 1:]  # still demoted
+        finally:
+            await nc.close()
+            await worker.drain()
+
+    asyncio.run(run())
+
+
+def test_after_its_back_off_a_demoted_plugin_proves_itself_again_and_the_next_is_longer(
+        nats_url: str, serving: Host, caplog: pytest.LogCaptureFixture) -> None:
+    ran_on = _threads(serving)
+
+    async def run() -> None:
+        import nats
+
+        worker = Worker(serving, nats_url, prefix="backoff", name="b1")
+        worker.demote_s = 0.5
+        await worker.start()
+        loop_thread = threading.current_thread().name
+        subject = "backoff.ext.pre.turns.v1"
+        nc = await nats.connect(nats_url)
+
+        async def prove() -> None:
+            for i in range(PROVE_CALLS):
+                await nc.request(subject, _request(f"m{i}"), timeout=10)
+            await nc.request(subject, _request("next"), timeout=10)
+
+        try:
+            await prove()
+            assert ran_on["turns"][-1] == loop_thread
+            await nc.request(subject, _request("slow-1", long=True), timeout=10)
+            demoted_at = time.monotonic()
+            await prove()  # within the back-off: short calls prove nothing
+            assert loop_thread not in ran_on["turns"][-PROVE_CALLS - 1:]
+            await asyncio.sleep(max(0.0, demoted_at + 0.6 - time.monotonic()))
+            await prove()  # the back-off is over: proven again, back on the loop
+            assert ran_on["turns"][-1] == loop_thread
+            await nc.request(subject, _request("slow-2", long=True), timeout=10)
+            assert worker.counts[subject].demoted == 2
+        finally:
+            await nc.close()
+            await worker.drain()
+
+    with caplog.at_level(logging.WARNING, logger="wasmext.cluster.worker"):
+        asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records if "held the event loop" in r.message]
+    assert len(lines) == 2
+    assert lines[0].endswith("for 0.5 s") and lines[1].endswith("for 1 s")  # doubled

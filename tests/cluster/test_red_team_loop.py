@@ -3,10 +3,11 @@
 A plugin granted `http` (no application code) earns the worker's event loop with short
 calls, then makes a host call that waits there: an http.fetch to a server that never
 answers. The wait ends at the plugin's own time-out (the fetch's deadline watchdog is
-a thread of its own, not the loop it blocks), the plugin is sent back to the lane once
-and for good, unloading and loading it again under the same id does not win the loop
-back, and a healthy plugin on the same worker answers throughout. Many hostile plugins
-get no shot each: once `max_demoted` of them held the loop, none is on trial any more.
+a thread of its own, not the loop it blocks), the plugin is sent back to the lane for
+its back-off, unloading and loading it again under the same id does not win the loop
+back meanwhile, and a healthy plugin on the same worker answers throughout. Many
+hostile plugins do not get a shot each: once `max_demoted` demotions came close
+together, no plugin is on trial for a while.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def spinners(tmp_path: Path) -> Any:
         yield host
 
 
-def test_once_max_demoted_plugins_held_the_loop_no_other_earns_it(
+def test_after_max_demoted_demotions_no_plugin_is_on_trial_for_a_while(
         nats_url: str, spinners: Host) -> None:
     ran_on = _threads(spinners)
     ran_on.update({"spin-a": [], "spin-b": []})
@@ -198,8 +199,8 @@ def test_once_max_demoted_plugins_held_the_loop_no_other_earns_it(
                 "timeout" in answer.headers["Nats-Service-Error"]
             assert set(worker.demoted) == {"spin-a"}
 
-            # The cap is reached: spin-b, proven short, no longer runs on the loop, so
-            # its slow call holds no one up.
+            # The cap is reached: the trial pauses, spin-b, proven short, no longer runs
+            # on the loop, and its slow call holds no one up.
             started = time.monotonic()
             slow = asyncio.ensure_future(nc.request(b, _request("b-slow", long=True),
                                                     timeout=10))

@@ -35,8 +35,8 @@ class Stage:
 class Counts:
     """What one endpoint did: answered, failed (answered with an error), expired
     (dropped unrun), duplicate (ran, its state commit not applied again), time spent;
-    calls run on the worker's loop, and demoted (1: its call held the loop longer than
-    a short call, and its plugin's calls went back to the lane)."""
+    calls run on the worker's loop, and demoted (calls that held the loop longer than a
+    short call, each sending its plugin's calls back to the lane for a back-off)."""
 
     __slots__ = ("answered", "demoted", "duplicate", "expired", "failed", "on_loop",
                  "total_ns")

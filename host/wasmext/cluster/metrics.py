@@ -15,8 +15,8 @@ host's own metrics (served by `--metrics-port`). A worker registers its own:
     extension_worker_loop_calls_total{worker,extension,subject}
         stage calls run on the worker's event loop (the rest went through its lane)
     extension_worker_demoted_total{worker,extension,subject}
-        1 once a call held the loop past the worker's `short_call_ms`: the plugin's
-        calls run off the loop from then on
+        calls that held the loop past the worker's `short_call_ms`: each sent the
+        plugin's calls off the loop for a back-off
 """
 
 from __future__ import annotations

@@ -12,15 +12,19 @@ subscription's handler, with no thread hop ("by rule"). Any other plugin without
 application code starts on the lane (`cluster.lane`: a thread of its own, and
 wasmext's call pool behind a slow call, `concurrency` threads at most) and earns the
 loop: once `PROVE_CALLS` of its stage calls in a row ran within `short_call_ms`
-(default 5 ms) there, its calls run on the loop ("on trial"), each one timed. The
-first that runs longer moves the plugin back to the lane for the worker's life
-(`demoted`, logged, counted per endpoint): a plugin can hold the loop past
-`short_call_ms` once, for at most its own `timeout_ms` (capped by the caller's
-deadline), and never again. Once `Worker.max_demoted` plugins (4) were sent back,
-no plugin is on trial any more: however many hostile plugins a worker serves, its
-loop is held past a short call at most that many times in its life.
-`short_call_ms=0` turns the trial off (the lane for every plugin not inline by
-rule); `inline_below_ms=0` keeps every call off the loop.
+(default 20 ms) there, its calls run on the loop ("on trial"), each one timed. The
+first that runs longer moves the plugin back to the lane (`demoted`, logged, counted
+per endpoint) for `DEMOTE_S` (a minute), twice as long at each demotion after that;
+then it proves itself again. A plugin can hold the loop past `short_call_ms` once per
+back-off, for at most its own `timeout_ms` (capped by the caller's deadline): once in
+its first minute, once in the next two, once in the four after, and so on. A new
+version served after a rescan proves itself again (a demoted one finishes its
+back-off first). Plugins are many, so the trial pauses for the worker as well: once
+`Worker.max_demoted` (4) demotions came within `DEMOTE_S` of each other, no plugin is
+on trial for the next `DEMOTE_S`; a crowd of hostile plugins holds the loop that many
+times in a row at most, not once each.
+`short_call_ms=0` turns the trial off (the lane for every plugin not inline by rule);
+`inline_below_ms=0` keeps every call off the loop.
 
 A request whose `Wasmext-Deadline` has passed (the caller gave the attempt up: the
 worker was frozen, or its queue was long) is dropped unrun and unanswered, when it
@@ -45,6 +49,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,17 +105,25 @@ MAX_BACKLOG = 4096
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
 # How long a stage call may run and still count as short: a plugin whose calls stay
 # within it runs them on the loop, the first longer one sends it back to the lane.
-# 5 ms is the interpreter's GIL switch interval: a healthy call rarely waits longer
-# for the GIL, and every request behind a call on the loop waits as long as it runs.
-SHORT_CALL_MS = 5.0
+# Four of the interpreter's GIL switch intervals (5 ms): a healthy call on the loop may
+# wait one interval for the GIL at each return from the guest while another thread runs
+# Python (the lane, a metrics scrape), and one such wait should not demote it.
+# Every request behind a call on the loop waits as long as it runs: at most this, or,
+# once per plugin, its time-out.
+SHORT_CALL_MS = 20.0
 # Short calls in a row on the lane before a plugin's calls run on the loop: a plugin's
 # first calls (a cold instance) and a plainly slow plugin never reach the loop.
 PROVE_CALLS = 8
+# How long a plugin demoted for the first time stays off the loop; each demotion after
+# that doubles it (up to `MAX_DEMOTE_S`). A healthy plugin that one stall of the machine
+# demoted comes back; a hostile one holds the loop once per back-off.
+DEMOTE_S = 60.0
+MAX_DEMOTE_S = 24 * 3600.0
 # Where a plugin's stage calls run (Worker._place)
 LANE, BY_RULE, ON_TRIAL = 0, 1, 2
-_DEMOTED = -1  # `_proven`'s mark for a plugin sent back to the lane for good
-# Plugins sent back to the lane after which no plugin is on trial any more: each
-# demotion held the loop for up to its plugin's time-out once, and plugins are many.
+_DEMOTED = -1  # `_proven`'s mark for a plugin sent back to the lane (for a back-off)
+# Demotions within DEMOTE_S after which no plugin is on trial for DEMOTE_S: each held
+# the loop for up to its plugin's time-out, and a worker may serve many plugins.
 MAX_DEMOTED = 4
 
 
@@ -140,8 +153,13 @@ class Worker:
         self._short_s = short_call_ms / 1000
         # Short lane calls in a row, by plugin id (_DEMOTED: sent back to the lane).
         self._proven: dict[str, int] = {}
-        self.demoted: dict[str, float] = {}  # plugin id: ms its slow call held the loop
-        self.max_demoted = MAX_DEMOTED  # then no plugin is on trial any more
+        self.demoted: dict[str, float] = {}  # plugin id: ms its last slow call held the loop
+        self.demote_s = DEMOTE_S
+        self._demotions: dict[str, int] = {}  # by plugin id: how often it was demoted
+        self._back_on: dict[str, float] = {}  # by plugin id: when it may prove itself again
+        self.max_demoted = MAX_DEMOTED
+        self._recent: deque[float] = deque(maxlen=MAX_DEMOTED)  # the latest demotions' times
+        self._paused_until = 0.0  # no plugin on trial before this (time.monotonic)
         self._pool = CallPool(concurrency, name="wasmext-worker")
         self._lane = Lane(self._pool, concurrency, self._delivered)
         # The answer's headers by encoding, built once (copied when an error or a
@@ -248,6 +266,9 @@ class Worker:
                 await self._stop_service(svc)
             del self.stages[pid], self._shapes[pid]
         for pid in came:
+            # A new version proves itself short again; a demoted one finishes its back-off.
+            if self._proven.get(pid, 0) != _DEMOTED:
+                self._proven.pop(pid, None)
             try:
                 await self._add(pid, now[pid])
             except Exception as err:  # one plugin's service failing leaves the others
@@ -279,29 +300,49 @@ class Worker:
             return LANE
         if plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms:
             return BY_RULE
-        if self._short_s > 0 and self._proven.get(stage.plugin_id, 0) >= PROVE_CALLS \
-                and len(self.demoted) < self.max_demoted:
+        if self._short_s > 0 and self._proven.get(stage.plugin_id, 0) >= PROVE_CALLS:
+            if self._paused_until and time.monotonic() < self._paused_until:
+                return LANE  # too many demotions lately: the trial pauses for everyone
             return ON_TRIAL
         return LANE
 
     def _proved(self, stage: Stage, took_s: float) -> None:
         """A lane call of `stage` ran for `took_s`: one more short call in a row, or
-        the count starts again (a slow call on the lane blocks no one: no demotion)."""
+        the count starts again (a slow call on the lane blocks no one: no demotion).
+        A demoted plugin starts counting once its back-off is over."""
         pid = stage.plugin_id
         proven = self._proven.get(pid, 0)
-        if 0 <= proven < PROVE_CALLS:
+        if proven == _DEMOTED:
+            if time.monotonic() < self._back_on.get(pid, 0.0):
+                return
+            proven = 0
+        if proven < PROVE_CALLS:
             self._proven[pid] = proven + 1 if took_s < self._short_s else 0
 
     def _demote(self, stage: Stage, took_s: float) -> None:
         """`stage`'s call held the loop longer than a short call: its plugin's calls go
-        through the lane from now on, for the worker's life."""
+        through the lane for its back-off (doubled at each demotion), then prove
+        themselves again."""
         pid = stage.plugin_id
+        times = self._demotions[pid] = self._demotions.get(pid, 0) + 1
+        off_s = min(self.demote_s * 2 ** min(times - 1, 32), MAX_DEMOTE_S)
         self._proven[pid] = _DEMOTED
+        now = time.monotonic()
+        self._back_on[pid] = now + off_s
+        recent = self._recent
+        if recent.maxlen != self.max_demoted:
+            recent = self._recent = deque(recent, maxlen=max(1, self.max_demoted))
+        recent.append(now)
+        if len(recent) == recent.maxlen and now - recent[0] < self.demote_s:
+            self._paused_until = now + self.demote_s
+            log.warning("worker %s: %d demotions within %g s; no plugin runs on the loop on "
+                        "trial for %g s", self.name, len(recent), self.demote_s,
+                        self.demote_s)
         self.demoted[pid] = round(took_s * 1000, 3)
         self._count(stage).demoted += 1
         log.warning("worker %s: a %s call of %s held the event loop %.1f ms (short: %g ms); "
-                    "its calls run off the loop from now on", self.name, stage.kind, pid,
-                    took_s * 1000, self.short_call_ms)
+                    "its calls run off the loop for %.3g s", self.name, stage.kind, pid,
+                    took_s * 1000, self.short_call_ms, off_s)
 
     async def _on_cancel(self, msg: Msg) -> None:
         scope = self._scopes.get(msg.data[:128].decode("ascii", "replace"))
