@@ -9,7 +9,9 @@ import asyncio
 import gc
 import json
 import os
+import time
 import types
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +169,28 @@ def test_gc_freeze_is_a_host_setting(tmp_path: Path) -> None:
     assert load_config(config).gc_freeze is False
     config.write_text("[host]\n")
     assert load_config(config).gc_freeze is True
+
+
+class _Node:
+    """A weakly referable object that can be made part of a cycle."""
+
+    ref: object = None
+
+
+def test_given_the_host_tune_gc_frees_frozen_cycles_after_a_plugin_is_loaded(
+        host, thawed: None) -> None:  # type: ignore[no-untyped-def]
+    node = _Node()
+    node.ref = node  # a cycle, alive at start-up
+    alive = weakref.ref(node)
+    tune_gc(host)
+    del node  # garbage now, but frozen: no collection frees it
+    gc.collect()
+    assert alive() is not None
+    replacement = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True},
+                                                    hooks=("on_plain_text",))))
+    host.add(replacement, plugin_id="noop", replace=True)  # thaw, collect, freeze again
+    deadline = time.monotonic() + 5
+    while (alive() is not None or not gc.get_freeze_count()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert alive() is None
+    assert gc.get_freeze_count() > 0  # and frozen again

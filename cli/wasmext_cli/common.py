@@ -89,11 +89,12 @@ def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
 
 def started(host: Any) -> None:
     """Start-up is over (plugins loaded, servers attached): with `[host] gc_freeze` (the
-    default) leave what is alive now out of later garbage collections (`wasmext.tune_gc`)."""
+    default) leave what is alive now out of later garbage collections, and again after
+    each plugin load (`wasmext.tune_gc`)."""
     if host.config.gc_freeze:
         from wasmext import tune_gc
 
-        tune_gc()
+        tune_gc(host)
 
 
 def _attach_remote(host: Any, url: str | None = None) -> None:
