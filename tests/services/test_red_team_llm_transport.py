@@ -7,13 +7,14 @@ address it names is never contacted), a cookie it sets never comes back, a body 
 the cap or dripped past the deadline ends as a named ModelError in time, bytes sent
 past an answer are never read as the next request's answer (on http.fetch's shared
 pool: never as another plugin's), and neither the URL's password nor the API key
-appears in any error or request line but its own header. A healthy plugin answers
-afterwards.
+appears in any error or request line but its own header; a compressed answer is never
+inflated. A healthy plugin answers afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import socket
 import threading
 import time
@@ -257,4 +258,22 @@ def test_a_plugins_server_cannot_plant_the_answer_to_another_plugins_fetch(
         assert other.call("test").value["body"] == ANSWER  # the server's answer to it
         assert time.monotonic() - started < 10
         assert len(srv.requests) == 2
+    assert healthy.call("test").value == "alive"
+
+
+def test_a_compressed_answer_is_never_inflated(serve: Callable[..., RawServer],
+                                               healthy: Plugin) -> None:
+    bomb = gzip.compress(b"[" * (64 << 20))  # 64 MiB of brackets in about 64 KiB
+
+    def inflate_me(conn: socket.socket, srv: RawServer) -> None:
+        while srv.read_request(conn):
+            conn.sendall(_response(bomb, extra="Content-Encoding: gzip\r\n"))
+    srv = serve(inflate_me)
+    client = OpenAIClient(srv.url(), api_key=API_KEY, max_answer_bytes=1 << 20)
+    try:
+        text = _refused(client, 5)
+    finally:
+        client.close()
+    assert "not a chat completion" in text  # read as the bytes sent, not inflated
+    assert b"accept-encoding: identity" in srv.requests[0].lower()
     assert healthy.call("test").value == "alive"
