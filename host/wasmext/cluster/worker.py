@@ -19,7 +19,10 @@ then it proves itself again. A plugin can hold the loop past `short_call_ms` onc
 back-off, for at most its own `timeout_ms` (capped by the caller's deadline): once in
 its first minute, once in the next two, once in the four after, and so on. A new
 version served after a rescan proves itself again (a demoted one finishes its
-back-off first).
+back-off first). Plugins are many, so the trial pauses for the worker as well: once
+`Worker.max_demoted` (4) demotions came within `DEMOTE_S` of each other, no plugin is
+on trial for the next `DEMOTE_S`; a crowd of hostile plugins holds the loop that many
+times in a row at most, not once each.
 `short_call_ms=0` turns the trial off (the lane for every plugin not inline by rule);
 `inline_below_ms=0` keeps every call off the loop.
 
@@ -46,6 +49,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,6 +122,9 @@ MAX_DEMOTE_S = 24 * 3600.0
 # Where a plugin's stage calls run (Worker._place)
 LANE, BY_RULE, ON_TRIAL = 0, 1, 2
 _DEMOTED = -1  # `_proven`'s mark for a plugin sent back to the lane (for a back-off)
+# Demotions within DEMOTE_S after which no plugin is on trial for DEMOTE_S: each held
+# the loop for up to its plugin's time-out, and a worker may serve many plugins.
+MAX_DEMOTED = 4
 
 
 class Worker:
@@ -150,6 +157,9 @@ class Worker:
         self.demote_s = DEMOTE_S
         self._demotions: dict[str, int] = {}  # by plugin id: how often it was demoted
         self._back_on: dict[str, float] = {}  # by plugin id: when it may prove itself again
+        self.max_demoted = MAX_DEMOTED
+        self._recent: deque[float] = deque(maxlen=MAX_DEMOTED)  # the latest demotions' times
+        self._paused_until = 0.0  # no plugin on trial before this (time.monotonic)
         self._pool = CallPool(concurrency, name="wasmext-worker")
         self._lane = Lane(self._pool, concurrency, self._delivered)
         # The answer's headers by encoding, built once (copied when an error or a
@@ -293,6 +303,8 @@ class Worker:
         if plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms:
             return BY_RULE
         if self._short_s > 0 and self._proven.get(stage.plugin_id, 0) >= PROVE_CALLS:
+            if self._paused_until and time.monotonic() < self._paused_until:
+                return LANE  # too many demotions lately: the trial pauses for everyone
             return ON_TRIAL
         return LANE
 
@@ -317,7 +329,17 @@ class Worker:
         times = self._demotions[pid] = self._demotions.get(pid, 0) + 1
         off_s = min(self.demote_s * 2 ** min(times - 1, 32), MAX_DEMOTE_S)
         self._proven[pid] = _DEMOTED
-        self._back_on[pid] = time.monotonic() + off_s
+        now = time.monotonic()
+        self._back_on[pid] = now + off_s
+        recent = self._recent
+        if recent.maxlen != self.max_demoted:
+            recent = self._recent = deque(recent, maxlen=max(1, self.max_demoted))
+        recent.append(now)
+        if len(recent) == recent.maxlen and now - recent[0] < self.demote_s:
+            self._paused_until = now + self.demote_s
+            log.warning("worker %s: %d demotions within %g s; no plugin runs on the loop on "
+                        "trial for %g s", self.name, len(recent), self.demote_s,
+                        self.demote_s)
         self.demoted[pid] = round(took_s * 1000, 3)
         self._count(stage).demoted += 1
         log.warning("worker %s: a %s call of %s held the event loop %.1f ms (short: %g ms); "

@@ -35,6 +35,7 @@ from wasmext.sandbox.budget import CallBudget
 from wasmext.sandbox.codec import DecodeError, check_depth, decode, encode, may_nest_deeper
 from wasmext.sandbox.fastcall import (
     Caller,
+    MemoryView,
     StoreBinding,
     export_key,
     new_store,
@@ -89,6 +90,21 @@ def _inside_the_open_budget(_what: str, fn: Any, *args: Any) -> Any:
 
 def _unpack(packed: int) -> tuple[int, int]:
     return packed >> 32, packed & 0xFFFFFFFF
+
+
+class _BeforeStart:
+    """`PluginInstance.memory` until instantiation is over: the ABI has no host calls
+    from a start function, and one is refused by name (not by a missing attribute)."""
+
+    known = last_size = 0
+
+    def size(self) -> int:
+        """Nothing is known of memory yet (a fault's classification asks)."""
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        raise AbiMismatch("a start function called the host: host calls begin once the "
+                          "instance has started (use _initialize or the first hook call)")
 
 
 class PluginInstance:
@@ -146,6 +162,8 @@ class PluginInstance:
         self._in_ptr = 0
         self._in_cap = 0
 
+    # The instance's own view once instantiated (a stand-in that refuses by name before).
+    memory: MemoryView = _BeforeStart()  # type: ignore[assignment]
     # (ptr, size) the guest declared for host_call answers (Plugin.new_instance sets it
     # from a minor-3 registration); (0, 0): every answer goes through wasmext_alloc.
     answer_region: tuple[int, int] = (0, 0)

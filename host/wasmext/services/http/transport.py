@@ -108,6 +108,32 @@ class _WatchedBackend(httpcore2.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+class _AnsweredOnceConnection(httpcore2.HTTPConnection):
+    """A connection that is not reused while bytes its server sent past its last answer
+    wait unread: they would be read as the next request's answer, whoever sends it (a
+    pooled connection serves every plugin fetching from its address)."""
+
+    def has_expired(self) -> bool:
+        """Expired as httpcore says, or idle with an answer nobody asked for yet."""
+        inner = getattr(self, "_connection", None)
+        state = getattr(inner, "_h11_state", None)  # h11 keeps what it read past the answer
+        if state is not None and inner is not None and inner.is_idle() \
+                and state.trailing_data[0]:
+            return True
+        return super().has_expired()
+
+
+class _Pool(httpcore2.ConnectionPool):
+    """The connection pool of `bounded_transport`: its connections `_AnsweredOnceConnection`."""
+
+    def create_connection(self, origin: httpcore2.Origin) -> httpcore2.ConnectionInterface:
+        """httpcore's connection, checked for unasked answers before it is reused."""
+        made = super().create_connection(origin)
+        if type(made) is httpcore2.HTTPConnection:  # no proxy: always, for this pool
+            made.__class__ = _AnsweredOnceConnection  # a subclass adding no state
+        return made
+
+
 def bounded_transport(max_connections: int = 16, keepalive_s: float = 30.0
                       ) -> httpx2.HTTPTransport:
     """An HTTP/1.1 transport keeping connections alive, verifying with `tls_context()`,
@@ -118,7 +144,7 @@ def bounded_transport(max_connections: int = 16, keepalive_s: float = 30.0
     transport = httpx2.HTTPTransport(verify=tls_context(), trust_env=False, limits=limits)
     # httpx builds its pool without a backend parameter; the same pool with the
     # watched backend replaces it before the transport's first use.
-    transport._pool = httpcore2.ConnectionPool(
+    transport._pool = _Pool(
         ssl_context=tls_context(), max_connections=max_connections,
         max_keepalive_connections=max_connections, keepalive_expiry=keepalive_s,
         network_backend=_WatchedBackend())
