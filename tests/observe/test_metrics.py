@@ -291,3 +291,54 @@ def test_llm_counters_keep_counting_after_the_plugin_is_forgotten() -> None:
     lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
              if line.startswith(tokens) and 'extension_id="asker"' in line}
     assert sorted(lines.values()) == [7.0, 16.0]  # output 5+1+1, input 12+3+1
+
+
+def test_host_calls_counted_from_many_threads_without_a_lock_lose_none() -> None:
+    """`record_host_call` ticks counters without the metrics lock (issue 25): eight
+    threads counting at once, with a short switch interval so the GIL changes hands
+    mid-count, still add up exactly, in the summary and in the Prometheus series."""
+    import sys
+    import threading
+
+    m = Metrics()
+    per_thread, threads = 20_000, 8
+    start = threading.Barrier(threads)
+
+    def count(n: int) -> None:
+        start.wait()
+        for _ in range(per_thread):
+            m.record_host_call("p", "config.get")
+            m.record_host_call(f"q{n % 2}", "log")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=count, args=(n,)) for n in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    snap = m.snapshot()
+    assert snap["p"]["host_calls"] == per_thread * threads
+    assert snap["q0"]["host_calls"] == snap["q1"]["host_calls"] == per_thread * threads // 2
+    series = {(s.labels["extension_id"], s.labels["op"]): s.value
+              for metric in m.registry.collect() if metric.name == "extension_host_calls"
+              for s in metric.samples if s.name.endswith("_total")}
+    assert series == {("p", "config.get"): per_thread * threads,
+                      ("q0", "log"): per_thread * threads // 2,
+                      ("q1", "log"): per_thread * threads // 2}
+
+
+def test_a_forgotten_plugin_keeps_its_host_call_series_and_restarts_its_summary() -> None:
+    m = Metrics()
+    for _ in range(3):
+        m.record_host_call("p", "log")
+    m.forget("p")
+    m.record_host_call("p", "log")
+    assert m.snapshot()["p"]["host_calls"] == 1
+    series = [s.value for metric in m.registry.collect()
+              if metric.name == "extension_host_calls" for s in metric.samples
+              if s.name.endswith("_total")]
+    assert series == [4.0]

@@ -17,12 +17,13 @@ import msgpack
 import pytest
 
 from wasmext import HostCallLimitExceeded, Plugin, PluginError, Runtime, Timeout
-from wasmext.sandbox.codec import decode
+from wasmext.sandbox.codec import decode, encode
 from wasmext.sandbox.hostcalls import (
     KNOWN_REQUEST_BYTES,
     KNOWN_REQUESTS,
     CallContext,
     HostServices,
+    KnownRequest,
 )
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.pluginlog import PluginLog
@@ -92,7 +93,7 @@ def _services_ctx() -> tuple[HostServices, CallContext]:
 
 def test_what_an_instance_remembers_is_bounded_and_only_flat_small_maps() -> None:
     services, ctx = _services_ctx()
-    known: dict[bytes, tuple[str, dict[str, object]]] = {}
+    known: dict[bytes, KnownRequest] = {}
     pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
     for i in range(KNOWN_REQUESTS * 4):  # a guest sending ever new requests
         raw = msgpack.packb({"op": "config.get", "key": f"k{i}"})
@@ -231,7 +232,7 @@ def test_wide_requests_are_not_remembered() -> None:
     32 remembered requests held about five times what 32 small ones do, in every
     instance. A request with more fields than any op takes is decoded every time."""
     services, ctx = _services_ctx()
-    known: dict[bytes, tuple[str, dict[str, object]]] = {}
+    known: dict[bytes, KnownRequest] = {}
     pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
     for i in range(KNOWN_REQUESTS):
         wide: dict[str, object] = {"op": "config.get", "key": "k0"}
@@ -248,3 +249,78 @@ def test_wide_requests_are_not_remembered() -> None:
     usual = msgpack.packb({"op": "log", "level": "info", "msg": "hi"})
     services.dispatch_packed(ctx, usual, 64, pack, known)
     assert list(known) == [usual]  # what the ops take is still remembered
+
+
+def _served(services: HostServices, ctx: CallContext, known: dict[bytes, KnownRequest],
+            raw: bytes) -> bytes:
+    """One host call of `raw` the way an instance serves it: decoded and remembered the
+    first time, then through `known_local` (the built-in ops are local)."""
+    pack = _PACK
+    if raw in known and known[raw][0] in services.local_ops:
+        return services.known_local(ctx, known[raw], pack)
+    return services.dispatch_packed(ctx, raw, 64, pack, known)
+
+
+_PACK = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def test_a_remembered_answer_is_only_the_packing_of_the_very_same_scalar() -> None:
+    """Second pass (issue 25): a known `config.get` keeps its last answer's bytes with the
+    value they pack, and reuses them only when the handler, run anew, returns that same
+    object. A changed setting, a list changed in place, a setting made sensitive and a
+    withdrawn grant are all answered as the general path answers them."""
+    ctx = CallContext("p", frozenset(), {"s": "hi", "xs": [1, 2], "big": "x" * 400},
+                      frozenset(), PluginLog("p", 10, 100))
+    services, known = HostServices(), dict[bytes, KnownRequest]()
+
+    def agrees(request: dict[str, object]) -> bytes:
+        raw = msgpack.packb(request)
+        got = _served(services, ctx, known, raw)
+        assert got == encode(services.dispatch(ctx, raw, 64))  # byte for byte the general path
+        return got
+
+    get_s = {"op": "config.get", "key": "s"}
+    agrees(get_s)  # decoded, and remembered
+    second = agrees(get_s)  # served as known: its answer is kept
+    assert agrees(get_s) is second  # the same object, the same bytes: not packed again
+    entry = known[msgpack.packb(get_s)]
+    assert entry[2] is ctx.settings["s"] and entry[3] is second
+    ctx.settings["s"] = "bye"  # the mapping changed in place: read anew
+    assert decode(agrees(get_s))["value"] == "bye"
+    ctx.settings["s"] = "".join(["b", "ye"])  # equal, but another object: packed anew
+    assert decode(agrees(get_s))["value"] == "bye"
+    ctx.sensitive = frozenset({"s"})
+    assert decode(agrees(get_s))["error"]["code"] == "denied"
+    ctx.sensitive = frozenset()
+
+    get_xs = {"op": "config.get", "key": "xs"}
+    assert decode(agrees(get_xs))["value"] == [1, 2]
+    ctx.settings["xs"].append(3)  # the same list object, changed: never remembered
+    assert decode(agrees(get_xs))["value"] == [1, 2, 3]
+    assert known[msgpack.packb(get_xs)][3] == b""
+
+    get_big = {"op": "config.get", "key": "big"}
+    for _ in range(3):
+        assert decode(agrees(get_big))["value"] == "x" * 400
+    assert known[msgpack.packb(get_big)][3] == b""  # over KNOWN_ANSWER_BYTES: not kept
+
+    class Loud(str):
+        """A str subclass: packed as a str, but never taken for an immutable scalar."""
+
+    ctx.settings["s"] = Loud("hi")
+    for _ in range(3):
+        assert decode(agrees(get_s))["value"] == "hi"
+    assert type(known[msgpack.packb(get_s)][2]) is str
+
+
+def test_a_remembered_secret_answer_is_not_given_once_the_grant_is_withdrawn() -> None:
+    ctx = CallContext("p", frozenset({"secrets"}), {"token": "t0p"}, frozenset({"token"}),
+                      PluginLog("p", 10, 100))
+    services, known = HostServices(), dict[bytes, KnownRequest]()
+    raw = msgpack.packb({"op": "secret.get", "key": "token"})
+    for _ in range(3):
+        assert decode(_served(services, ctx, known, raw)) == {"ok": True, "value": "t0p"}
+    assert known[raw][2] == "t0p"  # its answer is kept with the value ...
+    ctx.grants = frozenset()
+    answer = decode(_served(services, ctx, known, raw))  # ... but the grant is read anew
+    assert answer["error"]["code"] == "denied" and "t0p" not in str(answer)

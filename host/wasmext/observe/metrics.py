@@ -22,7 +22,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import start_http_server
 
 from wasmext.errors import CapabilityDenied, PluginError, PluginFault, Quarantined
-from wasmext.observe.callstats import CallCell, CallStats, Count
+from wasmext.observe.callstats import CallCell, CallStats, Tally
 
 __all__ = [
     "METRICS", "PROMETHEUS_NAMES", "CallbackTimer", "Metrics", "MetricsServer", "PluginStats",
@@ -130,7 +130,7 @@ class _Plugin:
     faults: int = 0
     fuel: int = 0
     state_bytes: int = 0
-    host_calls: int = 0
+    host_calls: Tally = field(default_factory=Tally)  # ticked without the lock
     llm_tokens: int = 0
     llm_cost: float = 0.0
 
@@ -183,7 +183,9 @@ class Metrics:
         self._bound: dict[tuple[str, str, str], tuple[_Plugin, CallCell]] = {}
         # (plugin, op) -> its summary and its counter series (`CallStats`): a host call
         # adds to two integers under one lock.
-        self._host_bound: dict[tuple[str, str], tuple[_Plugin, Count]] = {}
+        # (plugin, op) -> the ticks of its summary and its counter series (`Tally`): a
+        # host call takes no lock (a dict read and two ticks, each atomic).
+        self._host_bound: dict[tuple[str, str], tuple[Callable[[], int], Callable[[], int]]] = {}
         # plugin -> its summary and its input, output and cost counter children.
         self._llm_bound: dict[str, tuple[_Plugin, Any, Any, Any]] = {}
         self.registrations = self._counter("extension.registration.total")
@@ -296,15 +298,16 @@ class Metrics:
 
     def record_host_call(self, plugin_id: str, op: str) -> None:
         """One host call of `op` by the plugin (its summary and the labelled counter)."""
-        with self._lock:
-            bound = self._host_bound.get((plugin_id, op))
-            if bound is None:
+        bound = self._host_bound.get((plugin_id, op))
+        if bound is None:
+            with self._lock:
                 label = self._label("op", plugin_id, op)
-                bound = (self._plugin(plugin_id), self._calls.host_call_count(plugin_id, label))
+                bound = (self._plugin(plugin_id).host_calls.tick,
+                         self._calls.host_call_count(plugin_id, label).tick)
                 if label == op:  # bounded like the labels: made-up ops share "other"
                     self._host_bound[(plugin_id, op)] = bound
-            bound[0].host_calls += 1
-            bound[1].value += 1
+        bound[0]()
+        bound[1]()
 
     def record_state_op(self, plugin_id: str, operation: str) -> None:
         """Count a state operation of the plugin."""
@@ -372,7 +375,7 @@ class Metrics:
         with self._lock:
             items = [(pid, list(s.reservoir), PluginStats(
                 calls=s.calls, p50_ms=None, p99_ms=None, fuel=s.fuel, faults=s.faults,
-                state_bytes=s.state_bytes, host_calls=s.host_calls, llm_tokens=s.llm_tokens,
+                state_bytes=s.state_bytes, host_calls=s.host_calls.value, llm_tokens=s.llm_tokens,
                 llm_cost=s.llm_cost))
                 for pid, s in self._plugins.items()]
         for _pid, samples, stats in items:

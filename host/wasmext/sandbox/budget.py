@@ -155,6 +155,13 @@ class CallBudget:
         once starts there, without a reading of its own)."""
         self.checked_at = now = time.perf_counter()
         self.host_seconds += now - started
+        self.verdict(now)
+
+    def verdict(self, now: float) -> None:
+        """Fail the call if its host-call time, its host calls or its deadline are spent,
+        in that order; `now` is the `perf_counter` the time was charged at. (A host call
+        of an in-memory op charges its time inline and calls this only when one of the
+        three is over: `PluginInstance.on_host_call`.)"""
         if self.host_seconds > self.host_budget_s:
             self.fail(HostCallLimitExceeded(
                 f"more than {self.limits.host_call_timeout_ms} ms spent in host calls",

@@ -24,7 +24,7 @@ from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
-__all__ = ["CallContext", "HostServices", "OpError", "OpHandler"]
+__all__ = ["CallContext", "HostServices", "KnownRequest", "OpError", "OpHandler"]
 
 log = logging.getLogger("wasmext.sandbox.hostcalls")
 
@@ -79,6 +79,10 @@ class CallContext:
 
 
 OpHandler = Callable[[CallContext, dict[str, Any]], Any]
+# A request an instance decoded before (`HostServices.dispatch_packed`'s `known`):
+# [op, the decoded map, the value its last answer carried, that answer's bytes]. The
+# last two only ever pair a value with its own packing (`known_local`).
+KnownRequest = list[Any]
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
@@ -134,7 +138,7 @@ class HostServices:
 
     def dispatch_packed(self, ctx: CallContext, request: bytes, max_depth: int,
                         pack: Callable[[Any], bytes],
-                        known: dict[bytes, tuple[str, dict[str, Any]]] | None = None) -> bytes:
+                        known: dict[bytes, KnownRequest] | None = None) -> bytes:
         """`encode(dispatch(...))` without building the answer map: the fixed head of
         `{"ok": true, "value": ` and `pack(value)` (a reusable `msgpack.Packer(
         use_bin_type=True).pack`; not shared between threads). Raises EncodeError
@@ -157,13 +161,19 @@ class HostServices:
         except (TypeError, ValueError, OverflowError) as exc:
             raise EncodeError(f"cannot encode as MessagePack: {exc}") from exc
 
-    def known_local(self, ctx: CallContext, known: tuple[str, dict[str, Any]],
+    def known_local(self, ctx: CallContext, known: KnownRequest,
                     pack: Callable[[Any], bytes]) -> bytes:
         """`dispatch_packed` of a request found in `known` whose op is in `local_ops`.
 
         The op's table entry is looked up and its checks made here, in `checked`'s
         order; any check that does not pass, or a handler that fails, goes the
-        general way (`checked` again, which answers it)."""
+        general way (`checked` again, which answers it).
+
+        The handler runs every time (settings, grants and handlers are read anew); only
+        the packing of its value is remembered, with the value itself: when the handler
+        returns the very object it returned last time for this request and that object
+        is an immutable scalar (`config.get` of an unchanged setting), its bytes are the
+        same and are not packed again. Answers over `KNOWN_ANSWER_BYTES` are not kept."""
         op = known[0]
         since, capability, handler = self._table[op]
         if since > ctx.abi_minor or (capability and capability not in ctx.grants) or \
@@ -178,15 +188,21 @@ class HostServices:
                 ok, out = True, handler(ctx, known[1])
             except Exception as exc:
                 ok, out = self._failure(ctx, op, exc)
+            else:
+                if out is known[2]:  # kept alive by the entry: the same object, same bytes
+                    return known[3]  # type: ignore[no-any-return]
         if not ok:
             return encode(out)
         try:
-            return _OK_VALUE + pack(out)
+            answer = _OK_VALUE + pack(out)
         except (TypeError, ValueError, OverflowError) as exc:
             raise EncodeError(f"cannot encode as MessagePack: {exc}") from exc
+        if type(out) in _IMMUTABLE and len(answer) <= KNOWN_ANSWER_BYTES:
+            known[2], known[3] = out, answer
+        return answer
 
     def _run(self, ctx: CallContext, request: bytes, max_depth: int,
-             known: dict[bytes, tuple[str, dict[str, Any]]] | None = None) -> tuple[bool, Any]:
+             known: dict[bytes, KnownRequest] | None = None) -> tuple[bool, Any]:
         try:
             req = decode(request, max_depth)
         except DecodeError as exc:
@@ -198,7 +214,7 @@ class HostServices:
                 len(known) < KNOWN_REQUESTS and len(req) <= KNOWN_REQUEST_FIELDS and \
                 all(type(v) in _SCALARS for v in req.values()):
             # Scalars only: the copy each call gets shares nothing a handler could change.
-            known[request] = (op, dict(req))
+            known[request] = [op, dict(req), _NOTHING, b""]
         return self.checked(ctx, op, req)
 
     def checked(self, ctx: CallContext, op: str, req: dict[str, Any]) -> tuple[bool, Any]:
@@ -301,6 +317,11 @@ KNOWN_REQUEST_BYTES = 256
 # fields decode to a map of ~80 entries, five times what the bytes cost the guest.
 KNOWN_REQUEST_FIELDS = 8
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+# Values whose packing a known request keeps (`known_local`): exactly these types, never
+# a subclass (which could pack differently, or change), and answers of at most this size.
+_IMMUTABLE = _SCALARS
+KNOWN_ANSWER_BYTES = 256
+_NOTHING = object()  # no answer kept yet: no handler value is this object
 # Ops whose work leaves the sandbox: each gets a span while tracing is on (the others,
 # state and log and config, are the hook call's own and stay in its span).
 LEAVING_OPS = frozenset({"http.fetch", "llm.complete", "tool.call", "agents.request",
