@@ -39,13 +39,20 @@ def _forwarder(rt: Runtime, request: object, **kwargs: Any) -> Plugin:
     return plugin
 
 
-def _looper(rt: Runtime, request: object, limits: dict[str, int]) -> Plugin:
-    """A guest whose hook sends `request` through host_call for ever."""
+def _looper(rt: Runtime, request: object, limits: dict[str, int],
+            region: bool = False) -> Plugin:
+    """A guest whose hook sends `request` through host_call for ever; `region`: it
+    declares an answer region (ABI minor 3), so its answers take the path that charges
+    their time inline (`on_host_call`), else `wasmext_alloc`'s."""
     raw = msgpack.packb(request)
     body = f"""(loop $l (drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)})))
                         (br $l))
       (i64.const 0)"""
-    plugin = load_wat(rt, guest_wat(body, imports=HOST_CALL_IMPORT, data=raw),
+    reg: dict[str, object] = {"hooks": [{"hook": "test"}]}
+    if region:
+        reg.update(abi_minor=3, answer_region={"ptr": 16384, "size": 4096})
+    plugin = load_wat(rt, guest_wat(body, imports=HOST_CALL_IMPORT, data=raw,
+                                    registration=reg),
                       plugin_id="looper", settings={"greeting": "hi"}, limits=limits)
     assert isinstance(plugin, Plugin)
     return plugin
@@ -113,10 +120,12 @@ def test_what_an_instance_remembers_is_bounded_and_only_flat_small_maps() -> Non
         == "invalid"
 
 
+@pytest.mark.parametrize("region", [False, True], ids=["alloc", "region"])
 def test_a_known_request_is_counted_against_max_host_calls(
-        runtime: Runtime, healthy: Plugin) -> None:
+        runtime: Runtime, healthy: Plugin, region: bool) -> None:
     plugin = _looper(runtime, {"op": "config.get", "key": "greeting"},
-                     {"max_host_calls": 100, "fuel_per_call": 10**10, "timeout_ms": 60_000})
+                     {"max_host_calls": 100, "fuel_per_call": 10**10, "timeout_ms": 60_000},
+                     region)
     started = time.monotonic()
     with pytest.raises(HostCallLimitExceeded, match="100 host calls") as info:
         plugin.call("test")
@@ -140,11 +149,13 @@ def _healthy(rt: Runtime) -> Plugin:
     return plugin
 
 
-def test_known_local_host_calls_are_charged_to_the_host_call_time(generous: Runtime) -> None:
+@pytest.mark.parametrize("region", [False, True], ids=["alloc", "region"])
+def test_known_local_host_calls_are_charged_to_the_host_call_time(
+        generous: Runtime, region: bool) -> None:
     # 1 ms of host-call time: over long before the fuel or the deadline run out.
     plugin = _looper(generous, {"op": "config.get", "key": "greeting"},
                      {"max_host_calls": 10**9, "host_call_timeout_ms": 1,
-                      "fuel_per_call": 10**12, "timeout_ms": 60_000})
+                      "fuel_per_call": 10**12, "timeout_ms": 60_000}, region)
     started = time.monotonic()
     with pytest.raises(HostCallLimitExceeded, match="1 ms spent in host calls"):
         plugin.call("test")
@@ -152,10 +163,11 @@ def test_known_local_host_calls_are_charged_to_the_host_call_time(generous: Runt
     assert _healthy(generous).call("test", "ping").value == "alive"
 
 
-def test_known_local_host_calls_end_by_the_call_deadline(generous: Runtime) -> None:
+@pytest.mark.parametrize("region", [False, True], ids=["alloc", "region"])
+def test_known_local_host_calls_end_by_the_call_deadline(generous: Runtime, region: bool) -> None:
     plugin = _looper(generous, {"op": "config.get", "key": "greeting"},
                      {"max_host_calls": 10**9, "host_call_timeout_ms": 60_000,
-                      "fuel_per_call": 10**12, "timeout_ms": 300})
+                      "fuel_per_call": 10**12, "timeout_ms": 300}, region)
     started = time.monotonic()
     with pytest.raises(Timeout) as info:
         plugin.call("test")
