@@ -9,7 +9,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,15 @@ def wat_plugin(parent: Path, pid: str, hook: str, value: Any, spin: int = 0) -> 
     folder.mkdir()
     (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.2.0"\nabi = 1\n')
     (folder / f"{pid}.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
+
+
+def record_threads(host: Any) -> defaultdict[str, list[str]]:
+    """The threads each plugin's calls run on from now, in order (wraps `try_call`)."""
+    ran_on: defaultdict[str, list[str]] = defaultdict(list)
+    try_call = host.try_call
+
+    def recording(plugin_id: str, *args: Any, **kwargs: Any) -> Any:
+        ran_on[plugin_id].append(threading.current_thread().name)
+        return try_call(plugin_id, *args, **kwargs)
+    host.try_call = recording
+    return ran_on

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import wasmtime
+from cluster_support import record_threads
 from prometheus_client import generate_latest
 
 from wasmext import Host, HostConfig, Limits
@@ -74,21 +75,10 @@ def serving(tmp_path: Path) -> Any:
         yield host
 
 
-def _threads(host: Host) -> dict[str, list[str]]:
-    """The threads each plugin's calls ran on, in order."""
-    ran_on: dict[str, list[str]] = {"turns": [], "stamp": []}
-    try_call = host.try_call
-
-    def recording(plugin_id: str, *args: Any, **kwargs: Any) -> Any:
-        ran_on[plugin_id].append(threading.current_thread().name)
-        return try_call(plugin_id, *args, **kwargs)
-    host.try_call = recording  # type: ignore[method-assign]
-    return ran_on
-
 
 def test_a_plugin_slow_after_proving_short_holds_the_loop_once_then_runs_off_it(
         nats_url: str, serving: Host, caplog: pytest.LogCaptureFixture) -> None:
-    ran_on = _threads(serving)
+    ran_on = record_threads(serving)
     turns, stamp = "trial.ext.pre.turns.v1", "trial.ext.pre.stamp.v1"
 
     async def run() -> None:
@@ -168,7 +158,7 @@ def test_a_plugin_slow_after_proving_short_holds_the_loop_once_then_runs_off_it(
 
 def test_short_call_ms_zero_keeps_every_call_on_the_lane(nats_url: str,
                                                           serving: Host) -> None:
-    ran_on = _threads(serving)
+    ran_on = record_threads(serving)
 
     async def run() -> None:
         import nats
@@ -191,7 +181,7 @@ def test_short_call_ms_zero_keeps_every_call_on_the_lane(nats_url: str,
 
 def test_a_slow_call_on_the_lane_starts_the_proof_again(nats_url: str,
                                                         serving: Host) -> None:
-    ran_on = _threads(serving)
+    ran_on = record_threads(serving)
 
     async def run() -> None:
         import nats
@@ -221,7 +211,7 @@ def test_a_slow_call_on_the_lane_starts_the_proof_again(nats_url: str,
 
 def test_a_new_version_proves_itself_again_and_a_demoted_plugin_stays_demoted(
         nats_url: str, serving: Host, tmp_path: Path) -> None:
-    ran_on = _threads(serving)
+    ran_on = record_threads(serving)
 
     async def run() -> None:
         import nats
@@ -258,7 +248,7 @@ def test_a_new_version_proves_itself_again_and_a_demoted_plugin_stays_demoted(
 
 def test_after_its_back_off_a_demoted_plugin_proves_itself_again_and_the_next_is_longer(
         nats_url: str, serving: Host, caplog: pytest.LogCaptureFixture) -> None:
-    ran_on = _threads(serving)
+    ran_on = record_threads(serving)
 
     async def run() -> None:
         import nats

@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 import pytest
 import wasmtime
+from cluster_support import record_threads
 
 from loopback import Loopback
 from wasmext import Host, HostConfig, Limits, load_config
@@ -87,20 +88,10 @@ def serving(tmp_path: Path, server: Loopback) -> Any:
         yield host
 
 
-def _threads(host: Host) -> dict[str, list[str]]:
-    ran_on: dict[str, list[str]] = {"waits": [], "stamp": []}
-    try_call = host.try_call
-
-    def recording(plugin_id: str, *args: Any, **kwargs: Any) -> Any:
-        ran_on[plugin_id].append(threading.current_thread().name)
-        return try_call(plugin_id, *args, **kwargs)
-    host.try_call = recording  # type: ignore[method-assign]
-    return ran_on
-
 
 def test_a_host_call_that_waits_on_the_loop_holds_it_once_and_reload_wins_nothing_back(
         nats_url: str, serving: Host) -> None:
-    ran_on = _threads(serving)
+    ran_on = record_threads(serving)
     waits, stamp = "red.ext.pre.waits.v1", "red.ext.pre.stamp.v1"
 
     async def run() -> None:
@@ -175,7 +166,7 @@ def spinners(tmp_path: Path) -> Any:
 
 def test_after_max_demoted_demotions_no_plugin_is_on_trial_for_a_while(
         nats_url: str, spinners: Host) -> None:
-    ran_on = _threads(spinners)
+    ran_on = record_threads(spinners)
     ran_on.update({"spin-a": [], "spin-b": []})
     a, b, stamp = ("cap.ext.pre.spin-a.v1", "cap.ext.pre.spin-b.v1",
                    "cap.ext.pre.stamp.v1")
