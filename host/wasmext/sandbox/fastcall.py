@@ -108,9 +108,6 @@ class _Raw:
         self.call_untyped = untyped(vp, "wasmtime_func_call_unchecked", runs_guest=True)
         self.pre_instantiate = untyped(vp, "wasmtime_instance_pre_instantiate",
                                        runs_guest=True)
-        # A module without a start function runs no guest code while it is instantiated:
-        # nothing needs the epoch ticker meanwhile, so the GIL is kept.
-        self.pre_instantiate_held = untyped(vp, "wasmtime_instance_pre_instantiate")
         self.limiter = untyped(None, "wasmtime_store_limiter")
         self.store_delete = untyped(None, "wasmtime_store_delete")
         # Without user data or finalizer (both NULL), as `new_store` makes every store;
@@ -416,19 +413,21 @@ class StoreBinding:
                 _LIMITS[values] = args
         raw.limiter(store_handle(self.store), *args)
 
-    def instantiate(self, pre: wasmtime.InstancePre, pre_handle: Handle | None = None,
-                    runs_guest: bool = True) -> None:
+    def instantiate(self, pre: wasmtime.InstancePre, pre_handle: Handle | None = None) -> None:
         """Start `pre`'s instance in the store (`pre_handle`: its address, when the
-        caller keeps it; `runs_guest`: False for a module without a start function, whose
-        instantiation keeps the GIL). A failure raises the exception a host function
-        raised on this thread, else the wasmtime error or the trap."""
+        caller keeps it). A failure raises the exception a host function raised on this
+        thread, else the wasmtime error or the trap.
+
+        The GIL is let go even for a module without a start function: kept through
+        instantiation (which maps the instance's memory), it made the median instance
+        about 1.5 times slower on a quiet machine (docs/performance.md, new_instance,
+        sixth round, third pass)."""
         raw = self._raw
         if raw is None:
             self.instance = pre.instantiate(self.store)
             return
         trap_at = raw.trap_word
-        entry = raw.pre_instantiate if runs_guest else raw.pre_instantiate_held
-        err = entry(pre_handle or handle(ctypes.addressof(pre.ptr().contents)),
+        err = raw.pre_instantiate(pre_handle or handle(ctypes.addressof(pre.ptr().contents)),
                                   self._hctx, self._scratch, self._htrap)
         if err or self._scratch[trap_at]:
             caught, self._scratch[trap_at] = self._scratch[trap_at], 0

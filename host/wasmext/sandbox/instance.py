@@ -141,7 +141,7 @@ class PluginInstance:
             # already passed as a deadline check, not as the trap it is.
             binding.start_budget(limits.fuel_per_call, module.engine.ticks_for(limits.timeout_ms))
         try:
-            binding.instantiate(module.pre, module.pre_handle, runs_guest)
+            binding.instantiate(module.pre, module.pre_handle)
         except Exception as exc:
             # wasmtime-py re-raises what its global holds: a host function's stand-in,
             # maybe another thread's; this thread's own exception is kept apart.
