@@ -4,6 +4,7 @@ imported reliably: pytest loads every folder's conftest under one module name)."
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -19,6 +20,8 @@ import wasmtime
 
 from support import ROOT
 from support import free_port as free_port
+from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
+from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.registry import RemoteExtension, parse_registry
 from wasmext.testing import RESPONSE_AT, guest_wat, packed
 
@@ -88,10 +91,25 @@ def wat_plugin(parent: Path, pid: str, hook: str, value: Any, spin: int = 0) -> 
                 f" (i64.const {packed(RESPONSE_AT, len(resp))})")
     wat = guest_wat(body, response={"ok": True, "value": value},
                     registration={"hooks": [{"hook": hook}], "name": pid})
+    plugin_folder(parent, pid, wat, version="1.2.0")
+
+
+def plugin_folder(parent: Path, pid: str, wat: str, version: str = "1.0.0") -> str:
+    """Write plugin `pid` (its manifest and the module of `wat`) into `parent`; the
+    module's sha256 digest, for a grant that pins it."""
     folder = parent / pid
     folder.mkdir()
-    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.2.0"\nabi = 1\n')
-    (folder / f"{pid}.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
+    wasm = bytes(wasmtime.wat2wasm(wat))
+    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "{version}"\nabi = 1\n')
+    (folder / f"{pid}.wasm").write_bytes(wasm)
+    return hashlib.sha256(wasm).hexdigest()
+
+
+def stage_request(message_id: str, payload: str = "x", extension: str = "x") -> bytes:
+    """A remote stage's request body (the contract's encoding) carrying `payload`."""
+    return contract_encode(ExtRequest(
+        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id=extension),
+        message=ExtMessage(message_id=message_id, message_type="chat", payload=payload)))
 
 
 def record_threads(host: Any) -> defaultdict[str, list[str]]:

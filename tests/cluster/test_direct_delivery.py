@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import wat_plugin
+from cluster_support import stage_request, wat_plugin
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from wasmext import Host, HostConfig
-from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
-from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.link import TICK_S, NatsLink, connect
 from wasmext.cluster.worker import Worker
 from wasmext.runtime import Runtime
@@ -113,10 +111,10 @@ def test_no_responders_still_reaches_an_awaited_request_and_timers_never_fire_ea
     asyncio.run(run())
 
 
-def _request(message_id: str) -> bytes:
-    return contract_encode(ExtRequest(
-        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id="stamp"),
-        message=ExtMessage(message_id=message_id, message_type="chat", payload="x")))
+
+
+def stamp_request(message_id: str) -> bytes:
+    return stage_request(message_id, extension="stamp")
 
 
 @pytest.mark.parametrize("inline_below_ms", [60_000, 0])
@@ -137,7 +135,7 @@ def test_a_worker_counts_directly_delivered_requests_and_answers_a_host_bug_with
         nc = await nats.connect(nats_url)
         try:
             for i in range(5):
-                msg = await nc.request(subject, _request(f"m{i}"), timeout=10)
+                msg = await nc.request(subject, stamp_request(f"m{i}"), timeout=10)
                 assert json.loads(msg.data)["message"]["payload"] == "stamped"
             stats = json.loads((await nc.request("$SRV.STATS.direct-stamp", b"",
                                                  timeout=5)).data)
@@ -147,11 +145,11 @@ def test_a_worker_counts_directly_delivered_requests_and_answers_a_host_bug_with
             def broken(*args: Any) -> Any:
                 raise KeyError("a host bug")
             monkeypatch.setattr(worker, "_take", broken)
-            msg = await nc.request(subject, _request("bug"), timeout=10)
+            msg = await nc.request(subject, stamp_request("bug"), timeout=10)
             assert msg.headers is not None and msg.headers["Nats-Service-Error-Code"] == "500"
             assert "a host bug" in msg.headers["Nats-Service-Error"]
             monkeypatch.undo()
-            msg = await nc.request(subject, _request("healthy"), timeout=10)
+            msg = await nc.request(subject, stamp_request("healthy"), timeout=10)
             assert json.loads(msg.data)["message"]["payload"] == "stamped"  # still serving
         finally:
             await nc.close()

@@ -17,13 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import wasmtime
-from cluster_support import record_threads
+from cluster_support import plugin_folder, record_threads, stage_request
 from prometheus_client import generate_latest
 
 from wasmext import Host, HostConfig, Limits
-from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
-from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.worker import PROVE_CALLS, SHORT_CALL_MS, Worker
 from wasmext.runtime import Runtime
 from wasmext.testing import RESPONSE_AT, guest_wat, packed
@@ -46,26 +43,16 @@ def _turns_wat() -> str:
         registration={"hooks": [{"hook": "pre"}], "name": "turns"})
 
 
-def _plugin(parent: Path, pid: str, wat: str) -> None:
-    folder = parent / pid
-    folder.mkdir()
-    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.0.0"\nabi = 1\n')
-    (folder / f"{pid}.wasm").write_bytes(bytes(wasmtime.wat2wasm(wat)))
-
-
 def _request(message_id: str, long: bool = False) -> bytes:
-    payload = "x" * (LONG + 100) if long else "x"
-    return contract_encode(ExtRequest(
-        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id="x"),
-        message=ExtMessage(message_id=message_id, message_type="chat", payload=payload)))
+    return stage_request(message_id, "x" * (LONG + 100) if long else "x")
 
 
 @pytest.fixture
 def serving(tmp_path: Path) -> Any:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    _plugin(plugins, "turns", _turns_wat())
-    _plugin(plugins, "stamp", guest_wat(response={"ok": True, "value": {"message": {
+    plugin_folder(plugins, "turns", _turns_wat())
+    plugin_folder(plugins, "stamp", guest_wat(response={"ok": True, "value": {"message": {
         "payload": "stamped", "metadata": {}}}},
         registration={"hooks": [{"hook": "pre"}], "name": "stamp"}))
     # Time-outs of 800 ms: far above the 50 ms that would put them on the loop by rule.

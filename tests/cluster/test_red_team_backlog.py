@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import wat_plugin
+from cluster_support import stage_request, wat_plugin
 
 from wasmext import Host, HostConfig
-from wasmext.cluster.contract import MSGPACK, ExtMessage, ExtRef, ExtRequest, PluginCall
+from wasmext.cluster.contract import MSGPACK, PluginCall
 from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.worker import Worker
 from wasmext.runtime import Runtime
@@ -30,15 +30,10 @@ from wasmext.runtime import Runtime
 ANSWER = {"message": {"payload": "done", "metadata": {}}}
 
 
-def _request(message_id: str, pad: int = 0) -> bytes:
-    return contract_encode(ExtRequest(
-        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id="slow"),
-        message=ExtMessage(message_id=message_id, message_type="chat",
-                           payload="x" * pad)))
 
 
 def _stage_flood() -> tuple[str, bytes]:
-    return "flood.ext.pre.slow.v1", _request("flood", pad=2000)
+    return "flood.ext.pre.slow.v1", stage_request("flood", "x" * 2000, extension="slow")
 
 
 def _plugin_flood() -> tuple[str, bytes]:
@@ -82,7 +77,8 @@ def test_a_request_flood_is_held_to_the_workers_backlog(
             assert deepest[0] <= 16
             assert worker.shed > 500 and worker.served + worker.shed == 1_000
             assert worker._backlog_bytes == 0  # every byte taken in is given back
-            msg = await nc.request("flood.ext.pre.slow.v1", _request("healthy"), timeout=10)
+            healthy = stage_request("healthy", "", extension="slow")
+            msg = await nc.request("flood.ext.pre.slow.v1", healthy, timeout=10)
             assert json.loads(msg.data)["message"]["payload"] == "done"
         finally:
             await nc.close()

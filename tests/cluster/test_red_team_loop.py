@@ -13,7 +13,6 @@ together, no plugin is on trial for a while.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import threading
 import time
 from dataclasses import replace
@@ -23,12 +22,10 @@ from typing import Any
 import msgpack
 import pytest
 import wasmtime
-from cluster_support import record_threads
+from cluster_support import plugin_folder, record_threads, stage_request
 
 from loopback import Loopback
 from wasmext import Host, HostConfig, Limits, load_config
-from wasmext.cluster.contract import ExtMessage, ExtRef, ExtRequest
-from wasmext.cluster.contract import encode as contract_encode
 from wasmext.cluster.worker import PROVE_CALLS, Worker
 from wasmext.runtime import Runtime
 from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, RESPONSE_AT, guest_wat, packed
@@ -50,21 +47,8 @@ def _waits_wat(url: str) -> str:
                      registration={"hooks": [{"hook": "pre"}], "name": "waits", "abi_minor": 1})
 
 
-def _plugin(parent: Path, pid: str, wat: str) -> str:
-    """Write plugin `pid` into `parent`; its module's digest."""
-    folder = parent / pid
-    folder.mkdir()
-    wasm = bytes(wasmtime.wat2wasm(wat))
-    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.0.0"\nabi = 1\n')
-    (folder / f"{pid}.wasm").write_bytes(wasm)
-    return hashlib.sha256(wasm).hexdigest()
-
-
 def _request(message_id: str, long: bool = False) -> bytes:
-    payload = "x" * (LONG + 100) if long else "x"
-    return contract_encode(ExtRequest(
-        trace_id=f"t-{message_id}", tenant_id="default", extensions=ExtRef(id="x"),
-        message=ExtMessage(message_id=message_id, message_type="chat", payload=payload)))
+    return stage_request(message_id, "x" * (LONG + 100) if long else "x")
 
 
 @pytest.fixture
@@ -72,8 +56,8 @@ def serving(tmp_path: Path, server: Loopback) -> Any:
     server.server.slow_s = 30.0  # "/slow" answers after this, or when the server stops
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    digest = _plugin(plugins, "waits", _waits_wat(server.url("/slow")))
-    _plugin(plugins, "stamp", guest_wat(response=STAGE,
+    digest = plugin_folder(plugins, "waits", _waits_wat(server.url("/slow")))
+    plugin_folder(plugins, "stamp", guest_wat(response=STAGE,
                                         registration={"hooks": [{"hook": "pre"}]}))
     toml = tmp_path / "wasmext.toml"
     toml.write_text(f'[host]\ndata_dir = "{tmp_path / "data"}"\n'
@@ -155,8 +139,8 @@ def spinners(tmp_path: Path) -> Any:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     for pid in ("spin-a", "spin-b"):
-        _plugin(plugins, pid, _spins_wat(pid))
-    _plugin(plugins, "stamp", guest_wat(response=STAGE,
+        plugin_folder(plugins, pid, _spins_wat(pid))
+    plugin_folder(plugins, "stamp", guest_wat(response=STAGE,
                                         registration={"hooks": [{"hook": "pre"}]}))
     config = HostConfig(limits=Limits(timeout_ms=TIMEOUT_MS, fuel_per_call=10**13))
     with Host(config, runtime=Runtime(cache=False, defaults=config.limits),
