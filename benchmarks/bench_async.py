@@ -13,7 +13,9 @@ often (the loop's own cost of that many tasks), and the ticker beside one
 thread running pure Python for as long as the pool run took (what the GIL and
 the machine's load alone cost a loop that shares its process with one busy
 thread: on 2 shared cores, 10-40 ms; with 6 such threads, hundreds).
-`benchmarks/run.py --async-scale` adds this section.
+`benchmarks/run.py --async-scale` adds this section, measured in a fresh
+interpreter (the heap of an application that embeds wasmext), with a full collection
+forced in the harness's own larger heap beside it.
 
 What held the loop longest in the inline run was CPython's full (generation 2)
 garbage collection: it runs on whichever thread allocates (inline, the loop's)
@@ -51,8 +53,11 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -344,6 +349,42 @@ def measure(quick: bool = False, sessions: int = 1000, where: bool = False
     return result
 
 
+def in_a_fresh_interpreter(quick: bool = False, sessions: int = 1000) -> dict[str, Any]:
+    """`measure` in a new Python process: the heap of an application that embeds
+    wasmext and nothing else, not the heap of whoever calls this (run.py's harness
+    keeps every earlier figure's hosts and servers alive, several times the objects
+    a full collection must scan). Beside it, `harness_heap`: a full collection forced
+    in the caller's own heap with the same sessions open, to show how the default
+    figure grows with an application's heap."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "async.json"
+        here = Path(__file__).resolve().parent
+        path = os.pathsep.join([str(here.parent / "host"), str(here.parent / "cli"),
+                                os.environ.get("PYTHONPATH", "")])
+        subprocess.run([sys.executable, str(here / "bench_async.py"), "--json", str(out),
+                        "--sessions", str(sessions), *(["--quick"] if quick else [])],
+                       check=True, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": path.rstrip(os.pathsep)})
+        result: dict[str, Any] = json.loads(out.read_text())
+    result["process"] = "fresh"
+    result["harness_heap"] = harness_heap(sessions)
+    return result
+
+
+def harness_heap(sessions: int = 1000) -> dict[str, Any]:
+    """A full collection forced in this process's heap with `sessions` sessions open."""
+    host = make_host((_noop(), {"plugin_id": "noop"}))
+    try:
+        inline_ms = (worst_case_ms(host, "on_plain_text") or 0.0) + 1
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(_peak_collection(host, sessions, inline_ms))
+        finally:
+            loop.close()
+    finally:
+        host.close()
+
+
 def _watched(loop: asyncio.AbstractEventLoop, where: bool, run: Any) -> dict[str, Any]:
     # Not collected first: a mode inherits the collector's state from the one before,
     # as an application's work does, so a full collection lands where it would.
@@ -393,6 +434,12 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"  a full collection with {result['sessions']} sessions open, {what}: "
                      f"{peak['cpu_ms_min']} ms CPU (median {peak['cpu_ms_median']}), "
                      f"{peak['scanned']} objects scanned")
+    if "harness_heap" in result:
+        peak = result["harness_heap"]
+        lines.append(f"  the same in the benchmark harness's own heap: {peak['cpu_ms_min']} ms CPU "
+                     f"(median {peak['cpu_ms_median']}), {peak['scanned']} objects scanned "
+                     "(the modes below ran in a fresh interpreter: an application's heap "
+                     "adds to a default full collection in proportion)")
     for mode in MODES:
         r = result[mode]
         mark = "PASS" if r["worst_gap_ms"] <= 20 else "FAIL"

@@ -454,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
                          (args.flood, "flood")):
         if wanted:
             module = importlib.import_module(f"bench_{name}")
-            doc[name] = module.measure(args.quick)
+            # The loop gap follows the heap a full collection scans: timed in a fresh
+            # interpreter, as an application embedding wasmext would run it.
+            doc[name] = (module.in_a_fresh_interpreter(args.quick) if name == "async"
+                         else module.measure(args.quick))
             sections.append(module.report(doc[name]))
     if args.cluster and "state.jetstream.set" in stats and "state.redis.set" in stats:
         doc["cluster_acceptance"] = cluster_acceptance(doc)

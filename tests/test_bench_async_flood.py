@@ -51,6 +51,22 @@ def test_the_async_benchmark_reports_the_worst_gap_of_each_mode_and_its_floors(
     assert gc_is_thawed_after_the_benchmark()
 
 
+def test_run_py_times_the_gap_in_a_fresh_interpreter_beside_its_own_heap() -> None:
+    """run.py's harness keeps every earlier figure's hosts alive: the async section is
+    timed in a new process, and a collection in the harness's heap is shown beside it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_async
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    ballast = [[i] for i in range(200_000)]  # a heap larger than a fresh interpreter's
+    doc = bench_async.in_a_fresh_interpreter(quick=True, sessions=50)
+    assert doc["process"] == "fresh" and doc["sessions"] == 50
+    assert doc["pool"]["gc"]["tracked"] < len(ballast)
+    assert doc["harness_heap"]["scanned"] > doc["peak_collection"]["scanned"] + len(ballast)
+    assert "the benchmark harness's own heap" in bench_async.report(doc)
+
+
 def gc_is_thawed_after_the_benchmark() -> bool:
     """The benchmark freezes the heap for its frozen modes and thaws it after."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
