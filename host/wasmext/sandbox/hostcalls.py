@@ -82,6 +82,8 @@ OpHandler = Callable[[CallContext, dict[str, Any]], Any]
 # A request an instance decoded before (`HostServices.dispatch_packed`'s `known`):
 # [op, the decoded map, the value its last answer carried, that answer's bytes]. The
 # last two only ever pair a value with its own packing (`known_local`).
+# A list, not a slotted class: on the host-call path the class measured about 1.4k
+# more instructions per call (callgrind, `hostcall_cost.py --loop`), 1.5 % of the call.
 KnownRequest = list[Any]
 
 
