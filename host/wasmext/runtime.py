@@ -33,7 +33,7 @@ from wasmext.sandbox.hostcalls import HostServices
 from wasmext.sandbox.limits import Limits, effective_limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
-from wasmext.sandbox.wasmcheck import ModuleCaps, inspect
+from wasmext.sandbox.wasmcheck import ModuleCaps, check_memories, inspect
 from wasmext.text import clean
 
 __all__ = ["Runtime", "allowed_environ", "resolve_settings"]
@@ -169,7 +169,9 @@ def _extism_module(engine: SharedEngine, wasm: bytes, caps: ModuleCaps,
     """The module, when it is built for Extism (imports the Extism kernel)."""
     if EXTISM_KERNEL.encode() not in wasm:  # cheap: the import names are in the bytes
         return None
-    caps.check(inspect(wasm), name)  # before compiling, as PluginModule does
+    shape = inspect(wasm)
+    caps.check(shape, name)  # before compiling, as PluginModule does
+    check_memories(shape, name)
     try:
         module = wasmtime.Module(engine.engine, wasm)
     except wasmtime.WasmtimeError as exc:
@@ -267,8 +269,8 @@ class Runtime:
         state their own.
         """
         if isinstance(source, (bytes, bytearray)):
-            wasm, name = bytes(source), "<module>"
             pid = plugin_id or "inline"
+            wasm, name = bytes(source), pid  # load errors name the plugin (its id is checked first)
             shared, signature, wasm_path = None, None, Path(name)
         else:
             path = Path(source)

@@ -37,7 +37,8 @@ class EngineConfig:
     def fingerprint(self) -> str:
         """Stable text that changes whenever compiled code would differ."""
         doc = {"config": asdict(self), "wasmtime": wasmtime_version(), "fuel": True,
-               "epochs": True, "memory_may_move": False}
+               "epochs": True, "memory_may_move": False, "memory64": False,
+               "multi_memory": False}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -80,6 +81,12 @@ class SharedEngine:
         # Threads and shared memory would let a guest outlive its call.
         cfg.wasm_threads = False
         cfg.shared_memory = False
+        # The ABI is wasm32 with one memory (abi/SPEC.md 1), and the store limiter caps
+        # each memory: several would multiply `memory_bytes`, a 64-bit one holds pointers
+        # the host's i32 reads cannot reach. Components' core modules need neither.
+        cfg.wasm_memory64 = False
+        cfg.wasm_multi_memory = False
+        cfg.wasm_custom_page_sizes = False
         # A fixed base address lets each instance read it once (fastcall.MemoryView).
         cfg.memory_may_move = False
         self.engine = wasmtime.Engine(cfg)

@@ -31,7 +31,7 @@ from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.fastcall import handle
 from wasmext.sandbox.limits import WASM_PAGE
-from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape, inspect
+from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape, check_memories, inspect
 
 __all__ = ["WASI_MODULE", "PluginModule"]
 
@@ -137,6 +137,7 @@ class PluginModule:
         except InvalidModule as exc:
             raise InvalidModule(f"{name}: malformed: {exc}") from exc
         caps.check(shape, name)  # before compiling: compiling is what the caps bound
+        check_memories(shape, name)
         try:
             if cache is not None:
                 module = cache.load_or_compile(wasm, digest, self.engine, name)

@@ -6,19 +6,25 @@ costs seconds of host CPU before any budget of a call applies. `inspect`
 walks the section headers (LEB128 lengths), counts what compiling would cost
 and what instantiating would allocate (declared table minimums), and
 `ModuleCaps.check` refuses a module over the host's policy with
-`ModuleTooLarge`. It never raises anything else: bytes that are not a
-well-formed section stream are `InvalidModule`.
+`ModuleTooLarge`. Bytes that are not a well-formed section stream are
+`InvalidModule`.
+
+It also records each memory's index type: the ABI's pointers and lengths are
+i32 into the one memory the host reads and writes (abi/SPEC.md 1), so
+`check_memories` refuses a 64-bit memory, or a second one, with `AbiMismatch`
+before compiling. The engine leaves both features out as well
+(`engine.SharedEngine`); this names the plugin and the reason in one line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wasmext.errors import InvalidModule, ModuleTooLarge
+from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge
 
-__all__ = ["ModuleCaps", "ModuleShape", "inspect"]
+__all__ = ["ModuleCaps", "ModuleShape", "check_memories", "inspect"]
 
-_TYPE, _IMPORT, _FUNCTION, _TABLE, _START, _CODE = 1, 2, 3, 4, 8, 10
+_TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _START, _CODE = 1, 2, 3, 4, 5, 8, 10
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,18 @@ class ModuleShape:
     largest_body: int
     table_minimums: tuple[int, ...]  # declared and imported tables, in order
     has_start: bool = False  # a start function runs when an instance is made
+    # Imported and defined memories, in order: True for a 64-bit (memory64) one.
+    memories: tuple[bool, ...] = ()
+
+
+def check_memories(shape: ModuleShape, name: str = "<module>") -> None:
+    """Raise AbiMismatch unless the module has at most one memory, and that one 32-bit."""
+    if any(shape.memories):
+        raise AbiMismatch(f"{name}: has a 64-bit memory (memory64); ABI v1 plugins are "
+                          "wasm32, with i32 pointers and lengths")
+    if len(shape.memories) > 1:
+        raise AbiMismatch(f"{name}: has {len(shape.memories)} memories; ABI v1 plugins have "
+                          "one, the exported 'memory'")
 
 
 class _Reader:
@@ -99,14 +117,23 @@ class _Reader:
 
     def limits(self) -> int:
         """Table or memory limits; returns the minimum."""
+        return self.limits_of()[0]
+
+    def limits_of(self) -> tuple[int, bool]:
+        """Table or memory limits: (minimum, whether they are 64-bit)."""
         flags = self.byte()
-        if flags & ~0x07:
+        if flags & ~0x07:  # 0x08 (a custom page size) is not offered either
             raise InvalidModule(f"bad limits flags {flags:#x}")
-        bits = 64 if flags & 0x04 else 32
+        is64 = bool(flags & 0x04)
+        bits = 64 if is64 else 32
         minimum = self.uleb(bits)
         if flags & 0x01:
             self.uleb(bits)
-        return minimum
+        return minimum, is64
+
+    def memory_is64(self) -> bool:
+        """Read a memory type; True when it is 64-bit."""
+        return self.limits_of()[1]
 
     def table_type(self) -> int:
         if self.byte() in (0x63, 0x64):  # (ref null? heaptype)
@@ -114,7 +141,7 @@ class _Reader:
         return self.limits()
 
 
-def _imports(r: _Reader, tables: list[int]) -> int:
+def _imports(r: _Reader, tables: list[int], memories: list[bool]) -> int:
     """Walk the import section; returns the number of imported functions."""
     funcs = 0
     for _ in range(r.uleb()):
@@ -127,7 +154,7 @@ def _imports(r: _Reader, tables: list[int]) -> int:
         elif kind == 0x01:
             tables.append(r.table_type())
         elif kind == 0x02:
-            r.limits()
+            memories.append(r.memory_is64())
         elif kind == 0x03:
             r.byte()
             r.byte()
@@ -160,6 +187,7 @@ def inspect(wasm: bytes) -> ModuleShape:
     top = _Reader(wasm, 8, len(wasm))
     types = imported = functions = bodies = code_bytes = largest = 0
     tables: list[int] = []
+    memories: list[bool] = []
     has_start = False
     while top.pos < top.end:
         section = top.byte()
@@ -170,7 +198,7 @@ def inspect(wasm: bytes) -> ModuleShape:
         if section == _TYPE:
             types = r.uleb()
         elif section == _IMPORT:
-            imported = _imports(r, tables)
+            imported = _imports(r, tables, memories)
         elif section == _FUNCTION:
             functions = r.uleb()
         elif section == _TABLE:
@@ -182,6 +210,8 @@ def inspect(wasm: bytes) -> ModuleShape:
                     tables.append(r.table_type())
                     break
                 tables.append(r.table_type())
+        elif section == _MEMORY:
+            memories.extend(r.memory_is64() for _ in range(r.uleb()))
         elif section == _CODE:
             bodies, code_bytes, largest = _code(r)
         elif section == _START:
@@ -191,4 +221,4 @@ def inspect(wasm: bytes) -> ModuleShape:
     if bodies != functions:
         raise InvalidModule(f"function and code sections disagree ({functions} vs {bodies})")
     return ModuleShape(len(wasm), types, imported, functions, code_bytes, largest,
-                       tuple(tables), has_start)
+                       tuple(tables), has_start, tuple(memories))

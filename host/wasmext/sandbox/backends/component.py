@@ -90,6 +90,24 @@ def _compile(engine: SharedEngine, wasm: bytes, digest: str,
     return component
 
 
+# wasmtime's validator words for what the engine leaves out (engine.SharedEngine):
+# a core module of the component with a 64-bit memory, or with several memories.
+_MEMORY_REFUSALS = (
+    ("memory64 must be enabled", "a core module in it has a 64-bit memory (memory64); "
+     "the host runs wasm32 code only"),
+    ("multiple memories", "a core module in it has more than one memory; the host "
+     "allows one per core module"),
+)
+
+
+def _memory_refusal(wasmtime_error: str) -> str:
+    """The one clean line for a memory kind the engine refuses, or ''."""
+    for words, why in _MEMORY_REFUSALS:
+        if words in wasmtime_error:
+            return why
+    return ""
+
+
 def forget_compiled() -> None:
     """Drop the in-process table (the next load reads the disk cache or compiles)."""
     with _memo_lock:
@@ -195,6 +213,9 @@ class ComponentModule(PluginModule):
         try:
             self.component = _compile(self.engine, wasm, digest, cache, name)
         except wasmtime.WasmtimeError as exc:
+            refused = _memory_refusal(str(exc))
+            if refused:
+                raise AbiMismatch(f"{name}: {refused}") from exc
             raise InvalidModule(f"{name}: does not compile: {str(exc)[:500]}") from exc
         imports = tuple(self.component.type.imports(self.engine.engine))
         for interface in imports:
