@@ -30,7 +30,16 @@ from wasmext import PluginError, Runtime
 from wasmext.errors import DESCRIBE_CAP
 from wasmext.observe.logs import json_handler
 from wasmext.testing import DATA_AT, guest_wat, load_wat, make_host, packed, wat_bytes
-from wasmext.text import CAP, clean, clean_lines, clean_tree, has_unsafe, is_unsafe, json_safe
+from wasmext.text import (
+    CAP,
+    bounded_tree,
+    clean,
+    clean_lines,
+    clean_tree,
+    has_unsafe,
+    is_unsafe,
+    json_safe,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07\x07\r\nFORGED: 2\u009b2J\u0085\u202e"
@@ -82,6 +91,33 @@ def test_json_safe_is_the_same_document(value: object) -> None:
     safe = json_safe(doc)
     assert inert(safe) and json.loads(safe) == value
     assert inert(json_safe(json.dumps(clean_tree(value), ensure_ascii=False)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.text() | st.integers() | st.floats(allow_nan=False),
+                    lambda kids: st.lists(kids, max_size=6) | st.dictionaries(st.text(), kids,
+                                                                             max_size=6),
+                    max_leaves=60),
+       st.integers(min_value=200, max_value=5000))
+def test_bounded_tree_fits_its_characters_and_says_what_it_left_out(
+        value: object, chars: int) -> None:
+    tree, omitted = bounded_tree(value, chars)
+    doc = json_safe(json.dumps(tree, indent=2, ensure_ascii=False))
+    assert inert(doc) and json.loads(doc) == tree
+    assert len(doc) <= chars
+    if omitted == 0:  # nothing left out: what clean_tree gives
+        assert tree == clean_tree(value)
+    whole = bounded_tree(value, 10**9)
+    assert whole == (clean_tree(value), 0)
+
+
+def test_bounded_tree_of_many_tiny_values_is_cut_not_amplified() -> None:
+    deep: object = [{}] * 200_000
+    for _ in range(40):
+        deep = [deep]
+    tree, omitted = bounded_tree({"id": "x", "junk": deep}, 100_000)
+    doc = json.dumps(tree, indent=2)
+    assert len(doc) <= 100_000 and omitted >= 190_000 and tree["id"] == "x"
 
 
 # -- hostile plugins -------------------------------------------------------------------------

@@ -867,6 +867,59 @@ def test_cli_inspect_of_a_huge_hostile_registration_is_bounded(tmp_path: Path) -
     assert time.monotonic() - started < 60
 
 
+def test_cli_inspect_json_of_a_huge_hostile_registration_is_bounded_valid_json(
+        tmp_path: Path) -> None:
+    """HOLE: `inspect --json` had no overall cap: 300,000 empty maps 30 lists deep (a byte
+    of MessagePack each, an indented line of JSON each) and hundreds of tools of escapes
+    made tens of MB. Now at most INSPECT_JSON_CHARS, still one valid JSON document whose
+    `truncated` field says what was left out; the host's own facts are all there."""
+    import os
+    import subprocess
+
+    from wasmext_cli.plugin_cmd import INSPECT_JSON_CHARS
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+           "PYTHONPATH": os.pathsep.join([str(root / "host"), str(root / "cli"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    deep: Any = [{}] * 300_000
+    for _ in range(30):
+        deep = [deep]
+    tool = {"name": "t", "description": ESC * 20,
+            "input_schema": {"type": "object", "title": ESC * 5, "properties": {
+                f"p{j}": {"type": "string", "description": ESC} for j in range(5)}}}
+    evil, calm = tmp_path / "evil", tmp_path / "calm"
+    for folder, reg in ((evil, {"hooks": [{"hook": "on_plain_text"}], "name": "evil" + ESC,
+                                "tools": [tool] * 200, "junk": deep}),
+                        (calm, {"hooks": [{"hook": "on_plain_text"}], "name": "calm",
+                                "tools": [tool]})):
+        folder.mkdir()
+        (folder / f"{folder.name}.wasm").write_bytes(registering(reg))
+        (folder / "plugin.toml").write_text(f'id = "{folder.name}"\nversion = "1.0.0"\n'
+                                            f'wasm = "{folder.name}.wasm"\n')
+    docs = {}
+    for folder in (evil, calm):
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "inspect", "--json",
+                               str(folder)], capture_output=True, text=True, encoding="utf-8",
+                              timeout=120, cwd=tmp_path, env=env)
+        assert time.monotonic() - started < 60
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert len(proc.stdout) <= INSPECT_JSON_CHARS + 1, len(proc.stdout)  # + the newline
+        for line in proc.stdout.splitlines():
+            inert(line, 2200)
+        docs[folder.name] = json.loads(proc.stdout)
+    truncated = docs["evil"]["truncated"]
+    assert truncated["omitted_entries"] > 0 and truncated["max_chars"] == INSPECT_JSON_CHARS
+    for doc in docs.values():  # the host's facts survive whatever the plugin registered
+        assert doc["digest"].startswith("sha256:") and doc["limits"]["effective"]
+        assert doc["hooks"] == [{"hook": "on_plain_text", "priority": 50, "pattern": None}]
+    assert docs["evil"]["id"] == "evil" and docs["evil"]["extra"]["tools"]  # kept in order
+    assert docs["calm"]["truncated"] is False
+    assert docs["calm"]["extra"]["tools"][0]["input_schema"]["properties"]["p4"]["type"] \
+        == "string"
+
+
 def test_runtime_load_errors_never_carry_raw_plugin_text(host: Host) -> None:
     """Registration fields the host refuses (metrics, tick, tools) come back as bounded,
     inert errors and log lines."""

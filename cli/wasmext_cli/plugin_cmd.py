@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from wasmext.errors import GuestTrap, WasmextError
+from wasmext.text import bounded_tree, json_safe
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_FAULT,
@@ -25,6 +26,7 @@ from wasmext_cli.common import (
     _echo_json,
     _fail,
     _host,
+    _jsonable,
     _line,
     absolute_fs_grant,
 )
@@ -46,6 +48,12 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 # How a guest's dying words read in each language: Rust's and Zig's panic handlers,
 # AssemblyScript's abort, C's assert, Go's runtime panic.
+# `inspect --json` is at most this long, as long as the largest registration the
+# default host accepts (max_output_bytes): a registration of many tiny values (an
+# empty map is one byte of MessagePack, an indented line of JSON) cannot make it larger.
+INSPECT_JSON_CHARS = 1 << 20
+# `inspect` prints one line per registration key it does not know (each cut to a line).
+INSPECT_EXTRA_LINES = 64
 LAST_WORDS = re.compile(r"panic|abort|assert|fatal|exception|error", re.IGNORECASE)
 
 
@@ -161,7 +169,7 @@ def inspect(plugin: Path, as_json: bool) -> None:
         except WasmextError as err:
             _fail(err)
     if as_json:
-        _echo_json(info)
+        click.echo(inspect_json(info))
         return
     click.echo(f"id        {info['id']}")
     click.echo(f"name      {_line(info['name'] or '-', 128)}  "
@@ -181,7 +189,11 @@ def inspect(plugin: Path, as_json: bool) -> None:
     for h in info["hooks"]:
         pattern = f"  pattern {_line(h['pattern'], 256)}" if h["pattern"] else ""
         click.echo(f"  {_line(h['hook'], 128):<24} priority {h['priority']}{pattern}")
-    for key, value in info["extra"].items():
+    for i, (key, value) in enumerate(info["extra"].items()):
+        if i == INSPECT_EXTRA_LINES:
+            click.echo(f"…         {len(info['extra']) - i} more registration keys not shown "
+                       "(inspect --json shows them)")
+            break
         click.echo(_line(f"{_line(key, 64):<9} {_dumps(value)}"))
     if info.get("settings"):
         click.echo("settings  (name, type, default; sensitive defaults masked)")
@@ -195,6 +207,21 @@ def inspect(plugin: Path, as_json: bool) -> None:
     click.echo("limits    requested -> effective (the manifest may only lower the host's)")
     for name, value in info["limits"]["effective"].items():
         click.echo(f"  {name:<24} {requested.get(name, '-')!s:>12} -> {value}")
+
+
+def inspect_json(info: dict[str, Any]) -> str:
+    """`inspect --json`: every string cleaned and cut, the whole at most
+    INSPECT_JSON_CHARS; `truncated` says what was left out (False: nothing)."""
+    # The host's own facts first; what a plugin or its manifest writes at length last,
+    # so a hostile registration crowds out only its own entries.
+    last = [key for key in ("capabilities", "settings", "extra") if key in info]
+    doc = {key: value for key, value in info.items() if key not in last}
+    doc.update((key, info[key]) for key in last)
+    note = 128  # room for the `truncated` entry itself
+    tree, omitted = bounded_tree(_jsonable(doc), INSPECT_JSON_CHARS - note)
+    tree["truncated"] = {"omitted_entries": omitted, "max_chars": INSPECT_JSON_CHARS} \
+        if omitted else False
+    return json_safe(json.dumps(tree, indent=2, ensure_ascii=False))
 
 
 @click.command()

@@ -24,12 +24,13 @@ of wasmext (a layer-0 leaf).
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from typing import Any
 
-__all__ = ["CAP", "DESCRIPTION_CAP", "clean", "clean_lines", "clean_tree", "has_unsafe",
-           "is_unsafe", "json_safe", "redact_url", "without_credentials"]
+__all__ = ["CAP", "DESCRIPTION_CAP", "bounded_tree", "clean", "clean_lines", "clean_tree",
+           "has_unsafe", "is_unsafe", "json_safe", "redact_url", "without_credentials"]
 
 CAP = 1024
 DESCRIPTION_CAP = 4096
@@ -141,6 +142,74 @@ def clean_tree(value: Any, limit: int = CAP, depth: int = 0) -> Any:
     if isinstance(value, (list, tuple)):
         return [clean_tree(v, limit, depth + 1) for v in value]
     return value
+
+
+class _Budget:
+    """What is left of a document's characters, and what did not fit."""
+
+    __slots__ = ("left", "limit", "omitted")
+
+    def __init__(self, chars: int, limit: int) -> None:
+        self.left, self.limit, self.omitted = chars, limit, 0
+
+    def scalar(self, value: Any) -> tuple[Any, int]:
+        if isinstance(value, str):
+            value = clean(value, self.limit)
+        elif value is not None and not isinstance(value, (bool, int, float)):
+            value = clean(repr(value), self.limit)  # bytes, an extension type: shown, inert
+        return value, len(json_safe(json.dumps(value, ensure_ascii=False)))
+
+    def take(self, value: Any, depth: int) -> tuple[Any, int]:
+        """`value` cleaned and cut to what is left; (it, the characters it costs).
+
+        A container charges what it keeps as it goes; a scalar is only measured."""
+        if not isinstance(value, (dict, list, tuple)):
+            return self.scalar(value)
+        if depth > 64:
+            return self.scalar(repr(value))
+        items: list[tuple[str | None, Any]]
+        if isinstance(value, dict):
+            items = [(clean(k, self.limit), v) for k, v in value.items()]
+        else:
+            items = [(None, v) for v in value]
+        # With indent=2: a newline and indent before each item, a comma after it, and
+        # a newline, indent and bracket to close; each counted at its widest.
+        cost = 3 + 2 * depth
+        self.left -= cost
+        kept: list[tuple[str | None, Any]] = []
+        for i, (key, item) in enumerate(items):
+            overhead = 2 + 2 * (depth + 1)
+            if key is not None:
+                overhead += len(json_safe(json.dumps(key, ensure_ascii=False))) + 2
+            nested = isinstance(item, (dict, list, tuple)) and depth + 1 <= 64
+            if nested:
+                fits = self.left >= overhead + 3 + 2 * (depth + 1)
+                used = 0
+            else:
+                taken, used = self.take(item, depth + 1)
+                fits = self.left >= overhead + used
+            if not fits:
+                self.omitted += len(items) - i
+                break
+            self.left -= overhead + used
+            if nested:
+                taken, used = self.take(item, depth + 1)
+            kept.append((key, taken))
+            cost += overhead + used
+        if isinstance(value, dict):
+            return dict(kept), cost
+        return [v for _, v in kept], cost
+
+
+def bounded_tree(value: Any, chars: int, limit: int = CAP) -> tuple[Any, int]:
+    """`value` cleaned as `clean_tree` does, then cut to fit `chars` characters of JSON
+    (`json.dumps(..., indent=2)`, `json_safe`); (the tree, how many list items and map
+    entries were left out). Entries are kept in order until the next would not fit."""
+    budget = _Budget(chars, limit)
+    tree, cost = budget.take(value, 0)
+    if cost > chars:  # a lone scalar too long, or a container with no room to open
+        return None, 1
+    return tree, budget.omitted
 
 
 def _json_escape(match: re.Match[str]) -> str:
