@@ -201,7 +201,19 @@ def ls(url: str | None, config: Path | None, wait_s: float, as_json: bool) -> No
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in found], indent=1))
         return
-    click.echo(f"{'SERVICE':32} {'VERSION':10} {'INST':>4} {'REQS':>8} {'ERRS':>6}  SUBJECTS")
+    # What peers claim: NATS permissions are what make the claims trustworthy.
+    click.echo(f"{'SERVICE':32} {'VERSION':10} {'INST':>5} {'REQS':>8} {'ERRS':>6}  SUBJECTS")
     for s in found:
-        click.echo(f"{s.name:32} {s.version:10} {len(s.instances):>4} {s.requests:>8} "
-                   f"{s.errors:>6}  {' '.join(s.subjects)}")
+        flag = "!" if s.disagreeing or s.duplicates else " "
+        more = f" (+{len(s.unlisted)} more)" if s.unlisted else ""
+        click.echo(f"{s.name:32} {s.version:10} {len(s.instances):>4}{flag} {s.requests:>8} "
+                   f"{s.errors:>6}  {' '.join(s.subjects)}{more}")
+    for s in found:
+        if s.duplicates:
+            click.echo(f"! {s.name} {s.version}: {s.duplicates} more answers repeated an "
+                       "instance id (each id counted once)")
+        for iid, why in list(s.disagreeing.items())[:8]:
+            click.echo(f"! {s.name} {s.version}: instance {iid}: {why}")
+        if len(s.disagreeing) > 8:
+            click.echo(f"! {s.name} {s.version}: {len(s.disagreeing) - 8} more instances "
+                       "whose STATS and INFO disagree (--json lists them)")

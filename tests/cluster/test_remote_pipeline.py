@@ -223,6 +223,9 @@ def test_nats_ls_lists_services_instances_and_stats(two_workers: list[Any], link
     assert out.exit_code == 0, out.output
     services = {s["name"]: s for s in json.loads(out.output)}
     assert services["wasmext-stamp"]["instances"] == 2
+    # Real workers' INFO and STATS agree, each answering once (ops.list_services).
+    assert services["wasmext-stamp"]["disagreeing"] == {}
+    assert services["wasmext-stamp"]["duplicate_answers"] == 0
     assert services["wasmext-stamp"]["version"] == "1.2.0"
     # Its stage, and the whole plugin (cluster.plugins) beside it.
     assert services["wasmext-stamp"]["subjects"] == [
@@ -270,8 +273,10 @@ def test_nats_ls_cleans_what_services_answer(link: NatsLink, nats_url: str) -> N
         link.run(sub.unsubscribe(), 5)
     assert out.exit_code == 0, out.output
     evil = [line for line in out.output.splitlines() if "evil" in line]
-    assert "\x1b" not in out.output and len(evil) == 1  # one inert line
-    assert len(evil[0]) < 400
+    # One inert row, and one inert note: it answered INFO and no STATS (ops.list_services).
+    assert "\x1b" not in out.output and len(evil) == 2
+    assert evil[1].startswith("! ") and evil[1].endswith(": no STATS answer")
+    assert all(len(line) < 400 for line in evil)
 
 
 def test_no_server_is_one_line_and_a_quick_exit(plugin_dir: Path) -> None:
