@@ -27,7 +27,7 @@ from wasmext import ConfigError, Host, PluginError, Runtime
 from wasmext.config import HostConfig, load_config
 from wasmext.services.llm.client import ChatAnswer, ChatRequest, parse_answer
 from wasmext.services.llm.config import parse_llm
-from wasmext.services.llm.service import LlmPolicy, LlmSettings, Price
+from wasmext.services.llm.service import LlmPolicy, LlmSettings, Price, estimate_tokens
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
@@ -372,9 +372,52 @@ def test_a_request_without_max_tokens_reserves_the_per_call_budget(server: Loopb
         plugin.call("test", None, {"session": "one"})
         assert "session's token budget" in refused(plugin, "limit", 2, {"session": "one"})
         sent = json.loads(completions(server)[-1]["body"])
-        assert sent["max_tokens"] == 1000 - 12  # what the prompt (an estimate of 12) leaves
+        # What the prompt leaves: its estimate is 15 ("Summarise" 3, six words, ":", ".", 4).
+        assert sent["max_tokens"] == 1000 - estimate_tokens(ASK["messages"]) == 1000 - 15
         day = time.strftime("%Y-%m-%d", time.gmtime())
         assert host.llm.ledger.used("open-ended", day) == 2000
+
+
+# 331 characters, 993 UTF-8 bytes of CJK: 4 characters a token made it 86 tokens, where
+# tokenizers spend about one a character, and a byte-level one up to one a byte.
+CJK = "请总结这段文字\uff1a" + "猫坐在垫子上\uff0c狗在院子里跑来跑去。" * 19
+
+
+def test_a_cjk_prompt_is_reserved_at_what_it_can_cost(server: Loopback) -> None:
+    """HOLE: the estimate (4 characters a token) reserved 86 tokens for a prompt a model
+    reports at up to 993, so the per-call budget let it through and concurrent calls
+    could overrun the others. Now every byte outside a lowercase ASCII word is a token:
+    the model's worst report fits the reservation, and a budget below it is `limit`
+    before anything is sent."""
+    prompt_bytes = len(CJK.encode())
+    ask = {"messages": [{"role": "user", "content": CJK}]}
+    estimate = estimate_tokens(ask["messages"])
+    assert estimate >= prompt_bytes > 4 * (len(CJK) // 4 + 4)
+    # The server reports one token per byte of the prompt: the most a tokenizer spends.
+    server.server.completion.update(usage=(prompt_bytes, 20))
+    with endpoint_host(server, max_tokens_per_call=2048, max_tokens_per_session=10_000,
+                       max_tokens_per_day=10_000) as host:
+        plugin = host.add(llm_wasm(ask), plugin_id="cjk", grants={"llm"},
+                          limits={"timeout_ms": 5000})
+        answer = plugin.call("test", None, {"session": "one"}).value
+        assert answer["usage"] == {"input": prompt_bytes, "output": 20}
+        sent = json.loads(completions(server)[-1]["body"])
+        reserved = 2048  # no max_tokens: the whole per-call budget, the model asked for
+        assert sent["max_tokens"] == reserved - estimate  # what the prompt leaves
+        assert answer["usage"]["input"] <= estimate  # the reservation covers the prompt
+        assert answer["usage"]["input"] + answer["usage"]["output"] <= reserved
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        assert host.llm.ledger.used("cjk", day) == prompt_bytes + 20  # as reported
+    # A per-call budget below what the prompt can cost: refused, nothing sent.
+    with endpoint_host(server, max_tokens_per_call=600) as host:
+        sent_before = len(completions(server))
+        tight = host.add(llm_wasm({**ask, "max_tokens": 50}), plugin_id="cjk-tight",
+                         grants={"llm"}, limits={"timeout_ms": 5000})
+        message = refused(tight, "limit", 2)
+        assert f"{estimate + 50} tokens" in message and "per-call budget 600" in message
+        assert CJK[:4] not in message  # the prompt is not echoed
+        assert len(completions(server)) == sent_before
+        healthy(host, server)
 
 
 def _nested(depth: int, inner: str = '"x"') -> str:

@@ -19,9 +19,10 @@ from wasmext import Host, PluginError, Runtime
 from wasmext.config import HostConfig
 from wasmext.services.llm.client import ChatAnswer, ChatRequest
 from wasmext.services.llm.ledger import LEDGER_SCOPE
-from wasmext.services.llm.service import LlmPolicy, LlmSettings
+from wasmext.services.llm.service import LlmPolicy, LlmSettings, estimate_tokens
 
-RESERVED = 112  # ASK's estimate (34 // 4 + 4) plus its max_tokens of 100
+ESTIMATE = estimate_tokens(ASK["messages"])  # 15: "Summarise" 3, six words 6, ":" "." 2, 4
+RESERVED = ESTIMATE + 100  # plus its max_tokens
 TIMEOUT = {"timeout_ms": 5000}
 
 
@@ -66,7 +67,7 @@ import sys, time
 from pathlib import Path
 from wasmext import Host, Runtime
 from wasmext.config import HostConfig
-from wasmext.services.llm.service import LlmPolicy, LlmSettings
+from wasmext.services.llm.service import LlmPolicy, LlmSettings, estimate_tokens
 
 data_dir, wasm, marker = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 
@@ -103,12 +104,12 @@ def test_a_kill_while_the_model_answers_keeps_the_reservation(tmp_path: Path) ->
         assert after.llm.ledger.used("spender", today()) == RESERVED  # spent, never lost
         plugin = after.add(llm_wasm(ASK), plugin_id="spender", grants={"llm"}, limits=TIMEOUT)
         with pytest.raises(PluginError) as refused:
-            plugin.call("test")  # 112 + 112 > 200
+            plugin.call("test")  # 115 + 115 > 200
         assert refused.value.code == "limit" and asked == []
 
 
 def test_hosts_sharing_a_store_cannot_overrun_it_together(tmp_path: Path) -> None:
-    _, complete = model(12, 100)  # each call spends exactly what it reserved
+    _, complete = model(ESTIMATE, 100)  # each call spends exactly what it reserved
     hosts = [host(tmp_path, 10 * RESERVED, complete) for _ in range(2)]
     outcomes: list[str] = []
     lock = threading.Lock()

@@ -6,7 +6,8 @@ endpoint from the `[llm]` config (`services.llm.client`). Per plugin
 (`LlmPolicy`): the models it may name (default: the host's model only), token
 budgets per call, per session and per day, how many completions it may have
 in flight, and `timeout_ms`. Budgets are reserved before the request is sent
-(an estimate of the prompt plus `max_tokens`; a request without `max_tokens`
+(`estimate_tokens`: an upper bound of the prompt, every byte a token but lowercase
+ASCII words, plus `max_tokens`; a request without `max_tokens`
 reserves the whole per-call budget and asks the model for no more than what
 is left of it after the prompt), so concurrent calls cannot overrun them
 together. The model's reported usage replaces the reservation only when it is
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -41,6 +43,12 @@ MAX_SESSIONS_TRACKED = 10_000
 # No tokenizer in use spends fewer tokens than one per 8 bytes of text over a whole
 # prompt or answer (English averages about 4); usage below that was not counted honestly.
 MAX_BYTES_PER_TOKEN = 8
+# The other side, for the reservation (`estimate_tokens`): no tokenizer spends more than
+# a token per byte; a lowercase ASCII word is taken at this many letters a token
+# (English averages about 4 characters a token), each at least one.
+LETTERS_PER_TOKEN = 4
+TOKENS_PER_MESSAGE = 4  # the role and the chat template's framing of one message
+_WORD = re.compile(r" ?[A-Z]?[a-z]+")
 
 
 @dataclass(frozen=True)
@@ -80,8 +88,26 @@ class LlmSettings:
 
 
 def estimate_tokens(messages: list[dict[str, str]]) -> int:
-    """A cheap upper-side guess (4 characters a token, a few per message)."""
-    return sum(len(m["content"]) // 4 + 4 for m in messages)
+    """The prompt's tokens at most: what the reservation holds before the model is asked.
+
+    A tokenizer spends at most one token per UTF-8 byte (byte-level BPE, or byte
+    fallback), so every byte counts one token, but a lowercase ASCII word (capitalised
+    or not, with the space before it) counts one token per `LETTERS_PER_TOKEN` letters:
+    prose stays near its real count, and text in any other script, digits, punctuation,
+    capitals or symbols (CJK is one token a character or more, three bytes) cannot make
+    the estimate fall below what the prompt costs. Plus `TOKENS_PER_MESSAGE` for each
+    message's framing. The discount's price: a made-up lowercase word a tokenizer
+    splits a letter a token costs up to LETTERS_PER_TOKEN times its estimate.
+    """
+    total = 0
+    for m in messages:
+        text = m["content"]
+        tokens = len(text.encode())
+        for word in _WORD.findall(text):  # its bytes were counted: count its letters instead
+            letters = len(word) - (word[0] == " ")
+            tokens += -(-letters // LETTERS_PER_TOKEN) - len(word)
+        total += tokens + TOKENS_PER_MESSAGE
+    return total
 
 
 def charged(answer: ChatAnswer, messages: list[dict[str, str]], max_tokens: int,
