@@ -237,7 +237,9 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     """Grant CAPABILITIES to PLUGIN_ID's current module (recorded with who and when).
 
     A folder grant fs:PATH[:ro|rw] (read-only by default) shows PATH to the plugin
-    at /NAME, NAME being the folder's own name; a relative PATH is made absolute."""
+    at /NAME, NAME being the folder's own name; a relative PATH is made absolute.
+    A component sees the folder read-only even when granted rw (the [fs] quota
+    cannot bound a component's writes)."""
     from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
 
     # A folder grant names an absolute folder: `fs:notes:rw` means ./notes from here.
@@ -261,6 +263,22 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     click.echo(_line(f"granted {', '.join(capabilities)} to {plugin_id} "
                      f"({subject.module[:19]}..., plugin.toml {subject.manifest[:19]}...) "
                      f"by {who}"))
+    writable = [c for c in capabilities if c.startswith("fs:") and c.endswith(":rw")]
+    if writable and _is_component_folder(folder):
+        click.echo(_line(f"note: {plugin_id} is a component: it sees {', '.join(writable)} "
+                         "read-only (the [fs] quota cannot bound a component's writes)"))
+
+
+def _is_component_folder(folder: Path) -> bool:
+    """Is the plugin in `folder` a component (its module's header says so)?"""
+    from wasmext.manifest import load_folder
+    from wasmext.sandbox.backends.component import is_component
+
+    try:
+        with load_folder(folder).wasm_path.open("rb") as module:
+            return is_component(module.read(8))
+    except (OSError, WasmextError):
+        return False
 
 
 @click.command()

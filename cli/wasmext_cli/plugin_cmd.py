@@ -85,7 +85,7 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
               help="A plugin setting (JSON value or bare string). Repeatable.")
 @click.option("--grant", "grants", multiple=True, metavar="CAPABILITY",
               help="Grant a capability for this call (fs:FOLDER[:rw] shows a folder at "
-                   "/NAME). Repeatable.")
+                   "/NAME; read-only to a component even with :rw). Repeatable.")
 @click.option("--fuel", type=click.IntRange(min=1), help="Fuel per call.")
 @click.option("--memory-mb", type=click.IntRange(min=1, max=4095), help="Linear memory cap.")
 @click.option("--timeout-ms", type=click.IntRange(min=1), help="Wall-clock deadline.")
@@ -185,6 +185,9 @@ def inspect(plugin: Path, as_json: bool) -> None:
     if "capabilities" in info:
         click.echo(f"asks for  {_line(', '.join(info['capabilities']) or '-')} "
                    "(manifest capabilities; granted only by the operator)")
+        if "fs" in info["capabilities"] and info.get("backend") == "component":
+            click.echo("          a component sees a granted folder read-only, even "
+                       "granted rw (the [fs] quota cannot bound its writes)")
     click.echo("hooks")
     for h in info["hooks"]:
         pattern = f"  pattern {_line(h['pattern'], 256)}" if h["pattern"] else ""

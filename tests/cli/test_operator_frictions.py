@@ -74,6 +74,27 @@ def test_grant_refuses_a_capability_that_does_not_exist(tmp_path: Path) -> None:
         {"state", "http:api.example.com"}
 
 
+def test_an_rw_folder_grant_to_a_component_says_it_is_read_only(tmp_path: Path) -> None:
+    """A component's folder is read-only even when granted rw (docs/sandbox.md, Folder
+    grants); `grant` says so where the operator grants it, and `grant --help` too."""
+    config = workspace(tmp_path)
+    (tmp_path / "plugins" / "kb" / "kb.wasm").write_bytes(
+        bytes(wasmtime.wat2wasm("(component)")))  # only its header is read here
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    shown = cli("grant", "kb", f"fs:{notes}:rw", "fs:/srv/ro", "--by", "ann", "--config",
+                str(config), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    note = shown.stdout.splitlines()[-1]
+    assert note == (f"note: kb is a component: it sees fs:{notes}:rw read-only (the [fs] "
+                    "quota cannot bound a component's writes)")
+    core = cli("grant", "keep", f"fs:{notes}:rw", "--by", "ann", "--config", str(config),
+               cwd=tmp_path)
+    assert core.returncode == 0 and "note:" not in core.stdout  # a core module writes
+    assert "read-only even when granted rw" in " ".join(
+        cli("grant", "--help", cwd=tmp_path).stdout.split())
+
+
 @pytest.mark.parametrize(("typo", "meant"), [("stat", "state"), ("secret", "secrets"),
                                              ("toolz:lookup", "tool:lookup"),
                                              ("evnets", "events")])

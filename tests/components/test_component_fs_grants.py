@@ -5,10 +5,12 @@ read-only even when granted `rw` (the [fs] quota cannot bound a component's writ
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from support import Built
 from wasmext import PluginError, Runtime
@@ -50,3 +52,19 @@ def test_an_rw_grant_is_read_only_for_a_component(components: Built, crt: Runtim
     assert list(box.iterdir()) == []
     assert any("read-only for a component" in ln.text for ln in plugin.log.lines)
     assert plugin.call("echo", "alive").value == "alive"
+
+
+@pytest.mark.slow  # inspect compiles the component (tens of seconds without a cache)
+def test_inspect_of_a_component_asking_for_a_folder_says_it_is_read_only(
+        components: Built, tmp_path: Path) -> None:
+    from wasmext_cli.main import main
+
+    built = components["hostile-python"]
+    folder = tmp_path / "asks-fs"
+    folder.mkdir()
+    shutil.copy(built / "python-hostile.wasm", folder / "asks-fs.wasm")
+    (folder / "plugin.toml").write_text('id = "asks-fs"\nversion = "0.1.0"\n'
+                                        'wasm = "asks-fs.wasm"\ncapabilities = ["fs"]\n')
+    shown = CliRunner().invoke(main, ["inspect", str(folder)])
+    assert shown.exit_code == 0, shown.output
+    assert "a component sees a granted folder read-only, even granted rw" in shown.output
