@@ -889,8 +889,9 @@ def test_cli_inspect_json_of_a_huge_hostile_registration_is_bounded_valid_json(
             "input_schema": {"type": "object", "title": ESC * 5, "properties": {
                 f"p{j}": {"type": "string", "description": ESC} for j in range(5)}}}
     evil, calm = tmp_path / "evil", tmp_path / "calm"
+    keys = {f"k{n}": [ESC] * 50 for n in range(100)}  # text shows 64 of the 102, a line each
     for folder, reg in ((evil, {"hooks": [{"hook": "on_plain_text"}], "name": "evil" + ESC,
-                                "tools": [tool] * 200, "junk": deep}),
+                                "tools": [tool] * 200, "junk": deep, **keys}),
                         (calm, {"hooks": [{"hook": "on_plain_text"}], "name": "calm",
                                 "tools": [tool]})):
         folder.mkdir()
@@ -909,6 +910,14 @@ def test_cli_inspect_json_of_a_huge_hostile_registration_is_bounded_valid_json(
         for line in proc.stdout.splitlines():
             inert(line, 2200)
         docs[folder.name] = json.loads(proc.stdout)
+    started = time.monotonic()
+    text = subprocess.run([sys.executable, "-m", "wasmext_cli", "inspect", str(evil)],
+                          capture_output=True, text=True, encoding="utf-8", timeout=120,
+                          cwd=tmp_path, env=env)
+    assert time.monotonic() - started < 60 and text.returncode == 0, text.stderr[-2000:]
+    assert len(text.stdout) < 100_000 and "38 more registration keys not shown" in text.stdout
+    for line in text.stdout.splitlines():
+        inert(line, 1100)
     truncated = docs["evil"]["truncated"]
     assert truncated["omitted_entries"] > 0 and truncated["max_chars"] == INSPECT_JSON_CHARS
     for doc in docs.values():  # the host's facts survive whatever the plugin registered

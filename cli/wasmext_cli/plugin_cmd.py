@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from wasmext.errors import GuestTrap, WasmextError
-from wasmext.text import bounded_tree, json_safe
+from wasmext.text import CAP, bounded_tree, json_safe
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_FAULT,
@@ -197,7 +197,9 @@ def inspect(plugin: Path, as_json: bool) -> None:
             click.echo(f"…         {len(info['extra']) - i} more registration keys not shown "
                        "(inspect --json shows them)")
             break
-        click.echo(_line(f"{_line(key, 64):<9} {_dumps(value)}"))
+        # Only what one line can show is walked (a value may be 300,000 nested maps).
+        shown, _ = bounded_tree(_jsonable(value), 4 * CAP)
+        click.echo(_line(f"{_line(key, 64):<9} {_dumps(shown)}"))
     if info.get("settings"):
         click.echo("settings  (name, type, default; sensitive defaults masked)")
         for s in info["settings"]:
