@@ -111,6 +111,37 @@ def header_block(headers: dict[str, str]) -> bytes:
     return "".join(parts).encode()
 
 
+_NOT_NOW = object()  # `_take_now`: not a message it hands over
+_MAX_LINE = 4096  # nats-py's MAX_CONTROL_LINE_SIZE
+# A byte that could let nats-py's pattern read a 5-field `HMSG` line another way (its
+# `\s+` may run past the line's end into digits): such a message goes to nats-py.
+_AMBIGUOUS = frozenset(b"0123456789 \t\r\n\x0b\x0c")
+
+
+def _hmsg(buf: bytearray, end: int) -> tuple[bytes, int, bytes, int, int] | None:
+    """(subject, sid, reply, header bytes, total bytes) of the `HMSG` line ending at
+    `end`, or None when it is not in the plain form nats-server writes (fields split by
+    whitespace, numbers plain digits): nats-py's pattern reads those, as before."""
+    line = bytes(buf[5:end])
+    if b"\n" in line or b"\r" in line:  # nats-py's pattern keeps the reply on one line
+        return None
+    parts = line.split()
+    if len(parts) == 5:
+        subject, sid, reply, hsize, size = parts
+    elif len(parts) == 4:
+        subject, sid, hsize, size = parts
+        reply = b""
+        after = buf[end + 2:end + 3]
+        if after and after[0] in _AMBIGUOUS:
+            return None
+    else:
+        return None
+    if not (sid.isdigit() and hsize.isdigit() and size.isdigit()):
+        return None
+    header_size, total = int(hsize), int(size)
+    if header_size > total:
+        return None
+    return subject, int(sid), reply, header_size, total
 _CLIENT_CLASS: list[type[Client]] = []  # made on first use: nats-py is imported lazily
 
 
@@ -119,12 +150,49 @@ def new_client() -> Client:
     publish without a coroutine (`publish_soon`)."""
     if not _CLIENT_CLASS:
         from nats.aio.client import Client
+        from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+
+        class FastParser(Parser):
+            """nats-py's parser, with a message that has headers (`HMSG`, every request
+            and answer of a stage call) read without its regular expressions and handed
+            to a `deliver_now` handler without a coroutine. Anything else, or a line
+            not in the form nats-server writes, goes to nats-py's `parse`, which reads
+            it as before."""
+
+            async def parse(self, data: bytes = b"") -> None:
+                buf = self.buf
+                buf.extend(data)
+                nc: FastClient = self.nc
+                while buf and self.state == AWAITING_CONTROL_LINE and buf.startswith(b"HMSG "):
+                    end = buf.find(b"\r\n", 0, _MAX_LINE)
+                    if end < 0:
+                        break
+                    msg = _hmsg(buf, end)
+                    if msg is None:
+                        break
+                    subject, sid, reply, header_size, size = msg
+                    if len(buf) < end + 4 + size:  # the payload is not all here yet
+                        break
+                    start = end + 2
+                    hdr = bytes(buf[start:start + header_size]) if header_size > 0 else None
+                    payload = bytes(buf[start + header_size:start + size])
+                    del buf[:start + size + 2]
+                    taken = nc._take_now(sid, subject, reply, payload, hdr)
+                    if taken is None:
+                        continue
+                    if isinstance(taken, Exception):  # as a callback's: the error callback
+                        await nc._error_cb(taken)
+                    else:  # not one for a handler (asks `_take_now` again: a rare message)
+                        await nc._process_msg(sid, subject, reply, payload, hdr)
+                if buf:
+                    await super().parse()
 
         class FastClient(Client):
             _parse_header_lines = staticmethod(parse_headers)
 
             def __init__(self) -> None:
                 super().__init__()
+                self._ps = FastParser(self)
                 self._now: dict[int, Callable[[Msg], None]] = {}
                 self._flush_set = False  # a `_flush_now` is scheduled
                 # A `deliver_now` handler runs for the last message of what the reader
@@ -140,21 +208,31 @@ def new_client() -> Client:
 
             async def _process_msg(self, sid: int, subject: bytes, reply: bytes,
                                    data: bytes, headers: bytes | None) -> None:
-                handler = self._now.get(sid)
-                if handler is None or (headers is not None and headers[8:9] == b" "):
+                taken = self._take_now(sid, subject, reply, data, headers)
+                if taken is None:
+                    return
+                if isinstance(taken, Exception):  # as a callback's: the error callback hears it
+                    await self._error_cb(taken)
+                else:
                     await super()._process_msg(sid, subject, reply, data,
                                                headers)  # type: ignore[arg-type]
-                    return
+
+            def _take_now(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                          headers: bytes | None) -> Exception | object | None:
+                """Hand a message to its `deliver_now` handler: None when it did, what
+                the handler raised, or `_NOT_NOW` (nothing done: nats-py's path takes it)."""
+                handler = self._now.get(sid)
+                if handler is None or (headers is not None and headers[8:9] == b" "):
+                    return _NOT_NOW
                 sub = self._subs.get(sid)
                 if sub is None:  # unsubscribed: dropped, as nats-py drops it
                     del self._now[sid]
-                    return
+                    return None
                 if sub._max_msgs > 0 or sub._jsi is not None:
-                    await super()._process_msg(sid, subject, reply, data,
-                                               headers)  # type: ignore[arg-type]
-                    return
-                self.stats["in_msgs"] += 1
-                self.stats["in_bytes"] += len(data)
+                    return _NOT_NOW
+                stats = self.stats
+                stats["in_msgs"] += 1
+                stats["in_bytes"] += len(data)
                 sub._received += 1
                 # nats-py's reading of a block without a status line (`_process_headers`)
                 hdr = (parse_headers(headers[10:]) or None) \
@@ -162,10 +240,23 @@ def new_client() -> Client:
                 self._last_of_read = not self._ps.buf
                 try:
                     handler(self._build_message(sid, subject, reply, data, hdr))
-                except Exception as exc:  # as a callback's: the error callback hears it
+                except Exception as exc:
                     self._last_of_read = False
-                    await self._error_cb(exc)
+                    return exc
                 self._last_of_read = False
+                return None
+
+            def answer_soon(self, reply: str, payload: bytes, block: bytes) -> bool:
+                """`publish_soon` for an answer to `reply`, the reply subject of a message
+                this client read: its parser took it as a run of bytes without
+                whitespace, so it needs no check (and is not remembered)."""
+                if not self.is_connected or self._flusher_task is None \
+                        or self._flusher_task.done() or self._flush_queue is None \
+                        or len(payload) > self._max_payload:
+                    return False
+                cmd = b"HPUB %s %d %d\r\n%s%s\r\n" % (
+                    reply.encode(), len(block), len(block) + len(payload), block, payload)
+                return self._queue_cmd(cmd, len(payload), False)
 
             def publish_soon(self, subject: str, payload: bytes, block: bytes,
                              reply: str = "", *, alone: bool = False,
@@ -192,10 +283,16 @@ def new_client() -> Client:
                 cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
                     subject.encode(), reply.encode(), len(block), len(block) + len(payload),
                     block, payload)
+                return self._queue_cmd(cmd, len(payload), alone)
+
+            def _queue_cmd(self, cmd: bytes, size: int, alone: bool) -> bool:
+                """Queue (or write at once: `publish_soon`) a checked command of a
+                `size`-byte payload; False when nats-py's pending buffer would overflow."""
                 if 0 < self._max_pending_size < self._pending_data_size + len(cmd):
                     return False
-                self.stats["out_msgs"] += 1
-                self.stats["out_bytes"] += len(payload)
+                stats = self.stats
+                stats["out_msgs"] += 1
+                stats["out_bytes"] += size
                 if (alone and not self._pending) or self._last_of_read:
                     writer = self._writer()
                     if writer is not None:

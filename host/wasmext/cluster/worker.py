@@ -49,7 +49,6 @@ import contextlib
 import logging
 import signal
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +68,7 @@ from wasmext.cluster.contract import (
 from wasmext.cluster.endpoints import PLUGIN_KINDS, Counts, Stage, stages_of, version_of
 from wasmext.cluster.lane import Answer, Lane
 from wasmext.cluster.link import connect, header_block
+from wasmext.cluster.looptrial import PROVE_CALLS, SHORT_CALL_MS, LoopTrial
 from wasmext.cluster.metrics import WorkerMetrics
 from wasmext.cluster.natsauth import NatsAuth
 from wasmext.cluster.registry import check_prefix
@@ -88,7 +88,8 @@ if TYPE_CHECKING:
 
     from wasmext.host import Host
 
-__all__ = ["QUEUE_GROUP", "WORKER_HEADER", "Counts", "Stage", "Worker", "session_id", "stages_of"]
+__all__ = ["PROVE_CALLS", "QUEUE_GROUP", "SHORT_CALL_MS", "WORKER_HEADER", "Counts", "Stage",
+           "Worker", "session_id", "stages_of"]
 
 log = logging.getLogger("wasmext.cluster.worker")
 QUEUE_GROUP = "wasmext"
@@ -103,28 +104,10 @@ NEXT_TIMEOUT_S = 300.0
 # consumer's message is.
 MAX_BACKLOG = 4096
 MAX_BACKLOG_BYTES = 64 * 1024 * 1024
-# How long a stage call may run and still count as short: a plugin whose calls stay
-# within it runs them on the loop, the first longer one sends it back to the lane.
-# Four of the interpreter's GIL switch intervals (5 ms): a healthy call on the loop may
-# wait one interval for the GIL at each return from the guest while another thread runs
-# Python (the lane, a metrics scrape), and one such wait should not demote it.
-# Every request behind a call on the loop waits as long as it runs: at most this, or,
-# once per plugin, its time-out.
-SHORT_CALL_MS = 20.0
-# Short calls in a row on the lane before a plugin's calls run on the loop: a plugin's
-# first calls (a cold instance) and a plainly slow plugin never reach the loop.
-PROVE_CALLS = 8
-# How long a plugin demoted for the first time stays off the loop; each demotion after
-# that doubles it (up to `MAX_DEMOTE_S`). A healthy plugin that one stall of the machine
-# demoted comes back; a hostile one holds the loop once per back-off.
-DEMOTE_S = 60.0
-MAX_DEMOTE_S = 24 * 3600.0
 # Where a plugin's stage calls run (Worker._place)
 LANE, BY_RULE, ON_TRIAL = 0, 1, 2
-_DEMOTED = -1  # `_proven`'s mark for a plugin sent back to the lane (for a back-off)
-# Demotions within DEMOTE_S after which no plugin is on trial for DEMOTE_S: each held
-# the loop for up to its plugin's time-out, and a worker may serve many plugins.
-MAX_DEMOTED = 4
+# A stage call's (answer body, duplicate, error, seconds it ran): body None, expired unrun
+Outcome = tuple["bytes | None", bool, "tuple[str, str] | None", float]
 
 
 class Worker:
@@ -149,17 +132,7 @@ class Worker:
         self._plugin_calls = 0  # whole plugin calls (`call` endpoints) taken, not answered
         self._shed_logged = 0.0  # when the last "backlog full" line was logged
         self.inline_below_ms = inline_below_ms
-        self.short_call_ms = short_call_ms
-        self._short_s = short_call_ms / 1000
-        # Short lane calls in a row, by plugin id (_DEMOTED: sent back to the lane).
-        self._proven: dict[str, int] = {}
-        self.demoted: dict[str, float] = {}  # plugin id: ms its last slow call held the loop
-        self.demote_s = DEMOTE_S
-        self._demotions: dict[str, int] = {}  # by plugin id: how often it was demoted
-        self._back_on: dict[str, float] = {}  # by plugin id: when it may prove itself again
-        self.max_demoted = MAX_DEMOTED
-        self._recent: deque[float] = deque(maxlen=MAX_DEMOTED)  # the latest demotions' times
-        self._paused_until = 0.0  # no plugin on trial before this (time.monotonic)
+        self.trial = LoopTrial(name, short_call_ms)
         self._pool = CallPool(concurrency, name="wasmext-worker")
         self._lane = Lane(self._pool, concurrency, self._delivered)
         # The answer's headers by encoding, built once (copied when an error or a
@@ -168,7 +141,7 @@ class Worker:
         self._answer_headers = {JSON: {WORKER_HEADER: name},
                                 MSGPACK: {CONTENT_TYPE: MSGPACK, WORKER_HEADER: name}}
         self._answer_blocks = {k: header_block(v) for k, v in self._answer_headers.items()}
-        self._publish_soon: Callable[..., bool] | None = None
+        self._answer_soon: Callable[[str, bytes, bytes], bool] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._services: dict[str, Service] = {}  # by plugin id
         self._shapes: dict[str, tuple[str, tuple[str, ...]]] = {}  # served: version, subjects
@@ -180,10 +153,38 @@ class Worker:
         self._cancels: Subscription | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    @property
+    def short_call_ms(self) -> float:
+        """How long a call on the loop may run and still count as short."""
+        return self.trial.short_call_ms
+
+    @property
+    def demoted(self) -> dict[str, float]:
+        """Each plugin ever demoted from the loop: ms its last slow call held the loop."""
+        return self.trial.demoted
+
+    @property
+    def demote_s(self) -> float:
+        """A first demotion's back-off in seconds (doubled at each one after)."""
+        return self.trial.demote_s
+
+    @demote_s.setter
+    def demote_s(self, seconds: float) -> None:
+        self.trial.demote_s = seconds
+
+    @property
+    def max_demoted(self) -> int:
+        """Demotions within `demote_s` after which the trial pauses for every plugin."""
+        return self.trial.max_demoted
+
+    @max_demoted.setter
+    def max_demoted(self, count: int) -> None:
+        self.trial.max_demoted = count
+
     async def start(self) -> None:
         """Connect to NATS and start serving every plugin's stages."""
         self._nc = await connect(self.url, self.name, auth=self.auth)
-        self._publish_soon = getattr(self._nc, "publish_soon", None)
+        self._answer_soon = getattr(self._nc, "answer_soon", None)
         self._loop = asyncio.get_running_loop()
         served.install_next(self.host.runtime.services)
         WorkerMetrics.add(self.host.observe.metrics.registry, self.name, self._figures)
@@ -226,22 +227,21 @@ class Worker:
         sub = getattr(endpoint, "_subscription", None)
         if deliver_now is None or sub is None or not hasattr(endpoint, "_num_requests"):
             return  # another nats-py: its own path, the handler above
-        from nats.micro.request import Request
-
         def take(msg: Msg) -> None:
             endpoint._num_requests += 1
-            req = Request(msg)
             try:
                 place = self._place(stage)
                 if place:  # short: answered here, in arrival order, no hop
-                    send = self._serve_now(stage, req, place == ON_TRIAL)
+                    send = self._serve_now(stage, msg, place == ON_TRIAL)
                     if send is not None:  # an error or a signed answer: it must wait
                         self._later(send)
                 else:
-                    self._queue(stage, req)  # the lane answers it
+                    self._queue(stage, msg)  # the lane answers it
             except Exception as err:  # a host bug: one line, named, as nats-py answers it
+                from nats.micro.request import Request
+
                 endpoint._num_errors += 1
-                self._later(req.respond_error("500", clean(
+                self._later(Request(msg).respond_error("500", clean(
                     f"plugin {stage.plugin_id} {stage.kind}: {err}", 300)))
         deliver_now(sub, take)
 
@@ -268,9 +268,7 @@ class Worker:
                 await self._stop_service(svc)
             del self.stages[pid], self._shapes[pid]
         for pid in came:
-            # A new version proves itself short again; a demoted one finishes its back-off.
-            if self._proven.get(pid, 0) != _DEMOTED:
-                self._proven.pop(pid, None)
+            self.trial.new_version(pid)
             try:
                 await self._add(pid, now[pid])
             except Exception as err:  # one plugin's service failing leaves the others
@@ -302,49 +300,13 @@ class Worker:
             return LANE
         if plugin.limits.timeout_ms + DEADLINE_SLACK_MS < self.inline_below_ms:
             return BY_RULE
-        if self._short_s > 0 and self._proven.get(stage.plugin_id, 0) >= PROVE_CALLS:
-            if self._paused_until and time.monotonic() < self._paused_until:
-                return LANE  # too many demotions lately: the trial pauses for everyone
-            return ON_TRIAL
-        return LANE
-
-    def _proved(self, stage: Stage, took_s: float) -> None:
-        """A lane call of `stage` ran for `took_s`: one more short call in a row, or
-        the count starts again (a slow call on the lane blocks no one: no demotion).
-        A demoted plugin starts counting once its back-off is over."""
-        pid = stage.plugin_id
-        proven = self._proven.get(pid, 0)
-        if proven == _DEMOTED:
-            if time.monotonic() < self._back_on.get(pid, 0.0):
-                return
-            proven = 0
-        if proven < PROVE_CALLS:
-            self._proven[pid] = proven + 1 if took_s < self._short_s else 0
+        return ON_TRIAL if self.trial.on_trial(stage.plugin_id) else LANE
 
     def _demote(self, stage: Stage, took_s: float) -> None:
-        """`stage`'s call held the loop longer than a short call: its plugin's calls go
-        through the lane for its back-off (doubled at each demotion), then prove
-        themselves again."""
-        pid = stage.plugin_id
-        times = self._demotions[pid] = self._demotions.get(pid, 0) + 1
-        off_s = min(self.demote_s * 2 ** min(times - 1, 32), MAX_DEMOTE_S)
-        self._proven[pid] = _DEMOTED
-        now = time.monotonic()
-        self._back_on[pid] = now + off_s
-        recent = self._recent
-        if recent.maxlen != self.max_demoted:
-            recent = self._recent = deque(recent, maxlen=max(1, self.max_demoted))
-        recent.append(now)
-        if len(recent) == recent.maxlen and now - recent[0] < self.demote_s:
-            self._paused_until = now + self.demote_s
-            log.warning("worker %s: %d demotions within %g s; no plugin runs on the loop on "
-                        "trial for %g s", self.name, len(recent), self.demote_s,
-                        self.demote_s)
-        self.demoted[pid] = round(took_s * 1000, 3)
+        """`stage`'s call held the loop longer than a short call: its plugin goes back
+        to the lane for a back-off (`LoopTrial.demote`), its endpoint counts it."""
+        self.trial.demote(stage.plugin_id, stage.kind, took_s)
         self._count(stage).demoted += 1
-        log.warning("worker %s: a %s call of %s held the event loop %.1f ms (short: %g ms); "
-                    "its calls run off the loop for %.3g s", self.name, stage.kind, pid,
-                    took_s * 1000, self.short_call_ms, off_s)
 
     async def _on_cancel(self, msg: Msg) -> None:
         scope = self._scopes.get(msg.data[:128].decode("ascii", "replace"))
@@ -369,9 +331,9 @@ class Worker:
                 return
             place = self._place(stage)
             if place:  # short: answered here, in arrival order, no hop
-                await self._serve(stage, req, place == ON_TRIAL)
+                await self._serve(stage, req._msg, place == ON_TRIAL)
                 return
-            self._queue(stage, req)  # the lane answers it: no task until the answer
+            self._queue(stage, req._msg)  # the lane answers it: no task until the answer
         return handle
 
     def _figures(self) -> dict[str, tuple[str, Counts]]:
@@ -501,57 +463,61 @@ class Worker:
                 remove()
         return send
 
-    def _take(self, stage: Stage, req: Request) -> tuple[Budget, str, int] | None:
+    def _take(self, stage: Stage, msg: Msg) -> tuple[Budget, str, int] | None:
         """A stage request's budget, encoding and start, or None when its deadline has
         passed (the caller gave this attempt up: nobody waits for it)."""
         started = time.perf_counter_ns()
-        hdrs = req.headers
+        hdrs = msg.headers
         budget = Budget(hdrs)
         if budget.expired():
             self._expired(stage, budget)
             return None
         return budget, encoding_of(hdrs), started
 
-    def _outcome(self, stage: Stage, raw: bytes, encoding: str, budget: Budget
-                 ) -> tuple[bytes | None, bool, tuple[str, str] | None]:
-        """(answer body, duplicate, error) of one stage call (body None: expired unrun)."""
+    def _timed_outcome(self, stage: Stage, raw: bytes, encoding: str, budget: Budget
+                       ) -> Outcome:
+        """(answer body, duplicate, error, seconds the call ran) of one stage call (body
+        None: expired unrun), on the loop or on the lane (the trial reads the time)."""
+        began = time.perf_counter()
         try:
             body, duplicate = call_stage(self.host, stage, raw, encoding, budget, self.name)
         except ContractError as err:
-            return b"", False, ("400", err.message)
+            return b"", False, ("400", err.message), time.perf_counter() - began
         except Exception as err:  # the plugin failed: its reason, one line, named
             return b"", False, ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}",
-                                             300))
-        return body, duplicate, None
+                                             300)), time.perf_counter() - began
+        return body, duplicate, None, time.perf_counter() - began
 
-    def _answer(self, stage: Stage, req: Request, budget: Budget, encoding: str,
+    def _answer(self, stage: Stage, msg: Msg, budget: Budget, encoding: str,
                 started: int, body: bytes | None, duplicate: bool,
                 error: tuple[str, str] | None, counts: Counts | None = None
                 ) -> Coroutine[Any, Any, None] | None:
-        """Count a stage call's outcome; the send of its answer (None: it expired unrun)."""
+        """Count a stage call's outcome; the send of its answer (None: it expired unrun,
+        or its answer is queued already)."""
         if counts is None:
             counts = self._count(stage)
         if body is None:  # it waited past the caller's deadline: not run, not answered
             self._expired(stage, budget)
             return None
+        if error is None and self.signer is None:  # the usual answer: queued, no coroutine
+            reply = msg.reply
+            if reply and self._answer_soon is not None \
+                    and self._answer_soon(reply, body, self._answer_blocks[encoding]):
+                self._answered(counts, started, duplicate, False)
+                return None
         headers = self._answer_headers[encoding]
         if error is not None:
             body = b""
             headers = {**headers, ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]}
-        elif self.signer is None:  # the usual answer: queued at once, no coroutine
-            reply = getattr(getattr(req, "_msg", None), "reply", "")
-            if reply and self._publish_soon is not None \
-                    and self._publish_soon(reply, body, self._answer_blocks[encoding],
-                                           once=True):
-                self._answered(counts, started, duplicate, False)
-                return None
         if self.signer is not None:
-            headers = self.signer.sign(req.subject, (req.headers or {}).get(CALL_ID_HEADER, ""),
+            headers = self.signer.sign(msg.subject, (msg.headers or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)
         self._answered(counts, started, duplicate, error is not None)
+        from nats.micro.request import Request  # only for what nats-py must send
+
         if error is not None:
-            return req.respond_error(error[0], error[1], headers=headers)
-        return req.respond(body, headers=headers)
+            return Request(msg).respond_error(error[0], error[1], headers=headers)
+        return Request(msg).respond(body, headers=headers)
 
     def _answered(self, counts: Counts, started: int, duplicate: bool, failed: bool) -> None:
         self.served += 1
@@ -560,50 +526,41 @@ class Worker:
         counts.duplicate += duplicate
         counts.total_ns += time.perf_counter_ns() - started
 
-    async def _serve(self, stage: Stage, req: Request, on_trial: bool = False) -> None:
+    async def _serve(self, stage: Stage, msg: Msg, on_trial: bool = False) -> None:
         """A stage call on the loop (short, no application code: no hop at all)."""
-        send = self._serve_now(stage, req, on_trial)
+        send = self._serve_now(stage, msg, on_trial)
         if send is not None:
             await send
 
-    def _serve_now(self, stage: Stage, req: Request, on_trial: bool = False
+    def _serve_now(self, stage: Stage, msg: Msg, on_trial: bool = False
                    ) -> Coroutine[Any, Any, None] | None:
         """Run a stage call here; the send of its answer when it could not be queued
         at once (None: queued, or expired unrun). A call `on_trial` that is not short
         sends its plugin to the lane."""
-        taken = self._take(stage, req)
+        taken = self._take(stage, msg)
         if taken is None:
             return None
         budget, encoding, started = taken
-        began = time.perf_counter()
-        body, duplicate, error = self._outcome(stage, req.data, encoding, budget)
-        took = time.perf_counter() - began
+        body, duplicate, error, took = self._timed_outcome(stage, msg.data, encoding, budget)
         counts = self._count(stage)
         if body is not None:
             counts.on_loop += 1
-            if on_trial and took >= self._short_s:
+            if on_trial and took >= self.trial.short_s:
                 self._demote(stage, took)
-        return self._answer(stage, req, budget, encoding, started, body, duplicate, error,
+        return self._answer(stage, msg, budget, encoding, started, body, duplicate, error,
                             counts)
 
-    def _lane_outcome(self, stage: Stage, raw: bytes, encoding: str, budget: Budget
-                      ) -> tuple[tuple[bytes | None, bool, tuple[str, str] | None], float]:
-        """`_outcome` on the lane, with how long the call ran (for `_proved`)."""
-        began = time.perf_counter()
-        outcome = self._outcome(stage, raw, encoding, budget)
-        return outcome, time.perf_counter() - began
-
-    def _queue(self, stage: Stage, req: Request) -> None:
+    def _queue(self, stage: Stage, msg: Msg) -> None:
         """A stage call for the lane; `_delivered` answers it (on the loop's thread)."""
-        taken = self._take(stage, req)
+        taken = self._take(stage, msg)
         if taken is None:
             return
         budget, encoding, started = taken
-        if not self._admit(stage, len(req.data)):
+        if not self._admit(stage, len(msg.data)):
             return
         assert self._loop is not None
-        self._lane.submit(self._loop, (stage, req, budget, encoding, started),
-                          self._lane_outcome, stage, req.data, encoding, budget)
+        self._lane.submit(self._loop, (stage, msg, budget, encoding, started),
+                          self._timed_outcome, stage, msg.data, encoding, budget)
 
     def _admit(self, stage: Stage, size: int) -> bool:
         """Count a call of `size` request bytes into the backlog; False (dropped, counted,
@@ -629,17 +586,14 @@ class Worker:
     def _delivered(self, batch: list[Answer]) -> None:
         """The lane's answers: counted here, sent by one task for the whole batch."""
         sends = []
-        for (stage, req, budget, encoding, started), timed, raised in batch:
-            self._backlog_bytes -= len(req.data)
+        for (stage, msg, budget, encoding, started), outcome, raised in batch:
+            self._backlog_bytes -= len(msg.data)
             if raised is not None:  # not an Exception (those are outcomes): still one line
-                outcome: tuple[bytes | None, bool, tuple[str, str] | None] = (b"", False, (
-                    "500", clean(f"plugin {stage.plugin_id} {stage.kind}: "
-                                 f"{type(raised).__name__}", 300)))
-            else:
-                outcome, took = timed
-                if outcome[0] is not None:  # it ran (not dropped unrun: that proves nothing)
-                    self._proved(stage, took)
-            send = self._answer(stage, req, budget, encoding, started, *outcome)
+                outcome = (b"", False, ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: "
+                                                     f"{type(raised).__name__}", 300)), 0.0)
+            elif outcome[0] is not None:  # it ran (not dropped unrun: that proves nothing)
+                self.trial.proved(stage.plugin_id, outcome[3])
+            send = self._answer(stage, msg, budget, encoding, started, *outcome[:3])
             if send is not None:
                 sends.append(send)
         if sends:
