@@ -123,7 +123,9 @@ def _hmsg(buf: bytearray, end: int) -> tuple[bytes, int, bytes, int, int] | None
     `end`, or None when it is not in the plain form nats-server writes (fields split by
     whitespace, numbers plain digits): nats-py's pattern reads those, as before."""
     line = bytes(buf[5:end])
-    if b"\n" in line or b"\r" in line:  # nats-py's pattern keeps the reply on one line
+    # nats-py's pattern keeps the reply on one line. (An int: `bytes in bytes` first
+    # tries the operand as an int and formats a TypeError.)
+    if 10 in line or 13 in line:
         return None
     parts = line.split()
     if len(parts) == 5:
