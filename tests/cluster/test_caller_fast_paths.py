@@ -95,7 +95,7 @@ def test_a_subject_used_once_is_checked_but_not_remembered(nats_url: str) -> Non
     asyncio.run(run())
 
 
-def test_an_answer_to_the_last_message_read_is_written_at_once_after_what_is_queued(
+def test_what_handlers_send_during_a_read_is_written_at_its_end_after_what_is_queued(
         nats_url: str) -> None:
     async def run() -> None:
         nc = await connect(nats_url, "answers")
@@ -113,17 +113,18 @@ def test_an_answer_to_the_last_message_read_is_written_at_once_after_what_is_que
             sid = sub._id
             await _settled(nc)  # the SUB is out: nothing queued
             assert nc.publish_soon("answers.out", b"queued", BLOCK)  # type: ignore
-            nc._ps.buf.extend(b"MSG more 1 1\r\nx\r\n")  # the reader has more: queued
-            await nc._process_msg(sid, b"answers.in", b"", b"first", None)
-            assert seen[-1] == (b"first", 2)
-            nc._ps.buf.clear()  # the last message of the read: all of it written now
-            await nc._process_msg(sid, b"answers.in", b"", b"last", None)
-            assert seen[-1] == (b"last", 0) and nc._pending == []
-            assert not nc._last_of_read  # only while its handler runs
+            # One read of three requests: with headers (the fast reading), without (nats-py's)
+            await nc._ps.parse(
+                b"HMSG answers.in %d r.1 12 17\r\nNATS/1.0\r\n\r\nfirst\r\n"
+                b"HMSG answers.in %d r.2 12 18\r\nNATS/1.0\r\n\r\nsecond\r\n" % (sid, sid))
+            assert seen == [(b"first", 2), (b"second", 3)]  # queued while the read is parsed
+            assert nc._pending == [] and not nc._in_handler  # one write at its end
+            await nc._ps.parse(b"MSG answers.in %d r.3 4\r\nlast\r\n" % sid)
+            assert seen[-1] == (b"last", 1) and nc._pending == []
             assert nc.publish_soon("answers.out", b"later", BLOCK)  # type: ignore
             assert len(nc._pending) == 1  # an ordinary publish queues as before
-            await _until(lambda: len(got) == 4)
-            assert got == [b"queued", b"first", b"last", b"later"]
+            await _until(lambda: len(got) == 5)
+            assert got == [b"queued", b"first", b"second", b"last", b"later"]
         finally:
             await nc.close()
             await listener.close()

@@ -273,3 +273,50 @@ def test_after_its_back_off_a_demoted_plugin_proves_itself_again_and_the_next_is
     lines = [r.getMessage() for r in caplog.records if "held the event loop" in r.message]
     assert len(lines) == 2
     assert lines[0].endswith("for 0.5 s") and lines[1].endswith("for 1 s")  # doubled
+
+
+def test_the_trial_record_proves_demotes_backs_off_and_pauses_without_a_worker() -> None:
+    from wasmext.cluster.looptrial import LoopTrial
+
+    trial = LoopTrial("unit", short_call_ms=SHORT_CALL_MS)
+    short, slow = SHORT_CALL_MS / 4000, SHORT_CALL_MS / 500
+    for _ in range(PROVE_CALLS - 1):
+        trial.proved("a", short)
+    assert not trial.on_trial("a")
+    trial.proved("a", short)
+    assert trial.on_trial("a") and trial.demoted == {}
+    for _ in range(PROVE_CALLS - 1):
+        trial.proved("b", short)
+    trial.proved("b", slow)  # slow on the lane: the count starts again, no demotion
+    for _ in range(PROVE_CALLS - 1):
+        trial.proved("b", short)
+    assert not trial.on_trial("b") and "b" not in trial.demoted
+    trial.demote_s = 0.2
+    trial.demote("a", "pre", slow)
+    assert not trial.on_trial("a") and trial.demoted == {"a": round(slow * 1000, 3)}
+    first = trial._standing["a"].back_on - time.monotonic()
+    for _ in range(PROVE_CALLS):
+        trial.proved("a", short)  # during its back-off: nothing counts
+    trial.new_version("a")  # a new version does not cut a back-off short
+    assert not trial.on_trial("a")
+    time.sleep(max(0.0, trial._standing["a"].back_on - time.monotonic()) + 0.01)
+    for _ in range(PROVE_CALLS):
+        trial.proved("a", short)
+    assert trial.on_trial("a")
+    trial.new_version("a")  # served anew: proves itself again
+    assert not trial.on_trial("a")
+    for _ in range(PROVE_CALLS):
+        trial.proved("a", short)
+    trial.demote("a", "pre", slow)
+    second = trial._standing["a"].back_on - time.monotonic()
+    assert 1.6 * first < second <= 2 * trial.demote_s + 0.01  # twice as long
+    trial.max_demoted = 2  # two demotions within demote_s: the trial pauses for everyone
+    for _ in range(PROVE_CALLS):
+        trial.proved("c", short)
+    assert trial.on_trial("c")
+    trial.demote("b", "pre", slow)
+    assert not trial.on_trial("c") and set(trial.demoted) == {"a", "b"}
+    off = LoopTrial("off", short_call_ms=0)
+    for _ in range(PROVE_CALLS * 2):
+        off.proved("a", 0.0)
+    assert not off.on_trial("a")

@@ -4,11 +4,14 @@
 `parse_headers` (what nats-py reads, each name read once per process), hands a subscription's
 messages straight from the reader to a function (`deliver_now`: no queue, task or
 callback coroutine per message), and queues a publish with a prebuilt `header_block`
-without a coroutine (`publish_soon`): a lone message, or one a handler sends for the
-last message the reader has (a worker's answer), written to the socket at once,
-queued ones by one callback per loop turn, nats-py's flusher task kept for whatever
-would wait (a socket that is behind, a connection that is not up). `cluster.link`
-builds its requests and a worker its answers on it.
+without a coroutine (`publish_soon`): a lone message written to the socket at once,
+what `deliver_now` handlers send while a read is parsed written at its end in one
+write, other queued ones by one callback per loop turn, nats-py's flusher task kept for
+whatever would wait (a socket that is behind, a connection that is not up). Its parser
+reads a message with headers (`HMSG`: every stage request and answer) without nats-py's
+regular expressions and hands it to a `deliver_now` handler without a coroutine; any
+other line goes to nats-py's parser. `cluster.link` builds its requests and a worker its
+answers on it.
 """
 
 from __future__ import annotations
@@ -162,6 +165,14 @@ def new_client() -> Client:
             it as before."""
 
             async def parse(self, data: bytes = b"") -> None:
+                nc: FastClient = self.nc
+                try:
+                    await self._parse(data)
+                finally:  # what handlers sent while it was read: one write, no loop turn
+                    if nc._read_pending:
+                        nc._end_of_read()
+
+            async def _parse(self, data: bytes) -> None:
                 buf = self.buf
                 buf.extend(data)
                 nc: FastClient = self.nc
@@ -182,6 +193,8 @@ def new_client() -> Client:
                     taken = nc._take_now(sid, subject, reply, payload, hdr)
                     if taken is None:
                         continue
+                    if nc._read_pending:  # nothing sent waits on what follows
+                        nc._end_of_read()
                     if isinstance(taken, Exception):  # as a callback's: the error callback
                         await nc._error_cb(taken)
                     else:  # not one for a handler (asks `_take_now` again: a rare message)
@@ -197,9 +210,10 @@ def new_client() -> Client:
                 self._ps = FastParser(self)
                 self._now: dict[int, Callable[[Msg], None]] = {}
                 self._flush_set = False  # a `_flush_now` is scheduled
-                # A `deliver_now` handler runs for the last message of what the reader
-                # took from the socket: what it sends is written at once (`publish_soon`).
-                self._last_of_read = False
+                # A `deliver_now` handler runs (in the reader): what it sends is queued
+                # for the end of the read (`_read_pending`), which writes it all at once.
+                self._in_handler = False
+                self._read_pending = False
 
             def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
                 """Hand `sub`'s messages to `handler` as the reader parses them: no
@@ -211,6 +225,8 @@ def new_client() -> Client:
             async def _process_msg(self, sid: int, subject: bytes, reply: bytes,
                                    data: bytes, headers: bytes | None) -> None:
                 taken = self._take_now(sid, subject, reply, data, headers)
+                if self._read_pending:  # nats-py's reading: written now, message by message
+                    self._end_of_read()
                 if taken is None:
                     return
                 if isinstance(taken, Exception):  # as a callback's: the error callback hears it
@@ -239,13 +255,13 @@ def new_client() -> Client:
                 # nats-py's reading of a block without a status line (`_process_headers`)
                 hdr = (parse_headers(headers[10:]) or None) \
                     if headers is not None and len(headers) > 10 else None
-                self._last_of_read = not self._ps.buf
+                self._in_handler = True
                 try:
                     handler(self._build_message(sid, subject, reply, data, hdr))
                 except Exception as exc:
-                    self._last_of_read = False
                     return exc
-                self._last_of_read = False
+                finally:
+                    self._in_handler = False
                 return None
 
             def answer_soon(self, reply: str, payload: bytes, block: bytes) -> bool:
@@ -269,9 +285,10 @@ def new_client() -> Client:
                 `alone`: the sender expects no other message this turn of the loop
                 (one request in flight), so it is written at once when nothing is
                 queued before it and the socket is not behind, saving the loop a turn.
-                Sent from a `deliver_now` handler of the last message the reader has (a
-                worker's answer), it is written at once with whatever is queued before it,
-                a loop turn earlier (one at a time, the answer's whole wait for that turn).
+                Sent from a `deliver_now` handler (a worker's answer), it is written when
+                the reader has parsed what it read, with everything the read's handlers
+                sent and whatever was queued before: one write per read, and no turn of
+                the loop (one at a time, the answer's whole wait for that turn).
                 `once`: `subject` is used once (a request's reply inbox, for an answer):
                 checked but not remembered, so one-off inboxes do not fill the table
                 of a process's stage subjects."""
@@ -295,16 +312,15 @@ def new_client() -> Client:
                 stats = self.stats
                 stats["out_msgs"] += 1
                 stats["out_bytes"] += size
-                if (alone and not self._pending) or self._last_of_read:
+                if self._in_handler:  # the reader writes it at the end of this read
+                    self._pending.append(cmd)
+                    self._pending_data_size += len(cmd)
+                    self._read_pending = True
+                    return True
+                if alone and not self._pending:
                     writer = self._writer()
                     if writer is not None:
-                        if self._pending:  # queued before it: in order, in one write
-                            self._pending.append(cmd)
-                            writer.writelines(self._pending)
-                            self._pending = []
-                            self._pending_data_size = 0
-                        else:
-                            writer.write(cmd)
+                        writer.write(cmd)
                         return True
                 self._pending.append(cmd)
                 self._pending_data_size += len(cmd)
@@ -323,12 +339,22 @@ def new_client() -> Client:
                     return None
                 return writer
 
+            def _end_of_read(self) -> None:
+                """Write what the reader's handlers sent (and whatever was queued before
+                it), in order, in one write, without waiting for a turn of the loop."""
+                self._read_pending = False
+                self._write_pending()
+
             def _flush_now(self) -> None:
                 """Write what is queued, as nats-py's flusher task would, from a plain
                 callback (the flusher's wake-up was a queue, a future and a task step
-                per flush); the flusher still takes it whenever the socket is behind
-                (it waits for the drain) or the connection is not up."""
+                per flush)."""
                 self._flush_set = False
+                self._write_pending()
+
+            def _write_pending(self) -> None:
+                """Write what is queued now; the flusher takes it whenever the socket is
+                behind (it waits for the drain) or the connection is not up."""
                 if not self._pending_data_size:
                     return
                 writer = self._writer()

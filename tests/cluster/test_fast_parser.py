@@ -1,0 +1,105 @@
+"""The fast client's parser (`HMSG` lines read without nats-py's regular expressions)
+reads every stream as nats-py 2.16's `Parser` does: the same messages with the same
+fields, in the same order, the same protocol errors, and the same bytes left waiting,
+however the stream is cut into reads; lines not in nats-server's plain form (tabs,
+runs of spaces, a line break inside, odd numbers) go to nats-py's reading."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from nats.protocol.parser import Parser
+
+from wasmext.cluster import fastclient
+from wasmext.cluster.fastclient import new_client
+
+
+class _Recorder:
+    """What the parser hands its client, in order (a client with no `deliver_now`
+    handler: every message goes the way nats-py's `_process_msg` takes it)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[Any, ...]] = []
+        self._read_pending = False  # nothing a handler sent waits for the read's end
+
+    async def _process_msg(self, *args: Any) -> None:
+        self.got.append(("msg", *args))
+
+    async def _process_ping(self) -> None:
+        self.got.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.got.append(("pong",))
+
+    async def _process_info(self, info: Any) -> None:
+        self.got.append(("info", info))
+
+    async def _process_err(self, err: str) -> None:
+        self.got.append(("err", err))
+
+    def _take_now(self, *args: Any) -> object:
+        return fastclient._NOT_NOW
+
+
+def _fast_parser() -> type[Parser]:
+    return type(new_client()._ps)
+
+
+async def _read(parser_class: type[Parser], reads: list[bytes]
+                ) -> tuple[list[tuple[Any, ...]], bytes, int]:
+    client = _Recorder()
+    parser = parser_class(client)
+    try:
+        for data in reads:
+            await parser.parse(data)
+    except Exception as exc:  # nats-py's ProtocolError for what it cannot read
+        client.got.append(("raised", type(exc).__name__))
+    return client.got, bytes(parser.buf), parser.state
+
+
+PLAIN = (b"HMSG a.b 1 _INBOX.x 12 17\r\nNATS/1.0\r\n\r\nhello\r\n"
+         b"PING\r\n"
+         b"MSG x 2 3\r\nabc\r\n"
+         b"HMSG a.b 1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+         b"+OK\r\n"
+         b"HMSG a.b 3 r.1 18 20\r\nNATS/1.0\r\nK: v\r\n\r\n\r\n\r\n")
+ODD = (b"HMSG  a.b\t7  r.s   12 12\r\nNATS/1.0\r\n\r\n\r\n"  # tabs and runs of spaces
+       b"HMSG s 3 12 14\r\n12\r\nNATS/1.0\r\n")  # a 4-field line nats-py may read as 5
+
+
+def test_every_cut_of_a_stream_reads_as_nats_py_reads_it() -> None:
+    fast = _fast_parser()
+
+    async def run() -> int:
+        compared = 0
+        for stream in (PLAIN, ODD):
+            for i in range(len(stream) + 1):
+                for j in range(i, len(stream) + 1, 3):
+                    reads = [stream[:i], stream[i:j], stream[j:]]
+                    assert await _read(fast, reads) == await _read(Parser, reads), (i, j)
+                    compared += 1
+        return compared
+    assert asyncio.run(run()) > 1000
+    got, left, _state = asyncio.run(_read(fast, [PLAIN]))
+    assert [g[0] for g in got] == ["msg", "ping", "msg", "msg", "msg"] and left == b""
+    assert got[0] == ("msg", 1, b"a.b", b"_INBOX.x", b"hello", b"NATS/1.0\r\n\r\n")
+    assert got[4] == ("msg", 3, b"a.b", b"r.1", b"\r\n", b"NATS/1.0\r\nK: v\r\n\r\n")
+
+
+@pytest.mark.parametrize("line", [
+    b"HMSG a 1 r\n12 14\r\n",  # a line break inside the line
+    b"HMSG a 1 r\r12 14\r\n",
+    b"HMSG a +1 12 14\r\n",  # a sid int() reads but the pattern's digits do not
+    b"HMSG a 1 14 12\r\n",  # more header bytes than the whole message
+    b"HMSG a 1 r 12 x14\r\n",
+    b"HMSG a 1 2 3 12 14\r\n",  # one field too many
+    b"HMSG a\r\n",
+])
+def test_a_line_not_in_nats_servers_form_is_read_as_nats_py_reads_it(line: bytes) -> None:
+    stream = line + b"NATS/1.0\r\n\r\nhi\r\nPING\r\n"
+    fast = _fast_parser()
+    for cut in range(len(stream) + 1):
+        reads = [stream[:cut], stream[cut:]]
+        assert asyncio.run(_read(fast, reads)) == asyncio.run(_read(Parser, reads))
