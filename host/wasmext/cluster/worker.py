@@ -171,6 +171,7 @@ class Worker:
 
     @demote_s.setter
     def demote_s(self, seconds: float) -> None:
+        """Set the first demotion's back-off."""
         self.trial.demote_s = seconds
 
     @property
@@ -180,6 +181,7 @@ class Worker:
 
     @max_demoted.setter
     def max_demoted(self, count: int) -> None:
+        """Set how many demotions within `demote_s` pause the trial."""
         self.trial.max_demoted = count
 
     async def start(self) -> None:
