@@ -113,7 +113,7 @@ def test_what_handlers_send_during_a_read_is_written_at_its_end_after_what_is_qu
             sid = sub._id
             await _settled(nc)  # the SUB is out: nothing queued
             assert nc.publish_soon("answers.out", b"queued", BLOCK)  # type: ignore
-            # One read of three requests: with headers (the fast reading), without (nats-py's)
+            # One read of two requests with headers (the fast reading), then one without (nats-py's)
             await nc._ps.parse(
                 b"HMSG answers.in %d r.1 12 17\r\nNATS/1.0\r\n\r\nfirst\r\n"
                 b"HMSG answers.in %d r.2 12 18\r\nNATS/1.0\r\n\r\nsecond\r\n" % (sid, sid))

@@ -200,6 +200,8 @@ def new_client() -> Client:
                     else:  # not one for a handler (asks `_take_now` again: a rare message)
                         await nc._process_msg(sid, subject, reply, payload, hdr)
                 if buf:
+                    if nc._read_pending:  # nothing sent waits on nats-py's reading
+                        nc._end_of_read()
                     await super().parse()
 
         class FastClient(Client):
