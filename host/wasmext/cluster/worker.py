@@ -13,9 +13,9 @@ application code starts on the lane (`cluster.lane`: a thread of its own, and
 wasmext's call pool behind a slow call, `concurrency` threads at most) and earns the
 loop (`cluster.looptrial`): once `PROVE_CALLS` of its stage calls in a row ran within
 `short_call_ms` (default 20 ms) there, its calls run on the loop ("on trial"), each
-one timed. The
-first that runs longer moves the plugin back to the lane (`demoted`, logged, counted
-per endpoint) for `DEMOTE_S` (a minute), twice as long at each demotion after that;
+one timed. The first that runs longer moves the plugin back to the lane (`demoted`,
+logged, counted per endpoint) for `DEMOTE_S` (a minute), twice as long at each
+demotion after that;
 then it proves itself again. A plugin can hold the loop past `short_call_ms` once per
 back-off, for at most its own `timeout_ms` (capped by the caller's deadline): once in
 its first minute, once in the next two, once in the four after, and so on. A new
