@@ -147,6 +147,8 @@ def _hmsg(buf: bytearray, end: int) -> tuple[bytes, int, bytes, int, int] | None
     if header_size > total:
         return None
     return subject, int(sid), reply, header_size, total
+
+
 _CLIENT_CLASS: list[type[Client]] = []  # made on first use: nats-py is imported lazily
 
 
