@@ -10,6 +10,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nats.protocol.parser import Parser
 
 from wasmext.cluster import fastclient
@@ -103,3 +105,45 @@ def test_a_line_not_in_nats_servers_form_is_read_as_nats_py_reads_it(line: bytes
     for cut in range(len(stream) + 1):
         reads = [stream[:cut], stream[cut:]]
         assert asyncio.run(_read(fast, reads)) == asyncio.run(_read(Parser, reads))
+
+
+_SPACE = st.sampled_from([b" ", b"  ", b"\t", b" \t", b"\x0b", b" \x0c"])
+_NUMBER = st.one_of(st.integers(0, 40).map(lambda n: str(n).encode()),
+                    st.sampled_from([b"+1", b"-1", b"0x1", b"", b"99999999999999999999", b"1 2"]))
+_WORD = st.sampled_from([b"a.b", b"_INBOX.x", b"r.1", b"s", b"12", b"\xff", b"a\rb", b"a\nb"])
+
+
+@st.composite
+def _hmsg_frames(draw: st.DrawFn) -> bytes:
+    """An `HMSG` frame in nats-server's plain form, or bent: other whitespace, odd
+    numbers, sizes that lie, a missing or extra field."""
+    payload = draw(st.binary(max_size=24))
+    header = draw(st.sampled_from([b"NATS/1.0\r\n\r\n", b"NATS/1.0\r\nK: v\r\n\r\n", b""]))
+    hsize, size = len(header), len(header) + len(payload)
+    numbers = [str(hsize).encode(), str(size).encode()]
+    if draw(st.booleans()):  # sizes that do not match what follows
+        numbers = [draw(_NUMBER), draw(_NUMBER)]
+    fields = [draw(_WORD), draw(_NUMBER) if draw(st.booleans()) else b"1"]
+    if draw(st.booleans()):
+        fields.append(draw(_WORD))  # the reply subject
+    fields.extend(numbers)
+    sep = draw(_SPACE) if draw(st.integers(0, 3)) == 0 else b" "
+    tail = draw(st.sampled_from([b"", b"", b"", b" ", b"\t"]))  # the size last, or not
+    return b"HMSG " + sep.join(fields) + tail + b"\r\n" + header + payload + b"\r\n"
+
+
+_FRAME = st.one_of(_hmsg_frames(), st.sampled_from([
+    b"PING\r\n", b"PONG\r\n", b"+OK\r\n", b"MSG x 2 3\r\nabc\r\n",
+    b"-ERR 'Stale Connection'\r\n", b"HMSG\r\n", b"\r\n"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(_FRAME, min_size=1, max_size=5), data=st.data())
+def test_any_stream_cut_anywhere_reads_as_nats_py_reads_it(frames: list[bytes],
+                                                           data: st.DataObject) -> None:
+    stream = b"".join(frames)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=3))
+    points = sorted(set(cuts))
+    reads = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    fast = _fast_parser()
+    assert asyncio.run(_read(fast, reads)) == asyncio.run(_read(Parser, reads))

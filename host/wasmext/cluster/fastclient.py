@@ -130,6 +130,8 @@ def _hmsg(buf: bytearray, end: int) -> tuple[bytes, int, bytes, int, int] | None
     # tries the operand as an int and formats a TypeError.)
     if 10 in line or 13 in line:
         return None
+    if not line[-1:].isdigit():  # the pattern wants the size's digits right before CRLF
+        return None
     parts = line.split()
     if len(parts) == 5:
         subject, sid, reply, hsize, size = parts
