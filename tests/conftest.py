@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from loopback import Loopback, loopback
-from support import CACHE_ENV, Built, run_cache, run_cache_home
+from support import CACHE_ENV, Built, run_cache, run_cache_home, start_first
 from wasmext import CompileCache, Plugin, Runtime
 from wasmext.testing import guest_wat, load_wat
 
@@ -49,6 +49,35 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR", str(user_cache / "wasmext-zig"))  # as the CLI
     os.environ[CACHE_ENV] = str(home)
     os.environ["XDG_CACHE_HOME"] = str(home)  # the compile cache and kept builds
+
+
+# Modules whose first tests build what costs tens of seconds of a core on a cold cache (a
+# component, every SDK's conformance plugin, a Rust test binary) or run that long. Under
+# pytest-xdist each worker is first handed a contiguous slice of the collection and runs
+# it in order (work stealing then takes from the slices' ends), so a module like these
+# collected in the middle of a slice started its build minutes into the run, and a
+# worker still building when the others ran dry ended the run late. They go to the
+# front of the slices instead, dealt one at a time in this order (the costliest first),
+# each kept whole for its module-scoped fixtures.
+START_FIRST = (
+    "tests/sdks/test_minor1_sdks.py",  # the JavaScript component and every SDK's plugin
+    "tests/components/test_component_attacks.py",  # the hostile Python component
+    "tests/components/test_component_backend.py",  # the Python conformance component
+    "tests/sdks/test_rust_sdk.py",  # the SDK's native test binary and its plugins
+    "tests/sdks/test_assemblyscript_sdk.py",
+    "tests/sdks/test_answer_region_sdks.py",
+    "tests/sdks/test_rust_toolchain.py",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` deselected: the slices xdist cuts
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    for name in START_FIRST:  # a renamed module would silently start late again
+        if not (config.rootpath / name).is_file():
+            raise pytest.UsageError(f"conftest.START_FIRST names {name}, which is not a file")
+    if workers > 1:  # every worker orders its identical collection the same way
+        items[:] = start_first(items, workers, START_FIRST)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import pytest
@@ -114,6 +114,40 @@ class Built:
             self.broken[name] = str(exc)
         else:
             self.dirs[name] = folder
+
+
+Item = TypeVar("Item", bound=pytest.Item)
+
+
+def _slice_sizes(count: int, workers: int) -> list[int]:
+    """How pytest-xdist's work stealing first splits `count` items among `workers`."""
+    sizes = []
+    for i in range(workers):
+        sizes.append(count // (workers - i))
+        count -= sizes[-1]
+    return sizes
+
+
+def start_first(items: list[Item], workers: int, first: tuple[str, ...]) -> list[Item]:
+    """`items` with the modules named in `first` (paths as in node ids) at the fronts of
+    the slices pytest-xdist first hands its `workers`: dealt one module at a time in the
+    order of `first`, each module kept whole, everything else in its collected order."""
+    groups: dict[str, list[Item]] = {name: [] for name in first}
+    rest: list[Item] = []
+    for item in items:
+        groups.get(item.nodeid.split("::", 1)[0], rest).append(item)
+    fronts: list[list[Item]] = [[] for _ in range(workers)]
+    for n, group in enumerate(g for g in groups.values() if g):
+        fronts[n % workers].extend(group)
+    ordered: list[Item] = []
+    end = 0
+    for front, size in zip(fronts, _slice_sizes(len(items), workers), strict=True):
+        end += size
+        ordered += front
+        take = max(0, end - len(ordered))
+        ordered += rest[:take]
+        del rest[:take]
+    return ordered + rest
 
 
 def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseException]:

@@ -29,6 +29,7 @@ import wasmtime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support import built_module
 from wasmext import GuestTrap, PluginError, Runtime
 from wasmext._abi import ABI_MINOR
 from wasmext._toml import tomllib
@@ -76,14 +77,14 @@ def toolchain_missing() -> str | None:
     return None
 
 
-def compiled(folder: Path, out_dir: Path) -> Path:
-    """Build a plugin folder with the production build; skip without the toolchain."""
-    from wasmext_cli.build import build_plugin
-
+def compiled(folder: Path) -> Path:
+    """Build a plugin folder in place with the production build, once per test run (the
+    cross-SDK tests build the same hello and conformance plugin); skip without the
+    toolchain."""
     reason = toolchain_missing()
     if reason is not None:
         pytest.skip(reason)
-    return build_plugin(folder, out_dir=out_dir).wasm
+    return built_module(folder)
 
 
 # ---- the fake host ----------------------------------------------------------------
@@ -207,9 +208,8 @@ def make_guest(module: wasmtime.Module, engine: wasmtime.Engine) -> Guest:
 
 
 @pytest.fixture(scope="module")
-def harness_module(tmp_path_factory: pytest.TempPathFactory) -> tuple[wasmtime.Module,
-                                                                         wasmtime.Engine, Path]:
-    wasm = compiled(HARNESS, tmp_path_factory.mktemp("as-harness"))
+def harness_module() -> tuple[wasmtime.Module, wasmtime.Engine, Path]:
+    wasm = compiled(HARNESS)
     config = wasmtime.Config()
     config.consume_fuel = True
     engine = wasmtime.Engine(config)
@@ -778,15 +778,11 @@ def test_state_survives_calls_and_garbage_is_collected(guest: Guest) -> None:
 # ---- the plugins through the real host ---------------------------------------------
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def built() -> dict[str, Path]:
     out = {}
     for name, folder in (("hello", HELLO), ("conformance", CONFORMANCE), ("harness", HARNESS)):
-        target = tmp_path_factory.mktemp(f"as-{name}")
-        for f in folder.iterdir():
-            if f.suffix in (".ts", ".toml"):
-                shutil.copy(f, target / f.name)
-        compiled(target, target)
-        out[name] = target
+        compiled(folder)
+        out[name] = folder
     return out
 
 
