@@ -1,0 +1,233 @@
+"""Red team, third pass: what a plugin (or a peer it names) makes the host do and say on
+its behalf: tools an MCP server lists and `mcp serve` passes on, a validator's verdict,
+an agent failing on a plugin's input, and more (one section each).
+
+Every attacker here is tiny (inline WAT, or a server's listing built in the test). Each
+attack asserts the named error or the bound it meets, a generous time bound, that
+nothing raw or secret reaches the operator, and that a healthy plugin answers
+afterwards. Holes this pass found and fixed are marked HOLE in the test's docstring;
+the rest pin guarantees no test covered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import wasmtime
+
+from wasmext import Host, HostConfig, PluginError
+from wasmext.errors import PipelineError
+from wasmext.hooks.pipeline import parse_policy
+from wasmext.mcp.client.tools import build_tool
+from wasmext.mcp.server.serve import McpToolServer
+from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat, make_host, packed
+
+ESC = "\x1b]8;;http://evil\x07click\x1b]8;;\x07\x1b[2J\u202e\x9b2J\u2028\r\nFAKE LOG LINE"
+RAW = ("\x1b", "\x07", "\r", "\u202e", "\x9b", "\u2028")
+HEALTHY = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "alive"})))
+
+
+def inert(text: str, cap: int) -> None:
+    """`text` carries no raw control, C1 or bidi character and is at most `cap` long."""
+    assert len(text) <= cap, len(text)
+    assert not any(c in text for c in RAW), text[:200]
+
+
+def still_serving(host: Host) -> None:
+    """A well-behaved plugin added to the same host answers."""
+    if "healthy" not in host.plugins:
+        host.add(HEALTHY, plugin_id="healthy")
+    assert host.plugins["healthy"].plugin.call("test").value == "alive"
+
+
+def answering(value: Any, hook: str = "test") -> bytes:
+    """A guest whose one hook answers `value` (of any size: it sits in the data segment)."""
+    raw = msgpack.packb({"ok": True, "value": value})
+    return bytes(wasmtime.wat2wasm(guest_wat(f"(i64.const {packed(DATA_AT, len(raw))})",
+                                             data=raw, registration={"hooks": [{"hook": hook}]})))
+
+
+def requesting(request: dict[str, Any], hook: str = "test", minor: int = 1) -> bytes:
+    """A guest whose one hook sends `request` and answers its answer."""
+    raw = msgpack.packb(request)
+    return bytes(wasmtime.wat2wasm(guest_wat(
+        f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
+        imports=HOST_CALL_IMPORT, data=raw,
+        registration={"hooks": [{"hook": hook}], "abi_minor": minor})))
+
+
+class Lines(logging.Handler):
+    """Every wasmext log line, formatted."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def log_lines() -> Iterator[list[str]]:
+    handler = Lines()
+    logger = logging.getLogger("wasmext")
+    before = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+def strings_of(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from strings_of(k)
+            yield from strings_of(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings_of(v)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    with make_host(config=HostConfig(data_dir=tmp_path / ".wasmext",
+                                     state_backend="memory")) as h:
+        yield h
+
+
+# -- tools an MCP server lists, passed on by `mcp serve` ------------------------------------
+
+
+def test_a_listed_tools_prose_reaches_mcp_clients_cleaned(host: Host) -> None:
+    """HOLE: a configured MCP server's tool (a plugin's own server among them) kept its
+    title, and its schemas' titles and descriptions, as listed: `mcp serve
+    --include-mcp-tools` passed bidi overrides, C1 CSI, line separators and OSC 8 links
+    on to its clients (only C0 controls were replaced). Now a plugin tool's rule."""
+    schema = {"type": "object", "title": "S" + ESC, "description": ESC * 100,
+              "properties": {"a": {"type": "string", "description": "the a" + ESC}}}
+    started = time.monotonic()
+    tool = build_tool("up", "t", "about" + ESC * 100, schema, lambda args, session: "done",
+                      output_schema={"type": "object", "description": ESC}, title="T" + ESC)
+    assert time.monotonic() - started < 3
+    assert tool is not None
+    host.tools.add(tool)
+    served = {t.name: t for t in McpToolServer(host, include_mcp_tools=True).visible_tools()}
+    shown = served["up__t"]
+    inert(shown.title, 128)
+    inert(shown.description.replace("\n", ""), 1024)
+    for text in (*strings_of(dict(shown.input_schema)),
+                 *strings_of(dict(shown.output_schema or {}))):
+        inert(text.replace("\n", ""), 4096)
+    assert set(shown.input_schema["properties"]) == {"a"}
+    assert host.tools.call("up__t", {"a": "x"}) == {"status": "ok", "output": "done"}
+    still_serving(host)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a\u202ecod.exe": {"type": "string"}}},
+    {"type": "object", "properties": {"a": {"enum": ["yes", "no" + ESC]}}},
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "^\u2066x$"}}},
+])
+def test_a_listed_schema_that_cleaning_would_change_skips_the_tool(
+        host: Host, schema: Any) -> None:
+    """HOLE: property names, enum values and patterns of a listed tool went to `mcp serve`
+    clients raw. They cannot be cleaned without changing what the tool accepts: the tool
+    is skipped with one inert log line, the server's other tools stay."""
+    with log_lines() as lines:
+        bad = build_tool("up", "bad", "", schema, lambda args, session: None)
+        good = build_tool("up", "good", "", {"type": "object"}, lambda args, session: "ok")
+    assert bad is None and good is not None
+    said = [line for line in lines if "skipped" in line]
+    assert len(said) == 1 and "control, format or bidi" in said[0]
+    inert(said[0], 600)
+    host.tools.add(good)
+    assert [t.name for t in McpToolServer(host, include_mcp_tools=True).visible_tools()] \
+        == ["up__good"]
+    still_serving(host)
+
+
+# -- a validator's verdict ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", [ESC * 3000, {"nested": [ESC] * 5000}, 12345])
+@pytest.mark.parametrize("on_fail", ["warn", "block"])
+def test_a_validators_reason_reaches_log_trace_and_error_as_one_bounded_line(
+        host: Host, reason: Any, on_fail: str) -> None:
+    """HOLE: a validator plugin's `reason` was put into the warning log line, the
+    PipelineError, the trace note and the result's warnings as it came: 144 KB of raw
+    escapes (370 KB for a map's repr). Now one cleaned line of at most 300 characters; a
+    reason that is not a string is just `rejected`."""
+    host.add(answering({"status": "reject", "reason": reason}, hook="validator"),
+             plugin_id="guard")
+    policy = parse_policy({"policy_id": "p", "validators": [{"id": "guard",
+                                                             "on_fail": on_fail}]})
+    with log_lines() as lines, host.session() as session:
+        started = time.monotonic()
+        if on_fail == "block":
+            with pytest.raises(PipelineError) as info:
+                session.pipeline(policy, "raw")
+            said = [str(info.value), info.value.describe()]
+        else:
+            said = session.pipeline(policy, "raw").warnings
+        assert time.monotonic() - started < 5
+        notes = [e.detail or "" for e in session.trace.events]
+    assert said and all("guard: " in s for s in said)
+    if not isinstance(reason, str):
+        assert all("guard: rejected" in s for s in said)
+    for text in (*said, *notes, *[line for line in lines if "guard" in line]):
+        inert(text, 1400)
+    still_serving(host)
+
+
+# -- agents failing on what a plugin sent ----------------------------------------------------
+
+
+def test_an_agents_failure_on_plugin_input_is_logged_as_one_bounded_line(host: Host) -> None:
+    """HOLE: an agent (the application's code) that failed quoting its input, which the
+    plugin wrote, put that input raw into the host's warning line (agents.request and
+    agents.send alike). Now cleaned and cut to 300 characters; the plugin gets `failed`
+    naming only the exception type."""
+    def strict(text: Any) -> Any:
+        raise LookupError(f"no entry for {text}")  # as application code often words it
+
+    host.agents.register("strict", strict)
+    host.agents.register("echo", lambda data: {"echo": data})
+    grants = {"agents", "agents:*"}
+    with log_lines() as lines:
+        asker = host.add(requesting({"op": "agents.request", "agent": "strict",
+                                     "input": ESC * 2000}, hook="turn"),
+                         plugin_id="asker", grants=grants)
+        started = time.monotonic()
+        with pytest.raises(PluginError) as info:
+            asker.call("turn")
+        assert time.monotonic() - started < 5
+        assert info.value.code == "failed" and "LookupError" in info.value.message
+        assert "FAKE" not in info.value.message
+        sender = host.add(requesting({"op": "agents.send", "agent": "strict",
+                                      "input": ESC * 2000}, hook="turn"),
+                          plugin_id="sender", grants=grants)
+        sender.call("turn")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and \
+                not any("sent by plugin sender" in line for line in lines):
+            time.sleep(0.01)
+    failed = [line for line in lines if "agent strict" in line]
+    assert len(failed) == 2, failed
+    for line in failed:
+        inert(line, 600)
+    echo = host.add(requesting({"op": "agents.request", "agent": "echo", "input": 1},
+                               hook="turn"), plugin_id="echoer", grants=grants)
+    assert echo.call("turn").value == {"echo": 1}
+    still_serving(host)
