@@ -140,7 +140,8 @@ def _file_digest(path: Path) -> str:
 
 def executed_files(manifest: Manifest) -> dict[str, str]:
     """The files inside the plugin folder that the manifest's stdio MCP servers run
-    (their command, and any argument naming a file there), by relative name."""
+    (their command, and any argument naming a file there, alone or as an option's
+    `=value`), by relative name; a name that is a symlink pins the file it leads to."""
     folder = manifest.path.parent
     try:
         root = folder.resolve()
@@ -151,17 +152,31 @@ def executed_files(manifest: Manifest) -> dict[str, str]:
         if server.transport != "stdio":
             continue
         for word in (server.command or "", *server.args):
-            if len(out) >= MAX_EXECUTED_FILES or not word or "\0" in word:
-                continue
-            try:
-                path = (folder / word).resolve()
-                rel = path.relative_to(root)
-                if not path.is_file():
+            for name in _named(word):
+                if len(out) >= MAX_EXECUTED_FILES or "\0" in name:
                     continue
-                out[rel.as_posix()] = _file_digest(path)
-            except (ValueError, OSError, RuntimeError):  # outside, unreadable, a loop
-                continue
+                try:
+                    # Inside the folder by what the manifest wrote, whatever it resolves
+                    # to: a server.py that is a symlink to a file elsewhere is run too,
+                    # so that file's bytes are pinned under the name the manifest gave.
+                    rel = Path(os.path.normpath(root / name)).relative_to(root)
+                    path = (root / rel).resolve()
+                    if not path.is_file():
+                        continue
+                    out[rel.as_posix()] = _file_digest(path)
+                except (ValueError, OSError, RuntimeError):  # outside, unreadable, a loop
+                    continue
     return out
+
+
+def _named(word: str) -> list[str]:
+    """The file names a command-line word may stand for: the word, and the value of an
+    `--option=value` word (`--config=conf.py`)."""
+    if not word:
+        return []
+    if word.startswith("-") and "=" in word:
+        return [word, word.partition("=")[2]]
+    return [word]
 
 
 @dataclass(frozen=True)
