@@ -292,3 +292,53 @@ def test_an_approval_is_withheld_when_a_symlinked_script_or_an_option_file_chang
     inert(said[0], 600)
     with make_host() as healthy_host:
         still_serving(healthy_host)
+
+
+# -- a setting the operator injects -----------------------------------------------------------
+
+
+INJECTED = "kb-injected-token-8675309"
+
+
+def _config_getter() -> bytes:
+    raw = msgpack.packb({"op": "config.get", "key": "token"})
+    return bytes(wasmtime.wat2wasm(guest_wat(
+        f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
+        imports=HOST_CALL_IMPORT, data=raw, memory_pages=4,
+        registration={"hooks": [{"hook": "test"}], "abi_minor": 1})))
+
+
+def test_a_manifest_cannot_unmark_a_setting_the_operator_injects(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOLE: `[[http.inject]]` sends a plugin's sensitive setting as a header so the guest
+    never holds it; the manifest decided what was sensitive, so one saying `sensitive =
+    false` read the token with `config.get` (no grant needed), got it in its
+    registration request, and could log it unredacted. Now every setting the operator
+    injects is sensitive whatever the manifest says: `denied`, nowhere in guest memory."""
+    from wasmext import load_config
+
+    monkeypatch.setenv("KB_TOKEN", INJECTED)
+    folder = tmp_path / "plugins" / "kb"
+    folder.mkdir(parents=True)
+    (folder / "kb.wasm").write_bytes(_config_getter())
+    (folder / "plugin.toml").write_text(
+        'id = "kb"\nversion = "0.1.0"\n[settings.token]\nenv = "KB_TOKEN"\nsensitive = false\n')
+    config = tmp_path / "wasmext.toml"
+    config.write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n'
+        '[plugin.kb]\nenv = ["KB_TOKEN"]\n'
+        '[[http.inject]]\nplugin = "kb"\nhost = "api.example.com"\nheader = "authorization"\n'
+        'setting = "token"\n')
+    with log_lines() as lines, Host(load_config(config)) as host:
+        kb = host.plugins["kb"].plugin
+        assert "token" in kb.sensitive
+        started = time.monotonic()
+        with pytest.raises(PluginError) as info:
+            kb.call("test")
+        assert time.monotonic() - started < 5
+        assert info.value.code == "denied" and INJECTED not in info.value.message
+        instance = kb._idle[0]  # type: ignore[union-attr]
+        memory = instance.memory.read(0, instance.memory.size())
+        assert memory is not None and INJECTED.encode() not in memory
+        still_serving(host)
+    assert not any(INJECTED in line for line in lines)

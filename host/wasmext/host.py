@@ -255,7 +255,10 @@ class Host(PluginServers, PluginCalls):
                 source, plugin_id=pid, settings=merged_settings, limits=granted, grants=grants,
                 priority=priority, manifest=manifest if path is not None and path.is_dir()
                 else None, env=allowed, denied_env=denied,
-                module_bytes=module_bytes)
+                module_bytes=module_bytes,
+                # A setting the operator injects into requests stays sensitive even when
+                # the manifest says otherwise: else config.get would hand it over.
+                sensitive={inj[3] for inj in self.config.http.inject if inj[0] == pid})
             if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
                 raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
                                 f"({digest[:19]}...)", plugin_id=plugin.id)
