@@ -342,3 +342,41 @@ def test_a_manifest_cannot_unmark_a_setting_the_operator_injects(
         assert memory is not None and INJECTED.encode() not in memory
         still_serving(host)
     assert not any(INJECTED in line for line in lines)
+
+
+def test_an_mcp_server_grant_pinned_to_the_module_alone_runs_no_command(
+        tmp_path: Path) -> None:
+    """HOLE: `[grants.kb] digest = ... capabilities = ["mcp-server:side"]` pinned the module
+    only, but the manifest says what command that server runs: the operator's module with
+    any plugin.toml beside it (one an MCP client installs with `mcp serve --manage`, say)
+    had the host run that manifest's command. Now such a grant needs its `manifest` pin;
+    without it the capability is withheld with one warning, and with it the server runs."""
+    from wasmext import load_config
+
+    marker = tmp_path / "ran"
+    folder = tmp_path / "plugins" / "kb"
+    folder.mkdir(parents=True)
+    (folder / "kb.wasm").write_bytes(HEALTHY)
+    (folder / "plugin.toml").write_text(
+        'id = "kb"\nversion = "0.1.0"\n[mcp.servers.side]\ncommand = "sh"\n'
+        f'args = ["-c", "touch {marker}"]\n')
+    digest = f"sha256:{hashlib.sha256(HEALTHY).hexdigest()}"
+    config = tmp_path / "wasmext.toml"
+    base = '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n'
+    config.write_text(base + f'[grants.kb]\ndigest = "{digest}"\n'
+                      'capabilities = ["mcp-server:side", "state"]\n')
+    with log_lines() as lines, Host(load_config(config)) as host:
+        started = time.monotonic()
+        assert host.plugins["kb"].plugin.grants == {"state"}
+        host.start_mcp()
+        assert time.monotonic() - started < 10
+        still_serving(host)
+    assert not marker.exists()
+    said = [line for line in lines if "[grants.kb]" in line]
+    assert len(said) == 1 and "mcp-server:side" in said[0] and "withheld" in said[0]
+    inert(said[0], 600)
+    manifest = f"sha256:{hashlib.sha256((folder / 'plugin.toml').read_bytes()).hexdigest()}"
+    config.write_text(base + f'[grants.kb]\ndigest = "{digest}"\nmanifest = "{manifest}"\n'
+                      'capabilities = ["mcp-server:side", "state"]\n')
+    with Host(load_config(config)) as host:
+        assert host.plugins["kb"].plugin.grants == {"state", "mcp-server:side"}

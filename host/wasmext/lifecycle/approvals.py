@@ -193,7 +193,8 @@ def granted(plugin_id: str, subject: Subject, data_dir: Path,
             configured: Grant | None) -> frozenset[str]:
     """What a loaded plugin is granted beyond its call: the config's grant and the
     recorded approvals, each only while what it was given to is what loaded (a changed
-    binary, manifest or server file must be approved again)."""
+    binary, manifest or server file must be approved again). A config grant's
+    `mcp-server:` capabilities need its `manifest` pin: the manifest names the command."""
     out: frozenset[str] = frozenset()
     if configured is not None:
         pins = (("module", configured.digest, subject.module),
@@ -204,6 +205,17 @@ def granted(plugin_id: str, subject: Subject, data_dir: Path,
                         plugin_id, ", ".join(changed), plugin_id, extra={"plugin_id": plugin_id})
         else:
             out = configured.capabilities
+            servers = sorted(c for c in out if c.startswith("mcp-server:"))
+            if servers and configured.manifest is None and subject.manifest:
+                # The manifest, not the module, says what command such a server runs: a
+                # grant pinned to the module alone would run whatever any plugin.toml
+                # beside it names (one an MCP client installed with `--manage`, say).
+                log.warning("plugin %s: [grants.%s] gives %s without pinning plugin.toml "
+                            "(manifest = \"sha256:...\", printed by `wasmext inspect`), "
+                            "which decides the command it runs; withheld",
+                            plugin_id, plugin_id, clean(", ".join(servers), 300),
+                            extra={"plugin_id": plugin_id})
+                out = out - set(servers)
     return out | ApprovalStore.in_data_dir(data_dir).effective(plugin_id, subject)
 
 
