@@ -380,3 +380,62 @@ def test_an_mcp_server_grant_pinned_to_the_module_alone_runs_no_command(
                       'capabilities = ["mcp-server:side", "state"]\n')
     with Host(load_config(config)) as host:
         assert host.plugins["kb"].plugin.grants == {"state", "mcp-server:side"}
+
+
+# -- Extism's own WASI -----------------------------------------------------------------------
+
+
+def _extism_wasi_guest(*wasi: str) -> bytes:
+    """An Extism module with the named WASI imports: `sleep` polls a 6 s clock, `env`
+    answers how many environment variables it sees."""
+    import struct
+
+    sleep = struct.pack("<QB7xIxxxxQQH6x", 7, 0, 1, 6_000_000_000, 0, 0)
+    data = "".join(f"\\{b:02x}" for b in sleep)
+    signatures = {"poll_oneoff": "(param i32 i32 i32 i32) (result i32)",
+                  "environ_sizes_get": "(param i32 i32) (result i32)"}
+    imports = "".join(f'(import "wasi_snapshot_preview1" "{name}" (func ${name} '
+                      f'{signatures[name]}))' for name in wasi)
+    funcs = ""
+    if "poll_oneoff" in wasi:
+        funcs += ('(func (export "sleep") (result i32) (drop (call $poll_oneoff '
+                  '(i32.const 1024) (i32.const 3000) (i32.const 1) (i32.const 3100))) '
+                  '(i32.const 0))')
+    if "environ_sizes_get" in wasi:
+        funcs += ('(func (export "env") (result i32) (local $n i64)'
+                  '(drop (call $environ_sizes_get (i32.const 0) (i32.const 4)))'
+                  '(local.set $n (call $alloc (i64.const 1)))'
+                  '(call $store_u8 (local.get $n) (i32.add (i32.const 48) (i32.load (i32.const 0))))'
+                  '(call $output_set (local.get $n) (i64.const 1)) (i32.const 0))')
+    return bytes(wasmtime.wat2wasm(f"""(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (import "extism:host/env" "store_u8" (func $store_u8 (param i64 i32)))
+      (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
+      {imports}
+      (memory (export "memory") 1)
+      (data (i32.const 1024) "{data}")
+      {funcs})"""))
+
+
+def test_an_extism_plugin_cannot_sleep_past_its_deadline_through_extisms_wasi(
+        host: Host) -> None:
+    """HOLE: Extism links its own WASI, whose `poll_oneoff` sleeps inside host code: a
+    6 s sleep under `timeout_ms = 300` held the call (and the plugin) 6 s and then
+    answered as if nothing had happened. Now a module importing it is `UnknownImport` at
+    once; one with other WASI imports loads and sees no host environment."""
+    import importlib.util
+
+    from wasmext.errors import UnknownImport
+
+    if importlib.util.find_spec("extism") is None:
+        pytest.skip("the extism package is not installed (pip install 'wasmext[extism]')")
+    started = time.monotonic()
+    with pytest.raises(UnknownImport) as info:
+        host.add(_extism_wasi_guest("poll_oneoff", "environ_sizes_get"), plugin_id="sleeper",
+                 limits={"timeout_ms": 300})
+    assert time.monotonic() - started < 3
+    assert "poll_oneoff" in info.value.message
+    inert(info.value.describe(), 1024)
+    plain = host.add(_extism_wasi_guest("environ_sizes_get"), plugin_id="plain")
+    assert plain.call("env", "").value == 0  # "0": no variable of the host's
+    still_serving(host)
