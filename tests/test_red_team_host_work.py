@@ -405,7 +405,8 @@ def _extism_wasi_guest(*wasi: str) -> bytes:
         funcs += ('(func (export "env") (result i32) (local $n i64)'
                   '(drop (call $environ_sizes_get (i32.const 0) (i32.const 4)))'
                   '(local.set $n (call $alloc (i64.const 1)))'
-                  '(call $store_u8 (local.get $n) (i32.add (i32.const 48) (i32.load (i32.const 0))))'
+                  '(call $store_u8 (local.get $n)'
+                  ' (i32.add (i32.const 48) (i32.load (i32.const 0))))'
                   '(call $output_set (local.get $n) (i64.const 1)) (i32.const 0))')
     return bytes(wasmtime.wat2wasm(f"""(module
       (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
