@@ -440,3 +440,58 @@ def test_an_extism_plugin_cannot_sleep_past_its_deadline_through_extisms_wasi(
     plain = host.add(_extism_wasi_guest("environ_sizes_get"), plugin_id="plain")
     assert plain.call("env", "").value == 0  # "0": no variable of the host's
     still_serving(host)
+
+
+# -- an MCP server listing without end --------------------------------------------------------
+
+
+def test_a_server_listing_a_hundred_thousand_tools_keeps_a_thousand(host: Host) -> None:
+    """HOLE: a configured MCP server's tool list had no cap (plugins have 256 a plugin):
+    100,000 listed tools were each compiled and registered on the connections' event
+    loop, with a quadratic name check (8,000 tools: 0.8 s of CPU; 100,000: minutes), and
+    again at every `tools/list_changed` the server sent; paging went on for 100 pages of
+    any size. Now the first MAX_LISTED (1,000) are kept with one warning, paging stops
+    there, and a skipped tool's name is logged cleaned and cut."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from wasmext.mcp.client.catalog import MAX_LISTED, list_tools
+    from wasmext.mcp.client.connections import McpClients, _Server
+    from wasmext.mcp.client.spec import ServerSpec
+
+    def listed(n: int) -> list[Any]:
+        return [SimpleNamespace(name=f"t{i}", description="d", title=None, annotations=None,
+                                input_schema={"type": "object"}, output_schema=None)
+                for i in range(n)]
+
+    class Pages:
+        """A session whose every page holds 600 tools and names a next one."""
+
+        def __init__(self) -> None:
+            self.pages = 0
+
+        async def list_tools(self, params: Any = None) -> Any:
+            self.pages += 1
+            return SimpleNamespace(tools=listed(600), next_cursor=f"c{self.pages}")
+
+    session = Pages()
+    assert len(asyncio.run(list_tools(session))) <= MAX_LISTED + 600  # type: ignore[arg-type]
+    assert session.pages == 2
+    clients = McpClients(host.tools)
+    server = _Server(ServerSpec("up", "stdio", command="true"))
+    hostile = [*listed(100_000),
+               SimpleNamespace(name="t1", description="again", title=None, annotations=None,
+                               input_schema={"type": "object"}, output_schema=None)]
+    with log_lines() as lines:
+        started = time.thread_time()
+        clients._register(server, hostile)
+        clients._register(server, [*listed(5), hostile[1]])  # a duplicate name: skipped
+        assert time.thread_time() - started < 10
+    assert len(server.tools) == 5
+    assert [line for line in lines if "more than" in line] == [
+        f"mcp server up lists more than {MAX_LISTED} tools; the first {MAX_LISTED} are kept"]
+    skipped = [line for line in lines if "skipped" in line]
+    assert len(skipped) == 1 and "is taken" in skipped[0]
+    inert(skipped[0], 600)
+    assert sum(name.startswith("up__") for name in host.tools.tools) == 5
+    still_serving(host)
