@@ -495,3 +495,40 @@ def test_a_server_listing_a_hundred_thousand_tools_keeps_a_thousand(host: Host) 
     inert(skipped[0], 600)
     assert sum(name.startswith("up__") for name in host.tools.tools) == 5
     still_serving(host)
+
+
+# -- a manifest's before/after ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", [
+    'before = ["good"]\nafter = ["good"]\n',            # around one plugin at once
+    'before = ["ring"]\nafter = ["good"]\n',            # closing a ring another one started
+])
+def test_a_manifest_whose_order_closes_a_cycle_is_refused_and_hooks_keep_running(
+        tmp_path: Path, order: str) -> None:
+    """HOLE: one manifest saying it runs both before and after another plugin (or closing
+    a ring with others' constraints) made `Host.ordered` raise a ConfigError for every
+    hook: no transform, middleware or lifecycle hook of any plugin ran again. Now that
+    plugin is refused at load (a LoadError naming the cycle), the others run on."""
+    from wasmext.errors import LoadError
+
+    def folder(pid: str, extra: str = "") -> Path:
+        where = tmp_path / pid
+        where.mkdir()
+        (where / f"{pid}.wasm").write_bytes(answering(f"by-{pid}", hook="on_plain_text"))
+        (where / "plugin.toml").write_text(f'id = "{pid}"\nversion = "0.1.0"\n{extra}')
+        return where
+
+    with make_host(config=HostConfig(data_dir=tmp_path / "data")) as host:
+        host.add(folder("good"))
+        host.add(folder("ring", 'after = ["evil"]\nbefore = ["good"]\n'))
+        started = time.monotonic()
+        with pytest.raises(LoadError) as info:
+            host.add(folder("evil", order))
+        assert time.monotonic() - started < 5
+        assert "cycle" in info.value.message and "evil" in info.value.message
+        inert(info.value.describe(), 1024)
+        assert "evil" not in host.plugins and "evil" not in host.runtime.plugins
+        with host.session() as session:
+            assert session.on_plain_text("hello").value == "by-good"
+        still_serving(host)

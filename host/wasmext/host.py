@@ -28,7 +28,7 @@ from wasmext.errors import ConfigError, LoadError, WasmextError
 from wasmext.hooks.activations import Activations
 from wasmext.hooks.extensions import declared
 from wasmext.hooks.middleware import install_next
-from wasmext.hooks.ordering import Entry, order_entries
+from wasmext.hooks.ordering import Entry, constraint_cycle, order_entries
 from wasmext.hooks.registration import registration_problems
 from wasmext.ids import random_hex
 from wasmext.lifecycle import reload
@@ -282,6 +282,19 @@ class Host(PluginServers, PluginCalls):
             if old is not None and old.plugin is not plugin and not replace:
                 raise ConfigError(f"plugin id {plugin.id!r} is already loaded",
                                   plugin_id=plugin.id)
+            if manifest is not None and (manifest.before or manifest.after):
+                constraints = {other.id: (other.manifest.before, other.manifest.after)
+                               for other in self.plugins.values()
+                               if other.manifest is not None and other.id != plugin.id}
+                constraints[plugin.id] = (manifest.before, manifest.after)
+                cycle = constraint_cycle(constraints)
+                if cycle is not None:  # else every hook call of the host would fail
+                    if self.runtime.plugins.get(plugin.id) is plugin and \
+                            plugin.id not in self.plugins:
+                        del self.runtime.plugins[plugin.id]
+                    raise LoadError(f"plugin {plugin.id} not loaded: its manifest's "
+                                    "before/after would form a cycle among: "
+                                    f"{', '.join(cycle)}", plugin_id=plugin.id)
             try:  # its tools are `{id}__*`: nobody else may own that prefix
                 self.tools.claim(plugin.id, f"plugin:{plugin.id}")
             except ConfigError as err:
