@@ -532,3 +532,34 @@ def test_a_manifest_whose_order_closes_a_cycle_is_refused_and_hooks_keep_running
         with host.session() as session:
             assert session.on_plain_text("hello").value == "by-good"
         still_serving(host)
+
+
+def test_a_plugins_own_mcp_server_is_never_offered_the_applications_model(
+        tmp_path: Path) -> None:
+    """HOLE: a plugin's own MCP server said `sampling = true` in its manifest and, once
+    an application passed its model (`start_mcp(sampler=...)`), could have the host's
+    model sample for it: no llm grant, allowlist or token budget applied. Now a plugin's
+    server is never offered sampling; a configured one with `sampling = true` still is."""
+    from wasmext.mcp.client.callbacks import client_callbacks
+    from wasmext.mcp.client.connections import McpClients
+    from wasmext.mcp.config import McpServerConfig
+
+    folder = tmp_path / "plugins" / "kb"
+    folder.mkdir(parents=True)
+    (folder / "kb.wasm").write_bytes(HEALTHY)
+    (folder / "plugin.toml").write_text(
+        'id = "kb"\nversion = "0.1.0"\n[mcp.servers.side]\ncommand = "true"\n'
+        'sampling = true\n')
+    configured = McpServerConfig("ops", "stdio", "true", (), {}, sampling=True)
+    with make_host(config=HostConfig(data_dir=tmp_path / "data",
+                                     mcp_servers=(configured,))) as host:
+        host.add(folder, grants={"mcp-server:side"})
+        specs = host._plugin_server_specs(host.plugins["kb"])
+        assert [s.name for s in specs] == ["side"]
+        clients = McpClients(host.tools)
+        clients.sampler = lambda server, params: None
+        assert "sampling_callback" not in client_callbacks(clients, specs[0])
+        from wasmext.mcp.client.spec import ServerSpec
+        assert "sampling_callback" in client_callbacks(clients,
+                                                       ServerSpec.from_config(configured))
+        still_serving(host)
