@@ -563,3 +563,38 @@ def test_a_plugins_own_mcp_server_is_never_offered_the_applications_model(
         assert "sampling_callback" in client_callbacks(clients,
                                                        ServerSpec.from_config(configured))
         still_serving(host)
+
+
+# -- folder grants over the host's own files --------------------------------------------------
+
+
+def test_a_folder_grant_reaching_the_hosts_own_files_is_withheld(tmp_path: Path) -> None:
+    """HOLE: a folder grant holding the data dir (or inside it, or over the plugin
+    folders) gave a plugin state.db (every plugin's state), the MCP OAuth tokens, and
+    with `:rw` approvals.json (grants for itself at the next rescan) and other plugins'
+    files. Now such a grant is withheld whoever gave it (config, approval, embedder),
+    with one load error; a folder beside them is still granted."""
+    from wasmext.runtime import Runtime
+
+    app = tmp_path / "app"
+    data, plugins, notes = app / ".wasmext", app / "plugins", tmp_path / "notes"
+    for folder in (data, plugins / "other", notes):
+        folder.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(data)
+    risky = {f"fs:{app}:rw", f"fs:{data}:ro", f"fs:{plugins / 'other'}:rw",
+             f"fs:{tmp_path / 'link'}"}
+    config = HostConfig(data_dir=data, state_backend="memory")
+    with Host(config, runtime=Runtime(cache=False), plugin_dirs=[("workspace", plugins)]) \
+            as host, log_lines() as lines:
+        started = time.monotonic()
+        plugin = host.add(HEALTHY, plugin_id="reader",
+                          grants={*risky, f"fs:{notes}:rw", "state"})
+        assert time.monotonic() - started < 5
+        assert plugin.grants == {f"fs:{notes}:rw", "state"}
+        errors = [e for e in host.load_errors if "withheld" in e.message]
+        assert len(errors) == 1 and all(g in errors[0].message for g in risky)
+        said = [line for line in lines if "withheld" in line]
+        assert len(said) == 1
+        inert(said[0], 600)
+        assert plugin.call("test").value == "alive"
+        still_serving(host)

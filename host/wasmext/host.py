@@ -42,6 +42,7 @@ from wasmext.plugin_calls import PluginCalls
 from wasmext.plugin_servers import PluginServers
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
+from wasmext.sandbox.fsgrants import reaching
 from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
@@ -266,6 +267,7 @@ class Host(PluginServers, PluginCalls):
             executed = subject.files
             plugin.set_grants(plugin.grants | approved_grants(  # [grants.ID], approvals
                 plugin.id, subject, self.config.data_dir, self.config.grants.get(plugin.id)))
+        self._withhold_host_folders(plugin)
         problems = registration_problems(plugin.registration.extra)
         if problems:  # said now, naming the field, not dropped at every prompt
             if self.runtime.plugins.get(plugin.id) is plugin and plugin.id not in self.plugins:
@@ -355,6 +357,21 @@ class Host(PluginServers, PluginCalls):
                             f"{clean(name, 64)!r} in the registry", plugin_id=pid,
                             problems=((f"tool_guidance.{key}[{i}]", "unknown tool"),)))
         return out
+
+    def _withhold_host_folders(self, plugin: Plugin | ExtismPlugin) -> None:
+        """Withhold folder grants that reach the data dir or a plugin folder (every
+        plugin's state, approvals.json, MCP tokens, other plugins' files), whoever gave
+        them: one load error and warning say which."""
+        owned = [self.config.data_dir, *(folder for _, folder in self.plugin_dirs)]
+        withheld = reaching(plugin.grants, owned)
+        if not withheld:
+            return
+        plugin.set_grants(plugin.grants - withheld)
+        err = ConfigError(f"plugin {plugin.id}: folder grant(s) {', '.join(sorted(withheld))} "
+                          "withheld: they reach the host's data dir or plugin folders",
+                          plugin_id=plugin.id)
+        self.load_errors.append(err)
+        log.warning("%s", clean(err.message, 600), extra={"plugin_id": plugin.id})
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""
