@@ -598,3 +598,37 @@ def test_a_folder_grant_reaching_the_hosts_own_files_is_withheld(tmp_path: Path)
         inert(said[0], 600)
         assert plugin.call("test").value == "alive"
         still_serving(host)
+
+
+def test_files_named_past_the_pinning_cap_still_withhold_the_approval(tmp_path: Path) -> None:
+    """HOLE: executed_files pinned at most 32 files and skipped the rest without a trace:
+    a manifest naming 32 harmless files first left the script after them unpinned, free
+    to change under a standing approval. Now the files past the cap are pinned together
+    by name, size and modification time."""
+    from wasmext.lifecycle.approvals import MAX_EXECUTED_FILES, ApprovalStore, subject_of
+    from wasmext.manifest import load_folder
+
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    decoys = [f"d{i}.txt" for i in range(MAX_EXECUTED_FILES)]
+    for name in decoys:
+        (folder / name).write_text("harmless\n")
+    (folder / "real.py").write_text("print('v1')\n")
+    args = ", ".join(f'"{n}"' for n in [*decoys, "real.py"])
+    (folder / "plugin.toml").write_text(
+        f'id = "kb"\nversion = "0.1.0"\n[mcp.servers.side]\ncommand = "python"\n'
+        f'args = [{args}]\n')
+
+    def subject() -> Any:
+        return subject_of(f"sha256:{hashlib.sha256(HEALTHY).hexdigest()}", load_folder(folder))
+
+    store = ApprovalStore.in_data_dir(tmp_path / "data")
+    store.grant("kb", subject(), ["secrets"], by="ann")
+    assert store.effective("kb", subject()) == {"secrets"}
+    (folder / "real.py").write_text("print('v2, and much longer than before')\n")
+    started = time.monotonic()
+    assert store.effective("kb", subject()) == frozenset()
+    assert time.monotonic() - started < 5
+    assert subject().changes(store._read()["kb"]) == ["(1 more files)"]
+    with make_host() as healthy_host:
+        still_serving(healthy_host)

@@ -148,12 +148,14 @@ def executed_files(manifest: Manifest) -> dict[str, str]:
     except OSError:
         return {}
     out: dict[str, str] = {}
+    beyond = hashlib.sha256()  # the files past MAX_EXECUTED_FILES: names, sizes, times
+    past: set[str] = set()
     for server in manifest.mcp_servers:
         if server.transport != "stdio":
             continue
         for word in (server.command or "", *server.args):
             for name in _named(word):
-                if len(out) >= MAX_EXECUTED_FILES or "\0" in name:
+                if "\0" in name:
                     continue
                 try:
                     # Inside the folder by what the manifest wrote, whatever it resolves
@@ -161,11 +163,21 @@ def executed_files(manifest: Manifest) -> dict[str, str]:
                     # so that file's bytes are pinned under the name the manifest gave.
                     rel = Path(os.path.normpath(root / name)).relative_to(root)
                     path = (root / rel).resolve()
-                    if not path.is_file():
+                    if not path.is_file() or rel.as_posix() in out or rel.as_posix() in past:
                         continue
-                    out[rel.as_posix()] = _file_digest(path)
+                    if len(out) < MAX_EXECUTED_FILES:
+                        out[rel.as_posix()] = _file_digest(path)
+                        continue
+                    # Not skipped: 32 harmless files named first left a later script
+                    # unpinned. Past the cap a file counts by what a stat says of it.
+                    info = path.stat()
+                    beyond.update(f"{rel.as_posix()}\0{info.st_size}\0{info.st_mtime_ns}\n"
+                                  .encode())
+                    past.add(rel.as_posix())
                 except (ValueError, OSError, RuntimeError):  # outside, unreadable, a loop
                     continue
+    if past:
+        out[f"({len(past)} more files)"] = f"stat:{beyond.hexdigest()}"
     return out
 
 
