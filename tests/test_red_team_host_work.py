@@ -12,6 +12,7 @@ the rest pin guarantees no test covered.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -632,3 +633,70 @@ def test_files_named_past_the_pinning_cap_still_withhold_the_approval(tmp_path: 
     assert subject().changes(store._read()["kb"]) == ["(1 more files)"]
     with make_host() as healthy_host:
         still_serving(healthy_host)
+
+
+# -- held: guarantees no test pinned -----------------------------------------------------------
+
+
+def test_a_fetch_never_takes_the_hosts_proxy_or_netrc(host: Host, server: Any,
+                                                        tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held: http.fetch's client ignores the process environment, so a host's ~/.netrc
+    login (or NETRC) never rides on a plugin's request, and HTTP(S)_PROXY / ALL_PROXY
+    never reroute one (a dead proxy here: the fetch still answers)."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login operator password netrc-secret-0451\n")
+    netrc.chmod(0o600)
+    for name, value in (("HOME", str(tmp_path)), ("NETRC", str(netrc)),
+                        ("HTTP_PROXY", "http://127.0.0.1:9"), ("HTTPS_PROXY",
+                                                                "http://127.0.0.1:9"),
+                        ("ALL_PROXY", "http://127.0.0.1:9"), ("NO_PROXY", "")):
+        monkeypatch.setenv(name, value)
+    fetcher = host.add(requesting({"op": "http.fetch", "url": server.url("/echo")}),
+                       plugin_id="fetcher", grants={"http", "http:127.0.0.1"},
+                       limits={"timeout_ms": 5000, "host_call_timeout_ms": 5000})
+    started = time.monotonic()
+    answer = fetcher.call("test").value
+    assert time.monotonic() - started < 5
+    assert answer["status"] == 200
+    sent = {k.lower(): v for k, v in json.loads(answer["body"]).items()}  # /echo: headers
+    assert "authorization" not in sent and "proxy-authorization" not in sent
+    assert "netrc-secret-0451" not in repr(answer)
+    still_serving(host)
+
+
+def test_extisms_own_http_request_reaches_nothing(host: Host, server: Any) -> None:
+    """Held: Extism links its own `extism:host/env` `http_request`, outside every wasmext
+    grant; with no `allowed_hosts` in the manifest the host builds, it refuses every
+    host, so the call traps and the server never sees a request."""
+    import importlib.util
+
+    if importlib.util.find_spec("extism") is None:
+        pytest.skip("the extism package is not installed (pip install 'wasmext[extism]')")
+    request = json.dumps({"url": server.url("/hello"), "method": "GET"}).encode()
+    data = "".join(f"\\{b:02x}" for b in request)
+    wasm = bytes(wasmtime.wat2wasm(f"""(module
+      (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
+      (import "extism:host/env" "store_u8" (func $store_u8 (param i64 i32)))
+      (import "extism:host/env" "output_set" (func $output_set (param i64 i64)))
+      (import "extism:host/env" "length" (func $length (param i64) (result i64)))
+      (import "extism:host/env" "http_request" (func $http (param i64 i64) (result i64)))
+      (memory (export "memory") 1)
+      (data (i32.const 1024) "{data}")
+      (func (export "go") (result i32) (local $b i64) (local $i i64) (local $r i64)
+        (local.set $b (call $alloc (i64.const {len(request)})))
+        (block $d (loop $l (br_if $d (i64.ge_u (local.get $i) (i64.const {len(request)})))
+          (call $store_u8 (i64.add (local.get $b) (local.get $i))
+            (i32.load8_u (i32.add (i32.const 1024) (i32.wrap_i64 (local.get $i)))))
+          (local.set $i (i64.add (local.get $i) (i64.const 1))) (br $l)))
+        (local.set $r (call $http (local.get $b) (i64.const 0)))
+        (call $output_set (local.get $r) (call $length (local.get $r))) (i32.const 0)))"""))
+    from wasmext.errors import GuestTrap
+
+    plugin = host.add(wasm, plugin_id="extism-fetch", grants={"http", "http:*"})
+    started = time.monotonic()
+    with pytest.raises(GuestTrap):
+        plugin.call("go", "")
+    assert time.monotonic() - started < 5
+    assert server.seen == []
+    still_serving(host)
