@@ -28,7 +28,7 @@ from wasmext.errors import ConfigError, LoadError, WasmextError
 from wasmext.hooks.activations import Activations
 from wasmext.hooks.extensions import declared
 from wasmext.hooks.middleware import install_next
-from wasmext.hooks.ordering import Entry, order_entries
+from wasmext.hooks.ordering import Entry, constraint_cycle, order_entries
 from wasmext.hooks.registration import registration_problems
 from wasmext.ids import random_hex
 from wasmext.lifecycle import reload
@@ -42,6 +42,7 @@ from wasmext.plugin_calls import PluginCalls
 from wasmext.plugin_servers import PluginServers
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
+from wasmext.sandbox.fsgrants import reaching
 from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
 from wasmext.services.agents import AgentRegistry
@@ -255,7 +256,10 @@ class Host(PluginServers, PluginCalls):
                 source, plugin_id=pid, settings=merged_settings, limits=granted, grants=grants,
                 priority=priority, manifest=manifest if path is not None and path.is_dir()
                 else None, env=allowed, denied_env=denied,
-                module_bytes=module_bytes)
+                module_bytes=module_bytes,
+                # A setting the operator injects into requests stays sensitive even when
+                # the manifest says otherwise: else config.get would hand it over.
+                sensitive={inj[3] for inj in self.config.http.inject if inj[0] == pid})
             if digest is not None and digest != f"sha256:{plugin.module.info.digest}":
                 raise LoadError(f"plugin {plugin.id}: its module is not the one expected "
                                 f"({digest[:19]}...)", plugin_id=plugin.id)
@@ -263,6 +267,7 @@ class Host(PluginServers, PluginCalls):
             executed = subject.files
             plugin.set_grants(plugin.grants | approved_grants(  # [grants.ID], approvals
                 plugin.id, subject, self.config.data_dir, self.config.grants.get(plugin.id)))
+        self._withhold_host_folders(plugin)
         problems = registration_problems(plugin.registration.extra)
         if problems:  # said now, naming the field, not dropped at every prompt
             if self.runtime.plugins.get(plugin.id) is plugin and plugin.id not in self.plugins:
@@ -279,6 +284,19 @@ class Host(PluginServers, PluginCalls):
             if old is not None and old.plugin is not plugin and not replace:
                 raise ConfigError(f"plugin id {plugin.id!r} is already loaded",
                                   plugin_id=plugin.id)
+            if manifest is not None and (manifest.before or manifest.after):
+                constraints = {other.id: (other.manifest.before, other.manifest.after)
+                               for other in self.plugins.values()
+                               if other.manifest is not None and other.id != plugin.id}
+                constraints[plugin.id] = (manifest.before, manifest.after)
+                cycle = constraint_cycle(constraints)
+                if cycle is not None:  # else every hook call of the host would fail
+                    if self.runtime.plugins.get(plugin.id) is plugin and \
+                            plugin.id not in self.plugins:
+                        del self.runtime.plugins[plugin.id]
+                    raise LoadError(f"plugin {plugin.id} not loaded: its manifest's "
+                                    "before/after would form a cycle among: "
+                                    f"{', '.join(cycle)}", plugin_id=plugin.id)
             try:  # its tools are `{id}__*`: nobody else may own that prefix
                 self.tools.claim(plugin.id, f"plugin:{plugin.id}")
             except ConfigError as err:
@@ -339,6 +357,21 @@ class Host(PluginServers, PluginCalls):
                             f"{clean(name, 64)!r} in the registry", plugin_id=pid,
                             problems=((f"tool_guidance.{key}[{i}]", "unknown tool"),)))
         return out
+
+    def _withhold_host_folders(self, plugin: Plugin | ExtismPlugin) -> None:
+        """Withhold folder grants that reach the data dir or a plugin folder (every
+        plugin's state, approvals.json, MCP tokens, other plugins' files), whoever gave
+        them: one load error and warning say which."""
+        owned = [self.config.data_dir, *(folder for _, folder in self.plugin_dirs)]
+        withheld = reaching(plugin.grants, owned)
+        if not withheld:
+            return
+        plugin.set_grants(plugin.grants - withheld)
+        err = ConfigError(f"plugin {plugin.id}: folder grant(s) {', '.join(sorted(withheld))} "
+                          "withheld: they reach the host's data dir or plugin folders",
+                          plugin_id=plugin.id)
+        self.load_errors.append(err)
+        log.warning("%s", clean(err.message, 600), extra={"plugin_id": plugin.id})
 
     def ordered(self, hook: str) -> list[Entry]:
         """The entries of `hook` in call order (cached until the plugin set changes)."""

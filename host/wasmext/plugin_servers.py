@@ -40,7 +40,8 @@ class PluginServers:
                   ) -> McpClients | None:
         """Connect the configured MCP servers and those plugins bring under their
         grants; their tools join `self.tools`. `sampler`: the app's model for
-        servers with `sampling = true` (wasmext.mcp.client.callbacks)."""
+        configured servers with `sampling = true` (wasmext.mcp.client.callbacks), never
+        for a plugin's own."""
         from wasmext.mcp.client.connections import McpClients  # the SDK loads when used
         from wasmext.mcp.client.spec import ServerSpec
 
@@ -90,8 +91,10 @@ class PluginServers:
                     # Never the host's whole environment (every host secret): only what
                     # the operator allowed this plugin, its settings, and the table's env.
                     spec = ServerSpec.from_config(server)
+                    # Nor the application's model: a server asking it to sample would
+                    # spend it outside every llm grant, allowlist and token budget.
                     specs.append(dataclasses.replace(
-                        spec, inherit_env=False,
+                        spec, inherit_env=False, sampling=False,
                         env={**self._plugin_server_env(lp), **spec.env}))
                 except ConfigError as err:
                     problem = f"plugin {lp.id}: MCP server {server.name!r}: {err.message}"

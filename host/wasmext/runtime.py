@@ -254,13 +254,16 @@ class Runtime:
              grants: Iterable[str] = (), priority: int | None = None,
              manifest: Manifest | None = None, env: Collection[str] = (),
              denied_env: Collection[str] = (),
-             module_bytes: bytes | None = None) -> Plugin | ExtismPlugin:
+             module_bytes: bytes | None = None,
+             sensitive: Collection[str] = ()) -> Plugin | ExtismPlugin:
         """Load a plugin folder (with plugin.toml), a .wasm file, or module bytes.
 
         A folder's settings read only the environment variables named in `env` (the
         operator's choice for this plugin), never one in `denied_env`; `manifest` is
         the folder's already-checked manifest, `module_bytes` its module's already-
         verified bytes (a signed bundle's: the bytes checked are the bytes compiled).
+        `sensitive` names settings the operator holds sensitive whatever the manifest
+        says (those it injects into requests: the plugin never reads them as config).
 
         Limits follow `effective_limits`: the runtime defaults with `limits` (the
         host's own choice for this plugin) replacing fields; the manifest's
@@ -297,8 +300,9 @@ class Runtime:
         values = resolve_settings(manifest, settings or {},
                                   allowed_environ(manifest, env, denied=denied_env)) \
             if manifest else dict(settings or {})
-        sensitive = frozenset(s.name for s in manifest.settings if s.sensitive) if manifest \
-            else frozenset()
+        sensitive = frozenset(sensitive) | (frozenset(s.name for s in manifest.settings
+                                                      if s.sensitive) if manifest
+                                            else frozenset())
         prio = priority if priority is not None else manifest.priority if manifest else 50
         component = shared is None and is_component(wasm)
         extism_module = None if shared is not None or component else \

@@ -76,11 +76,12 @@ def test_a_plugins_own_server_gets_its_allowed_variables_and_settings_never_the_
         manifest.write("\n" + env_server_table("penv", "inherit_env = true\n"
                                                'env = { FROM_MANIFEST = "m" }\n'))
     digest = hashlib.sha256((folder / "agent-guard.wasm").read_bytes()).hexdigest()
+    manifest_digest = hashlib.sha256((folder / "plugin.toml").read_bytes()).hexdigest()
     config = tmp_path / "wasmext.toml"
     config.write_text(
         f'[host]\ndata_dir = "{tmp_path / "state"}"\n'
         f'[plugins]\nworkspace_dir = "{plugins}"\n'
-        f'[grants.agent-guard]\ndigest = "sha256:{digest}"\n'
+        f'[grants.agent-guard]\ndigest = "sha256:{digest}"\nmanifest = "sha256:{manifest_digest}"\n'
         'capabilities = ["mcp-server:penv"]\n'
         '[plugin.agent-guard]\nenv = ["WASMEXT_T_ALLOWED"]\n'
         'settings = { blocked_tools = "shell,debug" }\n'

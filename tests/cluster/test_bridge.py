@@ -95,3 +95,48 @@ def test_a_worker_bridges_its_runtime_events(spawn: Any, nats_url: str,
     subject, event = seen[0]
     assert subject == "ev.events.plugin.faulted" and event["topic"] == "plugin.faulted"
     assert event["payload"]["plugin_id"] == "burn" and event["payload"]["reason"] == "out of fuel"
+
+
+def test_a_plugins_event_too_big_for_nats_as_json_is_dropped_and_counted(
+        nats_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Red team: 200 KB of control characters is within a plugin's emit caps but 1.2 MB
+    as JSON, past the server's max_payload: each such event was a publish the client
+    refused with a traceback per event, counted nowhere. Now dropped and counted, one
+    warning; the next event crosses."""
+    import logging
+
+    import msgpack
+    import wasmtime
+
+    from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat, make_host
+
+    raw = msgpack.packb({"op": "event.emit", "topic": "ok.big", "payload": "\x01" * 200_000})
+    emitter = bytes(wasmtime.wat2wasm(guest_wat(
+        f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
+        imports=HOST_CALL_IMPORT, data=raw, registration={"hooks": [{"hook": "test"}]})))
+    healthy = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "alive"})))
+    other = EventBus(may_subscribe=lambda pid, pattern: True)
+    got: list[str] = []
+    other.subscribe_plugin("reader", "ok.*", lambda pid, topic, payload: got.append(topic))
+    with make_host() as host:
+        bridge = EventBridge(host.observe.bus, nats_url, patterns=["ok.*"], inbound=False)
+        far = EventBridge(other, nats_url, patterns=[])
+        try:
+            plugin = host.add(emitter, plugin_id="emitter", grants={"events", "emit:ok.*"})
+            with caplog.at_level(logging.WARNING, logger="wasmext"):
+                started = time.monotonic()
+                for _ in range(3):
+                    plugin.call("test")
+                assert host.observe.bus.flush(10)
+                assert time.monotonic() - started < 10
+            assert (bridge.dropped, bridge.published) == (3, 0)
+            said = [r.getMessage() for r in caplog.records]
+            assert len([m for m in said if "max_payload" in m]) == 1
+            assert not any(r.exc_info for r in caplog.records)
+            host.observe.bus.emit("ok.small", {"n": 1})
+            _wait(lambda: got == ["ok.small"])
+            assert host.add(healthy, plugin_id="healthy").call("test").value == "alive"
+        finally:
+            bridge.close()
+            far.close()
+            other.close()

@@ -40,6 +40,8 @@ args = [{json.dumps(str(server))}]
 """)
     import hashlib
     digest = "sha256:" + hashlib.sha256(module("v1")).hexdigest()
+    # An mcp-server grant pins the manifest that names the server's command.
+    manifest = "sha256:" + hashlib.sha256((folder / "plugin.toml").read_bytes()).hexdigest()
     config = tmp_path / "wasmext.toml"
     config.write_text(f"""[host]
 data_dir = "data"
@@ -47,6 +49,7 @@ data_dir = "data"
 workspace_dir = "plugins"
 [grants.asker]
 digest = "{digest}"
+manifest = "{manifest}"
 capabilities = ["mcp-server:plugcalc"]
 """)
     from wasmext import load_config
@@ -85,6 +88,8 @@ args = [{server}]
 """)
     import hashlib
     digest = "sha256:" + hashlib.sha256(module("v1")).hexdigest()
+    # An mcp-server grant pins the manifest that names the server's command.
+    manifest = "sha256:" + hashlib.sha256((folder / "plugin.toml").read_bytes()).hexdigest()
     config = tmp_path / "wasmext.toml"
     config.write_text(f"""[host]
 data_dir = "data"
@@ -92,6 +97,7 @@ data_dir = "data"
 workspace_dir = "plugins"
 [grants.asker]
 digest = "{digest}"
+manifest = "{manifest}"
 capabilities = ["mcp-server:calc"]
 [mcp.servers.calc]
 command = {json.dumps(sys.executable)}

@@ -47,6 +47,7 @@ class EventBridge:
         # Payload objects this bridge emitted (kept alive so their ids stay unique).
         self._came_in: OrderedDict[int, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._oversize_seen = False
         self.link = NatsLink(url, name="wasmext-event-bridge", auth=auth)
         self._subs = [bus.subscribe(p, self._out, name="_nats:bridge") for p in patterns]
         self._inbound: NatsSubscription | None = None
@@ -65,6 +66,19 @@ class EventBridge:
         except (TypeError, ValueError):
             with self._lock:
                 self.dropped += 1
+            return
+        limit = self.link.client.max_payload or MAX_BYTES
+        if len(body) > limit:
+            # A payload within the emitter's caps can grow past the server's max_payload as
+            # JSON (each control character becomes six): dropped and counted, never a
+            # publish the client refuses with a traceback per event.
+            with self._lock:
+                self.dropped += 1
+                first, self._oversize_seen = not self._oversize_seen, True
+            if first:
+                log.warning("event %s not bridged: %d bytes as JSON, over the NATS server's "
+                            "max_payload of %d (further ones are only counted)", event.topic,
+                            len(body), limit)
             return
         self.link.run(self.link.client.publish(f"{self.prefix}.events.{event.topic}", body,
                                                headers={ORIGIN_HEADER: self.origin}), 5.0)

@@ -4,7 +4,9 @@ Priority descending, then user plugins before workspace plugins, then
 registration order (load order, then the order of the plugin's own hooks).
 Manifest `before`/`after` constraints are applied on top with a stable
 topological sort: among the entries free to go next, the one earliest in the
-base order goes first. A cycle is a ConfigError naming its plugins.
+base order goes first. A cycle is a ConfigError naming its plugins; the host asks
+`constraint_cycle` before it loads a plugin, so that one manifest cannot make every
+hook of every plugin fail.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from wasmext.errors import ConfigError
 
-__all__ = ["Entry", "order_entries"]
+__all__ = ["Entry", "constraint_cycle", "order_entries"]
 
 SOURCE_RANK = {"user": 0, "explicit": 1, "workspace": 2, "package": 3}
 
@@ -69,3 +71,32 @@ def order_entries(entries: Iterable[Entry],
             raise ConfigError(f"before/after constraints form a cycle among: "
                               f"{', '.join(cycle)}")
     return result
+
+
+def constraint_cycle(constraints: Mapping[str, tuple[Sequence[str], Sequence[str]]]
+                     ) -> list[str] | None:
+    """The plugin ids (sorted) on a cycle the before/after constraints of these plugins
+    form, or None."""
+    ids = set(constraints)
+    follows: dict[str, set[str]] = {pid: set() for pid in ids}  # pid -> ids it must follow
+    for pid, (before, after) in constraints.items():
+        for other in before:
+            if other in ids and other != pid:
+                follows[other].add(pid)
+        for other in after:
+            if other in ids and other != pid:
+                follows[pid].add(other)
+
+    def returns(start: str) -> bool:
+        seen, stack = set(), list(follows[start])
+        while stack:
+            node = stack.pop()
+            if node == start:
+                return True
+            if node not in seen:
+                seen.add(node)
+                stack.extend(follows[node])
+        return False
+
+    cycle = sorted(pid for pid in ids if returns(pid))
+    return cycle or None

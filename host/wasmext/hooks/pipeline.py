@@ -37,6 +37,7 @@ from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
 from wasmext.errors import ConfigError, PipelineError
+from wasmext.text import clean
 from wasmext.validation import SECTION, check, problem
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ __all__ = ["PipelineResult", "Policy", "PolicyDoc", "ProviderRef", "StageRef", "
            "load_policy", "parse_policy", "pipeline_steps", "provider_order", "run_pipeline"]
 
 log = logging.getLogger("wasmext.pipeline")
+MAX_REASON = 300  # characters of a validator's reason (or fault) kept in a verdict
 Provider = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -265,9 +267,13 @@ def pipeline_steps(session: HookSession, policy: Policy, payload: str,
         if error is None and isinstance(verdict, dict) and verdict.get("status") == "ok":
             continue
         if error is not None:
-            reason = f"{ref.id}: {error}"  # a fault or timeout counts as reject
+            reason = f"{ref.id}: {clean(error, MAX_REASON)}"  # a fault or timeout: reject
         elif isinstance(verdict, dict) and verdict.get("status") == "reject":
-            reason = f"{ref.id}: {verdict.get('reason') or 'rejected'}"
+            # The validator's own words: one inert, bounded line wherever they go (the
+            # log, the trace, the PipelineError, the result's warnings).
+            said = verdict.get("reason")
+            reason = f"{ref.id}: " + (clean(said, MAX_REASON) if isinstance(said, str) and said
+                                      else "rejected")
         else:
             reason = f"{ref.id}: invalid verdict"
         if ref.on_fail == "block":

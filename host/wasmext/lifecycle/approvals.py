@@ -140,28 +140,55 @@ def _file_digest(path: Path) -> str:
 
 def executed_files(manifest: Manifest) -> dict[str, str]:
     """The files inside the plugin folder that the manifest's stdio MCP servers run
-    (their command, and any argument naming a file there), by relative name."""
+    (their command, and any argument naming a file there, alone or as an option's
+    `=value`), by relative name; a name that is a symlink pins the file it leads to."""
     folder = manifest.path.parent
     try:
         root = folder.resolve()
     except OSError:
         return {}
     out: dict[str, str] = {}
+    beyond = hashlib.sha256()  # the files past MAX_EXECUTED_FILES: names, sizes, times
+    past: set[str] = set()
     for server in manifest.mcp_servers:
         if server.transport != "stdio":
             continue
         for word in (server.command or "", *server.args):
-            if len(out) >= MAX_EXECUTED_FILES or not word or "\0" in word:
-                continue
-            try:
-                path = (folder / word).resolve()
-                rel = path.relative_to(root)
-                if not path.is_file():
+            for name in _named(word):
+                if "\0" in name:
                     continue
-                out[rel.as_posix()] = _file_digest(path)
-            except (ValueError, OSError, RuntimeError):  # outside, unreadable, a loop
-                continue
+                try:
+                    # Inside the folder by what the manifest wrote, whatever it resolves
+                    # to: a server.py that is a symlink to a file elsewhere is run too,
+                    # so that file's bytes are pinned under the name the manifest gave.
+                    rel = Path(os.path.normpath(root / name)).relative_to(root)
+                    path = (root / rel).resolve()
+                    if not path.is_file() or rel.as_posix() in out or rel.as_posix() in past:
+                        continue
+                    if len(out) < MAX_EXECUTED_FILES:
+                        out[rel.as_posix()] = _file_digest(path)
+                        continue
+                    # Not skipped: 32 harmless files named first left a later script
+                    # unpinned. Past the cap a file counts by what a stat says of it.
+                    info = path.stat()
+                    beyond.update(f"{rel.as_posix()}\0{info.st_size}\0{info.st_mtime_ns}\n"
+                                  .encode())
+                    past.add(rel.as_posix())
+                except (ValueError, OSError, RuntimeError):  # outside, unreadable, a loop
+                    continue
+    if past:
+        out[f"({len(past)} more files)"] = f"stat:{beyond.hexdigest()}"
     return out
+
+
+def _named(word: str) -> list[str]:
+    """The file names a command-line word may stand for: the word, and the value of an
+    `--option=value` word (`--config=conf.py`)."""
+    if not word:
+        return []
+    if word.startswith("-") and "=" in word:
+        return [word, word.partition("=")[2]]
+    return [word]
 
 
 @dataclass(frozen=True)
@@ -178,7 +205,8 @@ def granted(plugin_id: str, subject: Subject, data_dir: Path,
             configured: Grant | None) -> frozenset[str]:
     """What a loaded plugin is granted beyond its call: the config's grant and the
     recorded approvals, each only while what it was given to is what loaded (a changed
-    binary, manifest or server file must be approved again)."""
+    binary, manifest or server file must be approved again). A config grant's
+    `mcp-server:` capabilities need its `manifest` pin: the manifest names the command."""
     out: frozenset[str] = frozenset()
     if configured is not None:
         pins = (("module", configured.digest, subject.module),
@@ -189,6 +217,17 @@ def granted(plugin_id: str, subject: Subject, data_dir: Path,
                         plugin_id, ", ".join(changed), plugin_id, extra={"plugin_id": plugin_id})
         else:
             out = configured.capabilities
+            servers = sorted(c for c in out if c.startswith("mcp-server:"))
+            if servers and configured.manifest is None and subject.manifest:
+                # The manifest, not the module, says what command such a server runs: a
+                # grant pinned to the module alone would run whatever any plugin.toml
+                # beside it names (one an MCP client installed with `--manage`, say).
+                log.warning("plugin %s: [grants.%s] gives %s without pinning plugin.toml "
+                            "(manifest = \"sha256:...\", printed by `wasmext inspect`), "
+                            "which decides the command it runs; withheld",
+                            plugin_id, plugin_id, clean(", ".join(servers), 300),
+                            extra={"plugin_id": plugin_id})
+                out = out - set(servers)
     return out | ApprovalStore.in_data_dir(data_dir).effective(plugin_id, subject)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = ["FsGrant", "FsQuota", "fs_grant_problem", "fs_grants", "fs_path_problem",
-           "parse_fs_grant", "preopen_args"]
+           "parse_fs_grant", "preopen_args", "reaching"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,24 @@ def fs_grants(grants: Iterable[str]) -> list[FsGrant]:
     for grant in sorted(parsed, key=lambda g: (g.path, g.capability)):
         out.setdefault(grant.guest_path, grant)
     return [out[k] for k in sorted(out)]
+
+
+def reaching(grants: Iterable[str], owned: Iterable[str | os.PathLike[str]]
+             ) -> frozenset[str]:
+    """The folder grants among `grants` whose folder holds one of the `owned` folders or
+    lies inside one (symlinks resolved): the host's data dir and plugin folders, where a
+    plugin could read every plugin's state and the host's tokens, or write approvals."""
+    homes = [os.path.realpath(p) for p in owned]
+    out = set()
+    for grant in filter(None, (parse_fs_grant(c) for c in grants)):
+        real = os.path.realpath(grant.path)
+        if any(_within(home, real) or _within(real, home) for home in homes):
+            out.add(grant.capability)
+    return frozenset(out)
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def preopen_args(grants: Iterable[str]) -> list[tuple[str, str, bool]]:

@@ -46,6 +46,7 @@ from wasmext.sandbox import callscope, calltree
 from wasmext.sandbox.callscope import CallScope
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.alarms import alarms
+from wasmext.text import clean
 
 __all__ = ["AgentRegistry"]
 
@@ -300,7 +301,9 @@ class AgentRegistry:
             record["error"] = err.code
             raise
         except Exception as exc:
-            log.warning("agent %s failed for plugin %s: %s", name, ctx.plugin_id, exc)
+            # An agent's exception often quotes its input, which the plugin wrote.
+            log.warning("agent %s failed for plugin %s: %s", name, ctx.plugin_id,
+                        clean(str(exc), 300))
             record["error"] = f"failed: {type(exc).__name__}"
             raise OpError("failed", f"agent {name!r} failed: {type(exc).__name__}") from None
         finally:
@@ -318,5 +321,5 @@ class AgentRegistry:
             exc = done.exception() if not done.cancelled() else None
             if exc is not None:
                 log.warning("agent %s (sent by plugin %s) failed: %s", name, ctx.plugin_id,
-                            exc)
+                            clean(str(exc), 300))
         future.add_done_callback(report)

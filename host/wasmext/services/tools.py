@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
 
 __all__ = ["MAX_DEPTH", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_TOOLS_PER_PLUGIN", "Tool",
-           "ToolRegistry", "ToolSession", "bounded_schema", "compile_schema"]
+           "ToolRegistry", "ToolSession", "bounded_schema", "compile_schema", "inert_schema"]
 
 
 class ToolSession(Protocol):

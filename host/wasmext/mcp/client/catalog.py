@@ -87,8 +87,9 @@ async def _paged(fetch: Callable[..., Awaitable[Any]], attr: str,
 
 
 async def list_tools(session: ClientSession) -> list[Any]:
-    """Every tool of a session, across pages."""
-    return await _paged(session.list_tools, "tools")
+    """The tools of a session, across pages, stopping past MAX_LISTED (the caller keeps
+    that many: each costs a compiled schema and a registry entry)."""
+    return await _paged(session.list_tools, "tools", MAX_LISTED + 1)
 
 
 def _optional(item: Any, limits: dict[str, int]) -> dict[str, Any]:

@@ -29,13 +29,20 @@ import anyio
 
 from wasmext.errors import ConfigError
 from wasmext.mcp.client.callbacks import client_callbacks
-from wasmext.mcp.client.catalog import UpstreamCatalog, list_kind, list_tools, trace_meta
+from wasmext.mcp.client.catalog import (
+    MAX_LISTED,
+    UpstreamCatalog,
+    list_kind,
+    list_tools,
+    trace_meta,
+)
 from wasmext.mcp.client.spec import ServerSpec
 from wasmext.mcp.client.tools import McpToolError, build_tool, reason, result_output
 from wasmext.mcp.client.transport import http_transport
 from wasmext.observe import tracing
 from wasmext.sandbox import callscope, calltree
 from wasmext.services.tools import Runner, ToolRegistry
+from wasmext.text import clean
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
@@ -330,7 +337,14 @@ class McpClients:
 
     def _register(self, st: _Server, listed: list[Any]) -> None:
         self.registry.drop_owner(f"mcp:{st.spec.name}")
+        if len(listed) > MAX_LISTED:
+            # A server listing 100,000 tools held the connections' loop for minutes (each a
+            # compiled schema), and again at every list_changed it sent.
+            log.warning("mcp server %s lists more than %d tools; the first %d are kept",
+                        st.spec.name, MAX_LISTED, MAX_LISTED)
+            listed = listed[:MAX_LISTED]
         names: list[str] = []
+        taken: set[str] = set()
         for item in listed:
             short = getattr(item, "name", None)
             tool = build_tool(st.spec.name, short, getattr(item, "description", None),
@@ -338,14 +352,15 @@ class McpClients:
                               getattr(item, "output_schema", None),
                               getattr(item, "title", None), getattr(item, "annotations", None))
             try:
-                if tool is not None and tool.name in names:
+                if tool is not None and tool.name in taken:
                     raise ConfigError(f"its name {tool.name} is taken")
                 if tool is not None:
                     self.registry.add(tool)
                     names.append(tool.name)
+                    taken.add(tool.name)
             except ConfigError as err:
-                log.warning("mcp server %s: tool %r skipped: %s", st.spec.name, short,
-                            err.message)
+                log.warning("mcp server %s: tool %s skipped: %s", st.spec.name,
+                            clean(repr(short), 80), clean(err.message, 300))
         st.tools = names
 
     def _runner(self, st: _Server, short: str) -> Runner:

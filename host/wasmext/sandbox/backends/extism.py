@@ -13,6 +13,10 @@ linked), and only those the plugin was granted:
     extism:host/user wasmext_state_get(key) -> value_json                     (grant: state)
     extism:host/user wasmext_state_set(key, value_json)                       (grant: state)
 
+WASI is Extism's own (no environment, arguments or files), without `poll_oneoff`: a
+module importing it is refused (`UnknownImport`), since Extism's sleep waits inside
+host code where neither the call's deadline nor a cancel reaches.
+
 A call is held to the same `CallBudget` as a native one: its host calls are
 counted, timed and bounded by the call's deadline (an `http.fetch` sees the
 time left, not a default), a nested call gets only its caller's time, and a
@@ -49,6 +53,7 @@ from wasmext.errors import (
     PluginError,
     PluginFault,
     Timeout,
+    UnknownImport,
     WasmextError,
 )
 from wasmext.sandbox.budget import CallBudget
@@ -64,6 +69,7 @@ __all__ = ["EXTISM_KERNEL", "ExtismPlugin", "uses_extism"]
 
 EXTISM_KERNEL = "extism:host/env"
 USER_NS = "extism:host/user"
+WASI = "wasi_snapshot_preview1"
 _INTERNAL = {"memory", "_start", "_initialize", "hs_init", "__data_end", "__heap_base"}
 
 
@@ -205,7 +211,16 @@ class ExtismPlugin:
         names = [e.name for e in module.exports
                  if isinstance(e.type, wasmtime.FuncType) and e.name not in _INTERNAL]
         imports = tuple((i.module, i.name or "") for i in module.imports)
-        self.uses_wasi = any(m == "wasi_snapshot_preview1" for m, _ in imports)
+        self.uses_wasi = any(m == WASI for m, _ in imports)
+        if self.uses_wasi and (WASI, "poll_oneoff") in imports:
+            # Extism links its own WASI, whose poll_oneoff sleeps inside host code where
+            # neither the call's deadline nor a cancel reaches: a 6 s sleep under
+            # timeout_ms = 300 ran 6 s and answered as if nothing happened.
+            raise UnknownImport(f"plugin {plugin_id} imports {WASI}.poll_oneoff: the "
+                                "Extism backend cannot bound a WASI sleep by the call's "
+                                "deadline, so it offers none (build without sleeping, or "
+                                "as a wasmext plugin, whose WASI ends such a call with "
+                                "Timeout)", plugin_id=plugin_id)
         # The same shape as a native plugin's compiled module, for the host's bookkeeping.
         self.module = SimpleNamespace(info=ModuleInfo(
             hashlib.sha256(wasm).hexdigest(), len(wasm), tuple(names), imports, self.uses_wasi,
