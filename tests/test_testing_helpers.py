@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import msgpack
 import pytest
 
 from wasmext import PluginError, Runtime
-from wasmext.testing import REGISTER_AT, RESPONSE_AT, guest_wat, host_calls_wat, load_wat
+from wasmext.testing import (
+    REGISTER_AT,
+    RESPONSE_AT,
+    guest_wat,
+    host_calls_wat,
+    load_wat,
+    make_host,
+)
 
 MINOR_1 = {"abi_minor": 1, "hooks": [{"hook": "test"}]}
 
@@ -42,3 +53,40 @@ def test_a_registration_longer_than_its_fixed_place_is_read_whole() -> None:
                                     response={"ok": True, "value": "intact"}))
     assert plugin.call("test").value == "intact"
     assert plugin.call("other").value == "intact"
+
+
+STORE_THEN_READ = ({"op": "state.get", "key": "seen", "scope": "plugin"},
+                   {"op": "state.set", "key": "seen", "value": 1, "scope": "plugin"})
+
+
+def test_make_host_keeps_nothing_in_the_working_folder_or_between_hosts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin author's tests (`wasmext_host`, `make_host`) start from empty state each
+    time and leave no `.wasmext` state file in the project they run in."""
+    monkeypatch.chdir(tmp_path)
+    wat = host_calls_wat(*STORE_THEN_READ[1:], registration=MINOR_1)
+    read = host_calls_wat(STORE_THEN_READ[0], registration=MINOR_1)
+    with make_host((wat, {"plugin_id": "keeper", "grants": ["state"]})) as host:
+        host.plugins["keeper"].plugin.call("test")
+    with make_host((read, {"plugin_id": "keeper", "grants": ["state"]})) as host, \
+            pytest.raises(PluginError) as later:
+        host.plugins["keeper"].plugin.call("test")
+    assert later.value.code == "not_found"  # the first host's value is gone
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_wasmext_host_fixture_writes_nothing_to_the_working_folder(tmp_path: Path) -> None:
+    """The fixture as a plugin author's own pytest run in their project folder uses it."""
+    (tmp_path / "test_author.py").write_text(f"""
+from wasmext.testing import host_calls_wat
+WAT = host_calls_wat({STORE_THEN_READ[1]!r}, registration={MINOR_1!r})
+
+def test_store(wasmext_host):
+    host = wasmext_host((WAT, {{"plugin_id": "keeper", "grants": ["state"]}}))
+    host.plugins["keeper"].plugin.call("test")
+""")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "test_author.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert "1 passed" in run.stdout, run.stdout + run.stderr
+    assert {p.name for p in tmp_path.iterdir()} <= {"__pycache__", "test_author.py"}

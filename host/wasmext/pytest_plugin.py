@@ -23,8 +23,10 @@ def wasmext_host() -> Iterator[Callable[..., Any]]:
 
     Each plugin is WAT text, module bytes, a path (plugin folder, .wasm or .wat),
     or a (source, options) pair with `Host.add` keyword arguments (plugin_id,
-    settings, grants, priority, failure...). The host has no plugin folders and
-    no disk cache; every host the factory made is closed when the test ends.
+    settings, grants, priority, failure...). The host has no plugin folders, no
+    disk cache, and (without `config`) its state in memory and its data folder in a
+    temporary one: each host starts empty and nothing is written to the project. Every
+    host the factory made is closed when the test ends.
     """
     from wasmext.testing import make_host  # wasmtime loads only for tests that use it
 

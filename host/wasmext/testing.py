@@ -13,6 +13,9 @@ under test. Everything here builds real WebAssembly; nothing is mocked.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +153,22 @@ def make_host(*plugins: Any, config: Any = None) -> Any:
     Each item is WAT text (starting with "(module"), module bytes, a path (plugin
     folder, .wasm or .wat), or a (source, options) pair where options are
     `Host.add` keyword arguments such as plugin_id, settings, priority, failure.
-    Close it (or use it as a context manager) when done.
+    Close it (or use it as a context manager) when done. Without `config` the host
+    keeps its state in memory and its data folder (approvals, enable choices) in a
+    temporary folder removed with the host, so every host starts empty and a test
+    writes nothing to the folder it runs in.
     """
     from wasmext.config import HostConfig
     from wasmext.host import Host
 
-    config = config or HostConfig()
+    scratch = None
+    if config is None:
+        scratch = tempfile.mkdtemp(prefix="wasmext-test-")
+        config = HostConfig(data_dir=Path(scratch), state_backend="memory")
     runtime = Runtime(cache=False, defaults=config.limits, policy=config.cap)
     host = Host(config, runtime=runtime, plugin_dirs=[])
+    if scratch is not None:
+        weakref.finalize(host, shutil.rmtree, scratch, ignore_errors=True)
     for n, item in enumerate(plugins):
         source, options = item if isinstance(item, tuple) else (item, {})
         options = dict(options)
