@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import logging
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from wasmext_cli.common import show_notices
+
 __all__ = ["throwaway_host"]
-
-
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever sys.stderr is at the time (a test runner swaps it)."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
 
 
 @contextlib.contextmanager
@@ -31,13 +19,9 @@ def throwaway_host() -> Iterator[Any]:
     and a data folder deleted on exit."""
     from wasmext import Host, HostConfig
 
-    # The one load-time notice a caller must see: a setting that asked for an
-    # environment variable it may not read (it reads as unset).
-    refusals = logging.getLogger("wasmext.env")
-    if not refusals.handlers:
-        handler = _Stderr()
-        handler.setFormatter(logging.Formatter("wasmext: %(message)s"))
-        refusals.addHandler(handler)
+    # The notices a caller must see: a setting that asked for an environment variable
+    # it may not read (it reads as unset), an op denied for want of a grant.
+    show_notices(lambda _plugin_id, capability: f"to allow it: --grant {capability}")
     with tempfile.TemporaryDirectory(prefix="wasmext-call-") as data:
         config = HostConfig(data_dir=Path(data), state_backend="memory", auto_enable=True)
         with Host(config, plugin_dirs=[]) as host:

@@ -9,8 +9,10 @@ capped, then any character a terminal would act on escaped as `\\uXXXX`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -66,6 +68,53 @@ def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
 
     click.echo(error_line(err), err=True)  # one clean line, "wasmext: " once
     sys.exit(code)
+
+
+# The library's warnings an operator must see to act on (logged, so an embedding
+# application routes them itself): a setting's environment variable the operator did not
+# allow, and a plugin denied an op for want of a grant.
+NOTICE_LOGGERS = ("wasmext.env", "wasmext.sandbox.hostcalls")
+GrantHint = Callable[[str, str], str]
+
+
+def grant_command(plugin_id: str, capability: str) -> str:
+    """How an operator allows a denied op for good: the `wasmext grant` command."""
+    return f"to allow it: wasmext grant {plugin_id} {capability}"
+
+
+class _Notices(logging.Handler):
+    """Each notice as one `wasmext: ` line on whatever sys.stderr is at the time (a test
+    runner swaps it), a denial followed by how to grant what was missing."""
+
+    hint: GrantHint | None = None
+    on = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.on:
+            return
+        if record.name == NOTICE_LOGGERS[1] and not hasattr(record, "op"):
+            return  # the op table's other records (a handler's own failure) are not notices
+        text = record.getMessage()
+        plugin_id, capability = getattr(record, "plugin_id", None), \
+            getattr(record, "capability", None)
+        if self.hint is not None and isinstance(plugin_id, str) and \
+                isinstance(capability, str):
+            text = f"{text}; {self.hint(plugin_id, capability)}"
+        sys.stderr.write(f"wasmext: {_line(text)}\n")
+
+
+_NOTICES = _Notices(logging.WARNING)
+
+
+def show_notices(hint: GrantHint | None = grant_command, on: bool = True) -> None:
+    """Print the library's operator notices on stderr for this command (not when `on` is
+    false: `--json-logs` carries them); `hint` says how to grant a denied capability in
+    the command's terms (`wasmext grant`, `--grant`)."""
+    _NOTICES.hint, _NOTICES.on = hint, on
+    for name in NOTICE_LOGGERS:
+        logger = logging.getLogger(name)
+        if _NOTICES not in logger.handlers:
+            logger.addHandler(_NOTICES)
 
 
 def _host(config: Path | None, plugin_dirs: tuple[Path, ...],

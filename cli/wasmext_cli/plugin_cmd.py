@@ -29,6 +29,7 @@ from wasmext_cli.common import (
     _jsonable,
     _line,
     absolute_fs_grant,
+    show_notices,
 )
 from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
@@ -261,6 +262,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
     from wasmext_cli.ui import show_compiles
 
     logging.getLogger("wasmext").addHandler(logging.NullHandler())
+    show_notices()  # a setting's environment variable the operator did not allow
     show_compiles()
     config = _default_config(config)
     try:

@@ -19,6 +19,7 @@ from wasmext_cli.common import (
     _fail,
     _host,
     _line,
+    show_notices,
     started,
 )
 
@@ -139,6 +140,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         opts["transcript"] = opts["transcript"] or example_root() / "transcript.json"
         opts["policy"] = opts["policy"] or example_root() / "policy.toml"
     show_compiles()
+    show_notices(on=not opts["json_logs"])  # JSON log lines carry the same records
     try:
         if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
                 and _default_config(opts["config"]) is None:

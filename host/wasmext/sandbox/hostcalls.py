@@ -237,7 +237,7 @@ class HostServices:
             try:
                 ctx.require(capability)
             except CapabilityDenied as exc:
-                self._log_denial(ctx, op, exc)
+                self._log_denial(ctx, op, exc, capability)
                 return False, _error("denied", exc.message)
         if handler is None:
             return False, _error("unsupported", f"op {op!r} is not implemented by this host")
@@ -293,9 +293,11 @@ class HostServices:
         log.exception("op %s failed inside the host (plugin %s)", op, ctx.plugin_id)
         return False, _error("internal", f"op {op!r} failed inside the host")
 
-    def _log_denial(self, ctx: CallContext, op: str, exc: WasmextError) -> None:
+    def _log_denial(self, ctx: CallContext, op: str, exc: WasmextError,
+                    capability: str | None = None) -> None:
         """A warning the first time a plugin is denied `op` in a session: an operator
-        learns a grant is missing without a line per call."""
+        learns a grant is missing without a line per call. `capability` is the grant
+        that would allow it, when one alone would (the record's `capability` field)."""
         key = (ctx.session or "", ctx.plugin_id, op)
         with self._denials_lock:
             if key in self._denials_logged:
@@ -306,7 +308,8 @@ class HostServices:
         where = f" in session {clean(ctx.session, 128)}" if ctx.session else ""
         log.warning("plugin %s was denied %s%s: %s (logged once per session)",
                     ctx.plugin_id, op, where, clean(exc.message, 300),
-                    extra={"plugin_id": ctx.plugin_id, "session": ctx.session, "op": op})
+                    extra={"plugin_id": ctx.plugin_id, "session": ctx.session, "op": op,
+                           "capability": capability})
 
 
 DENIALS_REMEMBERED = 4096

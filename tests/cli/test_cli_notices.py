@@ -1,0 +1,94 @@
+"""The library's operator notices reach the terminal of `wasmext run`, `stats`, `list` and
+`call`: a setting's environment variable the operator did not allow, and a plugin denied
+an op, one `wasmext: ` line each naming the plugin and how to grant what it lacked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgpack
+import pytest
+import wasmtime
+from click.testing import CliRunner
+
+from wasmext import runtime
+from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat
+from wasmext_cli.main import main
+
+VARIABLE = "WX_NOTICE_GREETING"
+
+
+def _nosy(tmp_path: Path) -> Path:
+    """A plugin whose on_plain_text asks for state it was not granted, and whose setting
+    names an environment variable no operator allowed."""
+    raw = msgpack.packb({"op": "state.get", "key": "k"})
+    body = f"(drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)})))" \
+           " (i64.const 0)"
+    folder = tmp_path / "plugins" / "nosy"
+    folder.mkdir(parents=True)
+    (folder / "nosy.wasm").write_bytes(wasmtime.wat2wasm(guest_wat(
+        body, imports=HOST_CALL_IMPORT, data=raw, hooks=("on_plain_text",))))
+    (folder / "plugin.toml").write_text(
+        f'id = "nosy"\nversion = "1.0.0"\n[settings.greeting]\ndefault = "hi"\n'
+        f'env = "{VARIABLE}"\n')
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+    (tmp_path / "t.json").write_text(json.dumps(
+        {"model": "m", "turns": [{"user": "hi", "steps": [{"response": "ok"}]}]}))
+    return folder
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    _nosy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(VARIABLE, "from the environment")
+    # Each refusal is said once per process; every command here is a process of its own.
+    monkeypatch.setattr(runtime, "_refused_env", set())
+    return tmp_path
+
+
+def _notices(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("wasmext: plugin nosy")]
+
+
+@pytest.mark.parametrize("command", ["run", "stats"])
+def test_a_session_command_names_the_refused_variable_and_the_missing_grant(
+        project: Path, command: str) -> None:
+    result = CliRunner().invoke(main, [command, "t.json"])
+    assert result.exit_code == 0, result.output
+    env, denial = _notices(result.stderr)
+    assert f"environment variable {VARIABLE} is not one the operator allowed" in env
+    assert "[plugin.nosy] env" in env and "from the environment" not in result.stderr
+    assert denial.startswith("wasmext: plugin nosy was denied state.get in session ")
+    assert denial.endswith("not granted 'state' (logged once per session); "
+                           "to allow it: wasmext grant nosy state")
+
+
+def test_json_logs_carry_the_notices_once(project: Path) -> None:
+    result = CliRunner().invoke(main, ["run", "t.json", "--json-logs"])
+    assert result.exit_code == 0, result.output
+    assert _notices(result.stderr) == []  # no plain line beside the JSON one
+    records = [json.loads(line) for line in result.stderr.splitlines()
+               if line.startswith("{")]
+    assert [r["op"] for r in records if r.get("op")] == ["state.get"]
+
+
+def test_list_names_the_refused_variable(project: Path) -> None:
+    result = CliRunner().invoke(main, ["list", "--settings"])
+    assert result.exit_code == 0, result.output
+    assert [VARIABLE in line for line in _notices(result.stderr)] == [True]
+    assert 'nosy.greeting = "hi" (default)' in result.stdout
+
+
+def test_call_names_the_flag_that_grants_what_was_denied(project: Path) -> None:
+    result = CliRunner().invoke(main, ["call", "plugins/nosy", "on_plain_text",
+                                       "--data", '"x"'])
+    assert result.exit_code == 0, result.output
+    denial = [line for line in _notices(result.stderr) if "denied" in line]
+    assert denial == ["wasmext: plugin nosy was denied state.get: plugin nosy was not granted "
+                      "'state' (logged once per session); to allow it: --grant state"]
+    granted = CliRunner().invoke(main, ["call", "plugins/nosy", "on_plain_text",
+                                        "--data", '"x"', "--grant", "state"])
+    assert granted.exit_code == 0 and "denied" not in granted.stderr
