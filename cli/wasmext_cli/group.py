@@ -10,6 +10,7 @@ type and message. WASMEXT_DEBUG=1 lets the exception through, traceback and all.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -53,6 +54,13 @@ class WasmextGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort,
                 SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            # The reader went away (`wasmext run | head`): nothing is wrong with wasmext,
+            # so no error line; stdout goes to /dev/null so that the interpreter's final
+            # flush does not raise again.
+            with contextlib.suppress(OSError, ValueError):  # a stdout with no descriptor
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(EXIT_FAULT)
         except Exception as exc:
             if os.environ.get("WASMEXT_DEBUG"):
                 raise

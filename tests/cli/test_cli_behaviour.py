@@ -234,3 +234,17 @@ def test_list_is_a_table_on_a_terminal_and_plain_in_a_pipe(tmp_path: Path) -> No
     assert code == 0
     assert "━".encode() in seen or "─".encode() in seen  # a rich table
     assert b"hello(50)" in seen and not COLOUR.search(seen)  # no colour under NO_COLOR
+
+
+@pytest.mark.parametrize("args", [("limits",), ("run",)])
+def test_a_reader_that_goes_away_is_no_error(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`wasmext ... | head`: the pipe closes before the command writes; it stops without an
+    error line (and without the interpreter's own complaint at exit)."""
+    proc = subprocess.Popen([sys.executable, "-m", "wasmext_cli", *args], cwd=tmp_path,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    assert "BrokenPipe" not in stderr and "Exception ignored" not in stderr
+    assert not [line for line in stderr.splitlines() if line.startswith("wasmext: ")]
