@@ -117,6 +117,28 @@ def show_notices(hint: GrantHint | None = grant_command, on: bool = True) -> Non
             logger.addHandler(_NOTICES)
 
 
+def unmet_config(host: Any) -> list[str]:
+    """What the host's config names and the host did not find: a plugin folder that does
+    not exist, a plugin id that no folder holds (a typo there is otherwise silent)."""
+    from wasmext.discovery import PACKAGES
+
+    notes = [f"plugin folder {_line(folder)} does not exist"
+             for source, folder in host.plugin_dirs
+             if (source, folder) != PACKAGES and not folder.exists()]
+    config = host.config
+    if not config.extensions_enabled:  # no plugin is loaded at all: nothing to miss
+        return notes
+    found = set(host.plugins) | set(host.disabled) | set(config.remote) | {
+        err.plugin_id for err in host.load_errors if err.plugin_id}
+    notes += [f"[plugin.{pid}] names no plugin found in the plugin folders"
+              for pid in sorted(set(config.overrides) - found)]
+    notes += [f"[plugins] enabled names {pid}, no plugin found in the plugin folders"
+              for pid in sorted(config.enabled - found)]
+    notes += [f"[grants.{pid}] names no plugin found in the plugin folders"
+              for pid in sorted(set(config.grants) - found)]
+    return notes
+
+
 def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
           credential_env: tuple[str, ...] = (), instance_id: str | None = None) -> Any:
     """The host of a command; `credential_env`: variables the command itself reads as

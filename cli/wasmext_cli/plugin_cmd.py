@@ -30,6 +30,7 @@ from wasmext_cli.common import (
     _line,
     absolute_fs_grant,
     show_notices,
+    unmet_config,
 )
 from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
@@ -285,8 +286,10 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         errors = [err.describe() for err in host.load_errors] + [
             f"{pid}: a [remote] plugin, and no NATS server to ask its worker "
             "([nats] url or WASMEXT_NATS_URL)" for pid in unreached]
+        warnings = unmet_config(host)
     if as_json:
-        _echo_json({"plugins": plugins + disabled, "order": order, "errors": errors})
+        _echo_json({"plugins": plugins + disabled, "order": order, "errors": errors,
+                    "warnings": warnings})
         return
     from wasmext_cli.ui import print_list_table
 
@@ -307,6 +310,8 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                                  f"({s['source']}{', sensitive' if s['sensitive'] else ''})"))
     for line in errors:
         click.echo(f"not loaded: {_line(line.removeprefix('wasmext: '))}", err=True)
+    for note in warnings:
+        click.echo(f"warning: {note}", err=True)
     if config is None and not plugin_dirs:
         hint = " (./plugins exists: wasmext list --plugins plugins)" \
             if Path("plugins").is_dir() else ""

@@ -18,7 +18,7 @@ from wasmext import Host, Session
 from wasmext.agent import TurnReport
 from wasmext.errors import WasmextError
 from wasmext.text import clean_lines, clean_tree, json_safe
-from wasmext_cli.common import _line
+from wasmext_cli.common import _line, unmet_config
 
 TEXT_CAP = 16384
 
@@ -45,6 +45,7 @@ def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: 
     if as_json:
         doc = {"session": session.id, "plugins": sorted(host.plugins),
                "load_errors": [e.describe() for e in host.load_errors],
+               "warnings": unmet_config(host),
                "earlier_extensions": earlier,
                "turns": [r.as_dict() for r in reports], "trace": events,
                "hooks_fired": sorted({e["hook"] for e in events if e["plugin"]})}
@@ -54,7 +55,9 @@ def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: 
     names = ", ".join(sorted(host.plugins)) or "none"
     click.echo(_line(f"session {session.id}  plugins: {names}"))
     for err in host.load_errors:
-        click.echo(f"  not loaded: {err.describe()}")
+        click.echo(f"  not loaded: {_line(err.describe().removeprefix('wasmext: '))}")
+    for note in unmet_config(host):
+        click.echo(f"  warning: {note}")
     for turn in earlier:  # a resumed session shows its earlier turns' extension results
         click.echo(_line(f"  earlier {turn.get('turn_id')}: {turn.get('query')}", TEXT_CAP))
         for ext in turn.get("results", []):

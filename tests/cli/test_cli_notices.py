@@ -92,3 +92,52 @@ def test_call_names_the_flag_that_grants_what_was_denied(project: Path) -> None:
     granted = CliRunner().invoke(main, ["call", "plugins/nosy", "on_plain_text",
                                         "--data", '"x"', "--grant", "state"])
     assert granted.exit_code == 0 and "denied" not in granted.stderr
+
+
+# --- what the config names and the host did not find ------------------------------------
+
+TYPOS = """[host]
+data_dir = "data"
+[plugins]
+workspace_dir = "nope"
+enabled = ["phantom", "nosy"]
+[extensions]
+directories = ["plugins"]
+[plugin.ghost]
+settings = { greeting = "hi" }
+[plugin.nosy]
+settings = { greeting = "hi" }
+"""
+UNMET = ["plugin folder nope does not exist",
+         "[plugin.ghost] names no plugin found in the plugin folders",
+         "[plugins] enabled names phantom, no plugin found in the plugin folders"]
+
+
+def test_run_names_a_missing_folder_and_ids_no_folder_holds(project: Path) -> None:
+    (project / "wasmext.toml").write_text(TYPOS)
+    broken = project / "plugins" / "broken"
+    broken.mkdir()
+    (broken / "plugin.toml").write_text('id = "Broken"\nversion = "1.0.0"\n')
+    result = CliRunner().invoke(main, ["run", "t.json"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [ln.removeprefix("  warning: ") for ln in lines if "warning: " in ln] == \
+        UNMET
+    not_loaded = [ln for ln in lines if "not loaded: " in ln]
+    assert len(not_loaded) == 1 and not_loaded[0].startswith("  not loaded: manifest: ")
+    assert "plugins: nosy" in lines[0]  # the plugins it found still run
+    doc = json.loads(CliRunner().invoke(main, ["run", "t.json", "--json"]).stdout)
+    assert doc["warnings"] == UNMET
+
+
+def test_list_names_them_too_and_nothing_for_a_config_that_matches(project: Path) -> None:
+    (project / "wasmext.toml").write_text(TYPOS)
+    result = CliRunner().invoke(main, ["list"])
+    assert result.exit_code == 0, result.output
+    assert [ln for ln in result.stderr.splitlines() if ln.startswith("warning: ")] == \
+        [f"warning: {u}" for u in UNMET]
+    (project / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n'
+        'disabled = ["nosy"]\n[plugin.nosy]\nsettings = { greeting = "hi" }\n')
+    quiet = CliRunner().invoke(main, ["list", "--json"])
+    assert json.loads(quiet.stdout)["warnings"] == [] and "warning" not in quiet.stderr
