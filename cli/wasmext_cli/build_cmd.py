@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wasmext_cli.common import EXIT_FAULT
+from wasmext_cli.common import EXIT_FAULT, _line
 
 if TYPE_CHECKING:  # the builder pulls in rich and the manifest; `--help` needs neither
     from wasmext_cli.build import BuildResult, Progress
@@ -80,13 +80,19 @@ def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool,
     runtime = Runtime() if precompile else None
     with _progress(quiet) as progress:
         def one(folder: Path) -> BuildResult | None:
+            if folder.is_dir() and not (folder / "plugin.toml").exists():
+                where = "this folder" if folder == Path(".") else _line(str(folder))
+                failures.append(f"{where} has no plugin.toml, so it is no plugin project: "
+                                "`wasmext new NAME --lang LANG` makes one, or give "
+                                "`wasmext build` a plugin folder")
+                return None
             try:
                 return build_plugin(folder, progress=progress, verbose=say if verbose else None,
                                     force=force, runtime=runtime)
             except BuildError as exc:
                 failures.append(str(exc))
             except WasmextError as exc:
-                failures.append(exc.describe())
+                failures.append(exc.describe().removeprefix("wasmext: "))
             return None
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:

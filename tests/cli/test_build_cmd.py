@@ -100,6 +100,27 @@ def test_a_missing_source_names_the_manifest_field(hello: Path) -> None:
     assert "plugin.toml" in proc.stderr
 
 
+
+@pytest.mark.parametrize("args", [(), ("elsewhere",)])
+def test_a_folder_without_plugin_toml_says_it_is_no_project(tmp_path: Path,
+                                                              args: tuple[str, ...]) -> None:
+    """`wasmext build` in the wrong folder: one line saying what is missing and what to do,
+    with "wasmext: " once."""
+    (tmp_path / "elsewhere").mkdir()
+    proc = cli("build", *args, cwd=tmp_path)
+    assert proc.returncode == 1
+    where = "elsewhere" if args else "this folder"
+    assert proc.stderr.splitlines() == [
+        f"wasmext: {where} has no plugin.toml, so it is no plugin project: `wasmext new NAME "
+        "--lang LANG` makes one, or give `wasmext build` a plugin folder"]
+
+
+def test_a_bad_manifest_says_wasmext_once(tmp_path: Path) -> None:
+    (tmp_path / "plugin.toml").write_text('id = "Bad"\n')
+    proc = cli("build", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("wasmext: manifest: ") and "wasmext: wasmext" not in proc.stderr
+
 RUSTC = """error[E0425]: cannot find value `nope` in this scope
  --> hello.rs:12:5
   |
