@@ -161,6 +161,28 @@ def test_each_section_problem_alone_names_its_field_and_reason(tmp_path: Path) -
                                     "field 'mcp.servers.x.url': a http server needs a url")
 
 
+
+@pytest.mark.parametrize(("written", "why"), [
+    ("htttp", "the item is not a capability; did you mean 'http'?"),
+    ("fs", "the item grants nothing without what it names; write fs:<absolute folder>"),
+    ("http:", "the item has an empty pattern; write http:<host pattern>"),
+    ("fs:notes-hunter2:rw", "the item names a relative folder"),
+    ("toolz:secret-hunter2", "the item is not a capability; did you mean 'tool:...'?")])
+def test_a_config_grant_nothing_would_check_is_refused(tmp_path: Path, written: str,
+                                                       why: str) -> None:
+    """A typo in [grants.ID] capabilities was kept as a grant no op ever asks for: the
+    plugin was denied what the operator meant to allow, and nothing said why. The value
+    itself stays out of the message, as every config value does."""
+    path = tmp_path / "wasmext.toml"
+    path.write_text(f'[grants.calc]\ndigest = "sha256:{"0" * 64}"\n'
+                    f'capabilities = ["state", "{written}"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert [f for f, _ in caught.value.problems] == ["grants.calc.capabilities[1]"]
+    assert caught.value.problems[0][1].startswith(why)
+    assert "hunter2" not in caught.value.message
+
+
 def _plugin(root: Path) -> None:
     folder = root / "plugins" / "healthy"
     folder.mkdir(parents=True)

@@ -113,14 +113,20 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         limits["memory_bytes"] = memory_mb * 2**20
     if timeout_ms is not None:
         limits["timeout_ms"] = timeout_ms
+    from wasmext.lifecycle.approvals import capability_problem
     from wasmext_cli.call_host import throwaway_host
     from wasmext_cli.ui import show_compiles
 
+    grants = tuple(absolute_fs_grant(g) for g in grants)
+    for grant in grants:  # a typo would be a grant nothing checks: refused, as `wasmext grant`
+        problem = capability_problem(grant)
+        if problem is not None:
+            raise click.BadParameter(problem, param_hint="--grant")
     show_compiles()
     with throwaway_host() as host:
         try:
             loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings),
-                              grants=[absolute_fs_grant(g) for g in grants])
+                              grants=list(grants))
         except WasmextError as err:
             _fail(err)
         started = time.time()

@@ -139,7 +139,7 @@ from wasmext.cluster.registry import (
 from wasmext.discovery import PACKAGES
 from wasmext.errors import ConfigError, UnsafeFile
 from wasmext.files import atomic_write, locked, read_regular
-from wasmext.lifecycle.approvals import Grant
+from wasmext.lifecycle.approvals import Grant, capability_problem
 from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig
@@ -289,6 +289,15 @@ def _env_name(value: str) -> str:
     return value
 
 
+def _capability(value: str) -> str:
+    # A typo is refused here, as `wasmext grant` refuses it: otherwise it is a grant
+    # nothing ever checks, and the plugin is denied what the operator meant to allow.
+    reason = capability_problem(value, label="the item")
+    if reason is not None:
+        problem(reason)
+    return value
+
+
 def _public_key(value: str) -> str:
     if not is_public_key(value):
         problem("must be an 'ed25519:<base64>' public key")
@@ -367,7 +376,7 @@ class GrantTable(BaseModel):
 
     digest: str
     manifest: str | None = None
-    capabilities: list[str] = []
+    capabilities: list[Annotated[str, AfterValidator(_capability)]] = []
 
     @field_validator("digest", "manifest")
     @classmethod

@@ -116,7 +116,26 @@ def test_any_capability_is_accepted_or_refused_in_one_inert_line(capability: str
     problem = capability_problem(capability)
     if problem is not None:
         assert "\n" not in problem and "\x1b" not in problem and len(problem) <= 600
-        assert "a grant is one of" in problem or "has an empty pattern" in problem
+        assert "a grant is one of" in problem or "has an empty pattern" in problem or \
+            "grants nothing without what it names" in problem
+
+
+@pytest.mark.parametrize(("bare", "form"), [("fs", "fs:<absolute folder>[:ro|rw]"),
+                                            ("tool", "tool:<tool pattern>"),
+                                            ("emit", "emit:<topic pattern>")])
+def test_a_kind_without_its_pattern_says_what_to_write(bare: str, form: str) -> None:
+    """`wasmext grant kb fs` once answered "did you mean 'fs'?"."""
+    assert capability_problem(bare) == \
+        f"{bare!r} grants nothing without what it names; write {form}"
+
+
+def test_call_refuses_a_grant_that_does_not_exist(tmp_path: Path) -> None:
+    """`wasmext call --grant htttp` ran the plugin with a grant nothing checks."""
+    proc = cli("call", str(tmp_path), "test", "--grant", "state", "--grant", "htttp",
+               cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "Invalid value for --grant: 'htttp' is not a capability; did you mean " \
+           "'http'?" in " ".join(proc.stderr.split())
 
 
 # --- what a plugin asks for ---------------------------------------------------------------

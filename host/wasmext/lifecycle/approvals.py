@@ -39,7 +39,7 @@ from wasmext._abi import OPS
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write, read_regular
 from wasmext.manifest import Manifest
-from wasmext.sandbox.fsgrants import fs_grant_problem
+from wasmext.sandbox.fsgrants import fs_grant_problem, fs_path_problem
 from wasmext.text import clean
 
 __all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "capability_problem",
@@ -67,12 +67,13 @@ PATTERNED = {"http": "http:<host pattern>", "tool": "tool:<tool pattern>",
 FOLDER = "fs:<absolute folder>[:ro|rw]"
 
 
-def capability_problem(capability: str) -> str | None:
+def capability_problem(capability: str, label: str | None = None) -> str | None:
     """Why `capability` is not something a grant can say (a typo, say), or None.
 
     The message names the nearest known capability and every known form, so
     `wasmext grant kb htttp` is refused before it is recorded as a grant nothing
-    would ever check."""
+    would ever check. `label` names the capability in the message instead of its
+    text (a config file's item, whose values a message never repeats)."""
     if capability in CAPABILITIES:
         return None
     kind, colon, pattern = capability.partition(":")
@@ -80,17 +81,26 @@ def capability_problem(capability: str) -> str | None:
     forms = [*known, *PATTERNED.values(), FOLDER]
     if kind == "fs" and colon:
         problem = fs_grant_problem(capability)
+        if problem is not None and label is not None:
+            path = capability[3:-3] if capability.endswith((":ro", ":rw")) else capability[3:]
+            problem = f"{label} {fs_path_problem(path)}"
         return None if problem is None else \
             clean(f"{problem}; a grant is one of: {', '.join(forms)}", 600)
+    name = repr(capability) if label is None else label
     if colon and kind in PATTERNED and pattern:
         return None
     if colon and kind in PATTERNED:
-        return clean(f"{capability!r} has an empty pattern; write {PATTERNED[kind]}", 600)
+        return clean(f"{name} has an empty pattern; write {PATTERNED[kind]}", 600)
+    if not colon and (kind in PATTERNED or kind == "fs"):  # `fs`, `tool`, `emit`: no bare form
+        return clean(f"{name} grants nothing without what it names; write "
+                     f"{PATTERNED.get(kind, FOLDER)}", 600)
     near = difflib.get_close_matches(kind if colon else capability,
                                      [*known, *PATTERNED, "fs"], n=1, cutoff=0.6)
-    hint = f"did you mean {near[0] + (':' + pattern if colon else '')!r}? " if near else ""
-    what = "is not a capability"
-    return clean(f"{capability!r} {what}; {hint}a grant is one of: {', '.join(forms)}", 600)
+    said = near[0] + (":" + pattern if colon and label is None else ":..." if colon else "") \
+        if near else ""
+    hint = f"did you mean {said!r}? " if near else ""
+    return clean(f"{name} is not a capability; {hint}a grant is one of: {', '.join(forms)}",
+                 600)
 
 
 @dataclass(frozen=True)
