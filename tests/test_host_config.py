@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import pytest
 import wasmtime
 
 from support import Built, run_in_threads
-from wasmext import ConfigError, Host, PluginError, load_config
+from wasmext import ConfigError, Host, HostConfig, PluginError, load_config
+from wasmext.config import open_store
 from wasmext.testing import DATA_AT, guest_wat
 
 HOST_CALL = '(import "wasmext" "host_call" (func $host_call (param i32 i32) (result i64)))'
@@ -250,3 +252,22 @@ def test_mcp_config_errors(tmp_path: Path, body: str, field: str, why: str) -> N
     with pytest.raises(ConfigError, match=re.escape(f"field '{field}': ")) as caught:
         load_config(write_config(tmp_path, body))
     assert why in dict(caught.value.problems)[field]
+
+
+@pytest.mark.parametrize(("backend", "client", "url"), [
+    ("redis", "redis", "redis://127.0.0.1:1/0"), ("jetstream", "nats", "nats://127.0.0.1:1")])
+def test_a_state_backend_without_its_client_names_the_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, client: str,
+        url: str) -> None:
+    """`[state] backend = "redis"` in a plain `pip install wasmext`: one config error saying
+    what to install, not "unexpected ModuleNotFoundError: No module named 'redis'"."""
+    for name in list(sys.modules):
+        if name.split(".")[0] == client or name.startswith(f"wasmext.state.{backend}"):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, client, None)  # an import of it fails, as uninstalled
+    with pytest.raises(ConfigError) as missing:
+        open_store(HostConfig(data_dir=tmp_path, state_backend=backend, state_url=url))
+    extra = "redis" if backend == "redis" else "nats"
+    assert missing.value.message == (f"[state] backend needs the {extra} extra (module "
+                                     f"{client} is not installed): pip install "
+                                     f"'wasmext[{extra}]'")

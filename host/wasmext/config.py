@@ -108,11 +108,12 @@ and capped as `wasmext.validation` says.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -640,6 +641,19 @@ class EnableState:
         self._choices = choices
 
 
+@contextlib.contextmanager
+def _extra_needed(extra: str, modules: tuple[str, ...]) -> Iterator[None]:
+    """A state backend's client library missing: a ConfigError naming the extra that
+    installs it, not a ModuleNotFoundError from deep inside the first session."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in modules:
+            raise
+        raise ConfigError(f"[state] backend needs the {extra} extra (module {exc.name} is "
+                          f"not installed): pip install 'wasmext[{extra}]'") from None
+
+
 def open_store(config: HostConfig) -> StateStore:
     """The store a host config asks for."""
     from wasmext.state import MemoryStore, SQLiteStore, StateLimits
@@ -648,11 +662,15 @@ def open_store(config: HostConfig) -> StateStore:
     if config.state_backend == "memory":
         return MemoryStore(limits)
     if config.state_backend == "redis":
-        from wasmext.state.redis.store import RedisStore
+        with _extra_needed("redis", ("redis",)):
+            from wasmext.state.redis.store import RedisStore
 
         return RedisStore(limits=limits, url=config.state_url)
     if config.state_backend == "jetstream":
-        from wasmext.state.jetstream.store import JetStreamStore
+        with _extra_needed("nats", ("nats",)):
+            import nats  # noqa: F401  (the store imports it only when it first connects)
+
+            from wasmext.state.jetstream.store import JetStreamStore
 
         auth = config.nats.with_env()  # the [nats] credentials, as the cluster's links use
         try:
