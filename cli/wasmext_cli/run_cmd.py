@@ -141,6 +141,14 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         opts["policy"] = opts["policy"] or example_root() / "policy.toml"
     show_compiles()
     show_notices(on=not opts["json_logs"])  # JSON log lines carry the same records
+    secrets = None
+    if opts["json_logs"]:  # before the host loads: its load-time notices are lines too
+        import logging  # here, so that `--help` starts fast
+
+        from wasmext.observe.logs import SecretRegistry, json_handler
+
+        secrets = SecretRegistry()
+        logging.getLogger("wasmext").addHandler(json_handler(sys.stderr, secrets))
     try:
         if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
                 and _default_config(opts["config"]) is None:
@@ -164,17 +172,11 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         routing = _routing(opts, host) if opts["policy"] else None
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
-    if opts["json_logs"]:
-        import logging  # here, so that `--help` starts fast
-
-        from wasmext.observe.logs import SecretRegistry, json_handler
-
-        secrets = SecretRegistry()
+    if secrets is not None:  # the loaded plugins' sensitive values, redacted from now on
         for lp in host.plugins.values():
             for name, value in lp.plugin.settings.items():
                 if name in lp.plugin.sensitive and value:
                     secrets.add(str(value))
-        logging.getLogger("wasmext").addHandler(json_handler(sys.stderr, secrets))
     server = host.observe.metrics.serve(opts["metrics_port"]) \
         if opts["metrics_port"] is not None else None
     if server is not None:

@@ -5,6 +5,7 @@ an op, one `wasmext: ` line each naming the plugin and how to grant what it lack
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import msgpack
@@ -66,13 +67,18 @@ def test_a_session_command_names_the_refused_variable_and_the_missing_grant(
                            "to allow it: wasmext grant nosy state")
 
 
-def test_json_logs_carry_the_notices_once(project: Path) -> None:
+def test_json_logs_carry_the_notices_once(project: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both notices as JSON lines, the load-time one too (the JSON handler once came after
+    the plugins had loaded), and no plain line beside them."""
+    monkeypatch.setattr(logging.getLogger("wasmext"), "handlers", [])  # this run's only
     result = CliRunner().invoke(main, ["run", "t.json", "--json-logs"])
     assert result.exit_code == 0, result.output
-    assert _notices(result.stderr) == []  # no plain line beside the JSON one
+    assert _notices(result.stderr) == []
     records = [json.loads(line) for line in result.stderr.splitlines()
                if line.startswith("{")]
     assert [r["op"] for r in records if r.get("op")] == ["state.get"]
+    assert [VARIABLE in r["msg"] for r in records if r["logger"] == "wasmext.env"] == [True]
 
 
 def test_list_names_the_refused_variable(project: Path) -> None:
