@@ -325,7 +325,12 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                    err=True)
     elif not plugins and not disabled:
         looked = ", ".join(str(d) for d in plugin_dirs) or f"the folders {config} names"
-        click.echo(f"no plugin loaded from {looked}", err=True)
+        # --plugins names a folder OF plugin folders; a plugin project is one itself.
+        itself = [d for d in plugin_dirs if (d / "plugin.toml").is_file()]
+        hint = f" ({_line(str(itself[0]))} is itself a plugin folder: --plugins takes the " \
+            f"folder holding plugin folders, such as {_line(str(itself[0].resolve().parent))})" \
+            if itself else ""
+        click.echo(f"no plugin loaded from {_line(looked)}{hint}", err=True)
     if errors and not plugins:
         sys.exit(EXIT_FAULT)
 

@@ -147,3 +147,16 @@ def test_list_names_them_too_and_nothing_for_a_config_that_matches(project: Path
         'disabled = ["nosy"]\n[plugin.nosy]\nsettings = { greeting = "hi" }\n')
     quiet = CliRunner().invoke(main, ["list", "--json"])
     assert json.loads(quiet.stdout)["warnings"] == [] and "warning" not in quiet.stderr
+
+
+def test_list_inside_a_plugin_project_says_where_to_point_it(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wasmext list --plugins .` in the project `wasmext new` made found nothing and said
+    only "no plugin loaded from ."."""
+    monkeypatch.chdir(project / "plugins" / "nosy")
+    result = CliRunner().invoke(main, ["list", "--plugins", "."])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-1] == (
+        "no plugin loaded from . (. is itself a plugin folder: --plugins takes the folder "
+        f"holding plugin folders, such as {project.resolve() / 'plugins'})")
+    assert "nosy" in CliRunner().invoke(main, ["list", "--plugins", ".."]).stdout
