@@ -183,6 +183,15 @@ def test_a_config_grant_nothing_would_check_is_refused(tmp_path: Path, written: 
     assert "hunter2" not in caught.value.message
 
 
+
+def test_a_config_grant_may_name_an_embedders_own_capability(tmp_path: Path) -> None:
+    """`rt.services.register("x.lookup", ..., capability="lookup")` (docs/embedding.md):
+    the operator grants it in the config; only names close to a known one are typos."""
+    path = tmp_path / "wasmext.toml"
+    path.write_text(f'[grants.calc]\ndigest = "sha256:{"0" * 64}"\n'
+                    'capabilities = ["lookup", "billing:eu", "state"]\n')
+    assert load_config(path).grants["calc"].capabilities == {"lookup", "billing:eu", "state"}
+
 def _plugin(root: Path) -> None:
     folder = root / "plugins" / "healthy"
     folder.mkdir(parents=True)

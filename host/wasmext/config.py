@@ -293,7 +293,8 @@ def _env_name(value: str) -> str:
 def _capability(value: str) -> str:
     # A typo is refused here, as `wasmext grant` refuses it: otherwise it is a grant
     # nothing ever checks, and the plugin is denied what the operator meant to allow.
-    reason = capability_problem(value, label="the item")
+    # A name near no known capability may be an embedding application's own.
+    reason = capability_problem(value, label="the item", custom=True)
     if reason is not None:
         problem(reason)
     return value

@@ -63,17 +63,24 @@ PATTERNED = {"http": "http:<host pattern>", "tool": "tool:<tool pattern>",
              "resources": "resources:<server>__<uri pattern>",
              "prompts": "prompts:<server>__<prompt pattern>",
              "mcp-server": "mcp-server:<server of the manifest>"}
+# How close a name must be to a known capability to be taken for its typo where a name
+# may also be an embedder's own capability (a config's [grants]): "htttp", "stat" and
+# "secret" are; "lookup" and "billing" are not.
+CUSTOM_CUTOFF = 0.75
 # A host folder shown to the plugin (sandbox.wasifs): a path, not a pattern.
 FOLDER = "fs:<absolute folder>[:ro|rw]"
 
 
-def capability_problem(capability: str, label: str | None = None) -> str | None:
+def capability_problem(capability: str, label: str | None = None,
+                       custom: bool = False) -> str | None:
     """Why `capability` is not something a grant can say (a typo, say), or None.
 
     The message names the nearest known capability and every known form, so
     `wasmext grant kb htttp` is refused before it is recorded as a grant nothing
     would ever check. `label` names the capability in the message instead of its
-    text (a config file's item, whose values a message never repeats)."""
+    text (a config file's item, whose values a message never repeats). With `custom`,
+    a plain name close to no known one passes: it may be the capability of an
+    embedder's own op (`HostServices.register(..., capability=...)`)."""
     if capability in CAPABILITIES:
         return None
     kind, colon, pattern = capability.partition(":")
@@ -95,7 +102,10 @@ def capability_problem(capability: str, label: str | None = None) -> str | None:
         return clean(f"{name} grants nothing without what it names; write "
                      f"{PATTERNED.get(kind, FOLDER)}", 600)
     near = difflib.get_close_matches(kind if colon else capability,
-                                     [*known, *PATTERNED, "fs"], n=1, cutoff=0.6)
+                                     [*known, *PATTERNED, "fs"], n=1,
+                                     cutoff=CUSTOM_CUTOFF if custom else 0.6)
+    if custom and not near:
+        return None
     said = near[0] + (":" + pattern if colon and label is None else ":..." if colon else "") \
         if near else ""
     hint = f"did you mean {said!r}? " if near else ""
