@@ -50,14 +50,15 @@ def allowed_environ(manifest: Manifest, allowed: Collection[str],
     """The part of the environment `manifest` may read: the variables the operator named
     for this plugin (`allowed`), never one in `denied` (the host's own credentials). Each
     variable the manifest names (a setting's `env`, an MCP server's `${VAR}`) outside that
-    is logged once per plugin and reads as unset: its value never reaches the plugin."""
+    reads as unset: its value never reaches the plugin; one the environment has (a value
+    withheld) is logged once per plugin."""
     env = os.environ if environ is None else environ
     named = {s.env for s in manifest.settings if s.env} | env_refs(dict(manifest.mcp_table))
     for var in sorted(named):
         why = "is a credential of the host itself" if var in denied else \
             f"is not one the operator allowed it ([plugin.{manifest.id}] env)" \
             if var not in allowed else ""
-        if why and (manifest.id, var) not in _refused_env:
+        if why and var in env and (manifest.id, var) not in _refused_env:
             _refused_env.add((manifest.id, var))
             env_log.warning("plugin %s: environment variable %s %s; it reads as unset",
                             manifest.id, clean(var, 128), why,

@@ -160,3 +160,13 @@ def test_list_inside_a_plugin_project_says_where_to_point_it(
         "no plugin loaded from . (. is itself a plugin folder: --plugins takes the folder "
         f"holding plugin folders, such as {project.resolve() / 'plugins'})")
     assert "nosy" in CliRunner().invoke(main, ["list", "--plugins", ".."]).stdout
+
+
+def test_a_variable_the_environment_lacks_withholds_nothing_and_says_nothing(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a value kept from the plugin is news: with the variable unset, every `wasmext
+    run` of a plugin whose setting names one printed the refusal all the same."""
+    monkeypatch.delenv(VARIABLE)
+    result = CliRunner().invoke(main, ["list", "--settings"])
+    assert result.exit_code == 0, result.output
+    assert _notices(result.stderr) == [] and VARIABLE not in result.stderr
