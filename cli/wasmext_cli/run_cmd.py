@@ -129,6 +129,19 @@ def _attach_remote(opts: dict[str, Any], host: Any) -> None:
     attach_remote(host, link, trusted_workers=host.config.nats.with_env().trusted_workers)
 
 
+def _say_unavailable_servers(host: Any) -> None:
+    """One line for each configured MCP server that did not connect: the agent runs
+    without its tools, and nothing else in the run's output says so."""
+    if host.mcp is None:
+        return
+    for server in host.config.mcp_servers:
+        status = host.mcp.status(server.name)
+        if status.startswith("unavailable"):
+            click.echo(_line(f"wasmext: mcp server {server.name} is {status}; the agent runs "
+                             "without its tools (`wasmext mcp ls` shows every server)"),
+                       err=True)
+
+
 def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     from wasmext.agent import Agent
     from wasmext.models import OpenAIModel, ReplayModel, load_transcript
@@ -185,6 +198,8 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         # The configured MCP servers' tools (`<server>__<tool>`) join the registry
         # before the agent reads it, beside the built-in and the plugins' tools.
         host.start_mcp()
+        if not opts["json_logs"]:  # (JSON log lines say it there)
+            _say_unavailable_servers(host)
         agent = Agent(host, model, system=system, max_steps=opts["max_steps"],
                       tools={} if opts["no_builtin_tools"] else None,
                       routing=routing.current if routing is not None else None,

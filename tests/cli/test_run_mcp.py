@@ -101,3 +101,18 @@ def test_a_plugin_named_like_a_built_in_tool_is_reported_with_a_way_out(tmp_path
     line = proc.stderr.strip()
     assert "plugin 'clock'" in line and "built-in tool 'clock'" in line, line
     assert "wasmext disable clock" in line and "--no-builtin-tools" in line
+
+
+def test_a_server_that_does_not_start_is_named_on_stderr(tmp_path: Path) -> None:
+    """The agent ran without the server's tools and nothing in the run said so."""
+    config = write_config(tmp_path, "mathsrv", extra=f'[mcp.servers.gone]\ncommand = '
+                                                    f'"{tmp_path / "no-such-server"}"\n')
+    transcript = write_transcript(tmp_path, [{"tool": "mathsrv__add", "args": {"a": 2, "b": 3}}])
+    proc = run(tmp_path, str(transcript), "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "mcp server" in line]
+    assert len(said) == 1, proc.stderr
+    assert said[0].startswith("wasmext: mcp server gone is unavailable: ")
+    assert said[0].endswith("; the agent runs without its tools (`wasmext mcp ls` shows "
+                            "every server)")
+    assert "tool mathsrv__add" in proc.stdout and '"status": "ok"' in proc.stdout
