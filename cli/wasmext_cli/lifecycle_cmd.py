@@ -204,6 +204,17 @@ def sign(bundle: Path, key: Path) -> None:
     click.echo(f"signed {bundle} with {public}")
 
 
+def _looked_in(cfg: HostConfig) -> str:
+    """Where a plugin was looked for, for a "not installed" line: the folders, or why none."""
+    folders = [str(folder) for source, folder in cfg.plugin_dirs() if source != "package"]
+    if folders:
+        return f" in {', '.join(folders)}"
+    if cfg.path is None:
+        return (" (no ./wasmext.toml here, so no plugin folder to look in: give --config "
+                "FILE, whose [plugins] workspace_dir holds the plugin)")
+    return f" ({cfg.path} names no plugin folder: [plugins] workspace_dir)"
+
+
 def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | None:
     """What the installed plugin is now (module, manifest, files it makes the host run),
     read as a host with `cfg` would load it, and its folder; None when not installed."""
@@ -254,8 +265,8 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     except WasmextError as err:
         _fail(err)
     if found is None:
-        _fail(ConfigError(f"plugin {plugin_id} is not installed", plugin_id=plugin_id),
-              EXIT_USAGE)
+        _fail(ConfigError(f"plugin {plugin_id} is not installed{_looked_in(cfg)}",
+                          plugin_id=plugin_id), EXIT_USAGE)
     subject, folder = found
     who = by or _user()
     ApprovalStore.in_data_dir(cfg.data_dir).grant(plugin_id, subject, list(capabilities), who,
