@@ -98,15 +98,19 @@ def rm(config: Path | None, session: str | None, plugin: str, key: str) -> None:
 
 @state.command("export")
 @CONFIG_OPT
-@click.option("--format", "fmt", type=click.Choice(["msgpack", "json"]), default="msgpack",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["msgpack", "json"]), default=None,
+              help="Default: from the -o FILE's extension, as `import` reads it (.json; "
+                   ".msgpack/.mpk), else msgpack.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="File to write (default: standard output).")
-def export(config: Path | None, fmt: Literal["msgpack", "json"], output: Path | None) -> None:
+def export(config: Path | None, fmt: Literal["msgpack", "json"] | None,
+           output: Path | None) -> None:
     """Write every entry (for backups and moves between backends).
 
     MessagePack is binary: it goes to a file (-o) or a pipe, never to a terminal.
     """
+    if fmt is None:  # `export -o backup.json` then `import backup.json` must agree
+        fmt = FORMAT_BY_SUFFIX.get(output.suffix.lower(), "msgpack") if output else "msgpack"
     if output is None and fmt == "msgpack" and sys.stdout.isatty():
         raise click.UsageError("refusing to write binary MessagePack to a terminal; "
                                "use -o FILE, a pipe, or --format json")

@@ -57,3 +57,22 @@ def test_plugin_chosen_keys_and_values_reach_the_terminal_inert(tmp_path: Path) 
     got = wasmext("get", "p", hostile, "--session", "s\x1b[31m", cwd=tmp_path).stdout
     assert json.loads(got) == {"v": hostile}  # escaped, not altered
     assert json.loads(wasmext("get", "p", "long", cwd=tmp_path).stdout) == "x" * 100
+
+
+def test_an_export_reads_back_by_its_own_name(tmp_path: Path) -> None:
+    """`export -o backup.json` wrote MessagePack into backup.json, which `import backup.json`
+    (format from the extension) then refused: each now takes the format from the name."""
+    (tmp_path / "wasmext.toml").write_text('[host]\ndata_dir = "data"\n')
+    with SQLiteStore.in_data_dir(tmp_path / "data") as store:
+        store.set(Scope("pii-mask"), "total", msgpack.packb(7))
+    for name, load in (("backup.json", json.loads), ("backup.mpk", msgpack.unpackb),
+                       ("backup.bin", msgpack.unpackb)):
+        assert wasmext("export", "-o", name, cwd=tmp_path).returncode == 0
+        assert load((tmp_path / name).read_bytes())["format"] == "wasmext-state"
+        other = tmp_path / f"from-{name}"
+        other.mkdir()
+        (other / "wasmext.toml").write_text('[host]\ndata_dir = "data"\n')
+        source = str(tmp_path / name)
+        fmt = ["--format", "msgpack"] if name.endswith(".bin") else []
+        done = wasmext("import", *fmt, source, cwd=other)
+        assert done.stdout.strip() == "imported 1 entries", done.stderr
