@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wasmext import ConfigError, ManifestError
-from wasmext.manifest import load_manifest, parse_manifest
+from wasmext.manifest import load_folder, load_manifest, parse_manifest
 from wasmext.runtime import resolve_settings
 
 P = Path("plugins/x/plugin.toml")
@@ -139,3 +139,14 @@ def test_the_quick_type_check_agrees_with_the_full_one(data: dict[str, Any]) -> 
     full = _model_problems(MANIFEST_TYPES, data, "")
     if quick is not None:
         assert quick == (full == []), (quick, full)
+
+
+def test_a_folder_without_plugin_toml_is_said_to_be_no_plugin_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wasmext call .` or `inspect .` in the wrong folder said "manifest: plugin.toml:
+    cannot read: No such file or directory", naming neither the folder nor the fix."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ManifestError) as caught:
+        load_folder(Path("."))
+    assert caught.value.message == (f"{tmp_path} has no plugin.toml, so it is no plugin "
+                                    "folder (`wasmext new NAME --lang LANG` makes one)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -482,6 +483,12 @@ def load_folder(folder: Path) -> Manifest:
     toml = folder / "plugin.toml"
     if toml.is_symlink() and not _inside(toml, folder):
         raise UnsafeFolder(f"{toml}: resolves outside its plugin folder")
+    if folder.is_dir() and not toml.is_symlink() and not toml.exists():
+        # The usual slip (`wasmext call .` one folder too high or low): say it plainly,
+        # with the folder whole, not "plugin.toml: cannot read: No such file or directory".
+        raise ManifestError(f"{os.path.abspath(folder)} has no plugin.toml, so it is no "
+                            "plugin folder (`wasmext new NAME --lang LANG` makes one)",
+                            path=toml)
     manifest = load_manifest(toml)
     wasm = manifest.wasm_path
     # The module's name has no separator (parse_manifest), so a module that is not a
