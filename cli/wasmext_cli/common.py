@@ -111,6 +111,9 @@ def show_notices(hint: GrantHint | None = grant_command, on: bool = True) -> Non
     false: `--json-logs` carries them); `hint` says how to grant a denied capability in
     the command's terms (`wasmext grant`, `--grant`)."""
     _NOTICES.hint, _NOTICES.on = hint, on
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # for this command only (in-process callers run several)
+        ctx.call_on_close(lambda: setattr(_NOTICES, "on", False))
     for name in NOTICE_LOGGERS:
         logger = logging.getLogger(name)
         if _NOTICES not in logger.handlers:

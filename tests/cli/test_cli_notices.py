@@ -14,7 +14,7 @@ import wasmtime
 from click.testing import CliRunner
 
 from wasmext import runtime
-from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat
+from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat, make_host
 from wasmext_cli.main import main
 
 VARIABLE = "WX_NOTICE_GREETING"
@@ -170,3 +170,14 @@ def test_a_variable_the_environment_lacks_withholds_nothing_and_says_nothing(
     result = CliRunner().invoke(main, ["list", "--settings"])
     assert result.exit_code == 0, result.output
     assert _notices(result.stderr) == [] and VARIABLE not in result.stderr
+
+
+def test_the_notices_end_with_their_command(project: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """An application calling the commands in-process (a test, say) gets no notice lines
+    from its own hosts afterwards."""
+    assert CliRunner().invoke(main, ["run", "t.json"]).exit_code == 0
+    with make_host((project / "plugins" / "nosy", {"plugin_id": "nosy"})) as host, \
+            host.session() as session:
+        session.on_plain_text("hi")  # denied state.get: logged, not printed
+    assert "wasmext: plugin nosy" not in capsys.readouterr().err
