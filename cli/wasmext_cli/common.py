@@ -25,6 +25,16 @@ EXIT_FAULT = 1
 EXIT_USAGE = 2
 
 
+def setting_value(text: str, declared_type: str | None) -> Any:
+    """A setting's value as typed on the command line: JSON, or the text itself when it is
+    no JSON or the setting is a string (`--set greeting=1` means the text "1")."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text  # a bare word is a string
+    return text if declared_type == "string" and not isinstance(value, str) else value
+
+
 def absolute_fs_grant(capability: str) -> str:
     """`fs:PATH[:ro|rw]` with a relative PATH made absolute (from the working folder)."""
     if not capability.startswith("fs:") or capability.startswith("fs:/") or \

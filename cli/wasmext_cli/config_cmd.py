@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from wasmext_cli.common import (
     _dumps,
     _fail,
     _line,
+    setting_value,
 )
 from wasmext_cli.group import WasmextGroup
 
@@ -63,16 +63,15 @@ def _target(config_path: Path | None, plugin_dirs: tuple[Path, ...], plugin_id: 
 @PLUGINS_OPT
 def set_value(plugin_id: str, key: str, value: str, config: Path | None,
               plugin_dirs: tuple[Path, ...]) -> None:
-    """Set PLUGIN_ID's setting KEY to VALUE (JSON, or a bare word as a string).
+    """Set PLUGIN_ID's setting KEY to VALUE (JSON, or a bare word as a string; for a
+    string setting, the text as typed).
 
     Refused, naming the field, when KEY is not a declared setting or VALUE is not
     of its type (`"many"` for an integer setting).
     """
-    try:
-        parsed: Any = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = value  # a bare word is a string
     settings, manifest = _target(config, plugin_dirs, plugin_id)
+    declared = next((s.type for s in manifest.settings if s.name == key), None)
+    parsed = setting_value(value, declared)
     try:
         settings.set(manifest, key, parsed)
     except WasmextError as err:

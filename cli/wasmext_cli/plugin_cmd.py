@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -29,22 +30,26 @@ from wasmext_cli.common import (
     _jsonable,
     _line,
     absolute_fs_grant,
+    setting_value,
     show_notices,
     unmet_config,
 )
 from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
 
-def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+def _parse_settings(pairs: tuple[str, ...], plugin: Path) -> dict[str, Any]:
+    types: dict[str, str | None] = {}
+    if plugin.is_dir():  # a folder's manifest says which settings are text
+        from wasmext.manifest import load_folder
+
+        with contextlib.suppress(WasmextError):  # loading it reports the manifest's errors
+            types = {s.name: s.type for s in load_folder(plugin).settings}
     out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--set")
-        try:
-            out[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[name] = raw  # a bare word is a string
+        out[name] = setting_value(raw, types.get(name))
     return out
 
 
@@ -84,7 +89,8 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
 @click.argument("hook")
 @click.option("--data", "data_json", default="null", help="The hook's data, as JSON.")
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
-              help="A plugin setting (JSON value or bare string). Repeatable.")
+              help="A plugin setting (JSON value or bare string; a string "
+                   "setting takes the text as typed). Repeatable.")
 @click.option("--grant", "grants", multiple=True, metavar="CAPABILITY",
               help="Grant a capability for this call (fs:FOLDER[:rw] shows a folder at "
                    "/NAME; read-only to a component even with :rw). Repeatable.")
@@ -125,7 +131,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     show_compiles()
     with throwaway_host() as host:
         try:
-            loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings),
+            loaded = host.add(plugin, limits=limits, settings=_parse_settings(settings, plugin),
                               grants=list(grants))
         except WasmextError as err:
             _fail(err)

@@ -208,3 +208,25 @@ def test_a_broken_settings_file_is_refused_not_ignored(workspace: Path) -> None:
     assert "settings.json: not a settings file" in said
     with pytest.raises(ConfigError):
         SettingsFile(workspace / "data").read()
+
+
+def test_a_string_setting_takes_the_text_as_typed(workspace: Path) -> None:
+    """`--set label=1234` was the integer 1234, refused for a string setting ("must be a
+    string, not 1234"); for a string setting the command line's text is the value."""
+    from wasmext.testing import host_calls_wat
+
+    reader = workspace / "reader"
+    reader.mkdir()
+    (reader / "plugin.toml").write_text(MANIFEST.replace('"counter"', '"reader"'))
+    (reader / "reader.wasm").write_bytes(bytes(wasmtime.wat2wasm(
+        host_calls_wat({"op": "config.get", "key": "label"}))))
+    for typed, value in (("1234", "1234"), ("true", "true"), ('"quoted"', "quoted"),
+                         ("plain words", "plain words")):
+        called = cli("call", str(reader), "test", "--set", f"label={typed}", cwd=workspace)
+        assert called.returncode == 0, called.stderr
+        assert json.loads(called.stdout) == value
+    wrong = cli("call", str(reader), "test", "--set", "count=many", cwd=workspace)
+    assert wrong.returncode == 1 and "setting 'count' must be an integer" in wrong.stderr
+    assert cli("config", "set", "counter", "label", "1234", cwd=workspace).returncode == 0
+    rows = {s["name"]: s for s in listed(workspace)["counter"]["settings"]}
+    assert rows["label"]["value"] == "1234" and rows["count"]["value"] == 3
