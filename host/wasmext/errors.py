@@ -493,6 +493,15 @@ class HookAborted(WasmextError):
         super().__init__(message, plugin_id=plugin_id, hook=hook)
         self.cause = cause
 
+    def describe(self) -> str:
+        """The plugin and hook once, then why the call failed (its cause's reason and
+        message); the message names them itself for a reader of `str(err)`."""
+        if self.cause is None or not self.plugin_id or not self.hook:
+            return super().describe()
+        why = getattr(self.cause, "code", None) or self.cause.reason
+        return clean(f"plugin {self.plugin_id} hook {self.hook}: aborted, the plugin is "
+                     f"fail-closed: {why}: {self.cause.message}", DESCRIBE_CAP)
+
 
 class PipelineError(WasmextError):
     """A required pipeline stage failed or a validator blocked."""

@@ -146,3 +146,17 @@ def test_random_plugin_sets_follow_the_model(built: Built, raw: list[tuple[int, 
         assert result.original == text
     finally:
         host.close()
+
+
+def test_a_fail_closed_abort_names_the_plugin_once_and_the_cause(built: Built) -> None:
+    """`wasmext run` printed "plugin b hook on_plain_text: aborted: plugin b failed in
+    on_plain_text and is fail-closed: <reason>", without what went wrong."""
+    host = kit_host(built, [("b", 80, "fail", "explicit")], failure={"b": "closed"})
+    with host.session() as s, pytest.raises(HookAborted) as info:
+        s.on_plain_text("x")
+    cause = info.value.cause
+    assert cause is not None
+    line = info.value.describe()
+    assert line.startswith("plugin b hook on_plain_text: aborted, the plugin is fail-closed: ")
+    assert line.endswith(cause.message) and line.count("plugin b") == 1
+    assert str(info.value).startswith("plugin b failed in on_plain_text")  # still says who
