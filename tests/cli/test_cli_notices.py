@@ -181,3 +181,17 @@ def test_the_notices_end_with_their_command(project: Path,
             host.session() as session:
         session.on_plain_text("hi")  # denied state.get: logged, not printed
     assert "wasmext: plugin nosy" not in capsys.readouterr().err
+
+
+def test_run_names_a_policy_stage_that_is_nowhere(project: Path) -> None:
+    """A policy naming a plugin that is not loaded blocked every turn, and only the turns
+    said why."""
+    (project / "policy.toml").write_text(
+        'policy_id = "p"\n[[validators]]\nid = "ghost"\non_fail = "block"\n'
+        '[[pre]]\nid = "nosy"\n')
+    result = CliRunner().invoke(main, ["run", "t.json", "--policy", "policy.toml"])
+    assert result.exit_code == 0, result.output
+    assert [ln for ln in result.stderr.splitlines() if "warning" in ln] == [
+        "wasmext: warning: policy.toml names stage ghost, which is no loaded plugin and no "
+        "[extensions.ghost] of the config"]
+    assert "plugin ghost is not loaded" in result.stdout  # what the turn itself says
