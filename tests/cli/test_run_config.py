@@ -131,7 +131,9 @@ def test_the_global_connect_timeout_applies_to_servers_without_their_own(
     proc = run(tmp_path, str(transcript(tmp_path, [{"tool": "silent__x", "args": {}}])),
                "--config", str(config), "--json")
     assert outputs(proc) == [{"status": "error", "error": {"message": "no tool 'silent__x'"}}]
-    started, closed = map(float, marks.read_text().split())
+    # The first process's two marks: on a slow machine the supervisor may start the
+    # server again after its back-off before the run ends, and that one notes too.
+    started, closed = map(float, marks.read_text().split()[:2])
     assert closed - started < 5.0  # the default would be 10 s
 
 

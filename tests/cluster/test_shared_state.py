@@ -73,7 +73,10 @@ def test_workers_share_state_through_redis(spawn: Any, nats_url: str, redis_url:
     config = tmp_path / "wasmext.toml"
     config.write_text(f'[state]\nbackend = "redis"\nurl = "{redis_url}"\n'
                       f'[plugins]\nworkspace_dir = "plugins"\n'
-                      f'[grants.recall]\ndigest = "sha256:{digest}"\ncapabilities = ["state"]\n')
+                      f'[grants.recall]\ndigest = "sha256:{digest}"\ncapabilities = ["state"]\n'
+                      # A worker's first read connects to Redis inside the call: on a
+                      # loaded machine that alone has outlasted the default 1 s.
+                      '[plugin.recall]\nlimits = { timeout_ms = 5000 }\n')
     from wasmext.state.redis.store import RedisStore
 
     store = RedisStore(url=redis_url)
