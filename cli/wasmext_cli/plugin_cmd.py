@@ -7,6 +7,7 @@ import contextlib
 import json
 import re
 import sys
+import textwrap
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -195,7 +196,12 @@ def inspect(plugin: Path, as_json: bool) -> None:
     click.echo(f"digest    {info['digest']}")
     if "manifest_digest" in info:
         click.echo(f"manifest  {info['manifest_digest']} (plugin.toml)")
-    click.echo(f"imports   {_line(', '.join(info['imports']) or '-')}")
+    # A component imports dozens of WASI functions: wrapped, not one 1,500-column line.
+    imports = textwrap.wrap(_line(", ".join(info["imports"]) or "-"), 100,
+                            break_on_hyphens=False) or ["-"]
+    click.echo(f"imports   {imports[0]}")
+    for more in imports[1:]:
+        click.echo(f"          {more}")
     if "capabilities" in info:
         click.echo(f"asks for  {_line(', '.join(info['capabilities']) or '-')} "
                    "(manifest capabilities; granted only by the operator)")

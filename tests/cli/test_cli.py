@@ -95,3 +95,26 @@ def test_inspect(cli: CliRunner, tmp_path: Path) -> None:
     assert info["extra"] == {"tools": [{"name": "t"}]}
     text = cli.invoke(main, ["inspect", str(wasm)]).stdout
     assert "on_tag" in text and "priority 80" in text and "pattern think*" in text
+
+
+WASI_IMPORTS = "".join(
+    f'(import "wasi_snapshot_preview1" "{name}" (func ${name} {sig}))\n' for name, sig in (
+        ("fd_write", "(param i32 i32 i32 i32) (result i32)"),
+        ("fd_read", "(param i32 i32 i32 i32) (result i32)"),
+        ("fd_close", "(param i32) (result i32)"),
+        ("random_get", "(param i32 i32) (result i32)"),
+        ("clock_time_get", "(param i32 i64 i32) (result i32)"),
+        ("environ_sizes_get", "(param i32 i32) (result i32)"),
+        ("args_sizes_get", "(param i32 i32) (result i32)")))
+
+
+def test_inspect_wraps_a_long_import_list(cli: CliRunner, tmp_path: Path) -> None:
+    wasm = write(tmp_path, "wasi", guest_wat(imports=WASI_IMPORTS))
+    text = cli.invoke(main, ["inspect", str(wasm)]).stdout
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("imports"))
+    shown = [lines[at][10:]]
+    shown += [line[10:] for line in lines[at + 1:] if line.startswith(" " * 10 + "wasi")]
+    assert len(shown) > 1 and all(len(line) <= 110 for line in lines[at:at + len(shown)])
+    names = " ".join(shown)
+    assert all(name in names for name in ("fd_write", "random_get", "args_sizes_get"))
