@@ -82,8 +82,10 @@ def answer_from_provider(data: Any, response: ProviderResponse) -> dict[str, Any
 
 def data_from_request(request: ExtRequest) -> dict[str, Any]:
     """What the in-process stage gets for a CP-Ext request."""
-    return {"message": _as_dict(request.message), "context": request.context,
-            "config": request.extensions.config}
+    message = request.message  # `_as_dict`, inline: a worker makes one per request
+    return {"message": {"message_id": message.message_id, "message_type": message.message_type,
+                        "payload": message.payload, "metadata": message.metadata},
+            "context": request.context, "config": request.extensions.config}
 
 
 def stage_response(request: ExtRequest, value: Any, changed: bool) -> ExtResponse | None:

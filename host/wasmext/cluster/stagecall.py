@@ -14,15 +14,19 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLS_LEFT_HEADER,
+    MAX_BYTES,
     ExtRequest,
     ProviderRequest,
     deadline_of,
     decode,
+    decoder_for,
     encode,
 )
 from wasmext.cluster.endpoints import Stage
@@ -36,7 +40,7 @@ from wasmext.cluster.mapping import (
 from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import calltree
-from wasmext.services.state import applying
+from wasmext.services.state import Once, applying
 from wasmext.session import TOOL_HOOKS
 
 if TYPE_CHECKING:
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Budget", "WireSession", "call_stage", "session_id"]
 
+T = TypeVar("T")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -79,13 +84,20 @@ class WireSession:
     `Session` (its id, an unread trace, the minor-1 hook context), made per request
     without the rest (trace list and lock, message lists, a context made up front)."""
 
-    __slots__ = ("host", "id", "otel_context", "state", "trace")
+    __slots__ = ("_state", "host", "id")
+    trace: _Unread = _UNREAD  # what try_call notes goes nowhere
+    otel_context: Any = None  # the worker's span, when traced, is the current one
 
     def __init__(self, host: Host, session_id: str) -> None:
         self.host, self.id = host, session_id
-        self.state: dict[str, Any] = {}
-        self.trace = _UNREAD
-        self.otel_context: Any = None  # the worker's span, when traced, is the current one
+        self._state: dict[str, Any] | None = None
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The application's state of the session: empty (made when first read)."""
+        if self._state is None:
+            self._state = {}
+        return self._state
 
     def hook_context(self, hook: str) -> dict[str, Any]:
         """`context` for one hook call, as a fresh `Session`'s would be."""
@@ -104,10 +116,13 @@ class Budget:
     def __init__(self, headers: dict[str, str] | None) -> None:
         hdrs = headers or {}
         self.deadline = deadline_of(hdrs)
-        raw = hdrs.get(CALLS_LEFT_HEADER, "")
-        self.calls_left = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
+        raw = hdrs.get(CALLS_LEFT_HEADER)
+        self.calls_left = int(raw) if raw is not None and raw.isascii() and raw.isdigit() \
+            and len(raw) <= 9 else None
         key = hdrs.get(CALL_ID_HEADER)
-        self.key = None if key is None else session_id(key)
+        # A caller's random hex id is its own session id: no call for the usual case.
+        self.key = key if key is None or (key.isalnum() and key.isascii() and len(key) <= 128) \
+            else session_id(key)
         self.headers = hdrs  # the caller's trace context (traceparent), read when traced
 
     def expired(self) -> bool:
@@ -142,28 +157,45 @@ def call_stage(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budg
         return _run(host, stage, raw, encoding, budget)
 
 
+def _decoded(stage: Stage, raw: bytes, kind: type[T], encoding: str) -> T:
+    """The request as a `kind`; a request that is not one goes through the contract's
+    `decode` again, which raises the ContractError naming what is wrong."""
+    if len(raw) <= MAX_BYTES:
+        try:
+            return decoder_for(kind, encoding).decode(raw)  # type: ignore[no-any-return]
+        except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
+            pass
+    return decode(raw, kind, encoding, peer=f"request for {stage.plugin_id}")
+
+
 def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
          ) -> tuple[bytes, bool]:
-    peer = f"request for {stage.plugin_id}"
+    kind = stage.kind
     request: ExtRequest | ProviderRequest
-    if stage.kind == "provider":
-        request = decode(raw, ProviderRequest, encoding, peer=peer)
+    if kind == "provider":
+        request = _decoded(stage, raw, ProviderRequest, encoding)
         data = data_from_provider_request(request)
     else:
-        request = decode(raw, ExtRequest, encoding, peer=peer)
+        request = _decoded(stage, raw, ExtRequest, encoding)
         data = data_from_request(request)
-    session = WireSession(host, session_id(request.trace_id))
+    trace_id = request.trace_id
+    session = WireSession(host, trace_id if trace_id.isalnum() and trace_id.isascii()
+                          and len(trace_id) <= 128 else session_id(trace_id))
     root = budget.frame()
+    key = budget.key
+    once: Once | None = None
     if root is not None:
+        if key is not None:
+            # The usual request (a deadline, a key) holds its idempotency record in the
+            # root frame it pushes anyway; `applying` only when it has no frame.
+            once = root.once = Once(key, root)
         calltree.push(root)
-    duplicate = False
     try:
-        if budget.key is None:
-            answer, error = host.try_call(stage.plugin_id, stage.kind, data, session)
+        if key is None or once is not None:
+            answer, error = host.try_call(stage.plugin_id, kind, data, session)
         else:
-            with applying(budget.key) as once:
-                answer, error = host.try_call(stage.plugin_id, stage.kind, data, session)
-            duplicate = once.duplicate
+            with applying(key) as once:
+                answer, error = host.try_call(stage.plugin_id, kind, data, session)
     finally:
         if root is not None:
             calltree.pop()
@@ -173,13 +205,13 @@ def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
     if error is not None or answer is None:
         raise RuntimeError(error or "no answer")
     out: Any
-    if stage.kind == "validator":
+    if kind == "validator":
         out = verdict_from_answer(answer.value) if answer.changed else None
-    elif stage.kind == "provider":
+    elif kind == "provider":
         out = provider_response(stage.plugin_id, answer.value) if answer.changed else None
     else:
         assert isinstance(request, ExtRequest)
         out = stage_response(request, answer.value, answer.changed)
     if out is None:
-        raise RuntimeError(f"invalid {stage.kind} answer")
-    return encode(out, encoding), duplicate
+        raise RuntimeError(f"invalid {kind} answer")
+    return encode(out, encoding), once is not None and once.duplicate
