@@ -147,3 +147,22 @@ def test_a_hostile_answer_is_refused(tmp_path: Path, value: object) -> None:
         with pytest.raises(RuntimeError, match="invalid pre answer"):
             call_stage(host, stage, encode(_request(), JSON), JSON, Budget(None), "w")
         assert calltree.current() is None
+
+
+def test_an_answer_is_mapped_with_the_requests_id_and_context_as_fallbacks() -> None:
+    from wasmext.cluster.mapping import stage_response
+
+    request = _request()
+    request.context["kept"] = True
+    out = stage_response(request, {"message": {"payload": "p"}}, True)
+    assert out is not None and out.context == {"kept": True}
+    assert (out.message.message_id, out.message.message_type, out.message.payload,
+            out.message.metadata) == ("m1", "chat", "p", {})
+    odd = {"message": {"payload": "q", "message_id": "", "message_type": 5,
+                       "metadata": [1]}, "context": {"a": 1}}
+    out = stage_response(request, odd, True)
+    assert out is not None and out.context == {"a": 1}
+    assert (out.message.message_id, out.message.message_type, out.message.metadata) == \
+        ("m1", "5", {})
+    unchanged = stage_response(request, None, False)
+    assert unchanged is not None and unchanged.message is request.message

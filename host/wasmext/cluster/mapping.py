@@ -92,11 +92,17 @@ def stage_response(request: ExtRequest, value: Any, changed: bool) -> ExtRespons
     """A pre/post answer as CP-Ext; None when it has no string message.payload."""
     if not changed:  # the stage left the message as it was
         return ExtResponse(request.message, request.context)
-    if not isinstance(value, dict) or not isinstance(value.get("message"), dict) \
-            or not isinstance(value["message"].get("payload"), str):
+    msg = value.get("message") if isinstance(value, dict) else None
+    if not isinstance(msg, dict):
         return None
-    ctx = value.get("context")
-    return ExtResponse(_message(value["message"], request.message.message_id),
+    payload = msg.get("payload")
+    if not isinstance(payload, str):
+        return None
+    # `_message`, inline (a worker makes one per request), its payload checked above.
+    metadata, ctx = msg.get("metadata"), value.get("context")
+    return ExtResponse(ExtMessage(str(msg.get("message_id") or request.message.message_id),
+                                  str(msg.get("message_type") or "chat"), payload,
+                                  dict(metadata) if isinstance(metadata, dict) else {}),
                        dict(ctx) if isinstance(ctx, dict) else request.context)
 
 
