@@ -90,7 +90,7 @@ def main() -> None:
                 call(i)
             return
         times: dict[str, list[float]] = {name: [] for name in calls}
-        for name, call in calls.items():
+        for call in calls.values():
             for i in range(300):
                 call(i)
         for _ in range(args.rounds):
@@ -100,7 +100,8 @@ def main() -> None:
                     call(i)
                 times[name].append((time.thread_time() - started) / args.per_round * 1e6)
         for name, values in times.items():
-            print(f"{name:5s} min {min(values):7.2f} us  median {statistics.median(values):7.2f} us")
+            median = statistics.median(values)
+            print(f"{name:5s} min {min(values):7.2f} us  median {median:7.2f} us")
 
 
 if __name__ == "__main__":
