@@ -42,7 +42,7 @@ __all__ = [
     "CallIds", "ContractError",
     "ExtMessage", "ExtRef", "ExtRequest", "ExtResponse", "NextRequest", "PluginAdvert",
     "PluginAnswer", "PluginCall", "ProviderRequest", "ProviderResponse",
-    "Verdict", "deadline_of", "decode", "decoder_for", "encode", "encoding_of",
+    "Verdict", "deadline_of", "decode", "encode", "encoding_of",
 ]
 
 JSON = "application/json"
@@ -197,21 +197,14 @@ def encode(message: msgspec.Struct, encoding: str = JSON) -> bytes:
     return _MSGPACK_ENC.encode(message) if encoding == MSGPACK else _JSON_ENC.encode(message)
 
 
-def decoder_for(kind: type, encoding: str) -> Any:
-    """The msgspec decoder of `kind` in `encoding` (made once; it only decodes: `decode`
-    bounds the size and names what is wrong)."""
-    decoder = _DECODERS.get((kind, encoding))
-    if decoder is None:
-        decoder = _DECODERS[(kind, encoding)] = (
-            msgspec.msgpack.Decoder(kind) if encoding == MSGPACK else msgspec.json.Decoder(kind))
-    return decoder
-
-
 def decode(data: bytes, kind: type[T], encoding: str = JSON, *, peer: str = "peer") -> T:
     """`data` as a `kind`, or ContractError naming `peer` and what is wrong."""
     if len(data) > MAX_BYTES:
         raise ContractError(f"{peer}: message of {len(data)} bytes is over {MAX_BYTES}")
-    decoder = decoder_for(kind, encoding)
+    decoder = _DECODERS.get((kind, encoding))
+    if decoder is None:
+        decoder = _DECODERS[(kind, encoding)] = (
+            msgspec.msgpack.Decoder(kind) if encoding == MSGPACK else msgspec.json.Decoder(kind))
     try:
         return decoder.decode(data)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:

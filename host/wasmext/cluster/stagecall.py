@@ -14,19 +14,15 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLS_LEFT_HEADER,
-    MAX_BYTES,
     ExtRequest,
     ProviderRequest,
     deadline_of,
     decode,
-    decoder_for,
     encode,
 )
 from wasmext.cluster.endpoints import Stage
@@ -49,7 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Budget", "WireSession", "call_stage", "session_id"]
 
-T = TypeVar("T")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -157,26 +152,15 @@ def call_stage(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budg
         return _run(host, stage, raw, encoding, budget)
 
 
-def _decoded(stage: Stage, raw: bytes, kind: type[T], encoding: str) -> T:
-    """The request as a `kind`; a request that is not one goes through the contract's
-    `decode` again, which raises the ContractError naming what is wrong."""
-    if len(raw) <= MAX_BYTES:
-        try:
-            return decoder_for(kind, encoding).decode(raw)  # type: ignore[no-any-return]
-        except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
-            pass
-    return decode(raw, kind, encoding, peer=f"request for {stage.plugin_id}")
-
-
 def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
          ) -> tuple[bytes, bool]:
-    kind = stage.kind
+    kind, peer = stage.kind, f"request for {stage.plugin_id}"
     request: ExtRequest | ProviderRequest
     if kind == "provider":
-        request = _decoded(stage, raw, ProviderRequest, encoding)
+        request = decode(raw, ProviderRequest, encoding, peer=peer)
         data = data_from_provider_request(request)
     else:
-        request = _decoded(stage, raw, ExtRequest, encoding)
+        request = decode(raw, ExtRequest, encoding, peer=peer)
         data = data_from_request(request)
     trace_id = request.trace_id
     session = WireSession(host, trace_id if trace_id.isalnum() and trace_id.isascii()
