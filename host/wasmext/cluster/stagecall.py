@@ -4,9 +4,10 @@ A request's headers carry what it may spend (`Budget`): its deadline, the host c
 its caller's call tree has left, and the idempotency key every attempt of one call
 shares. `call_stage` drops a request whose deadline passed unrun; one that runs gets
 the rest of that time and those host calls as the root of its call tree, and its
-state commit is made at most once per key (`wasmext.services.state.applying`). The
-request is decoded once, runs through `Host.try_call` (the plugin's sandbox, limits,
-grants and state transaction, as in-process) and its answer is encoded once.
+state commit is made at most once per key (a `services.state.Once` on that root frame,
+or `applying` when there is none). The request is decoded once, runs through
+`Host.try_call` (the plugin's sandbox, limits, grants and state transaction, as
+in-process) and its answer is encoded once.
 """
 
 from __future__ import annotations
