@@ -166,3 +166,14 @@ def test_an_answer_is_mapped_with_the_requests_id_and_context_as_fallbacks() -> 
         ("m1", "5", {})
     unchanged = stage_response(request, None, False)
     assert unchanged is not None and unchanged.message is request.message
+
+
+def test_a_budgets_key_is_the_session_id_of_the_call_id() -> None:
+    from wasmext.cluster.stagecall import session_id
+
+    for sent in ("ab12" * 8, "a" * 128, "a" * 129, "", "é" * 4, "٣٣", "a b", "a.b-c",
+                 "\udc80x"):
+        key = Budget({CALL_ID_HEADER: sent}).key
+        assert key == session_id(sent)
+        assert (key == sent) == (sent.isascii() and 0 < len(sent) <= 128 and
+                                 all(c.isalnum() or c in "._:-" for c in sent))
