@@ -135,9 +135,10 @@ class PluginCalls:
             return None, "skipped: reload backoff"
         started = time.perf_counter()
         meta: dict[str, Any] = {"session": session.id if session else None}
-        hook_context = getattr(session, "hook_context", None)
-        if hook_context is not None and getattr(lp.plugin.registration, "abi_minor", 0) >= 1:
-            meta["context"] = hook_context(entry.hook)  # minor 1 (SPEC 3.1, 4.1)
+        if getattr(lp.plugin.registration, "abi_minor", 0) >= 1:  # minor 1 (SPEC 3.1, 4.1)
+            hook_context = getattr(session, "hook_context", None)
+            if hook_context is not None:
+                meta["context"] = hook_context(entry.hook)
         try:
             result = lp.plugin.call(entry.hook, data, meta)
         except Quarantined:

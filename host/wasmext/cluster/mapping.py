@@ -82,19 +82,27 @@ def answer_from_provider(data: Any, response: ProviderResponse) -> dict[str, Any
 
 def data_from_request(request: ExtRequest) -> dict[str, Any]:
     """What the in-process stage gets for a CP-Ext request."""
-    return {"message": _as_dict(request.message), "context": request.context,
-            "config": request.extensions.config}
+    message = request.message  # `_as_dict`, inline: a worker makes one per request
+    return {"message": {"message_id": message.message_id, "message_type": message.message_type,
+                        "payload": message.payload, "metadata": message.metadata},
+            "context": request.context, "config": request.extensions.config}
 
 
 def stage_response(request: ExtRequest, value: Any, changed: bool) -> ExtResponse | None:
     """A pre/post answer as CP-Ext; None when it has no string message.payload."""
     if not changed:  # the stage left the message as it was
         return ExtResponse(request.message, request.context)
-    if not isinstance(value, dict) or not isinstance(value.get("message"), dict) \
-            or not isinstance(value["message"].get("payload"), str):
+    msg = value.get("message") if isinstance(value, dict) else None
+    if not isinstance(msg, dict):
         return None
-    ctx = value.get("context")
-    return ExtResponse(_message(value["message"], request.message.message_id),
+    payload = msg.get("payload")
+    if not isinstance(payload, str):
+        return None
+    # `_message`, inline (a worker makes one per request), its payload checked above.
+    metadata, ctx = msg.get("metadata"), value.get("context")
+    return ExtResponse(ExtMessage(str(msg.get("message_id") or request.message.message_id),
+                                  str(msg.get("message_type") or "chat"), payload,
+                                  dict(metadata) if isinstance(metadata, dict) else {}),
                        dict(ctx) if isinstance(ctx, dict) else request.context)
 
 

@@ -4,9 +4,10 @@ A request's headers carry what it may spend (`Budget`): its deadline, the host c
 its caller's call tree has left, and the idempotency key every attempt of one call
 shares. `call_stage` drops a request whose deadline passed unrun; one that runs gets
 the rest of that time and those host calls as the root of its call tree, and its
-state commit is made at most once per key (`wasmext.services.state.applying`). The
-request is decoded once, runs through `Host.try_call` (the plugin's sandbox, limits,
-grants and state transaction, as in-process) and its answer is encoded once.
+state commit is made at most once per key (a `services.state.Once` on that root frame,
+or `applying` when there is none). The request is decoded once, runs through
+`Host.try_call` (the plugin's sandbox, limits, grants and state transaction, as
+in-process) and its answer is encoded once.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from wasmext.cluster.mapping import (
 from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import calltree
-from wasmext.services.state import applying
+from wasmext.services.state import Once, applying
 from wasmext.session import TOOL_HOOKS
 
 if TYPE_CHECKING:
@@ -48,12 +49,17 @@ __all__ = ["Budget", "WireSession", "call_stage", "session_id"]
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+def _plain(text: str) -> bool:
+    """Letters and digits only, ASCII, at most 128 (a caller's random ids): its bytes'
+    `isalnum` reads a table per byte, the str's a Unicode lookup per character."""
+    return text.isascii() and len(text) <= 128 and text.encode().isalnum()
+
+
 def session_id(trace_id: str) -> str:
     """The trace id as the call's session id, or its digest when it is long or odd
     (it comes off the network and becomes a state scope and a log field)."""
     # Letters and digits only (a caller's random ids): plain without the pattern's scan.
-    if (trace_id.isalnum() and trace_id.isascii() and len(trace_id) <= 128) \
-            or _PLAIN_ID.fullmatch(trace_id):
+    if _plain(trace_id) or _PLAIN_ID.fullmatch(trace_id):
         return trace_id
     return "trace-" + hashlib.sha256(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -79,13 +85,20 @@ class WireSession:
     `Session` (its id, an unread trace, the minor-1 hook context), made per request
     without the rest (trace list and lock, message lists, a context made up front)."""
 
-    __slots__ = ("host", "id", "otel_context", "state", "trace")
+    __slots__ = ("_state", "host", "id")
+    trace: _Unread = _UNREAD  # what try_call notes goes nowhere
+    otel_context: Any = None  # the worker's span, when traced, is the current one
 
     def __init__(self, host: Host, session_id: str) -> None:
         self.host, self.id = host, session_id
-        self.state: dict[str, Any] = {}
-        self.trace = _UNREAD
-        self.otel_context: Any = None  # the worker's span, when traced, is the current one
+        self._state: dict[str, Any] | None = None
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The application's state of the session: empty (made when first read)."""
+        if self._state is None:
+            self._state = {}
+        return self._state
 
     def hook_context(self, hook: str) -> dict[str, Any]:
         """`context` for one hook call, as a fresh `Session`'s would be."""
@@ -104,10 +117,12 @@ class Budget:
     def __init__(self, headers: dict[str, str] | None) -> None:
         hdrs = headers or {}
         self.deadline = deadline_of(hdrs)
-        raw = hdrs.get(CALLS_LEFT_HEADER, "")
-        self.calls_left = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
+        raw = hdrs.get(CALLS_LEFT_HEADER)
+        self.calls_left = int(raw) if raw is not None and raw.isascii() and raw.isdigit() \
+            and len(raw) <= 9 else None
         key = hdrs.get(CALL_ID_HEADER)
-        self.key = None if key is None else session_id(key)
+        # A caller's random hex id is its own session id: no call for the usual case.
+        self.key = key if key is None or _plain(key) else session_id(key)
         self.headers = hdrs  # the caller's trace context (traceparent), read when traced
 
     def expired(self) -> bool:
@@ -144,26 +159,31 @@ def call_stage(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budg
 
 def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
          ) -> tuple[bytes, bool]:
-    peer = f"request for {stage.plugin_id}"
+    kind, peer = stage.kind, f"request for {stage.plugin_id}"
     request: ExtRequest | ProviderRequest
-    if stage.kind == "provider":
+    if kind == "provider":
         request = decode(raw, ProviderRequest, encoding, peer=peer)
         data = data_from_provider_request(request)
     else:
         request = decode(raw, ExtRequest, encoding, peer=peer)
         data = data_from_request(request)
-    session = WireSession(host, session_id(request.trace_id))
+    trace_id = request.trace_id
+    session = WireSession(host, trace_id if _plain(trace_id) else session_id(trace_id))
     root = budget.frame()
+    key = budget.key
+    once: Once | None = None
     if root is not None:
+        if key is not None:
+            # The usual request (a deadline, a key) holds its idempotency record in the
+            # root frame it pushes anyway; `applying` only when it has no frame.
+            once = root.once = Once(key, root)
         calltree.push(root)
-    duplicate = False
     try:
-        if budget.key is None:
-            answer, error = host.try_call(stage.plugin_id, stage.kind, data, session)
+        if key is None or once is not None:
+            answer, error = host.try_call(stage.plugin_id, kind, data, session)
         else:
-            with applying(budget.key) as once:
-                answer, error = host.try_call(stage.plugin_id, stage.kind, data, session)
-            duplicate = once.duplicate
+            with applying(key) as once:
+                answer, error = host.try_call(stage.plugin_id, kind, data, session)
     finally:
         if root is not None:
             calltree.pop()
@@ -173,13 +193,13 @@ def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
     if error is not None or answer is None:
         raise RuntimeError(error or "no answer")
     out: Any
-    if stage.kind == "validator":
+    if kind == "validator":
         out = verdict_from_answer(answer.value) if answer.changed else None
-    elif stage.kind == "provider":
+    elif kind == "provider":
         out = provider_response(stage.plugin_id, answer.value) if answer.changed else None
     else:
         assert isinstance(request, ExtRequest)
         out = stage_response(request, answer.value, answer.changed)
     if out is None:
-        raise RuntimeError(f"invalid {stage.kind} answer")
-    return encode(out, encoding), duplicate
+        raise RuntimeError(f"invalid {kind} answer")
+    return encode(out, encoding), once is not None and once.duplicate

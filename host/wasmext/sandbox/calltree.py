@@ -43,7 +43,8 @@ T = TypeVar("T")
 class Frame:
     """One plugin call in progress: its deadline, its host calls left, its guest."""
 
-    __slots__ = ("calls_left", "clamped", "deadline", "guest", "logged", "parent", "state")
+    __slots__ = ("calls_left", "clamped", "deadline", "guest", "logged", "once", "parent",
+                 "state")
 
     def __init__(self, deadline: float, calls_left: int, parent: Frame | None,
                  guest: Any = None) -> None:
@@ -54,6 +55,9 @@ class Frame:
         self.clamped = False  # the deadline is the caller's, not this call's own
         self.state: dict[str, Any] | None = None  # a root frame's `tree_state`, made on use
         self.logged = 0  # log lines this call wrote (`pluginlog` caps them per call)
+        # A root frame's idempotency record: the state commit of the call it roots is
+        # made at most once per key (`services.state.Once`); None: no such rule.
+        self.once: Any = None
 
 
 def enter(now: float, timeout_s: float, max_calls: int, guest: Any = None) -> Frame:
@@ -63,9 +67,13 @@ def enter(now: float, timeout_s: float, max_calls: int, guest: Any = None) -> Fr
     if parent is None:
         frame = Frame(now + timeout_s, max_calls, None, guest)
     else:
-        frame = Frame(min(now + timeout_s, parent.deadline),
-                      min(max_calls, parent.calls_left), parent, guest)
-        frame.clamped = parent.deadline < now + timeout_s
+        # Conditionals, not min(): every nested or budgeted call passes here.
+        own = now + timeout_s
+        clamped = parent.deadline < own
+        frame = Frame(parent.deadline if clamped else own,
+                      max_calls if max_calls < parent.calls_left else parent.calls_left,
+                      parent, guest)
+        frame.clamped = clamped
     stack.append(frame)
     return frame
 
@@ -73,8 +81,9 @@ def enter(now: float, timeout_s: float, max_calls: int, guest: Any = None) -> Fr
 def leave(frame: Frame) -> None:
     """Close `frame`; the caller has spent the host calls it used."""
     _tree.stack.pop()
-    if frame.parent is not None:
-        frame.parent.calls_left = min(frame.parent.calls_left, frame.calls_left)
+    parent = frame.parent
+    if parent is not None and frame.calls_left < parent.calls_left:
+        parent.calls_left = frame.calls_left
 
 
 class _Tree(threading.local):

@@ -12,9 +12,10 @@ MessagePack documents, stored as the exact bytes and returned decoded.
     {"op": "state.clear",  "scope"?}                                      -> count
     {"op": "state.cas",    "key": k, "expected"?: v, "value"?: v, "scope"?, "ttl"?} -> nil
 
-A call made inside `applying(key)` (a NATS worker serving a request) commits at
-most once per key: the key is recorded in the same atomic commit, for
-`APPLIED_TTL_S`, and a later commit under it applies nothing (docs/cluster.md).
+A call made inside `applying(key)`, or under a root frame whose `once` is a
+`Once(key, root)` (a NATS worker serving a request), commits at most once per key: the
+key is recorded in the same atomic commit, for `APPLIED_TTL_S`, and a later commit under it
+applies nothing (docs/cluster.md).
 
 `state.get` of a missing key answers `not_found`; `state.cas` without
 `expected` requires the key to be absent and without `value` deletes it.
@@ -54,8 +55,11 @@ SLOW_OP_S = 0.02
 
 
 class Once:
-    """The idempotency key of the plugin call made inside `applying`, and what became
-    of its commit (`duplicate`: one under the same key had already landed)."""
+    """The idempotency key of the plugin call made inside `applying` (or under `root`,
+    the frame that holds it as its `once`), and what became of its commit (`duplicate`:
+    one under the same key had already landed)."""
+
+    __slots__ = ("duplicate", "key", "root")
 
     def __init__(self, key: str, root: calltree.Frame | None) -> None:
         self.key, self.root = key, root
@@ -88,6 +92,18 @@ class applying:  # noqa: N801 - used as the function it was: `with applying(key)
         _once.reset(self._token)
 
 
+def _covering_once() -> Once | None:
+    """The idempotency record that covers the plugin call running here: the one its
+    parent frame holds (the root a worker pushes for one request: no context variable to
+    set), else the one `applying` holds; None for a call either nests."""
+    frame = calltree.current()
+    root = frame.parent if frame is not None else None
+    if root is not None and root.once is not None:
+        return root.once  # type: ignore[no-any-return]
+    once = _once.get()
+    return once if once is not None and once.covers(frame) else None
+
+
 def install_state(services: HostServices, store: Callable[[], StateStore],
                   metrics: Metrics | None = None) -> None:
     """Register the state ops; `store()` opens the store on first use."""
@@ -98,9 +114,7 @@ def install_state(services: HostServices, store: Callable[[], StateStore],
             return current
         opened = store().begin(ctx.plugin_id, ctx.session)
         ctx.__dict__["state_txn"] = opened
-        once = _once.get()
-        if once is not None and not once.covers(calltree.current()):
-            once = None
+        once = _covering_once()
 
         def done(success: bool) -> None:
             ctx.__dict__.pop("state_txn", None)
