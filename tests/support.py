@@ -5,12 +5,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -301,3 +303,42 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
                                            serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert_path, key_path
+
+
+class Lines(logging.Handler):
+    """Every wasmext log line, formatted."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def log_lines() -> Iterator[list[str]]:
+    """The wasmext log lines written while inside, at every level."""
+    handler = Lines()
+    logger = logging.getLogger("wasmext")
+    before = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+def strings_of(value: Any) -> Iterator[str]:
+    """Every string in a JSON-like value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from strings_of(k)
+            yield from strings_of(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings_of(v)

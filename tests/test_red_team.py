@@ -29,6 +29,7 @@ import msgpack
 import pytest
 import wasmtime
 
+from support import log_lines
 from wasmext import CompileCache, Host, HostConfig, PluginError, Runtime
 from wasmext.errors import HostCallLimitExceeded, MetricRefused, WasmextError
 from wasmext.sandbox.engine import shared_engine
@@ -99,31 +100,6 @@ def host(tmp_path: Path) -> Iterator[Host]:
     with make_host(config=HostConfig(data_dir=tmp_path / ".wasmext",
                                      state_backend="memory")) as h:
         yield h
-
-
-class Lines(logging.Handler):
-    """Every wasmext log line, formatted."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@contextmanager
-def log_lines() -> Iterator[list[str]]:
-    handler = Lines()
-    logger = logging.getLogger("wasmext")
-    before = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(before)
 
 
 def inert(text: str, cap: int) -> None:

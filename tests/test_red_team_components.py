@@ -20,6 +20,7 @@ import msgpack
 import pytest
 import wasmtime
 
+from support import strings_of
 from wasmext import Host, HostConfig, Plugin, Runtime
 from wasmext.errors import ConfigError, DecodeError
 from wasmext.mcp.server.serve import McpToolServer
@@ -198,18 +199,6 @@ HEALTHY = bytes(wasmtime.wat2wasm(guest_wat(response={"ok": True, "value": "aliv
 def still_serving(host: Host) -> None:
     host.add(HEALTHY, plugin_id="healthy")
     assert host.plugins["healthy"].plugin.call("test").value == "alive"
-
-
-def strings_of(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from strings_of(k)
-            yield from strings_of(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from strings_of(v)
 
 
 def test_schema_prose_reaches_mcp_clients_cleaned(host: Host) -> None:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import msgpack
 import pytest
 import wasmtime
 
+from support import log_lines, strings_of
 from wasmext import Host, HostConfig, PluginError
 from wasmext.errors import PipelineError
 from wasmext.hooks.pipeline import parse_policy
@@ -63,43 +62,6 @@ def requesting(request: dict[str, Any], hook: str = "test", minor: int = 1) -> b
         f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
         imports=HOST_CALL_IMPORT, data=raw,
         registration={"hooks": [{"hook": hook}], "abi_minor": minor})))
-
-
-class Lines(logging.Handler):
-    """Every wasmext log line, formatted."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@contextmanager
-def log_lines() -> Iterator[list[str]]:
-    handler = Lines()
-    logger = logging.getLogger("wasmext")
-    before = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(before)
-
-
-def strings_of(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from strings_of(k)
-            yield from strings_of(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from strings_of(v)
 
 
 @pytest.fixture

@@ -46,17 +46,7 @@ def order_entries(entries: Iterable[Entry],
     base = sorted(entries, key=Entry.base_key)
     if not constraints:
         return base
-    ids = {e.plugin_id for e in base}
-    must_precede: dict[str, set[str]] = {pid: set() for pid in ids}  # pid -> ids before it
-    for pid, (before, after) in constraints.items():
-        if pid not in ids:
-            continue
-        for other in before:
-            if other in ids and other != pid:
-                must_precede[other].add(pid)
-        for other in after:
-            if other in ids and other != pid:
-                must_precede[pid].add(other)
+    must_precede = _preceding({e.plugin_id for e in base}, constraints)
     result: list[Entry] = []
     remaining = list(base)
     while remaining:
@@ -73,19 +63,28 @@ def order_entries(entries: Iterable[Entry],
     return result
 
 
+
+def _preceding(ids: set[str], constraints: Mapping[str, tuple[Sequence[str], Sequence[str]]]
+               ) -> dict[str, set[str]]:
+    """pid -> the ids among `ids` the constraints say must come before it."""
+    preceding: dict[str, set[str]] = {pid: set() for pid in ids}
+    for pid, (before, after) in constraints.items():
+        if pid not in ids:
+            continue
+        for other in before:
+            if other in ids and other != pid:
+                preceding[other].add(pid)
+        for other in after:
+            if other in ids and other != pid:
+                preceding[pid].add(other)
+    return preceding
+
+
 def constraint_cycle(constraints: Mapping[str, tuple[Sequence[str], Sequence[str]]]
                      ) -> list[str] | None:
     """The plugin ids (sorted) on a cycle the before/after constraints of these plugins
     form, or None."""
-    ids = set(constraints)
-    follows: dict[str, set[str]] = {pid: set() for pid in ids}  # pid -> ids it must follow
-    for pid, (before, after) in constraints.items():
-        for other in before:
-            if other in ids and other != pid:
-                follows[other].add(pid)
-        for other in after:
-            if other in ids and other != pid:
-                follows[pid].add(other)
+    follows = _preceding(set(constraints), constraints)
 
     def returns(start: str) -> bool:
         seen, stack = set(), list(follows[start])
@@ -98,5 +97,5 @@ def constraint_cycle(constraints: Mapping[str, tuple[Sequence[str], Sequence[str
                 stack.extend(follows[node])
         return False
 
-    cycle = sorted(pid for pid in ids if returns(pid))
+    cycle = sorted(pid for pid in follows if returns(pid))
     return cycle or None
