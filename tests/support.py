@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -152,8 +153,12 @@ def start_first(items: list[Item], workers: int, first: tuple[str, ...]) -> list
     return ordered + rest
 
 
-def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseException]:
-    """Run worker(0..count-1) in threads started together; the errors they raised."""
+def run_in_threads(worker: Callable[[int], None], count: int = 4,
+                   switch_interval: float | None = None) -> list[BaseException]:
+    """Run worker(0..count-1) in threads started together; the errors they raised.
+
+    `switch_interval` (seconds) sets the interpreter's for as long as they run: a tiny
+    one makes the GIL change hands every few bytecodes, to open race windows."""
     errors: list[BaseException] = []
     barrier = threading.Barrier(count)
 
@@ -165,10 +170,16 @@ def run_in_threads(worker: Callable[[int], None], count: int = 4) -> list[BaseEx
             errors.append(exc)
 
     threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    if switch_interval is not None:
+        sys.setswitchinterval(switch_interval)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     return errors
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from support import run_in_threads
 from wasmext.errors import (
     CapabilityDenied,
     OutOfFuel,
@@ -297,29 +298,15 @@ def test_host_calls_counted_from_many_threads_without_a_lock_lose_none() -> None
     """`record_host_call` ticks counters without the metrics lock (issue 25): eight
     threads counting at once, with a short switch interval so the GIL changes hands
     mid-count, still add up exactly, in the summary and in the Prometheus series."""
-    import sys
-    import threading
-
     m = Metrics()
     per_thread, threads = 20_000, 8
-    start = threading.Barrier(threads)
 
     def count(n: int) -> None:
-        start.wait()
         for _ in range(per_thread):
             m.record_host_call("p", "config.get")
             m.record_host_call(f"q{n % 2}", "log")
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        workers = [threading.Thread(target=count, args=(n,)) for n in range(threads)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-    finally:
-        sys.setswitchinterval(interval)
+    assert run_in_threads(count, threads, switch_interval=1e-6) == []
     snap = m.snapshot()
     assert snap["p"]["host_calls"] == per_thread * threads
     assert snap["q0"]["host_calls"] == snap["q1"]["host_calls"] == per_thread * threads // 2

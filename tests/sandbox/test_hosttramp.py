@@ -6,7 +6,6 @@ fallback), each on an engine of its own, since the linker is built per engine.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import msgpack
 import pytest
 from fsguest import Script, errno, read_back
 
+from support import run_in_threads
 from wasmext import GuestTrap, InvalidOutput, Plugin, PluginError, PluginFault, Runtime
 from wasmext.sandbox import hostlink, hosttramp
 from wasmext.sandbox.engine import EngineConfig
@@ -159,16 +159,9 @@ def test_a_host_error_never_reaches_another_threads_call(rt: Runtime) -> None:
                 seen[plugin.id].add((type(fault).__name__, fault.plugin_id,
                                      fault.message.split(":")[0]))
 
-    threads = [threading.Thread(target=work, args=(p,)) for p in (leaky, trapping)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # many thread switches: the window is a few bytecodes
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    # Many thread switches: the window is a few bytecodes.
+    pair = (leaky, trapping)
+    assert run_in_threads(lambda i: work(pair[i]), 2, switch_interval=1e-6) == []
     assert seen["leaky"] == {("InvalidOutput", "leaky", "log text ptr 0xfffffff8 len 64 is "
                                                         "outside memory")}
     assert seen["trapping"] == {("GuestTrap", "trapping", "wasmext_call")}
