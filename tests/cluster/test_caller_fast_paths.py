@@ -69,7 +69,8 @@ def test_a_lone_message_is_written_at_once_but_never_ahead_of_one_queued(
     asyncio.run(run())
 
 
-def test_a_subject_used_once_is_checked_but_not_remembered(nats_url: str) -> None:
+def test_an_answer_to_an_inbox_is_not_remembered_and_bad_subjects_are_refused(
+        nats_url: str) -> None:
     from wasmext.cluster import fastclient
 
     async def run() -> None:
@@ -79,13 +80,13 @@ def test_a_subject_used_once_is_checked_but_not_remembered(nats_url: str) -> Non
             got = await _collect(listener, "_INBOX.once.>")
             await _settled(nc)
             for i in range(3):  # a worker's answers, each to its request's own inbox
-                assert nc.publish_soon(f"_INBOX.once.{i}", b"%d" % i, BLOCK,  # type: ignore
-                                       once=True)
+                assert nc.answer_soon(f"_INBOX.once.{i}", b"%d" % i, BLOCK)  # type: ignore
             await _until(lambda: len(got) == 3)
             assert got == [b"0", b"1", b"2"]
             assert not any(s.startswith("_INBOX.once.") for s in fastclient._GOOD_SUBJECTS)
-            for bad in ("_INBOX.a b", "_INBOX.a\r\nPUB x 1", ""):  # still refused
-                assert not nc.publish_soon(bad, b"x", BLOCK, once=True)  # type: ignore
+            for bad in ("_INBOX.a b", "_INBOX.a\r\nPUB x 1", ""):  # refused
+                assert not nc.publish_soon(bad, b"x", BLOCK)  # type: ignore
+                assert bad not in fastclient._GOOD_SUBJECTS
             assert nc.publish_soon("stage.remembered", b"x", BLOCK)  # type: ignore
             assert "stage.remembered" in fastclient._GOOD_SUBJECTS
         finally:

@@ -81,11 +81,11 @@ _GOOD_NAMES: set[str] = set()  # header names already checked (a few, sent on ev
 _GOOD_SUBJECTS: set[str] = set()  # subjects already checked (a stage's, sent to each time)
 
 
-def _good_subject(subject: str, remember: bool = True) -> bool:
+def _good_subject(subject: str) -> bool:
     """Whether nats-py would publish to `subject` (remembered: at most 1,024 of them)."""
     if not subject or _SUBJECT_BAD.search(subject):
         return False
-    if remember and len(_GOOD_SUBJECTS) < 1024:
+    if len(_GOOD_SUBJECTS) < 1024:
         _GOOD_SUBJECTS.add(subject)
     return True
 
@@ -273,18 +273,16 @@ def new_client() -> Client:
             def answer_soon(self, reply: str, payload: bytes, block: bytes) -> bool:
                 """`publish_soon` for an answer to `reply`, the reply subject of a message
                 this client read: its parser took it as a run of bytes without
-                whitespace, so it needs no check (and is not remembered)."""
-                if not self.is_connected or self._flusher_task is None \
-                        or self._flusher_task.done() or self._flush_queue is None \
-                        or len(payload) > self._max_payload:
+                whitespace, so it needs no check (and is not remembered: a request's
+                inbox is used once, and would fill the table of stage subjects)."""
+                if not self._can_queue(payload):
                     return False
                 cmd = b"HPUB %s %d %d\r\n%s%s\r\n" % (
                     reply.encode(), len(block), len(block) + len(payload), block, payload)
                 return self._queue_cmd(cmd, len(payload), False)
 
             def publish_soon(self, subject: str, payload: bytes, block: bytes,
-                             reply: str = "", *, alone: bool = False,
-                             once: bool = False) -> bool:
+                             reply: str = "", *, alone: bool = False) -> bool:
                 """Queue a message with a `header_block` for the flusher, as `publish`
                 does when it need not wait; False (nothing queued) when it would wait
                 or refuse: not connected, a full buffer, too large, a bad subject.
@@ -294,21 +292,22 @@ def new_client() -> Client:
                 Sent from a `deliver_now` handler (a worker's answer), it is written when
                 the reader has parsed what it read, with everything the read's handlers
                 sent and whatever was queued before: one write per read, and no turn of
-                the loop (one at a time, the answer's whole wait for that turn).
-                `once`: `subject` is used once (a request's reply inbox, for an answer):
-                checked but not remembered, so one-off inboxes do not fill the table
-                of a process's stage subjects."""
-                flusher, flushes = self._flusher_task, self._flush_queue
-                if not self.is_connected or flusher is None or flusher.done() \
-                        or flushes is None or len(payload) > self._max_payload \
-                        or (subject not in _GOOD_SUBJECTS
-                            and not _good_subject(subject, not once)) \
+                the loop (one at a time, the answer's whole wait for that turn)."""
+                if not self._can_queue(payload) \
+                        or (subject not in _GOOD_SUBJECTS and not _good_subject(subject)) \
                         or (reply and _SUBJECT_BAD.search(reply)):
                     return False
                 cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
                     subject.encode(), reply.encode(), len(block), len(block) + len(payload),
                     block, payload)
                 return self._queue_cmd(cmd, len(payload), alone)
+
+            def _can_queue(self, payload: bytes) -> bool:
+                """Whether a publish may be queued without waiting: connected, the
+                flusher running, the payload within the server's limit."""
+                flusher = self._flusher_task
+                return self.is_connected and flusher is not None and not flusher.done() \
+                    and self._flush_queue is not None and len(payload) <= self._max_payload
 
             def _queue_cmd(self, cmd: bytes, size: int, alone: bool) -> bool:
                 """Queue (or write at once: `publish_soon`) a checked command of a
