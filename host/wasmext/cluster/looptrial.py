@@ -92,9 +92,7 @@ class LoopTrial:
         """A lane call of `pid` ran for `took_s`: one more short call in a row, or the
         count starts again (a slow call on the lane blocks no one: no demotion). A
         demoted plugin starts counting once its back-off is over."""
-        standing = self._standing.get(pid)
-        if standing is None:
-            standing = self._standing[pid] = Standing()
+        standing = self._of(pid)
         proven = standing.proven
         if proven == _DEMOTED:
             if time.monotonic() < standing.back_on:
@@ -102,6 +100,12 @@ class LoopTrial:
             proven = 0
         if proven < PROVE_CALLS:
             standing.proven = proven + 1 if took_s < self.short_s else 0
+
+    def _of(self, pid: str) -> Standing:
+        standing = self._standing.get(pid)
+        if standing is None:
+            standing = self._standing[pid] = Standing()
+        return standing
 
     def new_version(self, pid: str) -> None:
         """`pid` is served anew (another version): it proves itself short again, unless
@@ -114,9 +118,7 @@ class LoopTrial:
         """`pid`'s call (a `kind` stage) held the loop `took_s`, longer than a short call:
         its calls go through the lane for its back-off (doubled at each demotion), then
         prove themselves again; too many demotions lately pause the trial."""
-        standing = self._standing.get(pid)
-        if standing is None:
-            standing = self._standing[pid] = Standing()
+        standing = self._of(pid)
         standing.demotions += 1
         off_s = min(self.demote_s * 2 ** min(standing.demotions - 1, 32), MAX_DEMOTE_S)
         standing.proven = _DEMOTED
