@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 __all__ = ["CAP", "DESCRIPTION_CAP", "bounded_tree", "clean", "clean_lines", "clean_tree",
@@ -167,17 +169,18 @@ class _Budget:
             return self.scalar(value)
         if depth > 64:
             return self.scalar(repr(value))
-        items: list[tuple[str | None, Any]]
-        if isinstance(value, dict):
-            items = [(clean(k, self.limit), v) for k, v in value.items()]
-        else:
-            items = [(None, v) for v in value]
+        # Keys are cleaned as they are reached: past the budget none is (a hostile map
+        # may hold 300,000 of them).
+        is_map = isinstance(value, dict)
+        items: Iterable[tuple[Any, Any]] = value.items() if isinstance(value, dict) \
+            else zip(repeat(None), value)
         # With indent=2: a newline and indent before each item, a comma after it, and
         # a newline, indent and bracket to close; each counted at its widest.
         cost = 3 + 2 * depth
         self.left -= cost
         kept: list[tuple[str | None, Any]] = []
-        for i, (key, item) in enumerate(items):
+        for i, (raw_key, item) in enumerate(items):
+            key = clean(raw_key, self.limit) if is_map else None
             overhead = 2 + 2 * (depth + 1)
             if key is not None:
                 overhead += len(json_safe(json.dumps(key, ensure_ascii=False))) + 2
@@ -189,14 +192,14 @@ class _Budget:
                 taken, used = self.take(item, depth + 1)
                 fits = self.left >= overhead + used
             if not fits:
-                self.omitted += len(items) - i
+                self.omitted += len(value) - i
                 break
             self.left -= overhead + used
             if nested:
                 taken, used = self.take(item, depth + 1)
             kept.append((key, taken))
             cost += overhead + used
-        if isinstance(value, dict):
+        if is_map:
             return dict(kept), cost
         return [v for _, v in kept], cost
 
