@@ -129,16 +129,11 @@ def _attach_remote(opts: dict[str, Any], host: Any) -> None:
     attach_remote(host, link, trusted_workers=host.config.nats.with_env().trusted_workers)
 
 
-def _say_unmet_stages(policy: Path, host: Any) -> None:
+def _say_unmet_stages(policy: Path, routing: Any, host: Any) -> None:
     """One line for each stage the policy (or a tenant's) names that is no loaded plugin
     and no remote extension: every turn that reaches it fails there, and until now only
     the turns said so."""
-    from wasmext.cluster.live import load_routing
-
-    routing = load_routing(policy)
-    policies = (routing.default, *routing.tenants.values())
-    used = {ref.id for p in policies for ref in (*p.pre, *p.validators, *p.post)} | {
-        ref.id for p in policies for ref in p.providers}
+    used = routing.current().routing.stage_ids()
     for stage in sorted(used - set(host.plugins) - set(host.config.extensions)):
         click.echo(_line(f"wasmext: warning: {policy} names stage {stage}, which is no "
                          f"loaded plugin and no [extensions.{stage}] of the config"), err=True)
@@ -199,7 +194,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         _attach_remote(opts, host)
         routing = _routing(opts, host) if opts["policy"] else None
         if routing is not None:
-            _say_unmet_stages(opts["policy"], host)
+            _say_unmet_stages(opts["policy"], routing, host)
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     if secrets is not None:  # the loaded plugins' sensitive values, redacted from now on

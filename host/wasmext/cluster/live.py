@@ -76,9 +76,7 @@ class LiveRouting:
         registry: Mapping[str, RemoteExtension] = {}
         if self.registry_path is not None and self._read_registry is not None:
             registry = self._read_registry(self.registry_path)
-        policies = (routing.default, *routing.tenants.values())
-        used = sorted({ref.id for p in policies for ref in (*p.pre, *p.validators, *p.post)}
-                      | {ref.id for p in policies for ref in p.providers})
+        used = sorted(routing.stage_ids())
         remote = [ext_id for ext_id in used if ext_id in registry]
         if remote and self.link is None:
             raise ConfigError(f"{self.policy_path}: stage {remote[0]} is a remote extension "

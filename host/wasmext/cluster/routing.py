@@ -64,6 +64,12 @@ class Routing:
         """The tenant's policy, or the default."""
         return self.tenants.get(tenant_id, self.default)
 
+    def stage_ids(self) -> set[str]:
+        """Every stage id the default policy or a tenant's names."""
+        policies = (self.default, *self.tenants.values())
+        return {ref.id for p in policies for ref in (*p.pre, *p.validators, *p.post)} | {
+            ref.id for p in policies for ref in p.providers}
+
 
 class TenantTable(BaseModel):
     """One tenant's override: its own policy, stages switched off, stage config merged."""
