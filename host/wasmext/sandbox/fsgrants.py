@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = ["FsGrant", "FsQuota", "fs_grant_problem", "fs_grants", "fs_path_problem",
            "parse_fs_grant", "preopen_args", "reaching"]
@@ -82,17 +83,13 @@ def reaching(grants: Iterable[str], owned: Iterable[str | os.PathLike[str]]
     """The folder grants among `grants` whose folder holds one of the `owned` folders or
     lies inside one (symlinks resolved): the host's data dir and plugin folders, where a
     plugin could read every plugin's state and the host's tokens, or write approvals."""
-    homes = [os.path.realpath(p) for p in owned]
+    homes = [Path(os.path.realpath(p)) for p in owned]
     out = set()
     for grant in filter(None, (parse_fs_grant(c) for c in grants)):
-        real = os.path.realpath(grant.path)
-        if any(_within(home, real) or _within(real, home) for home in homes):
+        real = Path(os.path.realpath(grant.path))
+        if any(home.is_relative_to(real) or real.is_relative_to(home) for home in homes):
             out.add(grant.capability)
     return frozenset(out)
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def preopen_args(grants: Iterable[str]) -> list[tuple[str, str, bool]]:
