@@ -270,8 +270,7 @@ class Host(PluginServers, PluginCalls):
         self._withhold_host_folders(plugin)
         problems = registration_problems(plugin.registration.extra)
         if problems:  # said now, naming the field, not dropped at every prompt
-            if self.runtime.plugins.get(plugin.id) is plugin and plugin.id not in self.plugins:
-                del self.runtime.plugins[plugin.id]
+            self._drop_refused(plugin)
             raise LoadError(f"plugin {plugin.id}: registration " + "; ".join(
                 f"field '{f}': {why}" for f, why in problems), plugin_id=plugin.id)
         over = self.config.overrides.get(plugin.id)
@@ -291,9 +290,7 @@ class Host(PluginServers, PluginCalls):
                 constraints[plugin.id] = (manifest.before, manifest.after)
                 cycle = constraint_cycle(constraints)
                 if cycle is not None:  # else every hook call of the host would fail
-                    if self.runtime.plugins.get(plugin.id) is plugin and \
-                            plugin.id not in self.plugins:
-                        del self.runtime.plugins[plugin.id]
+                    self._drop_refused(plugin)
                     raise LoadError(f"plugin {plugin.id} not loaded: its manifest's "
                                     "before/after would form a cycle among: "
                                     f"{', '.join(cycle)}", plugin_id=plugin.id)
@@ -357,6 +354,11 @@ class Host(PluginServers, PluginCalls):
                             f"{clean(name, 64)!r} in the registry", plugin_id=pid,
                             problems=((f"tool_guidance.{key}[{i}]", "unknown tool"),)))
         return out
+
+    def _drop_refused(self, plugin: Plugin | ExtismPlugin) -> None:
+        """Forget a plugin refused at load in the runtime too (a replaced one stays)."""
+        if self.runtime.plugins.get(plugin.id) is plugin and plugin.id not in self.plugins:
+            del self.runtime.plugins[plugin.id]
 
     def _withhold_host_folders(self, plugin: Plugin | ExtismPlugin) -> None:
         """Withhold folder grants that reach the data dir or a plugin folder (every
