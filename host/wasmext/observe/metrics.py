@@ -181,8 +181,6 @@ class Metrics:
         self._plugins: dict[str, _Plugin] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
         self._bound: dict[tuple[str, str, str], tuple[_Plugin, CallCell]] = {}
-        # (plugin, op) -> its summary and its counter series (`CallStats`): a host call
-        # adds to two integers under one lock.
         # (plugin, op) -> the ticks of its summary and its counter series (`Tally`): a
         # host call takes no lock (a dict read and two ticks, each atomic).
         self._host_bound: dict[tuple[str, str], tuple[Callable[[], int], Callable[[], int]]] = {}
