@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -39,6 +41,19 @@ async def _until(check: Any, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+@asynccontextmanager
+async def _sender_and_listener(nats_url: str, name: str, listener: str = "listener"
+                               ) -> AsyncIterator[tuple[Any, Any]]:
+    """A fast client named `name` and a second client to hear what it sends."""
+    nc = await connect(nats_url, name)
+    other = await connect(nats_url, listener)
+    try:
+        yield nc, other
+    finally:
+        await nc.close()
+        await other.close()
+
+
 async def _settled(nc: Any) -> None:
     """Nothing queued (the server's first PING is answered by a PONG nats-py queues)."""
     await nc.flush()
@@ -48,9 +63,7 @@ async def _settled(nc: Any) -> None:
 def test_a_lone_message_is_written_at_once_but_never_ahead_of_one_queued(
         nats_url: str) -> None:
     async def run() -> None:
-        nc = await connect(nats_url, "lone")
-        listener = await connect(nats_url, "listener")
-        try:
+        async with _sender_and_listener(nats_url, "lone") as (nc, listener):
             got = await _collect(listener, "lone.order")
             await _settled(nc)
             assert nc.publish_soon("lone.order", b"1", BLOCK, alone=True)  # type: ignore
@@ -62,9 +75,6 @@ def test_a_lone_message_is_written_at_once_but_never_ahead_of_one_queued(
             assert nc._pending == []
             await _until(lambda: len(got) == 3)
             assert got == [b"1", b"2", b"3"]
-        finally:
-            await nc.close()
-            await listener.close()
 
     asyncio.run(run())
 
@@ -74,9 +84,7 @@ def test_an_answer_to_an_inbox_is_not_remembered_and_bad_subjects_are_refused(
     from wasmext.cluster import fastclient
 
     async def run() -> None:
-        nc = await connect(nats_url, "once")
-        listener = await connect(nats_url, "listener")
-        try:
+        async with _sender_and_listener(nats_url, "once") as (nc, listener):
             got = await _collect(listener, "_INBOX.once.>")
             await _settled(nc)
             for i in range(3):  # a worker's answers, each to its request's own inbox
@@ -89,9 +97,6 @@ def test_an_answer_to_an_inbox_is_not_remembered_and_bad_subjects_are_refused(
                 assert bad not in fastclient._GOOD_SUBJECTS
             assert nc.publish_soon("stage.remembered", b"x", BLOCK)  # type: ignore
             assert "stage.remembered" in fastclient._GOOD_SUBJECTS
-        finally:
-            await nc.close()
-            await listener.close()
 
     asyncio.run(run())
 
@@ -99,9 +104,7 @@ def test_an_answer_to_an_inbox_is_not_remembered_and_bad_subjects_are_refused(
 def test_what_handlers_send_during_a_read_is_written_at_its_end_after_what_is_queued(
         nats_url: str) -> None:
     async def run() -> None:
-        nc = await connect(nats_url, "answers")
-        listener = await connect(nats_url, "listener")
-        try:
+        async with _sender_and_listener(nats_url, "answers") as (nc, listener):
             got = await _collect(listener, "answers.out")
             await _settled(nc)
             seen: list[tuple[bytes, int]] = []
@@ -126,9 +129,6 @@ def test_what_handlers_send_during_a_read_is_written_at_its_end_after_what_is_qu
             assert len(nc._pending) == 1  # an ordinary publish queues as before
             await _until(lambda: len(got) == 5)
             assert got == [b"queued", b"first", b"second", b"last", b"later"]
-        finally:
-            await nc.close()
-            await listener.close()
 
     asyncio.run(run())
 
@@ -136,9 +136,7 @@ def test_what_handlers_send_during_a_read_is_written_at_its_end_after_what_is_qu
 def test_a_socket_that_is_behind_leaves_the_write_to_nats_pys_flusher(
         nats_url: str) -> None:
     async def run() -> None:
-        nc = await connect(nats_url, "behind")
-        listener = await connect(nats_url, "listener2")
-        try:
+        async with _sender_and_listener(nats_url, "behind", "listener2") as (nc, listener):
             got = await _collect(listener, "behind.x")
             transport = nc._transport._io_writer.transport  # type: ignore[attr-defined]
             transport.get_write_buffer_size = lambda: 1 << 20  # as if 1 MiB were unsent
@@ -148,9 +146,6 @@ def test_a_socket_that_is_behind_leaves_the_write_to_nats_pys_flusher(
             await asyncio.sleep(0)  # the callback hands it to the flusher, which drains
             await _until(lambda: got == [b"a"])
             assert nc._pending == []
-        finally:
-            await nc.close()
-            await listener.close()
 
     asyncio.run(run())
 
