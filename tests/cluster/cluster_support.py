@@ -4,6 +4,7 @@ imported reliably: pytest loads every folder's conftest under one module name)."
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import shutil
@@ -13,6 +14,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +125,58 @@ def record_threads(host: Any) -> defaultdict[str, list[str]]:
         return try_call(plugin_id, *args, **kwargs)
     host.try_call = recording
     return ran_on
+
+
+@asynccontextmanager
+async def late_after_ping(nats_url: str, hold_s: float = 0.5) -> AsyncIterator[str]:
+    """The url of a relay to `nats_url` (on the running loop) that passes a client's bytes
+    up to the last PING of each read at once and waits `hold_s` before passing on what
+    follows it, in order: a server that reads the commands written after a PING late. A
+    PONG promises only what came before its PING; a client that writes a command behind
+    its PING loses a race here every time instead of one time in many."""
+    host, port = nats_url.rsplit("/", 1)[-1].rsplit(":", 1)
+    relays: dict[asyncio.Task[Any], list[asyncio.StreamWriter]] = {}
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   hold: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                cut = len(data)
+                if hold:
+                    at = data.rfind(b"PING\r\n")
+                    cut = at + 6 if at >= 0 else 0
+                if cut:
+                    writer.write(data[:cut])
+                if cut < len(data):  # the next read waits too: what follows stays behind
+                    await asyncio.sleep(hold_s)
+                    writer.write(data[cut:])
+                await writer.drain()
+        except OSError:  # the other side is gone: its end closes this one below
+            pass
+        finally:
+            writer.close()
+
+    async def relay(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        relays[task] = writers = [client_w]
+        try:
+            server_r, server_w = await asyncio.open_connection(host, int(port))
+            writers.append(server_w)
+            await asyncio.gather(pump(client_r, server_w, True),
+                                 pump(server_r, client_w, False))
+        finally:
+            del relays[task]
+            for writer in writers:
+                writer.close()
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield f"nats://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        for writers in relays.values():  # each side's reader ends, and with it its relay
+            for writer in writers:
+                writer.close()
+        if relays:
+            await asyncio.wait(list(relays), timeout=hold_s + 5)

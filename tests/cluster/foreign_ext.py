@@ -19,6 +19,18 @@ import sys
 import nats
 
 
+async def subscriptions_live(nc: nats.NATS) -> None:
+    """Return once the server has read every subscription made so far. nats-py 2.16's
+    `flush` writes its PING ahead of the SUBs its flusher has not written yet, so its
+    PONG proves nothing about them; a message to this connection's own inbox is queued
+    behind them and comes back only after the server has read them."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(inbox, b"")
+    await sub.next_msg(timeout=10)
+    await sub.unsubscribe()
+
+
 async def main(url: str, prefix: str) -> None:
     nc = await nats.connect(url, name="foreign-extension")
     seen: set[str] = set()
@@ -61,7 +73,7 @@ async def main(url: str, prefix: str) -> None:
                         (f"{prefix}.ext.validate.garbage.v1", garbage),
                         (f"{prefix}.provider.crm.v1", crm)):
         await nc.subscribe(subject, queue="foreign", cb=cb)
-    await nc.flush()
+    await subscriptions_live(nc)
     print("ready", flush=True)
     await asyncio.Event().wait()
 

@@ -1,6 +1,7 @@
 """The caller's per-request shortcuts keep every rule they skip work for: a lone
 request written at once never overtakes what is queued before it nor a socket that is
-behind, a queued one is written by one callback per loop turn, reply tokens stay unique
+behind, a queued one is written by one callback per loop turn, a flush's PING never
+overtakes a queued SUB, reply tokens stay unique
 and unguessable, and the caller's per-extension shortcuts (`_Route`) follow stats and
 breakers handed over after it was made (as `live` does on a reload)."""
 
@@ -13,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from cluster_support import late_after_ping
 
 from wasmext.cluster.breaker import Breaker
 from wasmext.cluster.callids import CallIds
@@ -146,6 +148,27 @@ def test_a_socket_that_is_behind_leaves_the_write_to_nats_pys_flusher(
             await asyncio.sleep(0)  # the callback hands it to the flusher, which drains
             await _until(lambda: got == [b"a"])
             assert nc._pending == []
+
+    asyncio.run(run())
+
+
+def test_a_flush_after_a_subscribe_returns_once_the_server_has_read_the_sub(
+        nats_url: str) -> None:
+    async def run() -> None:
+        # The relay holds what the responder writes after a PING: a SUB written behind
+        # the flush's PING would reach the server after the PONG and the request.
+        async with late_after_ping(nats_url) as late_url:
+            responder = await connect(late_url, "late-responder")
+            asker = await connect(nats_url, "asker")
+            try:
+                async def echo(msg: Any) -> None:
+                    await msg.respond(msg.data)
+                await responder.subscribe("late.echo", cb=echo)
+                await responder.flush()
+                assert (await asker.request("late.echo", b"hi", timeout=5)).data == b"hi"
+            finally:
+                await responder.close()
+                await asker.close()
 
     asyncio.run(run())
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import stage_request, wat_plugin
+from cluster_support import late_after_ping, stage_request, wat_plugin
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
@@ -154,6 +154,34 @@ def test_a_worker_counts_directly_delivered_requests_and_answers_a_host_bug_with
         finally:
             await nc.close()
             await worker.drain()
+
+    with Host(HostConfig(), runtime=Runtime(cache=False),
+              plugin_dirs=[("workspace", plugins)]) as host:
+        asyncio.run(run(host))
+
+
+def test_a_started_worker_answers_a_request_from_another_connection_at_once(
+        nats_url: str, tmp_path: Path) -> None:
+    """`start()` returns (and `serve_forever` says ready) only once the server has read
+    every stage's subscription: a caller on its own connection is never told "no
+    responders" by a worker that said it was ready."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
+
+    async def run(host: Host) -> None:
+        # What the worker writes after its ready flush's PING reaches the server late.
+        async with late_after_ping(nats_url) as late_url:
+            worker = Worker(host, late_url, prefix="ready", name="r1")
+            await worker.start()
+            caller = await connect(nats_url, "ready-caller")
+            try:
+                msg = await caller.request("ready.ext.pre.stamp.v1", stamp_request("m"),
+                                           timeout=5)
+                assert json.loads(msg.data)["message"]["payload"] == "stamped"
+            finally:
+                await caller.close()
+                await worker.drain()
 
     with Host(HostConfig(), runtime=Runtime(cache=False),
               plugin_dirs=[("workspace", plugins)]) as host:

@@ -10,8 +10,10 @@ write, other queued ones by one callback per loop turn, nats-py's flusher task k
 whatever would wait (a socket that is behind, a connection that is not up). Its parser
 reads a message with headers (`HMSG`: every stage request and answer) without nats-py's
 regular expressions and hands it to a `deliver_now` handler without a coroutine; any
-other line goes to nats-py's parser. `cluster.link` builds its requests and a worker its
-answers on it.
+other line goes to nats-py's parser. A PING (`flush`) is queued behind what is pending,
+where nats-py writes it ahead: its PONG proves the server has read every SUB before it,
+so a worker is ready only once a caller on another connection can reach it.
+`cluster.link` builds its requests and a worker its answers on it.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def header_block(headers: dict[str, str]) -> bytes:
     return "".join(parts).encode()
 
 
+_PING = b"PING\r\n"
 _NOT_NOW = object()  # `_take_now`: not a message it hands over
 _MAX_LINE = 4096  # nats-py's MAX_CONTROL_LINE_SIZE
 # A byte that could let nats-py's pattern read a 5-field `HMSG` line another way (its
@@ -348,6 +351,22 @@ def new_client() -> Client:
                 """Write what the reader's handlers sent (and whatever was queued before
                 it), in order, in one write, without waiting for a turn of the loop."""
                 self._read_pending = False
+                self._write_pending()
+
+            async def _send_ping(self, future: asyncio.Future[bool] | None = None
+                                 ) -> None:
+                """A PING (`flush`, the keep-alive) queued behind what is pending, not
+                written ahead of it as nats-py 2.16 writes it: its PONG must mean the
+                server has read every command sent before, or a `subscribe` then
+                `flush` returns while the SUB still waits for the flusher, and a
+                request from another connection meets "no responders"."""
+                if not self.is_connected:  # nats-py's: a PING queued now would outlive
+                    await super()._send_ping(future)  # the connection it was meant for
+                    return
+                self._pongs.append(future if future is not None
+                                   else asyncio.get_running_loop().create_future())
+                self._pending.append(_PING)
+                self._pending_data_size += len(_PING)
                 self._write_pending()
 
             def _flush_now(self) -> None:
