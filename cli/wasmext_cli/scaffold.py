@@ -1,8 +1,8 @@
 """`wasmext new NAME --lang L`: a plugin project that builds and passes its test.
 
 The project is the SDK's hello example (the one the cross-SDK suite runs in
-CI, so the template cannot rot) with its id changed, a vendored copy of the
-SDK (./wasmext-sdk, which `wasmext build` compiles against), the language's
+CI, so the template cannot rot) with its id and registration name changed, a
+vendored copy of the SDK (./wasmext-sdk, which `wasmext build` compiles against), the language's
 own project files (scaffold_native.py), a .gitignore, a pytest file that uses
 only the public API, and a README. Building is `wasmext build`; plugin.toml's
 [build] table is the build file. The languages are the table in languages.py.
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from wasmext.files import atomic_write, fsync_dir
-from wasmext.manifest import ID_RE
+from wasmext.manifest import ID_RE, load_folder
 from wasmext_cli.build import VENDORED_SDK, resolve, sdk_root
 from wasmext_cli.languages import LANGUAGES, SCAFFOLD_LANGUAGES
 
@@ -163,6 +163,7 @@ def new_plugin(name: str, lang: str, parent: Path, *, package: bool = False) -> 
         project = work / name
         shutil.copytree(template, project, ignore=lambda d, names: [
             n for n in names if Path(n).suffix in SKIP or n in SKIP_DIRS])
+        _rename_registration(template, project, name)
         manifest = project / "plugin.toml"
         text = manifest.read_text(encoding="utf-8")
         text = re.sub(r'(?m)^id\s*=\s*"[^"]*"', f'id = "{name}"', text, count=1)
@@ -195,6 +196,23 @@ def new_plugin(name: str, lang: str, parent: Path, *, package: bool = False) -> 
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def _rename_registration(template: Path, project: Path, name: str) -> None:
+    """Give the plugin's registration the project's name: the template's sources register
+    under the example's id (the quoted string `"hello"`), which `wasmext inspect` and every
+    trace would otherwise show for each scaffolded project."""
+    spec = load_folder(template)
+    old = f'"{spec.id}"'
+    renamed = 0
+    for rel in spec.build.sources if spec.build is not None else []:
+        source = project / rel
+        text = source.read_text(encoding="utf-8")
+        renamed += text.count(old)
+        atomic_write(source, text.replace(old, f'"{name}"'))
+    if renamed != 1:  # the template changed shape: fail here, not in an author's trace
+        raise ScaffoldError(f"the {template.name} template names its registration "
+                            f"{old} {renamed} times, not once")
 
 
 def _sync_tree(root: Path) -> None:

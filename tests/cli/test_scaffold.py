@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from support import SDK_LANGS, Built
+from wasmext.manifest import load_folder
+from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,3 +113,31 @@ def test_a_javascript_project_without_node_says_how_to_install_it(tmp_path: Path
     assert len(lines) == 1, proc.stderr
     assert "js-demo" in lines[0] and "apt-get install nodejs npm" in lines[0]
     assert not (tmp_path / "js-demo" / "js-demo.wasm").exists()
+
+
+@pytest.mark.parametrize("lang", SCAFFOLD_LANGUAGES)
+def test_scaffold_registers_under_the_project_name(tmp_path: Path, lang: str) -> None:
+    """The source's registration names the project, not the SDK example it came from."""
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "new", "my-demo", "--lang",
+                           lang, "--dir", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    project = tmp_path / "my-demo"
+    build = load_folder(project).build
+    assert build is not None
+    sources = "".join((project / rel).read_text() for rel in build.sources)
+    assert sources.count('"my-demo"') == 1
+    assert '"hello"' not in sources
+
+
+def test_a_built_scaffold_shows_its_own_name(built: Built, tmp_path: Path) -> None:
+    built["hello-c"]  # skips with the install command when the toolchain is missing
+    made = subprocess.run([sys.executable, "-m", "wasmext_cli", "new", "greeter", "--lang", "c",
+                           "--dir", str(tmp_path)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    project = tmp_path / "greeter"
+    for args in (["build"], ["inspect", ".", "--json"]):
+        proc = subprocess.run([sys.executable, "-m", "wasmext_cli", *args], cwd=project,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert (info["id"], info["name"]) == ("greeter", "greeter")
