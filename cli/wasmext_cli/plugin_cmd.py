@@ -95,7 +95,9 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
 @click.option("--grant", "grants", multiple=True, metavar="CAPABILITY",
               help="Grant a capability for this call (fs:FOLDER[:rw] shows a folder at "
                    "/NAME; read-only to a component even with :rw). Repeatable.")
-@click.option("--fuel", type=click.IntRange(min=1), help="Fuel per call.")
+@click.option("--fuel", type=click.IntRange(min=1),
+              help="Fuel for the hook call (loading the plugin, its registration "
+                   "included, keeps the host's default fuel).")
 @click.option("--memory-mb", type=click.IntRange(min=1, max=4095), help="Linear memory cap.")
 @click.option("--timeout-ms", type=click.IntRange(min=1), help="Wall-clock deadline.")
 @click.option("--log/--no-log", "show_log", default=False,
@@ -114,8 +116,6 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from exc
     limits: dict[str, int] = {}
-    if fuel is not None:
-        limits["fuel_per_call"] = fuel
     if memory_mb is not None:
         limits["memory_bytes"] = memory_mb * 2**20
     if timeout_ms is not None:
@@ -136,6 +136,13 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
                               grants=list(grants))
         except WasmextError as err:
             _fail(err)
+        if fuel is not None:  # the call's bound: a cheap hook of a costly start-up runs
+            from wasmext.sandbox.limits import effective_limits
+
+            # As a load's limits: the manifest's [limits] may lower it, the policy caps it.
+            loaded.set_call_fuel(effective_limits(
+                host.runtime.defaults, loaded.requested_limits, {"fuel_per_call": fuel},
+                host.runtime.policy).fuel_per_call)
         started = time.time()
         try:
             result = loaded.call(hook, data)

@@ -9,7 +9,8 @@ import pytest
 import wasmtime
 from click.testing import CliRunner
 
-from wasmext.testing import guest_wat
+from wasmext import OutOfFuel, Runtime
+from wasmext.testing import guest_wat, load_wat
 from wasmext_cli.main import main
 
 
@@ -118,3 +119,52 @@ def test_inspect_wraps_a_long_import_list(cli: CliRunner, tmp_path: Path) -> Non
     assert len(shown) > 1 and all(len(line) <= 110 for line in lines[at:at + len(shown)])
     names = " ".join(shown)
     assert all(name in names for name in ("fd_write", "random_get", "args_sizes_get"))
+
+
+def _costly_registration(body: str | None = None) -> str:
+    """A guest whose wasmext_register burns some 100,000 loop turns before answering."""
+    head = '(func (export "wasmext_register") (param i32 i32) (result i64)'
+    wat = guest_wat(body)
+    assert wat.count(head) == 1
+    return wat.replace(head, head + " (local $i i32) (loop $l (local.set $i (i32.add "
+                       "(local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) "
+                       "(i32.const 100000))))")
+
+
+def test_fuel_bounds_the_call_not_the_registration(cli: CliRunner, tmp_path: Path) -> None:
+    """--fuel below what the registration costs: a cheap hook still answers, and a
+    hook that loops runs out of fuel in the call, not at load."""
+    cheap = write(tmp_path, "slow-start", _costly_registration())
+    result = cli.invoke(main, ["call", str(cheap), "test", "--fuel", "20000"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == "ok"
+    spins = write(tmp_path, "slow-spin", _costly_registration("(loop (br 0)) (i64.const 0)"))
+    result = cli.invoke(main, ["call", str(spins), "test", "--fuel", "20000"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("wasmext: plugin slow-spin hook test: out of fuel:")
+    assert "used all 20000 fuel in wasmext_call" in result.stderr
+
+
+def test_fuel_is_lowered_by_the_manifest(cli: CliRunner, tmp_path: Path) -> None:
+    """A plugin's [limits] request lowers --fuel for its calls, as it lowers a load's."""
+    folder = tmp_path / "frugal"
+    folder.mkdir()
+    spin = guest_wat("(loop (br 0)) (i64.const 0)")
+    (folder / "frugal.wasm").write_bytes(wasmtime.wat2wasm(spin))
+    (folder / "plugin.toml").write_text('id = "frugal"\nversion = "0.1.0"\nabi = 1\n'
+                                        'wasm = "frugal.wasm"\n\n[limits]\nfuel_per_call = 3000\n')
+    result = cli.invoke(main, ["call", str(folder), "test", "--fuel", "20000"])
+    assert result.exit_code == 1
+    assert "used all 3000 fuel in wasmext_call" in result.stderr
+
+
+def test_call_fuel_reaches_instances_made_after_a_fault() -> None:
+    """Plugin.set_call_fuel: a fault discards the instance; the next one registers under
+    the load's fuel and is again held to the call's."""
+    with Runtime() as rt:
+        plugin = load_wat(rt, _costly_registration("(loop (br 0)) (i64.const 0)"), "spinner")
+        plugin.set_call_fuel(20000)
+        for _ in range(2):
+            with pytest.raises(OutOfFuel, match="used all 20000 fuel in wasmext_call"):
+                plugin.call("test")
+        assert plugin.limits.fuel_per_call > 20000  # the load's, for every registration

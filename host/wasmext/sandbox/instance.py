@@ -173,6 +173,11 @@ class PluginInstance:
     _fs_frame: Any = None       # the call `_fs_io` counts bytes for
     _fs_io = 0
 
+    def set_call_fuel(self, fuel: int) -> None:
+        """Give this instance's hook calls `fuel` units each from now on (its start-up
+        ran under the limits it was made with)."""
+        self.limits = self.budget.limits = self.limits.replace(fuel_per_call=fuel)
+
     def _set_budget(self, fuel: int, ticks: int) -> None:
         """Set the store's (fuel, epoch ticks) before a call: the setter is made at the
         first call that needs it (start-up uses `StoreBinding.start_budget`) and

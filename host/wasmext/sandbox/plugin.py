@@ -224,6 +224,7 @@ class Plugin:
         self.max_idle = max_idle
         self.default_priority = default_priority
         self.meter = False  # report fuel per call in CallResult.fuel (the Host turns it on)
+        self.call_fuel: int | None = None  # set_call_fuel: hook calls' fuel, not start's
         self._limits_dict = self.limits.as_dict()
         secrets = [str(v) for k, v in self.settings.items() if k in sensitive and v is not None]
         self.log = PluginLog(plugin_id, self.limits.max_log_lines, self.limits.max_log_line_bytes,
@@ -309,6 +310,8 @@ class Plugin:
         except PluginFault as fault:
             self._record_fault(fault)
             raise
+        if self.call_fuel is not None:
+            inst.set_call_fuel(self.call_fuel)
         inst.ctx.abi_minor = min(ABI_MINOR, reg.abi_minor)
         if reg.answer_region is not None:
             inst.answer_region = reg.answer_region
@@ -362,6 +365,17 @@ class Plugin:
                 self._idle.clear()
         for inst in live:
             inst.ctx.grants = grants
+
+    def set_call_fuel(self, fuel: int) -> None:
+        """Give each hook call `fuel` units from now on; every instance's start-up and
+        registration keep the load's limits (`wasmext call --fuel` bounds the call asked
+        for, not the load). Set it before calls start: a call already running keeps the
+        fuel it began with."""
+        with self._lock:
+            self.call_fuel = fuel
+            live = list(self._instances)
+        for inst in live:
+            inst.set_call_fuel(fuel)
 
     def release_quarantine(self) -> None:
         """End a quarantine now (an operator's decision)."""

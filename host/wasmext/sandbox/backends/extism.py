@@ -355,6 +355,10 @@ class ExtismPlugin:
         """Nothing to release."""
         pass
 
+    def set_call_fuel(self, fuel: int) -> None:
+        """Give each call `fuel` units from now on (an Extism module runs no registration)."""
+        self.limits = self.budget.limits = self.limits.replace(fuel_per_call=fuel)
+
     def describe(self) -> dict[str, Any]:
         """The plugin's id, hooks, module, limits and backend, for operators."""
         return {"id": self.id, "name": None, "version": None, "backend": "extism",
