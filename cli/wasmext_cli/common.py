@@ -23,6 +23,9 @@ from wasmext.text import CAP, clean, clean_tree, json_safe
 
 EXIT_FAULT = 1
 EXIT_USAGE = 2
+# A plugin (or a plugin's state key) a command is named and cannot find: a failure, as a
+# plugin that fails is, never click's usage error (bad arguments, an unreadable config).
+EXIT_NOT_FOUND = EXIT_FAULT
 
 
 def setting_value(text: str, declared_type: str | None) -> Any:
@@ -78,6 +81,13 @@ def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
 
     click.echo(error_line(err), err=True)  # one clean line, "wasmext: " once
     sys.exit(code)
+
+
+def not_found(text: str) -> NoReturn:
+    """Say in one clean line that the plugin (or key) a command was named is not there,
+    and exit EXIT_NOT_FOUND, as every command does for it."""
+    click.echo(f"wasmext: {_line(text)}", err=True)
+    sys.exit(EXIT_NOT_FOUND)
 
 
 # The library's warnings an operator must see to act on (logged, so an embedding

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +10,13 @@ import click
 from wasmext.errors import WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
-    EXIT_FAULT,
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
     _dumps,
     _fail,
     _line,
+    not_found,
     setting_value,
 )
 from wasmext_cli.group import WasmextGroup
@@ -49,9 +48,7 @@ def _target(config_path: Path | None, plugin_dirs: tuple[Path, ...], plugin_id: 
     found = {d.manifest.id: d.manifest for d in discover(dirs) if d.manifest is not None}
     if plugin_id not in found:  # a typo is never remembered as if it were a plugin
         where = ", ".join(str(d) for _, d in dirs) or "none configured"
-        click.echo(f"wasmext: no plugin {_line(plugin_id, 64)!r} in the plugin folders "
-                   f"({_line(where)})", err=True)
-        sys.exit(EXIT_FAULT)
+        not_found(f"no plugin {_line(plugin_id, 64)!r} in the plugin folders ({where})")
     return SettingsFile(cfg.data_dir), found[plugin_id]
 
 

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from wasmext.errors import ConfigError, WasmextError
+from wasmext.errors import ConfigError, NotInstalled, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
+    EXIT_FAULT,
+    EXIT_NOT_FOUND,
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
@@ -171,7 +173,7 @@ def uninstall(plugin_id: str, purge_state: bool, config: Path | None,
         try:
             report = remove(host, plugin_id, purge_state=purge_state)
         except WasmextError as err:
-            _fail(err)
+            _fail(err, EXIT_NOT_FOUND if isinstance(err, NotInstalled) else EXIT_FAULT)
     click.echo(f"uninstalled {plugin_id} (folder {report.folder or '-'}; "
                f"{report.state_entries} state entries purged; "
                f"{report.approvals} approvals revoked)")
@@ -215,15 +217,21 @@ def _looked_in(cfg: HostConfig) -> str:
     return f" ({cfg.path} names no plugin folder: [plugins] workspace_dir)"
 
 
+def _find_installed(cfg: HostConfig, plugin_id: str) -> Path | None:
+    """The installed plugin's folder, or None."""
+    from wasmext.lifecycle.uninstall import find_folder
+
+    return find_folder(cfg.plugin_dirs(), plugin_id)
+
+
 def _current_subject(cfg: HostConfig, plugin_id: str) -> tuple[Subject, Path] | None:
     """What the installed plugin is now (module, manifest, files it makes the host run),
     read as a host with `cfg` would load it, and its folder; None when not installed."""
     from wasmext.lifecycle.approvals import subject_of
-    from wasmext.lifecycle.uninstall import find_folder
     from wasmext.manifest import load_folder
     from wasmext.runtime import allowed_environ
 
-    folder = find_folder(cfg.plugin_dirs(), plugin_id)
+    folder = _find_installed(cfg, plugin_id)
     if folder is None:
         return None
     manifest = load_folder(folder)
@@ -265,8 +273,8 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     except WasmextError as err:
         _fail(err)
     if found is None:
-        _fail(ConfigError(f"plugin {plugin_id} is not installed{_looked_in(cfg)}",
-                          plugin_id=plugin_id), EXIT_USAGE)
+        _fail(NotInstalled(f"plugin {plugin_id} is not installed{_looked_in(cfg)}",
+                          plugin_id=plugin_id), EXIT_NOT_FOUND)
     subject, folder = found
     who = by or _user()
     ApprovalStore.in_data_dir(cfg.data_dir).grant(plugin_id, subject, list(capabilities), who,
@@ -332,6 +340,11 @@ def revoke(plugin_id: str, capabilities: tuple[str, ...], config: Path | None) -
 
     cfg = _config(_default_config(config))
     n = ApprovalStore.in_data_dir(cfg.data_dir).revoke(plugin_id, list(capabilities) or None)
+    # An uninstalled plugin's approvals may still be revoked; nothing to revoke of a plugin
+    # that is not there is a typo, said as every command says it.
+    if n == 0 and _find_installed(cfg, plugin_id) is None:
+        _fail(NotInstalled(f"plugin {plugin_id} is not installed{_looked_in(cfg)} and has "
+                           "no recorded approval", plugin_id=plugin_id), EXIT_NOT_FOUND)
     click.echo(f"revoked {n} approval{'s' if n != 1 else ''} of {plugin_id}")
 
 

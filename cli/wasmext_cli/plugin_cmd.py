@@ -31,6 +31,7 @@ from wasmext_cli.common import (
     _jsonable,
     _line,
     absolute_fs_grant,
+    not_found,
     setting_value,
     show_notices,
     unmet_config,
@@ -85,8 +86,15 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
     return err
 
 
+def _existing(plugin: Path) -> Path:
+    """PLUGIN as given, or a not-found exit when nothing is there."""
+    if not plugin.exists():
+        not_found(f"no plugin at {plugin}: no such folder or module file")
+    return plugin
+
+
 @click.command()
-@click.argument("plugin", type=click.Path(exists=True, path_type=Path))
+@click.argument("plugin", type=click.Path(path_type=Path))
 @click.argument("hook")
 @click.option("--data", "data_json", default="null", help="The hook's data, as JSON.")
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
@@ -111,6 +119,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     in-process bus, both gone when the command ends; --grant state (or any other
     capability) lets the plugin use them.
     """
+    _existing(plugin)
     try:
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
@@ -162,11 +171,12 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
 
 
 @click.command()
-@click.argument("plugin", type=click.Path(exists=True, path_type=Path))
+@click.argument("plugin", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 def inspect(plugin: Path, as_json: bool) -> None:
     """Show what PLUGIN (a folder, a .wasm, or a .wxb bundle) registered, its ABI
     version, size, digest and limits."""
+    _existing(plugin)
     if plugin.suffix == ".wxb":  # checked and described, not installed
         from wasmext_cli.lifecycle_cmd import inspect_bundle
 
@@ -384,9 +394,7 @@ def _set_enabled(config: Path | None, plugin_id: str, enabled: bool,
     found = {d.manifest.id for d in discover(cfg.plugin_dirs()) if d.manifest is not None}
     if plugin_id not in found:
         where = ", ".join(str(d) for _, d in cfg.plugin_dirs()) or "none configured"
-        click.echo(f"wasmext: no plugin {plugin_id!r} in the plugin folders ({where})",
-                   err=True)
-        sys.exit(EXIT_FAULT)
+        not_found(f"no plugin {plugin_id!r} in the plugin folders ({where})")
     EnableState(cfg).set(plugin_id, enabled)
     purged = ""
     if purge_state:

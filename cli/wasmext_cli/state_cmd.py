@@ -11,7 +11,15 @@ from typing import Any, Literal
 import click
 
 from wasmext.errors import WasmextError
-from wasmext_cli.common import CONFIG_OPT, EXIT_USAGE, _default_config, _dumps, _fail, _line
+from wasmext_cli.common import (
+    CONFIG_OPT,
+    EXIT_USAGE,
+    _default_config,
+    _dumps,
+    _fail,
+    _line,
+    not_found,
+)
 
 
 def _store(config: Path | None) -> Any:
@@ -73,8 +81,7 @@ def get(config: Path | None, session: str | None, plugin: str, key: str) -> None
     with _store(_default_config(config)) as store:
         raw = store.get(_scope(plugin, session), key)
     if raw is None:
-        click.echo(f"wasmext: no key {key!r} for {_scope(plugin, session)}", err=True)
-        sys.exit(1)
+        not_found(f"no key {key!r} for {_scope(plugin, session)}")
     import msgpack
 
     # whole (the operator asked for this value), but no raw control or bidi character
@@ -91,8 +98,7 @@ def rm(config: Path | None, session: str | None, plugin: str, key: str) -> None:
     with _store(_default_config(config)) as store:
         existed = store.delete(_scope(plugin, session), key)
     if not existed:  # like `state get`: a missing key is a failure a script can see
-        click.echo(f"wasmext: no key {key!r} for {_scope(plugin, session)}", err=True)
-        sys.exit(1)
+        not_found(f"no key {key!r} for {_scope(plugin, session)}")
     click.echo("deleted")
 
 

@@ -6,8 +6,10 @@
     │   ├── ToolLimitError          (services.tools) a plugin's tool over a cap: tools
     │   │                           per plugin, schema size or depth (at load or at
     │   │                           runtime, `tool.register`)
-    │   └── ConfigTextError         a config file too large, too deep or not parseable
-    │                               (also a ValueError; callers map it to one of the above)
+    │   ├── ConfigTextError         a config file too large, too deep or not parseable
+    │   │                           (also a ValueError; callers map it to one of the above)
+    │   └── NotInstalled            a plugin id no plugin folder holds (uninstall, and the
+    │                               CLI's grant and revoke: one exit code for it)
     ├── UnsafeFile                  (also an OSError) a file the host reads is a FIFO,
     │                               device, socket or folder, or over its size cap:
     │                               refused, never waited on (wasmext.files.read_regular)
@@ -196,6 +198,7 @@ __all__ = [
     "ModuleTooLarge",
     "NatsAuthFailed",
     "NatsUnavailable",
+    "NotInstalled",
     "OpError",
     "OutOfFuel",
     "OutOfTime",
@@ -281,6 +284,10 @@ class ToolLimitError(ConfigError):
     """A plugin's tool over a cap: tools per plugin, schema size or nesting depth."""
 
     reason = "tool limit"
+
+
+class NotInstalled(ConfigError):
+    """A plugin id that no plugin folder holds and no host has loaded."""
 
 
 class UnsafeFile(WasmextError, OSError):

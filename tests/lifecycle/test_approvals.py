@@ -81,7 +81,7 @@ def test_a_damaged_approvals_file_grants_nothing(tmp_path: Path) -> None:
 def test_grant_refuses_an_unknown_plugin(tmp_path: Path) -> None:
     config = _setup(tmp_path)
     result = CliRunner().invoke(main, ["grant", "nope", "state", "--config", str(config)])
-    assert result.exit_code == 2 and "not installed" in result.output
+    assert result.exit_code == 1 and "not installed" in result.output
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),

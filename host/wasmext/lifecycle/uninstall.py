@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wasmext.discovery import PACKAGES, Discovered, discover
-from wasmext.errors import ConfigError
+from wasmext.errors import ConfigError, NotInstalled
 from wasmext.files import fsync_dir
 from wasmext.lifecycle.approvals import ApprovalStore
 
@@ -91,7 +91,7 @@ def uninstall(host: Host, plugin_id: str, *, purge_state: bool = False) -> Unins
     folder = found.folder if found is not None else None
     was_loaded = host.unload(plugin_id)  # counts the unregister when it was loaded
     if folder is None and not was_loaded:
-        raise ConfigError(f"plugin {plugin_id} is not installed in "
+        raise NotInstalled(f"plugin {plugin_id} is not installed in "
                           f"{', '.join(str(d) for _, d in host.plugin_dirs) or 'any folder'}",
                           plugin_id=plugin_id)
     if folder is not None:

@@ -1,0 +1,66 @@
+"""Every command named a plugin (or a plugin's state key) that is not there exits the same
+way: 1, the code of a failure, with one line naming what it looked for; click's 2 stays
+for bad usage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import wasmtime
+from click.testing import CliRunner
+
+from wasmext.files import atomic_write
+from wasmext.testing import guest_wat
+from wasmext_cli.common import EXIT_NOT_FOUND, EXIT_USAGE
+from wasmext_cli.main import main
+
+CFG = ["--config", "wasmext.toml"]
+# Each command, named the id `ghost` (or the path ./ghost) that nothing holds.
+MISSING = {
+    "call": ["call", "ghost", "test"],
+    "inspect": ["inspect", "ghost"],
+    "grant": ["grant", "ghost", "state", *CFG],
+    "revoke": ["revoke", "ghost", *CFG],
+    "enable": ["enable", "ghost", *CFG],
+    "disable": ["disable", "ghost", *CFG],
+    "config set": ["config", "set", "ghost", "greeting", "hi", *CFG],
+    "config unset": ["config", "unset", "ghost", "greeting", *CFG],
+    "uninstall": ["uninstall", "ghost", *CFG],
+    "state get": ["state", "get", "ghost", "k", *CFG],
+    "state rm": ["state", "rm", "ghost", "k", *CFG],
+}
+
+
+@pytest.fixture
+def operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder with a config whose plugin folder holds one plugin, `kb`."""
+    folder = tmp_path / "plugins" / "kb"
+    folder.mkdir(parents=True)
+    (folder / "plugin.toml").write_text('id = "kb"\nversion = "0.1.0"\n')
+    atomic_write(folder / "kb.wasm", bytes(wasmtime.wat2wasm(guest_wat())))
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", sorted(MISSING))
+def test_a_missing_plugin_exits_1_with_one_line(operator: Path, command: str) -> None:
+    result = CliRunner().invoke(main, MISSING[command])
+    assert result.exit_code == EXIT_NOT_FOUND == 1, (command, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wasmext: ") and "ghost" in lines[0]
+    assert "Traceback" not in result.output and result.stdout == ""
+
+
+def test_the_installed_plugin_and_bad_usage_are_told_apart(operator: Path) -> None:
+    """The same commands on the installed plugin succeed; a bad argument is still 2."""
+    for args in (["grant", "kb", "state", *CFG], ["revoke", "kb", *CFG],
+                 ["disable", "kb", *CFG], ["enable", "kb", *CFG], ["inspect", "plugins/kb"],
+                 ["call", "plugins/kb", "test"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+    refused = CliRunner().invoke(main, ["grant", "kb", "stat", *CFG])  # a typo'd capability
+    assert refused.exit_code == EXIT_USAGE
