@@ -473,9 +473,15 @@ class EncodeError(WasmextError):
 
 
 class Quarantined(WasmextError):
-    """Calls to the plugin are refused until its quarantine ends."""
+    """Calls to the plugin are refused until its quarantine ends, `seconds_left` after
+    the refusal (None when not known: a worker's refusal relayed)."""
 
     reason = "quarantined"
+
+    def __init__(self, message: str, *, plugin_id: str | None = None, hook: str | None = None,
+                 seconds_left: float | None = None) -> None:
+        super().__init__(message, plugin_id=plugin_id, hook=hook)
+        self.seconds_left = seconds_left
 
 
 class McpAuthError(WasmextError):

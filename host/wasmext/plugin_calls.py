@@ -38,6 +38,21 @@ _TRY_ENTRIES: dict[tuple[str, str, str, int], Entry] = {}
 _MAX_TRY_ENTRIES = 4096
 
 
+def quarantine_note(seconds_left: float, began: bool = False) -> str:
+    """A quarantine's trace detail: for how long and until when (UTC)."""
+    until = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds_left))
+    return (f"{'now quarantined' if began else 'quarantined'} for {seconds_left:.1f} s"
+            f"{'' if began else ' more'} (until {until} UTC)")
+
+
+def _quarantine_began(lp: LoadedPlugin, err: WasmextError) -> str:
+    """"now quarantined for ..." when this fault put the plugin in quarantine, else ""."""
+    if not isinstance(err, PluginFault):
+        return ""
+    left = getattr(lp.plugin, "quarantine_left_s", 0.0)  # an Extism plugin has none
+    return quarantine_note(left, began=True) if left else ""
+
+
 def _span_hook(hook: str) -> str:
     """A hook name fit for a span name: the plugin may have chosen it (tools, tags)."""
     return tracing.text(hook, 64)
@@ -141,10 +156,11 @@ class PluginCalls:
                 meta["context"] = hook_context(entry.hook)
         try:
             result = lp.plugin.call(entry.hook, data, meta)
-        except Quarantined:
+        except Quarantined as err:
             self.observe.called(lp.id, entry.hook, "skipped", started)
             if trace is not None:
-                trace.add(entry, "skipped", "quarantined")
+                trace.add(entry, "skipped", quarantine_note(err.seconds_left)
+                          if err.seconds_left is not None else f"quarantined: {err.message}")
             return None, "quarantined"
         except StateUnavailable as err:
             # The host's storage failed the call: the app is told as such; the plugin
@@ -161,7 +177,11 @@ class PluginCalls:
             if fault:
                 self.observe.faulted(lp.id, entry.hook, reason)
             if trace is not None:
-                trace.add(entry, "failed", f"{reason}: {err.message}")
+                # The fault that starts a quarantine says so first (the message may be
+                # cut): the operator learns for how long at the line where it began.
+                began = _quarantine_began(lp, err)
+                trace.add(entry, "failed", f"{began}; {reason}: {err.message}" if began
+                          else f"{reason}: {err.message}")
             if (policy or lp.failure) == "closed":
                 raise HookAborted(f"plugin {lp.id} failed in {entry.hook} and is fail-closed: "
                                   f"{reason}", cause=err, plugin_id=lp.id,
@@ -181,8 +201,10 @@ class PluginCalls:
         # Guest-written text was redacted and cleaned where it entered the host
         # (PluginLog.scrub); clean() again bounds any host-side message too.
         message = clean(err.message)
-        log.warning("plugin %s hook %s failed (%s, policy %s): %s", lp.id, hook, reason,
-                    lp.failure, message, extra={"plugin_id": lp.id, "hook": hook})
+        began = _quarantine_began(lp, err)
+        log.warning("plugin %s hook %s failed (%s, policy %s%s): %s", lp.id, hook, reason,
+                    lp.failure, f"; {began}" if began else "", message,
+                    extra={"plugin_id": lp.id, "hook": hook})
         self.faults.append(FaultRecord(lp.id, hook, reason, message, lp.failure))
         del self.faults[:-1000]
         if lp.failure == "reload" and isinstance(err, PluginFault) and \

@@ -267,9 +267,7 @@ class RemotePlugin(Plugin):
         """Run `hook` on a worker. Raises what a local call raises: PluginFault subclasses
         (RemoteUnavailable when no worker answered), PluginError, Quarantined."""
         if self._quarantined_until and self.quarantined:
-            raise Quarantined(f"plugin {self.id} is quarantined after repeated faults "
-                              f"(last: {self.last_fault.reason if self.last_fault else '?'})",
-                              plugin_id=self.id, hook=hook)
+            raise self._refuse_quarantined(hook)
         self.calls += 1
         try:
             result = self._traced(hook, data, meta or {})

@@ -336,6 +336,19 @@ class Plugin:
         """True while calls to the plugin are refused."""
         return time.monotonic() < self._quarantined_until
 
+    @property
+    def quarantine_left_s(self) -> float:
+        """Seconds until calls are taken again; 0.0 when the plugin is not quarantined."""
+        return max(0.0, self._quarantined_until - time.monotonic())
+
+    def _refuse_quarantined(self, hook: str) -> Quarantined:
+        """The refusal of a call during the quarantine, saying how long it still lasts."""
+        left = self.quarantine_left_s
+        last = self.last_fault.reason if self.last_fault else "?"
+        return Quarantined(f"plugin {self.id} is quarantined for {left:.1f} s more after "
+                           f"repeated faults (last: {last})", plugin_id=self.id, hook=hook,
+                           seconds_left=left)
+
     def _record_fault(self, fault: PluginFault) -> None:
         with self._lock:
             self.faults += 1
@@ -389,9 +402,7 @@ class Plugin:
         """Run `hook` with `data`. Raises PluginFault subclasses (the instance is
         discarded), PluginError (the guest said no), Quarantined, InputTooLarge."""
         if self._quarantined_until and self.quarantined:
-            raise Quarantined(f"plugin {self.id} is quarantined after repeated faults "
-                              f"(last: {self.last_fault.reason if self.last_fault else '?'})",
-                              plugin_id=self.id, hook=hook)
+            raise self._refuse_quarantined(hook)
         inst = self._borrow()
         inst.meter = self.meter
         self.calls += 1
