@@ -8,6 +8,8 @@
     │   │                           runtime, `tool.register`)
     │   ├── ConfigTextError         a config file too large, too deep or not parseable
     │   │                           (also a ValueError; callers map it to one of the above)
+    │   ├── TranscriptError         (models) a `wasmext run` transcript that cannot be
+    │   │                           played: names the file, line and field
     │   └── NotInstalled            a plugin id no plugin folder holds (uninstall, and the
     │                               CLI's grant and revoke: one exit code for it)
     ├── UnsafeFile                  (also an OSError) a file the host reads is a FIFO,
@@ -228,6 +230,7 @@ __all__ = [
     "TooManySubscriptions",
     "ToolLimitError",
     "TransactionClosed",
+    "TranscriptError",
     "UnknownHook",
     "UnknownImport",
     "UnsafeFile",
@@ -284,6 +287,12 @@ class ToolLimitError(ConfigError):
     """A plugin's tool over a cap: tools per plugin, schema size or nesting depth."""
 
     reason = "tool limit"
+
+
+class TranscriptError(ConfigError):
+    """A session transcript that cannot be played; names the file, the line and the field."""
+
+    reason = "transcript"
 
 
 class NotInstalled(ConfigError):

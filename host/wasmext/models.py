@@ -12,9 +12,9 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
-from wasmext.errors import ConfigError
+from wasmext.errors import TranscriptError
 from wasmext.files import read_regular
 from wasmext.services.llm.client import ChatAnswer, ChatRequest, ModelError, OpenAIClient
 
@@ -34,42 +34,106 @@ class Model(Protocol):
         ...
 
 
-class Transcript:
-    """{"model": name, "system": str, "turns": [{"user": str, "steps": [step, ...]}]}"""
+def _skip(text: str, i: int) -> int:
+    """Past the JSON whitespace at `i`."""
+    while text[i:i + 1] in (" ", "\t", "\n", "\r"):  # "" past the end: stops
+        i += 1
+    return i
 
-    def __init__(self, raw: dict[str, Any], path: Path | None = None) -> None:
-        where = path or "transcript"
+
+def _offset_of(text: str, at: tuple[str | int, ...]) -> int | None:
+    """Where the value at `at` (object keys and array indexes) starts in the JSON `text`,
+    which json.loads accepted; None when it is not there. Only the objects and arrays on
+    the way are walked: every other value is skipped by the C decoder."""
+    decoder = json.JSONDecoder()
+    i = _skip(text, 0)
+    for part in at:
+        if isinstance(part, str):
+            if text[i:i + 1] != "{":
+                return None
+            i, found = _skip(text, i + 1), None
+            while text[i:i + 1] == '"':
+                key, i = decoder.raw_decode(text, i)
+                i = _skip(text, _skip(text, i) + 1)  # past the ':'
+                if key == part:
+                    found = i  # the last of duplicate keys, as json.loads keeps it
+                i = _skip(text, decoder.raw_decode(text, i)[1])
+                if text[i:i + 1] == ",":
+                    i = _skip(text, i + 1)
+            if found is None:
+                return None
+            i = found
+        else:
+            if text[i:i + 1] != "[":
+                return None
+            i = _skip(text, i + 1)
+            for _ in range(part):
+                i = _skip(text, decoder.raw_decode(text, i)[1])
+                if text[i:i + 1] != ",":
+                    return None
+                i = _skip(text, i + 1)
+    return i
+
+
+class Transcript:
+    """{"model": name, "system": str, "turns": [{"user": str, "steps": [step, ...]}]}
+
+    A problem is a TranscriptError naming the file, the line (when the file's text is
+    given) and the field: `transcript: demo.json:12: turns[1].steps[0] needs ...`."""
+
+    def __init__(self, raw: dict[str, Any], path: Path | None = None,
+                 text: str | None = None) -> None:
+        def refuse(at: tuple[str | int, ...], what: str) -> NoReturn:
+            try:
+                offset = _offset_of(text, at) if text is not None else None
+            except (ValueError, IndexError):  # a text that is not the one `raw` came from
+                offset = None
+            line = f":{text.count(chr(10), 0, offset) + 1}" if text and offset is not None \
+                else ""
+            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at)
+            where = f"{path}{line}: " if path is not None else ""
+            raise TranscriptError(f"{where}{field.lstrip('.')} {what}")
+
         turns = raw.get("turns")
         if not isinstance(turns, list) or not turns:
-            raise ConfigError(f"{where}: 'turns' must be a non-empty array")
+            refuse(("turns",), "must be a non-empty array")
         for i, turn in enumerate(turns):
             if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) \
                     or not isinstance(turn.get("steps"), list) or not turn["steps"]:
-                raise ConfigError(f"{where}: turns[{i}] needs 'user' (str) and 'steps' (array)")
+                refuse(("turns", i), "needs 'user' (str) and 'steps' (array)")
             for j, step in enumerate(turn["steps"]):
                 if not isinstance(step, dict) or not isinstance(step.get("response", ""), str) \
                         or not isinstance(step.get("tool_calls", []), list):
-                    raise ConfigError(f"{where}: turns[{i}].steps[{j}] needs 'response' (str) "
-                                      "and optional 'tool_calls' (array)")
+                    refuse(("turns", i, "steps", j), "needs 'response' (str) and optional "
+                           "'tool_calls' (array)")
+                for k, call in enumerate(step.get("tool_calls", [])):
+                    if not isinstance(call, dict) or not isinstance(call.get("tool"), str) \
+                            or not isinstance(call.get("args", {}), dict):
+                        refuse(("turns", i, "steps", j, "tool_calls", k),
+                               "needs 'tool' (str) and optional 'args' (object)")
         self.turns: list[dict[str, Any]] = turns
         self.system: str = str(raw.get("system", "You are a helpful assistant."))
         self.model: str = str(raw.get("model", "replay"))
         completions = raw.get("completions", [])
         if not isinstance(completions, list) or not all(isinstance(c, str) for c in completions):
-            raise ConfigError(f"{where}: 'completions' must be an array of strings")
+            refuse(("completions",), "must be an array of strings")
         # What llm.complete answers under this transcript, in order (then again).
         self.completions: list[str] = completions
 
 
 def load_transcript(path: Path) -> Transcript:
-    """Read a JSON transcript file; ConfigError if it is unreadable or not an object."""
+    """Read a JSON transcript file; TranscriptError (naming the file and line) if it is
+    unreadable, not JSON, or not a transcript."""
     try:
-        raw = json.loads(read_regular(path, MAX_TRANSCRIPT_BYTES).decode("utf-8"))
+        text = read_regular(path, MAX_TRANSCRIPT_BYTES).decode("utf-8")
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TranscriptError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from exc
     except (OSError, ValueError, RecursionError) as exc:
-        raise ConfigError(f"{path}: cannot read transcript: {exc}") from exc
+        raise TranscriptError(f"{path}: cannot read it: {exc}") from exc
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a transcript is a JSON object")
-    return Transcript(raw, path)
+        raise TranscriptError(f"{path}:1: a transcript is a JSON object")
+    return Transcript(raw, path, text)
 
 
 class ReplayModel:
