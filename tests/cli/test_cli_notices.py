@@ -63,8 +63,8 @@ def test_a_session_command_names_the_refused_variable_and_the_missing_grant(
     assert f"environment variable {VARIABLE} is not one the operator allowed" in env
     assert "[plugin.nosy] env" in env and "from the environment" not in result.stderr
     assert denial.startswith("wasmext: plugin nosy was denied state.get in session ")
-    assert denial.endswith("not granted 'state' (logged once per session); "
-                           "to allow it: wasmext grant nosy state")
+    assert denial.endswith("not granted 'state' (later denials of state.get in this session "
+                           "are not reported); to allow it: wasmext grant nosy state")
 
 
 def test_json_logs_carry_the_notices_once(project: Path,
@@ -94,7 +94,8 @@ def test_call_names_the_flag_that_grants_what_was_denied(project: Path) -> None:
     assert result.exit_code == 0, result.output
     denial = [line for line in _notices(result.stderr) if "denied" in line]
     assert denial == ["wasmext: plugin nosy was denied state.get: plugin nosy was not granted "
-                      "'state' (logged once per session); to allow it: --grant state"]
+                      "'state' (later denials of state.get are not reported); to allow it: "
+                      "--grant state"]
     granted = CliRunner().invoke(main, ["call", "plugins/nosy", "on_plain_text",
                                         "--data", '"x"', "--grant", "state"])
     assert granted.exit_code == 0 and "denied" not in granted.stderr
@@ -195,3 +196,20 @@ def test_run_names_a_policy_stage_that_is_nowhere(project: Path) -> None:
         "wasmext: warning: policy.toml names stage ghost, which is no loaded plugin and no "
         "[extensions.ghost] of the config"]
     assert "plugin ghost is not loaded" in result.stdout  # what the turn itself says
+
+
+def test_the_denial_line_says_what_happens_to_later_denials(tmp_path: Path) -> None:
+    """A call asking twice for what it lacks gets one line, which says the second went
+    unreported; it speaks of no session, since `call` has none."""
+    raw = msgpack.packb({"op": "state.get", "key": "k"})
+    ask = f"(drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)})))"
+    wasm = tmp_path / "twice.wasm"
+    wasm.write_bytes(wasmtime.wat2wasm(guest_wat(f"{ask} {ask} (i64.const 0)",
+                                                 imports=HOST_CALL_IMPORT, data=raw)))
+    result = CliRunner().invoke(main, ["call", str(wasm), "test", "--data", '"x"'])
+    assert result.exit_code == 0, result.output
+    denials = [line for line in result.stderr.splitlines() if "denied" in line]
+    assert denials == ["wasmext: plugin twice was denied state.get: plugin twice was not "
+                       "granted 'state' (later denials of state.get are not reported); to "
+                       "allow it: --grant state"]
+    assert "session" not in denials[0]

@@ -279,6 +279,8 @@ def test_a_denied_grant_is_logged_once_per_session_at_warning(
         text = record.getMessage()
         assert text.startswith("plugin nosy was denied state.get in session s")
         assert "not granted 'state'" in text and getattr(record, "plugin_id", None) == "nosy"
+        # ... and says what the four calls after it in its session showed: no line.
+        assert text.endswith("(later denials of state.get in this session are not reported)")
 
 
 def test_denials_remembered_are_bounded(caplog: pytest.LogCaptureFixture,

@@ -306,8 +306,11 @@ class HostServices:
             if len(self._denials_logged) > DENIALS_REMEMBERED:
                 self._denials_logged.popitem(last=False)
         where = f" in session {clean(ctx.session, 128)}" if ctx.session else ""
-        log.warning("plugin %s was denied %s%s: %s (logged once per session)",
-                    ctx.plugin_id, op, where, clean(exc.message, 300),
+        # What the key above makes true, said as it is: one line per plugin and op (in each
+        # session, when there is one); a command without a session says no session.
+        log.warning("plugin %s was denied %s%s: %s (later denials of %s%s are not reported)",
+                    ctx.plugin_id, op, where, clean(exc.message, 300), op,
+                    " in this session" if ctx.session else "",
                     extra={"plugin_id": ctx.plugin_id, "session": ctx.session, "op": op,
                            "capability": capability})
 
