@@ -86,11 +86,11 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
     return err
 
 
-def _existing(plugin: Path) -> Path:
-    """PLUGIN as given, or a not-found exit when nothing is there."""
+def _existing(plugin: Path) -> None:
+    """A not-found exit (1, as every command's) when nothing is at PLUGIN: click's own
+    check of the path would be a usage error (2)."""
     if not plugin.exists():
         not_found(f"no plugin at {plugin}: no such folder or module file")
-    return plugin
 
 
 @click.command()
