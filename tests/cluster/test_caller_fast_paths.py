@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -46,8 +47,11 @@ async def _until(check: Any, timeout_s: float = 5.0) -> None:
 @asynccontextmanager
 async def _sender_and_listener(nats_url: str, name: str, listener: str = "listener"
                                ) -> AsyncIterator[tuple[Any, Any]]:
-    """A fast client named `name` and a second client to hear what it sends."""
+    """A fast client named `name` and a second client to hear what it sends. Its hold
+    is a minute, so what a test queues waits for the read's or turn's end however slow
+    the machine (the hold has a test of its own)."""
     nc = await connect(nats_url, name)
+    nc.hold_s = 60.0  # type: ignore[attr-defined]
     other = await connect(nats_url, listener)
     try:
         yield nc, other
@@ -131,6 +135,55 @@ def test_what_handlers_send_during_a_read_is_written_at_its_end_after_what_is_qu
             assert len(nc._pending) == 1  # an ordinary publish queues as before
             await _until(lambda: len(got) == 5)
             assert got == [b"queued", b"first", b"second", b"last", b"later"]
+
+    asyncio.run(run())
+
+
+def _spin(seconds: float) -> None:
+    """Hold the thread as a plugin call would, for at least `seconds`."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def test_what_waited_its_hold_is_written_before_a_long_read_or_turn_ends(
+        nats_url: str) -> None:
+    async def run() -> None:
+        async with _sender_and_listener(nats_url, "held") as (nc, listener):
+            got = await _collect(listener, "held.out")
+            nc.hold_s = 0.002
+            sub = await nc.subscribe("held.in")
+            await _settled(nc)
+            left: list[int] = []
+
+            def handler(msg: Any) -> None:  # a worker's answer after 3 ms of work
+                _spin(0.003)
+                assert nc.publish_soon("held.out", msg.data, BLOCK)  # type: ignore
+                left.append(len(nc._pending))
+            nc.deliver_now(sub, handler)  # type: ignore[attr-defined]
+            sid = sub._id
+            await nc._ps.parse(b"".join(
+                b"HMSG held.in %d r.%d 12 14\r\nNATS/1.0\r\n\r\na%d\r\n" % (sid, i, i)
+                for i in range(4)))
+            # The first answer waits; the second finds it waiting longer than the hold
+            # and both are written before the third request is worked on; and so on.
+            assert left == [1, 0, 1, 0] and nc._pending == []
+            await _until(lambda: len(got) == 4)
+            assert got == [b"a0", b"a1", b"a2", b"a3"]
+
+            # A loop turn that queues messages with work between them does the same.
+            assert nc.publish_soon("held.out", b"t0", BLOCK)  # type: ignore
+            _spin(0.003)
+            assert nc.publish_soon("held.out", b"t1", BLOCK)  # type: ignore
+            assert nc._pending == []  # both on the socket, no turn of the loop
+            assert nc.publish_soon("held.out", b"t2", BLOCK)  # type: ignore
+            assert nc.publish_soon("held.out", b"t3", BLOCK)  # type: ignore
+            nc.hold_s = 60.0
+            assert len(nc._pending) == 2  # no time between them: they wait for the turn
+            await asyncio.sleep(0)
+            assert nc._pending == []
+            await _until(lambda: len(got) == 8)
+            assert got[4:] == [b"t0", b"t1", b"t2", b"t3"]
 
     asyncio.run(run())
 
