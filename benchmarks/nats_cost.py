@@ -7,10 +7,13 @@ Each round runs `n` requests of each kind one at a time, then `n` with `in_fligh
 outstanding, alternating the echo and the `Router.arun` stage, and reads the CPU time
 each process spent meanwhile: the caller's own (`time.process_time`, every thread) and
 the responder's (the echo process, or the `wasmext worker`: the sum of
-`/proc/PID/task/*/schedstat`, nanoseconds). CPU time per request hardly depends on what
-else the machine runs; the wall-clock ratios printed beside it do, which is why rounds
-alternate and the minimum and median over rounds are shown. `--inline` starts the
-worker with `--inline-below-ms 5000` (the stage runs on the worker's loop by rule);
+`/proc/PID/task/*/schedstat`, nanoseconds), and nats-server's. With `in_flight`
+outstanding it also prints the share of a core each side kept busy: two sides that take
+turns add up to about one core, two that work at once to more. CPU time per request
+hardly depends on what else the machine runs; the wall-clock ratios printed beside it
+do, which is why rounds alternate and the minimum and median over rounds are shown.
+`--inline` starts the worker with `--inline-below-ms 5000` (the stage runs on the
+worker's loop by rule);
 `--lane` with `--short-call-ms 0` (every call through the lane, as a plugin with the
 ABI's default `timeout_ms` went until the sixth round); by default the worker's own
 rule holds (the plugin's calls go through the lane until 8 in a row were short, then
@@ -100,6 +103,7 @@ async def _batch(once: Any, n: int, in_flight: int) -> tuple[list[float], float]
 async def _measure(cluster: Cluster, host: Host, args: argparse.Namespace) -> dict[str, Any]:
     link = await NatsLink.open(cluster.url)
     echo_pid, worker_pid = cluster.procs[1].pid, cluster.workers[0].pid
+    server_pid = cluster.procs[0].pid
     router = Router(POLICY, RemoteCaller(parse_registry(
         {"stamp": {"type": "pre", "subject": SUBJECT, "timeout_ms": 10_000}}), link))
     print(f"pids: caller {os.getpid()} echo {echo_pid} worker {worker_pid}", flush=True)
@@ -131,7 +135,8 @@ async def _measure(cluster: Cluster, host: Host, args: argparse.Namespace) -> di
         rows: dict[str, dict[str, list[float]]] = {
             k: {"caller_us": [], "responder_us": [], "caller_tp_us": [],
                 "responder_tp_us": [], "p50_us": [], "per_s": [], "caller_waits": [],
-                "caller_tp_waits": [], "responder_waits": [], "responder_tp_waits": []}
+                "caller_tp_waits": [], "responder_waits": [], "responder_tp_waits": [],
+                "caller_busy": [], "responder_busy": [], "server_tp_us": []}
             for k in kinds}
         for _ in range(args.rounds):
             for name, (once, pid) in kinds.items():
@@ -139,9 +144,11 @@ async def _measure(cluster: Cluster, host: Host, args: argparse.Namespace) -> di
                 for window in (1, args.in_flight):
                     me = os.getpid()
                     mine, theirs = time.process_time_ns(), cpu_ns(pid)
+                    server = cpu_ns(server_pid)
                     my_waits, their_waits = waits(me), waits(pid)
                     samples, rate = await _batch(once, args.n, window)
                     mine, theirs = time.process_time_ns() - mine, cpu_ns(pid) - theirs
+                    server = cpu_ns(server_pid) - server
                     tail = "" if window == 1 else "tp_"
                     row[f"caller_{tail}waits"].append((waits(me) - my_waits) / args.n)
                     row[f"responder_{tail}waits"].append((waits(pid) - their_waits) / args.n)
@@ -151,6 +158,11 @@ async def _measure(cluster: Cluster, host: Host, args: argparse.Namespace) -> di
                         row["p50_us"].append(_pct(samples, 0.5))
                     else:
                         row["per_s"].append(rate)
+                        # the share of a core each side kept busy: near 1 in all, the
+                        # two took turns; near 1 each, they worked at once
+                        row["caller_busy"].append(mine * rate / args.n / 1e9)
+                        row["responder_busy"].append(theirs * rate / args.n / 1e9)
+                        row["server_tp_us"].append(server / args.n / 1e3)
         out: dict[str, Any] = {}
         for name, row in rows.items():
             out[name] = {k: {"min": round(min(v), 2), "median": round(statistics.median(v), 2)}
@@ -228,6 +240,12 @@ def main() -> None:
         print(f"  {name:6} median  {r['caller_waits']['median']:>8} "
               f"{r['caller_tp_waits']['median']:>8}     {r['responder_waits']['median']:>8} "
               f"{r['responder_tp_waits']['median']:>8}")
+    print(f"at {args.in_flight} in flight    share of a core busy: caller / responder"
+          "     nats-server CPU us per request")
+    for name in ("echo", "arun"):
+        r = out[name]
+        print(f"  {name:6} median  {r['caller_busy']['median']:>8} "
+              f"{r['responder_busy']['median']:>8}     {r['server_tp_us']['median']:>8}")
     for key, v in out["ratios"].items():
         print(f"  arun/echo {key:18} min {v['min']}  median {v['median']}  max {v['max']}")
 
