@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from cluster_support import late_after_ping
 
+from wasmext.cluster import fastclient
 from wasmext.cluster.breaker import Breaker
 from wasmext.cluster.callids import CallIds
 from wasmext.cluster.contract import JSON, ExtMessage, ExtResponse, encode
@@ -139,51 +139,69 @@ def test_what_handlers_send_during_a_read_is_written_at_its_end_after_what_is_qu
     asyncio.run(run())
 
 
-def _spin(seconds: float) -> None:
-    """Hold the thread as a plugin call would, for at least `seconds`."""
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        pass
+class _Clock:
+    """A stand-in for the fast client's `perf_counter`: time moves when a test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _requests(sid: int, n: int) -> bytes:
+    """One read of `n` stage requests (`a0`, `a1`, ...) for subscription `sid`."""
+    return b"".join(b"HMSG held.in %d r.%d 12 14\r\nNATS/1.0\r\n\r\na%d\r\n" % (sid, i, i)
+                    for i in range(n))
 
 
 def test_what_waited_its_hold_is_written_before_a_long_read_or_turn_ends(
-        nats_url: str) -> None:
+        nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(fastclient, "perf_counter", clock)
+
     async def run() -> None:
         async with _sender_and_listener(nats_url, "held") as (nc, listener):
             got = await _collect(listener, "held.out")
-            nc.hold_s = 0.002
+            nc.hold_s = 1.0
             sub = await nc.subscribe("held.in")
             await _settled(nc)
-            left: list[int] = []
+            took = 0.3
+            seen: list[tuple[int, int]] = []  # queued when a handler began, and after it
 
-            def handler(msg: Any) -> None:  # a worker's answer after 3 ms of work
-                _spin(0.003)
+            def handler(msg: Any) -> None:  # a worker's answer after `took` s of work
+                before = len(nc._pending)
+                clock.now += took
                 assert nc.publish_soon("held.out", msg.data, BLOCK)  # type: ignore
-                left.append(len(nc._pending))
+                seen.append((before, len(nc._pending)))
             nc.deliver_now(sub, handler)  # type: ignore[attr-defined]
-            sid = sub._id
-            await nc._ps.parse(b"".join(
-                b"HMSG held.in %d r.%d 12 14\r\nNATS/1.0\r\n\r\na%d\r\n" % (sid, i, i)
-                for i in range(4)))
-            # The first answer waits; the second finds it waiting longer than the hold
-            # and both are written before the third request is worked on; and so on.
-            assert left == [1, 0, 1, 0] and nc._pending == []
-            await _until(lambda: len(got) == 4)
-            assert got == [b"a0", b"a1", b"a2", b"a3"]
+            # Short calls: the answers wait for the read's end until the oldest has
+            # waited the hold (a0 at 0.3 s, a4 at 1.5 s), then go out together.
+            await nc._ps.parse(_requests(sub._id, 6))
+            assert seen == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 1)]
+            assert nc._pending == []  # the last, at the read's end
+            await _until(lambda: len(got) == 6)
+            # Long calls: each answer is written before the next call begins.
+            seen.clear()
+            took = 2.0
+            await nc._ps.parse(_requests(sub._id, 3))
+            assert seen == [(0, 1), (0, 1), (0, 1)] and nc._pending == []
+            await _until(lambda: len(got) == 9)
+            assert got == [b"a%d" % i for i in range(6)] + [b"a0", b"a1", b"a2"]
 
             # A loop turn that queues messages with work between them does the same.
             assert nc.publish_soon("held.out", b"t0", BLOCK)  # type: ignore
-            _spin(0.003)
+            clock.now += 1.0
             assert nc.publish_soon("held.out", b"t1", BLOCK)  # type: ignore
             assert nc._pending == []  # both on the socket, no turn of the loop
             assert nc.publish_soon("held.out", b"t2", BLOCK)  # type: ignore
+            clock.now += 0.9
             assert nc.publish_soon("held.out", b"t3", BLOCK)  # type: ignore
-            nc.hold_s = 60.0
-            assert len(nc._pending) == 2  # no time between them: they wait for the turn
+            assert len(nc._pending) == 2  # within the hold: they wait for the turn
             await asyncio.sleep(0)
             assert nc._pending == []
-            await _until(lambda: len(got) == 8)
-            assert got[4:] == [b"t0", b"t1", b"t2", b"t3"]
+            await _until(lambda: len(got) == 13)
+            assert got[9:] == [b"t0", b"t1", b"t2", b"t3"]
 
     asyncio.run(run())
 

@@ -8,13 +8,15 @@ without a coroutine (`publish_soon`): a lone message written to the socket at on
 what `deliver_now` handlers send while a read is parsed written at its end in one
 write, other queued ones by one callback per loop turn, nats-py's flusher task kept for
 whatever would wait (a socket that is behind, a connection that is not up). A queued
-message waits for that write at most `HOLD_S`: a long read or turn is written in
-parts, so the peer works on the first while this side works on the rest. Its parser
-reads a message with headers (`HMSG`: every stage request and answer) without nats-py's
-regular expressions and hands it to a `deliver_now` handler without a coroutine; any
-other line goes to nats-py's parser. A PING (`flush`) is queued behind what is pending,
-where nats-py writes it ahead: its PONG proves the server has read every SUB before it,
-so a worker is ready only once a caller on another connection can reach it.
+message waits for that write at most `HOLD_S` (and what a handler sent is written
+before the next handler runs when the last ran that long): a long read or turn is
+written in parts, so the peer works on the first while this side works on the rest.
+Its parser reads a message with headers (`HMSG`: every stage request and answer)
+without nats-py's regular expressions and hands it to a `deliver_now` handler without a
+coroutine; any other line goes to nats-py's parser. A PING (`flush`) is queued behind
+what is pending, where nats-py writes it ahead: its PONG proves the server has read
+every SUB before it, so a worker is ready only once a caller on another connection can
+reach it.
 `cluster.link` builds its requests and a worker its answers on it.
 """
 
@@ -238,6 +240,7 @@ def new_client() -> Client:
                 self._read_pending = False
                 self._timed: list[bytes] | None = None  # the `_pending` list timed
                 self._queued_at = 0.0  # when its oldest command was queued
+                self._handler_began = 0.0  # when the last `deliver_now` handler began
 
             def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
                 """Hand `sub`'s messages to `handler` as the reader parses them: no
@@ -279,6 +282,12 @@ def new_client() -> Client:
                 # nats-py's reading of a block without a status line (`_process_headers`)
                 hdr = (parse_headers(headers[10:]) or None) \
                     if headers is not None and len(headers) > 10 else None
+                began = perf_counter()
+                if self._read_pending and began - self._handler_began >= self.hold_s:
+                    # The last handler ran a hold or more: this one may as well, so what
+                    # it sent is written before it runs rather than after.
+                    self._end_of_read()
+                self._handler_began = began
                 self._in_handler = True
                 try:
                     handler(self._build_message(sid, subject, reply, data, hdr))
