@@ -93,6 +93,8 @@
     failure = "closed"
     env = ["NORMALIZE_LOCALE"]   # the only environment variables its settings (and its
                                  # MCP servers' ${VAR}s) may read; never a host credential
+    trust_tool_hints = false     # true: `mcp serve` passes on its tools' readOnlyHint=true
+                                 # and other hints claiming safety (docs/mcp.md)
 
 Relative paths are relative to the file's folder.
 
@@ -190,6 +192,8 @@ class PluginOverrides:
     failure: str | None = None
     priority: int | None = None
     env: frozenset[str] = frozenset()  # environment variables the operator lets it read
+    # `mcp serve` passes on its tools' hints that claim safety (mcp.server.hints)
+    trust_tool_hints: bool = False
 
 
 @dataclass(frozen=True)
@@ -398,6 +402,7 @@ class PluginTable(BaseModel):
     failure: Literal["open", "closed", "reload"] | None = None
     priority: Annotated[int, Field(strict=True, ge=0, le=100)] | None = None
     env: list[Annotated[str, AfterValidator(_env_name)]] = []
+    trust_tool_hints: bool = False
 
 
 class StateTable(BaseModel):
@@ -542,7 +547,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         grants={pid: Grant(g.digest, frozenset(g.capabilities), g.manifest)
                 for pid, g in doc.grants.items()},
         overrides={pid: PluginOverrides(o.settings, o.limits.given(), o.failure, o.priority,
-                                        frozenset(o.env))
+                                        frozenset(o.env), o.trust_tool_hints)
                    for pid, o in doc.plugin.items()},
         state_backend=state.backend, state_url=state.url, state_limits=state.limits(),
         state_bucket=state.bucket or "wasmext_state", state_replicas=state.replicas or 1,

@@ -61,7 +61,8 @@ def check_report(report: dict[str, Any]) -> None:
     assert set(tools) == {"mixed__good", "fine__lookup", "pic__pic"}
     assert tools["mixed__good"]["outputSchema"]["type"] == "object"
     assert tools["mixed__good"]["title"] == "Good tool"
-    assert tools["mixed__good"]["annotations"] == {"readOnlyHint": True, "openWorldHint": False}
+    # Its hints both claim safety and no operator vouched for them: not served.
+    assert "annotations" not in tools["mixed__good"]
     ok, bad, plain, pic = report["calls"]
     assert "error" not in ok, ok  # the SDK validated structuredContent against outputSchema
     assert ok["result"]["structuredContent"] == {"found": 1}

@@ -18,6 +18,9 @@
     connect_timeout_s = 10
     call_timeout_s = 30
     enabled = true
+    trust_tool_hints = false     # true: `mcp serve --include-mcp-tools` passes on its tools'
+                                 # hints claiming safety (wasmext.toml only: a manifest's
+                                 # server is vouched for by [plugin.ID] trust_tool_hints)
 
 Validated as pydantic models (`McpSection`, `McpServer`): a bad table is one ConfigError
 naming every problem with its field (`wasmext.validation`).
@@ -69,6 +72,9 @@ class McpServerConfig:
     sampling: bool = False
     oauth: OAuthSettings | None = None
     inherit_env: bool = True  # stdio: start from the host's environment (002's rule)
+    # `mcp serve --include-mcp-tools` passes on hints claiming safety (mcp.server.hints);
+    # only wasmext.toml may say so, never a plugin's manifest.
+    trust_tool_hints: bool = False
 
 
 def _server_name(name: str) -> str:
@@ -110,6 +116,16 @@ class McpServer(BaseModel):
     connect_timeout_s: Seconds = 10.0
     call_timeout_s: Seconds = 30.0
     oauth: Any = None  # OAuthSettings once validated
+    trust_tool_hints: bool = False
+
+    @field_validator("trust_tool_hints")
+    @classmethod
+    def _vouch(cls, value: bool, info: ValidationInfo) -> bool:
+        ctx = info.context if isinstance(info.context, Mapping) else {}
+        if value and ctx.get("operator") is False:
+            # A plugin vouching for its own server's hints would be no one vouching.
+            problem("only the operator's wasmext.toml vouches for a server's tool hints")
+        return value
 
     @field_validator("command")
     @classmethod
@@ -181,7 +197,8 @@ class McpServer(BaseModel):
             float(connect), float(self.call_timeout_s), self.enabled,
             self.headers,
             str(base_dir) if base_dir is not None and self.transport == "stdio" else None,
-            tuple(self.roots), self.sampling, self.oauth, self.inherit_env)
+            tuple(self.roots), self.sampling, self.oauth, self.inherit_env,
+            self.trust_tool_hints)
 
 
 class McpSection(BaseModel):
@@ -207,11 +224,12 @@ class McpSection(BaseModel):
 
 
 def parse_mcp(raw: Any, path: Path | None, base_dir: Path | None = None,
-              environ: Mapping[str, str] | None = None, quiet: bool = False
-              ) -> tuple[bool, tuple[McpServerConfig, ...]]:
+              environ: Mapping[str, str] | None = None, quiet: bool = False,
+              operator: bool = False) -> tuple[bool, tuple[McpServerConfig, ...]]:
     """The [mcp] table; with `base_dir`, stdio servers run there (relative paths from it).
     `${VAR}` reads `environ` (default: the process environment); `quiet` logs no warning
-    for a missing one."""
+    for a missing one. Unless `operator` says the table is the operator's own, a
+    server's `trust_tool_hints = true` is refused (a plugin's manifest is read here)."""
     section = check(McpSection, raw, path, prefix="mcp",
-                    context={"environ": environ, "quiet": quiet})
+                    context={"environ": environ, "quiet": quiet, "operator": operator})
     return section.enabled, section.configs(base_dir)

@@ -42,6 +42,7 @@ from wasmext.errors import ManageRefused, WasmextError
 from wasmext.mcp.server.auth import BearerAuth, rebinding_guard, require_token_for
 from wasmext.mcp.server.changes import ListChanges, fingerprint
 from wasmext.mcp.server.handlers import ServedCatalog
+from wasmext.mcp.server.hints import HintTrust
 from wasmext.mcp.server.manage import Manager, without_paths
 from wasmext.mcp.server.results import error_code, error_result, tool_result
 from wasmext.observe import tracing
@@ -122,6 +123,8 @@ class McpToolServer:
         self.poll_interval = poll_interval
         self.limiter = RateLimiter(rate, burst)
         self.catalog = ServedCatalog(host, include_mcp_catalog)
+        # Plugins' (and upstream servers') hints claiming safety pass only when vouched.
+        self.hint_trust = HintTrust(host)
         # Each tool's digest, by the (immutable) Tool object: a plugin may register 256
         # tools of 64 KiB schemas, and the fingerprint is taken before every request.
         self._tool_digests: dict[int, tuple[Tool, str]] = {}
@@ -220,13 +223,15 @@ class McpToolServer:
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         self._remember(ctx)
         await self.check_changed()
+        tools = self.visible_tools()
+        annotations = self.hint_trust.annotations(tools)
         return types.ListToolsResult(tools=[
             types.Tool(name=t.name, title=t.title or None,
                        description=clean_lines(t.description, DESCRIPTION_CAP) or None,
                        input_schema=dict(t.input_schema),
                        output_schema=dict(t.output_schema) if t.output_schema else None,
-                       annotations=_annotations(t))
-            for t in self.visible_tools()])
+                       annotations=annotations[t.name])
+            for t in tools])
 
     async def _call_tool(self, ctx: ServerRequestContext[Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -343,16 +348,6 @@ class McpToolServer:
         app = self.server.streamable_http_app(host=host,
                                               transport_security=rebinding_guard(host))
         return BearerAuth(app, token) if token is not None else app
-
-
-def _annotations(tool: Tool) -> types.ToolAnnotations | None:
-    hints = tool.annotations or {}
-    if not hints:
-        return None
-    return types.ToolAnnotations(read_only_hint=hints.get("readOnlyHint"),
-                                 destructive_hint=hints.get("destructiveHint"),
-                                 idempotent_hint=hints.get("idempotentHint"),
-                                 open_world_hint=hints.get("openWorldHint"))
 
 
 def _servable(tool: Tool) -> bool:
