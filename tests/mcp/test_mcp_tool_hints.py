@@ -14,6 +14,8 @@ from pathlib import Path
 
 import mcp_types as types
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from interop_support import FINE, ROOT, SCHEMA, TIMEOUT, cli_args, cli_env, run, tool_wat
 from interop_support import write_plugin as write_wat_plugin
 from mcp.client.client import Client
@@ -22,6 +24,7 @@ from mcp.client.stdio import StdioServerParameters
 from wasmext import ConfigError, Host, HostConfig
 from wasmext.config import ManageSettings, load_config, parse_config
 from wasmext.mcp.config import McpServerConfig, parse_mcp
+from wasmext.mcp.server.hints import SPEC_DEFAULTS, served_hints
 from wasmext.mcp.server.serve import McpToolServer
 from wasmext.testing import make_host
 
@@ -189,3 +192,14 @@ def test_only_the_operators_config_can_vouch() -> None:
     with pytest.raises(ConfigError) as loose:
         parse_config({"plugin": {"notes": {"trust_tool_hints": "yes"}}})
     assert "plugin.notes.trust_tool_hints" in loose.value.message
+
+
+@given(st.dictionaries(st.sampled_from(sorted(SPEC_DEFAULTS)), st.booleans()))
+def test_unvouched_hints_never_claim_more_than_the_defaults(hints: dict[str, bool]) -> None:
+    """Whatever a plugin declares, an unvouched tool is served only hints equal to the
+    spec's defaults, every one of those is kept, and the rest are named as withheld."""
+    kept, withheld = served_hints(hints, trusted=False)
+    assert all(SPEC_DEFAULTS[k] == v for k, v in kept.items())
+    assert {k for k, v in hints.items() if SPEC_DEFAULTS[k] == v} == set(kept)
+    assert set(withheld) == set(hints) - set(kept)
+    assert served_hints(hints, trusted=True) == (hints, ())
