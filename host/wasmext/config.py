@@ -81,6 +81,12 @@
     url = "http://127.0.0.1:8000/v1"
     model = "small-model"
 
+    [agents.reviewer]            # agents.request/send targets (services.agent_config)
+    target = "mytools.review:review"   # the operator's Python, imported at start
+    factory = false              # true: target() makes a session per call (.ask(input))
+    [agents.summarizer]          # or a model agent: the [llm] model under this prompt
+    system = "Summarise the text you are given."
+
     [tracing]                    # OpenTelemetry spans (observe.tracing; wasmext[otel])
     enabled = true               # off by default
     exporter = "otlp-http"       # otlp-http, otlp-grpc or console
@@ -100,7 +106,7 @@ Relative paths are relative to the file's folder.
 
 Every section is a pydantic model (`ConfigFile` and the section models it holds, some
 kept beside what they configure: `McpSection`, `LlmSection`, `HttpSection`,
-`TracingSection`, `ExtensionSpec`; `ExtensionsSection` holds the switch, the folders and
+`TracingSection`, `ExtensionSpec`, `AgentTable`; `ExtensionsSection` holds the switch, the folders and
 the entries).
 Types, value rules and the rules between fields all live there, so a bad file is one
 ConfigError naming every problem with its field path
@@ -151,6 +157,7 @@ from wasmext.observe.tracing import TracingSettings
 from wasmext.observe.tracing_config import TracingSection
 from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.limits import WASM_PAGE, Limits
+from wasmext.services.agent_config import AgentName, AgentSpec, AgentTable
 from wasmext.services.http.config import HttpSection, HttpSettings
 from wasmext.services.llm.config import LlmSection
 from wasmext.services.llm.service import LlmSettings
@@ -250,6 +257,8 @@ class HostConfig:
     tracing: TracingSettings = field(default_factory=TracingSettings)  # [tracing]: off
     manage: ManageSettings = field(default_factory=ManageSettings)  # the [manage] section
     fs: FsQuota = field(default_factory=FsQuota)  # the [fs] section: folder grants' bounds
+    # [agents.NAME]: agents plugins may call (the Host imports the targets when it starts)
+    agents: Mapping[str, AgentSpec] = field(default_factory=dict)
     # Variables the host reads as credentials (the [llm] key, every ${VAR} of the
     # host's own config, the fixed names of HOST_CREDENTIAL_ENV): no plugin reads them,
     # whatever its manifest or [plugin.ID] env.
@@ -515,6 +524,7 @@ class ConfigFile(BaseModel):
     manage: ManageTable = ManageTable()
     fs: FsSection = FsSection()
     remote: dict[PluginId, RemotePluginSpec] = {}
+    agents: dict[AgentName, AgentTable] = {}
 
 
 # -- from the validated file to the HostConfig the host takes ----------------------------
@@ -563,7 +573,8 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         manage=ManageSettings(doc.manage.enabled, tuple(where(d) for d in doc.manage.sources),
                               doc.manage.install_to, tuple(doc.manage.registries)),
         remote={pid: spec.entry(pid) for pid, spec in doc.remote.items()}
-        if doc.extensions.enabled else {})
+        if doc.extensions.enabled else {},
+        agents={name: table.spec(name) for name, table in doc.agents.items()})
 
 
 def parse_config(data: Any, path: Path | None = None) -> HostConfig:

@@ -45,6 +45,7 @@ from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.fsgrants import reaching
 from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
+from wasmext.services.agent_config import load_agents
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
@@ -82,6 +83,10 @@ class Host(PluginServers, PluginCalls):
                  llm: Completer | None = None,
                  tracing: tracing.TracingSettings | tracing.Tracing | None = None) -> None:
         self.config = config or HostConfig()
+        # The config's [agents]: a target that cannot be imported fails the start (one
+        # ConfigError naming them all) before anything is started that would need closing.
+        declared_agents = load_agents(self.config.agents, lambda: self.llm,
+                                      self.config.path)
         # Spans (observe.tracing): an embedder's choice, else [tracing]; off by default.
         self.tracing = _tracing_install(tracing if tracing is not None
                                         else self.config.tracing)
@@ -112,6 +117,8 @@ class Host(PluginServers, PluginCalls):
                               DayLedger(self.state_store))
         self.llm.install(self.runtime.services)
         self.agents = AgentRegistry()  # agents.request/send: `host.agents.register(...)`
+        for name, (target, factory) in declared_agents.items():
+            self.agents.register(name, target, factory=factory)
         # Users' output-extension activations and the turns' saved results (hooks.activations)
         self.extensions = Activations(self.state_store, lambda name: declared(self, name))
         self.agents.install(self.runtime.services)

@@ -48,7 +48,7 @@ from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.alarms import alarms
 from wasmext.text import clean
 
-__all__ = ["AgentRegistry"]
+__all__ = ["AgentRegistry", "run_time_left"]
 
 log = logging.getLogger("wasmext.services.agents")
 
@@ -83,15 +83,22 @@ class _Tree:
 
 @dataclass(frozen=True)
 class _Run:
-    """What an agent run carries: its chain of agents, its tree, its call scope."""
+    """What an agent run carries: its chain of agents, its tree, its call scope, its end."""
 
     chain: tuple[str, ...]
     tree: _Tree
     scope: CallScope
+    ends: float  # time.monotonic() by which the run is cancelled
 
 
 _run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("wasmext_agent_run",
                                                                   default=None)
+
+
+def run_time_left() -> float | None:
+    """Seconds until the agent run in progress is cancelled; None outside any run."""
+    run = _run.get()
+    return None if run is None else run.ends - time.monotonic()
 
 
 class AgentRegistry:
@@ -226,7 +233,7 @@ class AgentRegistry:
             raise
         previous = _run.get()
         scope = CallScope()
-        run = _Run((*(previous.chain if previous else ()), name), tree, scope)
+        run = _Run((*(previous.chain if previous else ()), name), tree, scope, ends)
         # A cancel of the caller (its own scope, or its run's) reaches this run too.
         caller = callscope.current()
         forget_caller = caller.on_cancel(scope.cancel) if caller is not None else None
