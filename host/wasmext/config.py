@@ -106,8 +106,8 @@ Relative paths are relative to the file's folder.
 
 Every section is a pydantic model (`ConfigFile` and the section models it holds, some
 kept beside what they configure: `McpSection`, `LlmSection`, `HttpSection`,
-`TracingSection`, `ExtensionSpec`, `AgentTable`; `ExtensionsSection` holds the switch, the folders and
-the entries).
+`TracingSection`, `ExtensionSpec`, `AgentTable`; `ExtensionsSection` holds the switch,
+the folders and the entries).
 Types, value rules and the rules between fields all live there, so a bad file is one
 ConfigError naming every problem with its field path
 (`field 'limits.fuel_per_call': must be > 0; field 'mcp.servers.x.url': ...`), cleaned

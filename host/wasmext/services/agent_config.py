@@ -130,7 +130,7 @@ def _resolve(target: str) -> Callable[..., Any] | str:
     module_name, _, attrs = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001  (whatever the operator's module raises)
+    except Exception as exc:  # whatever the operator's module raises while importing
         return f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
     for i, attr in enumerate(attrs.split(".")):
         try:

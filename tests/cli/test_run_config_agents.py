@@ -1,0 +1,277 @@
+"""[agents.NAME] in wasmext.toml: agents that plugins reach under `wasmext run` (and every
+Host built from the config), a target that cannot be used as a config error naming the
+agent, the grants and the agent budget as for agents the Python API registers."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import wasmtime
+from click.testing import CliRunner
+
+from wasmext import Host, PluginError, load_config
+from wasmext.errors import ConfigError
+from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, guest_wat
+from wasmext_cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTS_MODULE = '''
+import threading
+import time
+
+released = threading.Event()
+calls = []
+
+
+def review(data):
+    calls.append(data)
+    return {"response": f"reviewed {data}", "finish_reason": "text_response"}
+
+
+def slow(data):
+    calls.append(data)
+    released.wait(10)  # the test releases it; a cancel cannot stop Python code
+    return {"response": "too late", "finish_reason": "text_response"}
+
+
+class Helper:
+    made = 0
+
+    def __init__(self):
+        Helper.made += 1
+        self.n = Helper.made
+
+    def ask(self, data):
+        return {"response": f"helper {self.n} got {data}", "finish_reason": "text_response"}
+
+
+NOT_CALLABLE = 42
+'''
+
+
+def turn_wasm(request: dict[str, Any]) -> bytes:
+    """A turn hook whose answer is its one host call's answer (no `next`: for Plugin.call)."""
+    raw = msgpack.packb(request)
+    return bytes(wasmtime.wat2wasm(guest_wat(
+        f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))",
+        imports=HOST_CALL_IMPORT, data=raw,
+        registration={"hooks": [{"hook": "turn"}], "abi_minor": 1})))
+
+
+def asking_plugin(plugins: Path, pid: str, agent: str, timeout_ms: int | None = None) -> str:
+    """A turn middleware that asks `agent` (input "ping"), calls next, and answers the
+    turn with what the agent answered (its host call's answer is its own answer); its
+    module's digest."""
+    ask: dict[str, Any] = {"op": "agents.request", "agent": agent, "input": "ping"}
+    if timeout_ms is not None:
+        ask["timeout_ms"] = timeout_ms
+    first, then = msgpack.packb(ask), msgpack.packb({"op": "next"})
+    body = (f"(local $answer i64) "
+            f"(local.set $answer (call $host_call (i32.const {DATA_AT}) "
+            f"(i32.const {len(first)}))) "
+            f"(drop (call $host_call (i32.const {DATA_AT + len(first)}) "
+            f"(i32.const {len(then)}))) (local.get $answer)")
+    wasm = wasmtime.wat2wasm(guest_wat(body, imports=HOST_CALL_IMPORT, data=first + then,
+                                       registration={"hooks": [{"hook": "turn"}],
+                                                     "abi_minor": 1}))
+    folder = plugins / pid
+    folder.mkdir(parents=True)
+    (folder / f"{pid}.wasm").write_bytes(wasm)
+    (folder / "plugin.toml").write_text(f'id = "{pid}"\nversion = "1.0.0"\n')
+    return hashlib.sha256(bytes(wasm)).hexdigest()
+
+
+def project(tmp_path: Path, agents: str, plugins: dict[str, tuple[str, list[str]]],
+            module: str = "wx_cfg_agents") -> Path:
+    """A folder with the agents' module, a transcript, the plugins (id: (agent it asks,
+    its capabilities)) and a wasmext.toml declaring `agents`."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / f"{module}.py").write_text(AGENTS_MODULE)
+    (tmp_path / "t.json").write_text(json.dumps(
+        {"model": "m", "turns": [{"user": "hi", "steps": [{"response": "from the model"}]}]}))
+    grants = ""
+    for pid, (agent, caps) in plugins.items():
+        digest = asking_plugin(tmp_path / "plugins", pid, agent)
+        grants += (f'[grants.{pid}]\ndigest = "sha256:{digest}"\n'
+                   f"capabilities = {json.dumps(caps)}\n")
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n'
+                      + grants + agents.replace("MODULE", module))
+    return config
+
+
+def run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(folder / "code"), str(ROOT / "host"), str(ROOT / "cli"),
+         os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "wasmext_cli", "run", *args],
+                          capture_output=True, text=True, timeout=120, cwd=folder, env=env)
+
+
+@pytest.fixture
+def code_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The tmp project's code folder on sys.path, its module forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path / "code"
+    for name in [n for n in sys.modules if n.startswith("wx_cfg_agents")]:
+        del sys.modules[name]
+
+
+def test_wasmext_run_reaches_a_config_declared_agent(tmp_path: Path) -> None:
+    config = project(tmp_path, '[agents.reviewer]\ntarget = "MODULE:review"\n'
+                               '[agents.helper]\ntarget = "MODULE:Helper"\nfactory = true\n'
+                               '[plugin.asker]\npriority = 60\n',  # the outer layer
+                     {"asker": ("reviewer", ["agents", "agents:reviewer"]),
+                      "helped": ("helper", ["agents", "agents:help*"])})
+    proc = run(tmp_path, "t.json", "--config", str(config), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["load_errors"] == [] and doc["plugins"] == ["asker", "helped"]
+    # The outer layer answered the turn with its agent's answer: it reached the plugin.
+    assert doc["turns"][0]["response"] == "reviewed ping"
+    assert doc["turns"][0]["steps"][0]["response"] == "from the model"  # next ran
+    # The inner one answered with the helper session's, which the outer one replaced.
+    outcomes = {e["plugin"]: e["outcome"] for e in doc["trace"] if e["plugin"]}
+    assert outcomes == {"asker": "changed", "helped": "changed"}, doc["trace"]
+
+
+def test_a_target_that_cannot_be_used_is_a_config_error_naming_each_agent(
+        tmp_path: Path) -> None:
+    config = project(tmp_path, '[agents.ghost]\ntarget = "wx_no_such_module:review"\n'
+                               '[agents.typo]\ntarget = "MODULE:reveiw"\n'
+                               '[agents.number]\ntarget = "MODULE:NOT_CALLABLE"\n'
+                               '[agents.fine]\ntarget = "MODULE:review"\n', {})
+    proc = run(tmp_path, "t.json", "--config", str(config))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    line, = proc.stderr.splitlines()
+    assert line.startswith(f"wasmext: config: {config}: ")  # as any bad field is
+    assert "field 'agents.ghost.target': agent ghost: cannot import module " \
+           "'wx_no_such_module': ModuleNotFoundError" in line
+    assert "field 'agents.typo.target': agent typo: wx_cfg_agents has no attribute " \
+           "'reveiw'" in line
+    assert "field 'agents.number.target': agent number: wx_cfg_agents:NOT_CALLABLE is not " \
+           "callable (a int)" in line
+    assert "agents.fine" not in line
+    # The file's own rules are checked with the others' (pydantic): a bad name, both kinds.
+    config.write_text('[agents."bad*name"]\ntarget = "MODULE:review"\n'
+                      '[agents.both]\ntarget = "m:f"\nsystem = "s"\n'
+                      '[agents.form]\ntarget = "not a path"\n')
+    proc = run(tmp_path, "t.json", "--config", str(config))
+    assert proc.returncode == 2
+    assert "field 'agents.bad*name': not an agent name" in proc.stderr
+    assert "field 'agents.both': give either target" in proc.stderr
+    assert "field 'agents.form.target': must be 'package.module:attribute'" in proc.stderr
+
+
+def test_a_plugin_without_the_agents_grant_for_that_name_is_denied(
+        tmp_path: Path) -> None:
+    config = project(tmp_path, '[agents.reviewer]\ntarget = "MODULE:review"\n'
+                               '[agents.other]\ntarget = "MODULE:review"\n',
+                     {"stranger": ("reviewer", ["agents", "agents:other"])})
+    proc = run(tmp_path, "t.json", "--config", str(config), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["turns"][0]["response"] == "from the model"  # its layer failed open
+    failed = [e for e in doc["trace"] if e["plugin"] == "stranger" and e["outcome"] != "ok"]
+    assert failed and "agent 'reviewer' is not granted" in failed[0]["detail"], doc["trace"]
+
+
+def test_a_config_declared_agent_is_held_to_the_call_timeout(
+        tmp_path: Path, code_path: Path) -> None:
+    config = project(tmp_path, '[agents.slow]\ntarget = "MODULE:slow"\n'
+                               '[agents.reviewer]\ntarget = "MODULE:review"\n'
+                               '[agents.helper]\ntarget = "MODULE:Helper"\nfactory = true\n',
+                     {})
+    plugin = turn_wasm({"op": "agents.request", "agent": "slow", "input": "x",
+                        "timeout_ms": 300})
+    with Host(load_config(config)) as host:
+        module = importlib.import_module("wx_cfg_agents")
+        assert host.agents.names() == ["helper", "reviewer", "slow"]
+        asker = host.add(plugin, plugin_id="asker",
+                         grants={"agents", "agents:slow"})
+        started = time.monotonic()
+        try:
+            with pytest.raises(PluginError) as info:
+                asker.call("turn")
+            assert time.monotonic() - started < 3  # a 300 ms timeout, a 10 s agent
+            assert info.value.code == "timeout", info.value.message
+            assert "did not answer in time" in info.value.message
+            assert module.calls == ["x"]  # it ran: the timeout cut it, not a refusal
+        finally:
+            module.released.set()
+        healthy = host.add(turn_wasm({"op": "agents.request", "agent": "reviewer",
+                                      "input": "y"}),
+                           plugin_id="healthy", grants={"agents", "agents:reviewer"})
+        assert healthy.call("turn").value["response"] == "reviewed y"
+        helped = host.add(turn_wasm({"op": "agents.request", "agent": "helper",
+                                     "input": "z"}),
+                          plugin_id="helped", grants={"agents", "agents:helper"})
+        # factory = true: a fresh session per call
+        assert [helped.call("turn").value["response"] for _ in range(2)] == [
+            "helper 1 got z", "helper 2 got z"]
+
+
+def test_a_bad_target_fails_the_host_before_anything_starts(code_path: Path,
+                                                            tmp_path: Path) -> None:
+    config = project(tmp_path, '[agents.typo]\ntarget = "MODULE:nothing.deeper"\n', {})
+    with pytest.raises(ConfigError) as info:
+        Host(load_config(config))
+    assert info.value.problems == (
+        ("agents.typo.target", "agent typo: wx_cfg_agents has no attribute 'nothing'"),)
+    # Every command that builds its host from the config imports the agents first.
+    for command in (["list"], ["mcp", "serve"], ["worker", "--nats", "nats://127.0.0.1:9"]):
+        result = CliRunner().invoke(main, [*command, "--config", str(config)])
+        assert result.exit_code in (1, 2), (command, result.output)
+        assert "field 'agents.typo.target': agent typo: wx_cfg_agents has no attribute " \
+               "'nothing'" in result.stderr, (command, result.output)
+
+
+def test_a_model_agent_answers_with_the_hosts_model_under_its_system_prompt(
+        tmp_path: Path) -> None:
+    from wasmext.services.llm.client import ChatAnswer, ChatRequest
+
+    asked: list[ChatRequest] = []
+
+    def model(req: ChatRequest) -> ChatAnswer:
+        asked.append(req)
+        return ChatAnswer(text=f"summary of {req.messages[-1]['content']}", model=req.model)
+
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[llm]\nmodel = "small"\n'
+                      '[agents.summarizer]\nsystem = "Summarise in one line."\n'
+                      'max_tokens = 64\n'
+                      '[agents.big]\nsystem = "Think hard."\nmodel = "big"\n')
+    with Host(load_config(config), llm=model) as host:
+        plugin = host.add(turn_wasm({"op": "agents.request", "agent": "summarizer",
+                                     "input": {"text": "long"}, "timeout_ms": 2000}),
+                          plugin_id="asker", grants={"agents", "agents:*"})
+        assert plugin.call("turn").value == 'summary of {"text": "long"}'
+        big = host.add(turn_wasm({"op": "agents.request", "agent": "big", "input": "q"}),
+                       plugin_id="big", grants={"agents", "agents:big"})
+        assert big.call("turn").value == "summary of q"
+    first, second = asked
+    assert first.messages[0] == {"role": "system", "content": "Summarise in one line."}
+    assert (first.model, first.max_tokens) == ("small", 64)
+    assert 0 < first.timeout_s <= 2  # the request's timeout_ms bounds the model's wait
+    assert (second.model, second.max_tokens) == ("big", 1024)
+    # Without a model the agent fails, as an agent that raises does.
+    with Host(load_config(config)) as host:
+        plugin = host.add(turn_wasm({"op": "agents.request", "agent": "summarizer",
+                                     "input": "x"}),
+                          plugin_id="asker", grants={"agents", "agents:summarizer"})
+        with pytest.raises(PluginError) as info:
+            plugin.call("turn")
+        assert info.value.code == "failed"
