@@ -41,7 +41,7 @@ def review(data):
 
 def slow(data):
     calls.append(data)
-    released.wait(10)  # the test releases it; a cancel cannot stop Python code
+    released.wait(30)  # the test releases it; a cancel cannot stop Python code
     return {"response": "too late", "finish_reason": "text_response"}
 
 
@@ -187,6 +187,26 @@ def test_a_plugin_without_the_agents_grant_for_that_name_is_denied(
     assert doc["turns"][0]["response"] == "from the model"  # its layer failed open
     failed = [e for e in doc["trace"] if e["plugin"] == "stranger" and e["outcome"] != "ok"]
     assert failed and "agent 'reviewer' is not granted" in failed[0]["detail"], doc["trace"]
+
+
+def test_wasmext_run_holds_a_config_agent_to_the_requests_timeout_and_exits(
+        tmp_path: Path) -> None:
+    """The agent sleeps 30 s; the plugin asks with timeout_ms 300: the turn goes on with
+    `timeout` and the command ends, not waiting for the agent's thread at exit."""
+    config = project(tmp_path, '[agents.slow]\ntarget = "MODULE:slow"\n', {})
+    digest = asking_plugin(tmp_path / "plugins", "asker", "slow", timeout_ms=300)
+    with config.open("a") as f:
+        f.write(f'[grants.asker]\ndigest = "sha256:{digest}"\n'
+                'capabilities = ["agents", "agents:slow"]\n')
+    started = time.monotonic()
+    proc = run(tmp_path, "t.json", "--config", str(config), "--json")
+    assert time.monotonic() - started < 20  # start-up, a 300 ms wait; not the agent's 30 s
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["turns"][0]["response"] == "from the model"  # the layer failed open
+    failed, = [e for e in doc["trace"] if e["plugin"] == "asker"]
+    assert failed["outcome"] == "failed"
+    assert failed["detail"] == "timeout: agent 'slow' did not answer in time"
 
 
 def test_a_config_declared_agent_is_held_to_the_call_timeout(

@@ -4,9 +4,11 @@
     host.agents.register("helper", make_session, factory=True)         # a fresh session
                                                                        # (`.ask(input)`) per call
 Grants: `agents` enables the ops; `agents:<pattern>` names the agents (fnmatch).
-Only `turn` and `step` middleware may call them. Each call runs on a worker
-thread, bounded by `timeout_ms` (default 15 s); as with middleware `next`, that
-time is not charged to the calling plugin (its deadline restarts afterwards).
+Only `turn` and `step` middleware may call them. Each call runs on a daemon
+thread of its own (`_Runs`), bounded by `timeout_ms` (default 15 s); as with
+middleware `next`, that time is not charged to the calling plugin (its deadline
+restarts afterwards). The config's `[agents.NAME]` tables register agents too
+(`services.agent_config`).
 
 Agent runs are part of the call tree of the plugin call that started them
 (the root call), wherever they run. What a run does travels with it in a
@@ -32,12 +34,13 @@ from __future__ import annotations
 
 import contextvars
 import fnmatch
+import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -101,6 +104,47 @@ def run_time_left() -> float | None:
     return None if run is None else run.ends - time.monotonic()
 
 
+class _Runs:
+    """Agent runs on daemon threads, one per run (the slots bound how many run at once).
+
+    A run that outlives its deadline cannot be stopped (Python code is not
+    interruptible); an executor's workers are joined when the interpreter exits, so
+    such a run held `wasmext run` open long after it had printed its answer. A
+    daemon thread does not. The interface is the part of an executor `_submit` uses.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._numbers = itertools.count()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        """`fn(*args)` on a new daemon thread; RuntimeError once shut down."""
+        if self._closed:
+            raise RuntimeError("cannot run agents after shutdown")
+        future: Future[Any] = Future()
+
+        def work() -> None:
+            if self._closed:  # shut down before it started: it never starts
+                future.cancel()
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # the waiter gets it, whatever it is
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=work, daemon=True,
+                         name=f"{self.name}-{next(self._numbers)}").start()
+        return future
+
+    def shutdown(self, wait: bool = False, *, cancel_futures: bool = True) -> None:
+        """Take no more runs; one not started yet never starts (runs are not waited for)."""
+        self._closed = True
+
+
 class AgentRegistry:
     """The agents one Host offers to plugins."""
 
@@ -116,8 +160,7 @@ class AgentRegistry:
         self._slots = threading.BoundedSemaphore(max_in_flight)
         self._lock = threading.Lock()
         self._per_plugin: dict[str, int] = {}
-        self._pool = ThreadPoolExecutor(max_workers=max_in_flight,
-                                        thread_name_prefix="wasmext-agent")
+        self._pool = _Runs("wasmext-agent")
         # What agents.request answered in each session since the last `take_results`:
         # reference 003's child results, shown to the turn's output extensions.
         self._results: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
