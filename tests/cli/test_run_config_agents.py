@@ -295,3 +295,36 @@ def test_a_model_agent_answers_with_the_hosts_model_under_its_system_prompt(
         with pytest.raises(PluginError) as info:
             plugin.call("turn")
         assert info.value.code == "failed"
+
+
+def test_a_model_agents_tokens_are_charged_to_the_plugin_that_asked(tmp_path: Path) -> None:
+    from wasmext.services.llm.client import ChatAnswer, ChatRequest
+
+    def model(req: ChatRequest) -> ChatAnswer:
+        return ChatAnswer(text="ok", model=req.model, input_tokens=40, output_tokens=60,
+                          usage_reported=True)
+
+    config = tmp_path / "wasmext.toml"
+    # 100 tokens a call against a session budget of 250 (the reservation counts the
+    # prompt's estimate plus max_tokens 64 first): the third request is over it.
+    config.write_text('[host]\ndata_dir = "data"\n[llm]\nmodel = "small"\n'
+                      '[llm.plugins.asker]\nmax_tokens_per_session = 250\n'
+                      '[agents.summarizer]\nsystem = "Summarise."\nmax_tokens = 64\n')
+    with Host(load_config(config), llm=model) as host:
+        asker = host.add(turn_wasm({"op": "agents.request", "agent": "summarizer",
+                                    "input": "text", "timeout_ms": 2000}),
+                         plugin_id="asker", grants={"agents", "agents:summarizer"})
+        other = host.add(turn_wasm({"op": "agents.request", "agent": "summarizer",
+                                    "input": "text", "timeout_ms": 2000}),
+                         plugin_id="other", grants={"agents", "agents:summarizer"})
+        session = {"session": "s1"}
+        assert asker.call("turn", None, session).value == "ok"
+        assert asker.call("turn", None, session).value == "ok"
+        assert host.llm.usage("asker")["tokens"] == {"input": 80, "output": 120}
+        with pytest.raises(PluginError) as info:  # the session's 250 tokens are spent
+            asker.call("turn", None, session)
+        assert info.value.code == "limit" and "token budget" in info.value.message
+        # Another plugin's own budget is untouched; the model agent needs no llm grant.
+        assert other.call("turn", None, session).value == "ok"
+        assert host.llm.usage("other")["tokens"] == {"input": 40, "output": 60}
+        assert asker.call("turn", None, {"session": "s2"}).value == "ok"  # a new budget

@@ -31,8 +31,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from wasmext.services.agents import run_time_left
-from wasmext.services.llm.client import ChatRequest, ModelError
+from wasmext.services.agents import run_asker, run_time_left
+from wasmext.services.llm.client import ChatRequest
 from wasmext.services.llm.service import LlmService
 from wasmext.text import clean
 from wasmext.validation import SECTION, Count, config_error, problem
@@ -108,20 +108,22 @@ class ModelAgent:
         self.llm = llm  # the host's service, read per call (`wasmext run` may set its model)
 
     def __call__(self, data: Any) -> str:
-        """The model's text for `data` (a string, else its JSON) under the system prompt."""
+        """The model's text for `data` (a string, else its JSON) under the system prompt,
+        its tokens charged to the budgets of the plugin that asked (as its own
+        llm.complete would be: per call, session, day, in flight)."""
         llm = self.llm()
-        completer, model = llm.completer, self.spec.model or llm.model
-        if completer is None or model is None:
+        model = self.spec.model or llm.model
+        if llm.completer is None or model is None:
             raise RuntimeError("the host has no model configured ([llm] url and model)")
+        asker = run_asker()
+        if asker is None:  # only agents.request and agents.send start a model agent
+            raise RuntimeError("a model agent answers a plugin's agents.request only")
         text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
         left = run_time_left()
-        timeout_s = MODEL_TIMEOUT_S if left is None else left
-        if timeout_s <= 0:
-            raise ModelError("the agent's time is up", timed_out=True)
-        answer = completer(ChatRequest(
+        answer, _ = llm.charged_completion(asker, ChatRequest(
             [{"role": "system", "content": str(self.spec.system)},
-             {"role": "user", "content": text}], model, self.spec.max_tokens,
-            timeout_s=timeout_s))
+             {"role": "user", "content": text}], model, self.spec.max_tokens),
+            timeout_s=MODEL_TIMEOUT_S if left is None else left)
         return answer.text
 
 

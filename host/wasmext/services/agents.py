@@ -92,6 +92,7 @@ class _Run:
     tree: _Tree
     scope: CallScope
     ends: float  # time.monotonic() by which the run is cancelled
+    asker: CallContext  # the plugin call whose agents.request or send started it
 
 
 _run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("wasmext_agent_run",
@@ -102,6 +103,14 @@ def run_time_left() -> float | None:
     """Seconds until the agent run in progress is cancelled; None outside any run."""
     run = _run.get()
     return None if run is None else run.ends - time.monotonic()
+
+
+def run_asker() -> CallContext | None:
+    """The plugin call that started the agent run in progress (what the run does on the
+    world's side is that plugin's: a model agent's tokens are charged to its budgets);
+    None outside any run."""
+    run = _run.get()
+    return None if run is None else run.asker
 
 
 class _Runs:
@@ -276,7 +285,7 @@ class AgentRegistry:
             raise
         previous = _run.get()
         scope = CallScope()
-        run = _Run((*(previous.chain if previous else ()), name), tree, scope, ends)
+        run = _Run((*(previous.chain if previous else ()), name), tree, scope, ends, ctx)
         # A cancel of the caller (its own scope, or its run's) reaches this run too.
         caller = callscope.current()
         forget_caller = caller.on_cancel(scope.cancel) if caller is not None else None

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from wasmext.observe.metrics import Metrics
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
@@ -249,18 +249,44 @@ class LlmService:
                                         not 0 <= temperature <= 2):
             raise OpError("invalid", "'temperature' must be a number from 0 to 2")
         response_format = _response_format(req)
+        started = time.perf_counter()
+        try:
+            answer, cost = self.charged_completion(
+                ctx, ChatRequest(messages, model, max_tokens,
+                                 None if temperature is None else float(temperature),
+                                 response_format=response_format), estimate)
+        finally:
+            ctx.waited_seconds += time.perf_counter() - started  # the model's time, not ours
+        return {"text": answer.text, "finish_reason": answer.finish_reason,
+                "model": answer.model or model,
+                "usage": {"input": answer.input_tokens, "output": answer.output_tokens},
+                "cost": cost}
+
+    def charged_completion(self, ctx: CallContext, request: ChatRequest,
+                           estimate: int | None = None, *,
+                           timeout_s: float | None = None) -> tuple[ChatAnswer, float]:
+        """Ask the model for `request` on `ctx.plugin_id`'s account: its per-call,
+        session, day and in-flight budgets reserved first and settled with what the
+        model reported; the answer and its cost. The wait is bounded by the plugin's
+        `timeout_ms` and `ctx`'s deadline, or (an agent run's) by `timeout_s`. Used by
+        llm.complete and by model agents, whose tokens are the asking plugin's."""
         if self.completer is None:
             raise OpError("unavailable", "the host has no model configured")
-        reserved = estimate + max_tokens
+        policy = self.settings.policy(ctx.plugin_id)
+        messages = cast("list[dict[str, str]]", request.messages)
+        max_tokens = request.max_tokens
+        if max_tokens is None:  # the reservation needs the answer's bound
+            raise OpError("invalid", "a charged completion names its max_tokens")
+        reserved = (estimate_tokens(messages) if estimate is None else estimate) + max_tokens
         keys = self._reserve(ctx, policy, reserved)
-        started = time.perf_counter()
         spent = reserved
         try:
-            timeout_s = self._time_left(ctx, policy)
-            answer = self.completer(ChatRequest(messages, model, max_tokens,
-                                                None if temperature is None else
-                                                float(temperature), timeout_s=timeout_s,
-                                                response_format=response_format))
+            limit = self._time_left(ctx, policy) if timeout_s is None else \
+                min(timeout_s, policy.timeout_ms / 1000)
+            if limit <= 0:
+                raise ModelError("the time was up before the model was asked",
+                                 timed_out=True)
+            answer = self.completer(dataclasses.replace(request, timeout_s=limit))
             # An absurd count spends the day and no more (the ledger keeps a bounded int).
             spent = min(charged(answer, messages, max_tokens, reserved),
                         max(reserved, policy.max_tokens_per_day))
@@ -268,14 +294,10 @@ class LlmService:
             code = "timeout" if exc.timed_out else "unavailable"
             raise OpError(code, f"llm.complete: {exc.message}") from None
         finally:
-            ctx.waited_seconds += time.perf_counter() - started  # the model's time, not ours
             self._settle(ctx.plugin_id, keys, reserved, spent)
-        cost = self.cost_of(model, answer.input_tokens, answer.output_tokens)
+        cost = self.cost_of(request.model, answer.input_tokens, answer.output_tokens)
         self._record(ctx.plugin_id, answer, cost)
-        return {"text": answer.text, "finish_reason": answer.finish_reason,
-                "model": answer.model or model,
-                "usage": {"input": answer.input_tokens, "output": answer.output_tokens},
-                "cost": cost}
+        return answer, cost
 
     def _time_left(self, ctx: CallContext, policy: LlmPolicy) -> float:
         limit = policy.timeout_ms / 1000
