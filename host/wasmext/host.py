@@ -108,6 +108,7 @@ class Host(PluginServers, PluginCalls):
         self.observe.ticks.policy = self.config.ticks
         self.observe.install(self.runtime.services)
         self.tools = ToolRegistry(self)
+        self.tools.plugin_session = self._plugin_session
         self.tools.install(self.runtime.services)
         self.http = self.config.http.service()  # http.fetch ([http]; inject_header)
         self.http.install(self.runtime.services)
@@ -470,6 +471,18 @@ class Host(PluginServers, PluginCalls):
     def keeps_session_state(self) -> bool:
         """Whether a state store is open (ending a session then deletes its rows)."""
         return self._state is not None
+
+    @contextmanager
+    def _plugin_session(self, plugin_id: str) -> Iterator[Session]:
+        """The session a plugin's tool call made outside any session runs its tool_call
+        middleware in: no session_start or session_end hooks (the plugin started no
+        conversation); what its layers kept in session scope goes when the call ends."""
+        s = Session(self, f"plugin-{plugin_id}-{random_hex()[:12]}", {})
+        try:
+            yield s
+        finally:
+            if self.keeps_session_state():
+                self.session_ended(s.id)
 
     def asession(self, session_id: str | None = None, state: Mapping[str, Any] | None = None,
                  inline_below_ms: float | None = None) -> Any:

@@ -25,6 +25,7 @@ from wasmext.observe import tracing
 from wasmext.sandbox.instance import CallResult
 from wasmext.services.events import Observer
 from wasmext.services.hostview import CallFailure, FaultRecord, LoadedPlugin
+from wasmext.services.tools import SESSIONS
 from wasmext.state import StateUnavailable
 from wasmext.text import clean
 
@@ -154,6 +155,10 @@ class PluginCalls:
             hook_context = getattr(session, "hook_context", None)
             if hook_context is not None:
                 meta["context"] = hook_context(entry.hook)
+        # The plugin's tool.call finds its session here (its middleware runs there).
+        sessions = SESSIONS
+        asking = sessions.current
+        sessions.current = session
         try:
             result = lp.plugin.call(entry.hook, data, meta)
         except Quarantined as err:
@@ -187,6 +192,8 @@ class PluginCalls:
                                   f"{reason}", cause=err, plugin_id=lp.id,
                                   hook=entry.hook) from err
             return None, CallFailure.of(f"{reason}: {err.message}", err)
+        finally:
+            sessions.current = asking
         self.observe.metrics.record_callback(entry.plugin_id, entry.hook, "ok",
                                              time.perf_counter() - started, result.fuel)
         lp.backoff_s = 0.5

@@ -5,6 +5,12 @@ with the host call `{"op": "next", ...changes}`, exactly once; the changes may
 replace the kind's mutable fields. Time spent inside `next` belongs to the
 inner layers: it is not charged to the calling plugin's host-call budget, and
 its wall-clock deadline restarts when `next` returns.
+
+A chain runs in the call tree it was started in (`calltree.resumed`): the
+application's calls in none, so each layer and the core are budgeted on their
+own; a plugin's `tool.call` in that plugin's, so every layer, the inner layers
+`next` runs and the tool itself draw from the calling plugin's deadline and
+host calls, and no layer outlives it.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class _Frame:
     result: dict[str, Any] | None = None
     error: WasmextError | None = None
     notes: list[str] = field(default_factory=list)  # message edits, for the trace
+    # The call tree the chain began in: the calling plugin's for its `tool.call`,
+    # None for the application's own call.
+    outer: calltree.Frame | None = None
 
 
 class _Frames(threading.local):
@@ -85,7 +94,7 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
     frame.called = True  # a refused request leaves the layer free to call next again
     started = time.perf_counter()
     try:
-        with calltree.detached():  # the host's own inner layers: a tree of their own
+        with calltree.resumed(frame.outer):  # the tree the chain began in
             frame.result = frame.inner({**frame.data, **changes})
     except WasmextError as err:
         frame.error = err
@@ -107,11 +116,12 @@ def run_middleware(session: HookSession, kind: str, data: dict[str, Any], core: 
         raise ValueError(f"middleware kind must be one of {KINDS}")
     entries = session.host.ordered(kind)
     events = _Events(session, kind, data)
+    outer = calltree.current()
 
     def layer(i: int, layer_data: dict[str, Any]) -> dict[str, Any]:
         if i == len(entries):
             return core(layer_data)
-        frame = _Frame(entries[i], kind, layer_data, lambda d: layer(i + 1, d))
+        frame = _Frame(entries[i], kind, layer_data, lambda d: layer(i + 1, d), outer=outer)
         _frames.stack.append(frame)
         try:
             answer = session.host.call(frame.entry, layer_data, session)

@@ -141,6 +141,9 @@ class CallBudget:
         if nested:  # middleware `next` ran the host's inner layers: not our time
             started += nested
             frame.deadline += nested
+            parent = frame.parent  # ... but a nested call never outlives its caller
+            if parent is not None and parent.deadline < frame.deadline:
+                frame.deadline = parent.deadline
             ctx.deadline = frame.deadline
             if self.rearm is not None:
                 left_ms = int((frame.deadline - time.monotonic()) * 1000)

@@ -11,9 +11,11 @@ frame also names the guest that is running (`guest`), which is how an import
 function finds its instance (`hostlink`): one thread-local lookup per call. The
 innermost frame's `deadline` (monotonic seconds) bounds everything the host
 does on the guest's behalf; `remaining()` tells a host tool, an MCP call or a
-nested instance how long it may take. `detached()` starts a new tree: the
-middleware op `next` runs the host's own inner layers, which the calling
-plugin is not charged for. `run_bounded` runs a host function in a worker
+nested instance how long it may take. `detached()` starts a new tree;
+`resumed(frame)` goes back to the tree a middleware chain began in: `next`
+runs the host's own inner layers of the application's call in a new tree (the
+layer is not charged for them), and those of a plugin's `tool.call` in that
+plugin's tree (the plugin is). `run_bounded` runs a host function in a worker
 thread for at most the time left; on time-out the worker is left to finish
 on its own (Python threads cannot be killed) while the caller goes on.
 The worker runs in a copy of the caller's context variables, so what travels
@@ -34,8 +36,8 @@ from typing import Any, TypeVar
 
 from wasmext.errors import OutOfTime
 
-__all__ = ["Frame", "OutOfTime", "carry", "current", "detached", "remaining", "run_bounded",
-           "tree_state"]
+__all__ = ["Frame", "OutOfTime", "carry", "current", "detached", "remaining", "resumed",
+           "run_bounded", "tree_state"]
 
 T = TypeVar("T")
 
@@ -139,6 +141,28 @@ def detached() -> Iterator[None]:
         yield
     finally:
         _tree.stack.pop()
+
+
+@contextmanager
+def resumed(outer: Frame | None) -> Iterator[None]:
+    """Run the block in `outer`'s tree (None: a new tree, as `detached`).
+
+    A middleware `next` runs the inner layers in the tree the chain began in: the
+    host's own (None) for the application's call, the calling plugin's for its
+    `tool.call`, so what the inner layers and the tool spend is that plugin's. The host
+    calls the current frame (the layer asking) has spent count against `outer` before
+    the block, and what the block spent counts against the current frame after it.
+    """
+    asking = current()
+    if outer is not None and asking is not None and asking.calls_left < outer.calls_left:
+        outer.calls_left = asking.calls_left
+    _tree.stack.append(outer)
+    try:
+        yield
+    finally:
+        _tree.stack.pop()
+        if outer is not None and asking is not None and outer.calls_left < asking.calls_left:
+            asking.calls_left = outer.calls_left
 
 
 # What else of the calling thread a bounded worker takes along: each capture runs on

@@ -23,7 +23,13 @@ call validates its arguments against the compiled schema, runs through the
 `tool_call` middleware, and
 answers `{"status": "ok", "output": ...}` or `{"status": "error", "error":
 {"message", "code"?}}`. Plugins call tools with the `tool.call` op when granted
-`tools` and `tool:<pattern>` (fnmatch), nested at most `MAX_DEPTH` deep.
+`tools` and `tool:<pattern>` (fnmatch), nested at most `MAX_DEPTH` deep. A
+plugin's call runs through the same `tool_call` middleware as the
+application's: in the session of the hook call that asked (`SESSIONS`, set by
+the host around every plugin call), or, outside any session (an event, a tick,
+a bare `plugin.call`), in a session of its own the host makes for it
+(`ToolRegistry.plugin_session`). A layer that aborts the chain (a fail-closed
+layer refusing the call) answers the plugin `denied`; the tool never ran.
 A tool called by a plugin runs inside that plugin's call tree
 (`sandbox.calltree`): its time and host calls are the calling plugin's, and a
 host tool runs for at most what is left of them (in a worker thread that is
@@ -37,12 +43,13 @@ import json
 import re
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import jsonschema_rs
 
-from wasmext.errors import ConfigError, PluginError, ToolLimitError, WasmextError
+from wasmext.errors import ConfigError, HookAborted, PluginError, ToolLimitError, WasmextError
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.schema_cache import shared_validator
@@ -51,8 +58,9 @@ from wasmext.text import clean, clean_lines, has_unsafe
 if TYPE_CHECKING:
     from wasmext.services.hostview import LoadedPlugin, PluginHost
 
-__all__ = ["MAX_DEPTH", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_TOOLS_PER_PLUGIN", "Tool",
-           "ToolRegistry", "ToolSession", "bounded_schema", "compile_schema", "inert_schema"]
+__all__ = ["MAX_DEPTH", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_TOOLS_PER_PLUGIN",
+           "SESSIONS", "PluginSessions", "Tool", "ToolRegistry", "ToolSession", "bounded_schema",
+           "compile_schema", "inert_schema"]
 
 
 class ToolSession(Protocol):
@@ -310,6 +318,20 @@ class _Depth(threading.local):
         self.value = 0
 
 
+class _Sessions(threading.local):
+    def __init__(self) -> None:
+        self.current: Any = None
+
+
+# The session of the plugin call running on this thread (None: none, or not a plugin
+# call): the host sets it around every plugin call, so that a plugin's `tool.call`
+# runs the middleware of the session that asked.
+SESSIONS = _Sessions()
+# Makes the session a plugin's tool call runs its middleware in when the plugin was
+# called outside any session: `plugin_session(plugin_id)` is a context manager.
+PluginSessions = Callable[[str], AbstractContextManager[ToolSession]]
+
+
 class ToolRegistry:
     """Every tool the host can call, by name."""
 
@@ -319,6 +341,9 @@ class ToolRegistry:
         self.prefixes: dict[str, str] = {}  # claimed name prefix -> owner
         self._lock = threading.Lock()
         self._depth = _Depth()
+        # Set by the host: without it a plugin's call outside a session has no session
+        # to run middleware in, and then there is no middleware host to run either.
+        self.plugin_session: PluginSessions | None = None
 
     # -- registration -------------------------------------------------------------------
 
@@ -505,6 +530,28 @@ class ToolRegistry:
         return session.middleware("tool_call", data,
                                   lambda d: self.execute(d["tool"], d.get("args", {}), session))
 
+    def _plugin_call(self, plugin_id: str, name: str, args: Any) -> dict[str, Any]:
+        """A plugin's tool call, through the tool_call middleware of the session that
+        asked (or of one made for it): a middleware abort is the op's `denied`."""
+        session = SESSIONS.current
+        try:
+            if getattr(session, "middleware", None) is not None:
+                return self.call(name, args, session)
+            if self.plugin_session is None:
+                return self.execute(name, args)
+            with self.plugin_session(plugin_id) as own:
+                return self.call(name, args, own)
+        except HookAborted as err:
+            # The layer's own words say why (scrubbed where they entered the host).
+            why = err.message if err.cause is None else \
+                f"{err.message} ({getattr(err.cause, 'message', '')})"
+            raise OpError("denied", f"tool {clean(name, 128)!r}: the tool_call middleware "
+                          f"of {clean(err.plugin_id or 'a plugin', 128)} stopped the call: "
+                          f"{clean(why, 300)}") from err
+        except WasmextError as err:
+            raise OpError("failed", f"tool {clean(name, 128)!r}: the tool_call middleware "
+                          f"failed: {clean(err.describe(), 300)}") from err
+
     def install(self, services: HostServices) -> None:
         """Register the tool.call host call (tool: grants, bounded nesting)."""
         def tool_call(ctx: CallContext, req: dict[str, Any]) -> Any:
@@ -521,10 +568,11 @@ class ToolRegistry:
             left = calltree.remaining()
             if left is not None and left <= 0:
                 raise OpError("limit", "the calling plugin's time is up")
-            # The tool's time and host calls are this plugin's (its call tree's).
+            # The tool's time and host calls are this plugin's (its call tree's), and
+            # so are those of the middleware layers around it (hooks.middleware).
             self._depth.value += 1
             try:
-                return self.call(name, req.get("args", {}))
+                return self._plugin_call(ctx.plugin_id, name, req.get("args", {}))
             finally:
                 self._depth.value -= 1
         services.register("tool.call", tool_call)
