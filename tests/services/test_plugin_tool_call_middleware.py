@@ -12,7 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from wasmext import HookAborted, PluginError, Timeout
+from wasmext import HookAborted, HostCallLimitExceeded, PluginError, Timeout
 from wasmext.services.tools import MAX_DEPTH
 from wasmext.testing import (
     DATA_AT,
@@ -177,4 +177,52 @@ def test_a_layer_calling_tools_shares_the_callers_deadline() -> None:
         with pytest.raises(Timeout):  # the caller's own deadline, reached in its host call
             host.plugins["caller"].plugin.call("test")
         assert time.monotonic() - started < 1.8  # well before the tool's 2 s
+        assert host.plugins["healthy"].plugin.call("test").value == "alive"
+
+
+def test_a_layer_sees_which_plugin_asked() -> None:
+    """`metadata.caller` names the plugin behind a call (the application's calls have
+    none), so a policy can refuse one plugin what it allows the application."""
+    with make_host((refusing_layer(b"plugin:sneaky"), {"plugin_id": "policy",
+                                                       "failure": "closed"}),
+                   (calling("calc__echo", {"v": 1}),
+                    {"plugin_id": "sneaky", "grants": {"tools", "tool:*"}}),
+                   (calling("calc__echo", {"v": 2}),
+                    {"plugin_id": "honest", "grants": {"tools", "tool:*"}})) as host:
+        echo = recording(host, "calc__echo")
+        with pytest.raises(PluginError) as info:
+            host.plugins["sneaky"].plugin.call("test")
+        assert info.value.code == "denied"
+        assert host.plugins["honest"].plugin.call("test").value["status"] == "ok"
+        with host.session() as session:
+            assert host.tools.call("calc__echo", {"v": 3}, session)["status"] == "ok"
+        assert echo == [{"v": 2}, {"v": 3}]
+
+
+def test_the_layers_host_calls_are_the_calling_plugins() -> None:
+    """A layer's host calls around a plugin's call count against that plugin's
+    max_host_calls: the application's call, with its own budget, goes through."""
+    cfg = msgpack.packb({"op": "config.get", "key": "k"})
+    body = f"""(local $i i32)
+      (loop $again
+        (drop (call $host_call (i32.const {DATA_AT + len(NEXT)}) (i32.const {len(cfg)})))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $again (i32.lt_u (local.get $i) (i32.const 40))))
+      (call $host_call (i32.const {DATA_AT}) (i32.const {len(NEXT)}))"""
+    layer = guest_wat(body, imports=HOST_CALL_IMPORT, data=NEXT + cfg,
+                      registration={"hooks": [{"hook": "tool_call"}]})
+    with make_host((layer, {"plugin_id": "busy"}),
+                   (calling("calc__echo", {"v": 1}),
+                    {"plugin_id": "caller", "grants": {"tools", "tool:*"},
+                     "limits": {"max_host_calls": 20}}),
+                   (HEALTHY, {"plugin_id": "healthy"})) as host:
+        recording(host, "calc__echo")
+        started = time.monotonic()
+        with pytest.raises(HostCallLimitExceeded):
+            host.plugins["caller"].plugin.call("test")
+        assert time.monotonic() - started < 5
+        with host.session() as session:
+            assert host.tools.call("calc__echo", {"v": 2}, session)["status"] == "ok"
+            assert ("tool_call", "busy", "failed") not in [
+                (e.hook, e.plugin_id, e.outcome) for e in session.trace.events]
         assert host.plugins["healthy"].plugin.call("test").value == "alive"

@@ -521,12 +521,13 @@ class ToolRegistry:
                                                  "code": "failed"}}
 
     def call(self, name: str, args: Any, session: ToolSession | None = None,
-             call_id: str = "") -> dict[str, Any]:
-        """`execute` wrapped in the tool_call middleware (when there is a session)."""
+             call_id: str = "", metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """`execute` wrapped in the tool_call middleware (when there is a session);
+        `metadata` is what the layers get as the call's metadata (default empty)."""
         if session is None:
             return self.execute(name, args)
         data = {"turn_id": "", "step": 0, "call_id": call_id, "tool": name, "args": args,
-                "metadata": {}}
+                "metadata": dict(metadata or {})}
         return session.middleware("tool_call", data,
                                   lambda d: self.execute(d["tool"], d.get("args", {}), session))
 
@@ -534,13 +535,15 @@ class ToolRegistry:
         """A plugin's tool call, through the tool_call middleware of the session that
         asked (or of one made for it): a middleware abort is the op's `denied`."""
         session = SESSIONS.current
+        # Who asked, for the layers: the plugin cannot set a call's metadata itself.
+        metadata = {"caller": f"plugin:{plugin_id}"}
         try:
             if getattr(session, "middleware", None) is not None:
-                return self.call(name, args, session)
+                return self.call(name, args, session, metadata=metadata)
             if self.plugin_session is None:
                 return self.execute(name, args)
             with self.plugin_session(plugin_id) as own:
-                return self.call(name, args, own)
+                return self.call(name, args, own, metadata=metadata)
         except HookAborted as err:
             # The layer's own words say why (scrubbed where they entered the host).
             why = err.message if err.cause is None else \
