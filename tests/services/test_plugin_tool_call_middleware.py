@@ -226,3 +226,34 @@ def test_the_layers_host_calls_are_the_calling_plugins() -> None:
             assert ("tool_call", "busy", "failed") not in [
                 (e.hook, e.plugin_id, e.outcome) for e in session.trace.events]
         assert host.plugins["healthy"].plugin.call("test").value == "alive"
+
+
+def test_a_layer_whose_own_tool_calls_itself_is_stopped_by_the_depth_bound() -> None:
+    """The layer as the callee: its tool (`on_tool`) calls that same tool, so each call
+    goes through its own layer again; the nesting bound ends it by name."""
+    req = msgpack.packb({"op": "tool.call", "name": "loopy__again", "args": {}})
+    needle = b"\xa7on_tool"  # the request's hook name, as MessagePack writes it
+    needle_at = DATA_AT + len(req) + len(NEXT)
+    body = f"""
+      (if (call $has (local.get $p) (local.get $l) (i32.const {needle_at})
+                     (i32.const {len(needle)}))
+        (then (return (call $host_call (i32.const {DATA_AT}) (i32.const {len(req)})))))
+      (call $host_call (i32.const {DATA_AT + len(req)}) (i32.const {len(NEXT)}))"""
+    wat = guest_wat(body, imports=HOST_CALL_IMPORT, data=req + NEXT + needle, extra=HAS,
+                    registration={"hooks": [{"hook": "tool_call"}, {"hook": "on_tool"}],
+                                  "tools": [{"name": "again"}]})
+    with make_host((wat, {"plugin_id": "loopy", "grants": {"tools", "tool:loopy__*"}}),
+                   (HEALTHY, {"plugin_id": "healthy"})) as host:
+        started = time.monotonic()
+        with host.session() as session:
+            result = host.tools.call("loopy__again", {}, session)
+        assert time.monotonic() - started < 10
+        depth = 0
+        while result.get("status") == "ok" and isinstance(result.get("output"), dict):
+            result = result["output"]
+            depth += 1
+        assert depth == MAX_DEPTH
+        assert result["error"]["code"] == "limit"
+        layers = [e for e in session.trace.events if e.hook == "tool_call"]
+        assert len(layers) == MAX_DEPTH + 1  # the application's call's and one per level
+        assert host.plugins["healthy"].plugin.call("test").value == "alive"
