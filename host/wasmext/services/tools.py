@@ -342,7 +342,7 @@ class ToolRegistry:
         self._lock = threading.Lock()
         self._depth = _Depth()
         # Set by the host: without it a plugin's call outside a session has no session
-        # to run middleware in, and then there is no middleware host to run either.
+        # to run the middleware in, and is refused rather than let around it.
         self.plugin_session: PluginSessions | None = None
 
     # -- registration -------------------------------------------------------------------
@@ -537,11 +537,14 @@ class ToolRegistry:
         session = SESSIONS.current
         # Who asked, for the layers: the plugin cannot set a call's metadata itself.
         metadata = {"caller": f"plugin:{plugin_id}"}
+        if getattr(session, "middleware", None) is None and self.plugin_session is None:
+            # Never around the middleware: refused.
+            raise OpError("unavailable", "this host runs no tool_call middleware for "
+                          "plugins' tool calls outside a session")
         try:
             if getattr(session, "middleware", None) is not None:
                 return self.call(name, args, session, metadata=metadata)
-            if self.plugin_session is None:
-                return self.execute(name, args)
+            assert self.plugin_session is not None
             with self.plugin_session(plugin_id) as own:
                 return self.call(name, args, own, metadata=metadata)
         except HookAborted as err:
