@@ -32,6 +32,13 @@ waits for the hook's own answer. The time inside `next` is the inner layers', no
 call's (its wait for the answer moves on by as much, as the guest's deadline does). An
 attempt that ran `next` is not retried when its answer is lost: the inner layers (a
 tool, a model call) would run twice; it fails with `RemoteUnavailable` instead.
+
+A host op the worker denies the plugin (a grant missing there) is noted here as a local
+denial is (`HostServices.note_denial`: once per session, plugin and op, naming the
+worker), so `wasmext run` shows it. The worker's word is held to bounds: at most
+`DENIALS_PER_CALL` notices an answer, each cleaned and cut, an op that is no op name
+dropped, a grant kept only when it is the one this host's op table names for that op
+(the CLI prints it in a command), and the plugin named is always this proxy's.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import hashlib
 import logging
 import os
 import queue
+import re
 import threading
 import time
 import weakref
@@ -56,7 +64,10 @@ from wasmext.cluster.contract import (
     DEADLINE_HEADER,
     MAX_BYTES,
     MSGPACK,
+    NOTICES_HEADER,
+    NOTICES_VERSION,
     ContractError,
+    DenialNotice,
     NextRequest,
     PluginAdvert,
     PluginAnswer,
@@ -94,7 +105,7 @@ from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import callscope, calltree
 from wasmext.sandbox.codec import check_depth, may_nest_deeper
-from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.sandbox.hostcalls import DENIALS_PER_CALL, CallContext, HostServices, OpError
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.module import ModuleInfo
@@ -120,6 +131,9 @@ ANSWER_GRACE_S = 0.5
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
 SERVICE_ERROR = "Nats-Service-Error"
 WORKER_HEADER = "Wasmext-Worker"
+# An op's name as the op table spells them (`state.get`, `x.name`): anything else a
+# worker sends as one is not noted.
+_OP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FAULTS: dict[str, type[PluginFault]] = {c.reason: c for c in (
     OutOfFuel, MemoryLimitExceeded, Timeout, Cancelled, StackOverflow, InvalidOutput,
     HostCallLimitExceeded, BlockingWaitDenied, GuestTrap, RemoteUnavailable)}
@@ -308,7 +322,7 @@ class RemotePlugin(Plugin):
             raise EncodeError(f"plugin {self.id} hook {hook}: {clean(exc, 200)}",
                               plugin_id=self.id, hook=hook) from None
         key = random_hex()
-        headers = {CALL_ID_HEADER: key, CONTENT_TYPE: MSGPACK}
+        headers = {CALL_ID_HEADER: key, CONTENT_TYPE: MSGPACK, NOTICES_HEADER: NOTICES_VERSION}
         if tracing.ACTIVE is not None:  # the current span: this call's (`_traced`)
             tracing.ACTIVE.inject(headers)
         if frame is not None:
@@ -332,7 +346,8 @@ class RemotePlugin(Plugin):
                 if why.final:
                     break
                 continue
-            return self._result(hook, msg, key, theirs and attempt_s >= left)
+            return self._result(hook, msg, key, theirs and attempt_s >= left,
+                                session if isinstance(session, str) else None)
         if time.monotonic() >= deadline and not reason.startswith("no answer after next"):
             fault: PluginFault = Timeout(
                 f"plugin {self.id} hook {hook}: no answer from a worker within "
@@ -450,8 +465,10 @@ class RemotePlugin(Plugin):
         except Exception:  # best effort: the worker's deadline stops the call anyway
             log.debug("cancel of a call of %s not sent", self.id, exc_info=True)
 
-    def _result(self, hook: str, msg: Msg, key: str, theirs: bool) -> CallResult:
-        """The outcome of one answered attempt; raises what a local call would."""
+    def _result(self, hook: str, msg: Msg, key: str, theirs: bool,
+                session: str | None = None) -> CallResult:
+        """The outcome of one answered attempt; raises what a local call would. Its
+        denials are noted first, whatever the outcome (`session`: the call's)."""
         hdrs = msg.headers or {}
         if self.trusted_workers:
             try:
@@ -473,6 +490,8 @@ class RemotePlugin(Plugin):
         except ContractError as err:
             raise InvalidOutput(f"plugin {self.id} hook {hook}: {err.message}",
                                 plugin_id=self.id, hook=hook) from None
+        if answer.denials:
+            self._note_denials(answer.denials, session, worker)
         if answer.ok:
             # A local guest's answer nests at most max_msgpack_depth: a worker's is held to
             # it too (a value 900 deep broke the MCP reply's serialisation, for one).
@@ -505,6 +524,20 @@ class RemotePlugin(Plugin):
             # The caller's deadline, not the plugin's own: not its fault (as in-process).
             fault.inherited = theirs
         raise fault
+
+
+    def _note_denials(self, denials: list[DenialNotice], session: str | None,
+                      worker: str) -> None:
+        """The worker's denials of one call, noted as the host notes its own (bounded,
+        cleaned, named for this plugin whatever the worker says)."""
+        for notice in denials[:DENIALS_PER_CALL]:
+            op = notice.op
+            if len(op) > 64 or not _OP_NAME.fullmatch(op):  # its characters inert, then
+                continue
+            needed = self.services.capability_of(op)
+            capability = needed if needed and notice.capability == needed else None
+            self.services.note_denial(self.id, session, op, clean(notice.message, 300),
+                                      capability, worker)
 
 
 def attach_remote(host: Host, link: NatsLink,
