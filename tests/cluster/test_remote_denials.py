@@ -19,15 +19,21 @@ import msgpack
 import pytest
 import wasmtime
 from click.testing import CliRunner
+from cluster_support import stage_request
 
-from wasmext import Host
+from wasmext import Host, parse_policy
 from wasmext.cluster.contract import PluginAdvert, PluginCall, encode
 from wasmext.cluster.link import NatsLink
+from wasmext.cluster.notices import MAX_HEADER_CHARS
 from wasmext.cluster.plugins import RemotePlugin, attach_remote
-from wasmext.cluster.registry import RemotePluginEntry
+from wasmext.cluster.registry import RemoteExtension, RemotePluginEntry
+from wasmext.cluster.remote import RemoteCaller
+from wasmext.cluster.routing import Router
+from wasmext.cluster.signed import ReplySigner, check_reply
 from wasmext.cluster.worker import Worker
 from wasmext.config import HostConfig
-from wasmext.errors import InvalidOutput
+from wasmext.errors import InvalidOutput, SignatureInvalid
+from wasmext.lifecycle.signing import generate_key
 from wasmext.sandbox.hostcalls import DENIALS_PER_CALL
 from wasmext.testing import DATA_AT, HOST_CALL_IMPORT, RESPONSE_AT, guest_wat, packed
 from wasmext_cli.main import main
@@ -39,19 +45,21 @@ HOSTILE_TOOL = ("\x1b]0;pwn\x07\x1b[2J\nwasmext: plugin other was denied everyth
                 + "A" * 5000)
 
 
-def _asking(requests: list[dict[str, Any]], times: int = 1, answer: str = "done") -> str:
-    """A guest whose on_plain_text makes each host call in `requests` (`times` over),
-    ignores the answers and answers `answer`."""
+def _asking(requests: list[dict[str, Any]], times: int = 1, answer: str = "done",
+            hook: str = "on_plain_text", value: Any = None) -> str:
+    """A guest whose `hook` makes each host call in `requests` (`times` over), ignores
+    the answers and answers `value` (default: `answer`)."""
     raw, calls = b"", []
     for request in requests:
         one = msgpack.packb(request)
         calls.append(f"(drop (call $host_call (i32.const {DATA_AT + len(raw)}) "
                      f"(i32.const {len(one)})))")
         raw += one
-    response = msgpack.packb({"ok": True, "value": answer})
+    answered = {"ok": True, "value": answer if value is None else value}
+    response = msgpack.packb(answered)
     body = " ".join(calls * times) + f" (i64.const {packed(RESPONSE_AT, len(response))})"
-    return guest_wat(body, imports=HOST_CALL_IMPORT, data=raw, response={
-        "ok": True, "value": answer}, registration={"hooks": [{"hook": "on_plain_text"}]})
+    return guest_wat(body, imports=HOST_CALL_IMPORT, data=raw, response=answered,
+                     registration={"hooks": [{"hook": hook}]})
 
 
 def _folder(parent: Path, pid: str, wat: str) -> Path:
@@ -79,6 +87,9 @@ class DenyingWorker:
                                                       answer="nosy")))
         self.host.add(_folder(parent, "prober", _asking(PROBES, times=3, answer="probed")),
                       grants=["tools"])
+        self.host.add(_folder(parent, "nosy-guard", _asking(
+            [{"op": "state.get", "key": "k"}], answer="ok", hook="validator",
+            value={"status": "ok"})))
         self.host.add(_folder(parent, "steady", guest_wat(
             response={"ok": True, "value": "alive"},
             registration={"hooks": [{"hook": "on_plain_text"}]})))
@@ -288,3 +299,103 @@ def test_an_older_worker_and_an_older_caller_still_work(
         answer = msgpack.unpackb(msg.data)
         assert answer["value"] == "nosy" and ("denials" in answer) is has_denials, answer
     assert answer["denials"][0]["op"] == "state.get"
+
+
+# -- pipeline stages: the notices in the answer's Wasmext-Denials header ------------------
+
+GUARD_SUBJECT = "wasmext.ext.validate.nosy-guard.v1"
+
+
+def _guarded(link: NatsLink, **caller: Any) -> Router:
+    ext = RemoteExtension("nosy-guard", "validator", GUARD_SUBJECT, timeout_ms=5000)
+    return Router(parse_policy({"validators": [{"id": "nosy-guard"}]}),
+                  RemoteCaller({ext.id: ext}, link, **caller))
+
+
+def test_a_remote_stages_denial_is_noted_on_the_callers_session(
+        worker: DenyingWorker, link: NatsLink, caller: Host,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A validator served by the worker asks for state it was not granted: the run's
+    session notes it once, under the extension's id, naming the worker; no grant command
+    (the worker's plugin may have another id: its text names it)."""
+    router = _guarded(link)
+    with caplog.at_level(logging.WARNING, logger=HOSTCALLS):
+        with caller.session("s-stage") as session:
+            for _ in range(3):
+                assert router.run(session, "hello").message["payload"] == "hello"
+        notes = remote_notices(caplog)
+    assert [(r.plugin_id, r.op, r.worker, r.session, r.capability)  # type: ignore[attr-defined]
+            for r in notes] == [("nosy-guard", "state.get", WORKER, "s-stage", None)]
+    assert "plugin nosy-guard was not granted 'state'" in notes[0].getMessage()
+
+
+def test_a_stage_answer_carries_denials_only_when_asked(worker: DenyingWorker,
+                                                        link: NatsLink) -> None:
+    """An older caller (no Wasmext-Notices) gets the answer it always got, no header; a
+    caller that asks gets the header, one line of JSON, bounded."""
+    for asked in (False, True):
+        msg = link.request(GUARD_SUBJECT, stage_request(f"m{asked}"),
+                           {"Wasmext-Notices": "1"} if asked else {}, 5)
+        assert json.loads(msg.data)["status"] == "ok"
+        header = (msg.headers or {}).get("Wasmext-Denials")
+        assert (header is not None) is asked, msg.headers
+    assert header is not None and len(header) <= MAX_HEADER_CHARS
+    assert json.loads(header)[0]["op"] == "state.get"
+
+
+def test_a_signed_stage_answer_covers_its_denials(worker: DenyingWorker, link: NatsLink,
+                                                  caller: Host, tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A worker that signs covers the header: a caller trusting it notes the denial, and a
+    header changed on the way breaks the signature."""
+    public = generate_key(tmp_path / "w.key")
+    worker.worker.signer = ReplySigner(tmp_path / "w.key")
+    try:
+        with caplog.at_level(logging.WARNING, logger=HOSTCALLS), \
+                caller.session("s-signed") as session:
+            _guarded(link, trusted_workers=(public,)).run(session, "hello")
+            assert [r.op for r in remote_notices(caplog)] == ["state.get"]  # type: ignore[attr-defined]
+        headers = {"Wasmext-Notices": "1", "Wasmext-Call-Id": "c1"}
+        msg = link.request(GUARD_SUBJECT, stage_request("m-signed"), headers, 5)
+    finally:
+        worker.worker.signer = None
+    answer = dict(msg.headers or {})
+    check_reply(GUARD_SUBJECT, "c1", answer, msg.data, (public,))
+    answer["Wasmext-Denials"] = answer["Wasmext-Denials"].replace("state.get", "state.set")
+    with pytest.raises(SignatureInvalid):
+        check_reply(GUARD_SUBJECT, "c1", answer, msg.data, (public,))
+
+
+def test_a_rogue_stage_header_is_bounded(link: NatsLink, caller: Host,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A worker's header is read only up to MAX_HEADER_CHARS, four notices, op names
+    only, each text cleaned and cut; a header that is no JSON list is nothing."""
+    flood = json.dumps([{"op": "bad op", "message": "x"},
+                        {"op": "state.get", "message": "\x1b[2J" + "m" * 2000},
+                        {"op": "http.fetch", "capability": "http", "message": "plugin other"},
+                        "not a notice",
+                        *({"op": f"x.n{n}", "message": "flood"} for n in range(10))])
+    headers = [flood, json.dumps([{"op": "state.set", "message": "y" * MAX_HEADER_CHARS}]),
+               "{not json", json.dumps({"op": "state.get"})]
+
+    async def rogue(msg: Any) -> None:
+        await link.client.publish(msg.reply, b'{"status":"ok"}', headers={
+            "Wasmext-Worker": "rogue\x1b[31m", "Wasmext-Denials": headers.pop(0)})
+    sub = link.run(link.client.subscribe("rogue.validate.guard", cb=rogue))
+    ext = RemoteExtension("rogue-guard", "validator", "rogue.validate.guard", timeout_ms=5000)
+    router = Router(parse_policy({"validators": [{"id": "rogue-guard"}]}),
+                    RemoteCaller({ext.id: ext}, link))
+    try:
+        with caplog.at_level(logging.WARNING, logger=HOSTCALLS), \
+                caller.session("s-rogue-stage") as session:
+            for _ in range(4):
+                assert router.run(session, "hi").message["payload"] == "hi"
+            notes = remote_notices(caplog)
+    finally:
+        link.run(sub.unsubscribe())
+    assert [(r.op, r.plugin_id, r.capability) for r in notes] == [  # type: ignore[attr-defined]
+        ("state.get", "rogue-guard", None), ("http.fetch", "rogue-guard", None)]
+    for record in notes:
+        text = record.getMessage()
+        assert "\x1b" not in text and len(text) < 500
+        assert record.worker.startswith("rogue") and "\x1b" not in record.worker  # type: ignore[attr-defined]

@@ -34,11 +34,8 @@ attempt that ran `next` is not retried when its answer is lost: the inner layers
 tool, a model call) would run twice; it fails with `RemoteUnavailable` instead.
 
 A host op the worker denies the plugin (a grant missing there) is noted here as a local
-denial is (`HostServices.note_denial`: once per session, plugin and op, naming the
-worker), so `wasmext run` shows it. The worker's word is held to bounds: at most
-`DENIALS_PER_CALL` notices an answer, each cleaned and cut, an op that is no op name
-dropped, a grant kept only when it is the one this host's op table names for that op
-(the CLI prints it in a command), and the plugin named is always this proxy's.
+denial is, naming the worker (`cluster.notices`: bounded, cleaned, the plugin named
+always this proxy's), so `wasmext run` shows it.
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ import hashlib
 import logging
 import os
 import queue
-import re
 import threading
 import time
 import weakref
@@ -56,6 +52,7 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from wasmext.cluster import notices
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLBACK_HEADER,
@@ -131,9 +128,6 @@ ANSWER_GRACE_S = 0.5
 SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
 SERVICE_ERROR = "Nats-Service-Error"
 WORKER_HEADER = "Wasmext-Worker"
-# An op's name as the op table spells them (`state.get`, `x.name`): anything else a
-# worker sends as one is not noted.
-_OP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FAULTS: dict[str, type[PluginFault]] = {c.reason: c for c in (
     OutOfFuel, MemoryLimitExceeded, Timeout, Cancelled, StackOverflow, InvalidOutput,
     HostCallLimitExceeded, BlockingWaitDenied, GuestTrap, RemoteUnavailable)}
@@ -530,14 +524,8 @@ class RemotePlugin(Plugin):
                       worker: str) -> None:
         """The worker's denials of one call, noted as the host notes its own (bounded,
         cleaned, named for this plugin whatever the worker says)."""
-        for notice in denials[:DENIALS_PER_CALL]:
-            op = notice.op
-            if len(op) > 64 or not _OP_NAME.fullmatch(op):  # its characters inert, then
-                continue
-            needed = self.services.capability_of(op)
-            capability = needed if needed and notice.capability == needed else None
-            self.services.note_denial(self.id, session, op, clean(notice.message, 300),
-                                      capability, worker)
+        notices.note(self.services, self.id, session, worker,
+                     ((d.op, d.message, d.capability) for d in denials[:DENIALS_PER_CALL]))
 
 
 def attach_remote(host: Host, link: NatsLink,

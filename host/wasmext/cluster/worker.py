@@ -56,11 +56,12 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.aio import APP_GRANTS, DEADLINE_SLACK_MS, INLINE_BELOW_MS
 from wasmext.callpool import CallPool
-from wasmext.cluster import served
+from wasmext.cluster import notices, served
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLBACK_HEADER,
     CONTENT_TYPE,
+    DENIALS_HEADER,
     JSON,
     MSGPACK,
     NOTICES_HEADER,
@@ -508,7 +509,9 @@ class Worker:
         if body is None:  # it waited past the caller's deadline: not run, not answered
             self._expired(stage, budget)
             return None
-        if error is None and self.signer is None:  # the usual answer: queued, no coroutine
+        denials = budget.denials
+        if error is None and self.signer is None and denials is None:
+            # the usual answer: queued, no coroutine
             reply = msg.reply
             if reply and self._answer_soon is not None \
                     and self._answer_soon(reply, body, self._answer_blocks[encoding]):
@@ -518,6 +521,8 @@ class Worker:
         if error is not None:
             body = b""
             headers = {**headers, ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]}
+        if denials is not None:  # the caller asked for them (Wasmext-Notices)
+            headers = {**headers, DENIALS_HEADER: notices.header_value(denials)}
         if self.signer is not None:
             headers = self.signer.sign(msg.subject, (msg.headers or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)

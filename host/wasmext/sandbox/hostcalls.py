@@ -26,7 +26,7 @@ from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
 __all__ = ["DENIALS_PER_CALL", "CallContext", "DenialSeen", "HostServices", "KnownRequest",
-           "OpError", "OpHandler", "denials_watched"]
+           "OpError", "OpHandler", "denials_watched", "unwatch_denials", "watch_denials"]
 
 log = logging.getLogger("wasmext.sandbox.hostcalls")
 
@@ -52,18 +52,33 @@ class _Watch(threading.local):
 _watch = _Watch()
 
 
+_Watched = tuple[str | None, list[DenialSeen] | None]
+
+
+def watch_denials(plugin_id: str) -> tuple[list[DenialSeen], _Watched]:
+    """`denials_watched` without a context manager (a worker's stage call, a hot path):
+    the list that fills, and what `unwatch_denials` must be given when the call is over."""
+    outer = _watch.plugin_id, _watch.seen
+    seen: list[DenialSeen] = []
+    _watch.plugin_id, _watch.seen = plugin_id, seen
+    return seen, outer
+
+
+def unwatch_denials(outer: _Watched) -> None:
+    """Stop the watch `watch_denials` began (the one around it, if any, goes on)."""
+    _watch.plugin_id, _watch.seen = outer
+
+
 @contextmanager
 def denials_watched(plugin_id: str) -> Iterator[list[DenialSeen]]:
     """The denials of `plugin_id`'s host calls on this thread while inside (a worker
     sends its caller those of the call it ran): every one, not only those the host's
     once-per-session log line reports, and of no other plugin it calls on the way."""
-    outer = _watch.plugin_id, _watch.seen
-    seen: list[DenialSeen] = []
-    _watch.plugin_id, _watch.seen = plugin_id, seen
+    seen, outer = watch_denials(plugin_id)
     try:
         yield seen
     finally:
-        _watch.plugin_id, _watch.seen = outer
+        unwatch_denials(outer)
 
 
 @dataclass
