@@ -227,6 +227,7 @@ class RemotePlugin(Plugin):
         self.quarantine = QuarantinePolicy(entry.quarantine_faults,
                                            entry.quarantine_cooldown_ms / 1000)
         self.max_idle, self.default_priority, self.meter = 0, 50, False
+        self.call_limits = {}  # the worker's limits bound its calls: nothing set here applies
         self._limits_dict = self.limits.as_dict()
         self.log = PluginLog(entry.id, self.limits.max_log_lines,
                              self.limits.max_log_line_bytes, [])
@@ -518,7 +519,6 @@ class RemotePlugin(Plugin):
             # The caller's deadline, not the plugin's own: not its fault (as in-process).
             fault.inherited = theirs
         raise fault
-
 
     def _note_denials(self, denials: list[DenialNotice], session: str | None,
                       worker: str) -> None:
