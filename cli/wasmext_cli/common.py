@@ -120,6 +120,8 @@ class _Notices(logging.Handler):
         if self.hint is not None and isinstance(plugin_id, str) and \
                 isinstance(capability, str):
             text = f"{text}; {self.hint(plugin_id, capability)}"
+            if getattr(record, "worker", None) is not None:  # its grants are the worker's
+                text += " on the worker's host"
         sys.stderr.write(f"wasmext: {_line(text)}\n")
 
 

@@ -107,7 +107,9 @@ def _existing(plugin: Path) -> None:
               help="Fuel for the hook call (loading the plugin, its registration "
                    "included, keeps the host's default fuel).")
 @click.option("--memory-mb", type=click.IntRange(min=1, max=4095), help="Linear memory cap.")
-@click.option("--timeout-ms", type=click.IntRange(min=1), help="Wall-clock deadline.")
+@click.option("--timeout-ms", type=click.IntRange(min=1),
+              help="Wall-clock deadline of the hook call (loading the plugin, its "
+                   "registration included, keeps the host's default deadline).")
 @click.option("--log/--no-log", "show_log", default=False,
               help="Print the plugin's log lines to stderr.")
 def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
@@ -127,8 +129,11 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     limits: dict[str, int] = {}
     if memory_mb is not None:
         limits["memory_bytes"] = memory_mb * 2**20
-    if timeout_ms is not None:
-        limits["timeout_ms"] = timeout_ms
+    # The call's bounds: loading the plugin, its registration included, keeps the host's
+    # defaults (a cheap hook of a costly start-up runs).
+    call_limits = {name: value for name, value in (("fuel_per_call", fuel),
+                                                   ("timeout_ms", timeout_ms))
+                   if value is not None}
     from wasmext.lifecycle.approvals import capability_problem
     from wasmext_cli.call_host import throwaway_host
     from wasmext_cli.ui import show_compiles
@@ -145,13 +150,13 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
                               grants=list(grants))
         except WasmextError as err:
             _fail(err)
-        if fuel is not None:  # the call's bound: a cheap hook of a costly start-up runs
+        if call_limits:
             from wasmext.sandbox.limits import effective_limits
 
-            # As a load's limits: the manifest's [limits] may lower it, the policy caps it.
-            loaded.set_call_fuel(effective_limits(
-                host.runtime.defaults, loaded.requested_limits, {"fuel_per_call": fuel},
-                host.runtime.policy).fuel_per_call)
+            # As a load's limits: the manifest's [limits] may lower them, the policy caps them.
+            effective = effective_limits(host.runtime.defaults, loaded.requested_limits,
+                                         call_limits, host.runtime.policy).as_dict()
+            loaded.set_call_limits(**{name: effective[name] for name in call_limits})
         started = time.time()
         try:
             result = loaded.call(hook, data)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import struct
+import time
 from pathlib import Path
 
 import pytest
 import wasmtime
 from click.testing import CliRunner
 
-from wasmext import OutOfFuel, Runtime
-from wasmext.testing import guest_wat, load_wat
+from wasmext import OutOfFuel, Runtime, Timeout
+from wasmext.testing import DATA_AT, guest_wat, load_wat
 from wasmext_cli.main import main
 
 
@@ -143,6 +145,66 @@ def test_fuel_bounds_the_call_not_the_registration(cli: CliRunner, tmp_path: Pat
     assert result.exit_code == 1
     assert result.stderr.startswith("wasmext: plugin slow-spin hook test: out of fuel:")
     assert "used all 20000 fuel in wasmext_call" in result.stderr
+
+
+# A WASI sleep of 200 ms (one relative clock subscription): a wasmext guest's sleep that
+# would pass its call's deadline ends that call with Timeout at once.
+SLEEP_200MS = struct.pack("<QB7xIxxxxQQH6x", 7, 0, 1, 200_000_000, 0, 0)
+POLL_IMPORT = ('(import "wasi_snapshot_preview1" "poll_oneoff" '
+               '(func $poll_oneoff (param i32 i32 i32 i32) (result i32)))')
+SLEEP = (f"(drop (call $poll_oneoff (i32.const {DATA_AT}) (i32.const 30000) (i32.const 1) "
+         "(i32.const 30100)))")
+
+
+def _sleepy_registration(hook_sleeps: bool) -> str:
+    """A guest whose wasmext_register sleeps 200 ms, and whose hook answers at once or
+    sleeps 200 ms too."""
+    head = '(func (export "wasmext_register") (param i32 i32) (result i64)'
+    wat = guest_wat(f"{SLEEP} (i64.const 0)" if hook_sleeps else None, imports=POLL_IMPORT,
+                    data=SLEEP_200MS)
+    assert wat.count(head) == 1
+    return wat.replace(head, head + " " + SLEEP)
+
+
+def test_timeout_bounds_the_call_not_the_registration(cli: CliRunner, tmp_path: Path) -> None:
+    """--timeout-ms 50, below the registration's 200 ms: a quick hook still answers (the
+    load keeps the host's default deadline), and a hook that sleeps 200 ms is stopped at
+    the call's 50 ms with Timeout, named, not at load."""
+    quick = write(tmp_path, "slow-start", _sleepy_registration(hook_sleeps=False))
+    result = cli.invoke(main, ["call", str(quick), "test", "--timeout-ms", "50"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == "ok"
+    sleeps = write(tmp_path, "slow-hook", _sleepy_registration(hook_sleeps=True))
+    started = time.monotonic()
+    result = cli.invoke(main, ["call", str(sleeps), "test", "--timeout-ms", "50"])
+    assert time.monotonic() - started < 5  # the load's 200 ms, then at most 50 ms
+    assert result.exit_code == 1
+    assert result.stderr.startswith("wasmext: plugin slow-hook hook test: timeout:"), \
+        result.stderr
+    assert "ran past 50 ms" in result.stderr and "200 ms sleep" in result.stderr
+
+
+def test_call_limits_are_a_calls_only() -> None:
+    """Plugin.set_call_limits takes a hook call's fuel and deadline, nothing an instance
+    holds whatever it runs (its memory), and no value a limit cannot be."""
+    with Runtime() as rt:
+        plugin = load_wat(rt, guest_wat(), "plain")
+        with pytest.raises(TypeError, match="'memory_bytes' is no call limit"):
+            plugin.set_call_limits(memory_bytes=1 << 20)
+        with pytest.raises(ValueError, match="timeout_ms must be a positive int"):
+            plugin.set_call_limits(timeout_ms=0)
+        plugin.set_call_limits(timeout_ms=250)
+        assert plugin.call("test").value == "ok"
+        assert plugin.call_limits == {"timeout_ms": 250}
+        assert plugin.limits.timeout_ms == 1000  # the load's, for every registration
+        # A spinning hook loaded with a minute is stopped at the call's 50 ms.
+        spinner = load_wat(rt, guest_wat("(loop (br 0)) (i64.const 0)"), "spinner",
+                           limits={"timeout_ms": 60_000, "fuel_per_call": 10**13})
+        spinner.set_call_limits(timeout_ms=50)
+        started = time.monotonic()
+        with pytest.raises(Timeout, match="ran past 50 ms"):
+            spinner.call("test")
+        assert time.monotonic() - started < 10
 
 
 def test_fuel_is_lowered_by_the_manifest(cli: CliRunner, tmp_path: Path) -> None:

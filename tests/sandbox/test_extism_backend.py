@@ -80,6 +80,22 @@ def test_timeout(runtime: Runtime) -> None:
         plugin.call("spin", "")
 
 
+def test_a_call_timeout_below_the_loads_stops_the_guest(runtime: Runtime) -> None:
+    """set_call_limits(timeout_ms=) (`wasmext call --timeout-ms`) after a load with a
+    minute: the SDK's own timeout is the load's, so the guest is interrupted at the
+    call's 50 ms, named, and the plugin answers afterwards."""
+    import time
+
+    plugin = runtime.load(module(), plugin_id="ext", limits={"fuel_per_call": 10**12,
+                                                            "timeout_ms": 60_000})
+    plugin.set_call_limits(timeout_ms=50)
+    started = time.monotonic()
+    with pytest.raises(Timeout, match="50 ms"):
+        plugin.call("spin", "")
+    assert time.monotonic() - started < 10  # the call's deadline, not the load's minute
+    assert plugin.call("echo", "ok").value == "ok"
+
+
 def test_only_granted_host_functions_are_linked(runtime: Runtime) -> None:
     wasm = module('(import "extism:host/user" "wasmext_state_get" '
                   '(func $get (param i64) (result i64)))')

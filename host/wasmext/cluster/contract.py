@@ -20,6 +20,11 @@ no reply: the body is the `Wasmext-Call-Id` of a call its caller gave up). A mid
 hook's guest runs the caller's inner layers with `next`: the caller names an inbox in
 `Wasmext-Callback`, the worker sends each `next` there as a `NextRequest` and the
 caller answers it with a `PluginAnswer` (its value the inner layers' result).
+A caller that sends `Wasmext-Notices: 1` reads the host ops the worker refused the
+plugin during the call (`cluster.notices`): a `PluginAnswer`'s `denials`, a stage
+answer's `Wasmext-Denials` header; a worker sends them only to such a caller, so an older
+caller, whose decoding refuses unknown keys, never gets them, and an older worker ignores
+the header and sends none.
 
 Decoding refuses unknown keys (naming the path), wrong types, more than `MAX_BYTES`
 and nesting past the decoder's recursion limit: a peer is as untrusted as a plugin.
@@ -38,8 +43,8 @@ from wasmext.text import clean
 
 __all__ = [
     "CALLBACK_HEADER", "CALLS_LEFT_HEADER", "CALL_ID_HEADER", "CONTENT_TYPE",
-    "DEADLINE_HEADER", "JSON", "MAX_BYTES", "MSGPACK", "TENANT_HEADER", "TRACE_HEADER",
-    "CallIds", "ContractError",
+    "DEADLINE_HEADER", "DENIALS_HEADER", "JSON", "MAX_BYTES", "MSGPACK", "NOTICES_HEADER",
+    "NOTICES_VERSION", "TENANT_HEADER", "TRACE_HEADER", "CallIds", "ContractError", "DenialNotice",
     "ExtMessage", "ExtRef", "ExtRequest", "ExtResponse", "NextRequest", "PluginAdvert",
     "PluginAnswer", "PluginCall", "ProviderRequest", "ProviderResponse",
     "Verdict", "deadline_of", "decode", "encode", "encoding_of",
@@ -56,6 +61,11 @@ DEADLINE_HEADER = "Wasmext-Deadline"
 CALLS_LEFT_HEADER = "Wasmext-Calls-Left"
 # Where a worker sends a middleware guest's `next` for the caller to run (cluster.plugins)
 CALLBACK_HEADER = "Wasmext-Callback"
+# The caller reads denial notices of this version (absent: it reads none): a whole
+# plugin's in `PluginAnswer.denials`, a stage's in the `DENIALS_HEADER` of its answer
+NOTICES_HEADER = "Wasmext-Notices"
+NOTICES_VERSION = "1"
+DENIALS_HEADER = "Wasmext-Denials"
 
 
 def deadline_of(headers: dict[str, str] | None) -> float | None:
@@ -142,10 +152,20 @@ class PluginCall(_Strict):
     context: Any = None
 
 
+class DenialNotice(_Strict, omit_defaults=True):
+    """A host op the worker refused the plugin during one call: the op, why, and the
+    grant that would allow it (when one alone would)."""
+
+    op: str
+    message: str = ""
+    capability: str | None = None
+
+
 class PluginAnswer(_Strict, omit_defaults=True):
     """A worker's answer to a `PluginCall`: the result (`ok`), or how it failed: a
     `fault` (its `reason`, the fault's), a guest `error` (`code`), `quarantined`, or
-    `state` (the worker's storage failed: nobody's fault)."""
+    `state` (the worker's storage failed: nobody's fault); with either, the `denials`
+    of the call (only to a caller that asked for them, `NOTICES_HEADER`)."""
 
     ok: bool
     value: Any = None
@@ -158,6 +178,7 @@ class PluginAnswer(_Strict, omit_defaults=True):
     message: str = ""
     suggestion: str | None = None
     help_url: str | None = None
+    denials: list[DenialNotice] = msgspec.field(default_factory=list)
 
 
 class NextRequest(_Strict):

@@ -32,6 +32,10 @@ waits for the hook's own answer. The time inside `next` is the inner layers', no
 call's (its wait for the answer moves on by as much, as the guest's deadline does). An
 attempt that ran `next` is not retried when its answer is lost: the inner layers (a
 tool, a model call) would run twice; it fails with `RemoteUnavailable` instead.
+
+A host op the worker denies the plugin (a grant missing there) is noted here as a local
+denial is, naming the worker (`cluster.notices`: bounded, cleaned, the plugin named
+always this proxy's), so `wasmext run` shows it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from wasmext.cluster import notices
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLBACK_HEADER,
@@ -56,7 +61,10 @@ from wasmext.cluster.contract import (
     DEADLINE_HEADER,
     MAX_BYTES,
     MSGPACK,
+    NOTICES_HEADER,
+    NOTICES_VERSION,
     ContractError,
+    DenialNotice,
     NextRequest,
     PluginAdvert,
     PluginAnswer,
@@ -94,7 +102,7 @@ from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import callscope, calltree
 from wasmext.sandbox.codec import check_depth, may_nest_deeper
-from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.sandbox.hostcalls import DENIALS_PER_CALL, CallContext, HostServices, OpError
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.module import ModuleInfo
@@ -219,6 +227,7 @@ class RemotePlugin(Plugin):
         self.quarantine = QuarantinePolicy(entry.quarantine_faults,
                                            entry.quarantine_cooldown_ms / 1000)
         self.max_idle, self.default_priority, self.meter = 0, 50, False
+        self.call_limits = {}  # the worker's limits bound its calls: nothing set here applies
         self._limits_dict = self.limits.as_dict()
         self.log = PluginLog(entry.id, self.limits.max_log_lines,
                              self.limits.max_log_line_bytes, [])
@@ -308,7 +317,7 @@ class RemotePlugin(Plugin):
             raise EncodeError(f"plugin {self.id} hook {hook}: {clean(exc, 200)}",
                               plugin_id=self.id, hook=hook) from None
         key = random_hex()
-        headers = {CALL_ID_HEADER: key, CONTENT_TYPE: MSGPACK}
+        headers = {CALL_ID_HEADER: key, CONTENT_TYPE: MSGPACK, NOTICES_HEADER: NOTICES_VERSION}
         if tracing.ACTIVE is not None:  # the current span: this call's (`_traced`)
             tracing.ACTIVE.inject(headers)
         if frame is not None:
@@ -332,7 +341,8 @@ class RemotePlugin(Plugin):
                 if why.final:
                     break
                 continue
-            return self._result(hook, msg, key, theirs and attempt_s >= left)
+            return self._result(hook, msg, key, theirs and attempt_s >= left,
+                                session if isinstance(session, str) else None)
         if time.monotonic() >= deadline and not reason.startswith("no answer after next"):
             fault: PluginFault = Timeout(
                 f"plugin {self.id} hook {hook}: no answer from a worker within "
@@ -450,8 +460,10 @@ class RemotePlugin(Plugin):
         except Exception:  # best effort: the worker's deadline stops the call anyway
             log.debug("cancel of a call of %s not sent", self.id, exc_info=True)
 
-    def _result(self, hook: str, msg: Msg, key: str, theirs: bool) -> CallResult:
-        """The outcome of one answered attempt; raises what a local call would."""
+    def _result(self, hook: str, msg: Msg, key: str, theirs: bool,
+                session: str | None = None) -> CallResult:
+        """The outcome of one answered attempt; raises what a local call would. Its
+        denials are noted first, whatever the outcome (`session`: the call's)."""
         hdrs = msg.headers or {}
         if self.trusted_workers:
             try:
@@ -473,6 +485,8 @@ class RemotePlugin(Plugin):
         except ContractError as err:
             raise InvalidOutput(f"plugin {self.id} hook {hook}: {err.message}",
                                 plugin_id=self.id, hook=hook) from None
+        if answer.denials:
+            self._note_denials(answer.denials, session, worker)
         if answer.ok:
             # A local guest's answer nests at most max_msgpack_depth: a worker's is held to
             # it too (a value 900 deep broke the MCP reply's serialisation, for one).
@@ -505,6 +519,13 @@ class RemotePlugin(Plugin):
             # The caller's deadline, not the plugin's own: not its fault (as in-process).
             fault.inherited = theirs
         raise fault
+
+    def _note_denials(self, denials: list[DenialNotice], session: str | None,
+                      worker: str) -> None:
+        """The worker's denials of one call, noted as the host notes its own (bounded,
+        cleaned, named for this plugin whatever the worker says)."""
+        notices.note(self.services, self.id, session, worker,
+                     ((d.op, d.message, d.capability) for d in denials[:DENIALS_PER_CALL]))
 
 
 def attach_remote(host: Host, link: NatsLink,

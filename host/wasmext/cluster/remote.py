@@ -22,14 +22,18 @@ from collections.abc import Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from wasmext.cluster import notices
 from wasmext.cluster.breaker import Breaker
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLS_LEFT_HEADER,
     CONTENT_TYPE,
     DEADLINE_HEADER,
+    DENIALS_HEADER,
     JSON,
     MSGPACK,
+    NOTICES_HEADER,
+    NOTICES_VERSION,
     TENANT_HEADER,
     TRACE_HEADER,
     CallIds,
@@ -256,6 +260,8 @@ class RemoteCaller:
             headers[CONTENT_TYPE] = route.encoding
         if ids.calls_left is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, ids.calls_left))
+        if ids.note is not None:  # the run notes what the worker denied the stage
+            headers[NOTICES_HEADER] = NOTICES_VERSION
         if tracing.ACTIVE is not None:  # the worker's spans join this call's trace (W3C)
             tracing.ACTIVE.inject(headers)
         with lock:
@@ -282,7 +288,8 @@ class RemoteCaller:
             headers[DEADLINE_HEADER] = str(int((time.time() + timeout_s) * 1000))
             reply = yield route.subject, payload, headers, timeout_s
             try:
-                answer, worker = self._answer(route, data, headers, timeout_s, reply)
+                answer, worker = self._answer(route, data, headers, timeout_s, reply,
+                                              ids.note)
             except _Failure as failure:
                 breaker.failed(started)
                 reason = failure.reason
@@ -316,9 +323,11 @@ class RemoteCaller:
         raise _Failure(f"network error: {clean(type(error).__name__)}", True)
 
     def _answer(self, route: _Route, data: Any, headers: dict[str, str],
-                timeout_s: float, reply: Any) -> tuple[Any, str]:
+                timeout_s: float, reply: Any,
+                note: notices.Note | None = None) -> tuple[Any, str]:
         """The in-process shaped answer of one attempt's reply and the worker that sent
-        it (the caller counts it), or a _Failure (the worker, if any, counted)."""
+        it (the caller counts it), or a _Failure (the worker, if any, counted); the
+        reply's denial notices, whatever the outcome, go to `note`."""
         ext = route.ext
         if isinstance(reply, BaseException):
             self._failure(ext, timeout_s, reply)
@@ -340,6 +349,10 @@ class RemoteCaller:
             worker = clean(raw_worker, 64)
             if len(self._worker_names) < 256:  # names off the wire: a bounded memo
                 self._worker_names[raw_worker] = worker
+        if note is not None:
+            denied = hdrs.get(DENIALS_HEADER)
+            if denied is not None:
+                note(route.ext.id, worker, notices.from_header(denied))
         try:
             if SERVICE_ERROR in hdrs or SERVICE_ERROR_CODE in hdrs:
                 raise _Failure(f"error {clean(hdrs.get(SERVICE_ERROR_CODE, '?'), 32)}: "

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from wasmext.callpool import call_pool
+from wasmext.cluster import notices
 from wasmext.cluster.callids import CallIds
 from wasmext.cluster.registry import RemoteExtension
 from wasmext.errors import ConfigError
@@ -41,6 +42,7 @@ from wasmext.hooks.pipeline import (
 )
 from wasmext.ids import random_hex
 from wasmext.sandbox import calltree
+from wasmext.sandbox.hostcalls import HostServices
 from wasmext.sandbox.instance import CallResult
 from wasmext.services.events import Observer
 from wasmext.services.hostview import LoadedPlugin
@@ -236,6 +238,22 @@ class Router:
             policy = Policy(policy.policy_id, post=policy.post)
         return policy
 
+    @staticmethod
+    def _note(session: HookSession) -> notices.Note | None:
+        """How this run notes the host ops a worker denied a remote stage: as the session's
+        host notes its own (None: a host without an op table, which notes nothing)."""
+        services = getattr(getattr(session.host, "runtime", None), "services", None)
+        if not isinstance(services, HostServices):
+            return None
+        session_id = session.id
+
+        def note(ext_id: str, worker: str, denials: Iterable[notices.Denial]) -> None:
+            # The worker's plugin is named in its text; the grant it lacks is its host's
+            # to give, under that plugin's id: no command here names it.
+            notices.note(services, ext_id, session_id, worker,
+                         ((op, message, None) for op, message, _ in denials))
+        return note
+
     def _routed(self, session: HookSession, tenant_id: str, trace_id: str | None,
                 budget_ms: int | None) -> _RoutedSession:
         deadline: float | None = None
@@ -245,6 +263,7 @@ class Router:
         if frame is not None:
             deadline = frame.deadline if deadline is None else min(deadline, frame.deadline)
         ids = CallIds(trace_id or random_hex(), tenant_id, deadline,
-                      frame.calls_left if frame is not None else None)
+                      frame.calls_left if frame is not None else None,
+                      self._note(session) if self.caller is not None else None)
         return _RoutedSession(session.id, session.state, session.trace,
                               _RoutedHost(session.host, self.caller, ids))

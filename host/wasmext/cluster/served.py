@@ -7,7 +7,9 @@ register a proxy with (`cluster.plugins`). `call` runs one hook exactly as `Plug
 does in-process, inside the caller's call tree (the deadline and host calls it has left
 are the root frame), under a `CallScope` that the caller's cancel reaches, and with its
 state commit made at most once per call id; the outcome, a result or the failure's
-kind and reason, goes back as a `PluginAnswer`.
+kind and reason, goes back as a `PluginAnswer`, with the denials of the plugin's host
+calls when the caller asked for them (`denials_watched`: the first of each op, at most
+`DENIALS_PER_CALL`, cleaned and cut, the plugin's secret settings redacted).
 
 A middleware guest's `next` (the host's inner layers) cannot run here: the layers are
 the caller's. `install_next` wraps the worker's `next` op so that, inside a call whose
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from wasmext.cluster.contract import (
     MSGPACK,
     ContractError,
+    DenialNotice,
     NextRequest,
     PluginAdvert,
     PluginAnswer,
@@ -44,7 +47,13 @@ from wasmext.errors import (
 )
 from wasmext.sandbox import calltree
 from wasmext.sandbox.callscope import CallScope
-from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
+from wasmext.sandbox.hostcalls import (
+    CallContext,
+    DenialSeen,
+    HostServices,
+    OpError,
+    denials_watched,
+)
 from wasmext.services.state import applying
 from wasmext.text import clean
 
@@ -112,9 +121,11 @@ def advert(lp: LoadedPlugin, version: str) -> bytes:
 
 
 def call(host: Host, plugin_id: str, raw: bytes, root: calltree.Frame | None,
-         key: str | None, scope: CallScope, callback: Callback | None = None) -> bytes:
+         key: str | None, scope: CallScope, callback: Callback | None = None,
+         notices: bool = False) -> bytes:
     """Run one `PluginCall` of `plugin_id` (ContractError: `raw` is not one); a guest's
-    `next` goes to `callback` (install_next)."""
+    `next` goes to `callback` (install_next); `notices`: the answer carries the call's
+    denials (the caller reads them)."""
     request = decode(raw, PluginCall, MSGPACK, peer=f"call for {plugin_id}")
     lp = host.plugins.get(plugin_id)
     if lp is None:  # unloaded meanwhile: its endpoint goes with the next resync
@@ -131,8 +142,11 @@ def call(host: Host, plugin_id: str, raw: bytes, root: calltree.Frame | None,
     if root is not None:
         calltree.push(root)
     _bound.plugin_id, _bound.callback = plugin_id, callback
+    seen: list[DenialSeen] = []
     try:
-        with scope.bound(), (applying(key) if key else contextlib.nullcontext()):
+        with scope.bound(), (applying(key) if key else contextlib.nullcontext()), \
+                (denials_watched(plugin_id) if notices else contextlib.nullcontext(seen)) \
+                as seen:
             if scope.cancelled.is_set():  # given up while it waited for a thread
                 raise Cancelled(f"plugin {plugin_id} hook {hook}: cancelled before it ran",
                                 plugin_id=plugin_id, hook=hook)
@@ -156,6 +170,8 @@ def call(host: Host, plugin_id: str, raw: bytes, root: calltree.Frame | None,
         _bound.plugin_id, _bound.callback = None, None
         if root is not None:
             calltree.pop()
+    if seen:
+        answer.denials = [DenialNotice(d.op, d.message, d.capability) for d in seen]
     try:
         return encode(answer, MSGPACK)
     except (TypeError, ValueError, OverflowError):  # a value MessagePack cannot carry

@@ -11,7 +11,10 @@ text, and the body:
     Wasmext-Signer: ed25519:<base64 public key>
     Wasmext-Signature: <base64 signature of the digest below>
 
-    sha256(subject \\n call id \\n error code \\n error text \\n) + sha256(body)
+    sha256(subject \\n call id \\n error code \\n error text \\n [denials \\n]) + sha256(body)
+
+(`denials`: a stage answer's `Wasmext-Denials` header, when it has one: sent only to a
+caller that asked for it, so an older caller's digest is the one above.)
 """
 
 from __future__ import annotations
@@ -30,12 +33,16 @@ SIGNER_HEADER = "Wasmext-Signer"
 SIGNATURE_HEADER = "Wasmext-Signature"
 ERROR_HEADER = "Nats-Service-Error"
 ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+DENIALS_HEADER = "Wasmext-Denials"  # contract.DENIALS_HEADER (this module needs no msgspec)
 
 
 def reply_digest(subject: str, call_id: str, headers: dict[str, str], body: bytes) -> bytes:
     """What a reply's signature covers."""
     head = "\n".join((subject, call_id, headers.get(ERROR_CODE_HEADER, ""),
                       headers.get(ERROR_HEADER, ""), ""))
+    denials = headers.get(DENIALS_HEADER)
+    if denials is not None:  # sent only to a caller that asked, which covers it too
+        head += denials + "\n"
     return (hashlib.sha256(head.encode("utf-8", "surrogatepass")).digest()
             + hashlib.sha256(body).digest())
 

@@ -7,7 +7,9 @@ the rest of that time and those host calls as the root of its call tree, and its
 state commit is made at most once per key (a `services.state.Once` on that root frame,
 or `applying` when there is none). The request is decoded once, runs through
 `Host.try_call` (the plugin's sandbox, limits, grants and state transaction, as
-in-process) and its answer is encoded once.
+in-process) and its answer is encoded once. A caller that reads denial notices
+(`Wasmext-Notices`) gets the plugin's (`Budget.denials`, sent in the answer's
+`Wasmext-Denials` header: `cluster.notices`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLS_LEFT_HEADER,
+    NOTICES_HEADER,
+    NOTICES_VERSION,
     ExtRequest,
     ProviderRequest,
     deadline_of,
@@ -37,6 +41,7 @@ from wasmext.cluster.mapping import (
 from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import calltree
+from wasmext.sandbox.hostcalls import DenialSeen, unwatch_denials, watch_denials
 from wasmext.services.state import Once, applying
 from wasmext.session import TOOL_HOOKS
 
@@ -110,9 +115,10 @@ class WireSession:
 
 
 class Budget:
-    """What a request may spend: its deadline (time.monotonic), host calls, idempotency key."""
+    """What a request may spend: its deadline (time.monotonic), host calls, idempotency key;
+    and whether its caller reads the call's denials (`notices`; `denials`: those seen)."""
 
-    __slots__ = ("calls_left", "deadline", "headers", "key")
+    __slots__ = ("calls_left", "deadline", "denials", "headers", "key", "notices")
 
     def __init__(self, headers: dict[str, str] | None) -> None:
         hdrs = headers or {}
@@ -124,6 +130,10 @@ class Budget:
         # A caller's random hex id is its own session id: no call for the usual case.
         self.key = key if key is None or _plain(key) else session_id(key)
         self.headers = hdrs  # the caller's trace context (traceparent), read when traced
+        asked = hdrs.get(NOTICES_HEADER)  # the versions the caller reads: "1", or "1,2"
+        self.notices = asked is not None and (asked == NOTICES_VERSION
+                                              or NOTICES_VERSION in asked.split(","))
+        self.denials: list[DenialSeen] | None = None
 
     def expired(self) -> bool:
         """Whether the caller has given this attempt up."""
@@ -178,6 +188,9 @@ def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
             # root frame it pushes anyway; `applying` only when it has no frame.
             once = root.once = Once(key, root)
         calltree.push(root)
+    # The plugin's denials, for a caller that reads them: two plain calls (a context
+    # manager cost a microsecond a request), none for a caller that does not.
+    watched = watch_denials(stage.plugin_id) if budget.notices else None
     try:
         if key is None or once is not None:
             answer, error = host.try_call(stage.plugin_id, kind, data, session)
@@ -185,6 +198,9 @@ def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
             with applying(key) as once:
                 answer, error = host.try_call(stage.plugin_id, kind, data, session)
     finally:
+        if watched is not None:
+            unwatch_denials(watched[1])
+            budget.denials = watched[0] or None
         if root is not None:
             calltree.pop()
         # No session end ever comes over the wire: session-scoped state lives for

@@ -56,13 +56,16 @@ from typing import TYPE_CHECKING, Any
 
 from wasmext.aio import APP_GRANTS, DEADLINE_SLACK_MS, INLINE_BELOW_MS
 from wasmext.callpool import CallPool
-from wasmext.cluster import served
+from wasmext.cluster import notices, served
 from wasmext.cluster.contract import (
     CALL_ID_HEADER,
     CALLBACK_HEADER,
     CONTENT_TYPE,
+    DENIALS_HEADER,
     JSON,
     MSGPACK,
+    NOTICES_HEADER,
+    NOTICES_VERSION,
     ContractError,
     encoding_of,
 )
@@ -391,10 +394,13 @@ class Worker:
         headers = {CONTENT_TYPE: MSGPACK, WORKER_HEADER: self.name}
         error: tuple[str, str] | None = None
         body: bytes | None = b""
+        # The versions of denial notices the caller reads ("1", or a list: "1,2").
+        notices = NOTICES_VERSION in (req.headers or {}).get(NOTICES_HEADER, "").split(",")
         try:
             body = await self._pool.submit(asyncio.get_running_loop(), self._call_plugin,
                                            stage, req.data, budget, scope,
-                                           (req.headers or {}).get(CALLBACK_HEADER), call_id)
+                                           (req.headers or {}).get(CALLBACK_HEADER), call_id,
+                                           notices)
         except ContractError as err:
             error = ("400", err.message)
         except Exception as err:  # a host bug: one line, named
@@ -421,14 +427,15 @@ class Worker:
         counts.total_ns += time.perf_counter_ns() - started
 
     def _call_plugin(self, stage: Stage, raw: bytes, budget: Budget, scope: CallScope,
-                     inbox: str | None = None, call_id: str = "") -> bytes | None:
+                     inbox: str | None = None, call_id: str = "", notices: bool = False
+                     ) -> bytes | None:
         if budget.expired():  # it waited in the pool's queue past the caller's deadline
             return None
         callback = self._callback(inbox, call_id, scope)
         traced = tracing.ACTIVE
         if traced is None:
             return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key,
-                               scope, callback)
+                               scope, callback, notices)
         # A child of the caller's span (W3C traceparent in the request's headers).
         with traced.span("wasmext.worker plugin", {
                 "wasmext.plugin_id": tracing.text(stage.plugin_id),
@@ -436,7 +443,7 @@ class Worker:
                 "messaging.destination.name": tracing.text(stage.subject)},
                 kind="server", parent=traced.extract(budget.headers)):
             return served.call(self.host, stage.plugin_id, raw, budget.frame(), budget.key,
-                               scope, callback)
+                               scope, callback, notices)
 
     def _callback(self, inbox: str | None, call_id: str, scope: CallScope
                   ) -> served.Callback | None:
@@ -502,7 +509,9 @@ class Worker:
         if body is None:  # it waited past the caller's deadline: not run, not answered
             self._expired(stage, budget)
             return None
-        if error is None and self.signer is None:  # the usual answer: queued, no coroutine
+        denials = budget.denials
+        if error is None and self.signer is None and denials is None:
+            # the usual answer: queued, no coroutine
             reply = msg.reply
             if reply and self._answer_soon is not None \
                     and self._answer_soon(reply, body, self._answer_blocks[encoding]):
@@ -512,6 +521,8 @@ class Worker:
         if error is not None:
             body = b""
             headers = {**headers, ERROR_CODE_HEADER: error[0], ERROR_HEADER: error[1]}
+        if denials is not None:  # the caller asked for them (Wasmext-Notices)
+            headers = {**headers, DENIALS_HEADER: notices.header_value(denials)}
         if self.signer is not None:
             headers = self.signer.sign(msg.subject, (msg.headers or {}).get(CALL_ID_HEADER, ""),
                                        headers, body)

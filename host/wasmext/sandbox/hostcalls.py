@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from wasmext._abi import ABI_MAJOR, ABI_MINOR, OPS
 from wasmext.errors import CapabilityDenied, EncodeError, OpError, WasmextError
@@ -24,9 +25,60 @@ from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
-__all__ = ["CallContext", "HostServices", "KnownRequest", "OpError", "OpHandler"]
+__all__ = ["DENIALS_PER_CALL", "CallContext", "DenialSeen", "HostServices", "KnownRequest",
+           "OpError", "OpHandler", "denials_watched", "unwatch_denials", "watch_denials"]
 
 log = logging.getLogger("wasmext.sandbox.hostcalls")
+
+# Denials one watched call keeps (`denials_watched`): the first of each op, at most this
+# many, so a plugin probing every op it can name sends its caller a few lines, not a flood.
+DENIALS_PER_CALL = 4
+
+
+class DenialSeen(NamedTuple):
+    """One op a watched plugin was denied: the op, why (the plugin's secrets redacted,
+    one inert line) and the grant that would allow it, when one alone would."""
+
+    op: str
+    message: str
+    capability: str | None
+
+
+class _Watch(threading.local):
+    plugin_id: str | None = None
+    seen: list[DenialSeen] | None = None
+
+
+_watch = _Watch()
+
+
+_Watched = tuple[str | None, list[DenialSeen] | None]
+
+
+def watch_denials(plugin_id: str) -> tuple[list[DenialSeen], _Watched]:
+    """`denials_watched` without a context manager (a worker's stage call, a hot path):
+    the list that fills, and what `unwatch_denials` must be given when the call is over."""
+    outer = _watch.plugin_id, _watch.seen
+    seen: list[DenialSeen] = []
+    _watch.plugin_id, _watch.seen = plugin_id, seen
+    return seen, outer
+
+
+def unwatch_denials(outer: _Watched) -> None:
+    """Stop the watch `watch_denials` began (the one around it, if any, goes on)."""
+    _watch.plugin_id, _watch.seen = outer
+
+
+@contextmanager
+def denials_watched(plugin_id: str) -> Iterator[list[DenialSeen]]:
+    """The denials of `plugin_id`'s host calls on this thread while inside (a worker
+    sends its caller those of the call it ran): every one, not only those the host's
+    once-per-session log line reports, and of no other plugin it calls on the way."""
+    seen, outer = watch_denials(plugin_id)
+    try:
+        yield seen
+    finally:
+        unwatch_denials(outer)
 
 
 @dataclass
@@ -128,6 +180,10 @@ class HostServices:
                        for name, cap in self._capability.items()}
         self.local_ops = frozenset(name for name, fn in self._handlers.items()
                                    if fn in LOCAL_HANDLERS)
+
+    def capability_of(self, op: str) -> str | None:
+        """The grant `op` needs ("": none), or None for an op this table has not."""
+        return self._capability.get(op)
 
     def handler(self, op: str) -> OpHandler | None:
         """The handler installed for `op` (None: none)."""
@@ -298,21 +354,36 @@ class HostServices:
         """A warning the first time a plugin is denied `op` in a session: an operator
         learns a grant is missing without a line per call. `capability` is the grant
         that would allow it, when one alone would (the record's `capability` field)."""
-        key = (ctx.session or "", ctx.plugin_id, op)
+        seen = _watch.seen
+        if seen is not None and ctx.plugin_id == _watch.plugin_id \
+                and len(seen) < DENIALS_PER_CALL and all(d.op != op for d in seen):
+            seen.append(DenialSeen(op, ctx.log.scrub(exc.message, 300), capability))
+        self.note_denial(ctx.plugin_id, ctx.session, op, exc.message, capability)
+
+    def note_denial(self, plugin_id: str, session: str | None, op: str, message: str,
+                    capability: str | None = None, worker: str | None = None) -> None:
+        """Log that `plugin_id` was denied `op` (on `worker`, when a worker ran the call),
+        the first time in `session`: the operator's notice (`wasmext run` shows it)."""
+        key = (session or "", plugin_id, op)
         with self._denials_lock:
             if key in self._denials_logged:
                 return
             self._denials_logged[key] = None
             if len(self._denials_logged) > DENIALS_REMEMBERED:
                 self._denials_logged.popitem(last=False)
-        where = f" in session {clean(ctx.session, 128)}" if ctx.session else ""
+        fields: dict[str, Any] = {"plugin_id": plugin_id, "session": session, "op": op,
+                                  "capability": capability}
+        where = ""
+        if worker is not None:
+            fields["worker"] = clean(worker, 64)
+            where = f" on worker {fields['worker']}"
+        if session:
+            where += f" in session {clean(session, 128)}"
         # What the key above makes true, said as it is: one line per plugin and op (in each
         # session, when there is one); a command without a session says no session.
         log.warning("plugin %s was denied %s%s: %s (later denials of %s%s are not reported)",
-                    ctx.plugin_id, op, where, clean(exc.message, 300), op,
-                    " in this session" if ctx.session else "",
-                    extra={"plugin_id": ctx.plugin_id, "session": ctx.session, "op": op,
-                           "capability": capability})
+                    plugin_id, op, where, clean(message, 300), op,
+                    " in this session" if session else "", extra=fields)
 
 
 DENIALS_REMEMBERED = 4096

@@ -176,7 +176,15 @@ class PluginInstance:
     def set_call_fuel(self, fuel: int) -> None:
         """Give this instance's hook calls `fuel` units each from now on (its start-up
         ran under the limits it was made with)."""
-        self.limits = self.budget.limits = self.limits.replace(fuel_per_call=fuel)
+        self.set_call_limits(fuel_per_call=fuel)
+
+    def set_call_limits(self, **changes: int) -> None:
+        """Hold this instance's hook calls to `changes` (`fuel_per_call`, `timeout_ms`)
+        from now on; its start-up ran under the limits it was made with."""
+        self.limits = self.budget.limits = self.limits.replace(**changes)
+        if "timeout_ms" in changes and not self.watched:  # a watched store's tick is 1
+            self._ticks = self.budget.ticks = self.module.engine.ticks_for(
+                self.limits.timeout_ms)
 
     def _set_budget(self, fuel: int, ticks: int) -> None:
         """Set the store's (fuel, epoch ticks) before a call: the setter is made at the

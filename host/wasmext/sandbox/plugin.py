@@ -44,7 +44,8 @@ from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
-__all__ = ["MAX_HOOKS", "MAX_SHARED", "HookSpec", "Plugin", "QuarantinePolicy", "Registration"]
+__all__ = ["CALL_LIMITS", "MAX_HOOKS", "MAX_SHARED", "HookSpec", "Plugin", "QuarantinePolicy",
+           "Registration"]
 
 MAX_SHARED = 64  # distinct (settings, limits, grants) per module whose registration is kept
 
@@ -61,6 +62,9 @@ def _share_registration(module: object, key: str, raw: dict[str, Any]) -> None:
 
 
 MAX_HOOKS = 256  # hook entries in one registration map
+# The limits one hook call may be given apart from the load's (`Plugin.set_call_limits`):
+# the others (memory, tables, ...) belong to the instance, whatever it runs.
+CALL_LIMITS = ("fuel_per_call", "timeout_ms")
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,8 @@ class Plugin:
         self.max_idle = max_idle
         self.default_priority = default_priority
         self.meter = False  # report fuel per call in CallResult.fuel (the Host turns it on)
-        self.call_fuel: int | None = None  # set_call_fuel: hook calls' fuel, not start's
+        # set_call_limits: hook calls' fuel and deadline, not start-up's
+        self.call_limits: dict[str, int] = {}
         self._limits_dict = self.limits.as_dict()
         secrets = [str(v) for k, v in self.settings.items() if k in sensitive and v is not None]
         self.log = PluginLog(plugin_id, self.limits.max_log_lines, self.limits.max_log_line_bytes,
@@ -310,8 +315,8 @@ class Plugin:
         except PluginFault as fault:
             self._record_fault(fault)
             raise
-        if self.call_fuel is not None:
-            inst.set_call_fuel(self.call_fuel)
+        if self.call_limits:
+            inst.set_call_limits(**self.call_limits)
         inst.ctx.abi_minor = min(ABI_MINOR, reg.abi_minor)
         if reg.answer_region is not None:
             inst.answer_region = reg.answer_region
@@ -380,15 +385,24 @@ class Plugin:
             inst.ctx.grants = grants
 
     def set_call_fuel(self, fuel: int) -> None:
-        """Give each hook call `fuel` units from now on; every instance's start-up and
-        registration keep the load's limits (`wasmext call --fuel` bounds the call asked
-        for, not the load). Set it before calls start: a call already running keeps the
-        fuel it began with."""
+        """Give each hook call `fuel` units from now on (`set_call_limits`)."""
+        self.set_call_limits(fuel_per_call=fuel)
+
+    def set_call_limits(self, **changes: int) -> None:
+        """Hold each hook call to `changes` from now on (`fuel_per_call`, `timeout_ms`);
+        every instance's start-up and registration keep the load's limits (`wasmext call
+        --fuel` and `--timeout-ms` bound the call asked for, not the load). Set them
+        before calls start: a call already running keeps the limits it began with."""
+        unknown = sorted(set(changes) - set(CALL_LIMITS))
+        if unknown:
+            raise TypeError(f"{unknown[0]!r} is no call limit; call limits: "
+                            f"{', '.join(CALL_LIMITS)}")
+        self.limits.replace(**changes)  # a bad value is a ValueError here, not per instance
         with self._lock:
-            self.call_fuel = fuel
+            self.call_limits = {**self.call_limits, **changes}
             live = list(self._instances)
         for inst in live:
-            inst.set_call_fuel(fuel)
+            inst.set_call_limits(**changes)
 
     def release_quarantine(self) -> None:
         """End a quarantine now (an operator's decision)."""

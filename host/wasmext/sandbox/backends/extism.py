@@ -230,6 +230,7 @@ class ExtismPlugin:
                                                for h in hook_names))
         self.calls = 0
         self.faults = 0
+        self._sdk_timeout_ms = limits.timeout_ms
         manifest = {"wasm": [{"data": wasm}],
                     "memory": {"max_pages": max(1, limits.memory_bytes // WASM_PAGE)},
                     "timeout_ms": limits.timeout_ms, "config": {
@@ -305,10 +306,12 @@ class ExtismPlugin:
             _active.stack.append(state)
             budget.enter()
             ctx.begin(budget.frame.deadline)
-            # The SDK's own timeout is the plugin's timeout_ms; a nested call must end by
-            # its caller's deadline, which comes first: interrupt the guest then.
+            # The SDK's own timeout is the plugin's timeout_ms at load; a nested call must
+            # end by its caller's deadline, and a call given less (set_call_limits) by its
+            # own, when that comes first: interrupt the guest then.
             timer = threading.Timer(budget.seconds_left(), self.interrupt) \
-                if budget.frame.clamped else None
+                if budget.frame.clamped or self.limits.timeout_ms < self._sdk_timeout_ms \
+                else None
             if timer is not None:
                 timer.daemon = True
                 timer.start()
@@ -357,7 +360,12 @@ class ExtismPlugin:
 
     def set_call_fuel(self, fuel: int) -> None:
         """Give each call `fuel` units from now on (an Extism module runs no registration)."""
-        self.limits = self.budget.limits = self.limits.replace(fuel_per_call=fuel)
+        self.set_call_limits(fuel_per_call=fuel)
+
+    def set_call_limits(self, **changes: int) -> None:
+        """Hold each call to `changes` (`fuel_per_call`, `timeout_ms`) from now on; a
+        deadline below the SDK's own (its manifest's) interrupts the guest at it."""
+        self.limits = self.budget.limits = self.limits.replace(**changes)
 
     def describe(self) -> dict[str, Any]:
         """The plugin's id, hooks, module, limits and backend, for operators."""
