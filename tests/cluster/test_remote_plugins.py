@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 import pytest
 import wasmtime
+from cluster_support import ThreadedWorker
 
 from support import ROOT
 from wasmext import Host
@@ -30,7 +31,6 @@ from wasmext.cluster.contract import PluginAdvert, PluginCall, encode
 from wasmext.cluster.link import NatsLink
 from wasmext.cluster.plugins import MAX_ADVERT_BYTES, RemotePlugin, attach_remote, describe
 from wasmext.cluster.registry import RemotePluginEntry
-from wasmext.cluster.worker import Worker
 from wasmext.config import HostConfig, parse_config
 from wasmext.errors import (
     Cancelled,
@@ -93,35 +93,18 @@ def _worker_config(data: Path) -> HostConfig:
     return dataclasses.replace(cfg, data_dir=data)
 
 
-class InProcessWorker:
+class InProcessWorker(ThreadedWorker):
     """A `Worker` serving `folder` on its own event-loop thread."""
 
     def __init__(self, url: str, folder: Path, data: Path, name: str, **options: Any) -> None:
-        self.host = Host(_worker_config(data), plugin_dirs=[("workspace", folder)])
-        assert not self.host.load_errors, self.host.load_errors
-        self.worker = Worker(self.host, url, name=name, concurrency=4, **options)
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-
-        def serve() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.worker.start())
-            started.set()
-            self.loop.run_forever()
-        self.thread = threading.Thread(target=serve, daemon=True)
-        self.thread.start()
-        assert started.wait(30)
+        host = Host(_worker_config(data), plugin_dirs=[("workspace", folder)])
+        assert not host.load_errors, host.load_errors
+        super().__init__(host, url, name=name, concurrency=4, **options)
 
     def answered(self, pid: str) -> int:
         """Calls of `pid` this worker answered."""
         return sum(c.answered for subject, c in self.worker.counts.items()
                    if subject.startswith(f"wasmext.plugin.{pid}.") and subject.endswith(".call"))
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.worker.drain(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.host.close()
 
 
 @pytest.fixture(scope="module")

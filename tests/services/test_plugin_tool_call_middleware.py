@@ -12,6 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from support import innermost_tool_result
 from wasmext import HookAborted, HostCallLimitExceeded, PluginError, Timeout
 from wasmext.services.tools import MAX_DEPTH
 from wasmext.testing import (
@@ -248,10 +249,7 @@ def test_a_layer_whose_own_tool_calls_itself_is_stopped_by_the_depth_bound() -> 
         with host.session() as session:
             result = host.tools.call("loopy__again", {}, session)
         assert time.monotonic() - started < 10
-        depth = 0
-        while result.get("status") == "ok" and isinstance(result.get("output"), dict):
-            result = result["output"]
-            depth += 1
+        depth, result = innermost_tool_result(result)
         assert depth == MAX_DEPTH
         assert result["error"]["code"] == "limit"
         layers = [e for e in session.trace.events if e.hook == "tool_call"]

@@ -7,7 +7,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from support import Built
+from support import Built, innermost_tool_result
 from wasmext import ConfigError, PluginError
 from wasmext.services.tools import MAX_DEPTH
 from wasmext.testing import DATA_AT, guest_wat, make_host
@@ -82,10 +82,7 @@ def test_tool_calls_cannot_recurse_without_bound() -> None:
     with make_host((wat, {"plugin_id": "loop", "grants": {"tools", "tool:loop__*"}})) as host:
         result = host.tools.execute("loop__again", {})
     # Each level answers the inner level's result; the innermost is the depth refusal.
-    depth = 0
-    while result.get("status") == "ok" and isinstance(result.get("output"), dict):
-        result = result["output"]
-        depth += 1
+    depth, result = innermost_tool_result(result)
     assert depth == MAX_DEPTH
     assert result["error"]["code"] == "limit"
 
