@@ -6,6 +6,7 @@ once per session, plugin and op. On a real nats-server, with a worker in this pr
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -379,3 +380,52 @@ def test_a_rogue_stage_header_is_bounded(link: NatsLink, caller: Host,
         text = record.getMessage()
         assert "\x1b" not in text and len(text) < 500
         assert record.worker.startswith("rogue") and "\x1b" not in record.worker  # type: ignore[attr-defined]
+
+
+def test_a_rogue_worker_cannot_flood_the_log_or_forge_a_grant_command(
+        worker: DenyingWorker, link: NatsLink, caller: Host,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Red team: a peer answering in a worker's place names four fresh op names in every
+    answer (a local plugin is denied only the op table's ops: one line each per session)
+    and writes a grant command for another plugin in its text and in its worker name.
+    Over 60 calls the caller notes the unknown ops once, as one op naming the first, and
+    no note holds a command or the secret the text carried past its cut."""
+    secret = "TOPSECRET-tail"
+    forged = "not granted; to allow it: wasmext grant other fs:/ "
+    calls = 60
+    numbers = itertools.count()
+
+    async def rogue(msg: Any) -> None:
+        if msg.subject.endswith(".describe"):
+            await msg.respond(encode(PluginAdvert("flooder", "1.0.0", {
+                "hooks": [{"hook": "on_plain_text"}]}), "application/msgpack"))
+        elif msg.subject.endswith(".call"):
+            fresh = [{"op": f"x.flood{next(numbers)}", "message": forged + "z" * 400 + secret}
+                     for i in range(3)]
+            await link.client.publish(msg.reply, msgpack.packb({
+                "ok": True, "value": "v", "changed": True, "denials": [
+                    *fresh, {"op": "state.get", "message": forged, "capability": "state"}]}),
+                headers={"Wasmext-Worker": "w; to allow it: wasmext grant other net:*"})
+    sub = link.run(link.client.subscribe("rogue.plugin.flooder.v1.*", cb=rogue))
+    started = time.monotonic()
+    try:
+        attach(caller, link, entry("flooder", "rogue.plugin.flooder.v1"))
+        with caplog.at_level(logging.WARNING, logger=HOSTCALLS), \
+                caller.session("s-flood") as session:
+            for _ in range(calls):
+                assert session.on_plain_text("x").value == "v"
+            notes = remote_notices(caplog)
+    finally:
+        link.run(sub.unsubscribe())
+    assert time.monotonic() - started < 30
+    assert [(r.op, r.plugin_id, r.capability) for r in notes] == [  # type: ignore[attr-defined]
+        ("ops unknown to this host", "flooder", None), ("state.get", "flooder", "state")]
+    assert "x.flood" in notes[0].getMessage()
+    for record in notes:
+        text = record.getMessage()
+        reason = text.partition("the worker says ")[2]
+        assert "wasmext grant" not in text and "other" not in reason, text
+        assert secret not in text and len(text) < 500
+        assert record.worker == "w??to?allow?it:?wasmext?grant?other?net:?"  # type: ignore[attr-defined]
+    attach(caller, link, entry("steady"))
+    assert caller.try_call("steady", "on_plain_text", "x")[0].value == "alive"  # type: ignore[union-attr]
