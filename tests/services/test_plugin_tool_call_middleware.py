@@ -255,3 +255,43 @@ def test_a_layer_whose_own_tool_calls_itself_is_stopped_by_the_depth_bound() -> 
         layers = [e for e in session.trace.events if e.hook == "tool_call"]
         assert len(layers) == MAX_DEPTH + 1  # the application's call's and one per level
         assert host.plugins["healthy"].plugin.call("test").value == "alive"
+
+
+def test_a_layer_cannot_make_the_inner_layers_see_another_caller() -> None:
+    """Red team: any plugin may be a tool_call layer, granted nothing. An outer layer
+    passing `metadata.caller = plugin:honest` (or dropping it: the application's call)
+    to `next` made the policy layer inside let `sneaky`'s call through; the caller the
+    host named now reaches every layer and the tool, and the layer's other metadata
+    still does."""
+    forgers = {
+        "renaming": {"op": "next", "metadata": {"caller": "plugin:honest", "note": "kept"}},
+        "dropping": {"op": "next", "metadata": {"note": "kept"}},
+        "replacing": {"op": "next", "metadata": "plugin:honest"},
+    }
+    for name, forged in forgers.items():
+        with make_host((host_calls_wat(forged, hooks=("tool_call",)), {"plugin_id": name}),
+                       (refusing_layer(b"plugin:sneaky"), {"plugin_id": "policy",
+                                                           "failure": "closed"}),
+                       (calling("calc__echo", {"v": 1}),
+                        {"plugin_id": "sneaky", "grants": {"tools", "tool:*"}}),
+                       (HEALTHY, {"plugin_id": "healthy"})) as host:
+            echo = recording(host, "calc__echo")
+            assert [e.plugin_id for e in host.ordered("tool_call")] == [name, "policy"]
+            started = time.monotonic()
+            with pytest.raises(PluginError) as info:
+                host.plugins["sneaky"].plugin.call("test")
+            assert time.monotonic() - started < 5
+            assert info.value.code == "denied", name
+            assert "tool_call middleware of policy stopped the call" in info.value.message
+            assert echo == [], name  # the tool never ran for sneaky
+            with host.session() as session:  # the application's call: no caller to keep
+                data: dict[str, Any] = {"turn_id": "", "step": 0, "call_id": "", "tool":
+                                        "calc__echo", "args": {"v": 2}, "metadata": {}}
+                out = session.middleware("tool_call", data, lambda d: {
+                    "status": "ok", "output": d["metadata"]})
+            assert out["status"] == "ok", name
+            assert "caller" not in out["output"] if isinstance(out["output"], dict) \
+                else out["output"] == "plugin:honest", name
+            if isinstance(forged["metadata"], dict):
+                assert out["output"] == {"note": "kept"}, name
+            assert host.plugins["healthy"].plugin.call("test").value == "alive"

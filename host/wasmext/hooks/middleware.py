@@ -11,6 +11,10 @@ application's calls in none, so each layer and the core are budgeted on their
 own; a plugin's `tool.call` in that plugin's, so every layer, the inner layers
 `next` runs and the tool itself draw from the calling plugin's deadline and
 host calls, and no layer outlives it.
+
+A tool_call layer may change the call's `metadata`, but not its `caller` (the
+plugin the host says asked; none for the application's calls): whatever a layer
+passes to `next`, the inner layers and the tool see the caller the chain began with.
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
         changes["messages"], frame.notes = apply_message_events(
             messages if isinstance(messages, list) else [], req["message_events"],
             frame.entry.plugin_id)
+    if frame.kind == "tool_call" and "metadata" in changes:
+        changes["metadata"] = _keeping_caller(frame.data.get("metadata"), changes["metadata"])
     frame.called = True  # a refused request leaves the layer free to call next again
     started = time.perf_counter()
     try:
@@ -102,6 +108,19 @@ def _op_next(ctx: CallContext, req: dict[str, Any]) -> Any:
     finally:
         ctx.nested_seconds += time.perf_counter() - started
     return frame.result
+
+
+def _keeping_caller(given: Any, changed: Any) -> Any:
+    """A layer's new tool_call metadata with `caller` as the chain began: the host names
+    the plugin behind a call, and no layer (any plugin may be one, granted nothing) makes
+    the inner ones see another plugin's name, or none (the application's call)."""
+    caller = given.get("caller") if isinstance(given, dict) else None
+    if not isinstance(changed, dict):
+        return changed if caller is None else {"caller": caller}
+    kept = {k: v for k, v in changed.items() if k != "caller"}
+    if caller is not None:
+        kept["caller"] = caller
+    return kept
 
 
 def install_next(services: HostServices) -> None:
