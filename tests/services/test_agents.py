@@ -392,3 +392,33 @@ def test_a_ping_pong_through_asession_and_the_call_pool_is_a_cycle(host: Host,
         assert runs == ["ping", "pong"]
         assert seen == [{"code": "limit", "message": "agent cycle: ping -> pong -> ping"}]
         healthy(host)
+
+
+def test_timed_out_runs_keep_their_slots_so_threads_stay_bounded(host: Host) -> None:
+    """Red team, held: each run is a daemon thread of its own, and a run that outlived
+    its request's timeout_ms cannot be stopped. A plugin asking a stuck agent with a 50 ms
+    timeout, 40 times, gets `timeout` four times (its share of the slots, each kept by its
+    still-running thread) and `limit` after: the agent threads never pass the host's 16."""
+    release, started_runs = threading.Event(), []
+    host.agents.register("stuck", lambda data: (started_runs.append(data), release.wait(10)))
+    asker = add(host, "asker", {"op": "agents.request", "agent": "stuck", "input": "x",
+                                "timeout_ms": 50}, {"agents:stuck"})
+    codes, most = [], 0
+    started = time.monotonic()
+    try:
+        for _ in range(40):
+            with pytest.raises(PluginError) as info:
+                asker.call("turn")
+            codes.append(info.value.code)
+            most = max(most, sum(t.name.startswith("wasmext-agent-")
+                                 for t in threading.enumerate()))
+        assert time.monotonic() - started < 10
+        assert codes[:4] == ["timeout"] * 4 and set(codes[4:]) == {"limit"}, codes
+        assert len(started_runs) == 4 and most <= 4
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("wasmext-agent-") for t in threading.enumerate()) and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    healthy(host)  # the slots came back with their threads
