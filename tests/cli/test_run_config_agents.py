@@ -4,6 +4,7 @@ agent, the grants and the agent budget as for agents the Python API registers.""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -328,3 +329,69 @@ def test_a_model_agents_tokens_are_charged_to_the_plugin_that_asked(tmp_path: Pa
         assert other.call("turn", None, session).value == "ok"
         assert host.llm.usage("other")["tokens"] == {"input": 40, "output": 60}
         assert asker.call("turn", None, {"session": "s2"}).value == "ok"  # a new budget
+
+
+def test_a_storm_of_sends_to_a_model_agent_holds_to_the_plugins_llm_budgets(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Red team, held: agents.send answers at once, so a plugin might hope to run many
+    model completions at a time, or past its session's tokens, by sending. Ten sends to a
+    stuck model: the agent slots start four runs, the plugin's llm `max_in_flight = 1`
+    lets one reach the model (the others fail `limit`, logged), and once its session's
+    tokens are spent a send's run is refused the model too."""
+    import logging
+    import threading
+
+    from wasmext.services.llm.client import ChatAnswer, ChatRequest
+
+    release, asked = threading.Event(), []
+
+    def model(req: ChatRequest) -> ChatAnswer:
+        asked.append(req)
+        release.wait(10)
+        return ChatAnswer(text="ok", model=req.model, input_tokens=40, output_tokens=60,
+                          usage_reported=True)
+
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[llm]\nmodel = "small"\n'
+                      '[llm.plugins.sender]\nmax_in_flight = 1\nmax_tokens_per_session = 250\n'
+                      '[agents.summarizer]\nsystem = "Summarise."\nmax_tokens = 64\n')
+    with Host(load_config(config), llm=model) as host, \
+            caplog.at_level(logging.WARNING, logger="wasmext.services.agents"):
+        sender = host.add(turn_wasm({"op": "agents.send", "agent": "summarizer",
+                                     "input": "text"}),
+                          plugin_id="sender", grants={"agents", "agents:summarizer"})
+        started = time.monotonic()
+        codes = []
+        for _ in range(10):
+            try:
+                assert sender.call("turn", None, {"session": "s1"}).value is None
+                codes.append("ok")
+            except PluginError as err:
+                codes.append(err.code)
+        assert time.monotonic() - started < 5  # no send waited for the model
+        assert codes == ["ok"] * 4 + ["limit"] * 6, codes  # the agent slots: four runs
+        deadline = time.monotonic() + 5
+        while len([r for r in caplog.records if "in flight" in r.getMessage()]) < 3 \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(asked) == 1  # the llm in-flight bound: one completion at a time
+        release.set()
+        deadline = time.monotonic() + 5
+        while host.llm.usage("sender")["tokens"].get("output", 0) < 60 \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # 100 tokens spent of 250; each send reserves its estimate plus 64: one or two
+        # more fit, then the session's budget refuses the model to a sent run too.
+        deadline = time.monotonic() + 5
+        while not any("token budget" in r.getMessage() for r in caplog.records) \
+                and time.monotonic() < deadline:
+            with contextlib.suppress(PluginError):  # a slot not handed back yet
+                sender.call("turn", None, {"session": "s1"})
+            time.sleep(0.02)
+        assert any("token budget" in r.getMessage() for r in caplog.records)
+        assert 2 <= len(asked) <= 3  # the sends the 250 tokens allow
+        assert sum(host.llm.usage("sender")["tokens"].values()) <= 250
+        healthy = host.add(turn_wasm({"op": "agents.request", "agent": "summarizer",
+                                      "input": "t", "timeout_ms": 2000}),
+                           plugin_id="healthy", grants={"agents", "agents:summarizer"})
+        assert healthy.call("turn").value == "ok"
