@@ -688,9 +688,12 @@ class OpError(WasmextError):
 
     reason = "op failed"
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, capability: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        # A `denied` one's grant that alone would allow it, when the host can name it
+        # safely (the operator's notice says how to grant it).
+        self.capability = capability
 
 
 class Refused(WasmextError):

@@ -188,6 +188,10 @@ def test_a_plugin_without_the_agents_grant_for_that_name_is_denied(
     assert doc["turns"][0]["response"] == "from the model"  # its layer failed open
     failed = [e for e in doc["trace"] if e["plugin"] == "stranger" and e["outcome"] != "ok"]
     assert failed and "agent 'reviewer' is not granted" in failed[0]["detail"], doc["trace"]
+    # The operator's notice names the grant that allows it, as a missing `agents` does.
+    notice, = [line for line in proc.stderr.splitlines() if "was denied" in line]
+    assert notice.startswith("wasmext: plugin stranger was denied agents.request in session ")
+    assert notice.endswith("; to allow it: wasmext grant stranger agents:reviewer"), notice
 
 
 def test_wasmext_run_holds_a_config_agent_to_the_requests_timeout_and_exits(

@@ -341,7 +341,7 @@ class HostServices:
         """The error answer for a handler's exception (called while it is handled)."""
         if isinstance(exc, OpError):
             if exc.code == "denied":  # a pattern grant missing (http host, tool, agent, ...)
-                self._log_denial(ctx, op, exc)
+                self._log_denial(ctx, op, exc, exc.capability)
             return False, _error(exc.code, exc.message)
         if isinstance(exc, CapabilityDenied):
             self._log_denial(ctx, op, exc)

@@ -36,6 +36,7 @@ import contextvars
 import fnmatch
 import itertools
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -59,6 +60,9 @@ ALLOWED_HOOKS = frozenset({"turn", "step"})
 _TREE_KEY = "agents"
 KEPT_RESULTS = 32  # per session: the latest agents.request answers, for output extensions
 KEPT_SESSIONS = 256
+# A name an `agents:<name>` grant matches as typed (no pattern or shell characters): only
+# such a name is suggested in the operator's notice as the grant to give.
+_GRANTABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class _Tree:
@@ -228,8 +232,12 @@ class AgentRegistry:
                           f"not in {str(ctx.hook)[:64]!r}")
         if not any(fnmatch.fnmatchcase(name, g[7:]) for g in ctx.grants
                    if g.startswith("agents:")):
+            # Only a registered agent's name goes into the grant to suggest: those are
+            # the operator's, checked names; what else the plugin asked for is its text.
             raise OpError("denied", f"agent {name[:64]!r} is not granted (needs "
-                          "agents:<pattern>)")
+                          "agents:<pattern>)",
+                          f"agents:{name}" if name in self._agents and
+                          _GRANTABLE.fullmatch(name) else None)
         found = self._agents.get(name)
         if found is None:
             raise OpError("not_found", f"no agent {name[:64]!r} is registered")
