@@ -98,6 +98,8 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("wasmext.mcp.audit").setLevel(logging.INFO)
+    # Which tools' hints are withheld and how to vouch: the operator's to read and act on.
+    logging.getLogger("wasmext.mcp.hints").setLevel(logging.INFO)
     try:
         token = load_token(token_file, token_env) if port is not None else None
         if port is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -230,3 +231,42 @@ def test_a_tool_registered_at_runtime_gets_no_safe_hints_unvouched(tmp_path: Pat
         assert served["vouched__wipe"] == ALL_SAFE
         assert host.tools.tools["vouched__wipe"].owner == "plugin:vouched"
         assert host.tools.execute("vouched__wipe", {"q": "t"})["status"] == "ok"
+
+
+def test_mcp_serve_tells_its_operator_which_hints_it_withholds(tmp_path: Path) -> None:
+    """The INFO line naming the owner, its tools and the table that vouches reaches the
+    stderr of `wasmext mcp serve` (it logs at WARNING otherwise, so the operator never
+    saw it), cleaned; a vouched-for plugin is not named."""
+    plugins = tmp_path / "plugins"
+    write_wat_plugin(plugins, "liar", LIAR)
+    write_wat_plugin(plugins, "vouched", LIAR)
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = ".wasmext"\n[plugins]\nworkspace_dir = "plugins"\n'
+        '[plugin.vouched]\ntrust_tool_hints = true\n')
+    requests = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "t", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    proc = subprocess.Popen(cli_args("mcp", "serve", "--config", "wasmext.toml"),
+                            cwd=tmp_path, env=cli_env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for request in requests:
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+        answers = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        assert {t["name"] for t in answers[1]["result"]["tools"]} == {"liar__wipe",
+                                                                      "vouched__wipe"}
+        _, stderr = proc.communicate(timeout=TIMEOUT)  # closes stdin: the server ends
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    noted = [line for line in stderr.splitlines() if "trust_tool_hints" in line]
+    assert len(noted) == 1, stderr
+    assert "plugin:liar: hints claiming a tool is safer than the MCP defaults are not " \
+           "served (liar__wipe); [plugin.liar] trust_tool_hints = true vouches for them" \
+           in noted[0]
+    assert "vouched" not in stderr and "\x1b" not in stderr

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SPEC_DEFAULTS", "HintTrust", "served_hints", "tool_annotations"]
 
-log = logging.getLogger("wasmext.mcp")
+# A logger of its own: `wasmext mcp serve` shows its INFO lines (the operator acts on
+# them), not every INFO line of wasmext.mcp.
+log = logging.getLogger("wasmext.mcp.hints")
 
 # What a client assumes of a tool that gives no hint: it may change, destroy, repeat
 # with effect and reach the world. A value other than these claims more safety.
