@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
@@ -75,6 +75,20 @@ def _offset_of(text: str, at: tuple[str | int, ...]) -> int | None:
     return i
 
 
+STEP_FIELDS = ("response", "tool_calls")
+TOOL_CALL_FIELDS = ("tool", "args", "call_id")
+
+
+def _no_unknown_field(refuse: Callable[[tuple[str | int, ...], str], NoReturn],
+                      at: tuple[str | int, ...], entry: dict[str, Any],
+                      fields: tuple[str, ...]) -> None:
+    """Refuse the first key of `entry` that is not one of `fields`, naming those."""
+    unknown = [key for key in entry if key not in fields]
+    if unknown:
+        known = ", ".join(repr(f) for f in fields)
+        refuse(at, f"has an unknown field {str(unknown[0])[:64]!r} (it may have {known})")
+
+
 class Transcript:
     """{"model": name, "system": str, "turns": [{"user": str, "steps": [step, ...]}]}
 
@@ -100,17 +114,21 @@ class Transcript:
         for i, turn in enumerate(turns):
             if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) \
                     or not isinstance(turn.get("steps"), list) or not turn["steps"]:
-                refuse(("turns", i), "needs 'user' (str) and 'steps' (array)")
+                refuse(("turns", i), "needs 'user' (str) and 'steps' (a non-empty array)")
             for j, step in enumerate(turn["steps"]):
                 if not isinstance(step, dict) or not isinstance(step.get("response", ""), str) \
                         or not isinstance(step.get("tool_calls", []), list):
                     refuse(("turns", i, "steps", j), "needs 'response' (str) and optional "
                            "'tool_calls' (array)")
+                # Both fields are optional, so a misspelt one would play as an empty step.
+                _no_unknown_field(refuse, ("turns", i, "steps", j), step, STEP_FIELDS)
                 for k, call in enumerate(step.get("tool_calls", [])):
                     if not isinstance(call, dict) or not isinstance(call.get("tool"), str) \
                             or not isinstance(call.get("args", {}), dict):
                         refuse(("turns", i, "steps", j, "tool_calls", k),
                                "needs 'tool' (str) and optional 'args' (object)")
+                    _no_unknown_field(refuse, ("turns", i, "steps", j, "tool_calls", k),
+                                      call, TOOL_CALL_FIELDS)
         self.turns: list[dict[str, Any]] = turns
         self.system: str = str(raw.get("system", "You are a helpful assistant."))
         self.model: str = str(raw.get("model", "replay"))

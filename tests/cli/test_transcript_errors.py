@@ -33,6 +33,14 @@ TWO_TURNS = """{
      "turns[1].steps[1].tool_calls[0] needs 'tool' (str)"),
     ('{"turns": [{"user": "u", "steps": [{}]}],\n\n "completions": [1]}', 3,
      "completions must be an array of strings"),
+    # A misspelt optional field once played as an empty step (an empty answer, exit 0).
+    (TWO_TURNS % '{"responze": "x"}', 7, "turns[1].steps[1] has an unknown field "
+     "'responze' (it may have 'response', 'tool_calls')"),
+    (TWO_TURNS % '{"tool_calls": [{"tool": "calc", "arg": {}}]}', 7,
+     "turns[1].steps[1].tool_calls[0] has an unknown field 'arg' (it may have 'tool', "
+     "'args', 'call_id')"),
+    ('{"turns": [\n {"user": "u", "steps": []}]}', 2,
+     "turns[0] needs 'user' (str) and 'steps' (a non-empty array)"),
 ])
 def test_a_bad_transcript_names_the_file_and_line(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
