@@ -161,6 +161,9 @@ def test_a_target_that_cannot_be_used_is_a_config_error_naming_each_agent(
     assert line.startswith(f"wasmext: config: {config}: ")  # as any bad field is
     assert "field 'agents.ghost.target': agent ghost: cannot import module " \
            "'wx_no_such_module': ModuleNotFoundError" in line
+    # Where it is looked for, and how to put it there (the config's folder is not added).
+    assert "No module named 'wx_no_such_module' (targets are imported from the Python " \
+           "path: add its folder to PYTHONPATH)" in line
     assert "field 'agents.typo.target': agent typo: wx_cfg_agents has no attribute " \
            "'reveiw'" in line
     assert "field 'agents.number.target': agent number: wx_cfg_agents:NOT_CALLABLE is not " \

@@ -133,7 +133,14 @@ def _resolve(target: str) -> Callable[..., Any] | str:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # whatever the operator's module raises while importing
-        return f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        reason = f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, ModuleNotFoundError) and exc.name is not None and \
+                (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # The module itself is not on the path (not one it imports): most often its
+            # folder, which is not added for it, e.g. the config's own.
+            reason += " (targets are imported from the Python path: add its folder to " \
+                      "PYTHONPATH)"
+        return reason
     for i, attr in enumerate(attrs.split(".")):
         try:
             obj = getattr(obj, attr)
