@@ -298,6 +298,13 @@ class TranscriptError(ConfigError):
 class NotInstalled(ConfigError):
     """A plugin id that no plugin folder holds and no host has loaded."""
 
+    reason = "not installed"
+
+    def describe(self) -> str:
+        """The message alone: it names the plugin and says it is not installed (the
+        prefixes would say both again, and `config:` of a config that is fine)."""
+        return clean(self.message, DESCRIBE_CAP)
+
 
 class UnsafeFile(WasmextError, OSError):
     """A file the host reads is not a regular file, or is larger than its cap.

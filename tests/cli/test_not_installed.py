@@ -52,6 +52,8 @@ def test_a_missing_plugin_exits_1_with_one_line(operator: Path, command: str) ->
     assert result.exit_code == EXIT_NOT_FOUND == 1, (command, result.output)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wasmext: ") and "ghost" in lines[0]
+    # Said once, and not as a config problem: the config is fine, the id is not there.
+    assert lines[0].count("ghost") == 1 and "config:" not in lines[0], lines[0]
     assert "Traceback" not in result.output and result.stdout == ""
 
 

@@ -100,7 +100,7 @@ def test_grant_of_a_plugin_it_cannot_find_says_where_it_looked(tmp_path: Path) -
     alone = cli("grant", "kb", "state", cwd=tmp_path)
     assert alone.returncode == 1
     assert alone.stderr.strip() == (
-        "wasmext: plugin kb: config: plugin kb is not installed (no ./wasmext.toml here, so "
+        "wasmext: plugin kb is not installed (no ./wasmext.toml here, so "
         "no plugin folder to look in: give --config FILE, whose [plugins] workspace_dir "
         "holds the plugin)")
     config = workspace(tmp_path)
