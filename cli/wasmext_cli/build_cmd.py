@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wasmext_cli.common import EXIT_FAULT, _line
+from wasmext_cli.common import EXIT_FAULT, _line, must_exist
 
 if TYPE_CHECKING:  # the builder pulls in rich and the manifest; `--help` needs neither
     from wasmext_cli.build import BuildResult, Progress
@@ -41,7 +41,7 @@ def _progress(quiet: bool) -> Iterator[Progress]:
 
 @click.command()
 @click.argument("plugins", nargs=-1,
-                type=click.Path(exists=True, file_okay=False, path_type=Path))
+                type=click.Path(file_okay=False, path_type=Path))
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Build this many plugins at once.")
 @click.option("-v", "--verbose", is_flag=True,
@@ -70,6 +70,8 @@ def build(plugins: tuple[Path, ...], jobs: int, verbose: bool, quiet: bool,
     from wasmext_cli.build import BuildError, build_plugin
 
     folders = plugins or (Path("."),)
+    for folder in folders:
+        must_exist(folder, "plugin folder")
     lock = threading.Lock()
 
     def say(text: str) -> None:

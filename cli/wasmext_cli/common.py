@@ -83,6 +83,14 @@ def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
     sys.exit(code)
 
 
+def must_exist(path: Path, what: str) -> None:
+    """Exit as every command does for a plugin that is not there (EXIT_NOT_FOUND, one
+    line) when nothing is at `path`: click's own check of the path would be a usage
+    error (2). `what` names it: "plugin folder", "bundle file", ..."""
+    if not path.exists():
+        not_found(f"no {what} at {path}: no such file or folder")
+
+
 def not_found(text: str) -> NoReturn:
     """Say in one clean line that the plugin (or key) a command was named is not there,
     and exit EXIT_NOT_FOUND, as every command does for it."""

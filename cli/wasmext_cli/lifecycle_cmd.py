@@ -23,13 +23,15 @@ from wasmext_cli.common import (
     _host,
     _line,
     absolute_fs_grant,
+    must_exist,
+    not_found,
 )
 
 if TYPE_CHECKING:
     from wasmext.config import HostConfig
     from wasmext.lifecycle.approvals import Subject
 
-BUNDLE = click.Path(exists=True, dir_okay=False, path_type=Path)
+BUNDLE = click.Path(dir_okay=False, path_type=Path)  # must_exist: a missing one exits 1
 
 
 def _sha256(data: bytes) -> str:
@@ -62,13 +64,14 @@ def _dest(cfg: HostConfig, to: str) -> Path:
 
 
 @click.command()
-@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="The bundle to write (NAME.wxb).")
 def pack(folder: Path, out: Path) -> None:
     """Pack a built plugin FOLDER into one bundle: plugin.toml, module, README, digests."""
     from wasmext.lifecycle.bundle import pack as pack_folder
 
+    must_exist(folder, "plugin folder")
     try:
         doc = pack_folder(folder, out)
     except WasmextError as err:
@@ -110,6 +113,8 @@ def install(source: str, to: str, replace: bool, allow_downgrade: bool, insecure
     signature, if the config requires one, and install it."""
     from wasmext.lifecycle.bundle import install as install_bundle
 
+    if "://" not in source and not Path(source).exists():  # before the config: it is fine
+        not_found(f"no bundle file at {source} (nor an oci:// reference)")
     cfg = _config(_default_config(config))
     dest = _dest(cfg, to)
     try:
@@ -138,13 +143,14 @@ def install(source: str, to: str, replace: bool, allow_downgrade: bool, insecure
 
 
 @click.command()
-@click.argument("source", type=click.Path(exists=True, path_type=Path))
+@click.argument("source", type=click.Path(path_type=Path))
 @click.argument("reference")
 @INSECURE_OPT
 @DEADLINE_OPT
 def push(source: Path, reference: str, insecure: bool, deadline_s: float) -> None:
     """Publish SOURCE (a built plugin FOLDER or a BUNDLE.wxb) at REFERENCE,
     oci://REGISTRY/NAME:TAG, as a wasmext plugin artifact."""
+    must_exist(source, "plugin folder or bundle file")
     oci = _oci()
     try:
         digest = oci.push(source, reference, insecure=insecure, deadline_s=deadline_s)
@@ -199,6 +205,7 @@ def sign(bundle: Path, key: Path) -> None:
     """Sign BUNDLE's digest manifest with KEY (a signature never grants a capability)."""
     from wasmext.lifecycle.bundle import sign_bundle
 
+    must_exist(bundle, "bundle file")
     try:
         public = sign_bundle(bundle, key)
     except WasmextError as err:

@@ -1,6 +1,6 @@
-"""Every command named a plugin (or a plugin's state key) that is not there exits the same
-way: 1, the code of a failure, with one line naming what it looked for; click's 2 stays
-for bad usage."""
+"""Every command named a plugin (by id, or a plugin folder or bundle by path) or a plugin's
+state key that is not there exits the same way: 1, the code of a failure, with one line
+naming what it looked for; click's 2 stays for bad usage."""
 
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ MISSING = {
     "uninstall": ["uninstall", "ghost", *CFG],
     "state get": ["state", "get", "ghost", "k", *CFG],
     "state rm": ["state", "rm", "ghost", "k", *CFG],
+    # A plugin folder or bundle named by path, as `call` and `inspect` name one.
+    "build": ["build", "ghost"],
+    "pack": ["pack", "ghost", "-o", "ghost.wxb"],
+    "push": ["push", "ghost", "oci://127.0.0.1:9/ghost:1"],
+    "sign": ["sign", "ghost.wxb", "--key", "wasmext.toml"],
+    "install": ["install", "ghost.wxb", *CFG],
 }
 
 
