@@ -186,7 +186,12 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
             model, system = ReplayModel(script), script.system
             turns = [t["user"] for t in script.turns]
         else:
-            raise click.UsageError("give a TRANSCRIPT to replay, or --model-url and --prompt")
+            # Plugins but no transcript (a first plugin, --plugins ..): the smallest one.
+            # (--example's policy needs the example plugins, so it is not offered here.)
+            raise click.UsageError(
+                "give a TRANSCRIPT to replay (a JSON file, at its smallest "
+                '{"turns": [{"user": "hi", "steps": [{"response": "hello"}]}]}), or '
+                "--model-url and --prompt")
         host = opts.get("example_host") or _host(_default_config(opts["config"]),
                                                  opts["plugin_dirs"])
         if host.llm.completer is None:  # llm.complete asks the session's model

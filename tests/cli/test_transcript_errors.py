@@ -64,3 +64,21 @@ def test_the_error_is_a_config_error_of_its_own_kind(tmp_path: Path) -> None:
     path.write_text('{"turns": 1,\n"turns": [\n {"user": "u", "steps": []}]}')
     with pytest.raises(TranscriptError, match=r"dup\.json:3: turns\[0\] needs"):
         load_transcript(path)  # the key json.loads kept: the last of the two
+
+
+def test_run_without_a_transcript_shows_the_smallest_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With plugins but no transcript (`wasmext run --plugins ..` beside a first plugin),
+    the usage error named a transcript without saying what one is: it shows the
+    smallest, and that one plays."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plugins").mkdir()
+    result = CliRunner().invoke(main, ["run", "--plugins", "plugins"])
+    assert result.exit_code == 2
+    said = " ".join(result.stderr.split())
+    smallest = '{"turns": [{"user": "hi", "steps": [{"response": "hello"}]}]}'
+    assert f"give a TRANSCRIPT to replay (a JSON file, at its smallest {smallest}), or " \
+           "--model-url and --prompt" in said, result.stderr
+    (tmp_path / "t.json").write_text(smallest)
+    played = CliRunner().invoke(main, ["run", "t.json", "--plugins", "plugins"])
+    assert played.exit_code == 0 and "answer: hello" in played.stdout, played.output
