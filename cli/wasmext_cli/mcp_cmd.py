@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
-from wasmext.errors import WasmextError
+from wasmext.errors import ConfigError, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
+    EXIT_FAULT,
     EXIT_USAGE,
     PLUGINS_OPT,
     _attach_remote,
@@ -108,7 +109,8 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
                      (token_env,) if token_env else ())
         _attach_remote(host)  # [remote.ID]: plugins workers serve, their tools too
     except WasmextError as err:
-        _fail(err)
+        # An unusable config (or token) is 2, as in every command; a server not reached 1.
+        _fail(err, EXIT_USAGE if isinstance(err, ConfigError) else EXIT_FAULT)
     for problem in host.load_errors:
         click.echo(error_line(problem), err=True)  # "wasmext: " once
     settings = host.config.manage

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from wasmext import WasmextError
+from wasmext import ConfigError, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_USAGE,
@@ -114,6 +114,9 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
         plugin_dirs = (*plugin_dirs, example_root() / "plugins")
     try:
         host = _host(_default_config(config), plugin_dirs, instance_id=name)
+    except ConfigError as err:  # an unusable config is 2, as in every command
+        _fail(err, EXIT_USAGE)
+    try:
         for problem in host.load_errors:
             click.echo(error_line(problem), err=True)  # "wasmext: " once
         auth = host.config.nats.with_env()
