@@ -83,6 +83,21 @@ def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:
     sys.exit(code)
 
 
+def looked_in(cfg: Any, dirs: list[tuple[str, Path]] | None = None,
+              plugins_option: bool = False) -> str:
+    """Where a plugin was looked for, for a "not installed" line: the folders (`dirs`, by
+    default the config's), or why there were none and how to name one."""
+    folders = [str(folder) for source, folder in (cfg.plugin_dirs() if dirs is None else dirs)
+               if source != "package"]
+    if folders:
+        return f" in {', '.join(folders)}"
+    option = ", or --plugins DIR, the folder holding plugin folders" if plugins_option else ""
+    if cfg.path is None:
+        return (" (no ./wasmext.toml here, so no plugin folder to look in: give --config "
+                f"FILE, whose [plugins] workspace_dir holds the plugin{option})")
+    return f" ({cfg.path} names no plugin folder: [plugins] workspace_dir{option})"
+
+
 def must_exist(path: Path, what: str) -> None:
     """Exit as every command does for a plugin that is not there (EXIT_NOT_FOUND, one
     line) when nothing is at `path`: click's own check of the path would be a usage

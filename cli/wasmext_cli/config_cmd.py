@@ -16,6 +16,7 @@ from wasmext_cli.common import (
     _dumps,
     _fail,
     _line,
+    looked_in,
     not_found,
     setting_value,
 )
@@ -47,8 +48,8 @@ def _target(config_path: Path | None, plugin_dirs: tuple[Path, ...], plugin_id: 
     dirs = [("workspace", d) for d in plugin_dirs] if plugin_dirs else cfg.plugin_dirs()
     found = {d.manifest.id: d.manifest for d in discover(dirs) if d.manifest is not None}
     if plugin_id not in found:  # a typo is never remembered as if it were a plugin
-        where = ", ".join(str(d) for _, d in dirs) or "none configured"
-        not_found(f"no plugin {_line(plugin_id, 64)!r} in the plugin folders ({where})")
+        not_found(f"plugin {_line(plugin_id, 64)} is not installed"
+                  f"{looked_in(cfg, dirs, plugins_option=True)}")
     return SettingsFile(cfg.data_dir), found[plugin_id]
 
 

@@ -23,6 +23,7 @@ from wasmext_cli.common import (
     _host,
     _line,
     absolute_fs_grant,
+    looked_in,
     must_exist,
     not_found,
 )
@@ -213,17 +214,6 @@ def sign(bundle: Path, key: Path) -> None:
     click.echo(f"signed {bundle} with {public}")
 
 
-def _looked_in(cfg: HostConfig) -> str:
-    """Where a plugin was looked for, for a "not installed" line: the folders, or why none."""
-    folders = [str(folder) for source, folder in cfg.plugin_dirs() if source != "package"]
-    if folders:
-        return f" in {', '.join(folders)}"
-    if cfg.path is None:
-        return (" (no ./wasmext.toml here, so no plugin folder to look in: give --config "
-                "FILE, whose [plugins] workspace_dir holds the plugin)")
-    return f" ({cfg.path} names no plugin folder: [plugins] workspace_dir)"
-
-
 def _find_installed(cfg: HostConfig, plugin_id: str) -> Path | None:
     """The installed plugin's folder, or None."""
     from wasmext.lifecycle.uninstall import find_folder
@@ -280,7 +270,7 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     except WasmextError as err:
         _fail(err)
     if found is None:
-        _fail(NotInstalled(f"plugin {plugin_id} is not installed{_looked_in(cfg)}",
+        _fail(NotInstalled(f"plugin {plugin_id} is not installed{looked_in(cfg)}",
                           plugin_id=plugin_id), EXIT_NOT_FOUND)
     subject, folder = found
     who = by or _user()
@@ -350,7 +340,7 @@ def revoke(plugin_id: str, capabilities: tuple[str, ...], config: Path | None) -
     # An uninstalled plugin's approvals may still be revoked; nothing to revoke of a plugin
     # that is not there is a typo, said as every command says it.
     if n == 0 and _find_installed(cfg, plugin_id) is None:
-        _fail(NotInstalled(f"plugin {plugin_id} is not installed{_looked_in(cfg)} and has "
+        _fail(NotInstalled(f"plugin {plugin_id} is not installed{looked_in(cfg)} and has "
                            "no recorded approval", plugin_id=plugin_id), EXIT_NOT_FOUND)
     click.echo(f"revoked {n} approval{'s' if n != 1 else ''} of {plugin_id}")
 

@@ -31,6 +31,7 @@ from wasmext_cli.common import (
     _jsonable,
     _line,
     absolute_fs_grant,
+    looked_in,
     not_found,
     setting_value,
     show_notices,
@@ -413,8 +414,7 @@ def _set_enabled(config: Path | None, plugin_id: str, enabled: bool,
     # the data folder) as if it were a plugin.
     found = {d.manifest.id for d in discover(cfg.plugin_dirs()) if d.manifest is not None}
     if plugin_id not in found:
-        where = ", ".join(str(d) for _, d in cfg.plugin_dirs()) or "none configured"
-        not_found(f"no plugin {plugin_id!r} in the plugin folders ({where})")
+        not_found(f"plugin {plugin_id} is not installed{looked_in(cfg)}")
     EnableState(cfg).set(plugin_id, enabled)
     purged = ""
     if purge_state:

@@ -63,6 +63,26 @@ def test_a_missing_plugin_exits_1_with_one_line(operator: Path, command: str) ->
     assert "Traceback" not in result.output and result.stdout == ""
 
 
+@pytest.mark.parametrize("command", [["enable", "ghost"], ["disable", "ghost"],
+                                     ["config", "set", "ghost", "greeting", "hi"],
+                                     ["grant", "ghost", "state"], ["revoke", "ghost"]])
+def test_without_a_config_each_says_it_alike_and_how_to_name_a_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    """No wasmext.toml here: every id command says the same words and how to give the
+    folder (enable, disable and config set said "no plugin 'ghost' in the plugin folders
+    (none configured)", grant and revoke how to name a config)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == EXIT_NOT_FOUND, result.output
+    line = result.stderr.strip()
+    assert line.startswith("wasmext: plugin ghost is not installed (no ./wasmext.toml here, "
+                           "so no plugin folder to look in: give --config FILE, whose "
+                           "[plugins] workspace_dir holds the plugin"), line
+    # Only the command that takes --plugins offers it.
+    assert ("--plugins DIR" in line) == (command[0] == "config"), line
+
+
 def test_the_installed_plugin_and_bad_usage_are_told_apart(operator: Path) -> None:
     """The same commands on the installed plugin succeed; a bad argument is still 2."""
     for args in (["grant", "kb", "state", *CFG], ["revoke", "kb", *CFG],
