@@ -257,7 +257,10 @@ class WasmextError(Exception):
         """One line naming the plugin, the hook and the reason."""
         who = f"plugin {self.plugin_id}" if self.plugin_id else "wasmext"
         where = f" hook {self.hook}" if self.hook else ""
-        return clean(f"{who}{where}: {self.reason}: {self.message}", DESCRIBE_CAP)
+        # A message that begins by naming the plugin (settings, manifests) does not say
+        # it twice: `plugin kb: config: unknown setting ...`.
+        message = self.message.removeprefix(f"{who}: ") if self.plugin_id else self.message
+        return clean(f"{who}{where}: {self.reason}: {message}", DESCRIBE_CAP)
 
 
 class ConfigError(WasmextError):

@@ -1,6 +1,7 @@
-"""`wasmext call` of a hook the plugin does not register says so and names the hooks it
-does: the guest SDKs answer such a call `unhandled` without a message, which printed as
-`plugin hello hook nohook: unhandled:` and nothing after."""
+"""`wasmext call`'s error lines say what went wrong once and in full: a hook the plugin
+does not register is named with the hooks it does (the guest SDKs answer such a call
+`unhandled` without a message, which printed `plugin hello hook nohook: unhandled:` and
+nothing after), and a setting error names the plugin once."""
 
 from __future__ import annotations
 
@@ -44,3 +45,17 @@ def test_a_registered_hooks_own_unhandled_answer_is_left_as_the_plugin_gave_it(
         assert line == "wasmext: plugin hello hook greet: unhandled:"
     else:
         assert line.endswith("registers no hook 'greet' (its hooks: none)")
+
+
+def test_a_setting_error_names_the_plugin_once(tmp_path: Path) -> None:
+    """`--set greting=Hi` said `plugin hello: config: plugin hello: unknown setting`."""
+    folder = tmp_path / "hello"
+    folder.mkdir()
+    (folder / "hello.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
+        registration={"hooks": [{"hook": "greet"}], "name": "hello"}))))
+    (folder / "plugin.toml").write_text('id = "hello"\nversion = "0.1.0"\n'
+                                        '[settings.greeting]\ndefault = "Hello"\n')
+    result = CliRunner().invoke(main, ["call", str(folder), "greet", "--set", "greting=Hi"])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("wasmext: plugin hello: config: unknown setting "
+                                     "'greting'; declared: greeting")
