@@ -305,6 +305,16 @@ def test_a_model_agent_answers_with_the_hosts_model_under_its_system_prompt(
         assert info.value.code == "failed"
 
 
+def model_agent_config(folder: Path, plugin: str, budgets: str) -> Path:
+    """A wasmext.toml with the `summarizer` model agent (max_tokens 64) over the `small`
+    model, and `budgets` (TOML lines) as `plugin`'s llm budgets."""
+    config = folder / "wasmext.toml"
+    config.write_text(f'[host]\ndata_dir = "data"\n[llm]\nmodel = "small"\n'
+                      f'[llm.plugins.{plugin}]\n{budgets}\n'
+                      '[agents.summarizer]\nsystem = "Summarise."\nmax_tokens = 64\n')
+    return config
+
+
 def test_a_model_agents_tokens_are_charged_to_the_plugin_that_asked(tmp_path: Path) -> None:
     from wasmext.services.llm.client import ChatAnswer, ChatRequest
 
@@ -312,12 +322,9 @@ def test_a_model_agents_tokens_are_charged_to_the_plugin_that_asked(tmp_path: Pa
         return ChatAnswer(text="ok", model=req.model, input_tokens=40, output_tokens=60,
                           usage_reported=True)
 
-    config = tmp_path / "wasmext.toml"
     # 100 tokens a call against a session budget of 250 (the reservation counts the
     # prompt's estimate plus max_tokens 64 first): the third request is over it.
-    config.write_text('[host]\ndata_dir = "data"\n[llm]\nmodel = "small"\n'
-                      '[llm.plugins.asker]\nmax_tokens_per_session = 250\n'
-                      '[agents.summarizer]\nsystem = "Summarise."\nmax_tokens = 64\n')
+    config = model_agent_config(tmp_path, "asker", "max_tokens_per_session = 250")
     with Host(load_config(config), llm=model) as host:
         asker = host.add(turn_wasm({"op": "agents.request", "agent": "summarizer",
                                     "input": "text", "timeout_ms": 2000}),
@@ -358,10 +365,8 @@ def test_a_storm_of_sends_to_a_model_agent_holds_to_the_plugins_llm_budgets(
         return ChatAnswer(text="ok", model=req.model, input_tokens=40, output_tokens=60,
                           usage_reported=True)
 
-    config = tmp_path / "wasmext.toml"
-    config.write_text('[host]\ndata_dir = "data"\n[llm]\nmodel = "small"\n'
-                      '[llm.plugins.sender]\nmax_in_flight = 1\nmax_tokens_per_session = 250\n'
-                      '[agents.summarizer]\nsystem = "Summarise."\nmax_tokens = 64\n')
+    config = model_agent_config(tmp_path, "sender",
+                                "max_in_flight = 1\nmax_tokens_per_session = 250")
     with Host(load_config(config), llm=model) as host, \
             caplog.at_level(logging.WARNING, logger="wasmext.services.agents"):
         sender = host.add(turn_wasm({"op": "agents.send", "agent": "summarizer",
@@ -376,7 +381,9 @@ def test_a_storm_of_sends_to_a_model_agent_holds_to_the_plugins_llm_budgets(
             except PluginError as err:
                 codes.append(err.code)
         assert time.monotonic() - started < 5  # no send waited for the model
-        assert codes == ["ok"] * 4 + ["limit"] * 6, codes  # the agent slots: four runs
+        # The agent slots start four runs at once; a run the llm bound refuses hands its
+        # slot back at once, so a later send may start one too (how many: timing).
+        assert codes[:4] == ["ok"] * 4 and set(codes) <= {"ok", "limit"}, codes
         deadline = time.monotonic() + 5
         while len([r for r in caplog.records if "in flight" in r.getMessage()]) < 3 \
                 and time.monotonic() < deadline:
