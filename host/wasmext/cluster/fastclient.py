@@ -42,8 +42,8 @@ __all__ = ["HOLD_S", "header_block", "new_client", "parse_headers"]
 # only at its end, the whole read's answers wait for its last one while the peer idles,
 # and the two sides take turns instead of working at once. Written in parts of about
 # this much work each, they overlap; much shorter parts cost a write and a wake-up per
-# message. Issue 25's seventh round: 250 us moved 16-in-flight throughput on 2 cores
-# from 0.6x to about 0.77x a bare echo (docs/performance.md).
+# message. Issue 25's eighth round: 250 us moved 16-in-flight throughput on 2 cores
+# from about 0.6x to 0.7-0.78x a bare echo (docs/performance.md).
 HOLD_S = 250e-6
 
 # Bytes the socket may have left unsent before a flush waits for it (nats-py's flusher
@@ -347,6 +347,7 @@ def new_client() -> Client:
                 stats["out_msgs"] += 1
                 stats["out_bytes"] += size
                 pending = self._pending
+                held = False
                 if not pending or pending is not self._timed:
                     if alone and not pending and not self._in_handler:
                         writer = self._writer()
@@ -357,17 +358,16 @@ def new_client() -> Client:
                     # one this client has not timed holds nats-py's commands, timed now.
                     self._timed = pending
                     self._queued_at = perf_counter()
-                elif perf_counter() - self._queued_at >= self.hold_s:  # held long enough
-                    pending.append(cmd)
-                    self._pending_data_size += len(cmd)
+                else:
+                    held = perf_counter() - self._queued_at >= self.hold_s
+                pending.append(cmd)
+                self._pending_data_size += len(cmd)
+                if held:  # what is queued waited a hold: written with this one, now
                     if self._in_handler:
                         self._end_of_read()
                     else:
                         self._write_pending()
-                    return True
-                pending.append(cmd)
-                self._pending_data_size += len(cmd)
-                if self._in_handler:  # the reader writes it at the end of this read
+                elif self._in_handler:  # the reader writes it at the end of this read
                     self._read_pending = True
                 elif not self._flush_set:  # one write for all queued before the loop turns
                     asyncio.get_running_loop().call_soon(self._flush_now)
