@@ -409,3 +409,13 @@ def test_a_storm_of_sends_to_a_model_agent_holds_to_the_plugins_llm_budgets(
                                       "input": "t", "timeout_ms": 2000}),
                            plugin_id="healthy", grants={"agents", "agents:summarizer"})
         assert healthy.call("turn").value == "ok"
+
+
+def test_a_name_or_target_with_a_line_break_after_it_is_refused(tmp_path: Path) -> None:
+    # `$` matches before a final line break: the rules are whole matches.
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[agents."rev\\n"]\ntarget = "m:f"\n[agents.ok]\ntarget = "m:f\\n"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert "not an agent name" in str(info.value)
+    assert "must be 'package.module:attribute'" in str(info.value)

@@ -31,7 +31,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from wasmext.services.agents import run_asker, run_time_left
+from wasmext.services.agents import GRANTABLE_NAME, run_asker, run_time_left
 from wasmext.services.llm.client import ChatRequest
 from wasmext.services.llm.service import LlmService
 from wasmext.text import clean
@@ -39,15 +39,14 @@ from wasmext.validation import SECTION, Count, config_error, problem
 
 __all__ = ["AgentName", "AgentSpec", "AgentTable", "ModelAgent", "load_agents"]
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-TARGET_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
+TARGET_RE = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")  # fullmatch
 DEFAULT_MAX_TOKENS = 1024
 MODEL_TIMEOUT_S = 60.0  # a model agent's request when it runs outside any agent run
 
 
 def _agent_name(value: str) -> str:
-    if not NAME_RE.match(value):
+    if not GRANTABLE_NAME.fullmatch(value):
         problem("not an agent name (letters, digits, '.', '_' and '-', 1-128; no pattern "
                 "characters: an agents:<pattern> grant matches it)")
     return value
@@ -69,7 +68,7 @@ class AgentTable(BaseModel):
 
     @model_validator(mode="after")
     def _kind(self) -> AgentTable:
-        if self.target is not None and not TARGET_RE.match(self.target):
+        if self.target is not None and not TARGET_RE.fullmatch(self.target):
             problem("must be 'package.module:attribute'", "target")
         if (self.target is None) == (self.system is None):
             problem("give either target (Python code) or system (a model agent)")

@@ -52,7 +52,7 @@ from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.alarms import alarms
 from wasmext.text import clean
 
-__all__ = ["AgentRegistry", "run_time_left"]
+__all__ = ["GRANTABLE_NAME", "AgentRegistry", "run_asker", "run_time_left"]
 
 log = logging.getLogger("wasmext.services.agents")
 
@@ -60,9 +60,10 @@ ALLOWED_HOOKS = frozenset({"turn", "step"})
 _TREE_KEY = "agents"
 KEPT_RESULTS = 32  # per session: the latest agents.request answers, for output extensions
 KEPT_SESSIONS = 256
-# A name an `agents:<name>` grant matches as typed (no pattern or shell characters): only
-# such a name is suggested in the operator's notice as the grant to give.
-_GRANTABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# A name an `agents:<name>` grant matches as typed (no pattern or shell characters), read
+# with `fullmatch`: what a config may declare (`[agents.NAME]`), and the only names the
+# operator's notice suggests as the grant to give.
+GRANTABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class _Tree:
@@ -237,7 +238,7 @@ class AgentRegistry:
             raise OpError("denied", f"agent {name[:64]!r} is not granted (needs "
                           "agents:<pattern>)",
                           f"agents:{name}" if name in self._agents and
-                          _GRANTABLE.fullmatch(name) else None)
+                          GRANTABLE_NAME.fullmatch(name) else None)
         found = self._agents.get(name)
         if found is None:
             raise OpError("not_found", f"no agent {name[:64]!r} is registered")
