@@ -535,14 +535,16 @@ class ToolRegistry:
         """A plugin's tool call, through the tool_call middleware of the session that
         asked (or of one made for it): a middleware abort is the op's `denied`."""
         session = SESSIONS.current
+        if getattr(session, "middleware", None) is None:  # none, or no middleware to run
+            session = None
         # Who asked, for the layers: the plugin cannot set a call's metadata itself.
         metadata = {"caller": f"plugin:{plugin_id}"}
-        if getattr(session, "middleware", None) is None and self.plugin_session is None:
+        if session is None and self.plugin_session is None:
             # Never around the middleware: refused.
             raise OpError("unavailable", "this host runs no tool_call middleware for "
                           "plugins' tool calls outside a session")
         try:
-            if getattr(session, "middleware", None) is not None:
+            if session is not None:
                 return self.call(name, args, session, metadata=metadata)
             assert self.plugin_session is not None
             with self.plugin_session(plugin_id) as own:
