@@ -32,6 +32,7 @@ from wasmext_cli.common import (
     _line,
     absolute_fs_grant,
     looked_in,
+    must_exist,
     not_found,
     setting_value,
     show_notices,
@@ -101,13 +102,6 @@ def _unregistered(err: WasmextError, hook: str, hooks: tuple[str, ...]) -> Wasme
     return err
 
 
-def _existing(plugin: Path) -> None:
-    """A not-found exit (1, as every command's) when nothing is at PLUGIN: click's own
-    check of the path would be a usage error (2)."""
-    if not plugin.exists():
-        not_found(f"no plugin at {plugin}: no such folder or module file")
-
-
 @click.command()
 @click.argument("plugin", type=click.Path(path_type=Path))
 @click.argument("hook")
@@ -136,7 +130,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     in-process bus, both gone when the command ends; --grant state (or any other
     capability) lets the plugin use them.
     """
-    _existing(plugin)
+    must_exist(plugin, "plugin folder or module file")
     try:
         data = json.loads(data_json)
     except json.JSONDecodeError as exc:
@@ -197,7 +191,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
 def inspect(plugin: Path, as_json: bool) -> None:
     """Show what PLUGIN (a folder, a .wasm, or a .wxb bundle) registered, its ABI
     version, size, digest and limits."""
-    _existing(plugin)
+    must_exist(plugin, "plugin folder or module file")
     if plugin.suffix == ".wxb":  # checked and described, not installed
         from wasmext_cli.lifecycle_cmd import inspect_bundle
 
