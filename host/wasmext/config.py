@@ -8,6 +8,7 @@
     tick_min_interval_ms = 1000  # no plugin's on_tick runs more often (services.ticks)
     max_ticking_plugins = 64
     gc_freeze = true             # `wasmext` commands: wasmext.tune_gc() once plugins are loaded
+    instance_pool = 10_000       # plugin instances alive at once (0: no pool; sandbox.engine)
 
     [plugins]
     user_dir = "~/.config/wasmext/plugins"   # runs before the workspace
@@ -155,6 +156,7 @@ from wasmext.mcp.config import McpSection, McpServerConfig
 from wasmext.mcp.envsubst import env_refs
 from wasmext.observe.tracing import TracingSettings
 from wasmext.observe.tracing_config import TracingSection
+from wasmext.sandbox.engine import MAX_INSTANCE_POOL, EngineConfig
 from wasmext.sandbox.fsgrants import FsQuota
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.services.agent_config import AgentName, AgentSpec, AgentTable
@@ -227,6 +229,9 @@ class HostConfig:
     # [host] gc_freeze: whether the `wasmext` commands call `tune_gc()` after start-up
     # (an application embedding the host decides for itself; the library never does).
     gc_freeze: bool = True
+    # [host] instance_pool: the engine's instance slots (sandbox.engine; 0 maps each
+    # instance's memory on demand)
+    instance_pool: int = EngineConfig.instance_pool
     user_dir: Path | None = None
     workspace_dir: Path | None = None
     user_extensions: bool = True  # the operator's switch for user-supplied plugins
@@ -338,6 +343,8 @@ class HostTable(BaseModel):
     tick_min_interval_ms: Count = TickPolicy.min_interval_ms
     max_ticking_plugins: Count = TickPolicy.max_ticking_plugins
     gc_freeze: bool = True
+    instance_pool: Annotated[int, Field(strict=True, ge=0, le=MAX_INSTANCE_POOL)] = \
+        EngineConfig.instance_pool
 
 
 class PluginsTable(BaseModel):
@@ -547,7 +554,7 @@ def _host_config(doc: ConfigFile, path: Path | None) -> HostConfig:
         auto_enable=host.auto_enable, default_timeout_ms=host.default_timeout_ms,
         ticks=TickPolicy(min_interval_ms=host.tick_min_interval_ms,
                          max_ticking_plugins=host.max_ticking_plugins),
-        gc_freeze=host.gc_freeze,
+        gc_freeze=host.gc_freeze, instance_pool=host.instance_pool,
         user_dir=where(plugins.user_dir) if plugins.user_dir is not None else None,
         workspace_dir=where(plugins.workspace_dir) if plugins.workspace_dir is not None
         else None,

@@ -68,6 +68,9 @@
     ├── DecodeError                 bytes that are not an acceptable ABI document
     │                               (also a ValueError)
     ├── Quarantined                 calls refused until the quarantine ends
+    ├── InstancePoolFull            (sandbox.engine) more instances alive at once than
+    │                               the engine's `instance_pool` holds: the host's
+    │                               limit, never a PluginFault (no quarantine)
     ├── MetricRefused               (observe.pluginmetrics) a metric declaration the
     │   │                           host refuses: bad name, kind, labels or buckets
     │   └── MetricLimit             over a cap: metrics per plugin, labels, series
@@ -181,6 +184,7 @@ __all__ = [
     "HookAborted",
     "HostCallLimitExceeded",
     "InputTooLarge",
+    "InstancePoolFull",
     "InvalidArgument",
     "InvalidKey",
     "InvalidModule",
@@ -501,6 +505,14 @@ class Quarantined(WasmextError):
                  seconds_left: float | None = None) -> None:
         super().__init__(message, plugin_id=plugin_id, hook=hook)
         self.seconds_left = seconds_left
+
+
+class InstancePoolFull(WasmextError):
+    """No free slot in the engine's instance pool: more core-module instances alive at
+    once, in the whole process, than `[host] instance_pool` (sandbox.engine). The host's
+    capacity, not the plugin's fault: nothing counts towards quarantine."""
+
+    reason = "instance pool full"
 
 
 class McpAuthError(WasmextError):

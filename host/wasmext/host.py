@@ -42,6 +42,7 @@ from wasmext.plugin_calls import PluginCalls
 from wasmext.plugin_servers import PluginServers
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
+from wasmext.sandbox.engine import EngineConfig
 from wasmext.sandbox.fsgrants import reaching
 from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
@@ -90,8 +91,9 @@ class Host(PluginServers, PluginCalls):
         # Spans (observe.tracing): an embedder's choice, else [tracing]; off by default.
         self.tracing = _tracing_install(tracing if tracing is not None
                                         else self.config.tracing)
-        self.runtime = runtime or Runtime(defaults=self.config.limits,
-                                          policy=self.config.cap)
+        self.runtime = runtime or Runtime(
+            defaults=self.config.limits, policy=self.config.cap,
+            engine=EngineConfig(instance_pool=self.config.instance_pool))
         self.enable_state = EnableState(self.config)
         self.settings_file = SettingsFile(self.config.data_dir)  # `wasmext config set`
         self.plugins: dict[str, LoadedPlugin] = {}

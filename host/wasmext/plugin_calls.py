@@ -14,6 +14,7 @@ from typing import Any
 from wasmext.config import HostConfig
 from wasmext.errors import (
     HookAborted,
+    InstancePoolFull,
     PluginError,
     PluginFault,
     Quarantined,
@@ -167,12 +168,13 @@ class PluginCalls:
                 trace.add(entry, "skipped", quarantine_note(err.seconds_left)
                           if err.seconds_left is not None else f"quarantined: {err.message}")
             return None, "quarantined"
-        except StateUnavailable as err:
-            # The host's storage failed the call: the app is told as such; the plugin
-            # is not blamed (no fault record, no reload, no quarantine).
+        except (StateUnavailable, InstancePoolFull) as err:
+            # The host's storage failed the call, or the host has no instance slot for
+            # it: the app is told as such; the plugin is not blamed (no fault record,
+            # no reload, no quarantine).
             self.observe.called(lp.id, entry.hook, "error", started)
             if trace is not None:
-                trace.add(entry, "failed", f"state unavailable: {err.message}")
+                trace.add(entry, "failed", f"{err.reason}: {err.message}")
             raise
         except (PluginFault, PluginError) as err:
             fault = isinstance(err, PluginFault)

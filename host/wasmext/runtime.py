@@ -238,7 +238,8 @@ class Runtime:
         if self.cache is None:
             return False
         component = is_component(wasm)
-        if self.cache.contains(hashlib.sha256(wasm).hexdigest(), self.engine, component):
+        engine = self.engine.for_components() if component else self.engine
+        if self.cache.contains(hashlib.sha256(wasm).hexdigest(), engine, component):
             return False
         if announce is not None:
             announce()

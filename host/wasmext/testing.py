@@ -24,6 +24,7 @@ import wasmtime
 
 from wasmext.errors import WasmextError
 from wasmext.runtime import Runtime
+from wasmext.sandbox.engine import EngineConfig
 
 __all__ = ["DATA_AT", "HOST_CALL_IMPORT", "build_plugin", "guest_wat", "host_calls_wat",
            "load_wat", "make_host", "packed", "vector_value", "wat_bytes"]
@@ -165,7 +166,8 @@ def make_host(*plugins: Any, config: Any = None) -> Any:
     if config is None:
         scratch = tempfile.mkdtemp(prefix="wasmext-test-")
         config = HostConfig(data_dir=Path(scratch), state_backend="memory")
-    runtime = Runtime(cache=False, defaults=config.limits, policy=config.cap)
+    runtime = Runtime(cache=False, defaults=config.limits, policy=config.cap,
+                      engine=EngineConfig(instance_pool=config.instance_pool))
     host = Host(config, runtime=runtime, plugin_dirs=[])
     if scratch is not None:
         weakref.finalize(host, shutil.rmtree, scratch, ignore_errors=True)

@@ -5,6 +5,19 @@ code is shared and the compile cache key is stable. Wall-clock deadlines use
 epoch interruption: a daemon thread advances the epoch every `tick_ms`, and
 each call sets its deadline in ticks. The thread runs only while an engine is
 alive and costs one GIL hand-off per tick.
+
+Core modules' instances come from wasmtime's pooling allocator: the engine reserves
+address space for `instance_pool` instances (each slot a 4 GiB memory with its guard,
+and tables) once, and an instance takes a slot instead of mapping its memory and
+unmapping it when dropped. A slot keeps its module's copy-on-write image mapped and
+the first `KEEP_RESIDENT` bytes of memory resident (zeroed, not unmapped) for the
+next instance of the same module: about half the cost of a fresh instance. wasmtime
+resets a slot's memory and tables before it is used again. More instances alive at
+once than the pool holds is `InstancePoolFull` (the host's limit, not the plugin's
+fault). Components use an engine of their own that maps each instance's memory
+(`SharedEngine.for_components`). Where the reservation is refused (an address-space
+limit, `ulimit -v`), the engine maps each instance on demand and says so in
+`SharedEngine.pooled`.
 """
 
 from __future__ import annotations
@@ -12,18 +25,37 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import mmap
 import threading
 import weakref
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 
 import wasmtime
 
 from wasmext._abi import DEFAULT_LIMITS
+from wasmext.errors import MemoryLimitExceeded
 from wasmext.sandbox.fastcall import handle
 
-__all__ = ["EngineConfig", "SharedEngine", "shared_engine"]
+__all__ = ["MAX_INSTANCE_POOL", "EngineConfig", "SharedEngine", "shared_engine"]
 
 TICK_MS = 5
+# Bytes of a slot's memory kept resident between instances, zeroed in place: the pages
+# an instance of a small guest touches (its stack, the request, the registration).
+KEEP_RESIDENT = 128 * 1024
+# A slot's tables: the host policy's ceiling (Runtime's default policy), and as many
+# tables per module as the store limiter lets an instance have.
+POOL_TABLE_ELEMENTS = 1_000_000
+POOL_TABLES_PER_MODULE = 4
+# What one slot reserves, with room to spare: a 4 GiB memory, its guard (32 MiB in
+# wasmtime 50), and its tables (POOL_TABLE_ELEMENTS pointers each).
+SLOT_BYTES = 4 * 2**30 + 128 * 2**20 + POOL_TABLES_PER_MODULE * POOL_TABLE_ELEMENTS * 8
+# The most slots an engine reserves: 20,000 reserve about 85 TiB of the 128 TiB of a
+# process's address space.
+MAX_INSTANCE_POOL = 20_000
+# Instance metadata: far over what a module wasmtime compiles needs; wasmtime's 1 MiB
+# default is below a module with tens of thousands of exported functions.
+POOL_MAX_INSTANCE_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -33,6 +65,16 @@ class EngineConfig:
     max_wasm_stack_bytes: int = DEFAULT_LIMITS["max_wasm_stack_bytes"]
     cranelift_opt_level: str = "speed"
     parallel_compilation: bool = True
+    # Core-module instances alive at once in the pooling allocator (0: map each
+    # instance's memory on demand). Each slot reserves about 4 GiB of address space,
+    # not memory: 10,000 slots reserve about 40 TiB of the 128 TiB a process has.
+    instance_pool: int = 10_000
+
+    def __post_init__(self) -> None:
+        pool = self.instance_pool
+        if type(pool) is not int or not 0 <= pool <= MAX_INSTANCE_POOL:
+            raise ValueError(f"instance_pool must be an int from 0 to {MAX_INSTANCE_POOL}, "
+                             f"got {pool!r}")
 
     def fingerprint(self) -> str:
         """Stable text that changes whenever compiled code would differ."""
@@ -72,6 +114,18 @@ class SharedEngine:
 
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
+        # wasmtime aborts the process when the pool's reservation is refused (an
+        # address-space limit): the same reservation is tried first, and given back.
+        slots = self.config.instance_pool
+        self.pooled = slots > 0 and _reservable(slots * SLOT_BYTES)
+        self.engine = wasmtime.Engine(self._wasmtime_config(self.pooled))
+        # Its wasm_engine_t, for the raw store entry (sandbox.fastcall): read once.
+        self.handle = handle(ctypes.addressof(self.engine.ptr().contents))
+        self.fingerprint = self.config.fingerprint()
+        self._ticker = _EpochTicker(self.engine)
+        self._ticker.start()
+
+    def _wasmtime_config(self, pooled: bool) -> wasmtime.Config:
         cfg = wasmtime.Config()
         cfg.consume_fuel = True
         cfg.epoch_interruption = True
@@ -89,12 +143,31 @@ class SharedEngine:
         cfg.wasm_custom_page_sizes = False
         # A fixed base address lets each instance read it once (fastcall.MemoryView).
         cfg.memory_may_move = False
-        self.engine = wasmtime.Engine(cfg)
-        # Its wasm_engine_t, for the raw store entry (sandbox.fastcall): read once.
-        self.handle = handle(ctypes.addressof(self.engine.ptr().contents))
-        self.fingerprint = self.config.fingerprint()
-        self._ticker = _EpochTicker(self.engine)
-        self._ticker.start()
+        if pooled:
+            _pooling(cfg, self.config.instance_pool)
+        return cfg
+
+    def check_tables(self, minimums: Sequence[int], name: str) -> None:
+        """Refuse, before compiling, a module whose tables no slot of the pool holds
+        (wasmtime would refuse to compile it, in words of its own)."""
+        if not self.pooled:
+            return
+        if len(minimums) > POOL_TABLES_PER_MODULE:
+            raise MemoryLimitExceeded(f"{name}: declares {len(minimums)} tables; an "
+                                      f"instance may have {POOL_TABLES_PER_MODULE}")
+        for minimum in minimums:
+            if minimum > POOL_TABLE_ELEMENTS:
+                raise MemoryLimitExceeded(
+                    f"{name}: declares a table of {minimum} elements, over table_elements "
+                    f"{POOL_TABLE_ELEMENTS} (the most an instance slot holds)")
+
+    def for_components(self) -> SharedEngine:
+        """The engine components compile and run on: this one without the pool (a
+        component's several core instances, memories and tables do not fit its
+        slots' shape, and its start-up dwarfs what a slot saves)."""
+        if not self.config.instance_pool:
+            return self
+        return shared_engine(replace(self.config, instance_pool=0))
 
     @staticmethod
     def ticks_for(timeout_ms: int) -> int:
@@ -104,6 +177,43 @@ class SharedEngine:
     def close(self) -> None:
         """Stop the epoch ticker."""
         self._ticker.stop()
+
+
+def _reservable(nbytes: int) -> bool:
+    """Whether the process may reserve `nbytes` of address space (inaccessible pages,
+    which cost no memory) at once: wasmtime's pool makes the same reservation."""
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    if not flags or not hasattr(mmap, "PROT_READ"):  # no POSIX mmap: no pool
+        return False
+    try:
+        region = mmap.mmap(-1, nbytes, flags=flags, prot=0)
+    except (OSError, OverflowError, ValueError):
+        return False
+    region.close()
+    return True
+
+
+def _pooling(cfg: wasmtime.Config, slots: int) -> None:
+    """Switch `cfg` to the pooling allocator with `slots` core instances, memories and
+    tables (wasmtime-py wraps no pooling settings: the C API's entries, as its
+    bindings load them)."""
+    from wasmtime import _bindings as ffi  # the C API as wasmtime-py loads it
+
+    pool = ffi.wasmtime_pooling_allocation_config_new()
+    try:
+        ffi.wasmtime_pooling_allocation_config_total_core_instances_set(pool, slots)
+        ffi.wasmtime_pooling_allocation_config_total_memories_set(pool, slots)
+        ffi.wasmtime_pooling_allocation_config_total_tables_set(pool, slots)
+        ffi.wasmtime_pooling_allocation_config_max_tables_per_module_set(
+            pool, POOL_TABLES_PER_MODULE)
+        ffi.wasmtime_pooling_allocation_config_table_elements_set(pool, POOL_TABLE_ELEMENTS)
+        ffi.wasmtime_pooling_allocation_config_max_core_instance_size_set(
+            pool, POOL_MAX_INSTANCE_BYTES)
+        ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set(
+            pool, KEEP_RESIDENT)
+        ffi.wasmtime_pooling_allocation_strategy_set(cfg.ptr(), pool)
+    finally:
+        ffi.wasmtime_pooling_allocation_config_delete(pool)
 
 
 _engines: dict[EngineConfig, SharedEngine] = {}

@@ -7,6 +7,7 @@ import wasmtime
 from wasmext.errors import (
     Cancelled,
     GuestTrap,
+    InstancePoolFull,
     MemoryLimitExceeded,
     OutOfFuel,
     PluginFault,
@@ -19,6 +20,10 @@ from wasmext.sandbox.hostcalls import CallContext
 from wasmext.sandbox.limits import Limits
 
 __all__ = ["classify", "first_line", "timeout"]
+
+# How wasmtime's pooling allocator words a pool with no free slot (instances,
+# memories or tables).
+POOL_FULL = "maximum concurrent limit of"
 
 
 def first_line(exc: BaseException) -> str:
@@ -64,6 +69,12 @@ def classify(exc: BaseException, what: str, limits: Limits, ctx: CallContext,
         if code == wasmtime.TrapCode.STACK_OVERFLOW:
             return StackOverflow(f"wasm stack exhausted in {what}", plugin_id=pid, hook=hook)
     text = first_line(exc)
+    if what == "instantiate" and not isinstance(exc, wasmtime.Trap) and \
+            text.startswith(POOL_FULL):
+        # wasmtime's pooling allocator had no free slot: the host's capacity.
+        return InstancePoolFull(f"no free instance slot ({text}): more instances alive "
+                                "at once than [host] instance_pool", plugin_id=pid,
+                                hook=hook)
     if at_memory_cap:
         return MemoryLimitExceeded(f"{what} failed at the {limits.memory_bytes}-byte "
                                    f"memory cap ({text})", plugin_id=pid, hook=hook)

@@ -138,6 +138,7 @@ class PluginModule:
             raise InvalidModule(f"{name}: malformed: {exc}") from exc
         caps.check(shape, name)  # before compiling: compiling is what the caps bound
         check_memories(shape, name)
+        self.engine.check_tables(shape.table_minimums, name)
         try:
             if cache is not None:
                 module = cache.load_or_compile(wasm, digest, self.engine, name)
