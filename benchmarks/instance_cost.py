@@ -1,6 +1,6 @@
 """`plugin.new_instance()` beside a bare wasmtime Store + Instance, in CPU time.
 
-    python benchmarks/instance_cost.py [--rounds N] [--per-round N]
+    python benchmarks/instance_cost.py [--rounds N] [--per-round N] [--no-pool]
     python benchmarks/instance_cost.py --loop N [--bare]   # for callgrind
 
 The two callables are `bench_scale`'s `scale.new_instance` and `scale.bare_instance`
@@ -9,17 +9,24 @@ time each with `time.thread_time()`, so the other sessions sharing the machine
 change both sides alike; the minimum and median per instance and their ratios are
 printed. `--loop N` only makes N instances (of the plugin, or `--bare` ones) after
 the set-up: run it under `valgrind --tool=callgrind` with N and with 0, and the
-difference over N is the instructions per instance.
+difference over N is the instructions per instance. `--no-pool` makes the plugin's
+instances on an engine without the instance pool (`[host] instance_pool = 0`), as
+every instance was made before the ninth round.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import wasmtime
 
+from wasmext import HostConfig
+from wasmext.sandbox.engine import EngineConfig
 from wasmext.testing import guest_wat, make_host
 
 
@@ -30,11 +37,15 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=200)
     ap.add_argument("--loop", type=int, default=None)
     ap.add_argument("--bare", action="store_true")
+    ap.add_argument("--no-pool", action="store_true")
     args = ap.parse_args()
     wat = guest_wat(None, response={"ok": True}, hooks=("test",))
     engine = wasmtime.Engine()
     bare_module = wasmtime.Module(engine, wasmtime.wat2wasm(wat))
-    host = make_host(wat)
+    config = HostConfig(data_dir=Path(tempfile.mkdtemp(prefix="wasmext-bench-")),
+                        state_backend="memory", instance_pool=0 if args.no_pool else
+                        EngineConfig.instance_pool)
+    host = make_host(wat, config=config)
     try:
         plugin = next(iter(host.plugins.values())).plugin
 
@@ -67,6 +78,7 @@ def main() -> None:
               f"{statistics.median(n) / statistics.median(b):.2f}x")
     finally:
         host.close()
+        shutil.rmtree(config.data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -174,7 +174,7 @@ def _extism_module(engine: SharedEngine, wasm: bytes, caps: ModuleCaps,
     caps.check(shape, name)  # before compiling, as PluginModule does
     check_memories(shape, name)
     try:
-        module = wasmtime.Module(engine.engine, wasm)
+        module = wasmtime.Module(engine.on_demand().engine, wasm)
     except wasmtime.WasmtimeError as exc:
         raise InvalidModule(f"does not compile: {exc}") from exc
     return module if uses_extism(module) else None
@@ -238,7 +238,7 @@ class Runtime:
         if self.cache is None:
             return False
         component = is_component(wasm)
-        engine = self.engine.for_components() if component else self.engine
+        engine = self.engine.on_demand() if component else self.engine
         if self.cache.contains(hashlib.sha256(wasm).hexdigest(), engine, component):
             return False
         if announce is not None:

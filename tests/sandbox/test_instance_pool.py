@@ -115,7 +115,7 @@ def test_a_full_pool_is_the_hosts_limit_and_not_the_plugins_fault() -> None:
 
 
 def test_components_run_on_an_engine_without_the_pool(runtime: Runtime) -> None:
-    components = runtime.engine.for_components()
+    components = runtime.engine.on_demand()
     assert not components.pooled and components.config.instance_pool == 0
     assert components is shared_engine(EngineConfig(instance_pool=0))
     assert components.fingerprint != runtime.engine.fingerprint  # own compiled code

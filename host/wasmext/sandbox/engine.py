@@ -15,7 +15,7 @@ next instance of the same module: about half the cost of a fresh instance. wasmt
 resets a slot's memory and tables before it is used again. More instances alive at
 once than the pool holds is `InstancePoolFull` (the host's limit, not the plugin's
 fault). Components use an engine of their own that maps each instance's memory
-(`SharedEngine.for_components`). Where the reservation is refused (an address-space
+(`SharedEngine.on_demand`). Where the reservation is refused (an address-space
 limit, `ulimit -v`), the engine maps each instance on demand and says so in
 `SharedEngine.pooled`.
 """
@@ -161,10 +161,12 @@ class SharedEngine:
                     f"{name}: declares a table of {minimum} elements, over table_elements "
                     f"{POOL_TABLE_ELEMENTS} (the most an instance slot holds)")
 
-    def for_components(self) -> SharedEngine:
-        """The engine components compile and run on: this one without the pool (a
-        component's several core instances, memories and tables do not fit its
-        slots' shape, and its start-up dwarfs what a slot saves)."""
+    def on_demand(self) -> SharedEngine:
+        """This engine's settings without the pool: each instance maps its own memory.
+        Components run there (a component's several core instances, memories and
+        tables do not fit one slot's shape, and its start-up dwarfs what a slot
+        saves), and a module built for Extism is compiled there to read its imports
+        (Extism runs it; a slot's table bounds are not its business)."""
         if not self.config.instance_pool:
             return self
         return shared_engine(replace(self.config, instance_pool=0))

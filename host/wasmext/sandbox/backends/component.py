@@ -202,7 +202,7 @@ class ComponentModule(PluginModule):
                  engine: SharedEngine | None = None, cache: CompileCache | None = None,
                  caps: ModuleCaps | None = None) -> None:
         self.name = name
-        self.engine = (engine or shared_engine()).for_components()
+        self.engine = (engine or shared_engine()).on_demand()
         caps = caps or ModuleCaps()
         if len(wasm) > caps.max_module_bytes:
             raise ModuleTooLarge(f"{name}: {len(wasm)} bytes, over the host's "
