@@ -5,6 +5,7 @@ address space maps each instance as before."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
@@ -16,9 +17,9 @@ import pytest
 import wasmtime
 
 from wasmext import ConfigError, Host, Runtime, load_config
-from wasmext.errors import InstancePoolFull, MemoryLimitExceeded
+from wasmext.errors import GuestTrap, InstancePoolFull, MemoryLimitExceeded
 from wasmext.sandbox.engine import EngineConfig, shared_engine
-from wasmext.sandbox.plugin import Plugin
+from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
 from wasmext.testing import DATA_AT, guest_wat, load_wat, packed
 
 CLEAN = msgpack.packb({"ok": True, "value": "clean"})
@@ -189,3 +190,30 @@ def test_tables_no_slot_holds_are_refused_before_compiling(runtime: Runtime,
     four = guest_wat(extra=" ".join(f"(table $t{n} 1 funcref)" for n in range(4)))
     assert load_wat(runtime, four, plugin_id="four").call("test").value == "ok"
     assert healthy.call("test", 1).value == "alive"
+
+
+@pytest.mark.parametrize("where", ["call", "start"])
+def test_faulted_instances_give_their_slot_back_without_the_collector(where: str) -> None:
+    # A fault's frames held the instance: with the collector off (as latency-minded
+    # applications run), every fault kept a slot until the pool was full.
+    trap = guest_wat("(unreachable)") if where == "call" else \
+        guest_wat(extra="(func $boom unreachable) (start $boom)")
+    gc.collect()
+    gc.disable()
+    try:
+        with Runtime(cache=False, engine=EngineConfig(instance_pool=4),
+                     quarantine=QuarantinePolicy(max_faults=10**6)) as runtime:
+            healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
+                               plugin_id="healthy-pool")
+            if where == "call":
+                faulty = load_wat(runtime, trap, plugin_id="faulty")
+                for _ in range(40):
+                    with pytest.raises(GuestTrap):
+                        faulty.call("test")
+            else:
+                for n in range(40):
+                    with pytest.raises(GuestTrap):
+                        load_wat(runtime, trap, plugin_id=f"faulty-{n}")
+            assert healthy.new_instance().call("test", None).value == "alive"
+    finally:
+        gc.enable()

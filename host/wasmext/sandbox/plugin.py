@@ -20,6 +20,7 @@ import copy
 import difflib
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from wasmext.errors import (
     Quarantined,
     Timeout,
     UnknownHook,
+    WasmextError,
 )
 from wasmext.sandbox.codec import encode
 from wasmext.sandbox.hostcalls import CallContext, HostServices
@@ -195,6 +197,17 @@ def _answer_region(raw: Any) -> tuple[int, int] | None:
     return ptr, size
 
 
+def _forget_frames(err: BaseException) -> None:
+    """Drop the local variables of the finished frames `err` and the exceptions it
+    was raised from passed through (their lines stay for a traceback)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        traceback.clear_frames(cause.__traceback__)
+        cause = cause.__cause__ or cause.__context__
+
+
 @dataclass(frozen=True)
 class QuarantinePolicy:
     """After `max_faults` faults in a row, refuse calls for `cooldown_s`, doubling each time."""
@@ -293,7 +306,12 @@ class Plugin:
 
     def new_instance(self) -> PluginInstance:
         """A fresh, registered instance (faults here count like call faults)."""
-        inst = self.instance_type(self.module, self.limits, self._context(), self.services)
+        try:
+            inst = self.instance_type(self.module, self.limits, self._context(),
+                                      self.services)
+        except WasmextError as err:
+            _forget_frames(err)  # the half-made instance's store and slot go now
+            raise
         inst.meter = self.meter
         with self._lock:
             self._instances.add(inst)
@@ -313,6 +331,8 @@ class Plugin:
                     _share_registration(self.module, self._sharing_key(), raw)
                 self._parsed_raw = raw
         except PluginFault as fault:
+            del inst
+            _forget_frames(fault)
             self._record_fault(fault)
             raise
         if self.call_limits:
@@ -427,6 +447,11 @@ class Plugin:
         except PluginFault as fault:
             # Thrown away, and this thread's alone: its files close now, not at a GC.
             inst.release_files()
+            # Its store and slot go now too: the fault's frames would hold the instance
+            # (and its memory, and a slot of the engine's pool) for as long as the fault
+            # is kept, and until a collection when it is part of a cycle.
+            del inst
+            _forget_frames(fault)
             if ctx.pending:
                 ctx.finish(False)  # a faulted call's state writes never happened
             excuse = ctx.host_fault or (ctx.slow if isinstance(fault, Timeout) else None)
