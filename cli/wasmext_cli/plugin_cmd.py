@@ -31,6 +31,7 @@ from wasmext_cli.common import (
     _jsonable,
     _line,
     absolute_fs_grant,
+    echo_plugin_logs,
     looked_in,
     must_exist,
     not_found,
@@ -187,11 +188,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
                                    loaded.log.lines, started))
         finally:
             if show_log:
-                for line in loaded.log.lines:
-                    click.echo(f"[{line.level}] {_line(line.text, 4096)}", err=True)
-                if loaded.log.capped:
-                    click.echo(f"[warn] {loaded.log.capped} log lines dropped over the "
-                               "per-call cap (max_log_lines)", err=True)
+                echo_plugin_logs([loaded.log])
     # The hook's answer is data: not cut, but nothing in it can drive the terminal.
     click.echo(_dumps(result.value, cap=False))
 
