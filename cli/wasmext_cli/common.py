@@ -8,11 +8,12 @@ capped, then any character a terminal would act on escaped as `\\uXXXX`).
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -74,6 +75,26 @@ def _dumps(value: Any, indent: int | None = None, cap: bool = True) -> str:
 
 def _echo_json(value: Any, indent: int | None = 2) -> None:
     click.echo(_dumps(value, indent))
+
+
+def echo_plugin_logs(logs: Iterable[Any], named: bool = False) -> None:
+    """Print plugin logs (`PluginLog`s) on stderr: every kept line, `[level] text`
+    (`[level] ID: text` when `named`), all the logs' lines in the order written; then
+    what each log dropped, over a call's line cap or out of its last `max_log_lines`."""
+    logs = list(logs)
+    entries = heapq.merge(*([(line, log.plugin_id) for line in log.lines] for log in logs),
+                          key=lambda entry: entry[0].time)
+    for line, plugin_id in entries:
+        who = f"{_line(plugin_id, 64)}: " if named else ""
+        click.echo(f"[{line.level}] {who}{_line(line.text, 4096)}", err=True)
+    for log in logs:
+        who = f"{_line(log.plugin_id, 64)}: " if named else ""
+        if log.capped:
+            click.echo(f"[warn] {who}{log.capped} log lines dropped over the per-call cap "
+                       "(max_log_lines)", err=True)
+        if log.dropped:
+            click.echo(f"[warn] {who}{log.dropped} earlier log lines not kept (the log "
+                       "holds the last max_log_lines)", err=True)
 
 
 def _fail(err: WasmextError, code: int = EXIT_FAULT) -> NoReturn:

@@ -70,6 +70,12 @@ def set_value(plugin_id: str, key: str, value: str, config: Path | None,
     settings, manifest = _target(config, plugin_dirs, plugin_id)
     declared = next((s.type for s in manifest.settings if s.name == key), None)
     parsed = setting_value(value, declared)
+    from wasmext.operator_settings import check_value
+
+    try:  # a KEY it does not declare, or a VALUE not of its type: bad arguments
+        check_value(manifest, key, parsed)
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
     try:
         settings.set(manifest, key, parsed)
     except WasmextError as err:

@@ -31,6 +31,7 @@ from wasmext_cli.common import (
     _jsonable,
     _line,
     absolute_fs_grant,
+    echo_plugin_logs,
     looked_in,
     must_exist,
     not_found,
@@ -42,18 +43,29 @@ from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
 
 def _parse_settings(pairs: tuple[str, ...], plugin: Path) -> dict[str, Any]:
-    types: dict[str, str | None] = {}
-    if plugin.is_dir():  # a folder's manifest says which settings are text
+    """The --set values, each checked against the folder's manifest: a setting it does
+    not declare, or a value not of its type, is a bad argument (EXIT_USAGE), said as
+    the host says it."""
+    manifest = None
+    if plugin.is_dir():  # a folder's manifest says which settings there are, and their types
         from wasmext.manifest import load_folder
 
         with contextlib.suppress(WasmextError):  # loading it reports the manifest's errors
-            types = {s.name: s.type for s in load_folder(plugin).settings}
+            manifest = load_folder(plugin)
+    types = {s.name: s.type for s in manifest.settings} if manifest is not None else {}
     out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--set")
         out[name] = setting_value(raw, types.get(name))
+        if manifest is not None:
+            from wasmext.operator_settings import check_value
+
+            try:
+                check_value(manifest, name, out[name])
+            except WasmextError as err:
+                _fail(err, EXIT_USAGE)
     return out
 
 
@@ -176,11 +188,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
                                    loaded.log.lines, started))
         finally:
             if show_log:
-                for line in loaded.log.lines:
-                    click.echo(f"[{line.level}] {_line(line.text, 4096)}", err=True)
-                if loaded.log.capped:
-                    click.echo(f"[warn] {loaded.log.capped} log lines dropped over the "
-                               "per-call cap (max_log_lines)", err=True)
+                echo_plugin_logs([loaded.log])
     # The hook's answer is data: not cut, but nothing in it can drive the terminal.
     click.echo(_dumps(result.value, cap=False))
 

@@ -19,6 +19,7 @@ from wasmext_cli.common import (
     _fail,
     _host,
     _line,
+    echo_plugin_logs,
     show_notices,
     started,
 )
@@ -171,7 +172,16 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         from wasmext.observe.logs import SecretRegistry, json_handler
 
         secrets = SecretRegistry()
-        logging.getLogger("wasmext").addHandler(json_handler(sys.stderr, secrets))
+        handler = json_handler(sys.stderr, secrets)
+        logger = logging.getLogger("wasmext")
+        logger.addHandler(handler)
+        ctx = click.get_current_context()
+        ctx.call_on_close(lambda: logger.removeHandler(handler))  # this command's only
+        if opts.get("show_log"):  # every plugin line (trace is 5), as it is written
+            plugin_lines = logging.getLogger("wasmext.sandbox.plugin")
+            level = plugin_lines.level
+            plugin_lines.setLevel(5)
+            ctx.call_on_close(lambda: plugin_lines.setLevel(level))
     try:
         if not opts["model_url"] and opts["transcript"] is None and not opts["plugin_dirs"] \
                 and _default_config(opts["config"]) is None:
@@ -238,6 +248,10 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
 
 @click.command()
 @session_options
+@click.option("--log/--no-log", "show_log", default=False,
+              help="Show the plugins' log lines: on stderr after the session, "
+                   "`[level] ID: text` (as `call --log`); with --json-logs, each one "
+                   "as a JSON line as it is written.")
 def run(**opts: Any) -> None:
     """Drive an agent session through the plugins and show what each one did.
 
@@ -249,6 +263,8 @@ def run(**opts: Any) -> None:
     host, session, reports = _drive(opts)
     with host:
         print_run(host, session, reports, opts["as_json"])
+        if opts["show_log"] and not opts["json_logs"]:  # (JSON log lines carried them)
+            echo_plugin_logs([lp.plugin.log for lp in host.plugins.values()], named=True)
         if host.tracing is not None:  # where to look the session up ([tracing])
             click.echo(f"trace: {session.context['trace_id']}", err=True)
 

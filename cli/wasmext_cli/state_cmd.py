@@ -18,16 +18,25 @@ from wasmext_cli.common import (
     _dumps,
     _fail,
     _line,
+    looked_in,
     not_found,
 )
 
 
-def _store(config: Path | None) -> Any:
-    from wasmext.config import HostConfig, load_config, open_store
+def _config(config: Path | None) -> Any:
+    from wasmext.config import HostConfig, load_config
 
     try:
-        cfg = load_config(config) if config else HostConfig()
-        return open_store(cfg)
+        return load_config(config) if config else HostConfig()
+    except WasmextError as err:
+        _fail(err, EXIT_USAGE)
+
+
+def _store(config: Path | None, cfg: Any = None) -> Any:
+    from wasmext.config import open_store
+
+    try:
+        return open_store(cfg if cfg is not None else _config(config))
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
 
@@ -56,9 +65,21 @@ def state() -> None:
 @click.option("--plugin", help="Only this plugin.")
 @click.option("--json", "as_json", is_flag=True)
 def ls(config: Path | None, plugin: str | None, as_json: bool) -> None:
-    """List every stored entry: plugin, scope, key, size, expiry."""
-    with _store(_default_config(config)) as store:
+    """List every stored entry: plugin, scope, key, size, expiry.
+
+    --plugin ID of a plugin that is not installed and has no stored entry is a typo:
+    it exits 1 (EXIT_NOT_FOUND), as every command does for a plugin not there. An
+    uninstalled plugin's state (`uninstall` without --purge-state) is still listed.
+    """
+    cfg = _config(_default_config(config))
+    with _store(None, cfg) as store:
         records = [r for r in store.records() if plugin is None or r.plugin == plugin]
+    if plugin is not None and not records:
+        from wasmext.lifecycle.uninstall import find_folder
+
+        if find_folder(cfg.plugin_dirs(), plugin) is None:
+            not_found(f"plugin {_line(plugin, 64)} is not installed{looked_in(cfg)} and has "
+                      "no stored state")
     rows = [{"plugin": r.plugin, "session": r.session, "key": r.key, "bytes": len(r.value),
              "expires": dt.datetime.fromtimestamp(r.expires_at, dt.timezone.utc)
              .strftime("%Y-%m-%dT%H:%M:%SZ")} for r in records]

@@ -85,7 +85,9 @@
     ├── TickRefused                 (services.ticks) an `on_tick` request refused: not a
     │                               positive interval, or too many plugins tick
     ├── OpError                     a host op's clean failure: `code` and message are
-    │                               answered to the guest as {"ok": false, ...}
+    │   │                           answered to the guest as {"ok": false, ...}
+    │   └── AgentRunNotStarted      (services.agents) the OS would not start a thread for
+    │                               an agent run: answered `unavailable`, never "closing"
     ├── Refused                     (services.http.guard) a URL the plugin may not reach,
     │                               or a fetch over its caps; `code` is the ABI answer
     ├── OutOfTime                   (sandbox.calltree) the call tree's time ran out
@@ -157,6 +159,7 @@ DESCRIBE_CAP = CAP + 256  # a cleaned message plus who, where and why
 __all__ = [
     "AbiMismatch",
     "ActivationError",
+    "AgentRunNotStarted",
     "BlockingWaitDenied",
     "BundleAbsolutePath",
     "BundleDeviceEntry",
@@ -716,6 +719,16 @@ class OpError(WasmextError):
         # A `denied` one's grant that alone would allow it, when the host can name it
         # safely (the operator's notice says how to grant it).
         self.capability = capability
+
+
+class AgentRunNotStarted(OpError):
+    """The OS refused a thread for an agent run (too many threads, no memory): the
+    run never started; answered to the guest as `unavailable`."""
+
+    reason = "agent run not started"
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unavailable", message)
 
 
 class Refused(WasmextError):

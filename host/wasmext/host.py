@@ -453,6 +453,7 @@ class Host(PluginServers, PluginCalls):
         self.tools.drop_owner(f"plugin:{plugin_id}")
         self.tools.release(f"plugin:{plugin_id}")
         self._stop_servers(servers)
+        self.start_released_servers(lp)  # a name it contested may be another's alone now
         self.observe.unloaded(plugin_id)
         log.info("plugin %s unloaded", plugin_id)
         return True

@@ -56,33 +56,47 @@ class PluginServers:
         self.mcp.start(specs)
         return self.mcp
 
+    def mcp_server_claimants(self, name: str) -> list[str]:
+        """The loaded plugins whose manifest asks for MCP server `name` and that are
+        granted it (`mcp-server:NAME`), sorted by id."""
+        return sorted(lp.id for lp in list(self.plugins.values())
+                      if f"mcp-server:{name}" in lp.plugin.grants and lp.manifest is not None
+                      and any(s.name == name for s in lp.manifest.mcp_servers))
+
     def mcp_server_owner(self, name: str) -> str | None:
-        """The loaded plugin whose own MCP server `name` is: a configured server's
-        name is never a plugin's; else the first plugin granted it that asks for it."""
+        """The loaded plugin whose own MCP server `name` is: the one plugin granted it
+        that asks for it. None when a configured server has the name (never a
+        plugin's), and when two or more plugins are granted it: contested, it is run by
+        none of them, whatever order they loaded in."""
         if any(s.name == name for s in self.config.mcp_servers):
             return None
-        for lp in list(self.plugins.values()):
-            declared = lp.manifest.mcp_servers if lp.manifest else ()
-            if any(s.name == name for s in declared) and \
-                    f"mcp-server:{name}" in lp.plugin.grants:
-                return lp.id
-        return None
+        claimants = self.mcp_server_claimants(name)
+        return claimants[0] if len(claimants) == 1 else None
 
     def _owned_servers(self, lp: LoadedPlugin) -> list[str]:
         return [s.name for s in (lp.manifest.mcp_servers if lp.manifest else ())
                 if self.mcp_server_owner(s.name) == lp.id]
 
-    def _plugin_server_specs(self, lp: LoadedPlugin) -> list[ServerSpec]:
-        """`lp`'s own MCP servers that it may run (granted, name free), their names
-        claimed in the tool registry; each refusal goes to `load_errors`."""
+    def _plugin_server_specs(self, lp: LoadedPlugin,
+                             only: frozenset[str] | None = None) -> list[ServerSpec]:
+        """`lp`'s own MCP servers (those named in `only`, if given) that it may run
+        (granted, name its alone), their names claimed in the tool registry; each
+        refusal goes to `load_errors`."""
         from wasmext.mcp.client.spec import ServerSpec
 
         specs = []
         for server in lp.manifest.mcp_servers if lp.manifest else ():
+            if only is not None and server.name not in only:
+                continue
             problem = None
+            claimants = self.mcp_server_claimants(server.name)
             if f"mcp-server:{server.name}" not in lp.plugin.grants:
                 problem = (f"plugin {lp.id} asks for MCP server {server.name!r} without the "
                            f"grant 'mcp-server:{server.name}'")
+            elif self.mcp_server_owner(server.name) != lp.id and len(claimants) > 1:
+                problem = (f"plugin {lp.id}: MCP server {server.name!r} is granted to the "
+                           f"plugins {', '.join(claimants)}, so none of them runs it "
+                           f"(grant 'mcp-server:{server.name}' to one of them)")
             elif self.mcp_server_owner(server.name) != lp.id:
                 problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
             else:
@@ -123,9 +137,14 @@ class PluginServers:
         return env
 
     def start_plugin_servers(self, lp: LoadedPlugin) -> None:
-        """Start a plugin's own MCP servers when the host's MCP clients are running."""
+        """Start a plugin's own MCP servers when the host's MCP clients are running.
+        A server name it makes contested (another plugin granted it too) stops: what
+        runs is what a fresh start with these plugins would run."""
         if self.mcp is None or lp.manifest is None or not self.config.mcp_enabled:
             return
+        configured = {c.name for c in self.config.mcp_servers}
+        self._stop_servers([s.name for s in lp.manifest.mcp_servers if s.name not in configured
+                            and len(self.mcp_server_claimants(s.name)) > 1])
         specs = self._plugin_server_specs(lp)
         try:
             if specs:
@@ -137,6 +156,27 @@ class PluginServers:
     def stop_plugin_servers(self, lp: LoadedPlugin) -> None:
         """Stop a plugin's own MCP servers; their tools leave the registry."""
         self._stop_servers(self._owned_servers(lp))
+
+    def start_released_servers(self, gone: LoadedPlugin) -> None:
+        """After `gone` was unloaded (or replaced by a reload): each server name it asked
+        for that another plugin alone is granted now is that plugin's, and starts unless
+        it runs already (what a fresh start with the plugins loaded now would run)."""
+        if self.mcp is None or gone.manifest is None or not self.config.mcp_enabled:
+            return
+        running = {known["name"] for known in self.mcp.servers()}
+        for server in gone.manifest.mcp_servers:
+            owner = self.mcp_server_owner(server.name)
+            lp = self.plugins.get(owner) if owner is not None else None
+            # Its own new version's servers are `start_plugin_servers`'s to start.
+            if lp is None or owner == gone.id or server.name in running:
+                continue
+            specs = self._plugin_server_specs(lp, only=frozenset({server.name}))
+            try:
+                if specs:
+                    self.mcp.start(specs)
+            except ConfigError as err:  # already running: keep it
+                self.load_errors.append(ConfigError(f"plugin {lp.id}: {err.message}",
+                                                    plugin_id=lp.id))
 
     def _stop_servers(self, names: list[str]) -> None:
         for name in names:

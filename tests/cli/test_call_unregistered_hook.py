@@ -12,6 +12,7 @@ import wasmtime
 from click.testing import CliRunner
 
 from wasmext.testing import guest_wat
+from wasmext_cli.common import EXIT_USAGE
 from wasmext_cli.main import main
 
 UNHANDLED = {"ok": False, "error": {"code": "unhandled", "message": ""}}
@@ -54,8 +55,30 @@ def test_a_setting_error_names_the_plugin_once(tmp_path: Path) -> None:
     (folder / "hello.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
         registration={"hooks": [{"hook": "greet"}], "name": "hello"}))))
     (folder / "plugin.toml").write_text('id = "hello"\nversion = "0.1.0"\n'
-                                        '[settings.greeting]\ndefault = "Hello"\n')
+                                        '[settings.greeting]\ndefault = "Hello"\n'
+                                        '[settings.times]\ntype = "integer"\ndefault = 1\n')
     result = CliRunner().invoke(main, ["call", str(folder), "greet", "--set", "greting=Hi"])
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_USAGE
     assert result.stderr.strip() == ("wasmext: plugin hello: config: unknown setting "
-                                     "'greting'; declared: greeting")
+                                     "'greting'; declared: greeting, times")
+
+
+@pytest.mark.parametrize("pair", ["greting=Hi", "times=many"])
+def test_a_setting_the_manifest_does_not_allow_is_a_usage_error(tmp_path: Path,
+                                                                pair: str) -> None:
+    """`--set` of a setting plugin.toml does not declare (or of a value not of its type)
+    exited 1, as a plugin's failure; it is a bad argument, 2 like every other one, and
+    the plugin is not called."""
+    folder = tmp_path / "hello"
+    folder.mkdir()
+    (folder / "hello.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
+        registration={"hooks": [{"hook": "greet"}], "name": "hello"}))))
+    (folder / "plugin.toml").write_text('id = "hello"\nversion = "0.1.0"\n'
+                                        '[settings.greeting]\ndefault = "Hello"\n'
+                                        '[settings.times]\ntype = "integer"\ndefault = 1\n')
+    result = CliRunner().invoke(main, ["call", str(folder), "greet", "--set", pair])
+    assert result.exit_code == EXIT_USAGE == 2, result.output
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("wasmext: plugin hello: config: ")
+    ok = CliRunner().invoke(main, ["call", str(folder), "greet", "--set", "times=3"])
+    assert ok.exit_code == 0, ok.output

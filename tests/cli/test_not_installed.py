@@ -29,6 +29,7 @@ MISSING = {
     "uninstall": ["uninstall", "ghost", *CFG],
     "state get": ["state", "get", "ghost", "k", *CFG],
     "state rm": ["state", "rm", "ghost", "k", *CFG],
+    "state ls": ["state", "ls", "--plugin", "ghost", *CFG],
     # A plugin folder or bundle named by path, as `call` and `inspect` name one.
     "build": ["build", "ghost"],
     "pack": ["pack", "ghost", "-o", "ghost.wxb"],
@@ -92,3 +93,28 @@ def test_the_installed_plugin_and_bad_usage_are_told_apart(operator: Path) -> No
         assert result.exit_code == 0, (args, result.output)
     refused = CliRunner().invoke(main, ["grant", "kb", "stat", *CFG])  # a typo'd capability
     assert refused.exit_code == EXIT_USAGE
+
+
+def test_state_ls_tells_a_typo_from_a_plugin_with_no_state_or_state_left_behind(
+        operator: Path) -> None:
+    """`state ls --plugin nope` listed nothing and exited 0, as for a plugin with no
+    state. Now an id neither installed nor holding state is not found (1); the
+    installed `kb` with no state lists nothing (0), and the state an uninstalled plugin
+    left behind (`uninstall` without --purge-state) is still listed."""
+    import json
+
+    import msgpack
+
+    from wasmext.state import Scope, SQLiteStore
+
+    with SQLiteStore.in_data_dir(operator / "data") as store:
+        store.set(Scope("gone"), "left", msgpack.packb(1))
+    empty = CliRunner().invoke(main, ["state", "ls", "--plugin", "kb", "--json", *CFG])
+    assert empty.exit_code == 0 and json.loads(empty.stdout) == [], empty.output
+    left = CliRunner().invoke(main, ["state", "ls", "--plugin", "gone", "--json", *CFG])
+    assert left.exit_code == 0, left.output
+    assert [(r["plugin"], r["key"]) for r in json.loads(left.stdout)] == [("gone", "left")]
+    typo = CliRunner().invoke(main, ["state", "ls", "--plugin", "nope", *CFG])
+    assert typo.exit_code == EXIT_NOT_FOUND
+    assert typo.stderr.startswith("wasmext: plugin nope is not installed in ")
+    assert typo.stderr.rstrip().endswith(" and has no stored state")

@@ -87,11 +87,11 @@ def test_config_set_is_checked_saved_and_shown(workspace: Path) -> None:
     assert rows["ratio"]["source"] == "unset"
 
     refused = cli("config", "set", "counter", "count", "many", cwd=workspace)
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # a bad argument, as `call --set` (and click) say it
     assert "setting 'count' must be an integer, not 'many'" in refused.stderr
     assert not (workspace / "data" / "settings.json").exists(), "nothing written"
     unknown = cli("config", "set", "counter", "cuont", "4", cwd=workspace)
-    assert unknown.returncode == 1 and "unknown setting 'cuont'" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown setting 'cuont'" in unknown.stderr
     assert "declared: count, label, ratio, api_token" in unknown.stderr
     nobody = cli("config", "set", "nobody", "count", "4", cwd=workspace)
     assert nobody.returncode == 1 and "plugin nobody is not installed in " in nobody.stderr
@@ -226,7 +226,7 @@ def test_a_string_setting_takes_the_text_as_typed(workspace: Path) -> None:
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout) == value
     wrong = cli("call", str(reader), "test", "--set", "count=many", cwd=workspace)
-    assert wrong.returncode == 1 and "setting 'count' must be an integer" in wrong.stderr
+    assert wrong.returncode == 2 and "setting 'count' must be an integer" in wrong.stderr
     assert cli("config", "set", "counter", "label", "1234", cwd=workspace).returncode == 0
     rows = {s["name"]: s for s in listed(workspace)["counter"]["settings"]}
     assert rows["label"]["value"] == "1234" and rows["count"]["value"] == 3

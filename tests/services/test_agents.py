@@ -422,3 +422,41 @@ def test_timed_out_runs_keep_their_slots_so_threads_stay_bounded(host: Host) -> 
             time.monotonic() < deadline:
         time.sleep(0.01)
     healthy(host)  # the slots came back with their threads
+
+
+@pytest.mark.parametrize("op", ["agents.request", "agents.send"])
+def test_a_run_whose_thread_the_os_refuses_says_so_and_gives_its_slot_back(
+        host: Host, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        op: str) -> None:
+    """An agent run whose thread the OS would not start ("can't start new thread") was
+    answered "the host is closing", which it was not. Now it is AgentRunNotStarted,
+    `unavailable` "could not start a thread for the agent run", logged for the operator;
+    every refused run gives its slot back (ten refusals, over the plugin's share of four,
+    are never `limit`), and runs start again once threads do."""
+    from wasmext.errors import AgentRunNotStarted, OpError
+    from wasmext.services.agents import _Runs
+
+    start = threading.Thread.start
+
+    def refuse_agent_threads(thread: threading.Thread) -> None:
+        if thread.name.startswith("wasmext-agent-"):
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_agent_threads)
+    with pytest.raises(AgentRunNotStarted) as info:
+        _Runs("wasmext-agent").submit(lambda: None)
+    assert isinstance(info.value, OpError) and info.value.code == "unavailable"
+
+    plugin = add(host, "asker", {"op": op, "agent": "echo", "input": 1}, {"agents:echo"})
+    with caplog.at_level("WARNING", logger="wasmext.services.agents"):
+        for _ in range(10):
+            message = refused(plugin, "unavailable", 2)
+            assert message.startswith("could not start a thread for the agent run"), message
+            assert "closing" not in message
+    said = [r for r in caplog.records if r.name == "wasmext.services.agents"]
+    assert said and "agent echo for plugin asker: could not start a thread" in \
+        said[0].getMessage()
+    assert said[0].plugin_id == "asker" and said[0].hook == "turn"  # type: ignore[attr-defined]
+    monkeypatch.setattr(threading.Thread, "start", start)
+    healthy(host)  # no slot was kept by a run that never started

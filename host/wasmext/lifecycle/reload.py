@@ -79,6 +79,9 @@ class Rescannable(Protocol):
     def stop_plugin_servers(self, lp: LoadedPlugin) -> None:
         """Stop a plugin's own MCP servers; their tools leave the registry."""
         ...
+    def start_released_servers(self, gone: LoadedPlugin) -> None:
+        """Start the servers `gone` contested that another plugin alone is granted now."""
+        ...
 
 
 @dataclass
@@ -153,6 +156,8 @@ def rescan(host: Rescannable) -> RescanReport:
                 continue
             (report.reloaded if old is not None else report.added).append(pid)
             host.start_plugin_servers(new)
+            if old is not None:  # a reload that dropped its grant frees a contested name
+                host.start_released_servers(old)
         del host.load_errors[:-1000]
     if report.changed:
         log.info("rescan: added %s, reloaded %s, removed %s", report.added or "-",

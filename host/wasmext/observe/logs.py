@@ -34,6 +34,8 @@ __all__ = [
 REDACTED = "***"
 # Always present in a JSON line (null when the record does not carry them).
 CONTEXT_FIELDS = ("plugin_id", "session", "hook", "outcome")
+# A plugin's `trace` lines (sandbox.pluginlog), below DEBUG: named, not "level 5".
+TRACE = 5
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message", "asctime", "taskName"}
 _MAX_DEPTH = 8
@@ -84,7 +86,8 @@ class JsonFormatter(logging.Formatter):
         stamp = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
         doc: dict[str, Any] = {
             "ts": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record.levelname.lower(), "logger": record.name,
+            "level": "trace" if record.levelno == TRACE else record.levelname.lower(),
+            "logger": record.name,
             "msg": record.getMessage()}
         extra = _extras(record)
         for name in CONTEXT_FIELDS:

@@ -123,7 +123,7 @@ class PluginLog:
             frame.logged += 1
             self._store("warn", f"log cap reached: a call may write {self.max_lines} lines, "
                                 "the rest of this call's are dropped (counted as capped)",
-                        "log")
+                        "log", frame)
 
     def append(self, level: int | str, raw: bytes, source: str = "log") -> None:
         """Store and log one guest line, unless its call is over the line cap."""
@@ -137,14 +137,23 @@ class PluginLog:
         name = level_name(level)
         text = clean_bytes_capped(self.redact(decode(raw, self.max_line_bytes)),
                                   self.max_line_bytes)
-        self._store(name, text, source)
+        self._store(name, text, source, frame)
 
-    def _store(self, name: str, text: str, source: str) -> None:
+    def _store(self, name: str, text: str, source: str,
+               frame: calltree.Frame | None = None) -> None:
         if len(self.lines) == self.lines.maxlen:
             self.dropped += 1
         self.lines.append(LogLine(time.time(), name, source, text))
-        self._logger.log(_PY_LEVELS[name], "%s", text,
-                         extra={"plugin_id": self.plugin_id, "source": source})
+        level = _PY_LEVELS[name]
+        if not self._logger.isEnabledFor(level):  # nobody listens: no record to build
+            return
+        extra = {"plugin_id": self.plugin_id, "source": source}
+        # Written during a hook call: the call's session and hook, as the host set them
+        # (`CallContext`), for the log record's context fields (observe.logs).
+        ctx = getattr(frame.guest, "ctx", None) if frame is not None else None
+        if ctx is not None and ctx.plugin_id == self.plugin_id:
+            extra["session"], extra["hook"] = ctx.session, ctx.hook
+        self._logger.log(level, "%s", text, extra=extra)
 
     def stream_writer(self, source: str) -> StreamCapture:
         """A writer for one WASI stream of an instance."""

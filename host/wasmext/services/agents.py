@@ -46,6 +46,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from wasmext.errors import AgentRunNotStarted
 from wasmext.sandbox import callscope, calltree
 from wasmext.sandbox.callscope import CallScope
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
@@ -133,7 +134,8 @@ class _Runs:
         self._closed = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
-        """`fn(*args)` on a new daemon thread; RuntimeError once shut down."""
+        """`fn(*args)` on a new daemon thread; RuntimeError once shut down,
+        AgentRunNotStarted when the OS will not start the thread."""
         if self._closed:
             raise RuntimeError("cannot run agents after shutdown")
         future: Future[Any] = Future()
@@ -150,8 +152,13 @@ class _Runs:
             else:
                 future.set_result(result)
 
-        threading.Thread(target=work, daemon=True,
-                         name=f"{self.name}-{next(self._numbers)}").start()
+        thread = threading.Thread(target=work, daemon=True,
+                                  name=f"{self.name}-{next(self._numbers)}")
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread": a host limit, not a close
+            raise AgentRunNotStarted("could not start a thread for the agent run "
+                                     f"({clean(str(exc), 200)})") from exc
         return future
 
     def shutdown(self, wait: bool = False, *, cancel_futures: bool = True) -> None:
@@ -330,6 +337,12 @@ class AgentRegistry:
 
         try:
             future = self._pool.submit(contextvars.copy_context().run, run_agent)
+        except AgentRunNotStarted as err:
+            finish()
+            # The host's trouble (its thread limit), which the operator must learn of.
+            log.warning("agent %s for plugin %s: %s", name, pid, err.message,
+                        extra={"plugin_id": pid, "session": ctx.session, "hook": ctx.hook})
+            raise
         except RuntimeError:  # the pool was shut down
             finish()
             raise OpError("unavailable", "the host is closing") from None
