@@ -372,11 +372,13 @@ def cost_report(stats: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, A
     if _RSS:
         ratio = _RSS["copy"] / max(_RSS["instance"], 1.0)
         ok = ratio <= RSS_AT_MOST
-        label = f"RSS per extra pii-mask copy vs per instance ({_RSS['copy'] / 1024:.0f} KiB)"
+        label = (f"RSS per extra pii-mask copy vs per instance, serving "
+                 f"({_RSS['copy'] / 1024:.0f} KiB)")
         lines.append(f"  [{'PASS' if ok else 'FAIL'}] {label:<50} {ratio:6.2f}x"
                      f"  (<= {RSS_AT_MOST:g}x)")
         out["rss_per_copy"] = {"label": label, "copy_bytes": round(_RSS["copy"]),
                                "instance_bytes": round(_RSS["instance"]),
+                               "registered_instance_bytes": round(_RSS.get("registered", 0)),
                                "ratio": round(ratio, 3), "at_most": RSS_AT_MOST, "pass": ok}
     if DISTINCT:
         ratio = DISTINCT["plugin"] / max(DISTINCT["bare"], 1.0)

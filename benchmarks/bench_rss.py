@@ -5,9 +5,11 @@ freed too much to attribute a page to anything): load one copy of a plugin
 folder, then `N` more copies under other ids, then `N` more instances of the
 first copy (each registered, as a copy's first instance is). Each copy is
 called once, so that one whose registration was shared has started its
-instance too. The figures are the resident-set growth per serving copy and per
-instance; identical copies share the compiled code, so a copy should cost about
-what an instance costs.
+instance too, and so is each extra instance: a call touches pages registering
+does not (the guest's heap and stack, and with the instance pool a page of its
+table's slot). The figures are the resident-set growth per serving copy and per
+serving instance (and per instance only registered); identical copies share the
+compiled code, so a copy should cost about what an instance costs.
 """
 
 from __future__ import annotations
@@ -65,14 +67,19 @@ with Runtime(cache=CompileCache(cache / "modules", cache / "key")) as rt:
         copy.call("on_plain_text", "warm up")
     after_copies = rss()
     instances = [first.new_instance() for _ in range(n)]
+    registered = rss()
+    for instance in instances:  # serving, as each copy is
+        instance.call("on_plain_text", "warm up")
     after_instances = rss()
     print(json.dumps({"copy": (after_copies - before) / n,
-                      "instance": (after_instances - after_copies) / n}))
+                      "instance": (after_instances - after_copies) / n,
+                      "registered": (registered - after_copies) / n}))
 """
 
 
 def measure(folder: Path, cache_dir: Path, root: Path) -> dict[str, float] | None:
-    """{"copy": bytes per extra copy, "instance": bytes per extra instance}, or None
+    """{"copy": bytes per extra copy, "instance": bytes per extra instance, both having
+    served a call, "registered": per extra instance not called yet}, or None
     where /proc/self/statm does not exist (not Linux)."""
     return run_rss_script(_SCRIPT, [str(folder), str(cache_dir), str(COPIES)], root)
 
