@@ -48,8 +48,8 @@ def test_a_registered_hooks_own_unhandled_answer_is_left_as_the_plugin_gave_it(
         assert line.endswith("registers no hook 'greet' (its hooks: none)")
 
 
-def test_a_setting_error_names_the_plugin_once(tmp_path: Path) -> None:
-    """`--set greting=Hi` said `plugin hello: config: plugin hello: unknown setting`."""
+def _greeter(tmp_path: Path) -> Path:
+    """A plugin folder `hello` registering `greet`, declaring settings greeting and times."""
     folder = tmp_path / "hello"
     folder.mkdir()
     (folder / "hello.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
@@ -57,6 +57,12 @@ def test_a_setting_error_names_the_plugin_once(tmp_path: Path) -> None:
     (folder / "plugin.toml").write_text('id = "hello"\nversion = "0.1.0"\n'
                                         '[settings.greeting]\ndefault = "Hello"\n'
                                         '[settings.times]\ntype = "integer"\ndefault = 1\n')
+    return folder
+
+
+def test_a_setting_error_names_the_plugin_once(tmp_path: Path) -> None:
+    """`--set greting=Hi` said `plugin hello: config: plugin hello: unknown setting`."""
+    folder = _greeter(tmp_path)
     result = CliRunner().invoke(main, ["call", str(folder), "greet", "--set", "greting=Hi"])
     assert result.exit_code == EXIT_USAGE
     assert result.stderr.strip() == ("wasmext: plugin hello: config: unknown setting "
@@ -69,13 +75,7 @@ def test_a_setting_the_manifest_does_not_allow_is_a_usage_error(tmp_path: Path,
     """`--set` of a setting plugin.toml does not declare (or of a value not of its type)
     exited 1, as a plugin's failure; it is a bad argument, 2 like every other one, and
     the plugin is not called."""
-    folder = tmp_path / "hello"
-    folder.mkdir()
-    (folder / "hello.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
-        registration={"hooks": [{"hook": "greet"}], "name": "hello"}))))
-    (folder / "plugin.toml").write_text('id = "hello"\nversion = "0.1.0"\n'
-                                        '[settings.greeting]\ndefault = "Hello"\n'
-                                        '[settings.times]\ntype = "integer"\ndefault = 1\n')
+    folder = _greeter(tmp_path)
     result = CliRunner().invoke(main, ["call", str(folder), "greet", "--set", pair])
     assert result.exit_code == EXIT_USAGE == 2, result.output
     assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
