@@ -72,9 +72,11 @@ def classify(exc: BaseException, what: str, limits: Limits, ctx: CallContext,
     if what == "instantiate" and not isinstance(exc, wasmtime.Trap) and \
             text.startswith(POOL_FULL):
         # wasmtime's pooling allocator had no free slot: the host's capacity.
+        # The operator's way out is in the line: the pool is theirs to size.
         return InstancePoolFull(f"no free instance slot ({text}): more instances alive "
-                                "at once than [host] instance_pool", plugin_id=pid,
-                                hook=hook)
+                                "at once than [host] instance_pool allows; raise it, or "
+                                "set it to 0 to map each instance on demand",
+                                plugin_id=pid, hook=hook)
     if at_memory_cap:
         return MemoryLimitExceeded(f"{what} failed at the {limits.memory_bytes}-byte "
                                    f"memory cap ({text})", plugin_id=pid, hook=hook)
