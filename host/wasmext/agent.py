@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wasmext.errors import ConfigError, HookAborted, PipelineError
+from wasmext.errors import ConfigError, HookAborted, InstancePoolFull, PipelineError
 from wasmext.hooks.extensions import parse_requests, requestable
 from wasmext.hooks.messages import new_message, wire
 from wasmext.hooks.pipeline import Policy
@@ -152,7 +152,8 @@ class Agent:
                 "(--no-builtin-tools)") from err
 
     def run_turn(self, session: Session, index: int, user: str) -> TurnReport:
-        """Run one user turn through the session's hooks; an abort is reported, not raised."""
+        """Run one user turn through the session's hooks; an abort (or a full instance pool)
+        is reported, not raised."""
         report = TurnReport(user)
         if not session.context.get("agent_name"):
             session.context["agent_name"] = self.name
@@ -160,7 +161,9 @@ class Agent:
         session.trace.note("turn", f"begin turn {index}", user[:80])
         try:
             self._turn(session, index, user, report)
-        except (HookAborted, PipelineError) as err:
+        except (HookAborted, PipelineError, InstancePoolFull) as err:
+            # A full instance pool is the host's capacity, not the session's end: the
+            # turn says so and the next turn runs once a slot is free.
             report.aborted, report.finish_reason = err.describe(), "error"
             session.trace.note("turn", "abort", err.describe(), err.plugin_id)
         return report

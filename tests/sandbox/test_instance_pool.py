@@ -102,6 +102,8 @@ def test_a_full_pool_is_the_hosts_limit_and_not_the_plugins_fault() -> None:
                 plugin.new_instance()
             assert time.monotonic() - started < 2
             assert "instance_pool" in str(caught.value)
+            # It says what the operator can do about it, not only what happened.
+            assert "raise it, or set it to 0" in str(caught.value)
             assert caught.value.plugin_id == "crowded"
         assert not plugin.quarantined  # ten refusals, none counted against the plugin
         assert plugin.call("test").value == "alive"  # its idle instance still answers
@@ -217,3 +219,35 @@ def test_faulted_instances_give_their_slot_back_without_the_collector(where: str
             assert healthy.new_instance().call("test", None).value == "alive"
     finally:
         gc.enable()
+
+
+def test_an_agent_turn_the_pool_cannot_serve_is_aborted_and_the_next_turn_runs(
+        tmp_path: Path) -> None:
+    # `wasmext run` plays every turn: a full pool ends the turn it hit, with the way out
+    # in its line, not the whole session (which lost every turn's trace and exited 1).
+    from wasmext.agent import Agent
+    from wasmext.models import ReplayModel, Transcript
+
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ninstance_pool = 2\ndata_dir = "data"\n[state]\nbackend = "memory"\n')
+    model = ReplayModel(Transcript({"model": "replay", "system": "s", "turns": [
+        {"user": "one", "steps": [{"response": "first"}]},
+        {"user": "two", "steps": [{"response": "second"}]}]}))
+    with Host(load_config(tmp_path / "wasmext.toml"), plugin_dirs=[]) as host:
+        host.add(bytes(wasmtime.wat2wasm(guest_wat(
+            response={"ok": True, "value": "plain"},
+            registration={"hooks": [{"hook": "on_plain_text"}]}))), plugin_id="plain")
+        plugin = host.plugins["plain"].plugin
+        assert isinstance(plugin, Plugin)
+        plugin.close()  # its idle instance goes: the turn's call must start one
+        held = [plugin.new_instance() for _ in range(2)]
+        agent = Agent(host, model, tools={})
+        with host.session() as s:
+            full = agent.run_turn(s, 0, "one")
+            assert full.finish_reason == "error" and full.aborted is not None
+            assert "instance pool full" in full.aborted
+            assert "raise it, or set it to 0" in full.aborted
+            held.clear()
+            after = agent.run_turn(s, 1, "two")
+        assert after.aborted is None and after.response == "second"
+        assert not host.faults and not plugin.quarantined
