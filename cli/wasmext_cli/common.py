@@ -208,6 +208,18 @@ def unmet_config(host: Any) -> list[str]:
     return notes
 
 
+def load_error_lines(host: Any) -> list[str]:
+    """The host's load errors as the lines commands print: `not loaded: ...` for a plugin
+    the host does not have, `error: ...` for one it loaded that still has a problem (an
+    MCP server of its own it may not run, a reload that failed and kept the old one)."""
+    lines = []
+    for err in host.load_errors:
+        text = _line(err.describe().removeprefix("wasmext: "))
+        loaded = err.plugin_id is not None and err.plugin_id in host.plugins
+        lines.append(f"{'error' if loaded else 'not loaded'}: {text}")
+    return lines
+
+
 def _host(config: Path | None, plugin_dirs: tuple[Path, ...],
           credential_env: tuple[str, ...] = (), instance_id: str | None = None) -> Any:
     """The host of a command; `credential_env`: variables the command itself reads as

@@ -18,6 +18,7 @@ from wasmext_cli.common import (
     _default_config,
     _fail,
     _host,
+    load_error_lines,
     started,
 )
 from wasmext_cli.group import error_line
@@ -153,11 +154,17 @@ def ls(config: Path | None, as_json: bool) -> None:
         if not host.config.mcp_enabled:
             servers = [{"name": s.name, "transport": s.transport, "status": "disabled (mcp off)",
                         "tools": []} for s in host.config.mcp_servers]
+        # Why a plugin's own server is not here (no grant, a contested name) is a load
+        # error: without it the operator read "none configured" and nothing else.
+        problems = load_error_lines(host)
+    for line in problems:
+        click.echo(line, err=True)
     if as_json:
         click.echo(json.dumps(servers, indent=2))
         return
     if not servers:
-        click.echo("no MCP servers configured ([mcp.servers.NAME] in wasmext.toml)")
+        click.echo("no MCP servers configured ([mcp.servers.NAME] in wasmext.toml, or a "
+                   "plugin's own with the grant mcp-server:NAME)")
     for server in servers:
         click.echo(f"{server['name']:<16} {server['transport']:<6} {server['status']}")
         for tool in server["tools"]:

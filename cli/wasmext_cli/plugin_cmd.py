@@ -32,6 +32,7 @@ from wasmext_cli.common import (
     _line,
     absolute_fs_grant,
     echo_plugin_logs,
+    load_error_lines,
     looked_in,
     must_exist,
     not_found,
@@ -341,9 +342,11 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                    for lp in host.plugins.values()]
         disabled = [{"id": pid, "source": "-", "failure": "-", "digest": None,
                      "enabled": False} for pid in sorted(host.disabled)]
-        errors = [err.describe() for err in host.load_errors] + [
-            f"{pid}: a [remote] plugin, and no NATS server to ask its worker "
-            "([nats] url or WASMEXT_NATS_URL)" for pid in unreached]
+        unasked = [f"{pid}: a [remote] plugin, and no NATS server to ask its worker "
+                   "([nats] url or WASMEXT_NATS_URL)" for pid in unreached]
+        errors = [err.describe() for err in host.load_errors] + unasked
+        error_lines = load_error_lines(host) + [f"not loaded: {_line(line)}"
+                                                for line in unasked]
         warnings = unmet_config(host)
     if as_json:
         _echo_json({"plugins": plugins + disabled, "order": order, "errors": errors,
@@ -366,8 +369,8 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
             for s in p["settings"]:
                 click.echo(_line(f"  {p['id']}.{s['name']} = {_dumps(s['value'])} "
                                  f"({s['source']}{', sensitive' if s['sensitive'] else ''})"))
-    for line in errors:
-        click.echo(f"not loaded: {_line(line.removeprefix('wasmext: '))}", err=True)
+    for line in error_lines:
+        click.echo(line, err=True)
     for note in warnings:
         click.echo(f"warning: {note}", err=True)
     if config is None and not plugin_dirs:

@@ -18,7 +18,7 @@ from wasmext import Host, Session
 from wasmext.agent import TurnReport
 from wasmext.errors import WasmextError
 from wasmext.text import clean_lines, clean_tree, json_safe
-from wasmext_cli.common import _line, unmet_config
+from wasmext_cli.common import _line, load_error_lines, unmet_config
 
 TEXT_CAP = 16384
 
@@ -54,8 +54,8 @@ def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: 
         return
     names = ", ".join(sorted(host.plugins)) or "none"
     click.echo(_line(f"session {session.id}  plugins: {names}"))
-    for err in host.load_errors:
-        click.echo(f"  not loaded: {_line(err.describe().removeprefix('wasmext: '))}")
+    for line in load_error_lines(host):
+        click.echo(f"  {line}")
     for note in unmet_config(host):
         click.echo(f"  warning: {note}")
     for turn in earlier:  # a resumed session shows its earlier turns' extension results

@@ -92,11 +92,13 @@ class PluginServers:
             claimants = self.mcp_server_claimants(server.name)
             if f"mcp-server:{server.name}" not in lp.plugin.grants:
                 problem = (f"plugin {lp.id} asks for MCP server {server.name!r} without the "
-                           f"grant 'mcp-server:{server.name}'")
+                           f"grant 'mcp-server:{server.name}' (to run it: wasmext grant "
+                           f"{lp.id} mcp-server:{server.name})")
             elif self.mcp_server_owner(server.name) != lp.id and len(claimants) > 1:
                 problem = (f"plugin {lp.id}: MCP server {server.name!r} is granted to the "
                            f"plugins {', '.join(claimants)}, so none of them runs it "
-                           f"(grant 'mcp-server:{server.name}' to one of them)")
+                           f"(keep the grant for one of them: wasmext revoke ID "
+                           f"mcp-server:{server.name} for each other)")
             elif self.mcp_server_owner(server.name) != lp.id:
                 problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
             else:

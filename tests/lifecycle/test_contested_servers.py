@@ -107,3 +107,51 @@ def test_a_rescan_that_leaves_one_claimant_starts_its_server(tmp_path: Path) -> 
         assert host.mcp_server_owner("side") == "alpha"
         assert clients.status("side") == "connected"
         assert host.tools.execute("side__add", {"a": 2, "b": 3})["status"] == "ok"
+
+
+def test_the_operator_sees_a_contested_server_on_loaded_plugins_with_the_way_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wasmext run` said `not loaded:` of two plugins its session header listed as
+    loaded, `mcp ls` said only "no MCP servers configured", and the line told the operator
+    to grant what both already held. Now: `error:` of the loaded plugins, the contest on
+    `mcp ls`'s stderr, and the revoke that resolves it."""
+    from click.testing import CliRunner
+
+    from wasmext_cli.main import main
+
+    plugins = tmp_path / "plugins"
+    for pid in ("alpha", "beta"):
+        asker(plugins, pid)
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+    (tmp_path / "t.json").write_text(json.dumps(
+        {"turns": [{"user": "hi", "steps": [{"response": "hello"}]}]}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    runner = CliRunner()
+    for pid in ("alpha", "beta"):
+        assert runner.invoke(main, ["grant", pid, "mcp-server:side"]).exit_code == 0
+
+    ran = runner.invoke(main, ["run", "t.json"])
+    assert ran.exit_code == 0, ran.output
+    assert "plugins: alpha, beta" in ran.stdout
+    assert "not loaded" not in ran.stdout
+    way_out = "wasmext revoke ID mcp-server:side for each other"
+    for pid in ("alpha", "beta"):
+        assert f"  error: plugin {pid}: config: MCP server 'side' is granted to the " \
+            f"plugins alpha, beta, so none of them runs it" in ran.stdout
+    assert way_out in ran.stdout
+
+    listed = runner.invoke(main, ["mcp", "ls"])
+    assert listed.exit_code == 0, listed.output
+    assert sum(line.startswith("error: plugin ") and way_out in line
+               for line in listed.stderr.splitlines()) == 2
+    assert "or a plugin's own with the grant mcp-server:NAME" in listed.stdout
+
+    # One revoke later only beta asks without the grant, and is told which one to give.
+    assert runner.invoke(main, ["revoke", "beta", "mcp-server:side"]).exit_code == 0
+    listed = runner.invoke(main, ["mcp", "ls"])
+    assert "error: plugin beta: config: plugin beta asks for MCP server 'side' without " \
+        "the grant 'mcp-server:side' (to run it: wasmext grant beta mcp-server:side)" \
+        in listed.stderr
+    assert "alpha, beta" not in listed.stderr
