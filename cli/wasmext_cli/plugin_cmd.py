@@ -220,7 +220,7 @@ def inspect(plugin: Path, as_json: bool) -> None:
                 manifest = load_folder(plugin)
                 info["manifest_digest"] = manifest.source_digest
                 # What it asks for, for the operator to weigh before `wasmext grant`.
-                info["capabilities"] = list(manifest.capabilities)
+                info["capabilities"] = list(manifest.asks_for)
                 info["settings"] = declared_settings(manifest)
         except WasmextError as err:
             _fail(err)
@@ -245,7 +245,7 @@ def inspect(plugin: Path, as_json: bool) -> None:
         click.echo(f"          {more}")
     if "capabilities" in info:
         click.echo(f"asks for  {_line(', '.join(info['capabilities']) or '-')} "
-                   "(manifest capabilities; granted only by the operator)")
+                   "(manifest capabilities and MCP servers; granted only by the operator)")
         if "fs" in info["capabilities"] and info.get("backend") == "component":
             click.echo("          a component sees a granted folder read-only, even "
                        "granted rw (the [fs] quota cannot bound its writes)")
@@ -336,7 +336,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
                  for hook, entries in host.order_table().items()}
         plugins = [{"id": lp.id, "source": lp.source, "failure": lp.failure,
                     "digest": f"sha256:{lp.plugin.module.info.digest}", "enabled": True,
-                    "capabilities": list(lp.manifest.capabilities) if lp.manifest else [],
+                    "capabilities": list(lp.manifest.asks_for) if lp.manifest else [],
                     "grants": sorted(lp.plugin.grants),
                     **({"settings": host.settings_of(lp.id)} if show_settings else {})}
                    for lp in host.plugins.values()]

@@ -156,6 +156,14 @@ class Manifest:
         return dataclasses.replace(self, mcp_servers=servers)
 
     @property
+    def asks_for(self) -> tuple[str, ...]:
+        """What the plugin asks the operator to grant: its `capabilities`, then
+        `mcp-server:NAME` for each MCP server it declares (it runs only with that grant)."""
+        servers = tuple(f"mcp-server:{s.name}" for s in self.mcp_servers
+                        if f"mcp-server:{s.name}" not in self.capabilities)
+        return self.capabilities + servers
+
+    @property
     def wasm_name(self) -> str:
         """The module's file name (default: the plugin id with .wasm)."""
         return self.wasm or f"{self.id}.wasm"

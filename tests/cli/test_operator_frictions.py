@@ -171,6 +171,19 @@ def test_inspect_and_list_show_the_capabilities_a_manifest_declares(tmp_path: Pa
     assert asks == {"kb": ["state", "http:api.example.com"], "keep": []}
 
 
+def test_an_mcp_server_a_manifest_declares_is_asked_for(tmp_path: Path) -> None:
+    """A manifest's [mcp.servers.side] runs only with the grant mcp-server:side, yet
+    inspect and list said `asks for -`: the operator had nothing telling them to grant it."""
+    write_plugin(tmp_path / "plugins", "side", 'capabilities = ["state"]\n'
+                 '[mcp.servers.side]\ncommand = "true"\n')
+    text = cli("inspect", str(tmp_path / "plugins" / "side"), cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "asks for  state, mcp-server:side (manifest capabilities and MCP servers" \
+        in text.stdout
+    plugins = json.loads(cli("list", "--json", "--plugins", "plugins", cwd=tmp_path).stdout)
+    assert [p["capabilities"] for p in plugins["plugins"]] == [["state", "mcp-server:side"]]
+
+
 # --- mcp serve with nothing to serve --------------------------------------------------------
 
 def test_mcp_serve_with_nothing_to_serve_says_so(tmp_path: Path) -> None:
