@@ -86,6 +86,10 @@ def ls(config: Path | None, plugin: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:  # an empty stdout alone left the operator guessing where it looked
+        whose = f" of plugin {_line(plugin, 64)}" if plugin is not None else ""
+        click.echo(f"no stored state{whose} (state backend {cfg.state_backend}, data_dir "
+                   f"{_line(str(cfg.data_dir))})", err=True)
     for row in rows:  # plugin, session and key were chosen by plugins: one inert line each
         click.echo(f"{_line(row['plugin'], 64):<18} {_line(row['session'] or '(global)', 64):<16} "
                    f"{_line(row['key'], 128):<24} "

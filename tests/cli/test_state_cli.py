@@ -76,3 +76,23 @@ def test_an_export_reads_back_by_its_own_name(tmp_path: Path) -> None:
         fmt = ["--format", "msgpack"] if name.endswith(".bin") else []
         done = wasmext("import", *fmt, source, cwd=other)
         assert done.stdout.strip() == "imported 1 entries", done.stderr
+
+
+def test_an_empty_listing_says_so_and_where_it_looked(tmp_path: Path) -> None:
+    """`state ls` with nothing stored printed nothing at all, exit 0: the operator could
+    not tell an empty store from one it did not look in."""
+    (tmp_path / "wasmext.toml").write_text('[host]\ndata_dir = "data"\n[plugins]\n'
+                                           'workspace_dir = "plugins"\n')
+    (tmp_path / "plugins" / "kb").mkdir(parents=True)
+    (tmp_path / "plugins" / "kb" / "plugin.toml").write_text('id = "kb"\nversion = "1"\n')
+    empty = wasmext("ls", cwd=tmp_path)
+    assert empty.returncode == 0 and empty.stdout == ""
+    assert empty.stderr.strip() == "no stored state (state backend sqlite, data_dir data)"
+    mine = wasmext("ls", "--plugin", "kb", cwd=tmp_path)
+    assert mine.returncode == 0 and mine.stdout == ""
+    assert mine.stderr.strip().startswith("no stored state of plugin kb (")
+    assert json.loads(wasmext("ls", "--json", cwd=tmp_path).stdout) == []  # stays quiet
+    with SQLiteStore.in_data_dir(tmp_path / "data") as store:
+        store.set(Scope("kb"), "total", msgpack.packb(7))
+    full = wasmext("ls", cwd=tmp_path)
+    assert "total" in full.stdout and full.stderr == ""
