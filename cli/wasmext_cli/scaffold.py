@@ -72,12 +72,16 @@ replacing the folder). Its README describes the API.{native}
 '''
 
 NATIVE = {
+    # The build extra brings zig and componentize-py only: a language whose compiler
+    # comes from elsewhere says which and how, or the first `wasmext build` is a surprise.
     "rust": "\n\n`Cargo.toml` makes this a cargo project: `cargo check` and rust-analyzer "
-            "work here.",
+            "work here.\n\nBuilding needs rustc with the wasm32-unknown-unknown standard "
+            "library (not from pip): `rustup target add wasm32-unknown-unknown`.",
     "go": "\n\n`go.mod` requires the SDK module (replaced by ./wasmext-sdk): `go vet ./...` "
-          "works.",
+          "works.\n\nBuilding needs Go 1.24 or newer on PATH (not from pip).",
     "assemblyscript": "\n\n`package.json` lists the SDK and the compiler: `npm install` "
-                      "fetches them (`wasmext build` runs it when node_modules is missing).",
+                      "fetches them (`wasmext build` runs it when node_modules is missing; "
+                      "node 18+ and npm are not from pip).",
     "zig": "\n\n`build.zig` builds the same module with `zig build` (zig-out/bin/).",
     "c": "\n\n`compile_flags.txt` points clangd at the SDK header.",
     "python": "\n\nBuilding needs componentize-py: `pip install 'wasmext[build]'`.",

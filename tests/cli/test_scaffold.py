@@ -71,9 +71,13 @@ def test_scaffold_is_a_native_project(tmp_path: Path, lang: str) -> None:
     assert "wasmext_cli" not in test_source and "from wasmext.testing import" in test_source
     # The SDK's own examples and tests stay out of the vendored copy.
     assert not (project / "wasmext-sdk" / "examples").exists()
+    readme = (project / "README.md").read_text()
     if lang == "rust":
         assert 'wasmext = { path = "wasmext-sdk" }' in (project / "Cargo.toml").read_text()
+        # The compiler pip does not bring is named with how to get it.
+        assert "rustup target add wasm32-unknown-unknown" in readme
     if lang == "go":
+        assert "Go 1.24 or newer" in readme
         assert "replace wasmext.dev/wasmext => ./wasmext-sdk" in (project / "go.mod").read_text()
     if lang == "assemblyscript":
         deps = json.loads((project / "package.json").read_text())["dependencies"]
