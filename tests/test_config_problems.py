@@ -162,6 +162,44 @@ def test_each_section_problem_alone_names_its_field_and_reason(tmp_path: Path) -
 
 
 
+@pytest.mark.parametrize(("text", "fld", "why"), [
+    ("[host]\ninstance_pol = 2\n", "host.instance_pol",
+     "unknown field; did you mean 'instance_pool'?"),
+    ("[hots]\n", "hots", "unknown field; did you mean 'host'?"),
+    ("[plugin.kb]\nsetings = {}\n", "plugin.kb.setings",
+     "unknown field; did you mean 'settings'?"),
+    ('[mcp.servers.x]\ncommand = "true"\ncomand = "t"\n', "mcp.servers.x.comand",
+     "unknown field; did you mean 'command'?"),
+    ("[limits]\nfuel = 3\n", "limits.fuel", "unknown field; did you mean 'fuel_per_call'?"),
+    ('[agents.rev]\nsystem = "s"\ntimeout_ms = 5\n', "agents.rev.timeout_ms",
+     "unknown field (known: factory, max_tokens, model, system, target)"),
+    ("[host]\nzzzzzzzzzzzz = 1\n", "host.zzzzzzzzzzzz", "unknown field (known: auto_enable,"),
+    ('[grants.kb]\ndigest = "sha256:' + "0" * 64 + '"\n"" = 1\n', 'grants.kb.""',
+     "unknown field (known: capabilities, digest, manifest)")])
+def test_an_unknown_field_names_the_field_meant_or_those_there_are(
+        tmp_path: Path, text: str, fld: str, why: str) -> None:
+    """A typo was `unknown field` and nothing else: the operator had to find the section's
+    fields in the docs. The field it is near is named, else the table's fields."""
+    path = tmp_path / "wasmext.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    problems = dict(caught.value.problems)
+    assert problems[fld].startswith(why), problems
+
+
+def test_a_hostile_unknown_key_stays_bounded_and_inert(tmp_path: Path) -> None:
+    path = tmp_path / "wasmext.toml"
+    path.write_text('[host]\n"' + "instance_pool\\u001b[31m" * 5000 + '" = 1\n')
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert time.monotonic() - started < 3
+    [(fld, why)] = caught.value.problems
+    assert len(fld) <= FIELD_CAP and len(why) <= REASON_CAP
+    assert not any(is_unsafe(c) for c in fld + why) and "\x1b" not in caught.value.message
+
+
 @pytest.mark.parametrize(("written", "why"), [
     ("htttp", "the item is not a capability; did you mean 'http'?"),
     ("fs", "the item grants nothing without what it names; write fs:<absolute folder>"),

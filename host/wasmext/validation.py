@@ -14,18 +14,21 @@ message (pydantic's `input` is dropped: it may be a token).
 
 from __future__ import annotations
 
+import difflib
+from collections import abc
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from types import UnionType
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, Union, get_args, get_origin
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from wasmext.errors import ConfigError
 from wasmext.text import clean
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel, ValidationInfo
+    from pydantic import ValidationInfo
 
 __all__ = ["FIELD_CAP", "KEPT", "REASON_CAP", "SECTION", "SHOWN", "SOURCE_CAP", "Count",
            "Nonnegative", "Seconds", "check", "config_error", "context_path", "problem",
@@ -101,16 +104,76 @@ def _reason(err: Mapping[str, Any]) -> str:
     return clean(text or str(kind), REASON_CAP)
 
 
-def problems_of(exc: ValidationError, prefix: str = "", limit: int = KEPT
-                ) -> list[tuple[str, str]]:
-    """(field path, reason) for the first `limit` problems pydantic found, cleaned and capped."""
+def _model_in(annotation: Any) -> Any:
+    """`annotation` without Optional and Annotated around it: a model, a container or a
+    plain type."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, UnionType):
+            inner = [a for a in get_args(annotation) if a is not type(None)]
+            if len(inner) != 1:
+                return annotation
+            annotation = inner[0]
+        else:
+            return annotation
+
+
+def _fields_at(model: Any, loc: list[int | str]) -> list[str] | None:
+    """The field names the table at `loc` (in a document of `model`) has, or None when
+    the path does not lead to a model's table."""
+    current = model
+    for part in loc:
+        current = _model_in(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            fields = {f.alias or name: f for name, f in current.model_fields.items()}
+            if str(part) not in fields:
+                return None
+            current = fields[str(part)].annotation
+        elif get_origin(current) in (dict, Mapping, abc.Mapping) and len(get_args(current)) == 2:
+            current = get_args(current)[1]  # `part` is a key the operator chose
+        elif get_origin(current) in (list, tuple, abc.Sequence) and get_args(current):
+            current = get_args(current)[0]
+        else:
+            return None
+    current = _model_in(current)
+    if isinstance(current, type) and issubclass(current, BaseModel) and \
+            current.model_config.get("extra") == "forbid":
+        # A key the file cannot hold (the server table's `__server_name__`) is no hint.
+        return sorted(key for key in (f.alias or name for name, f in
+                                      current.model_fields.items()) if not key.startswith("_"))
+    return None
+
+
+def _unknown(name: str, known: list[str] | None) -> str:
+    """The reason for an unknown field `name`, with the field meant (or those there are)."""
+    if not known:
+        return _WORDS["extra_forbidden"]
+    name = name[:FIELD_CAP]  # the file's key: bounded before it is compared
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or \
+        [key for key in known if name and key.startswith(name)][:1]  # fuel: fuel_per_call
+    if close:
+        return f"unknown field; did you mean '{close[0]}'?"
+    listed = f"unknown field (known: {', '.join(known)})"
+    return listed if len(listed) <= REASON_CAP else _WORDS["extra_forbidden"]
+
+
+def problems_of(exc: ValidationError, prefix: str = "", limit: int = KEPT,
+                model: Any = None) -> list[tuple[str, str]]:
+    """(field path, reason) for the first `limit` problems pydantic found, cleaned and capped.
+    With the `model` validated, an unknown field's reason names the field it is near
+    (`did you mean 'instance_pool'?`) or the table's fields."""
     out = []
     for err in exc.errors(include_url=False, include_input=False)[:limit]:
         loc = list(err["loc"])
         sub = (err.get("ctx") or {}).get("sub")
         if sub:
             loc.append(str(sub))
-        out.append((_field(loc, prefix), _reason(err)))
+        reason = _reason(err)
+        if err.get("type") == "extra_forbidden" and model is not None and loc:
+            reason = clean(_unknown(str(loc[-1]), _fields_at(model, loc[:-1])), REASON_CAP)
+        out.append((_field(loc, prefix), reason))
     return out
 
 
@@ -137,6 +200,6 @@ def check(model: type[M], data: Any, path: Path | None = None, *, prefix: str = 
     try:
         return model.model_validate(data, context={**(context or {}), "path": path})
     except ValidationError as exc:
-        raise config_error(problems_of(exc, prefix),
+        raise config_error(problems_of(exc, prefix, model=model),
                            source if source is not None else path or "config",
                            exc.error_count()) from None
