@@ -93,10 +93,21 @@ def set_value(plugin_id: str, key: str, value: str, config: Path | None,
 @PLUGINS_OPT
 def unset_value(plugin_id: str, key: str, config: Path | None,
                 plugin_dirs: tuple[Path, ...]) -> None:
-    """Forget the value `config set` gave PLUGIN_ID's setting KEY."""
-    settings, _ = _target(config, plugin_dirs, plugin_id)
+    """Forget the value `config set` gave PLUGIN_ID's setting KEY.
+
+    A KEY the plugin does not declare and that has no saved value is a typo: refused as
+    `config set` refuses it (exit 2), not "was not set" while the meant one stays set.
+    """
+    settings, manifest = _target(config, plugin_dirs, plugin_id)
     try:
         had = settings.unset(plugin_id, key)
     except WasmextError as err:
         _fail(err)
+    if not had and all(s.name != key for s in manifest.settings):
+        from wasmext.operator_settings import check_value
+
+        try:  # a value saved for a setting since removed from plugin.toml is still unset
+            check_value(manifest, key, None)
+        except WasmextError as err:
+            _fail(err, EXIT_USAGE)
     click.echo(_line(f"{plugin_id}.{key}: " + ("unset" if had else "was not set")))

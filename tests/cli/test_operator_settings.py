@@ -120,6 +120,24 @@ def test_config_set_is_checked_saved_and_shown(workspace: Path) -> None:
     assert (back["label"]["value"], back["label"]["source"]) == ("from-config", "config")
 
 
+def test_config_unset_of_a_setting_never_declared_nor_set_is_refused(workspace: Path) -> None:
+    """`config unset counter lable` said "was not set", exit 0, while `label` stayed set:
+    a typo is refused as `config set` refuses it. A value saved for a setting plugin.toml
+    has since dropped can still be unset."""
+    assert cli("config", "set", "counter", "label", "mine", cwd=workspace).returncode == 0
+    typo = cli("config", "unset", "counter", "lable", cwd=workspace)
+    assert typo.returncode == 2 and typo.stdout == ""
+    assert "unknown setting 'lable'; declared: count, label, ratio, api_token" in typo.stderr
+    unset_declared = cli("config", "unset", "counter", "count", cwd=workspace)
+    assert unset_declared.returncode == 0 and "count: was not set" in unset_declared.stdout
+    SettingsFile(workspace / "data").set(load_manifest(
+        workspace / "plugins" / "counter" / "plugin.toml"), "label", "kept")
+    manifest = workspace / "plugins" / "counter" / "plugin.toml"
+    manifest.write_text(MANIFEST.replace('[settings.label]\ndefault = "plain"\n', ""))
+    gone = cli("config", "unset", "counter", "label", cwd=workspace)
+    assert gone.returncode == 0 and "label: unset" in gone.stdout, gone.stderr
+
+
 def test_a_config_value_of_the_wrong_type_is_a_load_error_naming_the_field(
         workspace: Path) -> None:
     toml = workspace / "wasmext.toml"
