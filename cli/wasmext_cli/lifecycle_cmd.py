@@ -279,10 +279,29 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     click.echo(_line(f"granted {', '.join(capabilities)} to {plugin_id} "
                      f"({subject.module[:19]}..., plugin.toml {subject.manifest[:19]}...) "
                      f"by {who}"))
+    _note_servers_not_declared(plugin_id, folder, capabilities)
     writable = [c for c in capabilities if c.startswith("fs:") and c.endswith(":rw")]
     if writable and _is_component_folder(folder):
         click.echo(_line(f"note: {plugin_id} is a component: it sees {', '.join(writable)} "
                          "read-only (the [fs] quota cannot bound a component's writes)"))
+
+
+def _note_servers_not_declared(plugin_id: str, folder: Path,
+                               capabilities: tuple[str, ...]) -> None:
+    """A note for each mcp-server:NAME grant whose server the plugin's manifest does not
+    declare: such a grant runs nothing (a typo in NAME, or the wrong plugin)."""
+    from wasmext.manifest import load_folder
+
+    try:
+        declared = [s.name for s in load_folder(folder).mcp_servers]
+    except (OSError, WasmextError):
+        return
+    for capability in capabilities:
+        name = capability.removeprefix("mcp-server:")
+        if capability.startswith("mcp-server:") and name not in declared:
+            click.echo(_line(f"note: {plugin_id}'s plugin.toml declares no MCP server "
+                             f"{name!r} (it declares: {', '.join(declared) or 'none'}), so "
+                             "this grant runs nothing"))
 
 
 def _is_component_folder(folder: Path) -> bool:

@@ -142,6 +142,24 @@ def test_a_kind_without_its_pattern_says_what_to_write(bare: str, form: str) -> 
         f"{bare!r} grants nothing without what it names; write {form}"
 
 
+def test_a_grant_of_an_mcp_server_the_manifest_does_not_declare_says_it_runs_nothing(
+        tmp_path: Path) -> None:
+    """`wasmext grant kb mcp-server:sied` was recorded in silence: a grant that runs
+    nothing, and the server meant still not running."""
+    write_plugin(tmp_path / "plugins", "kb", '[mcp.servers.side]\ncommand = "true"\n')
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+    typo = cli("grant", "kb", "mcp-server:sied", "state", cwd=tmp_path)
+    assert typo.returncode == 0, typo.stderr  # recorded: the operator's decision stands
+    assert "note: kb's plugin.toml declares no MCP server 'sied' (it declares: side), so " \
+        "this grant runs nothing" in typo.stdout
+    right = cli("grant", "kb", "mcp-server:side", cwd=tmp_path)
+    assert right.returncode == 0 and "note:" not in right.stdout
+    write_plugin(tmp_path / "plugins", "plain")
+    none = cli("grant", "plain", "mcp-server:side", cwd=tmp_path)
+    assert "(it declares: none)" in none.stdout
+
+
 def test_call_refuses_a_grant_that_does_not_exist(tmp_path: Path) -> None:
     """`wasmext call --grant htttp` ran the plugin with a grant nothing checks."""
     proc = cli("call", str(tmp_path), "test", "--grant", "state", "--grant", "htttp",
