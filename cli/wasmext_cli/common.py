@@ -137,7 +137,9 @@ def not_found(text: str) -> NoReturn:
 # The library's warnings an operator must see to act on (logged, so an embedding
 # application routes them itself): a setting's environment variable the operator did not
 # allow, and a plugin denied an op for want of a grant.
-NOTICE_LOGGERS = ("wasmext.env", "wasmext.sandbox.hostcalls")
+# The agents' logger: an agent the operator configured that raised is theirs to fix,
+# and without it on stderr only --json-logs said so.
+NOTICE_LOGGERS = ("wasmext.env", "wasmext.sandbox.hostcalls", "wasmext.services.agents")
 GrantHint = Callable[[str, str], str]
 
 

@@ -197,6 +197,33 @@ def test_a_plugin_without_the_agents_grant_for_that_name_is_denied(
     assert notice.endswith("; to allow it: wasmext grant stranger agents:reviewer"), notice
 
 
+def test_an_agent_that_raises_is_told_to_the_operator_with_its_plugin_and_session(
+        tmp_path: Path) -> None:
+    """A class named without `factory = true` is called with the input and raises
+    TypeError. The plugin learns only `failed: TypeError`; the operator's line was on
+    --json-logs only, without the plugin, session or hook its record knew, and without
+    the exception's type. Now plain `wasmext run` prints it on stderr too."""
+    config = project(tmp_path, '[agents.helper]\ntarget = "MODULE:Helper"\n',
+                     {"asker": ("helper", ["agents", "agents:helper"])})
+    proc = run(tmp_path, "t.json", "--config", str(config), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    failed, = [e for e in doc["trace"] if e["plugin"] == "asker"]
+    assert failed["detail"] == "failed: agent 'helper' failed: TypeError", failed
+    line, = [ln for ln in proc.stderr.splitlines() if "agent helper failed" in ln]
+    assert line.startswith("wasmext: agent helper failed for plugin asker: TypeError: ")
+    assert "positional argument" in line  # what the operator's code said is theirs to read
+
+    logged = run(tmp_path, "t.json", "--config", str(config), "--json", "--json-logs")
+    assert logged.returncode == 0, logged.stderr
+    session = json.loads(logged.stdout)["session"]
+    records = [json.loads(ln) for ln in logged.stderr.splitlines() if ln.startswith("{")]
+    said, = [r for r in records if r["logger"] == "wasmext.services.agents"]
+    assert (said["plugin_id"], said["session"], said["hook"]) == ("asker", session, "turn")
+    assert not any("agent helper failed" in ln for ln in logged.stderr.splitlines()
+                   if ln.startswith("wasmext: "))  # once, as a JSON line
+
+
 def test_wasmext_run_holds_a_config_agent_to_the_requests_timeout_and_exits(
         tmp_path: Path) -> None:
     """The agent sleeps 30 s; the plugin asks with timeout_ms 300: the turn goes on with

@@ -383,8 +383,10 @@ class AgentRegistry:
             raise
         except Exception as exc:
             # An agent's exception often quotes its input, which the plugin wrote.
-            log.warning("agent %s failed for plugin %s: %s", name, ctx.plugin_id,
-                        clean(str(exc), 300))
+            log.warning("agent %s failed for plugin %s: %s: %s", name, ctx.plugin_id,
+                        type(exc).__name__, clean(str(exc), 300),
+                        extra={"plugin_id": ctx.plugin_id, "session": ctx.session,
+                               "hook": ctx.hook})
             record["error"] = f"failed: {type(exc).__name__}"
             raise OpError("failed", f"agent {name!r} failed: {type(exc).__name__}") from None
         finally:
@@ -401,6 +403,8 @@ class AgentRegistry:
         def report(done: Future[Any]) -> None:
             exc = done.exception() if not done.cancelled() else None
             if exc is not None:
-                log.warning("agent %s (sent by plugin %s) failed: %s", name, ctx.plugin_id,
-                            clean(str(exc), 300))
+                log.warning("agent %s (sent by plugin %s) failed: %s: %s", name,
+                            ctx.plugin_id, type(exc).__name__, clean(str(exc), 300),
+                            extra={"plugin_id": ctx.plugin_id, "session": ctx.session,
+                                   "hook": ctx.hook})
         future.add_done_callback(report)
