@@ -119,7 +119,12 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
                                    registries=settings.registries + manage_registries) \
         if manage or settings.enabled else None
     with host, (PluginWatcher(host) if watch else nullcontext()):
+        said = len(host.load_errors)
         host.start_mcp()  # MCP servers from the config: their tools are callable by plugins
+        # A plugin's own server it may not run (no grant, a contested name) is known only
+        # now: the operator of a server reads stderr at start, or never.
+        for problem in host.load_errors[said:]:
+            click.echo(error_line(problem), err=True)
         started(host)
         empty = _nothing_to_serve(host, include_host_tools, include_mcp_tools,
                                   include_mcp_catalog, watch)

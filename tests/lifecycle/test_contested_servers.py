@@ -155,3 +155,28 @@ def test_the_operator_sees_a_contested_server_on_loaded_plugins_with_the_way_out
         "the grant 'mcp-server:side' (to run it: wasmext grant beta mcp-server:side)" \
         in listed.stderr
     assert "alpha, beta" not in listed.stderr
+
+
+def test_mcp_serve_says_at_start_why_a_plugins_server_does_not_run(tmp_path: Path) -> None:
+    """`wasmext mcp serve` printed the load errors before it started the MCP clients, so
+    a contested (or ungranted) plugin server, found only then, was never said at all."""
+    import subprocess
+
+    from lc_support import cli_env
+
+    for pid in ("alpha", "beta"):
+        asker(tmp_path / "plugins", pid)
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+    for pid in ("alpha", "beta"):
+        subprocess.run([sys.executable, "-m", "wasmext_cli", "grant", pid, "mcp-server:side"],
+                       cwd=tmp_path, env=cli_env(), check=True, capture_output=True,
+                       timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "wasmext_cli", "mcp", "serve"],
+                          cwd=tmp_path, env=cli_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    said = [line for line in proc.stderr.splitlines() if "'side'" in line]
+    assert said == [f"wasmext: plugin {pid}: config: MCP server 'side' is granted to the "
+                    "plugins alpha, beta, so none of them runs it (keep the grant for one "
+                    "of them: wasmext revoke ID mcp-server:side for each other)"
+                    for pid in ("alpha", "beta")], proc.stderr
