@@ -82,8 +82,11 @@ def set_value(plugin_id: str, key: str, value: str, config: Path | None,
         _fail(err)
     sensitive = any(s.name == key and s.sensitive for s in manifest.settings)
     shown = "********" if sensitive else _dumps(parsed)
-    click.echo(_line(f"{plugin_id}.{key} = {shown} (saved in {settings.path}; "
-                     "used when the plugin next loads)"))
+    # `wasmext call` runs a throwaway host that reads no saved settings: said here, or the
+    # next `call` answering with the old value looks like the set did not take.
+    click.echo(_line(f"{plugin_id}.{key} = {shown} (saved in {settings.path}; used when the "
+                     "plugin next loads under this config: run, mcp serve, worker; "
+                     "`wasmext call` takes --set instead)"))
 
 
 @config.command("unset")

@@ -124,7 +124,11 @@ def test_config_unset_of_a_setting_never_declared_nor_set_is_refused(workspace: 
     """`config unset counter lable` said "was not set", exit 0, while `label` stayed set:
     a typo is refused as `config set` refuses it. A value saved for a setting plugin.toml
     has since dropped can still be unset."""
-    assert cli("config", "set", "counter", "label", "mine", cwd=workspace).returncode == 0
+    saved = cli("config", "set", "counter", "label", "mine", cwd=workspace)
+    assert saved.returncode == 0, saved.stderr
+    # A `wasmext call` after it answers with the manifest's value: the line says why.
+    assert "used when the plugin next loads under this config: run, mcp serve, worker; " \
+        "`wasmext call` takes --set instead" in saved.stdout
     typo = cli("config", "unset", "counter", "lable", cwd=workspace)
     assert typo.returncode == 2 and typo.stdout == ""
     assert "unknown setting 'lable'; declared: count, label, ratio, api_token" in typo.stderr
