@@ -97,8 +97,9 @@ class PluginServers:
             elif self.mcp_server_owner(server.name) != lp.id and len(claimants) > 1:
                 problem = (f"plugin {lp.id}: MCP server {server.name!r} is granted to the "
                            f"plugins {', '.join(claimants)}, so none of them runs it "
-                           f"(keep the grant for one of them: wasmext revoke ID "
-                           f"mcp-server:{server.name} for each other)")
+                           f"(keep the grant for one of them: for each other, wasmext "
+                           f"revoke ID mcp-server:{server.name} or drop it from "
+                           f"[grants.ID])")
             elif self.mcp_server_owner(server.name) != lp.id:
                 problem = f"plugin {lp.id}: MCP server name {server.name!r} is taken"
             else:

@@ -136,7 +136,8 @@ def test_the_operator_sees_a_contested_server_on_loaded_plugins_with_the_way_out
     assert ran.exit_code == 0, ran.output
     assert "plugins: alpha, beta" in ran.stdout
     assert "not loaded" not in ran.stdout
-    way_out = "wasmext revoke ID mcp-server:side for each other"
+    way_out = ("for each other, wasmext revoke ID mcp-server:side or drop it from "
+               "[grants.ID]")
     for pid in ("alpha", "beta"):
         assert f"  error: plugin {pid}: config: MCP server 'side' is granted to the " \
             f"plugins alpha, beta, so none of them runs it" in ran.stdout
@@ -178,5 +179,6 @@ def test_mcp_serve_says_at_start_why_a_plugins_server_does_not_run(tmp_path: Pat
     said = [line for line in proc.stderr.splitlines() if "'side'" in line]
     assert said == [f"wasmext: plugin {pid}: config: MCP server 'side' is granted to the "
                     "plugins alpha, beta, so none of them runs it (keep the grant for one "
-                    "of them: wasmext revoke ID mcp-server:side for each other)"
+                    "of them: for each other, wasmext revoke ID mcp-server:side or drop it "
+                    "from [grants.ID])"
                     for pid in ("alpha", "beta")], proc.stderr
