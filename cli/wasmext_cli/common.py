@@ -137,9 +137,11 @@ def not_found(text: str) -> NoReturn:
 # The library's warnings an operator must see to act on (logged, so an embedding
 # application routes them itself): a setting's environment variable the operator did not
 # allow, and a plugin denied an op for want of a grant.
-# The agents' logger: an agent the operator configured that raised is theirs to fix,
-# and without it on stderr only --json-logs said so.
-NOTICE_LOGGERS = ("wasmext.env", "wasmext.sandbox.hostcalls", "wasmext.services.agents")
+# The agents' logger: an agent the operator configured that raised is theirs to fix;
+# the approvals': a grant withheld (the plugin changed, a server grant without its
+# manifest pin). Without them on stderr only --json-logs said so.
+NOTICE_LOGGERS = ("wasmext.env", "wasmext.sandbox.hostcalls", "wasmext.services.agents",
+                  "wasmext.approvals")
 GrantHint = Callable[[str, str], str]
 
 

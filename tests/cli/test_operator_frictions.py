@@ -6,6 +6,7 @@ denied a grant in a session is logged once, at warning level."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -158,6 +159,30 @@ def test_a_grant_of_an_mcp_server_the_manifest_does_not_declare_says_it_runs_not
     write_plugin(tmp_path / "plugins", "plain")
     none = cli("grant", "plain", "mcp-server:side", cwd=tmp_path)
     assert "(it declares: none)" in none.stdout
+
+
+def test_a_config_grant_the_host_withholds_is_said_on_stderr(tmp_path: Path) -> None:
+    """[grants.kb] giving mcp-server:side without the manifest pin is withheld, and a
+    recorded approval of a plugin changed since: both were warnings on --json-logs only,
+    while `run` said the plugin asked "without the grant" the operator had written."""
+    folder = write_plugin(tmp_path / "plugins", "kb", '[mcp.servers.side]\ncommand = "true"\n')
+    digest = hashlib.sha256((folder / "kb.wasm").read_bytes()).hexdigest()
+    config = tmp_path / "wasmext.toml"
+    config.write_text('[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n'
+                      f'[grants.kb]\ndigest = "sha256:{digest}"\n'
+                      'capabilities = ["mcp-server:side", "state"]\n')
+    listed = cli("list", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "wasmext: plugin kb: [grants.kb] gives mcp-server:side without pinning " \
+        "plugin.toml" in listed.stderr
+    config.write_text('[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n')
+    assert cli("grant", "kb", "state", cwd=tmp_path).returncode == 0
+    (folder / "plugin.toml").write_text('id = "kb"\nversion = "0.2.0"\n')
+    changed = cli("list", cwd=tmp_path)
+    assert "wasmext: plugin kb changed (plugin.toml) since its approvals were recorded; " \
+        "they are withheld until granted again" in changed.stderr, changed.stderr
+    quiet = cli("list", "--json", cwd=tmp_path)  # --json alone still says it on stderr
+    assert "withheld" in quiet.stderr
 
 
 def test_call_refuses_a_grant_that_does_not_exist(tmp_path: Path) -> None:
