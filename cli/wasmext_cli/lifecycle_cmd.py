@@ -362,6 +362,14 @@ def revoke(plugin_id: str, capabilities: tuple[str, ...], config: Path | None) -
         _fail(NotInstalled(f"plugin {plugin_id} is not installed{looked_in(cfg)} and has "
                            "no recorded approval", plugin_id=plugin_id), EXIT_NOT_FOUND)
     click.echo(f"revoked {n} approval{'s' if n != 1 else ''} of {plugin_id}")
+    # A grant written in wasmext.toml is not a recorded approval: "revoked 0" alone read as
+    # if the plugin had lost it.
+    configured = cfg.grants.get(plugin_id)
+    given = configured.capabilities if configured is not None else frozenset()
+    kept = sorted(given & set(capabilities) if capabilities else given)
+    if kept:
+        click.echo(_line(f"note: [grants.{plugin_id}] in the config still grants "
+                         f"{', '.join(kept)}: remove it there"))
 
 
 def inspect_bundle(path: Path, as_json: bool) -> None:

@@ -185,6 +185,25 @@ def test_a_config_grant_the_host_withholds_is_said_on_stderr(tmp_path: Path) -> 
     assert "withheld" in quiet.stderr
 
 
+def test_revoke_says_what_the_config_still_grants(tmp_path: Path) -> None:
+    """`wasmext revoke kb state` of a grant written in [grants.kb] said "revoked 0
+    approvals of kb" and nothing else: the plugin kept `state`."""
+    folder = write_plugin(tmp_path / "plugins", "kb")
+    digest = hashlib.sha256((folder / "kb.wasm").read_bytes()).hexdigest()
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n[plugins]\nworkspace_dir = "plugins"\n'
+        f'[grants.kb]\ndigest = "sha256:{digest}"\ncapabilities = ["state", "events"]\n')
+    one = cli("revoke", "kb", "state", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.splitlines() == [
+        "revoked 0 approvals of kb",
+        "note: [grants.kb] in the config still grants state: remove it there"]
+    every = cli("revoke", "kb", cwd=tmp_path)
+    assert "still grants events, state: remove it there" in every.stdout
+    other = cli("revoke", "kb", "http:x.example", cwd=tmp_path)
+    assert "note:" not in other.stdout  # nothing the config gives was named
+
+
 def test_call_refuses_a_grant_that_does_not_exist(tmp_path: Path) -> None:
     """`wasmext call --grant htttp` ran the plugin with a grant nothing checks."""
     proc = cli("call", str(tmp_path), "test", "--grant", "state", "--grant", "htttp",
