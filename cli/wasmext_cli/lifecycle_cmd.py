@@ -344,6 +344,14 @@ def grants(as_json: bool, config: Path | None) -> None:
     for r in rows:
         click.echo(_line(f"{r['plugin']:<20} {r['capability']:<24} {r['status']:<26} "
                          f"by {r['by']} at {r['at']}"))
+    # What the config grants is no recorded approval, but an empty listing read as
+    # "nothing is granted" while [grants.ID] gave plugins capabilities.
+    for pid, grant in sorted(cfg.grants.items()):
+        click.echo(_line(f"note: [grants.{pid}] in the config also grants "
+                         f"{', '.join(sorted(grant.capabilities)) or 'nothing'}"), err=True)
+    if not rows and not cfg.grants:
+        click.echo("no recorded approvals (wasmext grant ID CAPABILITY records one)",
+                   err=True)
 
 
 @click.command()

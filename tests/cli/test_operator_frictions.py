@@ -202,6 +202,14 @@ def test_revoke_says_what_the_config_still_grants(tmp_path: Path) -> None:
     assert "still grants events, state: remove it there" in every.stdout
     other = cli("revoke", "kb", "http:x.example", cwd=tmp_path)
     assert "note:" not in other.stdout  # nothing the config gives was named
+    # `wasmext grants` listed nothing at all: the config's grants are said beside it.
+    listed = cli("grants", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stdout == ""
+    assert listed.stderr.strip() == "note: [grants.kb] in the config also grants events, state"
+    (tmp_path / "wasmext.toml").write_text('[host]\ndata_dir = "data"\n')
+    empty = cli("grants", cwd=tmp_path)
+    assert empty.stderr.strip() == \
+        "no recorded approvals (wasmext grant ID CAPABILITY records one)"
 
 
 def test_call_refuses_a_grant_that_does_not_exist(tmp_path: Path) -> None:
