@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from functools import partial
 from importlib.metadata import version
@@ -558,7 +559,12 @@ class StoreBinding:
 
         chosen = invoke2 if nparams == 2 and has_result else \
             invoke1 if nparams == 1 and has_result else invoke
-        chosen.__dict__["_keep"] = (func, self.store)  # the addresses must stay valid
+        # `fn` must stay valid: the caller keeps `func`. Not the store: a trap's
+        # traceback keeps this frame, the frame its function, and a plugin's last fault
+        # (a load error, a failure the application keeps) kept the instance's memory and
+        # its pool slot with it. The store outlives every call of the caller all the
+        # same: only the instance holding this binding (and the store) holds the caller.
+        chosen.__dict__["_keep"] = func
         return chosen
 
     def call_once(self, key: ExportKey, has_result: bool, *params: int) -> int:
@@ -591,9 +597,16 @@ class StoreBinding:
 
 
 def _bind_public(store: wasmtime.Store, func: wasmtime.Func, has_result: bool) -> Caller:
+    # Not the store itself, as `StoreBinding.func` keeps none: a trap's frames keep
+    # this function.
+    store_of = weakref.ref(store)
+
     def invoke(*params: int) -> int:
         signed = [p - (1 << 32) if p >= 1 << 31 else p for p in params]
         caught: BaseException | None = None
+        store = store_of()
+        if store is None:  # its instance is gone: nothing may run in it
+            raise RuntimeError("the store of this binding was dropped")
         try:
             result = func(store, *signed)
         except BaseException:

@@ -466,6 +466,10 @@ class Plugin:
             if ctx.pending:
                 ctx.finish(False)
             self._release(inst)
+            # The error (a PluginError the application keeps) holds no instance: one
+            # the idle list had no room for is dropped now.
+            del inst
+            _forget_frames(err)
             if ctx.host_fault is not None and isinstance(err, PluginError):
                 raise ctx.host_fault from err  # the plugin passed the storage failure on
             raise

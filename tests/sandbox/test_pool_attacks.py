@@ -1,0 +1,192 @@
+"""A hostile plugin against the instance pool (sandbox.engine): whatever way it fails,
+and however long the host or the application keeps the error, its instances give their
+slots back, so a healthy plugin still gets one; and what it leaves in a slot is gone
+for the next instance."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+
+import msgpack
+import pytest
+
+from wasmext import Runtime
+from wasmext.errors import (
+    GuestTrap,
+    HostCallLimitExceeded,
+    InstancePoolFull,
+    InvalidOutput,
+    MemoryLimitExceeded,
+    OutOfFuel,
+    PluginError,
+    StackOverflow,
+    Timeout,
+    WasmextError,
+)
+from wasmext.sandbox import fastcall
+from wasmext.sandbox.engine import EngineConfig
+from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
+from wasmext.testing import DATA_AT, guest_wat, host_calls_wat, load_wat, packed
+
+ALIVE = {"ok": True, "value": "alive"}
+SPIN = "(loop (br 0)) (i64.const 0)"
+# Each attack: the guest, its limits, and the error it must end with.
+CALL_ATTACKS: dict[str, tuple[str, dict[str, int], type[WasmextError]]] = {
+    "trap": (guest_wat("(unreachable)"), {}, GuestTrap),
+    "out of fuel": (guest_wat(SPIN), {"fuel_per_call": 200_000}, OutOfFuel),
+    "timeout": (guest_wat(SPIN), {"fuel_per_call": 10**12, "timeout_ms": 30}, Timeout),
+    "memory cap": (guest_wat("(loop (br_if 0 (i32.ne (memory.grow (i32.const 1)) "
+                             "(i32.const -1)))) (unreachable)"),
+                   {"memory_bytes": 2 * 2**20}, MemoryLimitExceeded),
+    "stack overflow": (guest_wat("(call $deeper) (i64.const 0)",
+                                 extra="(func $deeper (call $deeper))"), {}, StackOverflow),
+    "invalid output": (guest_wat(response=[1, 2]), {}, InvalidOutput),
+    "host call limit": (host_calls_wat(*[{"op": "log", "level": "info", "msg": "x"}] * 8,
+                                       then="(unreachable)"),
+                        {"max_host_calls": 4}, HostCallLimitExceeded),
+    "guest error": (guest_wat(response={"ok": False, "error": {"code": "no", "message": "no"}}),
+                    {}, PluginError),
+}
+@pytest.fixture
+def no_collector() -> Iterator[None]:
+    """The collector off, as latency-minded applications run: only reference counts
+    free what an error no longer holds."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _pool_of_two() -> Runtime:
+    """A runtime whose engine has two slots, and no quarantine in the way."""
+    return Runtime(cache=False, engine=EngineConfig(instance_pool=2),
+                   quarantine=QuarantinePolicy(max_faults=10**6))
+
+
+def _healthy_gets_a_second_instance(healthy: Plugin) -> None:
+    """The healthy plugin's idle instance holds one slot; its second needs the other."""
+    assert healthy.new_instance().call("test", None).value == "alive"
+    assert healthy.call("test").value == "alive"
+
+
+@pytest.mark.parametrize("attack", sorted(CALL_ATTACKS))
+def test_a_kept_call_failure_holds_no_slot(attack: str, no_collector: None) -> None:
+    # Plugin.last_fault keeps the last fault, an application the failures it was handed:
+    # a trap's frames kept the store's bindings, and they the store (its memory and its
+    # pool slot), so every faulting plugin held a slot for as long as its fault was kept.
+    wat, limits, named = CALL_ATTACKS[attack]
+    with _pool_of_two() as runtime:
+        healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
+        hostile = load_wat(runtime, wat, plugin_id="hostile", limits=limits)
+        hostile.max_idle = 0  # each call's instance is dropped when the call ends
+        kept: list[WasmextError] = []
+        for _ in range(6):
+            started = time.monotonic()
+            with pytest.raises(named) as caught:
+                hostile.call("test")
+            assert time.monotonic() - started < 5
+            assert "instance_pool" not in str(caught.value)
+            kept.append(caught.value)
+        _healthy_gets_a_second_instance(healthy)
+
+
+def test_wasmtime_pys_own_calls_keep_no_slot_either(monkeypatch: pytest.MonkeyPatch,
+                                                    no_collector: None) -> None:
+    # Where the raw entries are not trusted (another wasmtime), exports are called through
+    # wasmtime-py: the caller it makes keeps no store either.
+    monkeypatch.setattr(fastcall, "_RAW", None)
+    with _pool_of_two() as runtime:
+        healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
+        hostile = load_wat(runtime, guest_wat("(unreachable)"), plugin_id="hostile")
+        kept: list[WasmextError] = []
+        for _ in range(4):
+            with pytest.raises(GuestTrap) as caught:
+                hostile.call("test")
+            kept.append(caught.value)
+        _healthy_gets_a_second_instance(healthy)
+
+
+def test_each_faulting_plugin_keeps_no_slot_with_its_last_fault(no_collector: None) -> None:
+    # Plugin.last_fault is kept until the plugin's next fault: five plugins that each
+    # faulted once held five slots (and their memories), and a pool of six was full.
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=6),
+                 quarantine=QuarantinePolicy(max_faults=10**6)) as runtime:
+        healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
+        faulty = [load_wat(runtime, guest_wat("(unreachable)"), plugin_id=f"faulty-{n}")
+                  for n in range(5)]
+        for plugin in faulty:
+            with pytest.raises(GuestTrap):
+                plugin.call("test")
+            assert plugin.last_fault is not None
+        held = [healthy.new_instance() for _ in range(5)]
+        assert [inst.call("test", None).value for inst in held] == ["alive"] * 5
+        with pytest.raises(InstancePoolFull):
+            healthy.new_instance()
+
+
+YES, NO = msgpack.packb({"ok": True, "value": "clean"}), msgpack.packb({"ok": True,
+                                                                      "value": "dirty"})
+VERDICT_DATA = YES.ljust(64, b"\0") + NO
+GROWN_END = 40 * 65536
+
+
+def _verdict(clean: str) -> str:
+    """A hook body's end: "clean" when the i32 expression `clean` is true, else "dirty"."""
+    return (f"(if (result i64) {clean} (then (i64.const {packed(DATA_AT, len(YES))}))"
+            f" (else (i64.const {packed(DATA_AT + 64, len(NO))})))")
+
+
+def test_a_module_declaring_more_memory_finds_nothing_another_grew_into() -> None:
+    # One slot. The first module grows from 2 to 40 pages and writes into every 4 KiB
+    # of it; the second declares 40 pages and finds them all zero (past the request the
+    # host wrote at the heap's start, in the second page).
+    write = f"""(local $at i32) (drop (memory.grow (i32.const 38)))
+      (local.set $at (i32.const 131072))
+      (loop (i32.store (local.get $at) (i32.const 0x53454352))
+            (local.set $at (i32.add (local.get $at) (i32.const 4096)))
+            (br_if 0 (i32.lt_u (local.get $at) (i32.const {GROWN_END}))))
+      (i64.const 0)"""
+    read = f"""(local $at i32) (local $seen i32) (local.set $at (i32.const 131072))
+      (loop (local.set $seen (i32.or (local.get $seen) (i32.load (local.get $at))))
+            (local.set $at (i32.add (local.get $at) (i32.const 4096)))
+            (br_if 0 (i32.lt_u (local.get $at) (i32.const {GROWN_END}))))
+      {_verdict("(i32.eqz (local.get $seen))")}"""
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=1)) as runtime:
+        writer = load_wat(runtime, guest_wat(write), plugin_id="writer")
+        assert writer.call("test").changed is False
+        writer.close()
+        reader = load_wat(runtime, guest_wat(read, memory_pages=40, data=VERDICT_DATA),
+                          plugin_id="reader")
+        assert reader.call("test").value == "clean"
+
+
+def test_dropped_segments_and_a_half_made_instance_leave_nothing_in_the_slot() -> None:
+    # data.drop and elem.drop are the instance's, not the slot's: each new instance in
+    # the one slot may use its passive segments again. A start-up that wrote an active
+    # segment and then trapped on the next leaves nothing for the module after it.
+    passive = guest_wat(
+        "(memory.init $p (i32.const 200000) (i32.const 0) (i32.const 4)) (data.drop $p)"
+        "(table.init $t $e (i32.const 0) (i32.const 0) (i32.const 1)) (elem.drop $e)"
+        + _verdict("(i32.and (i32.eq (i32.load (i32.const 200000)) (i32.const 0x41414141))"
+                   " (i32.eqz (ref.is_null (table.get $t (i32.const 0)))))"),
+        memory_pages=4, data=VERDICT_DATA,
+        extra='(data $p "AAAA") (table $t 2 funcref) (func $f) (elem $e func $f)')
+    half = guest_wat(memory_pages=3, extra='(data (i32.const 150000) "SECR") '
+                                           '(data (i32.const 196606) "XXXXXXXX")')
+    after = guest_wat(_verdict("(i32.eqz (i32.load (i32.const 150000)))"), memory_pages=3,
+                      data=VERDICT_DATA)
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=1)) as runtime:
+        plugin = load_wat(runtime, passive, plugin_id="passive")
+        assert plugin.call("test").value == "clean"
+        with pytest.raises(GuestTrap):  # the same instance: its segments are dropped
+            plugin.call("test")
+        for _ in range(3):
+            assert plugin.new_instance().call("test", None).value == "clean"
+        plugin.close()
+        with pytest.raises(GuestTrap, match="out of bounds"):
+            load_wat(runtime, half, plugin_id="half")
+        assert load_wat(runtime, after, plugin_id="after").call("test").value == "clean"
