@@ -14,6 +14,7 @@ import pytest
 
 from wasmext import Runtime
 from wasmext.errors import (
+    AbiMismatch,
     GuestTrap,
     HostCallLimitExceeded,
     InstancePoolFull,
@@ -23,6 +24,7 @@ from wasmext.errors import (
     PluginError,
     StackOverflow,
     Timeout,
+    UnknownHook,
     WasmextError,
 )
 from wasmext.sandbox import fastcall
@@ -49,6 +51,16 @@ CALL_ATTACKS: dict[str, tuple[str, dict[str, int], type[WasmextError]]] = {
     "guest error": (guest_wat(response={"ok": False, "error": {"code": "no", "message": "no"}}),
                     {}, PluginError),
 }
+LOAD_ATTACKS: dict[str, tuple[str, type[WasmextError]]] = {
+    "start function": (guest_wat(extra="(func $boom unreachable) (start $boom)"), GuestTrap),
+    "_initialize": (guest_wat(extra='(func (export "_initialize") unreachable)'), GuestTrap),
+    "registration output": (guest_wat(registration=[1]), InvalidOutput),
+    "registration typo": (guest_wat(registration={"hooks": [{"hook": "on_plain_txt"}]}),
+                          UnknownHook),
+    "abi major": (guest_wat(abi_version=7), AbiMismatch),
+}
+
+
 @pytest.fixture
 def no_collector() -> Iterator[None]:
     """The collector off, as latency-minded applications run: only reference counts
@@ -90,6 +102,23 @@ def test_a_kept_call_failure_holds_no_slot(attack: str, no_collector: None) -> N
                 hostile.call("test")
             assert time.monotonic() - started < 5
             assert "instance_pool" not in str(caught.value)
+            kept.append(caught.value)
+        _healthy_gets_a_second_instance(healthy)
+
+
+@pytest.mark.parametrize("attack", sorted(LOAD_ATTACKS))
+def test_a_kept_load_error_holds_no_slot(attack: str, no_collector: None) -> None:
+    # Host.load_errors keeps up to a thousand load errors: a registration refused as
+    # UnknownHook or AbiMismatch (no PluginFault) kept its instance in the error's frames.
+    wat, named = LOAD_ATTACKS[attack]
+    with _pool_of_two() as runtime:
+        healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
+        kept: list[WasmextError] = []
+        for n in range(6):
+            started = time.monotonic()
+            with pytest.raises(named) as caught:
+                load_wat(runtime, wat, plugin_id=f"hostile-{n}")
+            assert time.monotonic() - started < 5
             kept.append(caught.value)
         _healthy_gets_a_second_instance(healthy)
 

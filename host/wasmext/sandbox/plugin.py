@@ -330,10 +330,13 @@ class Plugin:
                 if reg.shareable:
                     _share_registration(self.module, self._sharing_key(), raw)
                 self._parsed_raw = raw
-        except PluginFault as fault:
+        except BaseException as err:
+            # Whatever went wrong (a fault, a registration refused as UnknownHook or
+            # AbiMismatch): the error may be kept (Host.load_errors), the instance not.
             del inst
-            _forget_frames(fault)
-            self._record_fault(fault)
+            _forget_frames(err)
+            if isinstance(err, PluginFault):
+                self._record_fault(err)
             raise
         if self.call_limits:
             inst.set_call_limits(**self.call_limits)
