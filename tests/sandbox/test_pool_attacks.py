@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -136,6 +137,24 @@ def test_wasmtime_pys_own_calls_keep_no_slot_either(monkeypatch: pytest.MonkeyPa
             with pytest.raises(GuestTrap) as caught:
                 hostile.call("test")
             kept.append(caught.value)
+        _healthy_gets_a_second_instance(healthy)
+
+
+def test_an_instance_that_used_its_folder_grant_gives_its_slot_back(
+        tmp_path: Path, no_collector: None) -> None:
+    # The instance's open files (FsTable) called back into the instance: a cycle, so an
+    # instance that made one file call (a WASI libc asks for its preopens at start) kept
+    # its store and slot after it was dropped until a collection, and for good without.
+    prestat = ('(import "wasi_snapshot_preview1" "fd_prestat_get" '
+               '(func $prestat (param i32 i32) (result i32)))')
+    with _pool_of_two() as runtime:
+        healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
+        files = load_wat(runtime, guest_wat(
+            "(drop (call $prestat (i32.const 3) (i32.const 60000))) (i64.const 0)",
+            imports=prestat), plugin_id="files", grants=[f"fs:{tmp_path}"])
+        files.max_idle = 0  # each call's instance is dropped when the call ends
+        for _ in range(6):
+            assert files.call("test", "kept").value == "kept"
         _healthy_gets_a_second_instance(healthy)
 
 

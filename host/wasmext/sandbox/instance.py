@@ -250,8 +250,20 @@ class PluginInstance:
         if fs is None:
             if not any(g.startswith("fs:") for g in self.ctx.grants):
                 return None
-            fs = self._fs = FsTable(lambda: self.ctx.grants, self.services.fs_quota,
-                                    self._fs_charge_io, self._fs_note)
+            # Nothing it keeps leads back to the instance: a cycle kept a dropped
+            # instance's store (its memory and pool slot) until a collection.
+            ctx, charge = self.ctx, weakref.WeakMethod(self._fs_charge_io)
+            log = ctx.log
+
+            def io(nbytes: int) -> None:
+                bound = charge()
+                if bound is not None:  # only ever called inside this instance's calls
+                    bound(nbytes)
+
+            def note(text: str) -> None:
+                log.append("warn", text.encode(), source="host")
+
+            fs = self._fs = FsTable(lambda: ctx.grants, self.services.fs_quota, io, note)
         return fs
 
     def release_files(self) -> None:
@@ -275,9 +287,6 @@ class PluginInstance:
             budget.fail(HostCallLimitExceeded(
                 f"more than {cap} bytes of file reads and writes in one call",
                 plugin_id=self.ctx.plugin_id, hook=self.ctx.hook))
-
-    def _fs_note(self, text: str) -> None:
-        self.ctx.log.append("warn", text.encode(), source="host")
 
     def _where(self) -> dict[str, Any]:
         return {"plugin_id": self.ctx.plugin_id, "hook": self.ctx.hook}
