@@ -14,6 +14,7 @@ import msgpack
 import pytest
 
 from wasmext import Runtime
+from wasmext.config import HostConfig
 from wasmext.errors import (
     AbiMismatch,
     GuestTrap,
@@ -31,7 +32,7 @@ from wasmext.errors import (
 from wasmext.sandbox import fastcall
 from wasmext.sandbox.engine import EngineConfig
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
-from wasmext.testing import DATA_AT, guest_wat, host_calls_wat, load_wat, packed
+from wasmext.testing import DATA_AT, guest_wat, host_calls_wat, load_wat, make_host, packed
 
 ALIVE = {"ok": True, "value": "alive"}
 SPIN = "(loop (br 0)) (i64.const 0)"
@@ -174,6 +175,39 @@ def test_each_faulting_plugin_keeps_no_slot_with_its_last_fault(no_collector: No
         assert [inst.call("test", None).value for inst in held] == ["alive"] * 5
         with pytest.raises(InstancePoolFull):
             healthy.new_instance()
+
+
+TOOL_REGISTRATION = {"hooks": [{"hook": "on_tool"}], "name": "callee",
+                     "tools": [{"name": "boom", "description": "traps",
+                                "input_schema": {"type": "object"}}]}
+
+
+def test_a_callee_faults_last_fault_keeps_none_of_its_callers_instances(
+        tmp_path: Path, no_collector: None) -> None:
+    # A plugin whose tool faults keeps that fault as its last: the fault's frames led up
+    # (f_back) through the calling plugin's host call into the caller's instance, which
+    # kept its slot after the caller dropped it, until the callee's next fault.
+    caller = host_calls_wat({"op": "tool.call", "name": "callee__boom", "args": {}})
+    config = HostConfig(data_dir=tmp_path, state_backend="memory", instance_pool=3)
+    with make_host((guest_wat(response=ALIVE), {"plugin_id": "healthy"}),
+                   (guest_wat("(unreachable)", registration=TOOL_REGISTRATION),
+                    {"plugin_id": "callee"}),
+                   (caller, {"plugin_id": "caller", "grants": ["tools", "tool:callee__*"]}),
+                   config=config) as host:
+        host.plugins["callee"].plugin.close()
+        calling = host.plugins["caller"].plugin
+        calling.max_idle = 0  # its instance is dropped when its call ends
+        calling.close()
+        started = time.monotonic()
+        result, why = host.try_call("caller", "test", None)
+        assert why is None and result is not None
+        assert result.value["status"] == "error"  # the tool trapped: an answer, no fault
+        assert time.monotonic() - started < 5
+        assert host.plugins["callee"].plugin.last_fault is not None
+        assert not calling.faults
+        healthy = host.plugins["healthy"].plugin
+        held = [healthy.new_instance() for _ in range(2)]  # with its idle one: all three
+        assert [inst.call("test", None).value for inst in held] == ["alive"] * 2
 
 
 YES, NO = msgpack.packb({"ok": True, "value": "clean"}), msgpack.packb({"ok": True,

@@ -381,7 +381,10 @@ class Plugin:
         with self._lock:
             self.faults += 1
             self._streak += 1
-            self.last_fault = fault
+            # A copy without the traceback: the fault goes on up the stack, and its frames
+            # would keep what every frame above held (a calling plugin's instance, when
+            # this was a tool it called) for as long as this plugin faults no more.
+            self.last_fault = copy.copy(fault)
             if self._streak >= self.quarantine.max_faults:
                 self._quarantined_until = time.monotonic() + self._cooldown
                 self._cooldown = min(self._cooldown * 2, self.quarantine.max_cooldown_s)

@@ -78,6 +78,18 @@ class CallFailure(str):
         """The reason `reason`, caused by `error`."""
         failure = cls(reason)
         failure.error = error
+        # A reason is a value, kept as long as whoever asked likes: its error keeps no
+        # traceback. Those frames, and every frame above them once it returned, would keep
+        # what they held (the instance of the plugin that called the failed one) and, in
+        # the frame that holds this reason, a cycle only a collection undoes.
+        chain: list[BaseException | None] = [error]
+        seen: set[int] = set()
+        while chain:
+            exc = chain.pop()
+            if exc is not None and id(exc) not in seen:
+                seen.add(id(exc))
+                exc.__traceback__ = None
+                chain += (exc.__cause__, exc.__context__)
         return failure
 
 
