@@ -177,6 +177,24 @@ def test_each_faulting_plugin_keeps_no_slot_with_its_last_fault(no_collector: No
             healthy.new_instance()
 
 
+def test_a_module_with_four_tables_takes_one_slot_not_four(healthy: Plugin) -> None:
+    # Each slot has room for a module's four tables, but the pool held only as many
+    # tables as slots: an instance of a four-table module took four slots' tables, so a
+    # plugin shaped so held four times its share of the pool (with a pool of two, it
+    # could not even load).
+    four = guest_wat(extra=" ".join(f"(table $t{n} 1 funcref)" for n in range(4)))
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=2)) as runtime:
+        tables = load_wat(runtime, four, plugin_id="tables")  # its first instance, idle
+        second = tables.new_instance()
+        assert second.call("test", None).value == "ok"
+        started = time.monotonic()
+        with pytest.raises(InstancePoolFull, match="instance_pool"):
+            tables.new_instance()
+        assert time.monotonic() - started < 2
+        assert tables.call("test").value == "ok"
+    assert healthy.call("test", 1).value == "alive"
+
+
 TOOL_REGISTRATION = {"hooks": [{"hook": "on_tool"}], "name": "callee",
                      "tools": [{"name": "boom", "description": "traps",
                                 "input_schema": {"type": "object"}}]}

@@ -205,7 +205,10 @@ def _pooling(cfg: wasmtime.Config, slots: int) -> None:
     try:
         ffi.wasmtime_pooling_allocation_config_total_core_instances_set(pool, slots)
         ffi.wasmtime_pooling_allocation_config_total_memories_set(pool, slots)
-        ffi.wasmtime_pooling_allocation_config_total_tables_set(pool, slots)
+        # Room for every slot's tables (SLOT_BYTES reserves them): with one table per
+        # slot, an instance of a module with four took four slots' share of the pool.
+        ffi.wasmtime_pooling_allocation_config_total_tables_set(
+            pool, slots * POOL_TABLES_PER_MODULE)
         ffi.wasmtime_pooling_allocation_config_max_tables_per_module_set(
             pool, POOL_TABLES_PER_MODULE)
         ffi.wasmtime_pooling_allocation_config_table_elements_set(pool, POOL_TABLE_ELEMENTS)
