@@ -165,7 +165,9 @@ class PluginAnswer(_Strict, omit_defaults=True):
     """A worker's answer to a `PluginCall`: the result (`ok`), or how it failed: a
     `fault` (its `reason`, the fault's), a guest `error` (`code`), `quarantined`, or
     `state` (the worker's storage failed: nobody's fault); with either, the `denials`
-    of the call (only to a caller that asked for them, `NOTICES_HEADER`)."""
+    of the call (only to a caller that asked for them, `NOTICES_HEADER`). An `error`
+    whose `reason` is "instance pool full" is the worker's own limit (InstancePoolFull),
+    not the guest's: an older caller reads it as the guest error it was before."""
 
     ok: bool
     value: Any = None

@@ -82,6 +82,7 @@ from wasmext.errors import (
     EncodeError,
     GuestTrap,
     HostCallLimitExceeded,
+    InstancePoolFull,
     InvalidOutput,
     LoadError,
     MemoryLimitExceeded,
@@ -501,6 +502,10 @@ class RemotePlugin(Plugin):
             return CallResult(answer.value, answer.changed, answer.stop,
                               fuel=min(max(0, answer.fuel), 1 << 53))
         message = clean(answer.message, 300)
+        if answer.kind == "error" and answer.reason == InstancePoolFull.reason:
+            # The worker had no free instance slot: its capacity, as in-process.
+            raise InstancePoolFull(f"on worker {worker}: {message}", plugin_id=self.id,
+                                   hook=hook)
         if answer.kind == "error":
             raise PluginError(message, code=clean(answer.code, 64) or "failed",
                               plugin_id=self.id, hook=hook,

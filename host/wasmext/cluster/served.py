@@ -39,6 +39,7 @@ from wasmext.cluster.contract import (
 )
 from wasmext.errors import (
     Cancelled,
+    InstancePoolFull,
     PluginError,
     PluginFault,
     Quarantined,
@@ -156,6 +157,12 @@ def call(host: Host, plugin_id: str, raw: bytes, root: calltree.Frame | None,
         answer = PluginAnswer(False, kind="quarantined", message=err.message)
     except StateUnavailable as err:  # the worker's storage: never the plugin's fault
         answer = PluginAnswer(False, kind="state", message=err.message)
+    except InstancePoolFull as err:
+        # The worker's capacity, never the plugin's fault: a guest `error` to a caller that
+        # reads no more (as before), the host's limit to one that reads `reason` (a guest's
+        # own error never carries one).
+        answer = PluginAnswer(False, kind="error", code="failed", reason=err.reason,
+                              message=err.message)
     except PluginFault as err:
         if not getattr(err, "inherited", False):
             host.record_fault(lp, hook, err)
