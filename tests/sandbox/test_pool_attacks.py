@@ -5,6 +5,7 @@ for the next instance."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Iterator
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import msgpack
 import pytest
+import wasmtime
 
-from wasmext import Runtime
-from wasmext.config import HostConfig
+from wasmext import Host, Runtime
+from wasmext.config import HostConfig, parse_config
 from wasmext.errors import (
     AbiMismatch,
     GuestTrap,
@@ -29,6 +31,7 @@ from wasmext.errors import (
     UnknownHook,
     WasmextError,
 )
+from wasmext.lifecycle.reload import rescan
 from wasmext.sandbox import fastcall
 from wasmext.sandbox.engine import EngineConfig
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
@@ -123,6 +126,38 @@ def test_a_kept_load_error_holds_no_slot(attack: str, no_collector: None) -> Non
             assert time.monotonic() - started < 5
             kept.append(caught.value)
         _healthy_gets_a_second_instance(healthy)
+
+
+def test_hot_reloads_that_fail_registration_leave_the_pool_to_the_good_ones(
+        tmp_path: Path, no_collector: None) -> None:
+    # Every other version of the plugin names a hook one typo off (UnknownHook): each
+    # failed reload joined Host.load_errors with its instance, until the pool of four
+    # was full and even the good versions failed to load.
+    folder = tmp_path / "plugins" / "churn"
+    folder.mkdir(parents=True)
+    (folder / "plugin.toml").write_text('id = "churn"\nversion = "1.0.0"\nabi = 1\n')
+
+    def version(n: int, typo: bool) -> None:
+        hook = "on_plain_txt" if typo else "test"
+        (folder / "churn.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
+            response={"ok": True, "value": f"v{n}"},
+            registration={"hooks": [{"hook": hook}], "name": f"v{n}"}))))
+
+    version(0, typo=False)
+    config = dataclasses.replace(parse_config({"host": {"instance_pool": 4}}),
+                                 data_dir=tmp_path / "data", state_backend="memory")
+    with Host(config, plugin_dirs=[("workspace", folder.parent)]) as host:
+        for n in range(1, 13):
+            version(n, typo=n % 2 == 0)
+            report = rescan(host)
+            if n % 2 == 0:
+                assert [type(e) for e in report.errors] == [UnknownHook]
+            else:
+                assert not report.errors, report.errors
+            result, why = host.try_call("churn", "test", None)
+            assert why is None and result is not None
+            assert result.value == f"v{n if n % 2 else n - 1}"  # a failed reload: the last
+        assert len(host.load_errors) == 6
 
 
 def test_wasmtime_pys_own_calls_keep_no_slot_either(monkeypatch: pytest.MonkeyPatch,
