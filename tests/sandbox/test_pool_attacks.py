@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -27,6 +29,7 @@ from wasmext.errors import (
     OutOfFuel,
     PluginError,
     StackOverflow,
+    StateUnavailable,
     Timeout,
     UnknownHook,
     WasmextError,
@@ -34,6 +37,7 @@ from wasmext.errors import (
 from wasmext.lifecycle.reload import rescan
 from wasmext.sandbox import fastcall
 from wasmext.sandbox.engine import EngineConfig
+from wasmext.sandbox.hostcalls import CallContext, OpError
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
 from wasmext.testing import DATA_AT, guest_wat, host_calls_wat, load_wat, make_host, packed
 
@@ -158,6 +162,71 @@ def test_hot_reloads_that_fail_registration_leave_the_pool_to_the_good_ones(
             assert why is None and result is not None
             assert result.value == f"v{n if n % 2 else n - 1}"  # a failed reload: the last
         assert len(host.load_errors) == 6
+
+
+def test_a_storage_outage_kept_as_errors_holds_no_slot(tmp_path: Path,
+                                                      no_collector: None) -> None:
+    # The state file locked past each call's deadline: every call is StateUnavailable,
+    # the host's trouble. The error was the one the state op caught inside the host call,
+    # and its frames led up to the instance that made the call: an application keeping
+    # them (or the instance's own context keeping the last) kept every instance's slot,
+    # and when storage came back the pool was full.
+    config = HostConfig(data_dir=tmp_path, state_backend="sqlite", instance_pool=3)
+    writes = host_calls_wat({"op": "state.set", "key": "k", "value": 1, "scope": "plugin"})
+    with make_host((guest_wat(response=ALIVE), {"plugin_id": "healthy"}),
+                   (writes, {"plugin_id": "writer", "grants": ["state"],
+                             "limits": {"timeout_ms": 300}}), config=config) as host:
+        writer = host.plugins["writer"].plugin
+        assert writer.call("test", None, {"session": "s"}).value is None  # opens the file
+        writer.max_idle = 0  # each call's instance is dropped when the call ends
+        kept: list[WasmextError] = []
+        lock = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            for _ in range(3):
+                started = time.monotonic()
+                with pytest.raises(StateUnavailable) as caught:
+                    writer.call("test", None, {"session": "s"})
+                assert time.monotonic() - started < 3
+                kept.append(caught.value)
+            lock.execute("ROLLBACK")
+        finally:
+            lock.close()
+        assert not writer.faults and not writer.quarantined
+        healthy = host.plugins["healthy"].plugin
+        held = [healthy.new_instance() for _ in range(2)]  # with its idle one: all three
+        assert [inst.call("test", None).value for inst in held] == ["alive"] * 2
+        held.clear()
+        assert writer.call("test", None, {"session": "s"}).value is None  # storage is back
+
+
+@pytest.mark.parametrize("then", ["answer", "trap"])
+def test_storage_trouble_met_inside_a_call_holds_no_slot(then: str,
+                                                         no_collector: None) -> None:
+    # An op whose storage fails notes the host's trouble in the call's context, as the
+    # state ops do, and the call ends as StateUnavailable whether the guest passes the
+    # op's answer on or traps: the noted error's frames led up to the instance (which
+    # kept it in its context: a cycle), so every such call kept a slot.
+    def storage(ctx: CallContext, req: dict[str, Any]) -> Any:
+        try:
+            raise StateUnavailable("the storage is down", plugin_id=ctx.plugin_id)
+        except StateUnavailable as err:
+            ctx.host_fault = ctx.host_fault or err
+            raise OpError("unavailable", "storage is unavailable") from None
+
+    guest = host_calls_wat({"op": "x.storage"}, then="(unreachable)" if then == "trap" else "")
+    with _pool_of_two() as runtime:
+        runtime.services.register("x.storage", storage, capability="")
+        healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
+        stored = load_wat(runtime, guest, plugin_id="stored")
+        stored.max_idle = 0  # each call's instance is dropped when the call ends
+        kept: list[WasmextError] = []
+        for _ in range(4):
+            with pytest.raises(StateUnavailable, match="the storage is down") as caught:
+                stored.call("test")
+            kept.append(caught.value)
+        assert not stored.faults and not stored.quarantined
+        _healthy_gets_a_second_instance(healthy)
 
 
 def test_wasmtime_pys_own_calls_keep_no_slot_either(monkeypatch: pytest.MonkeyPatch,

@@ -208,6 +208,23 @@ def _forget_frames(err: BaseException) -> None:
         cause = cause.__cause__ or cause.__context__
 
 
+def _host_trouble(ctx: CallContext, excuse: WasmextError) -> WasmextError:
+    """`excuse` (the host's storage trouble the call met) to raise, and the context's
+    note of it cleared. It was raised and caught inside the host call: its frames, and
+    every frame above them, would keep the instance that made the call (from its context
+    too, a cycle), for as long as the application keeps the error."""
+    ctx.host_fault = ctx.slow = None
+    chain: list[BaseException | None] = [excuse]
+    seen: set[int] = set()
+    while chain:
+        exc = chain.pop()
+        if exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            exc.__traceback__ = None
+            chain += (exc.__cause__, exc.__context__)
+    return excuse
+
+
 @dataclass(frozen=True)
 class QuarantinePolicy:
     """After `max_faults` faults in a row, refuse calls for `cooldown_s`, doubling each time."""
@@ -464,26 +481,31 @@ class Plugin:
             if excuse is not None:
                 # The host's storage failed the call: not the plugin's fault. The
                 # instance trapped mid-call, so it is not reused, but nothing counts.
-                raise excuse from fault
+                raise _host_trouble(ctx, excuse) from fault
             if not getattr(fault, "inherited", False):  # the caller's time ran out, not ours
                 self._record_fault(fault)
             raise
         except BaseException as err:
             if ctx.pending:
                 ctx.finish(False)
+            # Read before the instance goes back: another caller's call resets it.
+            excuse = ctx.host_fault if isinstance(err, PluginError) else None
+            if excuse is not None:
+                excuse = _host_trouble(ctx, excuse)
             self._release(inst)
             # The error (a PluginError the application keeps) holds no instance: one
             # the idle list had no room for is dropped now.
             del inst
             _forget_frames(err)
-            if ctx.host_fault is not None and isinstance(err, PluginError):
-                raise ctx.host_fault from err  # the plugin passed the storage failure on
+            if excuse is not None:
+                raise excuse from err  # the plugin passed the storage failure on
             raise
         try:
             if ctx.pending:
                 ctx.finish(True)  # may refuse (a state commit): then the call failed
         finally:
             self._release(inst)
+            del inst  # a refused commit's error, kept, holds no instance
         self._record_success()
         return result
 
