@@ -299,6 +299,32 @@ def test_a_module_with_four_tables_takes_one_slot_not_four(healthy: Plugin) -> N
     assert healthy.call("test", 1).value == "alive"
 
 
+def test_a_module_that_throws_takes_a_second_memory_and_a_full_pool_is_named(
+        healthy: Plugin) -> None:
+    # Exceptions (and GC types) need a GC heap, and wasmtime takes it from the pool's
+    # memories: such an instance takes two of the pool's memories. The pool then holds
+    # half as many of them; once full, the next is InstancePoolFull, at instantiation
+    # (never a fault mid-call), and the plugin is not blamed.
+    throws = guest_wat("(block $h (result i32) (try_table (catch $e $h) (throw $e "
+                       "(i32.const 1))) (i32.const 0)) (drop) (i64.const 0)",
+                       extra="(tag $e (param i32))")
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=4)) as runtime:
+        thrower = load_wat(runtime, throws, plugin_id="thrower")
+        assert thrower.call("test").changed is False  # it threw and caught
+        second = thrower.new_instance()  # with the first: all four memories
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(InstancePoolFull, match="memor"):
+                thrower.new_instance()
+            assert time.monotonic() - started < 2
+        assert not thrower.faults and not thrower.quarantined
+        assert second.call("test", None).changed is False
+        del second
+        plain = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="plain")
+        assert plain.call("test").value == "alive"
+    assert healthy.call("test", 1).value == "alive"
+
+
 TOOL_REGISTRATION = {"hooks": [{"hook": "on_tool"}], "name": "callee",
                      "tools": [{"name": "boom", "description": "traps",
                                 "input_schema": {"type": "object"}}]}
