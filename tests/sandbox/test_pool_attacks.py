@@ -420,3 +420,33 @@ def test_dropped_segments_and_a_half_made_instance_leave_nothing_in_the_slot() -
         with pytest.raises(GuestTrap, match="out of bounds"):
             load_wat(runtime, half, plugin_id="half")
         assert load_wat(runtime, after, plugin_id="after").call("test").value == "clean"
+
+
+def test_table_entries_another_module_grew_and_filled_are_gone() -> None:
+    # One slot. The first module grows its table to 5,001 entries and fills them with a
+    # function of its own; the next declares 5,001 entries and finds every one empty,
+    # and an indirect call through one traps instead of reaching the dead instance.
+    fill = guest_wat("(drop (table.grow $t (ref.func $f) (i32.const 5000)))"
+                     " (table.fill $t (i32.const 0) (ref.func $f) (i32.const 5001))"
+                     " (i64.const 0)",
+                     extra="(table $t 1 funcref) (func $f) (elem declare func $f)")
+    look = guest_wat(
+        "(local $at i32) (local $seen i32)"
+        " (loop (local.set $seen (i32.or (local.get $seen)"
+        " (i32.eqz (ref.is_null (table.get $t (local.get $at))))))"
+        " (local.set $at (i32.add (local.get $at) (i32.const 1)))"
+        " (br_if 0 (i32.lt_u (local.get $at) (i32.const 5001))))"
+        + _verdict("(i32.eqz (local.get $seen))"),
+        data=VERDICT_DATA, extra="(table $t 5001 funcref)")
+    jump = guest_wat("(call_indirect $t (i32.const 3)) (i64.const 0)",
+                     extra="(table $t 5001 funcref)")
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=1)) as runtime:
+        filler = load_wat(runtime, fill, plugin_id="filler")
+        assert filler.call("test").changed is False
+        filler.close()
+        looker = load_wat(runtime, look, plugin_id="looker")
+        assert looker.call("test").value == "clean"
+        looker.close()
+        with pytest.raises(GuestTrap, match="uninitialized element"):
+            load_wat(runtime, jump, plugin_id="jump").call("test")
+
