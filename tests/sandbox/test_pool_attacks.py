@@ -450,3 +450,26 @@ def test_table_entries_another_module_grew_and_filled_are_gone() -> None:
         with pytest.raises(GuestTrap, match="uninitialized element"):
             load_wat(runtime, jump, plugin_id="jump").call("test")
 
+
+def test_two_plugins_of_one_module_share_nothing_through_the_slot() -> None:
+    # The same bytes loaded as two plugins share one compiled module, and a slot goes
+    # back to its module first: the second plugin's instance is where the first's was.
+    # It finds memory at its first size, and nothing at the addresses the first wrote
+    # (inside the resident 128 KiB and past it, after a grow).
+    body = ("(local $fresh i32)"
+            " (local.set $fresh (i32.and (i32.eq (memory.size) (i32.const 3))"
+            " (i32.eqz (i32.load (i32.const 100000)))))"
+            " (drop (memory.grow (i32.const 4)))"
+            " (i32.store (i32.const 100000) (i32.const 0x53454352))"
+            " (i32.store (i32.const 300000) (i32.const 0x53454352))"
+            + _verdict("(local.get $fresh)"))
+    wasm = bytes(wasmtime.wat2wasm(guest_wat(body, memory_pages=3, data=VERDICT_DATA)))
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=1)) as runtime:
+        first = runtime.load(wasm, plugin_id="tenant-a", settings={"token": "a-secret"})
+        assert first.call("test").value == "clean"
+        assert first.call("test").value == "dirty"  # its own instance keeps its writes
+        first.close()
+        second = runtime.load(wasm, plugin_id="tenant-b")
+        assert second.module.module is first.module.module  # one compiled module
+        assert second.call("test").value == "clean"
+
