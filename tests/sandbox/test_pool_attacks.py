@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from wasmext.errors import (
 )
 from wasmext.lifecycle.reload import rescan
 from wasmext.sandbox import fastcall
+from wasmext.sandbox import plugin as sandbox_plugin
 from wasmext.sandbox.engine import EngineConfig
 from wasmext.sandbox.hostcalls import CallContext, OpError
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
@@ -472,4 +474,30 @@ def test_two_plugins_of_one_module_share_nothing_through_the_slot() -> None:
         second = runtime.load(wasm, plugin_id="tenant-b")
         assert second.module.module is first.module.module  # one compiled module
         assert second.call("test").value == "clean"
+
+
+def test_a_full_pool_is_logged_for_the_operator_without_a_flood(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The operator learns the pool is full from the log (an MCP client or a worker's
+    # caller is told, the server's log said nothing): one warning naming the setting,
+    # then at most one per interval with how many were refused since, whatever the rate.
+    notes = sandbox_plugin._PoolFullNotes  # as if no pool had been full in this process
+    monkeypatch.setattr(notes, "said_at", None)
+    monkeypatch.setattr(notes, "refused", 0)
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=1)) as runtime:
+        plugin = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="crowded")
+        with caplog.at_level(logging.WARNING, logger="wasmext.sandbox.plugin"):
+            for _ in range(200):
+                with pytest.raises(InstancePoolFull):
+                    plugin.new_instance()
+            first = [r.getMessage() for r in caplog.records]
+            monkeypatch.setattr(sandbox_plugin, "POOL_FULL_LOG_EVERY_S", 0.0)
+            with pytest.raises(InstancePoolFull):
+                plugin.new_instance()
+            later = [r.getMessage() for r in caplog.records][len(first):]
+    assert len(first) == 1, first
+    assert "instance pool full" in first[0] and "[host] instance_pool (1)" in first[0]
+    assert "crowded" in first[0]
+    assert len(later) == 1 and "200 instances refused" in later[0], later
+    assert plugin.call("test").value == "alive"
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import logging
 import threading
 import time
 import traceback
@@ -29,6 +30,7 @@ from typing import Any
 from wasmext._abi import ABI_MAJOR, ABI_MINOR, HOOKS, REGISTRATION_KEYS
 from wasmext._version import __version__
 from wasmext.errors import (
+    InstancePoolFull,
     InvalidOutput,
     MemoryLimitExceeded,
     PluginError,
@@ -48,6 +50,8 @@ from wasmext.text import clean
 
 __all__ = ["CALL_LIMITS", "MAX_HOOKS", "MAX_SHARED", "HookSpec", "Plugin", "QuarantinePolicy",
            "Registration"]
+
+log = logging.getLogger(__name__)
 
 MAX_SHARED = 64  # distinct (settings, limits, grants) per module whose registration is kept
 
@@ -197,6 +201,34 @@ def _answer_region(raw: Any) -> tuple[int, int] | None:
     return ptr, size
 
 
+# A full pool is said in the log at most this often (with how many were refused since):
+# the callers are told each time, the operator once, whatever the rate of refusals.
+POOL_FULL_LOG_EVERY_S = 10.0
+
+
+class _PoolFullNotes:
+    """When the log last said the pool was full, and the refusals since."""
+
+    lock = threading.Lock()
+    said_at: float | None = None
+    refused = 0
+
+
+def _note_pool_full(plugin_id: str, slots: int) -> None:
+    """Tell the operator the engine's pool is full (the host's limit: theirs to raise)."""
+    now = time.monotonic()
+    with _PoolFullNotes.lock:
+        _PoolFullNotes.refused += 1
+        said = _PoolFullNotes.said_at
+        if said is not None and now - said < POOL_FULL_LOG_EVERY_S:
+            return
+        refused, _PoolFullNotes.refused, _PoolFullNotes.said_at = _PoolFullNotes.refused, 0, now
+    log.warning("instance pool full: %d instance%s refused, the latest for plugin %s: more "
+                "instances alive at once than [host] instance_pool (%d)", refused,
+                "" if refused == 1 else "s", clean(plugin_id, 128), slots,
+                extra={"plugin_id": plugin_id, "outcome": "instance pool full"})
+
+
 def _forget_frames(err: BaseException) -> None:
     """Drop the local variables of the finished frames `err` and the exceptions it
     was raised from passed through (their lines stay for a traceback)."""
@@ -328,6 +360,8 @@ class Plugin:
                                       self.services)
         except WasmextError as err:
             _forget_frames(err)  # the half-made instance's store and slot go now
+            if isinstance(err, InstancePoolFull):
+                _note_pool_full(self.id, self.module.engine.config.instance_pool)
             raise
         inst.meter = self.meter
         with self._lock:
