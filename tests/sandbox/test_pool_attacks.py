@@ -9,6 +9,7 @@ import dataclasses
 import gc
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from wasmext import Host, Runtime
 from wasmext.config import HostConfig, parse_config
 from wasmext.errors import (
     AbiMismatch,
+    Cancelled,
     GuestTrap,
     HostCallLimitExceeded,
     InstancePoolFull,
@@ -38,6 +40,7 @@ from wasmext.errors import (
 from wasmext.lifecycle.reload import rescan
 from wasmext.sandbox import fastcall
 from wasmext.sandbox import plugin as sandbox_plugin
+from wasmext.sandbox.callscope import CallScope
 from wasmext.sandbox.engine import EngineConfig
 from wasmext.sandbox.hostcalls import CallContext, OpError
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
@@ -114,6 +117,27 @@ def test_a_kept_call_failure_holds_no_slot(attack: str, no_collector: None) -> N
             assert time.monotonic() - started < 5
             assert "instance_pool" not in str(caught.value)
             kept.append(caught.value)
+        _healthy_gets_a_second_instance(healthy)
+
+
+def test_a_kept_cancelled_call_holds_no_slot(no_collector: None) -> None:
+    # A caller that gives up (an MCP cancel, a worker's caller) ends the spinning call
+    # as Cancelled, from another thread; kept, it holds no slot either.
+    with _pool_of_two() as runtime:
+        healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
+        spinner = load_wat(runtime, guest_wat(SPIN), plugin_id="spinner",
+                           limits={"fuel_per_call": 10**13, "timeout_ms": 10_000})
+        spinner.max_idle = 0  # each call's instance is dropped when the call ends
+        kept: list[WasmextError] = []
+        for _ in range(4):
+            scope = CallScope()
+            threading.Timer(0.05, scope.cancel).start()
+            started = time.monotonic()
+            with pytest.raises(Cancelled) as caught, scope.bound():
+                spinner.call("test")
+            assert time.monotonic() - started < 3
+            kept.append(caught.value)
+        assert not spinner.faults
         _healthy_gets_a_second_instance(healthy)
 
 
