@@ -95,7 +95,9 @@ def test_a_full_pool_is_the_hosts_limit_and_not_the_plugins_fault() -> None:
         assert runtime.engine.pooled
         plugin = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
                           plugin_id="crowded")  # its first instance, kept idle: one slot
-        held = [plugin.new_instance() for _ in range(2)]  # the other two
+        # The other two, and the idle one's: an idle instance gives its slot up.
+        held = [plugin.new_instance() for _ in range(3)]
+        assert not plugin._idle
         for _ in range(10):
             started = time.monotonic()
             with pytest.raises(InstancePoolFull) as caught:
@@ -106,13 +108,15 @@ def test_a_full_pool_is_the_hosts_limit_and_not_the_plugins_fault() -> None:
             assert "raise it, or set it to 0" in str(caught.value)
             assert caught.value.plugin_id == "crowded"
         assert not plugin.quarantined  # ten refusals, none counted against the plugin
-        assert plugin.call("test").value == "alive"  # its idle instance still answers
+        assert held[0].call("test", None).value == "alive"  # its instances still answer
         held.pop()  # a slot comes free: a plugin loads into it
         healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "fine"}),
                            plugin_id="healthy")
         assert healthy.call("test").value == "fine"
+        extra = healthy.new_instance()  # its idle instance gives way: all three in use
         with pytest.raises(InstancePoolFull):
             healthy.new_instance()
+        assert extra.call("test", None).value == "fine"
         held.clear()
         assert healthy.new_instance().call("test", None).value == "fine"
 

@@ -93,9 +93,12 @@ def _pool_of_two() -> Runtime:
                    quarantine=QuarantinePolicy(max_faults=10**6))
 
 
-def _healthy_gets_a_second_instance(healthy: Plugin) -> None:
-    """The healthy plugin's idle instance holds one slot; its second needs the other."""
-    assert healthy.new_instance().call("test", None).value == "alive"
+def _every_slot_is_free(healthy: Plugin, slots: int) -> None:
+    """The healthy plugin takes every slot of the pool at once (idle instances give
+    theirs up): one that anything else still held makes the last InstancePoolFull."""
+    held = [healthy.new_instance() for _ in range(slots)]
+    assert [inst.call("test", None).value for inst in held] == ["alive"] * slots
+    held.clear()
     assert healthy.call("test").value == "alive"
 
 
@@ -117,7 +120,7 @@ def test_a_kept_call_failure_holds_no_slot(attack: str, no_collector: None) -> N
             assert time.monotonic() - started < 5
             assert "instance_pool" not in str(caught.value)
             kept.append(caught.value)
-        _healthy_gets_a_second_instance(healthy)
+        _every_slot_is_free(healthy, 2)
 
 
 def test_a_kept_cancelled_call_holds_no_slot(no_collector: None) -> None:
@@ -138,7 +141,7 @@ def test_a_kept_cancelled_call_holds_no_slot(no_collector: None) -> None:
             assert time.monotonic() - started < 3
             kept.append(caught.value)
         assert not spinner.faults
-        _healthy_gets_a_second_instance(healthy)
+        _every_slot_is_free(healthy, 2)
 
 
 @pytest.mark.parametrize("attack", sorted(LOAD_ATTACKS))
@@ -155,7 +158,7 @@ def test_a_kept_load_error_holds_no_slot(attack: str, no_collector: None) -> Non
                 load_wat(runtime, wat, plugin_id=f"hostile-{n}")
             assert time.monotonic() - started < 5
             kept.append(caught.value)
-        _healthy_gets_a_second_instance(healthy)
+        _every_slot_is_free(healthy, 2)
 
 
 def test_hot_reloads_that_fail_registration_leave_the_pool_to_the_good_ones(
@@ -220,9 +223,8 @@ def test_a_storage_outage_kept_as_errors_holds_no_slot(tmp_path: Path,
             lock.close()
         assert not writer.faults and not writer.quarantined
         healthy = host.plugins["healthy"].plugin
-        held = [healthy.new_instance() for _ in range(2)]  # with its idle one: all three
-        assert [inst.call("test", None).value for inst in held] == ["alive"] * 2
-        held.clear()
+        assert isinstance(healthy, Plugin)
+        _every_slot_is_free(healthy, 3)
         assert writer.call("test", None, {"session": "s"}).value is None  # storage is back
 
 
@@ -252,7 +254,7 @@ def test_storage_trouble_met_inside_a_call_holds_no_slot(then: str,
                 stored.call("test")
             kept.append(caught.value)
         assert not stored.faults and not stored.quarantined
-        _healthy_gets_a_second_instance(healthy)
+        _every_slot_is_free(healthy, 2)
 
 
 def test_wasmtime_pys_own_calls_keep_no_slot_either(monkeypatch: pytest.MonkeyPatch,
@@ -268,7 +270,7 @@ def test_wasmtime_pys_own_calls_keep_no_slot_either(monkeypatch: pytest.MonkeyPa
             with pytest.raises(GuestTrap) as caught:
                 hostile.call("test")
             kept.append(caught.value)
-        _healthy_gets_a_second_instance(healthy)
+        _every_slot_is_free(healthy, 2)
 
 
 def test_an_instance_that_used_its_folder_grant_gives_its_slot_back(
@@ -286,12 +288,12 @@ def test_an_instance_that_used_its_folder_grant_gives_its_slot_back(
         files.max_idle = 0  # each call's instance is dropped when the call ends
         for _ in range(6):
             assert files.call("test", "kept").value == "kept"
-        _healthy_gets_a_second_instance(healthy)
+        _every_slot_is_free(healthy, 2)
 
 
 def test_each_faulting_plugin_keeps_no_slot_with_its_last_fault(no_collector: None) -> None:
     # Plugin.last_fault is kept until the plugin's next fault: five plugins that each
-    # faulted once held five slots (and their memories), and a pool of six was full.
+    # faulted once held five slots (and their memories) of a pool of six.
     with Runtime(cache=False, engine=EngineConfig(instance_pool=6),
                  quarantine=QuarantinePolicy(max_faults=10**6)) as runtime:
         healthy = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="healthy")
@@ -301,8 +303,8 @@ def test_each_faulting_plugin_keeps_no_slot_with_its_last_fault(no_collector: No
             with pytest.raises(GuestTrap):
                 plugin.call("test")
             assert plugin.last_fault is not None
-        held = [healthy.new_instance() for _ in range(5)]
-        assert [inst.call("test", None).value for inst in held] == ["alive"] * 5
+        held = [healthy.new_instance() for _ in range(6)]  # every slot of the six
+        assert [inst.call("test", None).value for inst in held] == ["alive"] * 6
         with pytest.raises(InstancePoolFull):
             healthy.new_instance()
 
@@ -314,13 +316,14 @@ def test_a_module_with_four_tables_takes_one_slot_not_four(healthy: Plugin) -> N
     # could not even load).
     four = guest_wat(extra=" ".join(f"(table $t{n} 1 funcref)" for n in range(4)))
     with Runtime(cache=False, engine=EngineConfig(instance_pool=2)) as runtime:
-        tables = load_wat(runtime, four, plugin_id="tables")  # its first instance, idle
-        second = tables.new_instance()
-        assert second.call("test", None).value == "ok"
+        tables = load_wat(runtime, four, plugin_id="tables")
+        held = [tables.new_instance() for _ in range(2)]  # its idle one gives way
+        assert [inst.call("test", None).value for inst in held] == ["ok"] * 2
         started = time.monotonic()
         with pytest.raises(InstancePoolFull, match="instance_pool"):
             tables.new_instance()
         assert time.monotonic() - started < 2
+        held.pop()
         assert tables.call("test").value == "ok"
     assert healthy.call("test", 1).value == "alive"
 
@@ -337,7 +340,7 @@ def test_a_module_that_throws_takes_a_second_memory_and_a_full_pool_is_named(
     with Runtime(cache=False, engine=EngineConfig(instance_pool=4)) as runtime:
         thrower = load_wat(runtime, throws, plugin_id="thrower")
         assert thrower.call("test").changed is False  # it threw and caught
-        second = thrower.new_instance()  # with the first: all four memories
+        first, second = thrower.new_instance(), thrower.new_instance()  # four memories
         for _ in range(3):
             started = time.monotonic()
             with pytest.raises(InstancePoolFull, match="memor"):
@@ -345,10 +348,37 @@ def test_a_module_that_throws_takes_a_second_memory_and_a_full_pool_is_named(
             assert time.monotonic() - started < 2
         assert not thrower.faults and not thrower.quarantined
         assert second.call("test", None).changed is False
-        del second
+        del first, second
         plain = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="plain")
         assert plain.call("test").value == "alive"
     assert healthy.call("test", 1).value == "alive"
+
+
+def test_idle_instances_of_one_plugin_give_way_to_another_plugins_call() -> None:
+    # Each plugin keeps up to max_idle instances for its next call, and each holds a slot:
+    # a plugin called four at a time once (its hooks made concurrent by the host's load,
+    # events or agent runs it asked for) kept four slots idle for good, and with the pool
+    # full of them every other plugin's call was InstancePoolFull. Now idle instances give
+    # their slots to a call that needs one; instances in use never do.
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=4)) as runtime:
+        hog = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="hog")
+        burst = [hog.new_instance() for _ in range(3)]  # with its first: all four slots
+        for inst in burst:
+            hog._release(inst)
+        del inst
+        burst.clear()
+        assert len(hog._idle) == 4
+        other = load_wat(runtime, guest_wat(response={"ok": True, "value": "served"}),
+                         plugin_id="other")
+        assert not hog._idle  # its four idle instances gave way to the load
+        assert other.call("test").value == "served"
+        busy = [other.new_instance() for _ in range(4)]  # its own idle one gives way too
+        started = time.monotonic()
+        with pytest.raises(InstancePoolFull):  # all four in use: none gives way
+            hog.call("test")
+        assert time.monotonic() - started < 2
+        busy.pop()
+        assert hog.call("test").value == "alive"
 
 
 TOOL_REGISTRATION = {"hooks": [{"hook": "on_tool"}], "name": "callee",
@@ -380,8 +410,8 @@ def test_a_callee_faults_last_fault_keeps_none_of_its_callers_instances(
         assert host.plugins["callee"].plugin.last_fault is not None
         assert not calling.faults
         healthy = host.plugins["healthy"].plugin
-        held = [healthy.new_instance() for _ in range(2)]  # with its idle one: all three
-        assert [inst.call("test", None).value for inst in held] == ["alive"] * 2
+        assert isinstance(healthy, Plugin)
+        _every_slot_is_free(healthy, 3)
 
 
 YES, NO = msgpack.packb({"ok": True, "value": "clean"}), msgpack.packb({"ok": True,
@@ -510,6 +540,7 @@ def test_a_full_pool_is_logged_for_the_operator_without_a_flood(
     monkeypatch.setattr(notes, "refused", 0)
     with Runtime(cache=False, engine=EngineConfig(instance_pool=1)) as runtime:
         plugin = load_wat(runtime, guest_wat(response=ALIVE), plugin_id="crowded")
+        held = plugin.new_instance()  # its idle one gives way: the slot is in use
         with caplog.at_level(logging.WARNING, logger="wasmext.sandbox.plugin"):
             for _ in range(200):
                 with pytest.raises(InstancePoolFull):
@@ -523,5 +554,5 @@ def test_a_full_pool_is_logged_for_the_operator_without_a_flood(
     assert "instance pool full" in first[0] and "[host] instance_pool (1)" in first[0]
     assert "crowded" in first[0]
     assert len(later) == 1 and "200 instances refused" in later[0], later
-    assert plugin.call("test").value == "alive"
+    assert held.call("test", None).value == "alive"
 

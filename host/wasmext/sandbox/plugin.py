@@ -229,6 +229,30 @@ def _note_pool_full(plugin_id: str, slots: int) -> None:
                 extra={"plugin_id": plugin_id, "outcome": "instance pool full"})
 
 
+# Every plugin made, so that a full pool can take back idle instances (weakly: a plugin
+# dropped leaves it).
+_PLUGINS: weakref.WeakSet[Plugin] = weakref.WeakSet()
+
+
+def _drop_idle(engine: object) -> int:
+    """Drop the idle instances of every plugin on `engine`: kept only to spare a later
+    call its start-up, they give their slots to a call that needs one now (else one
+    plugin's burst of calls kept its slots idle for good, and the others' calls were
+    refused). How many were dropped."""
+    dropped = 0
+    for plugin in list(_PLUGINS):
+        if plugin.module.engine is not engine:
+            continue
+        idle = plugin._idle
+        while idle:
+            try:
+                idle.pop()  # atomic: a caller borrowing at the same moment gets another
+            except IndexError:
+                break
+            dropped += 1
+    return dropped
+
+
 def _forget_frames(err: BaseException) -> None:
     """Drop the local variables of the finished frames `err` and the exceptions it
     was raised from passed through (their lines stay for a traceback)."""
@@ -303,6 +327,7 @@ class Plugin:
         self._cooldown = self.quarantine.cooldown_s
         self._quarantined_until = 0.0
         self._idle: list[PluginInstance] = []
+        _PLUGINS.add(self)  # a full pool takes back its idle instances (`_drop_idle`)
         # Every instance alive, idle or mid-call: a grant change reaches them all.
         self._instances: weakref.WeakSet[PluginInstance] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -353,16 +378,26 @@ class Plugin:
         public = {k: v for k, v in self.settings.items() if k not in self.sensitive}
         return repr((public, self._limits_dict, sorted(self.grants), self.instance_type.__name__))
 
+    def _instantiate(self) -> PluginInstance:
+        """An instance of the module, not yet started; when the engine's pool is full,
+        the idle instances of every plugin on the engine give their slots back first."""
+        for last_try in (False, True):
+            try:
+                return self.instance_type(self.module, self.limits, self._context(),
+                                          self.services)
+            except InstancePoolFull as err:
+                _forget_frames(err)
+                if last_try or not _drop_idle(self.module.engine):
+                    _note_pool_full(self.id, self.module.engine.config.instance_pool)
+                    raise
+            except WasmextError as err:
+                _forget_frames(err)  # the half-made instance's store and slot go now
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover - the last try returns or raises
+
     def new_instance(self) -> PluginInstance:
         """A fresh, registered instance (faults here count like call faults)."""
-        try:
-            inst = self.instance_type(self.module, self.limits, self._context(),
-                                      self.services)
-        except WasmextError as err:
-            _forget_frames(err)  # the half-made instance's store and slot go now
-            if isinstance(err, InstancePoolFull):
-                _note_pool_full(self.id, self.module.engine.config.instance_pool)
-            raise
+        inst = self._instantiate()
         inst.meter = self.meter
         with self._lock:
             self._instances.add(inst)
