@@ -43,6 +43,7 @@ from wasmext.plugin_servers import PluginServers
 from wasmext.runtime import Runtime, allowed_environ
 from wasmext.sandbox.backends.extism import ExtismPlugin
 from wasmext.sandbox.engine import EngineConfig
+from wasmext.sandbox.faults import detached
 from wasmext.sandbox.fsgrants import reaching
 from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
@@ -216,7 +217,9 @@ class Host(PluginServers, PluginCalls):
             if err.plugin_id is None:
                 err.plugin_id = manifest.id
             log.error("plugin %s not loaded: %s", manifest.id, err.describe())
-            self.load_errors.append(err)
+            # Kept (up to a thousand over reloads): without the frames of the load, which
+            # held the plugin, its compiled module and its bytes.
+            self.load_errors.append(detached(err))
 
     def add(self, source: str | Path | bytes | Plugin | ExtismPlugin, *,
              source_kind: str = "explicit", manifest: Manifest | None = None,

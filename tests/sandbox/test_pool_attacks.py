@@ -43,6 +43,7 @@ from wasmext.sandbox import plugin as sandbox_plugin
 from wasmext.sandbox.callscope import CallScope
 from wasmext.sandbox.engine import EngineConfig
 from wasmext.sandbox.hostcalls import CallContext, OpError
+from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
 from wasmext.testing import DATA_AT, guest_wat, host_calls_wat, load_wat, make_host, packed
 
@@ -255,6 +256,38 @@ def test_storage_trouble_met_inside_a_call_holds_no_slot(then: str,
             kept.append(caught.value)
         assert not stored.faults and not stored.quarantined
         _every_slot_is_free(healthy, 2)
+
+
+def test_failed_reloads_kept_as_load_errors_keep_no_module_or_instance(
+        tmp_path: Path) -> None:
+    # Host.load_errors keeps up to a thousand errors: each kept the frames of the load
+    # that failed, and with them the plugin, its compiled module and the module's bytes
+    # (a plugin whose every new version fails its registration grew the host by its code
+    # size per reload, gigabytes over a thousand).
+    folder = tmp_path / "plugins" / "churn"
+    folder.mkdir(parents=True)
+    (folder / "plugin.toml").write_text('id = "churn"\nversion = "1.0.0"\nabi = 1\n')
+    config = dataclasses.replace(parse_config({}), data_dir=tmp_path / "data",
+                                 state_backend="memory")
+
+    def modules() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is PluginModule)
+
+    def version(n: int) -> None:
+        (folder / "churn.wasm").write_bytes(bytes(wasmtime.wat2wasm(guest_wat(
+            registration={"hooks": [{"hook": "on_plain_txt"}], "name": f"v{n}"}))))
+
+    version(0)
+    with Host(config, plugin_dirs=[("workspace", folder.parent)]) as host:
+        before = modules()
+        for n in range(1, 9):
+            version(n)
+            rescan(host)
+        assert len(host.load_errors) == 9
+        assert all(isinstance(e, UnknownHook) for e in host.load_errors)
+        assert "on_plain_txt" in host.load_errors[-1].describe()
+        assert modules() - before <= 1, "each failed load's module is still alive"
 
 
 def test_wasmtime_pys_own_calls_keep_no_slot_either(monkeypatch: pytest.MonkeyPatch,

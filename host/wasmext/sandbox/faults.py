@@ -19,11 +19,28 @@ from wasmext.sandbox import callscope
 from wasmext.sandbox.hostcalls import CallContext
 from wasmext.sandbox.limits import Limits
 
-__all__ = ["classify", "first_line", "timeout"]
+__all__ = ["classify", "detached", "first_line", "timeout"]
 
 # How wasmtime's pooling allocator words a pool with no free slot (instances,
 # memories or tables).
 POOL_FULL = "maximum concurrent limit of"
+
+
+def detached(err: WasmextError) -> WasmextError:
+    """`err` without the tracebacks of it and what it was raised from, for an error the
+    host keeps (a load error, a call's reason, the host trouble a call met). Their frames,
+    and every frame above them once it returned, would keep what they held as long as the
+    error is kept: a plugin, its compiled module and bytes, an instance and its pool
+    slot."""
+    chain: list[BaseException | None] = [err]
+    seen: set[int] = set()
+    while chain:
+        exc = chain.pop()
+        if exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            exc.__traceback__ = None
+            chain += (exc.__cause__, exc.__context__)
+    return err
 
 
 def first_line(exc: BaseException) -> str:

@@ -41,6 +41,7 @@ from wasmext.errors import (
     WasmextError,
 )
 from wasmext.sandbox.codec import encode
+from wasmext.sandbox.faults import detached
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
@@ -270,15 +271,7 @@ def _host_trouble(ctx: CallContext, excuse: WasmextError) -> WasmextError:
     every frame above them, would keep the instance that made the call (from its context
     too, a cycle), for as long as the application keeps the error."""
     ctx.host_fault = ctx.slow = None
-    chain: list[BaseException | None] = [excuse]
-    seen: set[int] = set()
-    while chain:
-        exc = chain.pop()
-        if exc is not None and id(exc) not in seen:
-            seen.add(id(exc))
-            exc.__traceback__ = None
-            chain += (exc.__cause__, exc.__context__)
-    return excuse
+    return detached(excuse)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from wasmext.errors import WasmextError
 from wasmext.manifest import Manifest
 from wasmext.sandbox.backends.extism import ExtismPlugin
+from wasmext.sandbox.faults import detached
 from wasmext.sandbox.instance import CallResult
 from wasmext.sandbox.plugin import Plugin
 
@@ -79,17 +80,10 @@ class CallFailure(str):
         failure = cls(reason)
         failure.error = error
         # A reason is a value, kept as long as whoever asked likes: its error keeps no
-        # traceback. Those frames, and every frame above them once it returned, would keep
-        # what they held (the instance of the plugin that called the failed one) and, in
-        # the frame that holds this reason, a cycle only a collection undoes.
-        chain: list[BaseException | None] = [error]
-        seen: set[int] = set()
-        while chain:
-            exc = chain.pop()
-            if exc is not None and id(exc) not in seen:
-                seen.add(id(exc))
-                exc.__traceback__ = None
-                chain += (exc.__cause__, exc.__context__)
+        # traceback (the instance of the plugin that called the failed one, and in the
+        # frame that holds this reason, a cycle only a collection undoes).
+        if error is not None:
+            detached(error)
         return failure
 
 
