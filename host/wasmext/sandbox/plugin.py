@@ -41,6 +41,7 @@ from wasmext.errors import (
     WasmextError,
 )
 from wasmext.sandbox.codec import encode
+from wasmext.sandbox.engine import SharedEngine
 from wasmext.sandbox.faults import detached
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
@@ -235,7 +236,7 @@ def _note_pool_full(plugin_id: str, slots: int) -> None:
 _PLUGINS: weakref.WeakSet[Plugin] = weakref.WeakSet()
 
 
-def _drop_idle(engine: object) -> int:
+def _drop_idle(engine: SharedEngine) -> int:
     """Drop the idle instances of every plugin on `engine`: kept only to spare a later
     call its start-up, they give their slots to a call that needs one now (else one
     plugin's burst of calls kept its slots idle for good, and the others' calls were
@@ -374,19 +375,26 @@ class Plugin:
     def _instantiate(self) -> PluginInstance:
         """An instance of the module, not yet started; when the engine's pool is full,
         the idle instances of every plugin on the engine give their slots back first."""
-        for last_try in (False, True):
-            try:
-                return self.instance_type(self.module, self.limits, self._context(),
-                                          self.services)
-            except InstancePoolFull as err:
-                _forget_frames(err)
-                if last_try or not _drop_idle(self.module.engine):
-                    _note_pool_full(self.id, self.module.engine.config.instance_pool)
-                    raise
-            except WasmextError as err:
-                _forget_frames(err)  # the half-made instance's store and slot go now
+        try:
+            return self._instance_in_a_slot()
+        except InstancePoolFull:
+            if not _drop_idle(self.module.engine):
+                _note_pool_full(self.id, self.module.engine.config.instance_pool)
                 raise
-        raise AssertionError("unreachable")  # pragma: no cover - the last try returns or raises
+        try:
+            return self._instance_in_a_slot()
+        except InstancePoolFull:
+            _note_pool_full(self.id, self.module.engine.config.instance_pool)
+            raise
+
+    def _instance_in_a_slot(self) -> PluginInstance:
+        """`instance_type` made for this plugin; a failure keeps nothing of it."""
+        try:
+            return self.instance_type(self.module, self.limits, self._context(),
+                                      self.services)
+        except WasmextError as err:
+            _forget_frames(err)  # the half-made instance's store and slot go now
+            raise
 
     def new_instance(self) -> PluginInstance:
         """A fresh, registered instance (faults here count like call faults)."""
