@@ -333,9 +333,11 @@ def test_each_faulting_plugin_keeps_no_slot_with_its_last_fault(no_collector: No
         faulty = [load_wat(runtime, guest_wat("(unreachable)"), plugin_id=f"faulty-{n}")
                   for n in range(5)]
         for plugin in faulty:
-            with pytest.raises(GuestTrap):
+            with pytest.raises(GuestTrap) as caught:
                 plugin.call("test")
-            assert plugin.last_fault is not None
+            last = plugin.last_fault
+            assert isinstance(last, GuestTrap) and last.__traceback__ is None
+            assert (last.message, last.plugin_id) == (caught.value.message, plugin.id)
         held = [healthy.new_instance() for _ in range(6)]  # every slot of the six
         assert [inst.call("test", None).value for inst in held] == ["alive"] * 6
         with pytest.raises(InstancePoolFull):
