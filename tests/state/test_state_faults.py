@@ -257,3 +257,35 @@ def test_sqlite_group_commit_leaves_out_a_change_whose_caller_gave_up(tmp_path: 
         assert store.get(Scope("p", "s1"), "fine") == b"2"
     finally:
         store.close()
+
+
+def test_a_state_file_locked_before_the_first_op_is_unavailable_within_the_deadline(
+        tmp_path: Path, healthy: Any) -> None:
+    # The store opens at a call's first state op. A file another process holds locked
+    # in rollback-journal mode (switching it to WAL needs the lock) kept that call for
+    # the store's 10 s busy timeout, whatever the call's deadline.
+    import sqlite3
+
+    from wasmext import HostConfig
+    from wasmext.testing import host_calls_wat, make_host
+
+    other = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+    other.execute("CREATE TABLE theirs (a)")
+    other.execute("BEGIN EXCLUSIVE")
+    writes = host_calls_wat({"op": "state.set", "key": "k", "value": 1, "scope": "plugin"})
+    config = HostConfig(data_dir=tmp_path, state_backend="sqlite")
+    try:
+        with make_host((writes, {"plugin_id": "writer", "grants": ["state"],
+                                 "limits": {"timeout_ms": 300}}), config=config) as host:
+            writer = host.plugins["writer"].plugin
+            for _ in range(2):
+                started = time.monotonic()
+                with pytest.raises(StateUnavailable, match="cannot open the state file"):
+                    writer.call("test", None, {"session": "s"})
+                assert time.monotonic() - started < 3
+            assert not writer.faults and not writer.quarantined
+            other.execute("ROLLBACK")
+            assert writer.call("test", None, {"session": "s"}).value is None  # opens now
+            assert healthy.call("test", 1).value == "alive"
+    finally:
+        other.close()

@@ -127,8 +127,10 @@ class SQLiteStore(Engine):
         self._queue: list[_Pending] = []  # commits waiting for the next transaction
         self._queue_lock = threading.Lock()
         try:
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
-                                         check_same_thread=False)
+            # Opened by a call's first state op, it waits no longer than the call may (a
+            # file another process holds locked kept the call busy_timeout seconds).
+            self._conn = sqlite3.connect(self.path, timeout=remaining(busy_timeout),
+                                         isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={self._sync}")
             with self._write():
