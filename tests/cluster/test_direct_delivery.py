@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from cluster_support import late_after_ping, stage_request, wat_plugin
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
@@ -58,6 +59,9 @@ def test_direct_delivery_gives_the_fields_nats_py_gives_and_survives_a_failing_h
             deadline = time.monotonic() + 5
             while (len(directly) < 3 or len(by_callback) < 4) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
+            # nats-py's own message class, made with the fields `_build_message` gives
+            assert all(type(m) is Msg and m._client is nc and m._sid == sub._id
+                       and m._metadata is None and m._ackd is False for m in directly)
             fields = [(m.subject, m.reply, m.data, m.headers) for m in directly]
             # The plain client's own subscription got the same four through nats-py.
             assert fields == [(m.subject, m.reply, m.data, m.headers) for m in by_callback

@@ -45,13 +45,26 @@ class _Recorder:
         return fastclient._NOT_NOW
 
 
+class _Taker(_Recorder):
+    """A client whose `deliver_now` handler takes sid 1's messages as they are read
+    (recorded as nats-py's `_process_msg` would have got them), the rest left to it."""
+
+    def _take_now(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                  headers: bytes | None) -> object:
+        if sid != 1:
+            return fastclient._NOT_NOW
+        self.got.append(("msg", sid, subject, reply, data, headers))
+        return None
+
+
 def _fast_parser() -> type[Parser]:
     return type(new_client()._ps)
 
 
-async def _read(parser_class: type[Parser], reads: list[bytes]
+async def _read(parser_class: type[Parser], reads: list[bytes],
+                client_class: type[_Recorder] = _Recorder
                 ) -> tuple[list[tuple[Any, ...]], bytes, int]:
-    client = _Recorder()
+    client = client_class()
     parser = parser_class(client)
     try:
         for data in reads:
@@ -84,10 +97,33 @@ def test_every_cut_of_a_stream_reads_as_nats_py_reads_it() -> None:
                     compared += 1
         return compared
     assert asyncio.run(run()) > 1000
+    for cut in range(len(PLAIN) + 1):  # messages a handler takes, in their place
+        reads = [PLAIN[:cut], PLAIN[cut:]]
+        assert asyncio.run(_read(fast, reads, _Taker)) == asyncio.run(_read(Parser, reads))
     got, left, _state = asyncio.run(_read(fast, [PLAIN]))
     assert [g[0] for g in got] == ["msg", "ping", "msg", "msg", "msg"] and left == b""
     assert got[0] == ("msg", 1, b"a.b", b"_INBOX.x", b"hello", b"NATS/1.0\r\n\r\n")
     assert got[4] == ("msg", 3, b"a.b", b"r.1", b"\r\n", b"NATS/1.0\r\nK: v\r\n\r\n")
+
+
+def test_a_large_message_over_many_reads_reads_as_nats_py_reads_it() -> None:
+    """A payload that arrives over many reads, between messages a handler takes: the
+    same messages, in order, and the same bytes and state left after every read."""
+    big = bytes(range(256)) * 1024  # 256 KiB
+    stream = (b"HMSG a.b 1 r.1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+              + b"HMSG a.b 1 r.2 12 %d\r\nNATS/1.0\r\n\r\n" % (12 + len(big)) + big
+              + b"\r\nHMSG a.b 1 r.3 12 14\r\nNATS/1.0\r\n\r\nho\r\nPING\r\n")
+    fast = _fast_parser()
+    for step in (7_000, 65_536, 100_000):
+        reads = [stream[i:i + step] for i in range(0, len(stream), step)]
+        for client in (_Recorder, _Taker):
+            assert asyncio.run(_read(fast, reads, client)) == asyncio.run(_read(Parser, reads))
+        for cut in range(1, len(reads) + 1):  # the bytes left after each read
+            got, left, state = asyncio.run(_read(fast, reads[:cut], _Taker))
+            assert (got, left, state) == asyncio.run(_read(Parser, reads[:cut]))
+    got, left, _state = asyncio.run(_read(fast, [stream], _Taker))
+    assert [g[3] for g in got if g[0] == "msg"] == [b"r.1", b"r.2", b"r.3"]
+    assert got[1][4] == big and left == b""
 
 
 @pytest.mark.parametrize("line", [
@@ -147,3 +183,4 @@ def test_any_stream_cut_anywhere_reads_as_nats_py_reads_it(frames: list[bytes],
     reads = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
     fast = _fast_parser()
     assert asyncio.run(_read(fast, reads)) == asyncio.run(_read(Parser, reads))
+    assert asyncio.run(_read(fast, reads, _Taker)) == asyncio.run(_read(Parser, reads))

@@ -26,6 +26,7 @@ from wasmext.cluster.contract import (
     ExtMessage,
     ExtRef,
     ExtRequest,
+    deadline_of,
     encode,
 )
 from wasmext.cluster.endpoints import Stage
@@ -177,3 +178,29 @@ def test_a_budgets_key_is_the_session_id_of_the_call_id() -> None:
         assert key == session_id(sent)
         assert (key == sent) == (sent.isascii() and 0 < len(sent) <= 128 and
                                  all(c.isalnum() or c in "._:-" for c in sent))
+
+
+@pytest.mark.parametrize("raw", ["", "12.5", "-1", "1e9", "\uff11\uff12", "1" * 17, "abc"])
+def test_a_budget_reads_no_deadline_from_an_odd_header(raw: str) -> None:
+    assert deadline_of({DEADLINE_HEADER: raw}) is None
+    budget = Budget({DEADLINE_HEADER: raw})
+    assert budget.deadline is None and not budget.late() and not budget.expired()
+
+
+def test_a_budget_reads_the_deadline_as_deadline_of_does_and_knows_when_it_came_late(
+        ) -> None:
+    soon = str(int((time.time() + 5) * 1000))
+    budget = Budget({DEADLINE_HEADER: soon, CALLS_LEFT_HEADER: "7"})
+    expected = deadline_of({DEADLINE_HEADER: soon})
+    assert budget.deadline is not None and expected is not None
+    assert abs(budget.deadline - expected) < 0.05 and budget.calls_left == 7
+    assert not budget.late() and not budget.expired()
+    assert budget.arrived <= time.monotonic() < budget.deadline
+    gone = Budget({DEADLINE_HEADER: str(int((time.time() - 1) * 1000))})
+    assert gone.late() and gone.expired()  # given up before it arrived
+    # One that arrived in time and then waited past its deadline: expired, not late.
+    waited = Budget({DEADLINE_HEADER: str(int((time.time() + 0.5) * 1000))})
+    until = time.monotonic() + 3
+    while not waited.expired() and time.monotonic() < until:
+        time.sleep(0.02)
+    assert waited.expired() and not waited.late()

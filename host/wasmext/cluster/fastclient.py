@@ -23,6 +23,7 @@ reach it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Callable
 from time import perf_counter
@@ -138,11 +139,11 @@ _MAX_LINE = 4096  # nats-py's MAX_CONTROL_LINE_SIZE
 _AMBIGUOUS = frozenset(b"0123456789 \t\r\n\x0b\x0c")
 
 
-def _hmsg(buf: bytearray, end: int) -> tuple[bytes, int, bytes, int, int] | None:
-    """(subject, sid, reply, header bytes, total bytes) of the `HMSG` line ending at
+def _hmsg(buf: bytes, at: int, end: int) -> tuple[bytes, int, bytes, int, int] | None:
+    """(subject, sid, reply, header bytes, total bytes) of the `HMSG` line from `at` to
     `end`, or None when it is not in the plain form nats-server writes (fields split by
     whitespace, numbers plain digits): nats-py's pattern reads those, as before."""
-    line = bytes(buf[5:end])
+    line = buf[at + 5:end]
     # nats-py's pattern keeps the reply on one line. (An int: `bytes in bytes` first
     # tries the operand as an int and formats a TypeError.)
     if 10 in line or 13 in line:
@@ -168,6 +169,8 @@ def _hmsg(buf: bytearray, end: int) -> tuple[bytes, int, bytes, int, int] | None
     return subject, int(sid), reply, header_size, total
 
 
+# nats-py 2.16's `Msg` fields, in order (`FastClient._msg`)
+_MSG_FIELDS = ("_client", "subject", "reply", "data", "headers", "_metadata", "_ackd", "_sid")
 _CLIENT_CLASS: list[type[Client]] = []  # made on first use: nats-py is imported lazily
 
 
@@ -197,23 +200,8 @@ def new_client() -> Client:
                 buf = self.buf
                 buf.extend(data)
                 nc: FastClient = self.nc
-                while buf and self.state == AWAITING_CONTROL_LINE and buf.startswith(b"HMSG "):
-                    end = buf.find(b"\r\n", 0, _MAX_LINE)
-                    if end < 0:
-                        break
-                    msg = _hmsg(buf, end)
-                    if msg is None:
-                        break
-                    subject, sid, reply, header_size, size = msg
-                    if len(buf) < end + 4 + size:  # the payload is not all here yet
-                        break
-                    start = end + 2
-                    hdr = bytes(buf[start:start + header_size]) if header_size > 0 else None
-                    payload = bytes(buf[start + header_size:start + size])
-                    del buf[:start + size + 2]
-                    taken = nc._take_now(sid, subject, reply, payload, hdr)
-                    if taken is None:
-                        continue
+                while (left := self._take_run()) is not None:
+                    taken, sid, subject, reply, payload, hdr = left
                     if nc._read_pending:  # nothing sent waits on what follows
                         nc._end_of_read()
                     if isinstance(taken, Exception):  # as a callback's: the error callback
@@ -225,9 +213,52 @@ def new_client() -> Client:
                         nc._end_of_read()
                     await super().parse()
 
+            def _take_run(self) -> tuple[object, int, bytes, bytes, bytes, bytes | None] | None:
+                """Hand the `HMSG`s at the buffer's start to their `deliver_now` handlers
+                and cut them from it; the first one that needs an await (`_take_now`'s
+                answer, then its fields), or None at anything else. The messages are read
+                from one `bytes` copy of the buffer by offset: each field is one slice of
+                it, and the buffer is cut once per run, not once per message."""
+                buf = self.buf
+                nc: FastClient = self.nc
+                # Not an `HMSG` this parser reads (nats-py's reads a large message's
+                # payload as it arrives, in its own state): no copy of the buffer.
+                if self.state != AWAITING_CONTROL_LINE or not buf.startswith(b"HMSG "):
+                    return None
+                view = bytes(buf)
+                at, size_all = 0, len(view)
+                try:
+                    while at < size_all and self.state == AWAITING_CONTROL_LINE \
+                            and view.startswith(b"HMSG ", at):
+                        end = view.find(b"\r\n", at, at + _MAX_LINE)
+                        if end < 0:
+                            return None
+                        msg = _hmsg(view, at, end)
+                        if msg is None:
+                            return None
+                        subject, sid, reply, header_size, size = msg
+                        if size_all < end + 4 + size:  # the payload is not all here yet
+                            return None
+                        start = end + 2
+                        hdr = view[start:start + header_size] if header_size > 0 else None
+                        payload = view[start + header_size:start + size]
+                        at = start + size + 2
+                        taken = nc._take_now(sid, subject, reply, payload, hdr)
+                        if taken is not None:
+                            return taken, sid, subject, reply, payload, hdr
+                    return None
+                finally:
+                    del buf[:at]
+
         class FastClient(Client):
             _parse_header_lines = staticmethod(parse_headers)
             hold_s = HOLD_S  # how long a queued message waits for its read's or turn's end
+            # nats-py's `Msg` takes its fields in this order: `_take_now` makes it with
+            # them positionally where `_build_message` names them (a keyword call and a
+            # frame less per message: a worker's requests, a caller's answers); another
+            # order goes by keyword, as does a client given another `msg_class`.
+            _msg = Client.msg_class if dataclasses.is_dataclass(Client.msg_class) and tuple(
+                f.name for f in dataclasses.fields(Client.msg_class)) == _MSG_FIELDS else None
 
             def __init__(self) -> None:
                 super().__init__()
@@ -290,7 +321,10 @@ def new_client() -> Client:
                 self._handler_began = began
                 self._in_handler = True
                 try:
-                    handler(self._build_message(sid, subject, reply, data, hdr))
+                    msg_class = self.msg_class
+                    handler(msg_class(self, subject.decode(), reply.decode(), data, hdr, None,
+                                      False, sid) if msg_class is self._msg else
+                            self._build_message(sid, subject, reply, data, hdr))
                 except Exception as exc:
                     return exc
                 finally:

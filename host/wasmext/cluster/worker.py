@@ -479,7 +479,7 @@ class Worker:
         started = time.perf_counter_ns()
         hdrs = msg.headers
         budget = Budget(hdrs)
-        if budget.expired():
+        if budget.late():
             self._expired(stage, budget)
             return None
         return budget, encoding_of(hdrs), started
