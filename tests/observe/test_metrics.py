@@ -160,6 +160,27 @@ def test_reservoir_is_bounded_and_still_representative() -> None:
     assert stats["p99_ms"] == pytest.approx(model_p99, abs=30.0)
 
 
+@pytest.mark.parametrize("seed", [0, 3, 12345])
+def test_the_reservoir_is_a_uniform_sample_of_every_call(seed: int) -> None:
+    """Each call has the same chance to be in the reservoir however early or late it
+    came (algorithm L draws the calls it keeps ahead; the rest cost a comparison)."""
+    m = Metrics(reservoir_size=400, seed=seed)
+    n = 40_000
+    for i in range(n):  # the i-th call lasts i ms: the reservoir tells which calls it kept
+        m.record_callback("p", "h", "ok", i / 1000.0)
+    kept = sorted(m._plugins["p"].reservoir)
+    assert len(kept) == 400 and len(set(kept)) == 400  # no call kept twice
+    quarters = [sum(1 for k in kept if q * n / 4 <= k < (q + 1) * n / 4) for q in range(4)]
+    assert all(60 <= c <= 140 for c in quarters), quarters  # 100 each, expected
+    assert kept[-1] > n - 1000 and kept[0] < 1000  # the latest and earliest calls too
+    m.record_callback("q", "h", "ok", 0.001)
+    assert list(m._plugins["q"].reservoir) == [1.0]
+    none = Metrics(reservoir_size=0)
+    for _ in range(10):
+        none.record_callback("p", "h", "ok", 0.001)
+    assert len(none._plugins["p"].reservoir) == 0 and none.snapshot()["p"]["calls"] == 10
+
+
 def test_percentile_nearest_rank() -> None:
     assert percentile([], 50) is None
     assert percentile([3.0], 99) == 3.0

@@ -26,10 +26,11 @@ _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 class Stage:
     """One served endpoint: a plugin's stage on its subject."""
 
-    __slots__ = ("kind", "plugin_id", "subject")
+    __slots__ = ("kind", "peer", "plugin_id", "subject")
 
     def __init__(self, plugin_id: str, kind: str, subject: str) -> None:
         self.plugin_id, self.kind, self.subject = plugin_id, kind, subject
+        self.peer = f"request for {plugin_id}"  # what a bad request's error names
 
 
 class Counts:

@@ -181,7 +181,7 @@ def call_stage(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budg
 
 def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
          ) -> tuple[bytes, bool]:
-    kind, peer = stage.kind, f"request for {stage.plugin_id}"
+    kind, peer = stage.kind, stage.peer
     request: ExtRequest | ProviderRequest
     if kind == "provider":
         request = decode(raw, ProviderRequest, encoding, peer=peer)

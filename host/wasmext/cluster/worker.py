@@ -551,10 +551,14 @@ class Worker:
         """Run a stage call here; the send of its answer when it could not be queued
         at once (None: queued, or expired unrun). A call `on_trial` that is not short
         sends its plugin to the lane."""
-        taken = self._take(stage, msg)
-        if taken is None:
+        # `_take`, inline (the lane's path keeps the call): one tuple and frame less
+        started = time.perf_counter_ns()
+        hdrs = msg.headers
+        budget = Budget(hdrs)
+        if budget.late():
+            self._expired(stage, budget)
             return None
-        budget, encoding, started = taken
+        encoding = encoding_of(hdrs)
         body, duplicate, error, took = self._timed_outcome(stage, msg.data, encoding, budget)
         counts = self._count(stage)
         if body is not None:

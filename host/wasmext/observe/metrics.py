@@ -133,6 +133,10 @@ class _Plugin:
     host_calls: Tally = field(default_factory=Tally)  # ticked without the lock
     llm_tokens: int = 0
     llm_cost: float = 0.0
+    # The call whose duration is kept next (`Metrics._sample`: every call until the
+    # reservoir is full, then one drawn ahead), and algorithm L's running weight.
+    sample_at: int = 0
+    sample_w: float = 0.0
 
 
 @dataclass
@@ -251,9 +255,7 @@ class Metrics:
             if outcome in FAULT_OUTCOMES:
                 stats.faults += 1
             stats.fuel += fuel
-            if len(stats.reservoir) < self.reservoir_size:
-                stats.reservoir.append(ms)
-            else:
+            if stats.calls >= stats.sample_at:  # a duration to keep (most calls: not)
                 self._sample(stats, ms)
             self._calls.record(cell, ms, fuel)
 
@@ -272,13 +274,34 @@ class Metrics:
         return bound
 
     def _sample(self, stats: _Plugin, ms: float) -> None:
-        """Reservoir sampling (algorithm R): a uniform sample of every call so far."""
-        if len(stats.reservoir) < self.reservoir_size:
-            stats.reservoir.append(ms)
+        """Reservoir sampling: a uniform sample of every call so far. Until the reservoir
+        is full every call is kept; then Li's algorithm L draws how many calls to pass
+        over before the next one replaces a random sample, so the calls in between cost
+        one comparison (`record_callback`), not a random number each (algorithm R)."""
+        reservoir, size = stats.reservoir, self.reservoir_size
+        if size <= 0:  # no reservoir: nothing is ever kept
+            stats.sample_at = 1 << 62
             return
-        slot = int(self._rng.random() * stats.calls)  # uniform; randrange costs more
-        if slot < self.reservoir_size:
-            stats.reservoir[slot] = ms
+        if len(reservoir) < size:
+            reservoir.append(ms)
+            if len(reservoir) < size:
+                stats.sample_at = stats.calls + 1
+                return
+            stats.sample_w = self._weight(1.0)
+        else:
+            reservoir[int(self._rng.random() * size)] = ms
+            stats.sample_w = self._weight(stats.sample_w)
+        stats.sample_at = stats.calls + self._skip(stats.sample_w)
+
+    def _weight(self, w: float) -> float:
+        """Algorithm L's next weight: `w` times u^(1/k), u uniform in (0, 1]."""
+        return w * math.exp(math.log(1.0 - self._rng.random()) / self.reservoir_size)
+
+    def _skip(self, w: float) -> int:
+        """How many calls on from this one the next kept one is (at least 1)."""
+        if not 0.0 < w < 1.0:  # u was 1 (or the weight underflowed): keep the next
+            return 1
+        return int(math.log(1.0 - self._rng.random()) / math.log1p(-w)) + 1
 
     @contextmanager
     def time_callback(self, plugin_id: str, hook: str) -> Iterator[CallbackTimer]:
