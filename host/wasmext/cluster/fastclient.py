@@ -338,9 +338,10 @@ def new_client() -> Client:
                 inbox is used once, and would fill the table of stage subjects)."""
                 if not self._can_queue(payload):
                     return False
+                size, head = len(payload), len(block)
                 cmd = b"HPUB %s %d %d\r\n%s%s\r\n" % (
-                    reply.encode(), len(block), len(block) + len(payload), block, payload)
-                return self._queue_cmd(cmd, len(payload), False)
+                    reply.encode(), head, head + size, block, payload)
+                return self._queue_cmd(cmd, size, False)
 
             def publish_soon(self, subject: str, payload: bytes, block: bytes,
                              reply: str = "", *, alone: bool = False) -> bool:
@@ -360,10 +361,10 @@ def new_client() -> Client:
                         or (subject not in _GOOD_SUBJECTS and not _good_subject(subject)) \
                         or (reply and _SUBJECT_BAD.search(reply)):
                     return False
+                size, head = len(payload), len(block)
                 cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
-                    subject.encode(), reply.encode(), len(block), len(block) + len(payload),
-                    block, payload)
-                return self._queue_cmd(cmd, len(payload), alone)
+                    subject.encode(), reply.encode(), head, head + size, block, payload)
+                return self._queue_cmd(cmd, size, alone)
 
             def _can_queue(self, payload: bytes) -> bool:
                 """Whether a publish may be queued without waiting: connected, the
@@ -375,7 +376,8 @@ def new_client() -> Client:
             def _queue_cmd(self, cmd: bytes, size: int, alone: bool) -> bool:
                 """Queue (or write at once: `publish_soon`) a checked command of a
                 `size`-byte payload; False when nats-py's pending buffer would overflow."""
-                if 0 < self._max_pending_size < self._pending_data_size + len(cmd):
+                length = len(cmd)
+                if 0 < self._max_pending_size < self._pending_data_size + length:
                     return False
                 stats = self.stats
                 stats["out_msgs"] += 1
@@ -395,7 +397,7 @@ def new_client() -> Client:
                 else:
                     held = perf_counter() - self._queued_at >= self.hold_s
                 pending.append(cmd)
-                self._pending_data_size += len(cmd)
+                self._pending_data_size += length
                 if held:  # what is queued waited a hold: written with this one, now
                     if self._in_handler:
                         self._end_of_read()

@@ -260,7 +260,8 @@ def pipeline_steps(session: HookSession, policy: Policy, payload: str,
                 if isinstance(answer.value.get("context"), dict):
                     result.context = dict(answer.value["context"])
 
-    yield from transform("pre", policy.pre)
+    if policy.pre:  # a phase with no stages makes no generator
+        yield from transform("pre", policy.pre)
     for ref in policy.validators:
         answer, error = yield ref.id, "validator", stage_data(ref)
         verdict = answer.value if answer is not None and answer.changed else None
@@ -286,7 +287,8 @@ def pipeline_steps(session: HookSession, policy: Policy, payload: str,
             result.warnings.append(reason)
     if policy.providers or provider is not None:  # else nothing to ask (nor to build)
         yield from _provide(policy, result, stage_data(None), provider)
-    yield from transform("post", policy.post)
+    if policy.post:
+        yield from transform("post", policy.post)
     return result
 
 
