@@ -551,14 +551,10 @@ class Worker:
         """Run a stage call here; the send of its answer when it could not be queued
         at once (None: queued, or expired unrun). A call `on_trial` that is not short
         sends its plugin to the lane."""
-        # `_take`, inline (the lane's path keeps the call): one tuple and frame less
-        started = time.perf_counter_ns()
-        hdrs = msg.headers
-        budget = Budget(hdrs)
-        if budget.late():
-            self._expired(stage, budget)
+        taken = self._take(stage, msg)
+        if taken is None:
             return None
-        encoding = encoding_of(hdrs)
+        budget, encoding, started = taken
         body, duplicate, error, took = self._timed_outcome(stage, msg.data, encoding, budget)
         counts = self._count(stage)
         if body is not None:
