@@ -90,6 +90,18 @@ def _thaw_after() -> Iterator[None]:
 
 
 @pytest.fixture
+def no_collector() -> Iterator[None]:
+    """The cyclic collector off for the test (as latency-minded applications run it):
+    only reference counts free what is dropped, so every cycle made is still there."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.fixture
 def runtime(tmp_path: Path) -> Iterator[Runtime]:
     cache = CompileCache(tmp_path / "cache" / "modules", tmp_path / "cache" / "key")
     with Runtime(cache=cache) as rt:

@@ -41,17 +41,6 @@ def host() -> Iterator[object]:
         yield h
 
 
-@pytest.fixture
-def no_collector() -> Iterator[None]:
-    """Automatic collection off, so that every cycle made in the test is still there."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _ours(o: object) -> bool:
     kind = type(o)
     if kind.__module__.startswith("wasmext"):

@@ -5,7 +5,6 @@ address space maps each instance as before."""
 
 from __future__ import annotations
 
-import gc
 import subprocess
 import sys
 import textwrap
@@ -199,30 +198,26 @@ def test_tables_no_slot_holds_are_refused_before_compiling(runtime: Runtime,
 
 
 @pytest.mark.parametrize("where", ["call", "start"])
-def test_faulted_instances_give_their_slot_back_without_the_collector(where: str) -> None:
+def test_faulted_instances_give_their_slot_back_without_the_collector(
+        where: str, no_collector: None) -> None:
     # A fault's frames held the instance: with the collector off (as latency-minded
     # applications run), every fault kept a slot until the pool was full.
     trap = guest_wat("(unreachable)") if where == "call" else \
         guest_wat(extra="(func $boom unreachable) (start $boom)")
-    gc.collect()
-    gc.disable()
-    try:
-        with Runtime(cache=False, engine=EngineConfig(instance_pool=4),
-                     quarantine=QuarantinePolicy(max_faults=10**6)) as runtime:
-            healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
-                               plugin_id="healthy-pool")
-            if where == "call":
-                faulty = load_wat(runtime, trap, plugin_id="faulty")
-                for _ in range(40):
-                    with pytest.raises(GuestTrap):
-                        faulty.call("test")
-            else:
-                for n in range(40):
-                    with pytest.raises(GuestTrap):
-                        load_wat(runtime, trap, plugin_id=f"faulty-{n}")
-            assert healthy.new_instance().call("test", None).value == "alive"
-    finally:
-        gc.enable()
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=4),
+                 quarantine=QuarantinePolicy(max_faults=10**6)) as runtime:
+        healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}),
+                           plugin_id="healthy-pool")
+        if where == "call":
+            faulty = load_wat(runtime, trap, plugin_id="faulty")
+            for _ in range(40):
+                with pytest.raises(GuestTrap):
+                    faulty.call("test")
+        else:
+            for n in range(40):
+                with pytest.raises(GuestTrap):
+                    load_wat(runtime, trap, plugin_id=f"faulty-{n}")
+        assert healthy.new_instance().call("test", None).value == "alive"
 
 
 def test_an_agent_turn_the_pool_cannot_serve_is_aborted_and_the_next_turn_runs(

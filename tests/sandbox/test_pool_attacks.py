@@ -11,7 +11,6 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,18 +73,6 @@ LOAD_ATTACKS: dict[str, tuple[str, type[WasmextError]]] = {
                           UnknownHook),
     "abi major": (guest_wat(abi_version=7), AbiMismatch),
 }
-
-
-@pytest.fixture
-def no_collector() -> Iterator[None]:
-    """The collector off, as latency-minded applications run: only reference counts
-    free what an error no longer holds."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _pool_of_two() -> Runtime:
