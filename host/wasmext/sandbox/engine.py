@@ -2,9 +2,9 @@
 
 Every plugin compiles against one Engine per distinct EngineConfig, so compiled
 code is shared and the compile cache key is stable. Wall-clock deadlines use
-epoch interruption: a daemon thread advances the epoch every `tick_ms`, and
-each call sets its deadline in ticks. The thread runs only while an engine is
-alive and costs one GIL hand-off per tick.
+epoch interruption: the engine's epoch advances every `TICK_MS` (sandbox.epoch: a
+POSIX timer running wasmtime's increment without Python where the C library has one,
+else a daemon thread), and each call sets its deadline in ticks.
 
 Core modules' instances come from wasmtime's pooling allocator: the engine reserves
 address space for `instance_pool` instances (each slot a 4 GiB memory with its guard,
@@ -26,8 +26,8 @@ import ctypes
 import hashlib
 import json
 import mmap
+import os
 import threading
-import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -35,11 +35,11 @@ import wasmtime
 
 from wasmext._abi import DEFAULT_LIMITS
 from wasmext.errors import MemoryLimitExceeded
+from wasmext.sandbox.epoch import TICK_MS, Ticker, forget_timers, start_ticker
 from wasmext.sandbox.fastcall import handle
 
-__all__ = ["MAX_INSTANCE_POOL", "EngineConfig", "SharedEngine", "shared_engine"]
+__all__ = ["MAX_INSTANCE_POOL", "TICK_MS", "EngineConfig", "SharedEngine", "shared_engine"]
 
-TICK_MS = 5
 # Bytes of a slot's memory kept resident between instances, zeroed in place: the pages
 # an instance of a small guest touches (its stack, the request, the registration).
 KEEP_RESIDENT = 128 * 1024
@@ -91,24 +91,6 @@ def wasmtime_version() -> str:
     return version("wasmtime")
 
 
-class _EpochTicker(threading.Thread):
-    def __init__(self, engine: wasmtime.Engine) -> None:
-        super().__init__(name="wasmext-epoch", daemon=True)
-        self._engine = weakref.ref(engine)
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(TICK_MS / 1000):
-            engine = self._engine()
-            if engine is None:
-                return
-            engine.increment_epoch()
-            del engine
-
-    def stop(self) -> None:
-        self._stop_event.set()
-
-
 class SharedEngine:
     """A wasmtime Engine configured for sandboxing, with its epoch ticker."""
 
@@ -122,8 +104,7 @@ class SharedEngine:
         # Its wasm_engine_t, for the raw store entry (sandbox.fastcall): read once.
         self.handle = handle(ctypes.addressof(self.engine.ptr().contents))
         self.fingerprint = self.config.fingerprint()
-        self._ticker = _EpochTicker(self.engine)
-        self._ticker.start()
+        self._ticker: Ticker = start_ticker(self.engine)
 
     def _wasmtime_config(self, pooled: bool) -> wasmtime.Config:
         cfg = wasmtime.Config()
@@ -233,3 +214,18 @@ def shared_engine(config: EngineConfig | None = None) -> SharedEngine:
         if eng is None:
             eng = _engines[key] = SharedEngine(key)
         return eng
+
+
+def _tick_again_in_child() -> None:
+    """A forked child has neither the parent's timers nor its threads: each engine it
+    inherited ticks anew, on a Python thread (else its guests would never time out;
+    sandbox.epoch.forget_timers says why not on a timer)."""
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    forget_timers()
+    for eng in _engines.values():
+        eng._ticker = start_ticker(eng.engine)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_tick_again_in_child)
