@@ -187,6 +187,7 @@ class ThreadTicker(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        """Tick every TICK_MS until stopped or the engine is gone."""
         while not self._stop_event.wait(TICK_MS / 1000):
             engine = self._engine()
             if engine is None:
