@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import wasmtime
 
 from wasmext.errors import (
@@ -19,11 +21,23 @@ from wasmext.sandbox import callscope
 from wasmext.sandbox.hostcalls import CallContext
 from wasmext.sandbox.limits import Limits
 
-__all__ = ["classify", "detached", "first_line", "timeout"]
+__all__ = ["chained", "classify", "detached", "first_line", "timeout"]
 
 # How wasmtime's pooling allocator words a pool with no free slot (instances,
 # memories or tables).
 POOL_FULL = "maximum concurrent limit of"
+
+
+def chained(err: BaseException) -> Iterator[BaseException]:
+    """`err` and every exception it was raised from or while handling, each once."""
+    chain: list[BaseException | None] = [err]
+    seen: set[int] = set()
+    while chain:
+        exc = chain.pop()
+        if exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            yield exc
+            chain += (exc.__cause__, exc.__context__)
 
 
 def detached(err: WasmextError) -> WasmextError:
@@ -32,14 +46,8 @@ def detached(err: WasmextError) -> WasmextError:
     and every frame above them once it returned, would keep what they held as long as the
     error is kept: a plugin, its compiled module and bytes, an instance and its pool
     slot."""
-    chain: list[BaseException | None] = [err]
-    seen: set[int] = set()
-    while chain:
-        exc = chain.pop()
-        if exc is not None and id(exc) not in seen:
-            seen.add(id(exc))
-            exc.__traceback__ = None
-            chain += (exc.__cause__, exc.__context__)
+    for exc in chained(err):
+        exc.__traceback__ = None
     return err
 
 

@@ -42,7 +42,7 @@ from wasmext.errors import (
 )
 from wasmext.sandbox.codec import encode
 from wasmext.sandbox.engine import SharedEngine
-from wasmext.sandbox.faults import detached
+from wasmext.sandbox.faults import chained, detached
 from wasmext.sandbox.hostcalls import CallContext, HostServices
 from wasmext.sandbox.instance import CallResult, PluginInstance
 from wasmext.sandbox.limits import Limits
@@ -258,12 +258,8 @@ def _drop_idle(engine: SharedEngine) -> int:
 def _forget_frames(err: BaseException) -> None:
     """Drop the local variables of the finished frames `err` and the exceptions it
     was raised from passed through (their lines stay for a traceback)."""
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        traceback.clear_frames(cause.__traceback__)
-        cause = cause.__cause__ or cause.__context__
+    for exc in chained(err):
+        traceback.clear_frames(exc.__traceback__)
 
 
 def _host_trouble(ctx: CallContext, excuse: WasmextError) -> WasmextError:
