@@ -228,6 +228,53 @@ def test_the_readme_ten_lines_run_from_the_wheel(installed: Installed) -> None:
     assert any("pii-mask" in line and "changed" in line for line in lines[2:])
 
 
+SANDBOX_FROM_THE_WHEEL = """
+import sys, threading, time
+import wasmext
+from wasmext import Runtime, Timeout
+from wasmext.testing import guest_wat, load_wat
+assert "site-packages" in wasmext.__file__, wasmext.__file__
+with Runtime(cache=False) as runtime:
+    engine = runtime.engine
+    spin = load_wat(runtime, guest_wat("(loop (br 0)) (i64.const 0)"), plugin_id="spin",
+                    limits={"fuel_per_call": 10**13, "timeout_ms": 200})
+    stop = threading.Event()
+
+    def spin_python():
+        while not stop.is_set():
+            pass
+    busy = threading.Thread(target=spin_python)
+    busy.start()  # Python running the whole time does not hold the deadline back
+    started = time.monotonic()
+    try:
+        spin.call("test")
+        sys.exit("the spinning guest was not stopped")
+    except Timeout:
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        busy.join()
+    healthy = load_wat(runtime, guest_wat(response={"ok": True, "value": "alive"}))
+    print(engine._ticker.kind, engine.pooled, round(took, 2), healthy.call("test").value)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="the timer ticker and the pooling allocator are Linux's here")
+def test_the_sandbox_ticks_and_pools_from_the_wheel(installed: Installed) -> None:
+    """The installed package's epoch ticker is the C library's timer (no Python thread
+    needs the GIL to tick), its engine takes instances from the pool, and a spinning
+    guest is stopped at its deadline while another thread runs Python."""
+    folder = installed.work / "sandbox"
+    folder.mkdir()
+    proc = installed.run(str(installed.bin / "python"), "-c", SANDBOX_FROM_THE_WHEEL,
+                         cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    kind, pooled, took, answer = proc.stdout.split()
+    assert (kind, pooled, answer) == ("timer", "True", "alive")
+    assert float(took) < 3
+
+
 def test_the_wheel_carries_every_sdk_and_py_typed(installed: Installed) -> None:
     site = next((installed.bin.parent / "lib").glob("python3*/site-packages"))
     shipped = {p.name for p in (site / "wasmext_cli" / "_data" / "guest-sdks").iterdir()}

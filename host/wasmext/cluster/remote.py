@@ -355,8 +355,11 @@ class RemoteCaller:
                 note(route.ext.id, worker, notices.from_header(denied))
         try:
             if SERVICE_ERROR in hdrs or SERVICE_ERROR_CODE in hdrs:
-                raise _Failure(f"error {clean(hdrs.get(SERVICE_ERROR_CODE, '?'), 32)}: "
-                               f"{clean(hdrs.get(SERVICE_ERROR, ''), 300)}", False)
+                code = hdrs.get(SERVICE_ERROR_CODE, "?")
+                # 503: the worker could not run the call (its instance pool or its
+                # storage), nothing was applied: another worker may.
+                raise _Failure(f"error {clean(code, 32)}: "
+                               f"{clean(hdrs.get(SERVICE_ERROR, ''), 300)}", code == "503")
             encoding = MSGPACK if CONTENT_TYPE in hdrs \
                 and hdrs[CONTENT_TYPE].lower() == MSGPACK else JSON
             return route.answer(data, msg.data, encoding), worker

@@ -78,6 +78,7 @@ from wasmext.cluster.natsauth import NatsAuth
 from wasmext.cluster.registry import check_prefix
 from wasmext.cluster.signed import ERROR_CODE_HEADER, ERROR_HEADER, ReplySigner
 from wasmext.cluster.stagecall import Budget, call_stage, session_id
+from wasmext.errors import InstancePoolFull, StateUnavailable
 from wasmext.observe import tracing
 from wasmext.sandbox.callscope import CallScope
 from wasmext.sandbox.hostcalls import OpError
@@ -493,6 +494,11 @@ class Worker:
             body, duplicate = call_stage(self.host, stage, raw, encoding, budget, self.name)
         except ContractError as err:
             return b"", False, ("400", err.message), time.perf_counter() - began
+        except (InstancePoolFull, StateUnavailable) as err:
+            # This worker's own limit or storage, not the plugin: 503, which a caller
+            # tries again elsewhere (the state commit, if any, was not applied).
+            return b"", False, ("503", clean(f"{err.reason} on worker {self.name}: "
+                                             f"{err.message}", 300)), time.perf_counter() - began
         except Exception as err:  # the plugin failed: its reason, one line, named
             return b"", False, ("500", clean(f"plugin {stage.plugin_id} {stage.kind}: {err}",
                                              300)), time.perf_counter() - began
