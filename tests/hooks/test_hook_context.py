@@ -51,3 +51,27 @@ def test_minor_0_plugins_do_not() -> None:
         with host.session("s-2") as s:
             called, _ = host.try_call("old", "on_plain_text", "hi", s)
         assert called is not None and called.value["meta"] == {"session": "s-2"}
+
+
+def test_a_routers_in_process_stage_gets_the_runs_trace_and_tenant() -> None:
+    """`Router.run` stages in-process get `meta.context` as a `Session.pipeline` stage
+    does, with the run's trace id and tenant (what a remote stage's request carries);
+    the session's own context is left as it was."""
+    from wasmext import parse_policy
+    from wasmext.cluster.routing import Router
+
+    with make_host() as host:
+        mirror(host, "stage", 1)
+        router = Router(parse_policy({"pre": [{"id": "stage"}]}))
+        with host.session("s-3") as s:
+            s.context.update(agent_name="helper")
+            before = dict(s.context)
+            routed = router._routed(s, "acme", "trace-7", None)
+            called, _ = host.try_call("stage", "on_plain_text", "hi", routed)
+            assert called is not None
+            assert called.value["meta"]["context"] == {
+                "session_id": "s-3", "trace_id": "trace-7", "turn_id": None,
+                "tenant_id": "acme", "agent_name": "helper"}
+            assert s.context == before
+            fresh = router._routed(s, "default", None, None).hook_context("pre")
+            assert len(fresh["trace_id"]) == 32 and fresh["tenant_id"] == "default"

@@ -115,6 +115,11 @@ class _RoutedHost:
         self._host, self._caller, self._ids = host, caller, ids
 
     @property
+    def ids(self) -> CallIds:
+        """The run's ids and budget, as its remote calls carry them."""
+        return self._ids
+
+    @property
     def plugins(self) -> Mapping[str, LoadedPlugin]:
         return self._host.plugins
 
@@ -181,10 +186,22 @@ class _RoutedSession:
     trace: TraceNotes
     host: _RoutedHost
 
+    session: HookSession
+
     def stage(self, plugin_id: str, hook: str, data: dict[str, Any]
               ) -> Awaitable[tuple[CallResult | None, str | None]]:
         """One stage of `arun`, awaited by the pipeline (no coroutine of its own)."""
         return self.host.atry_call(plugin_id, hook, data, self)
+
+    def hook_context(self, hook: str) -> dict[str, Any]:
+        """`meta.context` of an in-process stage (SPEC 4.1): the session's, with the
+        run's trace id and tenant, as a remote stage's request carries them."""
+        own = getattr(self.session, "hook_context", None)
+        context: dict[str, Any] = dict(own(hook)) if own is not None else {
+            "session_id": self.id, "turn_id": None, "agent_name": None}
+        ids = self.host.ids
+        context["trace_id"], context["tenant_id"] = ids.trace_id, ids.tenant_id
+        return context
 
 
 class Router:
@@ -266,4 +283,4 @@ class Router:
                       frame.calls_left if frame is not None else None,
                       self._note(session) if self.caller is not None else None)
         return _RoutedSession(session.id, session.state, session.trace,
-                              _RoutedHost(session.host, self.caller, ids))
+                              _RoutedHost(session.host, self.caller, ids), session)

@@ -38,7 +38,6 @@ from wasmext.cluster.mapping import (
     stage_response,
     verdict_from_answer,
 )
-from wasmext.ids import random_hex
 from wasmext.observe import tracing
 from wasmext.sandbox import calltree
 from wasmext.sandbox.hostcalls import DenialSeen, unwatch_denials, watch_denials
@@ -89,14 +88,19 @@ _UNREAD = _Unread()
 class WireSession:
     """The session one remote stage call runs in: what `Host.try_call` reads of a
     `Session` (its id, an unread trace, the minor-1 hook context), made per request
-    without the rest (trace list and lock, message lists, a context made up front)."""
+    without the rest (trace list and lock, message lists, a context made up front).
+    Its id is the request's trace id (or that id's digest, `session_id`), which is also
+    the context's `trace_id`; `tenant_id` is the request's, as the caller's run had it."""
 
-    __slots__ = ("_state", "host", "id")
+    __slots__ = ("_state", "host", "id", "tenant_id")
     trace: _Unread = _UNREAD  # what try_call notes goes nowhere
     otel_context: Any = None  # the worker's span, when traced, is the current one
 
-    def __init__(self, host: Host, session_id: str) -> None:
+    def __init__(self, host: Host, session_id: str, tenant_id: str | None = None) -> None:
         self.host, self.id = host, session_id
+        # Off the wire, for the plugin only: a printable id of at most 128 characters.
+        self.tenant_id = tenant_id if tenant_id is not None and len(tenant_id) <= 128 \
+            and tenant_id.isprintable() else None
         self._state: dict[str, Any] | None = None
 
     @property
@@ -107,9 +111,11 @@ class WireSession:
         return self._state
 
     def hook_context(self, hook: str) -> dict[str, Any]:
-        """`context` for one hook call, as a fresh `Session`'s would be."""
-        context: dict[str, Any] = {"session_id": self.id, "trace_id": random_hex(),
-                                   "turn_id": None, "tenant_id": None, "agent_name": None}
+        """`context` for one hook call: a fresh `Session`'s keys, with the request's
+        trace id (its digest when long or odd) and tenant."""
+        context: dict[str, Any] = {"session_id": self.id, "trace_id": self.id,
+                                   "turn_id": None, "tenant_id": self.tenant_id,
+                                   "agent_name": None}
         if hook in TOOL_HOOKS:
             context["tools"] = sorted(getattr(getattr(self.host, "tools", None), "tools", {}))
         return context
@@ -190,7 +196,8 @@ def _run(host: Host, stage: Stage, raw: bytes, encoding: str, budget: Budget
         request = decode(raw, ExtRequest, encoding, peer=peer)
         data = data_from_request(request)
     trace_id = request.trace_id
-    session = WireSession(host, trace_id if _plain(trace_id) else session_id(trace_id))
+    session = WireSession(host, trace_id if _plain(trace_id) else session_id(trace_id),
+                          request.tenant_id)
     root = budget.frame()
     key = budget.key
     once: Once | None = None
