@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 import click
 
-from wasmext.errors import WasmextError
+from wasmext.errors import NatsUnavailable, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
+    EXIT_FAULT,
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
@@ -96,6 +97,13 @@ def _routing(opts: dict[str, Any], host: Any) -> Any:
     config = _default_config(opts["config"])
     return LiveRouting(opts["policy"], config, lambda p: load_config(p).extensions, link,
                        trusted_workers=auth.trusted_workers)
+
+
+def _start_exit(err: WasmextError) -> int:
+    """The exit code of an error met before the first turn: a NATS server that cannot be
+    reached exits 1, as `worker` and `nats ls` do, since the command was right and may
+    work once the server is up; anything else is the command's or the config's (2)."""
+    return EXIT_FAULT if isinstance(err, NatsUnavailable) else EXIT_USAGE
 
 
 def _nats_link(opts: dict[str, Any], host: Any) -> Any:
@@ -211,7 +219,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         if routing is not None:
             _say_unmet_stages(opts["policy"], routing, host)
     except WasmextError as err:
-        _fail(err, EXIT_USAGE)
+        _fail(err, _start_exit(err))
     if secrets is not None:  # the loaded plugins' sensitive values, redacted from now on
         for lp in host.plugins.values():
             for name, value in lp.plugin.settings.items():
@@ -235,7 +243,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         if server is not None:
             server.close()
         host.close()
-        _fail(err, EXIT_USAGE)
+        _fail(err, _start_exit(err))
     started(host)
     try:
         with host.session(opts.get("session_id"), user_id=opts.get("user")) as session:

@@ -318,7 +318,10 @@ class RemoteCaller:
                 self.stats[ext.id].timeouts += 1
             raise _Failure(f"timeout after {round(timeout_s * 1000)} ms", True)
         if isinstance(error, NoRespondersError):
-            raise _Failure(f"no responders on {ext.subject}", True)
+            # The usual cause is a subject no worker serves (a typo, another prefix or
+            # major version, or no worker up): say where to look.
+            raise _Failure(f"no responders on {ext.subject}: no worker serves it"
+                           " (wasmext nats ls lists the subjects served)", True)
         # the connection: closed, reconnecting, refused
         raise _Failure(f"network error: {clean(type(error).__name__)}", True)
 

@@ -1,0 +1,99 @@
+"""What an operator sees when the cluster is not as the config says, on real nats-servers:
+`wasmext run` against a server that is down exits 1 as `worker` and `nats ls` do (the
+command was right; 2 is for a wrong one), a stage whose subject no worker serves names
+the way to find out, `nats ls` on a server where nothing answers says so instead of an
+empty table, and a worker with nothing loaded does not log an empty subject list."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from cluster_support import ThreadedWorker, free_port, nats_server_binary, wait_for_port
+
+from wasmext import Host, HostConfig
+from wasmext.runtime import Runtime
+from wasmext_cli.main import main
+
+UNSERVED = "wasmext.ext.validate.agent-gaurd.v0"  # a typo: no worker serves it
+
+
+def session_files(folder: Path, subject: str) -> list[str]:
+    """The arguments of a run whose policy's one validator is `subject` on NATS."""
+    config = folder / "wasmext.toml"
+    config.write_text(f'[host]\ndata_dir = "{folder / "state"}"\n'
+                      f'[extensions.guard]\ntype = "validator"\nsubject = "{subject}"\n'
+                      'timeout_ms = 2000\nretry = 1\n')
+    policy = folder / "policy.toml"
+    policy.write_text('policy_id = "p"\n[[validators]]\nid = "guard"\non_fail = "block"\n')
+    transcript = folder / "t.json"
+    transcript.write_text(json.dumps(
+        {"turns": [{"user": "hello", "steps": [{"response": "hi"}]}]}))
+    return [str(transcript), "--config", str(config), "--policy", str(policy), "--json"]
+
+
+@pytest.fixture
+def quiet_server() -> Iterator[str]:
+    """A nats-server of this test's own, where no service runs."""
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed")
+    port = free_port()
+    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_run_against_a_server_that_is_down_exits_1_in_one_line(tmp_path: Path) -> None:
+    down = f"nats://127.0.0.1:{free_port()}"  # nothing listens there
+    out = CliRunner().invoke(main, ["run", *session_files(tmp_path, UNSERVED),
+                                    "--nats", down])
+    assert out.exit_code == 1, out.output
+    assert "nats unavailable: cannot connect to " + down in out.output
+    assert "Traceback" not in out.output
+
+
+def test_a_stage_no_worker_serves_names_where_to_look(quiet_server: str,
+                                                      tmp_path: Path) -> None:
+    out = CliRunner().invoke(main, ["run", *session_files(tmp_path, UNSERVED),
+                                    "--nats", quiet_server])
+    assert out.exit_code == 0, out.output
+    aborted = json.loads(out.stdout)["turns"][0]["aborted"]
+    assert f"no responders on {UNSERVED}: no worker serves it" in aborted
+    assert "wasmext nats ls" in aborted
+
+
+def test_nats_ls_where_nothing_answers_says_so(quiet_server: str) -> None:
+    hidden = quiet_server.replace("nats://", "nats://ops:s3cret@")
+    out = CliRunner().invoke(main, ["nats", "ls", "--nats", quiet_server, "--wait", "0.2"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith("SERVICE")
+    assert lines[1] == (f"(no service answered on {quiet_server} within 0.2 s: no worker "
+                        "is up there, or --wait is too short)")
+    # A url's password never shows, here either (the server takes any login).
+    out = CliRunner().invoke(main, ["nats", "ls", "--nats", hidden, "--wait", "0.2"])
+    assert out.exit_code == 0, out.output
+    assert "s3cret" not in out.output and "nats://***@127.0.0.1" in out.output
+
+
+def test_a_worker_with_nothing_loaded_says_so_in_its_log(
+        quiet_server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    host = Host(HostConfig(data_dir=tmp_path / "data"), runtime=Runtime(cache=False),
+                plugin_dirs=[])
+    with caplog.at_level(logging.INFO, logger="wasmext.cluster.worker"):
+        worker = ThreadedWorker(host, quiet_server, name="empty")
+        worker.close()
+    said = [r.getMessage() for r in caplog.records if "worker empty serving" in
+            r.getMessage()]
+    assert said == ["worker empty serving nothing yet (no plugin is loaded)"]
