@@ -97,3 +97,32 @@ def test_a_worker_with_nothing_loaded_says_so_in_its_log(
     said = [r.getMessage() for r in caplog.records if "worker empty serving" in
             r.getMessage()]
     assert said == ["worker empty serving nothing yet (no plugin is loaded)"]
+
+
+def test_an_open_circuit_says_what_opened_it_and_when_it_tries_again(
+        quiet_server: str) -> None:
+    """"circuit open" alone leaves the operator guessing: a typo in a subject and a
+    crowded worker read the same, and so does a minute's wait and a second's."""
+    from wasmext import PipelineError, parse_policy
+    from wasmext.cluster.link import NatsLink
+    from wasmext.cluster.registry import parse_registry
+    from wasmext.cluster.remote import RemoteCaller
+    from wasmext.cluster.routing import Router
+
+    registry = parse_registry({"guard": {
+        "type": "validator", "subject": UNSERVED, "timeout_ms": 2000,
+        "breaker": {"failures": 2, "reset_ms": 60_000}}})
+    policy = parse_policy({"validators": [{"id": "guard", "on_fail": "block"}]})
+    with NatsLink(quiet_server, name="circuit-test") as link, \
+            Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as app:
+        router = Router(policy, RemoteCaller(registry, link))
+        said = []
+        for _ in range(3):
+            with app.session() as session, pytest.raises(PipelineError) as caught:
+                router.run(session, "hello")
+            said.append(caught.value.message)
+    assert all(f"no responders on {UNSERVED}" in m for m in said[:2])
+    last = said[2].partition("extension guard: ")[2]
+    assert last.startswith(f"circuit open (2 failures in a row, the last: no responders on "
+                           f"{UNSERVED}: no worker serves it"), last
+    assert "; a trial call in 59." in last or "; a trial call in 60.0 s)" in last, last

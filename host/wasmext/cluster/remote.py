@@ -280,7 +280,7 @@ class RemoteCaller:
                 with lock:
                     stats.short_circuited += 1
                     stats.failed += 1
-                return None, f"extension {ext.id}: circuit open"
+                return None, f"extension {ext.id}: {breaker.refusal()}"
             if attempt:
                 with lock:
                     stats.retries += 1
@@ -291,8 +291,8 @@ class RemoteCaller:
                 answer, worker = self._answer(route, data, headers, timeout_s, reply,
                                               ids.note)
             except _Failure as failure:
-                breaker.failed(started)
                 reason = failure.reason
+                breaker.failed(started, clean(reason, 300))
                 if failure.retryable:
                     continue
                 break
