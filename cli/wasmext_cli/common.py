@@ -262,7 +262,7 @@ def _attach_remote(host: Any, url: str | None = None) -> None:
     url = url or auth.url
     if not url:
         raise click.UsageError("the config's [remote.*] plugins need a NATS server: "
-                               "[nats] url or WASMEXT_NATS_URL")
+                               "--nats URL, [nats] url or WASMEXT_NATS_URL")
     from wasmext.cluster.link import NatsLink
     from wasmext.cluster.plugins import attach_remote
 

@@ -126,3 +126,36 @@ def test_an_open_circuit_says_what_opened_it_and_when_it_tries_again(
     assert last.startswith(f"circuit open (2 failures in a row, the last: no responders on "
                            f"{UNSERVED}: no worker serves it"), last
     assert "; a trial call in 59." in last or "; a trial call in 60.0 s)" in last, last
+
+
+def test_list_and_mcp_serve_take_nats_as_run_does(quiet_server: str, tmp_path: Path) -> None:
+    """An operator who ran `wasmext run --nats URL` lists the same config's [remote]
+    plugins with the same option, and sees what the workers serve."""
+    from cluster_support import wat_plugin
+
+    (tmp_path / "served").mkdir()
+    wat_plugin(tmp_path / "served", "stamp", "pre", {"message": {"payload": "s"}})
+    worker_host = Host(HostConfig(data_dir=tmp_path / "worker"), runtime=Runtime(cache=False),
+                       plugin_dirs=[("workspace", tmp_path / "served")])
+    config = tmp_path / "host.toml"
+    config.write_text(f'[host]\ndata_dir = "{tmp_path / "host"}"\n'
+                      '[remote.stamp]\nsubject = "wasmext.plugin.stamp.v1"\n'
+                      '[remote.ghost]\nsubject = "wasmext.plugin.ghost.v1"\n')
+    worker = ThreadedWorker(worker_host, quiet_server, name="lister")
+    try:
+        out = CliRunner().invoke(main, ["list", "--config", str(config), "--json",
+                                        "--nats", quiet_server])
+    finally:
+        worker.close()
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.stdout)
+    assert [(p["id"], p["source"]) for p in listed["plugins"]] == [("stamp", "remote")]
+    assert listed["order"]["pre"][0]["plugin"] == "stamp"
+    assert any("ghost: no worker serves wasmext.plugin.ghost.v1" in e
+               for e in listed["errors"]), listed["errors"]
+    # Without a server, the line names the option too.
+    out = CliRunner().invoke(main, ["list", "--config", str(config)],
+                             env={"WASMEXT_NATS_URL": ""})
+    assert "(--nats URL, [nats] url or WASMEXT_NATS_URL)" in out.output
+    out = CliRunner().invoke(main, ["mcp", "serve", "--help"])
+    assert "--nats URL" in out.output
