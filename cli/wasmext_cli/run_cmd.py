@@ -115,7 +115,11 @@ def _nats_link(opts: dict[str, Any], host: Any) -> Any:
     url = opts["nats_url"] or auth.url
     link = None
     if url:
-        from wasmext.cluster.link import NatsLink
+        from wasmext_cli.nats_cmd import _import_nats_extra, needs_nats_extra
+
+        with needs_nats_extra("run"):  # not "cannot connect: No module named 'nats'"
+            _import_nats_extra()
+            from wasmext.cluster.link import NatsLink
 
         link = NatsLink(url, name="wasmext-run", auth=auth)
         click.get_current_context().call_on_close(link.close)
