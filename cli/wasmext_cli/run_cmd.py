@@ -146,10 +146,18 @@ def _say_unmet_stages(policy: Path, routing: Any, host: Any) -> None:
     """One line for each stage the policy (or a tenant's) names that is no loaded plugin
     and no remote extension: every turn that reaches it fails there, and until now only
     the turns said so."""
+    from wasmext_cli.example import example_root
+
+    # The shipped policy's path is deep in site-packages: its name says more.
+    shown = "the example policy" if policy == example_root() / "policy.toml" else policy
     used = routing.current().routing.stage_ids()
     for stage in sorted(used - set(host.plugins) - set(host.config.extensions)):
-        click.echo(_line(f"wasmext: warning: {policy} names stage {stage}, which is no "
-                         f"loaded plugin and no [extensions.{stage}] of the config"), err=True)
+        if stage in host.config.remote:  # configured: what is missing is its worker
+            why = (f"the config's [remote.{stage}] plugin, which did not load (its "
+                   "`not loaded:` line says why)")
+        else:
+            why = f"which is no loaded plugin and no [extensions.{stage}] of the config"
+        click.echo(_line(f"wasmext: warning: {shown} names stage {stage}, {why}"), err=True)
 
 
 def _say_unavailable_servers(host: Any) -> None:

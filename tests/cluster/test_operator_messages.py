@@ -159,3 +159,21 @@ def test_list_and_mcp_serve_take_nats_as_run_does(quiet_server: str, tmp_path: P
     assert "(--nats URL, [nats] url or WASMEXT_NATS_URL)" in out.output
     out = CliRunner().invoke(main, ["mcp", "serve", "--help"])
     assert "--nats URL" in out.output
+
+
+def test_a_policy_stage_whose_remote_plugin_did_not_load_is_named_as_such(
+        quiet_server: str, tmp_path: Path) -> None:
+    """It said "no [extensions.agent-guard] of the config" of a stage the config has as
+    [remote.agent-guard], and named the example policy by its site-packages path."""
+    config = tmp_path / "host.toml"
+    config.write_text(f'[host]\ndata_dir = "{tmp_path / "host"}"\n'
+                      '[remote.agent-guard]\nsubject = "wasmext.plugin.agent-guard.v0"\n')
+    out = CliRunner().invoke(main, ["run", "--example", "--config", str(config),
+                                    "--nats", quiet_server])
+    assert out.exit_code == 0, out.output
+    warned = [ln for ln in out.stderr.splitlines() if "warning" in ln]
+    assert warned == ["wasmext: warning: the example policy names stage agent-guard, the "
+                      "config's [remote.agent-guard] plugin, which did not load (its `not "
+                      "loaded:` line says why)"]
+    assert "not loaded: plugin agent-guard hook register: remote unavailable: remote " \
+           "plugin agent-guard: no worker serves wasmext.plugin.agent-guard.v0" in out.output
