@@ -177,3 +177,84 @@ def test_a_policy_stage_whose_remote_plugin_did_not_load_is_named_as_such(
                       "loaded:` line says why)"]
     assert "not loaded: plugin agent-guard hook register: remote unavailable: remote " \
            "plugin agent-guard: no worker serves wasmext.plugin.agent-guard.v0" in out.output
+
+
+def test_a_stage_timing_out_while_the_server_is_down_says_so(tmp_path: Path) -> None:
+    """With nats-server stopped, each attempt waits in the client's buffer and times out:
+    "timeout after 300 ms" alone sent the operator to the worker, not the server."""
+    from wasmext import PipelineError, parse_policy
+    from wasmext.cluster.link import NatsLink
+    from wasmext.cluster.registry import parse_registry
+    from wasmext.cluster.remote import RemoteCaller
+    from wasmext.cluster.routing import Router
+
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed")
+    port = free_port()
+    server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, server)
+        registry = parse_registry({"guard": {
+            "type": "validator", "subject": UNSERVED, "timeout_ms": 300}})
+        policy = parse_policy({"validators": [{"id": "guard", "on_fail": "block"}]})
+        with NatsLink(f"nats://127.0.0.1:{port}", name="down-test") as link, \
+                Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as app:
+            router = Router(policy, RemoteCaller(registry, link))
+            with app.session() as session, pytest.raises(PipelineError) as up:
+                router.run(session, "hello")
+            assert "no responders" in up.value.message  # connected: the server answers
+            server.terminate()
+            server.wait(10)
+            with app.session() as session, pytest.raises(PipelineError) as down:
+                router.run(session, "hello")
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(10)
+    assert "extension guard: timeout after 300 ms (the NATS connection is down, " \
+           "reconnecting)" in down.value.message, down.value.message
+
+
+def test_a_remote_plugin_unanswered_while_the_server_is_down_says_so(tmp_path: Path) -> None:
+    """The same for a whole plugin on a worker: its time-out names the connection."""
+    from cluster_support import wat_plugin
+
+    from wasmext.cluster.link import NatsLink
+    from wasmext.cluster.plugins import attach_remote
+    from wasmext.cluster.registry import RemotePluginEntry
+
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed")
+    port = free_port()
+    args = [binary, "-a", "127.0.0.1", "-p", str(port)]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(port, server)
+    url = f"nats://127.0.0.1:{port}"
+    (tmp_path / "served").mkdir()
+    wat_plugin(tmp_path / "served", "stamp", "pre", {"message": {"payload": "s"}})
+    worker = ThreadedWorker(Host(HostConfig(data_dir=tmp_path / "w"), runtime=Runtime(
+        cache=False), plugin_dirs=[("workspace", tmp_path / "served")]), url, name="w")
+    try:
+        with NatsLink(url, name="down-plugin-test") as link, \
+                Host(HostConfig(data_dir=tmp_path / "h"), plugin_dirs=[]) as app:
+            attach_remote(app, link, {"stamp": RemotePluginEntry(
+                id="stamp", subject="wasmext.plugin.stamp.v1", timeout_ms=400, retry=0)})
+            assert not app.load_errors, app.load_errors
+            server.terminate()
+            server.wait(10)
+            with app.session() as session:
+                result, reason = app.try_call("stamp", "pre",
+                                              {"message": {"payload": "x"}}, session)
+            server = subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+            wait_for_port(port, server)
+        assert result is None and reason is not None
+        assert "no answer within 400 ms (the NATS connection is down, reconnecting)" \
+            in reason, reason
+    finally:
+        worker.close()
+        server.terminate()
+        server.wait(10)
