@@ -262,9 +262,14 @@ def _attach_remote(host: Any, url: str | None = None) -> None:
     url = url or auth.url
     if not url:
         raise click.UsageError("the config's [remote.*] plugins need a NATS server: "
-                               "[nats] url or WASMEXT_NATS_URL")
-    from wasmext.cluster.link import NatsLink
-    from wasmext.cluster.plugins import attach_remote
+                               "--nats URL, [nats] url or WASMEXT_NATS_URL")
+    from wasmext_cli.nats_cmd import _import_nats_extra, needs_nats_extra
+
+    command = " ".join(click.get_current_context().command_path.split()[1:])
+    with needs_nats_extra(command):  # not "cannot connect: No module named 'nats'"
+        _import_nats_extra()
+        from wasmext.cluster.link import NatsLink
+        from wasmext.cluster.plugins import attach_remote
 
     link = NatsLink(url, name="wasmext-remote", auth=auth)
     click.get_current_context().call_on_close(link.close)

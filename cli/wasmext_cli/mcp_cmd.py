@@ -82,11 +82,15 @@ def _nothing_to_serve(host: Any, include_host_tools: bool, include_mcp_tools: bo
 @click.option("--manage-registry", "manage_registries", multiple=True, metavar="PATTERN",
               help="An oci:// REGISTRY/NAME pattern clients may load plugins from (beside "
                    "[manage] registries), e.g. 127.0.0.1:5000/team/*. Repeatable.")
+@click.option("--nats", "nats_url", metavar="URL",
+              help="The NATS server whose workers serve the config's [remote.ID] plugins "
+                   "(default: [nats] url or WASMEXT_NATS_URL), as for wasmext run.")
 def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, address: str,
           include_host_tools: bool, include_mcp_tools: bool, include_mcp_catalog: bool,
           token_file: Path | None,
           token_env: str | None, poll_interval: float, watch: bool, manage: bool,
-          manage_sources: tuple[Path, ...], manage_registries: tuple[str, ...]) -> None:
+          manage_sources: tuple[Path, ...], manage_registries: tuple[str, ...],
+          nats_url: str | None) -> None:
     """Serve the plugins' tools over MCP (stdio by default)."""
     import dataclasses
     import logging  # here, so that `--help` starts fast
@@ -108,7 +112,7 @@ def serve(config: Path | None, plugin_dirs: tuple[Path, ...], port: int | None, 
             require_token_for(address, token)
         host = _host(_default_config(config), plugin_dirs,
                      (token_env,) if token_env else ())
-        _attach_remote(host)  # [remote.ID]: plugins workers serve, their tools too
+        _attach_remote(host, nats_url)  # [remote.ID]: plugins workers serve, their tools
     except WasmextError as err:
         # An unusable config (or token) is 2, as in every command; a server not reached 1.
         _fail(err, EXIT_USAGE if isinstance(err, ConfigError) else EXIT_FAULT)

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from wasmext import ConfigError, WasmextError
+from wasmext.text import clean, redact_url
 from wasmext_cli.common import (
     CONFIG_OPT,
     EXIT_USAGE,
@@ -211,6 +212,10 @@ def ls(url: str | None, config: Path | None, wait_s: float, as_json: bool) -> No
         more = f" (+{len(s.unlisted)} more)" if s.unlisted else ""
         click.echo(f"{s.name:32} {s.version:10} {len(s.instances):>4}{flag} {s.requests:>8} "
                    f"{s.errors:>6}  {' '.join(s.subjects)}{more}")
+    if not found:  # an empty table reads as a hang or a wrong server: say which
+        shown = clean(redact_url(url), 200)
+        click.echo(f"(no service answered on {shown} within {wait_s:g} s: no worker is up"
+                   " there, or --wait is too short)")
     for s in found:
         if s.duplicates:
             click.echo(f"! {s.name} {s.version}: {s.duplicates} more answers repeated an "

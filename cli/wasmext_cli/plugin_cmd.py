@@ -306,8 +306,11 @@ def limits() -> None:
 @click.option("--settings", "show_settings", is_flag=True,
               help="Show each plugin's settings and where each value came from "
                    "(sensitive values masked).")
+@click.option("--nats", "nats_url", metavar="URL",
+              help="The NATS server whose workers serve the config's [remote.ID] plugins "
+                   "(default: [nats] url or WASMEXT_NATS_URL), as for wasmext run.")
 def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bool,
-                 show_settings: bool) -> None:
+                 show_settings: bool, nats_url: str | None) -> None:
     """List loaded plugins and the effective order of every hook.
 
     Disabled plugins are listed too, marked disabled. Plugins that did not load
@@ -330,7 +333,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
     except WasmextError as err:
         _fail(err, EXIT_USAGE)
     with host:
-        unreached = _list_remote(host)
+        unreached = _list_remote(host, nats_url)
         order = {hook: [{"plugin": e.plugin_id, "priority": e.priority, "source": e.source,
                          "pattern": e.pattern} for e in entries]
                  for hook, entries in host.order_table().items()}
@@ -343,7 +346,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         disabled = [{"id": pid, "source": "-", "failure": "-", "digest": None,
                      "enabled": False} for pid in sorted(host.disabled)]
         unasked = [f"{pid}: a [remote] plugin, and no NATS server to ask its worker "
-                   "([nats] url or WASMEXT_NATS_URL)" for pid in unreached]
+                   "(--nats URL, [nats] url or WASMEXT_NATS_URL)" for pid in unreached]
         errors = [err.describe() for err in host.load_errors] + unasked
         error_lines = load_error_lines(host) + [f"not loaded: {_line(line)}"
                                                 for line in unasked]
@@ -390,14 +393,15 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         sys.exit(EXIT_FAULT)
 
 
-def _list_remote(host: Any) -> list[str]:
+def _list_remote(host: Any, url: str | None = None) -> list[str]:
     """Proxies for the config's [remote.ID] plugins, so `list` shows what their workers
-    advertise; without a NATS server to ask, the ids it could not reach."""
+    advertise; without a NATS server to ask (`url`, [nats] url, WASMEXT_NATS_URL), the
+    ids it could not reach."""
     if not host.config.remote:
         return []
-    if not host.config.nats.with_env().url:
+    if not (url or host.config.nats.with_env().url):
         return sorted(host.config.remote)
-    _attach_remote(host)  # each worker that does not answer: a named load error
+    _attach_remote(host, url)  # each worker that does not answer: a named load error
     return []
 
 

@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 import click
 
-from wasmext.errors import WasmextError
+from wasmext.errors import NatsUnavailable, WasmextError
 from wasmext_cli.common import (
     CONFIG_OPT,
+    EXIT_FAULT,
     EXIT_USAGE,
     PLUGINS_OPT,
     _default_config,
@@ -98,6 +99,13 @@ def _routing(opts: dict[str, Any], host: Any) -> Any:
                        trusted_workers=auth.trusted_workers)
 
 
+def _start_exit(err: WasmextError) -> int:
+    """The exit code of an error met before the first turn: a NATS server that cannot be
+    reached exits 1, as `worker` and `nats ls` do, since the command was right and may
+    work once the server is up; anything else is the command's or the config's (2)."""
+    return EXIT_FAULT if isinstance(err, NatsUnavailable) else EXIT_USAGE
+
+
 def _nats_link(opts: dict[str, Any], host: Any) -> Any:
     """The run's one NATS link (--nats, else [nats] url or WASMEXT_NATS_URL, with [nats]'s
     credentials), opened on first use and closed with the command; None without a URL."""
@@ -107,7 +115,11 @@ def _nats_link(opts: dict[str, Any], host: Any) -> Any:
     url = opts["nats_url"] or auth.url
     link = None
     if url:
-        from wasmext.cluster.link import NatsLink
+        from wasmext_cli.nats_cmd import _import_nats_extra, needs_nats_extra
+
+        with needs_nats_extra("run"):  # not "cannot connect: No module named 'nats'"
+            _import_nats_extra()
+            from wasmext.cluster.link import NatsLink
 
         link = NatsLink(url, name="wasmext-run", auth=auth)
         click.get_current_context().call_on_close(link.close)
@@ -134,10 +146,18 @@ def _say_unmet_stages(policy: Path, routing: Any, host: Any) -> None:
     """One line for each stage the policy (or a tenant's) names that is no loaded plugin
     and no remote extension: every turn that reaches it fails there, and until now only
     the turns said so."""
+    from wasmext_cli.example import example_root
+
+    # The shipped policy's path is deep in site-packages: its name says more.
+    shown = "the example policy" if policy == example_root() / "policy.toml" else policy
     used = routing.current().routing.stage_ids()
     for stage in sorted(used - set(host.plugins) - set(host.config.extensions)):
-        click.echo(_line(f"wasmext: warning: {policy} names stage {stage}, which is no "
-                         f"loaded plugin and no [extensions.{stage}] of the config"), err=True)
+        if stage in host.config.remote:  # configured: what is missing is its worker
+            why = (f"the config's [remote.{stage}] plugin, which did not load (its "
+                   "`not loaded:` line says why)")
+        else:
+            why = f"which is no loaded plugin and no [extensions.{stage}] of the config"
+        click.echo(_line(f"wasmext: warning: {shown} names stage {stage}, {why}"), err=True)
 
 
 def _say_unavailable_servers(host: Any) -> None:
@@ -211,7 +231,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         if routing is not None:
             _say_unmet_stages(opts["policy"], routing, host)
     except WasmextError as err:
-        _fail(err, EXIT_USAGE)
+        _fail(err, _start_exit(err))
     if secrets is not None:  # the loaded plugins' sensitive values, redacted from now on
         for lp in host.plugins.values():
             for name, value in lp.plugin.settings.items():
@@ -235,7 +255,7 @@ def _drive(opts: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         if server is not None:
             server.close()
         host.close()
-        _fail(err, EXIT_USAGE)
+        _fail(err, _start_exit(err))
     started(host)
     try:
         with host.session(opts.get("session_id"), user_id=opts.get("user")) as session:

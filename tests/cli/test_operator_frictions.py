@@ -378,3 +378,25 @@ def test_denials_remembered_are_bounded(caplog: pytest.LogCaptureFixture,
                 session.on_plain_text("hi")
         assert len(host.runtime.services._denials_logged) == 8
     assert len([r for r in caplog.records if r.name == "wasmext.sandbox.hostcalls"]) == 40
+
+
+@pytest.mark.parametrize("module", ["msgspec", "nats"])
+@pytest.mark.parametrize("command", [("run",), ("list",), ("mcp", "serve")])
+def test_a_nats_server_to_use_without_the_extra_names_it(tmp_path: Path, module: str,
+                                                         command: tuple[str, ...]) -> None:
+    """Remote stages or plugins without the extra said "nats unavailable: cannot connect
+    to nats://...: No module named 'nats'" (`run`): a server to check, not a package."""
+    (tmp_path / "wasmext.toml").write_text(
+        '[host]\ndata_dir = "data"\n'
+        '[extensions.guard]\ntype = "validator"\nsubject = "wasmext.ext.validate.g.v0"\n'
+        '[remote.kb]\nsubject = "wasmext.plugin.kb.v0"\n')
+    (tmp_path / "policy.toml").write_text('[[validators]]\nid = "guard"\n')
+    (tmp_path / "t.json").write_text('{"turns": [{"user": "hi", "steps": [{"response": "o"}]}]}')
+    extra = ["t.json", "--policy", "policy.toml"] if command == ("run",) else []
+    proc = cli(*command, *extra, "--config", "wasmext.toml", "--nats", "nats://127.0.0.1:9",
+               cwd=tmp_path, python=_without(module))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"wasmext: `wasmext {' '.join(command)}` needs the nats extra (module {module} is not "
+        "installed); install it with: pip install 'wasmext[nats]'")
+    assert "Traceback" not in proc.stderr

@@ -285,7 +285,8 @@ def test_a_caller_counts_on_stats_and_breakers_handed_over_after_it_was_made(
             caller.stats["echoed"], caller.breakers["echoed"] = handed, breaker
             breaker.failed()  # handed over open: the call must see it
             answer, error = await caller.acall(ext, data, ids)
-            assert answer is None and error == "extension echoed: circuit open"
+            assert answer is None and error == ("extension echoed: circuit open (1 failure"
+                                                " in a row; a trial call in 60.0 s)")
             assert (handed.calls, handed.short_circuited, first.calls) == (1, 1, 1)
             caller.breakers["echoed"] = Breaker(5, 60)
             assert (await caller.acall(ext, data, ids))[1] is None

@@ -27,6 +27,7 @@ class Breaker:
         self.opened_at: float | None = None
         self._trial = False
         self._last_counted = float("-inf")  # when the newest counted failure was seen
+        self.last_reason = ""  # the newest counted failure's, for the open circuit's text
         self._lock = threading.Lock()
 
     @property
@@ -60,13 +61,31 @@ class Breaker:
         with self._lock:
             self.failures, self.opened_at, self._trial = 0, None, False
 
-    def failed(self, started: float | None = None) -> None:
-        """An attempt that began at `started` (time.monotonic) failed; None: just now."""
+    def failed(self, started: float | None = None, reason: str = "") -> None:
+        """An attempt that began at `started` (time.monotonic) failed, for `reason`
+        (already one clean line); None: just now."""
         with self._lock:
             now = time.monotonic()
             if started is not None and started < self._last_counted:
                 return  # in flight alongside a failure already counted
             self._last_counted = now
             self.failures += 1
+            self.last_reason = reason
             if self._trial or self.failures >= self.threshold:
                 self.opened_at, self._trial = now, False
+
+    def refusal(self) -> str:
+        """Why a call is refused now: the open circuit, what opened it and when the
+        next trial call goes out (an operator reading only "circuit open" cannot tell
+        a typo in a subject from a crowded worker, nor how long to wait)."""
+        with self._lock:
+            failures, reason, opened = self.failures, self.last_reason, self.opened_at
+        why = f"{failures} failure{'s' if failures != 1 else ''} in a row"
+        if reason:
+            why += f", the last: {reason}"
+        if opened is None:
+            return f"circuit open ({why})"
+        left = max(0.0, opened + self.reset_s - time.monotonic())
+        trial = (f"a trial call in {left:.1f} s" if left > 0
+                 else "a trial call is under way")
+        return f"circuit open ({why}; {trial})"

@@ -399,7 +399,11 @@ class RemotePlugin(Plugin):
             self._send_cancel(key)  # past its deadline the worker stops it anyway
             if ran_next:
                 raise _NoAnswer("no answer after next ran the inner layers", True) from None
-            raise _NoAnswer(f"no answer within {round(attempt_s * 1000)} ms") from None
+            # A request made while the client reconnects waits in its buffer: say so,
+            # or the operator looks for a dead worker rather than at the server.
+            down = "" if getattr(self.link.client, "is_connected", True) \
+                else " (the NATS connection is down, reconnecting)"
+            raise _NoAnswer(f"no answer within {round(attempt_s * 1000)} ms{down}") from None
         except NoRespondersError:
             time.sleep(min(0.05, attempt_s))  # a worker starting or reconnecting
             raise _NoAnswer(f"no worker serves {self.entry.subject}") from None

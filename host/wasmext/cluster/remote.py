@@ -280,7 +280,7 @@ class RemoteCaller:
                 with lock:
                     stats.short_circuited += 1
                     stats.failed += 1
-                return None, f"extension {ext.id}: circuit open"
+                return None, f"extension {ext.id}: {breaker.refusal()}"
             if attempt:
                 with lock:
                     stats.retries += 1
@@ -291,8 +291,8 @@ class RemoteCaller:
                 answer, worker = self._answer(route, data, headers, timeout_s, reply,
                                               ids.note)
             except _Failure as failure:
-                breaker.failed(started)
                 reason = failure.reason
+                breaker.failed(started, clean(reason, 300))
                 if failure.retryable:
                     continue
                 break
@@ -307,6 +307,11 @@ class RemoteCaller:
             stats.failed += 1
         return None, f"extension {ext.id}: {reason}"
 
+    def _connected(self) -> bool:
+        """Whether the link's client is connected now (True when it cannot tell)."""
+        client = getattr(self.link, "client", None)
+        return bool(getattr(client, "is_connected", True))
+
     def _failure(self, ext: RemoteExtension, timeout_s: float, error: BaseException
                  ) -> NoReturn:
         """Raise the _Failure a request's exception is (all of them may be retried)."""
@@ -316,9 +321,15 @@ class RemoteCaller:
         if isinstance(error, (NatsTimeout, TimeoutError, asyncio.TimeoutError)):
             with self._lock:
                 self.stats[ext.id].timeouts += 1
-            raise _Failure(f"timeout after {round(timeout_s * 1000)} ms", True)
+            # While the client reconnects, requests wait in its buffer and time out: the
+            # worker is not to blame, and the operator looks at the server instead.
+            down = "" if self._connected() else " (the NATS connection is down, reconnecting)"
+            raise _Failure(f"timeout after {round(timeout_s * 1000)} ms{down}", True)
         if isinstance(error, NoRespondersError):
-            raise _Failure(f"no responders on {ext.subject}", True)
+            # The usual cause is a subject no worker serves (a typo, another prefix or
+            # major version, or no worker up): say where to look.
+            raise _Failure(f"no responders on {ext.subject}: no worker serves it"
+                           " (wasmext nats ls lists the subjects served)", True)
         # the connection: closed, reconnecting, refused
         raise _Failure(f"network error: {clean(type(error).__name__)}", True)
 

@@ -201,8 +201,9 @@ class Worker:
         self._cancels = await self._nc.subscribe(f"{self.prefix}.plugin.*.*.cancel",
                                                  cb=self._on_cancel)
         await self._nc.flush()
+        subjects = ", ".join(s.subject for st in self.stages.values() for s in st)
         log.info("worker %s serving %s", self.name,
-                 ", ".join(s.subject for st in self.stages.values() for s in st))
+                 subjects or "nothing yet (no plugin is loaded)")
 
     async def _add(self, pid: str, stages: list[Stage]) -> None:
         from nats.micro import add_service
