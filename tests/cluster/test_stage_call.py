@@ -118,7 +118,7 @@ def test_requests_that_are_not_the_contract_are_refused_by_name(tmp_path: Path) 
     with _answering(tmp_path, {"message": {"payload": "ok"}}) as host:
         budget = Budget(None)
         unknown = encode(_request(), JSON).replace(b'"context":{}', b'"context":{},"x":1')
-        with pytest.raises(ContractError, match=r"request for odd: not a ExtRequest: .*x"):
+        with pytest.raises(ContractError, match=r"request for odd: not an ExtRequest: .*x"):
             call_stage(host, stage, unknown, JSON, budget, "w")
         with pytest.raises(ContractError, match="request for odd: not JSON"):
             call_stage(host, stage, b"{\xff", JSON, budget, "w")

@@ -231,7 +231,9 @@ def decode(data: bytes, kind: type[T], encoding: str = JSON, *, peer: str = "pee
     try:
         return decoder.decode(data)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:
-        raise ContractError(f"{peer}: not a {kind.__name__}: {clean(exc, 300)}") from None
+        name = kind.__name__
+        raise ContractError(f"{peer}: not {'an' if name[0] in 'AEIOU' else 'a'} {name}: "
+                            f"{clean(exc, 300)}") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgpack: bad UTF-8 in a str
         raise ContractError(f"{peer}: not {'MessagePack' if encoding == MSGPACK else 'JSON'}: "
                             f"{clean(exc, 300)}") from None
