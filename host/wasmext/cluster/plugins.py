@@ -345,9 +345,14 @@ class RemotePlugin(Plugin):
             return self._result(hook, msg, key, theirs and attempt_s >= left,
                                 session if isinstance(session, str) else None)
         if time.monotonic() >= deadline and not reason.startswith("no answer after next"):
+            # The last attempt's timeout says no more than this line does, but for the
+            # connection's state: that alone is kept, not the same words twice.
+            said = reason.partition(" ms")[2].strip() \
+                if reason.startswith("no answer within ") else f"({reason})"
             fault: PluginFault = Timeout(
                 f"plugin {self.id} hook {hook}: no answer from a worker within "
-                f"{round((deadline - now) * 1000)} ms ({reason})", plugin_id=self.id, hook=hook)
+                f"{round((deadline - now) * 1000)} ms" + (f" {said}" if said else ""),
+                plugin_id=self.id, hook=hook)
             fault.inherited = theirs  # type: ignore[attr-defined]
             raise fault
         raise RemoteUnavailable(f"plugin {self.id} hook {hook}: {reason}", plugin_id=self.id,
