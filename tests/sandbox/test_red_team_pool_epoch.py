@@ -294,3 +294,44 @@ def _times_out_fresh(runtime: Runtime) -> int:
 def _swallow(call: Callable[[str], Any]) -> None:
     with pytest.raises(Timeout):
         call("test")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_hosts_spinning_event_and_tick_guests_run_and_time_out() -> None:
+    # The bus's workers and the ticking thread are the parent's: in the child the bus
+    # believed its worker alive (no event was ever delivered, `flush` waited for good)
+    # and no plugin ticked again. There, spinning guests reached by an event and by a
+    # tick run, and each ends at its deadline.
+    spinning = {"fuel_per_call": 10**13, "timeout_ms": 100}
+    listener = guest_wat("(loop (br 0)) (i64.const 0)", registration={
+        "hooks": [{"hook": "on_event"}], "subscriptions": ["spin.*"]})
+    ticking = guest_wat("(loop (br 0)) (i64.const 0)", abi_version=1, registration={
+        "hooks": [{"hook": "on_tick"}], "tick": {"interval_ms": 1000}, "abi_minor": 2})
+    with make_host((guest_wat(response=ALIVE), {"plugin_id": "healthy"}),
+                   (listener, {"plugin_id": "listener", "limits": spinning,
+                               "grants": ["events", "subscribe:spin.*"]}),
+                   (ticking, {"plugin_id": "ticking", "limits": spinning})) as host:
+        bus = host.observe.bus
+        for _ in range(3):  # a worker of the parent's is busy at the fork
+            bus.emit("spin.parent")
+        listener_plugin = host.plugins["listener"].plugin
+
+        def child() -> int:
+            before = listener_plugin.calls
+            started = time.monotonic()
+            bus.emit("spin.child")
+            assert bus.flush(5)
+            assert time.monotonic() - started < 3
+            assert listener_plugin.calls == before + 1  # the child's event, once
+            assert isinstance(listener_plugin.last_fault, Timeout)
+            ticks = host.observe.ticks.ticks_run
+            ends = time.monotonic() + 5
+            while host.observe.ticks.ticks_run == ticks and time.monotonic() < ends:
+                time.sleep(0.05)
+            assert host.observe.ticks.ticks_run > ticks
+            assert host.plugins["healthy"].plugin.call("test").value == "alive"
+            return 0
+
+        assert _child_exit_code(child) == 0
+        assert bus.flush(10)
+        assert host.plugins["healthy"].plugin.call("test").value == "alive"
