@@ -29,6 +29,8 @@ from wasmext.testing import (
     host_calls_wat,
     load_wat,
     make_host,
+    packed,
+    wat_bytes,
 )
 
 ALIVE = {"ok": True, "value": "alive"}
@@ -335,3 +337,33 @@ def test_a_forked_hosts_spinning_event_and_tick_guests_run_and_time_out() -> Non
         assert _child_exit_code(child) == 0
         assert bus.flush(10)
         assert host.plugins["healthy"].plugin.call("test").value == "alive"
+
+
+@pytest.mark.parametrize("item", [b"\x90", b"\x80", b"\x91\x90"], ids=["[]", "{}", "[[]]"])
+def test_an_answer_of_a_million_empty_containers_is_read_in_bounds(
+        runtime: Runtime, healthy: Plugin, item: bytes) -> None:
+    # The guest's work is one memory.fill; the host's is decoding and checking 1 MiB of
+    # containers (the answer's cap) after the call's deadline: the check walked them one
+    # by one in Python, 0.8 s of the host's time for a 100 ms plugin.
+    count = (MIB - 64) // len(item)
+    head = (b"\x82\xa2ok\xc3\xa5value\xdd" + count.to_bytes(4, "big"))
+    at, fill = 2 * 65536, 2 * 65536 + len(head)
+    body = (f"(local $at i32) (memory.fill (i32.const {fill}) (i32.const {item[0]})"
+            f" (i32.const {count * len(item)}))"
+            + ("" if len(item) == 1 else
+               f"(local.set $at (i32.const {fill})) (loop"
+               f" (i32.store8 offset=1 (local.get $at) (i32.const {item[1]}))"
+               " (local.set $at (i32.add (local.get $at) (i32.const 2)))"
+               f" (br_if 0 (i32.lt_u (local.get $at) (i32.const {fill + 2 * count}))))")
+            + f"(i64.const {packed(at, len(head) + count * len(item))})")
+    wat = guest_wat(body, memory_pages=20, extra=f'(data (i32.const {at}) "{wat_bytes(head)}")')
+    plugin = load_wat(runtime, wat, plugin_id="wide", limits={"timeout_ms": 100})
+    before = _rss_mib()
+    for _ in range(2):
+        started = time.monotonic()
+        value = plugin.call("test").value
+        assert time.monotonic() - started < 3
+        assert len(value) == count and value[0] == msgpack.unpackb(item)
+        del value
+    assert _rss_mib() - before < 400
+    assert healthy.call("test", 1).value == "alive"
