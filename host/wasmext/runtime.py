@@ -174,7 +174,7 @@ def _extism_module(engine: SharedEngine, wasm: bytes, caps: ModuleCaps,
     caps.check(shape, name)  # before compiling, as PluginModule does
     check_memories(shape, name)
     try:
-        module = wasmtime.Module(engine.on_demand().engine, wasm)
+        module = engine.on_demand().compile(wasm)
     except wasmtime.WasmtimeError as exc:
         raise InvalidModule(f"does not compile: {exc}") from exc
     return module if uses_extism(module) else None

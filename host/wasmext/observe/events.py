@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -156,6 +158,7 @@ class EventBus:
         self._closed = self._stopping = False
         self._local = threading.local()
         self.counts: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
+        _BUSES.add(self)
 
     def subscribe(self, pattern: str, callback: Callable[[Event], None], *,
                   queue_size: int | None = None, name: str | None = None) -> Subscription:
@@ -275,13 +278,32 @@ class EventBus:
             lane.scheduled = True
             self._ready.append(lane)
             if len(self._ready) > self._waiting and len(self._threads) < self._nworkers:
-                t = threading.Thread(target=self._worker, daemon=True,
-                                     name=f"wasmext-events-{next(self._names)}")
-                self._threads.append(t)
-                t.start()
+                self._start_worker()
             else:
                 self._work.notify()
         return True
+
+    def _start_worker(self) -> None:
+        """One more worker thread (the lock is held)."""
+        t = threading.Thread(target=self._worker, daemon=True,
+                             name=f"wasmext-events-{next(self._names)}")
+        self._threads.append(t)
+        t.start()
+
+    def _after_fork(self) -> None:
+        """In a forked child: none of the parent's workers is there (and the lock may
+        have been held by one), and the child started none while the list named them:
+        its events were delivered by nobody and `flush` waited for good. What was queued
+        before the fork is the parent's to deliver (twice would run each subscriber
+        twice): the child starts with empty queues and workers of its own on demand."""
+        self._lock = threading.Lock()
+        self._work, self._idle = threading.Condition(self._lock), threading.Condition(self._lock)
+        self._threads, self._waiting, self._pending = [], 0, 0
+        for lane in (*self._ready, *self._plugin_lanes.values(),
+                     *(sub._lane for sub in self._subs)):
+            lane.queue.clear()
+            lane.queued_bytes, lane.scheduled = 0, False
+        self._ready.clear()
 
     def _take_token(self, plugin_id: str) -> bool:
         """The token bucket (the lock is held): refill by elapsed time, take one if there."""
@@ -448,3 +470,17 @@ class EventBus:
                 self.observer(subject, outcome)
             except Exception:
                 log.exception("event observer failed")
+
+
+# Every bus, for a forked child to serve its queues again (`EventBus._after_fork`).
+_BUSES: weakref.WeakSet[EventBus] = weakref.WeakSet()
+
+
+def _serve_in_child() -> None:
+    for bus in list(_BUSES):
+        if not bus._stopping:
+            bus._after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_serve_in_child)

@@ -156,14 +156,14 @@ class CompileCache:
         """
         return self._load_or_compile(self.entry_path(digest, engine), engine,
                                      wasmtime.Module.deserialize,
-                                     lambda: wasmtime.Module(engine.engine, wasm), name)
+                                     lambda: engine.compile(wasm), name)
 
     def load_or_compile_component(self, wasm: bytes, digest: str, engine: SharedEngine,
                                   name: str = "<component>") -> wasmtime.component.Component:
         """`load_or_compile` for a component (the same key, MAC and fallbacks)."""
         return self._load_or_compile(self.component_entry_path(digest, engine), engine,
                                      wasmtime.component.Component.deserialize,
-                                     lambda: wasmtime.component.Component(engine.engine, wasm),
+                                     lambda: engine.compile_component(wasm),
                                      name)
 
     def _load_or_compile(self, path: Path, engine: SharedEngine,

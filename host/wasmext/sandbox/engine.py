@@ -105,6 +105,7 @@ class SharedEngine:
         self.handle = handle(ctypes.addressof(self.engine.ptr().contents))
         self.fingerprint = self.config.fingerprint()
         self._ticker: Ticker = start_ticker(self.engine)
+        self._serial: wasmtime.Engine | None = None  # compiles in a forked child
 
     def _wasmtime_config(self, pooled: bool) -> wasmtime.Config:
         cfg = wasmtime.Config()
@@ -151,6 +152,32 @@ class SharedEngine:
         if not self.config.instance_pool:
             return self
         return shared_engine(replace(self.config, instance_pool=0))
+
+    def compile(self, wasm: bytes) -> wasmtime.Module:
+        """`wasm` compiled for this engine (WasmtimeError when it does not compile)."""
+        if not _forked or not self.config.parallel_compilation:
+            return wasmtime.Module(self.engine, wasm)
+        return wasmtime.Module.deserialize(
+            self.engine, wasmtime.Module(self._serial_compiler(), wasm).serialize())
+
+    def compile_component(self, wasm: bytes) -> wasmtime.component.Component:
+        """`compile` for a component."""
+        from wasmtime import component as wc  # loaded where components are used
+
+        if not _forked or not self.config.parallel_compilation:
+            return wc.Component(self.engine, wasm)
+        return wc.Component.deserialize(
+            self.engine, wc.Component(self._serial_compiler(), wasm).serialize())
+
+    def _serial_compiler(self) -> wasmtime.Engine:
+        """An engine compiling as this one does, on the calling thread: in a forked
+        child, wasmtime's compiler threads (a pool started once per process) are gone
+        but the pool still hands them work, and a parallel compile waits for good."""
+        if self._serial is None:
+            cfg = self._wasmtime_config(pooled=False)  # no second reservation
+            cfg.parallel_compilation = False
+            self._serial = wasmtime.Engine(cfg)
+        return self._serial
 
     @staticmethod
     def ticks_for(timeout_ms: int) -> int:
@@ -204,6 +231,8 @@ def _pooling(cfg: wasmtime.Config, slots: int) -> None:
 
 _engines: dict[EngineConfig, SharedEngine] = {}
 _lock = threading.Lock()
+# True in a forked child: its compiles run on the calling thread (SharedEngine.compile).
+_forked = False
 
 
 def shared_engine(config: EngineConfig | None = None) -> SharedEngine:
@@ -219,9 +248,11 @@ def shared_engine(config: EngineConfig | None = None) -> SharedEngine:
 def _tick_again_in_child() -> None:
     """A forked child has neither the parent's timers nor its threads: each engine it
     inherited ticks anew, on a Python thread (else its guests would never time out;
-    sandbox.epoch.forget_timers says why not on a timer)."""
-    global _lock
+    sandbox.epoch.forget_timers says why not on a timer), and compiles on the calling
+    thread (wasmtime's compiler threads are gone: `SharedEngine._serial_compiler`)."""
+    global _lock, _forked
     _lock = threading.Lock()  # another thread of the parent may have held it
+    _forked = True
     forget_timers()
     for eng in _engines.values():
         eng._ticker = start_ticker(eng.engine)

@@ -143,7 +143,7 @@ class PluginModule:
             if cache is not None:
                 module = cache.load_or_compile(wasm, digest, self.engine, name)
             else:
-                module = wasmtime.Module(self.engine.engine, wasm)
+                module = self.engine.compile(wasm)
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
         info = self._check(module, digest, len(wasm), shape.table_minimums, shape.has_start)

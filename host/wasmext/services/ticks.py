@@ -14,8 +14,10 @@ overlapped disappear, and the next tick's data says how many (`{"missed": n}`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +67,7 @@ class Ticker:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        _TICKERS.add(self)
 
     def start(self, plugin_id: str, interval_ms: int) -> None:
         """Tick `plugin_id` every `interval_ms` (already within the policy), first after one
@@ -76,11 +79,23 @@ class Ticker:
                                   plugin_id=plugin_id)
             seconds = interval_ms / 1000
             self._ticks[plugin_id] = _Tick(seconds, time.monotonic() + seconds)
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name="wasmext-ticks",
-                                                daemon=True)
-                self._thread.start()
+            self._start_thread()
             self._cond.notify()
+
+    def _start_thread(self) -> None:
+        """The ticking thread, unless it runs (the condition is held)."""
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._run, name="wasmext-ticks",
+                                            daemon=True)
+            self._thread.start()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's thread is gone (and its condition may have
+        been held), so the plugins' ticks run on a thread of the child's own."""
+        self._cond = threading.Condition()
+        self._thread = None
+        if self._ticks:
+            self._start_thread()
 
     def stop(self, plugin_id: str) -> None:
         """No more ticks for `plugin_id` (one running now finishes)."""
@@ -132,3 +147,16 @@ class Ticker:
                 late = max(0, int((now - started) // tick.interval))
                 tick.missed = late
                 tick.due = started + (late + 1) * tick.interval
+
+
+# Every ticker, for a forked child to tick again (`Ticker._after_fork`).
+_TICKERS: weakref.WeakSet[Ticker] = weakref.WeakSet()
+
+
+def _tick_in_child() -> None:
+    for ticker in list(_TICKERS):
+        ticker._after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_tick_in_child)

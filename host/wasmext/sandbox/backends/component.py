@@ -82,7 +82,7 @@ def _compile(engine: SharedEngine, wasm: bytes, digest: str,
     if cache is not None:
         component = cache.load_or_compile_component(wasm, digest, engine, name)
     else:
-        component = wc.Component(engine.engine, wasm)
+        component = engine.compile_component(wasm)
     with _memo_lock:
         _memo[key] = component
         while len(_memo) > _MEMO_SIZE:
