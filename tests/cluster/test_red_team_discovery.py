@@ -17,12 +17,21 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from cluster_support import nats_server
 
 from wasmext.cluster.link import NatsLink
 from wasmext.cluster.ops import MAX_SUBJECTS, list_services
 from wasmext_cli.main import main
 
 BOUND_S = 30.0  # discovery waits 0.5 s; this only catches a hang
+
+
+@pytest.fixture(scope="module")
+def nats_url() -> Iterator[str]:
+    """A server of this module's own: discovery counts every instance on its server, and
+    the session's shared workers (conftest), once started, serve `wasmext-stamp` too."""
+    with nats_server() as (url, _):
+        yield url
 ESC = "\x1b]8;;http://evil\x07\x1b[2J\u202e\r\nFAKE"
 
 
