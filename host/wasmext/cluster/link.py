@@ -125,6 +125,15 @@ async def connect(url: str, name: str, timeout_s: float = 5.0, *,
     return client
 
 
+def down_note(link: Any) -> str:
+    """What a timed-out request's reason adds while `link`'s client reconnects: requests
+    made meanwhile wait in its buffer and time out, so the operator should look at the
+    server, not at the workers ("" while connected, or for a link that cannot tell)."""
+    client = getattr(link, "client", None)
+    return "" if getattr(client, "is_connected", True) \
+        else " (the NATS connection is down, reconnecting)"
+
+
 def _answered(msg: Msg) -> Msg:
     """The answer, or NoRespondersError when it is the server's "nobody listens"."""
     if msg.headers and msg.headers.get("Status") == "503":

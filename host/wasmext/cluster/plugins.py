@@ -72,6 +72,7 @@ from wasmext.cluster.contract import (
     decode,
     encode,
 )
+from wasmext.cluster.link import down_note
 from wasmext.cluster.registry import RemotePluginEntry
 from wasmext.cluster.signed import check_reply
 from wasmext.errors import (
@@ -136,11 +137,13 @@ _FAULTS: dict[str, type[PluginFault]] = {c.reason: c for c in (
 
 class _NoAnswer(Exception):
     """One attempt got no usable answer; another worker may give one (unless `final`:
-    the attempt already ran the caller's inner layers)."""
+    the attempt already ran the caller's inner layers). `timed_out`: the attempt's
+    time ran out, and `note` is what its reason adds to that (the connection's state)."""
 
-    def __init__(self, reason: str, final: bool = False) -> None:
+    def __init__(self, reason: str, final: bool = False, *, timed_out: bool = False,
+                 note: str = "") -> None:
         super().__init__(reason)
-        self.final = final
+        self.final, self.timed_out, self.note = final, timed_out, note
 
 
 def describe(link: NatsLink, entry: RemotePluginEntry,
@@ -323,7 +326,7 @@ class RemotePlugin(Plugin):
             tracing.ACTIVE.inject(headers)
         if frame is not None:
             headers[CALLS_LEFT_HEADER] = str(max(0, frame.calls_left))
-        reason = "no attempt"
+        reason, last = "no attempt", None
         for attempt in range(self.entry.retry + 1):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -338,7 +341,7 @@ class RemotePlugin(Plugin):
             try:
                 msg = self._request(hook, payload, headers, attempt_s, key)
             except _NoAnswer as why:
-                reason = str(why)
+                reason, last = str(why), why
                 if why.final:
                     break
                 continue
@@ -347,12 +350,10 @@ class RemotePlugin(Plugin):
         if time.monotonic() >= deadline and not reason.startswith("no answer after next"):
             # The last attempt's timeout says no more than this line does, but for the
             # connection's state: that alone is kept, not the same words twice.
-            said = reason.partition(" ms")[2].strip() \
-                if reason.startswith("no answer within ") else f"({reason})"
+            said = last.note if last is not None and last.timed_out else f" ({reason})"
             fault: PluginFault = Timeout(
                 f"plugin {self.id} hook {hook}: no answer from a worker within "
-                f"{round((deadline - now) * 1000)} ms" + (f" {said}" if said else ""),
-                plugin_id=self.id, hook=hook)
+                f"{round((deadline - now) * 1000)} ms{said}", plugin_id=self.id, hook=hook)
             fault.inherited = theirs  # type: ignore[attr-defined]
             raise fault
         raise RemoteUnavailable(f"plugin {self.id} hook {hook}: {reason}", plugin_id=self.id,
@@ -404,11 +405,9 @@ class RemotePlugin(Plugin):
             self._send_cancel(key)  # past its deadline the worker stops it anyway
             if ran_next:
                 raise _NoAnswer("no answer after next ran the inner layers", True) from None
-            # A request made while the client reconnects waits in its buffer: say so,
-            # or the operator looks for a dead worker rather than at the server.
-            down = "" if getattr(self.link.client, "is_connected", True) \
-                else " (the NATS connection is down, reconnecting)"
-            raise _NoAnswer(f"no answer within {round(attempt_s * 1000)} ms{down}") from None
+            down = down_note(self.link)
+            raise _NoAnswer(f"no answer within {round(attempt_s * 1000)} ms{down}",
+                            timed_out=True, note=down) from None
         except NoRespondersError:
             time.sleep(min(0.05, attempt_s))  # a worker starting or reconnecting
             raise _NoAnswer(f"no worker serves {self.entry.subject}") from None

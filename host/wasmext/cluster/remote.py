@@ -44,6 +44,7 @@ from wasmext.cluster.contract import (
     decode,
     encode,
 )
+from wasmext.cluster.link import down_note
 from wasmext.cluster.mapping import (
     answer_from_provider,
     answer_from_response,
@@ -307,11 +308,6 @@ class RemoteCaller:
             stats.failed += 1
         return None, f"extension {ext.id}: {reason}"
 
-    def _connected(self) -> bool:
-        """Whether the link's client is connected now (True when it cannot tell)."""
-        client = getattr(self.link, "client", None)
-        return bool(getattr(client, "is_connected", True))
-
     def _failure(self, ext: RemoteExtension, timeout_s: float, error: BaseException
                  ) -> NoReturn:
         """Raise the _Failure a request's exception is (all of them may be retried)."""
@@ -321,10 +317,8 @@ class RemoteCaller:
         if isinstance(error, (NatsTimeout, TimeoutError, asyncio.TimeoutError)):
             with self._lock:
                 self.stats[ext.id].timeouts += 1
-            # While the client reconnects, requests wait in its buffer and time out: the
-            # worker is not to blame, and the operator looks at the server instead.
-            down = "" if self._connected() else " (the NATS connection is down, reconnecting)"
-            raise _Failure(f"timeout after {round(timeout_s * 1000)} ms{down}", True)
+            raise _Failure(f"timeout after {round(timeout_s * 1000)} ms"
+                           f"{down_note(self.link)}", True)
         if isinstance(error, NoRespondersError):
             # The usual cause is a subject no worker serves (a typo, another prefix or
             # major version, or no worker up): say where to look.
