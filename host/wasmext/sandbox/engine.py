@@ -30,6 +30,7 @@ import os
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import TypeVar
 
 import wasmtime
 
@@ -43,6 +44,8 @@ __all__ = ["MAX_INSTANCE_POOL", "TICK_MS", "EngineConfig", "SharedEngine", "shar
 # Bytes of a slot's memory kept resident between instances, zeroed in place: the pages
 # an instance of a small guest touches (its stack, the request, the registration).
 KEEP_RESIDENT = 128 * 1024
+# Named, not imported: wasmtime.component is loaded only where components are used.
+_Compiled = TypeVar("_Compiled", "wasmtime.Module", "wasmtime.component.Component")
 # A slot's tables: the host policy's ceiling (Runtime's default policy), and as many
 # tables per module as the store limiter lets an instance have.
 POOL_TABLE_ELEMENTS = 1_000_000
@@ -155,19 +158,20 @@ class SharedEngine:
 
     def compile(self, wasm: bytes) -> wasmtime.Module:
         """`wasm` compiled for this engine (WasmtimeError when it does not compile)."""
-        if not _forked or not self.config.parallel_compilation:
-            return wasmtime.Module(self.engine, wasm)
-        return wasmtime.Module.deserialize(
-            self.engine, wasmtime.Module(self._serial_compiler(), wasm).serialize())
+        return self._compiled(wasmtime.Module, wasm)
 
     def compile_component(self, wasm: bytes) -> wasmtime.component.Component:
         """`compile` for a component."""
         from wasmtime import component as wc  # loaded where components are used
 
+        return self._compiled(wc.Component, wasm)
+
+    def _compiled(self, kind: type[_Compiled], wasm: bytes) -> _Compiled:
+        """`kind` (a Module or a Component) of `wasm` for this engine: compiled here, or
+        in a forked child on the calling thread (`_serial_compiler`) and loaded."""
         if not _forked or not self.config.parallel_compilation:
-            return wc.Component(self.engine, wasm)
-        return wc.Component.deserialize(
-            self.engine, wc.Component(self._serial_compiler(), wasm).serialize())
+            return kind(self.engine, wasm)
+        return kind.deserialize(self.engine, kind(self._serial_compiler(), wasm).serialize())
 
     def _serial_compiler(self) -> wasmtime.Engine:
         """An engine compiling as this one does, on the calling thread: in a forked
