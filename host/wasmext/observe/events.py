@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from wasmext.forks import renew_in_children
 from wasmext.observe.topics import (
     APP,
     HOST,
@@ -158,7 +157,7 @@ class EventBus:
         self._closed = self._stopping = False
         self._local = threading.local()
         self.counts: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
-        _BUSES.add(self)
+        renew_in_children(self)
 
     def subscribe(self, pattern: str, callback: Callable[[Event], None], *,
                   queue_size: int | None = None, name: str | None = None) -> Subscription:
@@ -296,6 +295,8 @@ class EventBus:
         its events were delivered by nobody and `flush` waited for good. What was queued
         before the fork is the parent's to deliver (twice would run each subscriber
         twice): the child starts with empty queues and workers of its own on demand."""
+        if self._stopping:
+            return
         self._lock = threading.Lock()
         self._work, self._idle = threading.Condition(self._lock), threading.Condition(self._lock)
         self._threads, self._waiting, self._pending = [], 0, 0
@@ -470,17 +471,3 @@ class EventBus:
                 self.observer(subject, outcome)
             except Exception:
                 log.exception("event observer failed")
-
-
-# Every bus, for a forked child to serve its queues again (`EventBus._after_fork`).
-_BUSES: weakref.WeakSet[EventBus] = weakref.WeakSet()
-
-
-def _serve_in_child() -> None:
-    for bus in list(_BUSES):
-        if not bus._stopping:
-            bus._after_fork()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_serve_in_child)

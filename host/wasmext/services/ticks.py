@@ -14,15 +14,14 @@ overlapped disappear, and the next tick's data says how many (`{"missed": n}`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from wasmext.errors import TickRefused, WasmextError
+from wasmext.forks import renew_in_children
 
 __all__ = ["TickPolicy", "Ticker", "tick_interval"]
 
@@ -67,7 +66,7 @@ class Ticker:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        _TICKERS.add(self)
+        renew_in_children(self)
 
     def start(self, plugin_id: str, interval_ms: int) -> None:
         """Tick `plugin_id` every `interval_ms` (already within the policy), first after one
@@ -147,16 +146,3 @@ class Ticker:
                 late = max(0, int((now - started) // tick.interval))
                 tick.missed = late
                 tick.due = started + (late + 1) * tick.interval
-
-
-# Every ticker, for a forked child to tick again (`Ticker._after_fork`).
-_TICKERS: weakref.WeakSet[Ticker] = weakref.WeakSet()
-
-
-def _tick_in_child() -> None:
-    for ticker in list(_TICKERS):
-        ticker._after_fork()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_tick_in_child)
