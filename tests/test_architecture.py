@@ -31,7 +31,8 @@ SOFT_LINES = 600
 
 LAYERS: dict[str, int] = {
     "wasmext._abi": 0, "wasmext._toml": 0, "wasmext._version": 0, "wasmext.errors": 0,
-    "wasmext.files": 0, "wasmext.forks": 0, "wasmext.ids": 0, "wasmext.text": 0,
+    "wasmext.files": 0, "wasmext.forks": 0, "wasmext.ids": 0, "wasmext.loops": 0,
+    "wasmext.text": 0,
     "wasmext.validation": 0,
     "wasmext.buildstamp": 0,
     "wasmext.mcp": 0,  # the package's leaves: config, envsubst, content

@@ -88,6 +88,9 @@ def _import_nats_extra() -> None:
               help="This worker's name on the connection and in service metadata.")
 @click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",
               help="Bridge events matching PATTERN to <prefix>.events.<topic>. Repeatable.")
+@click.option("--loop", "event_loop", type=click.Choice(["auto", "uvloop", "asyncio"]),
+              default=None, help="The event loop: uvloop when installed (auto, the "
+              "default, or WASMEXT_EVENT_LOOP), or asyncio's own.")
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan the plugin folders and enable state on change, and serve what "
                    "they hold then.")
@@ -95,17 +98,17 @@ def _import_nats_extra() -> None:
               help="Also serve the example session's plugins (those `wasmext run` plays).")
 def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], prefix: str,
            concurrency: int, inline_below_ms: float | None, short_call_ms: float | None,
-           name: str,
-           bridge_events: tuple[str, ...], watch: bool, example: bool) -> None:
+           name: str, bridge_events: tuple[str, ...], event_loop: str | None, watch: bool,
+           example: bool) -> None:
     """Serve the plugins (each whole, and its pipeline stages) as NATS services until
     SIGTERM (then drain)."""
-    import asyncio  # here, not at the top: `wasmext --help` should not pay for it
     from contextlib import nullcontext
 
     with needs_nats_extra("worker"):
         _import_nats_extra()
         from wasmext.cluster.worker import Worker
     from wasmext.lifecycle.watch import PluginWatcher
+    from wasmext.loops import loop_factory, run_on
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -114,6 +117,7 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
 
         plugin_dirs = (*plugin_dirs, example_root() / "plugins")
     try:
+        make_loop = loop_factory(event_loop)  # before loading: a bad choice fails at once
         host = _host(_default_config(config), plugin_dirs, instance_id=name)
     except ConfigError as err:  # an unusable config is 2, as in every command
         _fail(err, EXIT_USAGE)
@@ -141,7 +145,7 @@ def worker(url: str | None, config: Path | None, plugin_dirs: tuple[Path, ...], 
                                      patterns=bridge_events, auth=auth)
             started(host)
             try:
-                asyncio.run(_serve(served, FOLLOW_S if watch else None))
+                run_on(make_loop, _serve(served, FOLLOW_S if watch else None))
             finally:
                 if bridge is not None:
                     bridge.close()
@@ -156,6 +160,7 @@ async def _serve(served: object, follow_s: float | None) -> None:
     import asyncio
 
     from wasmext.cluster.worker import Worker
+    from wasmext.loops import loop_name
 
     assert isinstance(served, Worker)
     ready = asyncio.Event()
@@ -174,6 +179,7 @@ async def _serve(served: object, follow_s: float | None) -> None:
             elif stage.kind != "describe":
                 click.echo(f"serving {stage.kind} {stage.plugin_id} on {stage.subject}",
                            err=True)
+    click.echo(f"event loop: {loop_name(asyncio.get_running_loop())}", err=True)
     click.echo("ready", err=True)
     await task
 

@@ -37,6 +37,7 @@ from wasmext.cluster.fastclient import header_block, new_client, parse_headers
 from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.errors import NatsAuthFailed, NatsUnavailable
 from wasmext.ids import random_hex
+from wasmext.loops import new_event_loop
 from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ class NatsLink:
     def __init__(self, url: str, *, name: str = "wasmext", connect_timeout_s: float = 5.0,
                  auth: NatsAuth | None = None) -> None:
         self.url, self.name = url, name
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()  # uvloop where installed (wasmext.loops)
         self._thread: threading.Thread | None = threading.Thread(
             target=self._loop.run_forever, name=f"nats:{name}", daemon=True)
         self._thread.start()

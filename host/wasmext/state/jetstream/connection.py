@@ -26,6 +26,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wasmext.loops import new_event_loop
 from wasmext.state.base import StateUnavailable
 from wasmext.state.deadline import remaining
 from wasmext.text import clean, redact_url
@@ -79,7 +80,7 @@ class Bucket:
         self._js: JetStreamContext | None = None
         self._connecting: asyncio.Lock | None = None
         self._seen: list[str] = []  # errors of the last connection attempt, redacted
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()  # uvloop where installed (wasmext.loops)
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name=f"jetstream:{bucket}", daemon=True)
         self._thread.start()

@@ -1,0 +1,79 @@
+"""The asyncio event loop wasmext makes for itself: uvloop where it is installed.
+
+A NATS worker's loop turns at least once for every read of its socket, and a turn of
+asyncio's default loop is Python (the selector, the ready queue, the transport's
+callbacks); uvloop runs it in C on libuv. A worker answering one request at a time
+spent 22 % fewer instructions per request on uvloop (docs/performance.md, "The worker
+on uvloop"); the `nats` extra installs it on CPython outside Windows.
+
+What runs on the loop made here: `wasmext worker` (its `--loop` option), the thread a
+`NatsLink` made for synchronous callers (`Router.run`, `wasmext run --nats`), and the
+thread of the JetStream state store. Never the application's own loop: `Router.arun`
+and `NatsLink.open` run on whatever loop awaits them.
+
+`WASMEXT_EVENT_LOOP` chooses for a process: `auto` (the default: uvloop when it
+imports, else asyncio's), `uvloop` (refused when it is not installed) or `asyncio`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from wasmext.errors import ConfigError
+from wasmext.text import clean
+
+__all__ = ["EVENT_LOOPS", "EVENT_LOOP_ENV", "loop_factory", "loop_name", "new_event_loop",
+           "run_on"]
+
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+EVENT_LOOP_ENV = "WASMEXT_EVENT_LOOP"
+
+T = TypeVar("T")
+
+
+def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop]:
+    """What makes a new loop of `choice` (None: `WASMEXT_EVENT_LOOP`, else `auto`);
+    ConfigError for an unknown choice, or for `uvloop` where it is not installed."""
+    if choice is None:
+        choice = os.environ.get(EVENT_LOOP_ENV, "").strip().lower() or "auto"
+    if choice not in EVENT_LOOPS:
+        raise ConfigError(f"event loop {clean(choice, 40)!r} is not one of "
+                          f"{', '.join(EVENT_LOOPS)} ({EVENT_LOOP_ENV} or --loop)")
+    if choice == "asyncio":
+        return asyncio.new_event_loop
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("event loop uvloop is not installed: pip install "
+                              "'wasmext[nats]' (CPython on Linux or macOS), or choose "
+                              "asyncio") from None
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+def new_event_loop(choice: str | None = None) -> asyncio.AbstractEventLoop:
+    """A new loop of `choice` (`loop_factory`)."""
+    return loop_factory(choice)()
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """`uvloop` or `asyncio`: which kind of loop `loop` is, for a log line."""
+    return "uvloop" if type(loop).__module__.partition(".")[0] == "uvloop" else "asyncio"
+
+
+def run_on(factory: Callable[[], asyncio.AbstractEventLoop],
+           main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` on a loop `factory` makes (from `loop_factory`)."""
+    if factory is asyncio.new_event_loop:
+        return asyncio.run(main)
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main)
+    import uvloop  # the only other factory `loop_factory` gives
+
+    return uvloop.run(main)
