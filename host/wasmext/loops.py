@@ -3,7 +3,7 @@
 A NATS worker's loop turns at least once for every read of its socket, and a turn of
 asyncio's default loop is Python (the selector, the ready queue, the transport's
 callbacks); uvloop runs it in C on libuv. A worker answering one request at a time
-spent 22 % fewer instructions per request on uvloop (docs/performance.md, "The worker
+spent 23 % fewer instructions per request on uvloop (docs/performance.md, "The worker
 on uvloop"); the `nats` extra installs it on CPython outside Windows.
 
 What runs on the loop made here: `wasmext worker` (its `--loop` option), the thread a
