@@ -41,6 +41,9 @@ def test_the_cluster_benchmark_reports_latency_and_throughput(tmp_path: Path,
         assert set(doc[key]) == {"1", "2", "4"} and all(v > 0 for v in doc[key].values()), key
     for w, ratio in doc["throughput_vs_echo"].items():
         assert ratio == round(doc["throughput_runs_per_s"][w] / doc["echo_runs_per_s"][w], 2)
+    # The row's pair is one of the pairs measured (one with --quick, three in a full run).
+    assert [doc["echo_runs_per_s"]["1"], doc["throughput_runs_per_s"]["1"]] in \
+        doc["throughput_pairs_1"] and len(doc["throughput_pairs_1"]) == 1
     assert doc["remote_async"]["runs_per_s"] > 0 and doc["async_throughput_vs_echo"] > 0
     assert doc["inline_worker"]["runs_per_s"] > 0 and doc["inline_worker"]["async"]["p50_us"] > 0
     assert "bare echo" in proc.stdout
