@@ -103,9 +103,11 @@
     │   ├── CasConflict             a compare-and-set precondition did not hold
     │   ├── TransactionClosed       used after commit or rollback (a host bug)
     │   └── StateUnavailable        the host's storage (Redis, the SQLite file) is down,
-    │                               frozen or locked past the call's deadline: the
-    │                               host's trouble, never a PluginFault; the instance
-    │                               is kept and nothing counts towards quarantine
+    │       │                       frozen or locked past the call's deadline: the
+    │       │                       host's trouble, never a PluginFault; the instance
+    │       │                       is kept and nothing counts towards quarantine
+    │       └── StateForked         a forked child's store that another thread of the
+    │                               parent was using at the fork: refused at once
     ├── EventError                  (wasmext.observe) an event operation refused; `code`
     │   │                           is its ABI answer
     │   ├── InvalidTopic            not a dot-separated topic or pattern
@@ -230,6 +232,7 @@ __all__ = [
     "SignatureRequired",
     "StackOverflow",
     "StateError",
+    "StateForked",
     "StateUnavailable",
     "TickRefused",
     "Timeout",
@@ -807,6 +810,14 @@ class StateUnavailable(StateError):
 
     reason = "state unavailable"
     code = "unavailable"
+
+
+class StateForked(StateUnavailable):
+    """A forked child's state store was in use by another thread of the parent at the
+    fork: its connection can neither be used nor replaced there (SQLite keeps its file
+    locks per process). Fork while no call uses state, or open the host after the fork."""
+
+    reason = "state store forked while in use"
 
 
 class TransactionClosed(StateError):
