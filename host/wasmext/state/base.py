@@ -39,7 +39,8 @@ __all__ = [
     "CasConflict", "CommitReport", "Eviction", "ExportFormat", "InvalidArgument", "InvalidKey",
     "KeyTooLong", "QuotaExceeded", "Record", "Scope", "ScopeName", "SessionQuotaExceeded",
     "StateError", "StateForked", "StateLimits", "StateStats", "StateStore",
-    "StateTransaction", "StateUnavailable", "TooManyKeys", "TransactionClosed", "Usage", "dump_records", "load_records",
+    "StateTransaction", "StateUnavailable", "TooManyKeys", "TransactionClosed", "Usage",
+    "dump_records", "load_records",
 ]
 
 ScopeName = Literal["session", "plugin"]
