@@ -125,8 +125,10 @@
     ├── ContractError               (wasmext.cluster) a NATS message that is not the
     │                               contract: unknown key, wrong type, too big
     ├── NatsUnavailable             the NATS server cannot be reached
-    │   └── NatsAuthFailed          the server refused the login (token, user,
-    │                               password, nkey or credentials), at once
+    │   ├── NatsAuthFailed          the server refused the login (token, user,
+    │   │                           password, nkey or credentials), at once
+    │   └── NatsLinkForked          (cluster.link) a link opened on the parent's event
+    │                               loop, used in a forked child: refused at once
     ├── MiddlewareError             a middleware layer broke the next() rule
     ├── ActivationError             (hooks.activations) an output-extension activation
     │                               refused: bad name, unknown extension or param,
@@ -208,6 +210,7 @@ __all__ = [
     "ModelError",
     "ModuleTooLarge",
     "NatsAuthFailed",
+    "NatsLinkForked",
     "NatsUnavailable",
     "NotInstalled",
     "OpError",
@@ -909,3 +912,10 @@ class NatsAuthFailed(NatsUnavailable):
     """The NATS server refused the login: raised as soon as it says so, the secret unsaid."""
 
     reason = "nats authorization failed"
+
+
+class NatsLinkForked(NatsUnavailable):
+    """A link opened on an event loop (`NatsLink.open`) used in a process forked from it:
+    the loop, its selector and the socket are the parent's. Open one in the child."""
+
+    reason = "nats link of the parent process"
