@@ -201,3 +201,43 @@ def test_a_child_forked_during_a_sqlite_op_refuses_at_once(tmp_path: Path) -> No
     assert store.get(Scope("direct", "p"), "n") == b"late"
     assert host.plugins["healthy"].plugin.call("test", None, {"session": "s"}).value == "alive"
     host.close()
+
+
+def test_a_child_forked_while_the_redis_pool_was_locked_connects_again(redis_url: str) -> None:
+    # redis-py's pool starts afresh in a child, under the pool's lock: a parent thread
+    # holding it at the fork (taking or returning a connection) left the child waiting
+    # for good (one fork in about 300 of a store busy in four threads). Held here on
+    # purpose, as that thread held it.
+    from wasmext.state.redis.store import RedisStore
+
+    store = RedisStore(url=redis_url, prefix=f"forked:{uuid.uuid4().hex[:8]}")
+    try:
+        store.set(Scope("p", "parent"), "k", b"parent")
+        pool = store._r.connection_pool
+        held, release = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with pool._lock:
+                held.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        try:
+            assert held.wait(5)
+
+            def child() -> str:
+                store.set(Scope("p", "child"), "k", b"child")
+                got = store.get(Scope("p", "child"), "k")
+                assert got == b"child", got
+                return "ok"
+
+            code, report = in_forked_child(child, within_s=8)
+        finally:
+            release.set()
+            thread.join(5)
+        assert (code, report) == (0, "'ok'")
+        assert store.get(Scope("p", "child"), "k") == b"child"
+        assert store.get(Scope("p", "parent"), "k") == b"parent"
+    finally:
+        store.close()
