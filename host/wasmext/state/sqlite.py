@@ -142,6 +142,7 @@ class SQLiteStore(Engine):
         # In a forked child until its first op: "idle" (the inherited connection is to
         # be closed), "busy" (refused), "reopen" (closed, the child's own not open yet).
         self._inherited = ""
+        self._closed = False
         try:
             self._conn = self._connect()
             with self._write():
@@ -180,13 +181,15 @@ class SQLiteStore(Engine):
         """In a forked child: the parent's threads, their queued commits and their hold on
         the lock are not here; the connection is the parent's (replaced at first use)."""
         super()._after_fork()
-        self._inherited = "idle" if self._quiet_at_fork else "busy"
-        if not self._quiet_at_fork:
-            _ABANDONED.append(self._conn)
-        self._quiet_at_fork = False
+        quiet, self._quiet_at_fork = self._quiet_at_fork, False
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
         self._queue = []
+        if self._closed:  # stays closed
+            return
+        self._inherited = "idle" if quiet else "busy"
+        if not quiet:
+            _ABANDONED.append(self._conn)
 
     def _own_connection(self) -> None:
         """A forked child's first operation: close the idle inherited connection (so that
@@ -422,3 +425,4 @@ class SQLiteStore(Engine):
             if self._inherited != "busy":  # else abandoned: ops stay refused
                 self._conn.close()
                 self._inherited = ""
+            self._closed = True
