@@ -11,10 +11,12 @@ the same file (the command line while a host runs); writers take turns.
 A forked child never uses the connection it inherited (SQLite's file locks belong to
 the process that took them: the child's commits would hold none, and the parent's
 close could delete the WAL they went to). A fork waits for the operation in flight
-(at most `FORK_WAIT_S`); the child's first operation closes the inherited connection,
-idle then, and opens its own. A child forked while an operation was still running is
-refused at once (`StateForked`): half of a transaction is not the child's to finish
-or to roll back.
+(at most `FORK_WAIT_S`); the child closes the inherited connection, idle then, at
+once (before any store of the child opens a connection to the same file: SQLite
+shares its lock bookkeeping between a process's connections to one file), and its
+first operation opens its own. A child forked while an operation was still running
+is refused at once (`StateForked`): half of a transaction is not the child's to
+finish or to roll back.
 """
 
 from __future__ import annotations
@@ -139,8 +141,8 @@ class SQLiteStore(Engine):
         self._queue: list[_Pending] = []  # commits waiting for the next transaction
         self._queue_lock = threading.Lock()
         self._quiet_at_fork = False  # this process's fork found no operation in flight
-        # In a forked child until its first op: "idle" (the inherited connection is to
-        # be closed), "busy" (refused), "reopen" (closed, the child's own not open yet).
+        # In a forked child until its first op: "reopen" (the inherited connection
+        # closed, the child's own not open yet) or "busy" (refused).
         self._inherited = ""
         self._closed = False
         try:
@@ -187,23 +189,27 @@ class SQLiteStore(Engine):
         self._queue = []
         if self._closed:  # stays closed
             return
-        self._inherited = "idle" if quiet else "busy"
         if not quiet:
             _ABANDONED.append(self._conn)
+            self._inherited = "busy"
+            return
+        # Idle, so its close neither rolls back nor checkpoints: the parent's connection
+        # keeps a lock the close cannot take (or, the parent gone, the child is the last
+        # user and the checkpoint is its to make).
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            _ABANDONED.append(self._conn)
+        self._inherited = "reopen"
 
     def _own_connection(self) -> None:
-        """A forked child's first operation: close the idle inherited connection (so that
-        the child's own takes real file locks), then open the child's own."""
+        """A forked child's first operation: the child's own connection (its file locks
+        its own), or StateForked when the parent's was mid-operation at the fork."""
         if self._inherited == "busy":
             raise StateForked(f"state file {self.path}: this process was forked while another"
                               " thread was using the state store; its connection can be"
                               " neither used nor replaced here: fork while no call uses"
                               " state, or open the host after the fork")
-        if self._inherited == "idle":
-            # Not in WAL's checkpoint-and-delete: the parent's connection keeps a lock
-            # that the close cannot take (or, the parent gone, the child is the last user).
-            self._conn.close()
-            self._inherited = "reopen"
         self._conn = self._connect()
         self._inherited = ""
 
