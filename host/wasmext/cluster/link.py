@@ -464,10 +464,11 @@ class NatsLink:
         return self._replies.arequest_from(subject, data, headers, timeout_s)
 
     def _own_or_close(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """`_own`, closing `coro` when refused (never awaited, it would warn)."""
+        """`_own`, closing `coro` when refused or not connected (never awaited, it
+        would warn)."""
         try:
             self._own()
-        except NatsLinkForked:
+        except BaseException:
             coro.close()
             raise
 
