@@ -92,6 +92,7 @@ def test_a_forked_child_and_its_parent_both_keep_state(keeper_host: Any) -> None
             started = time.monotonic()
             for i in range(ROUNDS):
                 _keep(host, store, "child", tag, i)
+            host.close()  # the child's connections; the parent's go on below
             return time.monotonic() - started
 
         code, report = in_forked_child(child, within_s=30)
