@@ -98,7 +98,8 @@ def test_a_forked_child_runs_a_router_opened_in_the_parent(nats_url: str,
             def child() -> str:
                 started = time.monotonic()
                 with serving.session() as mine:
-                    got = [router.run(mine, f"hi {i}").message["payload"] for i in range(5)]
+                    got = [router.run(mine, f"hi {i}").message["payload"] for i in range(4)]
+                    got.append(asyncio.run(router.arun(mine, "hi async")).message["payload"])
                 assert time.monotonic() - started < 10
                 return ",".join(got)
 
