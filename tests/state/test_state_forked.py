@@ -245,3 +245,32 @@ def test_a_child_forked_while_the_redis_pool_was_locked_connects_again(redis_url
         assert store.get(Scope("p", "parent"), "k") == b"parent"
     finally:
         store.close()
+
+
+def test_a_child_forked_while_the_host_was_busy_keeps_state(tmp_path: Path) -> None:
+    # Every plugin call's first state op asked the host for its store under the host's
+    # lock, which a parent thread loading or unloading a plugin holds at the fork for
+    # good in the child: its calls waited for ever. Held here on purpose, as that thread.
+    config = HostConfig(data_dir=tmp_path, state_backend="sqlite")
+    with make_host((KEEPER, {"plugin_id": "keeper", "grants": {"state"}}),
+                   config=config) as host:
+        keeper = host.plugins["keeper"].plugin
+        assert keeper.call("test", None, {"session": "parent"}).value == "kept"
+        held, release = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with host._lock:
+                held.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        try:
+            assert held.wait(5)
+            code, report = in_forked_child(
+                lambda: keeper.call("test", None, {"session": "child"}).value, within_s=8)
+        finally:
+            release.set()
+            thread.join(5)
+        assert (code, report) == (0, "'kept'")
+        assert msgpack.unpackb(host.state_store().get(Scope("keeper", "child"), "k")) == "kept"
