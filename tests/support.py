@@ -363,3 +363,40 @@ def innermost_tool_result(result: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         result = result["output"]
         depth += 1
     return depth, result
+
+
+def in_forked_child(child: Callable[[], object], within_s: float = 20) -> tuple[int, str]:
+    """Run `child` in a forked process: (exit code, what it reported). The report is the
+    repr of what `child` returned, or the last lines of the traceback it raised; the child
+    is killed (and the test fails) when it has not ended within `within_s`."""
+    import signal
+    import traceback
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code, report = 1, "nothing"
+        try:
+            report, code = repr(child()), 0
+        except BaseException:  # any failure of the child is the test's report
+            report = "".join(traceback.format_exc().splitlines(keepends=True)[-12:])
+        finally:
+            os.write(write_end, report.encode("utf-8", "replace")[:60000])
+            os._exit(code)
+    os.close(write_end)
+    ends = time.monotonic() + within_s
+    try:
+        while time.monotonic() < ends:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                with os.fdopen(read_end, "rb") as pipe:
+                    read_end = -1
+                    return os.waitstatus_to_exitcode(status), pipe.read().decode()
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"the forked child did not end within {within_s} s")
+    finally:
+        if read_end >= 0:
+            os.close(read_end)

@@ -103,9 +103,11 @@
     │   ├── CasConflict             a compare-and-set precondition did not hold
     │   ├── TransactionClosed       used after commit or rollback (a host bug)
     │   └── StateUnavailable        the host's storage (Redis, the SQLite file) is down,
-    │                               frozen or locked past the call's deadline: the
-    │                               host's trouble, never a PluginFault; the instance
-    │                               is kept and nothing counts towards quarantine
+    │       │                       frozen or locked past the call's deadline: the
+    │       │                       host's trouble, never a PluginFault; the instance
+    │       │                       is kept and nothing counts towards quarantine
+    │       └── StateForked         a forked child's store that another thread of the
+    │                               parent was using at the fork: refused at once
     ├── EventError                  (wasmext.observe) an event operation refused; `code`
     │   │                           is its ABI answer
     │   ├── InvalidTopic            not a dot-separated topic or pattern
@@ -123,8 +125,10 @@
     ├── ContractError               (wasmext.cluster) a NATS message that is not the
     │                               contract: unknown key, wrong type, too big
     ├── NatsUnavailable             the NATS server cannot be reached
-    │   └── NatsAuthFailed          the server refused the login (token, user,
-    │                               password, nkey or credentials), at once
+    │   ├── NatsAuthFailed          the server refused the login (token, user,
+    │   │                           password, nkey or credentials), at once
+    │   └── NatsLinkForked          (cluster.link) a link opened on the parent's event
+    │                               loop, used in a forked child: refused at once
     ├── MiddlewareError             a middleware layer broke the next() rule
     ├── ActivationError             (hooks.activations) an output-extension activation
     │                               refused: bad name, unknown extension or param,
@@ -206,6 +210,7 @@ __all__ = [
     "ModelError",
     "ModuleTooLarge",
     "NatsAuthFailed",
+    "NatsLinkForked",
     "NatsUnavailable",
     "NotInstalled",
     "OpError",
@@ -230,6 +235,7 @@ __all__ = [
     "SignatureRequired",
     "StackOverflow",
     "StateError",
+    "StateForked",
     "StateUnavailable",
     "TickRefused",
     "Timeout",
@@ -809,6 +815,14 @@ class StateUnavailable(StateError):
     code = "unavailable"
 
 
+class StateForked(StateUnavailable):
+    """A forked child's state store was in use by another thread of the parent at the
+    fork: its connection can neither be used nor replaced there (SQLite keeps its file
+    locks per process). Fork while no call uses state, or open the host after the fork."""
+
+    reason = "state store forked while in use"
+
+
 class TransactionClosed(StateError):
     """The transaction was already committed or rolled back (a host bug, not the plugin's)."""
 
@@ -898,3 +912,10 @@ class NatsAuthFailed(NatsUnavailable):
     """The NATS server refused the login: raised as soon as it says so, the secret unsaid."""
 
     reason = "nats authorization failed"
+
+
+class NatsLinkForked(NatsUnavailable):
+    """A link opened on an event loop (`NatsLink.open`) used in a process forked from it:
+    the loop, its selector and the socket are the parent's. Open one in the child."""
+
+    reason = "nats link of the parent process"

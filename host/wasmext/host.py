@@ -166,6 +166,11 @@ class Host(PluginServers, PluginCalls):
 
     def state_store(self) -> StateStore:
         """The plugin state store, opened on first use (see the [state] config)."""
+        # Once open, without the host's lock: every call's first state op asks, and a
+        # forked child may never get the lock (a parent thread held it at the fork).
+        state = self._state
+        if state is not None:
+            return state
         with self._lock:
             if self._state is None:
                 self._state = open_store(self.config)

@@ -41,7 +41,7 @@ def test_a_worker_serves_a_pipeline_on_the_loop_it_was_given(
         assert router.caller is not None and router.caller.stats["stamp"].ok == 3
 
 
-@pytest.mark.parametrize("env,expected", [(None, "uvloop"), ("asyncio", "asyncio")])
+@pytest.mark.parametrize(("env", "expected"), [(None, "uvloop"), ("asyncio", "asyncio")])
 def test_a_synchronous_link_runs_its_thread_on_the_chosen_loop(
         nats_url: str, env: str | None, expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if env is None:

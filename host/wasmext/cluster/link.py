@@ -18,6 +18,14 @@ the reader (`cluster.fastclient`'s `deliver_now`: no queue, task or callback cor
 per message) and queue what they send without a coroutine (`publish_soon`: a lone
 request written at once), falling back to nats-py's own paths wherever it would wait,
 refuse or read a status line.
+
+A process forked after opening a link (a pre-fork server's workers) has neither its
+loop's thread nor a connection of its own: the socket is the parent's, and a reply to
+the child could be read by the parent. The child's first use of a threaded link starts
+a loop and connects again, the parent's connection never written to nor closed there
+(subscriptions made on the parent's client stay the parent's). A link opened on the
+parent's event loop is refused in the child (`NatsLinkForked`): that loop's selector
+is shared with the parent.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasmext.cluster.fastclient import header_block, new_client, parse_headers
 from wasmext.cluster.natsauth import NatsAuth, redact
-from wasmext.errors import NatsAuthFailed, NatsUnavailable
+from wasmext.errors import NatsAuthFailed, NatsLinkForked, NatsUnavailable
+from wasmext.forks import renew_in_children
 from wasmext.ids import random_hex
 from wasmext.loops import new_event_loop
 from wasmext.text import clean, redact_url
@@ -44,14 +53,17 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
 
-__all__ = ["NatsAuth", "NatsAuthFailed", "NatsLink", "NatsUnavailable", "connect",
-           "header_block", "parse_headers"]
+__all__ = ["NatsAuth", "NatsAuthFailed", "NatsLink", "NatsLinkForked", "NatsUnavailable",
+           "connect", "header_block", "parse_headers"]
 
 T = TypeVar("T")
 log = logging.getLogger("wasmext.cluster.link")
 # How late an awaited request may time out: the requests due within one tick share a
 # timer (a timer each, set and cancelled per request, was a heap push and pop apiece).
 TICK_S = 0.005
+# What a forked child inherited and must leave alone: collected, a loop or client could
+# close what the parent still uses (its selector's registrations, its socket).
+_ABANDONED: list[object] = []
 
 
 # What nats-server says (-ERR) when it refuses a login: a wrong token, user, password,
@@ -325,15 +337,24 @@ class NatsLink:
     def __init__(self, url: str, *, name: str = "wasmext", connect_timeout_s: float = 5.0,
                  auth: NatsAuth | None = None) -> None:
         self.url, self.name = url, name
+        self._timeout_s, self._auth = connect_timeout_s, auth
+        self._forked = ""  # in a forked child: "renew" (a threaded link) or "refuse"
+        self._renewing = threading.Lock()
+        self._start()
+        renew_in_children(self)
+
+    def _start(self) -> None:
+        """Start the loop's thread, connect and subscribe to the replies."""
+        url, timeout_s, auth = self.url, self._timeout_s, self._auth
         self._loop = new_event_loop()  # uvloop where installed (wasmext.loops)
         self._thread: threading.Thread | None = threading.Thread(
-            target=self._loop.run_forever, name=f"nats:{name}", daemon=True)
+            target=self._loop.run_forever, name=f"nats:{self.name}", daemon=True)
         self._thread.start()
         try:
-            self.client: Client = self.run(connect(url, name, connect_timeout_s, auth=auth),
-                                           2 * connect_timeout_s + 1)
-            self._replies = _Replies(self.client, self._loop)
-            self.run(self._replies.start(), connect_timeout_s)
+            self._client: Client = self._run(connect(url, self.name, timeout_s, auth=auth),
+                                             2 * timeout_s + 1)
+            self._replies = _Replies(self._client, self._loop)
+            self._run(self._replies.start(), timeout_s)
         except Exception as exc:
             self._stop_loop()
             if isinstance(exc, NatsUnavailable):
@@ -341,30 +362,70 @@ class NatsLink:
             raise NatsUnavailable(f"cannot connect to {redact_url(url)}: "
                                   f"{clean(redact(str(exc), url, auth))}") from None
 
+    def _after_fork(self) -> None:
+        """In a forked child: the loop's thread and the connection are the parent's. A
+        threaded link starts anew on first use (not in the fork's hook); a link on the
+        parent's loop is refused."""
+        if self._loop.is_closed():
+            return
+        _ABANDONED.extend((self._loop, self._thread, self._client, self._replies))
+        self._forked = "refuse" if self._thread is None else "renew"
+        self._renewing = threading.Lock()
+
+    def _own(self) -> None:
+        """Before any use in a forked child: the child's own loop and connection, or
+        NatsLinkForked for a link opened on the parent's event loop."""
+        if self._forked == "refuse":
+            raise NatsLinkForked(f"NATS link {self.name} to {redact_url(self.url)} was opened"
+                                 " on an event loop of the process this one was forked from:"
+                                 " open a link in the forked process (NatsLink.open after"
+                                 " the fork)")
+        with self._renewing:
+            if self._forked == "renew":
+                self._start()
+                self._forked = ""
+
+    @property
+    def client(self) -> Client:
+        """The nats-py client (in a forked child, the child's own)."""
+        if self._forked:
+            self._own()
+        return self._client
+
     @classmethod
     async def open(cls, url: str, *, name: str = "wasmext", connect_timeout_s: float = 5.0,
                    auth: NatsAuth | None = None) -> NatsLink:
         """A link on the running loop, with no thread of its own (close it with `aclose`)."""
         link = cls.__new__(cls)
         link.url, link.name = url, name
+        link._timeout_s, link._auth = connect_timeout_s, auth
+        link._forked, link._renewing = "", threading.Lock()
         link._loop = asyncio.get_running_loop()
         link._thread = None
-        link.client = await connect(url, name, connect_timeout_s, auth=auth)
-        link._replies = _Replies(link.client, link._loop)
+        link._client = await connect(url, name, connect_timeout_s, auth=auth)
+        link._replies = _Replies(link._client, link._loop)
         await link._replies.start()
+        renew_in_children(link)
         return link
 
     @property
     def reply_prefix(self) -> str:
         """The subject prefix this link's answers come back to (`<inbox prefix>.<nuid>.`)."""
+        if self._forked:
+            self._own()
         return self._replies.prefix
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run `coro` on the link's loop and wait for it (at most `timeout_s`)."""
+        if self._forked:
+            self._own_or_close(coro)
         if self._on_own_loop():
             coro.close()
             raise RuntimeError("a blocking call on the NATS link's own event loop would never "
                                "return: await arequest (Router.arun) there")
+        return self._run(coro, timeout_s)
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout_s)
@@ -374,6 +435,8 @@ class NatsLink:
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start `coro` on the link's loop; the caller waits on (or cancels) the future."""
+        if self._forked:
+            self._own_or_close(coro)
         if self._on_own_loop():
             coro.close()
             raise RuntimeError("a blocking call on the NATS link's own event loop would never "
@@ -383,6 +446,8 @@ class NatsLink:
     def request(self, subject: str, data: bytes, headers: dict[str, str],
                 timeout_s: float) -> Msg:
         """One request/reply; raises nats' TimeoutError or NoRespondersError, or OSError."""
+        if self._forked:
+            self._own()
         if self._on_own_loop():
             raise RuntimeError("a blocking call on the NATS link's own event loop would never "
                                "return: await arequest (Router.arun) there")
@@ -393,9 +458,20 @@ class NatsLink:
         """`request` awaited: directly on the link's own loop, else queued to it as a
         thread's request is (no coroutine run there, no thread blocked). A plain function
         handing back the coroutine to await: one frame less on every resume."""
+        if self._forked:
+            self._own()
         if asyncio._get_running_loop() is self._loop:  # the check `_on_own_loop` makes
             return self._replies.arequest(subject, data, headers, timeout_s)
         return self._replies.arequest_from(subject, data, headers, timeout_s)
+
+    def _own_or_close(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """`_own`, closing `coro` when refused or not connected (never awaited, it
+        would warn)."""
+        try:
+            self._own()
+        except BaseException:
+            coro.close()
+            raise
 
     def _on_own_loop(self) -> bool:
         try:
@@ -405,18 +481,25 @@ class NatsLink:
 
     async def aclose(self) -> None:
         """Drain the connection of a link made by `open` (on its loop)."""
+        if self._forked:  # the parent's connection: not the child's to drain
+            return
         with contextlib.suppress(Exception):
-            await self.client.drain()
+            await self._client.drain()
 
     def __repr__(self) -> str:
         return f"NatsLink({redact_url(self.url)!r}, name={self.name!r})"
 
     def close(self) -> None:
         """Drain the connection and stop its loop (a link made by `open`: `aclose`)."""
+        if self._forked == "renew":  # never used in this forked child: nothing of its own
+            self._loop = asyncio.new_event_loop()
+            self._loop.close()  # used after close, as a closed link of the parent's is
+            self._forked = ""
+            return
         if self._loop.is_closed() or self._thread is None:
             return
         with contextlib.suppress(Exception):  # closing: the server may already be gone
-            self.run(self.client.drain(), 5.0)
+            self._run(self._client.drain(), 5.0)
         self._stop_loop()
 
     def _stop_loop(self) -> None:

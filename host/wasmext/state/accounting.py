@@ -231,6 +231,12 @@ class Ticker:
             self._last = first + max(n, 1) - 1
             return first
 
+    def copy(self) -> Ticker:
+        """A ticker (with a lock of its own) that goes on from this one's last tick."""
+        fresh = Ticker()
+        fresh._last = self._last
+        return fresh
+
     def seen(self, tick: int) -> None:
         """Never hand out a tick at or below one already stored."""
         with self._lock:

@@ -29,6 +29,7 @@ from wasmext.errors import (
     QuotaExceeded,
     SessionQuotaExceeded,
     StateError,
+    StateForked,
     StateUnavailable,
     TooManyKeys,
     TransactionClosed,
@@ -37,8 +38,9 @@ from wasmext.errors import (
 __all__ = [
     "CasConflict", "CommitReport", "Eviction", "ExportFormat", "InvalidArgument", "InvalidKey",
     "KeyTooLong", "QuotaExceeded", "Record", "Scope", "ScopeName", "SessionQuotaExceeded",
-    "StateError", "StateLimits", "StateStats", "StateStore", "StateTransaction",
-    "StateUnavailable", "TooManyKeys", "TransactionClosed", "Usage", "dump_records", "load_records",
+    "StateError", "StateForked", "StateLimits", "StateStats", "StateStore",
+    "StateTransaction", "StateUnavailable", "TooManyKeys", "TransactionClosed", "Usage",
+    "dump_records", "load_records",
 ]
 
 ScopeName = Literal["session", "plugin"]

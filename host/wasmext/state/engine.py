@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
+from wasmext.forks import renew_in_children
 from wasmext.state.accounting import (
     Changes,
     Plan,
@@ -256,6 +257,13 @@ class Engine(StateStore):
         self._clock = clock
         self._ticker = Ticker()
         self._stats = StateStats()
+        self._stats_lock = threading.Lock()
+        renew_in_children(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a lock a parent thread held at the fork stays held there
+        for good. A backend with connections or threads of its own renews them too."""
+        self._ticker = self._ticker.copy()
         self._stats_lock = threading.Lock()
 
     def _now(self) -> float:

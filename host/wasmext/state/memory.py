@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from wasmext.forks import FORK_WAIT_S, quiesce_at_fork
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits
 from wasmext.state.engine import Engine
@@ -62,6 +63,24 @@ class MemoryStore(Engine):
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(limits, clock=clock)
         self._data: dict[str, dict[Ref, _Entry]] = {}
+        self._lock = threading.RLock()
+        self._quiet_at_fork = False
+        quiesce_at_fork(self)
+
+    def _before_fork(self) -> None:
+        """Let the operation in flight end, so that the child's copy is whole."""
+        self._quiet_at_fork = self._lock.acquire(timeout=FORK_WAIT_S)
+
+    def _after_fork_in_parent(self) -> None:
+        """The parent goes on as before the fork."""
+        if self._quiet_at_fork:
+            self._quiet_at_fork = False
+            self._lock.release()
+
+    def _after_fork(self) -> None:
+        """In a forked child: a copy of the parent's state, the child's own from now on."""
+        super()._after_fork()
+        self._quiet_at_fork = False
         self._lock = threading.RLock()
 
     def _live(self, plugin: str, ref: Ref, now: float) -> _Entry | None:

@@ -7,6 +7,16 @@ the store's lock commits everything queued, each call's changes in a savepoint. 
 counters live in the same file and change in the same transaction as the
 entries, so they can never disagree after a crash. Several processes may open
 the same file (the command line while a host runs); writers take turns.
+
+A forked child never uses the connection it inherited (SQLite's file locks belong to
+the process that took them: the child's commits would hold none, and the parent's
+close could delete the WAL they went to). A fork waits for the operation in flight
+(at most `FORK_WAIT_S`); the child closes the inherited connection, idle then, at
+once (before any store of the child opens a connection to the same file: SQLite
+shares its lock bookkeeping between a process's connections to one file), and its
+first operation opens its own. A child forked while an operation was still running
+is refused at once (`StateForked`): half of a transaction is not the child's to
+finish or to roll back.
 """
 
 from __future__ import annotations
@@ -19,8 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from wasmext.forks import FORK_WAIT_S, quiesce_at_fork
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
-from wasmext.state.base import Record, StateError, StateLimits, StateUnavailable
+from wasmext.state.base import Record, StateError, StateForked, StateLimits, StateUnavailable
 from wasmext.state.deadline import current, remaining
 from wasmext.state.engine import Engine
 
@@ -29,6 +40,9 @@ __all__ = ["DEFAULT_FILENAME", "SQLiteStore"]
 DEFAULT_FILENAME = "state.db"
 SCHEMA_VERSION = 1
 GLOBAL = ""  # the plugin-global scope's session column (session ids are never empty)
+# Connections a forked child inherited mid-operation: closing one would roll back, in
+# memory the parent shares, a transaction the parent may still commit. Never released.
+_ABANDONED: list[sqlite3.Connection] = []
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -126,13 +140,13 @@ class SQLiteStore(Engine):
         self._busy_ms = -1
         self._queue: list[_Pending] = []  # commits waiting for the next transaction
         self._queue_lock = threading.Lock()
+        self._quiet_at_fork = False  # this process's fork found no operation in flight
+        # In a forked child until its first op: "reopen" (the inherited connection
+        # closed, the child's own not open yet) or "busy" (refused).
+        self._inherited = ""
+        self._closed = False
         try:
-            # Opened by a call's first state op, it waits no longer than the call may (a
-            # file another process holds locked kept the call busy_timeout seconds).
-            self._conn = sqlite3.connect(self.path, timeout=remaining(busy_timeout),
-                                         isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={self._sync}")
+            self._conn = self._connect()
             with self._write():
                 for stmt in _SCHEMA.split(";"):
                     if stmt.strip():
@@ -142,6 +156,62 @@ class SQLiteStore(Engine):
             self._ticker.seen(int(row[0] or 0))
         except sqlite3.Error as exc:
             raise StateUnavailable(f"cannot open the state file {self.path}: {exc}") from exc
+
+        quiesce_at_fork(self)
+
+    def _connect(self) -> sqlite3.Connection:
+        # Opened by a call's first state op, it waits no longer than the call may (a
+        # file another process holds locked kept the call busy_timeout seconds).
+        conn = sqlite3.connect(self.path, timeout=remaining(self._busy),
+                               isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self._sync}")
+        self._busy_ms = -1
+        return conn
+
+    def _before_fork(self) -> None:
+        """Let the operation in flight end (at most FORK_WAIT_S) and start none."""
+        self._quiet_at_fork = self._lock.acquire(timeout=FORK_WAIT_S)
+
+    def _after_fork_in_parent(self) -> None:
+        """The parent goes on as before the fork."""
+        if self._quiet_at_fork:
+            self._quiet_at_fork = False
+            self._lock.release()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's threads, their queued commits and their hold on
+        the lock are not here; the connection is the parent's (replaced at first use)."""
+        super()._after_fork()
+        quiet, self._quiet_at_fork = self._quiet_at_fork, False
+        self._lock = threading.RLock()
+        self._queue_lock = threading.Lock()
+        self._queue = []
+        if self._closed:  # stays closed
+            return
+        if not quiet:
+            _ABANDONED.append(self._conn)
+            self._inherited = "busy"
+            return
+        # Idle, so its close neither rolls back nor checkpoints: the parent's connection
+        # keeps a lock the close cannot take (or, the parent gone, the child is the last
+        # user and the checkpoint is its to make).
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            _ABANDONED.append(self._conn)
+        self._inherited = "reopen"
+
+    def _own_connection(self) -> None:
+        """A forked child's first operation: the child's own connection (its file locks
+        its own), or StateForked when the parent's was mid-operation at the fork."""
+        if self._inherited == "busy":
+            raise StateForked(f"state file {self.path}: this process was forked while another"
+                              " thread was using the state store; its connection can be"
+                              " neither used nor replaced here: fork while no call uses"
+                              " state, or open the host after the fork")
+        self._conn = self._connect()
+        self._inherited = ""
 
     @classmethod
     def in_data_dir(cls, data_dir: str | Path, limits: StateLimits | None = None, *,
@@ -155,6 +225,8 @@ class SQLiteStore(Engine):
         if not self._lock.acquire(timeout=remaining(self._busy)):
             raise StateUnavailable(f"state file {self.path}: no turn before the call's deadline")
         try:
+            if self._inherited:
+                self._own_connection()
             ms = max(1, int(remaining(self._busy) * 1000))
             if ms != self._busy_ms:
                 self._conn.execute(f"PRAGMA busy_timeout = {ms}")
@@ -353,5 +425,10 @@ class SQLiteStore(Engine):
                 self._apply(conn, ch, now)  # purges, plans and writes, as a commit does
 
     def close(self) -> None:
+        """Close the connection (in a forked child, the one it opened; never the one
+        inherited mid-operation)."""
         with self._lock:
-            self._conn.close()
+            if self._inherited != "busy":  # else abandoned: ops stay refused
+                self._conn.close()
+                self._inherited = ""
+            self._closed = True

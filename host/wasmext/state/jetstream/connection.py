@@ -5,7 +5,9 @@ The store is synchronous (plugin calls block a thread); nats-py is asyncio. A
 most `wasmext.state.deadline.remaining()`: a stalled or unreachable server makes
 a state op fail with `StateUnavailable` when the calling hook's time is up. The
 connection is made on first use (a host starts while NATS is down; its state
-ops answer `unavailable` until NATS is back) and then reconnects by itself.
+ops answer `unavailable` until NATS is back) and then reconnects by itself. A forked
+child has neither the loop's thread nor a connection of its own: it starts both on
+first use, and never writes to or closes the parent's (their socket is shared).
 
 Documents are read with direct gets (one request each, several at once in one
 `gather`) and written with JetStream's atomic batch publish (ADR-50, nats-server
@@ -26,6 +28,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wasmext.forks import renew_in_children
 from wasmext.loops import new_event_loop
 from wasmext.state.base import StateUnavailable
 from wasmext.state.deadline import remaining
@@ -44,6 +47,9 @@ KV_OPERATION = "KV-Operation"
 MARKER_TTL = "60s"  # how long a deleted key's marker stays in the stream
 _WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErrF: an expectation failed
 _BATCH_LIMIT = 1000  # messages per atomic batch (nats-server's own limit)
+# What a forked child inherited and must leave alone: collected, a loop or client
+# could close what the parent still uses (its selector's registrations, its socket).
+_ABANDONED: list[object] = []
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,27 @@ class Bucket:
         self._js: JetStreamContext | None = None
         self._connecting: asyncio.Lock | None = None
         self._seen: list[str] = []  # errors of the last connection attempt, redacted
+        self._restart = threading.Lock()
+        self._start_loop()
+        renew_in_children(self)
+
+    def _start_loop(self) -> None:
         self._loop = new_event_loop()  # uvloop where installed (wasmext.loops)
         self._thread = threading.Thread(target=self._loop.run_forever,
-                                        name=f"jetstream:{bucket}", daemon=True)
+                                        name=f"jetstream:{self.bucket}", daemon=True)
         self._thread.start()
+        self._forked = False
+
+    def _after_fork(self) -> None:
+        """In a forked child: the loop's thread is the parent's, so is the connection.
+        The child's own loop starts on first use (not in the fork's hook), then connects."""
+        if self._loop.is_closed():
+            return
+        _ABANDONED.extend((self._loop, self._thread, self._nc, self._js))
+        self._nc = self._js = None
+        self._connecting = None
+        self._forked = True
+        self._restart = threading.Lock()
 
     # -- running on the loop, within the call's deadline ------------------------------
 
@@ -101,6 +124,10 @@ class Bucket:
         except StateUnavailable:
             coro.close()
             raise
+        if self._forked:
+            with self._restart:
+                if self._forked:
+                    self._start_loop()
         try:
             future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         except RuntimeError:  # the loop is closed
@@ -307,6 +334,11 @@ class Bucket:
     def close(self) -> None:
         """Drain the connection and stop the loop."""
         if self._loop.is_closed():
+            return
+        if self._forked:  # the parent's: nothing of the child's to drain or stop
+            self._loop = asyncio.new_event_loop()
+            self._loop.close()
+            self._forked = False
             return
 
         async def drain() -> None:

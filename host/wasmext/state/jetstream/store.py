@@ -127,6 +127,14 @@ class JetStreamStore(Engine):
         self._groups: dict[str, _Group] = {}
         self._groups_lock = threading.Lock()
 
+    def _after_fork(self) -> None:
+        """In a forked child: the commits queued (and the turns held) by the parent's
+        threads are the parent's; the bucket renews its own loop and connection."""
+        super()._after_fork()
+        self._local = threading.local()
+        self._groups = {}
+        self._groups_lock = threading.Lock()
+
     def _kept(self) -> dict[str, PluginDocs]:
         kept: dict[str, PluginDocs] | None = getattr(self._local, "plan", None)
         if kept is None:

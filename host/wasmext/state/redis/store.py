@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -230,6 +231,18 @@ class RedisStore(Engine):
         self._usage = client.register_script(scripts.USAGE)
         self._swap = client.register_script(SWAP)
         self._staging = self._prefix + b":staging"  # set of staged imports' key bases
+
+    def _after_fork(self) -> None:
+        """In a forked child: redis-py's pool connects again by itself, but first takes
+        its own lock, which a parent thread taking or returning a connection at the fork
+        holds for good there (the child waited for ever, one fork in about 300 of a busy
+        store). The pool starts afresh, with locks of its own."""
+        super()._after_fork()
+        pool = getattr(self._r, "connection_pool", None)
+        if pool is not None and hasattr(pool, "_lock") and hasattr(pool, "_fork_lock"):
+            pool._fork_lock = threading.RLock()
+            pool._lock = threading.RLock()
+            pool.reset()  # the parent's connections dropped, never shut down (redis-py)
 
     def _k(self, plugin: str) -> _Keys:
         return _Keys(self._prefix + b":{" + plugin.encode("utf-8") + b"}:")
