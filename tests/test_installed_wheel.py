@@ -11,7 +11,8 @@ selected languages' projects build at once (they are independent).
 
 Then the author's loop: an edit of the source, `wasmext build`, the tests, and
 the tests again with nothing changed. The test asserts what makes the loop
-short, not how long it took: the re-run builds nothing (the module's bytes,
+short, not how long it took: the tests after the rebuild build nothing (the
+build's stamp stays as `wasmext build` wrote it), the re-run builds nothing (the module's bytes,
 modification time and stamp stay as they were) and compiles nothing (the
 compile cache, in the venv's own XDG_CACHE_HOME, gains no entry: the first
 test after the rebuild loaded what `wasmext build` compiled). How long each
@@ -116,6 +117,7 @@ def _author(inst: Installed, lang: str) -> list[subprocess.CompletedProcess[str]
         (pytest_, project),
         lambda: _edit(project, lang),
         ([wasmext, "build"], project),  # the rebuild after an edit
+        lambda: snapshots.append(_files(project)),
         (pytest_, project),
         lambda: snapshots.append(_files(project, cache)),
         (pytest_, project),  # the re-run with nothing changed
@@ -200,10 +202,13 @@ def test_an_author_starts_builds_inspects_and_tests(installed: Installed, lang: 
     # The re-run with nothing changed built nothing and compiled nothing: every file of
     # the project (its module and stamp among them) and of the compile cache is as the
     # test after the rebuild left it.
-    before, after = installed.rerun[lang]
+    built, before, after = installed.rerun[lang]
     wasm = str(installed.work / f"hello-{lang}" / f"hello-{lang}.wasm")
     assert wasm in before and any("/wasmext/modules/" in path for path in before)
     assert after == before
+    # The tests (`python -m pytest`) took what `wasmext build` (a `python3` script) built
+    # as up to date: the module and its stamp are as the build left them.
+    assert {path: built[path] for path in built} == {path: before[path] for path in built}
 
 
 def test_run_without_arguments_after_install(installed: Installed) -> None:

@@ -33,6 +33,7 @@ same sources snapshot different heaps.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -44,9 +45,9 @@ from typing import Any
 
 from wasmext.files import atomic_write
 
-__all__ = ["InputFiles", "fingerprint", "input_files", "is_fresh", "is_quick_fresh",
-           "keep_output", "kept_output", "outputs_dir", "quick_fingerprint", "stamp_path",
-           "still_fresh", "write_stamp"]
+__all__ = ["InputFiles", "fingerprint", "input_files", "interpreter", "is_fresh",
+           "is_quick_fresh", "keep_output", "kept_output", "outputs_dir", "quick_fingerprint",
+           "stamp_path", "still_fresh", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
@@ -58,6 +59,21 @@ OUTPUTS_ENV = "WASMEXT_BUILD_OUTPUTS"
 # The environment that picks a toolchain or where its caches are: the builders read these.
 TOOLCHAIN_ENV = ("PATH", "HOME", "XDG_CACHE_HOME")
 TOOLCHAIN_ENV_PREFIXES = ("WASMEXT_", "RUSTUP_", "CARGO_", "GO")
+
+
+@functools.cache
+def interpreter() -> str:
+    """This Python as one path per environment: what build commands run and fingerprints
+    hold. A venv's `python` and `python3` are one interpreter, but `wasmext` (the console
+    script) runs as `python3` and `python -m pytest` as `python`; by sys.executable each
+    found the other's build stale."""
+    exe = Path(sys.executable)
+    real = os.path.realpath(exe)
+    for name in ("python3", "python", f"python{sys.version_info[0]}.{sys.version_info[1]}"):
+        candidate = exe.with_name(name)
+        if os.path.realpath(candidate) == real:
+            return str(candidate)
+    return sys.executable
 
 
 def stamp_path(out: Path) -> Path:
@@ -145,7 +161,7 @@ def quick_fingerprint(roots: Iterable[Path], out: Path,
     starting any toolchain (and, given `files`, without reading them again)."""
     roots = list(roots)
     return _digest(roots, out, [[str(r) for r in roots], _versions(), sys.version,
-                                sys.executable, _toolchain_env()], files)
+                                interpreter(), _toolchain_env()], files)
 
 
 def _digest(roots: Iterable[Path], out: Path, head: object,

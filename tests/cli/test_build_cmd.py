@@ -234,3 +234,25 @@ def test_each_input_is_read_once_per_fingerprinting(hello: Path,
     result = build_plugin(hello)
     assert not result.up_to_date and reads[source] == 2 and max(reads.values()) == 2
     assert buildstamp.still_fresh(wasm)
+
+
+def test_a_build_by_either_name_of_the_interpreter_is_up_to_date_for_the_other(
+        hello: Path) -> None:
+    """`wasmext build` runs as `.../bin/python3` (the console script's first line) and
+    `python -m pytest` as `.../bin/python`: one environment, so neither may make the other's
+    build stale (it did: each rewrote the stamp, and a Rust test run started rustc again)."""
+    names = [Path(sys.executable).with_name(name) for name in ("python3", "python")]
+    if not all(p.exists() for p in names) or len({os.path.realpath(p) for p in names}) != 1:
+        pytest.skip("this environment does not have python and python3 for one interpreter")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
+
+    def build(python: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(python), "-m", "wasmext_cli", "build"], cwd=hello, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    assert build(names[0]).returncode == 0
+    stamp = hello / ".hello.wasm.stamp"
+    written = stamp.read_bytes()
+    again = build(names[1])
+    assert again.stdout.startswith("up to date "), again.stdout + again.stderr
+    assert stamp.read_bytes() == written  # up to date by the quick print: nothing rewritten

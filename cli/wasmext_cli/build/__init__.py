@@ -13,7 +13,6 @@ import fcntl
 import importlib
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wasmext.buildstamp import (
     fingerprint,
     input_files,
+    interpreter,
     is_fresh,
     is_quick_fresh,
     keep_output,
@@ -95,7 +95,7 @@ def _zig() -> list[str]:
     except ImportError as exc:
         raise ToolchainMissing(
             f"the zig toolchain is missing; install it with: {ZIG_INSTALL_HINT}") from exc
-    return [sys.executable, "-m", "ziglang"]
+    return [interpreter(), "-m", "ziglang"]
 
 
 def c_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
@@ -169,7 +169,7 @@ def _step_name(cmd: list[str]) -> str:
     args = [a for a in cmd if "=" not in a or a.startswith("-")] if cmd[0] == "env" else cmd
     if Path(args[0]).name == "env":
         args = args[1:]
-    if args[0] == sys.executable and len(args) > 2 and args[1] == "-m":
+    if args[0] == interpreter() and len(args) > 2 and args[1] == "-m":
         return " ".join(args[2:4]).removeprefix("wasmext_cli.")
     return " ".join([Path(args[0]).name, *args[1:2]])
 
