@@ -2,7 +2,8 @@
 
 `wasmext build` skips a folder whose output was built from exactly what is
 there now: the build commands, every file of the plugin folder (less build
-output and dependency folders: their lock files count instead), the SDK it
+output and dependency folders: their lock files count instead; less hidden
+folders and the author's test files, which no toolchain reads), the SDK it
 builds against, the toolchain packages' versions and this wasmext's version.
 The fingerprint and the output's SHA-256 are kept in a hidden stamp beside the
 output; an output replaced or removed since, or any input changed, means a
@@ -33,6 +34,7 @@ same sources snapshot different heaps.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import json
@@ -50,8 +52,11 @@ __all__ = ["InputFiles", "fingerprint", "input_files", "interpreter", "is_fresh"
            "stamp_path", "still_fresh", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
-SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
-                          ".zig-cache", "zig-out", "build", "dist", ".venv", ".wasmext"})
+SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "target", "zig-cache", "zig-out",
+                          "build", "dist"})
+# The author's tests, which no toolchain reads (go build leaves out *_test.go itself): an edit
+# of a test, or pytest's cache after a failed one, was a new build of the plugin.
+TEST_FILES = ("test_*.py", "*_test.py", "conftest.py", "*_test.go")
 TOOL_PACKAGES = ("ziglang", "componentize-py", "wasmext")
 MAX_FILES = 20_000  # a folder this big is not a plugin's sources: build without a stamp
 KEPT_OUTPUTS = 24  # a Python component is ~18 MiB: the newest few edits' worth
@@ -89,11 +94,14 @@ def _other_plugin(folder: Path, own: Path) -> bool:
 
 def _files(root: Path, skip: set[Path], own: Path) -> Iterator[Path]:
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS
+        # A hidden folder is a tool's (.git, .venv, .zig-cache, .pytest_cache, .mypy_cache,
+        # an editor's): no build reads one, and the tools write them as they please.
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".")
                          and not _other_plugin(Path(folder) / d, own))
         for name in sorted(names):
             path = Path(folder) / name
-            if path in skip or name.endswith((".wasm.tmp", ".stamp")) or ".tmp-" in name:
+            if path in skip or name.endswith((".wasm.tmp", ".stamp")) or ".tmp-" in name \
+                    or any(fnmatch.fnmatchcase(name, pattern) for pattern in TEST_FILES):
                 continue
             yield path
 

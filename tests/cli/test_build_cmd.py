@@ -256,3 +256,21 @@ def test_a_build_by_either_name_of_the_interpreter_is_up_to_date_for_the_other(
     again = build(names[1])
     assert again.stdout.startswith("up to date "), again.stdout + again.stderr
     assert stamp.read_bytes() == written  # up to date by the quick print: nothing rewritten
+
+
+def test_the_plugins_tests_and_tool_caches_are_not_build_inputs(hello: Path) -> None:
+    """An edit of the plugin's test, or a tool's cache folder written (pytest's after a
+    failed test, an editor's, a linter's), built a Python plugin again: 20 s of CPU each."""
+    assert cli("build", cwd=hello).returncode == 0
+    (hello / "test_hello.py").write_text("def test_greet() -> None:\n    pass\n")
+    (hello / "conftest.py").write_text("")
+    for cache in (".pytest_cache/v/cache", ".mypy_cache", ".ruff_cache", ".vscode"):
+        (hello / cache).mkdir(parents=True)
+        (hello / cache / "lastfailed").write_text('{"test_hello.py::test_greet": true}')
+    again = cli("build", cwd=hello)
+    assert again.stdout.startswith("up to date "), again.stdout + again.stderr
+    (hello / "test_hello.py").write_text("def test_greet() -> None:\n    assert True\n")
+    assert cli("build", cwd=hello).stdout.startswith("up to date ")
+    source = hello / "hello.c"  # a source still counts
+    source.write_text(source.read_text() + "\n/* a change */\n")
+    assert cli("build", cwd=hello).stdout.startswith("built ")
