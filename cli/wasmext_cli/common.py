@@ -127,6 +127,26 @@ def must_exist(path: Path, what: str) -> None:
         not_found(f"no {what} at {path}: no such file or folder")
 
 
+def note_if_stale(plugin: Path) -> None:
+    """Say on stderr when PLUGIN, a plugin folder, holds a module built from other sources
+    than the folder holds now: the command runs the old module (an edit without a
+    `wasmext build` is otherwise invisible)."""
+    if not plugin.is_dir():
+        return
+    from wasmext.buildstamp import sources_changed
+    from wasmext.manifest import load_folder
+
+    try:
+        manifest = load_folder(plugin)
+    except WasmextError:
+        return  # loading it says what is wrong
+    wasm = manifest.wasm_path
+    if manifest.build is not None and wasm.is_file() and sources_changed(wasm.resolve()):
+        note = (f"plugin {manifest.id}: {wasm.name} is older than the sources in its "
+                f"folder; this is the module built before (run: wasmext build {plugin})")
+        click.echo(f"wasmext: {_line(note)}", err=True)
+
+
 def not_found(text: str) -> NoReturn:
     """Say in one clean line that the plugin (or key) a command was named is not there,
     and exit EXIT_NOT_FOUND, as every command does for it."""

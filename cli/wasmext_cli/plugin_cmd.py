@@ -36,6 +36,7 @@ from wasmext_cli.common import (
     looked_in,
     must_exist,
     not_found,
+    note_if_stale,
     setting_value,
     show_notices,
     unmet_config,
@@ -165,6 +166,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         problem = capability_problem(grant)
         if problem is not None:
             raise click.BadParameter(problem, param_hint="--grant")
+    note_if_stale(plugin)
     show_compiles()
     with throwaway_host() as host:
         try:
@@ -209,6 +211,7 @@ def inspect(plugin: Path, as_json: bool) -> None:
     from wasmext.runtime import Runtime
     from wasmext_cli.ui import show_compiles
 
+    note_if_stale(plugin)
     show_compiles()
     with Runtime() as rt:
         try:

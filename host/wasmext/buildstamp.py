@@ -49,7 +49,7 @@ from wasmext.files import atomic_write
 
 __all__ = ["InputFiles", "fingerprint", "input_files", "interpreter", "is_fresh",
            "is_quick_fresh", "keep_output", "kept_output", "outputs_dir", "quick_fingerprint",
-           "stamp_path", "still_fresh", "write_stamp"]
+           "sources_changed", "stamp_path", "still_fresh", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "target", "zig-cache", "zig-out",
@@ -244,16 +244,34 @@ def is_quick_fresh(out: Path, quick: str | None) -> bool:
 
 def write_stamp(out: Path, print_: str | None, quick: str | None = None,
                 steps: list[list[str]] | None = None,
-                roots: Iterable[Path] | None = None) -> None:
+                roots: Iterable[Path] | None = None,
+                files: InputFiles | None = None) -> None:
     """Record the inputs' fingerprint and the output's digest (nothing when print_ is None);
     with `quick`, the `steps` that built it and the `roots` it read, also what
-    `is_quick_fresh` and `still_fresh` compare."""
+    `is_quick_fresh` and `still_fresh` compare; with the `files` read, what
+    `sources_changed` compares."""
     if print_ is None:
         return
     stamp: dict[str, Any] = {"inputs": print_, "output": _sha256(out)}
     if quick is not None and steps is not None and roots is not None:
         stamp.update(quick=quick, programs=_programs(steps), roots=[str(r) for r in roots])
+        sources = _digest([], out, None, files) if files is not None else None
+        if sources is not None:
+            stamp["sources"] = sources
     atomic_write(stamp_path(out), json.dumps(stamp))
+
+
+def sources_changed(out: Path) -> bool:
+    """Are the files `out` was built from (its plugin folder's and its SDK's) no longer
+    what they were? Only the files, not the toolchain or its environment: what a command
+    running the module warns of. False when the stamp cannot tell (none, an older one)."""
+    stamp = _stamp(out)
+    roots, sources = stamp.get("roots"), stamp.get("sources")
+    if not isinstance(roots, list) or not roots or not isinstance(sources, str) \
+            or not all(isinstance(r, str) for r in roots) or stamp.get("output") != _sha256(out):
+        return False
+    now = _digest([], out, None, input_files([Path(r) for r in roots], out))
+    return now is not None and now != sources
 
 
 def still_fresh(out: Path) -> bool:

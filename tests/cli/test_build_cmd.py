@@ -274,3 +274,25 @@ def test_the_plugins_tests_and_tool_caches_are_not_build_inputs(hello: Path) -> 
     source = hello / "hello.c"  # a source still counts
     source.write_text(source.read_text() + "\n/* a change */\n")
     assert cli("build", cwd=hello).stdout.startswith("built ")
+
+
+def test_call_and_inspect_of_a_module_older_than_its_sources_say_so(hello: Path) -> None:
+    """`wasmext call .` after an edit without `wasmext build` ran the old module, and
+    said nothing: the author saw the old answer and took the edit for wrong."""
+    assert cli("build", cwd=hello).returncode == 0
+    fresh = cli("call", ".", "greet", "--data", '"Ada"', cwd=hello)
+    assert fresh.returncode == 0 and fresh.stderr == "", fresh.stderr
+    os.utime(hello / "hello.c")  # touched, not changed
+    (hello / "test_hello.py").write_text("")  # the tests are not the module's sources
+    assert cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stderr == ""
+    source = hello / "hello.c"
+    source.write_text(source.read_text() + "\n/* an edit */\n")
+    for args in (("call", ".", "greet", "--data", '"Ada"'), ("inspect", ".")):
+        stale = cli(*args, cwd=hello)
+        assert stale.returncode == 0, stale.stderr
+        assert stale.stderr == ("wasmext: plugin hello: hello.wasm is older than the "
+                                "sources in its folder; this is the module built before "
+                                "(run: wasmext build .)\n"), stale.stderr
+    assert '"Hello, Ada!"' in cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stdout
+    assert cli("build", cwd=hello).returncode == 0
+    assert cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stderr == ""

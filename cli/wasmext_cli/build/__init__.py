@@ -309,13 +309,13 @@ def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_d
         raise type(exc)(f"plugin {plugin_id}: {exc}") from exc
     before = fingerprint(roots, steps, out, tmp, files)
     if not force and is_fresh(out, before):
-        write_stamp(out, before, quick, steps, roots)  # the next no-change build is quick
+        write_stamp(out, before, quick, steps, roots, files)  # the next no-change build is quick
         return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
                       plugin_id, spec.lang)
     kept = None if force else kept_output(before)
     if kept is not None:  # built from these very inputs before: the same bytes again
         atomic_write(out, kept)
-        write_stamp(out, before, quick, steps, roots)
+        write_stamp(out, before, quick, steps, roots, files)
         return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
                       plugin_id, spec.lang)
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
@@ -347,6 +347,7 @@ def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_d
     # A last step that wrote into its own inputs leaves the stamp to the next build.
     after = input_files(roots, out)
     if fingerprint(roots, next_steps, out, tmp, after) == settled:
-        write_stamp(out, settled, quick_fingerprint(roots, out, after), next_steps, roots)
+        write_stamp(out, settled, quick_fingerprint(roots, out, after), next_steps, roots,
+                    after)
         keep_output(out, settled)
     return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), plugin_id, spec.lang)
