@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from wasmext.errors import GuestTrap, PluginError, WasmextError
+from wasmext.errors import GuestTrap, WasmextError
 from wasmext.text import CAP, bounded_tree, json_safe
 from wasmext_cli.common import (
     CONFIG_OPT,
@@ -102,20 +102,6 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
     return err
 
 
-def _unregistered(err: WasmextError, hook: str, hooks: tuple[str, ...]) -> WasmextError:
-    """A hook the plugin does not register, said so with the hooks it does: the guest's
-    own `unhandled` answer often has no message (`unhandled:` and nothing after)."""
-    if not isinstance(err, PluginError) or err.code != "unhandled" or hook in hooks:
-        return err
-    distinct = list(dict.fromkeys(hooks))  # the plugin's names: the error line cleans them
-    names = ", ".join(distinct[:12]) + (f" and {len(distinct) - 12} more"
-                                        if len(distinct) > 12 else "") or "none"
-    err.message = f"the plugin registers no hook {hook!r} (its hooks: {names})" + \
-        (f"; it said: {err.message}" if err.message else "")
-    err.args = (err.message,)
-    return err
-
-
 @click.command()
 @click.argument("plugin", type=click.Path(path_type=Path))
 @click.argument("hook")
@@ -187,8 +173,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         except WasmextError as err:
             if getattr(err, "hook", None) is None:
                 err.hook = hook  # name the hook the user called, never "hook None"
-            _fail(_with_last_words(_unregistered(err, hook, loaded.registration.hook_names),
-                                   loaded.log.lines, started))
+            _fail(_with_last_words(err, loaded.log.lines, started))
         finally:
             if show_log:
                 echo_plugin_logs([loaded.log])
