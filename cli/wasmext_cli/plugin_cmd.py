@@ -143,7 +143,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     call_limits = {name: value for name, value in (("fuel_per_call", fuel),
                                                    ("timeout_ms", timeout_ms))
                    if value is not None}
-    from wasmext.lifecycle.approvals import capability_problem
+    from wasmext.capabilities import capability_problem
     from wasmext_cli.call_host import throwaway_host
     from wasmext_cli.ui import show_compiles
 
