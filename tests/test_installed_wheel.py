@@ -156,7 +156,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
     wheel = next(dist.glob("wasmext-*.whl"))
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+    # `pip install`, as the README says: its console scripts then start `python3`, the
+    # tests `python` (one interpreter, two paths: the builds' fingerprints must agree).
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q",
                           f"{wheel}[build,test]"], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert pip.returncode == 0, pip.stderr
