@@ -127,24 +127,30 @@ def must_exist(path: Path, what: str) -> None:
         not_found(f"no {what} at {path}: no such file or folder")
 
 
-def note_if_stale(plugin: Path) -> None:
-    """Say on stderr when PLUGIN, a plugin folder, holds a module built from other sources
-    than the folder holds now: the command runs the old module (an edit without a
-    `wasmext build` is otherwise invisible)."""
-    if not plugin.is_dir():
-        return
+def stale_note(folder: Path, manifest: Any = None) -> str | None:
+    """What to say when FOLDER, a plugin folder, holds a module built from other sources
+    than the folder holds now (a command then runs the old module: an edit without
+    `wasmext build` is otherwise invisible); None when it does not, or cannot be told.
+    `manifest`: the folder's, already read."""
     from wasmext.buildstamp import sources_changed
     from wasmext.manifest import load_folder
 
     try:
-        manifest = load_folder(plugin)
+        manifest = manifest if manifest is not None else load_folder(folder)
     except WasmextError:
-        return  # loading it says what is wrong
+        return None  # loading it says what is wrong
     wasm = manifest.wasm_path
-    if manifest.build is not None and wasm.is_file() and sources_changed(wasm.resolve()):
-        note = (f"plugin {manifest.id}: {wasm.name} is older than the sources in its "
-                f"folder; this is the module built before (run: wasmext build {plugin})")
-        click.echo(f"wasmext: {_line(note)}", err=True)
+    if manifest.build is None or not wasm.is_file() or not sources_changed(wasm.resolve()):
+        return None
+    return _line(f"plugin {manifest.id}: {wasm.name} is older than the sources in its "
+                 f"folder; this is the module built before (run: wasmext build {folder})")
+
+
+def note_if_stale(plugin: Path) -> None:
+    """Say `stale_note` on stderr when PLUGIN is a plugin folder it applies to."""
+    note = stale_note(plugin) if plugin.is_dir() else None
+    if note is not None:
+        click.echo(f"wasmext: {note}", err=True)
 
 
 def not_found(text: str) -> NoReturn:
@@ -229,6 +235,20 @@ def unmet_config(host: Any) -> list[str]:
               for pid in sorted(config.enabled - found)]
     notes += [f"[grants.{pid}] names no plugin found in the plugin folders"
               for pid in sorted(set(config.grants) - found)]
+    return notes
+
+
+def host_warnings(host: Any) -> list[str]:
+    """What a command shows as `warning:` lines of its host: what the config names and the
+    host did not find (`unmet_config`), and each plugin folder whose module is older than
+    its sources (`stale_note`)."""
+    notes = unmet_config(host)
+    for loaded in host.plugins.values():
+        manifest = getattr(loaded, "manifest", None)
+        if manifest is not None and manifest.path is not None and manifest.build is not None:
+            note = stale_note(manifest.path.parent, manifest)
+            if note is not None:
+                notes.append(note)
     return notes
 
 

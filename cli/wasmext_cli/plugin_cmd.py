@@ -32,6 +32,7 @@ from wasmext_cli.common import (
     _line,
     absolute_fs_grant,
     echo_plugin_logs,
+    host_warnings,
     load_error_lines,
     looked_in,
     must_exist,
@@ -39,7 +40,6 @@ from wasmext_cli.common import (
     note_if_stale,
     setting_value,
     show_notices,
-    unmet_config,
 )
 from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
@@ -338,7 +338,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         errors = [err.describe() for err in host.load_errors] + unasked
         error_lines = load_error_lines(host) + [f"not loaded: {_line(line)}"
                                                 for line in unasked]
-        warnings = unmet_config(host)
+        warnings = host_warnings(host)
     if as_json:
         _echo_json({"plugins": plugins + disabled, "order": order, "errors": errors,
                     "warnings": warnings})

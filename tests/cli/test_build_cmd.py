@@ -296,3 +296,21 @@ def test_call_and_inspect_of_a_module_older_than_its_sources_say_so(hello: Path)
     assert '"Hello, Ada!"' in cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stdout
     assert cli("build", cwd=hello).returncode == 0
     assert cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stderr == ""
+
+
+def test_run_and_list_warn_of_a_plugin_older_than_its_sources(hello: Path) -> None:
+    """`wasmext run t.json --plugins ..` from inside the plugin, after an edit without a
+    build, played the session with the old module and said nothing."""
+    assert cli("build", cwd=hello).returncode == 0
+    transcript = hello.parent / "t.json"
+    transcript.write_text('{"turns": [{"user": "hi", "steps": [{"response": "hello"}]}]}')
+    run = ("run", str(transcript), "--plugins", "..")
+    assert "older than" not in cli(*run, cwd=hello).stdout
+    source = hello / "hello.c"
+    source.write_text(source.read_text() + "\n/* an edit */\n")
+    warning = ("warning: plugin hello: hello.wasm is older than the sources in its folder; "
+               "this is the module built before (run: wasmext build ../hello)")
+    played = cli(*run, cwd=hello)
+    assert played.returncode == 0 and f"  {warning}\n" in played.stdout, played.stdout
+    listed = cli("list", "--plugins", "..", cwd=hello)
+    assert warning in listed.stdout + listed.stderr, listed.stdout + listed.stderr
