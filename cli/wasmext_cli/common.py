@@ -142,8 +142,8 @@ def stale_note(folder: Path, manifest: Any = None) -> str | None:
     wasm = manifest.wasm_path
     if manifest.build is None or not wasm.is_file() or not sources_changed(wasm.resolve()):
         return None
-    return _line(f"plugin {manifest.id}: {wasm.name} is older than the sources in its "
-                 f"folder; this is the module built before (run: wasmext build {folder})")
+    return _line(f"plugin {manifest.id}: {wasm.name} is older than its sources (the folder's "
+                 f"or its SDK's); this is the module built before (run: wasmext build {folder})")
 
 
 def note_if_stale(plugin: Path) -> None:

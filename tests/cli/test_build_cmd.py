@@ -290,9 +290,9 @@ def test_call_and_inspect_of_a_module_older_than_its_sources_say_so(hello: Path)
     for args in (("call", ".", "greet", "--data", '"Ada"'), ("inspect", ".")):
         stale = cli(*args, cwd=hello)
         assert stale.returncode == 0, stale.stderr
-        assert stale.stderr == ("wasmext: plugin hello: hello.wasm is older than the "
-                                "sources in its folder; this is the module built before "
-                                "(run: wasmext build .)\n"), stale.stderr
+        assert stale.stderr == ("wasmext: plugin hello: hello.wasm is older than its "
+                                "sources (the folder's or its SDK's); this is the module "
+                                "built before (run: wasmext build .)\n"), stale.stderr
     assert '"Hello, Ada!"' in cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stdout
     assert cli("build", cwd=hello).returncode == 0
     assert cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stderr == ""
@@ -308,8 +308,8 @@ def test_run_and_list_warn_of_a_plugin_older_than_its_sources(hello: Path) -> No
     assert "older than" not in cli(*run, cwd=hello).stdout
     source = hello / "hello.c"
     source.write_text(source.read_text() + "\n/* an edit */\n")
-    warning = ("warning: plugin hello: hello.wasm is older than the sources in its folder; "
-               "this is the module built before (run: wasmext build ../hello)")
+    warning = ("warning: plugin hello: hello.wasm is older than its sources (the folder's or "
+               "its SDK's); this is the module built before (run: wasmext build ../hello)")
     played = cli(*run, cwd=hello)
     assert played.returncode == 0 and f"  {warning}\n" in played.stdout, played.stdout
     listed = cli("list", "--plugins", "..", cwd=hello)
