@@ -92,7 +92,7 @@ def install(base: Path) -> Path:
                     str(base / "dist"), str(ROOT)], env=env, check=True)
     wheel = next((base / "dist").glob("wasmext-*.whl"))
     subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True)
-    subprocess.run([str(base / "venv" / "bin" / "python"), "-m", "pip", "install", "-q",
+    subprocess.run([str(base / "venv" / "bin" / "pip"), "install", "-q",
                     f"{wheel}[build,test]"], env=env, check=True)
     return base / "venv" / "bin"
 

@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "wasmext.mcp": 0,  # the package's leaves: config, envsubst, content
     "wasmext.mcp.oauth.config": 0, "wasmext.mcp.oauth.store": 0,
     "wasmext.sandbox": 1, "wasmext.state": 1, "wasmext.observe": 1, "wasmext.manifest": 1,
+    "wasmext.capabilities": 1,
     "wasmext.services": 2, "wasmext.mcp.client": 2, "wasmext.mcp.oauth": 2,
     "wasmext.mcp.oauth.login": 4,  # an operator command over the config and the transport
     "wasmext.hooks": 3,

@@ -11,7 +11,8 @@ selected languages' projects build at once (they are independent).
 
 Then the author's loop: an edit of the source, `wasmext build`, the tests, and
 the tests again with nothing changed. The test asserts what makes the loop
-short, not how long it took: the re-run builds nothing (the module's bytes,
+short, not how long it took: the tests after the rebuild build nothing (the
+build's stamp stays as `wasmext build` wrote it), the re-run builds nothing (the module's bytes,
 modification time and stamp stay as they were) and compiles nothing (the
 compile cache, in the venv's own XDG_CACHE_HOME, gains no entry: the first
 test after the rebuild loaded what `wasmext build` compiled). How long each
@@ -117,6 +118,7 @@ def _author(inst: Installed, lang: str) -> list[subprocess.CompletedProcess[str]
         (pytest_, project),
         lambda: _edit(project, lang),
         ([wasmext, "build"], project),  # the rebuild after an edit
+        lambda: snapshots.append(_files(project)),
         (pytest_, project),
         lambda: snapshots.append(_files(project, cache)),
         (pytest_, project),  # the re-run with nothing changed
@@ -155,7 +157,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
     wheel = next(dist.glob("wasmext-*.whl"))
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+    # `pip install`, as the README says: its console scripts then start `python3`, the
+    # tests `python` (one interpreter, two paths: the builds' fingerprints must agree).
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q",
                           f"{wheel}[build,test]"], env=env, capture_output=True,
                          text=True, timeout=1800)
     assert pip.returncode == 0, pip.stderr
@@ -201,10 +205,13 @@ def test_an_author_starts_builds_inspects_and_tests(installed: Installed, lang: 
     # The re-run with nothing changed built nothing and compiled nothing: every file of
     # the project (its module and stamp among them) and of the compile cache is as the
     # test after the rebuild left it.
-    before, after = installed.rerun[lang]
+    built, before, after = installed.rerun[lang]
     wasm = str(installed.work / f"hello-{lang}" / f"hello-{lang}.wasm")
     assert wasm in before and any("/wasmext/modules/" in path for path in before)
     assert after == before
+    # The tests (`python -m pytest`) took what `wasmext build` (a `python3` script) built
+    # as up to date: the module and its stamp are as the build left them.
+    assert {path: built[path] for path in built} == {path: before[path] for path in built}
 
 
 def test_run_without_arguments_after_install(installed: Installed) -> None:

@@ -150,3 +150,20 @@ def test_a_folder_without_plugin_toml_is_said_to_be_no_plugin_folder(
         load_folder(Path("."))
     assert caught.value.message == (f"{tmp_path} has no plugin.toml, so it is no plugin "
                                     "folder (`wasmext new NAME --lang LANG` makes one)")
+
+
+@pytest.mark.parametrize(("asked", "meant"), [("stat", "state"), ("secret", "secrets"),
+                                              ("htttp", "http"), ("toolz:calc", "tool:calc")])
+def test_a_capability_one_typo_from_a_known_one_is_refused(asked: str, meant: str) -> None:
+    """`capabilities = ["stat"]` loaded, `inspect` showed `asks for stat`, and the plugin
+    asked for nothing any grant gives: the author learnt of it from a denial at run time."""
+    with pytest.raises(ManifestError) as info:
+        parse_manifest({**GOOD, "capabilities": ["state", asked]}, P)
+    assert info.value.field == "capabilities[1]"
+    assert f"did you mean {meant!r}?" in str(info.value)
+
+
+def test_a_manifest_asks_in_general_terms_or_for_an_embedders_capability() -> None:
+    asked = ["state", "fs", "tool", "emit", "http:api.example.com", "mcp-server:side",
+             "lookup", "billing:eu"]
+    assert parse_manifest({**GOOD, "capabilities": asked}, P).capabilities == tuple(asked)

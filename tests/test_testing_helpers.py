@@ -31,6 +31,20 @@ def test_a_call_without_its_grant_is_denied_as_the_doc_shows() -> None:
     assert denied.value.code == "denied" and "fetcher" in str(denied.value)
 
 
+def test_a_grant_one_typo_from_a_capability_is_refused_at_load() -> None:
+    """`rt.load(folder, grants=["stat"])` in a plugin's test loaded, and the state call was
+    denied at run time as if no grant had been given; `--grant stat` was refused."""
+    from wasmext import ConfigError
+
+    with Runtime(cache=False) as rt:
+        with pytest.raises(ConfigError) as caught:
+            load_wat(rt, guest_wat(), plugin_id="kb", grants=["state", "stat"])
+        assert str(caught.value).startswith("plugin kb: grants: 'stat' is not a capability; "
+                                            "did you mean 'state'?")
+        # An embedder's own capability (`HostServices.register(..., capability=...)`).
+        assert load_wat(rt, guest_wat(), plugin_id="kb", grants=["lookup", "state"])
+
+
 @pytest.mark.parametrize(("order", "code"), [((0, 1), "denied"), ((1, 0), "unsupported")])
 def test_the_hook_answers_with_the_last_requests_answer(order: tuple[int, int],
                                                         code: str) -> None:

@@ -127,6 +127,32 @@ def must_exist(path: Path, what: str) -> None:
         not_found(f"no {what} at {path}: no such file or folder")
 
 
+def stale_note(folder: Path, manifest: Any = None) -> str | None:
+    """What to say when FOLDER, a plugin folder, holds a module built from other sources
+    than the folder holds now (a command then runs the old module: an edit without
+    `wasmext build` is otherwise invisible); None when it does not, or cannot be told.
+    `manifest`: the folder's, already read."""
+    from wasmext.buildstamp import sources_changed
+    from wasmext.manifest import load_folder
+
+    try:
+        manifest = manifest if manifest is not None else load_folder(folder)
+    except WasmextError:
+        return None  # loading it says what is wrong
+    wasm = manifest.wasm_path
+    if manifest.build is None or not wasm.is_file() or not sources_changed(wasm.resolve()):
+        return None
+    return _line(f"plugin {manifest.id}: {wasm.name} is older than its sources (the folder's "
+                 f"or its SDK's); this is the module built before (run: wasmext build {folder})")
+
+
+def note_if_stale(plugin: Path) -> None:
+    """Say `stale_note` on stderr when PLUGIN is a plugin folder it applies to."""
+    note = stale_note(plugin) if plugin.is_dir() else None
+    if note is not None:
+        click.echo(f"wasmext: {note}", err=True)
+
+
 def not_found(text: str) -> NoReturn:
     """Say in one clean line that the plugin (or key) a command was named is not there,
     and exit EXIT_NOT_FOUND, as every command does for it."""
@@ -209,6 +235,20 @@ def unmet_config(host: Any) -> list[str]:
               for pid in sorted(config.enabled - found)]
     notes += [f"[grants.{pid}] names no plugin found in the plugin folders"
               for pid in sorted(set(config.grants) - found)]
+    return notes
+
+
+def host_warnings(host: Any) -> list[str]:
+    """What a command shows as `warning:` lines of its host: what the config names and the
+    host did not find (`unmet_config`), and each plugin folder whose module is older than
+    its sources (`stale_note`)."""
+    notes = unmet_config(host)
+    for loaded in host.plugins.values():
+        manifest = getattr(loaded, "manifest", None)
+        if manifest is not None and manifest.path is not None and manifest.build is not None:
+            note = stale_note(manifest.path.parent, manifest)
+            if note is not None:
+                notes.append(note)
     return notes
 
 

@@ -256,7 +256,8 @@ def grant(plugin_id: str, capabilities: tuple[str, ...], by: str | None,
     at /NAME, NAME being the folder's own name; a relative PATH is made absolute.
     A component sees the folder read-only even when granted rw (the [fs] quota
     cannot bound a component's writes)."""
-    from wasmext.lifecycle.approvals import ApprovalStore, capability_problem
+    from wasmext.capabilities import capability_problem
+    from wasmext.lifecycle.approvals import ApprovalStore
 
     # A folder grant names an absolute folder: `fs:notes:rw` means ./notes from here.
     capabilities = tuple(absolute_fs_grant(c) for c in capabilities)

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from wasmext.errors import GuestTrap, PluginError, WasmextError
+from wasmext.errors import GuestTrap, WasmextError
 from wasmext.text import CAP, bounded_tree, json_safe
 from wasmext_cli.common import (
     CONFIG_OPT,
@@ -32,13 +32,14 @@ from wasmext_cli.common import (
     _line,
     absolute_fs_grant,
     echo_plugin_logs,
+    host_warnings,
     load_error_lines,
     looked_in,
     must_exist,
     not_found,
+    note_if_stale,
     setting_value,
     show_notices,
-    unmet_config,
 )
 from wasmext_cli.languages import SCAFFOLD_LANGUAGES
 
@@ -101,20 +102,6 @@ def _with_last_words(err: WasmextError, lines: Iterable[Any], since: float) -> W
     return err
 
 
-def _unregistered(err: WasmextError, hook: str, hooks: tuple[str, ...]) -> WasmextError:
-    """A hook the plugin does not register, said so with the hooks it does: the guest's
-    own `unhandled` answer often has no message (`unhandled:` and nothing after)."""
-    if not isinstance(err, PluginError) or err.code != "unhandled" or hook in hooks:
-        return err
-    distinct = list(dict.fromkeys(hooks))  # the plugin's names: the error line cleans them
-    names = ", ".join(distinct[:12]) + (f" and {len(distinct) - 12} more"
-                                        if len(distinct) > 12 else "") or "none"
-    err.message = f"the plugin registers no hook {hook!r} (its hooks: {names})" + \
-        (f"; it said: {err.message}" if err.message else "")
-    err.args = (err.message,)
-    return err
-
-
 @click.command()
 @click.argument("plugin", type=click.Path(path_type=Path))
 @click.argument("hook")
@@ -156,7 +143,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
     call_limits = {name: value for name, value in (("fuel_per_call", fuel),
                                                    ("timeout_ms", timeout_ms))
                    if value is not None}
-    from wasmext.lifecycle.approvals import capability_problem
+    from wasmext.capabilities import capability_problem
     from wasmext_cli.call_host import throwaway_host
     from wasmext_cli.ui import show_compiles
 
@@ -165,6 +152,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         problem = capability_problem(grant)
         if problem is not None:
             raise click.BadParameter(problem, param_hint="--grant")
+    note_if_stale(plugin)
     show_compiles()
     with throwaway_host() as host:
         try:
@@ -185,8 +173,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
         except WasmextError as err:
             if getattr(err, "hook", None) is None:
                 err.hook = hook  # name the hook the user called, never "hook None"
-            _fail(_with_last_words(_unregistered(err, hook, loaded.registration.hook_names),
-                                   loaded.log.lines, started))
+            _fail(_with_last_words(err, loaded.log.lines, started))
         finally:
             if show_log:
                 echo_plugin_logs([loaded.log])
@@ -209,6 +196,7 @@ def inspect(plugin: Path, as_json: bool) -> None:
     from wasmext.runtime import Runtime
     from wasmext_cli.ui import show_compiles
 
+    note_if_stale(plugin)
     show_compiles()
     with Runtime() as rt:
         try:
@@ -350,7 +338,7 @@ def list_plugins(config: Path | None, plugin_dirs: tuple[Path, ...], as_json: bo
         errors = [err.describe() for err in host.load_errors] + unasked
         error_lines = load_error_lines(host) + [f"not loaded: {_line(line)}"
                                                 for line in unasked]
-        warnings = unmet_config(host)
+        warnings = host_warnings(host)
     if as_json:
         _echo_json({"plugins": plugins + disabled, "order": order, "errors": errors,
                     "warnings": warnings})

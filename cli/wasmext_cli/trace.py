@@ -18,7 +18,7 @@ from wasmext import Host, Session
 from wasmext.agent import TurnReport
 from wasmext.errors import WasmextError
 from wasmext.text import clean_lines, clean_tree, json_safe
-from wasmext_cli.common import _line, load_error_lines, unmet_config
+from wasmext_cli.common import _line, host_warnings, load_error_lines
 
 TEXT_CAP = 16384
 
@@ -45,7 +45,7 @@ def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: 
     if as_json:
         doc = {"session": session.id, "plugins": sorted(host.plugins),
                "load_errors": [e.describe() for e in host.load_errors],
-               "warnings": unmet_config(host),
+               "warnings": host_warnings(host),
                "earlier_extensions": earlier,
                "turns": [r.as_dict() for r in reports], "trace": events,
                "hooks_fired": sorted({e["hook"] for e in events if e["plugin"]})}
@@ -56,7 +56,7 @@ def print_run(host: Host, session: Session, reports: list[TurnReport], as_json: 
     click.echo(_line(f"session {session.id}  plugins: {names}"))
     for line in load_error_lines(host):
         click.echo(f"  {line}")
-    for note in unmet_config(host):
+    for note in host_warnings(host):
         click.echo(f"  warning: {note}")
     for turn in earlier:  # a resumed session shows its earlier turns' extension results
         click.echo(_line(f"  earlier {turn.get('turn_id')}: {turn.get('query')}", TEXT_CAP))

@@ -2,7 +2,8 @@
 
 `wasmext build` skips a folder whose output was built from exactly what is
 there now: the build commands, every file of the plugin folder (less build
-output and dependency folders: their lock files count instead), the SDK it
+output and dependency folders: their lock files count instead; less hidden
+folders and the author's test files, which no toolchain reads), the SDK it
 builds against, the toolchain packages' versions and this wasmext's version.
 The fingerprint and the output's SHA-256 are kept in a hidden stamp beside the
 output; an output replaced or removed since, or any input changed, means a
@@ -33,6 +34,8 @@ same sources snapshot different heaps.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -44,13 +47,16 @@ from typing import Any
 
 from wasmext.files import atomic_write
 
-__all__ = ["InputFiles", "fingerprint", "input_files", "is_fresh", "is_quick_fresh",
-           "keep_output", "kept_output", "outputs_dir", "quick_fingerprint", "stamp_path",
-           "still_fresh", "write_stamp"]
+__all__ = ["InputFiles", "fingerprint", "input_files", "interpreter", "is_fresh",
+           "is_quick_fresh", "keep_output", "kept_output", "outputs_dir", "quick_fingerprint",
+           "sources_changed", "stamp_path", "still_fresh", "write_stamp"]
 
 # Build output and fetched dependencies: regenerated, and read through their lock files.
-SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules", "target", "zig-cache",
-                          ".zig-cache", "zig-out", "build", "dist", ".venv", ".wasmext"})
+SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "target", "zig-cache", "zig-out",
+                          "build", "dist"})
+# The author's tests, which no toolchain reads (go build leaves out *_test.go itself): an edit
+# of a test, or pytest's cache after a failed one, was a new build of the plugin.
+TEST_FILES = ("test_*.py", "*_test.py", "conftest.py", "*_test.go")
 TOOL_PACKAGES = ("ziglang", "componentize-py", "wasmext")
 MAX_FILES = 20_000  # a folder this big is not a plugin's sources: build without a stamp
 KEPT_OUTPUTS = 24  # a Python component is ~18 MiB: the newest few edits' worth
@@ -58,6 +64,21 @@ OUTPUTS_ENV = "WASMEXT_BUILD_OUTPUTS"
 # The environment that picks a toolchain or where its caches are: the builders read these.
 TOOLCHAIN_ENV = ("PATH", "HOME", "XDG_CACHE_HOME")
 TOOLCHAIN_ENV_PREFIXES = ("WASMEXT_", "RUSTUP_", "CARGO_", "GO")
+
+
+@functools.cache
+def interpreter() -> str:
+    """This Python as one path per environment: what build commands run and fingerprints
+    hold. A venv's `python` and `python3` are one interpreter, but `wasmext` (the console
+    script) runs as `python3` and `python -m pytest` as `python`; by sys.executable each
+    found the other's build stale."""
+    exe = Path(sys.executable)
+    real = os.path.realpath(exe)
+    for name in ("python3", "python", f"python{sys.version_info[0]}.{sys.version_info[1]}"):
+        candidate = exe.with_name(name)
+        if os.path.realpath(candidate) == real:
+            return str(candidate)
+    return sys.executable
 
 
 def stamp_path(out: Path) -> Path:
@@ -73,11 +94,14 @@ def _other_plugin(folder: Path, own: Path) -> bool:
 
 def _files(root: Path, skip: set[Path], own: Path) -> Iterator[Path]:
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS
+        # A hidden folder is a tool's (.git, .venv, .zig-cache, .pytest_cache, .mypy_cache,
+        # an editor's): no build reads one, and the tools write them as they please.
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".")
                          and not _other_plugin(Path(folder) / d, own))
         for name in sorted(names):
             path = Path(folder) / name
-            if path in skip or name.endswith((".wasm.tmp", ".stamp")) or ".tmp-" in name:
+            if path in skip or name.endswith((".wasm.tmp", ".stamp")) or ".tmp-" in name \
+                    or any(fnmatch.fnmatchcase(name, pattern) for pattern in TEST_FILES):
                 continue
             yield path
 
@@ -145,7 +169,7 @@ def quick_fingerprint(roots: Iterable[Path], out: Path,
     starting any toolchain (and, given `files`, without reading them again)."""
     roots = list(roots)
     return _digest(roots, out, [[str(r) for r in roots], _versions(), sys.version,
-                                sys.executable, _toolchain_env()], files)
+                                interpreter(), _toolchain_env()], files)
 
 
 def _digest(roots: Iterable[Path], out: Path, head: object,
@@ -220,16 +244,34 @@ def is_quick_fresh(out: Path, quick: str | None) -> bool:
 
 def write_stamp(out: Path, print_: str | None, quick: str | None = None,
                 steps: list[list[str]] | None = None,
-                roots: Iterable[Path] | None = None) -> None:
+                roots: Iterable[Path] | None = None,
+                files: InputFiles | None = None) -> None:
     """Record the inputs' fingerprint and the output's digest (nothing when print_ is None);
     with `quick`, the `steps` that built it and the `roots` it read, also what
-    `is_quick_fresh` and `still_fresh` compare."""
+    `is_quick_fresh` and `still_fresh` compare; with the `files` read, what
+    `sources_changed` compares."""
     if print_ is None:
         return
     stamp: dict[str, Any] = {"inputs": print_, "output": _sha256(out)}
     if quick is not None and steps is not None and roots is not None:
         stamp.update(quick=quick, programs=_programs(steps), roots=[str(r) for r in roots])
+        sources = _digest([], out, None, files) if files is not None else None
+        if sources is not None:
+            stamp["sources"] = sources
     atomic_write(stamp_path(out), json.dumps(stamp))
+
+
+def sources_changed(out: Path) -> bool:
+    """Are the files `out` was built from (its plugin folder's and its SDK's) no longer
+    what they were? Only the files, not the toolchain or its environment: what a command
+    running the module warns of. False when the stamp cannot tell (none, an older one)."""
+    stamp = _stamp(out)
+    roots, sources = stamp.get("roots"), stamp.get("sources")
+    if not isinstance(roots, list) or not roots or not isinstance(sources, str) \
+            or not all(isinstance(r, str) for r in roots) or stamp.get("output") != _sha256(out):
+        return False
+    now = _digest([], out, None, input_files([Path(r) for r in roots], out))
+    return now is not None and now != sources
 
 
 def still_fresh(out: Path) -> bool:

@@ -138,6 +138,7 @@ from pydantic import (
 )
 
 from wasmext._toml import ConfigTextError, parse_text, read_capped
+from wasmext.capabilities import capability_problem
 from wasmext.cluster.natsauth import ENV_PREFIX, NatsAuth, NatsTable
 from wasmext.cluster.registry import (
     ExtensionId,
@@ -149,7 +150,7 @@ from wasmext.cluster.registry import (
 from wasmext.discovery import PACKAGES
 from wasmext.errors import ConfigError, UnsafeFile
 from wasmext.files import atomic_write, locked, read_regular
-from wasmext.lifecycle.approvals import Grant, capability_problem
+from wasmext.lifecycle.approvals import Grant
 from wasmext.lifecycle.signing import is_public_key
 from wasmext.manifest import ID_RE
 from wasmext.mcp.config import McpSection, McpServerConfig

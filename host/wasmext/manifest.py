@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from wasmext._abi import ABI_MAJOR
 from wasmext._toml import ConfigTextError, parse_text, read_capped
+from wasmext.capabilities import capability_typo
 from wasmext.errors import ConfigError, ManifestError, UnsafeFolder
 from wasmext.sandbox.limits import Limits
 
@@ -387,6 +388,9 @@ def parse_manifest(data: Mapping[str, Any], path: Path) -> Manifest:
     except (TypeError, ValueError) as exc:
         raise ManifestError(f"{path}: field 'limits': {exc}", path=path, field="limits") from exc
     caps = _str_list(data.get("capabilities", []), path, "capabilities")
+    for n, cap in enumerate(caps):  # a near miss asks for nothing any grant gives
+        typo = capability_typo(cap)
+        _need(typo is None, path, f"capabilities[{n}]", typo or "")
     settings = _settings(data.get("settings", {}), path)
     build = _build(data["build"], path) if "build" in data else None
     order = {}

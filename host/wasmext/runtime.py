@@ -20,6 +20,7 @@ from typing import Any
 
 import wasmtime
 
+from wasmext.capabilities import capability_typo
 from wasmext.errors import ConfigError, InvalidModule, LoadError, ModuleTooLarge, UnsafeFile
 from wasmext.files import read_regular
 from wasmext.manifest import ID_RE, Manifest, load_folder
@@ -297,6 +298,11 @@ class Runtime:
             name = str(wasm_path)
         if not ID_RE.match(pid):
             raise LoadError(f"plugin id {pid!r} must be lowercase letters, digits and hyphens")
+        grants = frozenset(grants)
+        for grant in sorted(grants):  # a near miss would be a grant no op ever checks
+            typo = capability_typo(grant)
+            if typo is not None:
+                raise ConfigError(f"plugin {pid}: grants: {typo}")
         requested = dict(manifest.limits) if manifest is not None else {}
         eff = effective_limits(self.defaults, requested, limits, self.policy)
         values = resolve_settings(manifest, settings or {},

@@ -234,3 +234,83 @@ def test_each_input_is_read_once_per_fingerprinting(hello: Path,
     result = build_plugin(hello)
     assert not result.up_to_date and reads[source] == 2 and max(reads.values()) == 2
     assert buildstamp.still_fresh(wasm)
+
+
+def test_a_build_by_either_name_of_the_interpreter_is_up_to_date_for_the_other(
+        hello: Path) -> None:
+    """`wasmext build` runs as `.../bin/python3` (the console script's first line) and
+    `python -m pytest` as `.../bin/python`: one environment, so neither may make the other's
+    build stale (it did: each rewrote the stamp, and a Rust test run started rustc again)."""
+    names = [Path(sys.executable).with_name(name) for name in ("python3", "python")]
+    if not all(p.exists() for p in names) or len({os.path.realpath(p) for p in names}) != 1:
+        pytest.skip("this environment does not have python and python3 for one interpreter")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "host"), str(ROOT / "cli")])}
+
+    def build(python: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(python), "-m", "wasmext_cli", "build"], cwd=hello, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    assert build(names[0]).returncode == 0
+    stamp = hello / ".hello.wasm.stamp"
+    written = stamp.read_bytes()
+    again = build(names[1])
+    assert again.stdout.startswith("up to date "), again.stdout + again.stderr
+    assert stamp.read_bytes() == written  # up to date by the quick print: nothing rewritten
+
+
+def test_the_plugins_tests_and_tool_caches_are_not_build_inputs(hello: Path) -> None:
+    """An edit of the plugin's test, or a tool's cache folder written (pytest's after a
+    failed test, an editor's, a linter's), built a Python plugin again: 20 s of CPU each."""
+    assert cli("build", cwd=hello).returncode == 0
+    (hello / "test_hello.py").write_text("def test_greet() -> None:\n    pass\n")
+    (hello / "conftest.py").write_text("")
+    for cache in (".pytest_cache/v/cache", ".mypy_cache", ".ruff_cache", ".vscode"):
+        (hello / cache).mkdir(parents=True)
+        (hello / cache / "lastfailed").write_text('{"test_hello.py::test_greet": true}')
+    again = cli("build", cwd=hello)
+    assert again.stdout.startswith("up to date "), again.stdout + again.stderr
+    (hello / "test_hello.py").write_text("def test_greet() -> None:\n    assert True\n")
+    assert cli("build", cwd=hello).stdout.startswith("up to date ")
+    source = hello / "hello.c"  # a source still counts
+    source.write_text(source.read_text() + "\n/* a change */\n")
+    assert cli("build", cwd=hello).stdout.startswith("built ")
+
+
+def test_call_and_inspect_of_a_module_older_than_its_sources_say_so(hello: Path) -> None:
+    """`wasmext call .` after an edit without `wasmext build` ran the old module, and
+    said nothing: the author saw the old answer and took the edit for wrong."""
+    assert cli("build", cwd=hello).returncode == 0
+    fresh = cli("call", ".", "greet", "--data", '"Ada"', cwd=hello)
+    assert fresh.returncode == 0 and fresh.stderr == "", fresh.stderr
+    os.utime(hello / "hello.c")  # touched, not changed
+    (hello / "test_hello.py").write_text("")  # the tests are not the module's sources
+    assert cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stderr == ""
+    source = hello / "hello.c"
+    source.write_text(source.read_text() + "\n/* an edit */\n")
+    for args in (("call", ".", "greet", "--data", '"Ada"'), ("inspect", ".")):
+        stale = cli(*args, cwd=hello)
+        assert stale.returncode == 0, stale.stderr
+        assert stale.stderr == ("wasmext: plugin hello: hello.wasm is older than its "
+                                "sources (the folder's or its SDK's); this is the module "
+                                "built before (run: wasmext build .)\n"), stale.stderr
+    assert '"Hello, Ada!"' in cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stdout
+    assert cli("build", cwd=hello).returncode == 0
+    assert cli("call", ".", "greet", "--data", '"Ada"', cwd=hello).stderr == ""
+
+
+def test_run_and_list_warn_of_a_plugin_older_than_its_sources(hello: Path) -> None:
+    """`wasmext run t.json --plugins ..` from inside the plugin, after an edit without a
+    build, played the session with the old module and said nothing."""
+    assert cli("build", cwd=hello).returncode == 0
+    transcript = hello.parent / "t.json"
+    transcript.write_text('{"turns": [{"user": "hi", "steps": [{"response": "hello"}]}]}')
+    run = ("run", str(transcript), "--plugins", "..")
+    assert "older than" not in cli(*run, cwd=hello).stdout
+    source = hello / "hello.c"
+    source.write_text(source.read_text() + "\n/* an edit */\n")
+    warning = ("warning: plugin hello: hello.wasm is older than its sources (the folder's or "
+               "its SDK's); this is the module built before (run: wasmext build ../hello)")
+    played = cli(*run, cwd=hello)
+    assert played.returncode == 0 and f"  {warning}\n" in played.stdout, played.stdout
+    listed = cli("list", "--plugins", "..", cwd=hello)
+    assert warning in listed.stdout + listed.stderr, listed.stdout + listed.stderr

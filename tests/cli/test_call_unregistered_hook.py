@@ -35,6 +35,24 @@ def test_an_unregistered_hook_is_named_with_the_hooks_there_are(tmp_path: Path) 
         "'nohook' (its hooks: greet, on_plain_text)")
 
 
+def test_the_library_names_the_hooks_there_are_too(tmp_path: Path) -> None:
+    """A plugin's own test (`plugin.call("greet", ...)` through wasmext's Python API) of a
+    hook the plugin registers under another name failed with the guest's `no handler for
+    hook 'greet'` alone: the hooks there are were `wasmext call`'s to say."""
+    from wasmext import PluginError, Runtime
+
+    module = _module(tmp_path, "hello", ("gret",))
+    with Runtime(cache=False) as runtime:
+        plugin = runtime.load(module)
+        with pytest.raises(PluginError) as caught:
+            plugin.call("greet", "Ada")
+        assert str(caught.value) == "the plugin registers no hook 'greet' (its hooks: gret)"
+        assert caught.value.code == "unhandled" and caught.value.plugin_id == "hello"
+        with pytest.raises(PluginError) as own:  # a registered hook's answer is its own
+            plugin.call("gret", "Ada")
+        assert str(own.value) == ""
+
+
 @pytest.mark.parametrize("hooks", [("greet",), ()])
 def test_a_registered_hooks_own_unhandled_answer_is_left_as_the_plugin_gave_it(
         tmp_path: Path, hooks: tuple[str, ...]) -> None:

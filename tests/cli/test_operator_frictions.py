@@ -22,8 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wasmext import Host, load_config
+from wasmext.capabilities import PATTERNED, capability_problem
 from wasmext.files import atomic_write
-from wasmext.lifecycle.approvals import PATTERNED, ApprovalStore, capability_problem
+from wasmext.lifecycle.approvals import ApprovalStore
 from wasmext.testing import DATA_AT, guest_wat, make_host
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -50,7 +50,8 @@ from wasmext import (
     Runtime,
     load_config,
 )
-from wasmext.lifecycle.approvals import ApprovalStore, capability_problem, subject_of
+from wasmext.capabilities import capability_problem
+from wasmext.lifecycle.approvals import ApprovalStore, subject_of
 from wasmext.sandbox.fsgrants import FsQuota, fs_grants, parse_fs_grant
 from wasmext.sandbox.wasi import MAX_WRITE
 from wasmext.sandbox.wasifs import MAX_OPEN, FsTable

@@ -75,7 +75,7 @@ def test_other_settings_or_grants_register_again() -> None:
     with Runtime(cache=False) as rt:
         rt.load(wasm, plugin_id="first")
         assert len(rt.load(wasm, plugin_id="s", settings={"x": 1})._idle) == 1
-        assert len(rt.load(wasm, plugin_id="g", grants={"state:read"})._idle) == 1
+        assert len(rt.load(wasm, plugin_id="g", grants={"lookup"})._idle) == 1
 
 
 def test_a_broken_promise_is_an_invalid_output_fault_naming_the_copy() -> None:

@@ -13,7 +13,6 @@ import fcntl
 import importlib
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wasmext.buildstamp import (
     fingerprint,
     input_files,
+    interpreter,
     is_fresh,
     is_quick_fresh,
     keep_output,
@@ -95,7 +95,7 @@ def _zig() -> list[str]:
     except ImportError as exc:
         raise ToolchainMissing(
             f"the zig toolchain is missing; install it with: {ZIG_INSTALL_HINT}") from exc
-    return [sys.executable, "-m", "ziglang"]
+    return [interpreter(), "-m", "ziglang"]
 
 
 def c_command(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[str]:
@@ -169,7 +169,7 @@ def _step_name(cmd: list[str]) -> str:
     args = [a for a in cmd if "=" not in a or a.startswith("-")] if cmd[0] == "env" else cmd
     if Path(args[0]).name == "env":
         args = args[1:]
-    if args[0] == sys.executable and len(args) > 2 and args[1] == "-m":
+    if args[0] == interpreter() and len(args) > 2 and args[1] == "-m":
         return " ".join(args[2:4]).removeprefix("wasmext_cli.")
     return " ".join([Path(args[0]).name, *args[1:2]])
 
@@ -309,13 +309,13 @@ def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_d
         raise type(exc)(f"plugin {plugin_id}: {exc}") from exc
     before = fingerprint(roots, steps, out, tmp, files)
     if not force and is_fresh(out, before):
-        write_stamp(out, before, quick, steps, roots)  # the next no-change build is quick
+        write_stamp(out, before, quick, steps, roots, files)  # the next no-change build is quick
         return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), up_to_date=True),
                       plugin_id, spec.lang)
     kept = None if force else kept_output(before)
     if kept is not None:  # built from these very inputs before: the same bytes again
         atomic_write(out, kept)
-        write_stamp(out, before, quick, steps, roots)
+        write_stamp(out, before, quick, steps, roots, files)
         return _Built(BuildResult(plugin_dir, out, tuple(steps[-1]), kept=True),
                       plugin_id, spec.lang)
     # Zig's cache is content-addressed; one shared folder makes rebuilds cheap.
@@ -347,6 +347,7 @@ def _build_locked(plugin_id: str, spec: BuildSpec, make_steps: StepsFn, plugin_d
     # A last step that wrote into its own inputs leaves the stamp to the next build.
     after = input_files(roots, out)
     if fingerprint(roots, next_steps, out, tmp, after) == settled:
-        write_stamp(out, settled, quick_fingerprint(roots, out, after), next_steps, roots)
+        write_stamp(out, settled, quick_fingerprint(roots, out, after), next_steps, roots,
+                    after)
         keep_output(out, settled)
     return _Built(BuildResult(plugin_dir, out, tuple(steps[-1])), plugin_id, spec.lang)

@@ -35,6 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from wasmext.buildstamp import interpreter
 from wasmext.manifest import BuildSpec
 from wasmext_cli.build import BuildError, ToolchainMissing, sdk_for, sdk_root
 
@@ -131,7 +132,7 @@ def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
     """The steps building a Go plugin: prepare the work folder, then go build."""
     go = toolchain()
     work = work_dir(plugin_dir)
-    prepare = [sys.executable, "-m", "wasmext_cli.build.go", "prepare", str(work),
+    prepare = [interpreter(), "-m", "wasmext_cli.build.go", "prepare", str(work),
                str(plugin_dir), str(sdk_for("go", plugin_dir)), *spec.sources]
     build = ["env", *go_env(), go, "build", "-C", str(work), *FLAGS, "-o", str(out.resolve()),
              "."]

@@ -34,6 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasmext.buildstamp import interpreter
 from wasmext.manifest import BuildSpec
 from wasmext_cli.build import ToolchainMissing, sdk_for, sdk_root
 
@@ -235,7 +236,7 @@ def commands(spec: BuildSpec, plugin_dir: Path, out: Path) -> list[list[str]]:
     exe = rustc()
     sdk = sdk_for("rust", plugin_dir)
     rlib = rlib_path(exe, sdk)
-    step_sdk = [sys.executable, "-m", "wasmext_cli.build.rust", "--sdk-rlib", str(rlib),
+    step_sdk = [interpreter(), "-m", "wasmext_cli.build.rust", "--sdk-rlib", str(rlib),
                 "--rustc", exe, "--sdk", str(sdk)]
     return [step_sdk, plugin_command(exe, spec, plugin_dir, rlib, out)]
 

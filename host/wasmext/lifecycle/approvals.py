@@ -22,7 +22,6 @@ write is atomic (temp, fsync, rename).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import logging
@@ -35,15 +34,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from wasmext._abi import OPS
 from wasmext.errors import ConfigError
 from wasmext.files import atomic_write, read_regular
 from wasmext.manifest import Manifest
-from wasmext.sandbox.fsgrants import fs_grant_problem, fs_path_problem
 from wasmext.text import clean
 
-__all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "capability_problem",
-           "executed_files", "granted", "subject_of"]
+__all__ = ["Approval", "ApprovalStore", "Grant", "Subject", "executed_files", "granted",
+           "subject_of"]
 
 log = logging.getLogger("wasmext.approvals")
 MAX_FILE_BYTES = 4 * 2**20
@@ -52,65 +49,6 @@ MAX_FILE_BYTES = 4 * 2**20
 MAX_EXECUTED_BYTES = 64 * 2**20
 MAX_EXECUTED_FILES = 32
 _write_lock = threading.Lock()
-
-
-# What a grant may say: the capability of an op family (abi.toml), or one of them
-# narrowed to a pattern (docs/embedding.md, world.md, mcp.md).
-CAPABILITIES = frozenset(cap for cap, _since, _impl in OPS.values() if cap)
-PATTERNED = {"http": "http:<host pattern>", "tool": "tool:<tool pattern>",
-             "agents": "agents:<agent pattern>", "emit": "emit:<topic pattern>",
-             "subscribe": "subscribe:<topic pattern>",
-             "resources": "resources:<server>__<uri pattern>",
-             "prompts": "prompts:<server>__<prompt pattern>",
-             "mcp-server": "mcp-server:<server of the manifest>"}
-# How close a name must be to a known capability to be taken for its typo where a name
-# may also be an embedder's own capability (a config's [grants]): "htttp", "stat" and
-# "secret" are; "lookup" and "billing" are not.
-CUSTOM_CUTOFF = 0.75
-# A host folder shown to the plugin (sandbox.wasifs): a path, not a pattern.
-FOLDER = "fs:<absolute folder>[:ro|rw]"
-
-
-def capability_problem(capability: str, label: str | None = None,
-                       custom: bool = False) -> str | None:
-    """Why `capability` is not something a grant can say (a typo, say), or None.
-
-    The message names the nearest known capability and every known form, so
-    `wasmext grant kb htttp` is refused before it is recorded as a grant nothing
-    would ever check. `label` names the capability in the message instead of its
-    text (a config file's item, whose values a message never repeats). With `custom`,
-    a plain name close to no known one passes: it may be the capability of an
-    embedder's own op (`HostServices.register(..., capability=...)`)."""
-    if capability in CAPABILITIES:
-        return None
-    kind, colon, pattern = capability.partition(":")
-    known = sorted(CAPABILITIES)
-    forms = [*known, *PATTERNED.values(), FOLDER]
-    if kind == "fs" and colon:
-        problem = fs_grant_problem(capability)
-        if problem is not None and label is not None:
-            path = capability[3:-3] if capability.endswith((":ro", ":rw")) else capability[3:]
-            problem = f"{label} {fs_path_problem(path)}"
-        return None if problem is None else \
-            clean(f"{problem}; a grant is one of: {', '.join(forms)}", 600)
-    name = repr(capability) if label is None else label
-    if colon and kind in PATTERNED and pattern:
-        return None
-    if colon and kind in PATTERNED:
-        return clean(f"{name} has an empty pattern; write {PATTERNED[kind]}", 600)
-    if not colon and (kind in PATTERNED or kind == "fs"):  # `fs`, `tool`, `emit`: no bare form
-        return clean(f"{name} grants nothing without what it names; write "
-                     f"{PATTERNED.get(kind, FOLDER)}", 600)
-    near = difflib.get_close_matches(kind if colon else capability,
-                                     [*known, *PATTERNED, "fs"], n=1,
-                                     cutoff=CUSTOM_CUTOFF if custom else 0.6)
-    if custom and not near:
-        return None
-    said = near[0] + (":" + pattern if colon and label is None else ":..." if colon else "") \
-        if near else ""
-    hint = f"did you mean {said!r}? " if near else ""
-    return clean(f"{name} is not a capability; {hint}a grant is one of: {', '.join(forms)}",
-                 600)
 
 
 @dataclass(frozen=True)

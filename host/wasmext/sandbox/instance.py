@@ -46,6 +46,7 @@ from wasmext.sandbox.hostcalls import CallContext, HostServices, KnownRequest
 from wasmext.sandbox.limits import WASM_PAGE, Limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.wasifs import FsTable
+from wasmext.text import clean
 
 __all__ = ["CallResult", "PluginInstance"]
 
@@ -58,6 +59,8 @@ _ALLOC = export_key("wasmext_alloc")
 _REGISTER = export_key("wasmext_register")
 NO_META: Mapping[str, Any] = MappingProxyType({})
 # An error's help_url: an http(s) address without spaces or controls, else dropped.
+# What a failed registration quotes of the plugin's log: enough for one sentence of why.
+LAST_WORDS_CAP = 300
 HELP_URL = re.compile(r"^https?://[^\s\x00-\x1f\x7f]{1,500}$")
 
 
@@ -422,6 +425,7 @@ class PluginInstance:
         `wasmext_alloc` and `wasmext_register`, runs under one fresh budget: one
         call's fuel and deadline for the three, as a hook call's host calls share its."""
         self.ctx.hook = "register"
+        since = time.time()  # what the plugin logs from here on may say why it failed
         once = self._binding.call_once
         if self.module.info.has_initialize:
             self._binding.start_budget(self.limits.fuel_per_call, self.budget.enter())
@@ -459,7 +463,7 @@ class PluginInstance:
             raise self._classify(exc, what) from exc
         finally:
             self.budget.leave()
-        raw = self._read_registration(packed)
+        raw = self._read_registration(packed, since)
         # The same bytes decode to the same map: an instance that answers as the last
         # one of this module did (the usual case) is not decoded again.
         last = module.last_registration
@@ -472,7 +476,7 @@ class PluginInstance:
         module.last_registration = (raw, reg)
         return reg
 
-    def _read_registration(self, packed: int) -> bytes:
+    def _read_registration(self, packed: int, since: float = 0.0) -> bytes:
         """The registration map's bytes: read as `_read_output` would, but without asking
         wasmtime the memory's size when the map lies inside the size already known (a
         map in the module's data segments, as an SDK's usually is)."""
@@ -485,8 +489,13 @@ class PluginInstance:
             return memory.view[ptr:ptr + length].tobytes()
         raw = self._read_output(packed, "wasmext_register")
         if raw is None:
-            raise InvalidOutput("wasmext_register returned nothing", plugin_id=self.ctx.plugin_id,
-                                hook="register")
+            # An SDK that has nothing to register logs why (Go's: no wasmext.Register).
+            said = next((line.text for line in reversed(self.ctx.log.lines)
+                         if line.time >= since and (line.level == "error"
+                                                    or line.source == "stderr")), None)
+            raise InvalidOutput("wasmext_register returned nothing" + (
+                f"; the plugin logged: {clean(said, LAST_WORDS_CAP)}" if said else ""),
+                plugin_id=self.ctx.plugin_id, hook="register")
         return raw
 
     def call(self, hook: str, data: Any, meta: dict[str, Any] | None = None) -> CallResult:

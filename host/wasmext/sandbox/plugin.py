@@ -262,6 +262,20 @@ def _forget_frames(err: BaseException) -> None:
         traceback.clear_frames(exc.__traceback__)
 
 
+def _name_unregistered(err: PluginError, hook: str, hooks: tuple[str, ...]) -> None:
+    """A call of a hook the plugin does not register, said so with the hooks it does: the
+    guest SDKs answer it `unhandled`, often with no message, and a plugin's own test or
+    `wasmext call` of a misspelt hook showed that and nothing else."""
+    if err.code != "unhandled" or hook in hooks:
+        return  # a registered hook's own `unhandled` answer is the plugin's to word
+    distinct = list(dict.fromkeys(hooks))  # the plugin's names: describe() cleans them
+    names = ", ".join(distinct[:12]) + (f" and {len(distinct) - 12} more"
+                                        if len(distinct) > 12 else "") or "none"
+    err.message = f"the plugin registers no hook {hook!r} (its hooks: {names})" + \
+        (f"; it said: {err.message}" if err.message else "")
+    err.args = (err.message,)
+
+
 def _host_trouble(ctx: CallContext, excuse: WasmextError) -> WasmextError:
     """`excuse` (the host's storage trouble the call met) to raise, and the context's
     note of it cleared. It was raised and caught inside the host call: its frames, and
@@ -565,6 +579,8 @@ class Plugin:
             _forget_frames(err)
             if excuse is not None:
                 raise excuse from err  # the plugin passed the storage failure on
+            if isinstance(err, PluginError):
+                _name_unregistered(err, hook, self.registration.hook_names)
             raise
         try:
             if ctx.pending:

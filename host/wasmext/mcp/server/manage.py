@@ -53,9 +53,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wasmext.capabilities import capability_problem
 from wasmext.errors import ManageRefused
 from wasmext.files import atomic_write
-from wasmext.lifecycle.approvals import capability_problem
 from wasmext.lifecycle.bundle import MAX_ARCHIVE_BYTES, MAX_ENTRY_BYTES, PLAIN_NAME, install, pack
 from wasmext.manifest import ID_RE, load_folder, load_manifest
 from wasmext.services.tools import Tool
