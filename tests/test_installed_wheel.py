@@ -395,3 +395,19 @@ def test_the_nats_extra_serves_from_the_wheel_on_uvloop(installed: Installed) ->
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_guides_ship_in_the_wheel(installed: Installed) -> None:
+    """`wasmext docs` reads the wheel's copy of the guides, not a checkout's: the ABI's
+    specification and the authors' guide are there, and an SDK's link to the
+    specification resolves beside it."""
+    wasmext = str(installed.bin / "wasmext")
+    where = installed.run(wasmext, "docs", "spec", "--path", cwd=installed.work)
+    assert where.returncode == 0, where.stderr
+    spec = Path(where.stdout.strip())
+    assert spec.is_file() and ROOT not in spec.parents and "site-packages" in spec.parts
+    guide = installed.run(wasmext, "docs", "getting-started-authors", cwd=installed.work)
+    assert guide.returncode == 0 and guide.stdout.startswith("#"), guide.stderr
+    data = spec.parent.parent
+    assert (data / "guest-sdks" / "c" / "README.md").is_file()
+    assert (data / "guest-sdks" / "c" / ".." / ".." / "abi" / "SPEC.md").resolve() == spec

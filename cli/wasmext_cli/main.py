@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "config": ("wasmext_cli.config_cmd", "config", "Set a plugin's settings (checked against"
                " its plugin.toml, saved atomically)."),
     "disable": (_PLUGIN, "disable", "Disable PLUGIN_ID (remembered across restarts)."),
+    "docs": ("wasmext_cli.docs_cmd", "docs", "List the guides, or print one (TOPIC: a page's"
+             " name, e.g. cluster or spec)."),
     "enable": (_PLUGIN, "enable", "Enable PLUGIN_ID (remembered across restarts)."),
     "extensions": ("wasmext_cli.extensions_cmd", "extensions", "Output extensions (#name):"
                    " users' activations, saved turns, user copies."),
