@@ -56,11 +56,11 @@ def docs(topic: str | None, path_only: bool) -> None:
             click.echo(f"  {name:24} {_title(page)}")
         click.echo("`wasmext docs TOPIC` prints one; `--path` says where it is.")
         return
-    page = pages.get(topic.lower().removesuffix(".md"))
-    if page is None:
+    chosen = pages.get(topic.lower().removesuffix(".md"))
+    if chosen is None:
         near = difflib.get_close_matches(topic.lower(), list(pages), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         click.echo(f"wasmext: no guide {clean(topic, 60)!r}{hint}; `wasmext docs` lists them",
                    err=True)
         raise SystemExit(EXIT_USAGE)
-    click.echo(str(page) if path_only else page.read_text(encoding="utf-8"), nl=path_only)
+    click.echo(str(chosen) if path_only else chosen.read_text(encoding="utf-8"), nl=path_only)
