@@ -6,8 +6,14 @@ costs seconds of host CPU before any budget of a call applies. `inspect`
 walks the section headers (LEB128 lengths), counts what compiling would cost
 and what instantiating would allocate (declared table minimums), and
 `ModuleCaps.check` refuses a module over the host's policy with
-`ModuleTooLarge`. Bytes that are not a well-formed section stream are
-`InvalidModule`.
+`ModuleTooLarge`.
+
+What a module declares also costs the host outside any call and outside
+`memory_bytes`: each global is 16 bytes of every instance's metadata (999,000
+globals made each instance about 16 MiB, times the instances alive), and each
+import and export a name and a type the host reads into Python at load (100,000
+long export names: a second of load and 200 MiB). Those are counted too. Bytes
+that are not a well-formed section stream are `InvalidModule`.
 
 It also records each memory's index type: the ABI's pointers and lengths are
 i32 into the one memory the host reads and writes (abi/SPEC.md 1), so
@@ -24,7 +30,8 @@ from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge
 
 __all__ = ["ModuleCaps", "ModuleShape", "check_memories", "inspect"]
 
-_TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _START, _CODE = 1, 2, 3, 4, 5, 8, 10
+_TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _GLOBAL, _EXPORT, _START, _CODE = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10)
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,15 @@ class ModuleCaps:
     max_functions: int = 20_000
     max_function_body_bytes: int = 256 * 2**10
     max_code_bytes: int = 16 * 2**20
+    # Globals, defined and imported: every instance holds each one (16 bytes apiece in
+    # wasmtime 50) beside its memory, where `memory_bytes` does not count it.
+    max_globals: int = 10_000
+    # The ABI offers a few dozen imports and needs six exports; a toolchain exporting
+    # everything stays far below these.
+    max_imports: int = 1_000
+    max_exports: int = 10_000
+    # The bytes of every import and export name together (module and field names).
+    max_name_bytes: int = 2**20
 
     def check(self, shape: ModuleShape, name: str = "<module>") -> None:
         """Raise ModuleTooLarge when `shape` is over any cap."""
@@ -48,6 +64,11 @@ class ModuleCaps:
             ("bytes in its largest function body", shape.largest_body,
              self.max_function_body_bytes, "max_function_body_bytes"),
             ("bytes of code", shape.code_bytes, self.max_code_bytes, "max_code_bytes"),
+            ("globals", shape.globals, self.max_globals, "max_globals"),
+            ("imports", shape.imports, self.max_imports, "max_imports"),
+            ("exports", shape.exports, self.max_exports, "max_exports"),
+            ("bytes of import and export names", shape.name_bytes, self.max_name_bytes,
+             "max_name_bytes"),
         ]
         for what, value, cap, knob in over:
             if value > cap:
@@ -68,6 +89,10 @@ class ModuleShape:
     has_start: bool = False  # a start function runs when an instance is made
     # Imported and defined memories, in order: True for a 64-bit (memory64) one.
     memories: tuple[bool, ...] = ()
+    globals: int = 0  # defined and imported
+    imports: int = 0
+    exports: int = 0
+    name_bytes: int = 0  # of every import's module and field name and every export's
 
 
 def check_memories(shape: ModuleShape, name: str = "<module>") -> None:
@@ -112,8 +137,11 @@ class _Reader:
             raise InvalidModule("truncated")
         self.pos += n
 
-    def name(self) -> None:
-        self.skip(self.uleb())
+    def name(self) -> int:
+        """Skip a name; returns its length in bytes."""
+        length = self.uleb()
+        self.skip(length)
+        return length
 
     def limits(self) -> int:
         """Table or memory limits; returns the minimum."""
@@ -141,16 +169,23 @@ class _Reader:
         return self.limits()
 
 
-def _imports(r: _Reader, tables: list[int], memories: list[bool]) -> int:
-    """Walk the import section; returns the number of imported functions."""
-    funcs = 0
-    for _ in range(r.uleb()):
-        r.name()
-        r.name()
+@dataclass
+class _Imports:
+    count: int = 0
+    functions: int = 0
+    globals: int = 0
+    name_bytes: int = 0
+
+
+def _imports(r: _Reader, tables: list[int], memories: list[bool]) -> _Imports:
+    """Walk the import section."""
+    seen = _Imports(count=r.uleb())
+    for _ in range(seen.count):
+        seen.name_bytes += r.name() + r.name()
         kind = r.byte()
         if kind == 0x00:
             r.uleb()
-            funcs += 1
+            seen.functions += 1
         elif kind == 0x01:
             tables.append(r.table_type())
         elif kind == 0x02:
@@ -158,12 +193,24 @@ def _imports(r: _Reader, tables: list[int], memories: list[bool]) -> int:
         elif kind == 0x03:
             r.byte()
             r.byte()
+            seen.globals += 1
         elif kind == 0x04:
             r.byte()
             r.uleb()
         else:
             raise InvalidModule(f"unknown import kind {kind:#x}")
-    return funcs
+    return seen
+
+
+def _exports(r: _Reader) -> tuple[int, int]:
+    """Walk the export section: (exports, bytes of their names)."""
+    count = r.uleb()
+    name_bytes = 0
+    for _ in range(count):
+        name_bytes += r.name()
+        r.byte()
+        r.uleb()
+    return count, name_bytes
 
 
 def _code(r: _Reader) -> tuple[int, int, int]:
@@ -185,7 +232,9 @@ def inspect(wasm: bytes) -> ModuleShape:
     if wasm[4:8] != b"\x01\0\0\0":
         raise InvalidModule("not a WebAssembly core module of version 1")
     top = _Reader(wasm, 8, len(wasm))
-    types = imported = functions = bodies = code_bytes = largest = 0
+    types = functions = bodies = code_bytes = largest = 0
+    defined_globals = exports = export_name_bytes = 0
+    imported = _Imports()
     tables: list[int] = []
     memories: list[bool] = []
     has_start = False
@@ -212,6 +261,10 @@ def inspect(wasm: bytes) -> ModuleShape:
                 tables.append(r.table_type())
         elif section == _MEMORY:
             memories.extend(r.memory_is64() for _ in range(r.uleb()))
+        elif section == _GLOBAL:
+            defined_globals = r.uleb()
+        elif section == _EXPORT:
+            exports, export_name_bytes = _exports(r)
         elif section == _CODE:
             bodies, code_bytes, largest = _code(r)
         elif section == _START:
@@ -220,5 +273,7 @@ def inspect(wasm: bytes) -> ModuleShape:
             raise InvalidModule(f"unknown section id {section}")
     if bodies != functions:
         raise InvalidModule(f"function and code sections disagree ({functions} vs {bodies})")
-    return ModuleShape(len(wasm), types, imported, functions, code_bytes, largest,
-                       tuple(tables), has_start, tuple(memories))
+    return ModuleShape(len(wasm), types, imported.functions, functions, code_bytes, largest,
+                       tuple(tables), has_start, tuple(memories),
+                       globals=imported.globals + defined_globals, imports=imported.count,
+                       exports=exports, name_bytes=imported.name_bytes + export_name_bytes)
