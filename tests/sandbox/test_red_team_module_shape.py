@@ -7,6 +7,12 @@ is a name and a type the host reads into Python at load: 100,000 imports in a 1.
 module took 3 s and 135 MiB to load, 100,000 long export names 1 s and 220 MiB. The
 section walk (`sandbox.wasmcheck`) counts them and `ModuleCaps` refuses the module with
 `ModuleTooLarge`, naming the limit, before wasmtime compiles anything.
+
+Compile time is not proportional to the bytes either: 200 functions of 1,000 nested
+loops (600 KB, inside every byte cap) compiled for minutes, 87,000 calls in one body
+took 1.6 s and 186 MiB. A module over `ModuleCaps.inline_code_bytes` of code compiles
+in a child process (`sandbox.compiler`) under `compile_timeout_ms` and
+`compile_memory_bytes`.
 """
 
 from __future__ import annotations
@@ -18,14 +24,15 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmext import ModuleTooLarge, Plugin, Runtime
+from wasmext import InvalidModule, ModuleTooLarge, Plugin, Runtime
+from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.wasmcheck import ModuleCaps, inspect
 from wasmext.testing import guest_wat
 
 BOUND_S = 2.0  # a refusal reads section headers; a compile of these took seconds
 GROWTH_MIB = 32  # what a refused load may add to the process (the module's bytes, mostly)
 _SECTION_ORDER = (1, 2, 3, 4, 5, 13, 6, 7, 8, 9, 12, 10, 11)
-_TYPE, _IMPORT, _GLOBAL, _EXPORT = 1, 2, 6, 7
+_TYPE, _IMPORT, _FUNCTION, _GLOBAL, _EXPORT, _CODE = 1, 2, 3, 6, 7, 10
 
 
 def _uleb(n: int) -> bytes:
@@ -168,3 +175,70 @@ def test_the_section_walk_counts_globals_imports_exports_and_names() -> None:
     assert inspect(many_globals(100)).globals == 101
     assert inspect(many_imported_globals(7)).globals == 8
 
+
+
+def with_functions(body: bytes, count: int) -> bytes:
+    """The guest with `count` more functions () -> () of `body` (locals and code)."""
+    wasm = _guest()
+    new_type = inspect(wasm).types
+    wasm = _with_entries(wasm, _TYPE, b"\x60\x00\x00", 1)
+    wasm = _with_entries(wasm, _FUNCTION, _uleb(new_type) * count, count)
+    return _with_entries(wasm, _CODE, (_uleb(len(body)) + body) * count, count)
+
+
+def nested_loops(count: int = 200, depth: int = 1_000) -> bytes:
+    return with_functions(b"\x00" + b"\x03\x40" * depth + b"\x0b" * depth + b"\x0b", count)
+
+
+def many_calls(calls: int = 87_000) -> bytes:
+    # Each calls function 0 (wasmext_abi_version) and drops its answer.
+    return with_functions(b"\x00" + b"\x10\x00\x1a" * calls + b"\x0b", 1)
+
+
+COMPILE_BOMBS: dict[str, tuple[Callable[[], bytes], ModuleCaps, str]] = {
+    "nested loops": (nested_loops, ModuleCaps(compile_timeout_ms=1_000),
+                     "compiling it took over the host's compile_timeout_ms 1000"),
+    "calls in one body": (many_calls, ModuleCaps(compile_memory_bytes=64 * 2**20),
+                          "compiling it needed over the host's compile_memory_bytes 67108864"),
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(COMPILE_BOMBS))
+def test_a_compile_over_its_time_or_memory_is_refused_and_costs_the_host_nothing(
+        tmp_path: Path, bomb: str) -> None:
+    make, caps, says = COMPILE_BOMBS[bomb]
+    wasm = make()
+    assert inspect(wasm).code_bytes > caps.inline_code_bytes
+    cache = CompileCache(tmp_path / "modules", tmp_path / "key")
+    with Runtime(cache=cache, module_caps=caps) as runtime:
+        healthy = runtime.load(bytes(wasmtime.wat2wasm(guest_wat(response={
+            "ok": True, "value": "alive"}))), plugin_id="healthy")
+        before = _rss_mib()
+        started = time.monotonic()
+        with pytest.raises(ModuleTooLarge) as caught:
+            runtime.load(wasm, plugin_id="bomb")
+        assert time.monotonic() - started < caps.compile_timeout_ms / 1000 + BOUND_S
+        assert _rss_mib() - before < GROWTH_MIB
+        assert says in str(caught.value) and "bomb" in str(caught.value)
+        assert "bomb" not in runtime.plugins
+        assert healthy.call("test", "ping").value == "alive"
+
+
+def test_a_module_compiled_in_a_child_runs_and_is_cached(tmp_path: Path) -> None:
+    # Over inline_code_bytes, yet a plain module: the child's code is the engine's own.
+    wasm = with_functions(b"\x00" + b"\x01" * 1_000 + b"\x0b", 20)  # 20 bodies of nops
+    assert inspect(wasm).code_bytes > ModuleCaps().inline_code_bytes
+    for expect_hits in (0, 1):
+        cache = CompileCache(tmp_path / "modules", tmp_path / "key")
+        with Runtime(cache=cache) as runtime:
+            assert runtime.load(wasm, plugin_id="big").call("test").value == "ok"
+        assert cache.hits == expect_hits
+
+
+def test_a_module_the_child_cannot_compile_is_invalid(runtime: Runtime, healthy: Plugin
+                                                      ) -> None:
+    wasm = with_functions(b"\x00" + b"\x01" * 20_000 + b"\x6a\x0b", 1)  # i32.add of nothing
+    with pytest.raises(InvalidModule, match="does not compile") as caught:
+        runtime.load(wasm, plugin_id="broken")
+    assert not isinstance(caught.value, ModuleTooLarge)
+    assert healthy.call("test", "ping").value == "alive"

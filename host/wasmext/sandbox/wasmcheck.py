@@ -55,6 +55,13 @@ class ModuleCaps:
     max_exports: int = 10_000
     # The bytes of every import and export name together (module and field names).
     max_name_bytes: int = 2**20
+    # A module with more code than this compiles in a child process (`sandbox.compiler`)
+    # killed at `compile_timeout_ms` and refused memory past `compile_memory_bytes`:
+    # compile time grows faster than the bytes (nested loops, many calls in one body).
+    # Below it a compile takes milliseconds, and starting a child would cost more.
+    inline_code_bytes: int = 16 * 2**10
+    compile_timeout_ms: int = 10_000
+    compile_memory_bytes: int = 2**30
 
     def check(self, shape: ModuleShape, name: str = "<module>") -> None:
         """Raise ModuleTooLarge when `shape` is over any cap."""
