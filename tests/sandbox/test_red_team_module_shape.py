@@ -10,8 +10,9 @@ section walk (`sandbox.wasmcheck`) counts them and `ModuleCaps` refuses the modu
 
 Compile time is not proportional to the bytes either: 200 functions of 1,000 nested
 loops (600 KB, inside every byte cap) compiled for minutes, 87,000 calls in one body
-took 1.6 s and 186 MiB. A module over `ModuleCaps.inline_code_bytes` of code compiles
-in a child process (`sandbox.compiler`) under `compile_timeout_ms` and
+took 1.6 s and 186 MiB, 99,000 one-function element segments 4 s (0.4 MB, no code at
+all). A module with more code and element segments than `ModuleCaps.inline_compile_bytes`
+compiles in a child process (`sandbox.compiler`) under `compile_timeout_ms` and
 `compile_memory_bytes`.
 """
 
@@ -24,15 +25,16 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from wasmext import InvalidModule, ModuleTooLarge, Plugin, Runtime
+from wasmext import InvalidModule, MemoryLimitExceeded, ModuleTooLarge, Plugin, Runtime
 from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.engine import EngineConfig
 from wasmext.sandbox.wasmcheck import ModuleCaps, inspect
 from wasmext.testing import guest_wat
 
 BOUND_S = 2.0  # a refusal reads section headers; a compile of these took seconds
 GROWTH_MIB = 32  # what a refused load may add to the process (the module's bytes, mostly)
 _SECTION_ORDER = (1, 2, 3, 4, 5, 13, 6, 7, 8, 9, 12, 10, 11)
-_TYPE, _IMPORT, _FUNCTION, _GLOBAL, _EXPORT, _CODE = 1, 2, 3, 6, 7, 10
+_TYPE, _IMPORT, _FUNCTION, _GLOBAL, _EXPORT, _ELEMENT, _CODE = 1, 2, 3, 6, 7, 9, 10
 
 
 def _uleb(n: int) -> bytes:
@@ -174,6 +176,8 @@ def test_the_section_walk_counts_globals_imports_exports_and_names() -> None:
         "memorywasmext_abi_versionwasmext_allocwasmext_registerwasmext_callmore")
     assert inspect(many_globals(100)).globals == 101
     assert inspect(many_imported_globals(7)).globals == 8
+    elements = inspect(many_element_segments(10))
+    assert elements.code_bytes < 100 and elements.element_bytes == 1 + 6 * 10
 
 
 
@@ -195,11 +199,18 @@ def many_calls(calls: int = 87_000) -> bytes:
     return with_functions(b"\x00" + b"\x10\x00\x1a" * calls + b"\x0b", 1)
 
 
+def many_element_segments(n: int = 99_000) -> bytes:
+    # Passive segments of one (ref.func 0) expression each; wasmparser's cap is 100,000.
+    return _with_entries(_guest(), _ELEMENT, b"\x05\x70\x01\xd2\x00\x0b" * n, n)
+
+
 COMPILE_BOMBS: dict[str, tuple[Callable[[], bytes], ModuleCaps, str]] = {
     "nested loops": (nested_loops, ModuleCaps(compile_timeout_ms=1_000),
                      "compiling it took over the host's compile_timeout_ms 1000"),
     "calls in one body": (many_calls, ModuleCaps(compile_memory_bytes=64 * 2**20),
                           "compiling it needed over the host's compile_memory_bytes 67108864"),
+    "element segments": (many_element_segments, ModuleCaps(compile_timeout_ms=1_000),
+                         "compiling it took over the host's compile_timeout_ms 1000"),
 }
 
 
@@ -208,7 +219,7 @@ def test_a_compile_over_its_time_or_memory_is_refused_and_costs_the_host_nothing
         tmp_path: Path, bomb: str) -> None:
     make, caps, says = COMPILE_BOMBS[bomb]
     wasm = make()
-    assert inspect(wasm).code_bytes > caps.inline_code_bytes
+    assert not caps.compiles_inline(inspect(wasm))
     cache = CompileCache(tmp_path / "modules", tmp_path / "key")
     with Runtime(cache=cache, module_caps=caps) as runtime:
         healthy = runtime.load(bytes(wasmtime.wat2wasm(guest_wat(response={
@@ -225,9 +236,9 @@ def test_a_compile_over_its_time_or_memory_is_refused_and_costs_the_host_nothing
 
 
 def test_a_module_compiled_in_a_child_runs_and_is_cached(tmp_path: Path) -> None:
-    # Over inline_code_bytes, yet a plain module: the child's code is the engine's own.
+    # Over inline_compile_bytes, yet a plain module: the child's code is the engine's own.
     wasm = with_functions(b"\x00" + b"\x01" * 1_000 + b"\x0b", 20)  # 20 bodies of nops
-    assert inspect(wasm).code_bytes > ModuleCaps().inline_code_bytes
+    assert not ModuleCaps().compiles_inline(inspect(wasm))
     for expect_hits in (0, 1):
         cache = CompileCache(tmp_path / "modules", tmp_path / "key")
         with Runtime(cache=cache) as runtime:
@@ -242,3 +253,18 @@ def test_a_module_the_child_cannot_compile_is_invalid(runtime: Runtime, healthy:
         runtime.load(wasm, plugin_id="broken")
     assert not isinstance(caught.value, ModuleTooLarge)
     assert healthy.call("test", "ping").value == "alive"
+
+
+@pytest.mark.parametrize("pool", [0, 2])
+def test_more_tables_than_an_instance_may_have_are_refused_before_compiling(pool: int) -> None:
+    # Without the pool, five tables compiled and then failed every instantiation as a
+    # GuestTrap ("table count too high"): the same refusal as with it, before compiling.
+    with Runtime(cache=False, engine=EngineConfig(instance_pool=pool)) as runtime:
+        healthy = runtime.load(bytes(wasmtime.wat2wasm(guest_wat())), plugin_id="healthy")
+        started = time.monotonic()
+        with pytest.raises(MemoryLimitExceeded, match="declares 5 tables; an instance may "
+                           "have 4"):
+            runtime.load(bytes(wasmtime.wat2wasm(guest_wat(extra="(table 1 funcref)" * 5))),
+                         plugin_id="tables")
+        assert time.monotonic() - started < BOUND_S
+        assert healthy.call("test").value == "ok"

@@ -144,12 +144,14 @@ class SharedEngine:
 
     def check_tables(self, minimums: Sequence[int], name: str) -> None:
         """Refuse, before compiling, a module whose tables no slot of the pool holds
-        (wasmtime would refuse to compile it, in words of its own)."""
-        if not self.pooled:
-            return
+        (wasmtime would refuse to compile it, in words of its own), or more tables than
+        the store limiter lets an instance have (without a pool: a compile for nothing,
+        then a `GuestTrap` at every instantiation)."""
         if len(minimums) > POOL_TABLES_PER_MODULE:
             raise MemoryLimitExceeded(f"{name}: declares {len(minimums)} tables; an "
                                       f"instance may have {POOL_TABLES_PER_MODULE}")
+        if not self.pooled:
+            return
         for minimum in minimums:
             if minimum > POOL_TABLE_ELEMENTS:
                 raise MemoryLimitExceeded(

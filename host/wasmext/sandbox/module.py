@@ -141,7 +141,7 @@ class PluginModule:
         check_memories(shape, name)
         self.engine.check_tables(shape.table_minimums, name)
         def compile_it() -> wasmtime.Module:
-            if shape.code_bytes <= caps.inline_code_bytes:
+            if caps.compiles_inline(shape):
                 return self.engine.compile(wasm)
             return compile_in_child(self.engine, wasm, timeout_ms=caps.compile_timeout_ms,
                                     memory_bytes=caps.compile_memory_bytes, name=name)

@@ -30,8 +30,8 @@ from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge
 
 __all__ = ["ModuleCaps", "ModuleShape", "check_memories", "inspect"]
 
-_TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _GLOBAL, _EXPORT, _START, _CODE = (
-    1, 2, 3, 4, 5, 6, 7, 8, 10)
+_TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _GLOBAL, _EXPORT, _START, _ELEMENT, _CODE = (
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,18 @@ class ModuleCaps:
     max_exports: int = 10_000
     # The bytes of every import and export name together (module and field names).
     max_name_bytes: int = 2**20
-    # A module with more code than this compiles in a child process (`sandbox.compiler`)
-    # killed at `compile_timeout_ms` and refused memory past `compile_memory_bytes`:
-    # compile time grows faster than the bytes (nested loops, many calls in one body).
+    # A module with more bytes of code and element segments than this compiles in a
+    # child process (`sandbox.compiler`) killed at `compile_timeout_ms` and refused
+    # memory past `compile_memory_bytes`: compile time grows faster than those bytes
+    # (nested loops, many calls in one body, element segments: 99,000 of them took 4 s).
     # Below it a compile takes milliseconds, and starting a child would cost more.
-    inline_code_bytes: int = 16 * 2**10
+    inline_compile_bytes: int = 16 * 2**10
     compile_timeout_ms: int = 10_000
     compile_memory_bytes: int = 2**30
+
+    def compiles_inline(self, shape: ModuleShape) -> bool:
+        """Whether `shape` is small enough to compile in this process."""
+        return shape.code_bytes + shape.element_bytes <= self.inline_compile_bytes
 
     def check(self, shape: ModuleShape, name: str = "<module>") -> None:
         """Raise ModuleTooLarge when `shape` is over any cap."""
@@ -100,6 +105,7 @@ class ModuleShape:
     imports: int = 0
     exports: int = 0
     name_bytes: int = 0  # of every import's module and field name and every export's
+    element_bytes: int = 0  # the element section's: each segment is compiled
 
 
 def check_memories(shape: ModuleShape, name: str = "<module>") -> None:
@@ -240,7 +246,7 @@ def inspect(wasm: bytes) -> ModuleShape:
         raise InvalidModule("not a WebAssembly core module of version 1")
     top = _Reader(wasm, 8, len(wasm))
     types = functions = bodies = code_bytes = largest = 0
-    defined_globals = exports = export_name_bytes = 0
+    defined_globals = exports = export_name_bytes = element_bytes = 0
     imported = _Imports()
     tables: list[int] = []
     memories: list[bool] = []
@@ -276,6 +282,8 @@ def inspect(wasm: bytes) -> ModuleShape:
             bodies, code_bytes, largest = _code(r)
         elif section == _START:
             has_start = True
+        elif section == _ELEMENT:
+            element_bytes = size
         elif section > 13 and section != 0:
             raise InvalidModule(f"unknown section id {section}")
     if bodies != functions:
@@ -283,4 +291,5 @@ def inspect(wasm: bytes) -> ModuleShape:
     return ModuleShape(len(wasm), types, imported.functions, functions, code_bytes, largest,
                        tuple(tables), has_start, tuple(memories),
                        globals=imported.globals + defined_globals, imports=imported.count,
-                       exports=exports, name_bytes=imported.name_bytes + export_name_bytes)
+                       exports=exports, name_bytes=imported.name_bytes + export_name_bytes,
+                       element_bytes=element_bytes)
