@@ -235,6 +235,24 @@ def test_a_compile_over_its_time_or_memory_is_refused_and_costs_the_host_nothing
         assert healthy.call("test", "ping").value == "alive"
 
 
+def test_naming_the_extism_kernel_does_not_skip_the_bounded_compile(runtime: Runtime,
+                                                                   healthy: Plugin) -> None:
+    # A module whose bytes hold the Extism kernel's name is compiled to read its imports
+    # (is it an Extism plugin?): that compile was in the process, unbounded.
+    kernel = b"extism:host/env"
+    name = b"x"
+    custom = b"\x00" + _uleb(1 + len(name) + len(kernel)) + _uleb(len(name)) + name + kernel
+    caps = ModuleCaps(compile_timeout_ms=1_000)
+    with Runtime(cache=False, module_caps=caps) as strict:
+        before = _rss_mib()
+        started = time.monotonic()
+        with pytest.raises(ModuleTooLarge, match="compile_timeout_ms 1000"):
+            strict.load(nested_loops() + custom, plugin_id="kernel")
+        assert time.monotonic() - started < 1 + BOUND_S
+        assert _rss_mib() - before < GROWTH_MIB
+    assert healthy.call("test", "ping").value == "alive"
+
+
 def test_a_module_compiled_in_a_child_runs_and_is_cached(tmp_path: Path) -> None:
     # Over inline_compile_bytes, yet a plain module: the child's code is the engine's own.
     wasm = with_functions(b"\x00" + b"\x01" * 1_000 + b"\x0b", 20)  # 20 bodies of nops

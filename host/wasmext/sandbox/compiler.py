@@ -30,8 +30,9 @@ import wasmtime
 
 from wasmext.errors import InvalidModule, ModuleTooLarge
 from wasmext.sandbox.engine import SharedEngine
+from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape
 
-__all__ = ["compile_in_child"]
+__all__ = ["compile_bounded", "compile_in_child"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,16 @@ sys.stdout.buffer.write(code)
 _REFUSED = 3
 _ERROR_CHARS = 2000  # of wasmtime's words about a module it refuses
 _fallback_logged = False
+
+
+def compile_bounded(engine: SharedEngine, wasm: bytes, shape: ModuleShape, caps: ModuleCaps,
+                    name: str) -> wasmtime.Module:
+    """`wasm` compiled for `engine`: in this process when `caps` says its shape compiles
+    in milliseconds, else in a child under `caps`' time and memory limits."""
+    if caps.compiles_inline(shape):
+        return engine.compile(wasm)
+    return compile_in_child(engine, wasm, timeout_ms=caps.compile_timeout_ms,
+                            memory_bytes=caps.compile_memory_bytes, name=name)
 
 
 def compile_in_child(engine: SharedEngine, wasm: bytes, *, timeout_ms: int,

@@ -28,7 +28,7 @@ from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge, UnknownIm
 from wasmext.files import read_regular
 from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
-from wasmext.sandbox.compiler import compile_in_child
+from wasmext.sandbox.compiler import compile_bounded
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.fastcall import handle
 from wasmext.sandbox.limits import WASM_PAGE
@@ -141,10 +141,7 @@ class PluginModule:
         check_memories(shape, name)
         self.engine.check_tables(shape.table_minimums, name)
         def compile_it() -> wasmtime.Module:
-            if caps.compiles_inline(shape):
-                return self.engine.compile(wasm)
-            return compile_in_child(self.engine, wasm, timeout_ms=caps.compile_timeout_ms,
-                                    memory_bytes=caps.compile_memory_bytes, name=name)
+            return compile_bounded(self.engine, wasm, shape, caps, name)
 
         try:
             if cache is not None:
