@@ -253,6 +253,22 @@ def test_naming_the_extism_kernel_does_not_skip_the_bounded_compile(runtime: Run
     assert healthy.call("test", "ping").value == "alive"
 
 
+def test_a_component_compiles_in_a_child_under_its_own_limits(runtime: Runtime,
+                                                              healthy: Plugin) -> None:
+    # A component wrapping the nested loops: compiled in the process, it ran for minutes.
+    core = nested_loops()
+    component = b"\0asm\x0d\x00\x01\x00" + b"\x01" + _uleb(len(core)) + core
+    caps = ModuleCaps(compile_component_timeout_ms=1_000)
+    with Runtime(cache=False, module_caps=caps) as strict:
+        before = _rss_mib()
+        started = time.monotonic()
+        with pytest.raises(ModuleTooLarge, match="compile_component_timeout_ms 1000"):
+            strict.load(component, plugin_id="component")
+        assert time.monotonic() - started < 1 + BOUND_S
+        assert _rss_mib() - before < GROWTH_MIB
+    assert healthy.call("test", "ping").value == "alive"
+
+
 def test_a_module_compiled_in_a_child_runs_and_is_cached(tmp_path: Path) -> None:
     # Over inline_compile_bytes, yet a plain module: the child's code is the engine's own.
     wasm = with_functions(b"\x00" + b"\x01" * 1_000 + b"\x0b", 20)  # 20 bodies of nops

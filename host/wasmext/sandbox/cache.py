@@ -161,12 +161,14 @@ class CompileCache:
                                      wasmtime.Module.deserialize,
                                      compile_it or (lambda: engine.compile(wasm)), name)
 
-    def load_or_compile_component(self, wasm: bytes, digest: str, engine: SharedEngine,
-                                  name: str = "<component>") -> wasmtime.component.Component:
+    def load_or_compile_component(
+            self, wasm: bytes, digest: str, engine: SharedEngine, name: str = "<component>",
+            compile_it: Callable[[], wasmtime.component.Component] | None = None,
+    ) -> wasmtime.component.Component:
         """`load_or_compile` for a component (the same key, MAC and fallbacks)."""
         return self._load_or_compile(self.component_entry_path(digest, engine), engine,
                                      wasmtime.component.Component.deserialize,
-                                     lambda: engine.compile_component(wasm),
+                                     compile_it or (lambda: engine.compile_component(wasm)),
                                      name)
 
     def _load_or_compile(self, path: Path, engine: SharedEngine,

@@ -32,7 +32,7 @@ from wasmext.errors import InvalidModule, ModuleTooLarge
 from wasmext.sandbox.engine import SharedEngine
 from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape
 
-__all__ = ["compile_bounded", "compile_in_child"]
+__all__ = ["compile_bounded", "compile_component_bounded", "compile_in_child"]
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,13 @@ for name, value in settings.items():
         sys.exit(f"wasmtime.Config has no {name}")
     setattr(cfg, name, value)
 wasm = sys.stdin.buffer.read()
+if sys.argv[5] == "component":
+    from wasmtime import component
+    kind = component.Component
+else:
+    kind = wasmtime.Module
 try:
-    code = wasmtime.Module(wasmtime.Engine(cfg), wasm).serialize()
+    code = kind(wasmtime.Engine(cfg), wasm).serialize()
 except wasmtime.WasmtimeError as exc:
     sys.stderr.write(str(exc))
     sys.exit(3)
@@ -74,44 +79,72 @@ def compile_bounded(engine: SharedEngine, wasm: bytes, shape: ModuleShape, caps:
                             memory_bytes=caps.compile_memory_bytes, name=name)
 
 
+def compile_component_bounded(engine: SharedEngine, wasm: bytes, caps: ModuleCaps,
+                              name: str) -> wasmtime.component.Component:
+    """`wasm`, a component, compiled for `engine` in a child under `caps`' component
+    limits (a componentized interpreter takes most of a minute: a child costs nothing
+    next to it)."""
+    from wasmtime import component as wc  # loaded where components are used
+
+    code = _child_compiled(engine, wasm, "component", caps.compile_component_timeout_ms,
+                           caps.compile_component_memory_bytes, name)
+    if code is None:
+        return engine.compile_component(wasm)
+    try:
+        return wc.Component.deserialize(engine.engine, code)
+    except wasmtime.WasmtimeError as exc:
+        raise InvalidModule(f"{name}: the compiled code was refused: {exc}") from exc
+
+
 def compile_in_child(engine: SharedEngine, wasm: bytes, *, timeout_ms: int,
                      memory_bytes: int, name: str) -> wasmtime.Module:
     """`wasm` compiled for `engine` by a child process within the limits.
 
-    ModuleTooLarge when the compile ran out of time or memory, InvalidModule when
-    wasmtime refused the module; in the process when no child can be started."""
+    ModuleTooLarge when the compile ran out of time or memory, WasmtimeError (as from
+    an inline compile) when wasmtime refused the module; in the process when no child
+    can be started."""
+    code = _child_compiled(engine, wasm, "module", timeout_ms, memory_bytes, name)
+    if code is None:
+        return engine.compile(wasm)
+    try:
+        return wasmtime.Module.deserialize(engine.engine, code)
+    except wasmtime.WasmtimeError as exc:
+        raise InvalidModule(f"{name}: the compiled code was refused: {exc}") from exc
+
+
+def _child_compiled(engine: SharedEngine, wasm: bytes, kind: str, timeout_ms: int,
+                    memory_bytes: int, name: str) -> bytes | None:
+    """The serialized code a child compiled; None when no child could be started."""
+    knob = "compile_component" if kind == "component" else "compile"  # ModuleCaps' names
     where = Path(wasmtime.__file__).resolve().parent.parent
     # CPU time is a backstop for a child the deadline's kill somehow missed: its
     # compiler threads together may use every core for the whole deadline.
     cpu_s = -(-timeout_ms * (os.cpu_count() or 1) // 1000) + 1
     argv = [sys.executable, "-I", "-S", "-c", _CHILD, str(where),
-            json.dumps(engine.compiler_settings()), str(memory_bytes), str(cpu_s)]
+            json.dumps(engine.compiler_settings()), str(memory_bytes), str(cpu_s), kind]
     try:
         if not sys.executable:
             raise OSError("no interpreter to run (sys.executable is empty)")
         done = subprocess.run(argv, input=wasm, capture_output=True,
                               timeout=timeout_ms / 1000, check=False)
     except subprocess.TimeoutExpired as exc:  # run() killed and reaped the child
-        raise ModuleTooLarge(f"{name}: compiling it took over the host's compile_timeout_ms "
+        raise ModuleTooLarge(f"{name}: compiling it took over the host's {knob}_timeout_ms "
                              f"{timeout_ms}") from exc
     except OSError as exc:
         _log_fallback(exc)
-        return engine.compile(wasm)
+        return None
     if done.returncode == _REFUSED:
-        why = done.stderr.decode("utf-8", "replace")[:_ERROR_CHARS]
-        raise InvalidModule(f"{name}: does not compile: {why}")
+        # wasmtime's words, as an inline compile raises them: each caller names them.
+        raise wasmtime.WasmtimeError(done.stderr.decode("utf-8", "replace")[:_ERROR_CHARS])
     if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
-        raise ModuleTooLarge(f"{name}: compiling it took over the host's compile_timeout_ms "
+        raise ModuleTooLarge(f"{name}: compiling it took over the host's {knob}_timeout_ms "
                              f"{timeout_ms}")
     if done.returncode != 0:
         # Past RLIMIT_DATA, Rust's allocator aborts and Python raises MemoryError.
         raise ModuleTooLarge(f"{name}: compiling it needed over the host's "
-                             f"compile_memory_bytes {memory_bytes} (the compiler ended "
+                             f"{knob}_memory_bytes {memory_bytes} (the compiler ended "
                              f"with status {done.returncode})")
-    try:
-        return wasmtime.Module.deserialize(engine.engine, done.stdout)
-    except wasmtime.WasmtimeError as exc:
-        raise InvalidModule(f"{name}: the compiled code was refused: {exc}") from exc
+    return done.stdout
 
 
 def _log_fallback(exc: OSError) -> None:
