@@ -31,6 +31,7 @@ import wasmtime
 from wasmext.errors import InvalidModule, ModuleTooLarge
 from wasmext.sandbox.engine import SharedEngine
 from wasmext.sandbox.wasmcheck import ModuleCaps, ModuleShape
+from wasmext.text import clean
 
 __all__ = ["compile_bounded", "compile_component_bounded", "compile_in_child"]
 
@@ -38,13 +39,19 @@ log = logging.getLogger(__name__)
 
 # Run with -I -S: no environment, no site packages; wasmtime's own folder is put on the
 # path, and nothing else of the host is imported. Exit 3: wasmtime refused the module
-# (its words on stderr); a limit reached kills the child or ends it with MemoryError.
+# (its words on stderr); exit 4: MemoryError; past the data limit Rust's allocator aborts
+# (SIGABRT); past the CPU limit the kernel sends SIGXCPU. Where a limit cannot be set
+# (no `resource` module), the deadline's kill still holds.
 _CHILD = r"""
-import json, resource, sys
+import json, sys
 sys.path.insert(0, sys.argv[1])
 settings, memory, cpu_s = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+try:
+    import resource
+    resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+except (ImportError, AttributeError, ValueError, OSError):
+    pass
 import wasmtime
 cfg = wasmtime.Config()
 for name, value in settings.items():
@@ -62,9 +69,11 @@ try:
 except wasmtime.WasmtimeError as exc:
     sys.stderr.write(str(exc))
     sys.exit(3)
+except MemoryError:
+    sys.exit(4)
 sys.stdout.buffer.write(code)
 """
-_REFUSED = 3
+_REFUSED, _OUT_OF_MEMORY = 3, 4
 _ERROR_CHARS = 2000  # of wasmtime's words about a module it refuses
 _fallback_logged = False
 
@@ -139,11 +148,13 @@ def _child_compiled(engine: SharedEngine, wasm: bytes, kind: str, timeout_ms: in
     if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         raise ModuleTooLarge(f"{name}: compiling it took over the host's {knob}_timeout_ms "
                              f"{timeout_ms}")
-    if done.returncode != 0:
-        # Past RLIMIT_DATA, Rust's allocator aborts and Python raises MemoryError.
+    if done.returncode in (_OUT_OF_MEMORY, -signal.SIGABRT):
         raise ModuleTooLarge(f"{name}: compiling it needed over the host's "
-                             f"{knob}_memory_bytes {memory_bytes} (the compiler ended "
-                             f"with status {done.returncode})")
+                             f"{knob}_memory_bytes {memory_bytes}")
+    if done.returncode != 0:  # not the module's doing that anyone foresaw: said as it is
+        why = clean(done.stderr.decode("utf-8", "replace")[-_ERROR_CHARS:], 500)
+        raise InvalidModule(f"{name}: the compiler process failed (status "
+                            f"{done.returncode}): {why}")
     return done.stdout
 
 
