@@ -256,8 +256,7 @@ def test_naming_the_extism_kernel_does_not_skip_the_bounded_compile(runtime: Run
 def test_a_component_compiles_in_a_child_under_its_own_limits(runtime: Runtime,
                                                               healthy: Plugin) -> None:
     # A component wrapping the nested loops: compiled in the process, it ran for minutes.
-    core = nested_loops()
-    component = b"\0asm\x0d\x00\x01\x00" + b"\x01" + _uleb(len(core)) + core
+    component = _component_of(nested_loops())
     caps = ModuleCaps(compile_component_timeout_ms=1_000)
     with Runtime(cache=False, module_caps=caps) as strict:
         before = _rss_mib()
@@ -266,6 +265,26 @@ def test_a_component_compiles_in_a_child_under_its_own_limits(runtime: Runtime,
             strict.load(component, plugin_id="component")
         assert time.monotonic() - started < 1 + BOUND_S
         assert _rss_mib() - before < GROWTH_MIB
+    assert healthy.call("test", "ping").value == "alive"
+
+
+def _component_of(*cores: bytes) -> bytes:
+    return b"\0asm\x0d\x00\x01\x00" + b"".join(
+        b"\x01" + _uleb(len(core)) + core for core in cores)
+
+
+@pytest.mark.parametrize("cores", [(999_000,), (6_000, 6_000)], ids=["one", "together"])
+def test_a_components_core_modules_globals_are_capped_together(
+        runtime: Runtime, healthy: Plugin, cores: tuple[int, ...]) -> None:
+    # Each instance of a component holds every global of its core modules.
+    component = _component_of(*(many_globals(n) for n in cores))
+    before = _rss_mib()
+    started = time.monotonic()
+    with pytest.raises(ModuleTooLarge, match="globals in its core modules, over the host's "
+                       "max_globals 10000"):
+        runtime.load(component, plugin_id="globals")
+    assert time.monotonic() - started < BOUND_S
+    assert _rss_mib() - before < GROWTH_MIB
     assert healthy.call("test", "ping").value == "alive"
 
 

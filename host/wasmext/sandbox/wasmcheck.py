@@ -68,6 +68,21 @@ class ModuleCaps:
     compile_component_timeout_ms: int = 300_000
     compile_component_memory_bytes: int = 4 * 2**30
 
+    def check_component(self, wasm: bytes, name: str = "<component>") -> None:
+        """Raise ModuleTooLarge when the core modules of the component `wasm` declare
+        more globals together than `max_globals` (each instance of the component holds
+        all of them). The other caps bound one plugin module's compile: a component's
+        interpreter is far over them, and compiles in a child (`sandbox.compiler`)."""
+        total = 0
+        for core in _core_modules(wasm):
+            try:
+                total += inspect(core).globals
+            except InvalidModule:
+                continue  # wasmtime's validator names what is wrong with it
+        if total > self.max_globals:
+            raise ModuleTooLarge(f"{name}: {total} globals in its core modules, over the "
+                                 f"host's max_globals {self.max_globals}")
+
     def compiles_inline(self, shape: ModuleShape) -> bool:
         """Whether `shape` is small enough to compile in this process."""
         return shape.code_bytes + shape.element_bytes <= self.inline_compile_bytes
@@ -240,6 +255,32 @@ def _code(r: _Reader) -> tuple[int, int, int]:
         total += size
         largest = max(largest, size)
     return count, total, largest
+
+
+_CORE_MODULE, _NESTED_COMPONENT = 1, 4  # a component's sections holding code
+_MAX_COMPONENT_NESTING = 16
+
+
+def _core_modules(wasm: bytes, depth: int = 0) -> list[bytes]:
+    """The core modules of a component (of its nested components too), by their section
+    headers; a malformed stream ends the walk (wasmtime's validator refuses it)."""
+    found: list[bytes] = []
+    if depth > _MAX_COMPONENT_NESTING:
+        return found
+    top = _Reader(wasm, 8, len(wasm))
+    try:
+        while top.pos < top.end:
+            section = top.byte()
+            size = top.uleb()
+            start = top.pos
+            top.skip(size)
+            if section == _CORE_MODULE:
+                found.append(wasm[start:start + size])
+            elif section == _NESTED_COMPONENT:
+                found += _core_modules(wasm[start:start + size], depth + 1)
+    except InvalidModule:
+        pass
+    return found
 
 
 def inspect(wasm: bytes) -> ModuleShape:

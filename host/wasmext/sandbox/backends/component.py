@@ -213,6 +213,7 @@ class ComponentModule(PluginModule):
                                  f"max_module_bytes {caps.max_module_bytes}")
         if not is_component(wasm):
             raise InvalidModule(f"{name}: not a WebAssembly component")
+        caps.check_component(wasm, name)
         digest = hashlib.sha256(wasm).hexdigest()
         try:
             self.component = _compile(self.engine, wasm, digest, cache, name, caps)
