@@ -29,6 +29,7 @@ from wasmext.sandbox.backends.component import ComponentModule, is_component
 from wasmext.sandbox.backends.component_instance import ComponentPlugin
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
 from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.compiler import compile_bounded
 from wasmext.sandbox.engine import EngineConfig, SharedEngine, shared_engine
 from wasmext.sandbox.hostcalls import HostServices
 from wasmext.sandbox.limits import Limits, effective_limits
@@ -175,7 +176,11 @@ def _extism_module(engine: SharedEngine, wasm: bytes, caps: ModuleCaps,
     caps.check(shape, name)  # before compiling, as PluginModule does
     check_memories(shape, name)
     try:
-        module = engine.on_demand().compile(wasm)
+        # Bounded as a native module's compile is: the kernel's name anywhere in the bytes
+        # (a custom section) leads here. Extism compiles the module again, in this
+        # process and beyond the host's reach; a module that compiled within the caps
+        # here costs it about as much.
+        module = compile_bounded(engine.on_demand(), wasm, shape, caps, name)
     except wasmtime.WasmtimeError as exc:
         raise InvalidModule(f"does not compile: {exc}") from exc
     return module if uses_extism(module) else None

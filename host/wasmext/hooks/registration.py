@@ -12,7 +12,6 @@ and the application add theirs after plugins load.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +27,7 @@ GUIDANCE_KEYS = ("preferred", "avoided", "order")
 MAX_ADDITIONS = 64
 MAX_ADDITION_CHARS = 16_384
 MAX_GUIDED_TOOLS = 256
+MAX_PATTERN_CHARS = 1_024
 
 
 def registration_problems(extra: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -97,10 +97,14 @@ def _condition(when: Any) -> str | None:
         if not isinstance(arg, dict) or not isinstance(arg.get("key"), str) \
                 or not isinstance(arg.get("pattern"), str):
             return "context_match needs {key, pattern}"
+        if len(arg["pattern"]) > MAX_PATTERN_CHARS:
+            return f"context_match's pattern must be at most {MAX_PATTERN_CHARS} characters"
         try:
-            re.compile(arg["pattern"])
-        except (re.error, RecursionError, OverflowError):
-            return "context_match's pattern is not a regular expression"
+            # The engine that matches it (linear time: `hooks.extensions.context_matches`).
+            compile_schema({"type": "string", "pattern": arg["pattern"]}, "context_match")
+        except ConfigError:
+            return ("context_match's pattern is not a regular expression of the linear-time "
+                    "engine (no lookaround, no backreferences)")
         return None
     return f"unknown condition {clean(str(kind), 64)!r} (one of {', '.join(CONDITIONS)})"
 

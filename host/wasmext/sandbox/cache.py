@@ -147,8 +147,11 @@ class CompileCache:
             return False
 
     def load_or_compile(self, wasm: bytes, digest: str, engine: SharedEngine,
-                        name: str = "<module>") -> wasmtime.Module:
-        """The compiled module for `wasm`, from the cache when it is authentic.
+                        name: str = "<module>",
+                        compile_it: Callable[[], wasmtime.Module] | None = None
+                        ) -> wasmtime.Module:
+        """The compiled module for `wasm`, from the cache when it is authentic, else
+        `compile_it()` (by default `engine.compile(wasm)`).
 
         Any unexpected state of the cache (a key or entry that is a directory,
         unreadable, a dangling link, a folder that is a file, ...) means
@@ -156,14 +159,16 @@ class CompileCache:
         """
         return self._load_or_compile(self.entry_path(digest, engine), engine,
                                      wasmtime.Module.deserialize,
-                                     lambda: engine.compile(wasm), name)
+                                     compile_it or (lambda: engine.compile(wasm)), name)
 
-    def load_or_compile_component(self, wasm: bytes, digest: str, engine: SharedEngine,
-                                  name: str = "<component>") -> wasmtime.component.Component:
+    def load_or_compile_component(
+            self, wasm: bytes, digest: str, engine: SharedEngine, name: str = "<component>",
+            compile_it: Callable[[], wasmtime.component.Component] | None = None,
+    ) -> wasmtime.component.Component:
         """`load_or_compile` for a component (the same key, MAC and fallbacks)."""
         return self._load_or_compile(self.component_entry_path(digest, engine), engine,
                                      wasmtime.component.Component.deserialize,
-                                     lambda: engine.compile_component(wasm),
+                                     compile_it or (lambda: engine.compile_component(wasm)),
                                      name)
 
     def _load_or_compile(self, path: Path, engine: SharedEngine,

@@ -110,36 +110,48 @@ class SharedEngine:
         self._ticker: Ticker = start_ticker(self.engine)
         self._serial: wasmtime.Engine | None = None  # compiles in a forked child
 
+    def compiler_settings(self) -> dict[str, bool | int | str]:
+        """The `wasmtime.Config` attributes compiled code depends on, by name: an engine
+        set up with them (a compiling child process, `sandbox.compiler`) writes code this
+        engine loads."""
+        return {
+            "consume_fuel": True,
+            "epoch_interruption": True,
+            "max_wasm_stack": self.config.max_wasm_stack_bytes,
+            "cranelift_opt_level": self.config.cranelift_opt_level,
+            "parallel_compilation": self.config.parallel_compilation,
+            # Threads and shared memory would let a guest outlive its call.
+            "wasm_threads": False,
+            "shared_memory": False,
+            # The ABI is wasm32 with one memory (abi/SPEC.md 1), and the store limiter
+            # caps each memory: several would multiply `memory_bytes`, a 64-bit one holds
+            # pointers the host's i32 reads cannot reach. Components' core modules need
+            # neither.
+            "wasm_memory64": False,
+            "wasm_multi_memory": False,
+            "wasm_custom_page_sizes": False,
+            # A fixed base address lets each instance read it once (fastcall.MemoryView).
+            "memory_may_move": False,
+        }
+
     def _wasmtime_config(self, pooled: bool) -> wasmtime.Config:
         cfg = wasmtime.Config()
-        cfg.consume_fuel = True
-        cfg.epoch_interruption = True
-        cfg.max_wasm_stack = self.config.max_wasm_stack_bytes
-        cfg.cranelift_opt_level = self.config.cranelift_opt_level
-        cfg.parallel_compilation = self.config.parallel_compilation
-        # Threads and shared memory would let a guest outlive its call.
-        cfg.wasm_threads = False
-        cfg.shared_memory = False
-        # The ABI is wasm32 with one memory (abi/SPEC.md 1), and the store limiter caps
-        # each memory: several would multiply `memory_bytes`, a 64-bit one holds pointers
-        # the host's i32 reads cannot reach. Components' core modules need neither.
-        cfg.wasm_memory64 = False
-        cfg.wasm_multi_memory = False
-        cfg.wasm_custom_page_sizes = False
-        # A fixed base address lets each instance read it once (fastcall.MemoryView).
-        cfg.memory_may_move = False
+        for name, value in self.compiler_settings().items():
+            setattr(cfg, name, value)
         if pooled:
             _pooling(cfg, self.config.instance_pool)
         return cfg
 
     def check_tables(self, minimums: Sequence[int], name: str) -> None:
         """Refuse, before compiling, a module whose tables no slot of the pool holds
-        (wasmtime would refuse to compile it, in words of its own)."""
-        if not self.pooled:
-            return
+        (wasmtime would refuse to compile it, in words of its own), or more tables than
+        the store limiter lets an instance have (without a pool: a compile for nothing,
+        then a `GuestTrap` at every instantiation)."""
         if len(minimums) > POOL_TABLES_PER_MODULE:
             raise MemoryLimitExceeded(f"{name}: declares {len(minimums)} tables; an "
                                       f"instance may have {POOL_TABLES_PER_MODULE}")
+        if not self.pooled:
+            return
         for minimum in minimums:
             if minimum > POOL_TABLE_ELEMENTS:
                 raise MemoryLimitExceeded(

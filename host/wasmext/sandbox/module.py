@@ -28,6 +28,7 @@ from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge, UnknownIm
 from wasmext.files import read_regular
 from wasmext.sandbox import hostlink, wasi
 from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.compiler import compile_bounded
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.fastcall import handle
 from wasmext.sandbox.limits import WASM_PAGE
@@ -139,11 +140,14 @@ class PluginModule:
         caps.check(shape, name)  # before compiling: compiling is what the caps bound
         check_memories(shape, name)
         self.engine.check_tables(shape.table_minimums, name)
+        def compile_it() -> wasmtime.Module:
+            return compile_bounded(self.engine, wasm, shape, caps, name)
+
         try:
             if cache is not None:
-                module = cache.load_or_compile(wasm, digest, self.engine, name)
+                module = cache.load_or_compile(wasm, digest, self.engine, name, compile_it)
             else:
-                module = self.engine.compile(wasm)
+                module = compile_it()
         except wasmtime.WasmtimeError as exc:
             raise InvalidModule(f"{name}: does not compile: {exc}") from exc
         info = self._check(module, digest, len(wasm), shape.table_minimums, shape.has_start)

@@ -50,8 +50,8 @@ from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.pluginlog import PluginLog
 from wasmext.text import clean
 
-__all__ = ["CALL_LIMITS", "MAX_HOOKS", "MAX_SHARED", "HookSpec", "Plugin", "QuarantinePolicy",
-           "Registration"]
+__all__ = ["CALL_LIMITS", "MAX_HOOKS", "MAX_REGISTRATION_VALUES", "MAX_SHARED", "HookSpec",
+           "Plugin", "QuarantinePolicy", "Registration"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,10 @@ def _share_registration(module: object, key: str, raw: dict[str, Any]) -> None:
 
 
 MAX_HOOKS = 256  # hook entries in one registration map
+# Keys, items and values in one registration map, all levels together. The map is kept
+# decoded for as long as the plugin is loaded (and shared ones with the module): a
+# 1 MB map of a million empty arrays kept 70 MiB per plugin, under `max_output_bytes`.
+MAX_REGISTRATION_VALUES = 65_536
 # The limits one hook call may be given apart from the load's (`Plugin.set_call_limits`):
 # the others (memory, tables, ...) belong to the instance, whatever it runs.
 CALL_LIMITS = ("fuel_per_call", "timeout_ms")
@@ -123,6 +127,10 @@ class Registration:
         def bad(why: str) -> InvalidOutput:
             return InvalidOutput(f"registration map: {why}", plugin_id=plugin_id, hook="register")
 
+        values = _values_in(reg, MAX_REGISTRATION_VALUES)
+        if values > MAX_REGISTRATION_VALUES:
+            raise bad(f"over {MAX_REGISTRATION_VALUES} values (keys, items and values of "
+                      "every level together)")
         hooks_raw = reg.get("hooks")
         if not isinstance(hooks_raw, list):
             raise bad("'hooks' must be an array")
@@ -185,6 +193,20 @@ class Registration:
         return cls(tuple(hooks), minor, None if name is None else clean(name, 128),
                    None if version is None else clean(version, 64), extra, shareable,
                    tuple(clean(c, 32) for c in codecs), region)
+
+
+def _values_in(value: dict[str, Any], most: int) -> int:
+    """How many keys, items and values `value` holds at every level, counted until
+    over `most`: each container's length, level by level (never recursing)."""
+    count = 0
+    level: list[Any] = [value]
+    while level and count <= most:
+        count += sum(len(c) * 2 if isinstance(c, dict) else len(c) for c in level)
+        if count > most:
+            break
+        level = [x for c in level for x in (c.values() if isinstance(c, dict) else c)
+                  if isinstance(x, (dict, list, tuple))]
+    return count
 
 
 _ADDRESS_SPACE = 1 << 32  # wasm32: every address and length is below this

@@ -40,6 +40,7 @@ from wasmext.sandbox import calltree
 from wasmext.sandbox.backends.canon import add_bytes_import
 from wasmext.sandbox.backends.wit_tools import WitFunction, typed_functions
 from wasmext.sandbox.cache import CompileCache
+from wasmext.sandbox.compiler import compile_component_bounded
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.module import ModuleInfo, PluginModule
 from wasmext.sandbox.wasmcheck import ModuleCaps
@@ -72,17 +73,20 @@ _memo_lock = threading.Lock()
 
 
 def _compile(engine: SharedEngine, wasm: bytes, digest: str,
-             cache: CompileCache | None, name: str) -> wc.Component:
+             cache: CompileCache | None, name: str, caps: ModuleCaps) -> wc.Component:
     key = (digest, engine.fingerprint)
     with _memo_lock:
         found = _memo.get(key)
         if found is not None:
             _memo.move_to_end(key)
             return found
+    def compile_it() -> wc.Component:
+        return compile_component_bounded(engine, wasm, caps, name)
+
     if cache is not None:
-        component = cache.load_or_compile_component(wasm, digest, engine, name)
+        component = cache.load_or_compile_component(wasm, digest, engine, name, compile_it)
     else:
-        component = engine.compile_component(wasm)
+        component = compile_it()
     with _memo_lock:
         _memo[key] = component
         while len(_memo) > _MEMO_SIZE:
@@ -209,9 +213,10 @@ class ComponentModule(PluginModule):
                                  f"max_module_bytes {caps.max_module_bytes}")
         if not is_component(wasm):
             raise InvalidModule(f"{name}: not a WebAssembly component")
+        caps.check_component(wasm, name)
         digest = hashlib.sha256(wasm).hexdigest()
         try:
-            self.component = _compile(self.engine, wasm, digest, cache, name)
+            self.component = _compile(self.engine, wasm, digest, cache, name, caps)
         except wasmtime.WasmtimeError as exc:
             refused = _memory_refusal(str(exc))
             if refused:
