@@ -365,6 +365,36 @@ def innermost_tool_result(result: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return depth, result
 
 
+class ParentAtWork:
+    """A thread of this (the parent) process calling `step(round)` until the block
+    ends, `pause_s` before each round, while a forked child does its part: `failures`
+    (the first exception ends the thread) and `rounds` completed, for the test to check."""
+
+    def __init__(self, step: Callable[[int], object], pause_s: float = 0.0) -> None:
+        self.step, self.pause_s = step, pause_s
+        self.failures: list[str] = []
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="parent-at-work")
+
+    def _work(self) -> None:
+        while not self._stop.wait(self.pause_s):
+            try:
+                self.step(self.rounds)
+            except Exception as exc:  # reported to the test
+                self.failures.append(repr(exc))
+                return
+            self.rounds += 1
+
+    def __enter__(self) -> ParentAtWork:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
 def in_forked_child(child: Callable[[], object], within_s: float = 20) -> tuple[int, str]:
     """Run `child` in a forked process: (exit code, what it reported). The report is the
     repr of what `child` returned, or the last lines of the traceback it raised; the child

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 import uuid
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 from test_fast_paths import POLICY, SUBJECT, InThread, serving  # noqa: F401 (a fixture)
 
-from support import in_forked_child
+from support import ParentAtWork, in_forked_child
 from wasmext import Host
 from wasmext.cluster.link import NatsLink
 from wasmext.cluster.registry import parse_registry
@@ -53,20 +52,7 @@ def test_a_forked_child_requests_over_its_parents_link(nats_url: str, echo: str)
     # loop nobody ran, and each timed out as if no one answered.
     with NatsLink(nats_url, name="forking") as link:
         _ask(link, echo, "parent", -1)
-        stop, failures, rounds = threading.Event(), [], [0]
-
-        def parent() -> None:
-            while not stop.is_set():
-                try:
-                    _ask(link, echo, "parent", rounds[0])
-                except Exception as exc:  # reported below
-                    failures.append(repr(exc))
-                    return
-                rounds[0] += 1
-
-        thread = threading.Thread(target=parent)
-        thread.start()
-        try:
+        with ParentAtWork(lambda i: _ask(link, echo, "parent", i)) as parent:
             def child() -> float:
                 started = time.monotonic()
                 for i in range(ROUNDS):
@@ -76,13 +62,10 @@ def test_a_forked_child_requests_over_its_parents_link(nats_url: str, echo: str)
 
             code, report = in_forked_child(child, within_s=30)
             time.sleep(0.2)  # the parent's requests go on after the child closed its link
-        finally:
-            stop.set()
-            thread.join(10)
         assert code == 0, report
         assert float(report) < 10
-        assert not failures and rounds[0] > 0, failures
-        _ask(link, echo, "parent", rounds[0])
+        assert not parent.failures and parent.rounds > 0, parent.failures
+        _ask(link, echo, "parent", parent.rounds)
 
 
 def test_a_forked_child_runs_a_router_opened_in_the_parent(nats_url: str,

@@ -20,7 +20,7 @@ import msgpack
 import pytest
 from state_support import NATS_SERVER, NO_NATS, NO_REDIS, REDIS_SERVER
 
-from support import in_forked_child
+from support import ParentAtWork, in_forked_child
 from wasmext import HostConfig
 from wasmext.state import Scope, SQLiteStore, StateForked, StateUnavailable
 from wasmext.testing import host_calls_wat, make_host
@@ -71,23 +71,10 @@ def _keep(host: Any, store: Any, who: str, tag: str, i: int) -> None:
 def test_a_forked_child_and_its_parent_both_keep_state(keeper_host: Any) -> None:
     host, store, tag = keeper_host, keeper_host.state_store(), f"t{uuid.uuid4().hex[:8]}"
     _keep(host, store, "parent", tag, -1)  # the parent's connection is open and used
-    stop, failures, rounds = threading.Event(), [], [0]
-
-    def parent() -> None:
-        # A pause between rounds: two processes writing one SQLite file without one
-        # starve each other's commits past a call's deadline (`unavailable`, SQLite's
-        # lock is not fair), which is not what this test is about.
-        while not stop.wait(0.005):
-            try:
-                _keep(host, store, "parent", tag, rounds[0])
-            except Exception as exc:  # reported below
-                failures.append(repr(exc))
-                return
-            rounds[0] += 1
-
-    thread = threading.Thread(target=parent)
-    thread.start()
-    try:
+    # A pause between rounds: two processes writing one SQLite file without one starve
+    # each other's commits past a call's deadline (`unavailable`, SQLite's lock is not
+    # fair), which is not what this test is about.
+    with ParentAtWork(lambda i: _keep(host, store, "parent", tag, i), pause_s=0.005) as parent:
         def child() -> float:
             started = time.monotonic()
             for i in range(ROUNDS):
@@ -96,16 +83,13 @@ def test_a_forked_child_and_its_parent_both_keep_state(keeper_host: Any) -> None
             return time.monotonic() - started
 
         code, report = in_forked_child(child, within_s=30)
-    finally:
-        stop.set()
-        thread.join(30)
     assert code == 0, report
     assert float(report) < 10  # no op waited for a loop or a lock of the parent's
-    assert not failures and rounds[0] > 0
+    assert not parent.failures and parent.rounds > 0
     # What the child committed is there for the parent (nothing lost), the parent's too.
     assert store.get(Scope(tag, "child"), "n") == f"child-{ROUNDS - 1}".encode()
     assert msgpack.unpackb(store.get(Scope("keeper", f"child-{ROUNDS - 1}"), "k")) == "kept"
-    assert store.get(Scope(tag, "parent"), "n") == f"parent-{rounds[0] - 1}".encode()
+    assert store.get(Scope(tag, "parent"), "n") == f"parent-{parent.rounds - 1}".encode()
     assert host.plugins["keeper"].plugin.call("test", None, {"session": "after"}
                                               ).value == "kept"
     if host.config.state_backend == "sqlite":

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
-from wasmext.forks import renew_in_children
+from wasmext.forks import FORK_WAIT_S, renew_in_children
 from wasmext.state.accounting import (
     Changes,
     Plan,
@@ -246,6 +246,25 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+
+class LockedAcrossFork:
+    """For a store whose every operation holds `_lock` (`forks.quiesce_at_fork`): a fork
+    lets the operation in flight end (at most FORK_WAIT_S) and starts none, so the
+    child's copy is whole; the parent goes on as before."""
+
+    _lock: threading.Lock | threading.RLock
+    _quiet_at_fork = False
+
+    def _before_fork(self) -> None:
+        """Wait for the operation in flight, holding the lock through the fork."""
+        self._quiet_at_fork = self._lock.acquire(timeout=FORK_WAIT_S)
+
+    def _after_fork_in_parent(self) -> None:
+        """The parent goes on as before the fork."""
+        if self._quiet_at_fork:
+            self._quiet_at_fork = False
+            self._lock.release()
 
 
 class Engine(StateStore):

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from wasmext.forks import FORK_WAIT_S, quiesce_at_fork
+from wasmext.forks import quiesce_at_fork
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateLimits
-from wasmext.state.engine import Engine
+from wasmext.state.engine import Engine, LockedAcrossFork
 
 __all__ = ["MemoryStore"]
 
@@ -54,7 +54,7 @@ class _MemoryView:
             yield ref, e.size
 
 
-class MemoryStore(Engine):
+class MemoryStore(LockedAcrossFork, Engine):
     """Everything in a dict, under one lock; gone when the process ends."""
 
     process_local = True
@@ -66,16 +66,6 @@ class MemoryStore(Engine):
         self._lock = threading.RLock()
         self._quiet_at_fork = False
         quiesce_at_fork(self)
-
-    def _before_fork(self) -> None:
-        """Let the operation in flight end, so that the child's copy is whole."""
-        self._quiet_at_fork = self._lock.acquire(timeout=FORK_WAIT_S)
-
-    def _after_fork_in_parent(self) -> None:
-        """The parent goes on as before the fork."""
-        if self._quiet_at_fork:
-            self._quiet_at_fork = False
-            self._lock.release()
 
     def _after_fork(self) -> None:
         """In a forked child: a copy of the parent's state, the child's own from now on."""

@@ -29,11 +29,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from wasmext.forks import FORK_WAIT_S, quiesce_at_fork
+from wasmext.forks import quiesce_at_fork
 from wasmext.state.accounting import Changes, Plan, Ref, Sid, plan
 from wasmext.state.base import Record, StateError, StateForked, StateLimits, StateUnavailable
 from wasmext.state.deadline import current, remaining
-from wasmext.state.engine import Engine
+from wasmext.state.engine import Engine, LockedAcrossFork
 
 __all__ = ["DEFAULT_FILENAME", "SQLiteStore"]
 
@@ -124,7 +124,7 @@ class _Pending:
         self.result: Plan | BaseException | None = None
 
 
-class SQLiteStore(Engine):
+class SQLiteStore(LockedAcrossFork, Engine):
     """State in one SQLite file (WAL). `durable=False` trades power-loss safety for speed;
     commits then still survive a killed process."""
 
@@ -168,16 +168,6 @@ class SQLiteStore(Engine):
         conn.execute(f"PRAGMA synchronous={self._sync}")
         self._busy_ms = -1
         return conn
-
-    def _before_fork(self) -> None:
-        """Let the operation in flight end (at most FORK_WAIT_S) and start none."""
-        self._quiet_at_fork = self._lock.acquire(timeout=FORK_WAIT_S)
-
-    def _after_fork_in_parent(self) -> None:
-        """The parent goes on as before the fork."""
-        if self._quiet_at_fork:
-            self._quiet_at_fork = False
-            self._lock.release()
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's threads, their queued commits and their hold on
