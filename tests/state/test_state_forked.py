@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,27 @@ def _keep(host: Any, store: Any, who: str, tag: str, i: int) -> None:
     store.set(Scope(tag, who), "n", value)
     got = store.get(Scope(tag, who), "n")
     assert got == value, f"{who} wrote {value!r} and read {got!r}"
+
+
+@contextmanager
+def held_by_a_thread(lock: Any) -> Iterator[None]:
+    """`lock` held by another thread for the block, as a parent's thread holds one at
+    the fork (the child never sees it released)."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(5)
+        yield
+    finally:
+        release.set()
+        thread.join(5)
 
 
 def test_a_forked_child_and_its_parent_both_keep_state(keeper_host: Any) -> None:
@@ -201,19 +223,7 @@ def test_a_child_forked_while_the_redis_pool_was_locked_connects_again(redis_url
     store = RedisStore(url=redis_url, prefix=f"forked:{uuid.uuid4().hex[:8]}")
     try:
         store.set(Scope("p", "parent"), "k", b"parent")
-        pool = store._r.connection_pool
-        held, release = threading.Event(), threading.Event()
-
-        def holder() -> None:
-            with pool._lock:
-                held.set()
-                release.wait(30)
-
-        thread = threading.Thread(target=holder)
-        thread.start()
-        try:
-            assert held.wait(5)
-
+        with held_by_a_thread(store._r.connection_pool._lock):
             def child() -> str:
                 store.set(Scope("p", "child"), "k", b"child")
                 got = store.get(Scope("p", "child"), "k")
@@ -221,9 +231,6 @@ def test_a_child_forked_while_the_redis_pool_was_locked_connects_again(redis_url
                 return "ok"
 
             code, report = in_forked_child(child, within_s=8)
-        finally:
-            release.set()
-            thread.join(5)
         assert (code, report) == (0, "'ok'")
         assert store.get(Scope("p", "child"), "k") == b"child"
         assert store.get(Scope("p", "parent"), "k") == b"parent"
@@ -240,21 +247,8 @@ def test_a_child_forked_while_the_host_was_busy_keeps_state(tmp_path: Path) -> N
                    config=config) as host:
         keeper = host.plugins["keeper"].plugin
         assert keeper.call("test", None, {"session": "parent"}).value == "kept"
-        held, release = threading.Event(), threading.Event()
-
-        def holder() -> None:
-            with host._lock:
-                held.set()
-                release.wait(30)
-
-        thread = threading.Thread(target=holder)
-        thread.start()
-        try:
-            assert held.wait(5)
+        with held_by_a_thread(host._lock):
             code, report = in_forked_child(
                 lambda: keeper.call("test", None, {"session": "child"}).value, within_s=8)
-        finally:
-            release.set()
-            thread.join(5)
         assert (code, report) == (0, "'kept'")
         assert msgpack.unpackb(host.state_store().get(Scope("keeper", "child"), "k")) == "kept"
