@@ -585,16 +585,27 @@ def test_a_remote_calls_commit_is_refused_once_its_callers_deadline_passed(
         from wasmext.sandbox.hostcalls import CallContext
         from wasmext.sandbox.pluginlog import PluginLog
 
-        ctx = CallContext("p", frozenset({"state"}), {}, frozenset(), PluginLog("p", 10, 200),
-                          session="s1")
-        frame = calltree.enter(time.monotonic(), 0.05, 100)
-        try:
-            ctx.begin(frame.deadline)
-            services.dispatch(ctx, encode({"op": "state.set", "key": "local", "value": 2}), 32)
-            time.sleep(0.06)
-            ctx.finish(True)
-        finally:
-            calltree.leave(frame)
+        # Under a loaded CI machine one JetStream batch can outlast the 100 ms floor
+        # itself: such a try still got its floor (it waited, and says so), so it is tried
+        # again; a refusal for the passed deadline fails at once.
+        slow: list[str] = []
+        for _ in range(3):
+            ctx = CallContext("p", frozenset({"state"}), {}, frozenset(),
+                              PluginLog("p", 10, 200), session="s1")
+            frame = calltree.enter(time.monotonic(), 0.05, 100)
+            try:
+                ctx.begin(frame.deadline)
+                services.dispatch(ctx, encode({"op": "state.set", "key": "local",
+                                               "value": 2}), 32)
+                time.sleep(0.06)
+                ctx.finish(True)
+                break
+            except StateUnavailable as exc:
+                slow.append(exc.message)
+            finally:
+                calltree.leave(frame)
+        assert all("no answer to commit within" in why for why in slow), slow
+        assert len(slow) < 3, slow
         assert msgpack.unpackb(store.get(S1, "local")) == 2
     finally:
         store.close()
