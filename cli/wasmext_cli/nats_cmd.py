@@ -88,9 +88,9 @@ def _import_nats_extra() -> None:
               help="This worker's name on the connection and in service metadata.")
 @click.option("--events", "bridge_events", multiple=True, metavar="PATTERN",
               help="Bridge events matching PATTERN to <prefix>.events.<topic>. Repeatable.")
-@click.option("--loop", "event_loop", type=click.Choice(["auto", "uvloop", "asyncio"]),
-              default=None, help="The event loop: uvloop when installed (auto, the "
-              "default, or WASMEXT_EVENT_LOOP), or asyncio's own.")
+@click.option("--loop", "event_loop", type=click.Choice(["asyncio", "uvloop"]),
+              default=None, help="The event loop: asyncio's own (the default, or "
+              "WASMEXT_EVENT_LOOP), or uvloop's (in C; the nats extra installs it).")
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="Rescan the plugin folders and enable state on change, and serve what "
                    "they hold then.")

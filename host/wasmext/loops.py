@@ -1,18 +1,22 @@
-"""The asyncio event loop wasmext makes for itself: uvloop where it is installed.
+"""The asyncio event loop wasmext makes for itself: asyncio's own, or uvloop on request.
 
 A NATS worker's loop turns at least once for every read of its socket, and a turn of
 asyncio's default loop is Python (the selector, the ready queue, the transport's
 callbacks); uvloop runs it in C on libuv. A worker answering one request at a time
-spent 23 % fewer instructions per request on uvloop (docs/performance.md, "The worker
-on uvloop"); the `nats` extra installs it on CPython outside Windows.
+spent 23 % fewer instructions per request on uvloop, a few percent at 16 in flight
+(docs/performance.md, "The worker on uvloop"). It is not the default: a crash in
+native code takes the whole process with it, uvloop has open reports of segmentation
+faults, and in the first full test run with every link's thread on uvloop one test
+process died of one (cause not found). The `nats` extra installs it on CPython outside
+Windows, for those who choose it.
 
 What runs on the loop made here: `wasmext worker` (its `--loop` option), the thread a
 `NatsLink` made for synchronous callers (`Router.run`, `wasmext run --nats`), and the
 thread of the JetStream state store. Never the application's own loop: `Router.arun`
 and `NatsLink.open` run on whatever loop awaits them.
 
-`WASMEXT_EVENT_LOOP` chooses for a process: `auto` (the default: uvloop when it
-imports, else asyncio's), `uvloop` (refused when it is not installed) or `asyncio`.
+`WASMEXT_EVENT_LOOP` chooses for a process: `asyncio` (the default) or `uvloop`
+(refused when it is not installed).
 """
 
 from __future__ import annotations
@@ -29,17 +33,17 @@ from wasmext.text import clean
 __all__ = ["EVENT_LOOPS", "EVENT_LOOP_ENV", "loop_factory", "loop_name", "new_event_loop",
            "run_on"]
 
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+EVENT_LOOPS = ("asyncio", "uvloop")
 EVENT_LOOP_ENV = "WASMEXT_EVENT_LOOP"
 
 T = TypeVar("T")
 
 
 def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop]:
-    """What makes a new loop of `choice` (None: `WASMEXT_EVENT_LOOP`, else `auto`);
+    """What makes a new loop of `choice` (None: `WASMEXT_EVENT_LOOP`, else `asyncio`);
     ConfigError for an unknown choice, or for `uvloop` where it is not installed."""
     if choice is None:
-        choice = os.environ.get(EVENT_LOOP_ENV, "").strip().lower() or "auto"
+        choice = os.environ.get(EVENT_LOOP_ENV, "").strip().lower() or "asyncio"
     if choice not in EVENT_LOOPS:
         raise ConfigError(f"event loop {clean(choice, 40)!r} is not one of "
                           f"{', '.join(EVENT_LOOPS)} ({EVENT_LOOP_ENV} or --loop)")
@@ -48,11 +52,9 @@ def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEven
     try:
         import uvloop
     except ImportError:
-        if choice == "uvloop":
-            raise ConfigError("event loop uvloop is not installed: pip install "
-                              "'wasmext[nats]' (CPython on Linux or macOS), or choose "
-                              "asyncio") from None
-        return asyncio.new_event_loop
+        raise ConfigError("event loop uvloop is not installed: pip install "
+                          "'wasmext[nats]' (CPython on Linux or macOS), or choose "
+                          "asyncio") from None
     return uvloop.new_event_loop
 
 
