@@ -57,6 +57,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def rss_mib() -> float:
+    """This process's resident memory now, in MiB (Linux; skips the test elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except OSError:
+        pytest.skip("no /proc/self/statm")
+    return pages * 4096 / 2**20
+
+
+def uleb128(n: int) -> bytes:
+    """`n` as an unsigned LEB128 number, as WebAssembly writes lengths and counts."""
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 def plugin_dirs() -> dict[str, Path]:
     dirs = {"pii-mask": ROOT / "plugins" / "pii-mask",
             "normalize-text": ROOT / "plugins" / "normalize-text",

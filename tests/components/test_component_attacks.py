@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import wasmtime
 
-from support import Built, cancel_call
+from support import Built, cancel_call, uleb128
 from wasmext import (
     Cancelled,
     MemoryLimitExceeded,
@@ -143,18 +143,9 @@ def test_unknown_interface_is_refused_at_link(crt: Runtime, healthy: Any) -> Non
 def test_huge_component_is_refused_before_compiling(tmp_path: Path) -> None:
     tiny = bytes(wasmtime.wat2wasm("(component)"))
     payload = b"\x04junk" + b"\0" * (3 * 2**20)
-    huge = tiny + b"\x00" + _leb128(len(payload)) + payload  # one custom section
+    huge = tiny + b"\x00" + uleb128(len(payload)) + payload  # one custom section
     with Runtime(cache=False, module_caps=ModuleCaps(max_module_bytes=2**20)) as rt:
         def load() -> None:
             with pytest.raises(ModuleTooLarge, match="max_module_bytes"):
                 rt.load(huge, plugin_id="huge")
         assert timed(load) < BOUND_S
-
-
-def _leb128(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import wasmtime
 
+from support import rss_mib, uleb128
 from wasmext import InvalidModule, MemoryLimitExceeded, ModuleTooLarge, Plugin, Runtime
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.engine import EngineConfig
@@ -35,15 +36,6 @@ BOUND_S = 2.0  # a refusal reads section headers; a compile of these took second
 GROWTH_MIB = 32  # what a refused load may add to the process (the module's bytes, mostly)
 _SECTION_ORDER = (1, 2, 3, 4, 5, 13, 6, 7, 8, 9, 12, 10, 11)
 _TYPE, _IMPORT, _FUNCTION, _GLOBAL, _EXPORT, _ELEMENT, _CODE = 1, 2, 3, 6, 7, 9, 10
-
-
-def _uleb(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _read_uleb(data: bytes, pos: int) -> tuple[int, int]:
@@ -72,16 +64,16 @@ def _with_entries(wasm: bytes, section: int, entries: bytes, count: int) -> byte
             body = part[1]
             assert isinstance(body, bytes)
             had, rest = _read_uleb(body, 0)
-            part[1] = _uleb(had + count) + body[rest:] + entries
+            part[1] = uleb128(had + count) + body[rest:] + entries
             break
     else:
         later = [i for i, (sid, _) in enumerate(parts) if sid and
                  _SECTION_ORDER.index(int(sid)) > _SECTION_ORDER.index(section)]
-        parts.insert(later[0] if later else len(parts), [section, _uleb(count) + entries])
+        parts.insert(later[0] if later else len(parts), [section, uleb128(count) + entries])
     out = bytearray(wasm[:8])
     for sid, body in parts:
         assert isinstance(sid, int) and isinstance(body, bytes)
-        out += bytes([sid]) + _uleb(len(body)) + body
+        out += bytes([sid]) + uleb128(len(body)) + body
     return bytes(out)
 
 
@@ -102,19 +94,19 @@ def many_imports(n: int = 100_000) -> bytes:
     # wasmext.log, the ABI's own, imported again and again under its own type.
     types = inspect(_guest()).types  # the index of the type added next
     wasm = _with_entries(_guest(), _TYPE, b"\x60\x03\x7f\x7f\x7f\x00", 1)
-    return _with_entries(wasm, _IMPORT, (b"\x07wasmext\x03log\x00" + _uleb(types)) * n, n)
+    return _with_entries(wasm, _IMPORT, (b"\x07wasmext\x03log\x00" + uleb128(types)) * n, n)
 
 
 def many_exports(n: int = 100_000) -> bytes:
     names = (f"e{i:0200d}".encode() for i in range(n))
     return _with_entries(_guest(), _EXPORT,
-                         b"".join(_uleb(len(name)) + name + b"\x00\x00" for name in names), n)
+                         b"".join(uleb128(len(name)) + name + b"\x00\x00" for name in names), n)
 
 
 def long_export_names(n: int = 5_000, length: int = 3_000) -> bytes:
     names = (f"e{i:0{length}d}".encode() for i in range(n))
     return _with_entries(_guest(), _EXPORT,
-                         b"".join(_uleb(len(name)) + name + b"\x00\x00" for name in names), n)
+                         b"".join(uleb128(len(name)) + name + b"\x00\x00" for name in names), n)
 
 
 ATTACKS: dict[str, tuple[Callable[[], bytes], str]] = {
@@ -126,26 +118,17 @@ ATTACKS: dict[str, tuple[Callable[[], bytes], str]] = {
 }
 
 
-def _rss_mib() -> float:
-    """The process's resident memory now (Linux)."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except OSError:
-        pytest.skip("no /proc/self/statm")
-    return pages * 4096 / 2**20
-
-
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_a_module_whose_shape_costs_the_host_is_refused_at_load(
         runtime: Runtime, healthy: Plugin, attack: str) -> None:
     make, says = ATTACKS[attack]
     wasm = make()
-    before = _rss_mib()
+    before = rss_mib()
     started = time.monotonic()
     with pytest.raises(ModuleTooLarge) as caught:
         runtime.load(wasm, plugin_id="shape")
     assert time.monotonic() - started < BOUND_S
-    assert _rss_mib() - before < GROWTH_MIB
+    assert rss_mib() - before < GROWTH_MIB
     assert says in str(caught.value) and "shape" in str(caught.value)
     assert "shape" not in runtime.plugins
     assert healthy.call("test", "ping").value == "alive"
@@ -186,8 +169,8 @@ def with_functions(body: bytes, count: int) -> bytes:
     wasm = _guest()
     new_type = inspect(wasm).types
     wasm = _with_entries(wasm, _TYPE, b"\x60\x00\x00", 1)
-    wasm = _with_entries(wasm, _FUNCTION, _uleb(new_type) * count, count)
-    return _with_entries(wasm, _CODE, (_uleb(len(body)) + body) * count, count)
+    wasm = _with_entries(wasm, _FUNCTION, uleb128(new_type) * count, count)
+    return _with_entries(wasm, _CODE, (uleb128(len(body)) + body) * count, count)
 
 
 def nested_loops(count: int = 200, depth: int = 1_000) -> bytes:
@@ -224,12 +207,12 @@ def test_a_compile_over_its_time_or_memory_is_refused_and_costs_the_host_nothing
     with Runtime(cache=cache, module_caps=caps) as runtime:
         healthy = runtime.load(bytes(wasmtime.wat2wasm(guest_wat(response={
             "ok": True, "value": "alive"}))), plugin_id="healthy")
-        before = _rss_mib()
+        before = rss_mib()
         started = time.monotonic()
         with pytest.raises(ModuleTooLarge) as caught:
             runtime.load(wasm, plugin_id="bomb")
         assert time.monotonic() - started < caps.compile_timeout_ms / 1000 + BOUND_S
-        assert _rss_mib() - before < GROWTH_MIB
+        assert rss_mib() - before < GROWTH_MIB
         assert says in str(caught.value) and "bomb" in str(caught.value)
         assert "bomb" not in runtime.plugins
         assert healthy.call("test", "ping").value == "alive"
@@ -241,15 +224,15 @@ def test_naming_the_extism_kernel_does_not_skip_the_bounded_compile(runtime: Run
     # (is it an Extism plugin?): that compile was in the process, unbounded.
     kernel = b"extism:host/env"
     name = b"x"
-    custom = b"\x00" + _uleb(1 + len(name) + len(kernel)) + _uleb(len(name)) + name + kernel
+    custom = b"\x00" + uleb128(1 + len(name) + len(kernel)) + uleb128(len(name)) + name + kernel
     caps = ModuleCaps(compile_timeout_ms=1_000)
     with Runtime(cache=False, module_caps=caps) as strict:
-        before = _rss_mib()
+        before = rss_mib()
         started = time.monotonic()
         with pytest.raises(ModuleTooLarge, match="compile_timeout_ms 1000"):
             strict.load(nested_loops() + custom, plugin_id="kernel")
         assert time.monotonic() - started < 1 + BOUND_S
-        assert _rss_mib() - before < GROWTH_MIB
+        assert rss_mib() - before < GROWTH_MIB
     assert healthy.call("test", "ping").value == "alive"
 
 
@@ -259,18 +242,18 @@ def test_a_component_compiles_in_a_child_under_its_own_limits(runtime: Runtime,
     component = _component_of(nested_loops())
     caps = ModuleCaps(compile_component_timeout_ms=1_000)
     with Runtime(cache=False, module_caps=caps) as strict:
-        before = _rss_mib()
+        before = rss_mib()
         started = time.monotonic()
         with pytest.raises(ModuleTooLarge, match="compile_component_timeout_ms 1000"):
             strict.load(component, plugin_id="component")
         assert time.monotonic() - started < 1 + BOUND_S
-        assert _rss_mib() - before < GROWTH_MIB
+        assert rss_mib() - before < GROWTH_MIB
     assert healthy.call("test", "ping").value == "alive"
 
 
 def _component_of(*cores: bytes) -> bytes:
     return b"\0asm\x0d\x00\x01\x00" + b"".join(
-        b"\x01" + _uleb(len(core)) + core for core in cores)
+        b"\x01" + uleb128(len(core)) + core for core in cores)
 
 
 @pytest.mark.parametrize("cores", [(999_000,), (6_000, 6_000)], ids=["one", "together"])
@@ -278,13 +261,13 @@ def test_a_components_core_modules_globals_are_capped_together(
         runtime: Runtime, healthy: Plugin, cores: tuple[int, ...]) -> None:
     # Each instance of a component holds every global of its core modules.
     component = _component_of(*(many_globals(n) for n in cores))
-    before = _rss_mib()
+    before = rss_mib()
     started = time.monotonic()
     with pytest.raises(ModuleTooLarge, match="globals in its core modules, over the host's "
                        "max_globals 10000"):
         runtime.load(component, plugin_id="globals")
     assert time.monotonic() - started < BOUND_S
-    assert _rss_mib() - before < GROWTH_MIB
+    assert rss_mib() - before < GROWTH_MIB
     assert healthy.call("test", "ping").value == "alive"
 
 

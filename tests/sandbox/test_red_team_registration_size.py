@@ -7,25 +7,17 @@ items and values in one map is `InvalidOutput` at load."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support import rss_mib
 from wasmext import InvalidOutput, Plugin, Runtime
 from wasmext.sandbox.plugin import MAX_REGISTRATION_VALUES
 from wasmext.testing import guest_wat, load_wat
 
 BOUND_S = 5.0
 GROWTH_MIB = 32
-
-
-def _rss_mib() -> float:
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except OSError:
-        pytest.skip("no /proc/self/statm")
-    return pages * 4096 / 2**20
 
 
 def registration(junk: Any) -> dict[str, Any]:
@@ -43,13 +35,13 @@ HOSTILE = {
 def test_a_registration_of_too_many_values_is_refused_and_not_kept(
         runtime: Runtime, healthy: Plugin, case: str) -> None:
     wat = guest_wat(registration=registration(HOSTILE[case]))
-    before = _rss_mib()
+    before = rss_mib()
     for n in range(3):
         started = time.monotonic()
         with pytest.raises(InvalidOutput, match=f"over {MAX_REGISTRATION_VALUES} values"):
             load_wat(runtime, wat, plugin_id=f"bulky{n}")
         assert time.monotonic() - started < BOUND_S
-    assert _rss_mib() - before < GROWTH_MIB
+    assert rss_mib() - before < GROWTH_MIB
     assert not any(pid.startswith("bulky") for pid in runtime.plugins)
     assert healthy.call("test", "ping").value == "alive"
 
