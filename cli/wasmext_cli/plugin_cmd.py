@@ -126,9 +126,9 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
          timeout_ms: int | None, show_log: bool) -> None:
     """Call HOOK of PLUGIN (a plugin folder or a .wasm file) and print its value as JSON.
 
-    The plugin runs in a throwaway host: state lives in memory and events stay on an
-    in-process bus, both gone when the command ends; --grant state (or any other
-    capability) lets the plugin use them.
+    The plugin runs in a throwaway host and a session of its own: state (session and
+    plugin scope) lives in memory and events stay on an in-process bus, all gone when
+    the command ends; --grant state (or any other capability) lets the plugin use them.
     """
     must_exist(plugin, "plugin folder or module file")
     try:
@@ -169,7 +169,7 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
             loaded.set_call_limits(**{name: effective[name] for name in call_limits})
         started = time.time()
         try:
-            result = loaded.call(hook, data)
+            result = loaded.call(hook, data, _one_call_session(host, loaded, hook))
         except WasmextError as err:
             if getattr(err, "hook", None) is None:
                 err.hook = hook  # name the hook the user called, never "hook None"
@@ -179,6 +179,23 @@ def call(plugin: Path, hook: str, data_json: str, settings: tuple[str, ...],
                 echo_plugin_logs([loaded.log])
     # The hook's answer is data: not cut, but nothing in it can drive the terminal.
     click.echo(_dumps(result.value, cap=False))
+
+
+CALL_SESSION = "wasmext-call"  # the session id of `wasmext call`
+
+
+def _one_call_session(host: Any, loaded: Any, hook: str) -> dict[str, Any]:
+    """The call's `meta`: a session of its own (the SDKs' state wrappers default to the
+    session scope, which a call without one refused), never started or ended, so no
+    session_start or session_end hook runs; minor-1 plugins get its context. One name
+    for every call: each command's host is new, and notices name it."""
+    from wasmext.session import Session
+
+    session = Session(host, CALL_SESSION, {})
+    meta: dict[str, Any] = {"session": session.id}
+    if getattr(loaded.registration, "abi_minor", 0) >= 1:
+        meta["context"] = session.hook_context(hook)
+    return meta
 
 
 @click.command()

@@ -93,9 +93,9 @@ def test_call_names_the_flag_that_grants_what_was_denied(project: Path) -> None:
                                        "--data", '"x"'])
     assert result.exit_code == 0, result.output
     denial = [line for line in _notices(result.stderr) if "denied" in line]
-    assert denial == ["wasmext: plugin nosy was denied state.get: plugin nosy was not granted "
-                      "'state' (later denials of state.get are not reported); to allow it: "
-                      "--grant state"]
+    assert denial == ["wasmext: plugin nosy was denied state.get in session wasmext-call: "
+                      "plugin nosy was not granted 'state' (later denials of state.get in "
+                      "this session are not reported); to allow it: --grant state"]
     granted = CliRunner().invoke(main, ["call", "plugins/nosy", "on_plain_text",
                                         "--data", '"x"', "--grant", "state"])
     assert granted.exit_code == 0 and "denied" not in granted.stderr
@@ -200,7 +200,7 @@ def test_run_names_a_policy_stage_that_is_nowhere(project: Path) -> None:
 
 def test_the_denial_line_says_what_happens_to_later_denials(tmp_path: Path) -> None:
     """A call asking twice for what it lacks gets one line, which says the second went
-    unreported; it speaks of no session, since `call` has none."""
+    unreported; it names the call's own session (`call` has one, of one fixed name)."""
     raw = msgpack.packb({"op": "state.get", "key": "k"})
     ask = f"(drop (call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)})))"
     wasm = tmp_path / "twice.wasm"
@@ -209,7 +209,22 @@ def test_the_denial_line_says_what_happens_to_later_denials(tmp_path: Path) -> N
     result = CliRunner().invoke(main, ["call", str(wasm), "test", "--data", '"x"'])
     assert result.exit_code == 0, result.output
     denials = [line for line in result.stderr.splitlines() if "denied" in line]
-    assert denials == ["wasmext: plugin twice was denied state.get: plugin twice was not "
-                       "granted 'state' (later denials of state.get are not reported); to "
-                       "allow it: --grant state"]
-    assert "session" not in denials[0]
+    assert denials == ["wasmext: plugin twice was denied state.get in session wasmext-call: "
+                       "plugin twice was not granted 'state' (later denials of state.get in "
+                       "this session are not reported); to allow it: --grant state"]
+
+
+def test_call_runs_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """The SDKs' state wrappers write the session scope by default: `call` gives the hook a
+    session (one fixed name, no session_start or session_end run), where a call without
+    one was refused ("there is no session")."""
+    raw = msgpack.packb({"op": "state.set", "key": "k", "value": 1})
+    answer = f"(call $host_call (i32.const {DATA_AT}) (i32.const {len(raw)}))"
+    wasm = tmp_path / "keeper.wasm"
+    wasm.write_bytes(wasmtime.wat2wasm(guest_wat(answer, imports=HOST_CALL_IMPORT, data=raw)))
+    result = CliRunner().invoke(main, ["call", str(wasm), "test", "--grant", "state"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) is None
+    refused = CliRunner().invoke(main, ["call", str(wasm), "test"])  # no grant: still said
+    assert refused.exit_code != 0
+    assert "not granted 'state'" in refused.output
