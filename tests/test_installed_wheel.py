@@ -200,8 +200,11 @@ def test_an_author_starts_builds_inspects_and_tests(installed: Installed, lang: 
     assert f"hello-{lang}.wasm" in build.stdout
     assert f"id        hello-{lang}" in inspect.stdout and "greet" in inspect.stdout
     assert "1 passed" in tests.stdout
-    # The project builds against its own vendored SDK, not a checkout.
+    # The project builds against its own vendored SDK, not a checkout; its guide names
+    # the command that prints the ABI's specification from the wheel.
     assert (installed.work / f"hello-{lang}" / "wasmext-sdk").is_dir()
+    assert "`wasmext docs spec`" in (installed.work / f"hello-{lang}" / "wasmext-sdk" /
+                                     "README.md").read_text(encoding="utf-8")
     assert rebuild.stdout.startswith("built ") and "1 passed" in rerun.stdout
     # The re-run with nothing changed built nothing and compiled nothing: every file of
     # the project (its module and stamp among them) and of the compile cache is as the

@@ -133,6 +133,36 @@ still runs with no grants until the operator approves it (`wasmext grant`).
 VENDOR_SKIP = {"examples", "conformance", "tests", "setup-toolchain.sh", "package-lock.json"}
 
 
+_MD_LINK = re.compile(r"\[([^\]\n]*)\]\(([^)\s]+)\)")
+
+
+def _guides_by_command(vendored: Path, sdk: Path) -> None:
+    """The vendored SDK's guides link to wasmext's own (`../../abi/SPEC.md`), which a
+    project does not have: each such link becomes its text and the command that prints
+    the guide from the installed wheel (`wasmext docs spec`); links inside the SDK stay."""
+    from wasmext_cli.docs_cmd import docs_root, topics
+
+    by_path = {page.resolve(): topic for topic, page in topics(docs_root()).items()}
+    inside = sdk.resolve()
+    for page in sorted(vendored.rglob("*.md")):
+        source_dir = (sdk / page.relative_to(vendored)).parent
+
+        def unlinked(link: re.Match[str], source_dir: Path = source_dir) -> str:
+            text, target = link.group(1), link.group(2)
+            if "://" in target or target.startswith(("#", "mailto:")):
+                return link.group(0)
+            resolved = (source_dir / target.split("#", 1)[0]).resolve()
+            if resolved.is_relative_to(inside):
+                return link.group(0)
+            topic = by_path.get(resolved)
+            return f"{text} (`wasmext docs {topic}`)" if topic else text
+
+        original = page.read_text(encoding="utf-8")
+        rewritten = _MD_LINK.sub(unlinked, original)
+        if rewritten != original:
+            atomic_write(page, rewritten)
+
+
 class ScaffoldError(Exception):
     """The project cannot be created; the message says why."""
 
@@ -178,6 +208,7 @@ def new_plugin(name: str, lang: str, parent: Path, *, package: bool = False) -> 
         shutil.copytree(sdk, project / VENDORED_SDK, ignore=lambda d, names: [
             n for n in names if Path(n).suffix in SKIP or n in SKIP_DIRS
             or (Path(d) == sdk and n in VENDOR_SKIP)])
+        _guides_by_command(project / VENDORED_SDK, sdk)
         files = {f"test_{name.replace('-', '_')}.py": TEST.format(id=name),
                  "pytest.ini": PYTEST_INI,
                  "README.md": README.format(id=name, lang=lang, native=NATIVE.get(lang, ""))}

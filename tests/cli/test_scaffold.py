@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,18 @@ def test_scaffold_is_a_native_project(tmp_path: Path, lang: str) -> None:
     assert "wasmext_cli" not in test_source and "from wasmext.testing import" in test_source
     # The SDK's own examples and tests stay out of the vendored copy.
     assert not (project / "wasmext-sdk" / "examples").exists()
+    # Its guide's links to wasmext's own guides (../../abi/SPEC.md) led out of the project
+    # into nothing: they name the command that prints the guide instead.
+    for page in project.rglob("*.md"):
+        if "node_modules" in page.parts:
+            continue
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if "://" in target or target.startswith(("#", "mailto:")):
+                continue
+            resolved = (page.parent / target.split("#", 1)[0]).resolve()
+            assert resolved.is_relative_to(project.resolve()) and resolved.exists(), \
+                (page, target)
+    assert "`wasmext docs spec`" in (project / "wasmext-sdk" / "README.md").read_text()
     readme = (project / "README.md").read_text()
     if lang == "rust":
         assert 'wasmext = { path = "wasmext-sdk" }' in (project / "Cargo.toml").read_text()
