@@ -71,8 +71,20 @@ class Refuser:
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.client.close(), self.loop).result(10)
+        # nats-py's close cancels its subscriptions' tasks without waiting for them: left
+        # pending, each raised "Event loop is closed" when collected after the loop went.
+        asyncio.run_coroutine_threadsafe(_finish_the_rest(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
+
+
+async def _finish_the_rest() -> None:
+    """Cancel every other task of the running loop and wait until each has ended."""
+    rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
 
 
 @pytest.fixture
