@@ -129,7 +129,8 @@ async def _caller(args: argparse.Namespace, host: Host) -> Any:
     nc, socket = _client()
     loop = asyncio.get_running_loop()
     link: Any = NatsLink.__new__(NatsLink)
-    link.url, link.name, link._loop, link._thread, link.client = "x", "x", loop, None, nc
+    link.url, link.name, link._loop, link._thread, link._client = "x", "x", loop, None, nc
+    link._forked = ""
     link._replies = _Replies(nc, loop)
     nc.deliver_now(nc.new_sub(9, link._replies.prefix + "*"), link._replies._answer)
     answer = encode(ExtResponse(ExtMessage("0" * 32, "chat", "stamped", {"pre": True}), {}))

@@ -71,3 +71,28 @@ def test_scale_run_reports_the_many_plugins_rows(tmp_path: Path) -> None:
     distinct = doc["costs"]["rss_per_distinct_plugin"]  # beside a bare wasmtime instance
     assert distinct["plugin_bytes"] > 0 and distinct["bare_bytes"] > 0
     assert "redis_set" in doc["costs"]  # measured beside them when redis-server is installed
+
+
+# The cost tools behind docs/performance.md's per-request figures: run small, each must
+# still print its figure (the caller side of nats_path_cost.py had stopped running once
+# NatsLink's client became a property).
+COST_TOOLS = [
+    ("nats_path_cost.py", ["--side", "worker", "--rounds", "1", "--n", "64"],
+     "worker path, CPU us per request"),
+    ("nats_path_cost.py", ["--side", "caller", "--rounds", "1", "--n", "64"],
+     "caller path, CPU us per request"),
+    ("nats_path_cost.py", ["--side", "caller", "--bare", "--rounds", "1", "--n", "64"],
+     "caller path, CPU us per request"),
+    ("stagecall_cost.py", ["--rounds", "1", "--per-round", "50"], "stage"),
+    ("hostcall_cost.py", ["--rounds", "1", "--per-round", "50"], "get/none"),
+    ("instance_cost.py", ["--rounds", "1", "--per-round", "5"], "us"),
+]
+
+
+@pytest.mark.parametrize(("tool", "args", "says"), COST_TOOLS,
+                         ids=[f"{t}{''.join(a[:2])}" for t, a, _ in COST_TOOLS])
+def test_each_cost_tool_still_runs(tool: str, args: list[str], says: str) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / tool), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert says in proc.stdout, proc.stdout[-2000:]
