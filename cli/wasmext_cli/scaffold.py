@@ -139,7 +139,8 @@ _MD_LINK = re.compile(r"\[([^\]\n]*)\]\(([^)\s]+)\)")
 def _guides_by_command(vendored: Path, sdk: Path) -> None:
     """The vendored SDK's guides link to wasmext's own (`../../abi/SPEC.md`), which a
     project does not have: each such link becomes its text and the command that prints
-    the guide from the installed wheel (`wasmext docs spec`); links inside the SDK stay."""
+    the guide from the installed wheel (`wasmext docs spec`); links inside the SDK stay,
+    but for one to what the copy leaves out (its examples), which becomes its text."""
     from wasmext_cli.docs_cmd import docs_root, topics
 
     by_path = {page.resolve(): topic for topic, page in topics(docs_root()).items()}
@@ -152,8 +153,9 @@ def _guides_by_command(vendored: Path, sdk: Path) -> None:
             if "://" in target or target.startswith(("#", "mailto:")):
                 return link.group(0)
             resolved = (source_dir / target.split("#", 1)[0]).resolve()
-            if resolved.is_relative_to(inside):
-                return link.group(0)
+            if resolved.is_relative_to(inside):  # kept, unless the copy left it out
+                return link.group(0) if (vendored / resolved.relative_to(inside)).exists() \
+                    else text
             topic = by_path.get(resolved)
             return f"{text} (`wasmext docs {topic}`)" if topic else text
 
