@@ -83,6 +83,8 @@ def print_list_table(plugins: list[dict[str, Any]], order: dict[str, list[dict[s
     """`wasmext list` as two tables when stdout is a terminal; False (print nothing) when
     it is not, so pipes and scripts get the plain lines. Every cell is cleaned text,
     passed as a Text so rich markup in a plugin's name is shown, never interpreted."""
+    if not _may_be_terminal(sys.stdout):
+        return False  # what rich would decide, without importing it
     console = stdout_console()
     if not console.is_terminal:
         return False
