@@ -40,6 +40,9 @@ __all__ = ["COST_TARGETS", "CostTarget", "cost_cases"]
 GROUP = "where users pay"
 ROOT = Path(__file__).resolve().parents[1]
 BIG = 100 * 1024
+# The example plugin `wasmext init` copies, built and kept in the source tree.
+EXAMPLE_PII_MASK = ROOT / "cli" / "wasmext_cli" / "example" / "plugins" / "pii-mask" \
+    / "pii-mask.wasm"
 _RSS: dict[str, float] = {}  # per extra pii-mask copy and per instance (bench_rss)
 
 
@@ -57,6 +60,8 @@ COST_TARGETS = [
                "startup.import", 8.0),
     CostTarget("startup_help", "wasmext --help vs python -c pass", "startup.pass",
                "startup.help", 5.0),
+    CostTarget("startup_call", "wasmext call (one hook) vs python -c pass",
+               "startup.pass", "startup.call", None),
     CostTarget("host_layer", "Session hook (1 plugin) vs Plugin.call", "layer.plugin_call",
                "layer.session_1", 1.5),
     CostTarget("host_call", "hook with one log host call vs without", "hostcall.none",
@@ -145,7 +150,11 @@ def _startup(b: Budget) -> list[Item]:
             "startup.click": ([py, "-c", "import click"], "import click (what --help needs)"),
             "startup.import": ([py, "-c", "import wasmext"], "import wasmext"),
             "startup.help": ([py, "-c", "from wasmext_cli.main import main; main()", "--help"],
-                             "wasmext --help")}
+                             "wasmext --help"),
+            # A whole command: a throwaway host, one load (warm compile cache), one hook.
+            "startup.call": ([py, "-c", "from wasmext_cli.main import main; main()", "call",
+                              str(EXAMPLE_PII_MASK), "on_plain_text", "--data", '"a b"'],
+                             "wasmext call pii-mask on_plain_text")}
     items: list[Item] = []
     for key, (argv, label) in runs.items():
         def run(argv: list[str] = argv) -> None:

@@ -29,8 +29,8 @@ def test_quick_benchmark_reports_figures_and_ratios(tmp_path: Path) -> None:
     assert "p50" in text and "p99" in text
     # Issue 14's figures: each target's ratio against its floor, from this same run.
     costs = doc["costs"]
-    for key in ("startup_import", "startup_help", "host_layer", "host_call", "tool_schema",
-                "echo_100k", "asession", "watchdog"):
+    for key in ("startup_import", "startup_help", "startup_call", "host_layer", "host_call",
+                "tool_schema", "echo_100k", "asession", "watchdog"):
         assert costs[key]["ratio"] is not None and costs[key]["ratio"] > 0, key
         assert costs[key]["floor"] in doc["results"] and costs[key]["subject"] in doc["results"]
     assert "where users pay" in proc.stdout

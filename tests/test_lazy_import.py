@@ -103,3 +103,62 @@ def test_a_plugin_granted_http_brings_the_http_client_at_load_not_in_its_first_c
             "make_host((bytes(wasmtime.wat2wasm(guest_wat(hooks=('on_plain_text',)))), "
             "{'plugin_id': 'f', 'grants': {'http'}})).close()")
     assert _loaded_after(code, heavy=["httpx2", "httpcore2"]) == ["httpx2", "httpcore2"]
+
+
+DEFERRED = ["pydantic", "prometheus_client", "sqlite3", "asyncio", "importlib.metadata",
+            "jsonschema_rs", "wasmext.configfile", "wasmext.validation",
+            "wasmext.cluster.natsconfig", "wasmext.cluster.registry", "wasmtime.component",
+            "wasmext.services.agent_config", "wasmext.services.llm.config",
+            "wasmext.state.sqlite", "wasmext.mcp.config",
+            "wasmext.observe.tracing_config", "http.cookiejar", "rich"]
+
+
+def test_import_wasmext_host_loads_no_config_schema_metrics_or_sqlite() -> None:
+    """`import wasmext.host` (every command pays it) builds no config model and loads
+    neither prometheus_client, sqlite3, asyncio nor the cluster's and sections' schemas:
+    they come with a config file, a scrape, a sqlite store or a loop."""
+    assert _loaded_after("import wasmext.host", heavy=DEFERRED) == []
+
+
+def test_the_call_command_loads_only_what_a_call_needs() -> None:
+    """`wasmext call` (a throwaway host, memory state, no config file) loads the runtime,
+    not the deferred stacks; the answer is the plugin's."""
+    wasm = ROOT / "cli" / "wasmext_cli" / "example" / "plugins" / "pii-mask" / "pii-mask.wasm"
+    code = ("from wasmext_cli.main import main\ntry:\n    main()\nexcept SystemExit as exc:\n"
+            "    assert not exc.code, exc.code")
+    loaded = _loaded_after(code, "call", str(wasm), "on_plain_text", "--data", '"a b"',
+                           heavy=["wasmtime", *DEFERRED])
+    assert loaded == ["wasmtime"]
+
+
+def test_a_config_file_brings_its_schema(tmp_path: Path) -> None:
+    """Deferred, not dropped: parsing a wasmext.toml builds the models and still names
+    every problem."""
+    (tmp_path / "wasmext.toml").write_text("[limits]\nfuel_per_call = 0\n[nats]\nuser = ''\n")
+    code = ("import sys\nfrom wasmext.config import load_config\nfrom wasmext.errors import "
+            "ConfigError\ntry:\n    load_config(sys.argv[1])\nexcept ConfigError as err:\n"
+            "    assert 'limits.fuel_per_call' in str(err) and 'nats.user' in str(err), err\n"
+            "else:\n    raise AssertionError('accepted')")
+    loaded = _loaded_after(code, str(tmp_path / "wasmext.toml"),
+                           heavy=["pydantic", "wasmext.configfile", "wasmext.cluster.natsconfig"])
+    assert loaded == ["pydantic", "wasmext.configfile", "wasmext.cluster.natsconfig"]
+
+
+def test_the_config_module_still_exports_its_schema() -> None:
+    from wasmext import config
+
+    assert config.ConfigFile.__name__ == "ConfigFile"
+    assert config.LimitsTable.__name__ == "LimitsTable"
+    assert config.McpServerConfig.__name__ == "McpServerConfig"
+    assert set(config.__all__) <= set(dir(config)) | {"ConfigFile", "McpServerConfig"}
+    with pytest.raises(AttributeError, match="no_such_name"):
+        config.no_such_name  # noqa: B018
+
+
+def test_wasmtime_version_is_what_its_metadata_says() -> None:
+    """The compile cache keys on it: the cheap read must equal importlib.metadata's."""
+    from importlib.metadata import version
+
+    from wasmext.sandbox.fastcall import wasmtime_version
+
+    assert wasmtime_version() == version("wasmtime")

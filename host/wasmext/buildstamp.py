@@ -41,7 +41,6 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +106,8 @@ def _files(root: Path, skip: set[Path], own: Path) -> Iterator[Path]:
 
 
 def _versions() -> dict[str, str]:
+    from importlib import metadata  # a full fingerprint's, not every command's
+
     found = {}
     for name in TOOL_PACKAGES:
         try:

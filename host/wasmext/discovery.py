@@ -8,11 +8,14 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from wasmext.errors import LoadError, ManifestError, UnsafeFolder, WasmextError
 from wasmext.manifest import Manifest, load_folder
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["ENTRY_POINT_GROUP", "PACKAGES", "Discovered", "as_load_error", "discover",
            "package_folders"]
@@ -74,6 +77,8 @@ def _package_folder(ep: EntryPoint) -> Path:
 def package_folders() -> list[tuple[str, Path | WasmextError]]:
     """(entry point name, plugin folder or the error keeping it out) for every installed
     `wasmext.plugins` entry point, by name."""
+    from importlib.metadata import entry_points  # only with [plugins] entry_points = true
+
     found: list[tuple[str, Path | WasmextError]] = []
     eps = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: (ep.name, ep.value))
     if len(eps) > MAX_ENTRY_POINTS:

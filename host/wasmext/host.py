@@ -13,7 +13,6 @@ failure policy, is `wasmext.plugin_calls`; the plugins' own MCP servers are
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -47,14 +46,11 @@ from wasmext.sandbox.faults import detached
 from wasmext.sandbox.fsgrants import reaching
 from wasmext.sandbox.limits import effective_limits
 from wasmext.sandbox.plugin import Plugin
-from wasmext.services.agent_config import load_agents
 from wasmext.services.agents import AgentRegistry
 from wasmext.services.events import Observer
 from wasmext.services.hostview import FaultRecord, LoadedPlugin
-from wasmext.services.llm.config import completer_from
 from wasmext.services.llm.ledger import DayLedger
 from wasmext.services.llm.service import Completer, LlmService
-from wasmext.services.pytools import host_tool
 from wasmext.services.state import install_state
 from wasmext.services.tools import ToolRegistry
 from wasmext.session import Session
@@ -87,8 +83,12 @@ class Host(PluginServers, PluginCalls):
         self.config = config or HostConfig()
         # The config's [agents]: a target that cannot be imported fails the start (one
         # ConfigError naming them all) before anything is started that would need closing.
-        declared_agents = load_agents(self.config.agents, lambda: self.llm,
-                                      self.config.path)
+        declared_agents: dict[str, tuple[Any, bool]] = {}
+        if self.config.agents:  # their schema and loader come with them (pydantic)
+            from wasmext.services.agent_config import load_agents
+
+            declared_agents = load_agents(self.config.agents, lambda: self.llm,
+                                          self.config.path)
         # Spans (observe.tracing): an embedder's choice, else [tracing]; off by default.
         self.tracing = _tracing_install(tracing if tracing is not None
                                         else self.config.tracing)
@@ -116,8 +116,11 @@ class Host(PluginServers, PluginCalls):
         self.http = self.config.http.service()  # http.fetch ([http]; inject_header)
         self.http.install(self.runtime.services)
         # llm.complete: the `llm` callable, else the [llm] endpoint (services.llm.service)
-        self.llm = LlmService(self.observe.metrics, self.config.llm,
-                              llm or completer_from(self.config.llm),
+        if llm is None and self.config.llm.url:  # a client only for an [llm] endpoint
+            from wasmext.services.llm.config import completer_from
+
+            llm = completer_from(self.config.llm)
+        self.llm = LlmService(self.observe.metrics, self.config.llm, llm,
                               DayLedger(self.state_store))
         self.llm.install(self.runtime.services)
         self.agents = AgentRegistry()  # agents.request/send: `host.agents.register(...)`
@@ -160,9 +163,17 @@ class Host(PluginServers, PluginCalls):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        import asyncio  # here: a host used without a loop never imports asyncio
+
         await asyncio.to_thread(self.close)  # closing joins threads: not on the loop
 
-    tool = host_tool  # `@host.tool` or `@host.tool(name=..., description=...)`: see pytools
+    def tool(self, fn: Any = None, *, name: str | None = None,
+             description: str | None = None) -> Any:
+        """`@host.tool` or `@host.tool(name=..., description=...)`: a Python function as
+        a host tool, its schema from the type hints (`services.pytools`)."""
+        from wasmext.services.pytools import host_tool  # pydantic, with the first tool
+
+        return host_tool(self, fn, name=name, description=description)
 
     def state_store(self) -> StateStore:
         """The plugin state store, opened on first use (see the [state] config)."""

@@ -25,8 +25,6 @@ from wasmext.errors import ConfigError, InvalidModule, LoadError, ModuleTooLarge
 from wasmext.files import read_regular
 from wasmext.manifest import ID_RE, Manifest, load_folder
 from wasmext.mcp.envsubst import env_refs
-from wasmext.sandbox.backends.component import ComponentModule, is_component
-from wasmext.sandbox.backends.component_instance import ComponentPlugin
 from wasmext.sandbox.backends.extism import EXTISM_KERNEL, ExtismPlugin, uses_extism
 from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.compiler import compile_bounded
@@ -35,7 +33,7 @@ from wasmext.sandbox.hostcalls import HostServices
 from wasmext.sandbox.limits import Limits, effective_limits
 from wasmext.sandbox.module import PluginModule
 from wasmext.sandbox.plugin import Plugin, QuarantinePolicy
-from wasmext.sandbox.wasmcheck import ModuleCaps, check_memories, inspect
+from wasmext.sandbox.wasmcheck import ModuleCaps, check_memories, inspect, is_component
 from wasmext.text import clean
 
 __all__ = ["Runtime", "allowed_environ", "resolve_settings"]
@@ -250,6 +248,8 @@ class Runtime:
         if announce is not None:
             announce()
         if component:
+            from wasmext.sandbox.backends.component import ComponentModule
+
             ComponentModule(wasm, name=name, engine=self.engine, cache=self.cache,
                             caps=self.module_caps)
         else:
@@ -322,6 +322,10 @@ class Runtime:
             _extism_module(self.engine, wasm, self.module_caps, name)
         plugin: Plugin | ExtismPlugin
         if component:  # a component of the world wasmext:plugin@1.0.0
+            # wasmtime.component and the component backend come with the first component
+            from wasmext.sandbox.backends.component import ComponentModule
+            from wasmext.sandbox.backends.component_instance import ComponentPlugin
+
             plugin = ComponentPlugin(
                 ComponentModule(wasm, name=name, engine=self.engine, cache=self.cache,
                                 caps=self.module_caps), plugin_id=pid, limits=eff,

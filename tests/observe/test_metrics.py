@@ -350,3 +350,33 @@ def test_a_forgotten_plugin_keeps_its_host_call_series_and_restarts_its_summary(
               if metric.name == "extension_host_calls" for s in metric.samples
               if s.name.endswith("_total")]
     assert series == [4.0]
+
+
+def test_what_is_counted_before_the_first_scrape_is_in_it() -> None:
+    """The series are made on first use; what was counted before is in the first scrape,
+    the same text as when the registry existed from the start."""
+    def counts(m: Metrics) -> None:
+        for action in ("register", "unregister", "register", "bogus"):
+            m.record_registration(action, "pii-mask")
+        m.record_state_op("pii-mask", "set")
+        m.record_eviction("pii-mask", 3, key="k")
+        m.record_event("pii-mask", "emitted")
+        m.record_event("pii-mask", "emitted")
+        m.record_event_dropped("listener")
+        m.record_callback("pii-mask", "on_plain_text", "ok", 0.002, fuel=10)
+        m.record_host_call("pii-mask", "state.get")
+
+    late, early = Metrics(), Metrics()
+    assert early.registry is not None  # made before anything is counted
+    counts(late)
+    counts(early)
+    def series(m: Metrics) -> list[str]:  # a `_created` sample is the moment it was made
+        return [line for line in m.exposition().decode().splitlines()
+                if "_created{" not in line]
+
+    assert series(late) == series(early)
+    text = "\n".join(series(late))
+    assert 'extension_registration_total{action="register",extension_id="pii-mask"} 2.0' in text
+    assert 'extension_registration_total{action="other",extension_id="pii-mask"} 1.0' in text
+    assert 'extension_events_total{extension_id="pii-mask",outcome="emitted"} 2.0' in text
+    assert 'extension_state_evictions_total{extension_id="pii-mask"} 3.0' in text

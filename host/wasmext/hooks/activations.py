@@ -15,6 +15,7 @@ live as long as the store's longest TTL after their last read
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -33,7 +34,13 @@ HISTORY_SCOPE = "@ext-turns/"  # + session id
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MAX_PARAM = 64
 MAX_CONFIG_BYTES = 16 * 1024
-_PARAM = re.compile(rf"[\w.\-]{{1,{MAX_PARAM}}}")
+
+
+@functools.cache
+def _param() -> re.Pattern[str]:
+    # Unicode \w is a large character set: compiled by the first activation that names a
+    # parameter, not by every process that imports the host (2 ms).
+    return re.compile(rf"[\w.\-]{{1,{MAX_PARAM}}}")
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,7 @@ def check_name(what: str, value: object) -> str:
 def _check_param(value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not _PARAM.fullmatch(value):
+    if not isinstance(value, str) or not _param().fullmatch(value):
         raise ActivationError(f"default_param must be what `#name:param` can spell "
                               f"(letters, digits, '_', '.', '-', at most {MAX_PARAM}), got "
                               f"{str(value)[:80]!r}")

@@ -36,12 +36,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import jsonschema_rs
-
 from wasmext.errors import ConfigError, WasmextError
 from wasmext.hooks.activations import Activation
 from wasmext.hooks.tags import matches
-from wasmext.services.tools import bounded_schema, compile_schema
+from wasmext.services.tools import bounded_schema, compile_schema, validation_error
 from wasmext.text import clean
 
 if TYPE_CHECKING:
@@ -193,7 +191,9 @@ def _check_output(outcome: ExtensionResult, schema: Any) -> None:
         validator.validate(outcome.content)
     except ConfigError as err:  # refused at load; a plugin registered before that rule
         outcome.success, outcome.content, outcome.error = False, None, clean(err.message, 300)
-    except (jsonschema_rs.ValidationError, ValueError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, (validation_error(), ValueError)):
+            raise
         first = (getattr(exc, "message", None) or str(exc)).splitlines()
         outcome.success, outcome.content = False, None
         outcome.error = clean(f"#{outcome.name}: the result does not match its output_schema: "

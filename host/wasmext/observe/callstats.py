@@ -20,12 +20,14 @@ import itertools
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+if TYPE_CHECKING:  # prometheus_client comes with the first scrape, not the host
+    from prometheus_client.metrics_core import (
+        CounterMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
 
 __all__ = ["CallCell", "CallStats", "Count", "Tally"]
 
@@ -154,6 +156,8 @@ class CallStats:
 
     def _families(self) -> tuple[HistogramMetricFamily, CounterMetricFamily,
                                  CounterMetricFamily, CounterMetricFamily]:
+        from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
+
         return (HistogramMetricFamily("extension_callback_duration_ms",
                                       self.docs["extension.callback.duration_ms"],
                                       labels=["callback_type", "extension_id"]),

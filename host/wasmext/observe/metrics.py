@@ -8,8 +8,11 @@
     server = metrics.serve(9464)          # http://127.0.0.1:9464/metrics
 
 Each `Metrics` has its own CollectorRegistry, so instances (and tests) never share
-series. Names in METRICS are the spec's dotted names; the Prometheus name replaces
-dots by underscores, and a counter's samples end in `_total` (PROMETHEUS_NAMES).
+series. The registry and its series are made (and prometheus_client imported) on
+first use: a scrape, `serve`, or the first state, event or model count; hook and host
+calls are plain integers until then (`observe.callstats`). Names in METRICS are the
+spec's dotted names; the Prometheus name replaces dots by underscores, and a
+counter's samples end in `_total` (PROMETHEUS_NAMES).
 Label values a guest can influence (hook, op, outcome) are capped per plugin: past
 `max_label_values` distinct values, new ones are counted as "other".
 """
@@ -25,13 +28,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import start_http_server
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from wasmext.errors import CapabilityDenied, PluginError, PluginFault, Quarantined
 from wasmext.observe.callstats import CallCell, CallStats, Tally
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
     "METRICS", "PROMETHEUS_NAMES", "CallbackTimer", "Metrics", "MetricsServer", "PluginStats",
@@ -71,6 +74,9 @@ DURATION_BUCKETS_MS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 SIZE_BUCKETS_BYTES = tuple(float(1024 * 4 ** i) for i in range(11))  # 1 KiB .. 1 GiB
 FAULT_OUTCOMES = frozenset({"fault"})
 OTHER = "other"
+_PROMETHEUS_ATTRS = frozenset({
+    "registry", "registrations", "state_operations", "state_size", "state_current",
+    "state_evictions", "events", "events_dropped", "llm_tokens", "llm_cost"})
 
 
 def prometheus_name(dotted: str) -> str:
@@ -151,6 +157,8 @@ class MetricsServer:
     """The loopback /metrics endpoint; `close()` stops it."""
 
     def __init__(self, registry: CollectorRegistry, port: int, host: str) -> None:
+        from prometheus_client.exposition import start_http_server
+
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.host, self.port = host, int(self._server.server_port)
 
@@ -178,7 +186,6 @@ class Metrics:
 
     def __init__(self, *, reservoir_size: int = 1024, max_label_values: int = 64,
                  seed: int | None = 0) -> None:
-        self.registry = CollectorRegistry()
         self.reservoir_size, self.max_label_values = reservoir_size, max_label_values
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -190,29 +197,84 @@ class Metrics:
         self._host_bound: dict[tuple[str, str], tuple[Callable[[], int], Callable[[], int]]] = {}
         # plugin -> its summary and its input, output and cost counter children.
         self._llm_bound: dict[str, tuple[_Plugin, Any, Any, Any]] = {}
-        self.registrations = self._counter("extension.registration.total")
         # Hook calls: counted in plain integers, exposed on scrape (observe.callstats).
         self._calls = CallStats(DURATION_BUCKETS_MS, {k: v[2] for k, v in METRICS.items()},
                                 self._lock)
-        self.registry.register(self._calls)
-        self.state_operations = self._counter("extension.state.operations")
-        self.state_size = self._histogram("extension.state.size_bytes", SIZE_BUCKETS_BYTES)
-        _kind, labels, doc = METRICS["extension.state.current_bytes"]
-        self.state_current = Gauge("extension_state_current_bytes", doc, labels,
-                                   registry=self.registry)
-        self.state_evictions = self._counter("extension.state.evictions")
-        self.events = self._counter("extension.events.total")
-        self.events_dropped = self._counter("extension.events.dropped")
-        self.llm_tokens = self._counter("extension.llm.tokens")
-        self.llm_cost = self._counter("extension.llm.cost")
+        self._prometheus_lock = threading.Lock()
+        # (counter, labels) -> what was counted before the series existed (every load
+        # records a registration and an event): added when they are made, so a scrape
+        # sees it all.
+        self._early: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
-    def _counter(self, dotted: str) -> Counter:
-        _kind, labels, doc = METRICS[dotted]
-        return Counter(dotted.replace(".", "_"), doc, labels, registry=self.registry)
+    # The registry and the prometheus_client series: made by `_prometheus` on the
+    # first read of any of them (`__getattr__`), then plain attributes.
+    registry: CollectorRegistry
+    registrations: Counter
+    state_operations: Counter
+    state_size: Histogram
+    state_current: Gauge
+    state_evictions: Counter
+    events: Counter
+    events_dropped: Counter
+    llm_tokens: Counter
+    llm_cost: Counter
 
-    def _histogram(self, dotted: str, buckets: tuple[float, ...]) -> Histogram:
+    def __getattr__(self, name: str) -> Any:
+        if name in _PROMETHEUS_ATTRS:
+            self._prometheus()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _prometheus(self) -> None:
+        with self._prometheus_lock:
+            if "registry" in self.__dict__:
+                return
+            from prometheus_client import CollectorRegistry, Gauge
+
+            registry = CollectorRegistry()
+            registry.register(self._calls)
+            self.registrations = self._counter(registry, "extension.registration.total")
+            self.state_operations = self._counter(registry, "extension.state.operations")
+            self.state_size = self._histogram(registry, "extension.state.size_bytes",
+                                              SIZE_BUCKETS_BYTES)
+            _kind, labels, doc = METRICS["extension.state.current_bytes"]
+            self.state_current = Gauge("extension_state_current_bytes", doc, labels,
+                                       registry=registry)
+            self.state_evictions = self._counter(registry, "extension.state.evictions")
+            self.events = self._counter(registry, "extension.events.total")
+            self.events_dropped = self._counter(registry, "extension.events.dropped")
+            self.llm_tokens = self._counter(registry, "extension.llm.tokens")
+            self.llm_cost = self._counter(registry, "extension.llm.cost")
+            for (series, early_labels), amount in self._early.items():
+                getattr(self, series).labels(**dict(early_labels)).inc(amount)
+            self._early.clear()
+            self.registry = registry  # last: its presence says every series is made
+
+    def _count(self, series: str, amount: float = 1, **labels: str) -> None:
+        """Add to a labelled counter; before the series exist, to a plain number that
+        `_prometheus` adds to it."""
+        if "registry" not in self.__dict__:
+            with self._prometheus_lock:
+                if "registry" not in self.__dict__:
+                    key = (series, tuple(labels.items()))
+                    self._early[key] = self._early.get(key, 0) + amount
+                    return
+        getattr(self, series).labels(**labels).inc(amount)
+
+    @staticmethod
+    def _counter(registry: CollectorRegistry, dotted: str) -> Counter:
+        from prometheus_client import Counter
+
         _kind, labels, doc = METRICS[dotted]
-        return Histogram(dotted.replace(".", "_"), doc, labels, registry=self.registry,
+        return Counter(dotted.replace(".", "_"), doc, labels, registry=registry)
+
+    @staticmethod
+    def _histogram(registry: CollectorRegistry, dotted: str, buckets: tuple[float, ...]
+                   ) -> Histogram:
+        from prometheus_client import Histogram
+
+        _kind, labels, doc = METRICS[dotted]
+        return Histogram(dotted.replace(".", "_"), doc, labels, registry=registry,
                          buckets=buckets)
 
     def _label(self, kind: str, plugin_id: str, value: str) -> str:
@@ -238,7 +300,7 @@ class Metrics:
         with self._lock:
             self._plugin(plugin_id)
         label = action if action in ("register", "unregister") else OTHER
-        self.registrations.labels(action=label, extension_id=plugin_id).inc()
+        self._count("registrations", action=label, extension_id=plugin_id)
         log.info("plugin %s: %s", plugin_id, action,
                  extra={"plugin_id": plugin_id, "outcome": action})
 
@@ -335,7 +397,7 @@ class Metrics:
         with self._lock:
             self._plugin(plugin_id)
             operation = self._label("operation", plugin_id, operation)
-        self.state_operations.labels(operation=operation, extension_id=plugin_id).inc()
+        self._count("state_operations", operation=operation, extension_id=plugin_id)
 
     def set_state_size(self, plugin_id: str, size_bytes: int) -> None:
         """The plugin's state size after an operation: gauge, histogram and snapshot."""
@@ -346,18 +408,18 @@ class Metrics:
 
     def record_eviction(self, plugin_id: str, count: int = 1, key: str | None = None) -> None:
         """Count state keys evicted from the plugin, and log it."""
-        self.state_evictions.labels(extension_id=plugin_id).inc(count)
+        self._count("state_evictions", count, extension_id=plugin_id)
         log.info("plugin %s: %d state key(s) evicted, last %r", plugin_id, count, key,
                  extra={"plugin_id": plugin_id, "outcome": "evicted"})
 
     def record_event(self, subject: str, outcome: str) -> None:
         """The EventBus observer: `EventBus(observer=metrics.record_event)`."""
-        self.events.labels(extension_id=subject, outcome=outcome).inc()
+        self._count("events", extension_id=subject, outcome=outcome)
 
     def record_event_dropped(self, subscriber: str) -> None:
         """The EventBus drop observer: `EventBus(drop_observer=metrics.record_event_dropped)`;
         `subscriber` is the plugin id or the Python subscription's name."""
-        self.events_dropped.labels(subscriber=subscriber).inc()
+        self._count("events_dropped", subscriber=subscriber)
 
     def record_llm(self, plugin_id: str, input_tokens: int, output_tokens: int,
                    cost: float) -> None:
@@ -405,6 +467,8 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this instance's registry."""
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
     def serve(self, port: int = 0, host: str = "127.0.0.1") -> MetricsServer:

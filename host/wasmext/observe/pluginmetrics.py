@@ -23,11 +23,12 @@ import itertools
 import math
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 from wasmext.errors import MetricLimit, MetricRefused, OpError, WasmextError
 from wasmext.text import clean
@@ -114,12 +115,21 @@ def _declaration(item: Any, policy: MetricPolicy) -> tuple[str, str, str, tuple[
 class PluginMetrics:
     """Every loaded plugin's declared metrics, in one Prometheus registry."""
 
-    def __init__(self, registry: CollectorRegistry, policy: MetricPolicy | None = None
-                 ) -> None:
-        self.registry = registry
+    def __init__(self, registry: CollectorRegistry | Callable[[], CollectorRegistry],
+                 policy: MetricPolicy | None = None) -> None:
+        # A function giving the registry: asked only when a plugin declares a metric, so
+        # a host whose plugins declare none never imports prometheus_client.
+        self._registry = registry
         self.policy = policy or MetricPolicy()
         self._plugins: dict[str, dict[str, _Declared]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The Prometheus registry the declared metrics are exported in."""
+        if callable(self._registry):
+            self._registry = self._registry()
+        return self._registry
 
     def declare(self, plugin_id: str, declarations: Any) -> list[WasmextError]:
         """Declare a plugin's metrics (its registration map's "metrics"); what is refused
@@ -151,6 +161,8 @@ class PluginMetrics:
                    labels: tuple[str, ...], buckets: tuple[float, ...] | None) -> Any:
         full = exported_name(plugin_id, name)
         doc = text or f"{name}, declared by plugin {plugin_id}"
+        from prometheus_client import Counter, Gauge, Histogram
+
         try:
             if kind == "counter":
                 return Counter(full, doc, labels, registry=self.registry)

@@ -31,10 +31,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import wasmtime
-import wasmtime.component
 
 from wasmext.errors import UnsafeFile
 from wasmext.files import atomic_write, read_regular
@@ -46,7 +45,12 @@ log = logging.getLogger("wasmext.sandbox.cache")
 MAGIC = b"WXC2"  # WXC1 entries had a MAC of the code alone
 MAC_LEN = 32
 MAX_ENTRY_BYTES = 2**31  # far above any compiled module the compile caps admit
-T = TypeVar("T", wasmtime.Module, wasmtime.component.Component)  # what the cache holds
+if TYPE_CHECKING:  # wasmtime.component comes with the first component, not the host
+    import wasmtime.component
+
+    T = TypeVar("T", wasmtime.Module, wasmtime.component.Component)  # what the cache holds
+else:
+    T = TypeVar("T")
 # Wraps a cold compile; hears the module's name (a path or "<module>").
 CompileObserver = Callable[[str], AbstractContextManager[object]]
 
@@ -166,6 +170,8 @@ class CompileCache:
             compile_it: Callable[[], wasmtime.component.Component] | None = None,
     ) -> wasmtime.component.Component:
         """`load_or_compile` for a component (the same key, MAC and fallbacks)."""
+        import wasmtime.component
+
         return self._load_or_compile(self.component_entry_path(digest, engine), engine,
                                      wasmtime.component.Component.deserialize,
                                      compile_it or (lambda: engine.compile_component(wasm)),

@@ -37,7 +37,7 @@ import wasmtime
 from wasmext._abi import DEFAULT_LIMITS
 from wasmext.errors import MemoryLimitExceeded
 from wasmext.sandbox.epoch import TICK_MS, Ticker, forget_timers, start_ticker
-from wasmext.sandbox.fastcall import handle
+from wasmext.sandbox.fastcall import handle, wasmtime_version
 
 __all__ = ["MAX_INSTANCE_POOL", "TICK_MS", "EngineConfig", "SharedEngine", "shared_engine"]
 
@@ -87,11 +87,6 @@ class EngineConfig:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def wasmtime_version() -> str:
-    """The installed wasmtime version."""
-    from importlib.metadata import version
-
-    return version("wasmtime")
 
 
 class SharedEngine:

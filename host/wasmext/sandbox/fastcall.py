@@ -24,12 +24,13 @@ binding falls back to the public API (slower, same behaviour), and
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 import weakref
 from collections.abc import Callable
 from functools import partial
-from importlib.metadata import version
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import wasmtime
@@ -39,7 +40,7 @@ log = logging.getLogger("wasmext.sandbox.fastcall")
 __all__ = ["FAST_PATH", "SUPPORTED_WASMTIME", "Caller", "ExportKey", "Handle", "MemoryView",
            "StoreBinding", "budget_setter", "export_key", "handle", "host_failure_standin",
            "keep_host_exception", "new_store", "store_address", "store_handle",
-           "take_host_exception"]
+           "take_host_exception", "wasmtime_version"]
 
 SUPPORTED_WASMTIME = (50, 51)  # [low, high) major versions verified by the tests
 WASM32_SPAN = 1 << 32
@@ -47,9 +48,31 @@ WASM32_SPAN = 1 << 32
 Caller = Callable[..., int]
 
 
+@functools.cache
+def wasmtime_version() -> str:
+    """The installed wasmtime's version, as its distribution's metadata says it."""
+    # The Version header of the one dist-info beside the package, as importlib.metadata
+    # reads it; importlib.metadata itself (a tenth of `import wasmext.host`) only when
+    # the layout is another (several dist-infos, an egg, a source tree).
+    try:
+        beside = list(Path(wasmtime.__file__).parent.parent.glob("wasmtime-*.dist-info"))
+        if len(beside) == 1:
+            with (beside[0] / "METADATA").open(encoding="utf-8") as fh:
+                for line in fh:
+                    if not line.strip():
+                        break  # the headers end at the first empty line
+                    if line.startswith("Version:"):
+                        return line.removeprefix("Version:").strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    from importlib.metadata import version
+
+    return version("wasmtime")
+
+
 def _wasmtime_major() -> int:
     try:
-        return int(version("wasmtime").split(".")[0])
+        return int(wasmtime_version().split(".")[0])
     except Exception:  # pragma: no cover - broken install
         return -1
 

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 
 from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge
 
-__all__ = ["ModuleCaps", "ModuleShape", "check_memories", "inspect"]
+__all__ = ["ModuleCaps", "ModuleShape", "check_memories", "inspect", "is_component"]
+
+_COMPONENT_LAYER = b"\x0d\x00\x01\x00"  # version 0x0d, layer 1: a component
+
+
+def is_component(wasm: bytes) -> bool:
+    """Is `wasm` a component (not a core module)? Read from the 8-byte header."""
+    return wasm[:4] == b"\0asm" and wasm[4:8] == _COMPONENT_LAYER
 
 _TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _GLOBAL, _EXPORT, _START, _ELEMENT, _CODE = (
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10)

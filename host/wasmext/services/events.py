@@ -72,7 +72,7 @@ class Observer:
                             observer=self.metrics.record_event,
                             drop_observer=self.metrics.record_event_dropped)
         self._subs: dict[str, Subscription] = {}
-        self.plugin_metrics = PluginMetrics(self.metrics.registry)
+        self.plugin_metrics = PluginMetrics(lambda: self.metrics.registry)
         self.ticks = Ticker(self._deliver_tick)  # the host sets ticks.policy from its config
 
     def _may(self, action: str) -> Callable[[str, str], bool]:

@@ -39,6 +39,7 @@ left to finish on its own when the caller's time is up).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 import threading
@@ -46,8 +47,6 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
-
-import jsonschema_rs
 
 from wasmext.errors import ConfigError, HookAborted, PluginError, ToolLimitError, WasmextError
 from wasmext.sandbox import calltree
@@ -129,7 +128,19 @@ def _clean(text: Any, limit: int) -> str:
     return clean_lines(text, limit)
 
 
-_REGEX = jsonschema_rs.RegexOptions()  # Rust regex: linear time, no backreferences
+def validation_error() -> type[Exception]:
+    """jsonschema_rs's ValidationError (a validator exists, so the module is loaded)."""
+    import jsonschema_rs
+
+    return jsonschema_rs.ValidationError
+
+
+@functools.cache
+def _regex() -> Any:
+    """Rust regex: linear time, no backreferences (jsonschema_rs with the first schema)."""
+    import jsonschema_rs
+
+    return jsonschema_rs.RegexOptions()
 
 
 def compile_schema(schema: Any, where: str) -> Any:
@@ -141,8 +152,10 @@ def compile_schema(schema: Any, where: str) -> Any:
     if not isinstance(schema, Mapping):
         raise ConfigError(f"{where}: a schema must be a JSON Schema object")
     try:
+        import jsonschema_rs
+
         return shared_validator(schema, lambda: jsonschema_rs.Draft202012Validator(
-            dict(schema), pattern_options=_REGEX, offline=True))
+            dict(schema), pattern_options=_regex(), offline=True))
     except Exception as exc:  # ValidationError, ReferencingError, ValueError ...
         first = (getattr(exc, "message", None) or str(exc)).splitlines()
         raise ConfigError(f"{where}: invalid JSON Schema: "
@@ -499,7 +512,9 @@ class ToolRegistry:
                                                  "code": "not_found"}}
         try:
             tool.validator.validate(args)
-        except (jsonschema_rs.ValidationError, ValueError) as exc:
+        except Exception as exc:
+            if not isinstance(exc, (validation_error(), ValueError)):
+                raise
             message = (getattr(exc, "message", None) or str(exc)).splitlines()[0]
             return {"status": "error", "error": {"message": f"invalid arguments: {message}",
                                                  "code": "invalid"}}

@@ -7,7 +7,7 @@
         txn.set("greeting", msgpack.packb("hi"))          # committed when the block ends
     store.get(Scope("my-plugin", "session-1"), "greeting")
 
-Backends: `MemoryStore` (tests), `SQLiteStore` (the embedded default),
+Backends: `MemoryStore` (tests), `SQLiteStore` (the embedded default; sqlite3 on first use),
 `RedisStore` (several hosts; imported lazily, it needs the `redis` package),
 `JetStreamStore` (several hosts of a NATS cluster; lazily, it needs nats-py).
 See docs/state.md.
@@ -45,11 +45,11 @@ from wasmext.state.base import (
 )
 from wasmext.state.engine import Engine, Transaction
 from wasmext.state.memory import MemoryStore
-from wasmext.state.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from wasmext.state.jetstream.store import JetStreamStore
     from wasmext.state.redis.store import RedisStore
+    from wasmext.state.sqlite import SQLiteStore
 
 __all__ = [
     "CasConflict",
@@ -86,6 +86,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SQLiteStore":  # sqlite3 with the first store that opens a file
+        from wasmext.state.sqlite import SQLiteStore
+
+        return SQLiteStore
     if name == "RedisStore":
         from wasmext.state.redis.store import RedisStore
 

@@ -43,7 +43,7 @@ from wasmext.sandbox.cache import CompileCache
 from wasmext.sandbox.compiler import compile_component_bounded
 from wasmext.sandbox.engine import SharedEngine, shared_engine
 from wasmext.sandbox.module import ModuleInfo, PluginModule
-from wasmext.sandbox.wasmcheck import ModuleCaps
+from wasmext.sandbox.wasmcheck import ModuleCaps, is_component
 
 __all__ = ["HOST_INTERFACE", "ComponentModule", "is_component"]
 
@@ -51,13 +51,7 @@ HOST_INTERFACE = "wasmext:plugin/host@1.0.0"
 # WASI preview 2 families the linker defines; every one inherits nothing (SPEC 8).
 _WASI_FAMILIES = ("wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/",
                   "wasi:filesystem/", "wasi:sockets/")
-_COMPONENT_LAYER = b"\x0d\x00\x01\x00"  # version 0x0d, layer 1: a component
 _MEMO_SIZE = 4
-
-
-def is_component(wasm: bytes) -> bool:
-    """Is `wasm` a component (not a core module)? Read from the 8-byte header."""
-    return wasm[:4] == b"\0asm" and wasm[4:8] == _COMPONENT_LAYER
 
 
 def _allowed(interface: str) -> bool:

@@ -17,35 +17,18 @@ Validated as the pydantic model `HttpSection` (`wasmext.validation`).
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from wasmext.services.http.fetch import HttpFetch, HttpLimits
+from wasmext.services.http.fetch import HttpLimits
+from wasmext.services.http.settings import HttpSettings
 from wasmext.validation import SECTION, Nonnegative, check
 
 __all__ = ["HttpSection", "HttpSettings", "parse_http"]
 
 _Text = Annotated[str, Field(strict=True, min_length=1)]
-
-
-@dataclass(frozen=True)
-class HttpSettings:
-    """The [http] section: http.fetch's caps and the setting-to-header injections."""
-
-    limits: HttpLimits = dataclasses.field(default_factory=HttpLimits)
-    # (plugin id, host pattern, header, setting, scheme, port)
-    inject: tuple[tuple[str, str, str, str, str, int], ...] = ()
-
-    def service(self) -> HttpFetch:
-        """An http.fetch service with these caps and injections."""
-        fetch = HttpFetch(self.limits)
-        for plugin_id, host, header, setting, scheme, port in self.inject:
-            fetch.inject_header(plugin_id, host, header, setting, scheme=scheme, port=port)
-        return fetch
 
 
 class Injection(BaseModel):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,6 +32,8 @@ def keepalive_client(max_connections: int = 8,
     """A keep-alive client under each request's deadline that stores no cookies and
     follows no redirects; `headers` go with every request it sends."""
     # httpx is imported with the first client, not the host (`http.transport`'s docstring).
+    from http.cookiejar import CookieJar, DefaultCookiePolicy  # brings http.client, ssl
+
     import httpx2
 
     from wasmext.services.http.transport import bounded_transport

@@ -28,12 +28,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from wasmext.observe.metrics import Metrics
 from wasmext.sandbox.hostcalls import CallContext, HostServices, OpError
 from wasmext.services.llm.client import ChatAnswer, ChatRequest, ModelError
-from wasmext.services.llm.ledger import DayLedger
+
+if TYPE_CHECKING:  # the ledger brings the state stores; a host without [llm] never needs it
+    from wasmext.observe.metrics import Metrics
+    from wasmext.services.llm.ledger import DayLedger
 
 __all__ = ["Completer", "LlmPolicy", "LlmService", "LlmSettings", "Price"]
 
@@ -196,7 +198,11 @@ class LlmService:
         self.metrics = metrics
         self._usage = _Usage()
         # Per-day counts outlive the process (the Host keeps them in its state store).
-        self.ledger = ledger or DayLedger()
+        if ledger is None:
+            from wasmext.services.llm.ledger import DayLedger
+
+            ledger = DayLedger()
+        self.ledger = ledger
 
     @property
     def model(self) -> str | None:
