@@ -28,7 +28,11 @@ from dataclasses import dataclass
 
 from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge
 
-__all__ = ["ModuleCaps", "ModuleShape", "check_memories", "inspect"]
+__all__ = ["MAX_CORE_INSTANCES", "ModuleCaps", "ModuleShape", "check_memories", "inspect"]
+
+# Core instances one instance of a component may make (its store's limit): a
+# componentized CPython or SpiderMonkey makes about a dozen. Generous, but finite.
+MAX_CORE_INSTANCES = 64
 
 _TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _GLOBAL, _EXPORT, _START, _ELEMENT, _CODE = (
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
@@ -49,6 +53,13 @@ class ModuleCaps:
     # Globals, defined and imported: every instance holds each one (16 bytes apiece in
     # wasmtime 50) beside its memory, where `memory_bytes` does not count it.
     max_globals: int = 10_000
+    # A component's imports, each core instance's own: every import is a 32-byte slot in
+    # that instance's metadata, outside `memory_bytes` (one module of 99,000 imports
+    # instantiated 60 times: 180 MiB an instance, and 179 MiB to load it). Counted as
+    # the largest core module's imports times the core instances the component makes
+    # (a bound, not a census): the Python SDK's, 14 instances of at most 918 imports,
+    # is 12,852; the JavaScript one's 9.
+    max_component_import_slots: int = 100_000
     # The ABI offers a few dozen imports and needs six exports; a toolchain exporting
     # everything stays far below these.
     max_imports: int = 1_000
@@ -70,18 +81,29 @@ class ModuleCaps:
 
     def check_component(self, wasm: bytes, name: str = "<component>") -> None:
         """Raise ModuleTooLarge when the core modules of the component `wasm` declare
-        more globals together than `max_globals` (each instance of the component holds
-        all of them). The other caps bound one plugin module's compile: a component's
-        interpreter is far over them, and compiles in a child (`sandbox.compiler`)."""
-        total = 0
+        more globals together than `max_globals`, or its core instances may hold more
+        import slots than `max_component_import_slots` (each instance of the component
+        holds all of them). The other caps bound one plugin module's compile: a
+        component's interpreter is far over them, and compiles in a child
+        (`sandbox.compiler`)."""
+        globals_total = largest_imports = 0
         for core in _core_modules(wasm):
             try:
-                total += inspect(core).globals
+                shape = inspect(core)
             except InvalidModule:
                 continue  # wasmtime's validator names what is wrong with it
-        if total > self.max_globals:
-            raise ModuleTooLarge(f"{name}: {total} globals in its core modules, over the "
-                                 f"host's max_globals {self.max_globals}")
+            globals_total += shape.globals
+            largest_imports = max(largest_imports, shape.imports)
+        if globals_total > self.max_globals:
+            raise ModuleTooLarge(f"{name}: {globals_total} globals in its core modules, over "
+                                 f"the host's max_globals {self.max_globals}")
+        instances = _core_instantiations(wasm)
+        slots = instances * largest_imports
+        if slots > self.max_component_import_slots:
+            raise ModuleTooLarge(
+                f"{name}: up to {slots} import slots in its core instances ({largest_imports} "
+                f"imports in its largest core module, up to {instances} instances), over "
+                f"the host's max_component_import_slots {self.max_component_import_slots}")
 
     def compiles_inline(self, shape: ModuleShape) -> bool:
         """Whether `shape` is small enough to compile in this process."""
@@ -281,6 +303,62 @@ def _core_modules(wasm: bytes, depth: int = 0) -> list[bytes]:
     except InvalidModule:
         pass
     return found
+
+
+_CORE_INSTANCE = 2
+
+
+def _core_instantiations(wasm: bytes) -> int:
+    """How many core instances an instance of the component `wasm` may make: its
+    `instantiate` entries, at most MAX_CORE_INSTANCES (its store refuses more). A
+    nested component that instantiates core modules may itself be instantiated any
+    number of times: then the store's limit is the bound."""
+    top_level, nested = _instantiate_entries(wasm)
+    return MAX_CORE_INSTANCES if nested else min(top_level, MAX_CORE_INSTANCES)
+
+
+def _instantiate_entries(wasm: bytes, depth: int = 0) -> tuple[int, int]:
+    """(`instantiate` entries in the core instance sections of `wasm`, those in its
+    nested components); a malformed stream ends the walk, as in `_core_modules`."""
+    here = nested = 0
+    if depth > _MAX_COMPONENT_NESTING:
+        return here, nested
+    top = _Reader(wasm, 8, len(wasm))
+    try:
+        while top.pos < top.end:
+            section = top.byte()
+            size = top.uleb()
+            start = top.pos
+            top.skip(size)
+            if section == _CORE_INSTANCE:
+                here += _instantiates_in(_Reader(wasm, start, start + size))
+            elif section == _NESTED_COMPONENT:
+                inner, deeper = _instantiate_entries(wasm[start:start + size], depth + 1)
+                nested += inner + deeper
+    except InvalidModule:
+        pass
+    return here, nested
+
+
+def _instantiates_in(r: _Reader) -> int:
+    """The `instantiate` entries of one core instance section (the others gather
+    exports of instances already made, and make none)."""
+    count = 0
+    for _ in range(r.uleb()):
+        kind = r.byte()
+        if kind == 0x00:  # instantiate a module: its index, then named instance arguments
+            count += 1
+            r.uleb()
+            for _ in range(r.uleb()):
+                r.name()
+                r.byte()
+                r.uleb()
+        else:  # a bag of exports: name, sort (one byte for a core sort), index
+            for _ in range(r.uleb()):
+                r.name()
+                r.byte()
+                r.uleb()
+    return count
 
 
 def inspect(wasm: bytes) -> ModuleShape:
