@@ -1,10 +1,17 @@
-"""Every import of a component's core instance is a 32-byte slot in that instance's
-metadata, outside `memory_bytes`: one core module of 99,000 imports instantiated 60
-times made each instance of the component 180 MiB, and loading the compiled component
-cost the host 179 MiB. `ModuleCaps.check_component` bounds the slots (the largest core
-module's imports times the core instances made) by `max_component_import_slots`, before
-the child compile. Core exports, export names, aliases and tables cost an instance
-nothing measurable (99,000 of each: under 0.3 MiB an instance), so they are not capped.
+"""What the core instances of a component declare costs every instance of it, outside
+`memory_bytes`: each import is a slot of up to 32 bytes in its core instance's metadata,
+each global 16 bytes, and a core module instantiated twice holds both twice. One module
+of 99,000 imports instantiated 60 times made each instance of the component 180 MiB (and
+loading the compiled component cost the host 179 MiB); nested components instantiated
+twice, 22 levels deep, made a 1.2 KB component plan 4 million core instances (4.5 s and
+730 MiB to compile, a 43 MiB artifact, and not one instance: the store allows 64).
+
+`ModuleCaps.check_component` walks the component's index spaces and refuses, before the
+child compile, more import slots than `max_component_import_slots`, more globals than
+`max_globals`, or more core instances than MAX_CORE_INSTANCES. Core exports, export
+names, aliases and tables cost an instance nothing measurable (99,000 of each, or 60
+tables of 100,000 elements: under 0.3 MiB an instance), so they are not capped here:
+the bytes (`max_module_bytes`) bound what loading them costs the host.
 """
 
 from __future__ import annotations
@@ -16,77 +23,117 @@ import wasmtime
 
 from support import Built, rss_mib
 from wasmext import ModuleTooLarge, Plugin, Runtime
-from wasmext.sandbox.wasmcheck import ModuleCaps
+from wasmext.sandbox.wasmcheck import MAX_COMPONENT_NESTING, MAX_CORE_INSTANCES, ModuleCaps
 
 BOUND_S = 10.0  # a refusal reads section headers; the machine running CI is shared
 GROWTH_MIB = 32  # what a refused load may add to the process (the bytes, mostly)
+_PING = '''(core module $p (func (export "ping") (result i32) i32.const 7))
+    (core instance $pi (instantiate $p))
+    (func (export "ping") (result u32) (canon lift (core func $pi "ping")))'''
 
 
-def _importer(imports: int, copies: int, nested: bool = False) -> bytes:
-    """A component whose core module of `imports` function imports is instantiated
-    `copies` times (inside a nested component, instantiated once, when `nested`), and
-    which exports `ping` so that it is a plugin."""
+def _importer(imports: int, copies: int, globals_: int = 0) -> bytes:
+    """A component whose core module of `imports` function imports (and `globals_`
+    globals) is instantiated `copies` times, and which exports `ping` (a plugin)."""
     names = "".join(f'(import "m" "f{i}" (func))' for i in range(imports))
     bag = "".join(f'(export "f{i}" (func $f))' for i in range(imports))
+    held = "(global i32 (i32.const 0))" * globals_
     made = "".join('(core instance (instantiate $b (with "m" (instance $m))))'
                    for _ in range(copies))
-    inner = f'''
-      (core module $a (func (export "f")) (func (export "ping") (result i32) i32.const 7))
-      (core module $b {names})
+    return bytes(wasmtime.wat2wasm(f'''(component
+      (core module $a (func (export "f")))
+      (core module $b {names} {held})
       (core instance $ia (instantiate $a))
       (alias core export $ia "f" (core func $f))
       (core instance $m {bag})
-      {made}'''
-    if nested:
-        inner = f'(component $c {inner}) (instance (instantiate $c))'
-        ping = "(core module $p (func (export \"ping\") (result i32) i32.const 7))" \
-               "(core instance $ia (instantiate $p))"
-        inner += ping
-    return bytes(wasmtime.wat2wasm(f'''(component {inner}
-      (func (export "ping") (result u32) (canon lift (core func $ia "ping"))))'''))
+      {made}
+      {_PING})'''))
 
 
-@pytest.mark.parametrize(("imports", "copies", "nested", "slots"), [
-    (99_000, 60, False, 6_039_000),  # the measured one: 180 MiB an instance
-    (2_000, 50, False, 102_000),  # just over, in small modules
-    (2_000, 1, True, 128_000),  # a nested component's instances may repeat: the store's 64
-], ids=["measured", "just-over", "nested"])
-def test_a_component_with_too_many_import_slots_is_refused_before_compiling(
-        runtime: Runtime, healthy: Plugin, imports: int, copies: int, nested: bool,
-        slots: int) -> None:
-    component = _importer(imports, copies, nested)
+def _doubling(levels: int, times: int = 2) -> bytes:
+    """A component whose nested components each instantiate the one inside `times`
+    times, `levels` deep, around one core instance: times**levels of them in all."""
+    inner = '(component $c0 (core module $m) (core instance (instantiate $m)))'
+    for level in range(1, levels + 1):
+        made = f'(instance (instantiate $c{level - 1}))' * times
+        inner = f'(component $c{level} {inner} {made})'
+    return bytes(wasmtime.wat2wasm(f'(component {inner} (instance (instantiate '
+                                   f'$c{levels})) {_PING})'))
+
+
+@pytest.mark.parametrize(("component", "refusal"), [
+    (lambda: _importer(99_000, 60), "5940000 import slots in its core instances, over "
+     "the host's max_component_import_slots 50000"),  # the measured one: 180 MiB each
+    (lambda: _importer(2_000, 26), "52000 import slots in its core instances, over the "
+     "host's max_component_import_slots 50000"),  # just over, in small modules
+    (lambda: _importer(0, 3, globals_=4_000), "12000 globals in its core instances, "
+     "over the host's max_globals 10000"),  # 4,000 in the one module: instantiated thrice
+    # 22 levels: 4 million core instances planned (4.5 s and 730 MiB to compile).
+    (lambda: _doubling(22), f"nests components more than {MAX_COMPONENT_NESTING} deep"),
+    # As deep as the host reads (c0 inside 15 levels inside the component itself).
+    (lambda: _doubling(MAX_COMPONENT_NESTING - 1), f"makes {2**15 + 1} core "
+     f"instances .*over the {MAX_CORE_INSTANCES} an instance of a component may make"),
+    (lambda: _doubling(4, times=1_000), f"makes {1_000**4 + 1} core instances"),
+    (lambda: _doubling(6), f"makes {2**6 + 1} core instances"),  # just over
+], ids=["measured-imports", "just-over-imports", "globals-thrice", "too-deep", "doubling",
+        "thousandfold", "doubling-just-over"])
+def test_what_every_instance_would_hold_is_refused_before_compiling(
+        runtime: Runtime, healthy: Plugin, component: object, refusal: str) -> None:
+    assert callable(component)
+    wasm = component()
     before = rss_mib()
     started = time.monotonic()
-    with pytest.raises(ModuleTooLarge, match=f"up to {slots} import slots in its core "
-                       "instances .*max_component_import_slots 100000"):
-        runtime.load(component, plugin_id="slots")
+    with pytest.raises(ModuleTooLarge, match=refusal):
+        runtime.load(wasm, plugin_id="declared")
     assert time.monotonic() - started < BOUND_S
     assert rss_mib() - before < GROWTH_MIB
     assert healthy.call("test", "ping").value == "alive"
 
 
-def test_the_most_imports_one_core_module_may_have_load_and_run(runtime: Runtime,
-                                                                 healthy: Plugin) -> None:
-    # 49,000 imports in one module, one instance of it beside the exporter's: under the
-    # cap (the bound counts each instance as the largest module's), about 2 MiB an instance.
-    component = _importer(49_000, 1)
-    ModuleCaps().check_component(component, "one")
-    plugin = runtime.load(component, plugin_id="many-imports")
+@pytest.mark.parametrize("component", [
+    lambda: _importer(49_000, 1),  # a module at its validator's limit would be 100,000
+    lambda: _importer(1_000, 49),
+    lambda: _doubling(5),  # 33 core instances
+], ids=["one-module", "many-instances", "doubling"])
+def test_just_under_the_caps_loads_and_answers(runtime: Runtime, healthy: Plugin,
+                                               component: object) -> None:
+    assert callable(component)
+    plugin = runtime.load(component(), plugin_id="under")
     assert plugin.call("on_tool", {"name": "ping", "args": {}}).value == {"result": 7}
     assert healthy.call("test", "ping").value == "alive"
 
 
 def test_a_stricter_host_refuses_fewer_slots() -> None:
-    component = _importer(100, 3)  # four core instances (the exporter's too): 400 slots
-    ModuleCaps(max_component_import_slots=400).check_component(component, "default")
-    with pytest.raises(ModuleTooLarge, match=r"up to 400 import slots .*"
-                       r"max_component_import_slots 399"):
-        ModuleCaps(max_component_import_slots=399).check_component(component, "strict")
+    component = _importer(100, 3)  # three instances of a module of 100 imports
+    ModuleCaps(max_component_import_slots=300).check_component(component, "default")
+    with pytest.raises(ModuleTooLarge, match="300 import slots in its core instances, "
+                       "over the host's max_component_import_slots 299"):
+        ModuleCaps(max_component_import_slots=299).check_component(component, "strict")
 
 
-def test_the_python_sdks_component_is_far_under_the_cap(components: Built, crt: Runtime
-                                                        ) -> None:
-    # 14 core instances, 918 imports in the largest module: 12,852 slots by the bound.
+def test_a_module_passed_to_a_nested_component_is_bounded_by_the_largest() -> None:
+    # The nested component imports the module its parent passes: the walk does not
+    # follow it there, and counts the largest module of the component in its place.
+    wasm = bytes(wasmtime.wat2wasm('''(component
+      (core module $big (import "m" "a" (func)) (import "m" "b" (func)))
+      (component $c
+        (import "big" (core module $in (import "m" "a" (func)) (import "m" "b" (func))))
+        (core module $a (func (export "a")) (func (export "b")))
+        (core instance $ia (instantiate $a))
+        (core instance (instantiate $in (with "m" (instance $ia)))))
+      (instance (instantiate $c (with "big" (core module $big)))))'''))
+    with pytest.raises(ModuleTooLarge, match="up to 2 import slots"):
+        ModuleCaps(max_component_import_slots=1).check_component(wasm, "passed")
+    ModuleCaps(max_component_import_slots=2).check_component(wasm, "passed")
+
+
+def test_the_python_sdks_component_is_far_under_the_caps(components: Built, crt: Runtime
+                                                         ) -> None:
+    # 14 core instances, 2,255 imports and 1,893 globals among them: the caps are 22
+    # and 5 times that.
     (built,) = components["conformance-python"].glob("*.wasm")
-    ModuleCaps(max_component_import_slots=20_000).check_component(built.read_bytes(), "py")
+    ModuleCaps(max_component_import_slots=2_255, max_globals=1_893).check_component(
+        built.read_bytes(), "py")
+    with pytest.raises(ModuleTooLarge, match="2255 import slots"):
+        ModuleCaps(max_component_import_slots=2_254).check_component(built.read_bytes(), "py")
     assert crt.load(components["conformance-python"]).call("echo", "Bo").value == "Bo"
