@@ -21,8 +21,8 @@ import time
 import pytest
 import wasmtime
 
-from support import Built, rss_mib
-from wasmext import ModuleTooLarge, Plugin, Runtime
+from support import Built, rss_mib, uleb128
+from wasmext import InvalidModule, ModuleTooLarge, Plugin, Runtime
 from wasmext.sandbox.wasmcheck import MAX_COMPONENT_NESTING, MAX_CORE_INSTANCES, ModuleCaps
 
 BOUND_S = 10.0  # a refusal reads section headers; the machine running CI is shared
@@ -125,6 +125,38 @@ def test_a_module_passed_to_a_nested_component_is_bounded_by_the_largest() -> No
     with pytest.raises(ModuleTooLarge, match="up to 2 import slots"):
         ModuleCaps(max_component_import_slots=1).check_component(wasm, "passed")
     ModuleCaps(max_component_import_slots=2).check_component(wasm, "passed")
+
+
+def test_a_walk_past_its_budget_bounds_the_component_as_unfollowed() -> None:
+    # 100,001 aliases (the walk follows 100,000 entries) before a module of 1,000 imports
+    # made once: counted as the store's 64 instances of it.
+    aliases = "(alias core export $ia \"f\" (core func))" * 100_001
+    wasm = bytes(wasmtime.wat2wasm(f'''(component
+      (core module $a (func (export "f")))
+      (core instance $ia (instantiate $a))
+      {aliases}
+      (core module $b
+        {"".join(f'(import "m" "f{i}" (func))' for i in range(1_000))})
+      (core instance $m {"".join(f'(export "f{i}" (func $ia "f"))' for i in range(1_000))})
+      (core instance (instantiate $b (with "m" (instance $m)))))'''))
+    with pytest.raises(ModuleTooLarge, match=f"up to {MAX_CORE_INSTANCES * 1_000} import "
+                       "slots"):
+        ModuleCaps(max_component_import_slots=MAX_CORE_INSTANCES * 1_000 - 1
+                   ).check_component(wasm, "long")
+
+
+def test_a_component_of_millions_of_entries_is_read_within_the_bound(
+        runtime: Runtime, healthy: Plugin) -> None:
+    # 8 million four-byte aliases (30 MiB, under max_module_bytes): following each took
+    # the walk 17 s of the host's CPU before the child compile.
+    count = 7_900_000
+    body = uleb128(count) + b"\x01\x00\x00\x00" * count  # a func of instance 0, named ""
+    wasm = (b"\0asm\x0d\x00\x01\x00" + b"\x06" + uleb128(len(body)) + body)
+    started = time.monotonic()
+    with pytest.raises(InvalidModule):  # no instance 0: wasmtime's validator says so
+        runtime.load(wasm, plugin_id="aliases")
+    assert time.monotonic() - started < BOUND_S
+    assert healthy.call("test", "ping").value == "alive"
 
 
 def test_the_python_sdks_component_is_far_under_the_caps(components: Built, crt: Runtime

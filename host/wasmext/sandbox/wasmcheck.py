@@ -250,9 +250,23 @@ class _Imports:
     name_bytes: int = 0
 
 
+# The most entries wasmtime's validator accepts (wasmparser's limits), checked before a
+# walk: a 30 MiB import section of 7.9 million four-byte imports took this walk 7.5 s.
+_VALIDATOR_MAX_IMPORTS = _VALIDATOR_MAX_EXPORTS = 100_000
+_VALIDATOR_MAX_FUNCTIONS = 1_000_000
+
+
+def _counted(r: _Reader, most: int, what: str) -> int:
+    """A section's entry count; InvalidModule over what wasmtime's validator accepts."""
+    count = r.uleb()
+    if count > most:
+        raise InvalidModule(f"{count} {what}, over the {most} WebAssembly engines accept")
+    return count
+
+
 def _imports(r: _Reader, tables: list[int], memories: list[bool]) -> _Imports:
     """Walk the import section."""
-    seen = _Imports(count=r.uleb())
+    seen = _Imports(count=_counted(r, _VALIDATOR_MAX_IMPORTS, "imports"))
     for _ in range(seen.count):
         seen.name_bytes += r.name() + r.name()
         kind = r.byte()
@@ -277,7 +291,7 @@ def _imports(r: _Reader, tables: list[int], memories: list[bool]) -> _Imports:
 
 def _exports(r: _Reader) -> tuple[int, int]:
     """Walk the export section: (exports, bytes of their names)."""
-    count = r.uleb()
+    count = _counted(r, _VALIDATOR_MAX_EXPORTS, "exports")
     name_bytes = 0
     for _ in range(count):
         name_bytes += r.name()
@@ -288,7 +302,7 @@ def _exports(r: _Reader) -> tuple[int, int]:
 
 def _code(r: _Reader) -> tuple[int, int, int]:
     """Walk the code section: (bodies, total body bytes, largest body)."""
-    count = r.uleb()
+    count = _counted(r, _VALIDATOR_MAX_FUNCTIONS, "function bodies")
     total = largest = 0
     for _ in range(count):
         size = r.uleb()
@@ -366,6 +380,36 @@ class _Scope:
     components: list[_Plan | None]
 
 
+# The entries (instances, aliases, imports, exports, arguments) the walk follows at
+# most; past them it bounds the component as if it could not follow it. The Python
+# SDK's component has 2,884 of them; 8 million four-byte aliases (30 MiB) took
+# the walk 17 s.
+_PLAN_ENTRIES = 100_000
+
+
+class _TooManyEntries(Exception):
+    """More entries than _PLAN_ENTRIES."""
+
+
+class _Entries(_Reader):
+    """A reader that charges each count of entries it reads to a budget shared by
+    the whole walk, before the entries are walked."""
+
+    __slots__ = ("budget",)
+
+    def __init__(self, data: bytes, pos: int, end: int, budget: list[int]) -> None:
+        super().__init__(data, pos, end)
+        self.budget = budget
+
+    def entries(self) -> int:
+        """A count of entries; _TooManyEntries once the walk's budget is spent."""
+        count = self.uleb()
+        self.budget[0] -= count
+        if self.budget[0] < 0:
+            raise _TooManyEntries
+        return count
+
+
 def _plan(wasm: bytes, largest: tuple[int, int]) -> _Plan:
     """The core instances one instance of the component `wasm` makes, with their import
     slots and globals; `largest` (the most imports, and the most globals, of any of its
@@ -375,13 +419,13 @@ def _plan(wasm: bytes, largest: tuple[int, int]) -> _Plan:
     unknown = _Plan(MAX_CORE_INSTANCES, MAX_CORE_INSTANCES * largest[0],
                     MAX_CORE_INSTANCES * largest[1], exact=False)
     try:
-        return _plan_of(wasm, [], largest, unknown)
-    except (InvalidModule, IndexError):
+        return _plan_of(wasm, [], largest, unknown, [_PLAN_ENTRIES])
+    except (InvalidModule, IndexError, _TooManyEntries):
         return unknown  # wasmtime's validator says what is wrong with it, if anything
 
 
 def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
-             unknown: _Plan) -> _Plan:
+             unknown: _Plan, budget: list[int]) -> _Plan:
     if len(outer) > MAX_COMPONENT_NESTING:
         return unknown
     scope = _Scope([], [])
@@ -393,7 +437,7 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
         size = top.uleb()
         start = top.pos
         top.skip(size)
-        r = _Reader(wasm, start, start + size)
+        r = _Entries(wasm, start, start + size, budget)
         if section == _CORE_MODULE:
             try:
                 shape = inspect(wasm[start:start + size])
@@ -403,7 +447,7 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
                 scope.modules.append((shape.imports, shape.globals))
         elif section == _NESTED_COMPONENT:
             scope.components.append(
-                _plan_of(wasm[start:start + size], scopes, largest, unknown))
+                _plan_of(wasm[start:start + size], scopes, largest, unknown, budget))
         elif section == _CORE_INSTANCE:
             for module in _instantiated(r, core=True):
                 counts = scope.modules[module]
@@ -421,15 +465,15 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
     return plan
 
 
-def _instantiated(r: _Reader, core: bool) -> list[int]:
+def _instantiated(r: _Entries, core: bool) -> list[int]:
     """The module (`core`) or component indices a core instance or instance section
     instantiates, in order; bags of exports make no instance."""
     made = []
-    for _ in range(r.uleb()):
+    for _ in range(r.entries()):
         kind = r.byte()
         if kind == 0x00:
             made.append(r.uleb())
-            for _ in range(r.uleb()):  # arguments: a name and what is passed
+            for _ in range(r.entries()):  # arguments: a name and what is passed
                 r.name()
                 if core:
                     r.byte()  # 0x12, a core instance
@@ -437,7 +481,7 @@ def _instantiated(r: _Reader, core: bool) -> list[int]:
                     _sort(r)
                 r.uleb()
         elif kind == 0x01:
-            for _ in range(r.uleb()):
+            for _ in range(r.entries()):
                 if not core:
                     _name_kind(r)
                 r.name()
@@ -451,23 +495,23 @@ def _instantiated(r: _Reader, core: bool) -> list[int]:
     return made
 
 
-def _sort(r: _Reader) -> tuple[int, int]:
+def _sort(r: _Entries) -> tuple[int, int]:
     """A sort: (its byte, the core sort's byte when it is a core one)."""
     sort = r.byte()
     return sort, r.byte() if sort == _CORE_SORT else -1
 
 
-def _name_kind(r: _Reader) -> None:
+def _name_kind(r: _Entries) -> None:
     """The byte before an import or export name (0x00, or 0x01 as older binaries)."""
     if r.byte() not in (0x00, 0x01):
         raise InvalidModule("unknown name kind")
 
 
-def _aliases(r: _Reader, scopes: list[_Scope]) -> None:
+def _aliases(r: _Entries, scopes: list[_Scope]) -> None:
     """Walk an alias section: a module or component aliased from an enclosing
     component is that one; one exported by an instance is not in the bytes here."""
     scope = scopes[-1]
-    for _ in range(r.uleb()):
+    for _ in range(r.entries()):
         sort, core_sort = _sort(r)
         target = r.byte()
         if target in (0x00, 0x01):  # an instance's export, a core instance's export
@@ -492,10 +536,10 @@ def _aliases(r: _Reader, scopes: list[_Scope]) -> None:
             scope.components.append(found_component)
 
 
-def _imports_of_component(r: _Reader, scope: _Scope) -> None:
+def _imports_of_component(r: _Entries, scope: _Scope) -> None:
     """Walk a component's import section: an imported module or component is not in
     the bytes here (its parent passes it)."""
-    for _ in range(r.uleb()):
+    for _ in range(r.entries()):
         _name_kind(r)
         r.name()
         kind = _extern_desc(r)
@@ -505,7 +549,7 @@ def _imports_of_component(r: _Reader, scope: _Scope) -> None:
             scope.components.append(None)
 
 
-def _extern_desc(r: _Reader) -> int:
+def _extern_desc(r: _Entries) -> int:
     """Skip what an import or export is declared to be; returns its kind (0x00 a core
     module, 0x04 a component)."""
     kind = r.byte()
@@ -522,10 +566,10 @@ def _extern_desc(r: _Reader) -> int:
     return kind
 
 
-def _exports_of_component(r: _Reader, scope: _Scope) -> None:
+def _exports_of_component(r: _Entries, scope: _Scope) -> None:
     """Walk a component's export section: an exported module or component takes a
     new index, the same one again."""
-    for _ in range(r.uleb()):
+    for _ in range(r.entries()):
         _name_kind(r)
         r.name()
         sort, core_sort = _sort(r)
