@@ -159,6 +159,22 @@ def test_a_component_of_millions_of_entries_is_read_within_the_bound(
     assert healthy.call("test", "ping").value == "alive"
 
 
+def test_core_modules_of_millions_of_imports_are_refused_before_the_walk(
+        runtime: Runtime, healthy: Plugin) -> None:
+    # Seven modules of a million four-byte imports each (28 MB): each as many as wasmtime
+    # accepts, and about a second apiece to walk.
+    count = 1_000_000
+    imports = uleb128(count) + b"\x00\x00\x00\x00" * count  # "" "" (func 0)
+    core = b"\0asm\x01\0\0\0" + b"\x02" + uleb128(len(imports)) + imports
+    wasm = b"\0asm\x0d\x00\x01\x00" + (b"\x01" + uleb128(len(core)) + core) * 7
+    started = time.monotonic()
+    with pytest.raises(ModuleTooLarge, match="7000000 imports and exports in its core "
+                       "modules, over the 500000 the host reads"):
+        runtime.load(wasm, plugin_id="walked")
+    assert time.monotonic() - started < BOUND_S
+    assert healthy.call("test", "ping").value == "alive"
+
+
 def test_the_python_sdks_component_is_far_under_the_caps(components: Built, crt: Runtime
                                                          ) -> None:
     # 14 core instances, 2,255 imports and 1,893 globals among them: the caps are 22

@@ -94,6 +94,10 @@ class ModuleCaps:
             cores = _core_modules(wasm)
         except ModuleTooLarge as exc:
             raise ModuleTooLarge(f"{name}: {exc}") from None
+        declared = sum(_declared_imports_and_exports(core) for core in cores)
+        if declared > _COMPONENT_MAX_IMPORTS_AND_EXPORTS:
+            raise ModuleTooLarge(f"{name}: {declared} imports and exports in its core modules, "
+                                 f"over the {_COMPONENT_MAX_IMPORTS_AND_EXPORTS} the host reads")
         for core in cores:
             try:
                 shape = inspect(core)
@@ -252,7 +256,10 @@ class _Imports:
 
 # The most entries wasmtime's validator accepts (wasmparser's limits), checked before a
 # walk: a 30 MiB import section of 7.9 million four-byte imports took this walk 7.5 s.
-_VALIDATOR_MAX_IMPORTS = _VALIDATOR_MAX_EXPORTS = 100_000
+_VALIDATOR_MAX_IMPORTS = _VALIDATOR_MAX_EXPORTS = 1_000_000
+# A component's core modules together: the Python SDK's declare 6,446 imports and
+# exports. Their count is read from the section headers before any module is walked.
+_COMPONENT_MAX_IMPORTS_AND_EXPORTS = 500_000
 _VALIDATOR_MAX_FUNCTIONS = 1_000_000
 
 
@@ -580,6 +587,24 @@ def _exports_of_component(r: _Entries, scope: _Scope) -> None:
             scope.modules.append(scope.modules[index])
         elif sort == _COMPONENT_SORT:
             scope.components.append(scope.components[index])
+
+
+def _declared_imports_and_exports(wasm: bytes) -> int:
+    """The counts a core module's import and export sections begin with, read from its
+    section headers without walking the entries (0 for what is malformed)."""
+    declared = 0
+    top = _Reader(wasm, 8, len(wasm))
+    try:
+        while top.pos < top.end:
+            section = top.byte()
+            size = top.uleb()
+            start = top.pos
+            top.skip(size)
+            if section in (_IMPORT, _EXPORT):
+                declared += _Reader(wasm, start, start + size).uleb()
+    except InvalidModule:
+        pass  # inspect says so, or wasmtime's validator
+    return declared
 
 
 def inspect(wasm: bytes) -> ModuleShape:
