@@ -71,10 +71,10 @@ def _doubling(levels: int, times: int = 2) -> bytes:
     # 22 levels: 4 million core instances planned (4.5 s and 730 MiB to compile).
     (lambda: _doubling(22), f"nests components more than {MAX_COMPONENT_NESTING} deep"),
     # As deep as the host reads (c0 inside 15 levels inside the component itself).
-    (lambda: _doubling(MAX_COMPONENT_NESTING - 1), f"makes {2**15 + 1} core "
+    (lambda: _doubling(MAX_COMPONENT_NESTING - 1), f"plans {2**15 + 1} core "
      f"instances .*over the {MAX_CORE_INSTANCES} an instance of a component may make"),
-    (lambda: _doubling(4, times=1_000), f"makes {1_000**4 + 1} core instances"),
-    (lambda: _doubling(6), f"makes {2**6 + 1} core instances"),  # just over
+    (lambda: _doubling(4, times=1_000), f"plans {1_000**4 + 1} core instances"),
+    (lambda: _doubling(6), f"plans {2**6 + 1} core instances"),  # just over
 ], ids=["measured-imports", "just-over-imports", "globals-thrice", "too-deep", "doubling",
         "thousandfold", "doubling-just-over"])
 def test_what_every_instance_would_hold_is_refused_before_compiling(
@@ -100,6 +100,25 @@ def test_just_under_the_caps_loads_and_answers(runtime: Runtime, healthy: Plugin
     assert callable(component)
     plugin = runtime.load(component(), plugin_id="under")
     assert plugin.call("on_tool", {"name": "ping", "args": {}}).value == {"result": 7}
+    assert healthy.call("test", "ping").value == "alive"
+
+
+def test_a_component_passed_in_to_be_instantiated_is_counted_where_it_is_defined(
+        runtime: Runtime, healthy: Plugin) -> None:
+    # The runner instantiates what it imports, which the walk does not follow; the
+    # thousandfold component it is given is counted where it is defined.
+    chain = '(component $c0 (core module $m) (core instance (instantiate $m)))'
+    for level in range(1, 5):
+        chain = (f'(component $c{level} {chain} '
+                 f'{f"(instance (instantiate $c{level - 1}))" * 1_000})')
+    wasm = bytes(wasmtime.wat2wasm(f'''(component {chain}
+      (component $runner (import "x" (component)) (instance (instantiate 0)))
+      (instance (instantiate $runner (with "x" (component $c4))))
+      {_PING})'''))
+    started = time.monotonic()
+    with pytest.raises(ModuleTooLarge, match=f"plans {1_000**4} core instances"):
+        runtime.load(wasm, plugin_id="passed")
+    assert time.monotonic() - started < BOUND_S
     assert healthy.call("test", "ping").value == "alive"
 
 

@@ -91,8 +91,9 @@ class ModuleCaps:
         `max_globals`, the globals of the core instances one instance makes (a module
         instantiated twice holds its globals twice) over `max_globals` too, their import
         slots over `max_component_import_slots`, or more core instances than
-        MAX_CORE_INSTANCES (nested components instantiated twice, and twice inside, add
-        up to millions from a kilobyte; the store would refuse every instance). The
+        MAX_CORE_INSTANCES, in it or in any component it defines (nested components
+        instantiated twice, and twice inside, add up to millions from a kilobyte; the
+        store would refuse every instance). The
         other caps bound one plugin module's compile: a component's interpreter is far
         over them, and compiles in a child (`sandbox.compiler`)."""
         largest_imports = largest_globals = globals_total = 0
@@ -117,10 +118,10 @@ class ModuleCaps:
         if globals_total > self.max_globals:
             raise ModuleTooLarge(f"{name}: {globals_total} globals in its core modules, over "
                                  f"the host's max_globals {self.max_globals}")
-        plan = _plan(wasm, (largest_imports, largest_globals))
-        if plan.exact and plan.instances > MAX_CORE_INSTANCES:
+        plan, most_instances = _plan(wasm, (largest_imports, largest_globals))
+        if most_instances > MAX_CORE_INSTANCES:
             raise ModuleTooLarge(
-                f"{name}: makes {plan.instances} core instances (its nested components' "
+                f"{name}: plans {most_instances} core instances (nested components' "
                 f"instantiations multiplied out), over the {MAX_CORE_INSTANCES} an instance "
                 "of a component may make (MAX_CORE_INSTANCES)")
         upto = "" if plan.exact else "up to "
@@ -423,22 +424,25 @@ class _Entries(_Reader):
         return count
 
 
-def _plan(wasm: bytes, largest: tuple[int, int]) -> _Plan:
+def _plan(wasm: bytes, largest: tuple[int, int]) -> tuple[_Plan, int]:
     """The core instances one instance of the component `wasm` makes, with their import
     slots and globals; `largest` (the most imports, and the most globals, of any of its
     core modules) stands for a module the walk cannot name. Where the walk cannot
     follow the bytes, the bound is the store's: MAX_CORE_INSTANCES instances of the
-    largest module."""
+    largest module. Beside the plan: the most core instances any component in it makes
+    (one passed to a nested component, which the walk does not follow there, too)."""
     unknown = _Plan(MAX_CORE_INSTANCES, MAX_CORE_INSTANCES * largest[0],
                     MAX_CORE_INSTANCES * largest[1], exact=False)
+    defined: list[_Plan] = []
     try:
-        return _plan_of(wasm, [], largest, unknown, [_PLAN_ENTRIES])
+        plan = _plan_of(wasm, [], largest, unknown, [_PLAN_ENTRIES], defined)
     except (InvalidModule, IndexError, _TooManyEntries):
-        return unknown  # wasmtime's validator says what is wrong with it, if anything
+        return unknown, 0  # wasmtime's validator says what is wrong with it, if anything
+    return plan, max((p.instances for p in [plan, *defined] if p.exact), default=0)
 
 
 def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
-             unknown: _Plan, budget: list[int]) -> _Plan:
+             unknown: _Plan, budget: list[int], defined: list[_Plan]) -> _Plan:
     if len(outer) > MAX_COMPONENT_NESTING:
         return unknown
     scope = _Scope([], [])
@@ -459,8 +463,10 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
             else:
                 scope.modules.append((shape.imports, shape.globals))
         elif section == _NESTED_COMPONENT:
-            scope.components.append(
-                _plan_of(wasm[start:start + size], scopes, largest, unknown, budget))
+            nested = _plan_of(wasm[start:start + size], scopes, largest, unknown, budget,
+                              defined)
+            scope.components.append(nested)
+            defined.append(nested)
         elif section == _CORE_INSTANCE:
             for module in _instantiated(r, core=True):
                 counts = scope.modules[module]
