@@ -134,6 +134,25 @@ def test_a_module_whose_shape_costs_the_host_is_refused_at_load(
     assert healthy.call("test", "ping").value == "alive"
 
 
+@pytest.mark.parametrize(("section", "entry", "what"), [
+    (_IMPORT, b"\x00\x00\x00\x00", "imports"),  # "" "" (func 0): four bytes each
+    (_EXPORT, b"\x00\x00\x00", "exports"),
+], ids=["imports", "exports"])
+def test_more_entries_than_wasmtime_accepts_are_refused_before_the_walk(
+        runtime: Runtime, healthy: Plugin, section: int, entry: bytes, what: str) -> None:
+    # 7.9 million of them fill 30 MiB or less (under max_module_bytes): walking each took
+    # 7.5 s (imports) and 4.5 s (exports) before the caps refused the count.
+    count = 7_900_000
+    body = uleb128(count) + entry * count
+    wasm = b"\0asm\x01\0\0\0" + bytes([section]) + uleb128(len(body)) + body
+    started = time.monotonic()
+    with pytest.raises(InvalidModule, match=f"{count} {what}, over the 1000000 "
+                       "WebAssembly engines accept"):
+        runtime.load(wasm, plugin_id="counted")
+    assert time.monotonic() - started < BOUND_S
+    assert healthy.call("test", "ping").value == "alive"
+
+
 def test_the_caps_are_what_the_refusal_says(runtime: Runtime) -> None:
     # An embedder that raises a cap loads the module (its instances then cost what
     # they declare): the refusal was the cap, not a module wasmtime would refuse.

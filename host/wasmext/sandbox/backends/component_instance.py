@@ -48,12 +48,13 @@ from wasmext.sandbox.instance import CallResult, PluginInstance, request_packer
 from wasmext.sandbox.jsonwire import JSON_MARK, decode_json, json_request
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import Plugin
+from wasmext.sandbox.wasmcheck import MAX_CORE_INSTANCES
 
 __all__ = ["ComponentInstance", "ComponentPlugin"]
 
-# Store-wide counts: a componentized CPython or SpiderMonkey has about a dozen
-# core instances, a few memories and tables. Generous, but finite.
-MAX_CORE_INSTANCES = 64
+# Store-wide counts: a componentized CPython or SpiderMonkey has a few memories and
+# tables (and about a dozen core instances: wasmcheck.MAX_CORE_INSTANCES, which
+# `ModuleCaps.check_component` counts on). Generous, but finite.
 MAX_MEMORIES = 16
 MAX_TABLES = 64
 
