@@ -30,6 +30,7 @@ before compiling. The engine leaves both features out as well
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge
@@ -261,6 +262,18 @@ class _Reader:
         return self.limits()
 
 
+def _sections(wasm: bytes) -> Iterator[tuple[int, int, int]]:
+    """Each top-level section of a module or component: (its id, where its contents
+    start, their size); InvalidModule, from the reader, where the stream is malformed."""
+    top = _Reader(wasm, 8, len(wasm))
+    while top.pos < top.end:
+        section = top.byte()
+        size = top.uleb()
+        start = top.pos
+        top.skip(size)
+        yield section, start, size
+
+
 @dataclass
 class _Imports:
     count: int = 0
@@ -349,13 +362,8 @@ def _core_modules(wasm: bytes, depth: int = 0) -> list[bytes]:
     if depth > MAX_COMPONENT_NESTING:
         raise ModuleTooLarge(f"nests components more than {MAX_COMPONENT_NESTING} deep, "
                              "deeper than the host reads (MAX_COMPONENT_NESTING)")
-    top = _Reader(wasm, 8, len(wasm))
     try:
-        while top.pos < top.end:
-            section = top.byte()
-            size = top.uleb()
-            start = top.pos
-            top.skip(size)
+        for section, start, size in _sections(wasm):
             if section == _CORE_MODULE:
                 found.append(wasm[start:start + size])
             elif section == _NESTED_COMPONENT:
@@ -456,12 +464,7 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
     scope = _Scope([], [])
     scopes = [*outer, scope]
     plan = _Plan(0, 0, 0)
-    top = _Reader(wasm, 8, len(wasm))
-    while top.pos < top.end:
-        section = top.byte()
-        size = top.uleb()
-        start = top.pos
-        top.skip(size)
+    for section, start, size in _sections(wasm):
         r = _Entries(wasm, start, start + size, budget)
         if section == _CORE_MODULE:
             try:
@@ -613,13 +616,8 @@ def _declared_imports_and_exports(wasm: bytes) -> int:
     """The counts a core module's import and export sections begin with, read from its
     section headers without walking the entries (0 for what is malformed)."""
     declared = 0
-    top = _Reader(wasm, 8, len(wasm))
     try:
-        while top.pos < top.end:
-            section = top.byte()
-            size = top.uleb()
-            start = top.pos
-            top.skip(size)
+        for section, start, size in _sections(wasm):
             if section in (_IMPORT, _EXPORT):
                 declared += _Reader(wasm, start, start + size).uleb()
     except InvalidModule:
@@ -633,18 +631,13 @@ def inspect(wasm: bytes) -> ModuleShape:
         raise InvalidModule("not a WebAssembly binary (bad magic)")
     if wasm[4:8] != b"\x01\0\0\0":
         raise InvalidModule("not a WebAssembly core module of version 1")
-    top = _Reader(wasm, 8, len(wasm))
     types = functions = bodies = code_bytes = largest = 0
     defined_globals = exports = export_name_bytes = element_bytes = 0
     imported = _Imports()
     tables: list[int] = []
     memories: list[bool] = []
     has_start = False
-    while top.pos < top.end:
-        section = top.byte()
-        size = top.uleb()
-        start = top.pos
-        top.skip(size)
+    for section, start, size in _sections(wasm):
         r = _Reader(wasm, start, start + size)
         if section == _TYPE:
             types = r.uleb()
