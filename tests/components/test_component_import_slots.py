@@ -23,7 +23,12 @@ import wasmtime
 
 from support import Built, rss_mib, uleb128
 from wasmext import InvalidModule, ModuleTooLarge, Plugin, Runtime
-from wasmext.sandbox.wasmcheck import MAX_COMPONENT_NESTING, MAX_CORE_INSTANCES, ModuleCaps
+from wasmext.sandbox.wasmcheck import (
+    MAX_COMPONENT_MEMORIES,
+    MAX_COMPONENT_NESTING,
+    MAX_CORE_INSTANCES,
+    ModuleCaps,
+)
 
 BOUND_S = 10.0  # a refusal reads section headers; the machine running CI is shared
 GROWTH_MIB = 32  # what a refused load may add to the process (the bytes, mostly)
@@ -204,3 +209,44 @@ def test_the_python_sdks_component_is_far_under_the_caps(components: Built, crt:
     with pytest.raises(ModuleTooLarge, match="2255 import slots"):
         ModuleCaps(max_component_import_slots=2_254).check_component(built.read_bytes(), "py")
     assert crt.load(components["conformance-python"]).call("echo", "Bo").value == "Bo"
+
+
+def _growers(memories: int) -> bytes:
+    """A component of `memories` core modules, each defining a memory of one page, with
+    a tool `grow<i>` (pages: u32) that grows the i-th and answers memory.grow's result."""
+    parts = "".join(f'''
+      (core module $m{i} (memory 1)
+        (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))
+      (core instance $i{i} (instantiate $m{i}))
+      (func (export "grow{i}") (param "pages" u32) (result s32)
+        (canon lift (core func $i{i} "grow")))''' for i in range(memories))
+    return bytes(wasmtime.wat2wasm(f"(component {parts})"))
+
+
+def _grow(plugin: Plugin, memory: int, pages: int) -> int:
+    answer = plugin.call("on_tool", {"name": f"grow{memory}", "args": {"pages": pages}})
+    return int(answer.value["result"])
+
+
+@pytest.mark.parametrize("memories", [2, 16])
+def test_a_component_of_more_than_one_memory_is_refused_before_compiling(
+        runtime: Runtime, healthy: Plugin, memories: int) -> None:
+    # The store limiter caps each memory at memory_bytes, not their sum: three memories
+    # of a component each grew to a 16 MiB cap, 48 MiB in all.
+    before = rss_mib()
+    started = time.monotonic()
+    with pytest.raises(ModuleTooLarge, match=f"{memories} linear memories in its core "
+                       f"instances, over the {MAX_COMPONENT_MEMORIES} an instance"):
+        runtime.load(_growers(memories), plugin_id="memories")
+    assert time.monotonic() - started < BOUND_S
+    assert rss_mib() - before < GROWTH_MIB
+    assert healthy.call("test", "ping").value == "alive"
+
+
+def test_a_components_one_memory_grows_to_memory_bytes_and_no_further(
+        runtime: Runtime, healthy: Plugin) -> None:
+    plugin = runtime.load(_growers(1), plugin_id="one-memory",
+                          limits={"memory_bytes": 16 * 2**20})
+    assert _grow(plugin, 0, 255) == 1  # 256 pages of 64 KiB: the whole 16 MiB
+    assert _grow(plugin, 0, 1) == -1  # memory.grow's refusal, as the guest sees it
+    assert healthy.call("test", "ping").value == "alive"

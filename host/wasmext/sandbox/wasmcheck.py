@@ -19,7 +19,9 @@ A component's core instances hold what their modules declare, once per instance 
 `ModuleCaps.check_component` follows the component's index spaces to the core instances
 one instance of it makes (nested components' instantiations multiplied out: doubling
 22 levels deep planned 4 million from 1.2 KB) and caps their globals and import slots
-(one module of 99,000 imports made 60 times: 180 MiB an instance).
+(one module of 99,000 imports made 60 times: 180 MiB an instance), and their linear
+memories at one (the store limiter caps each memory at `memory_bytes`, not their sum:
+three memories grown to it held three times `memory_bytes`).
 
 It also records each memory's index type: the ABI's pointers and lengths are
 i32 into the one memory the host reads and writes (abi/SPEC.md 1), so
@@ -35,7 +37,8 @@ from dataclasses import dataclass
 
 from wasmext.errors import AbiMismatch, InvalidModule, ModuleTooLarge
 
-__all__ = ["MAX_COMPONENT_NESTING", "MAX_CORE_INSTANCES", "ModuleCaps", "ModuleShape",
+__all__ = ["MAX_COMPONENT_MEMORIES", "MAX_COMPONENT_NESTING", "MAX_CORE_INSTANCES",
+           "ModuleCaps", "ModuleShape",
            "check_memories", "inspect", "is_component"]
 
 _COMPONENT_LAYER = b"\x0d\x00\x01\x00"  # version 0x0d, layer 1: a component
@@ -49,6 +52,10 @@ def is_component(wasm: bytes) -> bool:
 # Core instances one instance of a component may make (its store's limit): a
 # componentized CPython or SpiderMonkey makes about a dozen. Generous, but finite.
 MAX_CORE_INSTANCES = 64
+# Linear memories one instance of a component may make (its store's limit): the store
+# limiter caps each at `memory_bytes`, not their sum (three memories grown to the cap
+# held three times it). Those components define one; their other modules import it.
+MAX_COMPONENT_MEMORIES = 1
 
 _TYPE, _IMPORT, _FUNCTION, _TABLE, _MEMORY, _GLOBAL, _EXPORT, _START, _ELEMENT, _CODE = (
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
@@ -99,13 +106,15 @@ class ModuleCaps:
         host at load, more than the caps allow: its core modules' globals together over
         `max_globals`, the globals of the core instances one instance makes (a module
         instantiated twice holds its globals twice) over `max_globals` too, their import
-        slots over `max_component_import_slots`, or more core instances than
+        slots over `max_component_import_slots`, more linear memories than
+        MAX_COMPONENT_MEMORIES (the limiter caps each, not their sum), or more core
+        instances than
         MAX_CORE_INSTANCES, in it or in any component it defines (nested components
         instantiated twice, and twice inside, add up to millions from a kilobyte; the
         store would refuse every instance). The
         other caps bound one plugin module's compile: a component's interpreter is far
         over them, and compiles in a child (`sandbox.compiler`)."""
-        largest_imports = largest_globals = globals_total = 0
+        largest_imports = largest_globals = largest_memories = globals_total = 0
         try:
             cores = _core_modules(wasm)
         except ModuleTooLarge as exc:
@@ -121,13 +130,15 @@ class ModuleCaps:
                 continue  # wasmtime's validator names what is wrong with it
             largest_imports = max(largest_imports, shape.imports)
             largest_globals = max(largest_globals, shape.globals)
+            largest_memories = max(largest_memories, shape.defined_memories)
             globals_total += shape.globals
         # Loading costs the host each module's globals even where none is instantiated
         # (999,000 in a module no instance makes: 71 MiB to load).
         if globals_total > self.max_globals:
             raise ModuleTooLarge(f"{name}: {globals_total} globals in its core modules, over "
                                  f"the host's max_globals {self.max_globals}")
-        plan, most_instances = _plan(wasm, (largest_imports, largest_globals))
+        plan, most_instances = _plan(wasm, (largest_imports, largest_globals,
+                                            largest_memories))
         if most_instances > MAX_CORE_INSTANCES:
             raise ModuleTooLarge(
                 f"{name}: plans {most_instances} core instances (nested components' "
@@ -143,6 +154,12 @@ class ModuleCaps:
             raise ModuleTooLarge(
                 f"{name}: {upto}{slots} import slots in its core instances, over the "
                 f"host's max_component_import_slots {self.max_component_import_slots}")
+        memories = min(plan.memories, MAX_CORE_INSTANCES * largest_memories)
+        if memories > MAX_COMPONENT_MEMORIES:
+            raise ModuleTooLarge(
+                f"{name}: {upto}{memories} linear memories in its core instances, over the "
+                f"{MAX_COMPONENT_MEMORIES} an instance of a component may make (each is "
+                "capped at memory_bytes, so more would hold more than it)")
 
     def compiles_inline(self, shape: ModuleShape) -> bool:
         """Whether `shape` is small enough to compile in this process."""
@@ -186,6 +203,7 @@ class ModuleShape:
     exports: int = 0
     name_bytes: int = 0  # of every import's module and field name and every export's
     element_bytes: int = 0  # the element section's: each segment is compiled
+    defined_memories: int = 0  # in its memory section (an imported one is another's)
 
 
 def check_memories(shape: ModuleShape, name: str = "<module>") -> None:
@@ -391,6 +409,7 @@ class _Plan:
     instances: int
     slots: int
     globals: int
+    memories: int = 0  # linear memories its core instances define
     exact: bool = True
 
     def plus(self, other: _Plan) -> _Plan:
@@ -398,6 +417,7 @@ class _Plan:
         return _Plan(min(self.instances + other.instances, _SATURATED),
                      min(self.slots + other.slots, _SATURATED),
                      min(self.globals + other.globals, _SATURATED),
+                     min(self.memories + other.memories, _SATURATED),
                      self.exact and other.exact)
 
 
@@ -406,7 +426,7 @@ class _Scope:
     """One component's core module and component index spaces, in order: each
     module's (imports, globals), each component's plan (None: not in the bytes)."""
 
-    modules: list[tuple[int, int] | None]
+    modules: list[tuple[int, int, int] | None]
     components: list[_Plan | None]
 
 
@@ -440,15 +460,17 @@ class _Entries(_Reader):
         return count
 
 
-def _plan(wasm: bytes, largest: tuple[int, int]) -> tuple[_Plan, int]:
+def _plan(wasm: bytes, largest: tuple[int, int, int]) -> tuple[_Plan, int]:
     """The core instances one instance of the component `wasm` makes, with their import
-    slots and globals; `largest` (the most imports, and the most globals, of any of its
-    core modules) stands for a module the walk cannot name. Where the walk cannot
-    follow the bytes, the bound is the store's: MAX_CORE_INSTANCES instances of the
-    largest module. Beside the plan: the most core instances any component in it makes
-    (one passed to a nested component, which the walk does not follow there, too)."""
+    slots, globals and memories; `largest` (the most imports, globals and defined
+    memories of any of its core modules) stands for a module the walk cannot name.
+    Where the walk cannot follow the bytes, the bound is the store's:
+    MAX_CORE_INSTANCES instances of the largest module. Beside the plan: the most core
+    instances any component in it makes (one passed to a nested component, which the
+    walk does not follow there, too)."""
     unknown = _Plan(MAX_CORE_INSTANCES, MAX_CORE_INSTANCES * largest[0],
-                    MAX_CORE_INSTANCES * largest[1], exact=False)
+                    MAX_CORE_INSTANCES * largest[1], MAX_CORE_INSTANCES * largest[2],
+                    exact=False)
     defined: list[_Plan] = []
     try:
         plan = _plan_of(wasm, [], largest, unknown, [_PLAN_ENTRIES], defined)
@@ -457,7 +479,7 @@ def _plan(wasm: bytes, largest: tuple[int, int]) -> tuple[_Plan, int]:
     return plan, max((p.instances for p in [plan, *defined] if p.exact), default=0)
 
 
-def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
+def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int, int],
              unknown: _Plan, budget: list[int], defined: list[_Plan]) -> _Plan:
     if len(outer) > MAX_COMPONENT_NESTING:
         return unknown
@@ -472,7 +494,7 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
             except InvalidModule:
                 scope.modules.append(None)
             else:
-                scope.modules.append((shape.imports, shape.globals))
+                scope.modules.append((shape.imports, shape.globals, shape.defined_memories))
         elif section == _NESTED_COMPONENT:
             nested = _plan_of(wasm[start:start + size], scopes, largest, unknown, budget,
                               defined)
@@ -481,8 +503,8 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int],
         elif section == _CORE_INSTANCE:
             for module in _instantiated(r, core=True):
                 counts = scope.modules[module]
-                imports, globals_ = largest if counts is None else counts
-                plan = plan.plus(_Plan(1, imports, globals_, counts is not None))
+                imports, globals_, memories = largest if counts is None else counts
+                plan = plan.plus(_Plan(1, imports, globals_, memories, counts is not None))
         elif section == _COMPONENT_INSTANCE:
             for component in _instantiated(r, core=False):
                 plan = plan.plus(scope.components[component] or unknown)
@@ -547,7 +569,7 @@ def _aliases(r: _Entries, scopes: list[_Scope]) -> None:
         if target in (0x00, 0x01):  # an instance's export, a core instance's export
             r.uleb()
             r.name()
-            found_module: tuple[int, int] | None = None
+            found_module: tuple[int, int, int] | None = None
             found_component: _Plan | None = None
         elif target == 0x02:  # an enclosing component's: levels out, then the index
             levels, index = r.uleb(), r.uleb()
@@ -636,6 +658,7 @@ def inspect(wasm: bytes) -> ModuleShape:
     imported = _Imports()
     tables: list[int] = []
     memories: list[bool] = []
+    defined_memories = 0
     has_start = False
     for section, start, size in _sections(wasm):
         r = _Reader(wasm, start, start + size)
@@ -655,7 +678,8 @@ def inspect(wasm: bytes) -> ModuleShape:
                     break
                 tables.append(r.table_type())
         elif section == _MEMORY:
-            memories.extend(r.memory_is64() for _ in range(r.uleb()))
+            defined_memories = r.uleb()
+            memories.extend(r.memory_is64() for _ in range(defined_memories))
         elif section == _GLOBAL:
             defined_globals = r.uleb()
         elif section == _EXPORT:
@@ -674,4 +698,4 @@ def inspect(wasm: bytes) -> ModuleShape:
                        tuple(tables), has_start, tuple(memories),
                        globals=imported.globals + defined_globals, imports=imported.count,
                        exports=exports, name_bytes=imported.name_bytes + export_name_bytes,
-                       element_bytes=element_bytes)
+                       element_bytes=element_bytes, defined_memories=defined_memories)

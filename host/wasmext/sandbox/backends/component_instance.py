@@ -48,14 +48,14 @@ from wasmext.sandbox.instance import CallResult, PluginInstance, request_packer
 from wasmext.sandbox.jsonwire import JSON_MARK, decode_json, json_request
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import Plugin
-from wasmext.sandbox.wasmcheck import MAX_CORE_INSTANCES
+from wasmext.sandbox.wasmcheck import MAX_COMPONENT_MEMORIES, MAX_CORE_INSTANCES
 
 __all__ = ["ComponentInstance", "ComponentPlugin"]
 
-# Store-wide counts: a componentized CPython or SpiderMonkey has a few memories and
-# tables (and about a dozen core instances: wasmcheck.MAX_CORE_INSTANCES, which
-# `ModuleCaps.check_component` counts on). Generous, but finite.
-MAX_MEMORIES = 16
+# Store-wide counts. Memories: one (wasmcheck.MAX_COMPONENT_MEMORIES, which
+# `ModuleCaps.check_component` refuses more than at load; the limiter caps each memory,
+# not their sum). Tables and core instances (wasmcheck.MAX_CORE_INSTANCES, about a dozen
+# in a componentized CPython or SpiderMonkey): generous, but finite.
 MAX_TABLES = 64
 
 
@@ -76,7 +76,8 @@ class ComponentInstance(PluginInstance):
         self.watched = watchdog.watch(store)
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
         store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
-                         instances=MAX_CORE_INSTANCES, memories=MAX_MEMORIES, tables=MAX_TABLES)
+                         instances=MAX_CORE_INSTANCES, memories=MAX_COMPONENT_MEMORIES,
+                         tables=MAX_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
         # Requests: one Packer per instance (one call at a time), as for core modules.
         self.__dict__["_pack"] = request_packer()  # in place of the core one's, made on use
