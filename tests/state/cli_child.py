@@ -4,9 +4,12 @@
     run <cwd> <json argv>       ->  forks `wasmext <argv>` in <cwd>, answers its pid
     reap <pid>                  ->  waits for it, answers its wait status
 
-The zygote imports the CLI, the stores and their clients once (and opens
-nothing), so that each command starts in a millisecond and a kill lands inside
-the command's work rather than in Python's start-up.
+The zygote imports the CLI, its state commands, the config file's schema, the
+stores and their clients once (and opens nothing), so that each command starts in a
+millisecond and a kill lands inside the command's work rather than in Python's
+start-up. The CLI imports most of these only when a command needs them, so the
+zygote names them itself (a fork that imported them for each command took longer
+than the calibration runs suggested, and fewer than half the runs were killed).
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ import redis  # noqa: F401  (imported once, for the forks)
 
 # The stores and what the CLI imports inside its commands, once, for the forks.
 import wasmext.config
+import wasmext.configfile
 import wasmext.state.jetstream.store
 import wasmext.state.redis.store
-import wasmext.state.sqlite  # noqa: F401
+import wasmext.state.sqlite
+import wasmext_cli.state_cmd  # noqa: F401
 from wasmext_cli.main import main
+
+wasmext.config.parse_config({})  # the schema's models are built on first use
 
 
 def command(cwd: str, argv: list[str]) -> None:
