@@ -191,9 +191,7 @@ def _check_output(outcome: ExtensionResult, schema: Any) -> None:
         validator.validate(outcome.content)
     except ConfigError as err:  # refused at load; a plugin registered before that rule
         outcome.success, outcome.content, outcome.error = False, None, clean(err.message, 300)
-    except Exception as exc:
-        if not isinstance(exc, (validation_error(), ValueError)):
-            raise
+    except (validation_error(), ValueError) as exc:  # evaluated only when one is raised
         first = (getattr(exc, "message", None) or str(exc)).splitlines()
         outcome.success, outcome.content = False, None
         outcome.error = clean(f"#{outcome.name}: the result does not match its output_schema: "

@@ -24,7 +24,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import wasmtime
 
@@ -74,6 +76,7 @@ except MemoryError:
 sys.stdout.buffer.write(code)
 """
 _REFUSED, _OUT_OF_MEMORY = 3, 4
+T = TypeVar("T")  # a compiled module or component
 _ERROR_CHARS = 2000  # of wasmtime's words about a module it refuses
 _fallback_logged = False
 
@@ -95,14 +98,9 @@ def compile_component_bounded(engine: SharedEngine, wasm: bytes, caps: ModuleCap
     next to it)."""
     from wasmtime import component as wc  # loaded where components are used
 
-    code = _child_compiled(engine, wasm, "component", caps.compile_component_timeout_ms,
-                           caps.compile_component_memory_bytes, name)
-    if code is None:
-        return engine.compile_component(wasm)
-    try:
-        return wc.Component.deserialize(engine.engine, code)
-    except wasmtime.WasmtimeError as exc:
-        raise InvalidModule(f"{name}: the compiled code was refused: {exc}") from exc
+    return _from_child(engine, wasm, "component", caps.compile_component_timeout_ms,
+                       caps.compile_component_memory_bytes, name, wc.Component.deserialize,
+                       engine.compile_component)
 
 
 def compile_in_child(engine: SharedEngine, wasm: bytes, *, timeout_ms: int,
@@ -112,11 +110,20 @@ def compile_in_child(engine: SharedEngine, wasm: bytes, *, timeout_ms: int,
     ModuleTooLarge when the compile ran out of time or memory, WasmtimeError (as from
     an inline compile) when wasmtime refused the module; in the process when no child
     can be started."""
-    code = _child_compiled(engine, wasm, "module", timeout_ms, memory_bytes, name)
+    return _from_child(engine, wasm, "module", timeout_ms, memory_bytes, name,
+                       wasmtime.Module.deserialize, engine.compile)
+
+
+def _from_child(engine: SharedEngine, wasm: bytes, kind: str, timeout_ms: int,
+                memory_bytes: int, name: str, deserialize: Callable[[wasmtime.Engine, bytes], T],
+                compile_inline: Callable[[bytes], T]) -> T:
+    """What a child compiled, deserialised for `engine` (InvalidModule when wasmtime
+    refuses the code); compiled in the process when no child can be started."""
+    code = _child_compiled(engine, wasm, kind, timeout_ms, memory_bytes, name)
     if code is None:
-        return engine.compile(wasm)
+        return compile_inline(wasm)
     try:
-        return wasmtime.Module.deserialize(engine.engine, code)
+        return deserialize(engine.engine, code)
     except wasmtime.WasmtimeError as exc:
         raise InvalidModule(f"{name}: the compiled code was refused: {exc}") from exc
 

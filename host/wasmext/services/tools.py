@@ -512,9 +512,7 @@ class ToolRegistry:
                                                  "code": "not_found"}}
         try:
             tool.validator.validate(args)
-        except Exception as exc:
-            if not isinstance(exc, (validation_error(), ValueError)):
-                raise
+        except (validation_error(), ValueError) as exc:  # evaluated only when one is raised
             message = (getattr(exc, "message", None) or str(exc)).splitlines()[0]
             return {"status": "error", "error": {"message": f"invalid arguments: {message}",
                                                  "code": "invalid"}}
