@@ -31,6 +31,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 KEEPER = host_calls_wat({"op": "state.set", "key": "k", "value": "kept"},
                         {"op": "state.get", "key": "k"})
 ROUNDS = 20
+PAUSE_S = 0.005  # between one process's state writes (see the test of both keeping state)
 
 
 @pytest.fixture(params=["sqlite", "redis", "jetstream"])
@@ -93,14 +94,16 @@ def held_by_a_thread(lock: Any) -> Iterator[None]:
 def test_a_forked_child_and_its_parent_both_keep_state(keeper_host: Any) -> None:
     host, store, tag = keeper_host, keeper_host.state_store(), f"t{uuid.uuid4().hex[:8]}"
     _keep(host, store, "parent", tag, -1)  # the parent's connection is open and used
-    # A pause between rounds: two processes writing one SQLite file without one starve
-    # each other's commits past a call's deadline (`unavailable`, SQLite's lock is not
-    # fair), which is not what this test is about.
-    with ParentAtWork(lambda i: _keep(host, store, "parent", tag, i), pause_s=0.005) as parent:
+    # A pause between rounds, on both sides: two processes writing one SQLite file without
+    # one starve each other's commits past a call's deadline (`unavailable`, SQLite's lock
+    # is not fair; a child writing without pauses starved the parent once in CI), which
+    # is not what this test is about.
+    with ParentAtWork(lambda i: _keep(host, store, "parent", tag, i), pause_s=PAUSE_S) as parent:
         def child() -> float:
             started = time.monotonic()
             for i in range(ROUNDS):
                 _keep(host, store, "child", tag, i)
+                time.sleep(PAUSE_S)
             host.close()  # the child's connections; the parent's go on below
             return time.monotonic() - started
 
