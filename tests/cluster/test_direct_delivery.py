@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import late_after_ping, stage_request, wat_plugin
+from cluster_support import (
+    free_port,
+    late_after_ping,
+    nats_server,
+    stage_request,
+    wat_plugin,
+)
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
@@ -190,3 +196,82 @@ def test_a_started_worker_answers_a_request_from_another_connection_at_once(
     with Host(HostConfig(), runtime=Runtime(cache=False),
               plugin_dirs=[("workspace", plugins)]) as host:
         asyncio.run(run(host))
+
+
+def test_reads_in_the_sockets_callback_keep_order_and_come_back_after_a_reconnect() -> None:
+    """While its read loop waits, the fast client reads a message its `deliver_now`
+    handler takes in the socket's callback (`FastClient._read_in_callback`): one at a
+    time, the read loop's parser is not woken at all. A burst with messages for a
+    callback subscription among them reaches both in order, the loop reading from the
+    first message the handler does not take. After the server restarts, the new
+    connection reads in its callback too."""
+    async def one_at_a_time(nc: Any, plain: Client, got: list[bytes], parsed: list[int],
+                            rounds: int) -> int:
+        before = len(parsed)
+        for i in range(rounds):
+            await plain.publish("cb.now", b"one %d" % i, headers={"K": "v"})
+            await plain.flush()
+            deadline = time.monotonic() + 5
+            while (not got or got[-1] != b"one %d" % i) and time.monotonic() < deadline:
+                await asyncio.sleep(0.002)
+            assert got[-1] == b"one %d" % i
+        return len(parsed) - before
+
+    async def run(url: str, server: Any, port: int) -> None:
+        nc = await connect(url, "callback-reads")
+        plain = Client()
+        await plain.connect(url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        try:
+            parsed: list[int] = []
+            parse = nc._ps.parse
+
+            async def counted(data: bytes = b"") -> None:
+                parsed.append(len(data))
+                await parse(data)
+            nc._ps.parse = counted  # type: ignore[method-assign]
+            now: list[bytes] = []
+            later: list[bytes] = []
+            sub = await nc.subscribe("cb.now")
+            nc.deliver_now(sub, lambda msg: now.append(msg.data))  # type: ignore[attr-defined]
+
+            async def callback(msg: Any) -> None:
+                later.append(msg.data)
+            await nc.subscribe("cb.plain", cb=callback)
+            await nc.flush()
+
+            assert await one_at_a_time(nc, plain, now, parsed, 50) == 0
+            now.clear()
+            for i in range(300):  # one burst: the plain client writes it in one go
+                if i % 7 == 3:
+                    await plain.publish("cb.plain", b"%d" % i)
+                else:
+                    await plain.publish("cb.now", b"%d" % i, headers={"K": "v"})
+            await plain.flush()
+            deadline = time.monotonic() + 5
+            while len(now) + len(later) < 300 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert now == [b"%d" % i for i in range(300) if i % 7 != 3]
+            assert later == [b"%d" % i for i in range(300) if i % 7 == 3]
+            assert parsed, "the messages for the callback went through the read loop"
+
+            server.terminate()
+            server.wait(10)
+            with nats_server(port) as (_, again):
+                deadline = time.monotonic() + 10
+                # Connected again (a flush sent before the client saw the old connection
+                # end is lost with it: nats-py's, not the callback's)
+                while not (nc.stats["reconnects"] and plain.stats["reconnects"]
+                           and nc.is_connected and plain.is_connected) \
+                        and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                await nc.flush()
+                now.clear()
+                assert await one_at_a_time(nc, plain, now, parsed, 20) == 0
+                again.terminate()
+        finally:
+            await plain.close()
+            await nc.close()
+
+    port = free_port()
+    with nats_server(port) as (url, server):
+        asyncio.run(run(url, server, port))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nats.protocol.parser import Parser
+from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
 from wasmext.cluster import fastclient
 from wasmext.cluster.fastclient import new_client
@@ -184,3 +184,57 @@ def test_any_stream_cut_anywhere_reads_as_nats_py_reads_it(frames: list[bytes],
     fast = _fast_parser()
     assert asyncio.run(_read(fast, reads)) == asyncio.run(_read(Parser, reads))
     assert asyncio.run(_read(fast, reads, _Taker)) == asyncio.run(_read(Parser, reads))
+
+
+async def _read_in_callback(parser_class: type[Parser], reads: list[bytes],
+                            client_class: type[_Recorder] = _Recorder
+                            ) -> tuple[list[tuple[Any, ...]], bytes, int]:
+    """`_read`, with each read first offered to `read_now` as the socket's callback
+    offers it while the read loop waits (`FastClient._read_in_callback`): in nats-py's
+    plain state it takes the run of messages its handlers take and hands back the rest
+    for the read loop; in any other state the loop gets the whole read."""
+    client = client_class()
+    parser = parser_class(client)
+    try:
+        for data in reads:
+            if parser.state == AWAITING_CONTROL_LINE:
+                data = parser.read_now(data)  # type: ignore[attr-defined]
+            if data:
+                await parser.parse(data)
+    except Exception as exc:
+        client.got.append(("raised", type(exc).__name__))
+    return client.got, bytes(parser.buf), parser.state
+
+
+def test_reading_in_the_sockets_callback_reads_every_cut_as_nats_py_reads_it() -> None:
+    """What the callback takes and what it leaves to the read loop, together, are read
+    as nats-py reads the stream: the same messages in the same order, none twice, the
+    same bytes and state left; a message for nats-py's path stops the callback's run and
+    is read by the loop in its place."""
+    fast = _fast_parser()
+    for stream in (PLAIN, ODD):
+        for i in range(len(stream) + 1):
+            for j in range(i, len(stream) + 1, 5):
+                reads = [stream[:i], stream[i:j], stream[j:]]
+                for client in (_Recorder, _Taker):
+                    assert asyncio.run(_read_in_callback(fast, reads, client)) == \
+                        asyncio.run(_read(Parser, reads)), (i, j)
+    # Read whole, the callback took the run of sid 1's message and left the rest.
+    client = _Taker()
+    parser = fast(client)
+    rest = parser.read_now(PLAIN)  # type: ignore[attr-defined]
+    assert len(client.got) == 1 and rest == PLAIN[PLAIN.index(b"PING"):]
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(_FRAME, min_size=1, max_size=5), data=st.data())
+def test_any_stream_read_in_the_callback_reads_as_nats_py_reads_it(
+        frames: list[bytes], data: st.DataObject) -> None:
+    stream = b"".join(frames)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=3))
+    points = sorted(set(cuts))
+    reads = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    fast = _fast_parser()
+    for client in (_Recorder, _Taker):
+        assert asyncio.run(_read_in_callback(fast, reads, client)) == \
+            asyncio.run(_read(Parser, reads))

@@ -13,10 +13,14 @@ before the next handler runs when the last ran that long): a long read or turn i
 written in parts, so the peer works on the first while this side works on the rest.
 Its parser reads a message with headers (`HMSG`: every stage request and answer)
 without nats-py's regular expressions and hands it to a `deliver_now` handler without a
-coroutine; any other line goes to nats-py's parser. A PING (`flush`) is queued behind
-what is pending, where nats-py writes it ahead: its PONG proves the server has read
-every SUB before it, so a worker is ready only once a caller on another connection can
-reach it.
+coroutine; any other line goes to nats-py's parser. While nats-py's read loop waits
+with nothing unread, a read is parsed in the socket's own callback (`read_now`) and the
+loop gets only what follows the run of messages the handlers took: a read without the
+loop's second turn, a future and a task switch (issue 25's thirteenth round: a worker's
+CPU per request one at a time 161 -> 149 us, docs/performance.md). A PING (`flush`) is
+queued behind what is pending, where nats-py writes it ahead: its PONG proves the server
+has read every SUB before it, so a worker is ready only once a caller on another
+connection can reach it.
 `cluster.link` builds its requests and a worker its answers on it.
 """
 
@@ -213,12 +217,34 @@ def new_client() -> Client:
                         nc._end_of_read()
                     await super().parse()
 
-            def _take_run(self) -> tuple[object, int, bytes, bytes, bytes, bytes | None] | None:
+            def read_now(self, data: bytes) -> bytes:
+                """Read `data` outside the read loop, which waits with nothing unread
+                (`FastClient._read_in_callback`): the run of `HMSG`s at its start goes to
+                their handlers and what they sent is written; what is left (another
+                command, a message for nats-py's path, one not all here) is returned for
+                the read loop, in order, since nothing comes before it."""
+                buf = self.buf
+                buf.extend(data)
+                nc: FastClient = self.nc
+                try:
+                    self._take_run(now=True)
+                finally:
+                    if nc._read_pending:
+                        nc._end_of_read()
+                rest = bytes(buf)
+                buf.clear()
+                return rest
+
+            def _take_run(self, now: bool = False
+                          ) -> tuple[object, int, bytes, bytes, bytes, bytes | None] | None:
                 """Hand the `HMSG`s at the buffer's start to their `deliver_now` handlers
                 and cut them from it; the first one that needs an await (`_take_now`'s
                 answer, then its fields), or None at anything else. The messages are read
                 from one `bytes` copy of the buffer by offset: each field is one slice of
-                it, and the buffer is cut once per run, not once per message."""
+                it, and the buffer is cut once per run, not once per message. `now`:
+                nothing may be awaited (`read_now`), so a message for nats-py's path stays
+                in the buffer, and a handler's exception goes to the error callback in a
+                task of its own."""
                 buf = self.buf
                 nc: FastClient = self.nc
                 # Not an `HMSG` this parser reads (nats-py's reads a large message's
@@ -242,10 +268,17 @@ def new_client() -> Client:
                         start = end + 2
                         hdr = view[start:start + header_size] if header_size > 0 else None
                         payload = view[start + header_size:start + size]
-                        at = start + size + 2
+                        began, at = at, start + size + 2
                         taken = nc._take_now(sid, subject, reply, payload, hdr)
-                        if taken is not None:
+                        if taken is None:
+                            continue
+                        if not now:
                             return taken, sid, subject, reply, payload, hdr
+                        if taken is _NOT_NOW:
+                            at = began
+                            return None
+                        asyncio.get_running_loop().create_task(
+                            nc._error_cb(taken))  # type: ignore[arg-type]
                     return None
                 finally:
                     del buf[:at]
@@ -272,6 +305,38 @@ def new_client() -> Client:
                 self._timed: list[bytes] | None = None  # the `_pending` list timed
                 self._queued_at = 0.0  # when its oldest command was queued
                 self._handler_began = 0.0  # when the last `deliver_now` handler began
+
+            async def _read_loop(self) -> None:
+                self._read_in_callback()
+                await super()._read_loop()
+
+            def _read_in_callback(self) -> None:
+                """Read what arrives in the socket's callback while the read loop waits
+                with nothing unread (`FastParser.read_now`), and give the loop only what
+                needs it: one turn of the loop and a task switch less per read."""
+                reader = getattr(self._transport, "_io_reader", None)
+                writer = getattr(self._transport, "_io_writer", None)
+                if reader is None or writer is None:
+                    return
+                transport = writer.transport
+                protocol = transport.get_protocol()
+                if type(protocol) is not asyncio.StreamReaderProtocol:
+                    return
+                fed = protocol.data_received
+                parser = self._ps
+                assert isinstance(parser, FastParser)
+
+                def data_received(data: bytes) -> None:
+                    if reader._waiter is None or reader._buffer \
+                            or parser.state != AWAITING_CONTROL_LINE:
+                        fed(data)
+                        return
+                    rest = parser.read_now(data)
+                    if rest:
+                        fed(rest)
+
+                protocol.data_received = data_received  # type: ignore[method-assign]
+                transport.set_protocol(protocol)  # uvloop reads the method once per set
 
             def deliver_now(self, sub: Subscription, handler: Callable[[Msg], None]) -> None:
                 """Hand `sub`'s messages to `handler` as the reader parses them: no
