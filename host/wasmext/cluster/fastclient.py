@@ -320,7 +320,11 @@ def new_client() -> Client:
                     return
                 transport = writer.transport
                 protocol = transport.get_protocol()
-                if type(protocol) is not asyncio.StreamReaderProtocol:
+                # asyncio's own stream classes, whose waiter and buffer say the loop waits
+                # with nothing unread (any other: every read goes to the loop, as before)
+                if type(protocol) is not asyncio.StreamReaderProtocol \
+                        or type(reader) is not asyncio.StreamReader \
+                        or not hasattr(reader, "_waiter") or not hasattr(reader, "_buffer"):
                     return
                 fed = protocol.data_received
                 parser = self._ps
