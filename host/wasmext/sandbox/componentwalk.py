@@ -4,7 +4,7 @@ from its bytes before wasmtime compiles anything.
 `core_modules` finds the core modules of a component and of the components it nests;
 `plan` follows the component's index spaces to the core instances one instance of it
 makes (nested components' instantiations multiplied out: doubling 22 levels deep
-planned 4 million from 1.2 KB), with their import slots, globals and memories.
+planned 4 million from 1.2 KB), with their import slots, globals, memories and tables.
 `sandbox.wasmcheck` holds the host's caps on those counts (`ModuleCaps.check_component`).
 Where the walk cannot follow the bytes, it bounds the component by the store's limit
 of MAX_CORE_INSTANCES instances of its largest module.
@@ -17,11 +17,15 @@ from dataclasses import dataclass
 from wasmext.errors import InvalidModule, ModuleTooLarge
 from wasmext.sandbox.wasmread import Reader, inspect, sections
 
-__all__ = ["MAX_COMPONENT_NESTING", "MAX_CORE_INSTANCES", "Plan", "core_modules", "plan"]
+__all__ = ["MAX_COMPONENT_NESTING", "MAX_CORE_INSTANCES", "ModuleCounts", "Plan",
+           "core_modules", "plan"]
 
 # Core instances one instance of a component may make (its store's limit): a
 # componentized CPython or SpiderMonkey makes about a dozen. Generous, but finite.
 MAX_CORE_INSTANCES = 64
+# What a core instance of a module holds beside its code: its module's imports, globals,
+# defined linear memories and defined tables (an imported memory or table is another's).
+ModuleCounts = tuple[int, int, int, int]
 
 _CORE_MODULE, _NESTED_COMPONENT = 1, 4  # a component's sections holding code
 # Components nested deeper than this are refused: a walk that stopped there would not
@@ -60,7 +64,7 @@ _SATURATED = 2**62  # nested instantiations multiply: the counts stop growing he
 @dataclass(frozen=True)
 class Plan:
     """What one instance of a component makes: its core instances (its nested
-    components' multiplied out), their import slots and their globals; `exact` when
+    components' multiplied out), their import slots, globals, memories and tables; `exact` when
     every module and component it instantiates was found in its bytes (else the counts
     are upper bounds)."""
 
@@ -68,23 +72,25 @@ class Plan:
     slots: int
     globals: int
     memories: int = 0  # linear memories its core instances define
+    tables: int = 0  # tables its core instances define
     exact: bool = True
 
     def plus(self, other: Plan) -> Plan:
         """This plan and `other` made beside it."""
         return Plan(min(self.instances + other.instances, _SATURATED),
-                     min(self.slots + other.slots, _SATURATED),
-                     min(self.globals + other.globals, _SATURATED),
-                     min(self.memories + other.memories, _SATURATED),
-                     self.exact and other.exact)
+                    min(self.slots + other.slots, _SATURATED),
+                    min(self.globals + other.globals, _SATURATED),
+                    min(self.memories + other.memories, _SATURATED),
+                    min(self.tables + other.tables, _SATURATED),
+                    self.exact and other.exact)
 
 
 @dataclass
 class _Scope:
     """One component's core module and component index spaces, in order: each
-    module's (imports, globals), each component's plan (None: not in the bytes)."""
+    module's counts, each component's plan (None: not in the bytes)."""
 
-    modules: list[tuple[int, int, int] | None]
+    modules: list[ModuleCounts | None]
     components: list[Plan | None]
 
 
@@ -118,17 +124,19 @@ class _Entries(Reader):
         return count
 
 
-def plan(wasm: bytes, largest: tuple[int, int, int]) -> tuple[Plan, int]:
+def plan(wasm: bytes, largest: ModuleCounts) -> tuple[Plan, int]:
     """The core instances one instance of the component `wasm` makes, with their import
-    slots, globals and memories; `largest` (the most imports, globals and defined
-    memories of any of its core modules) stands for a module the walk cannot name.
+    slots, globals, memories and tables; `largest` (the most imports, globals, defined
+    memories and defined tables of any of its core modules) stands for a module the
+    walk cannot name.
     Where the walk cannot follow the bytes, the bound is the store's:
     MAX_CORE_INSTANCES instances of the largest module. Beside the plan: the most core
     instances any component in it makes (one passed to a nested component, which the
     walk does not follow there, too)."""
-    unknown = Plan(MAX_CORE_INSTANCES, MAX_CORE_INSTANCES * largest[0],
-                    MAX_CORE_INSTANCES * largest[1], MAX_CORE_INSTANCES * largest[2],
-                    exact=False)
+    imports, globals_, memories, tables = largest
+    unknown = Plan(MAX_CORE_INSTANCES, MAX_CORE_INSTANCES * imports,
+                   MAX_CORE_INSTANCES * globals_, MAX_CORE_INSTANCES * memories,
+                   MAX_CORE_INSTANCES * tables, exact=False)
     defined: list[Plan] = []
     try:
         plan = _plan_of(wasm, [], largest, unknown, [_PLAN_ENTRIES], defined)
@@ -137,7 +145,7 @@ def plan(wasm: bytes, largest: tuple[int, int, int]) -> tuple[Plan, int]:
     return plan, max((p.instances for p in [plan, *defined] if p.exact), default=0)
 
 
-def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int, int],
+def _plan_of(wasm: bytes, outer: list[_Scope], largest: ModuleCounts,
              unknown: Plan, budget: list[int], defined: list[Plan]) -> Plan:
     if len(outer) > MAX_COMPONENT_NESTING:
         return unknown
@@ -152,7 +160,8 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int, int],
             except InvalidModule:
                 scope.modules.append(None)
             else:
-                scope.modules.append((shape.imports, shape.globals, shape.defined_memories))
+                scope.modules.append((shape.imports, shape.globals, shape.defined_memories,
+                                      shape.defined_tables))
         elif section == _NESTED_COMPONENT:
             nested = _plan_of(wasm[start:start + size], scopes, largest, unknown, budget,
                               defined)
@@ -161,8 +170,8 @@ def _plan_of(wasm: bytes, outer: list[_Scope], largest: tuple[int, int, int],
         elif section == _CORE_INSTANCE:
             for module in _instantiated(r, core=True):
                 counts = scope.modules[module]
-                imports, globals_, memories = largest if counts is None else counts
-                plan = plan.plus(Plan(1, imports, globals_, memories, counts is not None))
+                plan = plan.plus(Plan(1, *(largest if counts is None else counts),
+                                      exact=counts is not None))
         elif section == _COMPONENT_INSTANCE:
             for component in _instantiated(r, core=False):
                 plan = plan.plus(scope.components[component] or unknown)
@@ -227,7 +236,7 @@ def _aliases(r: _Entries, scopes: list[_Scope]) -> None:
         if target in (0x00, 0x01):  # an instance's export, a core instance's export
             r.uleb()
             r.name()
-            found_module: tuple[int, int, int] | None = None
+            found_module: ModuleCounts | None = None
             found_component: Plan | None = None
         elif target == 0x02:  # an enclosing component's: levels out, then the index
             levels, index = r.uleb(), r.uleb()

@@ -21,9 +21,10 @@ A component's core instances hold what their modules declare, once per instance 
 (`sandbox.componentwalk`) to the core instances one instance of it makes (nested
 components' instantiations multiplied out: doubling 22 levels deep planned 4 million
 from 1.2 KB) and caps their globals and import slots
-(one module of 99,000 imports made 60 times: 180 MiB an instance), and their linear
+(one module of 99,000 imports made 60 times: 180 MiB an instance), their linear
 memories at one (the store limiter caps each memory at `memory_bytes`, not their sum:
-three memories grown to it held three times `memory_bytes`).
+three memories grown to it held three times `memory_bytes`) and their tables at four
+(the limiter caps each table at `table_elements`: 64 tables grown to it held 49 MiB).
 
 It also records each memory's index type: the ABI's pointers and lengths are
 i32 into the one memory the host reads and writes (abi/SPEC.md 1), so
@@ -50,7 +51,8 @@ from wasmext.sandbox.wasmread import (
     is_component,
 )
 
-__all__ = ["MAX_COMPONENT_MEMORIES", "MAX_COMPONENT_NESTING", "MAX_CORE_INSTANCES",
+__all__ = ["MAX_COMPONENT_MEMORIES", "MAX_COMPONENT_NESTING", "MAX_COMPONENT_TABLES",
+           "MAX_CORE_INSTANCES",
            "ModuleCaps", "ModuleShape",
            "check_memories", "inspect", "is_component"]
 
@@ -58,6 +60,12 @@ __all__ = ["MAX_COMPONENT_MEMORIES", "MAX_COMPONENT_NESTING", "MAX_CORE_INSTANCE
 # limiter caps each at `memory_bytes`, not their sum (three memories grown to the cap
 # held three times it). Those components define one; their other modules import it.
 MAX_COMPONENT_MEMORIES = 1
+# Tables one instance of a component may make (its store's limit), as many as a core
+# module's instance: the limiter caps each at `table_elements`, not their sum, and a
+# filled funcref table holds 8 bytes an element outside `memory_bytes` (64 tables grown
+# to 100,000 held 49 MiB an instance). The Python and JavaScript SDKs' components define
+# two: the interpreter's function table and the one of the shim for lowered imports.
+MAX_COMPONENT_TABLES = 4
 # A component's core modules together: the Python SDK's declare 6,446 imports and
 # exports. Their count is read from the section headers before any module is walked.
 _COMPONENT_MAX_IMPORTS_AND_EXPORTS = 500_000
@@ -109,14 +117,14 @@ class ModuleCaps:
         `max_globals`, the globals of the core instances one instance makes (a module
         instantiated twice holds its globals twice) over `max_globals` too, their import
         slots over `max_component_import_slots`, more linear memories than
-        MAX_COMPONENT_MEMORIES (the limiter caps each, not their sum), or more core
-        instances than
-        MAX_CORE_INSTANCES, in it or in any component it defines (nested components
-        instantiated twice, and twice inside, add up to millions from a kilobyte; the
-        store would refuse every instance). The
-        other caps bound one plugin module's compile: a component's interpreter is far
-        over them, and compiles in a child (`sandbox.compiler`)."""
-        largest_imports = largest_globals = largest_memories = globals_total = 0
+        MAX_COMPONENT_MEMORIES or tables than MAX_COMPONENT_TABLES (the limiter caps
+        each, not their sum), or more core instances than MAX_CORE_INSTANCES, in it or
+        in any component it defines (nested components instantiated twice, and twice
+        inside, add up to millions from a kilobyte; the store would refuse every
+        instance). The other caps bound one plugin module's compile: a component's
+        interpreter is far over them, and compiles in a child (`sandbox.compiler`)."""
+        largest_imports = largest_globals = largest_memories = largest_tables = 0
+        globals_total = 0
         try:
             cores = core_modules(wasm)
         except ModuleTooLarge as exc:
@@ -133,6 +141,7 @@ class ModuleCaps:
             largest_imports = max(largest_imports, shape.imports)
             largest_globals = max(largest_globals, shape.globals)
             largest_memories = max(largest_memories, shape.defined_memories)
+            largest_tables = max(largest_tables, shape.defined_tables)
             globals_total += shape.globals
         # Loading costs the host each module's globals even where none is instantiated
         # (999,000 in a module no instance makes: 71 MiB to load).
@@ -140,7 +149,7 @@ class ModuleCaps:
             raise ModuleTooLarge(f"{name}: {globals_total} globals in its core modules, over "
                                  f"the host's max_globals {self.max_globals}")
         planned, most_instances = plan(wasm, (largest_imports, largest_globals,
-                                              largest_memories))
+                                              largest_memories, largest_tables))
         if most_instances > MAX_CORE_INSTANCES:
             raise ModuleTooLarge(
                 f"{name}: plans {most_instances} core instances (nested components' "
@@ -162,6 +171,13 @@ class ModuleCaps:
                 f"{name}: {upto}{memories} linear memories in its core instances, over the "
                 f"{MAX_COMPONENT_MEMORIES} an instance of a component may make (each is "
                 "capped at memory_bytes, so more would hold more than it)")
+        tables = min(planned.tables, MAX_CORE_INSTANCES * largest_tables)
+        if tables > MAX_COMPONENT_TABLES:
+            raise ModuleTooLarge(
+                f"{name}: {upto}{tables} tables in its core instances, over the "
+                f"{MAX_COMPONENT_TABLES} an instance of a component may make "
+                "(MAX_COMPONENT_TABLES: each is capped at table_elements, so more would "
+                f"hold more than {MAX_COMPONENT_TABLES} times it)")
 
     def compiles_inline(self, shape: ModuleShape) -> bool:
         """Whether `shape` is small enough to compile in this process."""

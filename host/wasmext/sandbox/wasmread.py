@@ -50,6 +50,7 @@ class ModuleShape:
     name_bytes: int = 0  # of every import's module and field name and every export's
     element_bytes: int = 0  # the element section's: each segment is compiled
     defined_memories: int = 0  # in its memory section (an imported one is another's)
+    defined_tables: int = 0  # in its table section (an imported one is another's)
 
 
 class Reader:
@@ -229,7 +230,7 @@ def inspect(wasm: bytes) -> ModuleShape:
     imported = _Imports()
     tables: list[int] = []
     memories: list[bool] = []
-    defined_memories = 0
+    defined_memories = defined_tables = 0
     has_start = False
     for section, start, size in sections(wasm):
         r = Reader(wasm, start, start + size)
@@ -240,7 +241,9 @@ def inspect(wasm: bytes) -> ModuleShape:
         elif section == _FUNCTION:
             functions = r.uleb()
         elif section == _TABLE:
-            for _ in range(r.uleb()):
+            # The count, even where the walk stops at an initializer expression.
+            defined_tables = r.uleb()
+            for _ in range(defined_tables):
                 if r.data[r.pos:r.pos + 2] == b"\x40\x00":
                     # A table with an initializer expression: take its limits, and
                     # leave the rest of the section to wasmtime's validator.
@@ -269,4 +272,5 @@ def inspect(wasm: bytes) -> ModuleShape:
                        tuple(tables), has_start, tuple(memories),
                        globals=imported.globals + defined_globals, imports=imported.count,
                        exports=exports, name_bytes=imported.name_bytes + export_name_bytes,
-                       element_bytes=element_bytes, defined_memories=defined_memories)
+                       element_bytes=element_bytes, defined_memories=defined_memories,
+                       defined_tables=defined_tables)
