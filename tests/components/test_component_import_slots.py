@@ -9,9 +9,10 @@ twice, 22 levels deep, made a 1.2 KB component plan 4 million core instances (4.
 `ModuleCaps.check_component` walks the component's index spaces and refuses, before the
 child compile, more import slots than `max_component_import_slots`, more globals than
 `max_globals`, or more core instances than MAX_CORE_INSTANCES. Core exports, export
-names, aliases and tables cost an instance nothing measurable (99,000 of each, or 60
-tables of 100,000 elements: under 0.3 MiB an instance), so they are not capped here:
-the bytes (`max_module_bytes`) bound what loading them costs the host.
+names and aliases cost an instance nothing measurable (99,000 of each: under 0.3 MiB an
+instance), so they are not capped here: the bytes (`max_module_bytes`) bound what
+loading them costs the host. Tables cost nothing until filled, and filled ones are
+bounded by their count (test_component_tables.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import wasmtime
 
 from support import Built, rss_mib, uleb128
 from wasmext import InvalidModule, ModuleTooLarge, Plugin, Runtime
+from wasmext.sandbox.componentwalk import plan
 from wasmext.sandbox.wasmcheck import (
     MAX_COMPONENT_MEMORIES,
     MAX_COMPONENT_NESTING,
+    MAX_COMPONENT_TABLES,
     MAX_CORE_INSTANCES,
     ModuleCaps,
 )
@@ -202,8 +205,12 @@ def test_core_modules_of_millions_of_imports_are_refused_before_the_walk(
 def test_the_python_sdks_component_is_far_under_the_caps(components: Built, crt: Runtime
                                                          ) -> None:
     # 14 core instances, 2,255 imports and 1,893 globals among them: the caps are 22
-    # and 5 times that.
+    # and 5 times that. Two tables (MAX_COMPONENT_TABLES: 4), one memory.
     (built,) = components["conformance-python"].glob("*.wasm")
+    planned, _ = plan(built.read_bytes(), (0, 0, 0, 0))
+    assert (planned.instances, planned.tables, planned.memories, planned.exact) == (
+        14, 2, 1, True)
+    assert planned.tables <= MAX_COMPONENT_TABLES
     ModuleCaps(max_component_import_slots=2_255, max_globals=1_893).check_component(
         built.read_bytes(), "py")
     with pytest.raises(ModuleTooLarge, match="2255 import slots"):

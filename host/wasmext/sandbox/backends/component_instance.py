@@ -48,15 +48,13 @@ from wasmext.sandbox.instance import CallResult, PluginInstance, request_packer
 from wasmext.sandbox.jsonwire import JSON_MARK, decode_json, json_request
 from wasmext.sandbox.limits import Limits
 from wasmext.sandbox.plugin import Plugin
-from wasmext.sandbox.wasmcheck import MAX_COMPONENT_MEMORIES, MAX_CORE_INSTANCES
+from wasmext.sandbox.wasmcheck import (
+    MAX_COMPONENT_MEMORIES,
+    MAX_COMPONENT_TABLES,
+    MAX_CORE_INSTANCES,
+)
 
 __all__ = ["ComponentInstance", "ComponentPlugin"]
-
-# Store-wide counts. Memories: one (wasmcheck.MAX_COMPONENT_MEMORIES, which
-# `ModuleCaps.check_component` refuses more than at load; the limiter caps each memory,
-# not their sum). Tables and core instances (wasmcheck.MAX_CORE_INSTANCES, about a dozen
-# in a componentized CPython or SpiderMonkey): generous, but finite.
-MAX_TABLES = 64
 
 
 class ComponentInstance(PluginInstance):
@@ -75,9 +73,13 @@ class ComponentInstance(PluginInstance):
         # Watched (sandbox.watchdog): the deadline is a tick away, checked every tick.
         self.watched = watchdog.watch(store)
         self._ticks = 1 if self.watched else module.engine.ticks_for(limits.timeout_ms)
+        # Store-wide counts, each refused at load past it (`ModuleCaps.check_component`):
+        # one memory and four tables, as the limiter caps each, not their sum; core
+        # instances (about a dozen in a componentized CPython or SpiderMonkey): generous,
+        # but finite.
         store.set_limits(memory_size=limits.memory_bytes, table_elements=limits.table_elements,
                          instances=MAX_CORE_INSTANCES, memories=MAX_COMPONENT_MEMORIES,
-                         tables=MAX_TABLES)
+                         tables=MAX_COMPONENT_TABLES)
         self._streams = (ctx.log.stream_writer("stdout"), ctx.log.stream_writer("stderr"))
         # Requests: one Packer per instance (one call at a time), as for core modules.
         self.__dict__["_pack"] = request_packer()  # in place of the core one's, made on use
