@@ -199,3 +199,28 @@ def test_arequest_from_another_loop_goes_through_the_links_own(nats_url: str) ->
         assert link._replies.waiting == {}
         time.sleep(0.6)  # the late answer finds nobody
         assert link.request("other.echo", b"after", {}, 5).data == b"after"
+
+
+def test_a_link_closed_after_its_server_went_leaves_no_task_for_the_collector() -> None:
+    """Closing a threaded link whose server is gone (its drain fails) still ends the
+    subscriptions' and flusher's tasks on the link's loop before closing it: none is left
+    pending for the garbage collector to close on a closed loop ("Event loop is closed"
+    from their `finally`), and the link's thread ends."""
+    from cluster_support import nats_server
+
+    with nats_server() as (url, server):
+        link = NatsLink(url, name="closed-after-server")
+        link.run(link.client.subscribe("anything", cb=_ignore), 5.0)
+        loop, thread = link._loop, link._thread
+        assert len(asyncio.all_tasks(loop)) >= 3  # replies, this subscription, the flusher
+        server.terminate()
+        server.wait(10)
+    started = time.monotonic()
+    link.close()
+    assert time.monotonic() - started < 10
+    assert loop.is_closed() and thread is not None and not thread.is_alive()
+    assert [t for t in asyncio.all_tasks(loop) if not t.done()] == []
+
+
+async def _ignore(msg: object) -> None:
+    """A subscription's callback with nothing to do."""
