@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+import select
 import socket
 import threading
 import time
@@ -138,8 +139,8 @@ class ChunkingProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, scanner: _Scanner | None) -> None:
         try:
             while True:
-                while scanner is not None and self.stall_down.is_set() and not self._closed:
-                    time.sleep(0.01)
+                if scanner is not None and self._stalled_until_hangup(src):
+                    break
                 data = src.recv(65536)
                 if not data:
                     break
@@ -155,6 +156,17 @@ class ChunkingProxy:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def _stalled_until_hangup(self, src: socket.socket) -> bool:
+        """Wait while `stall_down` holds, reading nothing from the server; True when the
+        server hung up meanwhile (a slow consumer's connection closed: the client must
+        see that, or it waits on a connection that is gone)."""
+        poller = select.poll()
+        poller.register(src, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+        while self.stall_down.is_set() and not self._closed:
+            if poller.poll(10):
+                return True
+        return False
 
     def _forward(self, data: bytes, dst: socket.socket, scanner: _Scanner) -> None:
         plan = self.plan

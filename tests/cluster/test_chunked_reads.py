@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from chunking_proxy import ChunkingProxy, Plan, proxy_for
-from cluster_support import stage_request, wat_plugin
+from cluster_support import (
+    free_port,
+    nats_server_binary,
+    stage_request,
+    wait_for_port,
+    wat_plugin,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,6 +85,7 @@ def proxied(nats_url: str, serving: Host) -> Iterator[tuple[ChunkingProxy, InThr
     """A proxy in front of the session's server and a worker connected through it."""
     proxy = proxy_for(nats_url)
     worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked"))
+    worker.worker.url_upstream = nats_url  # type: ignore[attr-defined]
     try:
         yield proxy, worker
     finally:
@@ -134,3 +144,259 @@ def test_a_worker_and_a_link_read_answers_right_however_the_stream_is_cut(
             await link.aclose()
 
     asyncio.run(main())
+
+
+def test_nats_py_subscriptions_among_stage_requests_in_one_read_all_answer(
+        proxied: tuple[ChunkingProxy, InThread]) -> None:
+    """Stage requests (the callback's), `describe`, `$SRV.PING` (nats-py's path) and
+    cancels for no call, written in one go and cut by each plan: every request answered
+    once, the stage answers naming their own request; then requests near the server's
+    max_payload among small ones, read by nats-py's parser in its payload state."""
+    proxy, worker = proxied
+
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(nats_url_of(worker))
+        answers: dict[str, list[bytes]] = {}
+
+        async def heard(msg: Any) -> None:
+            answers.setdefault(msg.subject.rsplit(".", 1)[-1], []).append(msg.data)
+        await nc.subscribe("mix.reply.*", cb=heard)
+        await nc.flush()
+        max_payload = nc.max_payload
+        try:
+            for round_no, mode in enumerate(MODES):
+                proxy.plan = Plan(mode=mode, size=17, seed=round_no, pause_s=0.0002)
+                expected: dict[str, str] = {}
+                for i in range(30):
+                    tag = f"{round_no}x{i}"
+                    kind = i % 5
+                    if kind == 1:
+                        await nc.publish(f"{PREFIX}.plugin.stamp.v1.describe", b"{}",
+                                         reply=f"mix.reply.{tag}")
+                        expected[tag] = "describe"
+                    elif kind == 3:
+                        await nc.publish("$SRV.PING.chunked-stamp", b"",
+                                         reply=f"mix.reply.{tag}")
+                        expected[tag] = "ping"
+                    else:
+                        await nc.publish(SUBJECT, stage_request(tag), reply=f"mix.reply.{tag}",
+                                         headers={"K": "v"})
+                        expected[tag] = "stage"
+                    if kind == 4:
+                        await nc.publish(f"{PREFIX}.plugin.stamp.v1.cancel", b"no-such-call")
+                await nc.flush()
+                await until(lambda: len(answers) >= len(expected), 20)
+                await asyncio.sleep(0.05)  # a second answer to anything would be here now
+                assert set(answers) == set(expected)
+                for tag, kind in expected.items():
+                    assert len(answers[tag]) == 1, (mode, tag, kind)
+                    body = answers[tag][0]
+                    if kind == "stage":
+                        assert answered_id(body) == tag
+                    elif kind == "ping":
+                        assert json.loads(body)["name"] == "chunked-stamp"
+                    else:
+                        assert b"stamp" in body
+                answers.clear()
+
+            # Near max_payload: nats-py reads these in its payload state, in parts.
+            proxy.plan = Plan(mode="random", size=5000, seed=3)
+            big = max_payload - 4096
+            tags = [f"big{i}" for i in range(9)]
+            for i, tag in enumerate(tags):
+                body = stage_request(tag, payload="y" * big) if i % 3 == 0 \
+                    else stage_request(tag)
+                await nc.publish(SUBJECT, body[:max_payload], reply=f"mix.reply.{tag}")
+            await nc.flush()
+            await until(lambda: len(answers) >= len(tags), 30)
+            assert sorted(answers) == sorted(tags)
+            for tag in tags:
+                assert [answered_id(b) for b in answers[tag]] == [tag]
+        finally:
+            await nc.close()
+
+    asyncio.run(main())
+
+
+def nats_url_of(worker: InThread) -> str:
+    """The server behind the proxy the worker uses (callers here connect directly)."""
+    return worker.worker.url_upstream  # type: ignore[attr-defined,no-any-return]
+
+
+async def until(done: Any, timeout_s: float) -> None:
+    """Wait until `done()` holds, failing after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+@contextmanager
+def strict_server(folder: Path, port: int) -> Iterator[subprocess.Popen[Any]]:
+    """A nats-server that flags a slow consumer soon: 2 MiB pending, a 1 s write deadline."""
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed")
+    conf = folder / f"strict-{port}.conf"
+    conf.write_text(f'listen: "127.0.0.1:{port}"\nmax_pending: 2MB\nwrite_deadline: "1s"\n')
+    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=open(os.environ.get("STRICT_LOG", os.devnull), "ab"))
+    try:
+        wait_for_port(port, proc)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def flood(url: str, stop: asyncio.Event, body: bytes) -> int:
+    """Stage requests (answered to a subject nobody hears) as fast as a client can
+    write them, until `stop`; how many were written."""
+    import nats
+
+    nc = await nats.connect(url, reconnect_time_wait=0.05, max_reconnect_attempts=-1)
+    sent = 0
+    try:
+        while not stop.is_set():
+            for _ in range(200):
+                try:
+                    await nc.publish(SUBJECT, body, reply="flood.sink", headers={"K": "v"})
+                    sent += 1
+                except Exception:  # the server went away meanwhile: its restart
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0)
+    finally:
+        await nc.close()
+    return sent
+
+
+def callback_reads(client: Any) -> list[int]:
+    """From now, the size of each read `client` parses in the socket's callback."""
+    parser = client._ps
+    read_now = parser.read_now
+    reads: list[int] = []
+
+    def counted(data: bytes) -> bytes:
+        reads.append(len(data))
+        return read_now(data)  # type: ignore[no-any-return]
+    parser.read_now = counted
+    return reads
+
+
+def settled(client: Any, timeout_s: float = 20) -> int:
+    """Wait until `client` is connected and has not reconnected for a second (a flood's
+    slow consumers are over); its reconnects. Fails after `timeout_s`: a reconnect loop."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reconnects = client.stats["reconnects"]
+        time.sleep(1.0)
+        if client.is_connected and client.stats["reconnects"] == reconnects:
+            return int(reconnects)
+        assert time.monotonic() < deadline, "still reconnecting"
+
+
+def answers_right(link_url: str, tag: str, count: int = 40) -> None:
+    """`count` requests in flight from a link of its own all answered, each for its own."""
+    async def main() -> list[str]:
+        link = await NatsLink.open(link_url, name=f"check-{tag}")
+        try:
+            return await burst(link, tag, count)
+        finally:
+            await link.aclose()
+    assert asyncio.run(main()) == [f"{tag}-{i}" for i in range(count)]
+
+
+@pytest.mark.parametrize("stall", [True, False], ids=["stalled-reader", "flooded"])
+def test_a_slow_consumer_flagged_mid_flood_comes_back_and_answers_right(
+        tmp_path: Path, serving: Host, stall: bool) -> None:
+    """A flood the worker's connection cannot take (the proxy stops reading it, or it
+    just comes too fast, cut at random) until the server flags a slow consumer and
+    closes it: the worker reconnects a bounded number of times, holds a bounded amount
+    of memory, and answers every request right afterwards."""
+    port = free_port()
+    with strict_server(tmp_path, port):
+        url = f"nats://127.0.0.1:{port}"
+        proxy = proxy_for(url, Plan(mode="random", size=3000, seed=5))
+        worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked-slow"))
+        try:
+            answers_right(url, "before")
+            rss_before = rss_bytes()
+            client = worker.worker._nc
+            assert client is not None
+
+            async def drive() -> int:
+                stop = asyncio.Event()
+                task = asyncio.ensure_future(flood(url, stop, stage_request("f", "z" * 2000)))
+                if stall:  # past the write deadline: the server closes the connection,
+                    proxy.stall_down.set()  # its FIN queued behind what the proxy holds
+                    await asyncio.sleep(3)
+                    proxy.stall_down.clear()
+                deadline = time.monotonic() + (15 if stall else 3)
+                while proxy.connections < 2 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)  # the server closed it: the worker came back
+                stop.set()
+                return await asyncio.wait_for(task, 20)
+
+            sent = asyncio.run(drive())
+            assert sent > 1000
+            if stall:
+                assert proxy.connections >= 2, "the server never flagged the slow consumer"
+            settled(client)
+            answers_right(url, "after")
+            assert settled(client) <= 10  # no reconnect loop
+            assert rss_bytes() - rss_before < 400 * 2**20
+        finally:
+            worker.stop()
+            proxy.close()
+
+
+def test_a_server_restart_mid_flood_leaves_the_worker_answering_right(
+        tmp_path: Path, serving: Host) -> None:
+    """The server stops while a flood is cut into the worker's reads at random (a
+    message cut short by the end of the connection) and starts again on the same port:
+    the worker comes back, settles once the flood is over, answers right, and its reads
+    are parsed in the callback again (nothing of the old stream left in the parser)."""
+    port = free_port()
+    url = f"nats://127.0.0.1:{port}"
+    with strict_server(tmp_path, port) as first:
+        proxy = proxy_for(url, Plan(mode="random", size=700, seed=11))
+        worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked-restart"))
+        try:
+            answers_right(url, "before")
+            client = worker.worker._nc
+            assert client is not None
+
+            async def drive() -> None:
+                stop = asyncio.Event()
+                task = asyncio.ensure_future(flood(url, stop, stage_request("f", "z" * 300)))
+                await asyncio.sleep(0.5)
+                first.terminate()
+                first.wait(10)
+                await asyncio.sleep(0.3)
+                with strict_server(tmp_path, port):
+                    deadline = time.monotonic() + 20
+                    while not (client.is_connected and client.stats["reconnects"]) \
+                            and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)
+                    await asyncio.sleep(0.5)
+                    stop.set()
+                    await asyncio.wait_for(task, 20)
+                    await asyncio.to_thread(settled, client)
+                    reads = callback_reads(client)
+                    await asyncio.to_thread(answers_right, url, "after")
+                    assert reads, "the new connection's reads all went to the read loop"
+                    assert await asyncio.to_thread(settled, client) <= 10
+
+            asyncio.run(drive())
+        finally:
+            worker.stop()
+            proxy.close()
