@@ -8,6 +8,7 @@ then sees a consumer that does not read) or drop every connection (a server gone
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import select
@@ -152,10 +153,8 @@ class ChunkingProxy:
             pass
         finally:
             for sock in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def _stalled_until_hangup(self, src: socket.socket) -> bool:
         """Wait while `stall_down` holds, reading nothing from the server; True when the
@@ -197,10 +196,8 @@ class ChunkingProxy:
         with self._lock:
             socks, self._socks = self._socks, []
         for sock in socks:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             sock.close()
 
     def close(self) -> None:
