@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from wasmext.cluster.registry import parse_registry
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router
 from wasmext.cluster.worker import Worker
+from wasmext.loops import EVENT_LOOP_ENV, loop_factory
 from wasmext.runtime import Runtime
 
 PREFIX = "chunked"
@@ -49,9 +51,9 @@ MODES = ["whole", "bytes", "random", "boundaries", "line", "header", "payload", 
 class InThread:
     """A Worker on its own event loop thread."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, loop: str = "asyncio") -> None:
         self.worker = worker
-        self.loop = asyncio.new_event_loop()
+        self.loop = loop_factory(loop)()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
                                        name="chunked-worker")
         self.thread.start()
@@ -80,11 +82,23 @@ def serving(tmp_path: Path) -> Iterator[Host]:
         yield host
 
 
+@pytest.fixture(params=["asyncio", "uvloop"])
+def event_loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each event loop wasmext runs a connection on (a threaded link's too)."""
+    kind = str(request.param)
+    if kind == "uvloop":
+        pytest.importorskip("uvloop")
+    monkeypatch.setenv(EVENT_LOOP_ENV, kind)
+    return kind
+
+
 @pytest.fixture
-def proxied(nats_url: str, serving: Host) -> Iterator[tuple[ChunkingProxy, InThread]]:
+def proxied(nats_url: str, serving: Host,
+            event_loop_kind: str) -> Iterator[tuple[ChunkingProxy, InThread]]:
     """A proxy in front of the session's server and a worker connected through it."""
     proxy = proxy_for(nats_url)
-    worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked"))
+    worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked"),
+                      event_loop_kind)
     worker.worker.url_upstream = nats_url  # type: ignore[attr-defined]
     try:
         yield proxy, worker
@@ -115,11 +129,17 @@ def plans() -> st.SearchStrategy[Plan]:
 
 
 def test_a_worker_and_a_link_read_answers_right_however_the_stream_is_cut(
-        proxied: tuple[ChunkingProxy, InThread], serving: Host) -> None:
-    proxy, _ = proxied
+        proxied: tuple[ChunkingProxy, InThread], serving: Host, event_loop_kind: str) -> None:
+    """Bursts of requests in flight, the server's stream to the worker and to the
+    caller's link cut by each plan hypothesis makes: every answer arrives once, naming
+    the request that asked, in the order asked; `Router.arun` on the caller's loop and
+    `Router.run` from threads (a threaded link) give the stage's answer."""
+    proxy, worker = proxied
+    worker_reads = callback_reads(worker.worker._nc)
 
     async def main() -> None:
         link = await NatsLink.open(proxy.url, name="chunked-caller")
+        link_reads = callback_reads(link.client)
         router = Router(POLICY, RemoteCaller(REGISTRY, link))
         rounds = 0
         try:
@@ -140,11 +160,23 @@ def test_a_worker_and_a_link_read_answers_right_however_the_stream_is_cut(
             with serving.session() as s:
                 got = await asyncio.wait_for(router.arun(s, "hi", trace_id="t-chunked"), 20)
             assert got.message["payload"] == "stamped"
+            # the path under test: both sides parsed reads in the socket's callback
+            assert worker_reads and link_reads
         finally:
             await link.aclose()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory(event_loop_kind)) as runner:
+        runner.run(main())
 
+    proxy.plan = Plan(mode="crlf", pause_s=0.0002)
+    with NatsLink(proxy.url, name="chunked-threads") as threaded:
+        router = Router(POLICY, RemoteCaller(REGISTRY, threaded))
+
+        def one(i: int) -> str:
+            with serving.session() as s:
+                return str(router.run(s, f"hi {i}", trace_id=f"t-{i}").message["payload"])
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(one, range(32), timeout=60)) == ["stamped"] * 32
 
 def test_nats_py_subscriptions_among_stage_requests_in_one_read_all_answer(
         proxied: tuple[ChunkingProxy, InThread]) -> None:
