@@ -433,3 +433,47 @@ def test_a_server_restart_mid_flood_leaves_the_worker_answering_right(
         finally:
             worker.stop()
             proxy.close()
+
+
+def test_a_link_reads_answers_near_max_payload_among_small_ones_cut_anywhere(
+        nats_url: str, event_loop_kind: str) -> None:
+    """Answers up to the server's max_payload (nats-py's parser reads those in its
+    payload state, part by part) among small ones, to one link, the stream cut at random
+    and inside payloads: each request gets its own answer, once."""
+    proxy = proxy_for(nats_url)
+
+    async def main() -> None:
+        import nats
+
+        responder = await nats.connect(nats_url)
+        link = await NatsLink.open(proxy.url, name="chunked-big")
+        try:
+            limit = responder.max_payload
+
+            async def echo(msg: Any) -> None:
+                tag = msg.data.decode()
+                filler = b"b" * (limit - 64) if tag.endswith("0") else b""
+                await responder.publish(msg.reply, tag.encode() + b"|" + filler,
+                                        headers={"T": tag})
+            await responder.subscribe("chunked.echo", cb=echo)
+            await responder.flush()
+            for round_no, plan in enumerate([Plan(mode="random", size=9000, seed=1),
+                                             Plan(mode="payload"), Plan(mode="crlf"),
+                                             Plan(mode="bytes", size=4096)]):
+                proxy.plan = plan
+                tags = [f"{round_no}-{i}" for i in range(12)]
+                answers = await asyncio.wait_for(asyncio.gather(*(
+                    link.arequest("chunked.echo", tag.encode(), {}, 20) for tag in tags)), 40)
+                assert [a.data.split(b"|", 1)[0].decode() for a in answers] == tags
+                assert [a.headers and a.headers.get("T") for a in answers] == tags
+                assert all(len(a.data) > limit - 64 for a, t in zip(answers, tags, strict=True)
+                           if t.endswith("0"))
+        finally:
+            await link.aclose()
+            await responder.close()
+
+    try:
+        with asyncio.Runner(loop_factory=loop_factory(event_loop_kind)) as runner:
+            runner.run(main())
+    finally:
+        proxy.close()
