@@ -14,7 +14,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -200,38 +200,7 @@ def test_nats_py_subscriptions_among_stage_requests_in_one_read_all_answer(
         try:
             for round_no, mode in enumerate(MODES):
                 proxy.plan = Plan(mode=mode, size=17, seed=round_no, pause_s=0.0002)
-                expected: dict[str, str] = {}
-                for i in range(30):
-                    tag = f"{round_no}x{i}"
-                    kind = i % 5
-                    if kind == 1:
-                        await nc.publish(f"{PREFIX}.plugin.stamp.v1.describe", b"{}",
-                                         reply=f"mix.reply.{tag}")
-                        expected[tag] = "describe"
-                    elif kind == 3:
-                        await nc.publish("$SRV.PING.chunked-stamp", b"",
-                                         reply=f"mix.reply.{tag}")
-                        expected[tag] = "ping"
-                    else:
-                        await nc.publish(SUBJECT, stage_request(tag), reply=f"mix.reply.{tag}",
-                                         headers={"K": "v"})
-                        expected[tag] = "stage"
-                    if kind == 4:
-                        await nc.publish(f"{PREFIX}.plugin.stamp.v1.cancel", b"no-such-call")
-                await nc.flush()
-                await until_answered(answers, len(expected), 20)
-                await asyncio.sleep(0.05)  # a second answer to anything would be here now
-                assert set(answers) == set(expected)
-                for tag, what in expected.items():
-                    assert len(answers[tag]) == 1, (mode, tag, what)
-                    body = answers[tag][0]
-                    if what == "stage":
-                        assert answered_id(body) == tag
-                    elif what == "ping":
-                        assert json.loads(body)["name"] == "chunked-stamp"
-                    else:
-                        assert b"stamp" in body
-                answers.clear()
+                await mixed_round(nc, answers, str(round_no), range(30))
 
             # Near max_payload: nats-py reads these in its payload state, in parts.
             proxy.plan = Plan(mode="random", size=5000, seed=3)
@@ -250,6 +219,43 @@ def test_nats_py_subscriptions_among_stage_requests_in_one_read_all_answer(
             await nc.close()
 
     asyncio.run(main())
+
+
+async def mixed_round(nc: Any, answers: dict[str, list[bytes]], round_tag: str,
+                      kinds: Iterable[int]) -> None:
+    """Requests of each kind in `kinds` (mod 5: 1 describe, 3 `$SRV.PING`, else a stage
+    request, 4 followed by a cancel for no call) written in one go; each answered once,
+    a stage answer naming its own request."""
+    expected: dict[str, str] = {}
+    for i, kind in enumerate(kinds):
+        tag = f"{round_tag}x{i}"
+        if kind % 5 == 1:
+            await nc.publish(f"{PREFIX}.plugin.stamp.v1.describe", b"{}",
+                             reply=f"mix.reply.{tag}")
+            expected[tag] = "describe"
+        elif kind % 5 == 3:
+            await nc.publish("$SRV.PING.chunked-stamp", b"", reply=f"mix.reply.{tag}")
+            expected[tag] = "ping"
+        else:
+            await nc.publish(SUBJECT, stage_request(tag), reply=f"mix.reply.{tag}",
+                             headers={"K": "v"})
+            expected[tag] = "stage"
+        if kind % 5 == 4:
+            await nc.publish(f"{PREFIX}.plugin.stamp.v1.cancel", b"no-such-call")
+    await nc.flush()
+    await until_answered(answers, len(expected), 20)
+    await asyncio.sleep(0.05)  # a second answer to anything would be here now
+    assert set(answers) == set(expected)
+    for tag, what in expected.items():
+        assert len(answers[tag]) == 1, (tag, what)
+        body = answers[tag][0]
+        if what == "stage":
+            assert answered_id(body) == tag
+        elif what == "ping":
+            assert json.loads(body)["name"] == "chunked-stamp"
+        else:
+            assert b"stamp" in body
+    answers.clear()
 
 
 def nats_url_of(worker: InThread) -> str:
@@ -477,3 +483,39 @@ def test_a_link_reads_answers_near_max_payload_among_small_ones_cut_anywhere(
             runner.run(main())
     finally:
         proxy.close()
+
+
+@pytest.mark.slow
+def test_a_sweep_of_cut_plans_over_mixed_traffic_answers_everything_once(
+        proxied: tuple[ChunkingProxy, InThread]) -> None:
+    """The slow tier's sweep: hypothesis over cut plans and request mixes, stage
+    requests among nats-py's subscriptions' requests, every answer once and right."""
+    proxy, worker = proxied
+
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(nats_url_of(worker))
+        answers: dict[str, list[bytes]] = {}
+
+        async def heard(msg: Any) -> None:
+            answers.setdefault(msg.subject.rsplit(".", 1)[-1], []).append(msg.data)
+        await nc.subscribe("mix.reply.*", cb=heard)
+        await nc.flush()
+        loop = asyncio.get_running_loop()
+        rounds = 0
+        try:
+            @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+            @given(plan=plans(), kinds=st.lists(st.integers(0, 4), min_size=1, max_size=60))
+            def check(plan: Plan, kinds: list[int]) -> None:
+                nonlocal rounds
+                rounds += 1
+                proxy.plan = plan
+                asyncio.run_coroutine_threadsafe(
+                    mixed_round(nc, answers, f"s{rounds}", kinds), loop).result(60)
+
+            await asyncio.to_thread(check)
+        finally:
+            await nc.close()
+
+    asyncio.run(main())
