@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -515,6 +516,72 @@ def test_a_sweep_of_cut_plans_over_mixed_traffic_answers_everything_once(
                     mixed_round(nc, answers, f"s{rounds}", kinds), loop).result(60)
 
             await asyncio.to_thread(check)
+        finally:
+            await nc.close()
+
+    asyncio.run(main())
+
+
+# Header blocks nats-server passes on unread, that nats-py 2.16's `_process_headers`
+# raises on: a status line that is not UTF-8 (its bare decodes), a block no longer than
+# its first line (it indexes the byte after it).
+BAD_BLOCKS = [b"NATS/1.0 503 \xff\xfe\r\n\r\n", b"NATS/1.0 50\xff\r\n\r\n", b"NATS/1.0", b"x"]
+
+
+def raw_publish(url: str, messages: list[tuple[str, bytes, bytes]]) -> None:
+    """Write `(subject, header block, payload)` messages as a peer on the bus may (not
+    through nats-py, which writes only blocks it made), in one write, and wait for the
+    server to have read them."""
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), 5) as sock:
+        sock.settimeout(5)
+        sock.recv(4096)  # INFO
+        out = [b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n']
+        for subject, block, payload in messages:
+            out.append(b"HPUB %s hostile.reply %d %d\r\n%s%s\r\n" % (
+                subject.encode(), len(block), len(block) + len(payload), block, payload))
+        sock.sendall(b"".join(out) + b"PING\r\n")
+        seen = b""
+        while b"PONG" not in seen:
+            got = sock.recv(4096)
+            assert got, "the server closed the peer's connection"
+            seen += got
+
+
+def test_a_header_block_nats_py_cannot_read_leaves_the_worker_reading(
+        proxied: tuple[ChunkingProxy, InThread]) -> None:
+    """Messages from a peer on the bus whose header block nats-py's own reading raises
+    on, to a stage subject (its status line sends it down nats-py's path) and to
+    `describe` (a nats-py subscription), among stage requests, cut by each plan: the
+    worker's read loop goes on (it ended, and the worker heard nothing until a stale
+    ping, minutes later), and every stage request is answered right, at once."""
+    proxy, worker = proxied
+    client = worker.worker._nc
+    assert client is not None
+    upstream = nats_url_of(worker)
+
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(upstream)
+        answers: dict[str, list[bytes]] = {}
+
+        async def heard(msg: Any) -> None:
+            answers.setdefault(msg.subject.rsplit(".", 1)[-1], []).append(msg.data)
+        await nc.subscribe("mix.reply.*", cb=heard)
+        await nc.flush()
+        try:
+            for round_no, mode in enumerate(["whole", "boundaries", "header", "bytes"]):
+                proxy.plan = Plan(mode=mode, size=5, pause_s=0.0001)
+                hostile = [(subject, block, stage_request("hostile"))
+                           for block in BAD_BLOCKS
+                           for subject in (SUBJECT, f"{PREFIX}.plugin.stamp.v1.describe")]
+                await asyncio.to_thread(raw_publish, upstream, hostile)
+                started = time.monotonic()
+                await mixed_round(nc, answers, f"h{round_no}", range(10))
+                assert time.monotonic() - started < 15
+                assert client._reading_task is not None
+                assert not client._reading_task.done(), "the worker's read loop ended"
         finally:
             await nc.close()
 

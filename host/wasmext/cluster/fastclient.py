@@ -362,6 +362,20 @@ def new_client() -> Client:
                     await super()._process_msg(sid, subject, reply, data,
                                                headers)  # type: ignore[arg-type]
 
+            async def _process_headers(self, headers: bytes | None
+                                       ) -> dict[str, str] | None:
+                """nats-py's reading of a message's header block, or None (the error
+                callback told) for one it raises on. Any peer on the bus may send a
+                block nats-server passes on unread: nats-py 2.16 decodes a status line
+                without a fallback and indexes the byte after `NATS/1.0`, and what it
+                raises here ends its read loop for good, the connection still counted
+                up: a worker deaf until a stale ping reconnects it, minutes later."""
+                try:
+                    return await super()._process_headers(headers)
+                except (UnicodeDecodeError, IndexError) as exc:
+                    await self._error_cb(exc)
+                    return None
+
             def _take_now(self, sid: int, subject: bytes, reply: bytes, data: bytes,
                           headers: bytes | None) -> Exception | object | None:
                 """Hand a message to its `deliver_now` handler: None when it did, what
