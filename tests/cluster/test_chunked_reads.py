@@ -528,19 +528,23 @@ def test_a_sweep_of_cut_plans_over_mixed_traffic_answers_everything_once(
 BAD_BLOCKS = [b"NATS/1.0 503 \xff\xfe\r\n\r\n", b"NATS/1.0 50\xff\r\n\r\n", b"NATS/1.0", b"x"]
 
 
-def raw_publish(url: str, messages: list[tuple[str, bytes, bytes]]) -> None:
-    """Write `(subject, header block, payload)` messages as a peer on the bus may (not
-    through nats-py, which writes only blocks it made), in one write, and wait for the
+def hpub(subject: bytes, block: bytes, payload: bytes, reply: bytes = b"hostile.reply"
+         ) -> bytes:
+    """An `HPUB` of raw bytes, as a peer on the bus may write it (nats-py writes only
+    subjects and header blocks it checked)."""
+    return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject, reply, len(block),
+                                              len(block) + len(payload), block, payload)
+
+
+def raw_publish(url: str, commands: list[bytes]) -> None:
+    """Write `commands` from a connection of their own in one write, and wait for the
     server to have read them."""
     host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
     with socket.create_connection((host, int(port)), 5) as sock:
         sock.settimeout(5)
         sock.recv(4096)  # INFO
-        out = [b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n']
-        for subject, block, payload in messages:
-            out.append(b"HPUB %s hostile.reply %d %d\r\n%s%s\r\n" % (
-                subject.encode(), len(block), len(block) + len(payload), block, payload))
-        sock.sendall(b"".join(out) + b"PING\r\n")
+        sock.sendall(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
+                     + b"".join(commands) + b"PING\r\n")
         seen = b""
         while b"PONG" not in seen:
             got = sock.recv(4096)
@@ -548,13 +552,29 @@ def raw_publish(url: str, messages: list[tuple[str, bytes, bytes]]) -> None:
             seen += got
 
 
-def test_a_header_block_nats_py_cannot_read_leaves_the_worker_reading(
+def hostile_messages() -> list[bytes]:
+    """What a peer on the bus may send a worker that nats-py 2.16's own reading raises on:
+    header blocks (to a stage subject, whose status line sends it down nats-py's path,
+    and to `describe`, a nats-py subscription), a reply subject that is not UTF-8 (to
+    `describe` and `$SRV.PING`), a cancel subject's token that is not UTF-8."""
+    stage, describe = SUBJECT.encode(), f"{PREFIX}.plugin.stamp.v1.describe".encode()
+    body = stage_request("hostile")
+    out = [hpub(subject, block, body) for block in BAD_BLOCKS for subject in (stage, describe)]
+    out += [hpub(subject, b"NATS/1.0\r\n\r\n", b"{}", reply=b"\xff\xfe")
+            for subject in (describe, b"$SRV.PING", stage)]
+    out.append(hpub(f"{PREFIX}.plugin.\xff.v1.cancel".encode("latin-1"),
+                    b"NATS/1.0\r\n\r\n", b"call"))
+    out.append(b"PUB %s.plugin.st\xffmp.v1.cancel 4\r\ncall\r\n" % PREFIX.encode())
+    return out
+
+
+def test_what_nats_py_cannot_read_from_a_peer_leaves_the_worker_reading(
         proxied: tuple[ChunkingProxy, InThread]) -> None:
-    """Messages from a peer on the bus whose header block nats-py's own reading raises
-    on, to a stage subject (its status line sends it down nats-py's path) and to
-    `describe` (a nats-py subscription), among stage requests, cut by each plan: the
-    worker's read loop goes on (it ended, and the worker heard nothing until a stale
-    ping, minutes later), and every stage request is answered right, at once."""
+    """Messages from a peer on the bus that nats-py's own reading raises on
+    (`hostile_messages`: header blocks, subjects and reply subjects that are not UTF-8),
+    among stage requests, cut by each plan: the worker's read loop goes on (it ended,
+    and the worker heard nothing until a stale ping, minutes later), and every stage
+    request, describe and ping is answered right, at once."""
     proxy, worker = proxied
     client = worker.worker._nc
     assert client is not None
@@ -573,10 +593,7 @@ def test_a_header_block_nats_py_cannot_read_leaves_the_worker_reading(
         try:
             for round_no, mode in enumerate(["whole", "boundaries", "header", "bytes"]):
                 proxy.plan = Plan(mode=mode, size=5, pause_s=0.0001)
-                hostile = [(subject, block, stage_request("hostile"))
-                           for block in BAD_BLOCKS
-                           for subject in (SUBJECT, f"{PREFIX}.plugin.stamp.v1.describe")]
-                await asyncio.to_thread(raw_publish, upstream, hostile)
+                await asyncio.to_thread(raw_publish, upstream, hostile_messages())
                 started = time.monotonic()
                 await mixed_round(nc, answers, f"h{round_no}", range(10))
                 assert time.monotonic() - started < 15

@@ -376,6 +376,19 @@ def new_client() -> Client:
                     await self._error_cb(exc)
                     return None
 
+            def _build_message(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                               headers: dict[str, str] | None) -> Msg | None:
+                """nats-py's message, or None (its `_process_msg` drops it) when the
+                subject or reply subject is not UTF-8: a peer on the bus chooses both
+                (a reply subject always, a subject's tokens on a wildcard subscription:
+                a worker's cancels, an inbox), and nats-py's bare decode raising there
+                ends its read loop for good, the connection still counted up."""
+                try:
+                    return super()._build_message(  # type: ignore[no-any-return]
+                        sid, subject, reply, data, headers)
+                except UnicodeDecodeError:
+                    return None
+
             def _take_now(self, sid: int, subject: bytes, reply: bytes, data: bytes,
                           headers: bytes | None) -> Exception | object | None:
                 """Hand a message to its `deliver_now` handler: None when it did, what
@@ -404,10 +417,12 @@ def new_client() -> Client:
                 self._handler_began = began
                 self._in_handler = True
                 try:
+                    # (nats-py's own `_build_message`: a subject that is not UTF-8 raises
+                    # here, heard by the error callback, as the positional call's does)
                     msg_class = self.msg_class
                     handler(msg_class(self, subject.decode(), reply.decode(), data, hdr, None,
                                       False, sid) if msg_class is self._msg else
-                            self._build_message(sid, subject, reply, data, hdr))
+                            Client._build_message(self, sid, subject, reply, data, hdr))
                 except Exception as exc:
                     return exc
                 finally:
