@@ -32,6 +32,7 @@ from cluster_support import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nats.errors import FlushTimeoutError
 
 from wasmext import Host, HostConfig, parse_policy
 from wasmext.cluster.link import NatsLink
@@ -603,3 +604,34 @@ def test_what_nats_py_cannot_read_from_a_peer_leaves_the_worker_reading(
             await nc.close()
 
     asyncio.run(main())
+
+
+def test_a_read_loop_ended_by_an_error_nats_py_did_not_expect_reconnects(
+        proxied: tuple[ChunkingProxy, InThread]) -> None:
+    """Whatever else nats-py's read loop raises on (here its PONG handling, made to fail
+    once) ends the loop with the connection up: the fast client connects again, where
+    nats-py waits for stale pings, minutes, hearing nothing; the worker answers after."""
+    proxy, worker = proxied
+    client = worker.worker._nc
+    assert client is not None
+    process_pong = client._process_pong
+    failed: list[bool] = []
+
+    async def failing_once() -> None:
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("a read nats-py did not expect")
+        await process_pong()
+    client._process_pong = failing_once
+    before = client.stats["reconnects"]
+    proxy.plan = Plan(mode="random", size=30, seed=2)
+    with pytest.raises(FlushTimeoutError):  # the loop ended before its PONG
+        worker.call(client.flush(timeout=2))
+    assert failed
+    deadline = time.monotonic() + 10
+    while client.stats["reconnects"] == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.stats["reconnects"] == before + 1
+    assert client._reading_task is not None and not client._reading_task.done()
+    settled(client)
+    answers_right(proxy.url, "after-error")

@@ -183,6 +183,7 @@ def new_client() -> Client:
     publish without a coroutine (`publish_soon`)."""
     if not _CLIENT_CLASS:
         from nats.aio.client import Client
+        from nats.errors import ProtocolError
         from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
         class FastParser(Parser):
@@ -309,6 +310,12 @@ def new_client() -> Client:
             async def _read_loop(self) -> None:
                 self._read_in_callback()
                 await super()._read_loop()
+                if self.is_connected:  # (a close or reconnect changes the status first)
+                    # nats-py's loop ends on an exception it did not expect (logged
+                    # "encountered error") with the connection still up and unread: it
+                    # would wait for a stale ping, minutes, hearing nothing. Whatever
+                    # ended it, a new connection reads again.
+                    await self._process_op_err(ProtocolError())
 
             def _read_in_callback(self) -> None:
                 """Read what arrives in the socket's callback while the read loop waits
