@@ -491,7 +491,8 @@ def test_a_link_reads_answers_near_max_payload_among_small_ones_cut_anywhere(
 def test_a_sweep_of_cut_plans_over_mixed_traffic_answers_everything_once(
         proxied: tuple[ChunkingProxy, InThread]) -> None:
     """The slow tier's sweep: hypothesis over cut plans and request mixes, stage
-    requests among nats-py's subscriptions' requests, every answer once and right."""
+    requests among nats-py's subscriptions' requests (and, in some, what nats-py cannot
+    read from a peer just before them), every answer once and right."""
     proxy, worker = proxied
 
     async def main() -> None:
@@ -508,11 +509,14 @@ def test_a_sweep_of_cut_plans_over_mixed_traffic_answers_everything_once(
         rounds = 0
         try:
             @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-            @given(plan=plans(), kinds=st.lists(st.integers(0, 4), min_size=1, max_size=60))
-            def check(plan: Plan, kinds: list[int]) -> None:
+            @given(plan=plans(), kinds=st.lists(st.integers(0, 4), min_size=1, max_size=60),
+                   hostile=st.booleans())
+            def check(plan: Plan, kinds: list[int], hostile: bool) -> None:
                 nonlocal rounds
                 rounds += 1
                 proxy.plan = plan
+                if hostile:
+                    raw_publish(nats_url_of(worker), hostile_messages())
                 asyncio.run_coroutine_threadsafe(
                     mixed_round(nc, answers, f"s{rounds}", kinds), loop).result(60)
 
@@ -521,6 +525,8 @@ def test_a_sweep_of_cut_plans_over_mixed_traffic_answers_everything_once(
             await nc.close()
 
     asyncio.run(main())
+    client = worker.worker._nc
+    assert client is not None and client.stats["reconnects"] == 0
 
 
 # Header blocks nats-server passes on unread, that nats-py 2.16's `_process_headers`
@@ -580,6 +586,7 @@ def test_what_nats_py_cannot_read_from_a_peer_leaves_the_worker_reading(
     client = worker.worker._nc
     assert client is not None
     upstream = nats_url_of(worker)
+    reconnects = client.stats["reconnects"]
 
     async def main() -> None:
         import nats
@@ -600,6 +607,7 @@ def test_what_nats_py_cannot_read_from_a_peer_leaves_the_worker_reading(
                 assert time.monotonic() - started < 15
                 assert client._reading_task is not None
                 assert not client._reading_task.done(), "the worker's read loop ended"
+                assert client.stats["reconnects"] == reconnects  # read past, not reconnected
         finally:
             await nc.close()
 
