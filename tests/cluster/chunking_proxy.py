@@ -149,7 +149,7 @@ class ChunkingProxy:
                     dst.sendall(data)
                     continue
                 self._forward(data, dst, scanner)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a socket `drop` closed meanwhile
             pass
         finally:
             for sock in (src, dst):
@@ -160,6 +160,8 @@ class ChunkingProxy:
         """Wait while `stall_down` holds, reading nothing from the server; True when the
         server hung up meanwhile (a slow consumer's connection closed: the client must
         see that, or it waits on a connection that is gone)."""
+        if not self.stall_down.is_set():
+            return False
         poller = select.poll()
         poller.register(src, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
         while self.stall_down.is_set() and not self._closed:

@@ -643,3 +643,47 @@ def test_a_read_loop_ended_by_an_error_nats_py_did_not_expect_reconnects(
     assert client._reading_task is not None and not client._reading_task.done()
     settled(client)
     answers_right(proxy.url, "after-error")
+
+
+def test_no_responders_among_answers_reach_their_own_requests_cut_anywhere(
+        nats_url: str, event_loop_kind: str) -> None:
+    """The server's "no responders" status messages (nats-py's path: the callback
+    leaves them to the read loop) among answers (the callback's) in one read, cut by
+    each plan: each served request gets its own answer, each unserved one
+    NoRespondersError, none waits for its timeout."""
+    proxy = proxy_for(nats_url)
+
+    async def main() -> None:
+        import nats
+        from nats.errors import NoRespondersError
+
+        responder = await nats.connect(nats_url)
+        link = await NatsLink.open(proxy.url, name="chunked-503")
+        try:
+            async def echo(msg: Any) -> None:
+                await responder.publish(msg.reply, msg.data, headers={"T": "1"})
+            await responder.subscribe("chunked.served", cb=echo)
+            await responder.flush()
+            for mode in MODES:
+                proxy.plan = Plan(mode=mode, size=11, seed=4, pause_s=0.0002)
+                started = time.monotonic()
+                results = await asyncio.wait_for(asyncio.gather(*(
+                    link.arequest("chunked.served" if i % 3 else "chunked.nobody",
+                                  b"%d" % i, {}, 10) for i in range(30)),
+                    return_exceptions=True), 20)
+                assert time.monotonic() - started < 8, "a refusal waited for its timeout"
+                for i, result in enumerate(results):
+                    if i % 3:
+                        assert not isinstance(result, BaseException), (mode, i, result)
+                        assert result.data == b"%d" % i
+                    else:
+                        assert isinstance(result, NoRespondersError), (mode, i, result)
+        finally:
+            await link.aclose()
+            await responder.close()
+
+    try:
+        with asyncio.Runner(loop_factory=loop_factory(event_loop_kind)) as runner:
+            runner.run(main())
+    finally:
+        proxy.close()
