@@ -413,6 +413,7 @@ def test_a_server_restart_mid_flood_leaves_the_worker_answering_right(
         worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked-restart"))
         try:
             answers_right(url, "before")
+            rss_before = rss_bytes()
             client = worker.worker._nc
             assert client is not None
 
@@ -438,6 +439,7 @@ def test_a_server_restart_mid_flood_leaves_the_worker_answering_right(
                     assert await asyncio.to_thread(settled, client) <= 10
 
             asyncio.run(drive())
+            assert rss_bytes() - rss_before < 400 * 2**20
         finally:
             worker.stop()
             proxy.close()
