@@ -183,6 +183,7 @@ def new_client() -> Client:
     publish without a coroutine (`publish_soon`)."""
     if not _CLIENT_CLASS:
         from nats.aio.client import Client
+        from nats.errors import ProtocolError
         from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
         class FastParser(Parser):
@@ -309,6 +310,12 @@ def new_client() -> Client:
             async def _read_loop(self) -> None:
                 self._read_in_callback()
                 await super()._read_loop()
+                if self.is_connected:  # (a close or reconnect changes the status first)
+                    # nats-py's loop ends on an exception it did not expect (logged
+                    # "encountered error") with the connection still up and unread: it
+                    # would wait for a stale ping, minutes, hearing nothing. Whatever
+                    # ended it, a new connection reads again.
+                    await self._process_op_err(ProtocolError())
 
             def _read_in_callback(self) -> None:
                 """Read what arrives in the socket's callback while the read loop waits
@@ -362,6 +369,33 @@ def new_client() -> Client:
                     await super()._process_msg(sid, subject, reply, data,
                                                headers)  # type: ignore[arg-type]
 
+            async def _process_headers(self, headers: bytes | None
+                                       ) -> dict[str, str] | None:
+                """nats-py's reading of a message's header block, or None (the error
+                callback told) for one it raises on. Any peer on the bus may send a
+                block nats-server passes on unread: nats-py 2.16 decodes a status line
+                without a fallback and indexes the byte after `NATS/1.0`, and what it
+                raises here ends its read loop for good, the connection still counted
+                up: a worker deaf until a stale ping reconnects it, minutes later."""
+                try:
+                    return await super()._process_headers(headers)
+                except (UnicodeDecodeError, IndexError) as exc:
+                    await self._error_cb(exc)
+                    return None
+
+            def _build_message(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                               headers: dict[str, str] | None) -> Msg | None:
+                """nats-py's message, or None (its `_process_msg` drops it) when the
+                subject or reply subject is not UTF-8: a peer on the bus chooses both
+                (a reply subject always, a subject's tokens on a wildcard subscription:
+                a worker's cancels, an inbox), and nats-py's bare decode raising there
+                ends its read loop for good, the connection still counted up."""
+                try:
+                    return super()._build_message(  # type: ignore[no-any-return]
+                        sid, subject, reply, data, headers)
+                except UnicodeDecodeError:
+                    return None
+
             def _take_now(self, sid: int, subject: bytes, reply: bytes, data: bytes,
                           headers: bytes | None) -> Exception | object | None:
                 """Hand a message to its `deliver_now` handler: None when it did, what
@@ -390,10 +424,12 @@ def new_client() -> Client:
                 self._handler_began = began
                 self._in_handler = True
                 try:
+                    # (nats-py's own `_build_message`: a subject that is not UTF-8 raises
+                    # here, heard by the error callback, as the positional call's does)
                     msg_class = self.msg_class
                     handler(msg_class(self, subject.decode(), reply.decode(), data, hdr, None,
                                       False, sid) if msg_class is self._msg else
-                            self._build_message(sid, subject, reply, data, hdr))
+                            Client._build_message(self, sid, subject, reply, data, hdr))
                 except Exception as exc:
                     return exc
                 finally:
