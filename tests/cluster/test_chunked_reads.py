@@ -647,6 +647,26 @@ def test_a_read_loop_ended_by_an_error_nats_py_did_not_expect_reconnects(
     answers_right(proxy.url, "after-error")
 
 
+def test_a_read_loop_cancelled_with_its_loop_does_not_reconnect(nats_url: str) -> None:
+    """A loop shutting down (as `asyncio.run` ends) cancels a connected client's read
+    loop: that is not an end to mend, so no reconnect is started that would outlive the
+    loop (a task destroyed pending)."""
+    from wasmext.cluster.link import connect
+
+    loop = asyncio.new_event_loop()
+    try:
+        client = loop.run_until_complete(connect(nats_url, "cancelled-with-its-loop"))
+        assert client.is_connected
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        assert [t for t in asyncio.all_tasks(loop) if not t.done()] == []
+        assert client.stats["reconnects"] == 0
+    finally:
+        loop.close()
+
+
 def test_no_responders_among_answers_reach_their_own_requests_cut_anywhere(
         nats_url: str, event_loop_kind: str) -> None:
     """The server's "no responders" status messages (nats-py's path: the callback

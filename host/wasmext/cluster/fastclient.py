@@ -309,7 +309,11 @@ def new_client() -> Client:
 
             async def _read_loop(self) -> None:
                 self._read_in_callback()
-                await super()._read_loop()
+                await super()._read_loop()  # (returns when cancelled too)
+                task = asyncio.current_task()
+                cancelling = getattr(task, "cancelling", None)  # Python 3.11 and later
+                if cancelling is not None and cancelling():
+                    return  # a loop shutting down, not a connection to mend
                 if self.is_connected:  # (a close or reconnect changes the status first)
                     # nats-py's loop ends on an exception it did not expect (logged
                     # "encountered error") with the connection still up and unread: it
