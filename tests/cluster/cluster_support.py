@@ -229,3 +229,17 @@ async def late_after_ping(nats_url: str, hold_s: float = 0.5) -> AsyncIterator[s
                 writer.close()
         if relays:
             await asyncio.wait(list(relays), timeout=hold_s + 5)
+
+
+@contextmanager
+def stamp_host(parent: Path) -> Iterator[Any]:
+    """A host serving `stamp` (pre, a WAT plugin answering "stamped") from `parent`."""
+    from wasmext import Host, HostConfig
+    from wasmext.runtime import Runtime
+
+    plugins = parent / "plugins"
+    plugins.mkdir()
+    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
+    with Host(HostConfig(), runtime=Runtime(cache=False),
+              plugin_dirs=[("workspace", plugins)]) as host:
+        yield host

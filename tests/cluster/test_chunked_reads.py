@@ -27,21 +27,20 @@ from cluster_support import (
     free_port,
     nats_server_binary,
     stage_request,
+    stamp_host,
     wait_for_port,
-    wat_plugin,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.errors import FlushTimeoutError
 
-from wasmext import Host, HostConfig, parse_policy
+from wasmext import Host, parse_policy
 from wasmext.cluster.link import NatsLink
 from wasmext.cluster.registry import parse_registry
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router
 from wasmext.cluster.worker import Worker
 from wasmext.loops import EVENT_LOOP_ENV, loop_factory
-from wasmext.runtime import Runtime
 
 PREFIX = "chunked"
 SUBJECT = f"{PREFIX}.ext.pre.stamp.v1"
@@ -76,11 +75,7 @@ class InThread:
 
 @pytest.fixture
 def serving(tmp_path: Path) -> Iterator[Host]:
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
-    with Host(HostConfig(), runtime=Runtime(cache=False),
-              plugin_dirs=[("workspace", plugins)]) as host:
+    with stamp_host(tmp_path) as host:
         yield host
 
 
@@ -189,15 +184,8 @@ def test_nats_py_subscriptions_among_stage_requests_in_one_read_all_answer(
     proxy, worker = proxied
 
     async def main() -> None:
-        import nats
 
-        nc = await nats.connect(nats_url_of(worker))
-        answers: dict[str, list[bytes]] = {}
-
-        async def heard(msg: Any) -> None:
-            answers.setdefault(msg.subject.rsplit(".", 1)[-1], []).append(msg.data)
-        await nc.subscribe("mix.reply.*", cb=heard)
-        await nc.flush()
+        nc, answers = await mix_listener(nats_url_of(worker))
         max_payload = nc.max_payload
         try:
             for round_no, mode in enumerate(MODES):
@@ -221,6 +209,21 @@ def test_nats_py_subscriptions_among_stage_requests_in_one_read_all_answer(
             await nc.close()
 
     asyncio.run(main())
+
+
+async def mix_listener(url: str) -> tuple[Any, dict[str, list[bytes]]]:
+    """A plain nats-py client hearing the mixed rounds' replies (`mix.reply.<id>`), and
+    what it heard by id."""
+    import nats
+
+    nc = await nats.connect(url)
+    answers: dict[str, list[bytes]] = {}
+
+    async def heard(msg: Any) -> None:
+        answers.setdefault(msg.subject.rsplit(".", 1)[-1], []).append(msg.data)
+    await nc.subscribe("mix.reply.*", cb=heard)
+    await nc.flush()
+    return nc, answers
 
 
 async def mixed_round(nc: Any, answers: dict[str, list[bytes]], round_tag: str,
@@ -498,15 +501,8 @@ def test_a_sweep_of_cut_plans_over_mixed_traffic_answers_everything_once(
     proxy, worker = proxied
 
     async def main() -> None:
-        import nats
 
-        nc = await nats.connect(nats_url_of(worker))
-        answers: dict[str, list[bytes]] = {}
-
-        async def heard(msg: Any) -> None:
-            answers.setdefault(msg.subject.rsplit(".", 1)[-1], []).append(msg.data)
-        await nc.subscribe("mix.reply.*", cb=heard)
-        await nc.flush()
+        nc, answers = await mix_listener(nats_url_of(worker))
         loop = asyncio.get_running_loop()
         rounds = 0
         try:
@@ -591,15 +587,8 @@ def test_what_nats_py_cannot_read_from_a_peer_leaves_the_worker_reading(
     reconnects = client.stats["reconnects"]
 
     async def main() -> None:
-        import nats
 
-        nc = await nats.connect(upstream)
-        answers: dict[str, list[bytes]] = {}
-
-        async def heard(msg: Any) -> None:
-            answers.setdefault(msg.subject.rsplit(".", 1)[-1], []).append(msg.data)
-        await nc.subscribe("mix.reply.*", cb=heard)
-        await nc.flush()
+        nc, answers = await mix_listener(upstream)
         try:
             for round_no, mode in enumerate(["whole", "boundaries", "header", "bytes"]):
                 proxy.plan = Plan(mode=mode, size=5, pause_s=0.0001)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_support import wat_plugin
+from cluster_support import stamp_host, wat_plugin
 from nats.errors import TimeoutError as NatsTimeout
 
 from wasmext import Host, HostConfig, PipelineError, parse_policy
@@ -55,11 +55,7 @@ def request(message_id: str) -> bytes:
 
 @pytest.fixture
 def serving(tmp_path: Path) -> Any:
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    wat_plugin(plugins, "stamp", "pre", {"message": {"payload": "stamped", "metadata": {}}})
-    with Host(HostConfig(), runtime=Runtime(cache=False),
-              plugin_dirs=[("workspace", plugins)]) as host:
+    with stamp_host(tmp_path) as host:
         yield host
 
 
