@@ -359,6 +359,27 @@ def answers_right(link_url: str, tag: str, count: int = 40) -> None:
     assert asyncio.run(main()) == [f"{tag}-{i}" for i in range(count)]
 
 
+@contextmanager
+def worker_behind_proxy(folder: Path, host: Host, plan: Plan, name: str
+                        ) -> Iterator[tuple[str, ChunkingProxy, Any, subprocess.Popen[Any]]]:
+    """A worker of `host` reading a strict server (`strict_server`) through a proxy
+    cutting its reads by `plan`, answering right before the test: (the server's own
+    url, the proxy, the worker's client, the server's process)."""
+    port = free_port()
+    url = f"nats://127.0.0.1:{port}"
+    with strict_server(folder, port) as server:
+        proxy = proxy_for(url, plan)
+        worker = InThread(Worker(host, proxy.url, prefix=PREFIX, name=name))
+        try:
+            answers_right(url, "before")
+            client = worker.worker._nc
+            assert client is not None
+            yield url, proxy, client, server
+        finally:
+            worker.stop()
+            proxy.close()
+
+
 @pytest.mark.parametrize("stall", [True, False], ids=["stalled-reader", "flooded"])
 def test_a_slow_consumer_flagged_mid_flood_comes_back_and_answers_right(
         tmp_path: Path, serving: Host, stall: bool) -> None:
@@ -366,41 +387,31 @@ def test_a_slow_consumer_flagged_mid_flood_comes_back_and_answers_right(
     just comes too fast, cut at random) until the server flags a slow consumer and
     closes it: the worker reconnects a bounded number of times, holds a bounded amount
     of memory, and answers every request right afterwards."""
-    port = free_port()
-    with strict_server(tmp_path, port):
-        url = f"nats://127.0.0.1:{port}"
-        proxy = proxy_for(url, Plan(mode="random", size=3000, seed=5))
-        worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked-slow"))
-        try:
-            answers_right(url, "before")
-            rss_before = rss_bytes()
-            client = worker.worker._nc
-            assert client is not None
+    with worker_behind_proxy(tmp_path, serving, Plan(mode="random", size=3000, seed=5),
+                             "chunked-slow") as (url, proxy, client, _server):
+        rss_before = rss_bytes()
 
-            async def drive() -> int:
-                stop = asyncio.Event()
-                task = asyncio.ensure_future(flood(url, stop, stage_request("f", "z" * 2000)))
-                if stall:  # past the write deadline: the server closes the connection,
-                    proxy.stall_down.set()  # its FIN queued behind what the proxy holds
-                    await asyncio.sleep(3)
-                    proxy.stall_down.clear()
-                deadline = time.monotonic() + (15 if stall else 3)
-                while proxy.connections < 2 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)  # the server closed it: the worker came back
-                stop.set()
-                return await asyncio.wait_for(task, 20)
+        async def drive() -> int:
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(flood(url, stop, stage_request("f", "z" * 2000)))
+            if stall:  # past the write deadline: the server closes the connection,
+                proxy.stall_down.set()  # its FIN queued behind what the proxy holds
+                await asyncio.sleep(3)
+                proxy.stall_down.clear()
+            deadline = time.monotonic() + (15 if stall else 3)
+            while proxy.connections < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # the server closed it: the worker came back
+            stop.set()
+            return await asyncio.wait_for(task, 20)
 
-            sent = asyncio.run(drive())
-            assert sent > 1000
-            if stall:
-                assert proxy.connections >= 2, "the server never flagged the slow consumer"
-            settled(client)
-            answers_right(url, "after")
-            assert settled(client) <= 10  # no reconnect loop
-            assert rss_bytes() - rss_before < 400 * 2**20
-        finally:
-            worker.stop()
-            proxy.close()
+        sent = asyncio.run(drive())
+        assert sent > 1000
+        if stall:
+            assert proxy.connections >= 2, "the server never flagged the slow consumer"
+        settled(client)
+        answers_right(url, "after")
+        assert settled(client) <= 10  # no reconnect loop
+        assert rss_bytes() - rss_before < 400 * 2**20
 
 
 def test_a_server_restart_mid_flood_leaves_the_worker_answering_right(
@@ -409,43 +420,34 @@ def test_a_server_restart_mid_flood_leaves_the_worker_answering_right(
     message cut short by the end of the connection) and starts again on the same port:
     the worker comes back, settles once the flood is over, answers right, and its reads
     are parsed in the callback again (nothing of the old stream left in the parser)."""
-    port = free_port()
-    url = f"nats://127.0.0.1:{port}"
-    with strict_server(tmp_path, port) as first:
-        proxy = proxy_for(url, Plan(mode="random", size=700, seed=11))
-        worker = InThread(Worker(serving, proxy.url, prefix=PREFIX, name="chunked-restart"))
-        try:
-            answers_right(url, "before")
-            rss_before = rss_bytes()
-            client = worker.worker._nc
-            assert client is not None
+    with worker_behind_proxy(tmp_path, serving, Plan(mode="random", size=700, seed=11),
+                             "chunked-restart") as (url, _proxy, client, first):
+        port = int(url.rsplit(":", 1)[1])
+        rss_before = rss_bytes()
 
-            async def drive() -> None:
-                stop = asyncio.Event()
-                task = asyncio.ensure_future(flood(url, stop, stage_request("f", "z" * 300)))
+        async def drive() -> None:
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(flood(url, stop, stage_request("f", "z" * 300)))
+            await asyncio.sleep(0.5)
+            first.terminate()
+            first.wait(10)
+            await asyncio.sleep(0.3)
+            with strict_server(tmp_path, port):
+                deadline = time.monotonic() + 20
+                while not (client.is_connected and client.stats["reconnects"]) \
+                        and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
                 await asyncio.sleep(0.5)
-                first.terminate()
-                first.wait(10)
-                await asyncio.sleep(0.3)
-                with strict_server(tmp_path, port):
-                    deadline = time.monotonic() + 20
-                    while not (client.is_connected and client.stats["reconnects"]) \
-                            and time.monotonic() < deadline:
-                        await asyncio.sleep(0.05)
-                    await asyncio.sleep(0.5)
-                    stop.set()
-                    await asyncio.wait_for(task, 20)
-                    await asyncio.to_thread(settled, client)
-                    reads = callback_reads(client)
-                    await asyncio.to_thread(answers_right, url, "after")
-                    assert reads, "the new connection's reads all went to the read loop"
-                    assert await asyncio.to_thread(settled, client) <= 10
+                stop.set()
+                await asyncio.wait_for(task, 20)
+                await asyncio.to_thread(settled, client)
+                reads = callback_reads(client)
+                await asyncio.to_thread(answers_right, url, "after")
+                assert reads, "the new connection's reads all went to the read loop"
+                assert await asyncio.to_thread(settled, client) <= 10
 
-            asyncio.run(drive())
-            assert rss_bytes() - rss_before < 400 * 2**20
-        finally:
-            worker.stop()
-            proxy.close()
+        asyncio.run(drive())
+        assert rss_bytes() - rss_before < 400 * 2**20
 
 
 def test_a_link_reads_answers_near_max_payload_among_small_ones_cut_anywhere(
