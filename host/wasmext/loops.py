@@ -22,8 +22,10 @@ and `NatsLink.open` run on whatever loop awaits them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -31,7 +33,7 @@ from wasmext.errors import ConfigError
 from wasmext.text import clean
 
 __all__ = ["EVENT_LOOPS", "EVENT_LOOP_ENV", "loop_factory", "loop_name", "new_event_loop",
-           "run_on"]
+           "run_on", "stop_in_thread"]
 
 EVENT_LOOPS = ("asyncio", "uvloop")
 EVENT_LOOP_ENV = "WASMEXT_EVENT_LOOP"
@@ -79,3 +81,26 @@ def run_on(factory: Callable[[], asyncio.AbstractEventLoop],
     import uvloop  # the only other factory `loop_factory` gives
 
     return uvloop.run(main)
+
+
+def stop_in_thread(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stop `loop`, running for ever in `thread` (a link's or a store's), and close it.
+    What is still on it first ends on it: a connection whose drain failed (a server
+    already gone, a drain past its time) leaves its subscriptions' and flusher's tasks
+    pending, and the garbage collector closing them after the loop is closed raises
+    "Event loop is closed" from their `finally`."""
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(_end_tasks(), loop).result(2.0)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5.0)
+    loop.close()
+
+
+async def _end_tasks() -> None:
+    """Cancel every other task of the running loop and wait (a second at most) for them."""
+    me = asyncio.current_task()
+    rest = [task for task in asyncio.all_tasks() if task is not me]
+    for task in rest:
+        task.cancel()
+    if rest:
+        await asyncio.wait(rest, timeout=1.0)

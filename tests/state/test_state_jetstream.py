@@ -145,6 +145,26 @@ def test_a_closed_store_is_unavailable(jetstream_url: str) -> None:
         s.get(S1, "k")
 
 
+def test_a_store_closed_after_its_server_went_leaves_no_task_for_the_collector() -> None:
+    """Closing a store whose server is gone (its drain fails) still ends its connection's
+    tasks on the store's loop before closing it (`wasmext.loops.stop_in_thread`): none is
+    left pending for the garbage collector to close on a closed loop."""
+    import asyncio
+
+    with nats_server() as (url, proc):
+        s = JetStreamStore(url, bucket=f"gone{uuid.uuid4().hex[:10]}")
+        s.set(S1, "k", b"v")
+        loop, thread = s._b._loop, s._b._thread
+        assert any(not t.done() for t in asyncio.all_tasks(loop))  # the client's tasks
+        proc.terminate()
+        proc.wait(10)
+    started = time.monotonic()
+    s.close()
+    assert time.monotonic() - started < 10
+    assert loop.is_closed() and not thread.is_alive()
+    assert [t for t in asyncio.all_tasks(loop) if not t.done()] == []
+
+
 def test_a_damaged_document_is_unavailable_not_a_crash(store: JetStreamStore) -> None:
     store.set(S1, "k", b"v")
     store._b.commit([])  # nothing to write is no batch at all

@@ -46,7 +46,7 @@ from wasmext.cluster.natsauth import NatsAuth, redact
 from wasmext.errors import NatsAuthFailed, NatsLinkForked, NatsUnavailable
 from wasmext.forks import renew_in_children
 from wasmext.ids import random_hex
-from wasmext.loops import new_event_loop
+from wasmext.loops import new_event_loop, stop_in_thread
 from wasmext.text import clean, redact_url
 
 if TYPE_CHECKING:
@@ -331,16 +331,6 @@ class _Replies:
                     future.set_exception(exc)
 
 
-async def _end_tasks() -> None:
-    """Cancel every other task of the running loop and wait (a second at most) for them."""
-    me = asyncio.current_task()
-    rest = [task for task in asyncio.all_tasks() if task is not me]
-    for task in rest:
-        task.cancel()
-    if rest:
-        await asyncio.wait(rest, timeout=1.0)
-
-
 class NatsLink:
     """`with NatsLink(url) as link: link.request(subject, data, headers, timeout_s)`."""
 
@@ -515,14 +505,7 @@ class NatsLink:
     def _stop_loop(self) -> None:
         if self._thread is None:  # the caller's loop: not ours to stop
             return
-        # What a drain did not end (a server already gone, a drain past its time): the
-        # subscriptions' and flusher's tasks, ended on the loop, not by the garbage
-        # collector after it is closed ("Event loop is closed" from their `finally`).
-        with contextlib.suppress(Exception):
-            self._run(_end_tasks(), 2.0)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5.0)
-        self._loop.close()
+        stop_in_thread(self._loop, self._thread)
 
     def __enter__(self) -> NatsLink:
         return self

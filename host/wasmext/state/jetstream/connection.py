@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasmext.forks import renew_in_children
-from wasmext.loops import new_event_loop
+from wasmext.loops import new_event_loop, stop_in_thread
 from wasmext.state.base import StateUnavailable
 from wasmext.state.deadline import remaining
 from wasmext.text import clean, redact_url
@@ -350,9 +350,7 @@ class Bucket:
             future.result(5.0)
         except Exception:  # closing: the server may already be gone
             future.cancel()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5.0)
-        self._loop.close()
+        stop_in_thread(self._loop, self._thread)
 
 
 def _acked(data: bytes) -> bool:
