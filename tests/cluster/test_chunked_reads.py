@@ -15,7 +15,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +40,7 @@ from wasmext.cluster.registry import parse_registry
 from wasmext.cluster.remote import RemoteCaller
 from wasmext.cluster.routing import Router
 from wasmext.cluster.worker import Worker
-from wasmext.loops import EVENT_LOOP_ENV, loop_factory
+from wasmext.loops import EVENT_LOOP_ENV, loop_factory, run_on
 
 PREFIX = "chunked"
 SUBJECT = f"{PREFIX}.ext.pre.stamp.v1"
@@ -162,8 +162,7 @@ def test_a_worker_and_a_link_read_answers_right_however_the_stream_is_cut(
         finally:
             await link.aclose()
 
-    with asyncio.Runner(loop_factory=loop_factory(event_loop_kind)) as runner:
-        runner.run(main())
+    run_on(loop_factory(event_loop_kind), main())
 
     proxy.plan = Plan(mode="crlf", pause_s=0.0002)
     with NatsLink(proxy.url, name="chunked-threads") as threaded:
@@ -456,48 +455,58 @@ def test_a_server_restart_mid_flood_leaves_the_worker_answering_right(
         assert rss_bytes() - rss_before < 400 * 2**20
 
 
-def test_a_link_reads_answers_near_max_payload_among_small_ones_cut_anywhere(
-        nats_url: str, event_loop_kind: str) -> None:
-    """Answers up to the server's max_payload (nats-py's parser reads those in its
-    payload state, part by part) among small ones, to one link, the stream cut at random
-    and inside payloads: each request gets its own answer, once."""
+def through_proxy(nats_url: str, event_loop_kind: str, name: str,
+                  body: Callable[[Any, NatsLink, ChunkingProxy], Awaitable[None]]) -> None:
+    """`body(responder, link, proxy)` on a loop of `event_loop_kind`: a plain nats-py
+    client on the server to answer, and a link named `name` reading the server through
+    a cutting proxy; all closed after."""
     proxy = proxy_for(nats_url)
 
     async def main() -> None:
         import nats
 
         responder = await nats.connect(nats_url)
-        link = await NatsLink.open(proxy.url, name="chunked-big")
+        link = await NatsLink.open(proxy.url, name=name)
         try:
-            limit = responder.max_payload
-
-            async def echo(msg: Any) -> None:
-                tag = msg.data.decode()
-                filler = b"b" * (limit - 64) if tag.endswith("0") else b""
-                await responder.publish(msg.reply, tag.encode() + b"|" + filler,
-                                        headers={"T": tag})
-            await responder.subscribe("chunked.echo", cb=echo)
-            await responder.flush()
-            for round_no, plan in enumerate([Plan(mode="random", size=9000, seed=1),
-                                             Plan(mode="payload"), Plan(mode="crlf"),
-                                             Plan(mode="bytes", size=4096)]):
-                proxy.plan = plan
-                tags = [f"{round_no}-{i}" for i in range(12)]
-                answers = await asyncio.wait_for(asyncio.gather(*(
-                    link.arequest("chunked.echo", tag.encode(), {}, 20) for tag in tags)), 40)
-                assert [a.data.split(b"|", 1)[0].decode() for a in answers] == tags
-                assert [a.headers and a.headers.get("T") for a in answers] == tags
-                assert all(len(a.data) > limit - 64 for a, t in zip(answers, tags, strict=True)
-                           if t.endswith("0"))
+            await body(responder, link, proxy)
         finally:
             await link.aclose()
             await responder.close()
 
     try:
-        with asyncio.Runner(loop_factory=loop_factory(event_loop_kind)) as runner:
-            runner.run(main())
+        run_on(loop_factory(event_loop_kind), main())
     finally:
         proxy.close()
+
+
+def test_a_link_reads_answers_near_max_payload_among_small_ones_cut_anywhere(
+        nats_url: str, event_loop_kind: str) -> None:
+    """Answers up to the server's max_payload (nats-py's parser reads those in its
+    payload state, part by part) among small ones, to one link, the stream cut at random
+    and inside payloads: each request gets its own answer, once."""
+    async def body(responder: Any, link: NatsLink, proxy: ChunkingProxy) -> None:
+        limit = responder.max_payload
+
+        async def echo(msg: Any) -> None:
+            tag = msg.data.decode()
+            filler = b"b" * (limit - 64) if tag.endswith("0") else b""
+            await responder.publish(msg.reply, tag.encode() + b"|" + filler,
+                                    headers={"T": tag})
+        await responder.subscribe("chunked.echo", cb=echo)
+        await responder.flush()
+        for round_no, plan in enumerate([Plan(mode="random", size=9000, seed=1),
+                                         Plan(mode="payload"), Plan(mode="crlf"),
+                                         Plan(mode="bytes", size=4096)]):
+            proxy.plan = plan
+            tags = [f"{round_no}-{i}" for i in range(12)]
+            answers = await asyncio.wait_for(asyncio.gather(*(
+                link.arequest("chunked.echo", tag.encode(), {}, 20) for tag in tags)), 40)
+            assert [a.data.split(b"|", 1)[0].decode() for a in answers] == tags
+            assert [a.headers and a.headers.get("T") for a in answers] == tags
+            assert all(len(a.data) > limit - 64 for a, t in zip(answers, tags, strict=True)
+                       if t.endswith("0"))
+
+    through_proxy(nats_url, event_loop_kind, "chunked-big", body)
 
 
 @pytest.mark.slow
@@ -670,39 +679,26 @@ def test_no_responders_among_answers_reach_their_own_requests_cut_anywhere(
     leaves them to the read loop) among answers (the callback's) in one read, cut by
     each plan: each served request gets its own answer, each unserved one
     NoRespondersError, none waits for its timeout."""
-    proxy = proxy_for(nats_url)
-
-    async def main() -> None:
-        import nats
+    async def body(responder: Any, link: NatsLink, proxy: ChunkingProxy) -> None:
         from nats.errors import NoRespondersError
 
-        responder = await nats.connect(nats_url)
-        link = await NatsLink.open(proxy.url, name="chunked-503")
-        try:
-            async def echo(msg: Any) -> None:
-                await responder.publish(msg.reply, msg.data, headers={"T": "1"})
-            await responder.subscribe("chunked.served", cb=echo)
-            await responder.flush()
-            for mode in MODES:
-                proxy.plan = Plan(mode=mode, size=11, seed=4, pause_s=0.0002)
-                started = time.monotonic()
-                results = await asyncio.wait_for(asyncio.gather(*(
-                    link.arequest("chunked.served" if i % 3 else "chunked.nobody",
-                                  b"%d" % i, {}, 10) for i in range(30)),
-                    return_exceptions=True), 20)
-                assert time.monotonic() - started < 8, "a refusal waited for its timeout"
-                for i, result in enumerate(results):
-                    if i % 3:
-                        assert not isinstance(result, BaseException), (mode, i, result)
-                        assert result.data == b"%d" % i
-                    else:
-                        assert isinstance(result, NoRespondersError), (mode, i, result)
-        finally:
-            await link.aclose()
-            await responder.close()
+        async def echo(msg: Any) -> None:
+            await responder.publish(msg.reply, msg.data, headers={"T": "1"})
+        await responder.subscribe("chunked.served", cb=echo)
+        await responder.flush()
+        for mode in MODES:
+            proxy.plan = Plan(mode=mode, size=11, seed=4, pause_s=0.0002)
+            started = time.monotonic()
+            results = await asyncio.wait_for(asyncio.gather(*(
+                link.arequest("chunked.served" if i % 3 else "chunked.nobody",
+                              b"%d" % i, {}, 10) for i in range(30)),
+                return_exceptions=True), 20)
+            assert time.monotonic() - started < 8, "a refusal waited for its timeout"
+            for i, result in enumerate(results):
+                if i % 3:
+                    assert not isinstance(result, BaseException), (mode, i, result)
+                    assert result.data == b"%d" % i
+                else:
+                    assert isinstance(result, NoRespondersError), (mode, i, result)
 
-    try:
-        with asyncio.Runner(loop_factory=loop_factory(event_loop_kind)) as runner:
-            runner.run(main())
-    finally:
-        proxy.close()
+    through_proxy(nats_url, event_loop_kind, "chunked-503", body)
