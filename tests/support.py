@@ -66,6 +66,22 @@ def rss_mib() -> float:
     return pages * 4096 / 2**20
 
 
+def refused_at_load(runtime: Any, wasm: bytes, match: str, healthy: Any, *,
+                    plugin_id: str, within_s: float = 10.0, growth_mib: float = 32) -> None:
+    """`runtime.load(wasm)` refused as ModuleTooLarge (`match`) within `within_s` (a
+    refusal reads section headers; the machine running CI is shared) and `growth_mib`
+    of this process's memory (the bytes, mostly), `healthy` answering after."""
+    from wasmext import ModuleTooLarge
+
+    before = rss_mib()
+    started = time.monotonic()
+    with pytest.raises(ModuleTooLarge, match=match):
+        runtime.load(wasm, plugin_id=plugin_id)
+    assert time.monotonic() - started < within_s
+    assert rss_mib() - before < growth_mib
+    assert healthy.call("test", "ping").value == "alive"
+
+
 def uleb128(n: int) -> bytes:
     """`n` as an unsigned LEB128 number, as WebAssembly writes lengths and counts."""
     out = bytearray()

@@ -22,7 +22,7 @@ import time
 import pytest
 import wasmtime
 
-from support import Built, rss_mib, uleb128
+from support import Built, refused_at_load, uleb128
 from wasmext import InvalidModule, ModuleTooLarge, Plugin, Runtime
 from wasmext.sandbox.componentwalk import plan
 from wasmext.sandbox.wasmcheck import (
@@ -34,7 +34,6 @@ from wasmext.sandbox.wasmcheck import (
 )
 
 BOUND_S = 10.0  # a refusal reads section headers; the machine running CI is shared
-GROWTH_MIB = 32  # what a refused load may add to the process (the bytes, mostly)
 _PING = '''(core module $p (func (export "ping") (result i32) i32.const 7))
     (core instance $pi (instantiate $p))
     (func (export "ping") (result u32) (canon lift (core func $pi "ping")))'''
@@ -88,14 +87,7 @@ def _doubling(levels: int, times: int = 2) -> bytes:
 def test_what_every_instance_would_hold_is_refused_before_compiling(
         runtime: Runtime, healthy: Plugin, component: object, refusal: str) -> None:
     assert callable(component)
-    wasm = component()
-    before = rss_mib()
-    started = time.monotonic()
-    with pytest.raises(ModuleTooLarge, match=refusal):
-        runtime.load(wasm, plugin_id="declared")
-    assert time.monotonic() - started < BOUND_S
-    assert rss_mib() - before < GROWTH_MIB
-    assert healthy.call("test", "ping").value == "alive"
+    refused_at_load(runtime, component(), refusal, healthy, plugin_id="declared")
 
 
 @pytest.mark.parametrize("component", [
@@ -240,14 +232,9 @@ def test_a_component_of_more_than_one_memory_is_refused_before_compiling(
         runtime: Runtime, healthy: Plugin, memories: int) -> None:
     # The store limiter caps each memory at memory_bytes, not their sum: three memories
     # of a component each grew to a 16 MiB cap, 48 MiB in all.
-    before = rss_mib()
-    started = time.monotonic()
-    with pytest.raises(ModuleTooLarge, match=f"{memories} linear memories in its core "
-                       f"instances, over the {MAX_COMPONENT_MEMORIES} an instance"):
-        runtime.load(_growers(memories), plugin_id="memories")
-    assert time.monotonic() - started < BOUND_S
-    assert rss_mib() - before < GROWTH_MIB
-    assert healthy.call("test", "ping").value == "alive"
+    refused_at_load(runtime, _growers(memories),
+                    f"{memories} linear memories in its core instances, over the "
+                    f"{MAX_COMPONENT_MEMORIES} an instance", healthy, plugin_id="memories")
 
 
 def test_a_components_one_memory_grows_to_memory_bytes_and_no_further(

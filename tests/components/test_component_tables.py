@@ -19,12 +19,11 @@ import time
 import pytest
 import wasmtime
 
-from support import rss_mib
-from wasmext import ModuleTooLarge, Plugin, Runtime
+from support import refused_at_load, rss_mib
+from wasmext import Plugin, Runtime
 from wasmext.sandbox.wasmcheck import MAX_COMPONENT_TABLES, ModuleCaps
 
 BOUND_S = 10.0  # a refusal reads section headers; the machine running CI is shared
-GROWTH_MIB = 32  # what a refused load may add to the process (the bytes, mostly)
 ELEMENTS = 100_000  # the default table_elements
 FILLED_MIB = MAX_COMPONENT_TABLES * ELEMENTS * 8 / 2**20  # 3 MiB: the allowed tables, full
 _FILL = '''(func (export "fill") (param "n" u32) (result s32)
@@ -77,16 +76,10 @@ def _fill(plugin: Plugin, elements: int) -> int:
 def test_more_tables_than_an_instance_may_make_are_refused_before_compiling(
         runtime: Runtime, healthy: Plugin, component: object, tables: int) -> None:
     assert callable(component)
-    wasm = component()
-    before = rss_mib()
-    started = time.monotonic()
-    with pytest.raises(ModuleTooLarge, match=f"{tables} tables in its core instances, "
-                       f"over the {MAX_COMPONENT_TABLES} an instance of a component may "
-                       r"make \(MAX_COMPONENT_TABLES: each is capped at table_elements"):
-        runtime.load(wasm, plugin_id="tables")
-    assert time.monotonic() - started < BOUND_S
-    assert rss_mib() - before < GROWTH_MIB
-    assert healthy.call("test", "ping").value == "alive"
+    refused_at_load(runtime, component(),
+                    f"{tables} tables in its core instances, over the {MAX_COMPONENT_TABLES}"
+                    " an instance of a component may make \\(MAX_COMPONENT_TABLES: each is"
+                    " capped at table_elements", healthy, plugin_id="tables")
 
 
 @pytest.mark.parametrize("reftype", ["funcref", "externref"])
